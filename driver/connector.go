@@ -1,0 +1,167 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/ngrok/sqlmw"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// Name is the name the driver registers with database/sql.
+const Name = "pgtraffic"
+
+// EnvRules names the environment variable read by sql.Open("pgtraffic", dsn) for the rules file.
+const EnvRules = "PGTRAFFIC_RULES"
+
+func init() {
+	sql.Register(Name, &Driver{})
+}
+
+// Driver is the database/sql driver registered as "pgtraffic". Its connectors read the rules file
+// named by PGTRAFFIC_RULES when set. The zero value is ready to use.
+type Driver struct{}
+
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.DriverContext = (*Driver)(nil)
+)
+
+// Open opens a single connection without a shared connector. database/sql uses OpenConnector
+// instead; Open exists for the driver.Driver interface.
+func (d *Driver) Open(dsn string) (driver.Conn, error) {
+	c, err := d.OpenConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return c.Connect(context.Background())
+}
+
+// OpenConnector returns a [*Connector] for dsn, with rules from PGTRAFFIC_RULES when set.
+func (d *Driver) OpenConnector(dsn string) (driver.Connector, error) {
+	return newConnector(dsn, nil, true)
+}
+
+// Connector is a driver.Connector that applies pgtraffic to every connection it opens. Create
+// one with [NewConnector] and pass it to sql.OpenDB, or use [Open]. It is safe for concurrent
+// use. Close (called by (*sql.DB).Close) stops the rules watcher and the health sampler.
+type Connector struct {
+	engine  *engine.Engine
+	wrapped driver.Connector // the sqlmw-wrapped pgx connector
+	tel     *telemetry
+}
+
+var (
+	_ driver.Connector = (*Connector)(nil)
+	_ io.Closer        = (*Connector)(nil)
+)
+
+// Open returns a *sql.DB whose connections go through pgtraffic.
+func Open(dsn string, opts ...Option) (*sql.DB, error) {
+	c, err := NewConnector(dsn, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// NewConnector parses dsn (a PostgreSQL URL or keyword/value string, as pgx.ParseConfig) and
+// returns a connector. A rules file that is missing or invalid is an error.
+func NewConnector(dsn string, opts ...Option) (*Connector, error) {
+	return newConnector(dsn, opts, false)
+}
+
+func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
+	o := defaultOptions()
+	if fromEnv {
+		if path := os.Getenv(EnvRules); path != "" {
+			o.rulesFile = path
+		}
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgtraffic: %w", err)
+	}
+	tel, err := newTelemetry(&o, cc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Connector{tel: tel}
+	healthConfig := cc.Copy()
+	if healthConfig.RuntimeParams == nil {
+		healthConfig.RuntimeParams = map[string]string{}
+	}
+	healthConfig.RuntimeParams["application_name"] = "pgtraffic-health"
+	c.engine = engine.New(engine.Options{
+		Logger:           o.logger,
+		Now:              o.now,
+		PatternCacheSize: o.patternCacheSize,
+		MaxBuckets:       o.maxBuckets,
+		User:             cc.User,
+		Database:         cc.Database,
+		ApplicationName:  cc.RuntimeParams["application_name"],
+		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
+			// The sampler's own connection, never one of the application's pool.
+			return pgx.ConnectConfig(ctx, healthConfig.Copy())
+		},
+		Observer: tel.observer(),
+	})
+	switch {
+	case o.config != nil:
+		err = c.engine.SetConfig(o.config)
+	case o.rulesFile != "":
+		err = c.engine.WatchFile(o.rulesFile)
+	}
+	if err != nil {
+		c.engine.Close()
+		return nil, err
+	}
+	pgxConnector := stdlib.GetConnector(*cc, o.pgxOptions...)
+	intr := &interceptor{engine: c.engine, commenter: o.sqlCommenter}
+	d, ok := sqlmw.Driver(parentDriver{pgxConnector}, intr).(driver.DriverContext)
+	if !ok {
+		return nil, errors.New("pgtraffic: sqlmw driver does not implement driver.DriverContext")
+	}
+	c.wrapped, err = d.OpenConnector(dsn)
+	if err != nil {
+		c.engine.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Connect opens a connection (database/sql calls it).
+func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
+	return c.wrapped.Connect(ctx)
+}
+
+// Driver returns the pgtraffic driver.
+func (c *Connector) Driver() driver.Driver { return &Driver{} }
+
+// Close stops everything the connector started. (*sql.DB).Close calls it.
+func (c *Connector) Close() error { return c.engine.Close() }
+
+// SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
+// state. An invalid cfg is an error and the rules in force stay.
+func (c *Connector) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }
+
+// parentDriver hands sqlmw the pgx connector: sqlmw wraps drivers, not connectors, and calls
+// OpenConnector on the driver it wraps.
+type parentDriver struct{ connector driver.Connector }
+
+func (p parentDriver) Open(string) (driver.Conn, error) {
+	return p.connector.Connect(context.Background())
+}
+
+func (p parentDriver) OpenConnector(string) (driver.Connector, error) { return p.connector, nil }

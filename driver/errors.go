@@ -1,0 +1,60 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reasons a statement is blocked, as found in [BlockedError.Reason].
+const (
+	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = "per_query_limit" // the statement's predicted cost exceeds per_query_limit
+	ReasonBudget      = "budget"          // the budget's reverse leaky bucket has no room
+	ReasonGuard       = "guard"           // a query guard (e.g. require_where) refused the statement
+	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
+)
+
+// ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.
+var ErrBlocked = errors.New("pgtraffic: statement blocked")
+
+// BlockedError reports a statement that pgtraffic refused before sending it to the server.
+//
+// Budget names the budget (or guard) that refused it, Rule the rule that selected the budget
+// (for guards, the guard's name), Reason one of the Reason constants, Fingerprint the statement's
+// pattern, and RetryAfter when capacity is expected again (zero when waiting cannot help, as for
+// per_query_limit and guards).
+type BlockedError struct {
+	Budget, Rule, Reason, Fingerprint string
+	RetryAfter                        time.Duration
+
+	// Limit describes the limit that was hit, e.g. "max_concurrent=4".
+	Limit string
+}
+
+// Error names the budget, the reason and the limit. It never contains SQL text or values.
+func (e *BlockedError) Error() string {
+	msg := fmt.Sprintf("pgtraffic: statement blocked by %s %q (reason %s", e.kind(), e.Budget, e.Reason)
+	if e.Limit != "" {
+		msg += ", " + e.Limit
+	}
+	msg += ", fingerprint " + e.Fingerprint
+	if e.RetryAfter > 0 {
+		msg += ", retry after " + e.RetryAfter.String()
+	}
+	return msg + ")"
+}
+
+func (e *BlockedError) kind() string {
+	if e.Reason == ReasonGuard {
+		return "guard"
+	}
+	return "budget"
+}
+
+// Is makes errors.Is(err, ErrBlocked) true.
+func (e *BlockedError) Is(target error) bool { return target == ErrBlocked }
+
+// SQLState returns "53000" (insufficient_resources), the code PlanetScale's Traffic Control uses,
+// so code that inspects SQLSTATEs can treat a blocked statement like a server-side refusal.
+func (e *BlockedError) SQLState() string { return "53000" }

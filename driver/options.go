@@ -1,0 +1,98 @@
+package driver
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// An Option configures a [Connector]. Options are applied in order; later ones win.
+type Option func(*options)
+
+// options is the unexported configuration behind the Option functions. Its zero value is not
+// used directly: defaultOptions fills it first.
+type options struct {
+	rulesFile        string
+	rulesFromEnv     bool
+	config           *Config
+	tracerProvider   trace.TracerProvider
+	meterProvider    metric.MeterProvider
+	logger           *slog.Logger
+	patternCacheSize int
+	maxBuckets       int
+	pgxOptions       []stdlib.OptionOpenDB
+	sqlCommenter     bool
+	now              func() time.Time
+}
+
+func defaultOptions() options {
+	return options{
+		patternCacheSize: 10_000,
+		maxBuckets:       100_000,
+		now:              time.Now,
+	}
+}
+
+// WithRulesFile loads the rules from a YAML or JSON file and watches it: a valid change is in
+// force before the next statement, an invalid one is logged and the last good rules stay.
+// A missing or invalid file at start makes [NewConnector] and [Open] fail.
+func WithRulesFile(path string) Option {
+	return func(o *options) { o.rulesFile = path; o.config = nil }
+}
+
+// WithConfig sets the rules from a [Config] built in code or by [ParseConfig]. Use
+// [Connector.SetConfig] to change them later.
+func WithConfig(cfg *Config) Option {
+	return func(o *options) { o.config = cfg; o.rulesFile = "" }
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider. The default is the global one
+// (otel.GetTracerProvider), read when the connector is created.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider. The default is the global one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
+
+// WithLogger sets the logger for warn and block decisions, reloads and health problems.
+// The default is slog.Default(). Logs never contain SQL literals or bound values.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithPatternCacheSize bounds the number of distinct statement patterns remembered
+// (default 10,000). Each entry holds a statement's normalised text and analysis.
+func WithPatternCacheSize(n int) Option {
+	return func(o *options) { o.patternCacheSize = n }
+}
+
+// WithMaxBuckets bounds the number of per-tag-value buckets each budget keeps (default 100,000).
+// When the table is full, empty buckets are evicted first, then the one that will be empty soonest.
+func WithMaxBuckets(n int) Option {
+	return func(o *options) { o.maxBuckets = n }
+}
+
+// WithPgxOptions passes options to pgx's stdlib connector (for example
+// stdlib.OptionBeforeConnect or stdlib.OptionAfterConnect), so pgx hooks keep working.
+func WithPgxOptions(opts ...stdlib.OptionOpenDB) Option {
+	return func(o *options) { o.pgxOptions = append(o.pgxOptions, opts...) }
+}
+
+// WithSQLCommenter appends each statement's tags and W3C traceparent to the SQL text as a
+// sqlcommenter comment, so server-side tools (pg_stat_activity, logs) see them. Off by default:
+// a per-request comment makes every statement text unique, which defeats pgx's prepared
+// statement cache.
+func WithSQLCommenter(on bool) Option {
+	return func(o *options) { o.sqlCommenter = on }
+}
+
+// withClock injects a clock (tests).
+func withClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}

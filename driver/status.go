@@ -1,0 +1,155 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
+// budgets those tags select (health thresholds, concurrency and bucket room). It returns nil or
+// a [*BlockedError] and takes nothing. Batch jobs call it, or [Connector.Wait], before each chunk.
+func (c *Connector) Check(ctx context.Context) error {
+	return blocked(c.engine.Check(ctx))
+}
+
+// Wait blocks until [Connector.Check] passes or ctx ends, backing off with jitter between
+// checks so that many waiting jobs do not all resume at the same instant.
+func (c *Connector) Wait(ctx context.Context) error {
+	return c.engine.Wait(ctx)
+}
+
+// Snapshot is the connector's live state: budgets, the hottest patterns, recent blocks and
+// counters. It contains no SQL literal: query texts are normalised.
+type Snapshot struct {
+	Time         time.Time       `json:"time"`
+	InFlight     int64           `json:"in_flight"`
+	Budgets      []BudgetStatus  `json:"budgets"`
+	Patterns     []PatternStatus `json:"patterns"`
+	RecentBlocks []BlockStatus   `json:"recent_blocks"`
+	Counters     Counters        `json:"counters"`
+}
+
+// BudgetStatus is one budget's state in a [Snapshot]. Debt is in execution seconds.
+type BudgetStatus struct {
+	Name     string  `json:"name"`
+	Mode     string  `json:"mode"`
+	Debt     float64 `json:"debt_s"`
+	MaxDebt  float64 `json:"max_debt_s"`
+	Burst    float64 `json:"burst_limit_s,omitempty"`
+	InFlight int     `json:"in_flight"`
+	Keys     int     `json:"keys"`
+	Admitted uint64  `json:"admitted"`
+	Warned   uint64  `json:"warned"`
+	Blocked  uint64  `json:"blocked"`
+}
+
+// PatternStatus is one query pattern's learned cost in a [Snapshot].
+type PatternStatus struct {
+	Fingerprint string  `json:"fingerprint"`
+	Query       string  `json:"query"` // normalised text: literals replaced by $n
+	Count       uint64  `json:"count"`
+	MeanCost    float64 `json:"mean_cost_s"`
+	PlanCost    float64 `json:"mean_plan_cost"`
+	K           float64 `json:"k"`
+}
+
+// BlockStatus is one recent block in a [Snapshot].
+type BlockStatus = engine.BlockRecord
+
+// Counters are event counts since the connector started.
+type Counters struct {
+	PatternHits        uint64 `json:"pattern_cache_hits"`
+	PatternMisses      uint64 `json:"pattern_cache_misses"`
+	ExplainCalls       uint64 `json:"explain_calls"`
+	ExplainFailures    uint64 `json:"explain_failures"`
+	ExplainCacheHits   uint64 `json:"explain_cache_hits"`
+	ExplainCacheMisses uint64 `json:"explain_cache_misses"`
+	Reloads            uint64 `json:"reloads"`
+	ReloadFailures     uint64 `json:"reload_failures"`
+	Warned             uint64 `json:"warned"`
+	Blocked            uint64 `json:"blocked"`
+}
+
+// Snapshot returns the connector's live state.
+func (c *Connector) Snapshot() Snapshot {
+	e := c.engine
+	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: e.RecentBlocks()}
+	for _, b := range e.Budgets() {
+		s.Budgets = append(s.Budgets, BudgetStatus{
+			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,
+			InFlight: b.InFlight, Keys: b.Keys, Admitted: b.Admitted, Warned: b.Warned, Blocked: b.Blocked,
+		})
+	}
+	for _, p := range e.TopPatterns(20) {
+		s.Patterns = append(s.Patterns, PatternStatus{
+			Fingerprint: p.FingerprintHex, Query: p.Query, Count: p.Count,
+			MeanCost: p.MeanActual, PlanCost: p.MeanPlanCost, K: p.K,
+		})
+	}
+	st := e.Stats()
+	hits, misses, _ := e.Patterns().Stats()
+	s.Counters = Counters{
+		PatternHits: hits, PatternMisses: misses,
+		ExplainCalls: st.ExplainCalls.Load(), ExplainFailures: st.ExplainFailures.Load(),
+		ExplainCacheHits: st.ExplainCacheHits.Load(), ExplainCacheMisses: st.ExplainCacheMisses.Load(),
+		Reloads: st.Reloads.Load(), ReloadFailures: st.ReloadFailures.Load(),
+		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(),
+	}
+	return s
+}
+
+// Handler serves the [Snapshot]: as JSON when the request asks for it (Accept:
+// application/json or ?format=json), else as a small HTML page. Mount it behind your own
+// authentication: it shows normalised query texts and tag names.
+func (c *Connector) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := c.Snapshot()
+		if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(s)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = statusPage.Execute(w, s)
+	})
+}
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"ms":  func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String() },
+	"pct": func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pgtraffic status</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin-bottom:2em}
+th,td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}
+th{background:#f4f4f4} td.n{text-align:right;font-variant-numeric:tabular-nums}
+code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline-block}
+.bar span{background:#d9534f;height:10px;display:block}
+</style></head><body>
+<h1>pgtraffic</h1>
+<p id="summary">{{len .Budgets}} budgets · {{.InFlight}} statements in flight · {{.Counters.Blocked}} blocked · {{.Counters.Warned}} warned · snapshot {{.Time.Format "15:04:05"}}</p>
+<h2>Budgets</h2>
+<table id="budgets"><tr><th>budget</th><th>mode</th><th>debt</th><th>bucket</th><th>in flight</th><th>keys</th><th>admitted</th><th>warned</th><th>blocked</th></tr>
+{{range .Budgets}}<tr><td>{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
+<td>{{if .Burst}}<span class="bar"><span style="width:{{pct .MaxDebt .Burst}}%"></span></span>{{end}}</td>
+<td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n">{{.Admitted}}</td><td class="n">{{.Warned}}</td><td class="n">{{.Blocked}}</td></tr>
+{{end}}</table>
+<h2>Hottest patterns</h2>
+<table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
+{{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
+{{end}}</table>
+<h2>Recent blocks</h2>
+<table id="blocks"><tr><th>time</th><th>budget</th><th>reason</th><th>fingerprint</th><th>query</th></tr>
+{{range .RecentBlocks}}<tr><td>{{.At.Format "15:04:05.000"}}</td><td>{{.Budget}}</td><td>{{.Reason}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td></tr>
+{{end}}</table>
+</body></html>
+`))

@@ -1,0 +1,148 @@
+// Command demo shows pgtraffic on a throwaway PostgreSQL: each statement's fingerprint and tags,
+// a reporting budget that blocks a burst and recovers after RetryAfter, a never-seen enormous
+// query refused by its predicted cost, and a DELETE without WHERE stopped by a guard.
+//
+//	make demo            # or: go run ./examples/demo
+//
+// Set PGTRAFFIC_TEST_DSN to use an existing server instead of a throwaway one.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+const rules = `
+server_cores: 1
+budgets:
+  - name: reporting
+    mode: enforce
+    max_concurrent: 2
+    per_query_limit: 2s
+    server_share: 0.05      # 5% of one core in the long run: the bucket drains 50ms per second
+    burst_limit: 300ms      # at most 300ms of execution in a burst
+rules:
+  - budget: reporting
+    match: {app: reporting}
+guards:
+  require_where: enforce
+`
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	ctx := context.Background()
+	dsn := os.Getenv("PGTRAFFIC_TEST_DSN")
+	if dsn == "" {
+		fmt.Println("starting a throwaway PostgreSQL ...")
+		srv, err := pgtest.Start()
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		dsn = srv.DSN
+	}
+	cfg, err := driver.ParseConfig([]byte(rules))
+	if err != nil {
+		return err
+	}
+	// Debug logging shows each statement's fingerprint and merged tags.
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+
+	section("1. Setup (untagged statements: no budget applies)")
+	for _, q := range []string{
+		`drop table if exists orders, big_a, big_b`,
+		`create table orders (id int primary key, customer int, amount numeric, created timestamptz)`,
+		`insert into orders select g, g % 1000, (g % 97) * 1.5, now() - g * interval '1 minute' from generate_series(1, 200000) g`,
+		`create table big_a as select g as id from generate_series(1, 200000) g`,
+		`create table big_b as select g as id from generate_series(1, 200000) g`,
+		`analyze`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `select count(*) from orders where customer = $1`, 7).Scan(&n); err != nil {
+		return err
+	}
+	fmt.Printf("orders of customer 7: %d\n", n)
+
+	section("2. A reporting burst meets its bucket (burst_limit 300ms, drains 50ms/s)")
+	reporting := tagging.With(ctx, "app", "reporting", "controller", "daily")
+	var blockedErr *driver.BlockedError
+	for i := 1; i <= 30; i++ {
+		var total float64
+		err := db.QueryRowContext(reporting, `select sum(amount) from orders where created > now() - interval '100 days'`).Scan(&total)
+		if errors.As(err, &blockedErr) {
+			fmt.Printf("query %d: BLOCKED: %v\n", i, err)
+			break
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("query %d: ok (sum %.0f)\n", i, total)
+	}
+	if blockedErr == nil {
+		fmt.Println("the bucket never filled (a very fast machine); the block below still shows")
+	} else {
+		fmt.Printf("waiting RetryAfter = %v ...\n", blockedErr.RetryAfter)
+		time.Sleep(blockedErr.RetryAfter)
+		var total float64
+		if err := db.QueryRowContext(reporting, `select sum(amount) from orders where created > now() - interval '100 days'`).Scan(&total); err != nil {
+			return fmt.Errorf("after RetryAfter: %w", err)
+		}
+		fmt.Println("after RetryAfter: ok, the budget recovered")
+	}
+
+	section("3. A never-seen enormous query is refused by its predicted cost (per_query_limit 2s)")
+	start := time.Now()
+	_, err = db.ExecContext(reporting, `select count(*) from big_a cross join big_b`)
+	fmt.Printf("cross join of 200k x 200k rows: %v\n(decided in %v, nothing ran on the server)\n", err, time.Since(start).Round(time.Millisecond))
+
+	section("4. A DELETE without a real WHERE is stopped by the require_where guard")
+	_, err = db.ExecContext(ctx, `delete from orders where 1 = 1`)
+	fmt.Printf("delete from orders where 1 = 1: %v\n", err)
+	if err := db.QueryRowContext(ctx, `select count(*) from orders`).Scan(&n); err != nil {
+		return err
+	}
+	fmt.Printf("orders still has %d rows\n", n)
+
+	section("5. Budget state")
+	for _, b := range c.Snapshot().Budgets {
+		fmt.Printf("budget %s (%s): debt %.3fs, in flight %d, admitted %d, blocked %d\n",
+			b.Name, b.Mode, b.Debt, b.InFlight, b.Admitted, b.Blocked)
+	}
+	return nil
+}
+
+func section(title string) {
+	fmt.Printf("\n== %s %s\n", title, strings.Repeat("=", max(0, 90-len(title))))
+}

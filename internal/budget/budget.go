@@ -1,0 +1,158 @@
+package budget
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// lastSeq numbers budgets in creation order; [Admit] locks budgets in this
+// order so that two admissions over the same budgets cannot deadlock.
+var lastSeq atomic.Uint64
+
+// defaultHold is the concurrency RetryAfter hint before any query completed.
+const defaultHold = 100 * time.Millisecond
+
+// Budget is one configured budget: a reverse leaky bucket, a concurrency
+// count and a per-query limit, kept per key (the value of the budget's `per`
+// tag, or "" for all queries). It is changed only through [Admit] (which
+// takes a slot and reserves debt) and [Budget.Release] (which gives both
+// back, trued up to the actual cost).
+//
+// A Budget is safe for concurrent use; one mutex guards its state and the
+// counters are atomics. Create one with [New]; the zero value is not usable.
+type Budget struct {
+	seq uint64 // creation order, for lock ordering; immutable
+
+	admitted atomic.Uint64
+	warned   atomic.Uint64
+	blocked  atomic.Uint64
+
+	mu       sync.Mutex // protects the fields below
+	spec     Spec
+	text     limitText
+	epoch    time.Time // the zero of the int64 clock; the first now seen
+	hasEpoch bool
+	tab      table
+	inflight int     // summed over keys
+	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
+}
+
+// New returns a budget with no debt and nothing in flight.
+func New(spec Spec) *Budget {
+	spec = spec.normalize()
+	return &Budget{
+		seq:  lastSeq.Add(1),
+		spec: spec,
+		text: newLimitText(spec),
+		tab:  newTable(spec.Rate, spec.MaxKeys),
+	}
+}
+
+// clock converts now to nanoseconds since the budget's epoch. Using Sub keeps
+// the monotonic reading of time.Now, so a wall-clock step cannot drain or
+// freeze buckets.
+func (b *Budget) clock(now time.Time) int64 {
+	if !b.hasEpoch {
+		b.epoch, b.hasEpoch = now, true
+	}
+	return int64(now.Sub(b.epoch))
+}
+
+// Spec returns the budget's normalised spec.
+func (b *Budget) Spec() Spec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.spec
+}
+
+// SetSpec applies a reloaded spec at now, keeping each key's debt (drained
+// at the old rate until now, at the new rate after) and in-flight count. A
+// smaller MaxKeys evicts down to the new bound. O(number of keys).
+func (b *Budget) SetSpec(now time.Time, spec Spec) {
+	spec = spec.normalize()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.clock(now)
+	b.spec = spec
+	b.text = newLimitText(spec)
+	b.tab.setRate(t, spec.Rate)
+	b.tab.maxKeys = spec.MaxKeys
+	b.tab.trim()
+}
+
+// Release gives back the slot that an [Admit] took for key and trues the
+// debt up by actual − reserved (a refund when the query was cheaper than
+// predicted), never leaving it below zero. A Release with nothing in flight
+// for key (never admitted, or released twice) changes nothing.
+func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
+	reserved, actual = sanitizeCost(reserved), sanitizeCost(actual)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.tab.keys[key]
+	if s == nil || s.inflight == 0 {
+		return
+	}
+	t := b.clock(now)
+	b.tab.charge(s, t, actual-reserved)
+	s.inflight--
+	b.inflight--
+	if s.inflight == 0 {
+		b.tab.fix(int(s.idx)) // its priority falls from in-flight to emptyAt
+		// The table outgrows its bound only while every state is in flight;
+		// shrink back as soon as one is not.
+		b.tab.trim()
+	}
+	if b.meanHold == 0 {
+		b.meanHold = actual
+	} else {
+		b.meanHold += 0.1 * (actual - b.meanHold)
+	}
+}
+
+// concurrencyHint is how long a caller refused a slot might wait: the mean
+// hold time spread over the slots, within [1ms, 1s]. Only a hint: slots free
+// when queries finish, which nothing here can predict exactly.
+func (b *Budget) concurrencyHint() time.Duration {
+	d := defaultHold
+	if b.meanHold > 0 {
+		d = time.Duration(b.meanHold * 1e9 / float64(max(1, b.spec.MaxConcurrent)))
+	}
+	return min(max(d, time.Millisecond), time.Second)
+}
+
+// Snapshot is a budget's state at one instant, for introspection and gauges.
+type Snapshot struct {
+	Spec     Spec
+	Debt     float64 // execution seconds, summed over keys, drained to the snapshot's time
+	MaxDebt  float64 // the largest debt of one key
+	InFlight int     // queries admitted and not yet released, summed over keys
+	Keys     int     // per-key states held
+	Admitted uint64  // admissions
+	Warned   uint64  // admissions that carried a Warning for this budget
+	Blocked  uint64  // denials by this budget (a caller that retries counts each try)
+	Evicted  uint64  // key states evicted to make room
+}
+
+// Snapshot reports the budget at now. It costs O(number of keys) under the
+// budget's lock: fine for a scrape, not for the hot path.
+func (b *Budget) Snapshot(now time.Time) Snapshot {
+	b.mu.Lock()
+	t := b.clock(now)
+	snap := Snapshot{
+		Spec:     b.spec,
+		InFlight: b.inflight,
+		Keys:     len(b.tab.keys),
+		Evicted:  b.tab.evicted,
+	}
+	for _, s := range b.tab.heap {
+		d := b.tab.debtAt(s, t)
+		snap.Debt += d
+		snap.MaxDebt = max(snap.MaxDebt, d)
+	}
+	b.mu.Unlock()
+	snap.Admitted = b.admitted.Load()
+	snap.Warned = b.warned.Load()
+	snap.Blocked = b.blocked.Load()
+	return snap
+}

@@ -1,0 +1,39 @@
+// Package budget is the admission core of pgtraffic: per-budget reverse leaky
+// buckets, concurrency limits and per-query limits, checked all-or-nothing
+// across every budget a query matches.
+//
+// # Units
+//
+// Every cost is a float64 number of execution seconds: the time one backend
+// spends on a query. A bucket drains at [Spec.Rate] execution seconds per
+// second (server_share × server_cores) and holds at most [Spec.Burst]
+// execution seconds of debt (burst_limit).
+//
+// # Reverse leaky buckets
+//
+// Admitting a query reserves its predicted cost as debt; debt drains
+// continuously and is computed when read, so nothing runs in the background:
+//
+//	debt(now) = max(0, debt(last) − Rate × (now − last))
+//
+// A query is refused when debt(now) + cost > Burst. The refusal carries the
+// exact wait after which it would fit ([Denial.RetryAfter]). When the query
+// completes, [Budget.Release] trues the debt up to the measured cost.
+//
+// # Keys
+//
+// A budget with a `per` tag keeps a separate bucket and concurrency count for
+// each value of that tag (the [Request.Key]). The key table is bounded by
+// [Spec.MaxKeys]: adding a key to a full table evicts a state whose debt has
+// drained to zero, or else the one that will be empty soonest, in O(log n)
+// using a min-heap ordered by the time each state empties. A state with a
+// query in flight is never evicted, so concurrency counts are exact; the table
+// exceeds its bound only while more distinct keys than MaxKeys have queries
+// in flight at once, and shrinks back as they complete.
+//
+// # Time
+//
+// Every operation takes `now` as a parameter; the package starts no
+// goroutines and never sleeps. Times that go backwards are treated as no time
+// passing.
+package budget

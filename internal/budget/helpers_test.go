@@ -1,0 +1,78 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+// at is t0 plus sec seconds.
+func at(sec float64) time.Time { return t0.Add(time.Duration(math.Round(sec * 1e9))) }
+
+// admit1 admits one request and fails the test on a denial.
+func admit1(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
+	t.Helper()
+	if _, d := Admit(now, []Request{{Budget: b, Key: key, Cost: cost}}, nil); d != nil {
+		t.Fatalf("Admit(%q, %v) denied: %+v", key, cost, *d)
+	}
+}
+
+// charge leaves cost of debt on key with nothing in flight.
+func charge(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
+	t.Helper()
+	admit1(t, now, b, key, cost)
+	b.Release(now, key, cost, cost)
+}
+
+// invariants checks the table and counters of b against each other.
+func invariants(b *Budget) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tb := &b.tab
+	if len(tb.keys) != len(tb.heap) {
+		return fmt.Errorf("map has %d keys, heap %d", len(tb.keys), len(tb.heap))
+	}
+	inflight := 0
+	for i, s := range tb.heap {
+		if int(s.idx) != i {
+			return fmt.Errorf("heap[%d].idx = %d", i, s.idx)
+		}
+		if tb.keys[s.key] != s {
+			return fmt.Errorf("heap[%d] (%q) not in map", i, s.key)
+		}
+		if i > 0 && prio(tb.heap[(i-1)/2]) > prio(s) {
+			return fmt.Errorf("heap order broken at %d", i)
+		}
+		if !(s.debt >= 0) {
+			return fmt.Errorf("key %q debt %v", s.key, s.debt)
+		}
+		if s.inflight < 0 {
+			return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
+		}
+		if s.inflight == 0 && tb.rate > 0 {
+			// emptyAt must follow the debt line within rounding.
+			want := float64(s.last) + s.debt/tb.rate*1e9
+			if math.Abs(float64(s.emptyAt)-want) > 2 && s.emptyAt != maxEmptyAt {
+				return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, s.emptyAt, want)
+			}
+		}
+		inflight += int(s.inflight)
+	}
+	if inflight != b.inflight {
+		return fmt.Errorf("in flight summed %d, counter %d", inflight, b.inflight)
+	}
+	if len(tb.keys) > tb.maxKeys && inflight < len(tb.keys) && prio(tb.heap[0]) != inFlightPrio {
+		return fmt.Errorf("%d keys over bound %d with an evictable state", len(tb.keys), tb.maxKeys)
+	}
+	return nil
+}
+
+func mustInvariants(t testing.TB, b *Budget) {
+	t.Helper()
+	if err := invariants(b); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,93 @@
+package budget
+
+import (
+	"math"
+	"strconv"
+	"time"
+)
+
+// Reasons a request is denied or warned about. They equal the driver's
+// ReasonConcurrency, ReasonPerQuery and ReasonBudget.
+const (
+	ReasonConcurrency = "concurrency"
+	ReasonPerQuery    = "per_query_limit"
+	ReasonBudget      = "budget"
+)
+
+// DefaultMaxKeys bounds the per-key state table when [Spec.MaxKeys] is 0.
+const DefaultMaxKeys = 100_000
+
+// Spec is the configuration of one budget. Zero values mean "unlimited" or
+// "off" as noted on each field; [New] and [Budget.SetSpec] normalise invalid
+// values (negative, NaN) to those zero values.
+type Spec struct {
+	Name string
+	// MaxConcurrent is how many queries of one key may be in flight at once;
+	// 0 is unlimited.
+	MaxConcurrent int
+	// PerQueryLimit is the largest predicted cost of one query, in seconds;
+	// 0 is unlimited.
+	PerQueryLimit float64
+	// Rate is the drain rate in execution seconds per second
+	// (server_share × server_cores); 0 means no bucket.
+	Rate float64
+	// Burst is the bucket size in execution seconds (burst_limit). With a
+	// Rate and no Burst it defaults to Rate × 1s, as the rules file does.
+	Burst float64
+	// WarningThreshold in (0, 1] asks for a [Warning] when an admission
+	// leaves any limit at least this full; 0 is off.
+	WarningThreshold float64
+	// MaxKeys bounds the number of per-key states; 0 is [DefaultMaxKeys].
+	MaxKeys int
+}
+
+// normalize returns s with invalid values replaced by their documented
+// defaults, so that the core never meets a NaN or a negative limit.
+func (s Spec) normalize() Spec {
+	if s.MaxConcurrent < 0 {
+		s.MaxConcurrent = 0
+	}
+	if !(s.PerQueryLimit > 0) || math.IsInf(s.PerQueryLimit, 1) {
+		s.PerQueryLimit = 0
+	}
+	// An infinite rate drains instantly: the same as no bucket.
+	if !(s.Rate > 0) || math.IsInf(s.Rate, 1) {
+		s.Rate = 0
+	}
+	if s.Rate == 0 {
+		s.Burst = 0
+	} else if !(s.Burst > 0) {
+		s.Burst = s.Rate
+	}
+	if !(s.WarningThreshold > 0 && s.WarningThreshold <= 1) {
+		s.WarningThreshold = 0
+	}
+	if s.MaxKeys <= 0 {
+		s.MaxKeys = DefaultMaxKeys
+	}
+	return s
+}
+
+// limitText holds the human names of a spec's limits, built once per spec so
+// that denials and warnings do not format strings on the hot path.
+type limitText struct {
+	concurrency string // "max_concurrent=4"
+	perQuery    string // "per_query_limit=2s"
+	burst       string // "burst_limit=10s"
+}
+
+func newLimitText(s Spec) limitText {
+	return limitText{
+		concurrency: "max_concurrent=" + strconv.Itoa(s.MaxConcurrent),
+		perQuery:    "per_query_limit=" + formatSeconds(s.PerQueryLimit),
+		burst:       "burst_limit=" + formatSeconds(s.Burst),
+	}
+}
+
+// formatSeconds writes seconds the way the rules file spells durations.
+func formatSeconds(sec float64) string {
+	if math.IsInf(sec, 1) || sec*1e9 >= math.MaxInt64 {
+		return strconv.FormatFloat(sec, 'g', -1, 64) + "s"
+	}
+	return time.Duration(sec * 1e9).String()
+}

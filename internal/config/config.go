@@ -1,0 +1,278 @@
+package config
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is a complete rules file: how much the server can take, which budgets exist, which
+// queries each budget governs, and the static guards.
+//
+// The zero value is a valid config with no budgets, no rules and no guards: every query runs.
+// A Config is plain data; it is not safe to modify while another goroutine reads it. Code that
+// keeps a Config handed to it should keep a [Config.Clone].
+type Config struct {
+	// ServerCores is how many execution seconds per second the server sustains; budget
+	// shares are fractions of it. Zero means the default, 1.
+	ServerCores float64 `yaml:"server_cores,omitempty" json:"server_cores,omitempty"`
+
+	// HealthInterval is how often the health sampler reads the server. Zero means the
+	// default, 1s; otherwise at least 10ms.
+	HealthInterval Duration `yaml:"health_interval,omitempty" json:"health_interval,omitempty"`
+
+	// HealthQueries names custom health metrics: each query must return a single number,
+	// which throttle_when thresholds refer to as custom.<name>. Names use letters, digits,
+	// '_' and '-'.
+	HealthQueries map[string]string `yaml:"health_queries,omitempty" json:"health_queries,omitempty"`
+
+	// Budgets are the limits queries are checked against. Names are unique.
+	Budgets []Budget `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+
+	// Rules route queries to budgets by their tags. A query is checked against the budget
+	// of every rule it matches.
+	Rules []Rule `yaml:"rules,omitempty" json:"rules,omitempty"`
+
+	// Guards are static checks of the statement itself, independent of budgets.
+	Guards Guards `yaml:"guards,omitempty" json:"guards,omitempty"`
+}
+
+// Mode says what a budget or guard does with a query over its limit.
+type Mode string
+
+// Modes. The empty Mode means [ModeWarn] for a budget and [ModeOff] for a guard (so a config
+// that does not mention guards has none).
+const (
+	ModeEnforce Mode = "enforce" // block the query (or wait up to max_wait, then block)
+	ModeWarn    Mode = "warn"    // log, count and annotate the span; let the query run
+	ModeOff     Mode = "off"     // ignore the budget or guard
+)
+
+func (m Mode) valid() bool { return m == "" || m == ModeEnforce || m == ModeWarn || m == ModeOff }
+
+// Explain values of [Budget.Explain]: when to re-run EXPLAIN for a query's planner cost.
+const (
+	ExplainAuto    = "auto"    // per pattern, per call for patterns whose cost varies widely
+	ExplainPattern = "pattern" // one cached cost per pattern
+	ExplainCall    = "call"    // every execution
+)
+
+// Health metrics that [Budget.ThrottleWhen] may name.
+const (
+	MetricActiveQueries  = "active_queries"  // backends active in pg_stat_activity
+	MetricReplicationLag = "replication_lag" // seconds; a duration such as "5s" in a file
+	MetricInFlight       = "in_flight"       // this connector's own queries in flight
+	CustomMetricPrefix   = "custom."         // custom.<name>, a query in Config.HealthQueries
+)
+
+// Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —
+// the seconds one backend spends on a query — are the unit of cost; durations express them.
+type Budget struct {
+	// Name identifies the budget in rules, errors, metrics and across reloads. Required.
+	Name string `yaml:"name" json:"name"`
+
+	// Mode is enforce, warn (the default when empty) or off.
+	Mode Mode `yaml:"mode,omitempty" json:"mode,omitempty"`
+
+	// MaxConcurrent caps the budget's queries in flight at once.
+	MaxConcurrent int `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
+
+	// PerQueryLimit caps the predicted cost of one query.
+	PerQueryLimit Duration `yaml:"per_query_limit,omitempty" json:"per_query_limit,omitempty"`
+
+	// ServerShare is the long-run fraction, in (0, 1], of ServerCores the budget may use:
+	// its bucket drains at ServerShare × ServerCores execution seconds per second.
+	ServerShare float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
+
+	// BurstLimit is the bucket size in execution seconds. It needs ServerShare; the default
+	// is ServerShare × ServerCores × 1s.
+	BurstLimit Duration `yaml:"burst_limit,omitempty" json:"burst_limit,omitempty"`
+
+	// WarningThreshold, in (0, 1), warns (even in enforce mode) when any limit is this full.
+	WarningThreshold float64 `yaml:"warning_threshold,omitempty" json:"warning_threshold,omitempty"`
+
+	// Per names a tag key: a separate bucket and concurrency count per value of that tag.
+	Per string `yaml:"per,omitempty" json:"per,omitempty"`
+
+	// MaxWait is how long an enforce budget waits for capacity before blocking.
+	MaxWait Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
+
+	// ThrottleWhen maps health metrics (the Metric constants, or custom.<name>) to
+	// thresholds: while any is exceeded the budget admits nothing. replication_lag is in
+	// seconds.
+	ThrottleWhen map[string]float64 `yaml:"throttle_when,omitempty" json:"throttle_when,omitempty"`
+
+	// Explain is auto (the default when empty), pattern or call.
+	Explain string `yaml:"explain,omitempty" json:"explain,omitempty"`
+}
+
+// SameIdentity reports whether b and other are the same budget across a reload, so that its
+// state (bucket debt, in-flight counts) carries over: budgets are identified by name alone,
+// whatever else changed.
+func (b *Budget) SameIdentity(other *Budget) bool { return b.Name == other.Name }
+
+// Equal reports whether b and other are identical in every field, e.g. to tell which
+// budgets a reload changed.
+func (b *Budget) Equal(other *Budget) bool {
+	return b.Name == other.Name && b.Mode == other.Mode && b.MaxConcurrent == other.MaxConcurrent &&
+		b.PerQueryLimit == other.PerQueryLimit && b.ServerShare == other.ServerShare &&
+		b.BurstLimit == other.BurstLimit && b.WarningThreshold == other.WarningThreshold &&
+		b.Per == other.Per && b.MaxWait == other.MaxWait && b.Explain == other.Explain &&
+		maps.Equal(b.ThrottleWhen, other.ThrottleWhen)
+}
+
+// Rule routes the queries whose tags hold every pair of Match to Budget.
+//
+// A Match value that is a CIDR prefix (203.0.113.0/24, 2001:db8::/32) matches tag values
+// that are IP addresses inside it (also "ip:port" and IPv4-mapped IPv6 addresses); any other
+// value matches the tag value exactly. A value is taken for a prefix when the text before its
+// '/' consists of hex digits, '.' and ':' and looks like an address; it must then be a valid
+// prefix. Other values containing '/' (routes such as /api/export) are exact values.
+type Rule struct {
+	Budget string            `yaml:"budget" json:"budget"`
+	Match  map[string]string `yaml:"match" json:"match"`
+}
+
+// String renders the rule's match as sorted key=value pairs joined by commas, e.g.
+// "app=commerce,controller=export": a stable name for the rule in errors and telemetry.
+func (r *Rule) String() string {
+	keys := slices.Sorted(maps.Keys(r.Match))
+	var sb strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(k)
+		sb.WriteByte('=')
+		sb.WriteString(r.Match[k])
+	}
+	return sb.String()
+}
+
+// Guards are static checks of statements, as pg_strict and Airbnb's query blocklist do.
+// The zero value turns both off.
+type Guards struct {
+	// RequireWhere rejects UPDATE and DELETE with no WHERE or a constant-true WHERE.
+	RequireWhere Guard `yaml:"require_where,omitempty" json:"require_where,omitempty"`
+	// BlockTruncate rejects TRUNCATE.
+	BlockTruncate Guard `yaml:"block_truncate,omitempty" json:"block_truncate,omitempty"`
+}
+
+// Guard is one static guard: its mode and, optionally, the tags that scope it (every pair
+// must hold, as in a [Rule]; an empty Match means every query). The empty Mode means off;
+// a Match needs an explicit Mode.
+//
+// In a file a guard is written either as its mode alone (require_where: enforce) or as
+// a mapping (require_where: {mode: enforce, match: {app: web}}).
+type Guard struct {
+	Mode  Mode              `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Match map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
+}
+
+// guardLong has Guard's fields without its marshalling methods.
+type guardLong Guard
+
+// MarshalYAML writes the short form when the guard has no scope.
+func (g Guard) MarshalYAML() (any, error) {
+	if len(g.Match) == 0 {
+		return string(g.Mode), nil
+	}
+	return guardLong(g), nil
+}
+
+// MarshalJSON writes the short form when the guard has no scope.
+func (g Guard) MarshalJSON() ([]byte, error) {
+	if len(g.Match) == 0 {
+		return marshalJSON(string(g.Mode))
+	}
+	return marshalJSON(guardLong(g))
+}
+
+// BudgetIndex returns the index in c.Budgets of the budget named name, or -1.
+func (c *Config) BudgetIndex(name string) int {
+	for i := range c.Budgets {
+		if c.Budgets[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Clone returns a deep copy of c.
+func (c *Config) Clone() *Config {
+	out := *c
+	out.HealthQueries = maps.Clone(c.HealthQueries)
+	out.Budgets = slices.Clone(c.Budgets)
+	for i := range out.Budgets {
+		out.Budgets[i].ThrottleWhen = maps.Clone(out.Budgets[i].ThrottleWhen)
+	}
+	out.Rules = slices.Clone(c.Rules)
+	for i := range out.Rules {
+		out.Rules[i].Match = maps.Clone(out.Rules[i].Match)
+	}
+	out.Guards.RequireWhere.Match = maps.Clone(c.Guards.RequireWhere.Match)
+	out.Guards.BlockTruncate.Match = maps.Clone(c.Guards.BlockTruncate.Match)
+	return &out
+}
+
+// WithDefaults returns a deep copy of c with every default made explicit: server_cores 1,
+// health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s where a
+// share is set, guard mode off. Empty maps and slices become nil, so that equal configs are
+// reflect.DeepEqual. It does not validate; call it on a valid config.
+func (c *Config) WithDefaults() *Config {
+	out := c.Clone()
+	if out.ServerCores == 0 {
+		out.ServerCores = 1
+	}
+	if out.HealthInterval == 0 {
+		out.HealthInterval = Duration(time.Second)
+	}
+	out.HealthQueries = nilIfEmpty(out.HealthQueries)
+	if len(out.Budgets) == 0 {
+		out.Budgets = nil
+	}
+	for i := range out.Budgets {
+		b := &out.Budgets[i]
+		if b.Mode == "" {
+			b.Mode = ModeWarn
+		}
+		if b.Explain == "" {
+			b.Explain = ExplainAuto
+		}
+		if b.BurstLimit == 0 && b.ServerShare > 0 {
+			b.BurstLimit = defaultBurst(b.ServerShare, out.ServerCores)
+		}
+		b.ThrottleWhen = nilIfEmpty(b.ThrottleWhen)
+	}
+	if len(out.Rules) == 0 {
+		out.Rules = nil
+	}
+	for _, g := range []*Guard{&out.Guards.RequireWhere, &out.Guards.BlockTruncate} {
+		if g.Mode == "" {
+			g.Mode = ModeOff
+		}
+		g.Match = nilIfEmpty(g.Match)
+	}
+	return out
+}
+
+// defaultBurst is share × cores × 1s, at least 1ns so that a tiny share still has a bucket.
+func defaultBurst(share, cores float64) Duration {
+	d := math.Round(share * cores * float64(time.Second))
+	switch {
+	case d < 1:
+		return 1
+	case d > math.MaxInt64:
+		return Duration(math.MaxInt64)
+	}
+	return Duration(d)
+}
+
+func nilIfEmpty[M ~map[K]V, K comparable, V any](m M) M {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}

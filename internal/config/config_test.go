@@ -1,0 +1,253 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestValidateInCode checks configs built in code: same checks, field paths, no lines, and
+// zero fields meaning "omitted".
+func TestValidateInCode(t *testing.T) {
+	a := Budget{Name: "a"}
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // "" = valid
+	}{
+		{"zero config", Config{}, nil},
+		{"zero fields are omitted", Config{Budgets: []Budget{a}, Rules: []Rule{{Budget: "a", Match: map[string]string{"app": "x"}}}}, nil},
+		{"full", *fullWant, nil},
+		{"negative cores", Config{ServerCores: -1}, []string{"server_cores: must be a number > 0, got -1"}},
+		{"NaN cores", Config{ServerCores: math.NaN()}, []string{"server_cores: must be a number > 0, got NaN"}},
+		{"negative interval", Config{HealthInterval: -1}, []string{"health_interval: must not be negative, got -1ns"}},
+		{"budget problems", Config{Budgets: []Budget{{
+			Mode: "loud", MaxConcurrent: -1, PerQueryLimit: -1, ServerShare: 2, WarningThreshold: 1,
+			MaxWait: -1, Explain: "x", ThrottleWhen: map[string]float64{"custom.q": 1, "cpu": math.Inf(1)},
+		}}}, []string{
+			"budgets[0].name: required",
+			`budgets[0].mode: unknown mode "loud" (want enforce, warn or off)`,
+			"budgets[0].max_concurrent: must be > 0 (omit it for no limit), got -1",
+			"budgets[0].per_query_limit: must not be negative, got -1ns",
+			"budgets[0].server_share: must be in (0, 1], got 2",
+			"budgets[0].warning_threshold: must be in (0, 1), got 1",
+			"budgets[0].max_wait: must not be negative, got -1ns",
+			"budgets[0].throttle_when.cpu: unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)",
+			"budgets[0].throttle_when.cpu: must be a number >= 0, got +Inf",
+			`budgets[0].throttle_when.custom.q: no health query named "q" in health_queries`,
+			`budgets[0].explain: unknown value "x" (want auto, pattern or call)`,
+		}},
+		{"name with spaces", Config{Budgets: []Budget{{Name: " a"}}}, []string{`budgets[0].name: leading or trailing spaces or control characters in " a"`}},
+		{"burst without share", Config{Budgets: []Budget{{Name: "a", BurstLimit: Duration(time.Second)}}}, []string{"budgets[0].burst_limit: needs server_share (the rate the bucket drains at)"}},
+		{"duplicate names", Config{Budgets: []Budget{a, a, a}}, []string{
+			`budgets[1].name: duplicate budget name "a" (also budgets[0])`,
+			`budgets[2].name: duplicate budget name "a" (also budgets[0])`,
+		}},
+		{"rules", Config{Budgets: []Budget{a}, Rules: []Rule{
+			{Budget: "b", Match: map[string]string{"ip": "10.0.0.0/99"}},
+			{Budget: "a"},
+		}}, []string{
+			`rules[0].budget: unknown budget "b"`,
+			`rules[0].match.ip: invalid CIDR prefix "10.0.0.0/99"`,
+			"rules[1].match: required: a rule must match at least one tag",
+		}},
+		{"guards", Config{Guards: Guards{
+			RequireWhere:  Guard{Match: map[string]string{"app": "web"}},
+			BlockTruncate: Guard{Mode: "never"},
+		}}, []string{
+			"guards.require_where.mode: required with match (a guard without a mode is off)",
+			`guards.block_truncate.mode: unknown mode "never" (want enforce, warn or off)`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.cfg.Clone()
+			err := tt.cfg.Validate()
+			if fmt.Sprintf("%#v", before) != fmt.Sprintf("%#v", &tt.cfg) { // not DeepEqual: NaN != NaN
+				t.Errorf("Validate modified its receiver")
+			}
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			var want []string
+			for _, w := range tt.want {
+				want = append(want, "pgtraffic: rules: "+w)
+			}
+			if err == nil || err.Error() != strings.Join(want, "\n") {
+				t.Errorf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Line != 0 || e.Field == "" {
+				t.Errorf("errors.As: %#v; want a field and no line", e)
+			}
+		})
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	in := &Config{
+		ServerCores: 4,
+		Budgets:     []Budget{{Name: "a", ServerShare: 0.5}, {Name: "b", ServerShare: 1e-12, Mode: ModeOff}},
+		Rules:       []Rule{},
+		Guards:      Guards{RequireWhere: Guard{Mode: ModeEnforce, Match: map[string]string{}}},
+	}
+	got := in.WithDefaults()
+	want := &Config{
+		ServerCores: 4, HealthInterval: Duration(time.Second),
+		Budgets: []Budget{
+			{Name: "a", Mode: ModeWarn, ServerShare: 0.5, BurstLimit: Duration(2 * time.Second), Explain: ExplainAuto},
+			{Name: "b", Mode: ModeOff, ServerShare: 1e-12, BurstLimit: 1, Explain: ExplainAuto},
+		},
+		Guards: Guards{RequireWhere: Guard{Mode: ModeEnforce}, BlockTruncate: Guard{Mode: ModeOff}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %#v\nwant %#v", got, want)
+	}
+	if in.Budgets[0].Mode != "" || in.Rules == nil {
+		t.Errorf("WithDefaults modified its receiver")
+	}
+	if again := got.WithDefaults(); !reflect.DeepEqual(again, got) {
+		t.Errorf("WithDefaults is not idempotent")
+	}
+}
+
+func TestCloneIsDeep(t *testing.T) {
+	orig := fullWant.Clone()
+	c := orig.Clone()
+	c.HealthQueries["locks"] = "x"
+	c.Budgets[0].ThrottleWhen["active_queries"] = 1
+	c.Budgets[1].Name = "x"
+	c.Rules[0].Match["app"] = "x"
+	c.Guards.BlockTruncate.Match["app"] = "x"
+	if !reflect.DeepEqual(orig, fullWant) {
+		t.Errorf("changing a clone changed the original")
+	}
+}
+
+func TestBudgetIdentity(t *testing.T) {
+	a := fullWant.Budgets[0]
+	changed := a
+	changed.ThrottleWhen = map[string]float64{"active_queries": 1}
+	changed.MaxConcurrent = 9
+	renamed := a
+	renamed.Name = "other"
+	tests := []struct {
+		name           string
+		x, y           Budget
+		identity, same bool
+	}{
+		{"identical", a, a, true, true},
+		{"limits changed", a, changed, true, false},
+		{"renamed", a, renamed, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.x.SameIdentity(&tt.y); got != tt.identity {
+				t.Errorf("SameIdentity = %v, want %v", got, tt.identity)
+			}
+			if got := tt.x.Equal(&tt.y); got != tt.same {
+				t.Errorf("Equal = %v, want %v", got, tt.same)
+			}
+		})
+	}
+}
+
+func TestBudgetIndexAndRuleString(t *testing.T) {
+	if got := fullWant.BudgetIndex("batch"); got != 2 {
+		t.Errorf("BudgetIndex(batch) = %d", got)
+	}
+	if got := fullWant.BudgetIndex("nope"); got != -1 {
+		t.Errorf("BudgetIndex(nope) = %d", got)
+	}
+	if got := fullWant.Rules[1].String(); got != "app=commerce,controller=export" {
+		t.Errorf("Rule.String = %q", got)
+	}
+}
+
+func TestParseMatchValue(t *testing.T) {
+	tests := []struct {
+		in       string
+		want     string // prefix, "" for an exact value
+		isPrefix bool
+		err      bool
+	}{
+		{"reporting", "", false, false},
+		{"", "", false, false},
+		{"/api/export", "", false, false},
+		{"db.a/x", "", false, false},
+		{"v1.2/beta", "", false, false},
+		{"fe80::1%eth0/64", "", false, false},
+		{"203.0.113.0/24", "203.0.113.0/24", true, false},
+		{"203.0.113.7/24", "203.0.113.0/24", true, false}, // host bits are masked
+		{"2001:db8::/32", "2001:db8::/32", true, false},
+		{"::/0", "::/0", true, false},
+		{"::ffff:203.0.113.0/120", "203.0.113.0/24", true, false},
+		{"::ffff:0:0/96", "0.0.0.0/0", true, false},
+		{"10.0.0.0/33", "", true, true},
+		{"10.0.0/8", "", true, true},
+		{"1.2.3.4/", "", true, true},
+		{"abcd::/200", "", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			p, isPrefix, err := ParseMatchValue(tt.in)
+			if isPrefix != tt.isPrefix || (err != nil) != tt.err {
+				t.Fatalf("= %v, %v, %v; want isPrefix %v, err %v", p, isPrefix, err, tt.isPrefix, tt.err)
+			}
+			if tt.want != "" && p != netip.MustParsePrefix(tt.want) {
+				t.Errorf("prefix = %v, want %v", p, tt.want)
+			}
+		})
+	}
+}
+
+func TestGuardMarshal(t *testing.T) {
+	tests := []struct {
+		g        Guard
+		yml, jsn string
+	}{
+		{Guard{Mode: ModeEnforce}, "enforce\n", `"enforce"`},
+		{Guard{Mode: ModeWarn, Match: map[string]string{"app": "web"}}, "mode: warn\nmatch:\n    app: web\n", `{"mode":"warn","match":{"app":"web"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.g.Mode), func(t *testing.T) {
+			y, err := yaml.Marshal(tt.g)
+			if err != nil || string(y) != tt.yml {
+				t.Errorf("yaml = %q, %v; want %q", y, err, tt.yml)
+			}
+			j, err := json.Marshal(tt.g)
+			if err != nil || string(j) != tt.jsn {
+				t.Errorf("json = %s, %v; want %s", j, err, tt.jsn)
+			}
+		})
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	tests := []struct {
+		e    Error
+		want string
+	}{
+		{Error{Line: 7, Field: "budgets[1].x", Msg: "unknown field"}, "pgtraffic: rules line 7: budgets[1].x: unknown field"},
+		{Error{Field: "server_cores", Msg: "bad"}, "pgtraffic: rules: server_cores: bad"},
+		{Error{Line: 2, Msg: "syntax"}, "pgtraffic: rules line 2: syntax"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := tt.e.Error(); got != tt.want {
+				t.Errorf("got %q", got)
+			}
+		})
+	}
+}

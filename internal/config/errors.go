@@ -1,0 +1,145 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrInvalid is wrapped by every [*Error]: errors.Is(err, ErrInvalid) tells a rejected
+// rules file or config from an I/O error.
+var ErrInvalid = errors.New("pgtraffic: invalid rules")
+
+// Error is one problem in a rules file or a [Config].
+//
+// Its message names the line (for a parsed file) and the field path in rules-file spelling:
+//
+//	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field
+//	pgtraffic: rules: rules[0].budget: unknown budget "reporting"
+type Error struct {
+	Line  int    // 1-based line in the file; 0 for a Config built in code
+	Field string // field path, e.g. "budgets[1].server_share"; empty for a syntax error
+	Msg   string // what is wrong
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("pgtraffic: rules")
+	if e.Line > 0 {
+		b.WriteString(" line ")
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns [ErrInvalid].
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// maxErrors bounds a report: past it a file is more likely the wrong file than a draft.
+const maxErrors = 20
+
+// problems collects errors. lines maps field paths to the line they are on (nil for a config
+// built in code), so that checks made after decoding still name lines.
+type problems struct {
+	lines map[string]int
+	errs  []*Error
+}
+
+func (p *problems) addLine(line int, field, format string, args ...any) {
+	p.errs = append(p.errs, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// add reports a problem at field, on the line of field or of its nearest recorded parent.
+func (p *problems) add(field, format string, args ...any) {
+	p.addLine(p.line(field), field, format, args...)
+}
+
+func (p *problems) line(field string) int {
+	for f := field; f != "" && p.lines != nil; f = parentPath(f) {
+		if l, ok := p.lines[f]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+// explicit reports whether field was written in the file (always false for a config built
+// in code).
+func (p *problems) explicit(field string) bool {
+	_, ok := p.lines[field]
+	return ok
+}
+
+// err returns nil, or every problem (by line, when there are lines) joined.
+func (p *problems) err() error {
+	if len(p.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	errs := make([]error, 0, min(len(p.errs), maxErrors+1))
+	for i, e := range p.errs {
+		if i == maxErrors {
+			errs = append(errs, &Error{Msg: fmt.Sprintf("%d more problems not shown", len(p.errs)-maxErrors)})
+			break
+		}
+		errs = append(errs, e)
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// parentPath strips the last element of a field path: "a.b[2]" → "a.b" → "a" → "".
+func parentPath(f string) string {
+	if strings.HasSuffix(f, "]") {
+		if i := strings.LastIndexByte(f, '['); i >= 0 {
+			return f[:i]
+		}
+	}
+	if i := strings.LastIndexByte(f, '.'); i >= 0 {
+		return f[:i]
+	}
+	return ""
+}
+
+// keyPath appends a map key to a field path, quoting keys that would not read as one
+// element of a path.
+func keyPath(parent, key string) string {
+	simple := key != ""
+	for _, c := range key {
+		if !(c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			simple = false
+			break
+		}
+	}
+	if simple {
+		return parent + "." + key
+	}
+	return parent + "[" + quoteShort(key) + "]"
+}
+
+func indexPath(parent string, i int) string { return parent + "[" + strconv.Itoa(i) + "]" }
+
+// quoteShort quotes s for a message, cut to a readable length.
+func quoteShort(s string) string {
+	const max = 64
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + "..."
+	}
+	return strconv.Quote(s)
+}

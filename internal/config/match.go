@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// ParseMatchValue classifies a rule's match value. When the value is meant as a CIDR prefix
+// (see [Rule]) it returns the prefix, masked and with IPv4-mapped IPv6 prefixes (of 96 bits
+// or more) turned into IPv4 ones, so that it matches tag values after [netip.Addr.Unmap]; an
+// error when such a value is not a valid prefix; and isPrefix false for an exact value.
+func ParseMatchValue(v string) (p netip.Prefix, isPrefix bool, err error) {
+	if !looksLikePrefix(v) {
+		return netip.Prefix{}, false, nil
+	}
+	p, err = netip.ParsePrefix(v)
+	if err != nil {
+		return netip.Prefix{}, true, fmt.Errorf("invalid CIDR prefix %s", quoteShort(v))
+	}
+	return NormalizePrefix(p), true, nil
+}
+
+// NormalizePrefix masks p and turns an IPv4-mapped IPv6 prefix of 96 bits or more into the
+// IPv4 prefix it covers.
+func NormalizePrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked()
+}
+
+// looksLikePrefix reports whether v was written as a CIDR prefix: something before a '/'
+// shaped like an IPv4 address (digits and dots) or an IPv6 one (hex digits
+// and colons). Routes (/api/x) and names (db.a/x) are exact values.
+func looksLikePrefix(v string) bool {
+	addr, _, ok := strings.Cut(v, "/")
+	if !ok || addr == "" {
+		return false
+	}
+	colon, dot, digit, letter := false, false, false, false
+	for i := 0; i < len(addr); i++ {
+		switch c := addr[i]; {
+		case c >= '0' && c <= '9':
+			digit = true
+		case c == ':':
+			colon = true
+		case c == '.':
+			dot = true
+		case c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F':
+			letter = true
+		default:
+			return false
+		}
+	}
+	return colon || dot && digit && !letter
+}

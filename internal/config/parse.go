@@ -1,0 +1,419 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse parses a rules file, YAML or JSON, validates it and returns it with defaults filled
+// in ([Config.WithDefaults]).
+//
+// Decoding is strict and every problem names its line and field (see [Error]); all problems
+// found are returned, joined. A file must hold exactly one document; an empty file (or one
+// with only comments) is an error, so that a file caught half-written during a reload is not
+// taken for "no rules" — write {} for that. YAML anchors and aliases are followed; merge
+// keys (<<) are not supported.
+func Parse(data []byte) (cfg *Config, err error) {
+	// A rules file is reloaded while the application runs: a parser bug on a bad file must
+	// come back as an error, never take the process down.
+	defer func() {
+		if r := recover(); r != nil {
+			cfg, err = nil, &Error{Msg: fmt.Sprintf("cannot parse the file: %v", r)}
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Line: 1, Msg: "the file is empty (write {} for no rules)"}
+		}
+		return nil, syntaxError(err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, syntaxError(err)
+		}
+		return nil, &Error{Line: next.Line, Msg: "a second YAML document: the file must hold one"}
+	}
+
+	d := decoder{problems: problems{lines: map[string]int{}}}
+	cfg = &Config{}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	root = d.resolve(root, "")
+	if root == nil || isNull(root) {
+		return nil, &Error{Line: max(doc.Line, 1), Msg: "the file is empty (write {} for no rules)"}
+	}
+	d.config(root, cfg)
+	if len(d.errs) == 0 {
+		// Semantic checks only on a well-formed file: a field that failed to decode would
+		// otherwise be reported twice, once as malformed and once as missing.
+		cfg.validate(&d.problems)
+	}
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg.WithDefaults(), nil
+}
+
+// syntaxError turns a YAML parser error ("yaml: line 3: did not find ...") into an *Error.
+func syntaxError(err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, tail
+			}
+		}
+	}
+	return &Error{Line: line, Msg: msg}
+}
+
+// decoder walks a YAML node tree into a Config. It does the walking itself rather than
+// through yaml.Node.Decode because custom decoding would lose the decoder's KnownFields
+// strictness, and because it records where each field is, for the checks that follow.
+type decoder struct {
+	problems
+}
+
+// resolve follows aliases.
+func (d *decoder) resolve(n *yaml.Node, path string) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
+		if i == 8 {
+			d.addLine(n.Line, path, "alias chain too long")
+			return nil
+		}
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// fields iterates over a mapping's pairs: it checks that n is a mapping with scalar,
+// distinct keys, records each key's line under its path, and calls fn for each pair whose
+// value is not null (null means omitted).
+func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath string, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		d.addLine(n.Line, path, "expected a mapping, got %s", describe(n))
+		return
+	}
+	seen := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := d.resolve(n.Content[i], path), d.resolve(n.Content[i+1], path)
+		if k == nil || v == nil {
+			continue
+		}
+		if k.Kind != yaml.ScalarNode || isNull(k) {
+			d.addLine(k.Line, path, "keys must be strings, got %s", describe(k))
+			continue
+		}
+		kp := keyPath(path, k.Value)
+		if path == "" {
+			kp = k.Value
+		}
+		if k.Value == "<<" && k.ShortTag() == "!!merge" {
+			d.addLine(k.Line, kp, "merge keys are not supported")
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			d.addLine(k.Line, kp, "duplicate key (first on line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if isNull(v) {
+			continue
+		}
+		d.lines[kp] = k.Line
+		fn(k.Value, kp, v)
+	}
+}
+
+// items iterates over a sequence, recording each element's line.
+func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.Node)) {
+	if n.Kind != yaml.SequenceNode {
+		d.addLine(n.Line, path, "expected a list, got %s", describe(n))
+		return
+	}
+	for i, c := range n.Content {
+		p := indexPath(path, i)
+		c = d.resolve(c, p)
+		if c == nil {
+			continue
+		}
+		d.lines[p] = c.Line
+		fn(p, c)
+	}
+}
+
+func (d *decoder) unknown(n *yaml.Node, path, key string, known ...string) {
+	msg := "unknown field"
+	if s := suggest(key, known); s != "" {
+		msg += " (did you mean " + s + "?)"
+	}
+	line := d.lines[path] // the key's line: the value may start on a later one
+	if line == 0 {
+		line = n.Line
+	}
+	d.addLine(line, path, "%s", msg)
+}
+
+var (
+	configFields = []string{"server_cores", "health_interval", "health_queries", "budgets", "rules", "guards"}
+	budgetFields = []string{"name", "mode", "max_concurrent", "per_query_limit", "server_share", "burst_limit",
+		"warning_threshold", "per", "max_wait", "throttle_when", "explain"}
+	ruleFields  = []string{"budget", "match"}
+	guardsField = []string{"require_where", "block_truncate"}
+	guardFields = []string{"mode", "match"}
+)
+
+func (d *decoder) config(n *yaml.Node, c *Config) {
+	d.fields(n, "", func(key, path string, v *yaml.Node) {
+		switch key {
+		case "server_cores":
+			c.ServerCores = d.float(v, path)
+		case "health_interval":
+			c.HealthInterval = d.duration(v, path)
+		case "health_queries":
+			c.HealthQueries = d.stringMap(v, path)
+		case "budgets":
+			d.items(v, path, func(p string, v *yaml.Node) {
+				var b Budget
+				d.budget(v, p, &b)
+				c.Budgets = append(c.Budgets, b)
+			})
+		case "rules":
+			d.items(v, path, func(p string, v *yaml.Node) {
+				var r Rule
+				d.fields(v, p, func(key, path string, v *yaml.Node) {
+					switch key {
+					case "budget":
+						r.Budget = d.str(v, path)
+					case "match":
+						r.Match = d.stringMap(v, path)
+					default:
+						d.unknown(v, path, key, ruleFields...)
+					}
+				})
+				c.Rules = append(c.Rules, r)
+			})
+		case "guards":
+			d.fields(v, path, func(key, path string, v *yaml.Node) {
+				switch key {
+				case "require_where":
+					c.Guards.RequireWhere = d.guard(v, path)
+				case "block_truncate":
+					c.Guards.BlockTruncate = d.guard(v, path)
+				default:
+					d.unknown(v, path, key, guardsField...)
+				}
+			})
+		default:
+			d.unknown(v, path, key, configFields...)
+		}
+	})
+}
+
+func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
+	d.fields(n, path, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "name":
+			b.Name = d.str(v, path)
+		case "mode":
+			b.Mode = Mode(d.str(v, path))
+		case "max_concurrent":
+			b.MaxConcurrent = d.int(v, path)
+		case "per_query_limit":
+			b.PerQueryLimit = d.duration(v, path)
+		case "server_share":
+			b.ServerShare = d.float(v, path)
+		case "burst_limit":
+			b.BurstLimit = d.duration(v, path)
+		case "warning_threshold":
+			b.WarningThreshold = d.float(v, path)
+		case "per":
+			b.Per = d.str(v, path)
+		case "max_wait":
+			b.MaxWait = d.duration(v, path)
+		case "throttle_when":
+			b.ThrottleWhen = map[string]float64{}
+			d.fields(v, path, func(key, path string, v *yaml.Node) {
+				b.ThrottleWhen[key] = d.threshold(v, path, key)
+			})
+		case "explain":
+			b.Explain = d.str(v, path)
+		default:
+			d.unknown(v, path, key, budgetFields...)
+		}
+	})
+}
+
+// guard decodes the short form (a mode) or the scoped form ({mode, match}).
+func (d *decoder) guard(n *yaml.Node, path string) Guard {
+	var g Guard
+	if n.Kind == yaml.ScalarNode {
+		g.Mode = Mode(d.str(n, path))
+		return g
+	}
+	if n.Kind != yaml.MappingNode {
+		d.addLine(n.Line, path, "expected a mode or a mapping {mode, match}, got %s", describe(n))
+		return g
+	}
+	d.fields(n, path, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "mode":
+			g.Mode = Mode(d.str(v, path))
+		case "match":
+			g.Match = d.stringMap(v, path)
+		default:
+			d.unknown(v, path, key, guardFields...)
+		}
+	})
+	return g
+}
+
+// str accepts any non-null scalar as its text: match: {port: 5432} means the tag value
+// "5432", exactly as written.
+func (d *decoder) str(n *yaml.Node, path string) string {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		d.addLine(n.Line, path, "expected a string, got %s", describe(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
+	m := map[string]string{}
+	if n.Kind != yaml.MappingNode {
+		d.addLine(n.Line, path, "expected a mapping, got %s", describe(n))
+		return m
+	}
+	// fields skips nulls as omitted; in a map a null value is a mistake (match: {app: }).
+	for i := 1; i < len(n.Content); i += 2 {
+		if v := d.resolve(n.Content[i], path); v != nil && isNull(v) {
+			k := n.Content[i-1]
+			d.addLine(v.Line, keyPath(path, k.Value), "expected a string, got null")
+		}
+	}
+	d.fields(n, path, func(key, path string, v *yaml.Node) { m[key] = d.str(v, path) })
+	return m
+}
+
+func (d *decoder) int(n *yaml.Node, path string) int {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+		d.addLine(n.Line, path, "expected an integer, got %s", describe(n))
+	}
+	return v
+}
+
+func (d *decoder) float(n *yaml.Node, path string) float64 {
+	var v float64
+	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil {
+		d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+	}
+	return v
+}
+
+func (d *decoder) duration(n *yaml.Node, path string) Duration {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		d.addLine(n.Line, path, "expected a duration such as 2s, got %s", describe(n))
+		return 0
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		d.addLine(n.Line, path, "%v", err)
+	}
+	return v
+}
+
+// threshold reads a throttle_when value: a number or, for metrics measured in seconds
+// (replication_lag, custom), also a duration.
+func (d *decoder) threshold(n *yaml.Node, path, key string) float64 {
+	if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float") {
+		return d.float(n, path)
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" &&
+		(key == MetricReplicationLag || strings.HasPrefix(key, CustomMetricPrefix)) {
+		v, err := parseDuration(n.Value)
+		if err != nil {
+			d.addLine(n.Line, path, "%v", err)
+		}
+		return seconds(v)
+	}
+	d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+	return 0
+}
+
+// seconds converts d to seconds without the float rounding of time.Duration.Seconds for
+// whole-second values, so "5s" reads as exactly 5.
+func seconds(d Duration) float64 {
+	sec, ns := int64(d)/1e9, int64(d)%1e9
+	return float64(sec) + float64(ns)/1e9
+}
+
+// describe names a node's kind for a message, quoting short scalars (rules-file text,
+// never SQL or bound values).
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "null"
+		}
+		return quoteShort(n.Value)
+	}
+	return "an unexpected node"
+}
+
+// suggest returns the known field closest to key when it is close enough to be a typo.
+func suggest(key string, known []string) string {
+	best, bestDist := "", math.MaxInt
+	for _, k := range known {
+		if dist := editDistance(key, k); dist < bestDist {
+			best, bestDist = k, dist
+		}
+	}
+	if bestDist <= max(2, len(key)/4) {
+		return best
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between short ASCII field names.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return math.MaxInt
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

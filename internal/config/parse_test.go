@@ -1,0 +1,389 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// fullWant is testdata/full.yaml as Parse returns it, defaults filled in.
+var fullWant = &Config{
+	ServerCores:    8,
+	HealthInterval: Duration(500 * time.Millisecond),
+	HealthQueries:  map[string]string{"locks": "select count(*) from pg_locks where not granted"},
+	Budgets: []Budget{
+		{
+			Name: "reporting", Mode: ModeEnforce, MaxConcurrent: 4,
+			PerQueryLimit: Duration(2 * time.Second), ServerShare: 0.25, BurstLimit: Duration(10 * time.Second),
+			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), Explain: ExplainPattern,
+			ThrottleWhen: map[string]float64{"active_queries": 50, "replication_lag": 5, "custom.locks": 20},
+		},
+		{
+			Name: "per-tenant", Mode: ModeWarn, Per: "tenant", ServerShare: 0.05,
+			BurstLimit: Duration(400 * time.Millisecond), // 0.05 × 8 cores × 1s
+			Explain:    ExplainAuto,
+		},
+		{
+			Name: "batch", Mode: ModeEnforce, MaxConcurrent: 2, Explain: ExplainCall,
+			ThrottleWhen: map[string]float64{"in_flight": 16, "replication_lag": 1.5},
+		},
+	},
+	Rules: []Rule{
+		{Budget: "reporting", Match: map[string]string{"app": "reporting"}},
+		{Budget: "reporting", Match: map[string]string{"app": "commerce", "controller": "export"}},
+		{Budget: "per-tenant", Match: map[string]string{"remote_address": "203.0.113.0/24"}},
+		{Budget: "batch", Match: map[string]string{"application_name": "nightly-etl", "table": "orders"}},
+	},
+	Guards: Guards{
+		RequireWhere:  Guard{Mode: ModeEnforce},
+		BlockTruncate: Guard{Mode: ModeWarn, Match: map[string]string{"app": "web"}},
+	},
+}
+
+func parseFile(t *testing.T, name string) *Config {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", name, err)
+	}
+	return cfg
+}
+
+func TestParseFull(t *testing.T) {
+	for _, name := range []string{"testdata/full.yaml", "testdata/full.json"} {
+		t.Run(name, func(t *testing.T) {
+			got := parseFile(t, name)
+			if !reflect.DeepEqual(got, fullWant) {
+				t.Errorf("Parse(%s) =\n%#v\nwant\n%#v", name, got, fullWant)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate of a parsed config: %v", err)
+			}
+		})
+	}
+}
+
+// TestRoundTrip re-encodes a parsed config as YAML and as JSON and parses it back.
+func TestRoundTrip(t *testing.T) {
+	cfg := parseFile(t, "testdata/full.yaml")
+	for _, enc := range []struct {
+		name    string
+		marshal func(any) ([]byte, error)
+	}{
+		{"yaml", yaml.Marshal},
+		{"json", json.Marshal},
+	} {
+		t.Run(enc.name, func(t *testing.T) {
+			data, err := enc.marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Parse(data)
+			if err != nil {
+				t.Fatalf("Parse(%s):\n%s\n%v", enc.name, data, err)
+			}
+			if !reflect.DeepEqual(got, cfg) {
+				t.Errorf("round trip through %s:\n%s\ngot  %#v\nwant %#v", enc.name, data, got, cfg)
+			}
+		})
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want *Config
+	}{
+		{"empty mapping", `{}`, &Config{
+			ServerCores: 1, HealthInterval: Duration(time.Second),
+			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"budget defaults", "server_cores: 2\nbudgets: [{name: a, server_share: 0.5}, {name: b}]", &Config{
+			ServerCores: 2, HealthInterval: Duration(time.Second),
+			Budgets: []Budget{
+				{Name: "a", Mode: ModeWarn, ServerShare: 0.5, BurstLimit: Duration(time.Second), Explain: ExplainAuto},
+				{Name: "b", Mode: ModeWarn, Explain: ExplainAuto},
+			},
+			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"nulls are omitted fields", "server_cores: ~\nbudgets:\nrules: null\nguards: {require_where: ~}", &Config{
+			ServerCores: 1, HealthInterval: Duration(time.Second),
+			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"scalar match values are their text", "budgets: [{name: a}]\nrules: [{budget: a, match: {port: 5432, ok: true, f: 1.50}}]", &Config{
+			ServerCores: 1, HealthInterval: Duration(time.Second),
+			Budgets: []Budget{{Name: "a", Mode: ModeWarn, Explain: ExplainAuto}},
+			Rules:   []Rule{{Budget: "a", Match: map[string]string{"port": "5432", "ok": "true", "f": "1.50"}}},
+			Guards:  Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"aliases are followed", "budgets: [{name: a}]\nrules:\n- {budget: a, match: &m {app: x}}\n- {budget: a, match: *m}", &Config{
+			ServerCores: 1, HealthInterval: Duration(time.Second),
+			Budgets: []Budget{{Name: "a", Mode: ModeWarn, Explain: ExplainAuto}},
+			Rules: []Rule{
+				{Budget: "a", Match: map[string]string{"app": "x"}},
+				{Budget: "a", Match: map[string]string{"app": "x"}},
+			},
+			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"zero max_wait and routes with slashes", "budgets: [{name: a, max_wait: 0s}]\nrules: [{budget: a, match: {route: /api/export, v: v1.2/beta}}]", &Config{
+			ServerCores: 1, HealthInterval: Duration(time.Second),
+			Budgets: []Budget{{Name: "a", Mode: ModeWarn, Explain: ExplainAuto}},
+			Rules:   []Rule{{Budget: "a", Match: map[string]string{"route": "/api/export", "v": "v1.2/beta"}}},
+			Guards:  Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+		{"JSON with tabs", "{\n\t\"server_cores\": 4,\n\t\"budgets\": [\n\t\t{\"name\": \"a\", \"per_query_limit\": \"1m\"}\n\t]\n}", &Config{
+			ServerCores: 4, HealthInterval: Duration(time.Second),
+			Budgets: []Budget{{Name: "a", Mode: ModeWarn, PerQueryLimit: Duration(time.Minute), Explain: ExplainAuto}},
+			Guards:  Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %#v\nwant %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseErrors checks that each kind of mistake is caught and named with its line and
+// field. want is the complete error text.
+func TestParseErrors(t *testing.T) {
+	const head = "budgets:\n  - name: a\n" // budget "a" on lines 2-
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"empty file", "", `pgtraffic: rules line 1: the file is empty (write {} for no rules)`},
+		{"comments only", "# nothing\n", `pgtraffic: rules line 1: the file is empty (write {} for no rules)`},
+		{"two documents", "{}\n---\n{}\n", `pgtraffic: rules line 2: a second YAML document: the file must hold one`},
+		{"syntax", "budgets: [\n", `pgtraffic: rules line 1: did not find expected node content`},
+		{"JSON syntax", "{\n  \"budgets\": [\n    {\"name\": \"a\",}\n  ]\n", `pgtraffic: rules line 4: did not find expected ',' or '}'`},
+		{"not a mapping", "- a\n", `pgtraffic: rules line 1: expected a mapping, got a list`},
+		{"unknown top-level field", "server_core: 2\n", `pgtraffic: rules line 1: server_core: unknown field (did you mean server_cores?)`},
+		{"unknown budget field", head + "  - name: b\n    max_concurent: 2\n", `pgtraffic: rules line 4: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)`},
+		{"unknown field far from any", head + "    colour: red\n", `pgtraffic: rules line 3: budgets[0].colour: unknown field`},
+		{"unknown field in JSON", "{\n \"budgets\": [\n  {\"name\": \"a\",\n   \"maxConcurrent\": 3}]}", `pgtraffic: rules line 4: budgets[0].maxConcurrent: unknown field (did you mean max_concurrent?)`},
+		{"unknown rule field", head + "rules:\n  - budget: a\n    matches: {app: x}\n", `pgtraffic: rules line 5: rules[0].matches: unknown field (did you mean match?)`},
+		{"unknown guard", "guards:\n  require_where: enforce\n  block_drop: enforce\n", `pgtraffic: rules line 3: guards.block_drop: unknown field`},
+		{"unknown guard field", "guards:\n  require_where: {mode: enforce, scope: {app: x}}\n", `pgtraffic: rules line 2: guards.require_where.scope: unknown field`},
+		{"duplicate key", "server_cores: 2\nserver_cores: 3\n", `pgtraffic: rules line 2: server_cores: duplicate key (first on line 1)`},
+		{"duplicate JSON key", "{\"budgets\": [{\"name\": \"a\", \"name\": \"b\"}]}", `pgtraffic: rules line 1: budgets[0].name: duplicate key (first on line 1)`},
+		{"merge key", "budgets:\n  - &b {name: a}\n  - <<: *b\n", `pgtraffic: rules line 3: budgets[1]["<<"]: merge keys are not supported`},
+		{"budgets not a list", "budgets: {name: a}\n", `pgtraffic: rules line 1: budgets: expected a list, got a mapping`},
+		{"list as string", head + "    per: [a, b]\n", `pgtraffic: rules line 3: budgets[0].per: expected a string, got a list`},
+		{"cores not a number", "server_cores: eight\n", `pgtraffic: rules line 1: server_cores: expected a number, got "eight"`},
+		{"quoted number", "server_cores: \"8\"\n", `pgtraffic: rules line 1: server_cores: expected a number, got "8"`},
+		{"float concurrency", head + "    max_concurrent: 2.5\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: expected an integer, got "2.5"`},
+		{"duration without unit", head + "    per_query_limit: 2\n", `pgtraffic: rules line 3: budgets[0].per_query_limit: duration "2" has no unit (write e.g. 2s or 2ms)`},
+		{"bad duration", head + "    max_wait: 2 seconds\n", `pgtraffic: rules line 3: budgets[0].max_wait: invalid duration "2 seconds" (write e.g. 250ms, 2s, 1m)`},
+		{"negative duration", head + "    per_query_limit: -1s\n", `pgtraffic: rules line 3: budgets[0].per_query_limit: must not be negative, got -1s`},
+		{"explicit zero limit", head + "    per_query_limit: 0s\n", `pgtraffic: rules line 3: budgets[0].per_query_limit: must be > 0 (omit it for the default), got 0`},
+		{"zero cores", "server_cores: 0\n", `pgtraffic: rules line 1: server_cores: must be a number > 0, got 0`},
+		{"negative cores", "server_cores: -2\n", `pgtraffic: rules line 1: server_cores: must be a number > 0, got -2`},
+		{"infinite cores", "server_cores: .inf\n", `pgtraffic: rules line 1: server_cores: must be a number > 0, got +Inf`},
+		{"health interval too short", "health_interval: 1ms\n", `pgtraffic: rules line 1: health_interval: must be at least 10ms, got 1ms`},
+		{"bad health query name", "health_queries:\n  \"my load\": select 1\n", `pgtraffic: rules line 2: health_queries["my load"]: a health query name needs letters, digits, '_' or '-' only`},
+		{"empty health query", "health_queries:\n  load: \" \"\n", `pgtraffic: rules line 2: health_queries.load: empty query`},
+		{"null health query", "health_queries:\n  load:\n", `pgtraffic: rules line 2: health_queries.load: expected a string, got null`},
+		{"bad mode", head + "    mode: enfoce\n", `pgtraffic: rules line 3: budgets[0].mode: unknown mode "enfoce" (want enforce, warn or off)`},
+		{"negative concurrency", head + "    max_concurrent: -1\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be > 0 (omit it for no limit), got -1`},
+		{"zero concurrency", head + "    max_concurrent: 0\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be > 0 (omit it for no limit), got 0`},
+		{"share above 1", head + "    server_share: 1.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in (0, 1], got 1.5`},
+		{"zero share", head + "    server_share: 0\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in (0, 1], got 0`},
+		{"burst without share", head + "    burst_limit: 5s\n", `pgtraffic: rules line 3: budgets[0].burst_limit: needs server_share (the rate the bucket drains at)`},
+		{"threshold 1", head + "    warning_threshold: 1\n", `pgtraffic: rules line 3: budgets[0].warning_threshold: must be in (0, 1), got 1`},
+		{"blank per", head + "    per: \" \"\n", `pgtraffic: rules line 3: budgets[0].per: must be a tag key, got " "`},
+		{"bad explain", head + "    explain: always\n", `pgtraffic: rules line 3: budgets[0].explain: unknown value "always" (want auto, pattern or call)`},
+		{"empty budget name", "budgets:\n  - mode: warn\n", `pgtraffic: rules line 2: budgets[0].name: required`},
+		{"duplicate budget", head + "  - name: a\n", `pgtraffic: rules line 3: budgets[1].name: duplicate budget name "a" (also budgets[0])`},
+		{"throttle unknown key", head + "    throttle_when: {cpu: 0.9}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.cpu: unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)`},
+		{"throttle unknown custom", head + "    throttle_when:\n      custom.load: 3\n", `pgtraffic: rules line 4: budgets[0].throttle_when.custom.load: no health query named "load" in health_queries`},
+		{"throttle negative", head + "    throttle_when: {active_queries: -1}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.active_queries: must be a number >= 0, got -1`},
+		{"throttle duration on a count", head + "    throttle_when: {active_queries: 5s}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.active_queries: expected a number, got "5s"`},
+		{"throttle bad lag", head + "    throttle_when: {replication_lag: soon}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.replication_lag: invalid duration "soon" (write e.g. 250ms, 2s, 1m)`},
+		{"rule unknown budget", head + "rules:\n  - budget: b\n    match: {app: x}\n", `pgtraffic: rules line 4: rules[0].budget: unknown budget "b"`},
+		{"rule without budget", head + "rules:\n  - match: {app: x}\n", `pgtraffic: rules line 4: rules[0].budget: required`},
+		{"rule without match", head + "rules:\n  - budget: a\n", `pgtraffic: rules line 4: rules[0].match: required: a rule must match at least one tag`},
+		{"rule with empty match", head + "rules:\n  - budget: a\n    match: {}\n", `pgtraffic: rules line 5: rules[0].match: required: a rule must match at least one tag`},
+		{"null match value", head + "rules:\n  - budget: a\n    match:\n      app:\n", `pgtraffic: rules line 6: rules[0].match.app: expected a string, got null`},
+		{"empty match key", head + "rules:\n  - budget: a\n    match: {\"\": x}\n", `pgtraffic: rules line 5: rules[0].match[""]: empty tag key`},
+		{"dotted digits before a slash are a CIDR", head + "rules:\n  - budget: a\n    match: {v: 1.2/beta}\n", `pgtraffic: rules line 5: rules[0].match.v: invalid CIDR prefix "1.2/beta"`},
+		{"bad CIDR length", head + "rules:\n  - budget: a\n    match: {ip: 10.0.0.0/33}\n", `pgtraffic: rules line 5: rules[0].match.ip: invalid CIDR prefix "10.0.0.0/33"`},
+		{"bad CIDR address", head + "rules:\n  - budget: a\n    match: {ip: 300.1.2.3/8}\n", `pgtraffic: rules line 5: rules[0].match.ip: invalid CIDR prefix "300.1.2.3/8"`},
+		{"bad IPv6 CIDR", head + "rules:\n  - budget: a\n    match: {ip: \"2001:db8::/x\"}\n", `pgtraffic: rules line 5: rules[0].match.ip: invalid CIDR prefix "2001:db8::/x"`},
+		{"guard bad mode", "guards:\n  require_where: always\n", `pgtraffic: rules line 2: guards.require_where.mode: unknown mode "always" (want enforce, warn or off)`},
+		{"guard match without mode", "guards:\n  block_truncate:\n    match: {app: web}\n", `pgtraffic: rules line 2: guards.block_truncate.mode: required with match (a guard without a mode is off)`},
+		{"guard list", "guards:\n  block_truncate: [enforce]\n", `pgtraffic: rules line 2: guards.block_truncate: expected a mode or a mapping {mode, match}, got a list`},
+		{"guard bad CIDR", "guards:\n  block_truncate: {mode: enforce, match: {ip: 1.2.3.4/99}}\n", `pgtraffic: rules line 2: guards.block_truncate.match.ip: invalid CIDR prefix "1.2.3.4/99"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %#v", cfg)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a config with its error")
+			}
+			if err.Error() != tt.want {
+				t.Errorf("error\n got: %s\nwant: %s", err, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("errors.Is(err, ErrInvalid) = false")
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Line == 0 {
+				t.Errorf("errors.As(*Error) = %v, line %d; want a line", e, lineOf(e))
+			}
+		})
+	}
+}
+
+func lineOf(e *Error) int {
+	if e == nil {
+		return 0
+	}
+	return e.Line
+}
+
+// TestParseReportsAll checks that one pass reports every problem, by line.
+func TestParseReportsAll(t *testing.T) {
+	in := `budgets:
+  - name: a
+    mode: loud
+    server_share: 2
+  - name: a
+rules:
+  - budget: nope
+    match: {ip: 10.0.0.1/40}
+`
+	_, err := Parse([]byte(in))
+	want := []string{
+		`pgtraffic: rules line 3: budgets[0].mode: unknown mode "loud" (want enforce, warn or off)`,
+		`pgtraffic: rules line 4: budgets[0].server_share: must be in (0, 1], got 2`,
+		`pgtraffic: rules line 5: budgets[1].name: duplicate budget name "a" (also budgets[0])`,
+		`pgtraffic: rules line 7: rules[0].budget: unknown budget "nope"`,
+		`pgtraffic: rules line 8: rules[0].match.ip: invalid CIDR prefix "10.0.0.1/40"`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+func TestParseCapsErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("budgets:\n")
+	for range maxErrors + 5 {
+		b.WriteString("  - {name: x, mode: bad}\n")
+	}
+	_, err := Parse([]byte(b.String()))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 || !strings.HasSuffix(lines[maxErrors], "more problems not shown") {
+		t.Errorf("got %d lines, last %q; want %d and a summary", len(lines), lines[len(lines)-1], maxErrors+1)
+	}
+}
+
+func TestDurationText(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Duration
+		wantErr string
+	}{
+		{"250ms", Duration(250 * time.Millisecond), ""},
+		{"1m30s", Duration(90 * time.Second), ""},
+		{"0", 0, ""},
+		{"2", 0, `pgtraffic: duration "2" has no unit (write e.g. 2s or 2ms)`},
+		{"1.5", 0, `pgtraffic: duration "1.5" has no unit (write e.g. 1.5s or 1.5ms)`},
+		{"soon", 0, `pgtraffic: invalid duration "soon" (write e.g. 250ms, 2s, 1m)`},
+		{".", 0, `pgtraffic: invalid duration "." (write e.g. 250ms, 2s, 1m)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var d Duration
+			err := d.UnmarshalText([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || d != tt.want {
+				t.Fatalf("got %v, %v; want %v", d, err, tt.want)
+			}
+			text, _ := d.MarshalText()
+			var back Duration
+			if err := back.UnmarshalText(text); err != nil || back != d {
+				t.Errorf("%s did not round-trip: %v, %v", text, back, err)
+			}
+		})
+	}
+}
+
+// FuzzParse: Parse never panics, and whatever it accepts validates and survives a round
+// trip through YAML and through JSON unchanged.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"testdata/full.yaml", "testdata/full.json"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		"{}", "", "server_cores: 2", "budgets: [{name: a, server_share: 0.1}]",
+		"budgets: [{name: a}]\nrules: [{budget: a, match: {ip: \"::ffff:1.2.3.0/120\"}}]",
+		"guards: {require_where: {mode: warn, match: {app: x}}}",
+		"budgets: [{name: a, throttle_when: {replication_lag: 1m}}]",
+		"a: &a [*a]", "budgets: &b [*b]", "{\"budgets\": [{\"name\": \"\\u0000\"}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err != nil {
+			if cfg != nil {
+				t.Fatal("config returned with an error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("Parse accepted what Validate rejects: %v", err)
+		}
+		for _, marshal := range []func(any) ([]byte, error){yaml.Marshal, json.Marshal} {
+			out, err := marshal(cfg)
+			if err != nil {
+				t.Fatalf("marshal: %v", err)
+			}
+			back, err := Parse(out)
+			if err != nil {
+				t.Fatalf("re-parse of\n%s\nfailed: %v", out, err)
+			}
+			if !reflect.DeepEqual(back, cfg) {
+				t.Fatalf("round trip changed the config:\n%s\ngot  %#v\nwant %#v", out, back, cfg)
+			}
+		}
+	})
+}

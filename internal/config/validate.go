@@ -1,0 +1,185 @@
+package config
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// minHealthInterval keeps a typo (1us) from turning the sampler into a load generator.
+const minHealthInterval = 10 * time.Millisecond
+
+// Validate checks c as [Parse] checks a file — unknown budget names, bad modes, bad CIDRs,
+// out-of-range numbers and so on — and returns every problem found, joined, each an [*Error]
+// naming the field path. In c a zero field means omitted. Validate does not modify c; see
+// [Config.WithDefaults] for the values the omitted fields take.
+func (c *Config) Validate() error {
+	var p problems
+	c.validate(&p)
+	return p.err()
+}
+
+// validate adds c's problems to p. p.lines, when set, tells which fields a file wrote
+// explicitly, and where.
+func (c *Config) validate(p *problems) {
+	if !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit("server_cores") {
+		p.add("server_cores", "must be a number > 0, got %v", c.ServerCores)
+	}
+	p.durationField("health_interval", c.HealthInterval, true)
+	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
+		p.add("health_interval", "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.HealthQueries)) {
+		path := keyPath("health_queries", name)
+		if !validMetricName(name) {
+			p.add(path, "a health query name needs letters, digits, '_' or '-' only")
+		}
+		if strings.TrimSpace(c.HealthQueries[name]) == "" {
+			p.add(path, "empty query")
+		}
+	}
+
+	cores := c.ServerCores
+	if cores <= 0 || !finite(cores) {
+		cores = 1
+	}
+	first := make(map[string]int, len(c.Budgets))
+	for i := range c.Budgets {
+		c.validateBudget(p, i, cores, first)
+	}
+
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		path := indexPath("rules", i)
+		switch {
+		case r.Budget == "":
+			p.add(path+".budget", "required")
+		case c.BudgetIndex(r.Budget) < 0:
+			p.add(path+".budget", "unknown budget %s", quoteShort(r.Budget))
+		}
+		if len(r.Match) == 0 {
+			p.add(path+".match", "required: a rule must match at least one tag")
+		}
+		validateMatch(p, path+".match", r.Match)
+	}
+
+	for _, g := range []struct {
+		path  string
+		guard *Guard
+	}{
+		{"guards.require_where", &c.Guards.RequireWhere},
+		{"guards.block_truncate", &c.Guards.BlockTruncate},
+	} {
+		if !g.guard.Mode.valid() {
+			p.add(g.path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(g.guard.Mode)))
+		}
+		if g.guard.Mode == "" && len(g.guard.Match) > 0 {
+			p.add(g.path+".mode", "required with match (a guard without a mode is off)")
+		}
+		validateMatch(p, g.path+".match", g.guard.Match)
+	}
+}
+
+func (c *Config) validateBudget(p *problems, i int, cores float64, first map[string]int) {
+	b := &c.Budgets[i]
+	path := indexPath("budgets", i)
+	switch j, dup := first[b.Name]; {
+	case b.Name == "":
+		p.add(path+".name", "required")
+	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
+		p.add(path+".name", "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
+	case dup:
+		p.add(path+".name", "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
+	default:
+		first[b.Name] = i
+	}
+	if !b.Mode.valid() {
+		p.add(path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
+	}
+	if b.MaxConcurrent < 0 || b.MaxConcurrent == 0 && p.explicit(path+".max_concurrent") {
+		p.add(path+".max_concurrent", "must be > 0 (omit it for no limit), got %d", b.MaxConcurrent)
+	}
+	p.durationField(path+".per_query_limit", b.PerQueryLimit, true)
+	share := path + ".server_share"
+	if !finite(b.ServerShare) || b.ServerShare < 0 || b.ServerShare > 1 || b.ServerShare == 0 && p.explicit(share) {
+		p.add(share, "must be in (0, 1], got %v", b.ServerShare)
+	}
+	burst := path + ".burst_limit"
+	p.durationField(burst, b.BurstLimit, true)
+	if b.BurstLimit > 0 && b.ServerShare == 0 {
+		p.add(burst, "needs server_share (the rate the bucket drains at)")
+	}
+	if b.ServerShare > 0 && b.ServerShare <= 1 && b.BurstLimit == 0 &&
+		b.ServerShare*cores*float64(time.Second) > math.MaxInt64 {
+		p.add(share, "server_share × server_cores is too large for a default burst_limit")
+	}
+	wt := path + ".warning_threshold"
+	if !finite(b.WarningThreshold) || b.WarningThreshold < 0 || b.WarningThreshold >= 1 ||
+		b.WarningThreshold == 0 && p.explicit(wt) {
+		p.add(wt, "must be in (0, 1), got %v", b.WarningThreshold)
+	}
+	if p.explicit(path+".per") && strings.TrimSpace(b.Per) == "" || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
+		p.add(path+".per", "must be a tag key, got %s", quoteShort(b.Per))
+	}
+	p.durationField(path+".max_wait", b.MaxWait, false)
+	for _, key := range slices.Sorted(maps.Keys(b.ThrottleWhen)) {
+		kp := keyPath(path+".throttle_when", key)
+		switch name, custom := strings.CutPrefix(key, CustomMetricPrefix); {
+		case key == MetricActiveQueries || key == MetricReplicationLag || key == MetricInFlight:
+		case custom:
+			if _, ok := c.HealthQueries[name]; !ok {
+				p.add(kp, "no health query named %s in health_queries", quoteShort(name))
+			}
+		default:
+			p.add(kp, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
+		}
+		if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
+			p.add(kp, "must be a number >= 0, got %v", v)
+		}
+	}
+	switch b.Explain {
+	case "", ExplainAuto, ExplainPattern, ExplainCall:
+	default:
+		p.add(path+".explain", "unknown value %s (want auto, pattern or call)", quoteShort(b.Explain))
+	}
+}
+
+// durationField checks that d is not negative and, when zero would read as "no limit" but
+// was written explicitly (positive), not zero either.
+func (p *problems) durationField(path string, d Duration, positive bool) {
+	switch {
+	case d < 0:
+		p.add(path, "must not be negative, got %v", d)
+	case d == 0 && positive && p.explicit(path):
+		p.add(path, "must be > 0 (omit it for the default), got 0")
+	}
+}
+
+func validateMatch(p *problems, path string, m map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		kp := keyPath(path, k)
+		if k == "" {
+			p.add(kp, "empty tag key")
+		}
+		if _, _, err := ParseMatchValue(m[k]); err != nil {
+			p.add(kp, "%v", err)
+		}
+	}
+}
+
+func validMetricName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

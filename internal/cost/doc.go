@@ -1,0 +1,50 @@
+// Package cost predicts how many execution seconds a statement will cost before it is sent, and
+// runs the EXPLAIN that the prediction starts from.
+//
+// Only statements that match a budget needing a cost come here (design step 5); everything else
+// takes the fast path and never touches this package.
+//
+// # The model
+//
+// PostgreSQL's planner cost is dimensionless but roughly linear in work. [Model] learns, for each
+// pattern (fingerprint), the factor k that turns planner cost into seconds on this server: the
+// ratio of an exponential moving average (EMA) of actual execution seconds to an EMA of planner
+// cost over the same executions. A prediction is planner cost × k. A pattern never seen with a
+// plan cost uses a global k learned from all patterns, and before any history
+// [DefaultGlobalK], measured on PostgreSQL's default cost units. With no plan cost at all
+// (EXPLAIN skipped or failed), the prediction falls back to the pattern's mean actual time.
+// Cancelled and failed executions must not be observed: their durations say nothing about cost.
+//
+// EMA weights, and why:
+//   - per pattern α = 0.2: about the last ten executions. k drifts as tables grow and plans
+//     change, so recent executions should dominate (as in PlanetScale's Traffic Control), yet one
+//     slow outlier moves the mean by only a fifth of its excess.
+//   - global k α = 0.01: about the last 200 executions. It is a prior for unseen patterns and
+//     should describe the workload, not the last statement. It is a ratio of averages, so
+//     expensive statements dominate it; an average of per-pattern ratios would let cheap
+//     statements, whose fixed overhead makes k large, inflate every new expensive prediction into
+//     a false block.
+//   - EXPLAIN round trip α = 0.1: about twenty round trips.
+//
+// The first sample seeds each average, so a new pattern is not under-predicted while an EMA
+// climbs from zero. The pattern table is bounded ([DefaultMaxPatterns]); training a new pattern
+// in a full table evicts the least recently trained one.
+//
+// # When to EXPLAIN
+//
+// Planner cost depends on the arguments as well as the pattern. [PlanCache] keeps one cost per
+// fingerprint for a TTL ([DefaultPlanTTL]): explain mode pattern uses it always, mode call never,
+// and mode auto uses it unless [Model.Volatile] reports that the pattern's actual cost varies
+// widely (coefficient of variation above 0.5) and its mean cost exceeds 20 EXPLAIN round trips,
+// where an EXPLAIN per call is cheap insurance. A cache hit and a prediction take tens of
+// nanoseconds and allocate nothing.
+//
+// # Running EXPLAIN safely
+//
+// [Explain] runs EXPLAIN (FORMAT JSON) of the caller's statement with the caller's arguments on the
+// caller's connection, and never changes the caller's session or transaction: inside a transaction
+// an EXPLAIN error would abort the caller's transaction, so the EXPLAIN is wrapped in a savepoint;
+// in an aborted transaction, on a busy connection or with a done context nothing is sent. Every
+// failure is the caller's cue to fall back to history; the caller's statement is never failed or
+// altered by it.
+package cost

@@ -1,0 +1,199 @@
+package cost
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Errors returned by [Explain]. Every error that wraps ErrNotSent means nothing reached the
+// server; any other error means an EXPLAIN was sent and failed, and the caller's session and
+// transaction were restored (unless the error wraps ErrNotRestored).
+var (
+	ErrNotSent = errors.New("cost: explain not sent")
+
+	ErrTxAborted  = fmt.Errorf("%w: the transaction is aborted", ErrNotSent)
+	ErrConnBusy   = fmt.Errorf("%w: the connection is busy", ErrNotSent)
+	ErrConnClosed = fmt.Errorf("%w: the connection is closed", ErrNotSent)
+
+	// ErrNotRestored means the EXPLAIN failed inside the caller's transaction and rolling back to
+	// the savepoint failed too (the server or the network failed): the transaction may be left
+	// aborted. The caller's next statement then fails as the server sees fit.
+	ErrNotRestored = errors.New("cost: explain failed and its savepoint could not be rolled back")
+)
+
+const (
+	explainPrefix = "EXPLAIN (FORMAT JSON) "
+	// savepointName is fixed: a caller's savepoint of the same name is shadowed only between our
+	// SAVEPOINT and RELEASE, because ROLLBACK TO and RELEASE act on the most recent one.
+	savepointName = "pgtraffic_explain"
+	// rollbackTimeout bounds the ROLLBACK TO after a failed EXPLAIN. The rollback ignores the
+	// caller's cancellation: a cancelled EXPLAIN must still not leave the transaction aborted.
+	rollbackTimeout = 5 * time.Second
+)
+
+// Explain runs EXPLAIN (FORMAT JSON) query with args on conn, the connection the caller's
+// statement will run on, and returns the plan's total cost in planner units. EXPLAIN without
+// ANALYZE plans the statement and never executes it, so INSERT, UPDATE, DELETE, MERGE,
+// INSERT ... RETURNING and data-modifying CTEs are safe to explain.
+//
+// The caller must only pass statements that EXPLAIN accepts (the pattern's Explainable flag):
+// Explain does not inspect the text. It always uses the extended protocol, whose Parse rejects a
+// string holding several statements, so such a string fails instead of running.
+//
+// query must be the SQL text, not a prepared statement's name. args are the caller's arguments as
+// database/sql hands them to the driver; they are sent positionally, text-encoded with unspecified
+// types (pgx's QueryExecModeExec), so the server infers their types exactly as it does for the
+// caller's own statement. Leading pgx option arguments are honoured as pgx would honour them:
+// QueryExecMode and result-format options are dropped, a QueryRewriter such as pgx.NamedArgs
+// rewrites the query first.
+//
+// Safety of the caller's session:
+//   - Nothing is sent when ctx is already done, the connection is closed or busy (ErrNotSent).
+//   - Outside a transaction the EXPLAIN runs in its own implicit transaction.
+//   - In a transaction it is wrapped in SAVEPOINT pgtraffic_explain ... RELEASE, pipelined in one
+//     round trip; if the EXPLAIN fails, ROLLBACK TO and RELEASE follow, so the error cannot abort
+//     the caller's transaction, and locks the EXPLAIN took are released. On success the locks
+//     EXPLAIN took (those the statement itself is about to take) are held until the transaction
+//     ends, and a REPEATABLE READ transaction whose first statement this is takes its snapshot now.
+//   - In an aborted transaction nothing is sent (ErrTxAborted).
+//   - Prepared statements, pgx's statement cache and session settings are untouched: the
+//     EXPLAIN uses the unnamed statement, which the caller's next statement replaces.
+//   - If ctx ends while the EXPLAIN is in flight, pgx interrupts it as it would the caller's
+//     statement; with pgx's default context handling that closes the connection. Do not give
+//     Explain a shorter deadline than the statement it precedes.
+//
+// Error texts never contain the query, its arguments or the server's message, which may quote
+// them; server errors carry only the SQLSTATE.
+func Explain(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (float64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	if conn == nil {
+		return 0, ErrConnClosed
+	}
+	c := conn.Conn()
+	pc := c.PgConn()
+	if pc.IsClosed() {
+		return 0, ErrConnClosed
+	}
+	if pc.IsBusy() {
+		return 0, ErrConnBusy
+	}
+	status := pc.TxStatus()
+	if status == 'E' {
+		return 0, ErrTxAborted
+	}
+	if status != 'I' && status != 'T' {
+		return 0, fmt.Errorf("%w: unknown transaction status %q", ErrNotSent, status)
+	}
+
+	query, values, err := explainArgs(ctx, c, query, args)
+	if err != nil {
+		return 0, err
+	}
+	// Encoding before sending anything means an unencodable argument costs no round trip and
+	// leaves no savepoint behind.
+	var eqb pgx.ExtendedQueryBuilder
+	if err := eqb.Build(c.TypeMap(), nil, values); err != nil {
+		return 0, fmt.Errorf("%w: cannot encode the arguments", ErrNotSent)
+	}
+	sql := explainPrefix + query
+
+	if status == 'I' {
+		res := pc.ExecParams(ctx, sql, eqb.ParamValues, nil, eqb.ParamFormats, nil).Read()
+		if res.Err != nil {
+			return 0, sentError(res.Err)
+		}
+		return resultCost(res)
+	}
+	return explainInTx(ctx, pc, sql, &eqb)
+}
+
+// explainInTx pipelines SAVEPOINT, EXPLAIN and RELEASE with a single Sync: one round trip when
+// the EXPLAIN succeeds. When it fails the server skips the RELEASE and the transaction is aborted
+// until the ROLLBACK TO that follows.
+func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.ExtendedQueryBuilder) (float64, error) {
+	batch := &pgconn.Batch{}
+	batch.ExecParams("SAVEPOINT "+savepointName, nil, nil, nil, nil)
+	batch.ExecParams(sql, eqb.ParamValues, nil, eqb.ParamFormats, nil)
+	batch.ExecParams("RELEASE SAVEPOINT "+savepointName, nil, nil, nil, nil)
+	results, batchErr := pc.ExecBatch(ctx, batch).ReadAll()
+
+	if pc.IsClosed() {
+		return 0, sentError(batchErr)
+	}
+	if pc.TxStatus() == 'E' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_, rbErr := pc.Exec(rctx, "ROLLBACK TO SAVEPOINT "+savepointName+"; RELEASE SAVEPOINT "+savepointName).ReadAll()
+		if rbErr != nil || pc.TxStatus() != 'T' {
+			return 0, fmt.Errorf("%w (%w)", ErrNotRestored, sentError(batchErr))
+		}
+		return 0, sentError(batchErr)
+	}
+	if batchErr != nil {
+		return 0, sentError(batchErr)
+	}
+	if len(results) != 3 {
+		return 0, errMalformedPlan
+	}
+	return resultCost(results[1])
+}
+
+// resultCost extracts the total cost from EXPLAIN's single row and column.
+func resultCost(res *pgconn.Result) (float64, error) {
+	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return 0, errMalformedPlan
+	}
+	return planCost(res.Rows[0][0])
+}
+
+// sentError describes a failure after sending. A server error is reduced to its SQLSTATE: its
+// message may quote literals or argument values.
+func sentError(err error) error {
+	if err == nil {
+		return errors.New("cost: explain failed")
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("cost: explain failed: SQLSTATE %s", pgErr.Code)
+	}
+	return fmt.Errorf("cost: explain failed: %w", err)
+}
+
+// explainArgs turns the caller's arguments into the values pgx would send, applying the leading
+// pgx options the caller's own statement would apply.
+func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []driver.NamedValue) (string, []any, error) {
+	values := make([]any, len(args))
+	for i := range args {
+		values[i] = args[i].Value
+	}
+	var rewriter pgx.QueryRewriter
+options:
+	for len(values) > 0 {
+		switch v := values[0].(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			values = values[1:]
+		case pgx.QueryRewriter:
+			rewriter = v
+			values = values[1:]
+		default:
+			break options
+		}
+	}
+	if rewriter == nil {
+		return query, values, nil
+	}
+	q, v, err := rewriter.RewriteQuery(ctx, c, query, values)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: rewriting the query failed", ErrNotSent)
+	}
+	return q, v, nil
+}

@@ -1,0 +1,379 @@
+package cost
+
+import (
+	"math"
+	"sync"
+	"testing"
+)
+
+func near(got, want, relTol float64) bool {
+	if want == 0 {
+		return math.Abs(got) <= relTol
+	}
+	return math.Abs(got-want) <= relTol*math.Abs(want)
+}
+
+func TestModelPredictBeforeHistory(t *testing.T) {
+	m := NewModel(0)
+	tests := []struct {
+		name     string
+		planCost float64
+		want     float64
+		wantOK   bool
+	}{
+		{"plan cost uses the default global k", 1000, 1000 * DefaultGlobalK, true},
+		{"no plan and no history", 0, 0, false},
+		{"negative plan cost means no plan", -5, 0, false},
+		{"NaN plan cost means no plan", math.NaN(), 0, false},
+		{"infinite plan cost means no plan", math.Inf(1), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := m.Predict(42, tt.planCost)
+			if ok != tt.wantOK || !near(got, tt.want, 1e-12) {
+				t.Fatalf("Predict(42, %v) = %v, %v; want %v, %v", tt.planCost, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+	if got := m.GlobalK(); got != DefaultGlobalK {
+		t.Fatalf("GlobalK() = %v before history, want %v", got, DefaultGlobalK)
+	}
+	if got := m.K(42); got != DefaultGlobalK {
+		t.Fatalf("K(unknown) = %v, want the global %v", got, DefaultGlobalK)
+	}
+	if _, ok := m.MeanActual(42); ok {
+		t.Fatal("MeanActual of an unknown pattern reported ok")
+	}
+}
+
+func TestModelKConverges(t *testing.T) {
+	tests := []struct {
+		name   string
+		k      float64
+		noise  []float64 // multiplicative noise cycled over the samples
+		tol    float64
+		planFn func(i int) float64
+	}{
+		{"constant plan, exact", 2e-6, []float64{1}, 1e-9, func(int) float64 { return 5000 }},
+		{"plan varies with arguments", 1e-5, []float64{1}, 1e-9, func(i int) float64 { return float64(100 + i%7*300) }},
+		{"noisy timings", 4e-6, []float64{0.9, 1.1, 1.05, 0.95}, 0.1, func(int) float64 { return 2000 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewModel(10)
+			for i := range 200 {
+				plan := tt.planFn(i)
+				m.Observe(7, plan, plan*tt.k*tt.noise[i%len(tt.noise)])
+			}
+			if got := m.K(7); !near(got, tt.k, tt.tol) {
+				t.Fatalf("K = %v, want %v ± %v", got, tt.k, tt.tol)
+			}
+			got, ok := m.Predict(7, 10_000)
+			if !ok || !near(got, 10_000*tt.k, tt.tol) {
+				t.Fatalf("Predict(7, 10000) = %v, %v; want %v", got, ok, 10_000*tt.k)
+			}
+		})
+	}
+}
+
+func TestModelKFollowsChange(t *testing.T) {
+	m := NewModel(10)
+	for range 50 {
+		m.Observe(1, 1000, 1000*1e-6)
+	}
+	// The table grew: the same plan cost now takes 10× as long. With α = 0.2 the EMAs hold less
+	// than 5% of the old regime after 14 executions.
+	for range 14 {
+		m.Observe(1, 1000, 1000*1e-5)
+	}
+	if got := m.K(1); !near(got, 1e-5, 0.05) {
+		t.Fatalf("K after regime change = %v, want ≈ 1e-5", got)
+	}
+}
+
+func TestModelFirstSampleSeeds(t *testing.T) {
+	m := NewModel(10)
+	m.Observe(3, 500, 0.25)
+	if got, ok := m.MeanActual(3); !ok || got != 0.25 {
+		t.Fatalf("MeanActual after one sample = %v, %v; want 0.25, true", got, ok)
+	}
+	if got := m.K(3); got != 0.25/500 {
+		t.Fatalf("K after one sample = %v, want %v", got, 0.25/500.0)
+	}
+}
+
+func TestModelGlobalKForNewPatterns(t *testing.T) {
+	m := NewModel(100)
+	// Two known patterns: a large one (k = 2e-6) and a small one with a big fixed overhead
+	// (k = 1e-4). The global k is a ratio of averages, so the large one dominates it.
+	for range 500 {
+		m.Observe(1, 100_000, 100_000*2e-6)
+		m.Observe(2, 10, 10*1e-4)
+	}
+	gk := m.GlobalK()
+	want := (100_000*2e-6 + 10*1e-4) / (100_000 + 10)
+	if !near(gk, want, 0.01) {
+		t.Fatalf("GlobalK = %v, want ≈ %v", gk, want)
+	}
+	if gk == DefaultGlobalK {
+		t.Fatal("GlobalK still the default after history")
+	}
+	got, ok := m.Predict(99, 50_000)
+	if !ok || !near(got, 50_000*gk, 1e-12) {
+		t.Fatalf("Predict(new pattern) = %v, %v; want %v", got, ok, 50_000*gk)
+	}
+	if m.K(99) != gk {
+		t.Fatalf("K(new) = %v, want global %v", m.K(99), gk)
+	}
+	if m.K(2) == gk {
+		t.Fatal("K(known pattern) should be its own, not the global one")
+	}
+}
+
+func TestModelHistoryOnly(t *testing.T) {
+	m := NewModel(10)
+	// No plan cost was known for any execution (EXPLAIN skipped or failed).
+	for _, a := range []float64{0.1, 0.1, 0.1} {
+		m.Observe(5, 0, a)
+	}
+	tests := []struct {
+		name     string
+		planCost float64
+		want     float64
+	}{
+		{"no plan: mean actual", 0, 0.1},
+		{"plan known now: plan × global k", 2000, 2000 * DefaultGlobalK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := m.Predict(5, tt.planCost)
+			if !ok || !near(got, tt.want, 1e-9) {
+				t.Fatalf("Predict = %v, %v; want %v", got, ok, tt.want)
+			}
+		})
+	}
+	if m.GlobalK() != DefaultGlobalK {
+		t.Fatal("executions without a plan cost trained the global k")
+	}
+}
+
+func TestModelObserveIgnoresInvalid(t *testing.T) {
+	m := NewModel(10)
+	for _, a := range []float64{math.NaN(), math.Inf(1), -1} {
+		m.Observe(8, 100, a)
+	}
+	if m.Len() != 0 {
+		t.Fatalf("invalid samples created %d patterns", m.Len())
+	}
+	m.Observe(8, math.NaN(), 0.5) // an invalid plan cost is "no plan", the actual still counts
+	if got, ok := m.MeanActual(8); !ok || got != 0.5 {
+		t.Fatalf("MeanActual = %v, %v; want 0.5, true", got, ok)
+	}
+	if m.K(8) != DefaultGlobalK {
+		t.Fatal("a NaN plan cost trained k")
+	}
+}
+
+func TestModelVolatile(t *testing.T) {
+	steady := []float64{0.1, 0.1, 0.1, 0.1, 0.1, 0.1}
+	wild := []float64{0.01, 0.5, 0.01, 0.5, 0.01, 0.5, 0.01, 0.5}
+	tests := []struct {
+		name    string
+		explain float64 // mean EXPLAIN round trip; 0 = never observed
+		samples []float64
+		want    bool
+	}{
+		{"steady cost", 0.001, steady, false},
+		{"wide variation, mean dwarfs explain", 0.001, wild, true},
+		{"wide variation, explain too slow", 0.05, wild, false},
+		{"wide variation, no explain measured yet", 0, wild, false},
+		{"too few samples", 0.001, wild[:4], false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewModel(10)
+			if tt.explain > 0 {
+				m.ObserveExplain(tt.explain)
+			}
+			for _, s := range tt.samples {
+				m.Observe(1, 0, s)
+			}
+			if got := m.Volatile(1); got != tt.want {
+				t.Fatalf("Volatile = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("flips back when the cost settles", func(t *testing.T) {
+		m := NewModel(10)
+		m.ObserveExplain(0.001)
+		for _, s := range wild {
+			m.Observe(1, 0, s)
+		}
+		if !m.Volatile(1) {
+			t.Fatal("not volatile after wide variation")
+		}
+		for range 20 {
+			m.Observe(1, 0, 0.3)
+		}
+		if m.Volatile(1) {
+			t.Fatal("still volatile after 20 steady executions")
+		}
+	})
+	if NewModel(1).Volatile(9) {
+		t.Fatal("unknown pattern reported volatile")
+	}
+}
+
+func TestModelObserveExplain(t *testing.T) {
+	m := NewModel(1)
+	if _, ok := m.ExplainMean(); ok {
+		t.Fatal("ExplainMean ok before any observation")
+	}
+	m.ObserveExplain(math.NaN())
+	m.ObserveExplain(-1)
+	if _, ok := m.ExplainMean(); ok {
+		t.Fatal("invalid round trips were recorded")
+	}
+	m.ObserveExplain(0.002)
+	m.ObserveExplain(0.004)
+	if got, _ := m.ExplainMean(); !near(got, 0.002+0.1*0.002, 1e-12) {
+		t.Fatalf("ExplainMean = %v, want 0.0022", got)
+	}
+}
+
+func TestModelTableBound(t *testing.T) {
+	const bound = 10_000
+	m := NewModel(bound)
+	m.Observe(0, 0, 1) // trained once, long ago: evicted by the flood
+	for fp := uint64(1); fp <= 1_000_000; fp++ {
+		m.Observe(fp, 0, 1)
+		if fp%100 == 0 {
+			m.Observe(42, 0, 1) // a hot pattern stays recent
+		}
+	}
+	if got := m.Len(); got != bound {
+		t.Fatalf("Len = %d, want %d", got, bound)
+	}
+	if _, ok := m.MeanActual(0); ok {
+		t.Fatal("the least recently trained pattern was not evicted")
+	}
+	if _, ok := m.MeanActual(42); !ok {
+		t.Fatal("a hot pattern was evicted")
+	}
+	if _, ok := m.MeanActual(1_000_000); !ok {
+		t.Fatal("the newest pattern is missing")
+	}
+	if _, ok := m.MeanActual(1_000_000 - bound); ok {
+		t.Fatal("a pattern older than the bound survived")
+	}
+}
+
+func TestModelTop(t *testing.T) {
+	m := NewModel(100)
+	counts := map[uint64]int{10: 5, 20: 9, 30: 1, 40: 9, 50: 3}
+	for fp, n := range counts {
+		for range n {
+			m.Observe(fp, 100, 0.001)
+		}
+	}
+	m.Observe(60, 0, 0.5) // never planned: global k, no plan cost
+	tests := []struct {
+		n    int
+		want []uint64
+	}{
+		{0, nil},
+		{1, []uint64{20}},
+		{3, []uint64{20, 40, 10}},
+		{100, []uint64{20, 40, 10, 50, 30, 60}},
+	}
+	for _, tt := range tests {
+		t.Run("", func(t *testing.T) {
+			top := m.Top(tt.n)
+			if len(top) != len(tt.want) {
+				t.Fatalf("Top(%d) returned %d patterns, want %d", tt.n, len(top), len(tt.want))
+			}
+			for i, s := range top {
+				if s.Fingerprint != tt.want[i] {
+					t.Fatalf("Top(%d)[%d] = %d, want %d (all: %+v)", tt.n, i, s.Fingerprint, tt.want[i], top)
+				}
+				if want := uint64(counts[s.Fingerprint]); s.Fingerprint != 60 && s.Count != want {
+					t.Fatalf("Count(%d) = %d, want %d", s.Fingerprint, s.Count, want)
+				}
+			}
+		})
+	}
+	top := m.Top(100)
+	if s := top[0]; !near(s.K, 1e-5, 1e-9) || !near(s.MeanActual, 0.001, 1e-9) || s.MeanPlanCost != 100 {
+		t.Fatalf("Top stats = %+v, want K 1e-5, mean 0.001, plan 100", s)
+	}
+	if s := top[5]; s.K != m.GlobalK() || s.MeanPlanCost != 0 || s.MeanActual != 0.5 {
+		t.Fatalf("unplanned pattern stats = %+v", s)
+	}
+}
+
+func TestModelConcurrent(t *testing.T) {
+	m := NewModel(64)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				fp := uint64((g*2000 + i) % 100)
+				m.Observe(fp, 1000, 1000*3e-6)
+				m.ObserveExplain(0.001)
+				m.Predict(fp, 500)
+				m.Volatile(fp)
+				if i%500 == 0 {
+					m.Top(5)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m.Len() != 64 {
+		t.Fatalf("Len = %d, want the bound 64", m.Len())
+	}
+	if got := m.GlobalK(); !near(got, 3e-6, 1e-9) {
+		t.Fatalf("GlobalK = %v, want 3e-6", got)
+	}
+}
+
+func BenchmarkModelPredict(b *testing.B) {
+	m := NewModel(0)
+	for fp := range uint64(DefaultMaxPatterns) {
+		m.Observe(fp, 1000, 0.003)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var sink float64
+	for i := 0; b.Loop(); i++ {
+		s, _ := m.Predict(uint64(i)%DefaultMaxPatterns, 1234)
+		sink += s
+	}
+	_ = sink
+}
+
+func BenchmarkModelPredictParallel(b *testing.B) {
+	m := NewModel(0)
+	for fp := range uint64(DefaultMaxPatterns) {
+		m.Observe(fp, 1000, 0.003)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var i uint64
+		for pb.Next() {
+			m.Predict(i%DefaultMaxPatterns, 1234)
+			i++
+		}
+	})
+}
+
+func BenchmarkModelObserve(b *testing.B) {
+	m := NewModel(0)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		m.Observe(uint64(i)%DefaultMaxPatterns, 1000, 0.003)
+	}
+}

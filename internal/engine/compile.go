@@ -1,0 +1,278 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
+	"github.com/pgtraffic/pgtraffic/internal/ruleset"
+)
+
+// Reasons (the driver's Reason constants carry the same strings).
+const (
+	ReasonConcurrency = "concurrency"
+	ReasonPerQuery    = "per_query_limit"
+	ReasonBudget      = "budget"
+	ReasonGuard       = "guard"
+	ReasonHealth      = "health"
+)
+
+// Guard names, as reported in BlockedError.Budget and .Rule.
+const (
+	GuardRequireWhere  = "require_where"
+	GuardBlockTruncate = "block_truncate"
+)
+
+type mode uint8
+
+const (
+	modeWarn mode = iota // the default
+	modeEnforce
+	modeOff
+)
+
+func parseMode(m config.Mode) mode {
+	switch m {
+	case "enforce":
+		return modeEnforce
+	case "off":
+		return modeOff
+	}
+	return modeWarn
+}
+
+func (m mode) String() string {
+	switch m {
+	case modeEnforce:
+		return "enforce"
+	case modeOff:
+		return "off"
+	}
+	return "warn"
+}
+
+// explainMode orders the explain modes by eagerness; the most eager of a statement's budgets wins.
+type explainMode uint8
+
+const (
+	explainAuto explainMode = iota
+	explainPattern
+	explainCall
+)
+
+func parseExplain(s string) explainMode {
+	switch s {
+	case "pattern":
+		return explainPattern
+	case "call":
+		return explainCall
+	}
+	return explainAuto
+}
+
+// compiled is one immutable version of the rules, swapped atomically on reload.
+type compiled struct {
+	cfg            *config.Config
+	empty          bool // no rules and no guards: the fast path
+	rules          *ruleset.Set
+	ruleBudget     []int    // rule index -> budget index
+	ruleName       []string // rule index -> "app=reporting,controller=export"
+	budgets        []*budgetState
+	guards         []guardState
+	healthInterval time.Duration
+}
+
+type budgetState struct {
+	name     string
+	mode     mode
+	b        *budget.Budget
+	per      string
+	needCost bool
+	explain  explainMode
+	maxWait  time.Duration
+	throttle map[string]float64
+}
+
+type guardState struct {
+	name  string
+	mode  mode
+	match []ruleset.KV
+	limit string
+}
+
+func (g *guardState) applies(p *pattern.Pattern) bool {
+	if g.name == GuardBlockTruncate {
+		return p.Truncate
+	}
+	return p.UnsafeWrite
+}
+
+// matches reports whether every pair of the guard's scope is among tags (an empty scope matches all).
+func (g *guardState) matches(tags []ruleset.KV) bool {
+	for _, m := range g.match {
+		if !slices.Contains(tags, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
+// name keep their state (debt, in-flight counts). On error the current rules stay.
+func (e *Engine) SetConfig(cfg *config.Config) error {
+	if cfg == nil {
+		cfg = &config.Config{}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.compile(cfg)
+	if err != nil {
+		return err
+	}
+	e.state.Store(c)
+	e.stats.Reloads.Add(1)
+	if e.sampler != nil {
+		metrics := healthMetrics(cfg)
+		e.sampler.SetMetrics(metrics, cfg.HealthQueries)
+		if len(metrics) > 0 {
+			e.sampler.Start()
+		}
+	}
+	return nil
+}
+
+// Config returns the rules in force.
+func (e *Engine) Config() *config.Config { return e.state.Load().cfg }
+
+// compile builds the immutable state of cfg. e.mu must be held (it updates e.budgets).
+func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
+	cores := cfg.ServerCores
+	if cores <= 0 {
+		cores = 1
+	}
+	c := &compiled{cfg: cfg, healthInterval: time.Duration(cfg.HealthInterval)}
+	if c.healthInterval <= 0 {
+		c.healthInterval = time.Second
+	}
+	index := map[string]int{}
+	keep := map[string]*budget.Budget{}
+	for i, b := range cfg.Budgets {
+		spec := budget.Spec{
+			Name:             b.Name,
+			MaxConcurrent:    b.MaxConcurrent,
+			PerQueryLimit:    time.Duration(b.PerQueryLimit).Seconds(),
+			Rate:             b.ServerShare * cores,
+			Burst:            time.Duration(b.BurstLimit).Seconds(),
+			WarningThreshold: b.WarningThreshold,
+			MaxKeys:          e.maxKeys,
+		}
+		if spec.Rate > 0 && spec.Burst <= 0 {
+			spec.Burst = spec.Rate // share × cores × 1s
+		}
+		bb, ok := e.budgets[b.Name]
+		if ok {
+			bb.SetSpec(e.now(), spec)
+		} else {
+			bb = budget.New(spec)
+		}
+		keep[b.Name] = bb
+		index[b.Name] = i
+		c.budgets = append(c.budgets, &budgetState{
+			name:     b.Name,
+			mode:     parseMode(b.Mode),
+			b:        bb,
+			per:      b.Per,
+			needCost: spec.PerQueryLimit > 0 || spec.Rate > 0,
+			explain:  parseExplain(b.Explain),
+			maxWait:  time.Duration(b.MaxWait),
+			throttle: b.ThrottleWhen,
+		})
+	}
+	if len(cfg.Rules) > 0 {
+		set, err := ruleset.Compile(cfg.Rules, func(name string) int {
+			if i, ok := index[name]; ok {
+				return i
+			}
+			return -1
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.rules = set
+		for _, r := range cfg.Rules {
+			c.ruleBudget = append(c.ruleBudget, index[r.Budget])
+			c.ruleName = append(c.ruleName, ruleName(r.Match))
+		}
+	}
+	for _, g := range []struct {
+		name string
+		g    config.Guard
+		what string
+	}{
+		{GuardRequireWhere, cfg.Guards.RequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
+		{GuardBlockTruncate, cfg.Guards.BlockTruncate, "TRUNCATE"},
+	} {
+		if g.g.Mode == "" || parseMode(g.g.Mode) == modeOff {
+			continue // guards default to off, unlike budgets
+		}
+		gs := guardState{name: g.name, mode: parseMode(g.g.Mode), limit: g.what}
+		for k, v := range g.g.Match {
+			gs.match = append(gs.match, ruleset.KV{Key: k, Value: v})
+		}
+		c.guards = append(c.guards, gs)
+	}
+	c.empty = c.rules == nil && len(c.guards) == 0
+	e.budgets = keep
+	return c, nil
+}
+
+// ruleName renders a rule's match as sorted "key=value" pairs joined by commas.
+func ruleName(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + m[k])
+	}
+	return b.String()
+}
+
+// healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).
+func healthMetrics(cfg *config.Config) []string {
+	var out []string
+	for _, b := range cfg.Budgets {
+		if parseMode(b.Mode) == modeOff {
+			continue
+		}
+		for k := range b.ThrottleWhen {
+			if k != "in_flight" && !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func formatThreshold(metric string, value, threshold float64) string {
+	if metric == "replication_lag" {
+		return fmt.Sprintf("%s=%s, threshold %s", metric,
+			time.Duration(value*float64(time.Second)).Round(time.Millisecond),
+			time.Duration(threshold*float64(time.Second)).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s=%g, threshold %g", metric, value, threshold)
+}

@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"database/sql/driver"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+)
+
+// bypassKey is the context key of WithGuardBypass.
+type bypassKey struct{}
+
+// WithGuardBypass returns a context whose statements skip the query guards. It exists for
+// deliberate bulk maintenance and is settable only from code: a SQL comment cannot set it,
+// because comments can be injected.
+func WithGuardBypass(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bypassKey{}, true)
+}
+
+func guardBypassed(ctx context.Context) bool {
+	v, _ := ctx.Value(bypassKey{}).(bool)
+	return v
+}
+
+// minRetry is the retry hint when a limit gives none (concurrency) and the pause of a max_wait loop.
+const minRetry = 10 * time.Millisecond
+
+// decide runs guards, rules, health, cost and admission for x. On success the statement's holds
+// are in x; on a denial nothing is held.
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	p := x.Pattern
+	// Guards are static facts of the pattern, so they cost nothing unless a fact is set.
+	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
+		for i := range st.guards {
+			g := &st.guards[i]
+			if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
+				continue
+			}
+			if g.mode == modeEnforce {
+				d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+				x.Decision, x.Reason = DecisionBlock, ReasonGuard
+				e.recordBlock(x.Start, d, p)
+				e.logDecision(g.name, DecisionBlock, d, p)
+				return d
+			}
+			x.Decision, x.Reason = DecisionWarn, ReasonGuard
+			e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
+		}
+	}
+	if st.rules == nil {
+		return nil
+	}
+	matched := st.rules.Match(x.Tags, x.ruleBuf[:0])
+	if len(matched) == 0 {
+		return nil
+	}
+	// The budgets of the matching rules, each once, in rule order.
+	var sel [8]int
+	budgets := sel[:0]
+	var rules [8]int
+	ruleOf := rules[:0]
+	for _, r := range matched {
+		bi := st.ruleBudget[r]
+		if st.budgets[bi].mode == modeOff || containsInt(budgets, bi) {
+			continue
+		}
+		budgets = append(budgets, bi)
+		ruleOf = append(ruleOf, r)
+	}
+	if len(budgets) == 0 {
+		return nil
+	}
+	x.Budgets = x.nameBuf[:0]
+	needCost := false
+	explain := explainAuto
+	for _, bi := range budgets {
+		bs := st.budgets[bi]
+		x.Budgets = append(x.Budgets, bs.name)
+		if bs.needCost {
+			needCost = true
+			if bs.explain > explain {
+				explain = bs.explain // the most eager explain mode wins: call > pattern > auto
+			}
+		}
+	}
+	if needCost {
+		x.Predicted, x.PlanCost = e.predict(ctx, x, conn, query, args, explain)
+		x.Costed = true
+	}
+
+	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
+	var reqBuf [8]budget.Request
+	var idxBuf [8]int
+	reqs, reqBudget := reqBuf[:0], idxBuf[:0]
+	for _, bi := range budgets {
+		bs := st.budgets[bi]
+		if bs.mode != modeEnforce {
+			continue
+		}
+		key, _ := tagValue(x.Tags, bs.per)
+		if bs.per == "" {
+			key = ""
+		}
+		reqs = append(reqs, budget.Request{Budget: bs.b, Key: key, Cost: x.Predicted})
+		reqBudget = append(reqBudget, bi)
+	}
+	var deadline time.Time
+	for {
+		d, wait := e.tryEnforce(st, x, budgets, ruleOf, reqs, reqBudget)
+		if d == nil {
+			break
+		}
+		bs := st.budgets[budgetByName(st, d.Budget)]
+		now := e.now()
+		if deadline.IsZero() {
+			deadline = x.Start.Add(bs.maxWait)
+		}
+		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
+			x.Decision, x.Reason = DecisionBlock, d.Reason
+			e.recordBlock(now, d, x.Pattern)
+			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
+			return d
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+
+	// Warn budgets are checked one by one: a warn budget that would block is logged and the
+	// statement runs without a hold in it, so the budget shows what enforce would have done.
+	for i, bi := range budgets {
+		bs := st.budgets[bi]
+		if bs.mode != modeWarn {
+			continue
+		}
+		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
+			x.Decision, x.Reason = DecisionWarn, d.Reason
+			e.noteWarn(bs.name, d, x.Pattern)
+			continue
+		}
+		key := ""
+		if bs.per != "" {
+			key, _ = tagValue(x.Tags, bs.per)
+		}
+		req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: x.Predicted}}
+		var wb [1]budget.Warning
+		warn, den := budget.Admit(e.now(), req[:], wb[:0])
+		if den != nil {
+			d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+			x.Decision, x.Reason = DecisionWarn, d.Reason
+			e.noteWarn(bs.name, d, x.Pattern)
+			continue
+		}
+		x.hold(bs.b, key, x.Predicted)
+		for _, w := range warn {
+			e.thresholdWarn(x, bs, st.ruleName[ruleOf[i]], w)
+		}
+	}
+	if e.obs != nil {
+		for _, name := range x.Budgets {
+			e.obs.Decision(name, x.Decision, x.Reason)
+		}
+	}
+	return nil
+}
+
+// tryEnforce checks health and admits the enforce budgets. On success the holds are in x.
+func (e *Engine) tryEnforce(st *compiled, x *Exec, budgets, ruleOf []int, reqs []budget.Request, reqBudget []int) (*Denial, time.Duration) {
+	for i, bi := range budgets {
+		bs := st.budgets[bi]
+		if bs.mode != modeEnforce {
+			continue
+		}
+		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
+			return d, d.RetryAfter
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, 0
+	}
+	var wb [8]budget.Warning
+	warn, den := budget.Admit(e.now(), reqs, wb[:0])
+	if den != nil {
+		bi := reqBudget[den.Index]
+		bs := st.budgets[bi]
+		d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleFor(budgets, ruleOf, bi)], Reason: den.Reason,
+			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		wait := den.RetryAfter
+		if den.Reason == ReasonPerQuery {
+			wait = 0 // waiting cannot make a statement cheaper
+		} else if wait <= 0 {
+			wait = minRetry
+		}
+		return d, wait
+	}
+	for _, r := range reqs {
+		x.hold(r.Budget, r.Key, r.Cost)
+	}
+	for _, w := range warn {
+		bi := reqBudget[w.Index]
+		e.thresholdWarn(x, st.budgets[bi], st.ruleName[ruleFor(budgets, ruleOf, bi)], w)
+	}
+	return nil, 0
+}
+
+// ReasonWarningThreshold is the reason of a warning that a limit is nearly full.
+const ReasonWarningThreshold = "warning_threshold"
+
+// thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
+func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {
+	x.Decision, x.Reason = DecisionWarn, ReasonWarningThreshold
+	e.noteWarn(bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: ReasonWarningThreshold,
+		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)}, x.Pattern)
+}
+
+// healthDenial reports a throttle_when threshold exceeded for bs, or nil.
+func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) *Denial {
+	if len(bs.throttle) == 0 || e.sampler == nil {
+		return nil
+	}
+	metric, value, exceeded, stale := e.sampler.Evaluate(e.now(), bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	if !exceeded {
+		return nil
+	}
+	limit := metric + " exceeded"
+	if stale {
+		limit = metric + " sample is stale"
+	} else if th, ok := bs.throttle[metric]; ok {
+		limit = formatThreshold(metric, value, th)
+	}
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
+		Limit: limit, RetryAfter: st.healthInterval}
+}
+
+func (x *Exec) hold(b *budget.Budget, key string, reserved float64) {
+	if x.holds == nil {
+		x.holds = x.holdBuf[:0]
+	}
+	x.holds = append(x.holds, admitted{b: b, key: key, reserved: reserved})
+}
+
+// predict returns the predicted execution seconds and the planner cost it used (0 if none).
+// EXPLAIN failures fall back to history and are counted; they never fail the statement.
+func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
+	p := x.Pattern
+	fp := p.FingerprintID
+	planCost := 0.0
+	if p.Explainable && conn != nil {
+		perCall := mode == explainCall || (mode == explainAuto && e.model.Volatile(fp))
+		cached := false
+		if !perCall {
+			if c, ok := e.plans.Get(x.Start, fp); ok {
+				planCost, cached = c, true
+				e.stats.ExplainCacheHits.Add(1)
+			} else {
+				e.stats.ExplainCacheMisses.Add(1)
+			}
+		}
+		if !cached {
+			e.stats.ExplainCalls.Add(1)
+			t0 := e.now()
+			c, err := cost.Explain(ctx, conn, query, args)
+			if err != nil {
+				e.stats.ExplainFailures.Add(1)
+				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", "fingerprint", p.Fingerprint, "error", err)
+			} else {
+				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
+				planCost = c
+				if !perCall {
+					e.plans.Put(t0, fp, c)
+				}
+			}
+		}
+	}
+	pred, ok := e.model.Predict(fp, planCost)
+	if !ok {
+		return 0, planCost
+	}
+	return pred, planCost
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func ruleFor(budgets, ruleOf []int, bi int) int {
+	for i, b := range budgets {
+		if b == bi {
+			return ruleOf[i]
+		}
+	}
+	return 0
+}
+
+func budgetByName(st *compiled, name string) int {
+	for i, bs := range st.budgets {
+		if bs.name == name {
+			return i
+		}
+	}
+	return 0
+}
+
+func ctxEndsBefore(ctx context.Context, t time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Before(t)
+}

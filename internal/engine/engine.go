@@ -1,0 +1,396 @@
+// Package engine is pgtraffic's decision path: for every statement it finds the pattern, merges
+// the tags, matches the rule set, predicts the cost when a budget needs it, and admits, warns
+// about or blocks the statement. The driver package wraps it in database/sql interfaces.
+//
+// The engine holds no goroutine of its own on the hot path: buckets drain when read, the rule set
+// is an immutable value swapped atomically on reload, and the only background work (the rules
+// file watcher and the health sampler) runs off the hot path.
+package engine
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
+	"github.com/pgtraffic/pgtraffic/internal/ruleset"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// Built-in tag keys (design.md §2 step 2).
+const (
+	KeyUsername        = "username"
+	KeyDatabase        = "database"
+	KeyApplicationName = "application_name"
+	KeyFingerprint     = "fingerprint"
+	KeyStatement       = "statement"
+	KeyTable           = "table"
+)
+
+// Decisions, as reported to telemetry.
+const (
+	DecisionAllow = "allow"
+	DecisionWarn  = "warn"
+	DecisionBlock = "block"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Logger           *slog.Logger
+	Now              func() time.Time
+	PatternCacheSize int
+	MaxBuckets       int
+
+	// Connection metadata, the built-in tags of every statement.
+	User, Database, ApplicationName string
+
+	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
+	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
+
+	// Observer, when set, sees every statement's decision and completion (telemetry).
+	Observer Observer
+
+	// OnStatement, when set, is called with every statement's merged tags (tests, debugging).
+	OnStatement func(fingerprint string, tags []ruleset.KV)
+}
+
+// Engine decides, for each statement, whether it may run. It is safe for concurrent use.
+type Engine struct {
+	log      *slog.Logger
+	now      func() time.Time
+	patterns *pattern.Cache
+	model    *cost.Model
+	plans    *cost.PlanCache
+	sampler  *health.Sampler
+	builtins []ruleset.KV
+	obs      Observer
+	onStmt   func(string, []ruleset.KV)
+	maxKeys  int
+
+	state atomic.Pointer[compiled]
+
+	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
+	inFlight atomic.Int64
+
+	stats Stats
+	warns warnLimiter
+
+	mu sync.Mutex // protects the fields below
+	// budgets by name: kept across reloads so debt and in-flight counts survive.
+	budgets map[string]*budget.Budget
+	recent  []BlockRecord // ring of the most recent blocks
+	next    int
+	closed  bool
+	watcher *watcher
+}
+
+// Stats are the engine's event counters; read them with the atomic Load methods.
+type Stats struct {
+	ExplainCalls, ExplainFailures, ExplainCacheHits, ExplainCacheMisses atomic.Uint64
+	Reloads, ReloadFailures                                            atomic.Uint64
+	Blocked, Warned                                                    atomic.Uint64
+}
+
+// New returns an engine with no rules: every statement is allowed.
+func New(o Options) *Engine {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxBuckets <= 0 {
+		o.MaxBuckets = 100_000
+	}
+	e := &Engine{
+		log:      o.Logger,
+		now:      o.Now,
+		patterns: pattern.NewCache(o.PatternCacheSize),
+		model:    cost.NewModel(o.PatternCacheSize),
+		plans:    cost.NewPlanCache(o.PatternCacheSize, 0),
+		obs:      o.Observer,
+		onStmt:   o.OnStatement,
+		maxKeys:  o.MaxBuckets,
+		budgets:  map[string]*budget.Budget{},
+		recent:   make([]BlockRecord, 0, recentBlocks),
+	}
+	e.warns.init()
+	for _, kv := range [...]ruleset.KV{
+		{Key: KeyUsername, Value: o.User},
+		{Key: KeyDatabase, Value: o.Database},
+		{Key: KeyApplicationName, Value: o.ApplicationName},
+	} {
+		if kv.Value != "" {
+			e.builtins = append(e.builtins, kv)
+		}
+	}
+	if o.HealthConnect != nil {
+		e.sampler = health.NewSampler(health.Options{
+			Connect: o.HealthConnect,
+			Logger:  o.Logger,
+			Now:     o.Now,
+		})
+	}
+	e.state.Store(&compiled{})
+	return e
+}
+
+// Close stops the rules-file watcher and the health sampler.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	w := e.watcher
+	e.watcher = nil
+	e.mu.Unlock()
+	var errs []error
+	if w != nil {
+		errs = append(errs, w.close())
+	}
+	if e.sampler != nil {
+		errs = append(errs, e.sampler.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Patterns exposes the pattern cache (introspection and tests).
+func (e *Engine) Patterns() *pattern.Cache { return e.patterns }
+
+// Model exposes the cost model (introspection and tests).
+func (e *Engine) Model() *cost.Model { return e.model }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// InFlight reports the statements in flight through this engine.
+func (e *Engine) InFlight() int64 { return e.inFlight.Load() }
+
+// Denial describes a blocked statement; the driver turns it into a *driver.BlockedError.
+type Denial struct {
+	Budget, Rule, Reason, Fingerprint, Limit string
+	RetryAfter                               time.Duration
+}
+
+func (d *Denial) Error() string {
+	return fmt.Sprintf("pgtraffic: blocked by %q (%s, %s)", d.Budget, d.Reason, d.Limit)
+}
+
+// admitted is one budget's hold on a statement, given back at Finish.
+type admitted struct {
+	b        *budget.Budget
+	key      string
+	reserved float64
+}
+
+// Exec is one statement between its admission and its completion. Finish must be called exactly
+// once, by the single owner (the driver's Exec call or its Rows). Not safe for concurrent use.
+type Exec struct {
+	e       *Engine
+	Pattern *pattern.Pattern
+	// Tags are the statement's merged tags (built-in, comment, context; later wins).
+	Tags      []ruleset.KV
+	Start     time.Time
+	Decision  string   // allow, warn or block
+	Reason    string   // the warn or block reason, "" when allowed cleanly
+	Budgets   []string // names of the matching budgets that are not off
+	Predicted float64  // predicted execution seconds; 0 when not predicted
+	PlanCost  float64  // planner cost used; 0 when none
+	Costed    bool     // a prediction was made (the model may train on this execution)
+	Span      any      // the observer's per-statement state
+
+	holds   []admitted
+	tagBuf  [12]ruleset.KV
+	ruleBuf [8]int
+	holdBuf [4]admitted
+	nameBuf [4]string
+}
+
+var execPool = sync.Pool{New: func() any { return new(Exec) }}
+
+// Begin decides whether the statement may run. conn is the pgx stdlib connection it will run on
+// (used for EXPLAIN; may be nil). It returns the Exec to Finish when the statement completes, or
+// a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
+// On a denial nothing has been taken from any budget.
+func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
+	now := e.now()
+	p, _ := e.patterns.Get(query)
+	x := execPool.Get().(*Exec)
+	*x = Exec{e: e, Pattern: p, Start: now, Decision: DecisionAllow}
+	x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
+	if e.onStmt != nil {
+		e.onStmt(p.Fingerprint, x.Tags)
+	}
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		e.debugStatement(ctx, x)
+	}
+	st := e.state.Load()
+	if !st.empty {
+		if err := e.decide(ctx, st, x, conn, query, args); err != nil {
+			if e.obs != nil {
+				e.obs.Blocked(ctx, x, err)
+			}
+			x.release()
+			return nil, err
+		}
+	}
+	e.inFlight.Add(1)
+	if e.obs != nil {
+		e.obs.Started(ctx, x)
+	}
+	// Measure the statement from here: admission (and any EXPLAIN or wait) is not its cost.
+	x.Start = e.now()
+	return x, nil
+}
+
+// Finish releases the statement's holds, trues its debt up to the actual time and trains the
+// cost model. err is the statement's error (nil on success); a cancelled or failed statement does
+// not train the model.
+func (x *Exec) Finish(ctx context.Context, err error) {
+	e := x.e
+	now := e.now()
+	actual := now.Sub(x.Start).Seconds()
+	for _, h := range x.holds {
+		h.b.Release(now, h.key, h.reserved, actual)
+	}
+	e.inFlight.Add(-1)
+	if err == nil && ctx.Err() == nil && x.Costed {
+		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
+	}
+	if e.obs != nil {
+		e.obs.Finished(ctx, x, err, now.Sub(x.Start))
+	}
+	x.release()
+}
+
+func (x *Exec) release() {
+	*x = Exec{}
+	execPool.Put(x)
+}
+
+// mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
+// statement's comment, then context tags; a later source replaces every pair of an earlier
+// source with the same key.
+func (e *Engine) mergeTags(ctx context.Context, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
+	ctxTags := tagging.From(ctx)
+	var comment tagging.Tags
+	if strings.Contains(query, "/*") {
+		comment = tagging.Parse(query)
+	}
+	shadowed := func(key string) bool {
+		if _, ok := ctxTags.Get(key); ok {
+			return true
+		}
+		_, ok := comment.Get(key)
+		return ok
+	}
+	for _, kv := range e.builtins {
+		if !shadowed(kv.Key) {
+			dst = append(dst, kv)
+		}
+	}
+	if !shadowed(KeyFingerprint) {
+		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
+	}
+	if !shadowed(KeyStatement) {
+		dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+	}
+	if !shadowed(KeyTable) {
+		for _, t := range p.Tables {
+			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+		}
+	}
+	for k, v := range comment.All() {
+		if _, ok := ctxTags.Get(k); !ok {
+			dst = append(dst, ruleset.KV{Key: k, Value: v})
+		}
+	}
+	for k, v := range ctxTags.All() {
+		dst = append(dst, ruleset.KV{Key: k, Value: v})
+	}
+	return dst
+}
+
+// debugStatement logs a statement's pattern and merged tags at debug level. Tags are metadata
+// chosen by the application; the statement text is logged normalised, never raw.
+func (e *Engine) debugStatement(ctx context.Context, x *Exec) {
+	attrs := make([]any, 0, len(x.Tags)+3)
+	attrs = append(attrs, slog.String("fingerprint", x.Pattern.Fingerprint), slog.String("query", x.Pattern.Normalized))
+	tags := make([]any, 0, len(x.Tags))
+	for _, kv := range x.Tags {
+		tags = append(tags, slog.String(kv.Key, kv.Value))
+	}
+	attrs = append(attrs, slog.Group("tags", tags...))
+	e.log.DebugContext(ctx, "pgtraffic: statement", attrs...)
+}
+
+// tagValue returns the first value of key in tags.
+func tagValue(tags []ruleset.KV, key string) (string, bool) {
+	for _, kv := range tags {
+		if kv.Key == key {
+			return kv.Value, true
+		}
+	}
+	return "", false
+}
+
+// BlockRecord is one recent block, for introspection.
+type BlockRecord struct {
+	At          time.Time `json:"at"`
+	Budget      string    `json:"budget"`
+	Reason      string    `json:"reason"`
+	Fingerprint string    `json:"fingerprint"`
+	Query       string    `json:"query"` // normalised text
+}
+
+const recentBlocks = 32
+
+func (e *Engine) recordBlock(now time.Time, d *Denial, p *pattern.Pattern) {
+	e.stats.Blocked.Add(1)
+	r := BlockRecord{At: now, Budget: d.Budget, Reason: d.Reason, Fingerprint: d.Fingerprint, Query: p.Normalized}
+	e.mu.Lock()
+	if len(e.recent) < recentBlocks {
+		e.recent = append(e.recent, r)
+	} else {
+		e.recent[e.next] = r
+	}
+	e.next = (e.next + 1) % recentBlocks
+	e.mu.Unlock()
+}
+
+// RecentBlocks returns the most recent blocks, newest first.
+func (e *Engine) RecentBlocks() []BlockRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := append([]BlockRecord(nil), e.recent...)
+	sort.Slice(out, func(i, j int) bool { return out[i].At.After(out[j].At) })
+	return out
+}
+
+// Observer sees statements for telemetry. Its methods are called on the statement's goroutine
+// and must not block.
+type Observer interface {
+	Started(ctx context.Context, x *Exec)
+	Blocked(ctx context.Context, x *Exec, err error)
+	Finished(ctx context.Context, x *Exec, err error, d time.Duration)
+	Decision(budget, decision, reason string)
+}
+
+// config type re-exported for the driver's convenience.
+type Config = config.Config

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
+)
+
+// logEvery is the least time between two logged decisions of one budget and decision. A budget
+// under pressure decides thousands of times a second; the log gets one line a second saying how
+// many were suppressed, and the metrics count every one.
+const logEvery = time.Second
+
+// warnLimiter rate-limits decision logs per (budget, decision).
+type warnLimiter struct {
+	mu sync.Mutex // protects the fields below
+	m  map[string]*limitState
+}
+
+type limitState struct {
+	last       time.Time
+	suppressed int
+}
+
+func (l *warnLimiter) init() { l.m = map[string]*limitState{} }
+
+// allow reports whether to log now, and how many were suppressed since the last log line.
+func (l *warnLimiter) allow(key string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.m[key]
+	if s == nil {
+		if len(l.m) > 10_000 { // budgets are few; guard against unbounded growth anyway
+			clear(l.m)
+		}
+		s = &limitState{}
+		l.m[key] = s
+	}
+	if !s.last.IsZero() && now.Sub(s.last) < logEvery {
+		s.suppressed++
+		return false, 0
+	}
+	n := s.suppressed
+	s.last, s.suppressed = now, 0
+	return true, n
+}
+
+func (e *Engine) noteWarn(budgetName string, d *Denial, p *pattern.Pattern) {
+	e.stats.Warned.Add(1)
+	e.logDecision(budgetName, DecisionWarn, d, p)
+}
+
+// logDecision logs a warn or block decision, rate-limited per budget. It never logs SQL text
+// beyond the fingerprint: the normalised text is in the telemetry, literals are nowhere.
+func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.Pattern) {
+	ok, suppressed := e.warns.allow(budgetName+"\x00"+decision, e.now())
+	if !ok {
+		return
+	}
+	level := slog.LevelWarn
+	msg := "pgtraffic: statement over budget (warn mode: it runs)"
+	if decision == DecisionBlock {
+		msg = "pgtraffic: statement blocked"
+	}
+	if d.Reason == ReasonGuard {
+		msg = "pgtraffic: query guard matched (warn mode: it runs)"
+		if decision == DecisionBlock {
+			msg = "pgtraffic: statement blocked by query guard"
+		}
+	}
+	attrs := []slog.Attr{
+		slog.String("budget", budgetName),
+		slog.String("decision", decision),
+		slog.String("reason", d.Reason),
+		slog.String("fingerprint", p.Fingerprint),
+	}
+	if d.Limit != "" {
+		attrs = append(attrs, slog.String("limit", d.Limit))
+	}
+	if d.RetryAfter > 0 {
+		attrs = append(attrs, slog.Duration("retry_after", d.RetryAfter))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	e.log.LogAttrs(context.Background(), level, msg, attrs...)
+}

@@ -1,0 +1,45 @@
+// Package health samples PostgreSQL server health for pgtraffic's
+// throttle_when budgets: the Vitess-throttler half of traffic control.
+//
+// # Sampling
+//
+// A [Sampler] belongs to one connector. It reads the configured metrics on
+// its own dedicated connection (never one of the application's pool) once
+// per interval, from a single goroutine driven by a [time.Ticker], and
+// publishes each round as an immutable snapshot behind an atomic pointer.
+// Checks ([Sampler.Evaluate], [Sampler.Value]) read that snapshot and never
+// wait for I/O, so the hot path pays a map lookup per threshold.
+//
+// The sampler opens nothing while no metric is configured: a connector whose
+// budgets use no health thresholds costs the server nothing. Every read is
+// bounded by a timeout; a failed connect is retried with exponential
+// backoff.
+//
+// # Metrics
+//
+//   - [ActiveQueries]: client backends in state 'active' in pg_stat_activity,
+//     the sampler's own backend excluded. The sampling role needs
+//     pg_read_all_stats (or pg_monitor) to see other roles' backends.
+//   - [ReplicationLag]: on a standby, seconds since the last replayed
+//     transaction committed on the primary, or 0 when everything received has
+//     been replayed; on a primary, the largest replay_lag in
+//     pg_stat_replication, or 0 when there is none.
+//   - [InFlight]: the connector's own queries in flight; not sampled, the
+//     caller passes it to [Sampler.Evaluate].
+//   - [CustomPrefix] + name: a configured query returning one row with one
+//     numeric column (int2, int4, int8, float4, float8 or numeric).
+//
+// # Staleness
+//
+// A metric is stale when it has never been read, when its most recent read
+// failed, or when its last good read is older than [StaleIntervals]
+// intervals. A stale metric counts as exceeded for enforce budgets (fail
+// safe) and is logged once when the staleness begins. A read that fails is
+// logged once per change of its error and counted by [Sampler.Errors].
+//
+// # Waiting
+//
+// Batch jobs that wait for health to recover sleep [Backoff] between
+// checks: about one interval, growing to four, with jitter, so that many
+// waiting jobs do not all rush in the moment a metric drops.
+package health

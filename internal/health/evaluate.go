@@ -1,0 +1,88 @@
+package health
+
+import (
+	"fmt"
+	"time"
+)
+
+// Evaluate is the throttle check of one budget: thresholds maps metric names
+// to the level at which the budget stops admitting, inFlight is the
+// connector's own queries in flight (for [InFlight]), and enforce says
+// whether the budget is in enforce mode. It reads the last published sample
+// at now and never waits for I/O.
+//
+// A metric is exceeded when its value is at or above its threshold (>=): the
+// threshold is the level at which throttling begins, so `active_queries: 8`
+// admits while fewer than 8 queries are active, and `in_flight: 4` (counting
+// the queries already in flight, not the one asking) keeps at most 4 in
+// flight.
+//
+// A metric is stale when it has no good sample, when its last read failed,
+// or when its last good sample is older than [StaleIntervals] intervals;
+// each metric's staleness is logged once when it begins. Staleness counts
+// as exceeded only when enforce is true (fail safe); a warn budget is not
+// warned about what is not known.
+//
+// Results: when a fresh metric is exceeded, the first such metric by name
+// and its value, with exceeded true and stale false. Otherwise, when a
+// metric is stale, the first stale metric by name and its last good value
+// (0 if none), with exceeded equal to enforce and stale true. Otherwise
+// ("", 0, false, false).
+func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFlight float64, enforce bool) (metric string, value float64, exceeded bool, stale bool) {
+	readings := s.snap.Load().readings
+	limit := StaleIntervals * s.interval
+	var over, old string
+	var overValue, oldValue float64
+	for m, threshold := range thresholds {
+		v := inFlight
+		if m != InFlight {
+			r, ok := readings[m]
+			if !ok || !r.good || r.err != "" || now.Sub(r.at) > limit {
+				s.noteStale(m, r, ok, now, limit)
+				if old == "" || m < old {
+					old, oldValue = m, r.value
+				}
+				continue
+			}
+			v = r.value
+		}
+		if v >= threshold && (over == "" || m < over) {
+			over, overValue = m, v
+		}
+	}
+	switch {
+	case over != "":
+		return over, overValue, true, false
+	case old != "":
+		return old, oldValue, enforce, true
+	}
+	return "", 0, false, false
+}
+
+// noteStale logs the start of a metric's staleness, once: the reading's flag
+// is shared by its copies in later snapshots and cleared by the next good
+// read. A threshold on a metric the sampler was not configured to read is
+// logged once per metric set.
+func (s *Sampler) noteStale(metric string, r reading, configured bool, now time.Time, limit time.Duration) {
+	if !configured {
+		if _, logged := s.unconfigured.LoadOrStore(metric, struct{}{}); !logged {
+			s.log.Warn("health: threshold on a metric the sampler does not read; it counts as stale",
+				"metric", metric)
+		}
+		return
+	}
+	if r.staleLogged.Load() || !r.staleLogged.CompareAndSwap(false, true) {
+		return
+	}
+	var reason string
+	switch {
+	case r.err != "":
+		reason = "last read failed: " + r.err
+	case !r.good:
+		reason = "no sample yet"
+	default:
+		reason = fmt.Sprintf("last good sample is %s old (stale after %s)", now.Sub(r.at).Round(time.Millisecond), limit)
+	}
+	s.log.Warn("health: metric is stale; enforce budgets throttle on it until a fresh sample",
+		"metric", metric, "reason", reason)
+}

@@ -1,0 +1,198 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// activeQueriesSQL counts client backends executing a statement, excluding
+// the sampler's own (which is active while it runs this).
+const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
+	`where state = 'active' and backend_type = 'client backend' and pid <> pg_backend_pid()`
+
+// replicationLagSQL works on a standby and on a primary, so that a failover
+// needs no reconfiguration. On a standby it is the age of the last replayed
+// transaction, except that a standby which has replayed everything it
+// received is caught up (an idle primary writes no transactions, and the
+// age alone would grow forever). On a primary it is the largest replay_lag
+// among its standbys. Negative ages (clock skew) read as 0.
+const replicationLagSQL = `select case when pg_is_in_recovery() then ` +
+	`case when pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() then 0 ` +
+	`else greatest(coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0), 0) end ` +
+	`else coalesce((select extract(epoch from max(replay_lag)) from pg_stat_replication), 0) ` +
+	`end::float8`
+
+// setupSQL names the session so that it is visible in pg_stat_activity, and
+// sets a server-side statement_timeout a little below the client's read
+// timeout: the server then cancels a slow read itself and the connection
+// survives, where a client-side deadline would have to break it.
+const setupSQL = `select set_config('application_name', $1, false), set_config('statement_timeout', $2, false)`
+
+// shapeError reports a query whose result is not exactly one number.
+type shapeError struct{ msg string }
+
+func (e *shapeError) Error() string { return e.msg }
+
+// readNumber runs sql on conn and returns its single numeric value.
+// The caller bounds ctx.
+func readNumber(ctx context.Context, conn *pgx.Conn, sql string) (float64, error) {
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, &shapeError{"returned no rows, want one row with one number"}
+	}
+	fields := rows.FieldDescriptions()
+	if len(fields) != 1 {
+		return 0, &shapeError{fmt.Sprintf("returned %d columns, want one number", len(fields))}
+	}
+	values, err := rows.Values()
+	if err != nil {
+		return 0, err
+	}
+	v, err := toFloat(values[0])
+	if err != nil {
+		if errors.Is(err, errNotNumber) {
+			return 0, &shapeError{fmt.Sprintf("returned a column of type %s, want int2, int4, int8, float4, float8 or numeric",
+				typeName(conn, fields[0].DataTypeOID))}
+		}
+		return 0, err
+	}
+	if rows.Next() {
+		return 0, &shapeError{"returned more than one row, want one"}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+var errNotNumber = errors.New("not a number type")
+
+// toFloat converts a decoded value of a numeric column. NaN is refused: it
+// compares false with every threshold, so it would never throttle.
+func toFloat(v any) (float64, error) {
+	var f float64
+	switch x := v.(type) {
+	case nil:
+		return 0, &shapeError{"returned NULL, want a number"}
+	case int16:
+		f = float64(x)
+	case int32:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case float32:
+		f = float64(x)
+	case float64:
+		f = x
+	case pgtype.Numeric:
+		if !x.Valid {
+			return 0, &shapeError{"returned NULL, want a number"}
+		}
+		if x.NaN {
+			f = math.NaN()
+			break
+		}
+		f8, err := x.Float64Value()
+		if err != nil {
+			return 0, err
+		}
+		f = f8.Float64
+	default:
+		return 0, errNotNumber
+	}
+	if math.IsNaN(f) {
+		return 0, &shapeError{"returned NaN, want a number"}
+	}
+	return f, nil
+}
+
+// typeName names a column type for an error message.
+func typeName(conn *pgx.Conn, oid uint32) string {
+	if t, ok := conn.TypeMap().TypeForOID(oid); ok {
+		return t.Name
+	}
+	return fmt.Sprintf("oid %d", oid)
+}
+
+// describe says why a read failed, clearly but without the server's message
+// text, which can quote literals from the query; the SQLSTATE names the
+// condition exactly.
+func describe(err error, timeout time.Duration) string {
+	var shape *shapeError
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &shape):
+		return shape.msg
+	case errors.As(err, &pgErr):
+		if pgErr.Code == "57014" {
+			return fmt.Sprintf("timed out after %s (server canceled the statement, SQLSTATE 57014)", timeout)
+		}
+		return fmt.Sprintf("server error SQLSTATE %s (%s)", pgErr.Code, conditionName(pgErr.Code))
+	case errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err):
+		return fmt.Sprintf("timed out after %s", timeout)
+	default:
+		return err.Error()
+	}
+}
+
+// conditionName names the SQLSTATEs a health query most often meets, and
+// otherwise the class.
+func conditionName(code string) string {
+	switch code {
+	case "42601":
+		return "syntax_error"
+	case "42501":
+		return "insufficient_privilege"
+	case "42P01":
+		return "undefined_table"
+	case "42703":
+		return "undefined_column"
+	case "42883":
+		return "undefined_function"
+	case "0A000":
+		return "feature_not_supported"
+	case "25006":
+		return "read_only_sql_transaction"
+	}
+	if len(code) < 2 {
+		return "unknown"
+	}
+	switch code[:2] {
+	case "08":
+		return "connection exception"
+	case "22":
+		return "data exception"
+	case "28":
+		return "invalid authorization"
+	case "42":
+		return "syntax error or access rule violation"
+	case "53":
+		return "insufficient resources"
+	case "54":
+		return "program limit exceeded"
+	case "55":
+		return "object not in prerequisite state"
+	case "57":
+		return "operator intervention"
+	case "58":
+		return "system error"
+	case "XX":
+		return "internal error"
+	}
+	return "class " + code[:2]
+}

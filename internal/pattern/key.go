@@ -1,0 +1,192 @@
+package pattern
+
+import "strings"
+
+// Key returns sql without leading and trailing whitespace, comments (-- and
+// nested /* */) and semicolons. It is a substring of sql and never allocates.
+//
+// Comments are recognised as the PostgreSQL lexer (standard_conforming_strings
+// on) recognises them, so "--" or "/*" inside a string literal, a quoted
+// identifier or a dollar-quoted string is never taken for a comment. Two texts
+// with the same key differ only in what was stripped, which is why the cache
+// may share one Pattern between them.
+//
+// The common cases are O(1) plus one vectorised search for "--": a text whose
+// only comment is a leading one, or that has none. A text with a trailing
+// comment (the usual sqlcommenter placement) or any "--" is lexed once from
+// the start, O(len(sql)).
+func Key(sql string) string {
+	s := skipLeading(sql)
+	t := sql[s:]
+	e := len(t)
+	for e > 0 && (isSpace(t[e-1]) || t[e-1] == ';') {
+		e--
+	}
+	t = t[:e]
+	// A trailing block comment must end the text with "*/"; a trailing line
+	// comment needs a "--" somewhere. Without either, nothing more to strip.
+	if !strings.HasSuffix(t, "*/") && strings.Index(t, "--") < 0 {
+		return t
+	}
+	return sql[s : s+significantEnd(sql[s:])]
+}
+
+// skipLeading returns the offset of the first byte of sql that is not
+// whitespace, a semicolon or part of a complete comment. At the start of a
+// text the lexer is in its initial state, so this needs no lookbehind.
+func skipLeading(sql string) int {
+	i := 0
+	for i < len(sql) {
+		c := sql[i]
+		switch {
+		case isSpace(c) || c == ';':
+			i++
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			nl := strings.IndexByte(sql[i:], '\n')
+			if nl < 0 {
+				return len(sql)
+			}
+			i += nl + 1
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			n, ok := blockComment(sql[i:])
+			if !ok {
+				return i // unterminated: keep it, the server reports it
+			}
+			i += n
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// blockComment returns the length of the nested block comment that starts
+// sql ("/*" at sql[0:2]) and whether it is terminated.
+func blockComment(sql string) (int, bool) {
+	depth := 0
+	i := 0
+	for i+1 < len(sql) {
+		switch {
+		case sql[i] == '/' && sql[i+1] == '*':
+			depth++
+			i += 2
+		case sql[i] == '*' && sql[i+1] == '/':
+			depth--
+			i += 2
+			if depth == 0 {
+				return i, true
+			}
+		default:
+			i++
+		}
+	}
+	return len(sql), false
+}
+
+// significantEnd lexes sql from the lexer's initial state and returns the end
+// offset of its last token that is not whitespace, a comment or a semicolon.
+// An unterminated string, identifier or comment is significant to the end.
+func significantEnd(sql string) int {
+	end := 0
+	i := 0
+	for i < len(sql) {
+		c := sql[i]
+		switch {
+		case isSpace(c) || c == ';':
+			i++
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			nl := strings.IndexByte(sql[i:], '\n')
+			if nl < 0 {
+				return end
+			}
+			i += nl + 1
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			n, ok := blockComment(sql[i:])
+			if !ok {
+				return len(sql)
+			}
+			i += n
+		case c == '\'':
+			escapes := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdent(sql[i-2]))
+			n, ok := quoted(sql[i:], '\'', escapes)
+			if !ok {
+				return len(sql)
+			}
+			i += n
+			end = i
+		case c == '"':
+			n, ok := quoted(sql[i:], '"', false)
+			if !ok {
+				return len(sql)
+			}
+			i += n
+			end = i
+		case c == '$' && (i == 0 || !isIdent(sql[i-1])):
+			n, ok := dollarQuoted(sql[i:])
+			if !ok {
+				return len(sql)
+			}
+			i += n
+			end = i
+		default:
+			i++
+			end = i
+		}
+	}
+	return end
+}
+
+// quoted returns the length of the quoted token starting at sql[0] == q,
+// where a doubled q stands for itself and, with escapes, a backslash escapes
+// the next byte (E'...' strings).
+func quoted(sql string, q byte, escapes bool) (int, bool) {
+	for i := 1; i < len(sql); i++ {
+		switch sql[i] {
+		case '\\':
+			if escapes {
+				i++
+			}
+		case q:
+			if i+1 < len(sql) && sql[i+1] == q {
+				i++
+				continue
+			}
+			return i + 1, true
+		}
+	}
+	return len(sql), false
+}
+
+// dollarQuoted returns the length of the token starting with '$' at sql[0]:
+// a dollar-quoted string ($tag$...$tag$), or else just the '$' (a parameter
+// such as $1 continues as ordinary bytes).
+func dollarQuoted(sql string) (int, bool) {
+	j := 1
+	for j < len(sql) && isIdent(sql[j]) && sql[j] != '$' {
+		if j == 1 && sql[j] >= '0' && sql[j] <= '9' {
+			return 1, true // $1: a parameter
+		}
+		j++
+	}
+	if j >= len(sql) || sql[j] != '$' {
+		return 1, true
+	}
+	tag := sql[:j+1]
+	k := strings.Index(sql[j+1:], tag)
+	if k < 0 {
+		return len(sql), false
+	}
+	return j + 1 + k + len(tag), true
+}
+
+// isSpace reports PostgreSQL's lexer whitespace.
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// isIdent reports a byte that may continue an identifier (PostgreSQL allows
+// '$' after the first byte, and any non-ASCII byte).
+func isIdent(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 ||
+		(c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}

@@ -1,0 +1,203 @@
+package pattern
+
+import (
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v5"
+)
+
+// classify returns the kind and the operation (PostgreSQL's command tag, as
+// db.operation.name) of one top-level statement.
+func classify(n *pg.Node) (kind, op string) {
+	switch x := n.GetNode().(type) {
+	case nil:
+		return KindOther, ""
+	case *pg.Node_SelectStmt:
+		if x.SelectStmt.IntoClause != nil {
+			return KindDDL, "SELECT" // SELECT ... INTO creates a table
+		}
+		return KindSelect, "SELECT"
+	case *pg.Node_InsertStmt:
+		return KindInsert, "INSERT"
+	case *pg.Node_UpdateStmt:
+		return KindUpdate, "UPDATE"
+	case *pg.Node_DeleteStmt:
+		return KindDelete, "DELETE"
+	case *pg.Node_MergeStmt:
+		return KindMerge, "MERGE"
+	case *pg.Node_TruncateStmt:
+		return KindDDL, "TRUNCATE TABLE"
+	case *pg.Node_TransactionStmt:
+		return KindUtility, transactionOp(x.TransactionStmt.Kind)
+	case *pg.Node_VariableSetStmt:
+		switch x.VariableSetStmt.Kind {
+		case pg.VariableSetKind_VAR_RESET, pg.VariableSetKind_VAR_RESET_ALL:
+			return KindUtility, "RESET"
+		}
+		return KindUtility, "SET"
+	case *pg.Node_VacuumStmt:
+		if x.VacuumStmt.IsVacuumcmd {
+			return KindUtility, "VACUUM"
+		}
+		return KindUtility, "ANALYZE"
+	case *pg.Node_FetchStmt:
+		if x.FetchStmt.Ismove {
+			return KindUtility, "MOVE"
+		}
+		return KindUtility, "FETCH"
+	case *pg.Node_GrantStmt:
+		if x.GrantStmt.IsGrant {
+			return KindDDL, "GRANT"
+		}
+		return KindDDL, "REVOKE"
+	case *pg.Node_GrantRoleStmt:
+		if x.GrantRoleStmt.IsGrant {
+			return KindDDL, "GRANT ROLE"
+		}
+		return KindDDL, "REVOKE ROLE"
+	case *pg.Node_CreateTableAsStmt:
+		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_MATVIEW {
+			return KindDDL, "CREATE MATERIALIZED VIEW"
+		}
+		return KindDDL, "CREATE TABLE AS"
+	case *pg.Node_DropStmt:
+		return KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType)
+	case *pg.Node_AlterTableStmt:
+		return KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype)
+	case *pg.Node_AlterSystemStmt:
+		return KindUtility, "ALTER SYSTEM"
+	case *pg.Node_RefreshMatViewStmt:
+		return KindUtility, "REFRESH MATERIALIZED VIEW"
+	}
+	name := string(n.ProtoReflect().WhichOneof(oneofNode).Message().Name())
+	if op, ok := utilityOps[name]; ok {
+		return KindUtility, op
+	}
+	if op, ok := ddlOps[name]; ok {
+		return KindDDL, op
+	}
+	if strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Alter") || strings.HasPrefix(name, "Drop") {
+		return KindDDL, words(name)
+	}
+	return KindOther, words(name)
+}
+
+var oneofNode = (&pg.Node{}).ProtoReflect().Descriptor().Oneofs().ByName("node")
+
+// utilityOps names the utility statements whose command tag is not simply
+// derived from the node name.
+var utilityOps = map[string]string{
+	"VariableShowStmt":   "SHOW",
+	"ExplainStmt":        "EXPLAIN",
+	"CopyStmt":           "COPY",
+	"ListenStmt":         "LISTEN",
+	"UnlistenStmt":       "UNLISTEN",
+	"NotifyStmt":         "NOTIFY",
+	"LockStmt":           "LOCK TABLE",
+	"CheckPointStmt":     "CHECKPOINT",
+	"DiscardStmt":        "DISCARD",
+	"PrepareStmt":        "PREPARE",
+	"ExecuteStmt":        "EXECUTE",
+	"DeallocateStmt":     "DEALLOCATE",
+	"DeclareCursorStmt":  "DECLARE CURSOR",
+	"ClosePortalStmt":    "CLOSE CURSOR",
+	"LoadStmt":           "LOAD",
+	"ReindexStmt":        "REINDEX",
+	"ClusterStmt":        "CLUSTER",
+	"CallStmt":           "CALL",
+	"DoStmt":             "DO",
+	"ConstraintsSetStmt": "SET CONSTRAINTS",
+}
+
+// ddlOps names the schema-changing statements whose node name does not start
+// with Create, Alter or Drop, or whose tag differs from the node name.
+var ddlOps = map[string]string{
+	"CreateStmt":                 "CREATE TABLE",
+	"IndexStmt":                  "CREATE INDEX",
+	"ViewStmt":                   "CREATE VIEW",
+	"RuleStmt":                   "CREATE RULE",
+	"CreateTrigStmt":             "CREATE TRIGGER",
+	"CreatedbStmt":               "CREATE DATABASE",
+	"DropdbStmt":                 "DROP DATABASE",
+	"CreateSeqStmt":              "CREATE SEQUENCE",
+	"AlterSeqStmt":               "ALTER SEQUENCE",
+	"DefineStmt":                 "CREATE",
+	"CompositeTypeStmt":          "CREATE TYPE",
+	"CreateEnumStmt":             "CREATE TYPE",
+	"CreateRangeStmt":            "CREATE TYPE",
+	"RenameStmt":                 "ALTER",
+	"AlterObjectSchemaStmt":      "ALTER",
+	"AlterOwnerStmt":             "ALTER",
+	"CommentStmt":                "COMMENT",
+	"SecLabelStmt":               "SECURITY LABEL",
+	"ReassignOwnedStmt":          "REASSIGN OWNED",
+	"DropOwnedStmt":              "DROP OWNED",
+	"ImportForeignSchemaStmt":    "IMPORT FOREIGN SCHEMA",
+	"CreateSchemaStmt":           "CREATE SCHEMA",
+	"CreateFunctionStmt":         "CREATE FUNCTION",
+	"AlterDefaultPrivilegesStmt": "ALTER DEFAULT PRIVILEGES",
+}
+
+func transactionOp(k pg.TransactionStmtKind) string {
+	switch k {
+	case pg.TransactionStmtKind_TRANS_STMT_BEGIN:
+		return "BEGIN"
+	case pg.TransactionStmtKind_TRANS_STMT_START:
+		return "START TRANSACTION"
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
+		return "COMMIT"
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		return "ROLLBACK"
+	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+		return "SAVEPOINT"
+	case pg.TransactionStmtKind_TRANS_STMT_RELEASE:
+		return "RELEASE"
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		return "ROLLBACK"
+	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+		return "PREPARE TRANSACTION"
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED:
+		return "COMMIT PREPARED"
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
+		return "ROLLBACK PREPARED"
+	}
+	return "TRANSACTION"
+}
+
+// objectWords turns OBJECT_FOREIGN_TABLE into "FOREIGN TABLE".
+func objectWords(t pg.ObjectType) string {
+	switch t {
+	case pg.ObjectType_OBJECT_MATVIEW:
+		return "MATERIALIZED VIEW"
+	case pg.ObjectType_OBJECT_FDW:
+		return "FOREIGN DATA WRAPPER"
+	}
+	return strings.ReplaceAll(strings.TrimPrefix(t.String(), "OBJECT_"), "_", " ")
+}
+
+// words turns a node name into a command: "CreateFunctionStmt" -> "CREATE
+// FUNCTION".
+func words(name string) string {
+	name = strings.TrimSuffix(name, "Stmt")
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if i > 0 && c >= 'A' && c <= 'Z' {
+			b.WriteByte(' ')
+		}
+		b.WriteByte(c)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// explainable reports whether EXPLAIN can plan n without side effects: a
+// SELECT (not SELECT ... INTO), INSERT, UPDATE, DELETE or MERGE.
+func explainable(n *pg.Node) bool {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_SelectStmt:
+		return x.SelectStmt.IntoClause == nil
+	case *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		return true
+	}
+	return false
+}

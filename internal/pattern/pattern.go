@@ -1,0 +1,195 @@
+package pattern
+
+import (
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v5"
+)
+
+// Statement kinds, the values of the built-in "statement" tag.
+const (
+	KindSelect  = "select"
+	KindInsert  = "insert"
+	KindUpdate  = "update"
+	KindDelete  = "delete"
+	KindMerge   = "merge"
+	KindDDL     = "ddl"
+	KindUtility = "utility"
+	KindOther   = "other"
+)
+
+// maxSummary is the OpenTelemetry limit on db.query.summary.
+const maxSummary = 255
+
+// Pattern is what the engine knows about one statement text. It is immutable
+// once built and shared by every execution of texts with the same [Key]: its
+// fields, including the Tables slice, must not be modified.
+type Pattern struct {
+	// Fingerprint is pg_query's fingerprint as 16 lower-case hex digits; for
+	// unparsable text, FNV-1a 64 of the key, also 16 hex digits.
+	Fingerprint string
+	// FingerprintID is Fingerprint as a number, for map keys.
+	FingerprintID uint64
+	// Normalized is the text with every quoted literal replaced by $n and
+	// comments removed (pg_query.Normalize, then a scrub of the quoted
+	// literals it leaves in DDL, COPY and COMMENT). Numeric type modifiers
+	// such as varchar(10) stay. "" for unparsable text, never the raw text.
+	Normalized string
+	// Kind is the statement kind (KindSelect ... KindOther) of the first
+	// statement; KindOther for an empty or unparsable text. SELECT ... INTO
+	// is KindDDL like CREATE TABLE AS, and TRUNCATE is KindDDL as in most
+	// databases' classification (it takes an ACCESS EXCLUSIVE lock and is
+	// not MVCC-safe); the Truncate fact flags it separately.
+	Kind string
+	// Tables are the relations referenced anywhere in the text, including
+	// DDL targets, as written (schema-qualified only if written so),
+	// deduplicated and sorted. CTE names are not tables.
+	Tables []string
+	// Operation is db.operation.name: the first statement's command, as
+	// PostgreSQL's command tag names it ("SELECT", "CREATE TABLE", "BEGIN").
+	Operation string
+	// Summary is db.query.summary: each operation followed by the tables it
+	// names, in the order they appear ("INSERT orders SELECT carts"), at most
+	// 255 bytes.
+	Summary string
+	// Parsed is false when pg_query could not parse the text.
+	Parsed bool
+	// Statements is the number of statements in the text.
+	Statements int
+	// Explainable reports a single SELECT, INSERT, UPDATE, DELETE or MERGE
+	// (VALUES, TABLE, WITH and FOR UPDATE included; SELECT ... INTO not).
+	Explainable bool
+	// UnsafeWrite reports an UPDATE or DELETE (at top level, in a CTE, under
+	// EXPLAIN ANALYZE, PREPARE or COPY, in any statement of the text) with no
+	// WHERE or a WHERE that matches every row, or a MERGE whose ON condition
+	// and WHEN MATCHED ... UPDATE/DELETE condition both match every row.
+	UnsafeWrite bool
+	// Truncate reports a TRUNCATE anywhere in the text.
+	Truncate bool
+}
+
+// Analyze computes the Pattern of sql without a cache. It works on Key(sql),
+// so it agrees with [Cache.Get]. It never fails and never panics on any
+// input; pg_query parses the text at most three times (tree, fingerprint,
+// normalisation), which is why callers should go through a [Cache].
+func Analyze(sql string) *Pattern {
+	return analyze(Key(sql))
+}
+
+func analyze(key string) *Pattern {
+	tree, err := pg.Parse(key)
+	if err != nil {
+		return unparsable(key)
+	}
+	id, err := pg.FingerprintToUInt64(key)
+	if err != nil {
+		return unparsable(key)
+	}
+	p := &Pattern{
+		FingerprintID: id,
+		Fingerprint:   hex16(id),
+		Normalized:    normalize(key),
+		Kind:          KindOther,
+		Parsed:        true,
+		Statements:    len(tree.Stmts),
+	}
+	w := walker{tables: map[string]struct{}{}}
+	for i, raw := range tree.Stmts {
+		kind, op := classify(raw.Stmt)
+		w.stmtLoc = int(raw.StmtLocation)
+		w.events = append(w.events, event{loc: w.stmtLoc, op: op})
+		if i == 0 {
+			p.Kind, p.Operation = kind, op
+			p.Explainable = len(tree.Stmts) == 1 && explainable(raw.Stmt)
+		}
+		w.node(raw.Stmt)
+	}
+	p.UnsafeWrite, p.Truncate = w.unsafe, w.truncate
+	p.Tables = make([]string, 0, len(w.tables))
+	for t := range w.tables {
+		p.Tables = append(p.Tables, t)
+	}
+	sort.Strings(p.Tables)
+	p.Summary = w.summary()
+	return p
+}
+
+// unparsable is the Pattern of text pg_query rejects.
+func unparsable(key string) *Pattern {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	id := h.Sum64()
+	return &Pattern{Fingerprint: hex16(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
+}
+
+func hex16(id uint64) string {
+	s := strconv.FormatUint(id, 16)
+	return strings.Repeat("0", 16-len(s)) + s
+}
+
+// normalize returns pg_query's normalised text with comments removed and any
+// quoted literal it left behind (it keeps those of DDL, COPY, COMMENT ON)
+// replaced by a further $n. Numbers it left (type modifiers, DDL defaults)
+// stay. On any failure it returns "": losing the text is better than leaking
+// a literal into telemetry.
+func normalize(key string) string {
+	n, err := pg.Normalize(key)
+	if err != nil {
+		return ""
+	}
+	scan, err := pg.Scan(n)
+	if err != nil {
+		return ""
+	}
+	next := 1
+	dirty := false
+	for _, t := range scan.Tokens {
+		switch t.Token {
+		case pg.Token_PARAM:
+			if v, err := strconv.Atoi(n[t.Start+1 : t.End]); err == nil && v >= next {
+				next = v + 1
+			}
+		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST,
+			pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+			dirty = true
+		}
+	}
+	if !dirty {
+		return n
+	}
+	var b strings.Builder
+	b.Grow(len(n))
+	last := 0
+	afterComment := false // the next text starts after a removed comment
+	write := func(s string) {
+		if afterComment {
+			s = strings.TrimLeft(s, " \t\r\n\f\v")
+			if s == "" {
+				return
+			}
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			afterComment = false
+		}
+		b.WriteString(s)
+	}
+	for _, t := range scan.Tokens {
+		switch t.Token {
+		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST:
+			write(n[last:t.Start])
+			write("$" + strconv.Itoa(next))
+			next++
+			last = int(t.End)
+		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+			write(strings.TrimRight(n[last:t.Start], " \t\r\n\f\v"))
+			afterComment = true
+			last = int(t.End)
+		}
+	}
+	write(n[last:])
+	return strings.TrimSpace(b.String())
+}

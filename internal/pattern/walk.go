@@ -1,0 +1,369 @@
+package pattern
+
+import (
+	"sort"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// walker visits a parse tree once and collects tables, guard facts and the
+// events of the query summary. It is single-use and not safe for concurrent
+// use.
+type walker struct {
+	tables   map[string]struct{}
+	events   []event
+	ctes     []string // CTE names in scope, innermost last
+	stmtLoc  int      // offset of the statement being visited
+	noExec   int      // >0 inside text that is defined, not executed (EXPLAIN, CREATE RULE, function bodies)
+	unsafe   bool
+	truncate bool
+}
+
+// event is an operation or a table at a byte offset of the text, for the
+// summary.
+type event struct {
+	loc   int
+	op    string // operation, or "" for a table
+	table string
+}
+
+// node visits n and everything below it.
+func (w *walker) node(n *pg.Node) {
+	if n == nil || n.Node == nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_SelectStmt:
+		w.selectStmt(x.SelectStmt)
+	case *pg.Node_InsertStmt:
+		s := x.InsertStmt
+		w.dml("INSERT", s.Relation, s.WithClause, s)
+	case *pg.Node_UpdateStmt:
+		s := x.UpdateStmt
+		w.checkWhere(s.WhereClause)
+		w.dml("UPDATE", s.Relation, s.WithClause, s)
+	case *pg.Node_DeleteStmt:
+		s := x.DeleteStmt
+		w.checkWhere(s.WhereClause)
+		w.dml("DELETE", s.Relation, s.WithClause, s)
+	case *pg.Node_MergeStmt:
+		s := x.MergeStmt
+		w.checkMerge(s)
+		w.dml("MERGE", s.Relation, s.WithClause, s)
+	case *pg.Node_TruncateStmt:
+		w.truncate = true
+		w.fields(x.TruncateStmt.ProtoReflect())
+	case *pg.Node_ExplainStmt:
+		// Plain EXPLAIN plans without executing; EXPLAIN ANALYZE runs it.
+		w.definition(!explainAnalyze(x.ExplainStmt.Options), x.ExplainStmt)
+	case *pg.Node_RuleStmt:
+		w.definition(true, x.RuleStmt)
+	case *pg.Node_CreateFunctionStmt:
+		w.definition(true, x.CreateFunctionStmt)
+	case *pg.Node_ViewStmt:
+		w.definition(true, x.ViewStmt)
+	case *pg.Node_DropStmt:
+		w.dropStmt(x.DropStmt)
+	case *pg.Node_RangeVar:
+		w.rangeVar(x.RangeVar)
+	default:
+		// A Node holds exactly one message in its oneof: walk that.
+		n.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if fd.Message() != nil {
+				w.fields(v.Message())
+			}
+			return false
+		})
+	}
+}
+
+// definition visits a statement that, when noExec, defines a statement
+// without running it (a rule action, a function body, a plain EXPLAIN): its
+// tables count, its writes do not. (PREPARE does count: the guard cannot see
+// what a later EXECUTE runs.)
+func (w *walker) definition(noExec bool, m protoreflect.ProtoMessage) {
+	if noExec {
+		w.noExec++
+		defer func() { w.noExec-- }()
+	}
+	w.fields(m.ProtoReflect())
+}
+
+// fields visits every message-typed field of m except those named in skip.
+func (w *walker) fields(m protoreflect.Message, skip ...protoreflect.Name) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		for _, s := range skip {
+			if fd.Name() == s {
+				return true
+			}
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				w.child(l.Get(i).Message())
+			}
+			return true
+		}
+		w.child(v.Message())
+		return true
+	})
+}
+
+// child visits a message-typed field value.
+func (w *walker) child(m protoreflect.Message) {
+	switch x := m.Interface().(type) {
+	case *pg.Node:
+		w.node(x)
+	case *pg.SelectStmt: // SelectStmt.larg/rarg
+		w.selectStmt(x)
+	case *pg.RangeVar:
+		w.rangeVar(x)
+	default:
+		w.fields(m)
+	}
+}
+
+// selectStmt records a SELECT operation anchored at its first output column
+// (so that INSERT ... SELECT reads in source order) and visits it.
+func (w *walker) selectStmt(s *pg.SelectStmt) {
+	if s == nil {
+		return
+	}
+	if s.Op == pg.SetOperation_SETOP_NONE && len(s.ValuesLists) == 0 {
+		loc := -1
+		if len(s.TargetList) > 0 {
+			if rt, ok := s.TargetList[0].Node.(*pg.Node_ResTarget); ok {
+				loc = int(rt.ResTarget.Location)
+			}
+		}
+		w.opEvent("SELECT", loc, func() { w.withScope(s.WithClause, s, "") })
+		return
+	}
+	w.withScope(s.WithClause, s, "")
+}
+
+// dml records an INSERT/UPDATE/DELETE/MERGE anchored at its target table.
+func (w *walker) dml(op string, rel *pg.RangeVar, with *pg.WithClause, s protoreflect.ProtoMessage) {
+	loc := -1
+	if rel != nil {
+		loc = int(rel.Location)
+	}
+	w.opEvent(op, loc, func() {
+		// The target is never a CTE, even when one has its name.
+		w.rangeVar(rel, false)
+		w.withScope(with, s, "relation")
+	})
+}
+
+// opEvent appends an operation event at loc, or, when loc is unknown, just
+// before the first event its body produces.
+func (w *walker) opEvent(op string, loc int, body func()) {
+	i := len(w.events)
+	w.events = append(w.events, event{loc: loc, op: op})
+	body()
+	if loc < 0 {
+		w.events[i].loc = -1
+		for _, e := range w.events[i+1:] {
+			if e.loc >= 0 && (w.events[i].loc < 0 || e.loc < w.events[i].loc) {
+				w.events[i].loc = e.loc
+			}
+		}
+		if w.events[i].loc < 0 {
+			w.events = append(w.events[:i], w.events[i+1:]...)
+		}
+	}
+}
+
+// withScope visits a statement with its WITH clause: CTE names are not
+// tables inside the statement, and (unless RECURSIVE) a CTE sees only the
+// ones before it.
+func (w *walker) withScope(with *pg.WithClause, s protoreflect.ProtoMessage, skip protoreflect.Name) {
+	base := len(w.ctes)
+	if with != nil {
+		if with.Recursive {
+			for _, c := range with.Ctes {
+				if cte, ok := c.Node.(*pg.Node_CommonTableExpr); ok {
+					w.ctes = append(w.ctes, cte.CommonTableExpr.Ctename)
+				}
+			}
+		}
+		for _, c := range with.Ctes {
+			cte, ok := c.Node.(*pg.Node_CommonTableExpr)
+			if !ok {
+				continue
+			}
+			w.node(cte.CommonTableExpr.Ctequery)
+			if !with.Recursive {
+				w.ctes = append(w.ctes, cte.CommonTableExpr.Ctename)
+			}
+		}
+	}
+	w.fields(s.ProtoReflect(), "with_clause", skip)
+	w.ctes = w.ctes[:base]
+}
+
+// rangeVar records a relation; with scoped, an unqualified name that is a
+// CTE in scope is not one.
+func (w *walker) rangeVar(r *pg.RangeVar, scoped ...bool) {
+	if r == nil || r.Relname == "" {
+		return
+	}
+	if r.Schemaname == "" && r.Catalogname == "" && (len(scoped) == 0 || scoped[0]) {
+		for _, c := range w.ctes {
+			if c == r.Relname {
+				return
+			}
+		}
+	}
+	name := r.Relname
+	if r.Schemaname != "" {
+		name = r.Schemaname + "." + name
+	}
+	if r.Catalogname != "" {
+		name = r.Catalogname + "." + name
+	}
+	w.addTable(name, int(r.Location))
+}
+
+func (w *walker) addTable(name string, loc int) {
+	w.tables[name] = struct{}{}
+	w.events = append(w.events, event{loc: loc, table: name})
+}
+
+// dropStmt records the relations a DROP TABLE/VIEW/... names; they are
+// lists of strings, not RangeVars.
+func (w *walker) dropStmt(d *pg.DropStmt) {
+	switch d.RemoveType {
+	case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_MATVIEW,
+		pg.ObjectType_OBJECT_FOREIGN_TABLE:
+	default:
+		return
+	}
+	for _, o := range d.Objects {
+		l, ok := o.Node.(*pg.Node_List)
+		if !ok {
+			continue
+		}
+		parts := make([]string, 0, len(l.List.Items))
+		for _, it := range l.List.Items {
+			if s, ok := it.Node.(*pg.Node_String_); ok {
+				parts = append(parts, s.String_.Sval)
+			}
+		}
+		if len(parts) > 0 {
+			w.addTable(strings.Join(parts, "."), w.stmtLoc)
+		}
+	}
+}
+
+// checkWhere flags an executed UPDATE or DELETE whose WHERE is missing or
+// matches every row. WHERE CURRENT OF is a CurrentOfExpr: unknown, so safe.
+func (w *walker) checkWhere(where *pg.Node) {
+	if w.noExec == 0 && (where == nil || alwaysMatches(where)) {
+		w.unsafe = true
+	}
+}
+
+// checkMerge flags a MERGE that joins every target row (ON matches every
+// row) and updates or deletes every match.
+func (w *walker) checkMerge(s *pg.MergeStmt) {
+	if w.noExec > 0 || !alwaysMatches(s.JoinCondition) {
+		return
+	}
+	for _, c := range s.MergeWhenClauses {
+		wc, ok := c.Node.(*pg.Node_MergeWhenClause)
+		if !ok || !wc.MergeWhenClause.Matched {
+			continue
+		}
+		ct := wc.MergeWhenClause.CommandType
+		if (ct == pg.CmdType_CMD_UPDATE || ct == pg.CmdType_CMD_DELETE) &&
+			(wc.MergeWhenClause.Condition == nil || alwaysMatches(wc.MergeWhenClause.Condition)) {
+			w.unsafe = true
+		}
+	}
+}
+
+// explainAnalyze reports whether EXPLAIN options run the statement. An
+// ANALYZE option whose value cannot be read counts as on.
+func explainAnalyze(opts []*pg.Node) bool {
+	on := false
+	for _, o := range opts {
+		d, ok := o.Node.(*pg.Node_DefElem)
+		if !ok || d.DefElem.Defname != "analyze" {
+			continue
+		}
+		on = true
+		switch a := d.DefElem.Arg.GetNode().(type) {
+		case *pg.Node_Boolean:
+			on = a.Boolean.Boolval
+		case *pg.Node_String_:
+			if b, ok := parseBool(a.String_.Sval); ok {
+				on = b
+			}
+		case *pg.Node_Integer:
+			on = a.Integer.Ival != 0
+		}
+	}
+	return on
+}
+
+// summary builds db.query.summary from the events in text order: each
+// operation followed by the tables after it (an operation naming no table is
+// left out), or the first operation alone when no table is named.
+func (w *walker) summary() string {
+	ev := w.events
+	sort.SliceStable(ev, func(i, j int) bool {
+		if ev[i].loc != ev[j].loc {
+			return ev[i].loc < ev[j].loc
+		}
+		return ev[i].op != "" && ev[j].op == "" // an operation before its table
+	})
+	var b strings.Builder
+	add := func(s string) bool {
+		if b.Len()+1+len(s) > maxSummary {
+			return false
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(s)
+		return true
+	}
+	first, pending := "", ""
+	var group []string // tables already named by the current operation
+	for _, e := range ev {
+		if e.op != "" {
+			if first == "" {
+				first = e.op
+			}
+			pending = e.op
+			continue
+		}
+		if pending != "" {
+			if !add(pending) {
+				break
+			}
+			pending, group = "", group[:0]
+		}
+		dup := false
+		for _, g := range group {
+			dup = dup || g == e.table
+		}
+		if dup {
+			continue
+		}
+		group = append(group, e.table)
+		if !add(e.table) {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return first
+	}
+	return b.String()
+}

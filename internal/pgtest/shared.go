@@ -1,0 +1,101 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// envDSN names an existing server for tests to use instead of a throwaway cluster.
+const envDSN = "PGTRAFFIC_TEST_DSN"
+
+// shared is the server of the whole test binary, made on first use.
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Shared returns the server for the whole test binary, started once: the one named by
+// PGTRAFFIC_TEST_DSN, else a throwaway cluster. If PostgreSQL is unavailable it skips tb,
+// except under CI=true where it fails tb; any other failure to start fails tb. Call [Main]
+// from TestMain so that the cluster is stopped when the binary ends.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	shared.once.Do(func() {
+		if dsn := os.Getenv(envDSN); dsn != "" {
+			shared.srv, shared.err = external(dsn)
+		} else {
+			shared.srv, shared.err = Start()
+		}
+	})
+	if shared.err != nil {
+		unavailable(tb, shared.err)
+	}
+	return shared.srv
+}
+
+// unavailable reports a failure to get a server: a skip when PostgreSQL is simply not
+// installed and we are not in CI, a failure otherwise.
+func unavailable(tb testing.TB, err error) {
+	tb.Helper()
+	if errors.Is(err, errUnavailable) && !inCI() {
+		tb.Skipf("%v (install PostgreSQL or set %s)", err, envDSN)
+		return
+	}
+	tb.Fatal(err)
+}
+
+// inCI reports whether CI is set to a true value ("true", "1", ...).
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// Main runs the tests, stops the shared throwaway cluster if one was started, and exits with
+// the tests' status (failing it if the stop fails).
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := stopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func stopShared() error {
+	// Running the Once here means a later Shared call cannot start a cluster nobody stops.
+	shared.once.Do(func() { shared.err = errors.New("pgtest: Shared called after Main finished") })
+	if shared.srv == nil {
+		return nil
+	}
+	return shared.srv.Stop()
+}
+
+// external describes the server named by dsn after checking that it answers, because a
+// configured server that is down is an error to report, not a reason to skip.
+func external(dsn string) (*Server, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %s: %w", envDSN, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %s: %w", envDSN, err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("pgtest: %s: %w", envDSN, err)
+	}
+	return &Server{DSN: dsn, Host: cfg.Host, Port: int(cfg.Port)}, nil
+}
