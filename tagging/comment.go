@@ -31,7 +31,7 @@ func Append(sql string, tags Tags) string {
 	if len(tags.pairs) == 0 || strings.Contains(sql, "/*") || strings.Contains(sql, "--") {
 		return sql
 	}
-	stmt := strings.TrimRight(sql, trailing)
+	stmt := trimTrailing(sql)
 	tail := sql[len(stmt):]
 
 	n := len(sql) + len(" /**/") + len(tags.pairs)*len("='',") // an upper bound
@@ -62,8 +62,8 @@ func Append(sql string, tags Tags) string {
 // Parse returns the sqlcommenter tags of sql: those in the comment that ends
 // the statement, ignoring trailing whitespace and semicolons, or, when the
 // statement does not end with a comment, those in a comment that begins it
-// (where tools such as Rails' marginalia can put it). Other comments are
-// ignored, and a trailing comment wins over a leading one.
+// (where tools such as Rails' marginalia can put it). Only one comment is
+// read: the trailing one when there is one; comments elsewhere are ignored.
 //
 // Keys and values are decoded as the spec says: "\'" (any backslash-escaped
 // byte) is unescaped, then percent-escapes are decoded, and "+" is read as a
@@ -91,12 +91,23 @@ func Parse(sql string) Tags {
 	return parsePairs(body)
 }
 
-// trailing is what may follow the statement: whitespace and semicolons.
-const trailing = " \t\n\r\f\v;"
+// trimTrailing returns sql without the whitespace and semicolons that end it.
+// A hand loop: this runs on every statement, comment or not.
+func trimTrailing(sql string) string {
+	i := len(sql)
+	for i > 0 && (isSpace(sql[i-1]) || sql[i-1] == ';') {
+		i--
+	}
+	return sql[:i]
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // trailingComment returns the text inside a /*...*/ comment that ends sql.
 func trailingComment(sql string) (string, bool) {
-	s := strings.TrimRight(sql, trailing)
+	s := trimTrailing(sql)
 	if !strings.HasSuffix(s, "*/") {
 		return "", false
 	}
@@ -114,7 +125,11 @@ func trailingComment(sql string) (string, bool) {
 
 // leadingComment returns the text inside a /*...*/ comment that begins sql.
 func leadingComment(sql string) (string, bool) {
-	s := strings.TrimLeft(sql, " \t\n\r\f\v")
+	i := 0
+	for i < len(sql) && isSpace(sql[i]) {
+		i++
+	}
+	s := sql[i:]
 	if !strings.HasPrefix(s, "/*") {
 		return "", false
 	}
@@ -139,17 +154,19 @@ func parsePairs(body string) Tags {
 	)
 	for pos := 0; pos < len(body); {
 		rawKey, rawVal, next, ok := scanPair(body, pos)
-		pos = next
 		if !ok {
+			pos = next
 			continue
 		}
 		if ps == nil {
+			// At most one pair per remaining comma, plus the last.
 			ps = make([]pair, 0, strings.Count(body[pos:], ",")+1)
 			// Decoding never lengthens, so the buffer never grows and the
 			// strings sliced from it stay valid (and immutable: a Builder
 			// only appends).
 			buf.Grow(len(body))
 		}
+		pos = next
 		k0 := buf.Len()
 		if !decode(&buf, rawKey) || buf.Len() == k0 {
 			continue
@@ -214,7 +231,7 @@ func scanPair(body string, pos int) (rawKey, rawVal string, next int, ok bool) {
 }
 
 func skipSpace(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+	for i < len(s) && isSpace(s[i]) {
 		i++
 	}
 	return i
@@ -224,6 +241,10 @@ func skipSpace(s string, i int) int {
 // then percent-escapes and "+" decoded. It reports false for a truncated or
 // non-hex percent-escape.
 func decode(b *strings.Builder, raw string) bool {
+	if strings.IndexAny(raw, "%+\\") < 0 {
+		b.WriteString(raw) // the common case: nothing to decode
+		return true
+	}
 	// at returns the byte at i with a backslash escape removed, and the index
 	// after it; fusing both decoding steps into one pass needs no buffer.
 	at := func(i int) (byte, int) {

@@ -137,7 +137,7 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 			return
 		}
-		stmt := strings.TrimRight(sql, trailing)
+		stmt := trimTrailing(sql)
 		if !strings.HasPrefix(out, stmt) || !strings.HasSuffix(out, sql[len(stmt):]) {
 			t.Fatalf("Append(%q) = %q does not keep the statement and its tail", sql, out)
 		}

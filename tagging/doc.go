@@ -18,7 +18,8 @@
 //	rows, err := db.QueryContext(ctx, "SELECT ...") // matched by rules on app and controller
 //
 // Keys are case-sensitive. A pair with an empty key is dropped; empty values
-// are kept.
+// are kept. [New] builds [Tags] without a context, and [Tags.Merge] lays one
+// set over another.
 //
 // # Tags in SQL comments
 //

@@ -19,7 +19,7 @@ func sanitizeCost(c float64) float64 {
 
 // Request is one budget's part of an admission.
 type Request struct {
-	Budget *Budget
+	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
 	// WarnOnly marks a budget in warn mode: a limit it exceeds does not deny
@@ -76,7 +76,7 @@ func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) 
 	defer unlockAll(locked)
 
 	if d, ok := check(now, reqs, true); !ok {
-		return warns, &d
+		return warns, escape(d)
 	}
 	for i := range reqs {
 		warns = apply(now, reqs, i, warns)
@@ -91,10 +91,16 @@ func Check(now time.Time, reqs []Request) *Denial {
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 	if d, ok := check(now, reqs, false); !ok {
-		return &d
+		return escape(d)
 	}
 	return nil
 }
+
+// escape moves a denial to the heap. Taking &d in the caller instead would
+// heap-allocate d on every call, admitted or not.
+//
+//go:noinline
+func escape(d Denial) *Denial { return &d }
 
 // lockAll locks each distinct budget once, in creation order, and returns
 // them for unlockAll. Requests are few, so an insertion sort into buf (on the
@@ -220,7 +226,7 @@ func apply(now time.Time, reqs []Request, i int, warns []Warning) []Warning {
 	s.inflight++
 	b.inflight++
 	if s.inflight == 1 {
-		tb.fix(int(s.idx)) // now in flight: last in eviction order
+		tb.reprio(s) // now in flight: last in eviction order
 	}
 	b.admitted.Add(1)
 

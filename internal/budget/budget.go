@@ -98,7 +98,7 @@ func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 	s.inflight--
 	b.inflight--
 	if s.inflight == 0 {
-		b.tab.fix(int(s.idx)) // its priority falls from in-flight to emptyAt
+		b.tab.reprio(s) // its priority falls from in-flight to emptyAt
 		// The table outgrows its bound only while every state is in flight;
 		// shrink back as soon as one is not.
 		b.tab.trim()
@@ -145,8 +145,8 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 		Keys:     len(b.tab.keys),
 		Evicted:  b.tab.evicted,
 	}
-	for _, s := range b.tab.heap {
-		d := b.tab.debtAt(s, t)
+	for _, e := range b.tab.heap {
+		d := b.tab.debtAt(e.s, t)
 		snap.Debt += d
 		snap.MaxDebt = max(snap.MaxDebt, d)
 	}

@@ -100,7 +100,7 @@ func TestShare(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := New(Spec{Rate: tt.rate, Burst: tt.burst})
-			const window, step = 100.0, 0.001 // demand: cost every millisecond
+			const window, step = 20.0, 0.001 // demand: cost every millisecond
 			var admitted float64
 			for i := 0; float64(i)*step < window; i++ {
 				now := at(float64(i) * step)

@@ -36,14 +36,18 @@ func invariants(b *Budget) error {
 		return fmt.Errorf("map has %d keys, heap %d", len(tb.keys), len(tb.heap))
 	}
 	inflight := 0
-	for i, s := range tb.heap {
+	for i, e := range tb.heap {
+		s := e.s
+		if e.at != prio(s) {
+			return fmt.Errorf("heap[%d] priority %d, state's %d", i, e.at, prio(s))
+		}
 		if int(s.idx) != i {
 			return fmt.Errorf("heap[%d].idx = %d", i, s.idx)
 		}
 		if tb.keys[s.key] != s {
 			return fmt.Errorf("heap[%d] (%q) not in map", i, s.key)
 		}
-		if i > 0 && prio(tb.heap[(i-1)/2]) > prio(s) {
+		if i > 0 && tb.heap[(i-1)/2].at > e.at {
 			return fmt.Errorf("heap order broken at %d", i)
 		}
 		if !(s.debt >= 0) {
@@ -64,7 +68,7 @@ func invariants(b *Budget) error {
 	if inflight != b.inflight {
 		return fmt.Errorf("in flight summed %d, counter %d", inflight, b.inflight)
 	}
-	if len(tb.keys) > tb.maxKeys && inflight < len(tb.keys) && prio(tb.heap[0]) != inFlightPrio {
+	if len(tb.keys) > tb.maxKeys && inflight < len(tb.keys) && tb.heap[0].at != inFlightPrio {
 		return fmt.Errorf("%d keys over bound %d with an evictable state", len(tb.keys), tb.maxKeys)
 	}
 	return nil

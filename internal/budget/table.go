@@ -32,7 +32,7 @@ type table struct {
 	rate    float64 // execution seconds drained per second; 0: no bucket, debt stays 0
 	maxKeys int
 	keys    map[string]*state
-	heap    []*state // min-heap on prio
+	heap    []heapEntry // min-heap on prio
 	evicted uint64
 }
 
@@ -69,7 +69,7 @@ func (tb *table) drain(s *state, t int64) {
 }
 
 // charge drains s to t and adds delta (negative refunds), never below zero.
-// The caller fixes the heap if s's priority changed.
+// The caller calls reprio if s's priority changed.
 func (tb *table) charge(s *state, t int64, delta float64) {
 	if tb.rate == 0 {
 		return
@@ -140,8 +140,8 @@ func (tb *table) fitTime(s *state, t int64, cost, burst float64) int64 {
 // grows instead: evicting one would lose its concurrency count.
 func (tb *table) insert(key string, t int64) *state {
 	var s *state
-	for len(tb.keys) >= tb.maxKeys && len(tb.heap) > 0 && prio(tb.heap[0]) != inFlightPrio {
-		victim := tb.heap[0]
+	for len(tb.keys) >= tb.maxKeys && len(tb.heap) > 0 && tb.heap[0].at != inFlightPrio {
+		victim := tb.heap[0].s
 		tb.remove(0)
 		delete(tb.keys, victim.key)
 		tb.evicted++
@@ -158,8 +158,8 @@ func (tb *table) insert(key string, t int64) *state {
 
 // trim evicts until the table is within maxKeys or only in-flight states remain.
 func (tb *table) trim() {
-	for len(tb.keys) > tb.maxKeys && len(tb.heap) > 0 && prio(tb.heap[0]) != inFlightPrio {
-		victim := tb.heap[0]
+	for len(tb.keys) > tb.maxKeys && len(tb.heap) > 0 && tb.heap[0].at != inFlightPrio {
+		victim := tb.heap[0].s
 		tb.remove(0)
 		delete(tb.keys, victim.key)
 		tb.evicted++
@@ -170,15 +170,16 @@ func (tb *table) trim() {
 // the old rate up to t and at the new one after, so a reload keeps every
 // key's debt. O(n); reloads are rare.
 func (tb *table) setRate(t int64, rate float64) {
-	for _, s := range tb.heap {
-		tb.drain(s, t)
+	for _, e := range tb.heap {
+		tb.drain(e.s, t)
 	}
 	tb.rate = rate
-	for _, s := range tb.heap {
+	for i, e := range tb.heap {
 		if rate == 0 {
-			s.debt = 0
+			e.s.debt = 0
 		}
-		tb.setEmptyAt(s)
+		tb.setEmptyAt(e.s)
+		tb.heap[i].at = prio(e.s)
 	}
 	for i := len(tb.heap)/2 - 1; i >= 0; i-- {
 		tb.down(i)
@@ -186,11 +187,24 @@ func (tb *table) setRate(t int64, rate float64) {
 }
 
 // Heap primitives, hand-written rather than container/heap so that nothing
-// is boxed in an interface on the hot path.
+// is boxed in an interface on the hot path. Entries carry their priority so
+// that sifting compares without touching the states.
+
+// heapEntry is one state in the eviction heap.
+type heapEntry struct {
+	at int64 // prio(s) when last set; kept equal by reprio
+	s  *state
+}
+
+// reprio restores heap order after s's priority changed.
+func (tb *table) reprio(s *state) {
+	tb.heap[s.idx].at = prio(s)
+	tb.fix(int(s.idx))
+}
 
 func (tb *table) push(s *state) {
 	s.idx = int32(len(tb.heap))
-	tb.heap = append(tb.heap, s)
+	tb.heap = append(tb.heap, heapEntry{prio(s), s})
 	tb.up(int(s.idx))
 }
 
@@ -199,7 +213,7 @@ func (tb *table) remove(i int) {
 	if i != last {
 		tb.swap(i, last)
 	}
-	tb.heap[last] = nil
+	tb.heap[last] = heapEntry{}
 	tb.heap = tb.heap[:last]
 	if i != last {
 		tb.fix(i)
@@ -215,14 +229,15 @@ func (tb *table) fix(i int) {
 func (tb *table) swap(i, j int) {
 	h := tb.heap
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = int32(i)
-	h[j].idx = int32(j)
+	h[i].s.idx = int32(i)
+	h[j].s.idx = int32(j)
 }
 
 func (tb *table) up(i int) {
+	h := tb.heap
 	for i > 0 {
 		p := (i - 1) / 2
-		if prio(tb.heap[p]) <= prio(tb.heap[i]) {
+		if h[p].at <= h[i].at {
 			return
 		}
 		tb.swap(i, p)
@@ -232,17 +247,18 @@ func (tb *table) up(i int) {
 
 // down sifts i towards the leaves and reports whether it moved.
 func (tb *table) down(i0 int) bool {
-	i, n := i0, len(tb.heap)
+	h := tb.heap
+	i, n := i0, len(h)
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		c := l
-		if r := l + 1; r < n && prio(tb.heap[r]) < prio(tb.heap[l]) {
+		if r := l + 1; r < n && h[r].at < h[l].at {
 			c = r
 		}
-		if prio(tb.heap[c]) >= prio(tb.heap[i]) {
+		if h[c].at >= h[i].at {
 			break
 		}
 		tb.swap(i, c)

@@ -55,10 +55,13 @@ func Parse(data []byte) (cfg *Config, err error) {
 		return nil, &Error{Line: max(doc.Line, 1), Msg: "the file is empty (write {} for no rules)"}
 	}
 	d.config(root, cfg)
-	if len(d.errs) == 0 {
-		// Semantic checks only on a well-formed file: a field that failed to decode would
-		// otherwise be reported twice, once as malformed and once as missing.
-		cfg.validate(&d.problems)
+	v := problems{lines: d.lines}
+	cfg.validate(&v)
+	for _, e := range v.errs {
+		// A field that failed to decode is left zero; do not report it again as missing.
+		if !d.failedNear(e.Field) {
+			d.errs = append(d.errs, e)
+		}
 	}
 	if err := d.err(); err != nil {
 		return nil, err
@@ -85,6 +88,25 @@ func syntaxError(err error) *Error {
 // strictness, and because it records where each field is, for the checks that follow.
 type decoder struct {
 	problems
+}
+
+// failedNear reports whether a decoding error was reported at field, above it or below it.
+func (d *decoder) failedNear(field string) bool {
+	for _, e := range d.errs {
+		if related(e.Field, field) || related(field, e.Field) {
+			return true
+		}
+	}
+	return false
+}
+
+// related reports whether path b is a or lies under it.
+func related(a, b string) bool {
+	if a == "" || a == b {
+		return true
+	}
+	rest, ok := strings.CutPrefix(b, a)
+	return ok && (rest[0] == '.' || rest[0] == '[')
 }
 
 // resolve follows aliases.

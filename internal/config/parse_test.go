@@ -180,16 +180,20 @@ func TestParseErrors(t *testing.T) {
 		{"unknown budget field", head + "  - name: b\n    max_concurent: 2\n", `pgtraffic: rules line 4: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)`},
 		{"unknown field far from any", head + "    colour: red\n", `pgtraffic: rules line 3: budgets[0].colour: unknown field`},
 		{"unknown field in JSON", "{\n \"budgets\": [\n  {\"name\": \"a\",\n   \"maxConcurrent\": 3}]}", `pgtraffic: rules line 4: budgets[0].maxConcurrent: unknown field (did you mean max_concurrent?)`},
-		{"unknown rule field", head + "rules:\n  - budget: a\n    matches: {app: x}\n", `pgtraffic: rules line 5: rules[0].matches: unknown field (did you mean match?)`},
+		{"unknown rule field", head + "rules:\n  - budget: a\n    matches: {app: x}\n", "pgtraffic: rules line 4: rules[0].match: required: a rule must match at least one tag\n" +
+			"pgtraffic: rules line 5: rules[0].matches: unknown field (did you mean match?)"},
 		{"unknown guard", "guards:\n  require_where: enforce\n  block_drop: enforce\n", `pgtraffic: rules line 3: guards.block_drop: unknown field`},
 		{"unknown guard field", "guards:\n  require_where: {mode: enforce, scope: {app: x}}\n", `pgtraffic: rules line 2: guards.require_where.scope: unknown field`},
 		{"duplicate key", "server_cores: 2\nserver_cores: 3\n", `pgtraffic: rules line 2: server_cores: duplicate key (first on line 1)`},
 		{"duplicate JSON key", "{\"budgets\": [{\"name\": \"a\", \"name\": \"b\"}]}", `pgtraffic: rules line 1: budgets[0].name: duplicate key (first on line 1)`},
-		{"merge key", "budgets:\n  - &b {name: a}\n  - <<: *b\n", `pgtraffic: rules line 3: budgets[1]["<<"]: merge keys are not supported`},
+		{"merge key", "budgets:\n  - &b {name: a}\n  - <<: *b\n", `pgtraffic: rules line 3: budgets[1]["<<"]: merge keys are not supported` + "\n" +
+			"pgtraffic: rules line 3: budgets[1].name: required"},
 		{"budgets not a list", "budgets: {name: a}\n", `pgtraffic: rules line 1: budgets: expected a list, got a mapping`},
 		{"list as string", head + "    per: [a, b]\n", `pgtraffic: rules line 3: budgets[0].per: expected a string, got a list`},
 		{"cores not a number", "server_cores: eight\n", `pgtraffic: rules line 1: server_cores: expected a number, got "eight"`},
 		{"quoted number", "server_cores: \"8\"\n", `pgtraffic: rules line 1: server_cores: expected a number, got "8"`},
+		{"a malformed field is reported once", head + "    max_concurrent: lots\n    name2: x\n", "pgtraffic: rules line 3: budgets[0].max_concurrent: expected an integer, got \"lots\"\n" +
+			"pgtraffic: rules line 4: budgets[0].name2: unknown field (did you mean name?)"},
 		{"float concurrency", head + "    max_concurrent: 2.5\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: expected an integer, got "2.5"`},
 		{"duration without unit", head + "    per_query_limit: 2\n", `pgtraffic: rules line 3: budgets[0].per_query_limit: duration "2" has no unit (write e.g. 2s or 2ms)`},
 		{"bad duration", head + "    max_wait: 2 seconds\n", `pgtraffic: rules line 3: budgets[0].max_wait: invalid duration "2 seconds" (write e.g. 250ms, 2s, 1m)`},

@@ -138,13 +138,17 @@ func TestExplain(t *testing.T) {
 		{"text argument", `SELECT * FROM t WHERE name = $1`, []any{"n7"}},
 		{"timestamp argument", `SELECT * FROM t WHERE at < $1`, []any{at}},
 		{"NULL argument", `SELECT * FROM t WHERE name IS NOT DISTINCT FROM $1`, []any{nil}},
-		{"bool and float arguments", `SELECT * FROM t WHERE flag = $1 AND id > $2`, []any{true, 10.5}},
+		{"bool and float arguments", `SELECT * FROM t WHERE flag = $1 AND id > $2 AND id::float8 < $3`, []any{true, float64(10), 99.5}},
 		{"bytes argument", `SELECT * FROM t WHERE name = $1`, []any{[]byte("n8")}},
 		{"insert", `INSERT INTO t VALUES ($1, $2, $3, $4)`, []any{int64(-1), "x", at, false}},
 		{"update", `UPDATE t SET name = $1 WHERE id = $2`, []any{"y", int64(3)}},
 		{"delete returning", `DELETE FROM t WHERE id < $1 RETURNING *`, []any{int64(100)}},
 		{"data-modifying CTE", `WITH d AS (DELETE FROM t WHERE id = $1 RETURNING *) SELECT count(*) FROM d`, []any{int64(9)}},
 		{"insert returning", `INSERT INTO t SELECT id + 100000, name, at, flag FROM t RETURNING id`, nil},
+		{"merge", `MERGE INTO t USING (SELECT $1::int AS id) s ON t.id = s.id WHEN MATCHED THEN DELETE`, []any{int64(4)}},
+		{"parenthesised select", `(SELECT * FROM t WHERE id = $1)`, []any{int64(4)}},
+		{"values", `VALUES ($1::int, $2::text)`, []any{int64(1), "a"}},
+		{"table", `TABLE t`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -421,6 +425,29 @@ func TestExplainSendsNothing(t *testing.T) {
 			}
 			if c.txStatus() != status {
 				t.Fatalf("tx status changed from %q to %q", status, c.txStatus())
+			}
+		})
+	}
+}
+
+func TestExplainOnDeadConnection(t *testing.T) {
+	dsn := newDatabase(t)
+	for _, inTx := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "in a transaction"}[inTx], func(t *testing.T) {
+			c := connect(t, dsn)
+			if inTx {
+				c.begin(t)
+			}
+			var pid int
+			c.scalar(t, `SELECT pg_backend_pid()`, &pid)
+			killer := connect(t, dsn)
+			killer.exec(t, `SELECT pg_terminate_backend($1)`, int64(pid))
+			_, err := Explain(context.Background(), c.Conn, `SELECT * FROM t`, nil)
+			if err == nil || errors.Is(err, ErrNotSent) {
+				t.Fatalf("Explain on a terminated backend = %v, want a failure after sending", err)
+			}
+			if !c.Conn.Conn().IsClosed() {
+				t.Fatal("connection not reported closed")
 			}
 		})
 	}

@@ -21,18 +21,27 @@ const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
 // needs no reconfiguration. On a standby it is the age of the last replayed
 // transaction, except that a standby which has replayed everything it
 // received is caught up (an idle primary writes no transactions, and the
-// age alone would grow forever). On a primary it is the largest replay_lag
-// among its standbys. Negative ages (clock skew) read as 0.
+// age alone would grow forever). A standby that is behind but has replayed
+// no transaction since it started has no age to report: the query returns
+// NULL, which reads as a failure (stale), not as 0. On a primary it is the
+// largest replay_lag among its standbys, 0 when there is none. Negative ages
+// (clock skew) read as 0.
 const replicationLagSQL = `select case when pg_is_in_recovery() then ` +
 	`case when pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() then 0 ` +
-	`else greatest(coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0), 0) end ` +
+	`else greatest(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0) end ` +
 	`else coalesce((select extract(epoch from max(replay_lag)) from pg_stat_replication), 0) ` +
 	`end::float8`
 
+// errLagUnknown replaces the NULL that replicationLagSQL returns for a
+// standby whose lag cannot be known yet.
+var errLagUnknown = &shapeError{"unknown: the standby has WAL to replay but has replayed no transaction since it started"}
+
 // setupSQL names the session so that it is visible in pg_stat_activity, and
-// sets a server-side statement_timeout a little below the client's read
+// sets a server-side statement_timeout at two thirds of the client's read
 // timeout: the server then cancels a slow read itself and the connection
-// survives, where a client-side deadline would have to break it.
+// survives, where a client-side deadline has to break it (pgx interrupts a
+// read by setting a deadline on the socket). The last third leaves time for
+// the cancellation to come back from a busy server.
 const setupSQL = `select set_config('application_name', $1, false), set_config('statement_timeout', $2, false)`
 
 // shapeError reports a query whose result is not exactly one number.
@@ -80,7 +89,10 @@ func readNumber(ctx context.Context, conn *pgx.Conn, sql string) (float64, error
 	return v, nil
 }
 
-var errNotNumber = errors.New("not a number type")
+var (
+	errNotNumber = errors.New("not a number type")
+	errNull      = &shapeError{"returned NULL, want a number"}
+)
 
 // toFloat converts a decoded value of a numeric column. NaN is refused: it
 // compares false with every threshold, so it would never throttle.
@@ -88,7 +100,7 @@ func toFloat(v any) (float64, error) {
 	var f float64
 	switch x := v.(type) {
 	case nil:
-		return 0, &shapeError{"returned NULL, want a number"}
+		return 0, errNull
 	case int16:
 		f = float64(x)
 	case int32:
@@ -101,7 +113,7 @@ func toFloat(v any) (float64, error) {
 		f = x
 	case pgtype.Numeric:
 		if !x.Valid {
-			return 0, &shapeError{"returned NULL, want a number"}
+			return 0, errNull
 		}
 		if x.NaN {
 			f = math.NaN()

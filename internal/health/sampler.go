@@ -397,6 +397,9 @@ func (s *Sampler) round(ctx context.Context, force bool) error {
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := readNumber(rctx, conn, sql)
 		cancel()
+		if m == ReplicationLag && errors.Is(err, errNull) {
+			err = errLagUnknown
+		}
 		if ctx.Err() != nil {
 			// Closing, or the caller gave up: this is not the server's fault.
 			if conn.IsClosed() {
@@ -468,7 +471,7 @@ func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms := max(1, (s.timeout - s.timeout/4).Milliseconds())
+	ms := max(1, (s.timeout - s.timeout/3).Milliseconds())
 	if _, err := conn.Exec(ctx, setupSQL, ApplicationName, strconv.FormatInt(ms, 10)); err != nil {
 		closeConn(conn)
 		return nil, err

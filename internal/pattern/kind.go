@@ -64,6 +64,12 @@ func classify(n *pg.Node) (kind, op string) {
 		return KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType)
 	case *pg.Node_AlterTableStmt:
 		return KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype)
+	case *pg.Node_RenameStmt:
+		t := x.RenameStmt.RenameType
+		if t == pg.ObjectType_OBJECT_COLUMN || t == pg.ObjectType_OBJECT_TABCONSTRAINT {
+			t = x.RenameStmt.RelationType
+		}
+		return KindDDL, "ALTER " + objectWords(t)
 	case *pg.Node_AlterSystemStmt:
 		return KindUtility, "ALTER SYSTEM"
 	case *pg.Node_RefreshMatViewStmt:
@@ -125,7 +131,6 @@ var ddlOps = map[string]string{
 	"CompositeTypeStmt":          "CREATE TYPE",
 	"CreateEnumStmt":             "CREATE TYPE",
 	"CreateRangeStmt":            "CREATE TYPE",
-	"RenameStmt":                 "ALTER",
 	"AlterObjectSchemaStmt":      "ALTER",
 	"AlterOwnerStmt":             "ALTER",
 	"CommentStmt":                "COMMENT",
@@ -197,6 +202,15 @@ func explainable(n *pg.Node) bool {
 	case *pg.Node_SelectStmt:
 		return x.SelectStmt.IntoClause == nil
 	case *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		return true
+	}
+	return false
+}
+
+// dmlNode reports a SELECT, INSERT, UPDATE, DELETE or MERGE.
+func dmlNode(n *pg.Node) bool {
+	switch n.GetNode().(type) {
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
 		return true
 	}
 	return false

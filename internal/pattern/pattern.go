@@ -100,7 +100,11 @@ func analyze(key string) *Pattern {
 	for i, raw := range tree.Stmts {
 		kind, op := classify(raw.Stmt)
 		w.stmtLoc = int(raw.StmtLocation)
-		w.events = append(w.events, event{loc: w.stmtLoc, op: op})
+		if !dmlNode(raw.Stmt) {
+			// SELECT and DML record their own operations, anchored in
+			// the text; other statements are named here.
+			w.events = append(w.events, event{loc: w.stmtLoc, op: op, stmt: true})
+		}
 		if i == 0 {
 			p.Kind, p.Operation = kind, op
 			p.Explainable = len(tree.Stmts) == 1 && explainable(raw.Stmt)
@@ -114,6 +118,9 @@ func analyze(key string) *Pattern {
 	}
 	sort.Strings(p.Tables)
 	p.Summary = w.summary()
+	if p.Summary == "" {
+		p.Summary = p.Operation // SELECT 1
+	}
 	return p
 }
 
@@ -130,11 +137,13 @@ func hex16(id uint64) string {
 	return strings.Repeat("0", 16-len(s)) + s
 }
 
-// normalize returns pg_query's normalised text with comments removed and any
-// quoted literal it left behind (it keeps those of DDL, COPY, COMMENT ON)
-// replaced by a further $n. Numbers it left (type modifiers, DDL defaults)
-// stay. On any failure it returns "": losing the text is better than leaking
-// a literal into telemetry.
+// normalize returns pg_query's normalised text with comments removed and
+// every literal it left behind replaced by a further $n: pg_query keeps the
+// literals of utility statements (DDL defaults, COPY file names, COMMENT ON,
+// CALL and EXECUTE arguments, FETCH counts). Only numbers in a type modifier
+// or array bound after a built-in type keyword stay, such as varchar(10) or
+// numeric(10,2). On any failure it returns "": losing the text is better than
+// leaking a literal into telemetry.
 func normalize(key string) string {
 	n, err := pg.Normalize(key)
 	if err != nil {
@@ -145,16 +154,34 @@ func normalize(key string) string {
 		return ""
 	}
 	next := 1
-	dirty := false
 	for _, t := range scan.Tokens {
-		switch t.Token {
-		case pg.Token_PARAM:
+		if t.Token == pg.Token_PARAM {
 			if v, err := strconv.Atoi(n[t.Start+1 : t.End]); err == nil && v >= next {
 				next = v + 1
 			}
+		}
+	}
+	// scrub marks the tokens to replace; typmod tracks, for each open
+	// parenthesis or bracket, whether it holds a type modifier.
+	scrub := make([]bool, len(scan.Tokens))
+	dirty := false
+	var typmod []bool
+	for i, t := range scan.Tokens {
+		switch t.Token {
+		case pg.Token_ASCII_40, pg.Token_ASCII_91: // ( [
+			typmod = append(typmod, i > 0 && (typeKeyword(scan.Tokens[i-1].Token) ||
+				t.Token == pg.Token_ASCII_91 && inTypmod(typmod)))
+		case pg.Token_ASCII_41, pg.Token_ASCII_93: // ) ]
+			if len(typmod) > 0 {
+				typmod = typmod[:len(typmod)-1]
+			}
+		case pg.Token_ICONST, pg.Token_FCONST:
+			if !inTypmod(typmod) {
+				scrub[i], dirty = true, true
+			}
 		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST,
 			pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
-			dirty = true
+			scrub[i], dirty = true, true
 		}
 	}
 	if !dirty {
@@ -177,19 +204,36 @@ func normalize(key string) string {
 		}
 		b.WriteString(s)
 	}
-	for _, t := range scan.Tokens {
+	for i, t := range scan.Tokens {
+		if !scrub[i] {
+			continue
+		}
 		switch t.Token {
-		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST:
-			write(n[last:t.Start])
-			write("$" + strconv.Itoa(next))
-			next++
-			last = int(t.End)
 		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
 			write(strings.TrimRight(n[last:t.Start], " \t\r\n\f\v"))
 			afterComment = true
+			last = int(t.End)
+		default:
+			write(n[last:t.Start])
+			write("$" + strconv.Itoa(next))
+			next++
 			last = int(t.End)
 		}
 	}
 	write(n[last:])
 	return strings.TrimSpace(b.String())
 }
+
+// typeKeyword reports the built-in type names that take a modifier in
+// parentheses: numeric(10,2), varchar(20), timestamp(3), bit(8)...
+func typeKeyword(t pg.Token) bool {
+	switch t {
+	case pg.Token_NUMERIC, pg.Token_DECIMAL_P, pg.Token_DEC, pg.Token_VARCHAR, pg.Token_CHAR_P,
+		pg.Token_CHARACTER, pg.Token_VARYING, pg.Token_NCHAR, pg.Token_BIT, pg.Token_FLOAT_P,
+		pg.Token_TIME, pg.Token_TIMESTAMP, pg.Token_INTERVAL:
+		return true
+	}
+	return false
+}
+
+func inTypmod(stack []bool) bool { return len(stack) > 0 && stack[len(stack)-1] }

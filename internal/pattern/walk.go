@@ -27,6 +27,7 @@ type event struct {
 	loc   int
 	op    string // operation, or "" for a table
 	table string
+	stmt  bool // a top-level statement's own operation: named even without a table
 }
 
 // node visits n and everything below it.
@@ -313,8 +314,9 @@ func explainAnalyze(opts []*pg.Node) bool {
 }
 
 // summary builds db.query.summary from the events in text order: each
-// operation followed by the tables after it (an operation naming no table is
-// left out), or the first operation alone when no table is named.
+// operation followed by the tables after it. A nested operation naming no
+// table (a subquery of constants) is left out; a statement's own operation
+// is always named, once when repeated ("SELECT" for SELECT 1).
 func (w *walker) summary() string {
 	ev := w.events
 	sort.SliceStable(ev, func(i, j int) bool {
@@ -334,21 +336,25 @@ func (w *walker) summary() string {
 		b.WriteString(s)
 		return true
 	}
-	first, pending := "", ""
+	pending, pendingStmt := "", false
 	var group []string // tables already named by the current operation
 	for _, e := range ev {
 		if e.op != "" {
-			if first == "" {
-				first = e.op
+			if e.op == pending {
+				pendingStmt = pendingStmt || e.stmt
+				continue
 			}
-			pending = e.op
+			if pendingStmt && !add(pending) {
+				break
+			}
+			pending, pendingStmt = e.op, e.stmt
 			continue
 		}
 		if pending != "" {
 			if !add(pending) {
 				break
 			}
-			pending, group = "", group[:0]
+			pending, pendingStmt, group = "", false, group[:0]
 		}
 		dup := false
 		for _, g := range group {
@@ -362,8 +368,8 @@ func (w *walker) summary() string {
 			break
 		}
 	}
-	if b.Len() == 0 {
-		return first
+	if pendingStmt {
+		add(pending)
 	}
 	return b.String()
 }

@@ -45,15 +45,17 @@ func Shared(tb testing.TB) *Server {
 // installed and we are not in CI, a failure otherwise.
 func unavailable(tb testing.TB, err error) {
 	tb.Helper()
-	if errors.Is(err, errUnavailable) && !inCI() {
+	if errors.Is(err, errUnavailable) && !Required() {
 		tb.Skipf("%v (install PostgreSQL or set %s)", err, envDSN)
 		return
 	}
 	tb.Fatal(err)
 }
 
-// inCI reports whether CI is set to a true value ("true", "1", ...).
-func inCI() bool {
+// Required reports whether tests that need PostgreSQL must fail rather than skip when it is
+// unavailable: when the environment variable CI is true ("true", "1", ...). [Shared] applies
+// it itself; callers of [Start] use it to choose between tb.Fatal and tb.Skip.
+func Required() bool {
 	ci, _ := strconv.ParseBool(os.Getenv("CI"))
 	return ci
 }

@@ -163,7 +163,9 @@ func (s *Set) Budget(i int) int { return s.rules[i].budget }
 // whole match holds for tags, each once, in ascending order, and returns dst. Indexes
 // already in dst before the call are left alone. A CIDR pair holds for a tag of its key whose
 // value is an IP address ("203.0.113.5", "[2001:db8::1]:5432", "::ffff:203.0.113.5") inside
-// the prefix. Match does not allocate when dst has room for the result.
+// the prefix. Match does not allocate when dst has room for the result, except for a value
+// under a key with CIDR rules that is shaped like an address but is not one ("1.2.3",
+// "cafe"): netip's parse error allocates.
 func (s *Set) Match(tags []KV, dst []int) []int {
 	if s.Empty() {
 		return dst

@@ -1,0 +1,39 @@
+# Targets: test, lint, fuzz, bench, demo, instr. See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO ?= go
+# pg_query_go (SQL parsing) needs cgo; so does the race detector.
+export CGO_ENABLED := 1
+
+TESTTIMEOUT ?= 30m
+FUZZTIME ?= 30s
+FUZZPKGS ?= ./...
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 1
+
+.PHONY: test lint fuzz bench demo instr
+
+# Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use the server
+# named by PGTRAFFIC_TEST_DSN.
+test:
+	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) ./...
+
+lint:
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Each Fuzz function in FUZZPKGS for FUZZTIME.
+fuzz:
+	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' scripts/fuzz.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./... | tee bench.out
+
+demo:
+	$(GO) run ./examples/demo
+
+# Instructions per query for each driver mode, measured with callgrind.
+instr:
+	scripts/instr.sh

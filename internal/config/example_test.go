@@ -1,0 +1,60 @@
+package config_test
+
+import (
+	"fmt"
+
+	"github.com/pgtraffic/pgtraffic/internal/config"
+)
+
+func ExampleParse() {
+	cfg, err := config.Parse([]byte(`
+server_cores: 8
+budgets:
+  - name: reporting
+    mode: enforce
+    max_concurrent: 4
+    server_share: 0.25
+rules:
+  - budget: reporting
+    match: {app: reporting}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b := cfg.Budgets[0]
+	fmt.Println(b.Name, b.Mode, b.MaxConcurrent, b.BurstLimit, b.Explain)
+	fmt.Println(cfg.Rules[0].String())
+	// Output:
+	// reporting enforce 4 2s auto
+	// app=reporting
+}
+
+func ExampleParse_errors() {
+	_, err := config.Parse([]byte(`
+budgets:
+  - name: reporting
+    max_concurent: 4
+    server_share: 1.5
+rules:
+  - budget: reportng
+    match: {remote_address: 203.0.113.0/33}
+`))
+	fmt.Println(err)
+	// Output:
+	// pgtraffic: rules line 4: budgets[0].max_concurent: unknown field (did you mean max_concurrent?)
+	// pgtraffic: rules line 5: budgets[0].server_share: must be in (0, 1], got 1.5
+	// pgtraffic: rules line 7: rules[0].budget: unknown budget "reportng"
+	// pgtraffic: rules line 8: rules[0].match.remote_address: invalid CIDR prefix "203.0.113.0/33"
+}
+
+func ExampleConfig_Validate() {
+	cfg := &config.Config{
+		Budgets: []config.Budget{{Name: "reporting", ServerShare: 1.5}},
+		Rules:   []config.Rule{{Budget: "reportng", Match: map[string]string{"app": "reporting"}}},
+	}
+	fmt.Println(cfg.Validate())
+	// Output:
+	// pgtraffic: rules: budgets[0].server_share: must be in (0, 1], got 1.5
+	// pgtraffic: rules: rules[0].budget: unknown budget "reportng"
+}

@@ -1,0 +1,419 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+)
+
+// Integration tests against a real PostgreSQL. They do not run in parallel:
+// active_queries is server-wide, so concurrent tests would disturb it.
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// pgSampler returns a sampler connecting to dsn, closed (and checked) when
+// the test ends, and its log.
+func pgSampler(t *testing.T, dsn string, o Options) (*Sampler, *logBuffer) {
+	t.Helper()
+	log, logs := newLogger()
+	o.Logger = log
+	o.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) }
+	s := NewSampler(o)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s, logs
+}
+
+func pgConnect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// eventually polls cond every 20ms until it holds or timeout passes; cond
+// returns whether it holds and what it saw, for the failure message.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last saw %s", what, timeout, saw)
+		}
+		<-tick.C
+	}
+}
+
+// sampled runs a round and returns metric's value, failing on a read error.
+func sampled(t *testing.T, s *Sampler, metric string) float64 {
+	t.Helper()
+	if err := s.SampleOnce(context.Background()); err != nil {
+		t.Fatalf("SampleOnce: %v", err)
+	}
+	v, _, ok := s.Value(metric)
+	if !ok {
+		t.Fatalf("no value for %s after a good round", metric)
+	}
+	return v
+}
+
+// healthBackends returns the pids of sampler backends in the database of conn.
+func healthBackends(t *testing.T, conn *pgx.Conn) []int32 {
+	t.Helper()
+	rows, err := conn.Query(context.Background(),
+		`select pid from pg_stat_activity where application_name = $1 and datname = current_database() order by pid`,
+		ApplicationName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+func TestPGActiveQueries(t *testing.T) {
+	dsn := pgtest.Shared(t).DSN
+	s, _ := pgSampler(t, dsn, Options{Metrics: []string{ActiveQueries}})
+	if base := sampled(t, s, ActiveQueries); base >= 8 {
+		t.Fatalf("active_queries = %v before the load, want < 8", base)
+	}
+
+	const sleepers = 8
+	conns := make([]*pgx.Conn, sleepers)
+	for i := range conns {
+		conns[i] = pgConnect(t, dsn)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, sleepers)
+	for _, c := range conns {
+		wg.Go(func() {
+			if _, err := c.Exec(context.Background(), "select pg_sleep(3)"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	th := map[string]float64{ActiveQueries: sleepers}
+	eventually(t, 3*time.Second, "active_queries >= 8 while 8 sessions sleep", func() (bool, string) {
+		v := sampled(t, s, ActiveQueries)
+		return v >= sleepers, fmt.Sprint(v)
+	})
+	if m, v, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); m != ActiveQueries || !exceeded || stale || v < sleepers {
+		t.Errorf("Evaluate under load = (%q, %v, %v, %v), want active_queries exceeded", m, v, exceeded, stale)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("sleeper: %v", err)
+	}
+	eventually(t, 5*time.Second, "active_queries falls back after the sleepers end", func() (bool, string) {
+		v := sampled(t, s, ActiveQueries)
+		return v < 2, fmt.Sprint(v)
+	})
+	if _, _, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); exceeded || stale {
+		t.Errorf("Evaluate after the load: exceeded=%v stale=%v, want neither", exceeded, stale)
+	}
+}
+
+func TestPGReplicationLag(t *testing.T) {
+	primary := pgtest.Shared(t)
+	if primary.DataDir == "" {
+		// An external server cannot be given a standby; use a throwaway one.
+		var err error
+		if primary, err = pgtest.Start(); err != nil {
+			t.Fatalf("a throwaway primary for the standby test: %v", err)
+		}
+		t.Cleanup(func() { primary.Stop() })
+	}
+	standby, err := primary.StartStandby()
+	if err != nil {
+		t.Fatalf("StartStandby: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := standby.Stop(); err != nil {
+			t.Errorf("standby Stop: %v", err)
+		}
+	})
+	ctx := context.Background()
+	pconn := pgConnect(t, primary.DSN)
+	if _, err := pconn.Exec(ctx, "create table lag_probe (id bigserial primary key, at timestamptz default now())"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Before pausing, the standby must have replayed a transaction (the
+	// table) and caught up: the lag is measured from the last one replayed.
+	sconn := pgConnect(t, standby.DSN)
+	eventually(t, 10*time.Second, "the standby replays the table", func() (bool, string) {
+		var ok bool
+		err := sconn.QueryRow(ctx, "select to_regclass('lag_probe') is not null").Scan(&ok)
+		return err == nil && ok, fmt.Sprint(ok, err)
+	})
+	ss, _ := pgSampler(t, standby.DSN, Options{Metrics: []string{ReplicationLag}})
+	eventually(t, 10*time.Second, "the standby catches up (lag 0)", func() (bool, string) {
+		v := sampled(t, ss, ReplicationLag)
+		return v == 0, fmt.Sprint(v)
+	})
+
+	if _, err := sconn.Exec(ctx, "select pg_wal_replay_pause()"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sconn.Exec(context.Background(), "select pg_wal_replay_resume()") })
+
+	// Write on the primary, one transaction per row, until the lag shows.
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	wconn := pgConnect(t, primary.DSN)
+	var stopOnce sync.Once
+	stopWriter := func() error {
+		stopOnce.Do(func() { close(stop) })
+		return <-writerDone
+	}
+	// Registered after wconn's cleanup, so it runs first: the writer is done
+	// with the connection before it is closed, even when the test fails.
+	t.Cleanup(func() { stopWriter() })
+	go func() {
+		defer close(writerDone)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := wconn.Exec(ctx, "insert into lag_probe default values"); err != nil {
+				writerDone <- err
+				return
+			}
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var lag float64
+	eventually(t, 8*time.Second, "replication lag grows above 1s while replay is paused", func() (bool, string) {
+		lag = sampled(t, ss, ReplicationLag)
+		return lag > 1, fmt.Sprint(lag)
+	})
+	if err := stopWriter(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	if m, v, exceeded, stale := ss.Evaluate(time.Now(), map[string]float64{ReplicationLag: 1}, 0, true); m != ReplicationLag || !exceeded || stale || v <= 1 {
+		t.Errorf("Evaluate while lagging = (%q, %v, %v, %v), want replication_lag exceeded", m, v, exceeded, stale)
+	}
+
+	if _, err := sconn.Exec(ctx, "select pg_wal_replay_resume()"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "replication lag returns to 0 after replay resumes", func() (bool, string) {
+		v := sampled(t, ss, ReplicationLag)
+		return v < 0.1, fmt.Sprint(v)
+	})
+
+	// The primary form: the largest replay_lag of its standbys.
+	ps, _ := pgSampler(t, primary.DSN, Options{Metrics: []string{ReplicationLag}})
+	if v := sampled(t, ps, ReplicationLag); v < 0 || v > 60 {
+		t.Errorf("replication_lag on the primary = %v, want a number in [0, 60]", v)
+	}
+	t.Logf("peak standby lag seen %.2fs", lag)
+}
+
+func TestPGCustomQueries(t *testing.T) {
+	s, logs := pgSampler(t, pgtest.Shared(t).DSN, Options{Interval: time.Second})
+	tests := []struct {
+		name, sql string
+		want      float64
+		wantErr   string // "" for a good read
+	}{
+		{"int4", "select 42", 42, ""},
+		{"int2", "select 3::int2", 3, ""},
+		{"int8", "select count(*) from generate_series(1, 5)", 5, ""},
+		{"float8", "select 1.5::float8", 1.5, ""},
+		{"numeric", "select 2.25::numeric", 2.25, ""},
+		{"text", "select 'x'::text", 0, "returned a column of type text, want int2, int4, int8, float4, float8 or numeric"},
+		{"numeric-looking text", "select '7'", 0, "returned a column of type text"},
+		{"two columns", "select 1, 2", 0, "returned 2 columns, want one number"},
+		{"no rows", "select 1 where false", 0, "returned no rows"},
+		{"two rows", "select generate_series(1, 2)", 0, "returned more than one row"},
+		{"NULL", "select null::int", 0, "returned NULL"},
+		{"NaN", "select 'NaN'::float8", 0, "returned NaN"},
+		{"missing table", "select count(*) from no_such_table", 0, "server error SQLSTATE 42P01 (undefined_table)"},
+		{"two statements", "select 1; select 2", 0, "server error SQLSTATE 42601 (syntax_error)"},
+		{"not a query", "set work_mem = '8MB'", 0, "returned no rows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s.SetMetrics([]string{"custom.q"}, map[string]string{"q": tt.sql})
+			errsBefore := s.Errors()
+			err := s.SampleOnce(context.Background())
+			v, _, ok := s.Value("custom.q")
+			metric, _, exceeded, stale := s.Evaluate(time.Now(), map[string]float64{"custom.q": 1e9}, 0, true)
+			if tt.wantErr == "" {
+				if err != nil || !ok || v != tt.want || exceeded || stale {
+					t.Fatalf("SampleOnce = %v, Value = (%v, %v), exceeded=%v stale=%v; want %v, fresh", err, v, ok, exceeded, stale, tt.want)
+				}
+				return
+			}
+			want := "health: custom.q: " + tt.wantErr
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("SampleOnce = %v, want an error containing %q", err, want)
+			}
+			if ok || metric != "custom.q" || !exceeded || !stale {
+				t.Errorf("after a bad read: Value ok=%v, Evaluate = (%q, exceeded=%v, stale=%v); want no value, stale, exceeded", ok, metric, exceeded, stale)
+			}
+			if got := s.Errors() - errsBefore; got != 1 {
+				t.Errorf("Errors() grew by %d, want 1", got)
+			}
+			if !strings.Contains(logs.String(), "metric=custom.q error=\""+tt.wantErr) {
+				t.Errorf("the failure was not logged clearly:\n%s", logs)
+			}
+		})
+	}
+
+	t.Run("an error is logged once until it changes", func(t *testing.T) {
+		s.SetMetrics([]string{"custom.text"}, map[string]string{"text": "select 'x'"})
+		before := logs.count("metric=custom.text")
+		for range 3 {
+			if err := s.SampleOnce(context.Background()); err == nil {
+				t.Fatal("text query read without error")
+			}
+		}
+		if n := logs.count("metric=custom.text") - before; n != 1 {
+			t.Errorf("logged %d times over 3 rounds, want 1:\n%s", n, logs)
+		}
+	})
+	t.Run("a shape error keeps the connection", func(t *testing.T) {
+		if s.sess.conn == nil || s.sess.conn.IsClosed() {
+			t.Error("the connection was dropped after shape errors")
+		}
+	})
+}
+
+func TestPGReadTimeout(t *testing.T) {
+	s, _ := pgSampler(t, pgtest.Shared(t).DSN, Options{
+		Interval: time.Second,
+		Timeout:  300 * time.Millisecond,
+		Metrics:  []string{"custom.slow"},
+		Queries:  map[string]string{"slow": "select 1 from pg_sleep(3)"},
+	})
+	start := time.Now()
+	err := s.SampleOnce(context.Background())
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a read bounded by 300ms took %v", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "health: custom.slow: timed out after 300ms") {
+		t.Fatalf("SampleOnce = %v, want a timeout", err)
+	}
+	// Normally the server cancels the statement itself (statement_timeout at
+	// two thirds of the timeout) and the connection survives; on a starved
+	// machine the client deadline can win, and the next round reconnects.
+	serverCanceled := strings.Contains(err.Error(), "SQLSTATE 57014")
+	var pid uint32
+	if serverCanceled {
+		if s.sess.conn == nil || s.sess.conn.IsClosed() {
+			t.Fatal("the connection was dropped after the server canceled the statement")
+		}
+		pid = s.sess.conn.PgConn().PID()
+	} else {
+		t.Logf("the client deadline fired first: %v", err)
+	}
+	s.SetMetrics([]string{"custom.fast"}, map[string]string{"fast": "select 5"})
+	if v := sampled(t, s, "custom.fast"); v != 5 {
+		t.Errorf("custom.fast = %v, want 5", v)
+	}
+	if got := s.sess.conn.PgConn().PID(); serverCanceled && got != pid {
+		t.Errorf("reconnected after a server-side timeout (pid %d, then %d)", pid, got)
+	}
+}
+
+func TestPGLoopLifecycle(t *testing.T) {
+	// Its own database, so that backends are counted by datname.
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	conn := pgConnect(t, dsn)
+	s, logs := pgSampler(t, dsn, Options{Interval: 100 * time.Millisecond, Metrics: []string{ActiveQueries}})
+	if pids := healthBackends(t, conn); len(pids) != 0 {
+		t.Fatalf("a sampler that was not started opened backends %v", pids)
+	}
+	s.Start()
+	s.Start()
+
+	// The loop samples, as a visible pgtraffic-health backend.
+	var pid int32
+	eventually(t, 5*time.Second, "the loop's backend appears", func() (bool, string) {
+		pids := healthBackends(t, conn)
+		if len(pids) == 1 {
+			pid = pids[0]
+		}
+		return len(pids) == 1, fmt.Sprint(pids)
+	})
+	start := time.Now()
+	eventually(t, 2*time.Second, "the loop samples every interval", func() (bool, string) {
+		_, at, ok := s.Value(ActiveQueries)
+		return ok && at.After(start), fmt.Sprint(at)
+	})
+
+	// A terminated backend is replaced by a new connection.
+	if _, err := conn.Exec(context.Background(), "select pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 5*time.Second, "the loop reconnects and samples", func() (bool, string) {
+		// SampleOnce from another goroutine takes turns with the loop.
+		_ = s.SampleOnce(context.Background())
+		pids := healthBackends(t, conn)
+		_, at, ok := s.Value(ActiveQueries)
+		return len(pids) == 1 && pids[0] != pid && ok && at.After(killed), fmt.Sprint(pids, at)
+	})
+	if s.Errors() == 0 {
+		t.Error("the lost connection was not counted")
+	}
+	if !strings.Contains(logs.String(), "SQLSTATE 57P01") && !strings.Contains(logs.String(), "connection lost") &&
+		!strings.Contains(logs.String(), "EOF") {
+		t.Errorf("the lost connection was not logged:\n%s", logs)
+	}
+
+	// An empty metric set closes the connection, and the loop opens nothing.
+	s.SetMetrics(nil, nil)
+	eventually(t, 5*time.Second, "no pgtraffic-health backend after SetMetrics(nil)", func() (bool, string) {
+		pids := healthBackends(t, conn)
+		return len(pids) == 0, fmt.Sprint(pids)
+	})
+	time.Sleep(300 * time.Millisecond) // three intervals of an idle loop
+	if pids := healthBackends(t, conn); len(pids) != 0 {
+		t.Fatalf("the idle loop reopened backends %v", pids)
+	}
+
+	// A reload that needs health metrics again reconnects at once.
+	s.SetMetrics([]string{ActiveQueries}, nil)
+	eventually(t, 5*time.Second, "the loop reconnects after a reload", func() (bool, string) {
+		pids := healthBackends(t, conn)
+		return len(pids) == 1, fmt.Sprint(pids)
+	})
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	eventually(t, 5*time.Second, "Close closes the connection", func() (bool, string) {
+		pids := healthBackends(t, conn)
+		return len(pids) == 0, fmt.Sprint(pids)
+	})
+}

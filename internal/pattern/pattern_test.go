@@ -1,0 +1,256 @@
+package pattern
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestAnalyzeKinds(t *testing.T) {
+	tests := []struct {
+		sql, kind, op string
+		explainable   bool
+	}{
+		{"SELECT 1", KindSelect, "SELECT", true},
+		{"VALUES (1), (2)", KindSelect, "SELECT", true},
+		{"TABLE users", KindSelect, "SELECT", true},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", KindSelect, "SELECT", true},
+		{"SELECT 1 UNION ALL SELECT 2", KindSelect, "SELECT", true},
+		{"SELECT * FROM t FOR UPDATE", KindSelect, "SELECT", true},
+		{"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", KindSelect, "SELECT", true},
+		{"SELECT * INTO t2 FROM t", KindDDL, "SELECT", false},
+		{"INSERT INTO t VALUES (1)", KindInsert, "INSERT", true},
+		{"UPDATE t SET a = 1 WHERE id = 1", KindUpdate, "UPDATE", true},
+		{"DELETE FROM t WHERE id = 1", KindDelete, "DELETE", true},
+		{"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE", KindMerge, "MERGE", true},
+		{"CREATE TABLE t (a int)", KindDDL, "CREATE TABLE", false},
+		{"CREATE TABLE t2 AS SELECT * FROM t", KindDDL, "CREATE TABLE AS", false},
+		{"CREATE INDEX i ON t (a)", KindDDL, "CREATE INDEX", false},
+		{"ALTER TABLE t ADD COLUMN b int", KindDDL, "ALTER TABLE", false},
+		{"ALTER TABLE t RENAME COLUMN a TO b", KindDDL, "ALTER TABLE", false},
+		{"DROP TABLE t", KindDDL, "DROP TABLE", false},
+		{"DROP MATERIALIZED VIEW mv", KindDDL, "DROP MATERIALIZED VIEW", false},
+		{"TRUNCATE t", KindDDL, "TRUNCATE TABLE", false},
+		{"COMMENT ON TABLE t IS 'x'", KindDDL, "COMMENT", false},
+		{"GRANT SELECT ON t TO bob", KindDDL, "GRANT", false},
+		{"REVOKE SELECT ON t FROM bob", KindDDL, "REVOKE", false},
+		{"CREATE EXTENSION pg_trgm", KindDDL, "CREATE EXTENSION", false},
+		{"CREATE FUNCTION f() RETURNS int AS 'select 1' LANGUAGE sql", KindDDL, "CREATE FUNCTION", false},
+		{"BEGIN", KindUtility, "BEGIN", false},
+		{"COMMIT", KindUtility, "COMMIT", false},
+		{"ROLLBACK", KindUtility, "ROLLBACK", false},
+		{"SET search_path = public", KindUtility, "SET", false},
+		{"RESET ALL", KindUtility, "RESET", false},
+		{"SHOW work_mem", KindUtility, "SHOW", false},
+		{"VACUUM t", KindUtility, "VACUUM", false},
+		{"ANALYZE t", KindUtility, "ANALYZE", false},
+		{"EXPLAIN SELECT 1", KindUtility, "EXPLAIN", false},
+		{"COPY t TO STDOUT", KindUtility, "COPY", false},
+		{"LISTEN ch", KindUtility, "LISTEN", false},
+		{"NOTIFY ch", KindUtility, "NOTIFY", false},
+		{"LOCK TABLE t", KindUtility, "LOCK TABLE", false},
+		{"CALL p()", KindUtility, "CALL", false},
+		{"ALTER SYSTEM SET work_mem = '1MB'", KindUtility, "ALTER SYSTEM", false},
+		{"", KindOther, "", false},
+		{"-- just a comment", KindOther, "", false},
+		{"SELEC 1", KindOther, "", false},
+		{"SELECT 1; DELETE FROM t", KindSelect, "SELECT", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.sql, func(t *testing.T) {
+			p := Analyze(tc.sql)
+			if p.Kind != tc.kind || p.Operation != tc.op || p.Explainable != tc.explainable {
+				t.Errorf("Analyze(%q): kind %q op %q explainable %v, want %q %q %v",
+					tc.sql, p.Kind, p.Operation, p.Explainable, tc.kind, tc.op, tc.explainable)
+			}
+		})
+	}
+}
+
+func TestAnalyzeTablesAndSummary(t *testing.T) {
+	tests := []struct {
+		sql     string
+		tables  []string
+		summary string
+	}{
+		{"SELECT * FROM orders WHERE id = $1", []string{"orders"}, "SELECT orders"},
+		{"SELECT 1", []string{}, "SELECT"},
+		{"SELECT * FROM a JOIN b ON a.id = b.id LEFT JOIN public.c USING (id)",
+			[]string{"a", "b", "public.c"}, "SELECT a b public.c"},
+		{"SELECT * FROM a WHERE id IN (SELECT a_id FROM b)", []string{"a", "b"}, "SELECT a SELECT b"},
+		{"SELECT * FROM (SELECT * FROM inner_t) s", []string{"inner_t"}, "SELECT inner_t"},
+		{"SELECT * FROM a, a", []string{"a"}, "SELECT a"},
+		{"INSERT INTO shipping_details (id) SELECT id FROM orders",
+			[]string{"orders", "shipping_details"}, "INSERT shipping_details SELECT orders"},
+		{"INSERT INTO s.t VALUES (1)", []string{"s.t"}, "INSERT s.t"},
+		{"UPDATE t SET a = u.a FROM u WHERE t.id = u.id", []string{"t", "u"}, "UPDATE t u"},
+		{"DELETE FROM t USING u WHERE t.id = u.id", []string{"t", "u"}, "DELETE t u"},
+		{"WITH x AS (SELECT * FROM o) SELECT * FROM x JOIN p ON true",
+			[]string{"o", "p"}, "SELECT o SELECT p"},
+		{"WITH x AS (SELECT 1), y AS (SELECT * FROM x) SELECT * FROM y", []string{}, "SELECT"},
+		{"WITH t AS (SELECT * FROM t) SELECT * FROM t", []string{"t"}, "SELECT t"},
+		{"WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r",
+			[]string{}, "SELECT"},
+		{"WITH x AS (SELECT 1) UPDATE x SET a = 1 WHERE id = 1", []string{"x"}, "UPDATE x"},
+		{"WITH d AS (DELETE FROM t RETURNING *) INSERT INTO archive SELECT * FROM d",
+			[]string{"archive", "t"}, "DELETE t INSERT archive"},
+		{`SELECT * FROM "Mixed"."Case"`, []string{"Mixed.Case"}, "SELECT Mixed.Case"},
+		{"TRUNCATE a, b", []string{"a", "b"}, "TRUNCATE TABLE a b"},
+		{"DROP TABLE a, s.b", []string{"a", "s.b"}, "DROP TABLE a s.b"},
+		{"CREATE TABLE t2 AS SELECT * FROM t", []string{"t", "t2"}, "CREATE TABLE AS t2 SELECT t"},
+		{"EXPLAIN SELECT * FROM t", []string{"t"}, "EXPLAIN SELECT t"},
+		{"BEGIN", []string{}, "BEGIN"},
+		{"SELECT * FROM a; DELETE FROM b WHERE id = 1", []string{"a", "b"}, "SELECT a DELETE b"},
+		{"SELEC 1", []string{}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.sql, func(t *testing.T) {
+			p := Analyze(tc.sql)
+			if !slices.Equal(p.Tables, tc.tables) || p.Summary != tc.summary {
+				t.Errorf("Analyze(%q): tables %q summary %q, want %q %q",
+					tc.sql, p.Tables, p.Summary, tc.tables, tc.summary)
+			}
+		})
+	}
+}
+
+func TestSummaryBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("SELECT * FROM t0")
+	for i := 1; i < 200; i++ {
+		b.WriteString(" JOIN a_rather_long_table_name_" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + " ON true")
+	}
+	p := Analyze(b.String())
+	if !p.Parsed || len(p.Summary) > maxSummary || !strings.HasPrefix(p.Summary, "SELECT t0 ") {
+		t.Fatalf("summary of %d bytes: %q", len(p.Summary), p.Summary)
+	}
+}
+
+func TestNormalized(t *testing.T) {
+	tests := []struct{ sql, want string }{
+		{"SELECT * FROM t WHERE name = 'secret-123' AND n = 42", "SELECT * FROM t WHERE name = $1 AND n = $2"},
+		{"SELECT * FROM t WHERE a = $1 AND b = 'x'", "SELECT * FROM t WHERE a = $1 AND b = $2"},
+		{"/* tp='1' */ SELECT 1 /* mid */ FROM t -- tail\n WHERE a = 'q' /* z */;", "SELECT $1 FROM t WHERE a = $2"},
+		{"SELECT 'a'::varchar(10), 1.5::numeric(10,2)", "SELECT $1::varchar(10), $2::numeric(10,2)"},
+		{"SELECT E'a\\'b', U&'x', B'01', X'ff', $$d$$, $t$q$t$, -3", "SELECT $1, $2, $3, $4, $5, $6, $7"},
+		{"CREATE TABLE t (a text DEFAULT 'secret-123', b numeric(10,2) DEFAULT 4111111111111111)",
+			"CREATE TABLE t (a text DEFAULT $1, b numeric(10,2) DEFAULT $2)"},
+		{"COMMENT ON TABLE t IS 'secret-123'", "COMMENT ON TABLE t IS $1"},
+		{"COPY t FROM '/secret-123/file'", "COPY t FROM $1"},
+		{"CALL charge(4111111111111111, 'secret-123')", "CALL charge($1, $2)"},
+		{"ALTER ROLE bob PASSWORD 'secret-123'", "ALTER ROLE bob PASSWORD $1"},
+		{"SELECT 1; SELECT 'secret-123'", "SELECT $1; SELECT $2"},
+		{"SELEC 'secret-123'", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.sql, func(t *testing.T) {
+			p := Analyze(tc.sql)
+			if p.Normalized != tc.want {
+				t.Errorf("Normalized = %q, want %q", p.Normalized, tc.want)
+			}
+			if strings.Contains(p.Normalized, "secret-123") {
+				t.Errorf("Normalized %q contains the literal", p.Normalized)
+			}
+		})
+	}
+}
+
+var hex16RE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+func TestAnalyzeEdges(t *testing.T) {
+	t.Run("empty", func(t *testing.T) {
+		for _, sql := range []string{"", "  ;  ", "/* c */"} {
+			p := Analyze(sql)
+			if !p.Parsed || p.Statements != 0 || p.Kind != KindOther || p.Explainable ||
+				p.UnsafeWrite || !hex16RE.MatchString(p.Fingerprint) || p.Normalized != "" {
+				t.Errorf("Analyze(%q) = %+v", sql, p)
+			}
+		}
+	})
+	t.Run("unparsable", func(t *testing.T) {
+		p := Analyze("SELEC 'secret-123' FROM")
+		q := Analyze("/* other comment */ SELEC 'secret-123' FROM;")
+		r := Analyze("SELEC 'secret-124' FROM")
+		if p.Parsed || p.Kind != KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
+			!hex16RE.MatchString(p.Fingerprint) || hex16(p.FingerprintID) != p.Fingerprint {
+			t.Errorf("unparsable: %+v", p)
+		}
+		if p.Fingerprint != q.Fingerprint {
+			t.Errorf("comments changed the hash fingerprint: %s vs %s", p.Fingerprint, q.Fingerprint)
+		}
+		if p.Fingerprint == r.Fingerprint {
+			t.Errorf("different texts share hash fingerprint %s", p.Fingerprint)
+		}
+	})
+	t.Run("fingerprint", func(t *testing.T) {
+		a := Analyze("SELECT * FROM t WHERE id = 1")
+		b := Analyze("select *  from t where id = 2 /* c */")
+		c := Analyze("SELECT * FROM u WHERE id = 1")
+		if a.Fingerprint != b.Fingerprint || a.FingerprintID != b.FingerprintID || a.Fingerprint == c.Fingerprint {
+			t.Errorf("fingerprints a=%s b=%s c=%s", a.Fingerprint, b.Fingerprint, c.Fingerprint)
+		}
+		if !hex16RE.MatchString(a.Fingerprint) || hex16(a.FingerprintID) != a.Fingerprint {
+			t.Errorf("fingerprint %q id %x", a.Fingerprint, a.FingerprintID)
+		}
+	})
+	t.Run("multi-statement", func(t *testing.T) {
+		p := Analyze("SELECT 1; UPDATE t SET a = 1; TRUNCATE u;")
+		if p.Statements != 3 || p.Kind != KindSelect || p.Explainable || !p.UnsafeWrite || !p.Truncate ||
+			!slices.Equal(p.Tables, []string{"t", "u"}) {
+			t.Errorf("multi-statement: %+v", p)
+		}
+	})
+	t.Run("1MiB literal", func(t *testing.T) {
+		big := "SELECT * FROM t WHERE payload = '" + strings.Repeat("secret-123 ", 1<<20/11) + "'"
+		p := Analyze(big)
+		if !p.Parsed || p.Normalized != "SELECT * FROM t WHERE payload = $1" || p.Kind != KindSelect ||
+			!slices.Equal(p.Tables, []string{"t"}) {
+			t.Errorf("1 MiB literal: parsed %v kind %q normalized %.80q", p.Parsed, p.Kind, p.Normalized)
+		}
+	})
+}
+
+// FuzzAnalyze checks that no input panics and that the invariants hold.
+func FuzzAnalyze(f *testing.F) {
+	for _, tc := range guardCases {
+		f.Add(tc.sql)
+	}
+	f.Add("SELECT * FROM t WHERE a = 'secret-123' /* c */")
+	f.Add("INSERT INTO t VALUES (E'x\\'y', $$z$$, B'1')")
+	f.Add("CREATE TABLE t (a varchar(10) DEFAULT 'q')")
+	f.Fuzz(func(t *testing.T, sql string) {
+		p := Analyze(sql)
+		if !hex16RE.MatchString(p.Fingerprint) || hex16(p.FingerprintID) != p.Fingerprint {
+			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
+		}
+		if !p.Parsed && (p.Normalized != "" || p.Kind != KindOther || p.UnsafeWrite || p.Truncate) {
+			t.Fatalf("unparsable text with facts: %+v", p)
+		}
+		if p.Explainable && p.Statements != 1 {
+			t.Fatalf("explainable with %d statements", p.Statements)
+		}
+		if len(p.Summary) > maxSummary || !slices.IsSorted(p.Tables) {
+			t.Fatalf("summary %q tables %q", p.Summary, p.Tables)
+		}
+		// No quoted literal of the input survives normalisation.
+		if p.Normalized != "" {
+			scan := scanLiterals(sql)
+			for _, lit := range scan {
+				if len(lit) > 3 && strings.Contains(p.Normalized, lit) {
+					t.Fatalf("Normalized %q contains literal %q of %q", p.Normalized, lit, sql)
+				}
+			}
+		}
+	})
+}
+
+// scanLiterals returns the quoted literal tokens of sql as pg_query's scanner
+// sees them.
+func scanLiterals(sql string) []string {
+	res, err := pgScan(sql)
+	if err != nil {
+		return nil
+	}
+	return res
+}

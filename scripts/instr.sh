@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# instr.sh measures the CPU instructions each driver mode spends per query, with callgrind.
+#
+# It builds ./integration/instr (flags -dsn, -mode, -n: run n queries of "select $1::int + 1"
+# after a warm-up), starts a throwaway PostgreSQL (internal/pgtest/cmd/pgtest) unless
+# PGTRAFFIC_TEST_DSN names one, and runs the program under callgrind for N1 and N2 queries per
+# mode. The difference (I(N2) - I(N1)) / (N2 - N1) cancels start-up, warm-up and shutdown and
+# leaves the client-side instructions per query; the last column is the cost over plain pgx.
+#
+# Only the client is measured: the server is a separate process that valgrind does not trace.
+# The Go runtime runs single-threaded and without GC or async preemption so counts are stable.
+#
+# Environment: MODES (default "pgx pgtraffic"), N1 (2000), N2 (12000),
+# INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODES="${MODES:-pgx pgtraffic}"
+N1="${N1:-2000}"
+N2="${N2:-12000}"
+GO="${GO:-go}"
+export CGO_ENABLED=1
+
+if ! command -v valgrind >/dev/null; then
+	echo "instr: valgrind not found; install it (Debian: apt-get install -y valgrind)" >&2
+	exit 1
+fi
+if ((N2 <= N1)); then
+	echo "instr: N2 ($N2) must be greater than N1 ($N1)" >&2
+	exit 1
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+	if [[ -n "$server_pid" ]]; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+bin="${INSTR_BIN:-}"
+if [[ -z "$bin" ]]; then
+	bin="$work/instr"
+	"$GO" build -o "$bin" ./integration/instr
+fi
+
+dsn="${PGTRAFFIC_TEST_DSN:-}"
+if [[ -z "$dsn" ]]; then
+	"$GO" build -o "$work/pgserver" ./internal/pgtest/cmd/pgtest
+	"$work/pgserver" >"$work/dsn" 2>"$work/pgserver.err" &
+	server_pid=$!
+	for _ in $(seq 1200); do # up to 120 s: initdb on a busy machine
+		[[ -s "$work/dsn" ]] && break
+		if ! kill -0 "$server_pid" 2>/dev/null; then
+			echo "instr: PostgreSQL did not start:" >&2
+			cat "$work/pgserver.err" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	if [[ ! -s "$work/dsn" ]]; then
+		echo "instr: PostgreSQL did not start within 120 s" >&2
+		exit 1
+	fi
+	dsn="$(head -n 1 "$work/dsn")"
+fi
+
+# instructions MODE N prints the total instruction count of one run of N queries.
+instructions() {
+	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
+	if ! GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off \
+		valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" >"$work/run.log" 2>&1; then
+		echo "instr: $mode -n $n failed:" >&2
+		tail -n 40 "$work/run.log" >&2
+		return 1
+	fi
+	# "summary:" in current callgrind output, "totals:" in older versions.
+	local total
+	total="$(awk '/^(summary|totals):/ { print $2; exit }' "$out")"
+	if [[ -z "$total" ]]; then
+		echo "instr: no instruction total in $out" >&2
+		return 1
+	fi
+	echo "$total"
+}
+
+results=""
+for mode in $MODES; do
+	echo "instr: $mode: callgrind with $N1 and $N2 queries..." >&2
+	i1="$(instructions "$mode" "$N1")"
+	i2="$(instructions "$mode" "$N2")"
+	results+="$mode $i1 $i2"$'\n'
+done
+
+printf '%s' "$results" | awk -v n1="$N1" -v n2="$N2" '
+	{ mode[NR] = $1; i1[NR] = $2; i2[NR] = $3; per[NR] = ($3 - $2) / (n2 - n1); if ($1 == "pgx") base = per[NR]; has[NR] = 1 }
+	END {
+		printf "%-12s %16s %16s %14s %14s\n", "mode", "I(" n1 ")", "I(" n2 ")", "instr/query", "vs pgx"
+		for (r = 1; r <= NR; r++) {
+			diff = (base == "") ? "n/a" : sprintf("%+.0f", per[r] - base)
+			printf "%-12s %16.0f %16.0f %14.0f %14s\n", mode[r], i1[r], i2[r], per[r], diff
+		}
+	}'
