@@ -11,6 +11,7 @@ FUZZTIME ?= 30s
 FUZZPKGS ?= ./...
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
+BENCHPKGS ?= ./...
 
 .PHONY: test lint fuzz bench demo instr
 
@@ -29,7 +30,7 @@ fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' scripts/fuzz.sh
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./... | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(BENCHPKGS) | tee bench.out
 
 demo:
 	$(GO) run ./examples/demo

@@ -69,6 +69,8 @@ const (
 
 // Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —
 // the seconds one backend spends on a query — are the unit of cost; durations express them.
+// A Budget with only a name is valid: a warn budget with no limits, which counts the queries
+// its rules route to it.
 type Budget struct {
 	// Name identifies the budget in rules, errors, metrics and across reloads. Required.
 	Name string `yaml:"name" json:"name"`
@@ -126,10 +128,15 @@ func (b *Budget) Equal(other *Budget) bool {
 // Rule routes the queries whose tags hold every pair of Match to Budget.
 //
 // A Match value that is a CIDR prefix (203.0.113.0/24, 2001:db8::/32) matches tag values
-// that are IP addresses inside it (also "ip:port" and IPv4-mapped IPv6 addresses); any other
-// value matches the tag value exactly. A value is taken for a prefix when the text before its
-// '/' consists of hex digits, '.' and ':' and looks like an address; it must then be a valid
-// prefix. Other values containing '/' (routes such as /api/export) are exact values.
+// that are IP addresses inside it (also written "ip:port", "[ip]:port" or IPv4-mapped as
+// ::ffff:a.b.c.d); any other value matches the tag value exactly. A value is taken for a
+// prefix when the text before its '/' is shaped like an IPv4 address (digits and dots) or an
+// IPv6 one (hex digits and colons); it must then be a valid prefix. Other values containing
+// '/' (routes such as /api/export) are exact values. IPv4 addresses match IPv4 prefixes, also
+// when written IPv4-mapped (::ffff:203.0.113.0/120); other IPv6 prefixes, ::/0 included, match
+// only IPv6 addresses.
+//
+// The zero Rule is not valid: a rule needs a budget and at least one pair.
 type Rule struct {
 	Budget string            `yaml:"budget" json:"budget"`
 	Match  map[string]string `yaml:"match" json:"match"`

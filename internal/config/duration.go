@@ -8,7 +8,8 @@ import (
 
 // Duration is a [time.Duration] written in rules files as a Go duration string: "250ms",
 // "2s", "1m30s". A bare number is rejected (except 0): "2" could mean seconds or
-// nanoseconds, and a rules file should not leave that to a guess.
+// nanoseconds, and a rules file should not leave that to a guess. The zero Duration means
+// the field is omitted.
 type Duration time.Duration
 
 // String formats d as time.Duration does ("1m0s").

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/pgtraffic/pgtraffic/internal/config"
 )
@@ -57,4 +58,35 @@ func ExampleConfig_Validate() {
 	// Output:
 	// pgtraffic: rules: budgets[0].server_share: must be in (0, 1], got 1.5
 	// pgtraffic: rules: rules[0].budget: unknown budget "reportng"
+}
+
+// The complete rules file in testdata/full.yaml uses every field; testdata/full.json is the
+// same file in JSON.
+func ExampleParse_file() {
+	data, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, b := range cfg.Budgets {
+		fmt.Printf("%s: %s, burst %v, throttle %v\n", b.Name, b.Mode, b.BurstLimit, b.ThrottleWhen)
+	}
+	for _, r := range cfg.Rules {
+		fmt.Printf("%s -> %s\n", r.String(), r.Budget)
+	}
+	fmt.Println("require_where:", cfg.Guards.RequireWhere.Mode)
+	// Output:
+	// reporting: enforce, burst 10s, throttle map[active_queries:50 custom.locks:20 replication_lag:5]
+	// per-tenant: warn, burst 400ms, throttle map[]
+	// batch: enforce, burst 0s, throttle map[in_flight:16 replication_lag:1.5]
+	// app=reporting -> reporting
+	// app=commerce,controller=export -> reporting
+	// remote_address=203.0.113.0/24 -> per-tenant
+	// application_name=nightly-etl,table=orders -> batch
+	// require_where: enforce
 }

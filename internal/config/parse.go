@@ -143,7 +143,7 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 		}
 		kp := keyPath(path, k.Value)
 		if path == "" {
-			kp = k.Value
+			kp = strings.TrimPrefix(kp, ".")
 		}
 		if k.Value == "<<" && k.ShortTag() == "!!merge" {
 			d.addLine(k.Line, kp, "merge keys are not supported")

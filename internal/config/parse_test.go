@@ -177,6 +177,7 @@ func TestParseErrors(t *testing.T) {
 		{"JSON syntax", "{\n  \"budgets\": [\n    {\"name\": \"a\",}\n  ]\n", `pgtraffic: rules line 4: did not find expected ',' or '}'`},
 		{"not a mapping", "- a\n", `pgtraffic: rules line 1: expected a mapping, got a list`},
 		{"unknown top-level field", "server_core: 2\n", `pgtraffic: rules line 1: server_core: unknown field (did you mean server_cores?)`},
+		{"unknown odd top-level key", "\"a b\": 1\n", `pgtraffic: rules line 1: ["a b"]: unknown field`},
 		{"unknown budget field", head + "  - name: b\n    max_concurent: 2\n", `pgtraffic: rules line 4: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)`},
 		{"unknown field far from any", head + "    colour: red\n", `pgtraffic: rules line 3: budgets[0].colour: unknown field`},
 		{"unknown field in JSON", "{\n \"budgets\": [\n  {\"name\": \"a\",\n   \"maxConcurrent\": 3}]}", `pgtraffic: rules line 4: budgets[0].maxConcurrent: unknown field (did you mean max_concurrent?)`},

@@ -133,6 +133,8 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			return ctx.Err()
 		case <-t.C:
 		}
+		x.Start = e.now() // admission is decided at the current time
+		x.slow = true
 	}
 
 	// Warn budgets are checked one by one: a warn budget that would block is logged and the
@@ -153,7 +155,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 		}
 		req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: x.Predicted}}
 		var wb [1]budget.Warning
-		warn, den := budget.Admit(e.now(), req[:], wb[:0])
+		warn, den := budget.Admit(x.Start, req[:], wb[:0])
 		if den != nil {
 			d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
 			x.Decision, x.Reason = DecisionWarn, d.Reason
@@ -188,7 +190,7 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, budgets, ruleOf []int, reqs [
 		return nil, 0
 	}
 	var wb [8]budget.Warning
-	warn, den := budget.Admit(e.now(), reqs, wb[:0])
+	warn, den := budget.Admit(x.Start, reqs, wb[:0])
 	if den != nil {
 		bi := reqBudget[den.Index]
 		bs := st.budgets[bi]
@@ -227,7 +229,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 	if len(bs.throttle) == 0 || e.sampler == nil {
 		return nil
 	}
-	metric, value, exceeded, stale := e.sampler.Evaluate(e.now(), bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	metric, value, exceeded, stale := e.sampler.Evaluate(x.Start, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
 	if !exceeded {
 		return nil
 	}
@@ -254,7 +256,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 	p := x.Pattern
 	fp := p.FingerprintID
 	planCost := 0.0
-	if p.Explainable && conn != nil {
+	if p.Explainable {
 		perCall := mode == explainCall || (mode == explainAuto && e.model.Volatile(fp))
 		cached := false
 		if !perCall {
@@ -265,7 +267,8 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 				e.stats.ExplainCacheMisses.Add(1)
 			}
 		}
-		if !cached {
+		if !cached && conn != nil {
+			x.slow = true
 			e.stats.ExplainCalls.Add(1)
 			t0 := e.now()
 			c, err := cost.Explain(ctx, conn, query, args)

@@ -215,6 +215,7 @@ type Exec struct {
 	Costed    bool     // a prediction was made (the model may train on this execution)
 	Span      any      // the observer's per-statement state
 
+	slow    bool // Begin spent time on an EXPLAIN or a wait: restart the clock
 	holds   []admitted
 	tagBuf  [12]ruleset.KV
 	ruleBuf [8]int
@@ -254,8 +255,10 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	if e.obs != nil {
 		e.obs.Started(ctx, x)
 	}
-	// Measure the statement from here: admission (and any EXPLAIN or wait) is not its cost.
-	x.Start = e.now()
+	// Measure the statement from here: an EXPLAIN or a wait for capacity is not its cost.
+	if x.slow {
+		x.Start = e.now()
+	}
 	return x, nil
 }
 

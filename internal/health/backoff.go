@@ -46,7 +46,7 @@ func reconnectDelay(failures int, interval time.Duration, rnd float64) time.Dura
 }
 
 // jitter draws a duration uniformly from [ceiling/2, ceiling) by rnd in
-// [0, 1), clamping rnd (NaN counts as 0).
+// [0, 1), clamping rnd (NaN counts as 0), and at least 1ns.
 func jitter(ceiling time.Duration, rnd float64) time.Duration {
 	if !(rnd >= 0) {
 		rnd = 0
@@ -56,5 +56,5 @@ func jitter(ceiling time.Duration, rnd float64) time.Duration {
 	if d >= ceiling && ceiling > floor {
 		d = ceiling - 1 // rnd == 1, or float rounding of huge durations
 	}
-	return d
+	return max(d, 1) // never 0: a waiter must not spin
 }

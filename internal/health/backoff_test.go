@@ -29,6 +29,7 @@ func TestBackoff(t *testing.T) {
 		{"negative rnd clamps to 0", 0, i, -1, i / 2},
 		{"rnd of 1 or more clamps below the ceiling", 0, i, 7, i - 1},
 		{"short interval", 2, 10 * time.Millisecond, 0.25, 25 * time.Millisecond},
+		{"a 1ns interval still waits", 0, 1, 0.9, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +101,7 @@ func FuzzBackoff(f *testing.F) {
 	f.Add(-1, int64(0), 2.0)
 	f.Add(math.MaxInt, int64(math.MaxInt64), math.Inf(1))
 	f.Add(64, int64(math.MaxInt64/3), math.NaN())
+	f.Add(-1, int64(1), 2.0) // a 1ns interval once gave 0
 	f.Fuzz(func(t *testing.T, attempt int, interval int64, rnd float64) {
 		iv := time.Duration(interval)
 		d := Backoff(attempt, iv, rnd)

@@ -147,9 +147,9 @@ type result struct {
 	metric string
 	sql    string
 	value  float64
-	at     time.Time
-	err    string // "" on success
-	report bool   // count the failure and log it when it changed
+	at     time.Time // when it was read; for a failed connect, when the loop retries
+	err    string    // "" on success
+	report bool      // count the failure and log it when it changed
 }
 
 // readError is the error SampleOnce returns for one failed read.
@@ -448,7 +448,7 @@ func (s *Sampler) connLocked(ctx context.Context, force bool, cfg *config) (*pgx
 		ss.retryAt = now.Add(reconnectDelay(ss.failures, s.interval, rand.Float64()))
 		desc := describe(err, s.connectTimeout)
 		results := make([]result, 0, len(cfg.order)+1)
-		results = append(results, result{metric: connectKey, err: desc, report: true})
+		results = append(results, result{metric: connectKey, err: desc, report: true, at: ss.retryAt})
 		for _, m := range cfg.order {
 			results = append(results, result{metric: m, sql: cfg.defs[m], err: "not connected"})
 		}
@@ -515,7 +515,7 @@ func (s *Sampler) publish(results []result) {
 				s.errors.Add(1)
 				if res.err != s.connErr {
 					logs = append(logs, entry{slog.LevelWarn, "health: connect failed; every health metric counts as stale",
-						[]any{"error", res.err, "retry_at", s.sess.retryAt}})
+						[]any{"error", res.err, "retry_at", res.at}})
 				}
 			case s.connErr != "":
 				logs = append(logs, entry{slog.LevelInfo, "health: connected again", nil})

@@ -1,6 +1,7 @@
 package pattern
 
 import (
+	"encoding/binary"
 	"runtime"
 	"strings"
 	"sync"
@@ -179,22 +180,22 @@ func (c *Cache) Stats() (hits, misses uint64, size int) {
 	return hits, misses, size
 }
 
-// shardHash is FNV-1a over the length and up to 16 bytes from each end of
-// key: enough to spread statements over a few shards without reading a
-// long text twice (the map hashes the whole key anyway).
+// shardHash mixes the length and the first and last 8 bytes of key: enough
+// to spread statements over a few shards without reading a long text twice
+// (the map hashes the whole key anyway). Statements sharing both ends and
+// length share a shard, which costs balance, never correctness.
 func shardHash(key string) uint32 {
-	h := uint32(2166136261)
 	n := len(key)
-	h = (h ^ uint32(n)) * 16777619
-	head, tail := key, ""
-	if n > 32 {
-		head, tail = key[:16], key[n-16:]
+	h := uint64(n) * 0x9E3779B97F4A7C15
+	if n >= 8 {
+		h ^= binary.LittleEndian.Uint64([]byte(key[:8]))
+		h = (h ^ h>>29) * 0xBF58476D1CE4E5B9
+		h ^= binary.LittleEndian.Uint64([]byte(key[n-8:]))
+	} else {
+		for i := 0; i < n; i++ {
+			h = (h ^ uint64(key[i])) * 0x100000001B3
+		}
 	}
-	for i := 0; i < len(head); i++ {
-		h = (h ^ uint32(head[i])) * 16777619
-	}
-	for i := 0; i < len(tail); i++ {
-		h = (h ^ uint32(tail[i])) * 16777619
-	}
-	return h ^ h>>16
+	h = (h ^ h>>31) * 0x94D049BB133111EB
+	return uint32(h ^ h>>32)
 }

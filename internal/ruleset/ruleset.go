@@ -155,8 +155,8 @@ func (s *Set) Len() int {
 	return len(s.rules)
 }
 
-// Budget returns the budget index of rule i, as budgetIndex gave it to [Compile] (-1 when
-// it was nil).
+// Budget returns the budget index of rule i (0 <= i < Len()), as budgetIndex gave it to
+// [Compile] (-1 when it was nil).
 func (s *Set) Budget(i int) int { return s.rules[i].budget }
 
 // Match appends to dst the index (into the rules given to [Compile]) of every rule whose

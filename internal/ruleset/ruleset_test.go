@@ -323,3 +323,28 @@ func FuzzMatchCIDR(f *testing.F) {
 		}
 	})
 }
+
+// TestConcurrentMatch runs Match from several goroutines on one Set (run with -race).
+func TestConcurrentMatch(t *testing.T) {
+	s := mustCompile(t, m("app", "a"), m("ip", "10.0.0.0/8"), m("app", "a", "ip", "10.1.0.0/16"))
+	tg := tags("app", "a", "ip", "10.1.2.3")
+	errs := make(chan string, 4)
+	for range 4 {
+		go func() {
+			var dst []int
+			for range 1000 {
+				dst = s.Match(tg, dst[:0])
+				if !slices.Equal(dst, []int{0, 1, 2}) {
+					errs <- fmt.Sprint(dst)
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Errorf("Match = %s, want [0 1 2]", e)
+		}
+	}
+}

@@ -1,0 +1,497 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/internal/ruleset"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// clock is a settable fake clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newEngine(t testing.TB, rules string, o ...func(*Options)) (*Engine, *clock) {
+	t.Helper()
+	clk := newClock()
+	opts := Options{Logger: quiet, Now: clk.now, User: "app", Database: "shop"}
+	for _, f := range o {
+		f(&opts)
+	}
+	e := New(opts)
+	if rules != "" {
+		cfg, err := config.Parse([]byte(rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, clk
+}
+
+// run begins a statement and, if admitted, finishes it after d of fake time.
+func run(e *Engine, clk *clock, ctx context.Context, query string, d time.Duration) error {
+	x, err := e.Begin(ctx, nil, query, nil)
+	if err != nil {
+		return err
+	}
+	clk.advance(d)
+	x.Finish(ctx, nil)
+	return nil
+}
+
+func denial(t *testing.T, err error) *Denial {
+	t.Helper()
+	var d *Denial
+	if !errors.As(err, &d) {
+		t.Fatalf("want a *Denial, got %v", err)
+	}
+	return d
+}
+
+func TestTagsMerged(t *testing.T) {
+	var got []ruleset.KV
+	e, _ := newEngine(t, "", func(o *Options) {
+		o.OnStatement = func(_ string, tags []ruleset.KV) { got = append([]ruleset.KV(nil), tags...) }
+		o.ApplicationName = "api"
+	})
+	ctx := tagging.With(context.Background(), "route", "/ctx", "tenant", "t1")
+	x, err := e.Begin(ctx, nil, "select * from orders o join items i on i.o = o.id /*route='%2Fcomment',controller='pay'*/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Finish(ctx, nil)
+	want := map[string][]string{
+		"username": {"app"}, "database": {"shop"}, "application_name": {"api"},
+		"statement": {"select"}, "table": {"items", "orders"},
+		"route": {"/ctx"}, "tenant": {"t1"}, "controller": {"pay"},
+	}
+	m := map[string][]string{}
+	for _, kv := range got {
+		m[kv.Key] = append(m[kv.Key], kv.Value)
+	}
+	for k, v := range want {
+		if fmt.Sprint(m[k]) != fmt.Sprint(v) {
+			t.Errorf("tag %s = %v, want %v", k, m[k], v)
+		}
+	}
+	if len(m["fingerprint"]) != 1 || len(m["fingerprint"][0]) != 16 {
+		t.Errorf("fingerprint tag %v", m["fingerprint"])
+	}
+}
+
+func TestNoRulesAllowsEverything(t *testing.T) {
+	e, clk := newEngine(t, "")
+	for _, q := range []string{"select 1", "delete from t", "not sql at all", ""} {
+		if err := run(e, clk, context.Background(), q, time.Millisecond); err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+	}
+	if e.InFlight() != 0 {
+		t.Fatalf("in flight %d", e.InFlight())
+	}
+}
+
+func TestConcurrencyAllOrNothing(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 2}
+  - {name: b, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: a, match: {app: x}}
+  - {budget: b, match: {app: x, kind: heavy}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	heavy := tagging.With(ctx, "kind", "heavy")
+	x1, err := e.Begin(heavy, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b is full: the heavy statement is refused and takes nothing from a.
+	_, err = e.Begin(heavy, nil, "select 1", nil)
+	if d := denial(t, err); d.Budget != "b" || d.Reason != ReasonConcurrency || d.Rule != "app=x,kind=heavy" || d.RetryAfter <= 0 {
+		t.Fatalf("denial %+v", d)
+	}
+	if bs := e.Budgets()[0]; bs.InFlight != 1 {
+		t.Fatalf("budget a in flight %d after a denied admission; want 1", bs.InFlight)
+	}
+	x2, err := e.Begin(ctx, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Begin(ctx, nil, "select 1", nil); denial(t, err).Budget != "a" {
+		t.Fatal("a should be full")
+	}
+	x1.Finish(ctx, nil)
+	x2.Finish(ctx, nil)
+	for _, bs := range e.Budgets() {
+		if bs.InFlight != 0 {
+			t.Fatalf("%s leaked: %+v", bs.Name, bs)
+		}
+	}
+}
+
+func TestBucketWithHistoryPredictor(t *testing.T) {
+	e, clk := newEngine(t, `
+server_cores: 2
+budgets:
+  - {name: r, mode: enforce, server_share: 0.25, burst_limit: 1s}
+rules:
+  - {budget: r, match: {app: r}}
+`)
+	ctx := tagging.With(context.Background(), "app", "r")
+	q := "select count(*) from events" // no connection: history is the predictor
+	// Each run costs 300ms of actual time; the bucket (1s, drains 0.5 s/s) is trued up to it.
+	admitted := 0
+	var d *Denial
+	for range 10 {
+		err := run(e, clk, ctx, q, 300*time.Millisecond)
+		if err != nil {
+			d = denial(t, err)
+			break
+		}
+		admitted++
+	}
+	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		t.Fatalf("bucket never blocked; admitted %d, denial %+v", admitted, d)
+	}
+	clk.advance(d.RetryAfter)
+	if err := run(e, clk, ctx, q, 300*time.Millisecond); err != nil {
+		t.Fatalf("after RetryAfter: %v", err)
+	}
+}
+
+func TestWarnModeAdmits(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: w, max_concurrent: 1}
+rules:
+  - {budget: w, match: {app: w}}
+`)
+	ctx := tagging.With(context.Background(), "app", "w")
+	x1, err := e.Begin(ctx, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x2, err := e.Begin(ctx, nil, "select 1", nil)
+	if err != nil {
+		t.Fatalf("warn mode blocked: %v", err)
+	}
+	if x2.Decision != DecisionWarn || x2.Reason != ReasonConcurrency {
+		t.Fatalf("decision %s/%s", x2.Decision, x2.Reason)
+	}
+	x1.Finish(ctx, nil)
+	x2.Finish(ctx, nil)
+	if e.Stats().Warned.Load() != 1 || e.Budgets()[0].InFlight != 0 {
+		t.Fatalf("warned %d, budget %+v", e.Stats().Warned.Load(), e.Budgets()[0])
+	}
+}
+
+func TestOffModeIgnored(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: o, mode: off, max_concurrent: 1}
+rules:
+  - {budget: o, match: {app: o}}
+`)
+	ctx := tagging.With(context.Background(), "app", "o")
+	for range 3 {
+		if _, err := e.Begin(ctx, nil, "select 1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestGuards(t *testing.T) {
+	e, clk := newEngine(t, `
+guards:
+  require_where: enforce
+  block_truncate: {mode: enforce, match: {app: web}}
+`)
+	ctx := context.Background()
+	web := tagging.With(ctx, "app", "web")
+	cases := []struct {
+		ctx   context.Context
+		q     string
+		block string
+	}{
+		{ctx, "delete from t", GuardRequireWhere},
+		{ctx, "update t set a = 1 where 1 = 1", GuardRequireWhere},
+		{ctx, "delete from t where id = $1", ""},
+		{WithGuardBypass(ctx), "delete from t", ""},
+		{ctx, "delete from t /* pgtraffic_bypass='true' */", GuardRequireWhere},
+		{web, "truncate t", GuardBlockTruncate},
+		{ctx, "truncate t", ""}, // the truncate guard is scoped to app=web
+	}
+	for _, tc := range cases {
+		err := run(e, clk, tc.ctx, tc.q, time.Millisecond)
+		if tc.block == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tc.q, err)
+			}
+			continue
+		}
+		if d := denial(t, err); d.Reason != ReasonGuard || d.Rule != tc.block {
+			t.Errorf("%q: %+v", tc.q, d)
+		}
+	}
+}
+
+func TestMaxWait(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 2s}
+rules:
+  - {budget: q, match: {app: q}}
+`, func(o *Options) { o.Now = time.Now }) // real time: the wait uses timers
+	ctx := tagging.With(context.Background(), "app", "q")
+	x1, err := e.Begin(ctx, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		x2, err := e.Begin(ctx, nil, "select 1", nil)
+		if err == nil {
+			x2.Finish(ctx, nil)
+		}
+		done <- err
+	}()
+	x1.Finish(ctx, nil) // frees the slot: the waiter gets it
+	if err := <-done; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	// A cancelled context ends the wait with its error.
+	x1, _ = e.Begin(ctx, nil, "select 1", nil)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := e.Begin(cctx, nil, "select 1", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	x1.Finish(ctx, nil)
+}
+
+func TestReloadKeepsState(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: keep, mode: enforce, max_concurrent: 1}
+  - {name: gone, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: keep, match: {app: k}}
+`)
+	ctx := tagging.With(context.Background(), "app", "k")
+	x, err := e.Begin(ctx, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := config.Parse([]byte(`
+budgets:
+  - {name: keep, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: keep, match: {app: k}}
+`))
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Begin(ctx, nil, "select 1", nil); err == nil {
+		t.Fatal("the in-flight count was lost on reload")
+	}
+	x.Finish(ctx, nil)
+	if err := e.SetConfig(&config.Config{Rules: []config.Rule{{Budget: "nope", Match: map[string]string{"a": "b"}}}}); err == nil {
+		t.Fatal("a rule naming an unknown budget must be refused")
+	}
+	if len(e.Budgets()) != 1 || e.Budgets()[0].Name != "keep" {
+		t.Fatalf("a refused config replaced the rules: %+v", e.Budgets())
+	}
+}
+
+func TestWarnLogRateLimited(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	e, clk := newEngine(t, `
+budgets:
+  - {name: w, max_concurrent: 1}
+rules:
+  - {budget: w, match: {app: w}}
+`, func(o *Options) { o.Logger = logger })
+	ctx := tagging.With(context.Background(), "app", "w")
+	hold, _ := e.Begin(ctx, nil, "select 1", nil)
+	for range 100 {
+		run(e, clk, ctx, "select 1", time.Millisecond)
+	}
+	clk.advance(2 * time.Second)
+	run(e, clk, ctx, "select 1", time.Millisecond)
+	hold.Finish(ctx, nil)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if n := strings.Count(out, "budget=w"); n != 2 {
+		t.Fatalf("%d log lines for 101 warnings in 2s; want 2:\n%s", n, out)
+	}
+	if !strings.Contains(out, "suppressed=99") {
+		t.Fatalf("the second line must say how many were suppressed:\n%s", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestCheck(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: jobs, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: jobs, match: {job: import}}
+`)
+	ctx := tagging.With(context.Background(), "job", "import")
+	if err := e.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := e.Begin(ctx, nil, "select 1", nil)
+	if d := denial(t, e.Check(ctx)); d.Reason != ReasonConcurrency {
+		t.Fatalf("%+v", d)
+	}
+	if err := e.Check(context.Background()); err != nil {
+		t.Fatalf("untagged: %v", err)
+	}
+	x.Finish(ctx, nil)
+	if err := e.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rulesN builds a rules file with n rules over n/10+1 budgets; one rule matches app=bench.
+func rulesN(n int) string {
+	var b strings.Builder
+	b.WriteString("budgets:\n  - {name: hot, mode: enforce, max_concurrent: 1000000, server_share: 1, burst_limit: 1000000s}\n")
+	for i := range n / 10 {
+		fmt.Fprintf(&b, "  - {name: b%d, mode: enforce, max_concurrent: 10}\n", i)
+	}
+	b.WriteString("rules:\n  - {budget: hot, match: {app: bench}}\n")
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, "  - {budget: b%d, match: {tenant: t%d}}\n", i%(n/10+1)%max(1, n/10), i)
+	}
+	return b.String()
+}
+
+// BenchmarkDecisionPath measures Begin+Finish for a statement matching one hot budget with a
+// bucket, whose plan cost is cached: tags merged, rule set matched, cost predicted, admitted,
+// released. It should be flat in the number of rules.
+func BenchmarkDecisionPath(b *testing.B) {
+	for _, n := range []int{10, 10_000} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			e, _ := newEngine(b, rulesN(n), func(o *Options) { o.Now = time.Now })
+			ctx := tagging.With(context.Background(), "app", "bench", "tenant", "zz")
+			q := "select * from orders where id = $1"
+			warm(b, e, ctx, q)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				x, err := e.Begin(ctx, nil, q, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x.Finish(ctx, nil)
+			}
+		})
+	}
+	b.Run("parallel/one-hot-budget", func(b *testing.B) {
+		e, _ := newEngine(b, rulesN(10), func(o *Options) { o.Now = time.Now })
+		ctx := tagging.With(context.Background(), "app", "bench")
+		q := "select * from orders where id = $1"
+		warm(b, e, ctx, q)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				x, err := e.Begin(ctx, nil, q, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x.Finish(ctx, nil)
+			}
+		})
+	})
+}
+
+// BenchmarkExplainCacheHit isolates the cost path: the same statement through a budget that
+// needs no cost (max_concurrent only) and through one that needs it (a bucket) with its plan
+// cost cached. The difference is what a plan-cache hit adds to the decision path.
+func BenchmarkExplainCacheHit(b *testing.B) {
+	for _, tc := range []struct{ name, rules string }{
+		{"no-cost", "budgets:\n  - {name: c, mode: enforce, max_concurrent: 1000000}\nrules:\n  - {budget: c, match: {app: bench}}\n"},
+		{"cached-plan", "budgets:\n  - {name: c, mode: enforce, max_concurrent: 1000000, server_share: 1, burst_limit: 1000000s}\nrules:\n  - {budget: c, match: {app: bench}}\n"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			e, _ := newEngine(b, tc.rules, func(o *Options) { o.Now = time.Now })
+			ctx := tagging.With(context.Background(), "app", "bench")
+			q := "select * from orders where id = $1"
+			warm(b, e, ctx, q)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				x, _ := e.Begin(ctx, nil, q, nil)
+				x.Finish(ctx, nil)
+			}
+		})
+	}
+}
+
+// BenchmarkNoRules is the fast path: pattern cache hit, tags merged, no rule.
+func BenchmarkNoRules(b *testing.B) {
+	e, _ := newEngine(b, "", func(o *Options) { o.Now = time.Now })
+	ctx := context.Background()
+	q := "select * from orders where id = $1"
+	b.ReportAllocs()
+	for b.Loop() {
+		x, _ := e.Begin(ctx, nil, q, nil)
+		x.Finish(ctx, nil)
+	}
+}
+
+// warm runs the statement once and caches a plan cost for it, as a prior EXPLAIN would have.
+func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
+	p, _ := e.patterns.Get(q)
+	e.plans.Put(e.now(), p.FingerprintID, 8.3)
+	x, err := e.Begin(ctx, nil, q, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.Finish(ctx, nil)
+}
