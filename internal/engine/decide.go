@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"database/sql/driver"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"

@@ -101,8 +101,8 @@ type Engine struct {
 // Stats are the engine's event counters; read them with the atomic Load methods.
 type Stats struct {
 	ExplainCalls, ExplainFailures, ExplainCacheHits, ExplainCacheMisses atomic.Uint64
-	Reloads, ReloadFailures                                            atomic.Uint64
-	Blocked, Warned                                                    atomic.Uint64
+	Reloads, ReloadFailures                                             atomic.Uint64
+	Blocked, Warned                                                     atomic.Uint64
 }
 
 // New returns an engine with no rules: every statement is allowed.
