@@ -79,7 +79,12 @@ type Counters struct {
 // Snapshot returns the connector's live state.
 func (c *Connector) Snapshot() Snapshot {
 	e := c.engine
-	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: e.RecentBlocks()}
+	// Empty lists, not nil: JSON consumers get [] rather than null.
+	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: e.RecentBlocks(),
+		Budgets: []BudgetStatus{}, Patterns: []PatternStatus{}}
+	if s.RecentBlocks == nil {
+		s.RecentBlocks = []BlockStatus{}
+	}
 	for _, b := range e.Budgets() {
 		s.Budgets = append(s.Budgets, BudgetStatus{
 			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,
@@ -106,9 +111,17 @@ func (c *Connector) Snapshot() Snapshot {
 
 // Handler serves the [Snapshot]: as JSON when the request asks for it (Accept:
 // application/json or ?format=json), else as a small HTML page. Mount it behind your own
-// authentication: it shows normalised query texts and tag names.
+// authentication: it shows normalised query texts (never a literal) and budget names. It
+// answers GET and HEAD only; every response is marked uncacheable, since it is live state.
 func (c *Connector) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "pgtraffic: method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		s := c.Snapshot()
 		if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
 			w.Header().Set("Content-Type", "application/json")
@@ -122,6 +135,8 @@ func (c *Connector) Handler() http.Handler {
 	})
 }
 
+// statusPage is the HTML view of a Snapshot. html/template escapes every value; the page loads
+// nothing from elsewhere, so it works on an isolated admin port.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"ms":  func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String() },
 	"pct": func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
@@ -132,6 +147,7 @@ body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin-bottom:2em}
 th,td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}
 th{background:#f4f4f4} td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.empty{color:#888;font-style:italic}
 code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline-block}
 .bar span{background:#d9534f;height:10px;display:block}
 </style></head><body>
@@ -139,17 +155,27 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <p id="summary">{{len .Budgets}} budgets · {{.InFlight}} statements in flight · {{.Counters.Blocked}} blocked · {{.Counters.Warned}} warned · snapshot {{.Time.Format "15:04:05"}}</p>
 <h2>Budgets</h2>
 <table id="budgets"><tr><th>budget</th><th>mode</th><th>debt</th><th>bucket</th><th>in flight</th><th>keys</th><th>admitted</th><th>warned</th><th>blocked</th></tr>
-{{range .Budgets}}<tr><td>{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
-<td>{{if .Burst}}<span class="bar"><span style="width:{{pct .MaxDebt .Burst}}%"></span></span>{{end}}</td>
-<td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n">{{.Admitted}}</td><td class="n">{{.Warned}}</td><td class="n">{{.Blocked}}</td></tr>
+{{range .Budgets}}<tr><td class="name">{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
+<td>{{if .Burst}}<span class="bar" title="fullest key: {{ms .MaxDebt}} of {{ms .Burst}}"><span style="width:{{pct .MaxDebt .Burst}}%"></span></span>{{end}}</td>
+<td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n">{{.Admitted}}</td><td class="n">{{.Warned}}</td><td class="n blocked">{{.Blocked}}</td></tr>
+{{else}}<tr><td class="empty" colspan="9">no budgets in force</td></tr>
 {{end}}</table>
 <h2>Hottest patterns</h2>
 <table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
 {{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
+{{else}}<tr><td class="empty" colspan="5">no costed statements yet</td></tr>
 {{end}}</table>
 <h2>Recent blocks</h2>
 <table id="blocks"><tr><th>time</th><th>budget</th><th>reason</th><th>fingerprint</th><th>query</th></tr>
 {{range .RecentBlocks}}<tr><td>{{.At.Format "15:04:05.000"}}</td><td>{{.Budget}}</td><td>{{.Reason}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td></tr>
+{{else}}<tr><td class="empty" colspan="5">none</td></tr>
 {{end}}</table>
+<h2>Counters</h2>
+<table id="counters">
+<tr><td>pattern cache hits / misses</td><td class="n">{{.Counters.PatternHits}} / {{.Counters.PatternMisses}}</td></tr>
+<tr><td>EXPLAIN calls / failures</td><td class="n">{{.Counters.ExplainCalls}} / {{.Counters.ExplainFailures}}</td></tr>
+<tr><td>EXPLAIN cache hits / misses</td><td class="n">{{.Counters.ExplainCacheHits}} / {{.Counters.ExplainCacheMisses}}</td></tr>
+<tr><td>rule reloads / rejected</td><td class="n">{{.Counters.Reloads}} / {{.Counters.ReloadFailures}}</td></tr>
+</table>
 </body></html>
 `))

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,17 +21,40 @@ import (
 
 const instrumentationName = "github.com/pgtraffic/pgtraffic"
 
+// Attribute keys of our own (design.md §6). The db.* and server.* keys are the OpenTelemetry
+// database semantic conventions.
+const (
+	attrFingerprint = "pgtraffic.fingerprint"
+	attrDecision    = "pgtraffic.decision"
+	attrBudgets     = "pgtraffic.budgets"
+	attrBudget      = "pgtraffic.budget"
+	attrReason      = "pgtraffic.reason"
+	attrPredicted   = "pgtraffic.predicted_cost_s"
+	attrPlanCost    = "pgtraffic.plan_cost"
+	attrTagPrefix   = "pgtraffic.tag."
+)
+
+// durationBuckets are db.client.operation.duration's bucket boundaries in seconds, the ones the
+// semantic conventions recommend.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
 // telemetry turns the engine's decisions into OpenTelemetry spans and metrics following the
-// database semantic conventions (design.md §6). Span attributes are computed only for recording
-// spans, so a provider that samples nothing costs little.
+// database semantic conventions (design.md §6). It is the engine's Observer.
+//
+// Span attributes are computed only for recording spans and metric attributes only for enabled
+// instruments, so a provider that samples nothing costs one non-recording span per statement.
+// The engine's gauges (debt, in-flight, cache and EXPLAIN counters) are observed by a callback
+// registered by attach and unregistered by close. Safe for concurrent use once built.
 type telemetry struct {
 	tracer     trace.Tracer
+	meter      metric.Meter
 	duration   metric.Float64Histogram
 	decisions  metric.Int64Counter
-	serverAddr string
-	serverPort int
-	database   string
-	commonAttr []attribute.KeyValue
+	commonAttr []attribute.KeyValue // span attributes shared by every statement
+	metricAttr []attribute.KeyValue // duration attributes shared by every statement
+
+	mu  sync.Mutex // protects the fields below
+	reg metric.Registration
 }
 
 func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
@@ -43,37 +67,129 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		mp = otel.GetMeterProvider()
 	}
 	t := &telemetry{
-		tracer:     tp.Tracer(instrumentationName),
-		serverAddr: cc.Host,
-		serverPort: int(cc.Port),
-		database:   cc.Database,
+		tracer: tp.Tracer(instrumentationName),
+		meter:  mp.Meter(instrumentationName),
 	}
-	meter := mp.Meter(instrumentationName)
 	var err error
-	t.duration, err = meter.Float64Histogram("db.client.operation.duration",
+	t.duration, err = t.meter.Float64Histogram("db.client.operation.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of database client operations."),
-		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10))
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	if err != nil {
-		return nil, err
+		return nil, telemetryError(err)
 	}
-	t.decisions, err = meter.Int64Counter("pgtraffic.decisions",
+	t.decisions, err = t.meter.Int64Counter("pgtraffic.decisions",
+		metric.WithUnit("{decision}"),
 		metric.WithDescription("Traffic-control decisions per budget: allow, warn or block."))
 	if err != nil {
-		return nil, err
+		return nil, telemetryError(err)
 	}
-	t.commonAttr = []attribute.KeyValue{
+	server := []attribute.KeyValue{
 		attribute.String("db.system.name", "postgresql"),
 		attribute.String("db.namespace", cc.Database),
 		attribute.String("server.address", cc.Host),
 		attribute.Int("server.port", int(cc.Port)),
 	}
+	t.commonAttr = server
+	t.metricAttr = server
 	return t, nil
 }
 
+func telemetryError(err error) error { return errors.New("pgtraffic: telemetry: " + err.Error()) }
+
 func (t *telemetry) observer() engine.Observer { return t }
 
-// spanName is db.query.summary: the operation and the first table, e.g. "SELECT orders".
+// attach registers the callback that observes e's gauges and counters, once per connector. It
+// reads only atomics and the budgets' snapshots (O(keys) per budget under each budget's lock:
+// fine at scrape rate).
+func (t *telemetry) attach(e *engine.Engine) error {
+	m := t.meter
+	var errs []error
+	fg := func(name, unit, desc string) metric.Float64ObservableGauge {
+		g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	ig := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	ic := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	debt := fg("pgtraffic.budget.debt", "s", "Execution seconds owed by the budget's buckets, summed over keys.")
+	inFlight := ig("pgtraffic.budget.in_flight", "{statement}", "Statements of the budget in flight.")
+	patternHits := ic("pgtraffic.pattern_cache.hits", "{lookup}", "Pattern cache hits.")
+	patternMisses := ic("pgtraffic.pattern_cache.misses", "{lookup}", "Pattern cache misses (statements parsed).")
+	explainCalls := ic("pgtraffic.explain.calls", "{call}", "EXPLAIN round trips made to predict a cost.")
+	explainFailures := ic("pgtraffic.explain.failures", "{call}", "EXPLAIN calls that failed (cost fell back to history).")
+	explainHits := ic("pgtraffic.explain.cache_hits", "{lookup}", "Planner costs served from the EXPLAIN cache.")
+	explainMisses := ic("pgtraffic.explain.cache_misses", "{lookup}", "EXPLAIN cache misses.")
+	reloads := ic("pgtraffic.rules.reloads", "{reload}", "Rule sets put in force, the first included.")
+	reloadFailures := ic("pgtraffic.rules.reload_failures", "{reload}", "Rules-file changes rejected; the last good rules stayed.")
+	healthErrors := ic("pgtraffic.health.errors", "{error}", "Failed health reads and connects.")
+	if err := errors.Join(errs...); err != nil {
+		return telemetryError(err)
+	}
+	observe := func(_ context.Context, o metric.Observer) error {
+		for _, b := range e.Budgets() {
+			attrs := metric.WithAttributes(attribute.String(attrBudget, b.Name))
+			o.ObserveFloat64(debt, b.Debt, attrs)
+			o.ObserveInt64(inFlight, int64(b.InFlight), attrs)
+		}
+		hits, misses, _ := e.Patterns().Stats()
+		o.ObserveInt64(patternHits, clampInt64(hits))
+		o.ObserveInt64(patternMisses, clampInt64(misses))
+		st := e.Stats()
+		o.ObserveInt64(explainCalls, clampInt64(st.ExplainCalls.Load()))
+		o.ObserveInt64(explainFailures, clampInt64(st.ExplainFailures.Load()))
+		o.ObserveInt64(explainHits, clampInt64(st.ExplainCacheHits.Load()))
+		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
+		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
+		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
+		if n, ok := e.HealthErrors(); ok {
+			o.ObserveInt64(healthErrors, clampInt64(n))
+		}
+		return nil
+	}
+	reg, err := m.RegisterCallback(observe, debt, inFlight, patternHits, patternMisses, explainCalls,
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors)
+	if err != nil {
+		return telemetryError(err)
+	}
+	t.mu.Lock()
+	old := t.reg
+	t.reg = reg
+	t.mu.Unlock()
+	if old != nil { // attach twice: keep one callback, so a scrape does not count twice
+		return old.Unregister()
+	}
+	return nil
+}
+
+// close unregisters the gauges' callback, so that a closed connector's engine is neither kept
+// alive by the meter provider nor reported. It is idempotent.
+func (t *telemetry) close() error {
+	t.mu.Lock()
+	reg := t.reg
+	t.reg = nil
+	t.mu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	if err := reg.Unregister(); err != nil {
+		return telemetryError(err)
+	}
+	return nil
+}
+
+func clampInt64(n uint64) int64 { return int64(min(n, 1<<63-1)) }
+
+// spanName is db.query.summary (e.g. "SELECT orders"), or db.system.name when the statement
+// could not be parsed, as the semantic conventions say.
 func spanName(x *engine.Exec) string {
 	if x.Pattern.Summary != "" {
 		return x.Pattern.Summary
@@ -87,27 +203,39 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
 		span.SetAttributes(t.attributes(x)...)
 		if x.Decision == engine.DecisionWarn {
 			span.AddEvent("pgtraffic.warn", trace.WithAttributes(
-				attribute.String("pgtraffic.reason", x.Reason)))
+				attribute.String(attrReason, x.Reason),
+				attribute.StringSlice(attrBudgets, x.Budgets)))
 		}
 	}
 	x.Span = span
 }
 
+// Blocked records a statement that was never sent: a span with error status (so that a
+// blocked statement shows in the caller's trace) and, for a denial, a block decision.
 func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	_, span := t.tracer.Start(ctx, spanName(x), trace.WithSpanKind(trace.SpanKindClient))
+	var d *engine.Denial
+	denied := errors.As(err, &d)
 	if span.IsRecording() {
 		span.SetAttributes(t.attributes(x)...)
-		span.SetAttributes(attribute.String("pgtraffic.decision", engine.DecisionBlock),
-			attribute.String("error.type", errorType(err)))
-		span.SetStatus(codes.Error, "blocked by pgtraffic")
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
+		if denied {
+			// A denial's budget may be a guard, which is not among x.Budgets.
+			span.SetAttributes(attribute.String(attrDecision, engine.DecisionBlock),
+				attribute.String(attrReason, d.Reason),
+				attribute.String(attrBudget, d.Budget))
+			span.SetStatus(codes.Error, "pgtraffic: blocked by "+d.Budget+" ("+d.Reason+")")
+		} else {
+			// The caller's context ended while the statement waited for capacity (max_wait).
+			span.SetStatus(codes.Error, "pgtraffic: "+errorType(err)+" while waiting for capacity")
+		}
 	}
 	span.End()
-	var d *engine.Denial
-	if errors.As(err, &d) {
+	if denied && t.decisions.Enabled(ctx) {
 		t.decisions.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("pgtraffic.budget", d.Budget),
-			attribute.String("pgtraffic.decision", engine.DecisionBlock),
-			attribute.String("pgtraffic.reason", d.Reason)))
+			attribute.String(attrBudget, d.Budget),
+			attribute.String(attrDecision, engine.DecisionBlock),
+			attribute.String(attrReason, d.Reason)))
 	}
 }
 
@@ -119,20 +247,27 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 			if errors.As(err, &pgErr) {
 				span.SetAttributes(attribute.String("db.response.status_code", pgErr.Code))
 			}
-			span.SetStatus(codes.Error, "")
+			// The description is the SQLSTATE or type, never the message: a server message
+			// can quote a literal or a bound value ("invalid input syntax for type integer: ...").
+			span.SetStatus(codes.Error, errorType(err))
 		}
 		span.End()
 	}
 	if t.duration.Enabled(ctx) {
-		attrs := []attribute.KeyValue{
-			attribute.String("db.system.name", "postgresql"),
-			attribute.String("db.operation.name", x.Pattern.Operation),
+		var buf [10]attribute.KeyValue
+		attrs := append(buf[:0], t.metricAttr...)
+		if op := x.Pattern.Operation; op != "" {
+			attrs = append(attrs, attribute.String("db.operation.name", op))
 		}
-		if len(x.Pattern.Tables) > 0 {
+		if len(x.Pattern.Tables) == 1 {
 			attrs = append(attrs, attribute.String("db.collection.name", x.Pattern.Tables[0]))
 		}
 		if err != nil {
 			attrs = append(attrs, attribute.String("error.type", errorType(err)))
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				attrs = append(attrs, attribute.String("db.response.status_code", pgErr.Code))
+			}
 		}
 		t.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
 	}
@@ -144,13 +279,17 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 		return
 	}
 	t.decisions.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("pgtraffic.budget", budget),
-		attribute.String("pgtraffic.decision", decision),
-		attribute.String("pgtraffic.reason", reason)))
+		attribute.String(attrBudget, budget),
+		attribute.String(attrDecision, decision),
+		attribute.String(attrReason, reason)))
 }
 
 // attributes are the span attributes of a statement. db.query.text is the normalised text:
-// pg_query replaces every literal with $n, and bound values are never read.
+// pg_query replaces every literal with $n ("" for unparsable text, never the raw text), and
+// bound values are never read.
+//
+// db.collection.name is set only when the statement names exactly one table: the conventions
+// say not to pick one of several collections out of the query text.
 func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
 	p := x.Pattern
 	attrs := make([]attribute.KeyValue, 0, len(t.commonAttr)+12+len(x.Tags))
@@ -158,30 +297,33 @@ func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
 	if p.Normalized != "" {
 		attrs = append(attrs, attribute.String("db.query.text", p.Normalized))
 	}
+	if p.Summary != "" {
+		attrs = append(attrs, attribute.String("db.query.summary", p.Summary))
+	}
 	attrs = append(attrs,
-		attribute.String("db.query.summary", spanName(x)),
-		attribute.String("pgtraffic.fingerprint", p.Fingerprint),
-		attribute.String("pgtraffic.decision", x.Decision),
+		attribute.String(attrFingerprint, p.Fingerprint),
+		attribute.String(attrDecision, x.Decision),
 	)
 	if p.Operation != "" {
 		attrs = append(attrs, attribute.String("db.operation.name", p.Operation))
 	}
-	if len(p.Tables) > 0 {
+	if len(p.Tables) == 1 {
 		attrs = append(attrs, attribute.String("db.collection.name", p.Tables[0]))
 	}
 	if len(x.Budgets) > 0 {
-		attrs = append(attrs, attribute.StringSlice("pgtraffic.budgets", x.Budgets))
+		attrs = append(attrs, attribute.StringSlice(attrBudgets, x.Budgets))
 	}
 	if x.Reason != "" {
-		attrs = append(attrs, attribute.String("pgtraffic.reason", x.Reason))
+		attrs = append(attrs, attribute.String(attrReason, x.Reason))
 	}
 	if x.Costed {
-		attrs = append(attrs, attribute.Float64("pgtraffic.predicted_cost_s", x.Predicted))
+		attrs = append(attrs, attribute.Float64(attrPredicted, x.Predicted))
 		if x.PlanCost > 0 {
-			attrs = append(attrs, attribute.Float64("pgtraffic.plan_cost", x.PlanCost))
+			attrs = append(attrs, attribute.Float64(attrPlanCost, x.PlanCost))
 		}
 	}
-	// Tags: one attribute per key; a multi-valued key (table) becomes a string slice.
+	// Tags: one attribute per key; a multi-valued key (table) becomes a string slice. The merged
+	// tags are grouped by key (built-ins, then comment tags, then context tags, each key once).
 	for i := 0; i < len(x.Tags); {
 		k := x.Tags[i].Key
 		j := i + 1
@@ -190,13 +332,13 @@ func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
 		}
 		if k != engine.KeyFingerprint { // already pgtraffic.fingerprint
 			if j-i == 1 {
-				attrs = append(attrs, attribute.String("pgtraffic.tag."+k, x.Tags[i].Value))
+				attrs = append(attrs, attribute.String(attrTagPrefix+k, x.Tags[i].Value))
 			} else {
 				vals := make([]string, 0, j-i)
 				for _, kv := range x.Tags[i:j] {
 					vals = append(vals, kv.Value)
 				}
-				attrs = append(attrs, attribute.StringSlice("pgtraffic.tag."+k, vals))
+				attrs = append(attrs, attribute.StringSlice(attrTagPrefix+k, vals))
 			}
 		}
 		i = j
@@ -204,27 +346,31 @@ func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
 	return attrs
 }
 
-// errorType is the error.type attribute: the SQLSTATE class for server errors, else a short
-// type name. It never contains message text (which could quote a literal).
+// errorType is the error.type attribute: the SQLSTATE for server errors, else a short fixed
+// name. It never contains message text (which could quote a literal or a bound value).
 func errorType(err error) string {
 	var pgErr *pgconn.PgError
+	var d *engine.Denial
 	switch {
 	case errors.As(err, &pgErr):
 		return pgErr.Code
+	case errors.As(err, &d):
+		return "pgtraffic.blocked"
 	case errors.Is(err, context.Canceled):
 		return "context.Canceled"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "context.DeadlineExceeded"
 	}
-	var be *engine.Denial
-	if errors.As(err, &be) {
-		return "pgtraffic.blocked"
-	}
 	return "_OTHER"
 }
 
 // outgoing returns the statement text to send: unchanged unless WithSQLCommenter is on, in
-// which case the statement's context tags and traceparent are appended as a sqlcommenter comment.
+// which case the statement's context tags and, for a sampled span, its W3C traceparent (and
+// tracestate) are appended as a sqlcommenter comment. Bound values are never read.
+//
+// An unsampled span's traceparent names a trace no backend holds, and each one makes the text
+// unique (a new prepared statement in pgx's cache), so it is left out. A statement that already
+// carries a comment is sent unchanged (tagging.Append follows the sqlcommenter spec).
 func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string) string {
 	if !i.commenter {
 		return query
@@ -233,23 +379,17 @@ func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string
 	for k, v := range tagging.From(ctx).All() {
 		kv = append(kv, k, v)
 	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(spanContext(ctx, x), carrier)
-	for _, k := range []string{"traceparent", "tracestate"} {
-		if v := carrier.Get(k); v != "" {
-			kv = append(kv, k, v)
+	if span, ok := x.Span.(trace.Span); ok && span.SpanContext().IsSampled() {
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), carrier)
+		for _, k := range [...]string{"traceparent", "tracestate"} {
+			if v := carrier.Get(k); v != "" {
+				kv = append(kv, k, v)
+			}
 		}
 	}
 	if len(kv) == 0 {
 		return query
 	}
 	return tagging.Append(query, tagging.New(kv...))
-}
-
-// spanContext is ctx with the statement's span, so the traceparent names it.
-func spanContext(ctx context.Context, x *engine.Exec) context.Context {
-	if span, ok := x.Span.(trace.Span); ok {
-		return trace.ContextWithSpan(ctx, span)
-	}
-	return ctx
 }

@@ -34,7 +34,7 @@ work="$(mktemp -d)"
 server_pid=""
 cleanup() {
 	if [[ -n "$server_pid" ]]; then
-		kill -TERM "$server_pid" 2>/dev/null || true
+		exec 3>&-
 		wait "$server_pid" 2>/dev/null || true
 	fi
 	rm -rf "$work"
@@ -50,8 +50,12 @@ fi
 dsn="${PGTRAFFIC_TEST_DSN:-}"
 if [[ -z "$dsn" ]]; then
 	"$GO" build -o "$work/pgserver" ./internal/pgtest/cmd/pgtest
-	"$work/pgserver" >"$work/dsn" 2>"$work/pgserver.err" &
+	# The server stops when its stdin closes: this script holds the only write end (fd 3), so
+	# it is stopped even if the script is killed.
+	mkfifo "$work/hold"
+	"$work/pgserver" -stdin <"$work/hold" >"$work/dsn" 2>"$work/pgserver.err" &
 	server_pid=$!
+	exec 3>"$work/hold"
 	for _ in $(seq 1200); do # up to 120 s: initdb on a busy machine
 		[[ -s "$work/dsn" ]] && break
 		if ! kill -0 "$server_pid" 2>/dev/null; then

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
@@ -101,7 +101,7 @@ type budgetState struct {
 type guardState struct {
 	name  string
 	mode  mode
-	match []ruleset.KV
+	scope *ruleset.Set // nil: every statement; else one rule, the guard's match (CIDR values work)
 	limit string
 }
 
@@ -112,14 +112,13 @@ func (g *guardState) applies(p *pattern.Pattern) bool {
 	return p.UnsafeWrite
 }
 
-// matches reports whether every pair of the guard's scope is among tags (an empty scope matches all).
+// matches reports whether the statement's tags satisfy the guard's scope (an empty scope matches all).
 func (g *guardState) matches(tags []ruleset.KV) bool {
-	for _, m := range g.match {
-		if !slices.Contains(tags, m) {
-			return false
-		}
+	if g.scope == nil {
+		return true
 	}
-	return true
+	var buf [1]int
+	return len(g.scope.Match(tags, buf[:0])) > 0
 }
 
 // SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
@@ -139,14 +138,39 @@ func (e *Engine) SetConfig(cfg *config.Config) error {
 	}
 	e.state.Store(c)
 	e.stats.Reloads.Add(1)
-	if e.sampler != nil {
-		metrics := healthMetrics(cfg)
-		e.sampler.SetMetrics(metrics, cfg.HealthQueries)
-		if len(metrics) > 0 {
-			e.sampler.Start()
-		}
-	}
+	e.configureHealth(cfg, c.healthInterval)
 	return nil
+}
+
+// configureHealth starts, reconfigures or idles the health sampler for cfg. The sampler opens
+// nothing while no budget uses a sampled metric. e.mu must be held.
+func (e *Engine) configureHealth(cfg *config.Config, interval time.Duration) {
+	metrics := healthMetrics(cfg)
+	s := e.sampler.Load()
+	if len(metrics) == 0 || e.healthConnect == nil || e.closed {
+		if s != nil {
+			s.SetMetrics(nil, nil) // closes its connection
+		}
+		return
+	}
+	if s == nil || e.healthEvery != interval {
+		if s != nil {
+			s.Close()
+		}
+		s = health.NewSampler(health.Options{
+			Connect:  e.healthConnect,
+			Interval: interval,
+			Metrics:  metrics,
+			Queries:  cfg.HealthQueries,
+			Logger:   e.log,
+			Now:      e.now,
+		})
+		e.healthEvery = interval
+		e.sampler.Store(s)
+	} else {
+		s.SetMetrics(metrics, cfg.HealthQueries)
+	}
+	s.Start()
 }
 
 // Config returns the rules in force.
@@ -209,7 +233,7 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 		c.rules = set
 		for _, r := range cfg.Rules {
 			c.ruleBudget = append(c.ruleBudget, index[r.Budget])
-			c.ruleName = append(c.ruleName, ruleName(r.Match))
+			c.ruleName = append(c.ruleName, r.String())
 		}
 	}
 	for _, g := range []struct {
@@ -224,31 +248,18 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 			continue // guards default to off, unlike budgets
 		}
 		gs := guardState{name: g.name, mode: parseMode(g.g.Mode), limit: g.what}
-		for k, v := range g.g.Match {
-			gs.match = append(gs.match, ruleset.KV{Key: k, Value: v})
+		if len(g.g.Match) > 0 {
+			scope, err := ruleset.Compile([]config.Rule{{Match: g.g.Match}}, nil)
+			if err != nil {
+				return nil, err
+			}
+			gs.scope = scope
 		}
 		c.guards = append(c.guards, gs)
 	}
 	c.empty = c.rules == nil && len(c.guards) == 0
 	e.budgets = keep
 	return c, nil
-}
-
-// ruleName renders a rule's match as sorted "key=value" pairs joined by commas.
-func ruleName(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k + "=" + m[k])
-	}
-	return b.String()
 }
 
 // healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
 // bypassKey is the context key of WithGuardBypass.
@@ -226,10 +227,17 @@ func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.W
 
 // healthDenial reports a throttle_when threshold exceeded for bs, or nil.
 func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) *Denial {
-	if len(bs.throttle) == 0 || e.sampler == nil {
+	if len(bs.throttle) == 0 {
 		return nil
 	}
-	metric, value, exceeded, stale := e.sampler.Evaluate(x.Start, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	sampler := e.sampler.Load()
+	if sampler == nil {
+		if _, ok := bs.throttle["in_flight"]; !ok || len(bs.throttle) != 1 {
+			return nil
+		}
+		sampler = localOnly
+	}
+	metric, value, exceeded, stale := sampler.Evaluate(x.Start, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
 	if !exceeded {
 		return nil
 	}
@@ -242,6 +250,9 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
 		Limit: limit, RetryAfter: st.healthInterval}
 }
+
+// localOnly evaluates throttle_when when only in_flight (a local count) is used: no sampler runs.
+var localOnly = health.NewSampler(health.Options{})
 
 func (x *Exec) hold(b *budget.Budget, key string, reserved float64) {
 	if x.holds == nil {

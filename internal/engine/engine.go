@@ -75,7 +75,11 @@ type Engine struct {
 	patterns *pattern.Cache
 	model    *cost.Model
 	plans    *cost.PlanCache
-	sampler  *health.Sampler
+	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
+	// It is replaced (under mu) when health_interval changes; checks load it atomically.
+	sampler       atomic.Pointer[health.Sampler]
+	healthConnect func(ctx context.Context) (*pgx.Conn, error)
+	healthEvery   time.Duration // the interval the current sampler was built with; under mu
 	builtins []ruleset.KV
 	obs      Observer
 	onStmt   func(string, []ruleset.KV)
@@ -138,13 +142,7 @@ func New(o Options) *Engine {
 			e.builtins = append(e.builtins, kv)
 		}
 	}
-	if o.HealthConnect != nil {
-		e.sampler = health.NewSampler(health.Options{
-			Connect: o.HealthConnect,
-			Logger:  o.Logger,
-			Now:     o.Now,
-		})
-	}
+	e.healthConnect = o.HealthConnect
 	e.state.Store(&compiled{})
 	return e
 }
@@ -164,8 +162,8 @@ func (e *Engine) Close() error {
 	if w != nil {
 		errs = append(errs, w.close())
 	}
-	if e.sampler != nil {
-		errs = append(errs, e.sampler.Close())
+	if s := e.sampler.Load(); s != nil {
+		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
 }

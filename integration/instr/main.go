@@ -1,0 +1,189 @@
+// Command instr runs a fixed number of single-row queries through one database/sql driver setup,
+// so that scripts/instr.sh can count the client's instructions per query with callgrind.
+//
+// Each run opens one connection, runs a warm-up of queries, then runs -n queries of
+// `select $1::int + 1` with QueryRowContext(...).Scan and checks every answer. Running it twice
+// under callgrind with different -n and dividing the difference in instructions by the difference
+// in n cancels start-up, the warm-up (parsing, statement preparation, the first EXPLAIN) and
+// shutdown, and leaves the client-side instructions of one query:
+//
+//	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off valgrind --tool=callgrind \
+//		instr -dsn "$DSN" -mode budget -n 2000
+//
+// Modes:
+//
+//	pgx        database/sql with pgx's stdlib driver (sql.Open("pgx")): the baseline
+//	pgtraffic  pgtraffic with no rules
+//	budget     pgtraffic with an enforce budget that the statement's context tag selects, with
+//	           max_concurrent, server_share and burst_limit, so every statement is costed (its
+//	           EXPLAIN is cached after the first), admitted and released
+//	trace      pgtraffic with no rules and a recording OpenTelemetry tracer provider
+//	otelsql    XSAM/otelsql around pgx's stdlib connector with the same tracer provider
+//
+// Every mode runs its queries with the same tagged context, so only the driver differs. The
+// tracer provider samples every span and hands finished spans to a processor that drops them,
+// so the figures contain span creation, attributes and ending but no export.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/XSAM/otelsql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// query is the measured statement (issue 2).
+const query = "select $1::int + 1"
+
+// budgetRules selects the budget through the context tag app=instr. The limits are far above
+// what one connection can use, so nothing is blocked, but server_share makes the budget need a
+// cost prediction and max_concurrent a concurrency slot: the full admission path.
+const budgetRules = `
+budgets:
+  - name: instr
+    mode: enforce
+    max_concurrent: 64
+    server_share: 0.5
+    burst_limit: 30s
+rules:
+  - budget: instr
+    match: {app: instr}
+`
+
+var modes = []string{"pgx", "pgtraffic", "budget", "trace", "otelsql"}
+
+func main() {
+	dsn := flag.String("dsn", os.Getenv("PGTRAFFIC_TEST_DSN"), "PostgreSQL DSN (default $PGTRAFFIC_TEST_DSN)")
+	mode := flag.String("mode", "pgx", "driver set-up: "+strings.Join(modes, ", "))
+	n := flag.Int("n", 10000, "queries to run after the warm-up")
+	warmup := flag.Int("warmup", 500, "queries to run before the measured ones")
+	flag.Parse()
+	if err := run(*dsn, *mode, *n, *warmup); err != nil {
+		fmt.Fprintln(os.Stderr, "instr:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dsn, mode string, n, warmup int) error {
+	if dsn == "" {
+		return fmt.Errorf("no DSN: pass -dsn or set PGTRAFFIC_TEST_DSN")
+	}
+	if n < 0 || warmup < 0 {
+		return fmt.Errorf("-n and -warmup must not be negative")
+	}
+	db, conn, err := open(mode, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	// One connection: every query reuses the same session and pgx statement cache.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+
+	ctx := tagging.With(context.Background(), "app", "instr")
+	if err := queries(ctx, db, 0, warmup); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if err := queries(ctx, db, warmup, n); err != nil {
+		return err
+	}
+	if conn != nil {
+		return checkCounters(mode, conn.Snapshot().Counters)
+	}
+	return nil
+}
+
+// queries runs n queries with arguments from, from+1, ... and checks each answer.
+func queries(ctx context.Context, db *sql.DB, from, n int) error {
+	for i := from; i < from+n; i++ {
+		var got int
+		if err := db.QueryRowContext(ctx, query, i).Scan(&got); err != nil {
+			return fmt.Errorf("query %d: %w", i, err)
+		}
+		if got != i+1 {
+			return fmt.Errorf("query %d: got %d, want %d", i, got, i+1)
+		}
+	}
+	return nil
+}
+
+// checkCounters makes sure the run measured the path it claims to: the budget mode must have
+// costed its statements from the cached EXPLAIN (a few calls at most: the first, and one per
+// plan-cache TTL on a slow run), and no mode may have blocked anything.
+func checkCounters(mode string, c driver.Counters) error {
+	if c.Blocked != 0 {
+		return fmt.Errorf("%s: %d statements blocked", mode, c.Blocked)
+	}
+	if mode != "budget" {
+		return nil
+	}
+	if c.ExplainCalls == 0 || c.ExplainCacheHits == 0 {
+		return fmt.Errorf("budget: statements were not costed (EXPLAIN calls %d, cache hits %d)", c.ExplainCalls, c.ExplainCacheHits)
+	}
+	if c.ExplainCalls > 10 {
+		return fmt.Errorf("budget: %d EXPLAIN calls; the plan cost should be cached", c.ExplainCalls)
+	}
+	fmt.Fprintf(os.Stderr, "instr: budget: EXPLAIN calls %d, cache hits %d, failures %d\n",
+		c.ExplainCalls, c.ExplainCacheHits, c.ExplainFailures)
+	return nil
+}
+
+// open returns the *sql.DB of mode, and its pgtraffic connector when it has one.
+func open(mode, dsn string) (*sql.DB, *driver.Connector, error) {
+	switch mode {
+	case "pgx":
+		db, err := sql.Open("pgx", dsn)
+		return db, nil, err
+	case "pgtraffic":
+		return openPgtraffic(dsn)
+	case "budget":
+		cfg, err := driver.ParseConfig([]byte(budgetRules))
+		if err != nil {
+			return nil, nil, err
+		}
+		return openPgtraffic(dsn, driver.WithConfig(cfg))
+	case "trace":
+		return openPgtraffic(dsn, driver.WithTracerProvider(tracerProvider()))
+	case "otelsql":
+		cc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		return otelsql.OpenDB(stdlib.GetConnector(*cc), otelsql.WithTracerProvider(tracerProvider())), nil, nil
+	}
+	return nil, nil, fmt.Errorf("unknown mode %q (want one of %s)", mode, strings.Join(modes, ", "))
+}
+
+func openPgtraffic(dsn string, opts ...driver.Option) (*sql.DB, *driver.Connector, error) {
+	c, err := driver.NewConnector(dsn, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sql.OpenDB(c), c, nil
+}
+
+// tracerProvider records every span (AlwaysSample) and drops it when it ends.
+func tracerProvider() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithSpanProcessor(dropProcessor{}),
+	)
+}
+
+// dropProcessor is a span processor that discards every span: export is not what is measured.
+type dropProcessor struct{}
+
+func (dropProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (dropProcessor) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (dropProcessor) Shutdown(context.Context) error                  { return nil }
+func (dropProcessor) ForceFlush(context.Context) error                { return nil }
