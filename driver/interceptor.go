@@ -151,11 +151,40 @@ var (
 )
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+	if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
+		return ec.ExecContext(ctx, args)
+	}
+	vals, err := values(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	return s.Stmt.Exec(vals) //nolint:staticcheck // the parent has no context-aware Exec
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
+		return qc.QueryContext(ctx, args)
+	}
+	vals, err := values(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	return s.Stmt.Query(vals) //nolint:staticcheck // the parent has no context-aware Query
+}
+
+// values converts named arguments for a statement without context support (pgx's has it).
+func values(ctx context.Context, args []driver.NamedValue) ([]driver.Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	vals := make([]driver.Value, len(args))
+	for i, a := range args {
+		if a.Name != "" {
+			return nil, errors.New("pgtraffic: named arguments need a driver with context support")
+		}
+		vals[i] = a.Value
+	}
+	return vals, nil
 }
 
 // pgxConnOf returns the pgx stdlib connection inside sqlmw's parent-connection wrapper, or nil.
