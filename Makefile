@@ -1,4 +1,4 @@
-# Targets: test, lint, fuzz, bench, demo, instr. See README.md.
+# Targets: test, lint, fuzz, bench, demo, instr.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 

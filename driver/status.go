@@ -138,7 +138,9 @@ func (c *Connector) Handler() http.Handler {
 // statusPage is the HTML view of a Snapshot. html/template escapes every value; the page loads
 // nothing from elsewhere, so it works on an isolated admin port.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"ms":  func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String() },
+	"ms": func(s float64) string {
+		return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+	},
 	"pct": func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>pgtraffic status</title>

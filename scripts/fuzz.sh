@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh runs every Fuzz function in FUZZPKGS (default ./..., the whole module) for FUZZTIME
-# (default 30s) each, one at a
-# time (go test -fuzz takes a single target in a single package). The targets are discovered
-# with go test -list, so new fuzz tests are picked up without editing this script.
+# (default 30s) each, one at a time: go test -fuzz takes a single target in a single package.
+# The targets are discovered with go test -list, so new fuzz tests need no edit here.
 # Failing inputs are written under the package's testdata/fuzz/ by go test, as usual.
 set -euo pipefail
 cd "$(dirname "$0")/.."

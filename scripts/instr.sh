@@ -5,10 +5,15 @@
 # after a warm-up), starts a throwaway PostgreSQL (internal/pgtest/cmd/pgtest) unless
 # PGTRAFFIC_TEST_DSN names one, and runs the program under callgrind for N1 and N2 queries per
 # mode. The difference (I(N2) - I(N1)) / (N2 - N1) cancels start-up, warm-up and shutdown and
-# leaves the client-side instructions per query; the last column is the cost over plain pgx.
+# leaves the client-side instructions per query.
 #
 # Only the client is measured: the server is a separate process that valgrind does not trace.
-# The Go runtime runs single-threaded and without GC or async preemption so counts are stable.
+# The Go runtime runs with one P (GOMAXPROCS=1), without GC and without async preemption, so
+# that counts depend on the work done rather than on timing. Some timing noise remains (a few
+# per cent of the totals between runs); the "busy" columns remove most of it.
+#
+# Output, per mode: instructions per query from the totals, and "busy" per query without the
+# idle scheduler and sysmon instructions (see instructions below), each also relative to pgx.
 #
 # Environment: MODES (default "pgx pgtraffic"), N1 (2000), N2 (12000),
 # INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
@@ -72,7 +77,17 @@ if [[ -z "$dsn" ]]; then
 	dsn="$(head -n 1 "$work/dsn")"
 fi
 
-# instructions MODE N prints the total instruction count of one run of N queries.
+# inclusive FILE FUNC prints the inclusive instruction count of a function in a callgrind file.
+inclusive() {
+	callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+		awk -v fn=":$2 [" 'index($0, fn) { gsub(",", "", $1); print $1; found = 1; exit }
+			END { if (!found) print 0 }'
+}
+
+# instructions MODE N prints, for one run of N queries, the total instruction count and the
+# part spent idle: in the scheduler while the goroutine is parked waiting for the server
+# (runtime.park_m) and in the runtime's background monitor (runtime.sysmon). Both depend on
+# timing rather than on the work done, and are most of the run-to-run noise of the total.
 instructions() {
 	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
 	if ! GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off \
@@ -89,23 +104,35 @@ instructions() {
 		echo "instr: no instruction total in $out" >&2
 		return 1
 	fi
-	echo "$total"
+	local parked sysmon
+	parked="$(inclusive "$out" runtime.park_m)"
+	sysmon="$(inclusive "$out" runtime.sysmon)"
+	echo "$total $((parked + sysmon))"
 }
 
 results=""
 for mode in $MODES; do
 	echo "instr: $mode: callgrind with $N1 and $N2 queries..." >&2
-	i1="$(instructions "$mode" "$N1")"
-	i2="$(instructions "$mode" "$N2")"
-	results+="$mode $i1 $i2"$'\n'
+	r1="$(instructions "$mode" "$N1")"
+	r2="$(instructions "$mode" "$N2")"
+	results+="$mode $r1 $r2"$'\n'
 done
 
+# Columns: total instructions of each run; per query from the totals (the headline figure) and
+# from the totals less the idle part ("busy", steadier); both again relative to the pgx mode.
 printf '%s' "$results" | awk -v n1="$N1" -v n2="$N2" '
-	{ mode[NR] = $1; i1[NR] = $2; i2[NR] = $3; per[NR] = ($3 - $2) / (n2 - n1); if ($1 == "pgx") base = per[NR]; has[NR] = 1 }
+	{
+		mode[NR] = $1; t1[NR] = $2; t2[NR] = $4
+		per[NR] = ($4 - $2) / (n2 - n1)
+		busy[NR] = (($4 - $5) - ($2 - $3)) / (n2 - n1)
+		if ($1 == "pgx") { base = per[NR]; basebusy = busy[NR]; hasbase = 1 }
+	}
 	END {
-		printf "%-12s %16s %16s %14s %14s\n", "mode", "I(" n1 ")", "I(" n2 ")", "instr/query", "vs pgx"
+		printf "%-12s %14s %14s %12s %12s %10s %12s\n", "mode", "I(" n1 ")", "I(" n2 ")",
+			"instr/query", "busy/query", "vs pgx", "busy vs pgx"
 		for (r = 1; r <= NR; r++) {
-			diff = (base == "") ? "n/a" : sprintf("%+.0f", per[r] - base)
-			printf "%-12s %16.0f %16.0f %14.0f %14s\n", mode[r], i1[r], i2[r], per[r], diff
+			d = hasbase ? sprintf("%+.0f", per[r] - base) : "n/a"
+			db = hasbase ? sprintf("%+.0f", busy[r] - basebusy) : "n/a"
+			printf "%-12s %14.0f %14.0f %12.0f %12.0f %10s %12s\n", mode[r], t1[r], t2[r], per[r], busy[r], d, db
 		}
 	}'

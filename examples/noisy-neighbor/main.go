@@ -24,25 +24,29 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
-// budgetRules is the budget of the controlled phase. One reporting query at a time, and on
-// average no more than 15% of one core's execution time: the bucket drains 150 ms of
-// execution per second and holds at most 400 ms, about two of the heavy queries, so a report
-// may burst briefly but never camps on the CPU the checkout path needs. server_cores stays 1
-// (the default) although the machine has two: the critical path needs the headroom.
+// budgetRules is the budget of the controlled phase, filled in from the flags: by default one
+// reporting query at a time and, in the long run, 15% of one core's execution time (the bucket
+// drains 150 ms of execution per second). The bucket holds 1s, a few reports, so that a report
+// may burst briefly but never camps on the CPU the checkout path needs. burst_limit must exceed
+// the largest report's cost, or that report is refused outright (per_query_limit). server_cores
+// stays 1 (the default) although the machine has two: the checkout path needs the headroom.
 const budgetRules = `
 budgets:
   - name: reporting
     mode: enforce
-    max_concurrent: 1
-    server_share: 0.15
-    burst_limit: 400ms
+    max_concurrent: %d
+    server_share: %g
+    burst_limit: %s
 rules:
   - budget: reporting
     match: {app: reporting}
@@ -58,11 +62,22 @@ type flags struct {
 	phase    time.Duration
 	settle   time.Duration
 	workers  int
+	think    time.Duration
 	noise    int
 	orders   int
 	accounts int
 	window   time.Duration
 	out      string
+
+	maxConcurrent int
+	share         float64
+	burst         time.Duration
+	parallel      bool
+}
+
+// rules is the controlled phase's rules file.
+func (f flags) rules() string {
+	return fmt.Sprintf(budgetRules, f.maxConcurrent, f.share, f.burst)
 }
 
 func main() {
@@ -70,11 +85,16 @@ func main() {
 	flag.DurationVar(&f.phase, "phase", 12*time.Second, "duration of each of the three phases")
 	flag.DurationVar(&f.settle, "settle", time.Second, "pause between phases, unmeasured, so one phase's stragglers do not count in the next")
 	flag.IntVar(&f.workers, "workers", 4, "closed-loop workers of the critical (checkout) workload")
+	flag.DurationVar(&f.think, "think", time.Millisecond, "pause of each checkout worker between statements (0: none, the workers saturate the CPU themselves)")
 	flag.IntVar(&f.noise, "noise", 6, "concurrent workers of the noisy (reporting) workload")
-	flag.IntVar(&f.orders, "orders", 1_000_000, "rows of the orders table the reporting queries scan")
+	flag.IntVar(&f.orders, "orders", 500_000, "rows of the orders table the reporting queries scan")
 	flag.IntVar(&f.accounts, "accounts", 100_000, "rows of the accounts table the checkout workload reads and updates")
 	flag.DurationVar(&f.window, "window", 500*time.Millisecond, "width of the chart's latency windows")
 	flag.StringVar(&f.out, "out", "noisy-neighbor.png", "where to write the PNG chart")
+	flag.IntVar(&f.maxConcurrent, "max-concurrent", 1, "the reporting budget's max_concurrent")
+	flag.Float64Var(&f.share, "share", 0.15, "the reporting budget's server_share")
+	flag.DurationVar(&f.burst, "burst", time.Second, "the reporting budget's burst_limit")
+	flag.BoolVar(&f.parallel, "parallel", false, "let PostgreSQL run the reports with parallel workers (see README)")
 	flag.Parse()
 	if err := f.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -94,12 +114,20 @@ func (f flags) validate() error {
 		return errors.New("noisy-neighbor: -settle must not be negative")
 	case f.workers < 1:
 		return errors.New("noisy-neighbor: -workers must be at least 1")
+	case f.think < 0:
+		return errors.New("noisy-neighbor: -think must not be negative")
 	case f.noise < 1:
 		return errors.New("noisy-neighbor: -noise must be at least 1")
 	case f.orders < 1000 || f.accounts < 1000:
 		return errors.New("noisy-neighbor: -orders and -accounts must be at least 1000")
 	case f.window < 10*time.Millisecond:
 		return errors.New("noisy-neighbor: -window must be at least 10ms")
+	case f.maxConcurrent < 1:
+		return errors.New("noisy-neighbor: -max-concurrent must be at least 1")
+	case f.share <= 0 || f.share > 1:
+		return errors.New("noisy-neighbor: -share must be in (0, 1]")
+	case f.burst < time.Millisecond:
+		return errors.New("noisy-neighbor: -burst must be at least 1ms")
 	case f.out == "":
 		return errors.New("noisy-neighbor: -out must name a file")
 	}
@@ -118,12 +146,22 @@ func run(f flags) error {
 		defer srv.Stop()
 		dsn = srv.DSN
 	}
-	cfg, err := driver.ParseConfig([]byte(budgetRules))
+	if !f.parallel {
+		// The budget counts execution seconds of one backend; parallel workers would let one
+		// report occupy every core of this small server while being charged for one.
+		var err error
+		if dsn, err = withRuntimeParam(dsn, "options", "-c max_parallel_workers_per_gather=0"); err != nil {
+			return err
+		}
+	}
+	cfg, err := driver.ParseConfig([]byte(f.rules()))
 	if err != nil {
 		return err
 	}
+	// Only blocks are logged, as warnings; the table counts them, so the log stays quiet.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	// No rules yet: phases 1 and 2 run uncontrolled; phase 3 installs cfg with SetConfig.
-	c, err := driver.NewConnector(dsn)
+	c, err := driver.NewConnector(dsn, driver.WithLogger(quiet))
 	if err != nil {
 		return err
 	}
@@ -156,8 +194,8 @@ func run(f flags) error {
 	fmt.Println()
 	printTargets(os.Stdout, res)
 	for _, b := range c.Snapshot().Budgets {
-		fmt.Printf("\nbudget %s (%s, max_concurrent 1, server_share 0.15, burst_limit 400ms): admitted %d, blocked %d\n",
-			b.Name, b.Mode, b.Admitted, b.Blocked)
+		fmt.Printf("\nbudget %s (%s, max_concurrent %d, server_share %g, burst_limit %v): admitted %d, blocked %d\n",
+			b.Name, b.Mode, f.maxConcurrent, f.share, f.burst, b.Admitted, b.Blocked)
 	}
 
 	if err := writeChart(f.out, res, f.window); err != nil {
@@ -165,4 +203,21 @@ func run(f flags) error {
 	}
 	fmt.Printf("\nchart written to %s\n", f.out)
 	return nil
+}
+
+// withRuntimeParam adds a run-time parameter to a PostgreSQL URL or keyword/value DSN.
+func withRuntimeParam(dsn, key, value string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("noisy-neighbor: PGTRAFFIC_TEST_DSN: %w", err)
+		}
+		q := u.Query()
+		q.Set(key, value)
+		// pgx decodes %20 but not '+' as a space.
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+		return u.String(), nil
+	}
+	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(value)
+	return fmt.Sprintf("%s %s='%s'", dsn, key, quoted), nil
 }

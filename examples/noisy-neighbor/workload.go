@@ -26,7 +26,7 @@ func setup(ctx context.Context, db *sql.DB, orders, accounts int) error {
 		fmt.Sprintf(`insert into customers select g, 'region-' || (g %% 17) from generate_series(1, %d) g`, customers),
 		`create table orders (id int primary key, customer int not null, amount numeric not null, note text not null)`,
 		fmt.Sprintf(`insert into orders
-		 select g, 1 + (g * 7919) %% %d, ((g * 31) %% 10000) / 100.0, md5(g::text)
+		 select g, 1 + (g::bigint * 7919) %% %d, (g %% 9973) / 100.0, md5(g::text)
 		   from generate_series(1, %d) g`, customers, orders),
 		`vacuum analyze accounts, customers, orders`,
 	} {
@@ -228,6 +228,9 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 			if len(local) >= 256 {
 				flush()
 			}
+		}
+		if ex.f.think > 0 {
+			sleepCtx(ctx, ex.f.think)
 		}
 	}
 	return nil

@@ -1,7 +1,7 @@
 package pattern
 
 import (
-	"encoding/binary"
+	"hash/maphash"
 	"runtime"
 	"strings"
 	"sync"
@@ -180,22 +180,13 @@ func (c *Cache) Stats() (hits, misses uint64, size int) {
 	return hits, misses, size
 }
 
-// shardHash mixes the length and the first and last 8 bytes of key: enough
-// to spread statements over a few shards without reading a long text twice
-// (the map hashes the whole key anyway). Statements sharing both ends and
-// length share a shard, which costs balance, never correctness.
+// shardSeed seeds the shard hash. The hash covers the whole key: texts that
+// differ only in the middle (inline literals between a common prefix and
+// suffix) are the common case and must spread over all shards, or the
+// cache's effective capacity shrinks to the few shards they land in.
+var shardSeed = maphash.MakeSeed()
+
 func shardHash(key string) uint32 {
-	n := len(key)
-	h := uint64(n) * 0x9E3779B97F4A7C15
-	if n >= 8 {
-		h ^= binary.LittleEndian.Uint64([]byte(key[:8]))
-		h = (h ^ h>>29) * 0xBF58476D1CE4E5B9
-		h ^= binary.LittleEndian.Uint64([]byte(key[n-8:]))
-	} else {
-		for i := 0; i < n; i++ {
-			h = (h ^ uint64(key[i])) * 0x100000001B3
-		}
-	}
-	h = (h ^ h>>31) * 0x94D049BB133111EB
+	h := maphash.String(shardSeed, key)
 	return uint32(h ^ h>>32)
 }

@@ -57,6 +57,18 @@ func TestCacheBound(t *testing.T) {
 
 // TestCacheKeepsHotEntries checks CLOCK: an entry hit between inserts
 // survives a stream of one-off statements.
+// TestCacheFillsEveryShard checks that texts differing only in the middle
+// (an inline literal) spread over the shards and fill the whole bound.
+func TestCacheFillsEveryShard(t *testing.T) {
+	c := newCache(10_000, defaultMaxBytes, cheap)
+	for i := 0; i < 20_000; i++ {
+		c.Get("SELECT * FROM orders WHERE tenant = " + strconv.Itoa(i) + " ORDER BY id LIMIT 50")
+	}
+	if _, _, size := c.Stats(); size != 10_000 {
+		t.Fatalf("size %d after 20,000 distinct texts, want 10,000 (shards: %d)", size, len(c.shards))
+	}
+}
+
 func TestCacheKeepsHotEntries(t *testing.T) {
 	c := newCache(100, defaultMaxBytes, cheap)
 	hot := "SELECT hot"

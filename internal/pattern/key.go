@@ -61,26 +61,26 @@ func skipLeading(sql string) int {
 }
 
 // blockComment returns the length of the nested block comment that starts
-// sql ("/*" at sql[0:2]) and whether it is terminated.
+// sql ("/*" at sql[0:2]) and whether it is terminated. Of an opener and a
+// closer that overlap ("/*/"), the leftmost wins, as in PostgreSQL's lexer.
 func blockComment(sql string) (int, bool) {
-	depth := 0
-	i := 0
-	for i+1 < len(sql) {
-		switch {
-		case sql[i] == '/' && sql[i+1] == '*':
+	depth, i := 1, 2
+	for {
+		end := strings.Index(sql[i:], "*/")
+		if end < 0 {
+			return len(sql), false
+		}
+		if open := strings.Index(sql[i:i+end+1], "/*"); open >= 0 {
 			depth++
-			i += 2
-		case sql[i] == '*' && sql[i+1] == '/':
-			depth--
-			i += 2
-			if depth == 0 {
-				return i, true
-			}
-		default:
-			i++
+			i += open + 2
+			continue
+		}
+		depth--
+		i += end + 2
+		if depth == 0 {
+			return i, true
 		}
 	}
-	return len(sql), false
 }
 
 // significantEnd lexes sql from the lexer's initial state and returns the end
@@ -129,12 +129,25 @@ func significantEnd(sql string) int {
 			i += n
 			end = i
 		default:
-			i++
+			// A run of bytes that start nothing: skip it whole.
+			for i++; i < len(sql) && !lexSpecial[sql[i]]; i++ {
+			}
 			end = i
 		}
 	}
 	return end
 }
+
+// lexSpecial marks the bytes significantEnd must look at: whitespace,
+// semicolons and the starts of comments, strings and identifiers. A '$'
+// after an identifier byte is ordinary (a$b), so the run loop stops on every
+// '$' and the switch decides.
+var lexSpecial = func() (t [256]bool) {
+	for _, c := range []byte(" \t\n\r\f\v;-/'\"$") {
+		t[c] = true
+	}
+	return t
+}()
 
 // quoted returns the length of the quoted token starting at sql[0] == q,
 // where a doubled q stands for itself and, with escapes, a backslash escapes

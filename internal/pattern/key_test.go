@@ -62,7 +62,15 @@ func FuzzKey(f *testing.F) {
 		f.Add(tc.sql)
 		f.Add("/* c */ " + tc.sql + " -- d")
 	}
+	f.Add("/* /*/ */ x")
+	f.Add("/* a */* b */")
 	f.Fuzz(func(t *testing.T, sql string) {
+		if strings.HasPrefix(sql, "/*") {
+			n, ok := blockComment(sql)
+			if rn, rok := refBlockComment(sql); n != rn || ok != rok {
+				t.Fatalf("blockComment(%q) = %d, %v; reference %d, %v", sql, n, ok, rn, rok)
+			}
+		}
 		k := Key(sql)
 		if !strings.Contains(sql, k) {
 			t.Fatalf("Key(%q) = %q is not a substring", sql, k)
@@ -76,4 +84,26 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("surrounding comments changed the key of %q", sql)
 		}
 	})
+}
+
+// refBlockComment is the byte-by-byte statement of PostgreSQL's nested
+// comment rule that blockComment implements with vectorised searches.
+func refBlockComment(sql string) (int, bool) {
+	depth := 0
+	for i := 0; i+1 < len(sql); {
+		switch {
+		case sql[i] == '/' && sql[i+1] == '*':
+			depth++
+			i += 2
+		case sql[i] == '*' && sql[i+1] == '/':
+			depth--
+			i += 2
+			if depth == 0 {
+				return i, true
+			}
+		default:
+			i++
+		}
+	}
+	return len(sql), false
 }

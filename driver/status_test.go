@@ -1,0 +1,174 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// statusFixture runs a few statements through a harness: two costed ones (so the pattern
+// table has an entry), one held reporting query and one reporting query blocked behind it.
+// The blocked statement has a literal and a "<" that the HTML page must escape.
+func statusFixture(t *testing.T) *telHarness {
+	t.Helper()
+	h := newTelHarness(t, telRules)
+	costed := tagging.With(context.Background(), "app", "costed")
+	for range 2 {
+		if _, err := h.db.ExecContext(costed, "SELECT 1 FROM items WHERE id = $1", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reporting := tagging.With(context.Background(), "app", "reporting")
+	release := h.hold(t, reporting)
+	t.Cleanup(release)
+	_, err := h.db.ExecContext(reporting, "SELECT 1 FROM orders WHERE note = 'topsecret' AND id < $1", 9)
+	if !errors.Is(err, ErrBlocked) {
+		t.Fatalf("want a block, got %v", err)
+	}
+	return h
+}
+
+func get(t *testing.T, h http.Handler, method, target, accept string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Result()
+}
+
+func TestStatusJSON(t *testing.T) {
+	h := statusFixture(t)
+	srv := httptest.NewServer(h.conn.Handler())
+	defer srv.Close()
+
+	for _, tt := range []struct{ name, path, accept string }{
+		{"accept header", "/", "application/json"},
+		{"format parameter", "/?format=json", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+tt.path, nil)
+			if tt.accept != "" {
+				req.Header.Set("Accept", tt.accept)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control %q, want no-store", cc)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if strings.Contains(string(body), "topsecret") {
+				t.Fatalf("JSON contains a literal: %s", body)
+			}
+			var s Snapshot
+			if err := json.Unmarshal(body, &s); err != nil {
+				t.Fatal(err)
+			}
+			byName := map[string]BudgetStatus{}
+			for _, b := range s.Budgets {
+				byName[b.Name] = b
+			}
+			if r := byName["reporting"]; r.Mode != "enforce" || r.Blocked != 1 || r.InFlight != 1 || r.Admitted != 1 {
+				t.Errorf("reporting: %+v, want enforce, 1 blocked, 1 in flight, 1 admitted", r)
+			}
+			if len(s.Budgets) != 3 || s.InFlight != 1 {
+				t.Errorf("%d budgets, %d in flight; want 3 and 1", len(s.Budgets), s.InFlight)
+			}
+			if len(s.RecentBlocks) != 1 || s.RecentBlocks[0].Budget != "reporting" || s.RecentBlocks[0].Reason != ReasonConcurrency ||
+				s.RecentBlocks[0].Query != "SELECT 1 FROM orders WHERE note = $2 AND id < $1" {
+				t.Errorf("recent blocks: %+v", s.RecentBlocks)
+			}
+			if len(s.Patterns) != 1 || s.Patterns[0].Count != 2 || s.Patterns[0].Query != "SELECT 1 FROM items WHERE id = $1" || len(s.Patterns[0].Fingerprint) != 16 {
+				t.Errorf("patterns: %+v, want SELECT 1 FROM items ... counted twice", s.Patterns)
+			}
+			if s.Counters.Blocked != 1 || s.Counters.PatternMisses == 0 || s.Counters.Reloads != 1 {
+				t.Errorf("counters: %+v", s.Counters)
+			}
+		})
+	}
+}
+
+func TestStatusJSONEmptyLists(t *testing.T) {
+	h := newTelHarness(t, "")
+	resp := get(t, h.conn.Handler(), http.MethodGet, "/?format=json", "")
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`"budgets": []`, `"patterns": []`, `"recent_blocks": []`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+func TestStatusHTML(t *testing.T) {
+	h := statusFixture(t)
+	resp := get(t, h.conn.Handler(), http.MethodGet, "/", "text/html")
+	body, _ := io.ReadAll(resp.Body)
+	page := string(body)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Fatalf("content type %q", ct)
+	}
+	for _, want := range []string{
+		`<td class="name">reporting</td><td>enforce</td>`,
+		`<td class="n blocked">1</td>`,
+		`SELECT 1 FROM items WHERE id = $1`,
+		`SELECT 1 FROM orders WHERE note = $2 AND id &lt; $1`, // escaped by html/template
+		`<td class="n">2</td>`, // the pattern's count
+		`<td>concurrency</td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "topsecret") || strings.Contains(page, "id < $1") {
+		t.Errorf("page shows a literal or unescaped text:\n%s", page)
+	}
+}
+
+func TestStatusHTMLEmpty(t *testing.T) {
+	h := newTelHarness(t, "")
+	resp := get(t, h.conn.Handler(), http.MethodGet, "/", "")
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"no budgets in force", "no costed statements yet", "0 budgets"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("empty page lacks %q", want)
+		}
+	}
+}
+
+func TestStatusMethods(t *testing.T) {
+	h := newTelHarness(t, "")
+	for _, tt := range []struct {
+		method string
+		code   int
+	}{
+		{http.MethodGet, http.StatusOK},
+		{http.MethodHead, http.StatusOK},
+		{http.MethodPost, http.StatusMethodNotAllowed},
+		{http.MethodDelete, http.StatusMethodNotAllowed},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			resp := get(t, h.conn.Handler(), tt.method, "/", "")
+			if resp.StatusCode != tt.code {
+				t.Fatalf("%s: %d, want %d", tt.method, resp.StatusCode, tt.code)
+			}
+			if tt.code == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("Allow %q", resp.Header.Get("Allow"))
+			}
+		})
+	}
+}

@@ -1,0 +1,977 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ngrok/sqlmw"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// The telemetry tests run real statements through database/sql, sqlmw and the interceptor
+// down to a fake driver.Conn (no server), with an in-memory span exporter, a manual metric
+// reader, a captured log and a fake clock.
+
+// telClock is a fake clock for the engine.
+type telClock struct {
+	mu sync.Mutex // protects t
+	t  time.Time
+}
+
+func (c *telClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *telClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// telLog collects log output from many goroutines.
+type telLog struct {
+	mu  sync.Mutex // protects buf
+	buf bytes.Buffer
+}
+
+func (l *telLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *telLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// telSent records the statement texts the fake connection received.
+type telSent struct {
+	mu    sync.Mutex // protects texts
+	texts []string
+}
+
+func (s *telSent) add(q string) {
+	s.mu.Lock()
+	s.texts = append(s.texts, q)
+	s.mu.Unlock()
+}
+
+func (s *telSent) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.texts)
+}
+
+// telFailMarker in a statement makes the fake connection answer with a server error whose
+// message quotes the first bound value, as PostgreSQL's "invalid input syntax" errors do.
+const telFailMarker = "fail_here"
+
+// telConnector, telConn, telStmt and telRows are a fake pgx: every statement succeeds (a query
+// returns two rows) unless it contains telFailMarker.
+type telConnector struct{ sent *telSent }
+
+func (c telConnector) Connect(context.Context) (driver.Conn, error) {
+	return &telConn{sent: c.sent}, nil
+}
+func (c telConnector) Driver() driver.Driver { return nil }
+
+type telConn struct{ sent *telSent }
+
+var (
+	_ driver.ExecerContext      = (*telConn)(nil)
+	_ driver.QueryerContext     = (*telConn)(nil)
+	_ driver.ConnPrepareContext = (*telConn)(nil)
+)
+
+func (c *telConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+func (c *telConn) PrepareContext(_ context.Context, query string) (driver.Stmt, error) {
+	return &telStmt{c: c, query: query}, nil
+}
+func (c *telConn) Close() error              { return nil }
+func (c *telConn) Begin() (driver.Tx, error) { return nil, errors.New("telConn: no transactions") }
+
+func (c *telConn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c.sent.add(query)
+	if err := telAnswer(query, args); err != nil {
+		return nil, err
+	}
+	return driver.RowsAffected(1), nil
+}
+
+func (c *telConn) QueryContext(_ context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.sent.add(query)
+	if err := telAnswer(query, args); err != nil {
+		return nil, err
+	}
+	return &telRows{left: 2}, nil
+}
+
+func telAnswer(query string, args []driver.NamedValue) error {
+	if !strings.Contains(query, telFailMarker) {
+		return nil
+	}
+	v := any("")
+	if len(args) > 0 {
+		v = args[0].Value
+	}
+	return &pgconn.PgError{Severity: "ERROR", Code: "22P02",
+		Message: fmt.Sprintf("invalid input syntax for type integer: %q", v)}
+}
+
+type telStmt struct {
+	c     *telConn
+	query string
+}
+
+func (s *telStmt) Close() error  { return nil }
+func (s *telStmt) NumInput() int { return -1 }
+func (s *telStmt) Exec([]driver.Value) (driver.Result, error) {
+	return nil, errors.New("telStmt: use ExecContext")
+}
+func (s *telStmt) Query([]driver.Value) (driver.Rows, error) {
+	return nil, errors.New("telStmt: use QueryContext")
+}
+func (s *telStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.c.ExecContext(ctx, s.query, args)
+}
+func (s *telStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.c.QueryContext(ctx, s.query, args)
+}
+
+type telRows struct{ left int }
+
+func (r *telRows) Columns() []string { return []string{"id"} }
+func (r *telRows) Close() error      { return nil }
+func (r *telRows) Next(dest []driver.Value) error {
+	if r.left == 0 {
+		return io.EOF
+	}
+	r.left--
+	dest[0] = int64(r.left)
+	return nil
+}
+
+// telHarness is a connector over the fake driver with recording telemetry.
+type telHarness struct {
+	db     *sql.DB
+	conn   *Connector
+	eng    *engine.Engine
+	tel    *telemetry
+	spans  *tracetest.InMemoryExporter
+	tp     *sdktrace.TracerProvider
+	reader *sdkmetric.ManualReader
+	log    *telLog
+	clock  *telClock
+	sent   *telSent
+}
+
+// telDSN is the connection the harness pretends to use: its host, port and database become
+// server.address, server.port and db.namespace.
+const telDSN = "postgres://app@db.example:5433/shop"
+
+const telRules = `
+budgets:
+  - name: reporting
+    mode: enforce
+    max_concurrent: 1
+  - name: audit
+    mode: warn
+    max_concurrent: 1
+  - name: costed
+    mode: warn
+    per_query_limit: 1h
+rules:
+  - budget: reporting
+    match: {app: reporting}
+  - budget: audit
+    match: {app: audit}
+  - budget: costed
+    match: {app: costed}
+guards:
+  require_where: enforce
+`
+
+func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
+	t.Helper()
+	h := &telHarness{
+		spans:  tracetest.NewInMemoryExporter(),
+		reader: sdkmetric.NewManualReader(),
+		log:    &telLog{},
+		clock:  &telClock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)},
+		sent:   &telSent{},
+	}
+	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
+	o := defaultOptions()
+	for _, opt := range append([]Option{WithTracerProvider(h.tp), WithMeterProvider(mp),
+		WithLogger(slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...) {
+		opt(&o)
+	}
+	cc, err := pgx.ParseConfig(telDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tel, err = newTelemetry(&o, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = engine.New(engine.Options{
+		Logger: o.logger, Now: h.clock.Now, User: cc.User, Database: cc.Database,
+		Observer: h.tel.observer(),
+	})
+	if rules != "" {
+		cfg, err := ParseConfig([]byte(rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.eng.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.tel.attach(h.eng); err != nil {
+		t.Fatal(err)
+	}
+	intr := &interceptor{engine: h.eng, commenter: o.sqlCommenter}
+	d := sqlmw.Driver(parentDriver{telConnector{sent: h.sent}}, intr).(driver.DriverContext)
+	wrapped, err := d.OpenConnector("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.conn = &Connector{engine: h.eng, wrapped: wrapped, tel: h.tel}
+	h.db = sql.OpenDB(h.conn)
+	t.Cleanup(func() {
+		h.db.Close()
+		if err := h.tel.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// hold runs a query under ctx and keeps its rows open, holding a slot in its budgets, until
+// the returned function is called.
+func (h *telHarness) hold(t *testing.T, ctx context.Context) func() {
+	t.Helper()
+	rows, err := h.db.QueryContext(ctx, "SELECT id FROM orders WHERE id = $1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() { rows.Close() }
+}
+
+// span returns the only ended span whose name and pgtraffic.tag.app match.
+func (h *telHarness) span(t *testing.T, name, app string) tracetest.SpanStub {
+	t.Helper()
+	var found []tracetest.SpanStub
+	for _, s := range h.spans.GetSpans() {
+		if s.Name == name && attrOf(s.Attributes, "pgtraffic.tag.app").Emit() == app {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("spans named %q with app=%q: %d, want 1 (all: %v)", name, app, len(found), spanNames(h.spans.GetSpans()))
+	}
+	return found[0]
+}
+
+func spanNames(ss tracetest.SpanStubs) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func attrOf(attrs []attribute.KeyValue, key string) attribute.Value {
+	for _, kv := range attrs {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+func hasAttr(attrs []attribute.KeyValue, key string) bool {
+	return attrOf(attrs, key).Type() != attribute.INVALID
+}
+
+func (h *telHarness) metrics(t *testing.T) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+func TestSpans(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	parentCtx, parent := h.tp.Tracer("test").Start(context.Background(), "request")
+
+	// An allowed query, run to the end of its rows.
+	var n int
+	rows, err := h.db.QueryContext(tagging.With(parentCtx, "app", "web", "route", "/orders"),
+		"SELECT id FROM orders WHERE note = 'x' AND id = $1", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+
+	// A block: the reporting budget admits one statement at a time.
+	reporting := tagging.With(parentCtx, "app", "reporting")
+	release := h.hold(t, reporting)
+	_, err = h.db.ExecContext(reporting, "UPDATE orders SET note = $1 WHERE id = $2", "n", 1)
+	if !errors.Is(err, ErrBlocked) {
+		t.Fatalf("reporting over max_concurrent: %v, want ErrBlocked", err)
+	}
+	release()
+
+	// A warn: the audit budget is warn-only, so the second statement runs with a warning.
+	audit := tagging.With(parentCtx, "app", "audit")
+	release = h.hold(t, audit)
+	if _, err := h.db.ExecContext(audit, "DELETE FROM orders WHERE id = $1", 3); err != nil {
+		t.Fatalf("warn budget must let the statement run: %v", err)
+	}
+	release()
+
+	// A server error.
+	if _, err := h.db.ExecContext(tagging.With(parentCtx, "app", "failing"),
+		"UPDATE orders SET fail_here = 1 WHERE id = $1", "x"); err == nil {
+		t.Fatal("the fake server error was not returned")
+	}
+
+	// A costed budget: the prediction is recorded.
+	if _, err := h.db.ExecContext(tagging.With(parentCtx, "app", "costed"), "SELECT 1 FROM items"); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	if n != 2 {
+		t.Fatalf("rows: %d, want 2", n)
+	}
+
+	common := map[string]string{
+		"db.system.name": "postgresql",
+		"db.namespace":   "shop",
+		"server.address": "db.example",
+		"server.port":    "5433",
+	}
+	tests := []struct {
+		name, span, app string
+		want            map[string]string // attribute -> value as Emit() prints it
+		absent          []string
+		status          codes.Code
+		event           string
+	}{
+		{
+			name: "allow", span: "SELECT orders", app: "web",
+			want: map[string]string{
+				"db.query.text":       "SELECT id FROM orders WHERE note = $2 AND id = $1",
+				"db.query.summary":    "SELECT orders",
+				"db.operation.name":   "SELECT",
+				"db.collection.name":  "orders",
+				"pgtraffic.decision":  "allow",
+				"pgtraffic.tag.route": "/orders",
+				"pgtraffic.tag.table": "orders",
+			},
+			absent: []string{"error.type", "pgtraffic.reason", "pgtraffic.budgets", "pgtraffic.predicted_cost_s", "pgtraffic.tag.fingerprint"},
+			status: codes.Unset,
+		},
+		{
+			name: "block", span: "UPDATE orders", app: "reporting",
+			want: map[string]string{
+				"pgtraffic.decision": "block",
+				"pgtraffic.reason":   "concurrency",
+				"pgtraffic.budgets":  `["reporting"]`,
+				"pgtraffic.budget":   "reporting",
+				"error.type":         "pgtraffic.blocked",
+				"db.query.text":      "UPDATE orders SET note = $1 WHERE id = $2",
+			},
+			status: codes.Error,
+		},
+		{
+			name: "warn", span: "DELETE orders", app: "audit",
+			want: map[string]string{
+				"pgtraffic.decision": "warn",
+				"pgtraffic.reason":   "concurrency",
+				"pgtraffic.budgets":  `["audit"]`,
+			},
+			absent: []string{"error.type"},
+			status: codes.Unset,
+			event:  "pgtraffic.warn",
+		},
+		{
+			name: "server error", span: "UPDATE orders", app: "failing",
+			want: map[string]string{
+				"error.type":              "22P02",
+				"db.response.status_code": "22P02",
+				"pgtraffic.decision":      "allow",
+			},
+			status: codes.Error,
+		},
+		{
+			name: "costed", span: "SELECT items", app: "costed",
+			want:   map[string]string{"pgtraffic.budgets": `["costed"]`, "pgtraffic.predicted_cost_s": "0"},
+			status: codes.Unset,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := h.span(t, tt.span, tt.app)
+			if s.SpanKind != trace.SpanKindClient {
+				t.Errorf("kind %v, want client", s.SpanKind)
+			}
+			if s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
+				t.Errorf("span is not a child of the caller's span")
+			}
+			for k, v := range common {
+				if got := attrOf(s.Attributes, k).Emit(); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			for k, v := range tt.want {
+				if got := attrOf(s.Attributes, k).Emit(); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			for _, k := range tt.absent {
+				if hasAttr(s.Attributes, k) {
+					t.Errorf("%s is set (%s), want absent", k, attrOf(s.Attributes, k).Emit())
+				}
+			}
+			if len(attrOf(s.Attributes, "pgtraffic.fingerprint").AsString()) != 16 {
+				t.Errorf("pgtraffic.fingerprint = %q, want 16 hex digits", attrOf(s.Attributes, "pgtraffic.fingerprint").Emit())
+			}
+			if s.Status.Code != tt.status {
+				t.Errorf("status %v (%q), want %v", s.Status.Code, s.Status.Description, tt.status)
+			}
+			var events []string
+			for _, e := range s.Events {
+				events = append(events, e.Name)
+			}
+			if tt.event != "" && !slices.Contains(events, tt.event) {
+				t.Errorf("events %v, want %s", events, tt.event)
+			}
+			if tt.event == "" && len(events) > 0 {
+				t.Errorf("events %v, want none", events)
+			}
+		})
+	}
+}
+
+func TestSpansUseGlobalProviderByDefault(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+
+	o := defaultOptions()
+	o.meterProvider = metricnoop.NewMeterProvider()
+	cc, err := pgx.ParseConfig(telDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, err := newTelemetry(&o, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(engine.Options{Observer: tel.observer()})
+	defer eng.Close()
+	x, err := eng.Begin(context.Background(), nil, "SELECT 1 FROM t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Finish(context.Background(), nil)
+	if got := spanNames(exp.GetSpans()); !slices.Equal(got, []string{"SELECT t"}) {
+		t.Fatalf("spans through the global provider: %v, want [SELECT t]", got)
+	}
+}
+
+func TestUnparsableStatementSpan(t *testing.T) {
+	h := newTelHarness(t, "")
+	if _, err := h.db.ExecContext(tagging.With(context.Background(), "app", "x"), "SELEC 'secret' FROM"); err != nil {
+		t.Fatal(err)
+	}
+	s := h.span(t, "postgresql", "x")
+	for _, k := range []string{"db.query.text", "db.query.summary", "db.operation.name", "db.collection.name"} {
+		if hasAttr(s.Attributes, k) {
+			t.Errorf("%s = %q for unparsable text, want absent", k, attrOf(s.Attributes, k).Emit())
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	ctx := context.Background()
+	if _, err := h.db.ExecContext(ctx, "SELECT 1 FROM orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.ExecContext(ctx, "SELECT 1 FROM orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.ExecContext(ctx, "UPDATE orders SET fail_here = 1 WHERE id = $1", 1); err == nil {
+		t.Fatal("no server error")
+	}
+	reporting := tagging.With(ctx, "app", "reporting")
+	release := h.hold(t, reporting)
+	if _, err := h.db.ExecContext(reporting, "SELECT 1 FROM orders"); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("want a block, got %v", err)
+	}
+	if _, err := h.db.ExecContext(ctx, "DELETE FROM orders"); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("require_where: want a block, got %v", err)
+	}
+	m := h.metrics(t) // collected while the reporting statement holds its slot
+	release()
+
+	t.Run("duration", func(t *testing.T) {
+		d, ok := m["db.client.operation.duration"]
+		if !ok {
+			t.Fatal("no db.client.operation.duration")
+		}
+		if d.Unit != "s" {
+			t.Errorf("unit %q, want s", d.Unit)
+		}
+		hist := d.Data.(metricdata.Histogram[float64])
+		var total uint64
+		var errored bool
+		for _, dp := range hist.DataPoints {
+			if !slices.Equal(dp.Bounds, []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}) {
+				t.Errorf("bounds %v", dp.Bounds)
+			}
+			total += dp.Count
+			if v, ok := dp.Attributes.Value("error.type"); ok && v.AsString() == "22P02" {
+				errored = true
+			}
+			if v, _ := dp.Attributes.Value("db.system.name"); v.AsString() != "postgresql" {
+				t.Errorf("db.system.name = %q", v.Emit())
+			}
+		}
+		if total != 3 { // the two selects and the failing update; blocked statements never ran
+			t.Errorf("recorded %d durations, want 3", total)
+		}
+		if !errored {
+			t.Error("no data point with error.type=22P02")
+		}
+	})
+	t.Run("decisions", func(t *testing.T) {
+		sum := m["pgtraffic.decisions"].Data.(metricdata.Sum[int64])
+		got := map[string]int64{}
+		for _, dp := range sum.DataPoints {
+			b, _ := dp.Attributes.Value("pgtraffic.budget")
+			d, _ := dp.Attributes.Value("pgtraffic.decision")
+			r, _ := dp.Attributes.Value("pgtraffic.reason")
+			got[b.AsString()+"/"+d.AsString()+"/"+r.AsString()] += dp.Value
+		}
+		want := map[string]int64{
+			"reporting/allow/":            1,
+			"reporting/block/concurrency": 1,
+			"require_where/block/guard":   1,
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("decisions[%s] = %d, want %d (all %v)", k, got[k], v, got)
+			}
+		}
+	})
+	t.Run("gauges", func(t *testing.T) {
+		inFlight := map[string]int64{}
+		for _, dp := range m["pgtraffic.budget.in_flight"].Data.(metricdata.Gauge[int64]).DataPoints {
+			b, _ := dp.Attributes.Value("pgtraffic.budget")
+			inFlight[b.AsString()] = dp.Value
+		}
+		if inFlight["reporting"] != 1 || inFlight["audit"] != 0 || len(inFlight) != 3 {
+			t.Errorf("in_flight %v, want reporting=1 audit=0 costed=0", inFlight)
+		}
+		debt := m["pgtraffic.budget.debt"]
+		if debt.Unit != "s" || len(debt.Data.(metricdata.Gauge[float64]).DataPoints) != 3 {
+			t.Errorf("debt: unit %q, %d points, want s and 3", debt.Unit, len(debt.Data.(metricdata.Gauge[float64]).DataPoints))
+		}
+		counter := func(name string) int64 {
+			t.Helper()
+			mm, ok := m[name]
+			if !ok {
+				t.Errorf("no %s", name)
+				return -1
+			}
+			s := mm.Data.(metricdata.Sum[int64])
+			if !s.IsMonotonic || len(s.DataPoints) != 1 {
+				t.Errorf("%s: monotonic %v, %d points", name, s.IsMonotonic, len(s.DataPoints))
+				return -1
+			}
+			return s.DataPoints[0].Value
+		}
+		// Patterns: SELECT 1 FROM orders, the failing UPDATE, the held SELECT and the DELETE.
+		if got := counter("pgtraffic.pattern_cache.misses"); got != 4 {
+			t.Errorf("pattern misses %d, want 4", got)
+		}
+		if got := counter("pgtraffic.pattern_cache.hits"); got != 2 {
+			t.Errorf("pattern hits %d, want 2", got)
+		}
+		if got := counter("pgtraffic.rules.reloads"); got != 1 {
+			t.Errorf("reloads %d, want 1", got)
+		}
+		for _, name := range []string{"pgtraffic.rules.reload_failures", "pgtraffic.explain.calls",
+			"pgtraffic.explain.failures", "pgtraffic.explain.cache_hits", "pgtraffic.explain.cache_misses"} {
+			if got := counter(name); got != 0 {
+				t.Errorf("%s = %d, want 0", name, got)
+			}
+		}
+	})
+}
+
+func TestGaugesStopAfterClose(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	if _, ok := h.metrics(t)["pgtraffic.budget.debt"]; !ok {
+		t.Fatal("no pgtraffic.budget.debt before close")
+	}
+	// Attaching twice keeps one callback: a scrape must not see each budget twice.
+	if err := h.tel.attach(h.eng); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.metrics(t)["pgtraffic.budget.debt"].Data.(metricdata.Gauge[float64]).DataPoints); n != 3 {
+		t.Fatalf("after a second attach: %d debt points, want 3", n)
+	}
+	if err := h.tel.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tel.close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if m, ok := h.metrics(t)["pgtraffic.budget.debt"]; ok && len(m.Data.(metricdata.Gauge[float64]).DataPoints) > 0 {
+		t.Fatalf("pgtraffic.budget.debt still reported after close: %+v", m)
+	}
+}
+
+func TestDecisionLogRateLimited(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	audit := tagging.With(context.Background(), "app", "audit")
+	release := h.hold(t, audit)
+	defer release()
+	warn := func() {
+		t.Helper()
+		if _, err := h.db.ExecContext(audit, "SELECT 1 FROM orders WHERE id = $1", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		warn()
+	}
+	lines := func() []string {
+		var out []string
+		for _, l := range strings.Split(h.log.String(), "\n") {
+			if strings.Contains(l, "budget=audit") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if got := lines(); len(got) != 1 || strings.Contains(got[0], "suppressed") {
+		t.Fatalf("5 warns in one second: log lines %q, want one without a suppressed count", got)
+	}
+	h.clock.Add(999 * time.Millisecond)
+	warn()
+	if got := lines(); len(got) != 1 {
+		t.Fatalf("a warn 999ms later was logged: %q", got)
+	}
+	h.clock.Add(time.Millisecond)
+	warn()
+	got := lines()
+	if len(got) != 2 {
+		t.Fatalf("a warn 1s later: %d log lines, want 2: %q", len(got), got)
+	}
+	for _, want := range []string{"level=WARN", "decision=warn", "reason=concurrency", "suppressed=5", "fingerprint="} {
+		if !strings.Contains(got[1], want) {
+			t.Errorf("second line %q lacks %q", got[1], want)
+		}
+	}
+	// Blocks are limited separately from warns, per budget.
+	reporting := tagging.With(context.Background(), "app", "reporting")
+	releaseR := h.hold(t, reporting)
+	defer releaseR()
+	for range 3 {
+		if _, err := h.db.ExecContext(reporting, "SELECT 1 FROM orders"); !errors.Is(err, ErrBlocked) {
+			t.Fatalf("want a block, got %v", err)
+		}
+	}
+	if n := strings.Count(h.log.String(), "budget=reporting decision=block"); n != 1 {
+		t.Fatalf("3 blocks in one second: %d log lines, want 1\n%s", n, h.log.String())
+	}
+}
+
+// TestNoSecretsInTelemetry runs statements with secret literals and bound values through every
+// path (allow, warn, block, guard, server error, prepared statement, unparsable text, commenter
+// on) and checks that no secret appears in any span name, attribute, event, status, log line,
+// metric attribute or in the comment the commenter appends.
+func TestNoSecretsInTelemetry(t *testing.T) {
+	const literal, bound = "hunter2literal", "boundsecret7781"
+	h := newTelHarness(t, telRules, WithSQLCommenter(true))
+	ctx := context.Background()
+	audit := tagging.With(ctx, "app", "audit")
+	reporting := tagging.With(ctx, "app", "reporting")
+	costed := tagging.With(ctx, "app", "costed", "tenant", "t1")
+	releaseA := h.hold(t, audit)
+	releaseR := h.hold(t, reporting)
+
+	q := "SELECT id FROM orders WHERE note = '" + literal + "' AND id = $1"
+	run := []struct {
+		ctx  context.Context
+		sql  string
+		args []any
+	}{
+		{ctx, q, []any{bound}},
+		{audit, q, []any{bound}},                                 // warn
+		{reporting, q, []any{bound}},                             // block
+		{costed, q, []any{bound}},                                // costed
+		{ctx, "UPDATE orders SET note = '" + literal + "'", nil}, // guard block
+		{ctx, "UPDATE orders SET fail_here = '" + literal + "' WHERE id = $1", []any{bound}}, // server error quoting the bound value
+		{ctx, "SELEC '" + literal + "' $1", []any{bound}},                                    // unparsable
+	}
+	for _, r := range run {
+		rows, err := h.db.QueryContext(r.ctx, r.sql, r.args...)
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+		}
+	}
+	st, err := h.db.PrepareContext(audit, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecContext(audit, bound); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	releaseA()
+	releaseR()
+
+	var texts []string
+	for _, s := range h.spans.GetSpans() {
+		texts = append(texts, s.Name, s.Status.Description)
+		for _, kv := range s.Attributes {
+			texts = append(texts, string(kv.Key)+"="+kv.Value.Emit())
+		}
+		for _, e := range s.Events {
+			texts = append(texts, e.Name)
+			for _, kv := range e.Attributes {
+				texts = append(texts, string(kv.Key)+"="+kv.Value.Emit())
+			}
+		}
+	}
+	if len(h.spans.GetSpans()) < len(run) {
+		t.Fatalf("%d spans for %d statements", len(h.spans.GetSpans()), len(run))
+	}
+	for _, m := range h.metrics(t) {
+		texts = append(texts, fmt.Sprintf("%s %+v", m.Name, m.Data))
+	}
+	texts = append(texts, h.log.String())
+	if !strings.Contains(h.log.String(), "decision=block") || !strings.Contains(h.log.String(), "decision=warn") {
+		t.Fatalf("expected warn and block log lines:\n%s", h.log.String())
+	}
+	for _, text := range texts {
+		for _, secret := range []string{literal, bound} {
+			if strings.Contains(text, secret) {
+				t.Errorf("telemetry contains %q: %s", secret, text)
+			}
+		}
+	}
+	// What the server sees: the application's own text plus, when commented, tags and a
+	// traceparent, never a bound value.
+	for _, sent := range h.sent.all() {
+		if strings.Contains(sent, bound) {
+			t.Errorf("sent text contains the bound value: %s", sent)
+		}
+		comment := strings.TrimPrefix(sent, strings.SplitN(sent, "/*", 2)[0])
+		if strings.Contains(comment, literal) {
+			t.Errorf("appended comment contains the literal: %s", sent)
+		}
+	}
+}
+
+func TestSQLCommenter(t *testing.T) {
+	tests := []struct {
+		name        string
+		on          bool
+		sampler     sdktrace.Sampler
+		query       string
+		tags        []string
+		want        string // regular expression-free: the exact text sent, with TRACE for the traceparent
+		traceparent bool
+	}{
+		{name: "off", on: false, sampler: sdktrace.AlwaysSample(), query: "SELECT 1 FROM t", tags: []string{"app", "web"},
+			want: "SELECT 1 FROM t"},
+		{name: "tags and traceparent", on: true, sampler: sdktrace.AlwaysSample(), query: "SELECT 1 FROM t;", tags: []string{"app", "web", "route", "/a b"},
+			want: "SELECT 1 FROM t /*app='web',route='%2Fa%20b',traceparent='TRACE'*/;", traceparent: true},
+		{name: "unsampled span: tags only", on: true, sampler: sdktrace.NeverSample(), query: "SELECT 1 FROM t", tags: []string{"app", "web"},
+			want: "SELECT 1 FROM t /*app='web'*/"},
+		{name: "nothing to add", on: true, sampler: sdktrace.NeverSample(), query: "SELECT 1 FROM t",
+			want: "SELECT 1 FROM t"},
+		{name: "existing comment kept", on: true, sampler: sdktrace.AlwaysSample(), query: "SELECT 1 FROM t /*app='x'*/", tags: []string{"app", "web"},
+			want: "SELECT 1 FROM t /*app='x'*/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(tt.sampler))
+			h := newTelHarness(t, "", WithSQLCommenter(tt.on), WithTracerProvider(tp))
+			ctx := tagging.With(context.Background(), tt.tags...)
+			if _, err := h.db.ExecContext(ctx, tt.query, 42); err != nil {
+				t.Fatal(err)
+			}
+			sent := h.sent.all()
+			if len(sent) != 1 {
+				t.Fatalf("sent %q", sent)
+			}
+			want := tt.want
+			if tt.traceparent {
+				spans := exp.GetSpans()
+				if len(spans) != 1 {
+					t.Fatalf("%d spans", len(spans))
+				}
+				sc := spans[0].SpanContext
+				want = strings.Replace(want, "TRACE", "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", 1)
+			}
+			if sent[0] != want {
+				t.Fatalf("sent %q\nwant %q", sent[0], want)
+			}
+		})
+	}
+}
+
+// BenchmarkTracingOverhead measures what tracing adds to one statement on the engine's fast
+// path (no rule matches; pattern cache hit), calling the interceptor directly with a fake
+// driver.Conn: noop is tracing off; never-sample is an SDK provider that samples nothing (the
+// ≤ 300 ns target); always-sample records every span without exporting it. Metrics are off.
+//
+//	go test -run '^$' -bench TracingOverhead -benchmem ./driver
+func BenchmarkTracingOverhead(b *testing.B) {
+	for _, p := range telProviders() {
+		b.Run(p.name, func(b *testing.B) {
+			exec := newTelBench(b, p.tp)
+			b.ReportAllocs()
+			for b.Loop() {
+				exec()
+			}
+		})
+	}
+}
+
+// BenchmarkTracingOverheadPaired alternates batches of statements with tracing off (noop) and
+// with a provider that samples nothing, and reports the fastest batch of each and their
+// difference: on a shared, loaded machine the minimum of interleaved batches is far steadier
+// than two separate benchmarks.
+//
+//	go test -run '^$' -bench TracingOverheadPaired ./driver
+func BenchmarkTracingOverheadPaired(b *testing.B) {
+	off := newTelBench(b, tracenoop.NewTracerProvider())
+	never := newTelBench(b, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))
+	const batch = 200
+	minOff, minNever := time.Duration(1<<62), time.Duration(1<<62)
+	run := func(exec func()) time.Duration {
+		t0 := time.Now()
+		for range batch {
+			exec()
+		}
+		return time.Since(t0)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		minOff = min(minOff, run(off))
+		minNever = min(minNever, run(never))
+	}
+	perOff := float64(minOff.Nanoseconds()) / batch
+	perNever := float64(minNever.Nanoseconds()) / batch
+	b.ReportMetric(perOff, "ns/stmt-off")
+	b.ReportMetric(perNever, "ns/stmt-never-sample")
+	b.ReportMetric(perNever-perOff, "ns/stmt-added")
+	b.ReportMetric(perNever/perOff, "ratio")
+}
+
+func telProviders() []struct {
+	name string
+	tp   trace.TracerProvider
+} {
+	return []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"noop", tracenoop.NewTracerProvider()},
+		{"never-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))},
+		{"always-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
+	}
+}
+
+// newTelBench returns a function that runs one statement through the interceptor with tracing
+// from tp, metrics off and no rules.
+func newTelBench(b *testing.B, tp trace.TracerProvider) func() {
+	o := defaultOptions()
+	o.tracerProvider = tp
+	o.meterProvider = metricnoop.NewMeterProvider()
+	cc, err := pgx.ParseConfig(telDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tel, err := newTelemetry(&o, cc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := engine.New(engine.Options{Observer: tel.observer(), Logger: slog.New(slog.DiscardHandler)})
+	b.Cleanup(func() { eng.Close() })
+	intr := &interceptor{engine: eng}
+	var ex driver.ExecerContext = telDiscard{}
+	ctx := tagging.With(context.Background(), "app", "web")
+	const q = "SELECT id FROM orders WHERE id = $1"
+	args := []driver.NamedValue{{Ordinal: 1, Value: int64(1)}}
+	return func() {
+		if _, err := intr.ConnExecContext(ctx, ex, q, args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// telDiscard is a driver.ExecerContext that does nothing, so the benchmark measures pgtraffic.
+type telDiscard struct{ driver.Conn }
+
+func (telDiscard) ExecContext(context.Context, string, []driver.NamedValue) (driver.Result, error) {
+	return driver.RowsAffected(1), nil
+}
