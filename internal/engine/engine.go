@@ -80,10 +80,10 @@ type Engine struct {
 	sampler       atomic.Pointer[health.Sampler]
 	healthConnect func(ctx context.Context) (*pgx.Conn, error)
 	healthEvery   time.Duration // the interval the current sampler was built with; under mu
-	builtins []ruleset.KV
-	obs      Observer
-	onStmt   func(string, []ruleset.KV)
-	maxKeys  int
+	builtins      []ruleset.KV
+	obs           Observer
+	onStmt        func(string, []ruleset.KV)
+	maxKeys       int
 
 	state atomic.Pointer[compiled]
 
