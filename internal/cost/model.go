@@ -81,6 +81,78 @@ type pattern struct {
 	nPlanned uint64  // executions observed with a plan cost
 	actualP  float64 // EMA of actual seconds over those executions
 	plan     float64 // EMA of their plan costs; > 0 when nPlanned > 0
+	// buckets hold k per plan-cost range (a power of two): the same pattern's k differs by
+	// plan shape and size (an index scan of 10 rows against a seq scan of 100k).
+	buckets [costBuckets]costBucket
+}
+
+const (
+	// costBuckets is how many plan-cost ranges one pattern keeps a k for; the least recently
+	// trained range is replaced.
+	costBuckets = 8
+	// bucketSamples is how many recent per-execution k values a range keeps. Their median, not a
+	// mean, is used: on a loaded server one slow execution would drag a mean for many executions.
+	bucketSamples = 5
+)
+
+// costBucket is the recent k = actual / plan cost of one pattern's executions whose plan cost
+// lies in [2^(exp-1), 2^exp).
+type costBucket struct {
+	exp  int32  // math.Frexp's exponent of the plan cost
+	used uint32 // the pattern's nPlanned when last trained; 0 when the bucket is empty
+	n    uint8  // samples held
+	next uint8  // ring position of the next sample
+	k    [bucketSamples]float64
+}
+
+func (b *costBucket) median() float64 {
+	var s [bucketSamples]float64
+	n := int(b.n)
+	copy(s[:], b.k[:n])
+	for i := 1; i < n; i++ { // insertion sort: n <= 5
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// bucketK returns the median recent k of planCost's range, else of an adjacent range.
+func (p *pattern) bucketK(planCost float64) (float64, bool) {
+	_, exp := math.Frexp(planCost)
+	for _, d := range [...]int{0, 1, -1} {
+		for i := range p.buckets {
+			if b := &p.buckets[i]; b.used != 0 && int(b.exp) == exp+d {
+				return b.median(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func (p *pattern) observeBucket(planCost, actual float64) {
+	_, exp := math.Frexp(planCost)
+	var b *costBucket
+	for i := range p.buckets {
+		c := &p.buckets[i]
+		if c.used != 0 && int(c.exp) == exp {
+			b = c
+			break
+		}
+		if b == nil || c.used < b.used {
+			b = c // an empty or the least recently trained bucket
+		}
+	}
+	if b.used == 0 || int(b.exp) != exp {
+		*b = costBucket{exp: int32(exp)}
+	}
+	b.used = uint32(p.nPlanned)
+	b.k[b.next] = actual / planCost
+	b.next = (b.next + 1) % bucketSamples
+	b.n = min(b.n+1, bucketSamples)
 }
 
 // NewModel returns a Model holding at most maxPatterns patterns ([DefaultMaxPatterns] if
@@ -106,6 +178,9 @@ func (m *Model) Predict(fp uint64, planCost float64) (seconds float64, ok bool) 
 	p, found := m.patterns.get(fp)
 	if validPlan(planCost) {
 		if found && p.nPlanned > 0 {
+			if k, ok := p.bucketK(planCost); ok {
+				return planCost * k, true
+			}
 			return planCost * (p.actualP / p.plan), true
 		}
 		return planCost * m.globalKLocked(), true
@@ -143,6 +218,7 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	p.nPlanned++
 	p.actualP = ema(p.actualP, actual, alphaPattern, p.nPlanned)
 	p.plan = ema(p.plan, planCost, alphaPattern, p.nPlanned)
+	p.observeBucket(planCost, actual)
 	m.gN++
 	m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
 	m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
