@@ -143,7 +143,7 @@ func New(o Options) *Engine {
 		}
 	}
 	e.healthConnect = o.HealthConnect
-	e.state.Store(&compiled{})
+	e.state.Store(&compiled{empty: true})
 	return e
 }
 
@@ -231,7 +231,7 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	now := e.now()
 	p, _ := e.patterns.Get(query)
 	x := execPool.Get().(*Exec)
-	*x = Exec{e: e, Pattern: p, Start: now, Decision: DecisionAllow}
+	x.reset(e, p, now)
 	x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
 	if e.onStmt != nil {
 		e.onStmt(p.Fingerprint, x.Tags)
@@ -280,8 +280,22 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	x.release()
 }
 
+// reset readies a pooled Exec. It sets each header field rather than assigning a zero Exec, so
+// the inline buffers (most of its size) are not cleared on every statement; they are always
+// written before they are read.
+func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
+	x.e, x.Pattern, x.Start = e, p, now
+	x.Tags, x.Budgets, x.holds = nil, nil, nil
+	x.Decision, x.Reason = DecisionAllow, ""
+	x.Predicted, x.PlanCost, x.Costed, x.slow = 0, 0, false, false
+	x.Span = nil
+}
+
 func (x *Exec) release() {
-	*x = Exec{}
+	// Drop references so a pooled Exec pins no pattern, span or budget.
+	x.e, x.Pattern, x.Span = nil, nil, nil
+	clear(x.holdBuf[:len(x.holds)])
+	x.Tags, x.Budgets, x.holds = nil, nil, nil
 	execPool.Put(x)
 }
 
@@ -293,6 +307,15 @@ func (e *Engine) mergeTags(ctx context.Context, dst []ruleset.KV, p *pattern.Pat
 	var comment tagging.Tags
 	if strings.Contains(query, "/*") {
 		comment = tagging.Parse(query)
+	}
+	if ctxTags.Len() == 0 && comment.Len() == 0 {
+		// The common case: built-ins only, nothing can shadow them.
+		dst = append(dst, e.builtins...)
+		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+		for _, t := range p.Tables {
+			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+		}
+		return dst
 	}
 	shadowed := func(key string) bool {
 		if _, ok := ctxTags.Get(key); ok {

@@ -38,6 +38,28 @@ type Set struct {
 	cidr map[cidrKey][]int32
 	// lens lists, per key, the prefix lengths the CIDR candidate pairs of that key use.
 	lens map[string]*maskLens
+	// keys is a 256-bit filter of the keys that any candidate pair uses: a tag whose key's bit is
+	// clear cannot select a rule, and is skipped without hashing its key and value. Most of a
+	// statement's tags (username, fingerprint, ...) usually fall here.
+	keys [4]uint64
+}
+
+// keyBit is the filter bit of key: cheap, and different for the usual tag keys.
+func keyBit(key string) uint8 {
+	if key == "" {
+		return 0
+	}
+	return uint8(len(key)*37) ^ key[0] ^ key[len(key)-1]<<3
+}
+
+func (s *Set) mayUse(key string) bool {
+	b := keyBit(key)
+	return s.keys[b>>6]&(1<<(b&63)) != 0
+}
+
+func (s *Set) noteKey(key string) {
+	b := keyBit(key)
+	s.keys[b>>6] |= 1 << (b & 63)
 }
 
 type rule struct {
@@ -120,6 +142,7 @@ func (s *Set) file(i int32, r *rule) {
 			}
 		}
 		s.exact[best] = append(s.exact[best], i)
+		s.noteKey(best.Key)
 		return
 	}
 	best := r.cidrs[0]
@@ -129,6 +152,7 @@ func (s *Set) file(i int32, r *rule) {
 		}
 	}
 	s.cidr[best] = append(s.cidr[best], i)
+	s.noteKey(best.key)
 	l := s.lens[best.key]
 	if l == nil {
 		l = &maskLens{}
@@ -173,6 +197,9 @@ func (s *Set) Match(tags []KV, dst []int) []int {
 	start := len(dst)
 	for i := range tags {
 		t := &tags[i]
+		if !s.mayUse(t.Key) {
+			continue
+		}
 		if ids, ok := s.exact[*t]; ok {
 			dst = s.consider(ids, tags, dst, start)
 		}
