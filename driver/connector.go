@@ -123,19 +123,23 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 	case o.rulesFile != "":
 		err = c.engine.WatchFile(o.rulesFile)
 	}
+	if err == nil {
+		err = tel.attach(c.engine) // the gauges' callback; Close unregisters it
+	}
 	if err != nil {
-		c.engine.Close()
+		c.Close()
 		return nil, err
 	}
 	pgxConnector := stdlib.GetConnector(*cc, o.pgxOptions...)
 	intr := &interceptor{engine: c.engine, commenter: o.sqlCommenter}
 	d, ok := sqlmw.Driver(parentDriver{pgxConnector}, intr).(driver.DriverContext)
 	if !ok {
+		c.Close()
 		return nil, errors.New("pgtraffic: sqlmw driver does not implement driver.DriverContext")
 	}
 	c.wrapped, err = d.OpenConnector(dsn)
 	if err != nil {
-		c.engine.Close()
+		c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -150,7 +154,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) Driver() driver.Driver { return &Driver{} }
 
 // Close stops everything the connector started. (*sql.DB).Close calls it.
-func (c *Connector) Close() error { return c.engine.Close() }
+func (c *Connector) Close() error { return errors.Join(c.tel.close(), c.engine.Close()) }
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay.

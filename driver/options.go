@@ -84,10 +84,15 @@ func WithPgxOptions(opts ...stdlib.OptionOpenDB) Option {
 	return func(o *options) { o.pgxOptions = append(o.pgxOptions, opts...) }
 }
 
-// WithSQLCommenter appends each statement's tags and W3C traceparent to the SQL text as a
-// sqlcommenter comment, so server-side tools (pg_stat_activity, logs) see them. Off by default:
-// a per-request comment makes every statement text unique, which defeats pgx's prepared
-// statement cache.
+// WithSQLCommenter appends each statement's context tags and, when its span is sampled, its W3C
+// traceparent to the SQL text as a sqlcommenter comment, so server-side tools (pg_stat_activity,
+// logs) see them. Bound values are never included; a statement that already has a comment is
+// sent unchanged; prepared statements are not rewritten.
+//
+// Off by default: a per-request traceparent makes every text unique, so pgx's statement cache
+// prepares a new statement each time — measured 40 µs vs 132 µs per statement (one prepare
+// each) on one loopback connection. If you turn it on, prefer pgx's
+// default_query_exec_mode=exec (64 µs) or a low sampling ratio.
 func WithSQLCommenter(on bool) Option {
 	return func(o *options) { o.sqlCommenter = on }
 }

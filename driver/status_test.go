@@ -35,7 +35,7 @@ func statusFixture(t *testing.T) *telHarness {
 	return h
 }
 
-func get(t *testing.T, h http.Handler, method, target, accept string) *http.Response {
+func statusGet(t *testing.T, h http.Handler, method, target, accept string) *http.Response {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
 	if accept != "" {
@@ -90,11 +90,11 @@ func TestStatusJSON(t *testing.T) {
 				t.Errorf("%d budgets, %d in flight; want 3 and 1", len(s.Budgets), s.InFlight)
 			}
 			if len(s.RecentBlocks) != 1 || s.RecentBlocks[0].Budget != "reporting" || s.RecentBlocks[0].Reason != ReasonConcurrency ||
-				s.RecentBlocks[0].Query != "SELECT 1 FROM orders WHERE note = $2 AND id < $1" {
+				s.RecentBlocks[0].Query != "SELECT $2 FROM orders WHERE note = $3 AND id < $1" {
 				t.Errorf("recent blocks: %+v", s.RecentBlocks)
 			}
-			if len(s.Patterns) != 1 || s.Patterns[0].Count != 2 || s.Patterns[0].Query != "SELECT 1 FROM items WHERE id = $1" || len(s.Patterns[0].Fingerprint) != 16 {
-				t.Errorf("patterns: %+v, want SELECT 1 FROM items ... counted twice", s.Patterns)
+			if len(s.Patterns) != 1 || s.Patterns[0].Count != 2 || s.Patterns[0].Query != "SELECT $2 FROM items WHERE id = $1" || len(s.Patterns[0].Fingerprint) != 16 {
+				t.Errorf("patterns: %+v, want SELECT $2 FROM items ... counted twice", s.Patterns)
 			}
 			if s.Counters.Blocked != 1 || s.Counters.PatternMisses == 0 || s.Counters.Reloads != 1 {
 				t.Errorf("counters: %+v", s.Counters)
@@ -105,7 +105,7 @@ func TestStatusJSON(t *testing.T) {
 
 func TestStatusJSONEmptyLists(t *testing.T) {
 	h := newTelHarness(t, "")
-	resp := get(t, h.conn.Handler(), http.MethodGet, "/?format=json", "")
+	resp := statusGet(t, h.conn.Handler(), http.MethodGet, "/?format=json", "")
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{`"budgets": []`, `"patterns": []`, `"recent_blocks": []`} {
 		if !strings.Contains(string(body), want) {
@@ -116,7 +116,7 @@ func TestStatusJSONEmptyLists(t *testing.T) {
 
 func TestStatusHTML(t *testing.T) {
 	h := statusFixture(t)
-	resp := get(t, h.conn.Handler(), http.MethodGet, "/", "text/html")
+	resp := statusGet(t, h.conn.Handler(), http.MethodGet, "/", "text/html")
 	body, _ := io.ReadAll(resp.Body)
 	page := string(body)
 	if ct := resp.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
@@ -125,9 +125,9 @@ func TestStatusHTML(t *testing.T) {
 	for _, want := range []string{
 		`<td class="name">reporting</td><td>enforce</td>`,
 		`<td class="n blocked">1</td>`,
-		`SELECT 1 FROM items WHERE id = $1`,
-		`SELECT 1 FROM orders WHERE note = $2 AND id &lt; $1`, // escaped by html/template
-		`<td class="n">2</td>`, // the pattern's count
+		`SELECT $2 FROM items WHERE id = $1`,
+		`SELECT $2 FROM orders WHERE note = $3 AND id &lt; $1`, // escaped by html/template
+		`<td class="n">2</td>`,                                 // the pattern's count
 		`<td>concurrency</td>`,
 	} {
 		if !strings.Contains(page, want) {
@@ -141,7 +141,7 @@ func TestStatusHTML(t *testing.T) {
 
 func TestStatusHTMLEmpty(t *testing.T) {
 	h := newTelHarness(t, "")
-	resp := get(t, h.conn.Handler(), http.MethodGet, "/", "")
+	resp := statusGet(t, h.conn.Handler(), http.MethodGet, "/", "")
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{"no budgets in force", "no costed statements yet", "0 budgets"} {
 		if !strings.Contains(string(body), want) {
@@ -162,7 +162,7 @@ func TestStatusMethods(t *testing.T) {
 		{http.MethodDelete, http.StatusMethodNotAllowed},
 	} {
 		t.Run(tt.method, func(t *testing.T) {
-			resp := get(t, h.conn.Handler(), tt.method, "/", "")
+			resp := statusGet(t, h.conn.Handler(), tt.method, "/", "")
 			if resp.StatusCode != tt.code {
 				t.Fatalf("%s: %d, want %d", tt.method, resp.StatusCode, tt.code)
 			}

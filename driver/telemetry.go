@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -95,7 +96,7 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	return t, nil
 }
 
-func telemetryError(err error) error { return errors.New("pgtraffic: telemetry: " + err.Error()) }
+func telemetryError(err error) error { return fmt.Errorf("pgtraffic: telemetry: %w", err) }
 
 func (t *telemetry) observer() engine.Observer { return t }
 
@@ -197,8 +198,26 @@ func spanName(x *engine.Exec) string {
 	return "postgresql"
 }
 
+// clientKind is the span kind of every statement span, boxed once.
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// startSpan starts a statement's span. When the statement matched a budget, the span starts at
+// x.Start, when the engine began deciding (Started and Blocked are called before the engine
+// restarts x.Start for execution), so that time spent on EXPLAIN or waiting for capacity
+// (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
+// fast path (no budget) nothing happened before, and the timestamp option would cost an
+// allocation per statement.
+func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
+	if always || len(x.Budgets) > 0 {
+		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start))
+		return span
+	}
+	_, span := t.tracer.Start(ctx, spanName(x), clientKind)
+	return span
+}
+
 func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
-	_, span := t.tracer.Start(ctx, spanName(x), trace.WithSpanKind(trace.SpanKindClient))
+	span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
 		span.SetAttributes(t.attributes(x)...)
 		if x.Decision == engine.DecisionWarn {
@@ -213,7 +232,7 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
 // Blocked records a statement that was never sent: a span with error status (so that a
 // blocked statement shows in the caller's trace) and, for a denial, a block decision.
 func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
-	_, span := t.tracer.Start(ctx, spanName(x), trace.WithSpanKind(trace.SpanKindClient))
+	span := t.startSpan(ctx, x, true)
 	var d *engine.Denial
 	denied := errors.As(err, &d)
 	if span.IsRecording() {
@@ -366,11 +385,16 @@ func errorType(err error) string {
 
 // outgoing returns the statement text to send: unchanged unless WithSQLCommenter is on, in
 // which case the statement's context tags and, for a sampled span, its W3C traceparent (and
-// tracestate) are appended as a sqlcommenter comment. Bound values are never read.
+// tracestate) are appended as a sqlcommenter comment. Bound values are never read. Prepared
+// statements (db.Prepare) keep the text they were prepared with.
 //
-// An unsampled span's traceparent names a trace no backend holds, and each one makes the text
-// unique (a new prepared statement in pgx's cache), so it is left out. A statement that already
-// carries a comment is sent unchanged (tagging.Append follows the sqlcommenter spec).
+// Every traceparent makes the text unique, hence a new prepared statement in pgx's cache
+// (cache_statement mode): BenchmarkSQLCommenter in integration/ measured 40 µs per statement
+// without the comment and 132 µs with it (one prepare per statement; 64 µs in exec mode), so
+// the commenter is off by default. An unsampled span's traceparent names a trace no backend
+// holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
+// stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
+// follows the sqlcommenter spec).
 func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string) string {
 	if !i.commenter {
 		return query

@@ -460,6 +460,11 @@ func TestSpans(t *testing.T) {
 			if s.SpanKind != trace.SpanKindClient {
 				t.Errorf("kind %v, want client", s.SpanKind)
 			}
+			// A statement that matched a budget starts its span when admission began (the
+			// engine's fake clock); one on the fast path starts it on the wall clock.
+			if atAdmission := s.StartTime.Equal(h.clock.Now()); atAdmission != hasAttr(s.Attributes, "pgtraffic.budgets") {
+				t.Errorf("start %v (engine clock %v), budgets %s", s.StartTime, h.clock.Now(), attrOf(s.Attributes, "pgtraffic.budgets").Emit())
+			}
 			if s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
 				t.Errorf("span is not a child of the caller's span")
 			}
@@ -974,4 +979,42 @@ type telDiscard struct{ driver.Conn }
 
 func (telDiscard) ExecContext(context.Context, string, []driver.NamedValue) (driver.Result, error) {
 	return driver.RowsAffected(1), nil
+}
+
+// TestSpanWhenWaitIsCancelled: a statement whose context ends while it waits for capacity
+// (max_wait) was never sent; its span says so without calling it a block.
+func TestSpanWhenWaitIsCancelled(t *testing.T) {
+	h := newTelHarness(t, `
+budgets:
+  - name: waiting
+    mode: enforce
+    max_concurrent: 1
+    max_wait: 1m
+rules:
+  - budget: waiting
+    match: {app: waiting}
+`)
+	waiting := tagging.With(context.Background(), "app", "waiting")
+	release := h.hold(t, waiting)
+	defer release()
+	ctx, cancel := context.WithCancel(waiting)
+	cancel() // the engine finds the slot taken, then sees ctx end instead of waiting
+	if _, err := h.eng.Begin(ctx, nil, "SELECT 1 FROM orders", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Begin: %v, want context.Canceled", err)
+	}
+	s := h.span(t, "SELECT orders", "waiting")
+	if s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, "waiting for capacity") {
+		t.Errorf("status %v %q", s.Status.Code, s.Status.Description)
+	}
+	if got := attrOf(s.Attributes, "error.type").AsString(); got != "context.Canceled" {
+		t.Errorf("error.type %q", got)
+	}
+	if got := attrOf(s.Attributes, "pgtraffic.decision").AsString(); got == "block" {
+		t.Errorf("decision %q: a cancelled wait is not a block", got)
+	}
+	for _, dp := range h.metrics(t)["pgtraffic.decisions"].Data.(metricdata.Sum[int64]).DataPoints {
+		if d, _ := dp.Attributes.Value("pgtraffic.decision"); d.AsString() == "block" {
+			t.Errorf("a cancelled wait was counted as a block")
+		}
+	}
 }

@@ -15,12 +15,12 @@
 # Output, per mode: instructions per query from the totals, and "busy" per query without the
 # idle scheduler and sysmon instructions (see instructions below), each also relative to pgx.
 #
-# Environment: MODES (default "pgx pgtraffic"), N1 (2000), N2 (12000),
+# Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
 # INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODES="${MODES:-pgx pgtraffic}"
+MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"
 N2="${N2:-12000}"
 GO="${GO:-go}"

@@ -156,6 +156,7 @@ func (e *Engine) configureHealth(cfg *config.Config, interval time.Duration) {
 	if s == nil || e.healthEvery != interval {
 		if s != nil {
 			s.Close()
+			e.healthErrBase.Add(s.Errors())
 		}
 		s = health.NewSampler(health.Options{
 			Connect:  e.healthConnect,

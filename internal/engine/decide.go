@@ -51,6 +51,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			}
 			x.Decision, x.Reason = DecisionWarn, ReasonGuard
 			e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
+			if e.obs != nil {
+				e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
+			}
 		}
 	}
 	if st.rules == nil {
@@ -146,8 +149,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			continue
 		}
 		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
-			x.Decision, x.Reason = DecisionWarn, d.Reason
-			e.noteWarn(bs.name, d, x.Pattern)
+			x.warnBudget(e, bs.name, d)
 			continue
 		}
 		key := ""
@@ -159,8 +161,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 		warn, den := budget.Admit(x.Start, req[:], wb[:0])
 		if den != nil {
 			d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-			x.Decision, x.Reason = DecisionWarn, d.Reason
-			e.noteWarn(bs.name, d, x.Pattern)
+			x.warnBudget(e, bs.name, d)
 			continue
 		}
 		x.hold(bs.b, key, x.Predicted)
@@ -169,12 +170,31 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 		}
 	}
 	if e.obs != nil {
+		// Each budget's own decision: warn where it warned, allow elsewhere.
 		for _, name := range x.Budgets {
-			e.obs.Decision(name, x.Decision, x.Reason)
+			decision, reason := DecisionAllow, ""
+			for _, w := range x.warned {
+				if w.budget == name {
+					decision, reason = DecisionWarn, w.reason
+				}
+			}
+			e.obs.Decision(name, decision, reason)
 		}
 	}
 	return nil
 }
+
+// warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).
+func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
+	x.Decision, x.Reason = DecisionWarn, d.Reason
+	if x.warned == nil {
+		x.warned = x.warnBuf[:0]
+	}
+	x.warned = append(x.warned, budgetWarn{budget: budget, reason: d.Reason})
+	e.noteWarn(budget, d, x.Pattern)
+}
+
+type budgetWarn struct{ budget, reason string }
 
 // tryEnforce checks health and admits the enforce budgets. On success the holds are in x.
 func (e *Engine) tryEnforce(st *compiled, x *Exec, budgets, ruleOf []int, reqs []budget.Request, reqBudget []int) (*Denial, time.Duration) {
@@ -220,9 +240,8 @@ const ReasonWarningThreshold = "warning_threshold"
 
 // thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
 func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {
-	x.Decision, x.Reason = DecisionWarn, ReasonWarningThreshold
-	e.noteWarn(bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: ReasonWarningThreshold,
-		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)}, x.Pattern)
+	x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: ReasonWarningThreshold,
+		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)})
 }
 
 // healthDenial reports a throttle_when threshold exceeded for bs, or nil.

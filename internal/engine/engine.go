@@ -80,6 +80,7 @@ type Engine struct {
 	sampler       atomic.Pointer[health.Sampler]
 	healthConnect func(ctx context.Context) (*pgx.Conn, error)
 	healthEvery   time.Duration // the interval the current sampler was built with; under mu
+	healthErrBase atomic.Uint64 // errors of samplers replaced since, so the counter never resets
 	builtins      []ruleset.KV
 	obs           Observer
 	onStmt        func(string, []ruleset.KV)
@@ -215,6 +216,8 @@ type Exec struct {
 
 	slow    bool // Begin spent time on an EXPLAIN or a wait: restart the clock
 	holds   []admitted
+	warned  []budgetWarn
+	warnBuf [2]budgetWarn
 	tagBuf  [12]ruleset.KV
 	ruleBuf [8]int
 	holdBuf [4]admitted
@@ -285,7 +288,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 // written before they are read.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 	x.e, x.Pattern, x.Start = e, p, now
-	x.Tags, x.Budgets, x.holds = nil, nil, nil
+	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
 	x.Predicted, x.PlanCost, x.Costed, x.slow = 0, 0, false, false
 	x.Span = nil
@@ -295,7 +298,7 @@ func (x *Exec) release() {
 	// Drop references so a pooled Exec pins no pattern, span or budget.
 	x.e, x.Pattern, x.Span = nil, nil, nil
 	clear(x.holdBuf[:len(x.holds)])
-	x.Tags, x.Budgets, x.holds = nil, nil, nil
+	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	execPool.Put(x)
 }
 

@@ -495,3 +495,47 @@ func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	}
 	x.Finish(ctx, nil)
 }
+
+// recObserver records Decision calls.
+type recObserver struct {
+	mu        sync.Mutex
+	decisions []string
+}
+
+func (r *recObserver) Started(context.Context, *Exec)                        {}
+func (r *recObserver) Blocked(context.Context, *Exec, error)                 {}
+func (r *recObserver) Finished(context.Context, *Exec, error, time.Duration) {}
+func (r *recObserver) Decision(budget, decision, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.decisions = append(r.decisions, budget+"/"+decision+"/"+reason)
+}
+
+func TestDecisionPerBudget(t *testing.T) {
+	obs := &recObserver{}
+	e, _ := newEngine(t, `
+budgets:
+  - {name: tight, max_concurrent: 1}
+  - {name: loose, mode: enforce, max_concurrent: 10}
+rules:
+  - {budget: tight, match: {app: a}}
+  - {budget: loose, match: {app: a}}
+guards:
+  require_where: warn
+`, func(o *Options) { o.Observer = obs })
+	ctx := tagging.With(context.Background(), "app", "a")
+	x1, _ := e.Begin(ctx, nil, "select 1", nil)
+	x2, _ := e.Begin(ctx, nil, "select 1", nil)
+	x1.Finish(ctx, nil)
+	x2.Finish(ctx, nil)
+	x3, _ := e.Begin(context.Background(), nil, "delete from t", nil)
+	x3.Finish(ctx, nil)
+	want := []string{
+		"tight/allow/", "loose/allow/",
+		"tight/warn/concurrency", "loose/allow/",
+		"require_where/warn/guard",
+	}
+	if fmt.Sprint(obs.decisions) != fmt.Sprint(want) {
+		t.Fatalf("decisions\n got %v\nwant %v", obs.decisions, want)
+	}
+}

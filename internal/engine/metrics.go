@@ -1,14 +1,15 @@
 package engine
 
-// HealthErrors reports how many reads and connects the current health sampler has failed
-// (the telemetry's pgtraffic.health.errors counter). ok is false while no sampler exists (no
-// budget uses a sampled metric). A sampler rebuilt for a new health_interval starts from zero,
-// which metric backends read as a counter reset. The sampler counts no successful samples, so
-// there is no samples counterpart. It only loads atomics: safe from a metrics callback.
+// HealthErrors reports how many health reads and connects have failed (the telemetry's
+// pgtraffic.health.errors counter), including those of samplers replaced when health_interval
+// changed, so the counter never resets. ok is false while no sampler was ever started. The
+// sampler counts no successful samples, so there is no samples counterpart. It only loads
+// atomics: safe from a metrics callback.
 func (e *Engine) HealthErrors() (n uint64, ok bool) {
+	base := e.healthErrBase.Load()
 	s := e.sampler.Load()
 	if s == nil {
-		return 0, false
+		return base, base > 0
 	}
-	return s.Errors(), true
+	return base + s.Errors(), true
 }
