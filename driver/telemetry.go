@@ -47,7 +47,12 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 // The engine's gauges (debt, in-flight, cache and EXPLAIN counters) are observed by a callback
 // registered by attach and unregistered by close. Safe for concurrent use once built.
 type telemetry struct {
-	tracer     trace.Tracer
+	tracer trace.Tracer
+	// idleGlobal is the global tracer provider when it was used by default and was still otel's
+	// unset placeholder; while otel.GetTracerProvider() returns it, no provider is installed,
+	// every span would be a no-op, and startSpan skips tracer.Start (about 1,500 instructions a
+	// statement). Once the application calls otel.SetTracerProvider, spans start as usual.
+	idleGlobal trace.TracerProvider
 	meter      metric.Meter
 	duration   metric.Float64Histogram
 	decisions  metric.Int64Counter
@@ -70,6 +75,9 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	t := &telemetry{
 		tracer: tp.Tracer(instrumentationName),
 		meter:  mp.Meter(instrumentationName),
+	}
+	if o.tracerProvider == nil && fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
+		t.idleGlobal = tp
 	}
 	var err error
 	t.duration, err = t.meter.Float64Histogram("db.client.operation.duration",
@@ -207,7 +215,13 @@ var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 // (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
 // fast path (no budget) nothing happened before, and the timestamp option would cost an
 // allocation per statement.
+// idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
+var idleSpan = trace.SpanFromContext(context.Background())
+
 func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
+	if t.idleGlobal != nil && otel.GetTracerProvider() == t.idleGlobal {
+		return idleSpan
+	}
 	if always || len(x.Budgets) > 0 {
 		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start))
 		return span

@@ -1018,3 +1018,32 @@ rules:
 		}
 	}
 }
+
+// TestIdleGlobalProviderSkipsSpans: while the default global provider is otel's unset
+// placeholder no span is started; once the application installs one, spans start.
+func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	old := otel.GetTracerProvider()
+	tel := &telemetry{tracer: tp.Tracer(instrumentationName), idleGlobal: old}
+	eng := engine.New(engine.Options{})
+	defer eng.Close()
+	x, err := eng.Begin(context.Background(), nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Finish(context.Background(), nil)
+	if span := tel.startSpan(context.Background(), x, false); span.IsRecording() {
+		t.Fatal("a span started while no global provider is installed")
+	}
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+	span := tel.startSpan(context.Background(), x, false)
+	if !span.IsRecording() {
+		t.Fatal("no span after otel.SetTracerProvider")
+	}
+	span.End()
+	if len(exp.GetSpans()) != 1 {
+		t.Fatalf("exported %d spans", len(exp.GetSpans()))
+	}
+}
