@@ -121,6 +121,14 @@ func (b *Budget) concurrencyHint() time.Duration {
 	return min(max(d, time.Millisecond), time.Second)
 }
 
+// CountBlocked counts a denial decided outside [Admit] (a health threshold)
+// in the budget's Blocked counter.
+func (b *Budget) CountBlocked() { b.blocked.Add(1) }
+
+// CountWarned counts a warning decided outside [Admit] (a health threshold
+// of a warn budget) in the budget's Warned counter.
+func (b *Budget) CountWarned() { b.warned.Add(1) }
+
 // Snapshot is a budget's state at one instant, for introspection and gauges.
 type Snapshot struct {
 	Spec     Spec

@@ -39,7 +39,9 @@ func (e *Engine) Check(ctx context.Context) error {
 		tags = append(tags, ruleset.KV{Key: k, Value: v})
 	}
 	var ruleBuf [8]int
-	x := &Exec{Pattern: checkPattern, Tags: tags}
+	// Start is the time health is judged at: a zero Start would make every sample look fresh.
+	now := e.now()
+	x := &Exec{Pattern: checkPattern, Tags: tags, Start: now}
 	for _, r := range st.rules.Match(tags, ruleBuf[:0]) {
 		bs := st.budgets[st.ruleBudget[r]]
 		if bs.mode != modeEnforce {
@@ -53,7 +55,7 @@ func (e *Engine) Check(ctx context.Context) error {
 			key, _ = tagValue(tags, bs.per)
 		}
 		req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: nominalCost}}
-		if den := budget.Check(e.now(), req[:]); den != nil && den.Reason != ReasonPerQuery {
+		if den := budget.Check(now, req[:]); den != nil && den.Reason != ReasonPerQuery {
 			return &Denial{Budget: bs.name, Rule: st.ruleName[r], Reason: den.Reason, Limit: den.Limit, RetryAfter: den.RetryAfter}
 		}
 	}

@@ -125,6 +125,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			deadline = x.Start.Add(bs.maxWait)
 		}
 		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
+			if d.Reason == ReasonHealth {
+				bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
+			}
 			x.Decision, x.Reason = DecisionBlock, d.Reason
 			e.recordBlock(now, d, x.Pattern)
 			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
@@ -149,6 +152,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			continue
 		}
 		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
+			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)
 			continue
 		}

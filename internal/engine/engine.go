@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -87,6 +88,9 @@ type Engine struct {
 	maxKeys       int
 
 	state atomic.Pointer[compiled]
+
+	// fast is an identity cache in front of patterns (see pattern).
+	fast [fastSlots]atomic.Pointer[fastEntry]
 
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
@@ -232,7 +236,7 @@ var execPool = sync.Pool{New: func() any { return new(Exec) }}
 // On a denial nothing has been taken from any budget.
 func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
 	now := e.now()
-	p, _ := e.patterns.Get(query)
+	p := e.pattern(query)
 	x := execPool.Get().(*Exec)
 	x.reset(e, p, now)
 	x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
@@ -281,6 +285,33 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		e.obs.Finished(ctx, x, err, now.Sub(x.Start))
 	}
 	x.release()
+}
+
+// fastSlots is the size of the engine's identity cache in front of the pattern cache.
+const fastSlots = 256
+
+// fastEntry remembers the pattern of one query string value.
+type fastEntry struct {
+	query string
+	p     *pattern.Pattern
+}
+
+// pattern returns the statement's pattern. Applications send the same few string values (the
+// constants in their code) again and again, so a direct-mapped table keyed by the string's data
+// pointer and length answers most lookups with one atomic load and two compares, before the
+// pattern cache hashes and scans the text. The entry keeps its string alive, so an equal pointer
+// and length is the same immutable text.
+func (e *Engine) pattern(query string) *pattern.Pattern {
+	ptr := uintptr(unsafe.Pointer(unsafe.StringData(query)))
+	slot := &e.fast[(ptr>>4^uintptr(len(query)))%fastSlots]
+	if f := slot.Load(); f != nil && len(f.query) == len(query) && unsafe.StringData(f.query) == unsafe.StringData(query) {
+		return f.p
+	}
+	p, _ := e.patterns.Get(query)
+	if len(query) > 0 {
+		slot.Store(&fastEntry{query: query, p: p})
+	}
+	return p
 }
 
 // reset readies a pooled Exec. It sets each header field rather than assigning a zero Exec, so
