@@ -32,8 +32,10 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(BENCHPKGS) | tee bench.out
 
+# The walkthrough, then the protection experiment (about 70 s; its chart goes to noisy-neighbor.png).
 demo:
 	$(GO) run ./examples/demo
+	$(GO) run ./examples/noisy-neighbor -out noisy-neighbor.png
 
 # Instructions per query for each driver mode, measured with callgrind.
 instr:

@@ -82,32 +82,34 @@ func (p *phaseResult) reportLoad(w time.Duration) plotter.XYs {
 // scale, with the 1.5× and 3× solo p99 lines), and the reports' load per window; each phase is
 // shaded. It writes a PNG to path.
 func writeChart(path string, r *results, w time.Duration) error {
-	if len(r.phases) == 0 {
+	if len(r.runs) == 0 {
 		return fmt.Errorf("noisy-neighbor: chart: no phase ran")
 	}
 	if !strings.EqualFold(filepath.Ext(path), ".png") {
 		return fmt.Errorf("noisy-neighbor: chart: %s: want a .png file", path)
 	}
-	solo := r.phases[0].stats().p99
-	first, last := r.phases[0].start.Seconds(), r.phases[len(r.phases)-1].end.Seconds()
+	solo := r.soloP99()
+	first, last := r.runs[0].start.Seconds(), r.runs[len(r.runs)-1].end.Seconds()
 
-	var p50s, p99s plotter.XYs
-	var loads []plotter.XYs
+	// One line per run, so that the unmeasured pauses between runs stay gaps.
+	var p50s, p99s, loads []plotter.XYs
 	lo, hi := solo, solo*time.Duration(targetUncontrolled)
 	maxLoad := 1.0
-	for _, p := range r.phases {
+	for _, p := range r.runs {
+		var p50, p99 plotter.XYs
 		for _, win := range p.windows(w) {
-			p50s = append(p50s, plotter.XY{X: win.mid, Y: msf(win.p50)})
-			p99s = append(p99s, plotter.XY{X: win.mid, Y: msf(win.p99)})
+			p50 = append(p50, plotter.XY{X: win.mid, Y: msf(win.p50)})
+			p99 = append(p99, plotter.XY{X: win.mid, Y: msf(win.p99)})
 			lo, hi = min(lo, win.p50), max(hi, win.p99)
 		}
+		p50s, p99s = append(p50s, p50), append(p99s, p99)
 		load := p.reportLoad(w)
 		for _, xy := range load {
 			maxLoad = max(maxLoad, xy.Y)
 		}
 		loads = append(loads, load)
 	}
-	yLo, yHi := msf(lo)/1.5, msf(hi)*2
+	yLo, yHi := msf(lo)/1.5, msf(hi)*1.5
 
 	top := plot.New()
 	top.Title.Text = fmt.Sprintf("Checkout latency beside a reporting workload (per %v window)", w)
@@ -121,12 +123,12 @@ func writeChart(path string, r *results, w time.Duration) error {
 	top.Add(plotter.NewGrid())
 	bottom := plot.New()
 	bottom.X.Label.Text = "time (s)"
-	bottom.Y.Label.Text = "reports running"
+	bottom.Y.Label.Text = "reports running (mean)"
 	bottom.X.Min, bottom.X.Max = first, last
 	bottom.Y.Min, bottom.Y.Max = 0, maxLoad*1.15
 	bottom.Add(plotter.NewGrid())
 
-	for _, p := range r.phases {
+	for _, p := range r.runs {
 		x0, x1 := p.start.Seconds(), p.end.Seconds()
 		for _, pl := range []struct {
 			p      *plot.Plot
@@ -141,14 +143,14 @@ func writeChart(path string, r *results, w time.Duration) error {
 			pl.p.Add(shade)
 		}
 		label, err := plotter.NewLabels(plotter.XYLabels{
-			XYs:    plotter.XYs{{X: x0, Y: yHi}},
+			XYs:    plotter.XYs{{X: x0, Y: yLo}},
 			Labels: []string{p.name},
 		})
 		if err != nil {
 			return fmt.Errorf("noisy-neighbor: chart: %w", err)
 		}
-		label.Offset = vg.Point{X: vg.Points(4), Y: -vg.Points(14)}
-		label.TextStyle[0].Font.Size = vg.Points(11)
+		label.Offset = vg.Point{X: vg.Points(3), Y: vg.Points(4)}
+		label.TextStyle[0].Font.Size = vg.Points(9)
 		top.Add(label)
 	}
 
@@ -171,25 +173,32 @@ func writeChart(path string, r *results, w time.Duration) error {
 	if err != nil {
 		return err
 	}
-	p99Line, err := plotter.NewLine(p99s)
-	if err != nil {
-		return fmt.Errorf("noisy-neighbor: chart: %w", err)
+	top.Add(limit, worse)
+	var p50Line, p99Line *plotter.Line
+	for i := range p99s {
+		if len(p99s[i]) == 0 {
+			continue
+		}
+		if p99Line, err = plotter.NewLine(p99s[i]); err != nil {
+			return fmt.Errorf("noisy-neighbor: chart: %w", err)
+		}
+		p99Line.Color, p99Line.Width = p99Colour, vg.Points(1.8)
+		if p50Line, err = plotter.NewLine(p50s[i]); err != nil {
+			return fmt.Errorf("noisy-neighbor: chart: %w", err)
+		}
+		p50Line.Color, p50Line.Width = p50Colour, vg.Points(1.4)
+		top.Add(p50Line, p99Line)
 	}
-	p99Line.Color, p99Line.Width = p99Colour, vg.Points(1.8)
-	p50Line, err := plotter.NewLine(p50s)
-	if err != nil {
-		return fmt.Errorf("noisy-neighbor: chart: %w", err)
+	if p99Line != nil {
+		top.Legend.Add("p99", p99Line)
+		top.Legend.Add("p50", p50Line)
 	}
-	p50Line.Color, p50Line.Width = p50Colour, vg.Points(1.4)
-	top.Add(limit, worse, p50Line, p99Line)
-	top.Legend.Add("p99", p99Line)
-	top.Legend.Add("p50", p50Line)
 	top.Legend.Add(fmt.Sprintf("%.1f× solo p99 (target under control)", targetControlled), limit)
 	top.Legend.Add(fmt.Sprintf("%.0f× solo p99", targetUncontrolled), worse)
 	top.Legend.Top = true
 	top.Legend.Left = false
 	top.Legend.XOffs = -vg.Points(6)
-	top.Legend.YOffs = -vg.Points(24)
+	top.Legend.YOffs = -vg.Points(4)
 	top.Legend.TextStyle.Font.Size = vg.Points(10)
 
 	for _, load := range loads {

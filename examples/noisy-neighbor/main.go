@@ -3,15 +3,19 @@
 // aggregates and hash joins, tagged app=reporting) share one PostgreSQL and one pgtraffic
 // connector, in three phases:
 //
-//  1. solo: the critical workload alone;
-//  2. uncontrolled: with the reporting workload and no rules;
-//  3. controlled: the same reporting workload under an enforce budget (see [budgetRules]).
+//  1. solo: the checkout workload alone;
+//  2. uncontrolled: with the reporting workload, the reporting budget in mode off;
+//  3. controlled: the same reporting workload, the budget in mode enforce (see [budgetRules]).
 //
-// It prints the critical workload's throughput and p50/p99 latency per phase, checks the
+// The three phases run in turn for several rounds (-rounds), and each phase's figures merge its
+// rounds, so that load from other programs on the machine falls on all three phases alike
+// instead of on whichever happened to run when it came.
+//
+// It prints the checkout workload's throughput and p50/p99 latency per phase, checks the
 // targets (controlled p99 ≤ 1.5× solo p99; uncontrolled p99 ≥ 3× solo p99) and writes a PNG
-// chart of the critical latency over time.
+// chart of the checkout latency over time.
 //
-//	go run ./examples/noisy-neighbor -phase 12s -out noisy-neighbor.png
+//	go run ./examples/noisy-neighbor -out noisy-neighbor.png
 //
 // Set PGTRAFFIC_TEST_DSN to use an existing server instead of a throwaway one. It exits
 // non-zero only on errors, never on a missed target.
@@ -34,16 +38,17 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
-// budgetRules is the budget of the controlled phase, filled in from the flags: by default one
-// reporting query at a time and, in the long run, 15% of one core's execution time (the bucket
-// drains 150 ms of execution per second). The bucket holds 1s, a few reports, so that a report
-// may burst briefly but never camps on the CPU the checkout path needs. burst_limit must exceed
-// the largest report's cost, or that report is refused outright (per_query_limit). server_cores
-// stays 1 (the default) although the machine has two: the checkout path needs the headroom.
+// budgetRules is the reporting budget, filled in from the flags. By default: one report at a
+// time, and in the long run 15% of one core's execution time (the bucket drains 150 ms of
+// execution per second), with a bucket of 500 ms, room for a report or two, so that a report
+// may start at once after a quiet spell but the reports never camp on the CPU the checkout path
+// needs. burst_limit must exceed the largest report's predicted cost, or that report is refused
+// outright. server_cores stays 1 (the default) on this 2-core machine: the budget gives the
+// reports a share of one core and leaves the other to the checkout path.
 const budgetRules = `
 budgets:
   - name: reporting
-    mode: enforce
+    mode: %s
     max_concurrent: %d
     server_share: %g
     burst_limit: %s
@@ -60,8 +65,10 @@ const (
 
 type flags struct {
 	phase    time.Duration
+	rounds   int
 	settle   time.Duration
 	workers  int
+	pool     int
 	think    time.Duration
 	noise    int
 	orders   int
@@ -75,25 +82,27 @@ type flags struct {
 	parallel      bool
 }
 
-// rules is the controlled phase's rules file.
-func (f flags) rules() string {
-	return fmt.Sprintf(budgetRules, f.maxConcurrent, f.share, f.burst)
+// rules is the rules file with the budget in mode (enforce or off).
+func (f flags) rules(mode string) string {
+	return fmt.Sprintf(budgetRules, mode, f.maxConcurrent, f.share, f.burst)
 }
 
 func main() {
 	var f flags
-	flag.DurationVar(&f.phase, "phase", 12*time.Second, "duration of each of the three phases")
+	flag.DurationVar(&f.phase, "phase", 4*time.Second, "duration of each phase in each round")
+	flag.IntVar(&f.rounds, "rounds", 4, "how often to run the three phases, in turn; each phase's figures merge its rounds")
 	flag.DurationVar(&f.settle, "settle", time.Second, "pause between phases, unmeasured, so one phase's stragglers do not count in the next")
 	flag.IntVar(&f.workers, "workers", 4, "closed-loop workers of the critical (checkout) workload")
-	flag.DurationVar(&f.think, "think", time.Millisecond, "pause of each checkout worker between statements (0: none, the workers saturate the CPU themselves)")
-	flag.IntVar(&f.noise, "noise", 6, "concurrent workers of the noisy (reporting) workload")
-	flag.IntVar(&f.orders, "orders", 500_000, "rows of the orders table the reporting queries scan")
+	flag.DurationVar(&f.think, "think", 0, "pause of each checkout worker between statements (0: none, the workers saturate the CPU themselves)")
+	flag.IntVar(&f.pool, "pool", 0, "connections in the one pool both workloads share (0: one per worker, so they meet only on the server)")
+	flag.IntVar(&f.noise, "noise", 8, "concurrent workers of the noisy (reporting) workload")
+	flag.IntVar(&f.orders, "orders", 250_000, "rows of the orders table the reporting queries scan")
 	flag.IntVar(&f.accounts, "accounts", 100_000, "rows of the accounts table the checkout workload reads and updates")
 	flag.DurationVar(&f.window, "window", 500*time.Millisecond, "width of the chart's latency windows")
 	flag.StringVar(&f.out, "out", "noisy-neighbor.png", "where to write the PNG chart")
 	flag.IntVar(&f.maxConcurrent, "max-concurrent", 1, "the reporting budget's max_concurrent")
 	flag.Float64Var(&f.share, "share", 0.15, "the reporting budget's server_share")
-	flag.DurationVar(&f.burst, "burst", time.Second, "the reporting budget's burst_limit")
+	flag.DurationVar(&f.burst, "burst", 500*time.Millisecond, "the reporting budget's burst_limit")
 	flag.BoolVar(&f.parallel, "parallel", false, "let PostgreSQL run the reports with parallel workers (see README)")
 	flag.Parse()
 	if err := f.validate(); err != nil {
@@ -110,12 +119,16 @@ func (f flags) validate() error {
 	switch {
 	case f.phase < time.Second:
 		return errors.New("noisy-neighbor: -phase must be at least 1s")
+	case f.rounds < 1:
+		return errors.New("noisy-neighbor: -rounds must be at least 1")
 	case f.settle < 0:
 		return errors.New("noisy-neighbor: -settle must not be negative")
 	case f.workers < 1:
 		return errors.New("noisy-neighbor: -workers must be at least 1")
 	case f.think < 0:
 		return errors.New("noisy-neighbor: -think must not be negative")
+	case f.pool < 0:
+		return errors.New("noisy-neighbor: -pool must not be negative")
 	case f.noise < 1:
 		return errors.New("noisy-neighbor: -noise must be at least 1")
 	case f.orders < 1000 || f.accounts < 1000:
@@ -154,21 +167,29 @@ func run(f flags) error {
 			return err
 		}
 	}
-	cfg, err := driver.ParseConfig([]byte(f.rules()))
+	// The same rules in every phase; only the controlled phase turns the budget on.
+	enforce, err := driver.ParseConfig([]byte(f.rules("enforce")))
+	if err != nil {
+		return err
+	}
+	off, err := driver.ParseConfig([]byte(f.rules("off")))
 	if err != nil {
 		return err
 	}
 	// Only blocks are logged, as warnings; the table counts them, so the log stays quiet.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	// No rules yet: phases 1 and 2 run uncontrolled; phase 3 installs cfg with SetConfig.
-	c, err := driver.NewConnector(dsn, driver.WithLogger(quiet))
+	c, err := driver.NewConnector(dsn, driver.WithConfig(off), driver.WithLogger(quiet))
 	if err != nil {
 		return err
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
-	// A pool with room for every worker, kept open, so that no phase pays for new connections.
+	// By default a pool with room for every worker, kept open, so that no phase pays for new
+	// connections and the workloads meet only on the server.
 	conns := f.workers + f.noise + 2
+	if f.pool > 0 {
+		conns = f.pool
+	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 
@@ -178,13 +199,16 @@ func run(f flags) error {
 	}
 
 	ex := newExperiment(db, f)
-	phases := []phaseSpec{
-		{name: "solo", noise: false},
-		{name: "uncontrolled", noise: true},
-		{name: "controlled", noise: true, config: cfg},
+	var runs []phaseSpec
+	for round := 1; round <= f.rounds; round++ {
+		runs = append(runs,
+			phaseSpec{name: "solo", round: round, config: off},
+			phaseSpec{name: "uncontrolled", round: round, noise: true, config: off},
+			phaseSpec{name: "controlled", round: round, noise: true, config: enforce})
 	}
-	fmt.Printf("running 3 phases of %v: %d checkout workers, %d reporting workers\n", f.phase, f.workers, f.noise)
-	res, err := ex.run(ctx, c, phases)
+	fmt.Printf("running %d round(s) of 3 phases of %v: %d checkout workers, %d reporting workers\n",
+		f.rounds, f.phase, f.workers, f.noise)
+	res, err := ex.run(ctx, c, runs)
 	if err != nil {
 		return err
 	}

@@ -57,10 +57,11 @@ var reports = []string{
 	`select c.region, count(*), avg(o.amount) from orders o join customers c on c.id = o.customer group by c.region order by 3 desc`,
 }
 
-// phaseSpec is one phase: whether the reporting workload runs, and the rules put in force for it
-// (nil: none).
+// phaseSpec is one run of a phase: whether the reporting workload runs, and the rules put in
+// force for it.
 type phaseSpec struct {
 	name   string
+	round  int
 	noise  bool
 	config *driver.Config
 }
@@ -71,22 +72,50 @@ type sample struct {
 	at, latency time.Duration
 }
 
-// phaseResult is what one phase measured.
+// phaseResult is what one phase measured: one run of a phase, or (from [results.phase]) all the
+// runs of one phase merged.
 type phaseResult struct {
 	name          string
-	start, end    time.Duration // since the experiment began
+	start, end    time.Duration // since the experiment began; for merged runs, of the first and last
+	measured      time.Duration // time measured: end - start, or the runs' sum
 	critical      []sample
 	criticalErrs  int64
 	noiseDone     int64
 	noiseBlocked  int64
-	noiseBusy     time.Duration // execution time of the completed reports, summed
+	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
 	noiseStarts   []time.Duration
 	noiseFinishes []time.Duration
 }
 
-// results are the phases in order, solo first.
+// results are the runs of the phases in the order they ran: solo, uncontrolled, controlled,
+// repeated for each round.
 type results struct {
-	phases []*phaseResult
+	runs []*phaseResult
+}
+
+// phaseNames are the phases in the order they run in each round.
+var phaseNames = []string{"solo", "uncontrolled", "controlled"}
+
+// phase returns the runs of the named phase merged, or nil if it never ran.
+func (r *results) phase(name string) *phaseResult {
+	var m *phaseResult
+	for _, p := range r.runs {
+		if p.name != name {
+			continue
+		}
+		if m == nil {
+			m = &phaseResult{name: name, start: p.start}
+		}
+		m.end = p.end
+		m.measured += p.measured
+		m.critical = append(m.critical, p.critical...)
+		m.noiseDone += p.noiseDone
+		m.noiseBlocked += p.noiseBlocked
+		m.noiseBusy += p.noiseBusy
+		m.noiseStarts = append(m.noiseStarts, p.noiseStarts...)
+		m.noiseFinishes = append(m.noiseFinishes, p.noiseFinishes...)
+	}
+	return m
 }
 
 // experiment runs the workloads. The checkout workers run through all phases; the reporting
@@ -133,11 +162,9 @@ func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phas
 			// finish being cancelled.
 			sleepCtx(ctx, ex.f.settle)
 		}
-		if spec.config != nil {
-			if err := c.SetConfig(spec.config); err != nil {
-				fail(err)
-				break
-			}
+		if err := c.SetConfig(spec.config); err != nil {
+			fail(err)
+			break
 		}
 		p := &phaseResult{name: spec.name, start: time.Since(ex.t0)}
 		ex.mu.Lock()
@@ -159,15 +186,16 @@ func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phas
 		stop()
 		ex.mu.Lock()
 		p.end = time.Since(ex.t0)
+		p.measured = p.end - p.start
 		ex.current = nil
 		ex.mu.Unlock()
 		noise.Wait()
-		res.phases = append(res.phases, p)
+		res.runs = append(res.runs, p)
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Printf("  %-12s done: %d checkout statements, %d reports completed, %d blocked\n",
-			p.name, len(p.critical), p.noiseDone, p.noiseBlocked)
+		fmt.Printf("  round %d %-12s %6d checkout statements, %3d reports completed, %4d blocked\n",
+			spec.round, p.name, len(p.critical), p.noiseDone, p.noiseBlocked)
 	}
 	cancel()
 	critical.Wait()
@@ -237,11 +265,12 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 }
 
 // report is one reporting worker: it runs the reports in turn until ctx ends. A blocked report
-// is retried after the RetryAfter the budget suggests (at least 20 ms, with jitter), as a well
+// is retried with a growing back-off, never before the RetryAfter the budget gave, as a well
 // behaved batch job does.
 func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
+	blocks := 0 // consecutive blocks
 	for i := w; ctx.Err() == nil; i++ {
 		q := reports[i%len(reports)]
 		for ctx.Err() == nil {
@@ -250,19 +279,23 @@ func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
 			var be *driver.BlockedError
 			if errors.As(err, &be) {
 				atomic.AddInt64(&p.noiseBlocked, 1)
-				wait := max(be.RetryAfter, 20*time.Millisecond)
+				// Back off exponentially from 50 ms (to 800 ms) while blocked, and never retry
+				// before RetryAfter; the jitter keeps the workers from retrying in step.
+				wait := max(be.RetryAfter, min(50*time.Millisecond<<blocks, 800*time.Millisecond))
+				blocks++
 				sleepCtx(ctx, wait+time.Duration(rng.Int64N(int64(wait/2)+1)))
 				continue
 			}
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+			blocks = 0
+			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
+			// A report cut off at the end of the phase still loaded the server until then.
 			end := time.Now()
 			ex.mu.Lock()
-			p.noiseDone++
+			if err == nil {
+				p.noiseDone++
+			}
 			p.noiseBusy += end.Sub(start)
 			p.noiseStarts = append(p.noiseStarts, start.Sub(ex.t0))
 			p.noiseFinishes = append(p.noiseFinishes, end.Sub(ex.t0))
