@@ -351,32 +351,35 @@ func (e *Engine) mergeTags(ctx context.Context, dst []ruleset.KV, p *pattern.Pat
 		}
 		return dst
 	}
-	shadowed := func(key string) bool {
-		if _, ok := ctxTags.Get(key); ok {
-			return true
-		}
-		_, ok := comment.Get(key)
-		return ok
+	// Which built-in keys a comment or context tag replaces, as bits (no lookups per key).
+	var shadow uint8
+	for k := range comment.All() {
+		shadow |= builtinBit(k)
+	}
+	for k := range ctxTags.All() {
+		shadow |= builtinBit(k)
 	}
 	for _, kv := range e.builtins {
-		if !shadowed(kv.Key) {
+		if shadow&builtinBit(kv.Key) == 0 {
 			dst = append(dst, kv)
 		}
 	}
-	if !shadowed(KeyFingerprint) {
+	if shadow&bitFingerprint == 0 {
 		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
 	}
-	if !shadowed(KeyStatement) {
+	if shadow&bitStatement == 0 {
 		dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
 	}
-	if !shadowed(KeyTable) {
+	if shadow&bitTable == 0 {
 		for _, t := range p.Tables {
 			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
 	}
-	for k, v := range comment.All() {
-		if _, ok := ctxTags.Get(k); !ok {
-			dst = append(dst, ruleset.KV{Key: k, Value: v})
+	if comment.Len() > 0 {
+		for k, v := range comment.All() {
+			if _, ok := ctxTags.Get(k); !ok {
+				dst = append(dst, ruleset.KV{Key: k, Value: v})
+			}
 		}
 	}
 	for k, v := range ctxTags.All() {
@@ -396,6 +399,34 @@ func (e *Engine) debugStatement(ctx context.Context, x *Exec) {
 	}
 	attrs = append(attrs, slog.Group("tags", tags...))
 	e.log.DebugContext(ctx, "pgtraffic: statement", attrs...)
+}
+
+const (
+	bitUsername uint8 = 1 << iota
+	bitDatabase
+	bitApplicationName
+	bitFingerprint
+	bitStatement
+	bitTable
+)
+
+// builtinBit is the bit of a built-in tag key, 0 for other keys.
+func builtinBit(k string) uint8 {
+	switch k {
+	case KeyUsername:
+		return bitUsername
+	case KeyDatabase:
+		return bitDatabase
+	case KeyApplicationName:
+		return bitApplicationName
+	case KeyFingerprint:
+		return bitFingerprint
+	case KeyStatement:
+		return bitStatement
+	case KeyTable:
+		return bitTable
+	}
+	return 0
 }
 
 // tagValue returns the first value of key in tags.
