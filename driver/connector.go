@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/ngrok/sqlmw"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -54,9 +53,10 @@ func (d *Driver) OpenConnector(dsn string) (driver.Connector, error) {
 // one with [NewConnector] and pass it to sql.OpenDB, or use [Open]. It is safe for concurrent
 // use. Close (called by (*sql.DB).Close) stops the rules watcher and the health sampler.
 type Connector struct {
-	engine  *engine.Engine
-	wrapped driver.Connector // the sqlmw-wrapped pgx connector
-	tel     *telemetry
+	engine *engine.Engine
+	pgx    driver.Connector // pgx's stdlib connector: opens the connections pgtraffic wraps
+	intr   *interceptor
+	tel    *telemetry
 }
 
 var (
@@ -130,24 +130,18 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 		c.Close()
 		return nil, err
 	}
-	pgxConnector := stdlib.GetConnector(*cc, o.pgxOptions...)
-	intr := &interceptor{engine: c.engine, commenter: o.sqlCommenter}
-	d, ok := sqlmw.Driver(parentDriver{pgxConnector}, intr).(driver.DriverContext)
-	if !ok {
-		c.Close()
-		return nil, errors.New("pgtraffic: sqlmw driver does not implement driver.DriverContext")
-	}
-	c.wrapped, err = d.OpenConnector(dsn)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
+	c.pgx = stdlib.GetConnector(*cc, o.pgxOptions...)
+	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter}
 	return c, nil
 }
 
-// Connect opens a connection (database/sql calls it).
+// Connect opens a connection (database/sql calls it): pgx's, wrapped.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
-	return c.wrapped.Connect(ctx)
+	pc, err := c.pgx.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(pc, c.intr)
 }
 
 // Driver returns the pgtraffic driver.
@@ -159,13 +153,3 @@ func (c *Connector) Close() error { return errors.Join(c.tel.close(), c.engine.C
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay.
 func (c *Connector) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }
-
-// parentDriver hands sqlmw the pgx connector: sqlmw wraps drivers, not connectors, and calls
-// OpenConnector on the driver it wraps.
-type parentDriver struct{ connector driver.Connector }
-
-func (p parentDriver) Open(string) (driver.Conn, error) {
-	return p.connector.Connect(context.Background())
-}
-
-func (p parentDriver) OpenConnector(string) (driver.Connector, error) { return p.connector, nil }

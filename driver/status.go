@@ -98,7 +98,7 @@ func (c *Connector) Snapshot() Snapshot {
 		})
 	}
 	st := e.Stats()
-	hits, misses, _ := e.Patterns().Stats()
+	hits, misses, _ := e.PatternStats()
 	s.Counters = Counters{
 		PatternHits: hits, PatternMisses: misses,
 		ExplainCalls: st.ExplainCalls.Load(), ExplainFailures: st.ExplainFailures.Load(),

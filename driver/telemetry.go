@@ -149,7 +149,7 @@ func (t *telemetry) attach(e *engine.Engine) error {
 			o.ObserveFloat64(debt, b.Debt, attrs)
 			o.ObserveInt64(inFlight, int64(b.InFlight), attrs)
 		}
-		hits, misses, _ := e.Patterns().Stats()
+		hits, misses, _ := e.PatternStats()
 		o.ObserveInt64(patternHits, clampInt64(hits))
 		o.ObserveInt64(patternMisses, clampInt64(misses))
 		st := e.Stats()

@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -33,7 +32,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// The telemetry tests run real statements through database/sql, sqlmw and the interceptor
+// The telemetry tests run real statements through database/sql and the pgtraffic connection
 // down to a fake driver.Conn (no server), with an in-memory span exporter, a manual metric
 // reader, a captured log and a fake clock.
 
@@ -120,6 +119,12 @@ func (c *telConn) PrepareContext(_ context.Context, query string) (driver.Stmt, 
 }
 func (c *telConn) Close() error              { return nil }
 func (c *telConn) Begin() (driver.Tx, error) { return nil, errors.New("telConn: no transactions") }
+func (c *telConn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
+	return nil, errors.New("telConn: no transactions")
+}
+func (c *telConn) Ping(context.Context) error               { return nil }
+func (c *telConn) ResetSession(context.Context) error       { return nil }
+func (c *telConn) CheckNamedValue(*driver.NamedValue) error { return nil }
 
 func (c *telConn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	c.sent.add(query)
@@ -263,12 +268,7 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 		t.Fatal(err)
 	}
 	intr := &interceptor{engine: h.eng, commenter: o.sqlCommenter}
-	d := sqlmw.Driver(parentDriver{telConnector{sent: h.sent}}, intr).(driver.DriverContext)
-	wrapped, err := d.OpenConnector("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.conn = &Connector{engine: h.eng, wrapped: wrapped, tel: h.tel}
+	h.conn = &Connector{engine: h.eng, pgx: telConnector{sent: h.sent}, intr: intr, tel: h.tel}
 	h.db = sql.OpenDB(h.conn)
 	t.Cleanup(func() {
 		h.db.Close()
@@ -962,20 +962,19 @@ func newTelBench(b *testing.B, tp trace.TracerProvider) func() {
 	}
 	eng := engine.New(engine.Options{Observer: tel.observer(), Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(func() { eng.Close() })
-	intr := &interceptor{engine: eng}
-	var ex driver.ExecerContext = telDiscard{}
+	c := &conn{parent: telDiscard{&telConn{}}, intr: &interceptor{engine: eng}}
 	ctx := tagging.With(context.Background(), "app", "web")
 	const q = "SELECT id FROM orders WHERE id = $1"
 	args := []driver.NamedValue{{Ordinal: 1, Value: int64(1)}}
 	return func() {
-		if _, err := intr.ConnExecContext(ctx, ex, q, args); err != nil {
+		if _, err := c.ExecContext(ctx, q, args); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// telDiscard is a driver.ExecerContext that does nothing, so the benchmark measures pgtraffic.
-type telDiscard struct{ driver.Conn }
+// telDiscard is a connection whose Exec does nothing, so the benchmark measures pgtraffic.
+type telDiscard struct{ *telConn }
 
 func (telDiscard) ExecContext(context.Context, string, []driver.NamedValue) (driver.Result, error) {
 	return driver.RowsAffected(1), nil

@@ -166,9 +166,22 @@ rules:
 	seqScans := func() (a, b int64) {
 		t.Helper()
 		// Flush the statistics of pgtraffic's backend (its next report is forced) before reading.
+		// Parallel workers report their scans when they exit, a moment after the leader: read
+		// until two readings 300ms apart agree.
 		mustExec(t, conn, ctx, `select pg_stat_force_next_flush()`)
-		a = queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_a'`)
-		b = queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_b'`)
+		read := func() (int64, int64) {
+			return queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_a'`),
+				queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_b'`)
+		}
+		a, b = read()
+		for range 20 {
+			time.Sleep(300 * time.Millisecond)
+			a2, b2 := read()
+			if a2 == a && b2 == b {
+				break
+			}
+			a, b = a2, b2
+		}
 		return a, b
 	}
 	scanA, scanB := seqScans()

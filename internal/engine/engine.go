@@ -90,7 +90,8 @@ type Engine struct {
 	state atomic.Pointer[compiled]
 
 	// fast is an identity cache in front of patterns (see pattern).
-	fast [fastSlots]atomic.Pointer[fastEntry]
+	fast     [fastSlots]atomic.Pointer[fastEntry]
+	fastHits atomic.Uint64
 
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
@@ -171,6 +172,13 @@ func (e *Engine) Close() error {
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// PatternStats reports pattern lookups answered from cache (the identity cache in front of the
+// pattern cache included), misses (each one pg_query parse) and the cached patterns.
+func (e *Engine) PatternStats() (hits, misses uint64, size int) {
+	hits, misses, size = e.patterns.Stats()
+	return hits + e.fastHits.Load(), misses, size
 }
 
 // Patterns exposes the pattern cache (introspection and tests).
@@ -305,6 +313,7 @@ func (e *Engine) pattern(query string) *pattern.Pattern {
 	ptr := uintptr(unsafe.Pointer(unsafe.StringData(query)))
 	slot := &e.fast[(ptr>>4^uintptr(len(query)))%fastSlots]
 	if f := slot.Load(); f != nil && len(f.query) == len(query) && unsafe.StringData(f.query) == unsafe.StringData(query) {
+		e.fastHits.Add(1)
 		return f.p
 	}
 	p, _ := e.patterns.Get(query)

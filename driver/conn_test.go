@@ -8,7 +8,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ngrok/sqlmw"
 )
 
 // fakeConn is a driver.Conn with the context interfaces, counting what reaches it.
@@ -17,6 +16,15 @@ type fakeConn struct{ execs, queries int }
 func (c *fakeConn) Prepare(string) (driver.Stmt, error) { return &fakeStmt{c: c}, nil }
 func (c *fakeConn) Close() error                        { return nil }
 func (c *fakeConn) Begin() (driver.Tx, error)           { return nil, errors.New("no tx") }
+func (c *fakeConn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
+	return nil, errors.New("no tx")
+}
+func (c *fakeConn) PrepareContext(context.Context, string) (driver.Stmt, error) {
+	return &fakeStmt{c: c}, nil
+}
+func (c *fakeConn) Ping(context.Context) error               { return nil }
+func (c *fakeConn) ResetSession(context.Context) error       { return nil }
+func (c *fakeConn) CheckNamedValue(*driver.NamedValue) error { return nil }
 func (c *fakeConn) ExecContext(context.Context, string, []driver.NamedValue) (driver.Result, error) {
 	c.execs++
 	return driver.RowsAffected(1), nil
@@ -38,6 +46,14 @@ func (s *fakeStmt) Query([]driver.Value) (driver.Rows, error) {
 	s.c.queries++
 	return &fakeRows{n: 1}, nil
 }
+func (s *fakeStmt) ExecContext(context.Context, []driver.NamedValue) (driver.Result, error) {
+	s.c.execs++
+	return driver.RowsAffected(1), nil
+}
+func (s *fakeStmt) QueryContext(context.Context, []driver.NamedValue) (driver.Rows, error) {
+	s.c.queries++
+	return &fakeRows{n: 1}, nil
+}
 
 type fakeRows struct{ n int }
 
@@ -52,67 +68,14 @@ func (r *fakeRows) Next(dest []driver.Value) error {
 	return nil
 }
 
-type fakeConnector struct{ conn *fakeConn }
-
-func (f fakeConnector) Connect(context.Context) (driver.Conn, error) { return f.conn, nil }
-func (f fakeConnector) Driver() driver.Driver                        { return parentDriver{f} }
-
-// seeParent records what unwrapOne finds inside the values sqlmw hands the hooks.
-type seeParent struct {
-	sqlmw.NullInterceptor
-	conns, stmts []any
+// fakeConnector opens pgtraffic connections over fakeConns.
+type fakeConnector struct {
+	conn *fakeConn
+	intr *interceptor
 }
 
-func (s *seeParent) ConnExecContext(ctx context.Context, c driver.ExecerContext, q string, a []driver.NamedValue) (driver.Result, error) {
-	s.conns = append(s.conns, unwrapOne(c))
-	return c.ExecContext(ctx, q, a)
-}
-
-func (s *seeParent) ConnPrepareContext(ctx context.Context, c driver.ConnPrepareContext, q string) (context.Context, driver.Stmt, error) {
-	s.conns = append(s.conns, unwrapOne(c))
-	st, err := c.PrepareContext(ctx, q)
-	return ctx, &stmt{Stmt: st}, err
-}
-
-func (s *seeParent) StmtExecContext(ctx context.Context, st driver.StmtExecContext, q string, a []driver.NamedValue) (driver.Result, error) {
-	s.stmts = append(s.stmts, unwrapOne(st))
-	return st.ExecContext(ctx, a)
-}
-
-// TestSQLMWLayout guards the one assumption pgtraffic makes about sqlmw's internals: the values
-// it hands the Conn and Stmt hooks are single-field structs around the parent connection or
-// statement, which pgxConnOf and stmtConnOf read to reach the pgx connection for EXPLAIN.
-func TestSQLMWLayout(t *testing.T) {
-	fc := &fakeConn{}
-	intr := &seeParent{}
-	d := sqlmw.Driver(parentDriver{fakeConnector{fc}}, intr).(driver.DriverContext)
-	conn, err := d.OpenConnector("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	if _, err := db.Exec("select 1"); err != nil {
-		t.Fatal(err)
-	}
-	st, err := db.Prepare("select $1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Exec(); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	if len(intr.conns) != 2 || intr.conns[0] != driver.Conn(fc) || intr.conns[1] != driver.Conn(fc) {
-		t.Fatalf("sqlmw's parent connection wrapper changed: unwrapOne found %#v", intr.conns)
-	}
-	if len(intr.stmts) != 1 {
-		t.Fatalf("stmt hooks: %d", len(intr.stmts))
-	}
-	if _, ok := intr.stmts[0].(*stmt); !ok {
-		t.Fatalf("sqlmw's parent statement wrapper changed: unwrapOne found %T", intr.stmts[0])
-	}
-}
+func (f fakeConnector) Connect(context.Context) (driver.Conn, error) { return newConn(f.conn, f.intr) }
+func (f fakeConnector) Driver() driver.Driver                        { return &Driver{} }
 
 func TestBlockedError(t *testing.T) {
 	err := error(&BlockedError{Budget: "reporting", Rule: "app=reporting", Reason: ReasonBudget,
@@ -157,10 +120,7 @@ guards:
 		t.Fatal(err)
 	}
 	defer c.Close()
-	intr := &interceptor{engine: c.engine}
-	d := sqlmw.Driver(parentDriver{fakeConnector{fc}}, intr).(driver.DriverContext)
-	conn, _ := d.OpenConnector("")
-	db := sql.OpenDB(conn)
+	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
 	defer db.Close()
 	db.SetMaxOpenConns(2)
 
@@ -196,6 +156,23 @@ guards:
 	rows.Close() // closed early: the slot is back too
 	if _, err := db.Exec("select 1"); err != nil {
 		t.Fatalf("after closing rows: %v", err)
+	}
+	// Prepared statements are decided on each execution.
+	st, err := db.Prepare("select x from t where id = $1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r1, err := st.Query(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Query(2); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("second prepared select while rows are open: %v", err)
+	}
+	r1.Close()
+	if _, err := st.Exec(3); err != nil {
+		t.Fatalf("prepared exec after closing rows: %v", err)
 	}
 	if got := c.Snapshot().Budgets[0].InFlight; got != 0 {
 		t.Fatalf("in flight %d", got)

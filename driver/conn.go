@@ -1,0 +1,125 @@
+package driver
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// interceptor holds what every connection of a connector shares: the engine that decides each
+// statement and the sqlcommenter-out switch.
+type interceptor struct {
+	engine    *engine.Engine
+	commenter bool
+}
+
+// parentConn is what pgtraffic needs of the connection it wraps: pgx's *stdlib.Conn in
+// production, a fake in unit tests.
+type parentConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.NamedValueChecker
+}
+
+// conn is a connection that puts every statement through the engine before pgx sends it: Exec
+// and Query on the connection (inside or outside a transaction, via *sql.DB, *sql.Tx or
+// *sql.Conn) and, through stmt, prepared statements. Like every driver.Conn it is used by one
+// goroutine at a time (database/sql holds its lock).
+type conn struct {
+	parent parentConn
+	pgx    *stdlib.Conn // the same connection as parent, for EXPLAIN; nil in unit tests
+	intr   *interceptor
+}
+
+var (
+	_ driver.Conn               = (*conn)(nil)
+	_ driver.ConnBeginTx        = (*conn)(nil)
+	_ driver.ConnPrepareContext = (*conn)(nil)
+	_ driver.ExecerContext      = (*conn)(nil)
+	_ driver.QueryerContext     = (*conn)(nil)
+	_ driver.Pinger             = (*conn)(nil)
+	_ driver.SessionResetter    = (*conn)(nil)
+	_ driver.NamedValueChecker  = (*conn)(nil)
+)
+
+func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
+	pc, ok := parent.(parentConn)
+	if !ok {
+		parent.Close()
+		return nil, errors.New("pgtraffic: the pgx connection lacks a context-aware driver interface")
+	}
+	px, _ := parent.(*stdlib.Conn)
+	return &conn{parent: pc, pgx: px, intr: intr}, nil
+}
+
+// blocked converts the engine's denial into the public error. Never driver.ErrBadConn: a
+// blocked statement must not be retried on another connection.
+func blocked(err error) error {
+	var d *engine.Denial
+	if errors.As(err, &d) {
+		return &BlockedError{Budget: d.Budget, Rule: d.Rule, Reason: d.Reason, Fingerprint: d.Fingerprint,
+			RetryAfter: d.RetryAfter, Limit: d.Limit}
+	}
+	return err
+}
+
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
+	if err != nil {
+		return nil, blocked(err)
+	}
+	res, err := c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
+	x.Finish(ctx, err)
+	return res, err
+}
+
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
+	if err != nil {
+		return nil, blocked(err)
+	}
+	r, err := c.parent.QueryContext(ctx, c.intr.outgoing(ctx, x, query), args)
+	if err != nil {
+		x.Finish(ctx, err)
+		return nil, err
+	}
+	return &rows{Rows: r, ctx: ctx, x: x}, nil
+}
+
+// PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each
+// execution of the statement is decided like any other.
+func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	s, err := c.parent.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{parent: s, conn: c, query: query}, nil
+}
+
+func (c *conn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+// BeginTx, Commit and Rollback need no decision: pgx's transaction is returned as it is.
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.parent.BeginTx(ctx, opts)
+}
+
+// Begin is the pre-context form, which database/sql no longer calls.
+func (c *conn) Begin() (driver.Tx, error) {
+	return c.parent.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *conn) Close() error                              { return c.parent.Close() }
+func (c *conn) Ping(ctx context.Context) error            { return c.parent.Ping(ctx) }
+func (c *conn) ResetSession(ctx context.Context) error    { return c.parent.ResetSession(ctx) }
+func (c *conn) CheckNamedValue(v *driver.NamedValue) error { return c.parent.CheckNamedValue(v) }

@@ -1,0 +1,83 @@
+package driver
+
+import (
+	"context"
+	"database/sql/driver"
+	"io"
+	"reflect"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// rows finishes its statement when the rows are exhausted, fail, or are closed early: the
+// statement's concurrency slots are held until then. database/sql never calls Next and Close
+// concurrently (it serialises them with its closemu), so x needs no lock.
+type rows struct {
+	driver.Rows
+	ctx context.Context
+	x   *engine.Exec // nil once finished
+}
+
+// The column-type interfaces pgx's rows implement, passed through so that
+// (*sql.ColumnType) reports what raw pgx reports.
+var (
+	_ driver.Rows                           = (*rows)(nil)
+	_ driver.RowsColumnTypeDatabaseTypeName = (*rows)(nil)
+	_ driver.RowsColumnTypeLength           = (*rows)(nil)
+	_ driver.RowsColumnTypePrecisionScale   = (*rows)(nil)
+	_ driver.RowsColumnTypeScanType         = (*rows)(nil)
+)
+
+func (r *rows) finish(err error) {
+	if r.x != nil {
+		x := r.x
+		r.x = nil
+		x.Finish(r.ctx, err)
+	}
+}
+
+func (r *rows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err != nil {
+		if err == io.EOF {
+			r.finish(nil)
+		} else {
+			r.finish(err)
+		}
+	}
+	return err
+}
+
+func (r *rows) Close() error {
+	err := r.Rows.Close()
+	r.finish(err)
+	return err
+}
+
+func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
+	if c, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return c.ColumnTypeDatabaseTypeName(i)
+	}
+	return ""
+}
+
+func (r *rows) ColumnTypeLength(i int) (int64, bool) {
+	if c, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
+		return c.ColumnTypeLength(i)
+	}
+	return 0, false
+}
+
+func (r *rows) ColumnTypePrecisionScale(i int) (int64, int64, bool) {
+	if c, ok := r.Rows.(driver.RowsColumnTypePrecisionScale); ok {
+		return c.ColumnTypePrecisionScale(i)
+	}
+	return 0, 0, false
+}
+
+func (r *rows) ColumnTypeScanType(i int) reflect.Type {
+	if c, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return c.ColumnTypeScanType(i)
+	}
+	return reflect.TypeFor[any]()
+}
