@@ -119,7 +119,7 @@ func (c *conn) Begin() (driver.Tx, error) {
 	return c.parent.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-func (c *conn) Close() error                              { return c.parent.Close() }
-func (c *conn) Ping(ctx context.Context) error            { return c.parent.Ping(ctx) }
-func (c *conn) ResetSession(ctx context.Context) error    { return c.parent.ResetSession(ctx) }
+func (c *conn) Close() error                               { return c.parent.Close() }
+func (c *conn) Ping(ctx context.Context) error             { return c.parent.Ping(ctx) }
+func (c *conn) ResetSession(ctx context.Context) error     { return c.parent.ResetSession(ctx) }
 func (c *conn) CheckNamedValue(v *driver.NamedValue) error { return c.parent.CheckNamedValue(v) }

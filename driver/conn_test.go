@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"testing"
-
 )
 
 // fakeConn is a driver.Conn with the context interfaces, counting what reaches it.
