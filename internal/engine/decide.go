@@ -64,10 +64,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 		return nil
 	}
 	// The budgets of the matching rules, each once, in rule order.
-	var sel [8]int
-	budgets := sel[:0]
-	var rules [8]int
-	ruleOf := rules[:0]
+	// Scratch space lives in the pooled Exec: stack arrays would be zeroed on every statement.
+	budgets := x.selBuf[:0]
+	ruleOf := x.ruleOfBuf[:0]
 	for _, r := range matched {
 		bi := st.ruleBudget[r]
 		if st.budgets[bi].mode == modeOff || containsInt(budgets, bi) {
@@ -98,9 +97,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 	}
 
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	var reqBuf [8]budget.Request
-	var idxBuf [8]int
-	reqs, reqBudget := reqBuf[:0], idxBuf[:0]
+	reqs, reqBudget := x.reqBuf[:0], x.reqIdxBuf[:0]
 	for _, bi := range budgets {
 		bs := st.budgets[bi]
 		if bs.mode != modeEnforce {
@@ -214,8 +211,7 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, budgets, ruleOf []int, reqs [
 	if len(reqs) == 0 {
 		return nil, 0
 	}
-	var wb [8]budget.Warning
-	warn, den := budget.Admit(x.Start, reqs, wb[:0])
+	warn, den := budget.Admit(x.Start, reqs, x.admitWarn[:0])
 	if den != nil {
 		bi := reqBudget[den.Index]
 		bs := st.budgets[bi]

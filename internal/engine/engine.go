@@ -230,10 +230,17 @@ type Exec struct {
 	holds   []admitted
 	warned  []budgetWarn
 	warnBuf [2]budgetWarn
-	tagBuf  [12]ruleset.KV
-	ruleBuf [8]int
-	holdBuf [4]admitted
-	nameBuf [4]string
+
+	// decide's scratch space (see decide).
+	selBuf    [8]int
+	ruleOfBuf [8]int
+	reqBuf    [8]budget.Request
+	reqIdxBuf [8]int
+	admitWarn [8]budget.Warning
+	tagBuf    [12]ruleset.KV
+	ruleBuf   [8]int
+	holdBuf   [4]admitted
+	nameBuf   [4]string
 }
 
 var execPool = sync.Pool{New: func() any { return new(Exec) }}
@@ -338,6 +345,7 @@ func (x *Exec) release() {
 	// Drop references so a pooled Exec pins no pattern, span or budget.
 	x.e, x.Pattern, x.Span = nil, nil, nil
 	clear(x.holdBuf[:len(x.holds)])
+	clear(x.reqBuf[:min(len(x.Budgets), len(x.reqBuf))]) // drop budget pointers and keys
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	execPool.Put(x)
 }
