@@ -49,6 +49,7 @@ var (
 	_ driver.Pinger             = (*conn)(nil)
 	_ driver.SessionResetter    = (*conn)(nil)
 	_ driver.NamedValueChecker  = (*conn)(nil)
+	_ driver.Validator          = (*conn)(nil)
 )
 
 func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
@@ -123,3 +124,17 @@ func (c *conn) Close() error                               { return c.parent.Clo
 func (c *conn) Ping(ctx context.Context) error             { return c.parent.Ping(ctx) }
 func (c *conn) ResetSession(ctx context.Context) error     { return c.parent.ResetSession(ctx) }
 func (c *conn) CheckNamedValue(v *driver.NamedValue) error { return c.parent.CheckNamedValue(v) }
+
+// IsValid tells database/sql, when a connection is returned to its pool, whether to keep it.
+// pgx closes a connection whose statement was interrupted by its context; without this check
+// the pool would keep it, and a later statement could meet only such connections and fail with
+// driver.ErrBadConn after database/sql's retries (seen with a pool smaller than its users).
+func (c *conn) IsValid() bool {
+	if v, ok := c.parent.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	if c.pgx != nil {
+		return !c.pgx.Conn().IsClosed()
+	}
+	return true
+}

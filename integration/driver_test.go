@@ -400,3 +400,31 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestInterruptedConnsLeaveThePool: pgx closes a connection whose statement is interrupted by
+// its context. pgtraffic reports such connections invalid when they return to the pool, so a
+// small pool full of them does not fail the next statements with driver.ErrBadConn.
+func TestInterruptedConnsLeaveThePool(t *testing.T) {
+	_, pgt, _ := openBoth(t)
+	pgt.SetMaxOpenConns(2)
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				pgt.ExecContext(ctx, "select pg_sleep(5)")
+			}()
+		}
+		wg.Wait()
+		if st := pgt.Stats(); st.Idle != 0 {
+			t.Fatalf("round %d: %d interrupted (closed) connections kept idle in the pool", round, st.Idle)
+		}
+		var n int
+		if err := pgt.QueryRow("select 1").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("round %d: after interrupted statements: %v", round, err)
+		}
+	}
+}
