@@ -166,16 +166,18 @@ rules:
 	seqScans := func() (a, b int64) {
 		t.Helper()
 		// Flush the statistics of pgtraffic's backend (its next report is forced) before reading.
-		// Parallel workers report their scans when they exit, a moment after the leader: read
-		// until two readings 300ms apart agree.
+		// Backends report their counters when idle, at most once a second unless forced, and
+		// parallel workers when they exit: force both connections' reports, then read until two
+		// readings more than a second apart agree.
 		mustExec(t, conn, ctx, `select pg_stat_force_next_flush()`)
+		mustExec(t, raw, ctx, `select pg_stat_force_next_flush()`)
 		read := func() (int64, int64) {
 			return queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_a'`),
 				queryInt(t, raw, ctx, `select seq_scan from pg_stat_user_tables where relname = 'big_b'`)
 		}
 		a, b = read()
-		for range 20 {
-			time.Sleep(300 * time.Millisecond)
+		for range 8 {
+			time.Sleep(1100 * time.Millisecond)
 			a2, b2 := read()
 			if a2 == a && b2 == b {
 				break
