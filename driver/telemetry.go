@@ -140,6 +140,7 @@ func (t *telemetry) attach(e *engine.Engine) error {
 	reloads := ic("pgtraffic.rules.reloads", "{reload}", "Rule sets put in force, the first included.")
 	reloadFailures := ic("pgtraffic.rules.reload_failures", "{reload}", "Rules-file changes rejected; the last good rules stayed.")
 	healthErrors := ic("pgtraffic.health.errors", "{error}", "Failed health reads and connects.")
+	healthSamples := ic("pgtraffic.health.samples", "{sample}", "Successful health metric reads.")
 	if err := errors.Join(errs...); err != nil {
 		return telemetryError(err)
 	}
@@ -162,10 +163,13 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		if n, ok := e.HealthErrors(); ok {
 			o.ObserveInt64(healthErrors, clampInt64(n))
 		}
+		if n, ok := e.HealthSamples(); ok {
+			o.ObserveInt64(healthSamples, clampInt64(n))
+		}
 		return nil
 	}
 	reg, err := m.RegisterCallback(observe, debt, inFlight, patternHits, patternMisses, explainCalls,
-		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors)
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)
 	if err != nil {
 		return telemetryError(err)
 	}

@@ -157,6 +157,7 @@ func (e *Engine) configureHealth(cfg *config.Config, interval time.Duration) {
 		if s != nil {
 			s.Close()
 			e.healthErrBase.Add(s.Errors())
+			e.healthSampleBase.Add(s.Samples())
 		}
 		s = health.NewSampler(health.Options{
 			Connect:  e.healthConnect,

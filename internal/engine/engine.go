@@ -82,10 +82,12 @@ type Engine struct {
 	healthConnect func(ctx context.Context) (*pgx.Conn, error)
 	healthEvery   time.Duration // the interval the current sampler was built with; under mu
 	healthErrBase atomic.Uint64 // errors of samplers replaced since, so the counter never resets
-	builtins      []ruleset.KV
-	obs           Observer
-	onStmt        func(string, []ruleset.KV)
-	maxKeys       int
+	// healthSampleBase likewise for good reads.
+	healthSampleBase atomic.Uint64
+	builtins         []ruleset.KV
+	obs              Observer
+	onStmt           func(string, []ruleset.KV)
+	maxKeys          int
 
 	state atomic.Pointer[compiled]
 

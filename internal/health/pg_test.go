@@ -68,12 +68,16 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 // sampled runs a round and returns metric's value, failing on a read error.
 func sampled(t *testing.T, s *Sampler, metric string) float64 {
 	t.Helper()
+	before := s.Samples()
 	if err := s.SampleOnce(context.Background()); err != nil {
 		t.Fatalf("SampleOnce: %v", err)
 	}
 	v, _, ok := s.Value(metric)
 	if !ok {
 		t.Fatalf("no value for %s after a good round", metric)
+	}
+	if s.Samples() <= before {
+		t.Fatalf("a good round counted no sample (%d -> %d)", before, s.Samples())
 	}
 	return v
 }

@@ -95,7 +95,8 @@ type Sampler struct {
 
 	snap         atomic.Pointer[snapshot]
 	errors       atomic.Uint64
-	unconfigured sync.Map // metric -> struct{}: thresholds already logged as not sampled
+	samples      atomic.Uint64 // good metric reads
+	unconfigured sync.Map      // metric -> struct{}: thresholds already logged as not sampled
 
 	life context.Context // canceled by Close; parent of all I/O
 	kill context.CancelFunc
@@ -317,6 +318,9 @@ func (s *Sampler) Value(metric string) (v float64, at time.Time, ok bool) {
 // Errors returns how many reads and connects have failed, plus metrics that
 // could not be configured, since the sampler was created.
 func (s *Sampler) Errors() uint64 { return s.errors.Load() }
+
+// Samples reports how many metric reads succeeded (one per metric per round).
+func (s *Sampler) Samples() uint64 { return s.samples.Load() }
 
 // SampleOnce runs one round now, connecting if needed (regardless of the
 // reconnect backoff), and returns the failed reads joined. It is used at
@@ -542,6 +546,7 @@ func (s *Sampler) publish(results []result) {
 		if r.staleLogged.Swap(false) || r.err != "" && r.err != "not connected" && r.err != "connection lost" {
 			logs = append(logs, entry{slog.LevelInfo, "health: metric read again", []any{"metric", res.metric}})
 		}
+		s.samples.Add(1)
 		r.value, r.at, r.good, r.err = res.value, res.at, true, ""
 		next[res.metric] = r
 	}
