@@ -84,16 +84,11 @@ func main() {
 }
 
 func run(ctx context.Context, f flags) error {
-	dsn := os.Getenv("PGTRAFFIC_TEST_DSN")
-	if dsn == "" {
-		fmt.Println("starting a throwaway PostgreSQL ...")
-		srv, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		dsn = srv.DSN
+	dsn, stop, err := pgtest.EnvOrStart()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	cfg, err := driver.ParseConfig([]byte(rules))
 	if err != nil {
 		return err

@@ -47,16 +47,11 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	dsn := os.Getenv("PGTRAFFIC_TEST_DSN")
-	if dsn == "" {
-		fmt.Println("starting a throwaway PostgreSQL ...")
-		srv, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		dsn = srv.DSN
+	dsn, stop, err := pgtest.EnvOrStart()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	cfg, err := driver.ParseConfig([]byte(rules))
 	if err != nil {
 		return err

@@ -149,16 +149,11 @@ func (f flags) validate() error {
 
 func run(f flags) error {
 	ctx := context.Background()
-	dsn := os.Getenv("PGTRAFFIC_TEST_DSN")
-	if dsn == "" {
-		fmt.Println("starting a throwaway PostgreSQL ...")
-		srv, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		dsn = srv.DSN
+	dsn, stop, err := pgtest.EnvOrStart()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	if !f.parallel {
 		// The budget counts execution seconds of one backend; parallel workers would let one
 		// report occupy every core of this small server while being charged for one.

@@ -101,3 +101,18 @@ func external(dsn string) (*Server, error) {
 	}
 	return &Server{DSN: dsn, Host: cfg.Host, Port: int(cfg.Port)}, nil
 }
+
+// EnvOrStart returns the server named by PGTRAFFIC_TEST_DSN, or else starts a throwaway cluster
+// (printing a line to say so, for the examples that use it). stop stops the throwaway cluster
+// and does nothing for an external server.
+func EnvOrStart() (dsn string, stop func() error, err error) {
+	if dsn := os.Getenv("PGTRAFFIC_TEST_DSN"); dsn != "" {
+		return dsn, func() error { return nil }, nil
+	}
+	fmt.Println("starting a throwaway PostgreSQL ...")
+	srv, err := Start()
+	if err != nil {
+		return "", nil, err
+	}
+	return srv.DSN, srv.Stop, nil
+}
