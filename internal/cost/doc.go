@@ -45,7 +45,7 @@
 // Planner cost depends on the arguments as well as the pattern. [PlanCache] keeps one cost per
 // fingerprint for a TTL ([DefaultPlanTTL]): explain mode pattern uses it always, mode call never,
 // and mode auto uses it unless [Model.Volatile] reports that the pattern's actual cost varies
-// widely (coefficient of variation above 0.5) and its mean cost exceeds 20 EXPLAIN round trips,
+// widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round trips,
 // where an EXPLAIN per call is cheap insurance. A cache hit and a prediction take tens of
 // nanoseconds and allocate nothing.
 //

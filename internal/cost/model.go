@@ -38,8 +38,10 @@ const (
 	// above which a pattern's cost counts as varying widely.
 	volatileCV = 0.5
 	// volatileExplainRatio: per-call EXPLAIN pays off only when the pattern's mean cost is at least
-	// this many EXPLAIN round trips, so the extra round trip costs under 5% of the statement.
-	volatileExplainRatio = 20
+	// this many EXPLAIN round trips (an order of magnitude), so the extra round trip costs under
+	// 10% of the statement. 20 left range scans of a few milliseconds, whose cost swings most
+	// with their arguments, on a stale plan cost (median error 0.9 on the accuracy benchmark).
+	volatileExplainRatio = 10
 	// volatileMinSamples keeps one or two early outliers from switching a pattern to per-call
 	// EXPLAIN before its variance means anything.
 	volatileMinSamples = 5
@@ -272,7 +274,7 @@ func (m *Model) globalKLocked() float64 {
 
 // Volatile reports whether, in explain mode auto, pattern fp should be explained on every call
 // rather than once per pattern: its actual cost varies widely (coefficient of variation above 0.5
-// over at least 5 executions) and its mean dwarfs an EXPLAIN round trip (more than 20 × the mean
+// over at least 5 executions) and its mean dwarfs an EXPLAIN round trip (more than 10 × the mean
 // round trip recorded by [Model.ObserveExplain]; false before any round trip was recorded).
 func (m *Model) Volatile(fp uint64) bool {
 	m.mu.RLock()
