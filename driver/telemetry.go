@@ -222,6 +222,11 @@ var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 // idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
 var idleSpan = trace.SpanFromContext(context.Background())
 
+// WantsTags: span attributes carry the tags; with the idle global provider no span is recorded.
+func (t *telemetry) WantsTags() bool {
+	return t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal
+}
+
 func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
 	if t.idleGlobal != nil && otel.GetTracerProvider() == t.idleGlobal {
 		return idleSpan

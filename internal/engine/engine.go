@@ -256,14 +256,19 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	p := e.pattern(query)
 	x := execPool.Get().(*Exec)
 	x.reset(e, p, now)
-	x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
+	st := e.state.Load()
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
+	// them (no rules in force, telemetry idle) the fast path skips merging them.
+	if !st.empty || e.onStmt != nil || debug || (e.obs != nil && e.obs.WantsTags()) {
+		x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
+	}
 	if e.onStmt != nil {
 		e.onStmt(p.Fingerprint, x.Tags)
 	}
-	if e.log.Enabled(ctx, slog.LevelDebug) {
+	if debug {
 		e.debugStatement(ctx, x)
 	}
-	st := e.state.Load()
 	if !st.empty {
 		if err := e.decide(ctx, st, x, conn, query, args); err != nil {
 			if e.obs != nil {
@@ -498,6 +503,9 @@ type Observer interface {
 	Blocked(ctx context.Context, x *Exec, err error)
 	Finished(ctx context.Context, x *Exec, err error, d time.Duration)
 	Decision(budget, decision, reason string)
+	// WantsTags reports whether Started needs the statement's tags (x.Tags); when it does not,
+	// and nothing else does, the engine does not merge them.
+	WantsTags() bool
 }
 
 // config type re-exported for the driver's convenience.
