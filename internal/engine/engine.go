@@ -309,8 +309,12 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	x.release()
 }
 
-// fastSlots is the size of the engine's identity cache in front of the pattern cache.
-const fastSlots = 256
+// fastSlots is the size of the engine's identity cache in front of the pattern cache, and
+// fastMaxLen the longest statement text it keeps (so it pins at most 512 KiB).
+const (
+	fastSlots  = 256
+	fastMaxLen = 2048
+)
 
 // fastEntry remembers the pattern of one query string value.
 type fastEntry struct {
@@ -331,7 +335,9 @@ func (e *Engine) pattern(query string) *pattern.Pattern {
 		return f.p
 	}
 	p, _ := e.patterns.Get(query)
-	if len(query) > 0 {
+	// Only short texts: an entry pins its string, and 256 pinned megabyte-long statements
+	// would be a quarter of a gigabyte.
+	if len(query) > 0 && len(query) <= fastMaxLen {
 		slot.Store(&fastEntry{query: query, p: p})
 	}
 	return p
