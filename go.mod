@@ -1,6 +1,6 @@
 module github.com/pgtraffic/pgtraffic
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/XSAM/otelsql v0.44.0
