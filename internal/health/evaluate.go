@@ -17,8 +17,9 @@ import (
 // the queries already in flight, not the one asking) keeps at most 4 in
 // flight.
 //
-// A metric is stale when it has no good sample, when its last read failed,
-// or when its last good sample is older than [StaleIntervals] intervals;
+// A metric is stale when its last read failed, when its last good sample is
+// older than [StaleIntervals] intervals, or when it has had no good sample
+// for [StaleIntervals] intervals since it was configured;
 // each metric's staleness is logged once when it begins. Staleness counts
 // as exceeded only when enforce is true (fail safe); a warn budget is not
 // warned about what is not known.
@@ -37,6 +38,12 @@ func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFligh
 		v := inFlight
 		if m != InFlight {
 			r, ok := readings[m]
+			if ok && !r.good && r.err == "" && now.Sub(r.since) <= limit {
+				// Not read yet, and configured less than StaleIntervals ago: like a sample
+				// not yet old, it neither throttles nor counts as stale (a connector that
+				// has just started does not refuse its first statements).
+				continue
+			}
 			if !ok || !r.good || r.err != "" || now.Sub(r.at) > limit {
 				s.noteStale(m, r, ok, now, limit)
 				if old == "" || m < old {

@@ -21,6 +21,7 @@ func TestEvaluate(t *testing.T) {
 		thresholds map[string]float64
 		inFlight   float64
 		enforce    bool
+		at         time.Duration // evaluated at t0 + at (default an hour after configuration)
 
 		metric   string
 		value    float64
@@ -76,6 +77,12 @@ func TestEvaluate(t *testing.T) {
 			seed:       []seeded{{metric: ActiveQueries, value: 1, age: 10 * sec}},
 			thresholds: map[string]float64{ActiveQueries: 8},
 			metric:     ActiveQueries, value: 1, stale: true,
+		},
+		{
+			name:       "never sampled, configured less than three intervals ago: not yet stale",
+			thresholds: map[string]float64{ReplicationLag: 5},
+			enforce:    true,
+			at:         2 * sec,
 		},
 		{
 			name:       "never sampled is stale",
@@ -134,8 +141,12 @@ func TestEvaluate(t *testing.T) {
 				Metrics:  []string{ActiveQueries, ReplicationLag, "custom.q", InFlight},
 				Queries:  map[string]string{"q": "select 1"},
 				Logger:   log,
+				Now:      func() time.Time { return t0 }, // when the metrics were configured
 			})
 			now := t0.Add(time.Hour)
+			if tt.at != 0 {
+				now = t0.Add(tt.at)
+			}
 			for _, sd := range tt.seed {
 				if sd.failed {
 					fail(t, s, sd.metric, "boom")

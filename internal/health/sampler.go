@@ -138,6 +138,8 @@ type reading struct {
 	at    time.Time // when the last good value was read
 	good  bool      // value and at are set
 	err   string    // why the most recent read failed; "" after a good read
+	since time.Time // when the metric was configured: before its first read it is not stale
+	// until it has gone unread for StaleIntervals intervals since then
 	// staleLogged is shared by every snapshot's copy of this metric's
 	// reading, so that Evaluate logs the start of staleness once without a lock.
 	staleLogged *atomic.Bool
@@ -251,7 +253,7 @@ func (s *Sampler) SetMetrics(metrics []string, queries map[string]string) {
 			next[m] = r
 			continue
 		}
-		next[m] = reading{sql: sql, staleLogged: new(atomic.Bool)}
+		next[m] = reading{sql: sql, since: s.now(), staleLogged: new(atomic.Bool)}
 	}
 	for m, why := range bad {
 		next[m] = reading{err: why, staleLogged: new(atomic.Bool)}
