@@ -177,3 +177,21 @@ guards:
 		t.Fatalf("in flight %d", got)
 	}
 }
+
+// TestDriverOpenSharesConnector: connections opened with Driver.Open for one DSN share one
+// connector (one set of budgets, one rules watcher).
+func TestDriverOpenSharesConnector(t *testing.T) {
+	d := &Driver{}
+	// The connector is created without connecting; connecting fails (nothing listens there),
+	// which is fine: the connector is what is shared.
+	const dsn = "postgres://u@127.0.0.1:1/db?connect_timeout=1"
+	d.Open(dsn)
+	d.Open(dsn)
+	d.Open(dsn + "&application_name=other")
+	if len(d.open) != 2 {
+		t.Fatalf("%d connectors for 2 DSNs", len(d.open))
+	}
+	for _, c := range d.open {
+		c.Close()
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -26,21 +27,38 @@ func init() {
 }
 
 // Driver is the database/sql driver registered as "pgtraffic". Its connectors read the rules file
-// named by PGTRAFFIC_RULES when set. The zero value is ready to use.
-type Driver struct{}
+// named by PGTRAFFIC_RULES when set. The zero value is ready to use; it is safe for concurrent use.
+type Driver struct {
+	mu sync.Mutex // protects the field below
+	// open keeps one connector per DSN for Open, so that connections opened without
+	// database/sql's connector share their budgets and start one rules watcher, not one each.
+	open map[string]*Connector
+}
 
 var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.DriverContext = (*Driver)(nil)
 )
 
-// Open opens a single connection without a shared connector. database/sql uses OpenConnector
-// instead; Open exists for the driver.Driver interface.
+// Open opens a single connection. database/sql uses OpenConnector instead; Open exists for the
+// driver.Driver interface. Connections opened this way for one DSN share one connector, which
+// lives as long as the process.
 func (d *Driver) Open(dsn string) (driver.Conn, error) {
-	c, err := d.OpenConnector(dsn)
-	if err != nil {
-		return nil, err
+	d.mu.Lock()
+	c, ok := d.open[dsn]
+	if !ok {
+		var err error
+		c, err = newConnector(dsn, nil, true)
+		if err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		if d.open == nil {
+			d.open = map[string]*Connector{}
+		}
+		d.open[dsn] = c
 	}
+	d.mu.Unlock()
 	return c.Connect(context.Background())
 }
 
