@@ -507,3 +507,58 @@ func eventually(d time.Duration, f func() bool) bool {
 	}
 	return f()
 }
+
+// TestCloseStopsWatcherAndSampler: (*sql.DB).Close stops what the connector started: the rules
+// file is no longer watched and the health sampler's connection is closed.
+func TestCloseStopsWatcherAndSampler(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	rules := `
+health_interval: 100ms
+budgets:
+  - {name: batch, mode: enforce, throttle_when: {active_queries: 1000}}
+rules:
+  - {budget: batch, match: {job: import}}
+`
+	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := driver.NewConnector(dsn, driver.WithRulesFile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	if _, err := db.Exec("select 1"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("pgx", dsn) // the sampler connects to the test database
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	samplers := func() int {
+		var n int
+		if err := raw.QueryRow(`select count(*) from pg_stat_activity where application_name = 'pgtraffic-health'
+			and datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if !eventually(5*time.Second, func() bool { return samplers() == 1 }) {
+		t.Fatalf("the health sampler did not connect: %d connections", samplers())
+	}
+	reloads := c.Snapshot().Counters.Reloads
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(5*time.Second, func() bool { return samplers() == 0 }) {
+		t.Fatalf("the health sampler's connection outlived db.Close: %d", samplers())
+	}
+	if err := os.WriteFile(path, []byte(rules+"\n# changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a watcher would have reloaded by now (it settles 50ms)
+	if got := c.Snapshot().Counters.Reloads; got != reloads {
+		t.Fatalf("the rules file was reloaded after db.Close (%d -> %d reloads)", reloads, got)
+	}
+}
