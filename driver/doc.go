@@ -31,6 +31,6 @@
 //
 // # pgx-only features
 //
-// database/sql hides the *pgx.Conn behind the interceptor; [RawConn] reaches it for CopyFrom,
+// database/sql hides the *pgx.Conn behind pgtraffic's connection; [RawConn] reaches it for CopyFrom,
 // LISTEN/NOTIFY and other pgx-only features. Statements sent that way bypass traffic control.
 package driver
