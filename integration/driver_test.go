@@ -270,12 +270,7 @@ func TestCancelledContext(t *testing.T) {
 }
 
 func TestServerRestartPoolRecovers(t *testing.T) {
-	pgtest.Shared(t) // skips (or fails under CI) when PostgreSQL is missing
-	srv, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	srv := privateServer(t)
 	db, err := driver.Open(srv.DSN)
 	if err != nil {
 		t.Fatal(err)

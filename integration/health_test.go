@@ -401,14 +401,7 @@ rules:
 // standby (pg_basebackup -R), throttles while replay is paused and the primary writes, and
 // recovers after replay resumes.
 func TestHealthReplicationLag(t *testing.T) {
-	primary, err := pgtest.Start()
-	if err != nil {
-		if pgtest.Required() {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	t.Cleanup(func() { primary.Stop() })
+	primary := privateServer(t)
 	standby, err := primary.StartStandby()
 	if err != nil {
 		t.Fatal(err)
@@ -530,14 +523,7 @@ rules:
 // exceeded (fail safe) and the log says so once; a warn budget is not warned about it.
 func TestHealthStaleSampleFailsSafe(t *testing.T) {
 	t.Run("server stopped under the connector", func(t *testing.T) {
-		srv, err := pgtest.Start()
-		if err != nil {
-			if pgtest.Required() {
-				t.Fatal(err)
-			}
-			t.Skip(err)
-		}
-		t.Cleanup(func() { srv.Stop() })
+		srv := privateServer(t)
 		cfg, err := driver.ParseConfig([]byte(`
 health_interval: 200ms
 budgets:
