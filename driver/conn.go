@@ -38,6 +38,13 @@ type conn struct {
 	parent parentConn
 	pgx    *stdlib.Conn // the same connection as parent, for EXPLAIN; nil in unit tests
 	intr   *interceptor
+
+	// spare is the rows wrapper of the connection's open query, reused so that a query does not
+	// allocate one; spareBusy is set while it is handed out. A second query while one is open
+	// (possible in a transaction) gets a new wrapper. Both are used only under database/sql's
+	// lock of the connection, which it holds for QueryContext and for Rows.Close.
+	spare     rows
+	spareBusy bool
 }
 
 var (
@@ -93,7 +100,17 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		x.Finish(ctx, err)
 		return nil, err
 	}
-	return &rows{Rows: r, ctx: ctx, x: x}, nil
+	return c.rows(ctx, r, x), nil
+}
+
+// rows wraps r, in the connection's spare wrapper when it is free.
+func (c *conn) rows(ctx context.Context, r driver.Rows, x *engine.Exec) *rows {
+	if c.spareBusy {
+		return &rows{Rows: r, ctx: ctx, x: x}
+	}
+	c.spareBusy = true
+	c.spare = rows{Rows: r, ctx: ctx, x: x, owner: c}
+	return &c.spare
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

@@ -195,3 +195,73 @@ func TestDriverOpenSharesConnector(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestRowsOnOneConnection opens several result sets on one connection at once (database/sql
+// allows it on a *sql.Conn or *sql.Tx; pgx would refuse, the fake does not): each keeps its own
+// statement, whether it got the connection's spare wrapper or a new one, and each statement's
+// slot is given back when its rows close.
+func TestRowsOnOneConnection(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+budgets:
+  - {name: four, mode: enforce, max_concurrent: 4}
+rules:
+  - {budget: four, match: {statement: select}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fc := &fakeConn{}
+	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
+	defer db.Close()
+	ctx := context.Background()
+	sc, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	inFlight := func() int { return c.Snapshot().Budgets[0].InFlight }
+
+	var open []*sql.Rows
+	for i := range 3 {
+		r, err := sc.QueryContext(ctx, "select x from t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, r)
+		if got := inFlight(); got != i+1 {
+			t.Fatalf("after %d queries in flight %d", i+1, got)
+		}
+	}
+	// Close the first (the spare wrapper), then exhaust the others.
+	open[0].Close()
+	if got := inFlight(); got != 2 {
+		t.Fatalf("after closing the first rows in flight %d, want 2", got)
+	}
+	for _, r := range open[1:] {
+		n := 0
+		for r.Next() {
+			n++
+		}
+		if n != 2 || r.Err() != nil {
+			t.Fatalf("rows %d %v", n, r.Err())
+		}
+	}
+	if got := inFlight(); got != 0 {
+		t.Fatalf("after exhausting all rows in flight %d", got)
+	}
+	// The spare is free again: a new query uses it and finishes.
+	for range 2 {
+		var x int
+		if err := sc.QueryRowContext(ctx, "select x from t").Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := inFlight(); got != 0 {
+		t.Fatalf("in flight %d", got)
+	}
+}

@@ -14,8 +14,9 @@ import (
 // concurrently (it serialises them with its closemu), so x needs no lock.
 type rows struct {
 	driver.Rows
-	ctx context.Context
-	x   *engine.Exec // nil once finished
+	ctx   context.Context
+	x     *engine.Exec // nil once finished
+	owner *conn        // the connection whose spare wrapper this is; nil for an allocated one
 }
 
 // The column-type interfaces pgx's rows implement, passed through so that
@@ -48,9 +49,15 @@ func (r *rows) Next(dest []driver.Value) error {
 	return err
 }
 
+// Close finishes the statement and, for a connection's spare wrapper, hands it back. database/sql
+// calls it once, and never uses the rows after it.
 func (r *rows) Close() error {
 	err := r.Rows.Close()
 	r.finish(err)
+	if c := r.owner; c != nil {
+		*r = rows{} // drop the pgx rows and the context
+		c.spareBusy = false
+	}
 	return err
 }
 

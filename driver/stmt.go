@@ -53,7 +53,7 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 		x.Finish(ctx, err)
 		return nil, err
 	}
-	return &rows{Rows: r, ctx: ctx, x: x}, nil
+	return s.conn.rows(ctx, r, x), nil
 }
 
 var errNoContext = errors.New("pgtraffic: the prepared statement lacks context-aware Exec/Query")

@@ -52,6 +52,23 @@ func (t Tags) Get(key string) (string, bool) {
 // Len returns the number of pairs.
 func (t Tags) Len() int { return len(t.pairs) }
 
+// Equal reports whether t and u hold the same pairs. Tags that share their
+// storage (copies of one value) compare in constant time.
+func (t Tags) Equal(u Tags) bool {
+	if len(t.pairs) != len(u.pairs) {
+		return false
+	}
+	if len(t.pairs) == 0 || &t.pairs[0] == &u.pairs[0] {
+		return true
+	}
+	for i, p := range t.pairs {
+		if p != u.pairs[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // All returns an iterator over the pairs in ascending order of key.
 // Ranging over it does not allocate.
 func (t Tags) All() iter.Seq2[string, string] {

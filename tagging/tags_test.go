@@ -245,3 +245,28 @@ func BenchmarkWith(b *testing.B) {
 		_ = With(ctx, "route", "/orders/{id}", "method", "GET")
 	}
 }
+
+func TestEqual(t *testing.T) {
+	a := New("app", "web", "route", "/a")
+	cases := []struct {
+		name string
+		x, y Tags
+		want bool
+	}{
+		{"both empty", Tags{}, New(), true},
+		{"same value", a, a, true},
+		{"same pairs, other storage", a, New("route", "/a", "app", "web"), true},
+		{"other value", a, New("app", "web", "route", "/b"), false},
+		{"other key", a, New("app", "web", "router", "/a"), false},
+		{"fewer pairs", a, New("app", "web"), false},
+		{"empty and not", Tags{}, a, false},
+	}
+	for _, c := range cases {
+		if got := c.x.Equal(c.y); got != c.want {
+			t.Errorf("%s: %v.Equal(%v) = %v, want %v", c.name, c.x, c.y, got, c.want)
+		}
+		if got := c.y.Equal(c.x); got != c.want {
+			t.Errorf("%s (reversed): got %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // bypassKey is the context key of WithGuardBypass.
@@ -31,9 +32,12 @@ func guardBypassed(ctx context.Context) bool {
 // minRetry is the retry hint when a limit gives none (concurrency) and the pause of a max_wait loop.
 const minRetry = 10 * time.Millisecond
 
-// decide runs guards, rules, health, cost and admission for x. On success the statement's holds
-// are in x; on a denial nothing is held.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+// decide runs guards, rules, health, cost and admission for x. rt is the statement's cached
+// route, or nil to route it afresh from x.Tags (and cache the result in slot); ctxTags are the
+// context tags the route is for. On success the statement's holds are in x; on a denial nothing
+// is held.
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot, ctxTags tagging.Tags,
+	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
 	p := x.Pattern
 	// Guards are static facts of the pattern, so they cost nothing unless a fact is set.
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
@@ -59,60 +63,35 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 	if st.rules == nil {
 		return nil
 	}
-	matched := st.rules.Match(x.Tags, x.ruleBuf[:0])
-	if len(matched) == 0 {
-		return nil
-	}
-	// The budgets of the matching rules, each once, in rule order.
-	// Scratch space lives in the pooled Exec: stack arrays would be zeroed on every statement.
-	budgets := x.selBuf[:0]
-	ruleOf := x.ruleOfBuf[:0]
-	for _, r := range matched {
-		bi := st.ruleBudget[r]
-		if st.budgets[bi].mode == modeOff || containsInt(budgets, bi) {
-			continue
-		}
-		budgets = append(budgets, bi)
-		ruleOf = append(ruleOf, r)
-	}
-	if len(budgets) == 0 {
-		return nil
-	}
-	x.Budgets = x.nameBuf[:0]
-	needCost := false
-	explain := explainAuto
-	for _, bi := range budgets {
-		bs := st.budgets[bi]
-		x.Budgets = append(x.Budgets, bs.name)
-		if bs.needCost {
-			needCost = true
-			if bs.explain > explain {
-				explain = bs.explain // the most eager explain mode wins: call > pattern > auto
-			}
+	if rt == nil {
+		rt = e.route(st, x, ctxTags)
+		if !p.UnsafeWrite && !p.Truncate {
+			slot.store(rt)
 		}
 	}
-	if needCost {
-		x.Predicted, x.PlanCost = e.predict(ctx, x, conn, query, args, explain)
+	if len(rt.budgets) == 0 {
+		return nil
+	}
+	budgets, ruleOf := rt.budgets, rt.ruleOf
+	x.Budgets = rt.names
+	if rt.needCost {
+		x.Predicted, x.PlanCost = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
 	}
 
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
 	reqs, reqBudget := x.reqBuf[:0], x.reqIdxBuf[:0]
-	for _, bi := range budgets {
+	for i, bi := range budgets {
 		bs := st.budgets[bi]
 		if bs.mode != modeEnforce {
 			continue
 		}
-		key, _ := tagValue(x.Tags, bs.per)
-		if bs.per == "" {
-			key = ""
-		}
-		reqs = append(reqs, budget.Request{Budget: bs.b, Key: key, Cost: x.Predicted})
+		reqs = append(reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
 		reqBudget = append(reqBudget, bi)
 	}
 	var deadline time.Time
 	for {
-		d, wait := e.tryEnforce(st, x, budgets, ruleOf, reqs, reqBudget)
+		d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget)
 		if d == nil {
 			break
 		}
@@ -143,31 +122,30 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 
 	// Warn budgets are checked one by one: a warn budget that would block is logged and the
 	// statement runs without a hold in it, so the budget shows what enforce would have done.
-	for i, bi := range budgets {
-		bs := st.budgets[bi]
-		if bs.mode != modeWarn {
-			continue
-		}
-		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
-			bs.b.CountWarned()
-			x.warnBudget(e, bs.name, d)
-			continue
-		}
-		key := ""
-		if bs.per != "" {
-			key, _ = tagValue(x.Tags, bs.per)
-		}
-		req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: x.Predicted}}
-		var wb [1]budget.Warning
-		warn, den := budget.Admit(x.Start, req[:], wb[:0])
-		if den != nil {
-			d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-			x.warnBudget(e, bs.name, d)
-			continue
-		}
-		x.hold(bs.b, key, x.Predicted)
-		for _, w := range warn {
-			e.thresholdWarn(x, bs, st.ruleName[ruleOf[i]], w)
+	if rt.warn {
+		for i, bi := range budgets {
+			bs := st.budgets[bi]
+			if bs.mode != modeWarn {
+				continue
+			}
+			if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
+				bs.b.CountWarned()
+				x.warnBudget(e, bs.name, d)
+				continue
+			}
+			key := rt.keys[i]
+			req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: x.Predicted}}
+			var wb [1]budget.Warning
+			warn, den := budget.Admit(x.Start, req[:], wb[:0])
+			if den != nil {
+				d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+				x.warnBudget(e, bs.name, d)
+				continue
+			}
+			x.hold(bs.b, key, x.Predicted)
+			for _, w := range warn {
+				e.thresholdWarn(x, bs, st.ruleName[ruleOf[i]], w)
+			}
 		}
 	}
 	if e.obs != nil {
@@ -185,6 +163,34 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 	return nil
 }
 
+// route makes x's route from its merged tags, in x's scratch space.
+func (e *Engine) route(st *compiled, x *Exec, ctxTags tagging.Tags) *route {
+	rt := &x.rt
+	*rt = route{st: st, tags: ctxTags, budgets: x.selBuf[:0], ruleOf: x.ruleOfBuf[:0], names: x.nameBuf[:0], keys: x.keyBuf[:0]}
+	for _, r := range st.rules.Match(x.Tags, x.ruleBuf[:0]) {
+		bi := st.ruleBudget[r]
+		bs := st.budgets[bi]
+		if bs.mode == modeOff || containsInt(rt.budgets, bi) {
+			continue
+		}
+		key := ""
+		if bs.per != "" {
+			key, _ = tagValue(x.Tags, bs.per)
+		}
+		rt.budgets = append(rt.budgets, bi)
+		rt.ruleOf = append(rt.ruleOf, r)
+		rt.names = append(rt.names, bs.name)
+		rt.keys = append(rt.keys, key)
+		rt.warn = rt.warn || bs.mode == modeWarn
+		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
+		if bs.needCost {
+			rt.needCost = true
+			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
+		}
+	}
+	return rt
+}
+
 // warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).
 func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 	x.Decision, x.Reason = DecisionWarn, d.Reason
@@ -198,14 +204,17 @@ func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 type budgetWarn struct{ budget, reason string }
 
 // tryEnforce checks health and admits the enforce budgets. On success the holds are in x.
-func (e *Engine) tryEnforce(st *compiled, x *Exec, budgets, ruleOf []int, reqs []budget.Request, reqBudget []int) (*Denial, time.Duration) {
-	for i, bi := range budgets {
-		bs := st.budgets[bi]
-		if bs.mode != modeEnforce {
-			continue
-		}
-		if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
-			return d, d.RetryAfter
+func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Request, reqBudget []int) (*Denial, time.Duration) {
+	budgets, ruleOf := rt.budgets, rt.ruleOf
+	if rt.health {
+		for i, bi := range budgets {
+			bs := st.budgets[bi]
+			if bs.mode != modeEnforce {
+				continue
+			}
+			if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
+				return d, d.RetryAfter
+			}
 		}
 	}
 	if len(reqs) == 0 {

@@ -234,6 +234,8 @@ type Exec struct {
 	warnBuf [2]budgetWarn
 
 	// decide's scratch space (see decide).
+	rt        route // a route made afresh
+	keyBuf    [8]string
 	selBuf    [8]int
 	ruleOfBuf [8]int
 	reqBuf    [8]budget.Request
@@ -253,15 +255,25 @@ var execPool = sync.Pool{New: func() any { return new(Exec) }}
 // On a denial nothing has been taken from any budget.
 func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
 	now := e.now()
-	p := e.pattern(query)
+	p, slot := e.pattern(query)
 	x := execPool.Get().(*Exec)
 	x.reset(e, p, now)
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
-	// them (no rules in force, telemetry idle) the fast path skips merging them.
-	if !st.empty || e.onStmt != nil || debug || (e.obs != nil && e.obs.WantsTags()) {
-		x.Tags = e.mergeTags(ctx, x.tagBuf[:0], p, query)
+	// them (no rules in force, telemetry idle) the fast path skips merging them, and so does a
+	// statement whose route (the rules' verdict on its text and context tags) is cached.
+	wantTags := e.onStmt != nil || debug || (e.obs != nil && e.obs.WantsTags())
+	var ctxTags tagging.Tags
+	var rt *route
+	if !st.empty || wantTags {
+		ctxTags = tagging.From(ctx)
+	}
+	if !st.empty && !p.UnsafeWrite && !p.Truncate { // guards read the tags: no cached route
+		rt = slot.lookup(st, ctxTags)
+	}
+	if wantTags || (!st.empty && rt == nil) {
+		x.Tags = e.mergeTags(ctxTags, x.tagBuf[:0], p, query)
 	}
 	if e.onStmt != nil {
 		e.onStmt(p.Fingerprint, x.Tags)
@@ -270,7 +282,7 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 		e.debugStatement(ctx, x)
 	}
 	if !st.empty {
-		if err := e.decide(ctx, st, x, conn, query, args); err != nil {
+		if err := e.decide(ctx, st, x, rt, slot, ctxTags, conn, query, args); err != nil {
 			if e.obs != nil {
 				e.obs.Blocked(ctx, x, err)
 			}
@@ -318,8 +330,9 @@ const (
 
 // fastEntry remembers the pattern of one query string value.
 type fastEntry struct {
-	query string
-	p     *pattern.Pattern
+	query  string
+	p      *pattern.Pattern
+	routes routeSlot // the text's last route (see route)
 }
 
 // pattern returns the statement's pattern. Applications send the same few string values (the
@@ -327,20 +340,24 @@ type fastEntry struct {
 // pointer and length answers most lookups with one atomic load and two compares, before the
 // pattern cache hashes and scans the text. The entry keeps its string alive, so an equal pointer
 // and length is the same immutable text.
-func (e *Engine) pattern(query string) *pattern.Pattern {
+//
+// It also returns the text's route slot, nil for a text the table does not keep.
+func (e *Engine) pattern(query string) (*pattern.Pattern, *routeSlot) {
 	ptr := uintptr(unsafe.Pointer(unsafe.StringData(query)))
 	slot := &e.fast[(ptr>>4^uintptr(len(query)))%fastSlots]
 	if f := slot.Load(); f != nil && len(f.query) == len(query) && unsafe.StringData(f.query) == unsafe.StringData(query) {
 		e.fastHits.Add(1)
-		return f.p
+		return f.p, &f.routes
 	}
 	p, _ := e.patterns.Get(query)
 	// Only short texts: an entry pins its string, and 256 pinned megabyte-long statements
 	// would be a quarter of a gigabyte.
 	if len(query) > 0 && len(query) <= fastMaxLen {
-		slot.Store(&fastEntry{query: query, p: p})
+		f := &fastEntry{query: query, p: p}
+		slot.Store(f)
+		return p, &f.routes
 	}
-	return p
+	return p, nil
 }
 
 // reset readies a pooled Exec. It sets each header field rather than assigning a zero Exec, so
@@ -359,15 +376,19 @@ func (x *Exec) release() {
 	x.e, x.Pattern, x.Span = nil, nil, nil
 	clear(x.holdBuf[:len(x.holds)])
 	clear(x.reqBuf[:min(len(x.Budgets), len(x.reqBuf))]) // drop budget pointers and keys
+	// A route made in x's scratch space: drop its rules, tags and keys.
+	if x.rt.st != nil {
+		clear(x.keyBuf[:min(len(x.rt.keys), len(x.keyBuf))])
+		x.rt = route{}
+	}
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	execPool.Put(x)
 }
 
 // mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
-// statement's comment, then context tags; a later source replaces every pair of an earlier
+// statement's comment, then ctxTags (the context's tags); a later source replaces every pair of an earlier
 // source with the same key.
-func (e *Engine) mergeTags(ctx context.Context, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
-	ctxTags := tagging.From(ctx)
+func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
 	var comment tagging.Tags
 	if strings.Contains(query, "/*") {
 		comment = tagging.Parse(query)

@@ -540,3 +540,86 @@ guards:
 		t.Fatalf("decisions\n got %v\nwant %v", obs.decisions, want)
 	}
 }
+
+// TestRouteCache checks that a cached route is reused only for the same text, equal context
+// tags and the same rules: each Begin below would be decided wrongly by a stale route.
+func TestRouteCache(t *testing.T) {
+	const q = "select * from t where id = $1"
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1, per: tenant}
+  - {name: b, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: a, match: {app: x}}
+  - {budget: b, match: {app: y}}
+`)
+	bg := context.Background()
+	t1 := tagging.With(bg, "app", "x", "tenant", "t1")
+	x1, err := e.Begin(t1, nil, q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, slot := e.pattern(q)
+	if slot.p.Load() == nil {
+		t.Fatal("no route cached for the text")
+	}
+	// Equal tags in other storage: the cached route, and tenant t1's slot is taken.
+	if _, err := e.Begin(tagging.With(bg, "tenant", "t1", "app", "x"), nil, q, nil); denial(t, err).Budget != "a" {
+		t.Fatalf("want a denial by a, got %v", err)
+	}
+	// Another tenant: another key of the same budget.
+	x2, err := e.Begin(tagging.With(bg, "app", "x", "tenant", "t2"), nil, q, nil)
+	if err != nil {
+		t.Fatalf("tenant t2 was refused: %v", err)
+	}
+	// Another app: another budget, then none.
+	y := tagging.With(bg, "app", "y")
+	x3, err := e.Begin(y, nil, q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(x3.Budgets) != 1 || x3.Budgets[0] != "b" {
+		t.Fatalf("app=y budgets %v, want [b]", x3.Budgets)
+	}
+	for range 2 {
+		x, err := e.Begin(tagging.With(bg, "app", "z"), nil, q, nil)
+		if err != nil || len(x.Budgets) != 0 {
+			t.Fatalf("app=z: budgets %v, err %v; want none", x.Budgets, err)
+		}
+		x.Finish(bg, nil)
+	}
+	if _, err := e.Begin(y, nil, q, nil); denial(t, err).Budget != "b" { // caches y's route
+		t.Fatalf("want a denial by b, got %v", err)
+	}
+	// New rules route app=x to b, which app=y holds, and app=y nowhere: the old routes must
+	// not be used.
+	cfg, err := config.Parse([]byte(`
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1, per: tenant}
+  - {name: b, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: b, match: {app: x}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	x4, err := e.Begin(y, nil, q, nil)
+	if err != nil || len(x4.Budgets) != 0 {
+		t.Fatalf("after the reload app=y: budgets %v, err %v; want none", x4.Budgets, err)
+	}
+	x4.Finish(bg, nil)
+	if _, err := e.Begin(tagging.With(bg, "app", "x", "tenant", "t3"), nil, q, nil); denial(t, err).Budget != "b" {
+		t.Fatalf("after the reload want a denial by b, got %v", err)
+	}
+	for _, x := range []*Exec{x1, x2, x3} {
+		x.Finish(bg, nil)
+	}
+	for _, bs := range e.Budgets() {
+		if bs.InFlight != 0 {
+			t.Fatalf("%s leaked: %+v", bs.Name, bs)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// route is what the rule set makes of one statement text with one set of context tags: the
+// budgets it selects, the rule that selected each, and each one's per-tag value. Nothing else
+// feeds it (built-in tags are the engine's; the pattern's facts and the comment tags are the
+// text's), so the engine keeps the last route of each text in its identity cache, and a
+// statement with the same text and equal context tags under the same rules skips merging tags
+// and matching rules, most of the decision's work before admission.
+type route struct {
+	st       *compiled    // the rules it was made under
+	tags     tagging.Tags // the context tags it was made for
+	budgets  []int        // indexes into st.budgets of the selected budgets, each once, in rule order
+	ruleOf   []int        // the rule that selected each
+	names    []string     // their names (Exec.Budgets)
+	keys     []string     // each one's per-tag value; "" when it has no per
+	needCost bool         // a selected budget needs a cost prediction
+	explain  explainMode  // the most eager explain mode of those budgets
+	warn     bool         // a selected budget is in warn mode
+	health   bool         // a selected enforce budget has throttle_when
+}
+
+// maxRouteBudgets is the most budgets a cached route holds; a statement that selects more (rare)
+// is routed afresh each time.
+const maxRouteBudgets = 4
+
+// routeBox is a cached route and its slices' storage, so that caching one is one allocation.
+type routeBox struct {
+	route
+	budgets, ruleOf [maxRouteBudgets]int
+	names, keys     [maxRouteBudgets]string
+}
+
+// cached returns a copy of r that owns its storage (r's slices point into an Exec's scratch
+// space), or nil when r selects too many budgets to cache.
+func (r *route) cached() *route {
+	n := len(r.budgets)
+	if n > maxRouteBudgets {
+		return nil
+	}
+	b := &routeBox{route: *r}
+	copy(b.budgets[:], r.budgets)
+	copy(b.ruleOf[:], r.ruleOf)
+	copy(b.names[:], r.names)
+	copy(b.keys[:], r.keys)
+	b.route.budgets, b.route.ruleOf = b.budgets[:n:n], b.ruleOf[:n:n]
+	b.route.names, b.route.keys = b.names[:n:n], b.keys[:n:n]
+	return &b.route
+}
+
+// routeSlot holds the last route of one statement text.
+type routeSlot struct{ p atomic.Pointer[route] }
+
+// lookup returns the slot's route when it was made under st for tags, else nil. A nil slot (a
+// text the identity cache does not keep) has none.
+func (s *routeSlot) lookup(st *compiled, tags tagging.Tags) *route {
+	if s == nil {
+		return nil
+	}
+	r := s.p.Load()
+	if r == nil || r.st != st || !r.tags.Equal(tags) {
+		return nil
+	}
+	return r
+}
+
+// store caches r (made in scratch space) in the slot; a nil slot keeps nothing.
+func (s *routeSlot) store(r *route) {
+	if s == nil {
+		return
+	}
+	if c := r.cached(); c != nil {
+		s.p.Store(c)
+	}
+}
