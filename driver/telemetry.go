@@ -213,23 +213,24 @@ func spanName(x *engine.Exec) string {
 // clientKind is the span kind of every statement span, boxed once.
 var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
+// idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
+var idleSpan = trace.SpanFromContext(context.Background())
+
+// WantsTags: span attributes carry the tags; with the idle global provider no span is recorded.
+// The engine keeps the answer in Exec.Observed, so startSpan does not ask the global again.
+func (t *telemetry) WantsTags() bool {
+	return t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal
+}
+
 // startSpan starts a statement's span. When the statement matched a budget, the span starts at
 // x.Start, when the engine began deciding (Started and Blocked are called before the engine
 // restarts x.Start for execution), so that time spent on EXPLAIN or waiting for capacity
 // (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
 // fast path (no budget) nothing happened before, and the timestamp option would cost an
 // allocation per statement.
-// idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
-var idleSpan = trace.SpanFromContext(context.Background())
-
-// WantsTags: span attributes carry the tags; with the idle global provider no span is recorded.
-func (t *telemetry) WantsTags() bool {
-	return t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal
-}
-
 func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
-	if t.idleGlobal != nil && otel.GetTracerProvider() == t.idleGlobal {
-		return idleSpan
+	if !x.Observed {
+		return idleSpan // WantsTags was false: the idle global provider records nothing
 	}
 	if always || len(x.Budgets) > 0 {
 		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start))

@@ -227,6 +227,7 @@ type Exec struct {
 	PlanCost  float64  // planner cost used; 0 when none
 	Costed    bool     // a prediction was made (the model may train on this execution)
 	Span      any      // the observer's per-statement state
+	Observed  bool     // the observer's WantsTags was true at Begin (it records this statement)
 
 	slow    bool // Begin spent time on an EXPLAIN or a wait: restart the clock
 	holds   []admitted
@@ -263,7 +264,8 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
 	// them (no rules in force, telemetry idle) the fast path skips merging them, and so does a
 	// statement whose route (the rules' verdict on its text and context tags) is cached.
-	wantTags := e.onStmt != nil || debug || (e.obs != nil && e.obs.WantsTags())
+	x.Observed = e.obs != nil && e.obs.WantsTags()
+	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
 	var rt *route
 	if !st.empty || wantTags {
@@ -367,7 +369,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 	x.e, x.Pattern, x.Start = e, p, now
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
-	x.Predicted, x.PlanCost, x.Costed, x.slow = 0, 0, false, false
+	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed = 0, 0, false, false, false
 	x.Span = nil
 }
 
