@@ -27,6 +27,11 @@ type Request struct {
 	// counted, so the budget keeps measuring) and reported as a [Warning]
 	// with Over set.
 	WarnOnly bool
+
+	// st is the state that Admit charged for this request, set when it
+	// admits, so that [Release] can skip the key lookup. Only a hint, checked
+	// before use: see Release.
+	st *state
 }
 
 // Denial says which request refused an admission and why.
@@ -56,7 +61,10 @@ type Warning struct {
 // Admit decides, at now, whether every request admits, and only if all do
 // takes a concurrency slot and reserves Cost of debt in each (all-or-nothing:
 // a denial anywhere leaves every budget untouched). Each admitted request
-// must later be given back with [Budget.Release] with the same key and cost.
+// must later be given back, either with [Release] of the request (cheaper:
+// on success Admit stores in each element of reqs a handle for it, so reqs
+// must not be shared by concurrent calls) or with [Budget.Release] with the
+// same key and cost.
 //
 // On success it returns warns with a [Warning] appended for each request
 // whose limit is at or above its WarningThreshold, or past it (WarnOnly);
@@ -71,26 +79,119 @@ type Warning struct {
 // The same budget may appear in several requests; for the same key their
 // slots and costs add up. Budgets are locked in creation order.
 func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
+	if len(reqs) == 1 {
+		return admitOne(now, &reqs[0], warns)
+	}
+	return admitMany(now, reqs, warns)
+}
+
+// admitMany is Admit of any number of requests. It is apart from Admit so
+// that admitOne does not pay for its buffers.
+func admitMany(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 
-	if d, ok := check(now, reqs, true); !ok {
+	var pbuf [8]pending
+	plan := prepare(now, reqs, pbuf[:0])
+	if d, ok := check(reqs, plan, true); !ok {
 		return warns, escape(d)
 	}
 	for i := range reqs {
-		warns = apply(now, reqs, i, warns)
+		r, p := &reqs[i], &plan[i]
+		s := p.s
+		if p.shared {
+			// An earlier request of this admission, applied just now, may
+			// have inserted this key's state, or evicted and reused the one
+			// prepare found for its own key: look it up again.
+			s = r.Budget.tab.lookup(r.Key)
+		}
+		warns, r.st = apply(r.Budget, r, i, s, p.t, warns)
 	}
+	return warns, nil
+}
+
+// pending is what an admission of several requests learns of one of them
+// before checking, for both the check and the charge.
+type pending struct {
+	t      int64  // now on the budget's clock
+	s      *state // the key's state before any request is applied; nil if none
+	shared bool   // an earlier request of the admission has the same budget
+}
+
+// prepare appends to plan a pending for each request, with the budgets
+// locked: now is converted once per budget, and each key looked up once.
+// plan on the caller's stack holds 8 requests without allocating.
+func prepare(now time.Time, reqs []Request, plan []pending) []pending {
+	for i := range reqs {
+		r := &reqs[i]
+		b := r.Budget
+		p := pending{s: b.tab.lookup(r.Key)}
+		for j := range i {
+			if reqs[j].Budget == b {
+				p.t, p.shared = plan[j].t, true
+				break
+			}
+		}
+		if !p.shared {
+			p.t = b.clock(now)
+		}
+		plan = append(plan, p)
+	}
+	return plan
+}
+
+// admitOne is Admit of one request, the common case: one lock taken
+// directly, no earlier requests to count, and now converted and the key
+// looked up once for both the check and the charge.
+func admitOne(now time.Time, r *Request, warns []Warning) ([]Warning, *Denial) {
+	b := r.Budget
+	b.mu.Lock()
+	t := b.clock(now)
+	s := b.tab.lookup(r.Key)
+	if !r.WarnOnly {
+		if d, ok := checkOne(b, r, 0, s, t, 0, 0); !ok {
+			b.blocked.Add(1)
+			b.mu.Unlock()
+			return warns, escape(d)
+		}
+	}
+	warns, r.st = apply(b, r, 0, s, t, warns)
+	b.mu.Unlock()
 	return warns, nil
 }
 
 // Check is Admit without taking anything: the denial Admit would return now,
 // or nil. It counts nothing.
 func Check(now time.Time, reqs []Request) *Denial {
+	if len(reqs) == 1 {
+		return checkSingle(now, &reqs[0])
+	}
+	return checkMany(now, reqs)
+}
+
+// checkSingle is Check of one request; see admitOne.
+func checkSingle(now time.Time, r *Request) *Denial {
+	if r.WarnOnly {
+		return nil
+	}
+	b := r.Budget
+	b.mu.Lock()
+	d, ok := checkOne(b, r, 0, b.tab.lookup(r.Key), b.clock(now), 0, 0)
+	b.mu.Unlock()
+	if !ok {
+		return escape(d)
+	}
+	return nil
+}
+
+// checkMany is Check of any number of requests.
+func checkMany(now time.Time, reqs []Request) *Denial {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
-	if d, ok := check(now, reqs, false); !ok {
+	var pbuf [8]pending
+	if d, ok := check(reqs, prepare(now, reqs, pbuf[:0]), false); !ok {
 		return escape(d)
 	}
 	return nil
@@ -132,21 +233,33 @@ func unlockAll(locked []*Budget) {
 }
 
 // check runs every request's limits with the budgets locked and changes no
-// state. It returns the denial to report and false if any enforced request
-// fails; count adds each failing budget's Blocked counter.
-func check(now time.Time, reqs []Request, count bool) (Denial, bool) {
+// state; plan is from prepare. It returns the denial to report and false if
+// any enforced request fails; count adds each failing budget's Blocked
+// counter.
+func check(reqs []Request, plan []pending, count bool) (Denial, bool) {
 	var worst Denial
 	denied := false
-	for i, r := range reqs {
+	for i := range reqs {
+		r := &reqs[i]
 		if r.WarnOnly {
 			continue
 		}
-		d, ok := checkOne(now, reqs, i)
+		// Count the slots and costs of earlier requests for the same budget
+		// and key as already taken.
+		extraSlots, extraCost := 0, 0.0
+		for _, o := range reqs[:i] {
+			if o.Budget == r.Budget && o.Key == r.Key {
+				extraSlots++
+				extraCost += sanitizeCost(o.Cost)
+			}
+		}
+		b := r.Budget
+		d, ok := checkOne(b, r, i, plan[i].s, plan[i].t, extraSlots, extraCost)
 		if ok {
 			continue
 		}
 		if count {
-			r.Budget.blocked.Add(1)
+			b.blocked.Add(1)
 		}
 		if !denied || worse(d, worst) {
 			worst, denied = d, true
@@ -165,19 +278,11 @@ func worse(a, b Denial) bool {
 	return a.RetryAfter > b.RetryAfter
 }
 
-// checkOne checks reqs[i], counting the slots and costs of earlier requests
-// for the same budget and key as already taken.
-func checkOne(now time.Time, reqs []Request, i int) (Denial, bool) {
-	r := reqs[i]
-	b := r.Budget
+// checkOne checks r, reqs[i] of an admission, against its budget b at t (b's
+// clock), given s = b's state for r.Key (nil if none) and the slots and
+// costs that earlier requests of the admission take from the same state.
+func checkOne(b *Budget, r *Request, i int, s *state, t int64, extraSlots int, extraCost float64) (Denial, bool) {
 	cost := sanitizeCost(r.Cost)
-	extraSlots, extraCost := 0, 0.0
-	for _, o := range reqs[:i] {
-		if o.Budget == b && o.Key == r.Key {
-			extraSlots++
-			extraCost += sanitizeCost(o.Cost)
-		}
-	}
 	sp := &b.spec
 	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
 		return Denial{Index: i, Reason: ReasonPerQuery, Limit: b.text.perQuery}, false
@@ -185,7 +290,6 @@ func checkOne(now time.Time, reqs []Request, i int) (Denial, bool) {
 	if sp.Rate > 0 && cost > withSlack(sp.Burst) {
 		return Denial{Index: i, Reason: ReasonPerQuery, Limit: b.text.burst}, false
 	}
-	s := b.tab.keys[r.Key]
 	if sp.MaxConcurrent > 0 {
 		n := extraSlots
 		if s != nil {
@@ -196,7 +300,6 @@ func checkOne(now time.Time, reqs []Request, i int) (Denial, bool) {
 		}
 	}
 	if sp.Rate > 0 {
-		t := b.clock(now)
 		need := cost + extraCost
 		if need > withSlack(sp.Burst) {
 			// Only the earlier requests of this admission make it too big.
@@ -210,50 +313,50 @@ func checkOne(now time.Time, reqs []Request, i int) (Denial, bool) {
 	return Denial{}, true
 }
 
-// apply takes reqs[i]'s slot and debt, then appends a Warning if the budget
-// is now at or past a limit.
-func apply(now time.Time, reqs []Request, i int, warns []Warning) []Warning {
-	r := reqs[i]
-	b := r.Budget
+// apply takes r's slot and debt at t (b's clock) in s, b's state for r.Key
+// (nil: insert it), and returns the state charged. It appends a Warning,
+// with Index i, if the budget is now at or past a limit.
+func apply(b *Budget, r *Request, i int, s *state, t int64, warns []Warning) ([]Warning, *state) {
 	cost := sanitizeCost(r.Cost)
-	t := b.clock(now)
 	tb := &b.tab
-	s := tb.keys[r.Key]
 	if s == nil {
 		s = tb.insert(r.Key, t)
 	}
 	tb.charge(s, t, cost)
 	s.inflight++
 	b.inflight++
-	if s.inflight == 1 {
+	if s.inflight == 1 && s != &tb.unkeyed {
 		tb.reprio(s) // now in flight: last in eviction order
 	}
 	b.admitted.Add(1)
 
+	// The fullest limit; on a tie the first of concurrency, per-query,
+	// bucket. Kept in scalars: a Warning is built only if one is reported.
 	sp := &b.spec
-	w := Warning{Index: i}
-	consider := func(fill float64, reason, limit string) {
-		if fill > w.Fill {
-			w.Fill, w.Reason, w.Limit = fill, reason, limit
+	fill, reason, limit := 0.0, "", ""
+	if sp.MaxConcurrent > 0 {
+		if f := float64(s.inflight) / float64(sp.MaxConcurrent); f > fill {
+			fill, reason, limit = f, ReasonConcurrency, b.text.concurrency
 		}
 	}
-	if sp.MaxConcurrent > 0 {
-		consider(float64(s.inflight)/float64(sp.MaxConcurrent), ReasonConcurrency, b.text.concurrency)
-	}
 	if sp.PerQueryLimit > 0 {
-		consider(cost/sp.PerQueryLimit, ReasonPerQuery, b.text.perQuery)
+		if f := cost / sp.PerQueryLimit; f > fill {
+			fill, reason, limit = f, ReasonPerQuery, b.text.perQuery
+		}
 	}
 	if sp.Rate > 0 {
-		consider(s.debt/sp.Burst, ReasonBudget, b.text.burst)
+		if f := s.debt / sp.Burst; f > fill {
+			fill, reason, limit = f, ReasonBudget, b.text.burst
+		}
+		if cost > withSlack(sp.Burst) {
+			// Too big for the bucket, however empty: report it as the denial would.
+			fill, reason, limit = math.Max(fill, cost/sp.Burst), ReasonPerQuery, b.text.burst
+		}
 	}
-	if sp.Rate > 0 && cost > withSlack(sp.Burst) {
-		// Too big for the bucket, however empty: report it as the denial would.
-		w.Fill, w.Reason, w.Limit = math.Max(w.Fill, cost/sp.Burst), ReasonPerQuery, b.text.burst
-	}
-	w.Over = w.Fill > 1 && (w.Reason != ReasonBudget || s.debt > withSlack(sp.Burst))
-	if w.Over || (sp.WarningThreshold > 0 && w.Fill >= sp.WarningThreshold) {
+	over := fill > 1 && (reason != ReasonBudget || s.debt > withSlack(sp.Burst))
+	if over || (sp.WarningThreshold > 0 && fill >= sp.WarningThreshold) {
 		b.warned.Add(1)
-		warns = append(warns, w)
+		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Over: over, Limit: limit})
 	}
-	return warns
+	return warns, s
 }

@@ -30,30 +30,40 @@ func BenchmarkAdmitRelease(b *testing.B) {
 		{"100k keys", 100_000, 0},
 		{"churn 10k keys through 1k", 10_000, 1000},
 	}
-	for _, c := range cases {
-		b.Run("serial/"+c.name, func(b *testing.B) {
-			sp := benchSpec
-			sp.MaxKeys = c.maxKeys
-			bud := New(sp)
-			keys := benchKeys(max(c.keys, 1))
-			if c.keys == 0 {
-				keys[0] = ""
-			}
-			reqs := []Request{{Budget: bud, Cost: 1e-4}}
-			warns := make([]Warning, 0, 4)
-			now := t0
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				now = now.Add(time.Microsecond)
-				k := keys[i%len(keys)]
-				reqs[0].Key = k
-				if _, d := Admit(now, reqs, warns[:0]); d != nil {
-					b.Fatalf("denied: %+v", *d)
+	// serial/ releases by key with Budget.Release; handle/ releases the
+	// admitted Request with the package-level Release, which skips the key
+	// lookup.
+	for _, mode := range []string{"serial", "handle"} {
+		for _, c := range cases {
+			b.Run(mode+"/"+c.name, func(b *testing.B) {
+				sp := benchSpec
+				sp.MaxKeys = c.maxKeys
+				bud := New(sp)
+				keys := benchKeys(max(c.keys, 1))
+				if c.keys == 0 {
+					keys[0] = ""
 				}
-				bud.Release(now, k, 1e-4, 1e-4)
-			}
-		})
+				reqs := []Request{{Budget: bud, Cost: 1e-4}}
+				warns := make([]Warning, 0, 4)
+				now := t0
+				handle := mode == "handle"
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					now = now.Add(time.Microsecond)
+					k := keys[i%len(keys)]
+					reqs[0].Key = k
+					if _, d := Admit(now, reqs, warns[:0]); d != nil {
+						b.Fatalf("denied: %+v", *d)
+					}
+					if handle {
+						Release(now, reqs[0], 1e-4)
+					} else {
+						bud.Release(now, k, 1e-4, 1e-4)
+					}
+				}
+			})
+		}
 	}
 	for _, c := range cases[:2] {
 		b.Run("parallel/"+c.name, func(b *testing.B) {

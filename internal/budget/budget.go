@@ -16,8 +16,8 @@ const defaultHold = 100 * time.Millisecond
 // Budget is one configured budget: a reverse leaky bucket, a concurrency
 // count and a per-query limit, kept per key (the value of the budget's `per`
 // tag, or "" for all queries). It is changed only through [Admit] (which
-// takes a slot and reserves debt) and [Budget.Release] (which gives both
-// back, trued up to the actual cost).
+// takes a slot and reserves debt) and [Release] or [Budget.Release] (which
+// give both back, trued up to the actual cost).
 //
 // A Budget is safe for concurrent use; one mutex guards its state and the
 // counters are atomics. Create one with [New]; the zero value is not usable.
@@ -76,7 +76,7 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 	t := b.clock(now)
 	b.spec = spec
 	b.text = newLimitText(spec)
-	b.tab.setRate(t, spec.Rate)
+	b.tab.setRate(t, spec.Rate) // leaves the heap exact, as a smaller maxKeys needs
 	b.tab.maxKeys = spec.MaxKeys
 	b.tab.trim()
 }
@@ -85,11 +85,42 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 // debt up by actual − reserved (a refund when the query was cheaper than
 // predicted), never leaving it below zero. A Release with nothing in flight
 // for key (never admitted, or released twice) changes nothing.
+//
+// The package-level [Release] does the same for an admitted [Request]
+// without looking key up.
 func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 	reserved, actual = sanitizeCost(reserved), sanitizeCost(actual)
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.tab.keys[key]
+	b.release(now, b.tab.lookup(key), reserved, actual)
+	b.mu.Unlock()
+}
+
+// Release is [Budget.Release] of r.Budget for r.Key with r.Cost reserved,
+// for a request that [Admit] admitted: Admit left in r a handle to the key's
+// state, so that Release finds it without hashing the key. It is the same
+// as r.Budget.Release(now, r.Key, r.Cost, actual) in every case, including a
+// request that was never admitted or is released twice (nothing changes), or
+// whose Budget or Key was changed since Admit (the handle is then ignored).
+func Release(now time.Time, r Request, actual float64) {
+	b := r.Budget
+	reserved, actual := sanitizeCost(r.Cost), sanitizeCost(actual)
+	b.mu.Lock()
+	s := r.st
+	// The handle is only a hint: a copy of r may have been released before
+	// (after which the state can be evicted and reused for another key), and
+	// the caller may have changed r.Budget or r.Key. owns checks in O(1)
+	// that s is still what the lookup would find; the key "" needs no hash
+	// anyway.
+	if s == nil || !b.tab.owns(s, r.Key) {
+		s = b.tab.lookup(r.Key)
+	}
+	b.release(now, s, reserved, actual)
+	b.mu.Unlock()
+}
+
+// release gives back one slot of s (nil: no state) with costs already
+// sanitized. The caller holds b.mu.
+func (b *Budget) release(now time.Time, s *state, reserved, actual float64) {
 	if s == nil || s.inflight == 0 {
 		return
 	}
@@ -97,10 +128,11 @@ func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 	b.tab.charge(s, t, actual-reserved)
 	s.inflight--
 	b.inflight--
-	if s.inflight == 0 {
+	if s.inflight == 0 && s != &b.tab.unkeyed {
 		b.tab.reprio(s) // its priority falls from in-flight to emptyAt
 		// The table outgrows its bound only while every state is in flight;
-		// shrink back as soon as one is not.
+		// shrink back as soon as one is not. The unkeyed state is in no heap
+		// and never evicted, so its release frees nothing to evict.
 		b.tab.trim()
 	}
 	if b.meanHold == 0 {
@@ -150,13 +182,19 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	snap := Snapshot{
 		Spec:     b.spec,
 		InFlight: b.inflight,
-		Keys:     len(b.tab.keys),
+		Keys:     b.tab.count(),
 		Evicted:  b.tab.evicted,
 	}
-	for _, e := range b.tab.heap {
-		d := b.tab.debtAt(e.s, t)
+	add := func(s *state) {
+		d := b.tab.debtAt(s, t)
 		snap.Debt += d
 		snap.MaxDebt = max(snap.MaxDebt, d)
+	}
+	if b.tab.hasUnkeyed {
+		add(&b.tab.unkeyed)
+	}
+	for _, e := range b.tab.heap {
+		add(e.s)
 	}
 	b.mu.Unlock()
 	snap.Admitted = b.admitted.Load()

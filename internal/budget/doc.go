@@ -18,7 +18,8 @@
 //
 // A query is refused when debt(now) + cost > Burst. The refusal carries the
 // exact wait after which it would fit ([Denial.RetryAfter]). When the query
-// completes, [Budget.Release] trues the debt up to the measured cost.
+// completes, [Release] (or [Budget.Release]) trues the debt up to the
+// measured cost.
 //
 // # Keys
 //
@@ -29,7 +30,9 @@
 // using a min-heap ordered by the time each state empties. A state with a
 // query in flight is never evicted, so concurrency counts are exact; the table
 // exceeds its bound only while more distinct keys than MaxKeys have queries
-// in flight at once, and shrinks back as they complete.
+// in flight at once, and shrinks back as they complete. The state of the
+// empty key "" (a budget without `per`, or a query without the tag) is kept
+// apart: it is never evicted and does not count against MaxKeys.
 //
 // # Time
 //

@@ -35,10 +35,30 @@ func invariants(b *Budget) error {
 	if len(tb.keys) != len(tb.heap) {
 		return fmt.Errorf("map has %d keys, heap %d", len(tb.keys), len(tb.heap))
 	}
+	if _, ok := tb.keys[""]; ok {
+		return fmt.Errorf(`key "" in the map; it belongs in unkeyed`)
+	}
 	inflight := 0
+	if tb.hasUnkeyed {
+		s := &tb.unkeyed
+		if s.key != "" || s.idx != -1 {
+			return fmt.Errorf("unkeyed state has key %q, idx %d", s.key, s.idx)
+		}
+		if err := stateInvariants(tb, s); err != nil {
+			return err
+		}
+		inflight += int(s.inflight)
+	} else if tb.unkeyed != (state{}) {
+		return fmt.Errorf("unused unkeyed state %+v", tb.unkeyed)
+	}
+	// Heap order and priorities matter only once eviction can happen; below
+	// the bound the heap may be stale, but then membership must still hold.
+	if tb.stale && len(tb.keys) >= tb.maxKeys {
+		return fmt.Errorf("stale heap in a full table (%d keys, bound %d)", len(tb.keys), tb.maxKeys)
+	}
 	for i, e := range tb.heap {
 		s := e.s
-		if e.at != prio(s) {
+		if !tb.stale && e.at != prio(s) {
 			return fmt.Errorf("heap[%d] priority %d, state's %d", i, e.at, prio(s))
 		}
 		if int(s.idx) != i {
@@ -47,29 +67,37 @@ func invariants(b *Budget) error {
 		if tb.keys[s.key] != s {
 			return fmt.Errorf("heap[%d] (%q) not in map", i, s.key)
 		}
-		if i > 0 && tb.heap[(i-1)/2].at > e.at {
+		if !tb.stale && i > 0 && tb.heap[(i-1)/2].at > e.at {
 			return fmt.Errorf("heap order broken at %d", i)
 		}
-		if !(s.debt >= 0) {
-			return fmt.Errorf("key %q debt %v", s.key, s.debt)
-		}
-		if s.inflight < 0 {
-			return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
-		}
-		if s.inflight == 0 && tb.rate > 0 {
-			// emptyAt must follow the debt line within rounding.
-			want := float64(s.last) + s.debt/tb.rate*1e9
-			if math.Abs(float64(s.emptyAt)-want) > 2 && s.emptyAt != maxEmptyAt {
-				return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, s.emptyAt, want)
-			}
+		if err := stateInvariants(tb, s); err != nil {
+			return err
 		}
 		inflight += int(s.inflight)
 	}
 	if inflight != b.inflight {
 		return fmt.Errorf("in flight summed %d, counter %d", inflight, b.inflight)
 	}
-	if len(tb.keys) > tb.maxKeys && inflight < len(tb.keys) && tb.heap[0].at != inFlightPrio {
+	if len(tb.keys) > tb.maxKeys && tb.heap[0].at != inFlightPrio {
 		return fmt.Errorf("%d keys over bound %d with an evictable state", len(tb.keys), tb.maxKeys)
+	}
+	return nil
+}
+
+// stateInvariants checks one state of tb.
+func stateInvariants(tb *table, s *state) error {
+	if !(s.debt >= 0) {
+		return fmt.Errorf("key %q debt %v", s.key, s.debt)
+	}
+	if s.inflight < 0 {
+		return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
+	}
+	if s.inflight == 0 && tb.rate > 0 {
+		// emptyAt must follow the debt line within rounding.
+		want := float64(s.last) + s.debt/tb.rate*1e9
+		if math.Abs(float64(s.emptyAt)-want) > 2 && s.emptyAt != maxEmptyAt {
+			return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, s.emptyAt, want)
+		}
 	}
 	return nil
 }

@@ -21,19 +21,41 @@ type state struct {
 	last     int64   // when debt was last drained, budget-relative nanoseconds
 	emptyAt  int64   // when debt reaches zero at the table's rate; the heap key while inflight == 0
 	inflight int32
-	idx      int32 // position in table.heap
+	idx      int32 // position in table.heap; -1 for the unkeyed state, which is in no heap
 }
 
 // table is the single-threaded core of a [Budget]: a bounded map from key to
 // state plus a min-heap that finds the eviction victim in O(1) and restores
 // order in O(log n). Times are int64 nanoseconds on the owning budget's
 // clock. The zero value is not usable; call newTable.
+//
+// Heap order only matters when a state must be evicted, which needs the
+// table full (len(keys) >= maxKeys). Below that bound, where most tables
+// spend their life, every admission and release would sift a state to a leaf
+// and back for nothing; so there the heap is left stale (priorities and
+// order out of date; membership and idx always exact) and rebuilt in O(n)
+// when an insert fills the table. Invariant: stale implies len(keys) <
+// maxKeys, so every eviction reads an exact heap. A table stays full once
+// full (an eviction is always followed by the insert that caused it, and
+// trim stops at the bound) until a reload, so a rebuild is paid when the
+// table first fills (after one insert per state) and at most once after each
+// reload (itself O(n)).
+//
+// The state of the empty key "" (every query of a budget without a `per`
+// tag) is kept apart, in unkeyed: it is in neither the map nor the heap, so
+// the most common admission hashes no string and sifts no heap. It is never
+// evicted and does not count against maxKeys: it is one fixed-size state,
+// and evicting it would only forget debt. A keyed budget that also sees ""
+// (a query without its tag) may thus hold maxKeys+1 states.
 type table struct {
-	rate    float64 // execution seconds drained per second; 0: no bucket, debt stays 0
-	maxKeys int
-	keys    map[string]*state
-	heap    []heapEntry // min-heap on prio
-	evicted uint64
+	rate       float64 // execution seconds drained per second; 0: no bucket, debt stays 0
+	maxKeys    int
+	keys       map[string]*state // every key but ""
+	heap       []heapEntry       // exactly the states in keys; a min-heap on prio unless stale
+	stale      bool              // heap order and priorities may be out of date; see above
+	evicted    uint64
+	unkeyed    state // the state of key ""; valid only if hasUnkeyed
+	hasUnkeyed bool  // "" has been admitted: unkeyed is one of the table's states
 }
 
 func newTable(rate float64, maxKeys int) table {
@@ -135,11 +157,55 @@ func (tb *table) fitTime(s *state, t int64, cost, burst float64) int64 {
 	return hi
 }
 
-// insert adds key at t with no debt and nothing in flight, first evicting if
-// the table is full. A full table whose every state has a query in flight
-// grows instead: evicting one would lose its concurrency count.
+// lookup returns key's state, or nil if the table has none.
+func (tb *table) lookup(key string) *state {
+	if key == "" {
+		if tb.hasUnkeyed {
+			return &tb.unkeyed
+		}
+		return nil
+	}
+	return tb.keys[key]
+}
+
+// owns reports whether s is key's state in tb, i.e. whether s is what
+// lookup(key) would return, in O(1) and without hashing key. s may be any
+// state, including one of another table, one evicted since it was looked up
+// (its fields are stale) or one since reused for another key.
+//
+// A keyed state is in tb exactly when it is in tb's heap, and its idx is kept
+// equal to its position there, so heap[s.idx].s == s proves membership (a
+// state of another table, or an evicted one, fails it: idx out of range or
+// another state at that position); a member's key field is its map key. The
+// unkeyed state is owned only as tb's own field.
+func (tb *table) owns(s *state, key string) bool {
+	if key == "" {
+		return s == &tb.unkeyed && tb.hasUnkeyed
+	}
+	i := uint(s.idx)
+	return i < uint(len(tb.heap)) && tb.heap[i].s == s && s.key == key
+}
+
+// count is the number of states held, "" included.
+func (tb *table) count() int {
+	n := len(tb.keys)
+	if tb.hasUnkeyed {
+		n++
+	}
+	return n
+}
+
+// insert adds key (absent) at t with no debt and nothing in flight, first
+// evicting if the table is full. A full table whose every state has a query
+// in flight grows instead: evicting one would lose its concurrency count.
 func (tb *table) insert(key string, t int64) *state {
+	if key == "" {
+		tb.unkeyed = state{last: t, emptyAt: t, idx: -1}
+		tb.hasUnkeyed = true
+		return &tb.unkeyed
+	}
 	var s *state
+	// A full table is never stale: heap[0] is the exact victim.
 	for len(tb.keys) >= tb.maxKeys && len(tb.heap) > 0 && tb.heap[0].at != inFlightPrio {
 		victim := tb.heap[0].s
 		tb.remove(0)
@@ -156,8 +222,16 @@ func (tb *table) insert(key string, t int64) *state {
 	return s
 }
 
-// trim evicts until the table is within maxKeys or only in-flight states remain.
+// trim evicts until the table is within maxKeys or only in-flight states
+// remain. A table over its bound is never stale. It is split so that the
+// common call, within the bound, inlines to one comparison.
 func (tb *table) trim() {
+	if len(tb.keys) > tb.maxKeys {
+		tb.trimOver()
+	}
+}
+
+func (tb *table) trimOver() {
 	for len(tb.keys) > tb.maxKeys && len(tb.heap) > 0 && tb.heap[0].at != inFlightPrio {
 		victim := tb.heap[0].s
 		tb.remove(0)
@@ -168,22 +242,43 @@ func (tb *table) trim() {
 
 // setRate switches to a new drain rate at t: debt accrued so far drains at
 // the old rate up to t and at the new one after, so a reload keeps every
-// key's debt. O(n); reloads are rare.
+// key's debt. It leaves the heap exact. O(n); reloads are rare.
 func (tb *table) setRate(t int64, rate float64) {
 	for _, e := range tb.heap {
 		tb.drain(e.s, t)
 	}
+	if tb.hasUnkeyed {
+		tb.drain(&tb.unkeyed, t)
+	}
 	tb.rate = rate
+	if tb.hasUnkeyed {
+		tb.rebase(&tb.unkeyed)
+	}
+	for _, e := range tb.heap {
+		tb.rebase(e.s)
+	}
+	tb.rebuild()
+}
+
+// rebuild makes the heap exact: every priority recomputed, then heapified.
+// O(n).
+func (tb *table) rebuild() {
 	for i, e := range tb.heap {
-		if rate == 0 {
-			e.s.debt = 0
-		}
-		tb.setEmptyAt(e.s)
 		tb.heap[i].at = prio(e.s)
 	}
 	for i := len(tb.heap)/2 - 1; i >= 0; i-- {
 		tb.down(i)
 	}
+	tb.stale = false
+}
+
+// rebase recomputes s's emptyAt after a change of rate, dropping its debt
+// if the bucket is gone.
+func (tb *table) rebase(s *state) {
+	if tb.rate == 0 {
+		s.debt = 0
+	}
+	tb.setEmptyAt(s)
 }
 
 // Heap primitives, hand-written rather than container/heap so that nothing
@@ -196,16 +291,35 @@ type heapEntry struct {
 	s  *state
 }
 
-// reprio restores heap order after s's priority changed.
+// reprio restores heap order after s's priority changed, or below the
+// bound leaves the heap stale. s must not be the unkeyed state, which is in
+// no heap. It is split so that the stale case inlines.
 func (tb *table) reprio(s *state) {
+	if len(tb.keys) < tb.maxKeys {
+		tb.stale = true
+		return
+	}
+	tb.resift(s)
+}
+
+func (tb *table) resift(s *state) {
 	tb.heap[s.idx].at = prio(s)
 	tb.fix(int(s.idx))
 }
 
+// push adds s, already in keys, to the heap: in order if that fills the
+// table, else appended (stale).
 func (tb *table) push(s *state) {
 	s.idx = int32(len(tb.heap))
 	tb.heap = append(tb.heap, heapEntry{prio(s), s})
-	tb.up(int(s.idx))
+	switch {
+	case len(tb.keys) < tb.maxKeys:
+		tb.stale = true
+	case tb.stale:
+		tb.rebuild() // this insert filled the table: evictions may follow
+	default:
+		tb.up(int(s.idx))
+	}
 }
 
 func (tb *table) remove(i int) {
