@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -79,5 +80,103 @@ func TestLRUPutAllocsAtBound(t *testing.T) {
 	k := uint64(1000)
 	if n := testing.AllocsPerRun(1000, func() { l.put(k); k++ }); n != 0 {
 		t.Fatalf("put at the bound allocates %v times, want 0", n)
+	}
+}
+
+// checkLRU verifies the table's internal invariants: the list links every node once in both
+// directions, the index holds every key exactly once at most half full, and no probe run has a
+// hole between a key's home slot and the slot that holds it (linear probing would miss the key).
+func checkLRU[V any](t *testing.T, l *lru[V]) {
+	t.Helper()
+	n := len(l.nodes)
+	if 2*n > len(l.slots) || len(l.slots)&(len(l.slots)-1) != 0 {
+		t.Fatalf("%d entries in %d slots", n, len(l.slots))
+	}
+	seen, prev := 0, int32(nilNode)
+	for i := l.head; i != nilNode; i = l.nodes[i].next {
+		if l.nodes[i].prev != prev {
+			t.Fatalf("node %d links back to %d, want %d", i, l.nodes[i].prev, prev)
+		}
+		prev = i
+		if seen++; seen > n {
+			t.Fatal("the list has a cycle")
+		}
+	}
+	if seen != n || l.tail != prev {
+		t.Fatalf("the list holds %d of %d nodes, tail %d, want %d", seen, n, l.tail, prev)
+	}
+	mask := len(l.slots) - 1
+	occupied := 0
+	for s, v := range l.slots {
+		if v == 0 {
+			continue
+		}
+		occupied++
+		key := l.nodes[v-1].key
+		for p := l.home(key); p != s; p = (p + 1) & mask {
+			if l.slots[p] == 0 {
+				t.Fatalf("key %d in slot %d, but its probe from slot %d meets an empty slot %d", key, s, l.home(key), p)
+			}
+		}
+		if _, i := l.find(key); i != int32(v-1) {
+			t.Fatalf("find(%d) = node %d, want %d", key, i, v-1)
+		}
+	}
+	if occupied != n {
+		t.Fatalf("%d slots occupied for %d entries", occupied, n)
+	}
+}
+
+// TestLRURandomized runs random puts and gets against a plain reference (a recency-ordered slice
+// and a map) on bounds from one entry to a table that grows its index several times, with few
+// enough keys that probe runs collide, wrap around the index and lose members to evictions.
+func TestLRURandomized(t *testing.T) {
+	for _, tt := range []struct{ max, keys int }{{1, 4}, {2, 5}, {3, 8}, {4, 10}, {7, 30}, {64, 200}, {1000, 3000}} {
+		l := newLRU[int](tt.max)
+		var order []uint64 // most recent first
+		vals := map[uint64]int{}
+		rng := rand.New(rand.NewPCG(uint64(tt.max), 17))
+		for step := range 20_000 {
+			// Keys far apart in value as well as neighbours: fingerprints are hashes.
+			key := uint64(rng.IntN(tt.keys))
+			if rng.IntN(2) == 0 {
+				key *= 0x9e3779b97f4a7c15
+			}
+			if rng.IntN(3) == 0 {
+				got, ok := l.get(key)
+				want, wantOK := vals[key]
+				if ok != wantOK || ok && *got != want {
+					t.Fatalf("max %d step %d: get(%d) found %v, want %v (%d)", tt.max, step, key, ok, wantOK, want)
+				}
+				continue
+			}
+			v, created := l.put(key)
+			_, existed := vals[key]
+			if created == existed {
+				t.Fatalf("max %d step %d: put(%d) created %v, key existed %v", tt.max, step, key, created, existed)
+			}
+			if existed {
+				order = slices.DeleteFunc(order, func(k uint64) bool { return k == key })
+			} else if len(order) == tt.max {
+				delete(vals, order[len(order)-1])
+				order = order[:len(order)-1]
+			}
+			if created && *v != 0 {
+				t.Fatalf("max %d step %d: put(%d) created %d, want a zero value", tt.max, step, key, *v)
+			}
+			*v++
+			vals[key]++
+			order = slices.Insert(order, 0, key)
+			if got := lruKeys(l); !slices.Equal(got, order) {
+				t.Fatalf("max %d step %d: keys %v, want %v", tt.max, step, got, order)
+			}
+			if 2*l.len() > len(l.slots) {
+				t.Fatalf("max %d step %d: %d entries in %d slots", tt.max, step, l.len(), len(l.slots))
+			}
+			if tt.max <= 64 || step%1000 == 0 {
+				checkLRU(t, l)
+			}
+		}
+		checkLRU(t, l)
 	}
 }

@@ -86,6 +86,10 @@ type pattern struct {
 	// buckets hold k per plan-cost range (a power of two): the same pattern's k differs by
 	// plan shape and size (an index scan of 10 rows against a seq scan of 100k).
 	buckets [costBuckets]costBucket
+	// last is the index of the bucket trained most recently. A pattern's plan cost comes from
+	// the plan cache, the same for a minute, so predictions and training keep hitting one range:
+	// looking at this bucket first saves scanning all of them.
+	last uint8
 }
 
 const (
@@ -104,13 +108,45 @@ type costBucket struct {
 	used uint32 // the pattern's nPlanned when last trained; 0 when the bucket is empty
 	n    uint8  // samples held
 	next uint8  // ring position of the next sample
-	k    [bucketSamples]float64
+	// med is median() of the samples, recomputed when one is added: a bucket is read by every
+	// prediction and trained by one execution, and a prediction may run twice per execution
+	// (explain mode auto predicts again after a per-call EXPLAIN), so predictions must not sort.
+	med float64
+	k   [bucketSamples]float64
 }
 
+// median returns the median of the samples held (the mean of the middle two for an even count),
+// exactly as sortedMedian does.
+//
+// A full bucket (every bucket from its fifth sample on) selects the median with ten branch-free
+// min and max operations instead of sorting. The least and the greatest of v0 to v3 cannot
+// be the median unless another sample equals them (each lies on one side of three of the five),
+// so the median of five is the median of v4 and the middle two of the four: lo and hi. The
+// operations run on the bits: samples are >= 0 (+Inf included) or -0, and for numbers >= 0 the
+// IEEE 754 encodings order as unsigned integers do, while integer min and max compile to
+// conditional moves where float ones also handle NaN and signed zeros. Clearing the sign bit
+// turns -0 into +0, the only sample it changes, so a nonzero median is bit for bit the sample
+// the sort would pick; a zero one may be -0 or +0, and there the sort decides, keeping the sign
+// that predictions always had.
 func (b *costBucket) median() float64 {
-	var s [bucketSamples]float64
+	if b.n == bucketSamples {
+		const sign = 1 << 63
+		k := &b.k
+		v0, v1, v2 := math.Float64bits(k[0])&^sign, math.Float64bits(k[1])&^sign, math.Float64bits(k[2])&^sign
+		v3, v4 := math.Float64bits(k[3])&^sign, math.Float64bits(k[4])&^sign
+		lo := max(min(v0, v1), min(v2, v3))
+		hi := min(max(v0, v1), max(v2, v3))
+		if m := max(min(v4, lo), min(max(v4, lo), hi)); m != 0 {
+			return math.Float64frombits(m)
+		}
+	}
+	return b.sortedMedian()
+}
+
+// sortedMedian is median by an insertion sort of the samples.
+func (b *costBucket) sortedMedian() float64 {
+	s := b.k // an array copy, not copy(): that calls memmove
 	n := int(b.n)
-	copy(s[:], b.k[:n])
 	for i := 1; i < n; i++ { // insertion sort: n <= 5
 		for j := i; j > 0 && s[j] < s[j-1]; j-- {
 			s[j], s[j-1] = s[j-1], s[j]
@@ -122,39 +158,114 @@ func (b *costBucket) median() float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// bucketK returns the median recent k of planCost's range, else of an adjacent range.
+// bucketK returns the median recent k of planCost's range, else of the range above, else of the
+// range below.
 func (p *pattern) bucketK(planCost float64) (float64, bool) {
-	_, exp := math.Frexp(planCost)
-	for _, d := range [...]int{0, 1, -1} {
-		for i := range p.buckets {
-			if b := &p.buckets[i]; b.used != 0 && int(b.exp) == exp+d {
-				return b.median(), true
+	e, ok := normalExp(planCost)
+	if !ok {
+		e = frexpExp(planCost) // a subnormal plan cost
+	}
+	exp := int32(e)
+	// Trained buckets hold distinct ranges (observeBucket trains a range's bucket if it has one),
+	// so a trained last bucket of planCost's range is the one the pass below would find.
+	if b := &p.buckets[p.last%costBuckets]; b.used != 0 && b.exp == exp {
+		return b.med, true
+	}
+	// One pass finds all three candidates, keeping the first trained bucket of each range in
+	// slice order (observeBucket never trains two buckets for one range, but the first is what a
+	// pass per range would find).
+	var above, below *costBucket
+	for i := range p.buckets {
+		b := &p.buckets[i]
+		if b.used == 0 {
+			continue
+		}
+		switch b.exp {
+		case exp:
+			return b.med, true
+		case exp + 1:
+			if above == nil {
+				above = b
+			}
+		case exp - 1:
+			if below == nil {
+				below = b
 			}
 		}
+	}
+	if above != nil {
+		return above.med, true
+	}
+	if below != nil {
+		return below.med, true
 	}
 	return 0, false
 }
 
+// normalExp returns the exponent that [math.Frexp] returns for x (x = frac × 2^exp with
+// 0.5 <= |frac| < 1) when x is a normal number, as every plan cost PostgreSQL reports is: the
+// biased exponent field minus 1022, read from the bits. It runs on every prediction and
+// observation with a plan cost, where Frexp's call and normalisation were a tenth of the work.
+// ok is false for zero, subnormals, infinities and NaN, whose exponent field is 0 or all ones:
+// the caller then asks frexpExp. The fallback is the caller's so that this stays small enough
+// to inline.
+func normalExp(x float64) (exp int, ok bool) {
+	const (
+		mask  = 0x7ff // the 11 exponent bits, after shifting out the 52 mantissa bits
+		shift = 52
+		bias  = 1022 // IEEE 754's 1023, less one because frac is in [0.5, 1), not [1, 2)
+	)
+	e := math.Float64bits(x) >> shift & mask
+	return int(e) - bias, e-1 < mask-1 // e-1 wraps around for e = 0: one comparison rejects both
+}
+
+// frexpExp returns the exponent that [math.Frexp] returns for x.
+func frexpExp(x float64) int {
+	if exp, ok := normalExp(x); ok {
+		return exp
+	}
+	_, exp := math.Frexp(x)
+	return exp
+}
+
+// observeBucket adds the sample k = actual / planCost to the bucket of planCost's range.
 func (p *pattern) observeBucket(planCost, actual float64) {
-	_, exp := math.Frexp(planCost)
-	var b *costBucket
-	for i := range p.buckets {
-		c := &p.buckets[i]
-		if c.used != 0 && int(c.exp) == exp {
-			b = c
-			break
-		}
-		if b == nil || c.used < b.used {
-			b = c // an empty or the least recently trained bucket
-		}
+	e, ok := normalExp(planCost)
+	if !ok {
+		e = frexpExp(planCost) // a subnormal plan cost
 	}
-	if b.used == 0 || int(b.exp) != exp {
-		*b = costBucket{exp: int32(exp)}
+	exp := int32(e)
+	// As in bucketK: a trained last bucket of this range is the one bucketFor would return.
+	i := p.last % costBuckets
+	if b := &p.buckets[i]; b.used == 0 || b.exp != exp {
+		i = p.bucketFor(exp)
 	}
+	b := &p.buckets[i]
+	p.last = i
 	b.used = uint32(p.nPlanned)
 	b.k[b.next] = actual / planCost
-	b.next = (b.next + 1) % bucketSamples
+	if b.next++; b.next == bucketSamples {
+		b.next = 0
+	}
 	b.n = min(b.n+1, bucketSamples)
+	b.med = b.median()
+}
+
+// bucketFor returns the index of the trained bucket of range exp, or else empties the first empty
+// or least recently trained bucket for the range and returns its index.
+func (p *pattern) bucketFor(exp int32) uint8 {
+	j := -1
+	for i := range p.buckets {
+		c := &p.buckets[i]
+		if c.used != 0 && c.exp == exp {
+			return uint8(i)
+		}
+		if j < 0 || c.used < p.buckets[j].used {
+			j = i
+		}
+	}
+	p.buckets[j] = costBucket{exp: exp}
+	return uint8(j)
 }
 
 // NewModel returns a Model holding at most maxPatterns patterns ([DefaultMaxPatterns] if
@@ -176,10 +287,33 @@ func boundOrDefault(n int) int {
 // history.
 func (m *Model) Predict(fp uint64, planCost float64) (seconds float64, ok bool) {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	p, found := m.patterns.get(fp)
+	p, _ := m.patterns.get(fp)
+	seconds, ok = m.predictLocked(p, planCost)
+	m.mu.RUnlock() // not deferred: nothing between lock and unlock can panic, and this is hot
+	return seconds, ok
+}
+
+// PredictVolatile returns what [Model.Predict](fp, planCost) and [Model.Volatile](fp) return,
+// from one consistent state, under one read lock and with one table lookup instead of two.
+//
+// It is the call for the decision path in explain mode auto: the caller takes the cost cached by
+// [PlanCache.Get] and predicts with it. Only when volatile is true (such a pattern is explained
+// on every call), or when no cost was cached, does it run EXPLAIN and call [Model.Predict] again
+// with the fresh cost; the first prediction is then wasted, one table lookup against the round
+// trip of the EXPLAIN.
+func (m *Model) PredictVolatile(fp uint64, planCost float64) (seconds float64, ok bool, volatile bool) {
+	m.mu.RLock()
+	p, _ := m.patterns.get(fp)
+	seconds, ok = m.predictLocked(p, planCost)
+	volatile = m.volatileLocked(p)
+	m.mu.RUnlock()
+	return seconds, ok, volatile
+}
+
+// predictLocked is Predict for pattern p (nil when the pattern is not in the table).
+func (m *Model) predictLocked(p *pattern, planCost float64) (float64, bool) {
 	if validPlan(planCost) {
-		if found && p.nPlanned > 0 {
+		if p != nil && p.nPlanned > 0 {
 			if k, ok := p.bucketK(planCost); ok {
 				return planCost * k, true
 			}
@@ -187,7 +321,7 @@ func (m *Model) Predict(fp uint64, planCost float64) (seconds float64, ok bool) 
 		}
 		return planCost * m.globalKLocked(), true
 	}
-	if found && p.n > 0 {
+	if p != nil && p.n > 0 {
 		return p.mean, true
 	}
 	return 0, false
@@ -202,8 +336,7 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	}
 	planned := validPlan(planCost)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, _ := m.patterns.put(fp)
+	p, _ := m.patterns.put(fp) // the one table lookup: everything below updates p in place
 	p.n++
 	if p.n == 1 {
 		// Seed the averages with the first sample rather than decaying from zero, which would
@@ -214,16 +347,16 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 		p.mean += alphaPattern * d
 		p.variance = (1 - alphaPattern) * (p.variance + alphaPattern*d*d)
 	}
-	if !planned {
-		return
+	if planned {
+		p.nPlanned++
+		p.actualP = ema(p.actualP, actual, alphaPattern, p.nPlanned)
+		p.plan = ema(p.plan, planCost, alphaPattern, p.nPlanned)
+		p.observeBucket(planCost, actual)
+		m.gN++
+		m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
+		m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
 	}
-	p.nPlanned++
-	p.actualP = ema(p.actualP, actual, alphaPattern, p.nPlanned)
-	p.plan = ema(p.plan, planCost, alphaPattern, p.nPlanned)
-	p.observeBucket(planCost, actual)
-	m.gN++
-	m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
-	m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
+	m.mu.Unlock() // not deferred: nothing under the lock can panic, and this runs per statement
 }
 
 // ema returns the average avg updated with sample x; n counts samples including x.
@@ -278,9 +411,15 @@ func (m *Model) globalKLocked() float64 {
 // round trip recorded by [Model.ObserveExplain]; false before any round trip was recorded).
 func (m *Model) Volatile(fp uint64) bool {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	p, ok := m.patterns.get(fp)
-	if !ok || p.n < volatileMinSamples || m.explainN == 0 {
+	p, _ := m.patterns.get(fp)
+	v := m.volatileLocked(p)
+	m.mu.RUnlock()
+	return v
+}
+
+// volatileLocked is Volatile for pattern p (nil when the pattern is not in the table).
+func (m *Model) volatileLocked(p *pattern) bool {
+	if p == nil || p.n < volatileMinSamples || m.explainN == 0 {
 		return false
 	}
 	return p.mean > volatileExplainRatio*m.explainMean && math.Sqrt(p.variance) > volatileCV*p.mean

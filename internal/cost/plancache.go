@@ -10,7 +10,7 @@ import (
 // explained about once a minute, short enough to follow table growth and fresh statistics.
 const DefaultPlanTTL = 60 * time.Second
 
-// PlanCache maps a pattern fingerprint to its most recent planner cost and when it was explained,
+// PlanCache maps a pattern fingerprint to its most recent planner cost and when that expires,
 // for explain mode pattern (and auto, for patterns that are not volatile).
 //
 // An entry is valid for the TTL after it was put. The cache is bounded: when full, a put of a new
@@ -27,7 +27,10 @@ type PlanCache struct {
 
 type planEntry struct {
 	cost float64
-	at   time.Time // when the plan was explained
+	// expires is when the plan was explained plus the TTL. Get compares it with Before, which
+	// costs a few instructions, where now.Sub(at) >= ttl costs a call, overflow checks and,
+	// for times without a monotonic reading (injected clocks), an Add and an Equal.
+	expires time.Time
 }
 
 // NewPlanCache returns a cache of at most max entries ([DefaultMaxPatterns] if max <= 0) that
@@ -43,17 +46,21 @@ func NewPlanCache(max int, ttl time.Duration) *PlanCache {
 func (c *PlanCache) TTL() time.Duration { return c.ttl }
 
 // Get returns the plan cost cached for fp if it was put less than the TTL before now.
+//
+// A time before the entry (a wall-clock step in a caller's clock) counts as fresh. As with
+// [time.Time.Sub], monotonic clock readings are compared when now and the put time both carry
+// one (times from [time.Now]), wall clock times otherwise: now.Before(at.Add(ttl)) is
+// now.Sub(at) < ttl, except that an expiry past the year 2157 (when Add drops the monotonic
+// reading) is compared by wall clock.
 func (c *PlanCache) Get(now time.Time, fp uint64) (float64, bool) {
 	c.mu.RLock()
 	e, ok := c.entries.get(fp)
 	var cost float64
-	var at time.Time
 	if ok {
-		cost, at = e.cost, e.at
+		cost, ok = e.cost, now.Before(e.expires)
 	}
 	c.mu.RUnlock()
-	// A time before the entry (a wall-clock step in a caller's clock) counts as fresh.
-	if !ok || now.Sub(at) >= c.ttl {
+	if !ok {
 		return 0, false
 	}
 	return cost, true
@@ -68,7 +75,7 @@ func (c *PlanCache) Put(now time.Time, fp uint64, cost float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, _ := c.entries.put(fp)
-	e.cost, e.at = cost, now
+	e.cost, e.expires = cost, now.Add(c.ttl)
 }
 
 // Len returns the number of entries, expired ones included.

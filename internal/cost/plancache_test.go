@@ -53,6 +53,45 @@ func TestPlanCacheTTL(t *testing.T) {
 	})
 }
 
+// TestPlanCacheTTLMatchesSub pins Get's expiry comparison to the rule it replaced: an entry put
+// at "at" is fresh at now if now.Sub(at) < ttl. Times come with a monotonic clock reading (from
+// time.Now, as in the engine) and without one (injected clocks, Round(0)), in every mix, around
+// the TTL boundary, before the put, and centuries away where Sub saturates.
+func TestPlanCacheTTLMatchesSub(t *testing.T) {
+	mono := time.Now()
+	bases := []time.Time{
+		mono,
+		mono.Round(0), // the same instant without the monotonic reading
+		time.Date(2026, 3, 1, 12, 0, 0, 999_999_999, time.UTC),
+		time.Unix(0, 0),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	ttls := []time.Duration{time.Nanosecond, time.Second, DefaultPlanTTL, 100 * time.Hour}
+	offsets := func(ttl time.Duration) []time.Duration {
+		return []time.Duration{0, 1, -1, ttl - 1, ttl, ttl + 1, -ttl, 2 * ttl, time.Minute,
+			-time.Minute, 200 * 365 * 24 * time.Hour, -200 * 365 * 24 * time.Hour}
+	}
+	for _, ttl := range ttls {
+		c := NewPlanCache(1, ttl)
+		for _, at := range bases {
+			for _, strip := range []bool{false, true} {
+				c.Put(at, 1, 42)
+				for _, d := range offsets(ttl) {
+					now := at.Add(d)
+					if strip {
+						now = now.Round(0)
+					}
+					want := now.Sub(at) < ttl
+					if _, got := c.Get(now, 1); got != want {
+						t.Fatalf("ttl %v, put at %v, Get at %v (monotonic stripped %v): fresh %v, want %v",
+							ttl, at, now, strip, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestPlanCacheRejectsInvalidCost(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := NewPlanCache(10, time.Minute)
