@@ -142,7 +142,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 				x.warnBudget(e, bs.name, d)
 				continue
 			}
-			x.hold(bs.b, key, x.Predicted)
+			x.hold(req[0])
 			for _, w := range warn {
 				e.thresholdWarn(x, bs, st.ruleName[ruleOf[i]], w)
 			}
@@ -235,7 +235,7 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Requ
 		return d, wait
 	}
 	for _, r := range reqs {
-		x.hold(r.Budget, r.Key, r.Cost)
+		x.hold(r)
 	}
 	for _, w := range warn {
 		bi := reqBudget[w.Index]
@@ -282,11 +282,12 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 // localOnly evaluates throttle_when when only in_flight (a local count) is used: no sampler runs.
 var localOnly = health.NewSampler(health.Options{})
 
-func (x *Exec) hold(b *budget.Budget, key string, reserved float64) {
+// hold keeps an admitted request (with Admit's handle to its state) for Finish to release.
+func (x *Exec) hold(r budget.Request) {
 	if x.holds == nil {
 		x.holds = x.holdBuf[:0]
 	}
-	x.holds = append(x.holds, admitted{b: b, key: key, reserved: reserved})
+	x.holds = append(x.holds, r)
 }
 
 // predict returns the predicted execution seconds and the planner cost it used (0 if none).
@@ -294,6 +295,17 @@ func (x *Exec) hold(b *budget.Budget, key string, reserved float64) {
 func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
 	p := x.Pattern
 	fp := p.FingerprintID
+	// The common case first: a cached plan cost and a pattern that is not volatile take one
+	// plan-cache and one model lookup.
+	if p.Explainable && mode != explainCall {
+		if c, ok := e.plans.Get(x.Start, fp); ok {
+			pred, _, volatile := e.model.PredictVolatile(fp, c)
+			if mode != explainAuto || !volatile {
+				e.stats.ExplainCacheHits.Add(1)
+				return pred, c // pred is 0 when the model cannot predict
+			}
+		}
+	}
 	planCost := 0.0
 	if p.Explainable {
 		perCall := mode == explainCall || (mode == explainAuto && e.model.Volatile(fp))

@@ -205,13 +205,6 @@ func (d *Denial) Error() string {
 	return fmt.Sprintf("pgtraffic: blocked by %q (%s, %s)", d.Budget, d.Reason, d.Limit)
 }
 
-// admitted is one budget's hold on a statement, given back at Finish.
-type admitted struct {
-	b        *budget.Budget
-	key      string
-	reserved float64
-}
-
 // Exec is one statement between its admission and its completion. Finish must be called exactly
 // once, by the single owner (the driver's Exec call or its Rows). Not safe for concurrent use.
 type Exec struct {
@@ -229,8 +222,8 @@ type Exec struct {
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer's WantsTags was true at Begin (it records this statement)
 
-	slow    bool // Begin spent time on an EXPLAIN or a wait: restart the clock
-	holds   []admitted
+	slow    bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
+	holds   []budget.Request // admitted requests, released at Finish
 	warned  []budgetWarn
 	warnBuf [2]budgetWarn
 
@@ -244,7 +237,7 @@ type Exec struct {
 	admitWarn [8]budget.Warning
 	tagBuf    [12]ruleset.KV
 	ruleBuf   [8]int
-	holdBuf   [4]admitted
+	holdBuf   [4]budget.Request
 	nameBuf   [4]string
 }
 
@@ -309,16 +302,17 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	now := e.now()
-	actual := now.Sub(x.Start).Seconds()
+	took := now.Sub(x.Start)
+	actual := took.Seconds()
 	for _, h := range x.holds {
-		h.b.Release(now, h.key, h.reserved, actual)
+		budget.Release(now, h, actual)
 	}
 	e.inFlight.Add(-1)
 	if err == nil && ctx.Err() == nil && x.Costed {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if e.obs != nil {
-		e.obs.Finished(ctx, x, err, now.Sub(x.Start))
+		e.obs.Finished(ctx, x, err, took)
 	}
 	x.release()
 }
