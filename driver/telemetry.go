@@ -241,6 +241,9 @@ func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) 
 }
 
 func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
+	if !x.Observed {
+		return // no span (Finished finds none to end)
+	}
 	span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
 		span.SetAttributes(t.attributes(x)...)

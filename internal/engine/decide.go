@@ -234,9 +234,7 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Requ
 		}
 		return d, wait
 	}
-	for _, r := range reqs {
-		x.hold(r)
-	}
+	x.holds = reqs // Admit left its handles in them for Finish's Release
 	for _, w := range warn {
 		bi := reqBudget[w.Index]
 		e.thresholdWarn(x, st.budgets[bi], st.ruleName[ruleFor(budgets, ruleOf, bi)], w)
@@ -285,7 +283,7 @@ var localOnly = health.NewSampler(health.Options{})
 // hold keeps an admitted request (with Admit's handle to its state) for Finish to release.
 func (x *Exec) hold(r budget.Request) {
 	if x.holds == nil {
-		x.holds = x.holdBuf[:0]
+		x.holds = x.reqBuf[:0]
 	}
 	x.holds = append(x.holds, r)
 }

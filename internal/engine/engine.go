@@ -237,7 +237,6 @@ type Exec struct {
 	admitWarn [8]budget.Warning
 	tagBuf    [12]ruleset.KV
 	ruleBuf   [8]int
-	holdBuf   [4]budget.Request
 	nameBuf   [4]string
 }
 
@@ -370,8 +369,12 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 func (x *Exec) release() {
 	// Drop references so a pooled Exec pins no pattern, span or budget.
 	x.e, x.Pattern, x.Span = nil, nil, nil
-	clear(x.holdBuf[:len(x.holds)])
-	clear(x.reqBuf[:min(len(x.Budgets), len(x.reqBuf))]) // drop budget pointers and keys
+	// Drop budget pointers and keys of the requests and holds (in reqBuf unless there were more
+	// than it holds). A loop, not clear: for the usual one request it is a few stores rather than
+	// a call into the runtime.
+	for i := range x.reqBuf[:min(max(len(x.Budgets), len(x.holds)), len(x.reqBuf))] {
+		x.reqBuf[i] = budget.Request{}
+	}
 	// A route made in x's scratch space: drop its rules, tags and keys.
 	if x.rt.st != nil {
 		clear(x.keyBuf[:min(len(x.rt.keys), len(x.keyBuf))])
