@@ -1,4 +1,4 @@
-# Targets: test, lint, fuzz, bench, demo, instr.
+# Targets: test, lint, fuzz, bench, demo, instr, wall.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
 BENCHPKGS ?= ./...
 
-.PHONY: test lint fuzz bench demo instr
+.PHONY: test lint fuzz bench demo instr wall
 
 # Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use the server
 # named by PGTRAFFIC_TEST_DSN.
@@ -40,3 +40,8 @@ demo:
 # Instructions per query for each driver mode, measured with callgrind.
 instr:
 	scripts/instr.sh
+
+# Wall time per statement of each driver mode against raw pgx, client and server pinned to
+# different CPUs (about 2 minutes).
+wall:
+	scripts/wall.sh

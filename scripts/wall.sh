@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# wall.sh measures the wall time per statement of each driver mode against raw pgx, with the
+# client and the server on different CPUs.
+#
+# It runs TestOverheadRounds (integration/overhead_test.go: every mode in interleaved rounds, so
+# that drift of a shared machine cancels) against a throwaway PostgreSQL started by
+# internal/pgtest/cmd/pgtest, unless PGTRAFFIC_TEST_DSN names one.
+#
+# Why pin: on a 2-core machine, an unpinned client, server and scheduler share both cores, and
+# where the kernel happens to run each process moves the ratios by more than the 3% being judged.
+# Here the server (postmaster and every backend, which inherit its affinity) runs on the last CPU
+# and the client, with GOMAXPROCS=1, on CPU 0, so the client's own work is what differs between
+# modes. A round trip between two CPUs is slower than on one, so absolute times are higher than
+# unpinned ones; the ratios are the figure. An external server (PGTRAFFIC_TEST_DSN) is not pinned.
+#
+# Environment: ROUNDS (default 300), K (statements per mode per round, default 100).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS="${ROUNDS:-300}"
+K="${K:-100}"
+GO="${GO:-go}"
+export CGO_ENABLED=1
+
+ncpu="$(nproc)"
+if ! command -v taskset >/dev/null || ((ncpu < 2)); then
+	echo "wall: needs taskset (util-linux) and at least 2 CPUs; this machine has $ncpu" >&2
+	exit 1
+fi
+server_cpu=$((ncpu - 1))
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+	if [[ -n "$server_pid" ]]; then
+		exec 3>&-
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$GO" test -c -o "$work/integration.test" ./integration
+
+dsn="${PGTRAFFIC_TEST_DSN:-}"
+if [[ -z "$dsn" ]]; then
+	"$GO" build -o "$work/pgserver" ./internal/pgtest/cmd/pgtest
+	# The server stops when its stdin closes: this script holds the only write end (fd 3).
+	mkfifo "$work/hold"
+	taskset -c "$server_cpu" "$work/pgserver" -stdin <"$work/hold" >"$work/dsn" 2>"$work/pgserver.err" &
+	server_pid=$!
+	exec 3>"$work/hold"
+	for _ in $(seq 1200); do # up to 120 s: initdb on a busy machine
+		[[ -s "$work/dsn" ]] && break
+		if ! kill -0 "$server_pid" 2>/dev/null; then
+			echo "wall: PostgreSQL did not start:" >&2
+			cat "$work/pgserver.err" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	if [[ ! -s "$work/dsn" ]]; then
+		echo "wall: PostgreSQL did not start within 120 s" >&2
+		exit 1
+	fi
+	dsn="$(head -n 1 "$work/dsn")"
+	echo "wall: server on CPU $server_cpu, client on CPU 0" >&2
+fi
+
+# The test binary runs with the package directory as its working directory, as go test does.
+cd integration
+PGTRAFFIC_TEST_DSN="$dsn" PGTRAFFIC_OVERHEAD=1 PGTRAFFIC_OVERHEAD_ROUNDS="$ROUNDS" PGTRAFFIC_OVERHEAD_K="$K" \
+	GOMAXPROCS=1 taskset -c 0 "$work/integration.test" -test.run '^TestOverheadRounds$' -test.v -test.count=1
