@@ -66,6 +66,21 @@ func (c *PlanCache) Get(now time.Time, fp uint64) (float64, bool) {
 	return cost, true
 }
 
+// Lookup is [PlanCache.Get] that also returns when the entry expires, for a caller that keeps
+// its own copy in front of the cache (the engine keeps one per statement text).
+func (c *PlanCache) Lookup(now time.Time, fp uint64) (cost float64, expires time.Time, ok bool) {
+	c.mu.RLock()
+	e, ok := c.entries.get(fp)
+	if ok {
+		cost, expires, ok = e.cost, e.expires, now.Before(e.expires)
+	}
+	c.mu.RUnlock()
+	if !ok {
+		return 0, time.Time{}, false
+	}
+	return cost, expires, true
+}
+
 // Put records that fp was explained at now with plan cost cost. Negative or non-finite costs are
 // ignored.
 func (c *PlanCache) Put(now time.Time, fp uint64, cost float64) {

@@ -33,6 +33,15 @@ func TestPlanCacheTTL(t *testing.T) {
 			if got != tt.want || ok != tt.wantOK {
 				t.Fatalf("Get = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
 			}
+			// Lookup agrees, and gives the put time plus the TTL as the expiry.
+			got, exp, ok := c.Lookup(tt.now, tt.fp)
+			wantExp := time.Time{}
+			if tt.wantOK {
+				wantExp = t0.Add(DefaultPlanTTL)
+			}
+			if got != tt.want || ok != tt.wantOK || !exp.Equal(wantExp) {
+				t.Fatalf("Lookup = %v, %v, %v; want %v, %v, %v", got, exp, ok, tt.want, wantExp, tt.wantOK)
+			}
 		})
 	}
 	t.Run("a new put restarts the TTL", func(t *testing.T) {

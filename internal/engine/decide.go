@@ -75,7 +75,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	budgets, ruleOf := rt.budgets, rt.ruleOf
 	x.Budgets = rt.names
 	if rt.needCost {
-		x.Predicted, x.PlanCost = e.predict(ctx, x, conn, query, args, rt.explain)
+		x.Predicted, x.PlanCost = e.predict(ctx, x, slot, conn, query, args, rt.explain)
 		x.Costed = true
 	}
 
@@ -290,13 +290,20 @@ func (x *Exec) hold(r budget.Request) {
 
 // predict returns the predicted execution seconds and the planner cost it used (0 if none).
 // EXPLAIN failures fall back to history and are counted; they never fail the statement.
-func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
+func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
 	p := x.Pattern
 	fp := p.FingerprintID
 	// The common case first: a cached plan cost and a pattern that is not volatile take one
 	// plan-cache and one model lookup.
 	if p.Explainable && mode != explainCall {
-		if c, ok := e.plans.Get(x.Start, fp); ok {
+		c, ok := slot.planCost(x.Start)
+		if !ok {
+			var expires time.Time
+			if c, expires, ok = e.plans.Lookup(x.Start, fp); ok {
+				slot.setPlan(c, expires)
+			}
+		}
+		if ok {
 			pred, _, volatile := e.model.PredictVolatile(fp, c)
 			if mode != explainAuto || !volatile {
 				e.stats.ExplainCacheHits.Add(1)
@@ -329,6 +336,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 				planCost = c
 				if !perCall {
 					e.plans.Put(t0, fp, c)
+					slot.setPlan(c, t0.Add(e.plans.TTL()))
 				}
 			}
 		}

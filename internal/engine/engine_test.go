@@ -623,3 +623,45 @@ rules:
 		}
 	}
 }
+
+// TestTextPlanCopyExpires: the engine's per-text copy of a plan cost expires with the plan cache
+// entry it copied, and is refreshed from the cache.
+func TestTextPlanCopyExpires(t *testing.T) {
+	const q = "select * from orders where id = $1"
+	e, clk := newEngine(t, `
+budgets:
+  - {name: b, mode: enforce, per_query_limit: 100s, explain: pattern}
+rules:
+  - {budget: b, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	p, _ := e.patterns.Get(q)
+	planCost := func() float64 {
+		t.Helper()
+		x, err := e.Begin(ctx, nil, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Finish(ctx, nil)
+		return x.PlanCost
+	}
+	e.plans.Put(clk.now(), p.FingerprintID, 8.3)
+	if got := planCost(); got != 8.3 {
+		t.Fatalf("plan cost %v, want 8.3 from the plan cache", got)
+	}
+	clk.advance(e.plans.TTL() - time.Second)
+	if got := planCost(); got != 8.3 {
+		t.Fatalf("plan cost %v before the TTL, want 8.3", got)
+	}
+	clk.advance(time.Second) // both the cache entry and the text's copy expire
+	if got := planCost(); got != 0 {
+		t.Fatalf("plan cost %v after the TTL, want none (no connection to EXPLAIN on)", got)
+	}
+	e.plans.Put(clk.now(), p.FingerprintID, 12)
+	if got := planCost(); got != 12 {
+		t.Fatalf("plan cost %v, want the cache's new 12", got)
+	}
+	if hits := e.stats.ExplainCacheHits.Load(); hits != 3 {
+		t.Fatalf("plan cache hits %d, want 3 (from the cache or the text's copy)", hits)
+	}
+}

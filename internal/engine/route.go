@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -53,8 +54,37 @@ func (r *route) cached() *route {
 	return &b.route
 }
 
-// routeSlot holds the last route of one statement text.
-type routeSlot struct{ p atomic.Pointer[route] }
+// routeSlot holds what the engine keeps per statement text: its last route, and a copy of its
+// pattern's plan cost from the plan cache.
+type routeSlot struct {
+	p    atomic.Pointer[route]
+	plan atomic.Pointer[textPlan]
+}
+
+// textPlan is a plan cost and when it expires, as the plan cache holds it. A text's copy saves
+// the plan cache's lock and lookup; it expires with the entry it copies, so it is never staler.
+type textPlan struct {
+	cost    float64
+	expires time.Time
+}
+
+// planCost returns the text's copy of its plan cost if it has not expired at now.
+func (s *routeSlot) planCost(now time.Time) (float64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	if tp := s.plan.Load(); tp != nil && now.Before(tp.expires) {
+		return tp.cost, true
+	}
+	return 0, false
+}
+
+// setPlan keeps a copy of a plan cost valid until expires; a nil slot keeps nothing.
+func (s *routeSlot) setPlan(cost float64, expires time.Time) {
+	if s != nil {
+		s.plan.Store(&textPlan{cost: cost, expires: expires})
+	}
+}
 
 // lookup returns the slot's route when it was made under st for tags, else nil. A nil slot (a
 // text the identity cache does not keep) has none.
