@@ -38,6 +38,7 @@ type conn struct {
 	parent parentConn
 	pgx    *stdlib.Conn // the same connection as parent, for EXPLAIN; nil in unit tests
 	intr   *interceptor
+	valid  driver.Validator // parent's, if it has one (pgx's has not), found once
 
 	// spare is the rows wrapper of the connection's open query, reused so that a query does not
 	// allocate one; spareBusy is set while it is handed out. A second query while one is open
@@ -66,7 +67,8 @@ func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
 		return nil, errors.New("pgtraffic: the pgx connection lacks a context-aware driver interface")
 	}
 	px, _ := parent.(*stdlib.Conn)
-	return &conn{parent: pc, pgx: px, intr: intr}, nil
+	v, _ := parent.(driver.Validator)
+	return &conn{parent: pc, pgx: px, intr: intr, valid: v}, nil
 }
 
 // blocked converts the engine's denial into the public error. Never driver.ErrBadConn: a
@@ -147,8 +149,8 @@ func (c *conn) CheckNamedValue(v *driver.NamedValue) error { return c.parent.Che
 // the pool would keep it, and a later statement could meet only such connections and fail with
 // driver.ErrBadConn after database/sql's retries (seen with a pool smaller than its users).
 func (c *conn) IsValid() bool {
-	if v, ok := c.parent.(driver.Validator); ok {
-		return v.IsValid()
+	if c.valid != nil {
+		return c.valid.IsValid()
 	}
 	if c.pgx != nil {
 		return !c.pgx.Conn().IsClosed()

@@ -152,9 +152,11 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 		// Each budget's own decision: warn where it warned, allow elsewhere.
 		for _, name := range x.Budgets {
 			decision, reason := DecisionAllow, ""
-			for _, w := range x.warned {
-				if w.budget == name {
-					decision, reason = DecisionWarn, w.reason
+			if len(x.warned) > 0 {
+				for _, w := range x.warned {
+					if w.budget == name {
+						decision, reason = DecisionWarn, w.reason
+					}
 				}
 			}
 			e.obs.Decision(name, decision, reason)
