@@ -35,29 +35,15 @@ const minRetry = 10 * time.Millisecond
 // decide runs guards, rules, health, cost and admission for x. rt is the statement's cached
 // route, or nil to route it afresh from x.Tags (and cache the result in slot); ctxTags are the
 // context tags the route is for. On success the statement's holds are in x; on a denial nothing
-// is held.
+// is held. The rare paths (guards, waiting, warn-mode budgets) are functions of their own, which
+// keeps this one's frame small: it runs for every statement that a rule selects.
 func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot, ctxTags tagging.Tags,
 	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
 	p := x.Pattern
 	// Guards are static facts of the pattern, so they cost nothing unless a fact is set.
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
-		for i := range st.guards {
-			g := &st.guards[i]
-			if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
-				continue
-			}
-			if g.mode == modeEnforce {
-				d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
-				x.Decision, x.Reason = DecisionBlock, ReasonGuard
-				e.recordBlock(x.Start, d, p)
-				e.logDecision(g.name, DecisionBlock, d, p)
-				return d
-			}
-			x.Decision, x.Reason = DecisionWarn, ReasonGuard
-			e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
-			if e.obs != nil {
-				e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
-			}
+		if err := e.guard(st, x); err != nil {
+			return err
 		}
 	}
 	if st.rules == nil {
@@ -72,7 +58,6 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	if len(rt.budgets) == 0 {
 		return nil
 	}
-	budgets, ruleOf := rt.budgets, rt.ruleOf
 	x.Budgets = rt.names
 	if rt.needCost {
 		x.Predicted, x.PlanCost = e.predict(ctx, x, slot, conn, query, args, rt.explain)
@@ -81,20 +66,69 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
 	reqs, reqBudget := x.reqBuf[:0], x.reqIdxBuf[:0]
-	for i, bi := range budgets {
-		bs := st.budgets[bi]
-		if bs.mode != modeEnforce {
+	for i, bi := range rt.budgets {
+		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+			reqs = append(reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
+			reqBudget = append(reqBudget, bi)
+		}
+	}
+	if d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget); d != nil {
+		if err := e.wait(ctx, st, x, rt, reqs, reqBudget, d, wait); err != nil {
+			return err
+		}
+	}
+	if rt.warn {
+		e.warnBudgets(st, x, rt)
+	}
+	if e.obs != nil {
+		// Each budget's own decision: warn where it warned, allow elsewhere.
+		for _, name := range x.Budgets {
+			decision, reason := DecisionAllow, ""
+			if len(x.warned) > 0 {
+				for _, w := range x.warned {
+					if w.budget == name {
+						decision, reason = DecisionWarn, w.reason
+					}
+				}
+			}
+			e.obs.Decision(name, decision, reason)
+		}
+	}
+	return nil
+}
+
+// guard applies the query guards to x, whose pattern has an unsafe write or a TRUNCATE: an
+// enforce guard blocks it, a warn guard notes it.
+func (e *Engine) guard(st *compiled, x *Exec) error {
+	p := x.Pattern
+	for i := range st.guards {
+		g := &st.guards[i]
+		if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
 			continue
 		}
-		reqs = append(reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
-		reqBudget = append(reqBudget, bi)
-	}
-	var deadline time.Time
-	for {
-		d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget)
-		if d == nil {
-			break
+		if g.mode == modeEnforce {
+			d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+			x.Decision, x.Reason = DecisionBlock, ReasonGuard
+			e.recordBlock(x.Start, d, p)
+			e.logDecision(g.name, DecisionBlock, d, p)
+			return d
 		}
+		x.Decision, x.Reason = DecisionWarn, ReasonGuard
+		e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
+		if e.obs != nil {
+			e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
+		}
+	}
+	return nil
+}
+
+// wait handles a denial d of x's enforce budgets: it blocks the statement unless the budget
+// allows waiting (max_wait) and the hint wait fits both max_wait and ctx's deadline, in which
+// case it waits and tries again, until admitted (nil) or blocked (the *Denial) or ctx ends.
+func (e *Engine) wait(ctx context.Context, st *compiled, x *Exec, rt *route, reqs []budget.Request, reqBudget []int,
+	d *Denial, wait time.Duration) error {
+	var deadline time.Time
+	for d != nil {
 		bs := st.budgets[budgetByName(st, d.Budget)]
 		now := e.now()
 		if deadline.IsZero() {
@@ -118,51 +152,38 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 		}
 		x.Start = e.now() // admission is decided at the current time
 		x.slow = true
-	}
-
-	// Warn budgets are checked one by one: a warn budget that would block is logged and the
-	// statement runs without a hold in it, so the budget shows what enforce would have done.
-	if rt.warn {
-		for i, bi := range budgets {
-			bs := st.budgets[bi]
-			if bs.mode != modeWarn {
-				continue
-			}
-			if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
-				bs.b.CountWarned()
-				x.warnBudget(e, bs.name, d)
-				continue
-			}
-			key := rt.keys[i]
-			req := [1]budget.Request{{Budget: bs.b, Key: key, Cost: x.Predicted}}
-			var wb [1]budget.Warning
-			warn, den := budget.Admit(x.Start, req[:], wb[:0])
-			if den != nil {
-				d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleOf[i]], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-				x.warnBudget(e, bs.name, d)
-				continue
-			}
-			x.hold(req[0])
-			for _, w := range warn {
-				e.thresholdWarn(x, bs, st.ruleName[ruleOf[i]], w)
-			}
-		}
-	}
-	if e.obs != nil {
-		// Each budget's own decision: warn where it warned, allow elsewhere.
-		for _, name := range x.Budgets {
-			decision, reason := DecisionAllow, ""
-			if len(x.warned) > 0 {
-				for _, w := range x.warned {
-					if w.budget == name {
-						decision, reason = DecisionWarn, w.reason
-					}
-				}
-			}
-			e.obs.Decision(name, decision, reason)
-		}
+		d, wait = e.tryEnforce(st, x, rt, reqs, reqBudget)
 	}
 	return nil
+}
+
+// warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
+// and the statement runs without a hold in it, so the budget shows what enforce would have done.
+func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route) {
+	for i, bi := range rt.budgets {
+		bs := st.budgets[bi]
+		if bs.mode != modeWarn {
+			continue
+		}
+		rule := rt.ruleOf[i]
+		if d := e.healthDenial(st, bs, rule, x); d != nil {
+			bs.b.CountWarned()
+			x.warnBudget(e, bs.name, d)
+			continue
+		}
+		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted}}
+		var wb [1]budget.Warning
+		warn, den := budget.Admit(x.Start, req[:], wb[:0])
+		if den != nil {
+			d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+			x.warnBudget(e, bs.name, d)
+			continue
+		}
+		x.hold(req[0])
+		for _, w := range warn {
+			e.thresholdWarn(x, bs, st.ruleName[rule], w)
+		}
+	}
 }
 
 // route makes x's route from its merged tags, in x's scratch space.
