@@ -33,7 +33,7 @@ func guardBypassed(ctx context.Context) bool {
 const minRetry = 10 * time.Millisecond
 
 // decide runs guards, rules, health, cost and admission for x. rt is the statement's cached
-// route, or nil to route it afresh from x.Tags (and cache the result in slot); ctxTags are the
+// route, or nil to route it afresh from x.Tags (and offer the result to slot); ctxTags are the
 // context tags the route is for. On success the statement's holds are in x; on a denial nothing
 // is held. The rare paths (guards, waiting, warn-mode budgets) are functions of their own, which
 // keeps this one's frame small: it runs for every statement that a rule selects.
@@ -52,7 +52,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	if rt == nil {
 		rt = e.route(st, x, ctxTags)
 		if !p.UnsafeWrite && !p.Truncate {
-			slot.store(rt)
+			slot.offer(rt)
 		}
 	}
 	if len(rt.budgets) == 0 {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,11 @@ func (r *route) cached() *route {
 type routeSlot struct {
 	p    atomic.Pointer[route]
 	plan atomic.Pointer[textPlan]
+	// seen is a hash of the context tags of the text's last route made afresh. A route is
+	// cached only when the same tags miss twice in a row: a text whose tags change with every
+	// statement (a tenant or request tag) then routes afresh each time, as it would anyway, but
+	// does not also allocate a route that nothing reuses.
+	seen atomic.Uint64
 }
 
 // textPlan is a plan cost and when it expires, as the plan cache holds it. A text's copy saves
@@ -99,12 +105,31 @@ func (s *routeSlot) lookup(st *compiled, tags tagging.Tags) *route {
 	return r
 }
 
-// store caches r (made in scratch space) in the slot; a nil slot keeps nothing.
-func (s *routeSlot) store(r *route) {
+// offer caches r (made in scratch space) in the slot if the previous route made afresh for the
+// text was for the same tags (see seen); a nil slot keeps nothing.
+func (s *routeSlot) offer(r *route) {
 	if s == nil {
+		return
+	}
+	if h := tagsHash(r.tags); s.seen.Swap(h) != h {
 		return
 	}
 	if c := r.cached(); c != nil {
 		s.p.Store(c)
 	}
+}
+
+var tagsSeed = maphash.MakeSeed()
+
+// tagsHash hashes t's pairs; it is never 0, the slot's "none seen".
+func tagsHash(t tagging.Tags) uint64 {
+	var h maphash.Hash
+	h.SetSeed(tagsSeed)
+	for k, v := range t.All() {
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(v)
+		h.WriteByte(0)
+	}
+	return h.Sum64() | 1
 }
