@@ -411,8 +411,8 @@ func rulesN(n int) string {
 }
 
 // BenchmarkDecisionPath measures Begin+Finish for a statement matching one hot budget with a
-// bucket, whose plan cost is cached: tags merged, rule set matched, cost predicted, admitted,
-// released. It should be flat in the number of rules.
+// bucket, whose plan cost is cached: route (tags merged and rule set matched, or the text's
+// cached route), cost predicted, admitted, released. It should be flat in the number of rules.
 func BenchmarkDecisionPath(b *testing.B) {
 	for _, n := range []int{10, 10_000} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
@@ -431,6 +431,29 @@ func BenchmarkDecisionPath(b *testing.B) {
 			}
 		})
 	}
+	// Every statement with other tags (1,000 tenants in turn): no cached route, so tags are
+	// merged and the rule set matched each time.
+	b.Run("rules=10000/tenant-per-statement", func(b *testing.B) {
+		e, _ := newEngine(b, rulesN(10_000), func(o *Options) { o.Now = time.Now })
+		var ctxs []context.Context
+		for i := range 1000 {
+			ctxs = append(ctxs, tagging.With(context.Background(), "app", "bench", "tenant", fmt.Sprint("u", i)))
+		}
+		q := "select * from orders where id = $1"
+		warm(b, e, ctxs[0], q)
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			ctx := ctxs[i%len(ctxs)]
+			i++
+			x, err := e.Begin(ctx, nil, q, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			x.Finish(ctx, nil)
+		}
+	})
 	b.Run("parallel/one-hot-budget", func(b *testing.B) {
 		e, _ := newEngine(b, rulesN(10), func(o *Options) { o.Now = time.Now })
 		ctx := tagging.With(context.Background(), "app", "bench")
