@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,6 +263,7 @@ func envInt(tb testing.TB, name string, def int) int {
 // modeTotals accumulates one mode's measurements over the rounds.
 type modeTotals struct {
 	wall    time.Duration
+	cpu     time.Duration // the process's user + system CPU time (client work, every goroutine)
 	ops     int
 	mallocs uint64
 	perOp   []float64 // ns per operation in each round
@@ -310,6 +312,7 @@ func TestOverheadRounds(t *testing.T) {
 				m := (j + r) % len(dbs)
 				runtime.ReadMemStats(&ms)
 				mallocs := ms.Mallocs
+				cpu0 := processCPU(t)
 				start := time.Now()
 				for i := range ops {
 					if err := w.run(ctx, dbs[m].db, rngs[m], r*ops+i); err != nil {
@@ -317,9 +320,11 @@ func TestOverheadRounds(t *testing.T) {
 					}
 				}
 				elapsed := time.Since(start)
+				cpu := processCPU(t) - cpu0
 				runtime.ReadMemStats(&ms)
 				tm := &totals[m]
 				tm.wall += elapsed
+				tm.cpu += cpu
 				tm.ops += ops
 				tm.mallocs += ms.Mallocs - mallocs
 				tm.perOp = append(tm.perOp, float64(elapsed.Nanoseconds())/float64(ops))
@@ -327,8 +332,8 @@ func TestOverheadRounds(t *testing.T) {
 		}
 		base := &totals[0]
 		fmt.Fprintf(&report, "\n%s (%d statement(s) per operation)\n", w.name, w.statements)
-		fmt.Fprintf(&report, "%-10s %12s %12s %12s %12s %12s\n",
-			"mode", "mean ns/st", "median ns/st", "mean ratio", "median ratio", "allocs/st")
+		fmt.Fprintf(&report, "%-10s %12s %12s %12s %12s %12s %12s\n",
+			"mode", "mean ns/st", "median ns/st", "mean ratio", "median ratio", "cpu ns/st", "allocs/st")
 		for m, tm := range totals {
 			if tm.ops != rounds*ops {
 				t.Fatalf("%s/%s: %d operations, want %d", w.name, dbs[m].mode, tm.ops, rounds*ops)
@@ -338,11 +343,12 @@ func TestOverheadRounds(t *testing.T) {
 			for r := range rounds {
 				perRound[r] = tm.perOp[r] / base.perOp[r]
 			}
-			fmt.Fprintf(&report, "%-10s %12.0f %12.0f %12.3f %12.3f %12.1f\n", dbs[m].mode,
+			fmt.Fprintf(&report, "%-10s %12.0f %12.0f %12.3f %12.3f %12.0f %12.1f\n", dbs[m].mode,
 				float64(tm.wall.Nanoseconds())/stmts,
 				median(tm.perOp)/float64(w.statements),
 				float64(tm.wall)/float64(base.wall),
 				median(perRound),
+				float64(tm.cpu.Nanoseconds())/stmts,
 				float64(tm.mallocs)/stmts)
 		}
 	}
@@ -350,6 +356,16 @@ func TestOverheadRounds(t *testing.T) {
 	if full {
 		t.Log("\n" + report.String())
 	}
+}
+
+// processCPU returns the process's user plus system CPU time so far: the client's work in every
+// goroutine (pgx's background reader included), the kernel's sending and receiving included.
+func processCPU(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(v []float64) float64 {
