@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 )
 
@@ -263,5 +264,51 @@ rules:
 	}
 	if got := inFlight(); got != 0 {
 		t.Fatalf("in flight %d", got)
+	}
+}
+
+// TestStatementsFinishOnOtherGoroutines: rows exhausted on other goroutines finish their
+// statements (giving back the connection's spare engine state) while the connection runs more
+// statements; run with -race.
+func TestStatementsFinishOnOtherGoroutines(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+budgets:
+  - {name: many, mode: enforce, max_concurrent: 1000}
+rules:
+  - {budget: many, match: {statement: select}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db := sql.OpenDB(fakeConnector{conn: &fakeConn{}, intr: &interceptor{engine: c.engine}})
+	defer db.Close()
+	ctx := context.Background()
+	sc, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	var wg sync.WaitGroup
+	for range 200 {
+		r, err := sc.QueryContext(ctx, "select x from t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r.Next() {
+			}
+			r.Close()
+		}()
+	}
+	wg.Wait()
+	if got := c.Snapshot().Budgets[0].InFlight; got != 0 {
+		t.Fatalf("in flight %d after every rows closed", got)
 	}
 }

@@ -222,6 +222,7 @@ type Exec struct {
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer's WantsTags was true at Begin (it records this statement)
 
+	spare   *Spare           // the Spare that lent x; nil for an Exec of the pool
 	slow    bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
 	holds   []budget.Request // admitted requests, released at Finish
 	warned  []budgetWarn
@@ -242,14 +243,38 @@ type Exec struct {
 
 var execPool = sync.Pool{New: func() any { return new(Exec) }}
 
+// Spare is an Exec that its owner (a driver connection) lends to its statements in place of the
+// engine's pool, which costs more than a flag per statement. While it is lent, a further
+// statement of the same owner (database/sql allows one in a transaction whose rows are still
+// open) takes an Exec from the pool. The zero value is ready to use.
+type Spare struct {
+	x    Exec
+	busy atomic.Bool // lent: set by Begin, cleared when the statement finishes (any goroutine)
+}
+
+// get returns an Exec for one statement: s's if it is free, else one from the pool.
+func (s *Spare) get() *Exec {
+	if s != nil && s.busy.CompareAndSwap(false, true) {
+		s.x.spare = s
+		return &s.x
+	}
+	return execPool.Get().(*Exec)
+}
+
 // Begin decides whether the statement may run. conn is the pgx stdlib connection it will run on
 // (used for EXPLAIN; may be nil). It returns the Exec to Finish when the statement completes, or
 // a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
 // On a denial nothing has been taken from any budget.
 func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
+	return e.BeginSpare(ctx, nil, conn, query, args)
+}
+
+// BeginSpare is Begin with the statement's Exec taken from spare when it is free (nil: always
+// from the engine's pool).
+func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
 	now := e.now()
 	p, slot := e.pattern(query)
-	x := execPool.Get().(*Exec)
+	x := spare.get()
 	x.reset(e, p, now)
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
@@ -381,6 +406,11 @@ func (x *Exec) release() {
 		x.rt = route{}
 	}
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
+	if sp := x.spare; sp != nil {
+		x.spare = nil
+		sp.busy.Store(false) // after every write to x: the next Begin's CompareAndSwap sees them
+		return
+	}
 	execPool.Put(x)
 }
 
