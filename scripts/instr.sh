@@ -19,6 +19,8 @@
 # INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pgserver.sh
+source scripts/pgserver.sh
 
 MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"
@@ -38,10 +40,7 @@ fi
 work="$(mktemp -d)"
 server_pid=""
 cleanup() {
-	if [[ -n "$server_pid" ]]; then
-		exec 3>&-
-		wait "$server_pid" 2>/dev/null || true
-	fi
+	stop_pgserver
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -54,27 +53,7 @@ fi
 
 dsn="${PGTRAFFIC_TEST_DSN:-}"
 if [[ -z "$dsn" ]]; then
-	"$GO" build -o "$work/pgserver" ./internal/pgtest/cmd/pgtest
-	# The server stops when its stdin closes: this script holds the only write end (fd 3), so
-	# it is stopped even if the script is killed.
-	mkfifo "$work/hold"
-	"$work/pgserver" -stdin <"$work/hold" >"$work/dsn" 2>"$work/pgserver.err" &
-	server_pid=$!
-	exec 3>"$work/hold"
-	for _ in $(seq 1200); do # up to 120 s: initdb on a busy machine
-		[[ -s "$work/dsn" ]] && break
-		if ! kill -0 "$server_pid" 2>/dev/null; then
-			echo "instr: PostgreSQL did not start:" >&2
-			cat "$work/pgserver.err" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
-	if [[ ! -s "$work/dsn" ]]; then
-		echo "instr: PostgreSQL did not start within 120 s" >&2
-		exit 1
-	fi
-	dsn="$(head -n 1 "$work/dsn")"
+	start_pgserver "$work"
 fi
 
 # inclusive FILE FUNC prints the inclusive instruction count of a function in a callgrind file.

@@ -16,6 +16,8 @@
 # Environment: ROUNDS (default 300), K (statements per mode per round, default 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pgserver.sh
+source scripts/pgserver.sh
 
 ROUNDS="${ROUNDS:-300}"
 K="${K:-100}"
@@ -32,10 +34,7 @@ server_cpu=$((ncpu - 1))
 work="$(mktemp -d)"
 server_pid=""
 cleanup() {
-	if [[ -n "$server_pid" ]]; then
-		exec 3>&-
-		wait "$server_pid" 2>/dev/null || true
-	fi
+	stop_pgserver
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -44,26 +43,7 @@ trap cleanup EXIT
 
 dsn="${PGTRAFFIC_TEST_DSN:-}"
 if [[ -z "$dsn" ]]; then
-	"$GO" build -o "$work/pgserver" ./internal/pgtest/cmd/pgtest
-	# The server stops when its stdin closes: this script holds the only write end (fd 3).
-	mkfifo "$work/hold"
-	taskset -c "$server_cpu" "$work/pgserver" -stdin <"$work/hold" >"$work/dsn" 2>"$work/pgserver.err" &
-	server_pid=$!
-	exec 3>"$work/hold"
-	for _ in $(seq 1200); do # up to 120 s: initdb on a busy machine
-		[[ -s "$work/dsn" ]] && break
-		if ! kill -0 "$server_pid" 2>/dev/null; then
-			echo "wall: PostgreSQL did not start:" >&2
-			cat "$work/pgserver.err" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
-	if [[ ! -s "$work/dsn" ]]; then
-		echo "wall: PostgreSQL did not start within 120 s" >&2
-		exit 1
-	fi
-	dsn="$(head -n 1 "$work/dsn")"
+	start_pgserver "$work" taskset -c "$server_cpu"
 	echo "wall: server on CPU $server_cpu, client on CPU 0" >&2
 fi
 

@@ -42,83 +42,54 @@ func noise(n int) []float64 {
 	return f
 }
 
-// BenchmarkHotPath is the engine's cost work on the decision path of a statement in explain mode
-// auto with a cached plan cost. "separate" is the three calls the engine made before
-// PredictVolatile (three locks, three lookups): Volatile, PlanCache.Get, Predict. "combined" is
-// PlanCache.Get and PredictVolatile (two locks, two lookups). No pattern is volatile (a volatile
-// one would be explained), so both do all of their calls on every iteration.
+// BenchmarkHotPath is the engine's cost work for a statement in explain mode auto with a cached
+// plan cost: "decide" on the decision path only, "statement" with Observe at completion too.
+// "separate" is the three calls the engine made before PredictVolatile (three locks, three
+// lookups): Volatile, PlanCache.Get, Predict; "combined" is PlanCache.Get and PredictVolatile.
+// No pattern is volatile (a volatile one would be explained), so every call runs each time.
 func BenchmarkHotPath(b *testing.B) {
-	b.Run("separate", func(b *testing.B) {
-		m, c, now := trainedHotPath()
-		b.ReportAllocs()
-		var sink float64
-		for i := uint64(0); b.Loop(); i++ {
-			fp := i % hotPathPatterns
+	predicts := []struct {
+		name    string
+		predict func(m *Model, c *PlanCache, now time.Time, fp uint64) (planCost, seconds float64, volatile bool)
+	}{
+		{"separate", func(m *Model, c *PlanCache, now time.Time, fp uint64) (float64, float64, bool) {
 			volatile := m.Volatile(fp)
 			pc, _ := c.Get(now, fp)
 			s, _ := m.Predict(fp, pc)
-			sink += s
-			if volatile {
-				b.Fatal("volatile pattern in the benchmark")
-			}
-		}
-		_ = sink
-	})
-	b.Run("combined", func(b *testing.B) {
-		m, c, now := trainedHotPath()
-		b.ReportAllocs()
-		var sink float64
-		for i := uint64(0); b.Loop(); i++ {
-			fp := i % hotPathPatterns
+			return pc, s, volatile
+		}},
+		{"combined", func(m *Model, c *PlanCache, now time.Time, fp uint64) (float64, float64, bool) {
 			pc, _ := c.Get(now, fp)
 			s, _, volatile := m.PredictVolatile(fp, pc)
-			sink += s
-			if volatile {
-				b.Fatal("volatile pattern in the benchmark")
-			}
-		}
-		_ = sink
-	})
-}
-
-// BenchmarkStatement is all the cost work of one statement with a cached plan cost: the
-// decision path of BenchmarkHotPath and, at completion, Observe with the cached plan cost and a
-// varying actual time.
-func BenchmarkStatement(b *testing.B) {
+			return pc, s, volatile
+		}},
+	}
 	f := noise(1024)
-	b.Run("separate", func(b *testing.B) {
-		m, c, now := trainedHotPath()
-		b.ReportAllocs()
-		var sink float64
-		for i := uint64(0); b.Loop(); i++ {
-			fp := i % hotPathPatterns
-			volatile := m.Volatile(fp)
-			pc, _ := c.Get(now, fp)
-			s, _ := m.Predict(fp, pc)
-			sink += s
-			m.Observe(fp, pc, s*f[i%uint64(len(f))])
-			if volatile {
-				b.Fatal("volatile pattern in the benchmark")
+	for _, observe := range []bool{false, true} {
+		for _, p := range predicts {
+			name := "decide/" + p.name
+			if observe {
+				name = "statement/" + p.name
 			}
+			b.Run(name, func(b *testing.B) {
+				m, c, now := trainedHotPath()
+				b.ReportAllocs()
+				var sink float64
+				for i := uint64(0); b.Loop(); i++ {
+					fp := i % hotPathPatterns
+					pc, s, volatile := p.predict(m, c, now, fp)
+					if volatile {
+						b.Fatal("volatile pattern in the benchmark")
+					}
+					sink += s
+					if observe {
+						m.Observe(fp, pc, s*f[i%uint64(len(f))])
+					}
+				}
+				_ = sink
+			})
 		}
-		_ = sink
-	})
-	b.Run("combined", func(b *testing.B) {
-		m, c, now := trainedHotPath()
-		b.ReportAllocs()
-		var sink float64
-		for i := uint64(0); b.Loop(); i++ {
-			fp := i % hotPathPatterns
-			pc, _ := c.Get(now, fp)
-			s, _, volatile := m.PredictVolatile(fp, pc)
-			sink += s
-			m.Observe(fp, pc, s*f[i%uint64(len(f))])
-			if volatile {
-				b.Fatal("volatile pattern in the benchmark")
-			}
-		}
-		_ = sink
-	})
+	}
 }
 
 // BenchmarkModelObserveTrained is Observe on a warm table (every pattern known, buckets full)
