@@ -77,6 +77,24 @@ type fakeConnector struct {
 func (f fakeConnector) Connect(context.Context) (driver.Conn, error) { return newConn(f.conn, f.intr) }
 func (f fakeConnector) Driver() driver.Driver                        { return &Driver{} }
 
+// fakeDB returns a connector with rules and a *sql.DB whose connections are pgtraffic's over fc;
+// both are closed when the test ends.
+func fakeDB(t *testing.T, rules string, fc *fakeConn) (*Connector, *sql.DB) {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
+	t.Cleanup(func() { db.Close() })
+	return c, db
+}
+
 func TestBlockedError(t *testing.T) {
 	err := error(&BlockedError{Budget: "reporting", Rule: "app=reporting", Reason: ReasonBudget,
 		Fingerprint: "0123456789abcdef", RetryAfter: 1500e6, Limit: "burst_limit=10s"})
@@ -103,25 +121,15 @@ func TestBlockedError(t *testing.T) {
 // TestBlockedNothingSent runs the interceptor over a fake connection: a blocked statement never
 // reaches it, an allowed one does, and Rows release their slot when exhausted or closed.
 func TestBlockedNothingSent(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	fc := &fakeConn{}
+	c, db := fakeDB(t, `
 budgets:
   - {name: one, mode: enforce, max_concurrent: 1}
 rules:
   - {budget: one, match: {statement: select}}
 guards:
   require_where: enforce
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := &fakeConn{}
-	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
-	defer db.Close()
+`, fc)
 	db.SetMaxOpenConns(2)
 
 	if _, err := db.Exec("delete from t"); !errors.Is(err, ErrBlocked) {
@@ -202,23 +210,13 @@ func TestDriverOpenSharesConnector(t *testing.T) {
 // statement, whether it got the connection's spare wrapper or a new one, and each statement's
 // slot is given back when its rows close.
 func TestRowsOnOneConnection(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	fc := &fakeConn{}
+	c, db := fakeDB(t, `
 budgets:
   - {name: four, mode: enforce, max_concurrent: 4}
 rules:
   - {budget: four, match: {statement: select}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fc := &fakeConn{}
-	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
-	defer db.Close()
+`, fc)
 	ctx := context.Background()
 	sc, err := db.Conn(ctx)
 	if err != nil {
@@ -271,22 +269,12 @@ rules:
 // statements (giving back the connection's spare engine state) while the connection runs more
 // statements; run with -race.
 func TestStatementsFinishOnOtherGoroutines(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	c, db := fakeDB(t, `
 budgets:
   - {name: many, mode: enforce, max_concurrent: 1000}
 rules:
   - {budget: many, match: {statement: select}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewConnector("postgres://u@localhost/db", WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	db := sql.OpenDB(fakeConnector{conn: &fakeConn{}, intr: &interceptor{engine: c.engine}})
-	defer db.Close()
+`, &fakeConn{})
 	ctx := context.Background()
 	sc, err := db.Conn(ctx)
 	if err != nil {
