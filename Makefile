@@ -29,8 +29,10 @@ lint:
 fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' scripts/fuzz.sh
 
+# Every Go benchmark, then the interleaved wall-time rounds of every driver mode (scripts/wall.sh).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(BENCHPKGS) | tee bench.out
+	scripts/wall.sh | tee -a bench.out
 
 # The walkthrough, then the protection experiment (about 70 s; its chart goes to noisy-neighbor.png).
 demo:

@@ -39,7 +39,8 @@ import (
 //
 // Wall-time ratios need the modes interleaved so that drift of a shared machine cancels:
 // TestOverheadRounds runs rounds of modes × statements round-robin and prints the table
-// (PGTRAFFIC_OVERHEAD=1 go test -v -run TestOverheadRounds ./integration/). Instruction counts,
+// (PGTRAFFIC_OVERHEAD=1 go test -v -run TestOverheadRounds ./integration/; make wall, and the end
+// of make bench, run it with the server and the client pinned to different CPUs). Instruction counts,
 // the stable figure, come from scripts/instr.sh (make instr). BenchmarkOverhead has the same
 // cases as ordinary sub-benchmarks, which run one after another.
 
