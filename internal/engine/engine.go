@@ -1,6 +1,7 @@
 // Package engine is pgtraffic's decision path: for every statement it finds the pattern, merges
-// the tags, matches the rule set, predicts the cost when a budget needs it, and admits, warns
-// about or blocks the statement. The driver package wraps it in database/sql interfaces.
+// the tags and matches the rule set (or reuses the route it cached for the same text and context
+// tags, see route), predicts the cost when a budget needs it, and admits, warns about or blocks
+// the statement. The driver package wraps it in database/sql interfaces.
 //
 // The engine holds no goroutine of its own on the hot path: buckets drain when read, the rule set
 // is an immutable value swapped atomically on reload, and the only background work (the rules
