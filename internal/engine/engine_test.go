@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -729,5 +731,77 @@ rules:
 	}
 	if _, slot := e.pattern(q); slot.p.Load() != nil {
 		t.Fatal("a route was cached for tags that never repeated in a row")
+	}
+}
+
+// TestRouteCacheMatchesFreshRouting runs random statements (a few texts, a few tag sets, so that
+// cached routes are hit, missed and replaced) and checks each one's budgets and per keys against
+// a route made afresh from its merged tags.
+func TestRouteCacheMatchesFreshRouting(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: web, mode: enforce, max_concurrent: 1000, per: tenant}
+  - {name: report, mode: enforce, max_concurrent: 1000, per: user}
+  - {name: orders, mode: enforce, max_concurrent: 1000}
+rules:
+  - {budget: web, match: {app: web}}
+  - {budget: report, match: {app: report}}
+  - {budget: report, match: {tenant: t1, app: web}}
+  - {budget: orders, match: {table: orders}}
+`)
+	texts := []string{
+		"select * from orders where id = $1",
+		"select * from items where id = $1",
+		"/* app='report',user='u9' */ select count(*) from orders",
+		"update items set n = n + 1 where id = $1",
+	}
+	tagSets := [][]string{
+		{"app", "web", "tenant", "t1"},
+		{"app", "web", "tenant", "t2"},
+		{"app", "report", "user", "u1"},
+		{"app", "report"},
+		{},
+	}
+	bg := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	hits := 0
+	var q string
+	var kv []string
+	for i := range 5000 {
+		if i%2 == 0 || rng.IntN(2) == 0 { // runs of one to a few statements alike
+			q, kv = texts[rng.IntN(len(texts))], tagSets[rng.IntN(len(tagSets))]
+		}
+		ctx := bg
+		if len(kv) > 0 {
+			ctx = tagging.With(bg, kv...) // new storage every time: routes compare content
+		}
+		p, slot := e.pattern(q)
+		if slot.lookup(e.state.Load(), tagging.From(ctx)) != nil {
+			hits++
+		}
+		// The expected route, made afresh in a separate Exec.
+		want := new(Exec)
+		want.Tags = e.mergeTags(tagging.From(ctx), want.tagBuf[:0], p, q)
+		rt := e.route(e.state.Load(), want, tagging.From(ctx))
+
+		x, err := e.Begin(ctx, nil, q, nil)
+		if err != nil {
+			t.Fatalf("statement %d: %v", i, err)
+		}
+		if !slices.Equal(x.Budgets, rt.names) {
+			t.Fatalf("statement %d (%q, %v): budgets %v, want %v", i, q, kv, x.Budgets, rt.names)
+		}
+		if len(x.holds) != len(rt.keys) {
+			t.Fatalf("statement %d: %d holds, want %d", i, len(x.holds), len(rt.keys))
+		}
+		for j, h := range x.holds {
+			if h.Key != rt.keys[j] {
+				t.Fatalf("statement %d (%q, %v): budget %s key %q, want %q", i, q, kv, rt.names[j], h.Key, rt.keys[j])
+			}
+		}
+		x.Finish(ctx, nil)
+	}
+	if hits < 1000 {
+		t.Fatalf("only %d of 5000 statements hit a cached route; the test does not exercise the cache", hits)
 	}
 }
