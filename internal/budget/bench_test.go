@@ -57,7 +57,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 						b.Fatalf("denied: %+v", *d)
 					}
 					if handle {
-						Release(now, reqs[0], 1e-4)
+						Release(now, &reqs[0], 1e-4)
 					} else {
 						bud.Release(now, k, 1e-4, 1e-4)
 					}

@@ -101,7 +101,7 @@ func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 // as r.Budget.Release(now, r.Key, r.Cost, actual) in every case, including a
 // request that was never admitted or is released twice (nothing changes), or
 // whose Budget or Key was changed since Admit (the handle is then ignored).
-func Release(now time.Time, r Request, actual float64) {
+func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
 	reserved, actual := sanitizeCost(r.Cost), sanitizeCost(actual)
 	b.mu.Lock()

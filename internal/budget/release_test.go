@@ -21,15 +21,15 @@ func TestReleaseHandle(t *testing.T) {
 			if reqs[0].st == nil || reqs[0].st != b.tab.lookup(key) {
 				t.Fatalf("Admit left handle %p, want the key's state %p", reqs[0].st, b.tab.lookup(key))
 			}
-			Release(at(1), reqs[0], 1) // 1s drained, 2s refunded
+			Release(at(1), &reqs[0], 1) // 1s drained, 2s refunded
 			if s := b.Snapshot(at(1)); s.InFlight != 0 || math.Abs(s.Debt) > 1e-12 {
 				t.Errorf("after Release: %+v, want nothing in flight, no debt", s)
 			}
-			Release(at(1), reqs[0], 5) // released twice: nothing changes
+			Release(at(1), &reqs[0], 5) // released twice: nothing changes
 			if s := b.Snapshot(at(1)); s.InFlight != 0 || s.Debt != 0 {
 				t.Errorf("after a second Release: %+v", s)
 			}
-			Release(at(1), Request{Budget: b, Key: key, Cost: 1}, 5) // never admitted
+			Release(at(1), &Request{Budget: b, Key: key, Cost: 1}, 5) // never admitted
 			if s := b.Snapshot(at(1)); s.InFlight != 0 || s.Debt != 0 {
 				t.Errorf("after releasing a request never admitted: %+v", s)
 			}
@@ -56,7 +56,7 @@ func TestHandleSurvivesChurn(t *testing.T) {
 		if _, d := Admit(now, reqs, nil); d != nil {
 			t.Fatalf("key %d denied: %+v", i, *d)
 		}
-		Release(now, reqs[0], 0.02)
+		Release(now, &reqs[0], 0.02)
 		switch i {
 		case 300: // a reload that changes the rate and shrinks the table
 			b.SetSpec(now, Spec{Rate: 2, Burst: 100, MaxConcurrent: 1, MaxKeys: 1})
@@ -71,7 +71,7 @@ func TestHandleSurvivesChurn(t *testing.T) {
 	if s := b.Snapshot(at(1)); s.InFlight != 1 || s.Evicted == 0 {
 		t.Fatalf("before the release: %+v, want 1 in flight and evictions", s)
 	}
-	Release(at(1), held[0], 2)
+	Release(at(1), &held[0], 2)
 	if s := b.Snapshot(at(1)); s.InFlight != 0 {
 		t.Errorf("after releasing the held request: %d in flight", s.InFlight)
 	}
@@ -95,13 +95,13 @@ func TestStaleHandle(t *testing.T) {
 	}
 	admit(ra)
 	copyA := ra[0]
-	Release(at(0), ra[0], 1)
+	Release(at(0), &ra[0], 1)
 	rb := []Request{{Budget: b, Key: "b", Cost: 1}}
 	admit(rb) // evicts a, reusing its state for b
 	if rb[0].st != copyA.st {
 		t.Fatal("the table did not reuse a's state for b; the test needs it to")
 	}
-	Release(at(0), copyA, 1) // a second release of a
+	Release(at(0), &copyA, 1) // a second release of a
 	if s := b.Snapshot(at(0)); s.InFlight != 1 || rb[0].st.inflight != 1 {
 		t.Fatalf("a stale handle of a released b: %+v", s)
 	}
@@ -112,7 +112,7 @@ func TestStaleHandle(t *testing.T) {
 	admit(ro)
 	moved := rb[0]
 	moved.Budget = other
-	Release(at(0), moved, 1)
+	Release(at(0), &moved, 1)
 	if s := other.Snapshot(at(0)); s.InFlight != 0 {
 		t.Errorf("other budget after the moved release: %+v", s)
 	}
@@ -125,7 +125,7 @@ func TestStaleHandle(t *testing.T) {
 	admit(ru)
 	admit([]Request{{Budget: u2}})
 	ru[0].Budget = u2
-	Release(at(0), ru[0], 0)
+	Release(at(0), &ru[0], 0)
 	if s1, s2 := u1.Snapshot(at(0)), u2.Snapshot(at(0)); s1.InFlight != 1 || s2.InFlight != 0 {
 		t.Errorf("unkeyed handle moved to another budget: in flight %d and %d, want 1 and 0", s1.InFlight, s2.InFlight)
 	}
@@ -169,7 +169,7 @@ func TestHandleMatchesKeyRelease(t *testing.T) {
 				actual := rng.Float64() * 2
 				r := admitted[i]
 				byKey.Release(at(now), r[0].Key, r[0].Cost, actual)
-				Release(at(now), r[1], actual)
+				Release(at(now), &r[1], actual)
 				if rng.IntN(4) > 0 { // else it may be released again later
 					admitted = append(admitted[:i], admitted[i+1:]...)
 				}
@@ -290,7 +290,7 @@ func TestConcurrentHandleRelease(t *testing.T) {
 					continue
 				}
 				for _, r := range reqs {
-					Release(t0.Add(time.Duration(clock.Add(100_000))), r, rng.Float64()*0.02)
+					Release(t0.Add(time.Duration(clock.Add(100_000))), &r, rng.Float64()*0.02)
 				}
 			}
 		})

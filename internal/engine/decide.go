@@ -65,12 +65,10 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	}
 
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	reqs, reqBudget := x.reqBuf[:0], x.reqIdxBuf[:0]
-	for i, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			reqs = append(reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
-			reqBudget = append(reqBudget, bi)
-		}
+	// A fresh route's requests are already in reqBuf: the append then copies them onto themselves.
+	reqs, reqBudget := append(x.reqBuf[:0], rt.reqs...), rt.reqBudget
+	for i := range reqs {
+		reqs[i].Cost = x.Predicted
 	}
 	if d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget); d != nil {
 		if err := e.wait(ctx, st, x, rt, reqs, reqBudget, d, wait); err != nil {
@@ -189,7 +187,8 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route) {
 // route makes x's route from its merged tags, in x's scratch space.
 func (e *Engine) route(st *compiled, x *Exec, ctxTags tagging.Tags) *route {
 	rt := &x.rt
-	*rt = route{st: st, tags: ctxTags, budgets: x.selBuf[:0], ruleOf: x.ruleOfBuf[:0], names: x.nameBuf[:0], keys: x.keyBuf[:0]}
+	*rt = route{st: st, tags: ctxTags, budgets: x.selBuf[:0], ruleOf: x.ruleOfBuf[:0], names: x.nameBuf[:0], keys: x.keyBuf[:0],
+		reqs: x.reqBuf[:0], reqBudget: x.reqIdxBuf[:0]}
 	for _, r := range st.rules.Match(x.Tags, x.ruleBuf[:0]) {
 		bi := st.ruleBudget[r]
 		bs := st.budgets[bi]
@@ -204,6 +203,10 @@ func (e *Engine) route(st *compiled, x *Exec, ctxTags tagging.Tags) *route {
 		rt.ruleOf = append(rt.ruleOf, r)
 		rt.names = append(rt.names, bs.name)
 		rt.keys = append(rt.keys, key)
+		if bs.mode == modeEnforce {
+			rt.reqs = append(rt.reqs, budget.Request{Budget: bs.b, Key: key})
+			rt.reqBudget = append(rt.reqBudget, bi)
+		}
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
 		if bs.needCost {

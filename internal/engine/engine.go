@@ -329,8 +329,8 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	now := e.now()
 	took := now.Sub(x.Start)
 	actual := took.Seconds()
-	for _, h := range x.holds {
-		budget.Release(now, h, actual)
+	for i := range x.holds {
+		budget.Release(now, &x.holds[i], actual)
 	}
 	e.inFlight.Add(-1)
 	if err == nil && ctx.Err() == nil && x.Costed {

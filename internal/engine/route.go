@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -21,6 +22,10 @@ type route struct {
 	ruleOf   []int        // the rule that selected each
 	names    []string     // their names (Exec.Budgets)
 	keys     []string     // each one's per-tag value; "" when it has no per
+	// reqs are the requests of the enforce budgets among them, all but their cost, and
+	// reqBudget each one's index in st.budgets: Admit's input, copied for each statement.
+	reqs      []budget.Request
+	reqBudget []int
 	needCost bool         // a selected budget needs a cost prediction
 	explain  explainMode  // the most eager explain mode of those budgets
 	warn     bool         // a selected budget is in warn mode
@@ -34,8 +39,9 @@ const maxRouteBudgets = 4
 // routeBox is a cached route and its slices' storage, so that caching one is one allocation.
 type routeBox struct {
 	route
-	budgets, ruleOf [maxRouteBudgets]int
-	names, keys     [maxRouteBudgets]string
+	budgets, ruleOf, reqBudget [maxRouteBudgets]int
+	names, keys                [maxRouteBudgets]string
+	reqs                       [maxRouteBudgets]budget.Request
 }
 
 // cached returns a copy of r that owns its storage (r's slices point into an Exec's scratch
@@ -52,6 +58,10 @@ func (r *route) cached() *route {
 	copy(b.keys[:], r.keys)
 	b.route.budgets, b.route.ruleOf = b.budgets[:n:n], b.ruleOf[:n:n]
 	b.route.names, b.route.keys = b.names[:n:n], b.keys[:n:n]
+	m := len(r.reqs)
+	copy(b.reqs[:], r.reqs)
+	copy(b.reqBudget[:], r.reqBudget)
+	b.route.reqs, b.route.reqBudget = b.reqs[:m:m], b.reqBudget[:m:m]
 	return &b.route
 }
 
