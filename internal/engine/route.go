@@ -16,20 +16,20 @@ import (
 // statement with the same text and equal context tags under the same rules skips merging tags
 // and matching rules, most of the decision's work before admission.
 type route struct {
-	st       *compiled    // the rules it was made under
-	tags     tagging.Tags // the context tags it was made for
-	budgets  []int        // indexes into st.budgets of the selected budgets, each once, in rule order
-	ruleOf   []int        // the rule that selected each
-	names    []string     // their names (Exec.Budgets)
-	keys     []string     // each one's per-tag value; "" when it has no per
+	st      *compiled    // the rules it was made under
+	tags    tagging.Tags // the context tags it was made for
+	budgets []int        // indexes into st.budgets of the selected budgets, each once, in rule order
+	ruleOf  []int        // the rule that selected each
+	names   []string     // their names (Exec.Budgets)
+	keys    []string     // each one's per-tag value; "" when it has no per
 	// reqs are the requests of the enforce budgets among them, all but their cost, and
 	// reqBudget each one's index in st.budgets: Admit's input, copied for each statement.
 	reqs      []budget.Request
 	reqBudget []int
-	needCost bool         // a selected budget needs a cost prediction
-	explain  explainMode  // the most eager explain mode of those budgets
-	warn     bool         // a selected budget is in warn mode
-	health   bool         // a selected enforce budget has throttle_when
+	needCost  bool        // a selected budget needs a cost prediction
+	explain   explainMode // the most eager explain mode of those budgets
+	warn      bool        // a selected budget is in warn mode
+	health    bool        // a selected enforce budget has throttle_when
 }
 
 // maxRouteBudgets is the most budgets a cached route holds; a statement that selects more (rare)
