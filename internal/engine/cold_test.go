@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// coldBuf is larger than the CPU caches: writing a byte of each of its cache lines evicts the
+// engine's state, as a statement's round trip through the kernel does in a real process.
+var coldBuf = make([]byte, 8<<20)
+
+func evictCaches() {
+	for i := 0; i < len(coldBuf); i += 64 {
+		coldBuf[i]++
+	}
+}
+
+// BenchmarkColdPath is BenchmarkDecisionPath with cold caches: before each statement it evicts
+// the caches, then times Begin and Finish alone (ns/cold; ns/op includes the eviction and means
+// nothing). Between two statements of a real client the kernel sends and receives, so the
+// engine's state is partly cold; this is its worst case, where every cache line the path touches
+// is a miss, and it is what to watch when changing the layout of the hot structures.
+func BenchmarkColdPath(b *testing.B) {
+	for _, c := range []struct{ name, rules string }{{"no-rules", ""}, {"budget", rulesN(10)}} {
+		b.Run(c.name, func(b *testing.B) {
+			e, _ := newEngine(b, c.rules, func(o *Options) { o.Now = time.Now })
+			ctx := tagging.With(context.Background(), "app", "bench")
+			q := "select * from orders where id = $1"
+			warm(b, e, ctx, q)
+			warm(b, e, ctx, q) // the second caches the route
+			var total time.Duration
+			for b.Loop() {
+				evictCaches()
+				t0 := time.Now()
+				x, err := e.Begin(ctx, nil, q, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x.Finish(ctx, nil)
+				total += time.Since(t0)
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/cold")
+		})
+	}
+}
