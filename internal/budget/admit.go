@@ -330,9 +330,14 @@ func apply(b *Budget, r *Request, i int, s *state, t int64, warns []Warning) ([]
 	}
 	b.admitted.Add(1)
 
+	sp := &b.spec
+	if !r.WarnOnly && !(sp.WarningThreshold > 0) {
+		// An enforced request passed its check, so it is within every limit:
+		// without a warning threshold there is nothing to report.
+		return warns, s
+	}
 	// The fullest limit; on a tie the first of concurrency, per-query,
 	// bucket. Kept in scalars: a Warning is built only if one is reported.
-	sp := &b.spec
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {
 		if f := float64(s.inflight) / float64(sp.MaxConcurrent); f > fill {

@@ -58,8 +58,8 @@ func invariants(b *Budget) error {
 	}
 	for i, e := range tb.heap {
 		s := e.s
-		if !tb.stale && e.at != prio(s) {
-			return fmt.Errorf("heap[%d] priority %d, state's %d", i, e.at, prio(s))
+		if !tb.stale && e.at != tb.prio(s) {
+			return fmt.Errorf("heap[%d] priority %d, state's %d", i, e.at, tb.prio(s))
 		}
 		if int(s.idx) != i {
 			return fmt.Errorf("heap[%d].idx = %d", i, s.idx)
@@ -95,8 +95,8 @@ func stateInvariants(tb *table, s *state) error {
 	if s.inflight == 0 && tb.rate > 0 {
 		// emptyAt must follow the debt line within rounding.
 		want := float64(s.last) + s.debt/tb.rate*1e9
-		if math.Abs(float64(s.emptyAt)-want) > 2 && s.emptyAt != maxEmptyAt {
-			return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, s.emptyAt, want)
+		if at := tb.emptyAt(s); math.Abs(float64(at)-want) > 2 && at != maxEmptyAt {
+			return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, at, want)
 		}
 	}
 	return nil

@@ -227,9 +227,9 @@ func TestLazyHeapEvictsExactly(t *testing.T) {
 		before := map[string]was{}
 		soonest := int64(math.MaxInt64)
 		for k, s := range b.tab.keys {
-			before[k] = was{s.emptyAt, s.inflight}
+			before[k] = was{b.tab.emptyAt(s), s.inflight}
 			if s.inflight == 0 {
-				soonest = min(soonest, s.emptyAt)
+				soonest = min(soonest, b.tab.emptyAt(s))
 			}
 		}
 		key := strconv.Itoa(rng.IntN(20))

@@ -19,7 +19,6 @@ type state struct {
 	key      string
 	debt     float64 // execution seconds owed as of last
 	last     int64   // when debt was last drained, budget-relative nanoseconds
-	emptyAt  int64   // when debt reaches zero at the table's rate; the heap key while inflight == 0
 	inflight int32
 	idx      int32 // position in table.heap; -1 for the unkeyed state, which is in no heap
 }
@@ -62,11 +61,13 @@ func newTable(rate float64, maxKeys int) table {
 	return table{rate: rate, maxKeys: maxKeys, keys: make(map[string]*state)}
 }
 
-func prio(s *state) int64 {
+// prio is s's eviction priority: when its debt reaches zero (emptyAt), or last of all while it
+// has a query in flight.
+func (tb *table) prio(s *state) int64 {
 	if s.inflight > 0 {
 		return inFlightPrio
 	}
-	return s.emptyAt
+	return tb.emptyAt(s)
 }
 
 // debtAt is s's debt drained to t, without changing s.
@@ -81,8 +82,7 @@ func (tb *table) debtAt(s *state, t int64) float64 {
 	return d
 }
 
-// drain brings s's debt up to t. emptyAt does not move: draining follows the
-// line it was computed from.
+// drain brings s's debt up to t.
 func (tb *table) drain(s *state, t int64) {
 	s.debt = tb.debtAt(s, t)
 	if t > s.last {
@@ -101,20 +101,21 @@ func (tb *table) charge(s *state, t int64, delta float64) {
 	if !(s.debt > 0) { // also catches NaN
 		s.debt = 0
 	}
-	tb.setEmptyAt(s)
 }
 
-func (tb *table) setEmptyAt(s *state) {
+// emptyAt is when s's debt reaches zero at the table's rate, from its debt at last: the eviction
+// priority of a state with nothing in flight. It is computed when the heap needs it rather than
+// kept in the state, so that the common admission and release, which leave the heap alone (a
+// state in flight, the unkeyed state, a table below its bound), skip the division.
+func (tb *table) emptyAt(s *state) int64 {
 	if tb.rate == 0 || s.debt <= 0 {
-		s.emptyAt = s.last
-		return
+		return s.last
 	}
 	at := float64(s.last) + math.Ceil(s.debt/tb.rate*1e9)
 	if at >= float64(maxEmptyAt) {
-		s.emptyAt = maxEmptyAt
-		return
+		return maxEmptyAt
 	}
-	s.emptyAt = int64(at)
+	return int64(at)
 }
 
 // fitsAt reports whether cost (plus extra already asked for by the same
@@ -136,7 +137,7 @@ func (tb *table) fitTime(s *state, t int64, cost, burst float64) int64 {
 		return t
 	}
 	lo := max(t, s.last) // does not fit at lo
-	hi := s.emptyAt
+	hi := tb.emptyAt(s)
 	if hi <= lo {
 		hi = lo + 1
 	}
@@ -200,7 +201,7 @@ func (tb *table) count() int {
 // in flight grows instead: evicting one would lose its concurrency count.
 func (tb *table) insert(key string, t int64) *state {
 	if key == "" {
-		tb.unkeyed = state{last: t, emptyAt: t, idx: -1}
+		tb.unkeyed = state{last: t, idx: -1}
 		tb.hasUnkeyed = true
 		return &tb.unkeyed
 	}
@@ -216,7 +217,7 @@ func (tb *table) insert(key string, t int64) *state {
 	if s == nil {
 		s = new(state)
 	}
-	*s = state{key: key, last: t, emptyAt: t}
+	*s = state{key: key, last: t}
 	tb.keys[key] = s
 	tb.push(s)
 	return s
@@ -264,7 +265,7 @@ func (tb *table) setRate(t int64, rate float64) {
 // O(n).
 func (tb *table) rebuild() {
 	for i, e := range tb.heap {
-		tb.heap[i].at = prio(e.s)
+		tb.heap[i].at = tb.prio(e.s)
 	}
 	for i := len(tb.heap)/2 - 1; i >= 0; i-- {
 		tb.down(i)
@@ -272,13 +273,11 @@ func (tb *table) rebuild() {
 	tb.stale = false
 }
 
-// rebase recomputes s's emptyAt after a change of rate, dropping its debt
-// if the bucket is gone.
+// rebase drops s's debt after a change of rate if the bucket is gone.
 func (tb *table) rebase(s *state) {
 	if tb.rate == 0 {
 		s.debt = 0
 	}
-	tb.setEmptyAt(s)
 }
 
 // Heap primitives, hand-written rather than container/heap so that nothing
@@ -303,7 +302,7 @@ func (tb *table) reprio(s *state) {
 }
 
 func (tb *table) resift(s *state) {
-	tb.heap[s.idx].at = prio(s)
+	tb.heap[s.idx].at = tb.prio(s)
 	tb.fix(int(s.idx))
 }
 
@@ -311,7 +310,7 @@ func (tb *table) resift(s *state) {
 // table, else appended (stale).
 func (tb *table) push(s *state) {
 	s.idx = int32(len(tb.heap))
-	tb.heap = append(tb.heap, heapEntry{prio(s), s})
+	tb.heap = append(tb.heap, heapEntry{tb.prio(s), s})
 	switch {
 	case len(tb.keys) < tb.maxKeys:
 		tb.stale = true

@@ -46,9 +46,11 @@
 // fingerprint for a TTL ([DefaultPlanTTL]): explain mode pattern uses it always, mode call never,
 // and mode auto uses it unless [Model.Volatile] reports that the pattern's actual cost varies
 // widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round trips,
-// where an EXPLAIN per call is cheap insurance. [Model.PredictVolatile] answers the prediction
+// where an EXPLAIN per call is cheap insurance. [Model.Forecast] answers the prediction
 // from the cached cost and the volatility check under one lock and one table lookup. A cache hit
-// and a prediction take tens of nanoseconds and allocate nothing.
+// and a prediction take tens of nanoseconds and allocate nothing. A forecast carries the
+// generation of the pattern's state it was made from ([Model.Gen], two atomic loads), so a
+// caller may keep it and reuse it until the pattern trains again.
 //
 // # Running EXPLAIN safely
 //

@@ -349,12 +349,18 @@ func TestModelMatchesReference(t *testing.T) {
 	}
 }
 
-// TestModelPredictVolatile requires PredictVolatile to return exactly what Predict and Volatile
-// return, over a random history that also evicts patterns from a small table.
-func TestModelPredictVolatile(t *testing.T) {
+// TestModelForecast requires Forecast to return exactly what Predict, Volatile and Top's count
+// return, over a random history that also evicts patterns from a small table; and a stable
+// forecast, kept, to equal a fresh one for as long as Gen is unchanged.
+func TestModelForecast(t *testing.T) {
 	m := NewModel(16)
 	rng := rand.New(rand.NewPCG(13, 14))
-	volatile, unknown := 0, 0
+	type kept struct {
+		pc float64
+		f  Forecast
+	}
+	keep := map[uint64]kept{}
+	volatile, unknown, reused, expired := 0, 0, 0, 0
 	for step := range 200_000 {
 		fp := uint64(rng.IntN(24)) // more fingerprints than the bound
 		switch r := rng.IntN(50); {
@@ -364,36 +370,64 @@ func TestModelPredictVolatile(t *testing.T) {
 			pc := randomPlanCost(rng, fp)
 			m.Observe(fp, pc, randomActual(rng, pc))
 		}
+		// A kept forecast of any pattern: valid exactly while its generation holds.
+		kfp := uint64(rng.IntN(24))
+		if k, ok := keep[kfp]; ok {
+			if m.Gen(kfp) == k.f.Gen {
+				if got := m.Forecast(kfp, k.pc); got.Seconds != k.f.Seconds || got.OK != k.f.OK ||
+					got.Volatile != k.f.Volatile {
+					t.Fatalf("step %d: kept forecast of %d at %v is %+v, fresh %+v with the same Gen", step, kfp, k.pc, k.f, got)
+				}
+				reused++
+			} else {
+				delete(keep, kfp)
+				expired++
+			}
+		}
 		pc := randomPlanCost(rng, fp)
-		s, ok, v := m.PredictVolatile(fp, pc)
+		f := m.Forecast(fp, pc)
 		wantS, wantOK := m.Predict(fp, pc)
-		if ok != wantOK || math.Float64bits(s) != math.Float64bits(wantS) {
-			t.Fatalf("step %d: PredictVolatile(%d, %v) predicts %v, %v; Predict %v, %v", step, fp, pc, s, ok, wantS, wantOK)
+		if f.OK != wantOK || math.Float64bits(f.Seconds) != math.Float64bits(wantS) {
+			t.Fatalf("step %d: Forecast(%d, %v) predicts %v, %v; Predict %v, %v", step, fp, pc, f.Seconds, f.OK, wantS, wantOK)
 		}
-		if want := m.Volatile(fp); v != want {
-			t.Fatalf("step %d: PredictVolatile(%d) volatile = %v, Volatile %v", step, fp, v, want)
+		if want := m.Volatile(fp); f.Volatile != want {
+			t.Fatalf("step %d: Forecast(%d) volatile = %v, Volatile %v", step, fp, f.Volatile, want)
 		}
-		if v {
+		var count uint64
+		for _, s := range m.Top(24) {
+			if s.Fingerprint == fp {
+				count = s.Count
+			}
+		}
+		if f.Samples != count {
+			t.Fatalf("step %d: Forecast(%d) samples = %d, Top's count %d", step, fp, f.Samples, count)
+		}
+		if f.Stable {
+			keep[fp] = kept{pc, f}
+		}
+		if f.Volatile {
 			volatile++
 		}
 		if _, known := m.MeanActual(fp); !known {
 			unknown++
 		}
 	}
-	// The history must reach both answers, and patterns outside the table.
-	if volatile == 0 || unknown == 0 {
-		t.Fatalf("history too tame: %d volatile answers, %d for unknown patterns", volatile, unknown)
+	// The history must reach both answers, patterns outside the table, and both fates of a kept
+	// forecast.
+	if volatile == 0 || unknown == 0 || reused == 0 || expired == 0 {
+		t.Fatalf("history too tame: %d volatile answers, %d for unknown patterns, %d forecasts reused, %d expired",
+			volatile, unknown, reused, expired)
 	}
 }
 
-func TestModelPredictVolatileAllocs(t *testing.T) {
+func TestModelForecastAllocs(t *testing.T) {
 	m := NewModel(0)
 	m.ObserveExplain(0.001)
 	for range 10 {
 		m.Observe(1, 10, 0.001)
 	}
-	if n := testing.AllocsPerRun(100, func() { m.PredictVolatile(1, 10) }); n != 0 {
-		t.Fatalf("PredictVolatile allocates %v times, want 0", n)
+	if n := testing.AllocsPerRun(100, func() { m.Forecast(1, 10) }); n != 0 {
+		t.Fatalf("Forecast allocates %v times, want 0", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { m.Observe(1, 10, 0.001) }); n != 0 {
 		t.Fatalf("Observe of a known pattern allocates %v times, want 0", n)

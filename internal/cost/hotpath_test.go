@@ -44,8 +44,8 @@ func noise(n int) []float64 {
 
 // BenchmarkHotPath is the engine's cost work for a statement in explain mode auto with a cached
 // plan cost: "decide" on the decision path only, "statement" with Observe at completion too.
-// "separate" is the three calls the engine made before PredictVolatile (three locks, three
-// lookups): Volatile, PlanCache.Get, Predict; "combined" is PlanCache.Get and PredictVolatile.
+// "separate" is the three calls the engine made before Forecast (three locks, three
+// lookups): Volatile, PlanCache.Get, Predict; "combined" is PlanCache.Get and Forecast.
 // No pattern is volatile (a volatile one would be explained), so every call runs each time.
 func BenchmarkHotPath(b *testing.B) {
 	predicts := []struct {
@@ -60,8 +60,8 @@ func BenchmarkHotPath(b *testing.B) {
 		}},
 		{"combined", func(m *Model, c *PlanCache, now time.Time, fp uint64) (float64, float64, bool) {
 			pc, _ := c.Get(now, fp)
-			s, _, volatile := m.PredictVolatile(fp, pc)
-			return pc, s, volatile
+			f := m.Forecast(fp, pc)
+			return pc, f.Seconds, f.Volatile
 		}},
 	}
 	f := noise(1024)

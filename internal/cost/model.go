@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // Defaults and model constants. The EMA weights are explained in the package documentation.
@@ -73,6 +74,64 @@ type Model struct {
 	gN          uint64  // executions in the global EMAs
 	explainMean float64 // EMA of EXPLAIN round-trip seconds
 	explainN    uint64
+
+	// gens and global version the state predictions are made from (see Gen). gens[i] counts the
+	// changes of the patterns whose fingerprint maps to slot i; global counts changes that may
+	// alter any pattern's prediction (an EXPLAIN round trip recorded, a pattern evicted). Both
+	// change only under mu's write lock and are read without it.
+	gens   [genSlots]atomic.Uint64
+	global atomic.Uint64
+}
+
+// genSlots is the number of pattern generation counters. Patterns share a counter when their
+// fingerprints map to the same slot, which only makes a reused prediction expire early.
+const genSlots = 1024
+
+// Gen identifies the model state that a pattern's prediction was made from: while [Model.Gen]
+// returns the same Gen for the pattern, a [Forecast] marked Stable still holds.
+type Gen struct{ Pattern, Global uint64 }
+
+// Gen returns the current generation of pattern fp's state, without locking: two atomic loads.
+func (m *Model) Gen(fp uint64) Gen {
+	return Gen{Pattern: m.gens[fp%genSlots].Load(), Global: m.global.Load()}
+}
+
+// Forecast is a prediction and what a caller needs to reuse it.
+type Forecast struct {
+	Seconds  float64 // what Predict returns
+	OK       bool
+	Volatile bool   // what Volatile returns
+	Samples  uint64 // successful executions of the pattern observed (its Count)
+	// Gen is the state the forecast was made from. A Stable forecast depends on nothing else,
+	// so while Gen(fp) returns Gen it is what Forecast would return again for the same plan
+	// cost. A forecast that used the global k (a pattern not yet observed with a plan cost) is
+	// not Stable: the global k changes with every pattern's training.
+	Gen    Gen
+	Stable bool
+}
+
+// Forecast returns what [Model.Predict](fp, planCost) and [Model.Volatile](fp) return, from one
+// consistent state under one read lock and one table lookup, with the generation it was made
+// from, so that a caller can keep it and reuse it while [Model.Gen] is unchanged.
+//
+// It is the call for the decision path: the caller takes the cost cached by [PlanCache.Get] and
+// predicts with it. Only when Volatile is true in explain mode auto (such a pattern is explained
+// on every call), or when no cost was cached, does it run EXPLAIN and call [Model.Predict] again
+// with the fresh cost.
+func (m *Model) Forecast(fp uint64, planCost float64) Forecast {
+	m.mu.RLock()
+	p, _ := m.patterns.get(fp)
+	var f Forecast
+	f.Seconds, f.OK = m.predictLocked(p, planCost)
+	f.Volatile = m.volatileLocked(p)
+	f.Gen = m.Gen(fp) // under the read lock: no change can be under way
+	if p != nil {
+		f.Samples = p.n
+		// predictLocked used only p's state, unless it fell back to the global k.
+		f.Stable = p.nPlanned > 0 || !validPlan(planCost)
+	}
+	m.mu.RUnlock()
+	return f
 }
 
 // pattern is the learned state of one fingerprint.
@@ -293,23 +352,6 @@ func (m *Model) Predict(fp uint64, planCost float64) (seconds float64, ok bool) 
 	return seconds, ok
 }
 
-// PredictVolatile returns what [Model.Predict](fp, planCost) and [Model.Volatile](fp) return,
-// from one consistent state, under one read lock and with one table lookup instead of two.
-//
-// It is the call for the decision path in explain mode auto: the caller takes the cost cached by
-// [PlanCache.Get] and predicts with it. Only when volatile is true (such a pattern is explained
-// on every call), or when no cost was cached, does it run EXPLAIN and call [Model.Predict] again
-// with the fresh cost; the first prediction is then wasted, one table lookup against the round
-// trip of the EXPLAIN.
-func (m *Model) PredictVolatile(fp uint64, planCost float64) (seconds float64, ok bool, volatile bool) {
-	m.mu.RLock()
-	p, _ := m.patterns.get(fp)
-	seconds, ok = m.predictLocked(p, planCost)
-	volatile = m.volatileLocked(p)
-	m.mu.RUnlock()
-	return seconds, ok, volatile
-}
-
 // predictLocked is Predict for pattern p (nil when the pattern is not in the table).
 func (m *Model) predictLocked(p *pattern, planCost float64) (float64, bool) {
 	if validPlan(planCost) {
@@ -336,7 +378,12 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	}
 	planned := validPlan(planCost)
 	m.mu.Lock()
-	p, _ := m.patterns.put(fp) // the one table lookup: everything below updates p in place
+	full := m.patterns.len() == m.patterns.max
+	p, created := m.patterns.put(fp) // the one table lookup: everything below updates p in place
+	if created && full {
+		m.global.Add(1) // a pattern was evicted: its predictions fall back to the global k
+	}
+	m.gens[fp%genSlots].Add(1)
 	p.n++
 	if p.n == 1 {
 		// Seed the averages with the first sample rather than decaying from zero, which would
@@ -433,6 +480,7 @@ func (m *Model) ObserveExplain(seconds float64) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.global.Add(1) // the round-trip mean decides Volatile
 	m.explainN++
 	m.explainMean = ema(m.explainMean, seconds, alphaExplain, m.explainN)
 }

@@ -330,9 +330,10 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 			}
 		}
 		if ok {
-			pred, _, volatile := e.model.PredictVolatile(fp, c)
+			pred, volatile, warm := e.forecast(slot, fp, c)
 			if mode != explainAuto || !volatile {
 				e.stats.ExplainCacheHits.Add(1)
+				x.warm = warm
 				return pred, c // pred is 0 when the model cannot predict
 			}
 		}
@@ -372,6 +373,27 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 		return 0, planCost
 	}
 	return pred, planCost
+}
+
+// warmSamples is the number of executions a pattern trains the cost model on before its
+// forecasts are reused from the text's cache and its training is sampled (see Exec.train).
+const warmSamples = 64
+
+// forecast predicts the execution seconds of pattern fp at plan cost c, from the text's cached
+// forecast when the model has not changed since (slot may be nil: no cache). warm reports a
+// pattern past warmSamples executions; only such forecasts are cached.
+func (e *Engine) forecast(slot *routeSlot, fp uint64, c float64) (seconds float64, volatile, warm bool) {
+	if slot != nil {
+		if s, _, v, hit := slot.fc.get(c, e.model.Gen(fp)); hit {
+			return s, v, true
+		}
+	}
+	f := e.model.Forecast(fp, c)
+	warm = f.Samples >= warmSamples
+	if warm && f.Stable && slot != nil {
+		slot.fc.put(c, f)
+	}
+	return f.Seconds, f.Volatile, warm
 }
 
 func containsInt(s []int, v int) bool {

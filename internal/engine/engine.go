@@ -72,11 +72,11 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	log      *slog.Logger
-	now      func() time.Time
-	patterns *pattern.Cache
-	model    *cost.Model
-	plans    *cost.PlanCache
+	log *slog.Logger
+	now func() time.Time
+	patterns  *pattern.Cache
+	model     *cost.Model
+	plans     *cost.PlanCache
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
 	sampler       atomic.Pointer[health.Sampler]
@@ -130,16 +130,16 @@ func New(o Options) *Engine {
 		o.MaxBuckets = 100_000
 	}
 	e := &Engine{
-		log:      o.Logger,
-		now:      o.Now,
-		patterns: pattern.NewCache(o.PatternCacheSize),
-		model:    cost.NewModel(o.PatternCacheSize),
-		plans:    cost.NewPlanCache(o.PatternCacheSize, 0),
-		obs:      o.Observer,
-		onStmt:   o.OnStatement,
-		maxKeys:  o.MaxBuckets,
-		budgets:  map[string]*budget.Budget{},
-		recent:   make([]BlockRecord, 0, recentBlocks),
+		log:       o.Logger,
+		now:       o.Now,
+		patterns:  pattern.NewCache(o.PatternCacheSize),
+		model:     cost.NewModel(o.PatternCacheSize),
+		plans:     cost.NewPlanCache(o.PatternCacheSize, 0),
+		obs:       o.Observer,
+		onStmt:    o.OnStatement,
+		maxKeys:   o.MaxBuckets,
+		budgets:   map[string]*budget.Budget{},
+		recent:    make([]BlockRecord, 0, recentBlocks),
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -222,6 +222,9 @@ type Exec struct {
 	Costed    bool     // a prediction was made (the model may train on this execution)
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer's WantsTags was true at Begin (it records this statement)
+	// warm: the prediction came from a pattern past warmSamples executions, whose training
+	// Finish samples (see train).
+	warm bool
 
 	spare   *Spare           // the Spare that lent x; nil for an Exec of the pool
 	slow    bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
@@ -251,6 +254,7 @@ var execPool = sync.Pool{New: func() any { return new(Exec) }}
 type Spare struct {
 	x    Exec
 	busy atomic.Bool // lent: set by Begin, cleared when the statement finishes (any goroutine)
+	rng  uint64      // xorshift state of the training sample (see Exec.train); 0 until first used
 }
 
 // get returns an Exec for one statement: s's if it is free, else one from the pool.
@@ -333,13 +337,48 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		budget.Release(now, &x.holds[i], actual)
 	}
 	e.inFlight.Add(-1)
-	if err == nil && ctx.Err() == nil && x.Costed {
+	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if e.obs != nil {
 		e.obs.Finished(ctx, x, err, took)
 	}
 	x.release()
+}
+
+// Training the cost model on a statement (cost.Model.Observe: its lock, a table lookup and a
+// dozen averages) costs more than the rest of the statement's decision. A pattern's averages
+// weigh the last ten or so samples, so a pattern that runs thousands of times a second gains
+// nothing from each one. After warmSamples executions a pattern therefore trains on a random
+// one in trainEvery of its cheap statements, and on every statement that took trainAlways or
+// longer: those are the ones budgets exist for, and their training is a millionth of their
+// time. Sampling at random, rather than every n-th statement, cannot lock onto a workload that
+// repeats with the same period; it leaves the averages unbiased and only makes them span more
+// executions (about trainEvery × 10 for a cheap pattern).
+const (
+	trainEvery  = 8
+	trainAlways = time.Millisecond
+)
+
+// train reports whether the model trains on x's execution, which took took.
+func (x *Exec) train(took time.Duration) bool {
+	if !x.warm || took >= trainAlways {
+		return true
+	}
+	sp := x.spare
+	if sp == nil {
+		return true // an Exec of the pool: rare, and it has no generator of its own
+	}
+	// xorshift64 (Marsaglia): the Spare belongs to one connection, so its state needs no lock.
+	r := sp.rng
+	if r == 0 {
+		r = uint64(uintptr(unsafe.Pointer(sp))) | 1
+	}
+	r ^= r << 13
+	r ^= r >> 7
+	r ^= r << 17
+	sp.rng = r
+	return r%trainEvery == 0
 }
 
 // fastSlots is the size of the engine's identity cache in front of the pattern cache, and
@@ -388,7 +427,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 	x.e, x.Pattern, x.Start = e, p, now
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
-	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed = 0, 0, false, false, false
+	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed, x.warm = 0, 0, false, false, false, false
 	x.Span = nil
 }
 

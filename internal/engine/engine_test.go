@@ -749,12 +749,12 @@ rules:
   - {budget: report, match: {tenant: t1, app: web}}
   - {budget: orders, match: {table: orders}}
 `)
-	texts := []string{
+	texts := ownSlots([]string{
 		"select * from orders where id = $1",
 		"select * from items where id = $1",
 		"/* app='report',user='u9' */ select count(*) from orders",
 		"update items set n = n + 1 where id = $1",
-	}
+	})
 	tagSets := [][]string{
 		{"app", "web", "tenant", "t1"},
 		{"app", "web", "tenant", "t2"},

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"hash/maphash"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -65,11 +67,12 @@ func (r *route) cached() *route {
 	return &b.route
 }
 
-// routeSlot holds what the engine keeps per statement text: its last route, and a copy of its
-// pattern's plan cost from the plan cache.
+// routeSlot holds what the engine keeps per statement text: its last route, a copy of its
+// pattern's plan cost from the plan cache, and its last cost forecast.
 type routeSlot struct {
 	p    atomic.Pointer[route]
 	plan atomic.Pointer[textPlan]
+	fc   forecastCache
 	// seen is a hash of the context tags of the text's last route made afresh. A route is
 	// cached only when the same tags miss twice in a row: a text whose tags change with every
 	// statement (a tenant or request tag) then routes afresh each time, as it would anyway, but
@@ -142,4 +145,61 @@ func tagsHash(t tagging.Tags) uint64 {
 		h.WriteByte(0)
 	}
 	return h.Sum64() | 1
+}
+
+// forecastCache is a text's last stable forecast from the cost model (see cost.Forecast): while
+// the model's generation of the pattern and the plan cost are unchanged, the forecast is what
+// the model would answer, and reading it here takes a few atomic loads instead of the model's
+// lock and table lookup. A pattern that trains (see Exec.train) changes its generation, so the
+// next statement asks the model again.
+//
+// The fields are written under a sequence lock: seq is odd while a writer is at work, and a
+// reader that sees it odd or changed takes the miss. A writer that finds another at work skips
+// its update rather than wait. Every field is atomic, so readers and writers do not race.
+type forecastCache struct {
+	seq             atomic.Uint64
+	pattern, global atomic.Uint64 // the cost.Gen the forecast was made from
+	plan            atomic.Uint64 // the plan cost it was made for, as float64 bits
+	seconds         atomic.Uint64 // the prediction, as float64 bits
+	flags           atomic.Uint32 // fcOK, fcVolatile
+}
+
+const (
+	fcOK uint32 = 1 << iota
+	fcVolatile
+)
+
+// get returns the cached forecast for plan cost c if it was made at generation g.
+func (f *forecastCache) get(c float64, g cost.Gen) (seconds float64, ok, volatile, hit bool) {
+	seq := f.seq.Load()
+	if seq&1 != 0 {
+		return 0, false, false, false
+	}
+	pg, gg, plan := f.pattern.Load(), f.global.Load(), f.plan.Load()
+	secs, flags := f.seconds.Load(), f.flags.Load()
+	if f.seq.Load() != seq || pg != g.Pattern || gg != g.Global || plan != math.Float64bits(c) || seq == 0 {
+		return 0, false, false, false
+	}
+	return math.Float64frombits(secs), flags&fcOK != 0, flags&fcVolatile != 0, true
+}
+
+// put keeps fc, the model's stable forecast for plan cost c, unless another writer is at work.
+func (f *forecastCache) put(c float64, fc cost.Forecast) {
+	seq := f.seq.Load()
+	if seq&1 != 0 || !f.seq.CompareAndSwap(seq, seq+1) {
+		return
+	}
+	var flags uint32
+	if fc.OK {
+		flags |= fcOK
+	}
+	if fc.Volatile {
+		flags |= fcVolatile
+	}
+	f.pattern.Store(fc.Gen.Pattern)
+	f.global.Store(fc.Gen.Global)
+	f.plan.Store(math.Float64bits(c))
+	f.seconds.Store(math.Float64bits(fc.Seconds))
+	f.flags.Store(flags)
+	f.seq.Store(seq + 2)
 }

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// forecastRules is a budget that needs a cost for every statement tagged app=x and takes the
+// plan cost from the plan cache (the tests put it there: there is no server to EXPLAIN on).
+const forecastRules = `
+budgets:
+  - {name: b, mode: enforce, per_query_limit: 1000s, explain: pattern}
+rules:
+  - {budget: b, match: {app: x}}
+`
+
+// ownSlots returns texts, copied where needed so that no two share a slot of the engine's
+// identity cache, which is direct-mapped on the string's address: two texts in one slot replace
+// each other's entry (its cached route and forecast included), so a test of those caches would
+// depend on where the linker put its string constants.
+func ownSlots(texts []string) []string {
+	slotOf := func(q string) uintptr {
+		return (uintptr(unsafe.Pointer(unsafe.StringData(q)))>>4 ^ uintptr(len(q))) % fastSlots
+	}
+	out := make([]string, len(texts))
+	used := map[uintptr]bool{}
+	for i, q := range texts {
+		for used[slotOf(q)] {
+			q = strings.Clone(q) // new storage, another address
+		}
+		used[slotOf(q)] = true
+		out[i] = q
+	}
+	return out
+}
+
+// modelCount is the number of executions the model has trained pattern fp on.
+func modelCount(e *Engine, fp uint64) uint64 {
+	for _, s := range e.model.Top(1 << 20) {
+		if s.Fingerprint == fp {
+			return s.Count
+		}
+	}
+	return 0
+}
+
+// TestForecastReuseMatchesModel is differential: over a random history of statements of several
+// texts (two of them one pattern), costs, durations and plan costs, each statement's prediction,
+// whether reused from its text's cached forecast or not, is bit for bit what the model predicts
+// at that moment.
+func TestForecastReuseMatchesModel(t *testing.T) {
+	e, clk := newEngine(t, forecastRules)
+	ctx := tagging.With(context.Background(), "app", "x")
+	texts := ownSlots([]string{
+		"select * from orders where id = $1",
+		"SELECT * FROM orders WHERE id = $1", // the same pattern, another text
+		"select count(*) from orders where status = $1",
+		"select * from items where order_id = $1 order by id",
+	})
+	plans := []float64{8.3, 1200, 45_000}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var spare Spare
+	statements := 20_000
+	for i := range statements {
+		q := texts[rng.IntN(len(texts))]
+		p, _ := e.patterns.Get(q)
+		fp := p.FingerprintID
+		c, ok := e.plans.Get(clk.now(), fp)
+		if !ok { // expired (see the clock below): a new plan, as an EXPLAIN would find
+			c = plans[rng.IntN(len(plans))]
+			e.plans.Put(clk.now(), fp, c)
+		}
+		if rng.IntN(1000) == 0 {
+			e.model.ObserveExplain(0.0001 * float64(1+rng.IntN(5)))
+		}
+		want, _ := e.model.Predict(fp, c)
+		x, err := e.BeginSpare(ctx, &spare, nil, q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Float64bits(x.Predicted) != math.Float64bits(want) || x.PlanCost != c {
+			t.Fatalf("statement %d (%q): predicted %v at plan cost %v, the model predicts %v at %v",
+				i, q, x.Predicted, x.PlanCost, want, c)
+		}
+		// Mostly cheap statements, some over trainAlways; a few fail.
+		d := time.Duration(50+rng.IntN(400)) * time.Microsecond
+		if rng.IntN(20) == 0 {
+			d = time.Duration(1+rng.IntN(30)) * time.Millisecond
+		}
+		clk.advance(d)
+		var serr error
+		if rng.IntN(50) == 0 {
+			serr = errors.New("failed")
+		}
+		x.Finish(ctx, serr)
+		if rng.IntN(100) == 0 {
+			clk.advance(e.plans.TTL() / 2) // plans expire now and then
+		}
+	}
+	cached := 0
+	for _, q := range texts {
+		if _, slot := e.pattern(q); slot != nil && slot.fc.seq.Load() > 0 {
+			cached++
+		}
+	}
+	if cached != len(texts) {
+		t.Fatalf("%d of %d texts cached a forecast, want all", cached, len(texts))
+	}
+	var trained uint64
+	for _, q := range texts[1:] { // texts[0] and texts[1] are one pattern
+		p, _ := e.patterns.Get(q)
+		trained += modelCount(e, p.FingerprintID)
+	}
+	if trained >= uint64(statements)/2 {
+		t.Fatalf("the model trained on %d of %d statements: training is not sampled", trained, statements)
+	}
+}
+
+// TestTrainingSampled: a pattern trains on each of its first warmSamples executions, then on
+// about one in trainEvery cheap ones, and always on one that took trainAlways or longer; a failed
+// statement never trains, and a statement whose Exec is not a Spare's always does.
+func TestTrainingSampled(t *testing.T) {
+	const q = "select * from orders where id = $1"
+	e, clk := newEngine(t, forecastRules)
+	ctx := tagging.With(context.Background(), "app", "x")
+	p, _ := e.patterns.Get(q)
+	fp := p.FingerprintID
+	e.plans.Put(clk.now(), fp, 8.3)
+	var spare Spare
+	runSpare := func(n int, d time.Duration, err error) {
+		t.Helper()
+		for range n {
+			x, berr := e.BeginSpare(ctx, &spare, nil, q, nil)
+			if berr != nil {
+				t.Fatal(berr)
+			}
+			clk.advance(d)
+			x.Finish(ctx, err)
+		}
+	}
+	cheap := 100 * time.Microsecond
+	runSpare(warmSamples, cheap, nil)
+	if got := modelCount(e, fp); got != warmSamples {
+		t.Fatalf("after %d cheap statements the model trained %d times, want every one", warmSamples, got)
+	}
+	const n = 8000
+	runSpare(n, cheap, nil)
+	got := modelCount(e, fp) - warmSamples
+	// Binomial(8000, 1/8): mean 1000, standard deviation about 30.
+	if lo, hi := uint64(n/trainEvery*8/10), uint64(n/trainEvery*12/10); got < lo || got > hi {
+		t.Fatalf("after %d more cheap statements the model trained %d times, want about %d", n, got, n/trainEvery)
+	}
+	before := modelCount(e, fp)
+	runSpare(100, trainAlways, nil)
+	if got := modelCount(e, fp) - before; got != 100 {
+		t.Fatalf("100 statements of %v trained %d times, want 100", trainAlways, got)
+	}
+	before = modelCount(e, fp)
+	runSpare(100, trainAlways, errors.New("failed"))
+	if got := modelCount(e, fp) - before; got != 0 {
+		t.Fatalf("100 failed statements trained %d times, want 0", got)
+	}
+	before = modelCount(e, fp)
+	for range 100 {
+		if err := run(e, clk, ctx, q, cheap); err != nil { // Begin: an Exec of the pool
+			t.Fatal(err)
+		}
+	}
+	if got := modelCount(e, fp) - before; got != 100 {
+		t.Fatalf("100 statements without a Spare trained %d times, want 100", got)
+	}
+}
