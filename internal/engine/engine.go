@@ -72,11 +72,11 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	log *slog.Logger
-	now func() time.Time
-	patterns  *pattern.Cache
-	model     *cost.Model
-	plans     *cost.PlanCache
+	log      *slog.Logger
+	now      func() time.Time
+	patterns *pattern.Cache
+	model    *cost.Model
+	plans    *cost.PlanCache
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
 	sampler       atomic.Pointer[health.Sampler]
@@ -130,16 +130,16 @@ func New(o Options) *Engine {
 		o.MaxBuckets = 100_000
 	}
 	e := &Engine{
-		log:       o.Logger,
-		now:       o.Now,
-		patterns:  pattern.NewCache(o.PatternCacheSize),
-		model:     cost.NewModel(o.PatternCacheSize),
-		plans:     cost.NewPlanCache(o.PatternCacheSize, 0),
-		obs:       o.Observer,
-		onStmt:    o.OnStatement,
-		maxKeys:   o.MaxBuckets,
-		budgets:   map[string]*budget.Budget{},
-		recent:    make([]BlockRecord, 0, recentBlocks),
+		log:      o.Logger,
+		now:      o.Now,
+		patterns: pattern.NewCache(o.PatternCacheSize),
+		model:    cost.NewModel(o.PatternCacheSize),
+		plans:    cost.NewPlanCache(o.PatternCacheSize, 0),
+		obs:      o.Observer,
+		onStmt:   o.OnStatement,
+		maxKeys:  o.MaxBuckets,
+		budgets:  map[string]*budget.Budget{},
+		recent:   make([]BlockRecord, 0, recentBlocks),
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
