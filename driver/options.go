@@ -25,14 +25,13 @@ type options struct {
 	maxBuckets       int
 	pgxOptions       []stdlib.OptionOpenDB
 	sqlCommenter     bool
-	now              func() time.Time
+	now              func() time.Time // nil: the real clock, which the engine reads more cheaply
 }
 
 func defaultOptions() options {
 	return options{
 		patternCacheSize: 10_000,
 		maxBuckets:       100_000,
-		now:              time.Now,
 	}
 }
 

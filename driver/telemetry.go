@@ -216,10 +216,23 @@ var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 // idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
 var idleSpan = trace.SpanFromContext(context.Background())
 
-// WantsTags: span attributes carry the tags; with the idle global provider no span is recorded.
-// The engine keeps the answer in Exec.Observed, so startSpan does not ask the global again.
-func (t *telemetry) WantsTags() bool {
-	return t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal
+// Wants: spans unless the tracer is the idle global provider's (which records nothing until
+// the application installs one); the duration metric and decision counts when their
+// instruments are enabled. The engine keeps the answer in Exec.Wants and Exec.Observed, so the
+// methods below do not ask again.
+func (t *telemetry) Wants() engine.Wants {
+	var w engine.Wants
+	if t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal {
+		w |= engine.WantSpans
+	}
+	ctx := context.Background()
+	if t.duration.Enabled(ctx) {
+		w |= engine.WantDuration
+	}
+	if t.decisions.Enabled(ctx) {
+		w |= engine.WantDecisions
+	}
+	return w
 }
 
 // startSpan starts a statement's span. When the statement matched a budget, the span starts at
@@ -230,7 +243,7 @@ func (t *telemetry) WantsTags() bool {
 // allocation per statement.
 func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
 	if !x.Observed {
-		return idleSpan // WantsTags was false: the idle global provider records nothing
+		return idleSpan // Wants had no WantSpans: the idle global provider records nothing
 	}
 	if always || len(x.Budgets) > 0 {
 		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start))
@@ -299,7 +312,7 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 		}
 		span.End()
 	}
-	if t.duration.Enabled(ctx) {
+	if x.Wants&engine.WantDuration != 0 {
 		var buf [10]attribute.KeyValue
 		attrs := append(buf[:0], t.metricAttr...)
 		if op := x.Pattern.Operation; op != "" {
@@ -319,12 +332,9 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 	}
 }
 
+// Decision counts one budget's decision; the engine calls it only when Wants had WantDecisions.
 func (t *telemetry) Decision(budget, decision, reason string) {
-	ctx := context.Background()
-	if !t.decisions.Enabled(ctx) {
-		return
-	}
-	t.decisions.Add(ctx, 1, metric.WithAttributes(
+	t.decisions.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String(attrBudget, budget),
 		attribute.String(attrDecision, decision),
 		attribute.String(attrReason, reason)))

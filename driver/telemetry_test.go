@@ -1024,7 +1024,11 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	old := otel.GetTracerProvider()
-	tel := &telemetry{tracer: tp.Tracer(instrumentationName), idleGlobal: old}
+	tel, err := newTelemetry(&options{}, &pgx.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.tracer, tel.idleGlobal = tp.Tracer(instrumentationName), old
 	eng := engine.New(engine.Options{})
 	defer eng.Close()
 	x, err := eng.Begin(context.Background(), nil, "select 1", nil)
@@ -1032,13 +1036,13 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Finish(context.Background(), nil)
-	x.Observed = tel.WantsTags() // as the engine asks its observer at Begin
+	x.Observed = tel.Wants()&engine.WantSpans != 0 // as the engine asks its observer at Begin
 	if span := tel.startSpan(context.Background(), x, false); span.IsRecording() {
 		t.Fatal("a span started while no global provider is installed")
 	}
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(old) })
-	x.Observed = tel.WantsTags()
+	x.Observed = tel.Wants()&engine.WantSpans != 0
 	span := tel.startSpan(context.Background(), x, false)
 	if !span.IsRecording() {
 		t.Fatal("no span after otel.SetTracerProvider")

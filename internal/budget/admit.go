@@ -32,6 +32,9 @@ type Request struct {
 	// admits, so that [Release] can skip the key lookup. Only a hint, checked
 	// before use: see Release.
 	st *state
+	// at is when Admit admitted the request, on its budget's clock, for
+	// [ReleaseAfter].
+	at int64
 }
 
 // Denial says which request refused an admission and why.
@@ -107,6 +110,7 @@ func admitMany(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Deni
 			s = r.Budget.tab.lookup(r.Key)
 		}
 		warns, r.st = apply(r.Budget, r, i, s, p.t, warns)
+		r.at = p.t
 	}
 	return warns, nil
 }
@@ -157,6 +161,7 @@ func admitOne(now time.Time, r *Request, warns []Warning) ([]Warning, *Denial) {
 		}
 	}
 	warns, r.st = apply(b, r, 0, s, t, warns)
+	r.at = t
 	b.mu.Unlock()
 	return warns, nil
 }

@@ -91,7 +91,7 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 	reserved, actual = sanitizeCost(reserved), sanitizeCost(actual)
 	b.mu.Lock()
-	b.release(now, b.tab.lookup(key), reserved, actual)
+	b.release(b.clock(now), b.tab.lookup(key), reserved, actual)
 	b.mu.Unlock()
 }
 
@@ -103,8 +103,27 @@ func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
 // whose Budget or Key was changed since Admit (the handle is then ignored).
 func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
-	reserved, actual := sanitizeCost(r.Cost), sanitizeCost(actual)
 	b.mu.Lock()
+	b.releaseReq(b.clock(now), r, actual)
+	b.mu.Unlock()
+}
+
+// ReleaseAfter is [Release] at d after the time r was admitted: for a
+// caller that measured how long the query ran since its admission, it saves
+// converting a time.Time to the budget's clock. r must be a request that
+// [Admit] admitted (its admission time is kept in it); a request that was
+// not is released at d after the budget's first use, which changes nothing
+// when nothing is in flight for its key.
+func ReleaseAfter(r *Request, d time.Duration, actual float64) {
+	b := r.Budget
+	b.mu.Lock()
+	b.releaseReq(r.at+int64(d), r, actual)
+	b.mu.Unlock()
+}
+
+// releaseReq releases r at t (b's clock). The caller holds b.mu.
+func (b *Budget) releaseReq(t int64, r *Request, actual float64) {
+	reserved, actual := sanitizeCost(r.Cost), sanitizeCost(actual)
 	s := r.st
 	// The handle is only a hint: a copy of r may have been released before
 	// (after which the state can be evicted and reused for another key), and
@@ -114,17 +133,15 @@ func Release(now time.Time, r *Request, actual float64) {
 	if s == nil || !b.tab.owns(s, r.Key) {
 		s = b.tab.lookup(r.Key)
 	}
-	b.release(now, s, reserved, actual)
-	b.mu.Unlock()
+	b.release(t, s, reserved, actual)
 }
 
-// release gives back one slot of s (nil: no state) with costs already
-// sanitized. The caller holds b.mu.
-func (b *Budget) release(now time.Time, s *state, reserved, actual float64) {
+// release gives back one slot of s (nil: no state) at t (b's clock) with
+// costs already sanitized. The caller holds b.mu.
+func (b *Budget) release(t int64, s *state, reserved, actual float64) {
 	if s == nil || s.inflight == 0 {
 		return
 	}
-	t := b.clock(now)
 	b.tab.charge(s, t, actual-reserved)
 	s.inflight--
 	b.inflight--

@@ -134,15 +134,20 @@ func TestStaleHandle(t *testing.T) {
 	}
 }
 
-// TestHandleMatchesKeyRelease runs the same random program on two budgets,
-// releasing by key on one and by handle on the other (including releases
-// repeated after the state was evicted and reused), and compares them.
+// TestHandleMatchesKeyRelease runs the same random program on three budgets,
+// releasing by key on one, by handle on another (including releases repeated
+// after the state was evicted and reused) and by handle with ReleaseAfter the
+// time since admission on the third, and compares them.
 func TestHandleMatchesKeyRelease(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
+	type admission struct {
+		reqs [3]Request // by key, by handle, after
+		at   float64    // when admitted
+	}
 	for round := range 20 {
 		spec := Spec{Rate: 1, Burst: 3, MaxConcurrent: 2, MaxKeys: 1 + rng.IntN(6), WarningThreshold: 0.5}
-		byKey, byHandle := New(spec), New(spec)
-		var admitted [][2]Request // [by key, by handle]; released entries stay, for repeats
+		byKey, byHandle, byAfter := New(spec), New(spec), New(spec)
+		var admitted []admission // released entries stay, for repeats
 		now := 0.0
 		for step := range 400 {
 			now += rng.Float64() * 0.2
@@ -156,20 +161,24 @@ func TestHandleMatchesKeyRelease(t *testing.T) {
 				warnOnly := rng.IntN(4) == 0
 				r1 := []Request{{Budget: byKey, Key: key, Cost: cost, WarnOnly: warnOnly}}
 				r2 := []Request{{Budget: byHandle, Key: key, Cost: cost, WarnOnly: warnOnly}}
+				r3 := []Request{{Budget: byAfter, Key: key, Cost: cost, WarnOnly: warnOnly}}
 				w1, d1 := Admit(at(now), r1, nil)
 				w2, d2 := Admit(at(now), r2, nil)
-				if (d1 == nil) != (d2 == nil) || d1 != nil && *d1 != *d2 || len(w1) != len(w2) {
-					t.Fatalf("round %d step %d: admissions differ: %v %v / %v %v", round, step, d1, w1, d2, w2)
+				w3, d3 := Admit(at(now), r3, nil)
+				if (d1 == nil) != (d2 == nil) || d1 != nil && *d1 != *d2 || len(w1) != len(w2) ||
+					(d1 == nil) != (d3 == nil) || d1 != nil && *d1 != *d3 || len(w1) != len(w3) {
+					t.Fatalf("round %d step %d: admissions differ: %v %v / %v %v / %v %v", round, step, d1, w1, d2, w2, d3, w3)
 				}
 				if d1 == nil {
-					admitted = append(admitted, [2]Request{r1[0], r2[0]})
+					admitted = append(admitted, admission{[3]Request{r1[0], r2[0], r3[0]}, now})
 				}
 			case op < 9 && len(admitted) > 0:
 				i := rng.IntN(len(admitted))
 				actual := rng.Float64() * 2
-				r := admitted[i]
-				byKey.Release(at(now), r[0].Key, r[0].Cost, actual)
-				Release(at(now), &r[1], actual)
+				a := &admitted[i]
+				byKey.Release(at(now), a.reqs[0].Key, a.reqs[0].Cost, actual)
+				Release(at(now), &a.reqs[1], actual)
+				ReleaseAfter(&a.reqs[2], at(now).Sub(at(a.at)), actual)
 				if rng.IntN(4) > 0 { // else it may be released again later
 					admitted = append(admitted[:i], admitted[i+1:]...)
 				}
@@ -178,12 +187,15 @@ func TestHandleMatchesKeyRelease(t *testing.T) {
 				spec.Rate = float64(rng.IntN(3))
 				byKey.SetSpec(at(now), spec)
 				byHandle.SetSpec(at(now), spec)
+				byAfter.SetSpec(at(now), spec)
 			}
-			if s1, s2 := byKey.Snapshot(at(now)), byHandle.Snapshot(at(now)); s1 != s2 {
-				t.Fatalf("round %d step %d: by key %+v, by handle %+v", round, step, s1, s2)
+			s1, s2, s3 := byKey.Snapshot(at(now)), byHandle.Snapshot(at(now)), byAfter.Snapshot(at(now))
+			if s1 != s2 || s1 != s3 {
+				t.Fatalf("round %d step %d: by key %+v, by handle %+v, after %+v", round, step, s1, s2, s3)
 			}
 			mustInvariants(t, byKey)
 			mustInvariants(t, byHandle)
+			mustInvariants(t, byAfter)
 		}
 	}
 }

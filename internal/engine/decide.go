@@ -65,10 +65,20 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	}
 
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	// A fresh route's requests are already in reqBuf: the append then copies them onto themselves.
-	reqs, reqBudget := append(x.reqBuf[:0], rt.reqs...), rt.reqBudget
-	for i := range reqs {
-		reqs[i].Cost = x.Predicted
+	// A fresh route's requests are already in reqBuf: they are then copied onto themselves. One
+	// assignment per request rather than append, whose copy is a call into the runtime.
+	reqs, reqBudget := x.reqBuf[:0], rt.reqBudget
+	if n := len(rt.reqs); n <= len(x.reqBuf) {
+		reqs = x.reqBuf[:n]
+		for i := range reqs {
+			reqs[i] = rt.reqs[i]
+			reqs[i].Cost = x.Predicted
+		}
+	} else {
+		reqs = append(reqs, rt.reqs...)
+		for i := range reqs {
+			reqs[i].Cost = x.Predicted
+		}
 	}
 	if d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget); d != nil {
 		if err := e.wait(ctx, st, x, rt, reqs, reqBudget, d, wait); err != nil {
@@ -78,7 +88,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 	if rt.warn {
 		e.warnBudgets(st, x, rt)
 	}
-	if e.obs != nil {
+	if x.Wants&WantDecisions != 0 {
 		// Each budget's own decision: warn where it warned, allow elsewhere.
 		for _, name := range x.Budgets {
 			decision, reason := DecisionAllow, ""
@@ -113,7 +123,7 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		}
 		x.Decision, x.Reason = DecisionWarn, ReasonGuard
 		e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
-		if e.obs != nil {
+		if x.Wants&WantDecisions != 0 {
 			e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
 		}
 	}

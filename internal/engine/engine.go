@@ -72,11 +72,13 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	log      *slog.Logger
-	now      func() time.Time
-	patterns *pattern.Cache
-	model    *cost.Model
-	plans    *cost.PlanCache
+	log *slog.Logger
+	now func() time.Time
+	// realClock: now is time.Now, so Finish reads the monotonic clock alone (time.Since).
+	realClock bool
+	patterns  *pattern.Cache
+	model     *cost.Model
+	plans     *cost.PlanCache
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
 	sampler       atomic.Pointer[health.Sampler]
@@ -123,23 +125,25 @@ func New(o Options) *Engine {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Now == nil {
+	realClock := o.Now == nil
+	if realClock {
 		o.Now = time.Now
 	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 100_000
 	}
 	e := &Engine{
-		log:      o.Logger,
-		now:      o.Now,
-		patterns: pattern.NewCache(o.PatternCacheSize),
-		model:    cost.NewModel(o.PatternCacheSize),
-		plans:    cost.NewPlanCache(o.PatternCacheSize, 0),
-		obs:      o.Observer,
-		onStmt:   o.OnStatement,
-		maxKeys:  o.MaxBuckets,
-		budgets:  map[string]*budget.Budget{},
-		recent:   make([]BlockRecord, 0, recentBlocks),
+		log:       o.Logger,
+		now:       o.Now,
+		realClock: realClock,
+		patterns:  pattern.NewCache(o.PatternCacheSize),
+		model:     cost.NewModel(o.PatternCacheSize),
+		plans:     cost.NewPlanCache(o.PatternCacheSize, 0),
+		obs:       o.Observer,
+		onStmt:    o.OnStatement,
+		maxKeys:   o.MaxBuckets,
+		budgets:   map[string]*budget.Budget{},
+		recent:    make([]BlockRecord, 0, recentBlocks),
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -221,7 +225,8 @@ type Exec struct {
 	PlanCost  float64  // planner cost used; 0 when none
 	Costed    bool     // a prediction was made (the model may train on this execution)
 	Span      any      // the observer's per-statement state
-	Observed  bool     // the observer's WantsTags was true at Begin (it records this statement)
+	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
+	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
 	// warm: the prediction came from a pattern past warmSamples executions, whose training
 	// Finish samples (see train).
 	warm bool
@@ -286,7 +291,10 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
 	// them (no rules in force, telemetry idle) the fast path skips merging them, and so does a
 	// statement whose route (the rules' verdict on its text and context tags) is cached.
-	x.Observed = e.obs != nil && e.obs.WantsTags()
+	if e.obs != nil {
+		x.Wants = e.obs.Wants()
+		x.Observed = x.Wants&WantSpans != 0
+	}
 	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
 	var rt *route
@@ -315,7 +323,7 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 		}
 	}
 	e.inFlight.Add(1)
-	if e.obs != nil {
+	if x.Observed {
 		e.obs.Started(ctx, x)
 	}
 	// Measure the statement from here: an EXPLAIN or a wait for capacity is not its cost.
@@ -330,17 +338,33 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 // not train the model.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
-	now := e.now()
-	took := now.Sub(x.Start)
+	var took time.Duration
+	if e.realClock {
+		took = time.Since(x.Start) // the monotonic clock alone: cheaper than Now and Sub
+	} else {
+		took = e.now().Sub(x.Start)
+	}
 	actual := took.Seconds()
-	for i := range x.holds {
-		budget.Release(now, &x.holds[i], actual)
+	if len(x.holds) > 0 {
+		if !x.slow {
+			// The holds were admitted at x.Start: each is released took after its admission,
+			// on its budget's own clock, with no conversion of a time.Time.
+			for i := range x.holds {
+				budget.ReleaseAfter(&x.holds[i], took, actual)
+			}
+		} else {
+			// Admitted at an earlier x.Start (before an EXPLAIN or a wait restarted it).
+			now := x.Start.Add(took)
+			for i := range x.holds {
+				budget.Release(now, &x.holds[i], actual)
+			}
+		}
 	}
 	e.inFlight.Add(-1)
 	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
-	if e.obs != nil {
+	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
 	x.release()
@@ -428,7 +452,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
 	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed, x.warm = 0, 0, false, false, false, false
-	x.Span = nil
+	x.Span, x.Wants = nil, 0
 }
 
 func (x *Exec) release() {
@@ -595,14 +619,25 @@ func (e *Engine) RecentBlocks() []BlockRecord {
 // Observer sees statements for telemetry. Its methods are called on the statement's goroutine
 // and must not block.
 type Observer interface {
+	// Wants reports what the observer records now. The engine asks once per statement, keeps
+	// the answer in Exec.Wants, and skips the calls for the rest: Started runs only with
+	// WantSpans (and only then does the engine merge tags for it), Finished with WantSpans or
+	// WantDuration, Decision with WantDecisions. Blocked always runs.
+	Wants() Wants
 	Started(ctx context.Context, x *Exec)
 	Blocked(ctx context.Context, x *Exec, err error)
 	Finished(ctx context.Context, x *Exec, err error, d time.Duration)
 	Decision(budget, decision, reason string)
-	// WantsTags reports whether Started needs the statement's tags (x.Tags); when it does not,
-	// and nothing else does, the engine does not merge them.
-	WantsTags() bool
 }
+
+// Wants are the kinds of telemetry an Observer records; see Observer.Wants.
+type Wants uint8
+
+const (
+	WantSpans     Wants = 1 << iota // a span per statement, with its tags
+	WantDuration                    // the duration metric
+	WantDecisions                   // the per-budget decision counter
+)
 
 // config type re-exported for the driver's convenience.
 type Config = config.Config

@@ -530,7 +530,7 @@ type recObserver struct {
 func (r *recObserver) Started(context.Context, *Exec)                        {}
 func (r *recObserver) Blocked(context.Context, *Exec, error)                 {}
 func (r *recObserver) Finished(context.Context, *Exec, error, time.Duration) {}
-func (r *recObserver) WantsTags() bool                                       { return true }
+func (r *recObserver) Wants() Wants                                          { return WantSpans | WantDecisions }
 func (r *recObserver) Decision(budget, decision, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
