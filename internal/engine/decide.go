@@ -89,20 +89,59 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 		e.warnBudgets(st, x, rt)
 	}
 	if x.Wants&WantDecisions != 0 {
-		// Each budget's own decision: warn where it warned, allow elsewhere.
-		for _, name := range x.Budgets {
-			decision, reason := DecisionAllow, ""
-			if len(x.warned) > 0 {
-				for _, w := range x.warned {
-					if w.budget == name {
-						decision, reason = DecisionWarn, w.reason
-					}
-				}
-			}
-			e.obs.Decision(name, decision, reason)
-		}
+		e.decisions(x)
 	}
 	return nil
+}
+
+// decideSimple is decide for a cached simple route (see route.simple) whose cost, if it needs
+// one, the text's plan copy and forecast answer: most statements under rules, in one frame and
+// without the general path's calls. It returns handled false, having changed nothing, when the
+// statement needs the general path (no cached plan or forecast, or a volatile pattern in explain
+// mode auto). TestSimplePathMatchesGeneral holds it to decide's results.
+func (e *Engine) decideSimple(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot) (handled bool, err error) {
+	if rt.needCost {
+		c, ok := slot.planCost(x.Start)
+		if !ok {
+			return false, nil
+		}
+		pred, _, volatile, hit := slot.fc.get(c, e.model.Gen(x.Pattern.FingerprintID))
+		if !hit || (volatile && rt.explain == explainAuto) {
+			return false, nil
+		}
+		e.stats.ExplainCacheHits.Add(1)
+		x.Predicted, x.PlanCost, x.Costed, x.warm = pred, c, true, true
+	}
+	x.Budgets = rt.names
+	reqs := x.reqBuf[:1]
+	reqs[0] = rt.reqs[0]
+	reqs[0].Cost = x.Predicted
+	if warn, den := budget.Admit(x.Start, reqs, x.admitWarn[:0]); den != nil {
+		d, wait := e.denied(st, x, rt, rt.reqBudget, den)
+		if err := e.wait(ctx, st, x, rt, reqs, rt.reqBudget, d, wait); err != nil {
+			return true, err
+		}
+	} else {
+		x.admitted(st, rt, reqs, rt.reqBudget, warn)
+	}
+	if x.Wants&WantDecisions != 0 {
+		e.decisions(x)
+	}
+	return true, nil
+}
+
+// decisions reports each of x's budgets' own decision to the observer: warn where it warned,
+// allow elsewhere.
+func (e *Engine) decisions(x *Exec) {
+	for _, name := range x.Budgets {
+		decision, reason := DecisionAllow, ""
+		for _, w := range x.warned {
+			if w.budget == name {
+				decision, reason = DecisionWarn, w.reason
+			}
+		}
+		e.obs.Decision(name, decision, reason)
+	}
 }
 
 // guard applies the query guards to x, whose pattern has an unsafe write or a TRUNCATE: an
@@ -258,24 +297,35 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Requ
 	}
 	warn, den := budget.Admit(x.Start, reqs, x.admitWarn[:0])
 	if den != nil {
-		bi := reqBudget[den.Index]
-		bs := st.budgets[bi]
-		d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleFor(budgets, ruleOf, bi)], Reason: den.Reason,
-			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-		wait := den.RetryAfter
-		if den.Reason == ReasonPerQuery {
-			wait = 0 // waiting cannot make a statement cheaper
-		} else if wait <= 0 {
-			wait = minRetry
-		}
-		return d, wait
+		return e.denied(st, x, rt, reqBudget, den)
 	}
+	x.admitted(st, rt, reqs, reqBudget, warn)
+	return nil, 0
+}
+
+// denied turns Admit's denial of x's requests into the statement's Denial, and the wait before
+// a retry could fit (0 when none can).
+func (e *Engine) denied(st *compiled, x *Exec, rt *route, reqBudget []int, den *budget.Denial) (*Denial, time.Duration) {
+	bi := reqBudget[den.Index]
+	bs := st.budgets[bi]
+	d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleFor(rt.budgets, rt.ruleOf, bi)], Reason: den.Reason,
+		Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+	wait := den.RetryAfter
+	if den.Reason == ReasonPerQuery {
+		wait = 0 // waiting cannot make a statement cheaper
+	} else if wait <= 0 {
+		wait = minRetry
+	}
+	return d, wait
+}
+
+// admitted keeps the requests Admit admitted as x's holds and notes its threshold warnings.
+func (x *Exec) admitted(st *compiled, rt *route, reqs []budget.Request, reqBudget []int, warn []budget.Warning) {
 	x.holds = reqs // Admit left its handles in them for Finish's Release
 	for _, w := range warn {
 		bi := reqBudget[w.Index]
-		e.thresholdWarn(x, st.budgets[bi], st.ruleName[ruleFor(budgets, ruleOf, bi)], w)
+		x.e.thresholdWarn(x, st.budgets[bi], st.ruleName[ruleFor(rt.budgets, rt.ruleOf, bi)], w)
 	}
-	return nil, 0
 }
 
 // ReasonWarningThreshold is the reason of a warning that a limit is nearly full.

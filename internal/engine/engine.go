@@ -72,8 +72,9 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	log *slog.Logger
-	now func() time.Time
+	log      *slog.Logger
+	now      func() time.Time
+	noSimple bool // tests: every statement takes decide, the general path
 	// realClock: now is time.Now, so Finish reads the monotonic clock alone (time.Since).
 	realClock bool
 	patterns  *pattern.Cache
@@ -314,7 +315,14 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 		e.debugStatement(ctx, x)
 	}
 	if !st.empty {
-		if err := e.decide(ctx, st, x, rt, slot, ctxTags, conn, query, args); err != nil {
+		handled, err := false, error(nil)
+		if rt != nil && rt.simple && !e.noSimple {
+			handled, err = e.decideSimple(ctx, st, x, rt, slot)
+		}
+		if !handled {
+			err = e.decide(ctx, st, x, rt, slot, ctxTags, conn, query, args)
+		}
+		if err != nil {
 			if e.obs != nil {
 				e.obs.Blocked(ctx, x, err)
 			}
@@ -456,6 +464,15 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
 }
 
 func (x *Exec) release() {
+	if sp := x.spare; sp != nil {
+		// A Spare's Exec stays with its connection, and reset rewrites every field that the
+		// next statement reads, so it keeps its references (pattern, budgets, keys: small, and
+		// what the connection's next statement likely uses again) until then. Only the span,
+		// which may be large, is dropped.
+		x.Span = nil
+		sp.busy.Store(false) // after every write to x: the next Begin's CompareAndSwap sees them
+		return
+	}
 	// Drop references so a pooled Exec pins no pattern, span or budget.
 	x.e, x.Pattern, x.Span = nil, nil, nil
 	// Drop budget pointers and keys of the requests and holds (in reqBuf unless there were more
@@ -470,11 +487,6 @@ func (x *Exec) release() {
 		x.rt = route{}
 	}
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
-	if sp := x.spare; sp != nil {
-		x.spare = nil
-		sp.busy.Store(false) // after every write to x: the next Begin's CompareAndSwap sees them
-		return
-	}
 	execPool.Put(x)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,147 @@ func TestTrainingSampled(t *testing.T) {
 	}
 	if got := modelCount(e, fp) - before; got != 100 {
 		t.Fatalf("100 statements without a Spare trained %d times, want 100", got)
+	}
+}
+
+// TestSimplePathMatchesGeneral is differential: two engines run the same random program, one
+// taking decideSimple for cached simple routes and one taking decide for every statement, and
+// every statement's decision, reason, budgets, keys, prediction and error, every decision the
+// observer counts, and every budget's state after each statement must agree. The limits are
+// tight so that statements are blocked and warned about too.
+func TestSimplePathMatchesGeneral(t *testing.T) {
+	const rules = `
+budgets:
+  - {name: small, mode: enforce, max_concurrent: 2, server_share: 0.5, burst_limit: 20ms, warning_threshold: 0.5, explain: pattern, per: tenant}
+  - {name: auto, mode: enforce, max_concurrent: 3, per_query_limit: 50ms, explain: auto}
+  - {name: plain, mode: enforce, max_concurrent: 1}
+  - {name: w, mode: warn, max_concurrent: 1}
+rules:
+  - {budget: small, match: {app: a}}
+  - {budget: auto, match: {app: b}}
+  - {budget: plain, match: {app: c}}
+  - {budget: w, match: {app: d}}
+  - {budget: plain, match: {app: d}}
+`
+	type side struct {
+		e   *Engine
+		clk *clock
+		obs *recObserver
+		sp  Spare
+	}
+	var sides [2]*side
+	for i := range sides {
+		obs := &recObserver{}
+		e, clk := newEngine(t, rules, func(o *Options) { o.Observer = obs })
+		e.noSimple = i == 1
+		sides[i] = &side{e: e, clk: clk, obs: obs}
+		sides[i].sp.rng = 12345 // both sides sample the same statements for training
+		// A fast EXPLAIN round trip: patterns whose times vary widely become volatile, which
+		// explain mode auto explains per call (the simple path must leave them to decide).
+		e.model.ObserveExplain(1e-5)
+	}
+	texts := ownSlots([]string{
+		"select * from orders where id = $1",
+		"select count(*) from orders where status = $1",
+		"select * from items where order_id = $1",
+	})
+	tagSets := [][]string{
+		{"app", "a", "tenant", "t1"}, {"app", "a", "tenant", "t2"}, {"app", "b"}, {"app", "c"}, {"app", "d"}, {},
+	}
+	plans := []float64{8, 300, 5000}
+	rng := rand.New(rand.NewPCG(5, 6))
+	type open struct {
+		x [2]*Exec
+		d time.Duration
+	}
+	var running []open
+	simple, blocked, warned := 0, 0, 0
+	var q string
+	var kv []string
+	for step := range 6000 {
+		if step%4 == 0 || rng.IntN(4) == 0 { // runs of statements alike, as applications send
+			q, kv = texts[rng.IntN(len(texts))], tagSets[rng.IntN(len(tagSets))]
+		}
+		ctx := context.Background()
+		if len(kv) > 0 {
+			ctx = tagging.With(ctx, kv...)
+		}
+		var xs [2]*Exec
+		var errs [2]error
+		for i, s := range sides {
+			p, slot := s.e.pattern(q)
+			if _, ok := s.e.plans.Get(s.clk.now(), p.FingerprintID); !ok {
+				s.e.plans.Put(s.clk.now(), p.FingerprintID, plans[(step/997+len(q))%len(plans)])
+			}
+			if i == 0 {
+				if rt := slot.lookup(s.e.state.Load(), tagging.From(ctx)); rt != nil && rt.simple {
+					simple++
+				}
+			}
+			xs[i], errs[i] = s.e.BeginSpare(ctx, &s.sp, nil, q, nil)
+		}
+		if (errs[0] == nil) != (errs[1] == nil) || errs[0] != nil && errs[0].Error() != errs[1].Error() {
+			t.Fatalf("step %d: errors differ: %v / %v", step, errs[0], errs[1])
+		}
+		if errs[0] != nil {
+			blocked++
+		}
+		if errs[0] == nil {
+			a, b := xs[0], xs[1]
+			if a.Decision == DecisionWarn {
+				warned++
+			}
+			if a.Decision != b.Decision || a.Reason != b.Reason || !slices.Equal(a.Budgets, b.Budgets) ||
+				math.Float64bits(a.Predicted) != math.Float64bits(b.Predicted) || a.PlanCost != b.PlanCost ||
+				len(a.holds) != len(b.holds) {
+				t.Fatalf("step %d: %+v / %+v", step, a, b)
+			}
+			for j := range a.holds {
+				if a.holds[j].Key != b.holds[j].Key {
+					t.Fatalf("step %d: hold keys %q / %q", step, a.holds[j].Key, b.holds[j].Key)
+				}
+			}
+			d := time.Duration(100+rng.IntN(400)) * time.Microsecond
+			if rng.IntN(4) == 0 {
+				d *= 20 // widely varying times: volatile patterns
+			}
+			running = append(running, open{xs, d})
+		}
+		// Finish some statements, oldest first, with time passing on both clocks alike.
+		for len(running) > 0 && (len(running) > 3 || rng.IntN(2) == 0) {
+			o := running[0]
+			running = running[1:]
+			for i, s := range sides {
+				s.clk.advance(o.d)
+				o.x[i].Finish(context.Background(), nil)
+			}
+		}
+		if !slices.Equal(sides[0].obs.decisions, sides[1].obs.decisions) {
+			t.Fatalf("step %d: decisions counted differ:\n%v\n%v", step, sides[0].obs.decisions, sides[1].obs.decisions)
+		}
+		b0, b1 := sides[0].e.Budgets(), sides[1].e.Budgets()
+		if !slices.EqualFunc(b0, b1, func(x, y BudgetState) bool {
+			return x.Debt == y.Debt && x.InFlight == y.InFlight && x.Blocked == y.Blocked &&
+				x.Admitted == y.Admitted && x.Warned == y.Warned && x.Keys == y.Keys
+		}) {
+			t.Fatalf("step %d: budgets differ:\n%+v\n%+v", step, b0, b1)
+		}
+	}
+	if simple < 1000 {
+		t.Fatalf("only %d statements had a cached simple route: the test does not exercise decideSimple", simple)
+	}
+	t.Logf("%d statements with a cached simple route, %d blocked, %d warned about", simple, blocked, warned)
+	if blocked == 0 || warned == 0 {
+		t.Fatalf("%d statements blocked, %d warned about: the limits are too loose to test", blocked, warned)
+	}
+	volatile := 0
+	for _, q := range texts {
+		p, _ := sides[0].e.patterns.Get(q)
+		if sides[0].e.model.Volatile(p.FingerprintID) {
+			volatile++
+		}
+	}
+	if volatile == 0 {
+		t.Fatal("no pattern is volatile: the test does not exercise explain mode auto's per-call EXPLAIN")
 	}
 }

@@ -32,6 +32,9 @@ type route struct {
 	explain   explainMode // the most eager explain mode of those budgets
 	warn      bool        // a selected budget is in warn mode
 	health    bool        // a selected enforce budget has throttle_when
+	// simple: one budget, in enforce mode, without throttle_when, whose cost (if it needs one)
+	// may come from the plan cache: a cached simple route takes decideSimple.
+	simple bool
 }
 
 // maxRouteBudgets is the most budgets a cached route holds; a statement that selects more (rare)
@@ -64,6 +67,7 @@ func (r *route) cached() *route {
 	copy(b.reqs[:], r.reqs)
 	copy(b.reqBudget[:], r.reqBudget)
 	b.route.reqs, b.route.reqBudget = b.reqs[:m:m], b.reqBudget[:m:m]
+	b.route.simple = n == 1 && m == 1 && !r.warn && !r.health && (!r.needCost || r.explain != explainCall)
 	return &b.route
 }
 
