@@ -153,12 +153,11 @@ func admitOne(now time.Time, r *Request, warns []Warning) ([]Warning, *Denial) {
 	b.mu.Lock()
 	t := b.clock(now)
 	s := b.tab.lookup(r.Key)
-	if !r.WarnOnly {
-		if d, ok := checkOne(b, r, 0, s, t, 0, 0); !ok {
-			b.blocked.Add(1)
-			b.mu.Unlock()
-			return warns, escape(d)
-		}
+	if !r.WarnOnly && !b.fits(s, t, sanitizeCost(r.Cost)) {
+		d, _ := checkOne(b, r, 0, s, t, 0, 0) // the denial, worked out only for a refusal
+		b.blocked.Add(1)
+		b.mu.Unlock()
+		return warns, escape(d)
 	}
 	warns, r.st = apply(b, r, 0, s, t, warns)
 	r.at = t
@@ -281,6 +280,24 @@ func worse(a, b Denial) bool {
 		return aNever
 	}
 	return a.RetryAfter > b.RetryAfter
+}
+
+// fits reports whether checkOne passes a request of cost (sanitized) for
+// state s at t, with no earlier request of the admission on s: the same
+// checks, without building a Denial. admitOne asks checkOne for the denial
+// only when fits is false. TestFitsMatchesCheckOne holds the two together.
+func (b *Budget) fits(s *state, t int64, cost float64) bool {
+	sp := &b.spec
+	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
+		return false
+	}
+	if sp.MaxConcurrent > 0 && s != nil && int(s.inflight) >= sp.MaxConcurrent {
+		return false
+	}
+	if sp.Rate > 0 {
+		return cost <= withSlack(sp.Burst) && b.tab.fitsAt(s, t, cost, sp.Burst)
+	}
+	return true
 }
 
 // checkOne checks r, reqs[i] of an admission, against its budget b at t (b's

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -176,4 +177,52 @@ func TestTimeGoesBack(t *testing.T) {
 		t.Fatalf("denial %+v, want RetryAfter 2s (1s back to the last read, 1s of draining)", d)
 	}
 	mustInvariants(t, b)
+}
+
+// TestFitsMatchesCheckOne: fits, admitOne's quick test, passes exactly the requests that
+// checkOne passes, over random specs, states, times and costs (zero, negative, NaN, huge and
+// at the limits included).
+func TestFitsMatchesCheckOne(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	costs := []float64{0, -1, math.NaN(), math.Inf(1), 1e12, 0.5, 1, 2, 3}
+	passed, refused := 0, 0
+	for i := range 200_000 {
+		spec := Spec{MaxKeys: 10}
+		if rng.IntN(2) == 0 {
+			spec.MaxConcurrent = 1 + rng.IntN(3)
+		}
+		if rng.IntN(2) == 0 {
+			spec.PerQueryLimit = float64(rng.IntN(3)) + 0.5
+		}
+		if rng.IntN(2) == 0 {
+			spec.Rate, spec.Burst = float64(1+rng.IntN(2)), float64(1+rng.IntN(3))
+		}
+		b := New(spec)
+		var s *state
+		if rng.IntN(4) > 0 {
+			s = &state{debt: rng.Float64() * 4, last: int64(rng.IntN(3e9)), inflight: int32(rng.IntN(4))}
+		}
+		tm := int64(rng.IntN(4e9))
+		cost := costs[rng.IntN(len(costs))]
+		switch rng.IntN(4) {
+		case 0:
+			cost = rng.Float64() * 4
+		case 1:
+			// Just past the burst limit, within its rounding slack: fits.
+			cost = b.spec.Burst * (1 + 5e-13)
+		}
+		r := Request{Budget: b, Cost: cost}
+		_, want := checkOne(b, &r, 0, s, tm, 0, 0)
+		if got := b.fits(s, tm, sanitizeCost(cost)); got != want {
+			t.Fatalf("case %d: spec %+v state %+v t %d cost %v: fits %v, checkOne %v", i, b.spec, s, tm, cost, got, want)
+		}
+		if want {
+			passed++
+		} else {
+			refused++
+		}
+	}
+	if passed < 10_000 || refused < 10_000 {
+		t.Fatalf("%d passed, %d refused: the cases do not exercise both", passed, refused)
+	}
 }

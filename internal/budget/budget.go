@@ -89,9 +89,9 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 // The package-level [Release] does the same for an admitted [Request]
 // without looking key up.
 func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
-	reserved, actual = sanitizeCost(reserved), sanitizeCost(actual)
+	r := Request{Budget: b, Key: key, Cost: reserved} // no handle: releaseReq looks key up
 	b.mu.Lock()
-	b.release(b.clock(now), b.tab.lookup(key), reserved, actual)
+	b.releaseReq(b.clock(now), &r, actual)
 	b.mu.Unlock()
 }
 
@@ -121,9 +121,9 @@ func ReleaseAfter(r *Request, d time.Duration, actual float64) {
 	b.mu.Unlock()
 }
 
-// releaseReq releases r at t (b's clock). The caller holds b.mu.
+// releaseReq releases r at t (b's clock): it gives back one slot of r's
+// state, if one is in flight, and trues its debt up. The caller holds b.mu.
 func (b *Budget) releaseReq(t int64, r *Request, actual float64) {
-	reserved, actual := sanitizeCost(r.Cost), sanitizeCost(actual)
 	s := r.st
 	// The handle is only a hint: a copy of r may have been released before
 	// (after which the state can be evicted and reused for another key), and
@@ -133,16 +133,11 @@ func (b *Budget) releaseReq(t int64, r *Request, actual float64) {
 	if s == nil || !b.tab.owns(s, r.Key) {
 		s = b.tab.lookup(r.Key)
 	}
-	b.release(t, s, reserved, actual)
-}
-
-// release gives back one slot of s (nil: no state) at t (b's clock) with
-// costs already sanitized. The caller holds b.mu.
-func (b *Budget) release(t int64, s *state, reserved, actual float64) {
 	if s == nil || s.inflight == 0 {
 		return
 	}
-	b.tab.charge(s, t, actual-reserved)
+	actual = sanitizeCost(actual)
+	b.tab.charge(s, t, actual-sanitizeCost(r.Cost))
 	s.inflight--
 	b.inflight--
 	if s.inflight == 0 && s != &b.tab.unkeyed {
