@@ -14,9 +14,12 @@
 #
 # Output, per mode: instructions per query from the totals, and "busy" per query without the
 # idle scheduler and sysmon instructions (see instructions below), each also relative to pgx.
+# The modes are measured in ROUNDS rounds (each round every mode once, in order), and each
+# figure is the median over the rounds, with its range: the idle part of one run moves the total
+# by hundreds of instructions, the busy figure by tens.
 #
 # Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
-# INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
+# ROUNDS (3), INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pgserver.sh
@@ -25,6 +28,7 @@ source scripts/pgserver.sh
 MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"
 N2="${N2:-12000}"
+ROUNDS="${ROUNDS:-3}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
 
@@ -90,28 +94,43 @@ instructions() {
 }
 
 results=""
-for mode in $MODES; do
-	echo "instr: $mode: callgrind with $N1 and $N2 queries..." >&2
-	r1="$(instructions "$mode" "$N1")"
-	r2="$(instructions "$mode" "$N2")"
-	results+="$mode $r1 $r2"$'\n'
+for round in $(seq "$ROUNDS"); do
+	for mode in $MODES; do
+		echo "instr: round $round/$ROUNDS: $mode: callgrind with $N1 and $N2 queries..." >&2
+		r1="$(instructions "$mode" "$N1")"
+		r2="$(instructions "$mode" "$N2")"
+		results+="$mode $r1 $r2"$'\n'
+	done
 done
 
-# Columns: total instructions of each run; per query from the totals (the headline figure) and
-# from the totals less the idle part ("busy", steadier); both again relative to the pgx mode.
+# Per run: instructions per query from the totals (the headline figure) and from the totals less
+# the idle part ("busy", steadier); per mode the median over the rounds (the lower middle for an
+# even count) and the range; both again relative to the pgx mode's medians.
 printf '%s' "$results" | awk -v n1="$N1" -v n2="$N2" '
+	function median(list,    a, n, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] + 0 < a[j-1] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		lo = a[1]; hi = a[n]
+		return a[int((n + 1) / 2)]
+	}
 	{
-		mode[NR] = $1; t1[NR] = $2; t2[NR] = $4
-		per[NR] = ($4 - $2) / (n2 - n1)
-		busy[NR] = (($4 - $5) - ($2 - $3)) / (n2 - n1)
-		if ($1 == "pgx") { base = per[NR]; basebusy = busy[NR]; hasbase = 1 }
+		if (!($1 in per)) order[++nm] = $1
+		per[$1] = per[$1] " " ($4 - $2) / (n2 - n1)
+		busy[$1] = busy[$1] " " (($4 - $5) - ($2 - $3)) / (n2 - n1)
 	}
 	END {
-		printf "%-12s %14s %14s %12s %12s %10s %12s\n", "mode", "I(" n1 ")", "I(" n2 ")",
-			"instr/query", "busy/query", "vs pgx", "busy vs pgx"
-		for (r = 1; r <= NR; r++) {
-			d = hasbase ? sprintf("%+.0f", per[r] - base) : "n/a"
-			db = hasbase ? sprintf("%+.0f", busy[r] - basebusy) : "n/a"
-			printf "%-12s %14.0f %14.0f %12.0f %12.0f %10s %12s\n", mode[r], t1[r], t2[r], per[r], busy[r], d, db
+		for (i = 1; i <= nm; i++) {
+			m = order[i]
+			mp[m] = median(per[m]); rp[m] = sprintf("%.0f-%.0f", lo, hi)
+			mb[m] = median(busy[m]); rb[m] = sprintf("%.0f-%.0f", lo, hi)
+		}
+		hasbase = ("pgx" in mp)
+		printf "%-10s %12s %13s %10s %12s %13s %12s\n", "mode", "instr/query", "(range)", "vs pgx",
+			"busy/query", "(range)", "busy vs pgx"
+		for (i = 1; i <= nm; i++) {
+			m = order[i]
+			d = hasbase ? sprintf("%+.0f", mp[m] - mp["pgx"]) : "n/a"
+			db = hasbase ? sprintf("%+.0f", mb[m] - mb["pgx"]) : "n/a"
+			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s\n", m, mp[m], rp[m], d, mb[m], rb[m], db
 		}
 	}'
