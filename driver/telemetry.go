@@ -53,6 +53,10 @@ type telemetry struct {
 	// every span would be a no-op, and startSpan skips tracer.Start (about 1,500 instructions a
 	// statement). Once the application calls otel.SetTracerProvider, spans start as usual.
 	idleGlobal trace.TracerProvider
+	// idleMeter is likewise the global meter provider while it is otel's placeholder: its
+	// instruments are disabled until otel.SetMeterProvider, so Wants asks one question of the
+	// global instead of one per instrument.
+	idleMeter  metric.MeterProvider
 	meter      metric.Meter
 	duration   metric.Float64Histogram
 	decisions  metric.Int64Counter
@@ -78,6 +82,9 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	}
 	if o.tracerProvider == nil && fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
 		t.idleGlobal = tp
+	}
+	if o.meterProvider == nil && fmt.Sprintf("%T", mp) == "*global.meterProvider" {
+		t.idleMeter = mp
 	}
 	var err error
 	t.duration, err = t.meter.Float64Histogram("db.client.operation.duration",
@@ -224,6 +231,9 @@ func (t *telemetry) Wants() engine.Wants {
 	var w engine.Wants
 	if t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal {
 		w |= engine.WantSpans
+	}
+	if t.idleMeter != nil && otel.GetMeterProvider() == t.idleMeter {
+		return w
 	}
 	ctx := context.Background()
 	if t.duration.Enabled(ctx) {

@@ -1052,3 +1052,46 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 		t.Fatalf("exported %d spans", len(exp.GetSpans()))
 	}
 }
+
+// TestIdleGlobalMeterProvider: while the global meter provider is otel's placeholder, Wants
+// asks for no metric; once the application installs a provider, the duration metric and the
+// decision counts are wanted, and recorded through the instruments made before.
+func TestIdleGlobalMeterProvider(t *testing.T) {
+	if got := fmt.Sprintf("%T", otel.GetMeterProvider()); got != "*global.meterProvider" {
+		t.Fatalf("the global meter provider is a %s, not otel's placeholder: a test installed one before", got)
+	}
+	tel, err := newTelemetry(&options{}, &pgx.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel.idleMeter == nil {
+		t.Fatal("the placeholder global meter provider was not recognised")
+	}
+	if w := tel.Wants(); w&(engine.WantDuration|engine.WantDecisions) != 0 {
+		t.Fatalf("Wants = %b with no meter provider installed", w)
+	}
+	// The global cannot be reset to the placeholder; later tests use their own providers.
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if w := tel.Wants(); w&engine.WantDuration == 0 || w&engine.WantDecisions == 0 {
+		t.Fatalf("Wants = %b after otel.SetMeterProvider, want the duration and the decisions", w)
+	}
+	tel.Decision("orders", engine.DecisionAllow, "")
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "pgtraffic.decisions" {
+				for _, dp := range sum.DataPoints {
+					found = found || dp.Value == 1
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no pgtraffic.decisions count of 1 after one decision: %+v", rm)
+	}
+}

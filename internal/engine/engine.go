@@ -218,19 +218,21 @@ type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins).
 	Tags      []ruleset.KV
-	Start     time.Time
-	Decision  string   // allow, warn or block
-	Reason    string   // the warn or block reason, "" when allowed cleanly
-	Budgets   []string // names of the matching budgets that are not off
-	Predicted float64  // predicted execution seconds; 0 when not predicted
-	PlanCost  float64  // planner cost used; 0 when none
-	Costed    bool     // a prediction was made (the model may train on this execution)
-	Span      any      // the observer's per-statement state
-	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
-	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
+	Start     time.Time // when the statement began; zero when nothing reads it (no rules, telemetry idle)
+	Decision  string    // allow, warn or block
+	Reason    string    // the warn or block reason, "" when allowed cleanly
+	Budgets   []string  // names of the matching budgets that are not off
+	Predicted float64   // predicted execution seconds; 0 when not predicted
+	PlanCost  float64   // planner cost used; 0 when none
+	Costed    bool      // a prediction was made (the model may train on this execution)
+	Span      any       // the observer's per-statement state
+	Observed  bool      // the observer records this statement's span (Wants had WantSpans at Begin)
+	Wants     Wants     // what the observer recorded when the statement began (see Observer.Wants)
 	// warm: the prediction came from a pattern past warmSamples executions, whose training
 	// Finish samples (see train).
 	warm bool
+	// timed: Begin read the clock into Start (rules were in force or telemetry recorded).
+	timed bool
 
 	spare   *Spare           // the Spare that lent x; nil for an Exec of the pool
 	slow    bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
@@ -283,10 +285,9 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 // BeginSpare is Begin with the statement's Exec taken from spare when it is free (nil: always
 // from the engine's pool).
 func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
-	now := e.now()
 	p, slot := e.pattern(query)
 	x := spare.get()
-	x.reset(e, p, now)
+	x.reset(e, p)
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
@@ -295,6 +296,11 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	if e.obs != nil {
 		x.Wants = e.obs.Wants()
 		x.Observed = x.Wants&WantSpans != 0
+	}
+	// The clock is for budgets, the cost model and telemetry: with no rules and telemetry idle,
+	// nothing reads the statement's time, and it is not read (x.Start stays zero).
+	if x.timed = !st.empty || x.Wants != 0; x.timed {
+		x.Start = e.now()
 	}
 	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
@@ -347,6 +353,13 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	var took time.Duration
+	if !x.timed {
+		// No rules were in force and telemetry was idle at Begin: no holds, no training,
+		// no observer call; only the in-flight count to give back.
+		e.inFlight.Add(-1)
+		x.release()
+		return
+	}
 	if e.realClock {
 		took = time.Since(x.Start) // the monotonic clock alone: cheaper than Now and Sub
 	} else {
@@ -455,12 +468,12 @@ func (e *Engine) pattern(query string) (*pattern.Pattern, *routeSlot) {
 // reset readies a pooled Exec. It sets each header field rather than assigning a zero Exec, so
 // the inline buffers (most of its size) are not cleared on every statement; they are always
 // written before they are read.
-func (x *Exec) reset(e *Engine, p *pattern.Pattern, now time.Time) {
-	x.e, x.Pattern, x.Start = e, p, now
+func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
+	x.e, x.Pattern, x.Start = e, p, time.Time{}
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
 	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed, x.warm = 0, 0, false, false, false, false
-	x.Span, x.Wants = nil, 0
+	x.Span, x.Wants, x.timed = nil, 0, false
 }
 
 func (x *Exec) release() {
