@@ -72,14 +72,23 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	log      *slog.Logger
-	now      func() time.Time
-	noSimple bool // tests: every statement takes decide, the general path
-	// realClock: now is time.Now, so Finish reads the monotonic clock alone (time.Since).
-	realClock bool
-	patterns  *pattern.Cache
+	// What every statement reads, first and together (they fit in one cache line), then the
+	// counters every statement writes: a statement's first touches of the engine are two lines.
+	log       *slog.Logger
+	now       func() time.Time
+	obs       Observer
+	state     atomic.Pointer[compiled]
 	model     *cost.Model
 	plans     *cost.PlanCache
+	noSimple  bool // tests: every statement takes decide, the general path
+	realClock bool // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
+
+	fastHits atomic.Uint64 // identity-cache hits (see pattern)
+	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
+	inFlight atomic.Int64
+	stats    Stats
+
+	patterns *pattern.Cache
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
 	sampler       atomic.Pointer[health.Sampler]
@@ -89,20 +98,9 @@ type Engine struct {
 	// healthSampleBase likewise for good reads.
 	healthSampleBase atomic.Uint64
 	builtins         []ruleset.KV
-	obs              Observer
 	onStmt           func(string, []ruleset.KV)
 	maxKeys          int
 
-	state atomic.Pointer[compiled]
-
-	// fast is an identity cache in front of patterns (see pattern).
-	fast     [fastSlots]atomic.Pointer[fastEntry]
-	fastHits atomic.Uint64
-
-	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
-	inFlight atomic.Int64
-
-	stats Stats
 	warns warnLimiter
 
 	mu sync.Mutex // protects the fields below
@@ -112,6 +110,9 @@ type Engine struct {
 	next    int
 	closed  bool
 	watcher *watcher
+
+	// fast is an identity cache in front of patterns (see pattern); a statement reads one slot.
+	fast [fastSlots]atomic.Pointer[fastEntry]
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -234,18 +235,20 @@ type Exec struct {
 	// timed: Begin read the clock into Start (rules were in force or telemetry recorded).
 	timed bool
 
-	spare   *Spare           // the Spare that lent x; nil for an Exec of the pool
-	slow    bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
-	holds   []budget.Request // admitted requests, released at Finish
-	warned  []budgetWarn
-	warnBuf [2]budgetWarn
+	spare  *Spare           // the Spare that lent x; nil for an Exec of the pool
+	slow   bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
+	holds  []budget.Request // admitted requests, released at Finish
+	warned []budgetWarn
 
-	// decide's scratch space (see decide).
+	// decide's scratch space (see decide). The fields above and reqBuf, which every statement
+	// under a budget reads and writes, come first: together they span a few cache lines, while
+	// the rest of the scratch space is touched only by routing afresh and by warnings.
+	reqBuf    [8]budget.Request
+	warnBuf   [2]budgetWarn
 	rt        route // a route made afresh
 	keyBuf    [8]string
 	selBuf    [8]int
 	ruleOfBuf [8]int
-	reqBuf    [8]budget.Request
 	reqIdxBuf [8]int
 	admitWarn [8]budget.Warning
 	tagBuf    [12]ruleset.KV
@@ -260,9 +263,9 @@ var execPool = sync.Pool{New: func() any { return new(Exec) }}
 // statement of the same owner (database/sql allows one in a transaction whose rows are still
 // open) takes an Exec from the pool. The zero value is ready to use.
 type Spare struct {
-	x    Exec
 	busy atomic.Bool // lent: set by Begin, cleared when the statement finishes (any goroutine)
 	rng  uint64      // xorshift state of the training sample (see Exec.train); 0 until first used
+	x    Exec        // after the flags, which then share a cache line with its first fields
 }
 
 // get returns an Exec for one statement: s's if it is free, else one from the pool.

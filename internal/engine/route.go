@@ -18,23 +18,24 @@ import (
 // statement with the same text and equal context tags under the same rules skips merging tags
 // and matching rules, most of the decision's work before admission.
 type route struct {
-	st      *compiled    // the rules it was made under
-	tags    tagging.Tags // the context tags it was made for
-	budgets []int        // indexes into st.budgets of the selected budgets, each once, in rule order
-	ruleOf  []int        // the rule that selected each
-	names   []string     // their names (Exec.Budgets)
-	keys    []string     // each one's per-tag value; "" when it has no per
+	// The fields a cached route's statement reads come first, so that they share cache lines.
+	st   *compiled    // the rules it was made under
+	tags tagging.Tags // the context tags it was made for
+	// simple: one budget, in enforce mode, without throttle_when, whose cost (if it needs one)
+	// may come from the plan cache: a cached simple route takes decideSimple.
+	simple   bool
+	needCost bool        // a selected budget needs a cost prediction
+	explain  explainMode // the most eager explain mode of those budgets
+	warn     bool        // a selected budget is in warn mode
+	health   bool        // a selected enforce budget has throttle_when
+	names    []string    // the selected budgets' names (Exec.Budgets)
 	// reqs are the requests of the enforce budgets among them, all but their cost, and
 	// reqBudget each one's index in st.budgets: Admit's input, copied for each statement.
 	reqs      []budget.Request
 	reqBudget []int
-	needCost  bool        // a selected budget needs a cost prediction
-	explain   explainMode // the most eager explain mode of those budgets
-	warn      bool        // a selected budget is in warn mode
-	health    bool        // a selected enforce budget has throttle_when
-	// simple: one budget, in enforce mode, without throttle_when, whose cost (if it needs one)
-	// may come from the plan cache: a cached simple route takes decideSimple.
-	simple bool
+	budgets   []int    // indexes into st.budgets of the selected budgets, each once, in rule order
+	ruleOf    []int    // the rule that selected each
+	keys      []string // each one's per-tag value; "" when it has no per
 }
 
 // maxRouteBudgets is the most budgets a cached route holds; a statement that selects more (rare)
@@ -44,9 +45,9 @@ const maxRouteBudgets = 4
 // routeBox is a cached route and its slices' storage, so that caching one is one allocation.
 type routeBox struct {
 	route
-	budgets, ruleOf, reqBudget [maxRouteBudgets]int
+	reqs                       [maxRouteBudgets]budget.Request // read by every statement, first
 	names, keys                [maxRouteBudgets]string
-	reqs                       [maxRouteBudgets]budget.Request
+	budgets, ruleOf, reqBudget [maxRouteBudgets]int
 }
 
 // cached returns a copy of r that owns its storage (r's slices point into an Exec's scratch
