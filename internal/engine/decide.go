@@ -101,11 +101,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 // mode auto). TestSimplePathMatchesGeneral holds it to decide's results.
 func (e *Engine) decideSimple(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot) (handled bool, err error) {
 	if rt.needCost {
-		c, ok := slot.planCost(x.Start)
-		if !ok {
-			return false, nil
-		}
-		pred, _, volatile, hit := slot.fc.get(c, e.model.Gen(x.Pattern.FingerprintID))
+		c, pred, volatile, hit := slot.costFor(e.clock(x.Start), e.model, x.Pattern.FingerprintID)
 		if !hit || (volatile && rt.explain == explainAuto) {
 			return false, nil
 		}
@@ -382,11 +378,11 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 	// The common case first: a cached plan cost and a pattern that is not volatile take one
 	// plan-cache and one model lookup.
 	if p.Explainable && mode != explainCall {
-		c, ok := slot.planCost(x.Start)
+		c, ok := slot.planCost(e.clock(x.Start))
 		if !ok {
 			var expires time.Time
 			if c, expires, ok = e.plans.Lookup(x.Start, fp); ok {
-				slot.setPlan(c, expires)
+				slot.setPlan(c, e.clock(expires))
 			}
 		}
 		if ok {
@@ -423,7 +419,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 				planCost = c
 				if !perCall {
 					e.plans.Put(t0, fp, c)
-					slot.setPlan(c, t0.Add(e.plans.TTL()))
+					slot.setPlan(c, e.clock(t0.Add(e.plans.TTL())))
 				}
 			}
 		}
@@ -444,14 +440,14 @@ const warmSamples = 64
 // pattern past warmSamples executions; only such forecasts are cached.
 func (e *Engine) forecast(slot *routeSlot, fp uint64, c float64) (seconds float64, volatile, warm bool) {
 	if slot != nil {
-		if s, _, v, hit := slot.fc.get(c, e.model.Gen(fp)); hit {
+		if s, v, hit := slot.forecast(c, e.model.Gen(fp)); hit {
 			return s, v, true
 		}
 	}
 	f := e.model.Forecast(fp, c)
 	warm = f.Samples >= warmSamples
 	if warm && f.Stable && slot != nil {
-		slot.fc.put(c, f)
+		slot.setForecast(c, f)
 	}
 	return f.Seconds, f.Volatile, warm
 }

@@ -75,13 +75,15 @@ type Engine struct {
 	// What every statement reads, first and together (they fit in one cache line), then the
 	// counters every statement writes: a statement's first touches of the engine are two lines.
 	log       *slog.Logger
+	logH      slog.Handler // log's handler, asked directly whether debug logging is on
 	now       func() time.Time
 	obs       Observer
 	state     atomic.Pointer[compiled]
 	model     *cost.Model
 	plans     *cost.PlanCache
-	noSimple  bool // tests: every statement takes decide, the general path
-	realClock bool // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
+	epoch     time.Time // the zero of clock
+	noSimple  bool      // tests: every statement takes decide, the general path
+	realClock bool      // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
 
 	fastHits atomic.Uint64 // identity-cache hits (see pattern)
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
@@ -136,8 +138,10 @@ func New(o Options) *Engine {
 	}
 	e := &Engine{
 		log:       o.Logger,
+		logH:      o.Logger.Handler(),
 		now:       o.Now,
 		realClock: realClock,
+		epoch:     o.Now(),
 		patterns:  pattern.NewCache(o.PatternCacheSize),
 		model:     cost.NewModel(o.PatternCacheSize),
 		plans:     cost.NewPlanCache(o.PatternCacheSize, 0),
@@ -292,7 +296,7 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	x := spare.get()
 	x.reset(e, p)
 	st := e.state.Load()
-	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	debug := e.logH.Enabled(ctx, slog.LevelDebug) // as log.Enabled, without the Logger's line
 	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
 	// them (no rules in force, telemetry idle) the fast path skips merging them, and so does a
 	// statement whose route (the rules' verdict on its text and context tags) is cached.
@@ -349,6 +353,11 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	}
 	return x, nil
 }
+
+// clock converts t to nanoseconds since the engine's epoch, for times kept in atomics (a text's
+// plan cost copy). With the real clock both have a monotonic reading, so a wall-clock step does
+// not move it.
+func (e *Engine) clock(t time.Time) int64 { return int64(t.Sub(e.epoch)) }
 
 // Finish releases the statement's holds, trues its debt up to the actual time and trains the
 // cost model. err is the statement's error (nil on success); a cancelled or failed statement does

@@ -108,7 +108,7 @@ func TestForecastReuseMatchesModel(t *testing.T) {
 	}
 	cached := 0
 	for _, q := range texts {
-		if _, slot := e.pattern(q); slot != nil && slot.fc.seq.Load() > 0 {
+		if _, slot := e.pattern(q); slot != nil && slot.cost.flags.Load()&fcForecast != 0 {
 			cached++
 		}
 	}

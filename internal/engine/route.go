@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"math"
 	"sync/atomic"
-	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
@@ -72,12 +71,11 @@ func (r *route) cached() *route {
 	return &b.route
 }
 
-// routeSlot holds what the engine keeps per statement text: its last route, a copy of its
-// pattern's plan cost from the plan cache, and its last cost forecast.
+// routeSlot holds what the engine keeps per statement text: its last route, and its cost
+// state (a copy of its pattern's plan cost from the plan cache, and its last cost forecast).
 type routeSlot struct {
 	p    atomic.Pointer[route]
-	plan atomic.Pointer[textPlan]
-	fc   forecastCache
+	cost costCache
 	// seen is a hash of the context tags of the text's last route made afresh. A route is
 	// cached only when the same tags miss twice in a row: a text whose tags change with every
 	// statement (a tenant or request tag) then routes afresh each time, as it would anyway, but
@@ -85,29 +83,121 @@ type routeSlot struct {
 	seen atomic.Uint64
 }
 
-// textPlan is a plan cost and when it expires, as the plan cache holds it. A text's copy saves
-// the plan cache's lock and lookup; it expires with the entry it copies, so it is never staler.
-type textPlan struct {
-	cost    float64
-	expires time.Time
+// costCache is a text's cost state, read by every statement under a budget that needs a cost:
+//
+//   - A copy of its pattern's plan cost from the plan cache, which saves the cache's lock and
+//     lookup. It expires with the entry it copies, so it is never staler.
+//   - Its last stable forecast from the cost model (see cost.Forecast): while the model's
+//     generation of the pattern and the plan cost are unchanged, the forecast is what the model
+//     would answer, and reading it here takes a few atomic loads instead of the model's lock and
+//     table lookup. A pattern that trains (see Exec.train) changes its generation, so the next
+//     statement asks the model again.
+//
+// Both live in the text's entry, so that the statement reads one block rather than objects
+// elsewhere. The fields are written under a sequence lock: seq is odd while a writer is at
+// work, and a reader that sees it odd or changed takes the miss. A writer that finds another at
+// work skips its update rather than wait. Every field is atomic, so readers and writers do not
+// race.
+type costCache struct {
+	seq     atomic.Uint64
+	plan    atomic.Uint64 // the plan cost copy, as float64 bits
+	expires atomic.Int64  // when the copy expires, in ns since the engine's epoch; 0: no copy
+	// The forecast: the plan cost it was made for, the cost.Gen it was made from, the
+	// prediction (float64 bits) and fcOK, fcVolatile, fcForecast (a forecast is held).
+	fplan           atomic.Uint64
+	pattern, global atomic.Uint64
+	seconds         atomic.Uint64
+	flags           atomic.Uint32
 }
 
-// planCost returns the text's copy of its plan cost if it has not expired at now.
-func (s *routeSlot) planCost(now time.Time) (float64, bool) {
+const (
+	fcOK uint32 = 1 << iota
+	fcVolatile
+	fcForecast
+)
+
+// planCost returns the text's copy of its plan cost if it has not expired at now (ns since the
+// engine's epoch). A nil slot has none.
+func (s *routeSlot) planCost(now int64) (float64, bool) {
 	if s == nil {
 		return 0, false
 	}
-	if tp := s.plan.Load(); tp != nil && now.Before(tp.expires) {
-		return tp.cost, true
+	f := &s.cost
+	seq := f.seq.Load()
+	plan, exp := f.plan.Load(), f.expires.Load()
+	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp {
+		return 0, false
 	}
-	return 0, false
+	return math.Float64frombits(plan), true
 }
 
-// setPlan keeps a copy of a plan cost valid until expires; a nil slot keeps nothing.
-func (s *routeSlot) setPlan(cost float64, expires time.Time) {
-	if s != nil {
-		s.plan.Store(&textPlan{cost: cost, expires: expires})
+// costFor returns, in one read, the text's plan cost copy valid at now and the forecast for it,
+// when both are held and the forecast was made at m's current generation of pattern fp:
+// decideSimple's whole cost lookup.
+func (s *routeSlot) costFor(now int64, m *cost.Model, fp uint64) (c, seconds float64, volatile, hit bool) {
+	f := &s.cost
+	seq := f.seq.Load()
+	plan, exp, fplan := f.plan.Load(), f.expires.Load(), f.fplan.Load()
+	pg, gg, secs, flags := f.pattern.Load(), f.global.Load(), f.seconds.Load(), f.flags.Load()
+	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp || flags&fcForecast == 0 || fplan != plan {
+		return 0, 0, false, false
 	}
+	if gen := m.Gen(fp); pg != gen.Pattern || gg != gen.Global {
+		return 0, 0, false, false
+	}
+	return math.Float64frombits(plan), math.Float64frombits(secs), flags&fcVolatile != 0, true
+}
+
+// setPlan keeps a copy of a plan cost valid until expires (ns since the engine's epoch); a nil
+// slot keeps nothing.
+func (s *routeSlot) setPlan(c float64, expires int64) {
+	if s == nil {
+		return
+	}
+	f := &s.cost
+	seq := f.seq.Load()
+	if seq&1 != 0 || !f.seq.CompareAndSwap(seq, seq+1) {
+		return
+	}
+	f.plan.Store(math.Float64bits(c))
+	f.expires.Store(max(expires, 1)) // 0 means no copy
+	f.seq.Store(seq + 2)
+}
+
+// forecast returns the text's forecast for plan cost c if it was made at generation g.
+func (s *routeSlot) forecast(c float64, g cost.Gen) (seconds float64, volatile, hit bool) {
+	f := &s.cost
+	seq := f.seq.Load()
+	fplan, pg, gg := f.fplan.Load(), f.pattern.Load(), f.global.Load()
+	secs, flags := f.seconds.Load(), f.flags.Load()
+	if seq&1 != 0 || f.seq.Load() != seq || flags&fcForecast == 0 || fplan != math.Float64bits(c) ||
+		pg != g.Pattern || gg != g.Global {
+		return 0, false, false
+	}
+	return math.Float64frombits(secs), flags&fcVolatile != 0, true
+}
+
+// setForecast keeps fc, the model's stable forecast for plan cost c, unless another writer is
+// at work.
+func (s *routeSlot) setForecast(c float64, fc cost.Forecast) {
+	f := &s.cost
+	seq := f.seq.Load()
+	if seq&1 != 0 || !f.seq.CompareAndSwap(seq, seq+1) {
+		return
+	}
+	flags := fcForecast
+	if fc.OK {
+		flags |= fcOK
+	}
+	if fc.Volatile {
+		flags |= fcVolatile
+	}
+	f.fplan.Store(math.Float64bits(c))
+	f.pattern.Store(fc.Gen.Pattern)
+	f.global.Store(fc.Gen.Global)
+	f.seconds.Store(math.Float64bits(fc.Seconds))
+	f.flags.Store(flags)
+	f.seq.Store(seq + 2)
 }
 
 // lookup returns the slot's route when it was made under st for tags, else nil. A nil slot (a
@@ -150,61 +240,4 @@ func tagsHash(t tagging.Tags) uint64 {
 		h.WriteByte(0)
 	}
 	return h.Sum64() | 1
-}
-
-// forecastCache is a text's last stable forecast from the cost model (see cost.Forecast): while
-// the model's generation of the pattern and the plan cost are unchanged, the forecast is what
-// the model would answer, and reading it here takes a few atomic loads instead of the model's
-// lock and table lookup. A pattern that trains (see Exec.train) changes its generation, so the
-// next statement asks the model again.
-//
-// The fields are written under a sequence lock: seq is odd while a writer is at work, and a
-// reader that sees it odd or changed takes the miss. A writer that finds another at work skips
-// its update rather than wait. Every field is atomic, so readers and writers do not race.
-type forecastCache struct {
-	seq             atomic.Uint64
-	pattern, global atomic.Uint64 // the cost.Gen the forecast was made from
-	plan            atomic.Uint64 // the plan cost it was made for, as float64 bits
-	seconds         atomic.Uint64 // the prediction, as float64 bits
-	flags           atomic.Uint32 // fcOK, fcVolatile
-}
-
-const (
-	fcOK uint32 = 1 << iota
-	fcVolatile
-)
-
-// get returns the cached forecast for plan cost c if it was made at generation g.
-func (f *forecastCache) get(c float64, g cost.Gen) (seconds float64, ok, volatile, hit bool) {
-	seq := f.seq.Load()
-	if seq&1 != 0 {
-		return 0, false, false, false
-	}
-	pg, gg, plan := f.pattern.Load(), f.global.Load(), f.plan.Load()
-	secs, flags := f.seconds.Load(), f.flags.Load()
-	if f.seq.Load() != seq || pg != g.Pattern || gg != g.Global || plan != math.Float64bits(c) || seq == 0 {
-		return 0, false, false, false
-	}
-	return math.Float64frombits(secs), flags&fcOK != 0, flags&fcVolatile != 0, true
-}
-
-// put keeps fc, the model's stable forecast for plan cost c, unless another writer is at work.
-func (f *forecastCache) put(c float64, fc cost.Forecast) {
-	seq := f.seq.Load()
-	if seq&1 != 0 || !f.seq.CompareAndSwap(seq, seq+1) {
-		return
-	}
-	var flags uint32
-	if fc.OK {
-		flags |= fcOK
-	}
-	if fc.Volatile {
-		flags |= fcVolatile
-	}
-	f.pattern.Store(fc.Gen.Pattern)
-	f.global.Store(fc.Gen.Global)
-	f.plan.Store(math.Float64bits(c))
-	f.seconds.Store(math.Float64bits(fc.Seconds))
-	f.flags.Store(flags)
-	f.seq.Store(seq + 2)
 }
