@@ -22,20 +22,21 @@ const defaultHold = 100 * time.Millisecond
 // A Budget is safe for concurrent use; one mutex guards its state and the
 // counters are atomics. Create one with [New]; the zero value is not usable.
 type Budget struct {
-	seq uint64 // creation order, for lock ordering; immutable
-
-	admitted atomic.Uint64
-	warned   atomic.Uint64
-	blocked  atomic.Uint64
-
-	mu       sync.Mutex // protects the fields below
-	spec     Spec
-	text     limitText
-	epoch    time.Time // the zero of the int64 clock; the first now seen
+	// The fields an admission and a release of the key "" touch are first and together: with
+	// spec and tab's first fields they span three cache lines.
+	mu       sync.Mutex    // protects the fields below but the atomics and seq
+	admitted atomic.Uint64 // admissions
+	inflight int           // summed over keys
+	meanHold float64       // EMA of actual seconds per released query, for the concurrency hint
+	epoch    time.Time     // the zero of the int64 clock; the first now seen
 	hasEpoch bool
+	spec     Spec
 	tab      table
-	inflight int     // summed over keys
-	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
+
+	seq     uint64 // creation order, for lock ordering; immutable
+	warned  atomic.Uint64
+	blocked atomic.Uint64
+	text    limitText
 }
 
 // New returns a budget with no debt and nothing in flight.

@@ -48,13 +48,13 @@ type state struct {
 // (a query without its tag) may thus hold maxKeys+1 states.
 type table struct {
 	rate       float64 // execution seconds drained per second; 0: no bucket, debt stays 0
+	unkeyed    state   // the state of key ""; valid only if hasUnkeyed (next to rate: read together)
+	hasUnkeyed bool    // "" has been admitted: unkeyed is one of the table's states
 	maxKeys    int
 	keys       map[string]*state // every key but ""
 	heap       []heapEntry       // exactly the states in keys; a min-heap on prio unless stale
 	stale      bool              // heap order and priorities may be out of date; see above
 	evicted    uint64
-	unkeyed    state // the state of key ""; valid only if hasUnkeyed
-	hasUnkeyed bool  // "" has been admitted: unkeyed is one of the table's states
 }
 
 func newTable(rate float64, maxKeys int) table {
