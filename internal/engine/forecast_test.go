@@ -321,3 +321,11 @@ rules:
 		t.Fatal("no pattern is volatile: the test does not exercise explain mode auto's per-call EXPLAIN")
 	}
 }
+
+// TestFastEntrySize: a text's entry is 128 bytes, so that it spans two cache lines (see
+// fastEntry); a field added or removed must adjust the padding.
+func TestFastEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(fastEntry{}); n != 128 {
+		t.Fatalf("fastEntry is %d bytes, want 128", n)
+	}
+}
