@@ -451,7 +451,7 @@ type fastEntry struct {
 	p      *pattern.Pattern
 	routes routeSlot // the text's last route (see route)
 	// Padding to 128 bytes, a size class whose objects start on a cache line: the entry then
-	// spans two lines, where at 112 bytes some entries straddle three.
+	// spans two lines, where in the 112-byte class (its 104 bytes unpadded) some straddle three.
 	_ [24]byte
 }
 

@@ -412,64 +412,74 @@ func rulesN(n int) string {
 	return b.String()
 }
 
+// The benchmarks below take the driver's path: the real clock, and the Exec of a connection's
+// Spare (one per goroutine), after a warm-up long enough for the pattern's training to be
+// sampled and its forecast cached.
+
+// benchEngine returns an engine with the rules and the real clock.
+func benchEngine(b *testing.B, rules string) *Engine {
+	e, _ := newEngine(b, rules, func(o *Options) { o.Now = nil })
+	return e
+}
+
+// stmt runs one statement through e on sp's Exec.
+func stmt(b *testing.B, e *Engine, sp *Spare, ctx context.Context, q string) {
+	x, err := e.BeginSpare(ctx, sp, nil, q, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.Finish(ctx, nil)
+}
+
 // BenchmarkDecisionPath measures Begin+Finish for a statement matching one hot budget with a
 // bucket, whose plan cost is cached: route (tags merged and rule set matched, or the text's
 // cached route), cost predicted, admitted, released. It should be flat in the number of rules.
 func BenchmarkDecisionPath(b *testing.B) {
 	for _, n := range []int{10, 10_000} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			e, _ := newEngine(b, rulesN(n), func(o *Options) { o.Now = time.Now })
+			e := benchEngine(b, rulesN(n))
 			ctx := tagging.With(context.Background(), "app", "bench", "tenant", "zz")
 			q := "select * from orders where id = $1"
-			warm(b, e, ctx, q)
+			var sp Spare
+			warm(b, e, &sp, ctx, q)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				x, err := e.Begin(ctx, nil, q, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				x.Finish(ctx, nil)
+				stmt(b, e, &sp, ctx, q)
 			}
 		})
 	}
 	// Every statement with other tags (1,000 tenants in turn): no cached route, so tags are
 	// merged and the rule set matched each time.
 	b.Run("rules=10000/tenant-per-statement", func(b *testing.B) {
-		e, _ := newEngine(b, rulesN(10_000), func(o *Options) { o.Now = time.Now })
+		e := benchEngine(b, rulesN(10_000))
 		var ctxs []context.Context
 		for i := range 1000 {
 			ctxs = append(ctxs, tagging.With(context.Background(), "app", "bench", "tenant", fmt.Sprint("u", i)))
 		}
 		q := "select * from orders where id = $1"
-		warm(b, e, ctxs[0], q)
+		var sp Spare
+		warm(b, e, &sp, ctxs[0], q)
 		b.ReportAllocs()
 		b.ResetTimer()
 		i := 0
 		for b.Loop() {
-			ctx := ctxs[i%len(ctxs)]
+			stmt(b, e, &sp, ctxs[i%len(ctxs)], q)
 			i++
-			x, err := e.Begin(ctx, nil, q, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			x.Finish(ctx, nil)
 		}
 	})
 	b.Run("parallel/one-hot-budget", func(b *testing.B) {
-		e, _ := newEngine(b, rulesN(10), func(o *Options) { o.Now = time.Now })
+		e := benchEngine(b, rulesN(10))
 		ctx := tagging.With(context.Background(), "app", "bench")
 		q := "select * from orders where id = $1"
-		warm(b, e, ctx, q)
+		var sp Spare
+		warm(b, e, &sp, ctx, q)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
+			var sp Spare // a connection per goroutine
 			for pb.Next() {
-				x, err := e.Begin(ctx, nil, q, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				x.Finish(ctx, nil)
+				stmt(b, e, &sp, ctx, q)
 			}
 		})
 	})
@@ -484,41 +494,40 @@ func BenchmarkExplainCacheHit(b *testing.B) {
 		{"cached-plan", "budgets:\n  - {name: c, mode: enforce, max_concurrent: 1000000, server_share: 1, burst_limit: 1000000s}\nrules:\n  - {budget: c, match: {app: bench}}\n"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			e, _ := newEngine(b, tc.rules, func(o *Options) { o.Now = time.Now })
+			e := benchEngine(b, tc.rules)
 			ctx := tagging.With(context.Background(), "app", "bench")
 			q := "select * from orders where id = $1"
-			warm(b, e, ctx, q)
+			var sp Spare
+			warm(b, e, &sp, ctx, q)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				x, _ := e.Begin(ctx, nil, q, nil)
-				x.Finish(ctx, nil)
+				stmt(b, e, &sp, ctx, q)
 			}
 		})
 	}
 }
 
-// BenchmarkNoRules is the fast path: pattern cache hit, tags merged, no rule.
+// BenchmarkNoRules is the fast path: pattern cache hit, no rule, telemetry idle.
 func BenchmarkNoRules(b *testing.B) {
-	e, _ := newEngine(b, "", func(o *Options) { o.Now = time.Now })
+	e := benchEngine(b, "")
 	ctx := context.Background()
 	q := "select * from orders where id = $1"
+	var sp Spare
 	b.ReportAllocs()
 	for b.Loop() {
-		x, _ := e.Begin(ctx, nil, q, nil)
-		x.Finish(ctx, nil)
+		stmt(b, e, &sp, ctx, q)
 	}
 }
 
-// warm runs the statement once and caches a plan cost for it, as a prior EXPLAIN would have.
-func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
+// warm caches a plan cost for the statement, as a prior EXPLAIN would have, and runs it until
+// its route is cached, its pattern warm (training sampled) and its forecast cached.
+func warm(b *testing.B, e *Engine, sp *Spare, ctx context.Context, q string) {
 	p, _ := e.patterns.Get(q)
 	e.plans.Put(e.now(), p.FingerprintID, 8.3)
-	x, err := e.Begin(ctx, nil, q, nil)
-	if err != nil {
-		b.Fatal(err)
+	for range 2 * warmSamples {
+		stmt(b, e, sp, ctx, q)
 	}
-	x.Finish(ctx, nil)
 }
 
 // recObserver records Decision calls.
