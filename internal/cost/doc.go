@@ -49,7 +49,7 @@
 // where an EXPLAIN per call is cheap insurance. [Model.Forecast] answers the prediction
 // from the cached cost and the volatility check under one lock and one table lookup. A cache hit
 // and a prediction take tens of nanoseconds and allocate nothing. A forecast carries the
-// generation of the pattern's state it was made from ([Model.Gen], two atomic loads), so a
+// generation of the pattern's state it was made from ([Model.Gen], one atomic load), so a
 // caller may keep it and reuse it until the pattern trains again.
 //
 // # Running EXPLAIN safely

@@ -176,6 +176,10 @@ func (l *lru[V]) unindex(i int32) {
 	l.slots[hole] = 0
 }
 
+// tailKey returns the key of the least recently put entry, the next to be evicted; the table
+// must not be empty.
+func (l *lru[V]) tailKey() uint64 { return l.nodes[l.tail].key }
+
 // each calls f for every entry, most recent first. f must not call put.
 func (l *lru[V]) each(f func(key uint64, v *V)) {
 	for i := l.head; i != nilNode; i = l.nodes[i].next {

@@ -75,25 +75,33 @@ type Model struct {
 	explainMean float64 // EMA of EXPLAIN round-trip seconds
 	explainN    uint64
 
-	// gens and global version the state predictions are made from (see Gen). gens[i] counts the
-	// changes of the patterns whose fingerprint maps to slot i; global counts changes that may
-	// alter any pattern's prediction (an EXPLAIN round trip recorded, a pattern evicted). Both
-	// change only under mu's write lock and are read without it.
-	gens   [genSlots]atomic.Uint64
-	global atomic.Uint64
+	// gens version the state predictions are made from (see Gen): gens[i] counts the changes of
+	// the patterns whose fingerprint maps to slot i (trained, or evicted), and every slot
+	// counts the changes that may alter any pattern's prediction (an EXPLAIN round trip
+	// recorded). They change only under mu's write lock and are read without it.
+	gens [genSlots]atomic.Uint64
 }
 
 // genSlots is the number of pattern generation counters. Patterns share a counter when their
-// fingerprints map to the same slot, which only makes a reused prediction expire early.
-const genSlots = 1024
+// fingerprints map to the same slot, which only makes a reused prediction expire early. A
+// change of every pattern's state (a new EXPLAIN round trip) adds to all of them, about a
+// microsecond against the EXPLAIN's round trip, so that a reader checks one counter.
+const genSlots = 256
 
 // Gen identifies the model state that a pattern's prediction was made from: while [Model.Gen]
 // returns the same Gen for the pattern, a [Forecast] marked Stable still holds.
-type Gen struct{ Pattern, Global uint64 }
+type Gen uint64
 
-// Gen returns the current generation of pattern fp's state, without locking: two atomic loads.
+// Gen returns the current generation of pattern fp's state, without locking: one atomic load.
 func (m *Model) Gen(fp uint64) Gen {
-	return Gen{Pattern: m.gens[fp%genSlots].Load(), Global: m.global.Load()}
+	return Gen(m.gens[fp%genSlots].Load())
+}
+
+// changedAll records a change of every pattern's state. The caller holds mu.
+func (m *Model) changedAll() {
+	for i := range m.gens {
+		m.gens[i].Add(1)
+	}
 }
 
 // Forecast is a prediction and what a caller needs to reuse it.
@@ -378,11 +386,14 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	}
 	planned := validPlan(planCost)
 	m.mu.Lock()
-	full := m.patterns.len() == m.patterns.max
-	p, created := m.patterns.put(fp) // the one table lookup: everything below updates p in place
-	if created && full {
-		m.global.Add(1) // a pattern was evicted: its predictions fall back to the global k
+	if m.patterns.len() == m.patterns.max {
+		// Training a new pattern evicts the least recently trained one, whose predictions fall
+		// back to the global k: its counter changes too.
+		if _, known := m.patterns.get(fp); !known {
+			m.gens[m.patterns.tailKey()%genSlots].Add(1)
+		}
 	}
+	p, _ := m.patterns.put(fp) // the one table lookup: everything below updates p in place
 	m.gens[fp%genSlots].Add(1)
 	p.n++
 	if p.n == 1 {
@@ -480,7 +491,7 @@ func (m *Model) ObserveExplain(seconds float64) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.global.Add(1) // the round-trip mean decides Volatile
+	m.changedAll() // the round-trip mean decides Volatile
 	m.explainN++
 	m.explainMean = ema(m.explainMean, seconds, alphaExplain, m.explainN)
 }

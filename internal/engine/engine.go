@@ -450,9 +450,8 @@ type fastEntry struct {
 	query  string
 	p      *pattern.Pattern
 	routes routeSlot // the text's last route (see route)
-	// Padding to 128 bytes, a size class whose objects start on a cache line: the entry then
-	// spans two lines, where in the 112-byte class (its 104 bytes unpadded) some straddle three.
-	_ [24]byte
+	// 96 bytes (TestFastEntrySize): objects of that size class start 0 or 32 bytes into a cache
+	// line, so an entry spans two lines; at 104 to 112 bytes some would straddle three.
 }
 
 // pattern returns the statement's pattern. Applications send the same few string values (the

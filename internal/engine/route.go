@@ -104,10 +104,10 @@ type costCache struct {
 	expires atomic.Int64  // when the copy expires, in ns since the engine's epoch; 0: no copy
 	// The forecast: the plan cost it was made for, the cost.Gen it was made from, the
 	// prediction (float64 bits) and fcOK, fcVolatile, fcForecast (a forecast is held).
-	fplan           atomic.Uint64
-	pattern, global atomic.Uint64
-	seconds         atomic.Uint64
-	flags           atomic.Uint32
+	fplan   atomic.Uint64
+	gen     atomic.Uint64
+	seconds atomic.Uint64
+	flags   atomic.Uint32
 }
 
 const (
@@ -138,11 +138,9 @@ func (s *routeSlot) costFor(now int64, m *cost.Model, fp uint64) (c, seconds flo
 	f := &s.cost
 	seq := f.seq.Load()
 	plan, exp, fplan := f.plan.Load(), f.expires.Load(), f.fplan.Load()
-	pg, gg, secs, flags := f.pattern.Load(), f.global.Load(), f.seconds.Load(), f.flags.Load()
-	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp || flags&fcForecast == 0 || fplan != plan {
-		return 0, 0, false, false
-	}
-	if gen := m.Gen(fp); pg != gen.Pattern || gg != gen.Global {
+	gen, secs, flags := f.gen.Load(), f.seconds.Load(), f.flags.Load()
+	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp || flags&fcForecast == 0 || fplan != plan ||
+		gen != uint64(m.Gen(fp)) {
 		return 0, 0, false, false
 	}
 	return math.Float64frombits(plan), math.Float64frombits(secs), flags&fcVolatile != 0, true
@@ -168,10 +166,10 @@ func (s *routeSlot) setPlan(c float64, expires int64) {
 func (s *routeSlot) forecast(c float64, g cost.Gen) (seconds float64, volatile, hit bool) {
 	f := &s.cost
 	seq := f.seq.Load()
-	fplan, pg, gg := f.fplan.Load(), f.pattern.Load(), f.global.Load()
+	fplan, gen := f.fplan.Load(), f.gen.Load()
 	secs, flags := f.seconds.Load(), f.flags.Load()
 	if seq&1 != 0 || f.seq.Load() != seq || flags&fcForecast == 0 || fplan != math.Float64bits(c) ||
-		pg != g.Pattern || gg != g.Global {
+		gen != uint64(g) {
 		return 0, false, false
 	}
 	return math.Float64frombits(secs), flags&fcVolatile != 0, true
@@ -193,8 +191,7 @@ func (s *routeSlot) setForecast(c float64, fc cost.Forecast) {
 		flags |= fcVolatile
 	}
 	f.fplan.Store(math.Float64bits(c))
-	f.pattern.Store(fc.Gen.Pattern)
-	f.global.Store(fc.Gen.Global)
+	f.gen.Store(uint64(fc.Gen))
 	f.seconds.Store(math.Float64bits(fc.Seconds))
 	f.flags.Store(flags)
 	f.seq.Store(seq + 2)
