@@ -72,24 +72,24 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	// What every statement reads, first and together (they fit in one cache line), then the
-	// counters every statement writes: a statement's first touches of the engine are two lines.
-	log       *slog.Logger
+	// What every statement reads fills the first cache line; the second holds the counters
+	// every statement writes and what a statement under a budget reads next (TestEngineLayout).
 	logH      slog.Handler // log's handler, asked directly whether debug logging is on
-	now       func() time.Time
 	obs       Observer
 	state     atomic.Pointer[compiled]
 	model     *cost.Model
-	plans     *cost.PlanCache
-	epoch     time.Time // the zero of clock
-	noSimple  bool      // tests: every statement takes decide, the general path
-	realClock bool      // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
+	now       func() time.Time
+	noSimple  bool // tests: every statement takes decide, the general path
+	realClock bool // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
 
 	fastHits atomic.Uint64 // identity-cache hits (see pattern)
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
-	stats    Stats
+	epoch    time.Time // the zero of clock
+	stats    Stats     // ExplainCacheHits first
 
+	log      *slog.Logger
+	plans    *cost.PlanCache
 	patterns *pattern.Cache
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
@@ -119,7 +119,7 @@ type Engine struct {
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
 type Stats struct {
-	ExplainCalls, ExplainFailures, ExplainCacheHits, ExplainCacheMisses atomic.Uint64
+	ExplainCacheHits, ExplainCalls, ExplainFailures, ExplainCacheMisses atomic.Uint64
 	Reloads, ReloadFailures                                             atomic.Uint64
 	Blocked, Warned                                                     atomic.Uint64
 }
@@ -304,21 +304,26 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 		x.Wants = e.obs.Wants()
 		x.Observed = x.Wants&WantSpans != 0
 	}
+	// A route of the text cached under st proves that rules are in force, without reading st
+	// (a cache line less for the statements that have one).
+	cached := slot.under(st)
+	rules := cached != nil || !st.empty
 	// The clock is for budgets, the cost model and telemetry: with no rules and telemetry idle,
 	// nothing reads the statement's time, and it is not read (x.Start stays zero).
-	if x.timed = !st.empty || x.Wants != 0; x.timed {
+	if x.timed = rules || x.Wants != 0; x.timed {
 		x.Start = e.now()
 	}
 	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
 	var rt *route
-	if !st.empty || wantTags {
+	if rules || wantTags {
 		ctxTags = tagging.From(ctx)
 	}
-	if !st.empty && !p.UnsafeWrite && !p.Truncate { // guards read the tags: no cached route
-		rt = slot.lookup(st, ctxTags)
+	// Guards read the tags, so a pattern with a guard fact has no cached route (see offer).
+	if cached != nil && !p.UnsafeWrite && !p.Truncate && cached.tags.Equal(ctxTags) {
+		rt = cached
 	}
-	if wantTags || (!st.empty && rt == nil) {
+	if wantTags || (rules && rt == nil) {
 		x.Tags = e.mergeTags(ctxTags, x.tagBuf[:0], p, query)
 	}
 	if e.onStmt != nil {
@@ -327,7 +332,7 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	if debug {
 		e.debugStatement(ctx, x)
 	}
-	if !st.empty {
+	if rules {
 		handled, err := false, error(nil)
 		if rt != nil && rt.simple && !e.noSimple {
 			handled, err = e.decideSimple(ctx, st, x, rt, slot)

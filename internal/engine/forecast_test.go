@@ -329,3 +329,24 @@ func TestFastEntrySize(t *testing.T) {
 		t.Fatalf("fastEntry is %d bytes, want 96 or 128", n)
 	}
 }
+
+// TestEngineLayout: the fields every statement reads share the engine's first cache line, and
+// the counters it writes (with the epoch and the plan-cache hit counter) the second.
+func TestEngineLayout(t *testing.T) {
+	var e Engine
+	for _, f := range []struct {
+		name     string
+		off, end uintptr
+		line     uintptr
+	}{
+		{"logH", unsafe.Offsetof(e.logH), unsafe.Offsetof(e.logH) + unsafe.Sizeof(e.logH), 0},
+		{"realClock", unsafe.Offsetof(e.realClock), unsafe.Offsetof(e.realClock) + 1, 0},
+		{"fastHits", unsafe.Offsetof(e.fastHits), unsafe.Offsetof(e.fastHits) + 8, 1},
+		{"stats.ExplainCacheHits", unsafe.Offsetof(e.stats) + unsafe.Offsetof(e.stats.ExplainCacheHits),
+			unsafe.Offsetof(e.stats) + unsafe.Offsetof(e.stats.ExplainCacheHits) + 8, 1},
+	} {
+		if f.off/64 != f.line || (f.end-1)/64 != f.line {
+			t.Errorf("Engine.%s at bytes %d-%d, want it within cache line %d", f.name, f.off, f.end-1, f.line)
+		}
+	}
+}

@@ -200,14 +200,22 @@ func (s *routeSlot) setForecast(c float64, fc cost.Forecast) {
 // lookup returns the slot's route when it was made under st for tags, else nil. A nil slot (a
 // text the identity cache does not keep) has none.
 func (s *routeSlot) lookup(st *compiled, tags tagging.Tags) *route {
+	if r := s.under(st); r != nil && r.tags.Equal(tags) {
+		return r
+	}
+	return nil
+}
+
+// under returns the slot's route when it was made under st (for any tags), else nil. Routes
+// are made only under rule sets with rules.
+func (s *routeSlot) under(st *compiled) *route {
 	if s == nil {
 		return nil
 	}
-	r := s.p.Load()
-	if r == nil || r.st != st || !r.tags.Equal(tags) {
-		return nil
+	if r := s.p.Load(); r != nil && r.st == st {
+		return r
 	}
-	return r
+	return nil
 }
 
 // offer caches r (made in scratch space) in the slot if the previous route made afresh for the
