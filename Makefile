@@ -44,6 +44,6 @@ instr:
 	scripts/instr.sh
 
 # Wall time per statement of each driver mode against raw pgx, client and server pinned to
-# different CPUs (about 2 minutes).
+# different CPUs, in three processes (about 3 minutes).
 wall:
 	scripts/wall.sh

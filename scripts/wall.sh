@@ -15,13 +15,21 @@
 #
 # Without taskset or a second CPU it runs unpinned.
 #
-# Environment: ROUNDS (default 300), K (statements per mode per round, default 100).
+# Why several processes: each test process lays out its heap (and the engine's state) anew, and
+# that layout moves one mode's ratio by a per cent or two for the whole process, which no number
+# of rounds within it averages out. The test runs in PROCS processes, one after another, and the
+# summary at the end gives, per workload and mode, the median over the processes of each
+# process's ratios (mean: of total times; median: of the per-round ratios).
+#
+# Environment: PROCS (default 3), ROUNDS (rounds per process, default 200), K (statements per
+# mode per round, default 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pgserver.sh
 source scripts/pgserver.sh
 
-ROUNDS="${ROUNDS:-300}"
+PROCS="${PROCS:-3}"
+ROUNDS="${ROUNDS:-200}"
 K="${K:-100}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
@@ -53,5 +61,38 @@ fi
 
 # The test binary runs with the package directory as its working directory, as go test does.
 cd integration
-PGTRAFFIC_TEST_DSN="$dsn" PGTRAFFIC_OVERHEAD=1 PGTRAFFIC_OVERHEAD_ROUNDS="$ROUNDS" PGTRAFFIC_OVERHEAD_K="$K" \
-	GOMAXPROCS=1 "${client_pin[@]}" "$work/integration.test" -test.run '^TestOverheadRounds$' -test.v -test.count=1
+for proc in $(seq "$PROCS"); do
+	echo "wall: process $proc/$PROCS" >&2
+	PGTRAFFIC_TEST_DSN="$dsn" PGTRAFFIC_OVERHEAD=1 PGTRAFFIC_OVERHEAD_ROUNDS="$ROUNDS" PGTRAFFIC_OVERHEAD_K="$K" \
+		GOMAXPROCS=1 "${client_pin[@]}" "$work/integration.test" -test.run '^TestOverheadRounds$' -test.v -test.count=1 |
+		tee "$work/proc.$proc"
+done
+
+# The summary: in each process's tables, a workload header ("select (1 statement(s) ...") is
+# followed by a column header and one line per mode: mode, mean ns/st, median ns/st, mean ratio,
+# median ratio, cpu ns/st, allocs/st.
+cat "$work"/proc.* | awk -v procs="$PROCS" '
+	function median(list,    a, n, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] + 0 < a[j-1] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	$2 ~ /^\(/ && $3 ~ /statement/ { w = $1; if (!(w in seenw)) { seenw[w] = 1; ws[++nw] = w }; next }
+	w != "" && NF == 7 && $4 ~ /^[0-9.]+$/ {
+		k = w SUBSEP $1
+		if (!(k in seen)) { seen[k] = 1; modes[w] = modes[w] " " $1 }
+		mean[k] = mean[k] " " $4; med[k] = med[k] " " $5; cpu[k] = cpu[k] " " $6
+	}
+	END {
+		printf "\nwall: median over %d processes of each process'"'"'s ratios to pgx\n", procs
+		for (i = 1; i <= nw; i++) {
+			w = ws[i]
+			printf "\n%s\n%-10s %12s %12s %14s\n", w, "mode", "mean ratio", "median ratio", "cpu ns/st"
+			n = split(modes[w], ms, " ")
+			for (j = 1; j <= n; j++) {
+				k = w SUBSEP ms[j]
+				printf "%-10s %12.3f %12.3f %14.0f\n", ms[j], median(mean[k]), median(med[k]), median(cpu[k])
+			}
+		}
+	}'
+
