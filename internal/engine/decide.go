@@ -375,8 +375,8 @@ func (x *Exec) hold(r budget.Request) {
 func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
 	p := x.Pattern
 	fp := p.FingerprintID
-	// The common case first: a cached plan cost and a pattern that is not volatile take one
-	// plan-cache and one model lookup.
+	// The common case first: a cached plan cost (the text's copy, else the plan cache's) and a
+	// pattern that is not volatile, predicted from the text's forecast or else by the model.
 	if p.Explainable && mode != explainCall {
 		c, ok := slot.planCost(e.clock(x.Start))
 		if !ok {

@@ -43,6 +43,15 @@ func ownSlots(texts []string) []string {
 	return out
 }
 
+// lookup returns the slot's route when it was made under st for tags, else nil: the route
+// BeginSpare uses.
+func (s *routeSlot) lookup(st *compiled, tags tagging.Tags) *route {
+	if r := s.under(st); r != nil && r.tags.Equal(tags) {
+		return r
+	}
+	return nil
+}
+
 // modelCount is the number of executions the model has trained pattern fp on.
 func modelCount(e *Engine, fp uint64) uint64 {
 	for _, s := range e.model.Top(1 << 20) {

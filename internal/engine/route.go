@@ -197,17 +197,9 @@ func (s *routeSlot) setForecast(c float64, fc cost.Forecast) {
 	f.seq.Store(seq + 2)
 }
 
-// lookup returns the slot's route when it was made under st for tags, else nil. A nil slot (a
-// text the identity cache does not keep) has none.
-func (s *routeSlot) lookup(st *compiled, tags tagging.Tags) *route {
-	if r := s.under(st); r != nil && r.tags.Equal(tags) {
-		return r
-	}
-	return nil
-}
-
-// under returns the slot's route when it was made under st (for any tags), else nil. Routes
-// are made only under rule sets with rules.
+// under returns the slot's route when it was made under st (for any tags), else nil; a nil slot
+// (a text the identity cache does not keep) has none. Routes are made only under rule sets with
+// rules. The route is the statement's if it was made for equal context tags (see BeginSpare).
 func (s *routeSlot) under(st *compiled) *route {
 	if s == nil {
 		return nil
