@@ -106,7 +106,7 @@ func (m *Model) changedAll() {
 
 // Forecast is a prediction and what a caller needs to reuse it.
 type Forecast struct {
-	Seconds  float64 // what Predict returns
+	Seconds  float64 // what Predict returns: 0 when it cannot (OK false)
 	OK       bool
 	Volatile bool   // what Volatile returns
 	Samples  uint64 // successful executions of the pattern observed (its Count)

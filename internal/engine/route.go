@@ -103,7 +103,8 @@ type costCache struct {
 	plan    atomic.Uint64 // the plan cost copy, as float64 bits
 	expires atomic.Int64  // when the copy expires, in ns since the engine's epoch; 0: no copy
 	// The forecast: the plan cost it was made for, the cost.Gen it was made from, the
-	// prediction (float64 bits) and fcOK, fcVolatile, fcForecast (a forecast is held).
+	// prediction (float64 bits; 0 when the model could not predict, as the callers want it)
+	// and fcVolatile, fcForecast (a forecast is held).
 	fplan   atomic.Uint64
 	gen     atomic.Uint64
 	seconds atomic.Uint64
@@ -111,8 +112,7 @@ type costCache struct {
 }
 
 const (
-	fcOK uint32 = 1 << iota
-	fcVolatile
+	fcVolatile uint32 = 1 << iota
 	fcForecast
 )
 
@@ -184,9 +184,6 @@ func (s *routeSlot) setForecast(c float64, fc cost.Forecast) {
 		return
 	}
 	flags := fcForecast
-	if fc.OK {
-		flags |= fcOK
-	}
 	if fc.Volatile {
 		flags |= fcVolatile
 	}
