@@ -246,8 +246,8 @@ func (t *telemetry) Wants() engine.Wants {
 }
 
 // startSpan starts a statement's span. When the statement matched a budget, the span starts at
-// x.Start, when the engine began deciding (Started and Blocked are called before the engine
-// restarts x.Start for execution), so that time spent on EXPLAIN or waiting for capacity
+// x.Start(), when the engine began deciding (Started and Blocked are called before the engine
+// restarts it for execution), so that time spent on EXPLAIN or waiting for capacity
 // (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
 // fast path (no budget) nothing happened before, and the timestamp option would cost an
 // allocation per statement.
@@ -256,7 +256,7 @@ func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) 
 		return idleSpan // Wants had no WantSpans: the idle global provider records nothing
 	}
 	if always || len(x.Budgets) > 0 {
-		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start))
+		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start()))
 		return span
 	}
 	_, span := t.tracer.Start(ctx, spanName(x), clientKind)

@@ -82,21 +82,34 @@ type Warning struct {
 // The same budget may appear in several requests; for the same key their
 // slots and costs add up. Budgets are locked in creation order.
 func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
+	w := instant{now: now}
 	if len(reqs) == 1 {
-		return admitOne(now, &reqs[0], warns)
+		return admitOne(&w, &reqs[0], warns)
 	}
-	return admitMany(now, reqs, warns)
+	return admitMany(&w, reqs, warns)
+}
+
+// AdmitAt is [Admit] at t nanoseconds since the epoch that every request's
+// budget was made with by [NewAt] (the budgets must share it). It panics for
+// a budget made by [New]. A caller that keeps time as such nanoseconds saves
+// each budget's conversion of a time.Time.
+func AdmitAt(t int64, reqs []Request, warns []Warning) ([]Warning, *Denial) {
+	w := instant{t: t, nanos: true}
+	if len(reqs) == 1 {
+		return admitOne(&w, &reqs[0], warns)
+	}
+	return admitMany(&w, reqs, warns)
 }
 
 // admitMany is Admit of any number of requests. It is apart from Admit so
 // that admitOne does not pay for its buffers.
-func admitMany(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
+func admitMany(w *instant, reqs []Request, warns []Warning) ([]Warning, *Denial) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 
 	var pbuf [8]pending
-	plan := prepare(now, reqs, pbuf[:0])
+	plan := prepare(w, reqs, pbuf[:0])
 	if d, ok := check(reqs, plan, true); !ok {
 		return warns, escape(d)
 	}
@@ -126,7 +139,7 @@ type pending struct {
 // prepare appends to plan a pending for each request, with the budgets
 // locked: now is converted once per budget, and each key looked up once.
 // plan on the caller's stack holds 8 requests without allocating.
-func prepare(now time.Time, reqs []Request, plan []pending) []pending {
+func prepare(w *instant, reqs []Request, plan []pending) []pending {
 	for i := range reqs {
 		r := &reqs[i]
 		b := r.Budget
@@ -138,7 +151,7 @@ func prepare(now time.Time, reqs []Request, plan []pending) []pending {
 			}
 		}
 		if !p.shared {
-			p.t = b.clock(now)
+			p.t = b.at(w)
 		}
 		plan = append(plan, p)
 	}
@@ -148,10 +161,10 @@ func prepare(now time.Time, reqs []Request, plan []pending) []pending {
 // admitOne is Admit of one request, the common case: one lock taken
 // directly, no earlier requests to count, and now converted and the key
 // looked up once for both the check and the charge.
-func admitOne(now time.Time, r *Request, warns []Warning) ([]Warning, *Denial) {
+func admitOne(w *instant, r *Request, warns []Warning) ([]Warning, *Denial) {
 	b := r.Budget
 	b.mu.Lock()
-	t := b.clock(now)
+	t := b.at(w)
 	s := b.tab.lookup(r.Key)
 	if !r.WarnOnly && !b.fits(s, t, sanitizeCost(r.Cost)) {
 		d, _ := checkOne(b, r, 0, s, t, 0, 0) // the denial, worked out only for a refusal
@@ -195,7 +208,7 @@ func checkMany(now time.Time, reqs []Request) *Denial {
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 	var pbuf [8]pending
-	if d, ok := check(reqs, prepare(now, reqs, pbuf[:0]), false); !ok {
+	if d, ok := check(reqs, prepare(&instant{now: now}, reqs, pbuf[:0]), false); !ok {
 		return escape(d)
 	}
 	return nil

@@ -1,8 +1,12 @@
 package budget
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -225,4 +229,75 @@ func TestFitsMatchesCheckOne(t *testing.T) {
 	if passed < 10_000 || refused < 10_000 {
 		t.Fatalf("%d passed, %d refused: the cases do not exercise both", passed, refused)
 	}
+}
+
+// TestAdmitAtMatchesAdmit runs the same random admissions of one and of
+// several requests over two budgets on twins: budgets made by New and
+// admitted at a time.Time, and budgets made by NewAt and admitted at
+// nanoseconds since its epoch. Denials, warnings and snapshots must agree.
+func TestAdmitAtMatchesAdmit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	epoch := at(-3) // before any admission, unlike New's lazy epoch (the first now seen)
+	for round := range 20 {
+		specs := [2]Spec{
+			{Rate: 1, Burst: 2, MaxConcurrent: 3, MaxKeys: 1 + rng.IntN(4), WarningThreshold: 0.5},
+			{Rate: 0.5, Burst: 1, PerQueryLimit: 0.8, MaxKeys: 1 + rng.IntN(4)},
+		}
+		var byTime, byNanos [2]*Budget
+		for i, sp := range specs {
+			byTime[i], byNanos[i] = New(sp), NewAt(sp, epoch)
+		}
+		type held struct{ a, b []Request }
+		var holds []held
+		now := 0.0
+		for step := range 300 {
+			now += rng.Float64() * 0.2
+			if rng.IntN(3) == 0 && len(holds) > 0 {
+				i := rng.IntN(len(holds))
+				actual := rng.Float64()
+				for j := range holds[i].a {
+					Release(at(now), &holds[i].a[j], actual)
+					Release(at(now), &holds[i].b[j], actual)
+				}
+				holds = append(holds[:i], holds[i+1:]...)
+			} else {
+				n := 1 + rng.IntN(3)
+				ra, rb := make([]Request, n), make([]Request, n)
+				for j := range n {
+					bi, key, cost := rng.IntN(2), strconv.Itoa(rng.IntN(3)), rng.Float64()
+					if key == "0" {
+						key = ""
+					}
+					ra[j] = Request{Budget: byTime[bi], Key: key, Cost: cost, WarnOnly: rng.IntN(5) == 0}
+					rb[j] = ra[j]
+					rb[j].Budget = byNanos[bi]
+				}
+				wa, da := Admit(at(now), ra, nil)
+				wb, db := AdmitAt(int64(at(now).Sub(epoch)), rb, nil)
+				if (da == nil) != (db == nil) || da != nil && *da != *db || !slices.Equal(wa, wb) {
+					t.Fatalf("round %d step %d: Admit %v %v, AdmitAt %v %v", round, step, da, wa, db, wb)
+				}
+				if da == nil {
+					holds = append(holds, held{ra, rb})
+				}
+			}
+			for i := range byTime {
+				if sa, sb := byTime[i].Snapshot(at(now)), byNanos[i].Snapshot(at(now)); sa != sb {
+					t.Fatalf("round %d step %d budget %d: %+v, at nanos %+v", round, step, i, sa, sb)
+				}
+				mustInvariants(t, byNanos[i])
+			}
+		}
+	}
+}
+
+// TestAdmitAtNeedsEpoch: AdmitAt of a budget made by New is a programming
+// error, reported at once rather than admitted on a meaningless clock.
+func TestAdmitAtNeedsEpoch(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "NewAt") {
+			t.Errorf("recovered %v, want a panic naming NewAt", r)
+		}
+	}()
+	AdmitAt(0, []Request{{Budget: New(Spec{MaxConcurrent: 1})}}, nil)
 }

@@ -28,8 +28,9 @@ type Budget struct {
 	admitted atomic.Uint64 // admissions
 	inflight int           // summed over keys
 	meanHold float64       // EMA of actual seconds per released query, for the concurrency hint
-	epoch    time.Time     // the zero of the int64 clock; the first now seen
+	epoch    time.Time     // the zero of the int64 clock: NewAt's, else the first now seen
 	hasEpoch bool
+	atEpoch  bool // epoch is NewAt's: AdmitAt may be used
 	spec     Spec
 	tab      table
 
@@ -50,6 +51,16 @@ func New(spec Spec) *Budget {
 	}
 }
 
+// NewAt is [New] with the budget's clock starting at epoch, so that [AdmitAt]
+// can be given times as nanoseconds since epoch, read once by a caller that
+// keeps time that way (the engine), instead of a time.Time that each budget
+// converts. Times before epoch are allowed (negative nanoseconds).
+func NewAt(spec Spec, epoch time.Time) *Budget {
+	b := New(spec)
+	b.epoch, b.hasEpoch, b.atEpoch = epoch, true, true
+	return b
+}
+
 // clock converts now to nanoseconds since the budget's epoch. Using Sub keeps
 // the monotonic reading of time.Now, so a wall-clock step cannot drain or
 // freeze buckets.
@@ -58,6 +69,26 @@ func (b *Budget) clock(now time.Time) int64 {
 		b.epoch, b.hasEpoch = now, true
 	}
 	return int64(now.Sub(b.epoch))
+}
+
+// instant is when an admission happens: a time.Time that each budget converts
+// to its clock (Admit, Check), or nanoseconds since the common epoch of
+// budgets made by NewAt (AdmitAt).
+type instant struct {
+	now   time.Time
+	t     int64
+	nanos bool
+}
+
+// at is w on b's clock. The caller holds b.mu (clock may set the epoch).
+func (b *Budget) at(w *instant) int64 {
+	if w.nanos {
+		if !b.atEpoch {
+			panic("budget: AdmitAt of a budget made without an epoch (use NewAt)")
+		}
+		return w.t
+	}
+	return b.clock(w.now)
 }
 
 // Spec returns the budget's normalised spec.

@@ -41,7 +41,7 @@ func (e *Engine) Check(ctx context.Context) error {
 	var ruleBuf [8]int
 	// Start is the time health is judged at: a zero Start would make every sample look fresh.
 	now := e.now()
-	x := &Exec{Pattern: checkPattern, Tags: tags, Start: now}
+	x := &Exec{e: e, Pattern: checkPattern, Tags: tags, at: e.clock(now), timed: true}
 	for _, r := range st.rules.Match(tags, ruleBuf[:0]) {
 		bs := st.budgets[st.ruleBudget[r]]
 		if bs.mode != modeEnforce {

@@ -207,7 +207,7 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 		if ok {
 			bb.SetSpec(e.now(), spec)
 		} else {
-			bb = budget.New(spec)
+			bb = budget.NewAt(spec, e.epoch) // the engine's clock: see mono
 		}
 		keep[b.Name] = bb
 		index[b.Name] = i

@@ -95,24 +95,32 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, s
 }
 
 // decideSimple is decide for a cached simple route (see route.simple) whose cost, if it needs
-// one, the text's plan copy and forecast answer: most statements under rules, in one frame and
-// without the general path's calls. It returns handled false, having changed nothing, when the
-// statement needs the general path (no cached plan or forecast, or a volatile pattern in explain
-// mode auto). TestSimplePathMatchesGeneral holds it to decide's results.
+// one, the text's plan copy answers: most statements under rules, in one frame and without the
+// general path's calls. The forecast is the text's, or the model's when the model changed since
+// (as predict does). It returns handled false, having changed nothing, when the statement needs
+// the general path (no cached plan, or a volatile pattern in explain mode auto).
+// TestSimplePathMatchesGeneral holds it to decide's results.
 func (e *Engine) decideSimple(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot) (handled bool, err error) {
 	if rt.needCost {
-		c, pred, volatile, hit := slot.costFor(e.clock(x.Start), e.model, x.Pattern.FingerprintID)
-		if !hit || (volatile && rt.explain == explainAuto) {
+		c, pred, volatile, planned, hit := slot.costFor(x.at, e.model, x.Pattern.FingerprintID)
+		if !planned {
+			return false, nil
+		}
+		warm := true
+		if !hit {
+			pred, volatile, warm = e.forecast(slot, x.Pattern.FingerprintID, c)
+		}
+		if volatile && rt.explain == explainAuto {
 			return false, nil
 		}
 		e.stats.ExplainCacheHits.Add(1)
-		x.Predicted, x.PlanCost, x.Costed, x.warm = pred, c, true, true
+		x.Predicted, x.PlanCost, x.Costed, x.warm = pred, c, true, warm
 	}
 	x.Budgets = rt.names
 	reqs := x.reqBuf[:1]
 	reqs[0] = rt.reqs[0]
 	reqs[0].Cost = x.Predicted
-	if warn, den := budget.Admit(x.Start, reqs, x.admitWarn[:0]); den != nil {
+	if warn, den := budget.AdmitAt(x.at, reqs, x.admitWarn[:0]); den != nil {
 		d, wait := e.denied(st, x, rt, rt.reqBudget, den)
 		if err := e.wait(ctx, st, x, rt, reqs, rt.reqBudget, d, wait); err != nil {
 			return true, err
@@ -152,7 +160,7 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		if g.mode == modeEnforce {
 			d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
 			x.Decision, x.Reason = DecisionBlock, ReasonGuard
-			e.recordBlock(x.Start, d, p)
+			e.recordBlock(x.Start(), d, p)
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d
 		}
@@ -175,7 +183,7 @@ func (e *Engine) wait(ctx context.Context, st *compiled, x *Exec, rt *route, req
 		bs := st.budgets[budgetByName(st, d.Budget)]
 		now := e.now()
 		if deadline.IsZero() {
-			deadline = x.Start.Add(bs.maxWait)
+			deadline = x.Start().Add(bs.maxWait)
 		}
 		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
 			if d.Reason == ReasonHealth {
@@ -193,7 +201,7 @@ func (e *Engine) wait(ctx context.Context, st *compiled, x *Exec, rt *route, req
 			return ctx.Err()
 		case <-t.C:
 		}
-		x.Start = e.now() // admission is decided at the current time
+		x.at = e.mono() // admission is decided at the current time
 		x.slow = true
 		d, wait = e.tryEnforce(st, x, rt, reqs, reqBudget)
 	}
@@ -216,7 +224,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route) {
 		}
 		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted}}
 		var wb [1]budget.Warning
-		warn, den := budget.Admit(x.Start, req[:], wb[:0])
+		warn, den := budget.AdmitAt(x.at, req[:], wb[:0])
 		if den != nil {
 			d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
 			x.warnBudget(e, bs.name, d)
@@ -291,7 +299,7 @@ func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Requ
 	if len(reqs) == 0 {
 		return nil, 0
 	}
-	warn, den := budget.Admit(x.Start, reqs, x.admitWarn[:0])
+	warn, den := budget.AdmitAt(x.at, reqs, x.admitWarn[:0])
 	if den != nil {
 		return e.denied(st, x, rt, reqBudget, den)
 	}
@@ -345,7 +353,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 		}
 		sampler = localOnly
 	}
-	metric, value, exceeded, stale := sampler.Evaluate(x.Start, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	metric, value, exceeded, stale := sampler.Evaluate(x.Start(), bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
 	if !exceeded {
 		return nil
 	}
@@ -378,10 +386,10 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 	// The common case first: a cached plan cost (the text's copy, else the plan cache's) and a
 	// pattern that is not volatile, predicted from the text's forecast or else by the model.
 	if p.Explainable && mode != explainCall {
-		c, ok := slot.planCost(e.clock(x.Start))
+		c, ok := slot.planCost(x.at)
 		if !ok {
 			var expires time.Time
-			if c, expires, ok = e.plans.Lookup(x.Start, fp); ok {
+			if c, expires, ok = e.plans.Lookup(x.Start(), fp); ok {
 				slot.setPlan(c, e.clock(expires))
 			}
 		}
@@ -399,7 +407,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *st
 		perCall := mode == explainCall || (mode == explainAuto && e.model.Volatile(fp))
 		cached := false
 		if !perCall {
-			if c, ok := e.plans.Get(x.Start, fp); ok {
+			if c, ok := e.plans.Get(x.Start(), fp); ok {
 				planCost, cached = c, true
 				e.stats.ExplainCacheHits.Add(1)
 			} else {

@@ -223,21 +223,23 @@ type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins).
 	Tags      []ruleset.KV
-	Start     time.Time // when the statement began; zero when nothing reads it (no rules, telemetry idle)
-	Decision  string    // allow, warn or block
-	Reason    string    // the warn or block reason, "" when allowed cleanly
-	Budgets   []string  // names of the matching budgets that are not off
-	Predicted float64   // predicted execution seconds; 0 when not predicted
-	PlanCost  float64   // planner cost used; 0 when none
-	Costed    bool      // a prediction was made (the model may train on this execution)
-	Span      any       // the observer's per-statement state
-	Observed  bool      // the observer records this statement's span (Wants had WantSpans at Begin)
-	Wants     Wants     // what the observer recorded when the statement began (see Observer.Wants)
+	Decision  string   // allow, warn or block
+	Reason    string   // the warn or block reason, "" when allowed cleanly
+	Budgets   []string // names of the matching budgets that are not off
+	Predicted float64  // predicted execution seconds; 0 when not predicted
+	PlanCost  float64  // planner cost used; 0 when none
+	Costed    bool     // a prediction was made (the model may train on this execution)
+	Span      any      // the observer's per-statement state
+	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
+	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
 	// warm: the prediction came from a pattern past warmSamples executions, whose training
 	// Finish samples (see train).
 	warm bool
-	// timed: Begin read the clock into Start (rules were in force or telemetry recorded).
+	// timed: Begin read the clock into at (rules were in force or telemetry recorded).
 	timed bool
+	// at is when the statement began, in nanoseconds since the engine's epoch (see mono); valid
+	// when timed.
+	at int64
 
 	spare  *Spare           // the Spare that lent x; nil for an Exec of the pool
 	slow   bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
@@ -309,9 +311,9 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	cached := slot.under(st)
 	rules := cached != nil || !st.empty
 	// The clock is for budgets, the cost model and telemetry: with no rules and telemetry idle,
-	// nothing reads the statement's time, and it is not read (x.Start stays zero).
+	// nothing reads the statement's time, and it is not read (x.Start() is zero).
 	if x.timed = rules || x.Wants != 0; x.timed {
-		x.Start = e.now()
+		x.at = e.mono()
 	}
 	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
@@ -354,22 +356,42 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	}
 	// Measure the statement from here: an EXPLAIN or a wait for capacity is not its cost.
 	if x.slow {
-		x.Start = e.now()
+		x.at = e.mono()
 	}
 	return x, nil
 }
 
-// clock converts t to nanoseconds since the engine's epoch, for times kept in atomics (a text's
-// plan cost copy). With the real clock both have a monotonic reading, so a wall-clock step does
-// not move it.
+// clock converts t to nanoseconds since the engine's epoch, the time of the engine's hot path
+// (see mono). With the real clock both have a monotonic reading, so a wall-clock step does not
+// move it.
 func (e *Engine) clock(t time.Time) int64 { return int64(t.Sub(e.epoch)) }
+
+// mono is the engine's clock now: nanoseconds since its epoch. A statement keeps its start so
+// (Exec.at), and budgets are made with the same epoch (budget.NewAt), so admission and release
+// take it as it is. With the real clock this reads only the monotonic clock (time.Since),
+// where time.Now would read the wall clock too.
+func (e *Engine) mono() int64 {
+	if e.realClock {
+		return int64(time.Since(e.epoch))
+	}
+	return int64(e.now().Sub(e.epoch))
+}
+
+// Start returns when the statement began (when its admission was decided: the engine restarts
+// it after an EXPLAIN or a wait for capacity), on the engine's clock. It is the zero Time when
+// nothing read the clock at Begin: no rules were in force and telemetry was idle.
+func (x *Exec) Start() time.Time {
+	if !x.timed {
+		return time.Time{}
+	}
+	return x.e.epoch.Add(time.Duration(x.at))
+}
 
 // Finish releases the statement's holds, trues its debt up to the actual time and trains the
 // cost model. err is the statement's error (nil on success); a cancelled or failed statement does
 // not train the model.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
-	var took time.Duration
 	if !x.timed {
 		// No rules were in force and telemetry was idle at Begin: no holds, no training,
 		// no observer call; only the in-flight count to give back.
@@ -377,22 +399,17 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		x.release()
 		return
 	}
-	if e.realClock {
-		took = time.Since(x.Start) // the monotonic clock alone: cheaper than Now and Sub
-	} else {
-		took = e.now().Sub(x.Start)
-	}
+	took := time.Duration(e.mono() - x.at)
 	actual := took.Seconds()
 	if len(x.holds) > 0 {
 		if !x.slow {
-			// The holds were admitted at x.Start: each is released took after its admission,
-			// on its budget's own clock, with no conversion of a time.Time.
+			// The holds were admitted at x.at: each is released took after its admission.
 			for i := range x.holds {
 				budget.ReleaseAfter(&x.holds[i], took, actual)
 			}
 		} else {
-			// Admitted at an earlier x.Start (before an EXPLAIN or a wait restarted it).
-			now := x.Start.Add(took)
+			// Admitted before an EXPLAIN or a wait restarted x.at.
+			now := x.Start().Add(took)
 			for i := range x.holds {
 				budget.Release(now, &x.holds[i], actual)
 			}
@@ -488,7 +505,7 @@ func (e *Engine) pattern(query string) (*pattern.Pattern, *routeSlot) {
 // the inline buffers (most of its size) are not cleared on every statement; they are always
 // written before they are read.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
-	x.e, x.Pattern, x.Start = e, p, time.Time{}
+	x.e, x.Pattern, x.at = e, p, 0
 	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
 	x.Decision, x.Reason = DecisionAllow, ""
 	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed, x.warm = 0, 0, false, false, false, false

@@ -131,19 +131,22 @@ func (s *routeSlot) planCost(now int64) (float64, bool) {
 	return math.Float64frombits(plan), true
 }
 
-// costFor returns, in one read, the text's plan cost copy valid at now and the forecast for it,
-// when both are held and the forecast was made at m's current generation of pattern fp:
-// decideSimple's whole cost lookup.
-func (s *routeSlot) costFor(now int64, m *cost.Model, fp uint64) (c, seconds float64, volatile, hit bool) {
+// costFor returns, in one read, the text's plan cost copy valid at now (planned false: none)
+// and the forecast for it, when one is held that was made at m's current generation of pattern
+// fp (hit false: none): decideSimple's whole cost lookup.
+func (s *routeSlot) costFor(now int64, m *cost.Model, fp uint64) (c, seconds float64, volatile, planned, hit bool) {
 	f := &s.cost
 	seq := f.seq.Load()
 	plan, exp, fplan := f.plan.Load(), f.expires.Load(), f.fplan.Load()
 	gen, secs, flags := f.gen.Load(), f.seconds.Load(), f.flags.Load()
-	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp || flags&fcForecast == 0 || fplan != plan ||
-		gen != uint64(m.Gen(fp)) {
-		return 0, 0, false, false
+	if seq&1 != 0 || f.seq.Load() != seq || exp == 0 || now >= exp {
+		return 0, 0, false, false, false
 	}
-	return math.Float64frombits(plan), math.Float64frombits(secs), flags&fcVolatile != 0, true
+	c = math.Float64frombits(plan)
+	if flags&fcForecast == 0 || fplan != plan || gen != uint64(m.Gen(fp)) {
+		return c, 0, false, true, false
+	}
+	return c, math.Float64frombits(secs), flags&fcVolatile != 0, true, true
 }
 
 // setPlan keeps a copy of a plan cost valid until expires (ns since the engine's epoch); a nil
