@@ -301,3 +301,74 @@ func TestAdmitAtNeedsEpoch(t *testing.T) {
 	}()
 	AdmitAt(0, []Request{{Budget: New(Spec{MaxConcurrent: 1})}}, nil)
 }
+
+// TestAdmitOneMatchesMany holds admitOne (Admit of one request, with its
+// fused common case) to admitMany, the general path, on twin budgets: the
+// same random admissions, releases and reloads, over specs with and without
+// each limit and a warning threshold, must give the same denials, warnings
+// and snapshots.
+func TestAdmitOneMatchesMany(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 19))
+	randSpec := func() Spec {
+		sp := Spec{MaxKeys: 1 + rng.IntN(4)}
+		if rng.IntN(3) > 0 {
+			sp.Rate, sp.Burst = float64(rng.IntN(3)), 0.5+2*rng.Float64()
+		}
+		if rng.IntN(2) == 0 {
+			sp.MaxConcurrent = 1 + rng.IntN(3)
+		}
+		if rng.IntN(3) == 0 {
+			sp.PerQueryLimit = 0.3 + rng.Float64()
+		}
+		if rng.IntN(3) == 0 {
+			sp.WarningThreshold = 0.5
+		}
+		return sp
+	}
+	for round := range 40 {
+		sp := randSpec()
+		one, many := New(sp), New(sp)
+		var holds [][2]Request
+		now := 0.0
+		for step := range 400 {
+			if rng.IntN(3) > 0 { // else at the same instant: debts add up exactly
+				now += rng.Float64() * 0.1
+			}
+			switch op := rng.IntN(20); {
+			case op < 11:
+				key := []string{"", "a", "b", "c"}[rng.IntN(4)]
+				cost := rng.Float64() * 1.2
+				if rng.IntN(4) == 0 {
+					cost = sp.Burst / 4 // fills the bucket exactly, at its edge
+				} else if rng.IntN(10) == 0 {
+					cost = []float64{0, -1, math.NaN(), math.Inf(1)}[rng.IntN(4)]
+				}
+				warnOnly := rng.IntN(5) == 0
+				r1 := []Request{{Budget: one, Key: key, Cost: cost, WarnOnly: warnOnly}}
+				r2 := []Request{{Budget: many, Key: key, Cost: cost, WarnOnly: warnOnly}}
+				w1, d1 := Admit(at(now), r1, nil)
+				w2, d2 := admitMany(&instant{now: at(now)}, r2, nil)
+				if (d1 == nil) != (d2 == nil) || d1 != nil && *d1 != *d2 || !slices.Equal(w1, w2) {
+					t.Fatalf("round %d step %d (%+v): admitOne %v %v, admitMany %v %v", round, step, sp, d1, w1, d2, w2)
+				}
+				if d1 == nil {
+					holds = append(holds, [2]Request{r1[0], r2[0]})
+				}
+			case op < 19 && len(holds) > 0:
+				i := rng.IntN(len(holds))
+				actual := rng.Float64()
+				Release(at(now), &holds[i][0], actual)
+				Release(at(now), &holds[i][1], actual)
+				holds = append(holds[:i], holds[i+1:]...)
+			case op == 19:
+				sp = randSpec()
+				one.SetSpec(at(now), sp)
+				many.SetSpec(at(now), sp)
+			}
+			if s1, s2 := one.Snapshot(at(now)), many.Snapshot(at(now)); s1 != s2 {
+				t.Fatalf("round %d step %d: admitOne %+v, admitMany %+v", round, step, s1, s2)
+			}
+			mustInvariants(t, one)
+		}
+	}
+}

@@ -24,11 +24,11 @@ const defaultHold = 100 * time.Millisecond
 type Budget struct {
 	// The fields an admission and a release of the key "" touch are first and together: with
 	// spec and tab's first fields they span three cache lines.
-	mu       sync.Mutex    // protects the fields below but the atomics and seq
-	admitted atomic.Uint64 // admissions
-	inflight int           // summed over keys
-	meanHold float64       // EMA of actual seconds per released query, for the concurrency hint
-	epoch    time.Time     // the zero of the int64 clock: NewAt's, else the first now seen
+	mu       sync.Mutex // protects the fields below but the atomics and seq
+	admitted uint64     // admissions
+	inflight int        // summed over keys
+	meanHold float64    // EMA of actual seconds per released query, for the concurrency hint
+	epoch    time.Time  // the zero of the int64 clock: NewAt's, else the first now seen
 	hasEpoch bool
 	atEpoch  bool // epoch is NewAt's: AdmitAt may be used
 	spec     Spec
@@ -240,8 +240,8 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	for _, e := range b.tab.heap {
 		add(e.s)
 	}
+	snap.Admitted = b.admitted
 	b.mu.Unlock()
-	snap.Admitted = b.admitted.Load()
 	snap.Warned = b.warned.Load()
 	snap.Blocked = b.blocked.Load()
 	return snap

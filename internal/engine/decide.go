@@ -125,6 +125,8 @@ func (e *Engine) decideSimple(ctx context.Context, st *compiled, x *Exec, rt *ro
 		if err := e.wait(ctx, st, x, rt, reqs, rt.reqBudget, d, wait); err != nil {
 			return true, err
 		}
+	} else if len(warn) == 0 {
+		x.holds = reqs // as admitted does, without its call
 	} else {
 		x.admitted(st, rt, reqs, rt.reqBudget, warn)
 	}

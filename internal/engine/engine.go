@@ -374,7 +374,7 @@ func (e *Engine) mono() int64 {
 	if e.realClock {
 		return int64(time.Since(e.epoch))
 	}
-	return int64(e.now().Sub(e.epoch))
+	return e.clock(e.now())
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
