@@ -66,7 +66,13 @@ func main() {
 	dsn := flag.String("dsn", os.Getenv("PGTRAFFIC_TEST_DSN"), "PostgreSQL DSN (default $PGTRAFFIC_TEST_DSN)")
 	mode := flag.String("mode", "pgx", "driver set-up: "+strings.Join(modes, ", "))
 	n := flag.Int("n", 10000, "queries to run after the warm-up")
-	warmup := flag.Int("warmup", 500, "queries to run before the measured ones")
+	// The warm-up is long because of the runtime's type-switch and type-assertion caches
+	// (database/sql asserts driver interfaces on every query): a call site that misses its
+	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after 500
+	// queries some sites still miss, each miss costing ~60 instructions, and how many of the
+	// measured queries miss is luck that differs between runs. After 8,000, all sites hit but
+	// with probability ~e^-8.
+	warmup := flag.Int("warmup", 8000, "queries to run before the measured ones")
 	flag.Parse()
 	if err := run(*dsn, *mode, *n, *warmup); err != nil {
 		fmt.Fprintln(os.Stderr, "instr:", err)

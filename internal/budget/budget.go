@@ -82,11 +82,16 @@ type instant struct {
 
 // at is w on b's clock. The caller holds b.mu (clock may set the epoch).
 func (b *Budget) at(w *instant) int64 {
+	if w.nanos && b.atEpoch {
+		return w.t // AdmitAt's: inlined, no call
+	}
+	return b.atTime(w)
+}
+
+// atTime is at of a time.Time, or AdmitAt's misuse.
+func (b *Budget) atTime(w *instant) int64 {
 	if w.nanos {
-		if !b.atEpoch {
-			panic("budget: AdmitAt of a budget made without an epoch (use NewAt)")
-		}
-		return w.t
+		panic("budget: AdmitAt of a budget made without an epoch (use NewAt)")
 	}
 	return b.clock(w.now)
 }

@@ -313,7 +313,11 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	// The clock is for budgets, the cost model and telemetry: with no rules and telemetry idle,
 	// nothing reads the statement's time, and it is not read (x.Start() is zero).
 	if x.timed = rules || x.Wants != 0; x.timed {
-		x.at = e.mono()
+		if e.realClock {
+			x.at = int64(time.Since(e.epoch)) // mono, inlined (mono itself is too big to be)
+		} else {
+			x.at = e.mono()
+		}
 	}
 	wantTags := x.Observed || e.onStmt != nil || debug
 	var ctxTags tagging.Tags
@@ -399,7 +403,12 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		x.release()
 		return
 	}
-	took := time.Duration(e.mono() - x.at)
+	var took time.Duration
+	if e.realClock {
+		took = time.Since(e.epoch) - time.Duration(x.at) // mono, inlined as in Begin
+	} else {
+		took = time.Duration(e.mono() - x.at)
+	}
 	actual := took.Seconds()
 	if len(x.holds) > 0 {
 		if !x.slow {
