@@ -21,14 +21,14 @@
 # summary at the end gives, per workload and mode, the median over the processes of each
 # process's ratios (mean: of total times; median: of the per-round ratios).
 #
-# Environment: PROCS (default 3), ROUNDS (rounds per process, default 200), K (statements per
+# Environment: PROCS (default 5), ROUNDS (rounds per process, default 200), K (statements per
 # mode per round, default 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pgserver.sh
 source scripts/pgserver.sh
 
-PROCS="${PROCS:-3}"
+PROCS="${PROCS:-5}"
 ROUNDS="${ROUNDS:-200}"
 K="${K:-100}"
 GO="${GO:-go}"
