@@ -382,13 +382,19 @@ func (e *Engine) mono() int64 {
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
-// it after an EXPLAIN or a wait for capacity), on the engine's clock. It is the zero Time when
-// nothing read the clock at Begin: no rules were in force and telemetry was idle.
+// it after an EXPLAIN or a wait for capacity). It is the zero Time when nothing read the clock
+// at Begin: no rules were in force and telemetry was idle.
+//
+// It reads the clock: the start is now less the monotonic time elapsed since, rather than the
+// engine's epoch plus the statement's offset, whose wall reading would lag by every step of the
+// wall clock since the epoch (NTP, a resumed VM), and a span started there would seem to last
+// that much longer. Not for the hot path.
 func (x *Exec) Start() time.Time {
 	if !x.timed {
 		return time.Time{}
 	}
-	return x.e.epoch.Add(time.Duration(x.at))
+	now := x.e.now()
+	return now.Add(-time.Duration(x.e.clock(now) - x.at))
 }
 
 // Finish releases the statement's holds, trues its debt up to the actual time and trains the

@@ -814,3 +814,61 @@ rules:
 		t.Fatalf("only %d of 5000 statements hit a cached route; the test does not exercise the cache", hits)
 	}
 }
+
+// TestExecStart: Start is when Begin decided the statement, however the clock moved since, and
+// zero when nothing timed it; with the real clock it has a monotonic reading, so a span's end
+// (time.Now) minus it is the statement's duration even if the wall clock stepped.
+func TestExecStart(t *testing.T) {
+	const rules = `
+budgets:
+  - {name: b, mode: enforce, max_concurrent: 10}
+rules:
+  - {budget: b, match: {statement: select}}
+`
+	e, clk := newEngine(t, rules)
+	clk.advance(time.Hour) // the engine's epoch is an hour before the statement
+	begun := clk.now()
+	x, err := e.Begin(context.Background(), nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(3 * time.Second)
+	if got := x.Start(); !got.Equal(begun) {
+		t.Errorf("Start() = %v after 3s, want %v (when Begin ran)", got, begun)
+	}
+	x.Finish(context.Background(), nil)
+
+	idle, _ := newEngine(t, "")
+	x, err = idle.Begin(context.Background(), nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Start(); !got.IsZero() {
+		t.Errorf("no rules, no telemetry: Start() = %v, want the zero Time", got)
+	}
+	x.Finish(context.Background(), nil)
+
+	real := New(Options{Logger: quiet})
+	t.Cleanup(func() { real.Close() })
+	cfg, err := config.Parse([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := real.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	x, err = real.Begin(context.Background(), nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	start := x.Start()
+	if start.Before(before) || start.After(after) {
+		t.Errorf("real clock: Start() = %v, not within Begin's call [%v, %v]", start, before, after)
+	}
+	if s := start.String(); !strings.Contains(s, "m=") {
+		t.Errorf("real clock: Start() = %s has no monotonic reading", s)
+	}
+	x.Finish(context.Background(), nil)
+}
