@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +64,14 @@ type telemetry struct {
 	commonAttr []attribute.KeyValue // span attributes shared by every statement
 	metricAttr []attribute.KeyValue // duration attributes shared by every statement
 
-	mu  sync.Mutex // protects the fields below
+	// tagKeys maps the keys of tags other than the built-ins to their span attribute keys
+	// (pgtraffic.tag.<key>), so that a span does not build them by concatenation, one
+	// allocation per tag. Copied on write, at most maxTagKeys entries (an application's tag
+	// keys are few; past the bound keys are built per span).
+	tagKeys  atomic.Pointer[map[string]attribute.Key]
+	attrBufs sync.Pool // *[]attribute.KeyValue: a span's attributes, copied by SetAttributes
+
+	mu  sync.Mutex // protects the fields below, and serialises tagKeys' writers
 	reg metric.Registration
 }
 
@@ -269,7 +277,7 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
 	}
 	span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
-		span.SetAttributes(t.attributes(x)...)
+		t.setAttributes(span, x)
 		if x.Decision == engine.DecisionWarn {
 			span.AddEvent("pgtraffic.warn", trace.WithAttributes(
 				attribute.String(attrReason, x.Reason),
@@ -286,7 +294,7 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	var d *engine.Denial
 	denied := errors.As(err, &d)
 	if span.IsRecording() {
-		span.SetAttributes(t.attributes(x)...)
+		t.setAttributes(span, x)
 		span.SetAttributes(attribute.String("error.type", errorType(err)))
 		if denied {
 			// A denial's budget may be a guard, which is not among x.Budgets.
@@ -356,9 +364,8 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 //
 // db.collection.name is set only when the statement names exactly one table: the conventions
 // say not to pick one of several collections out of the query text.
-func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
+func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []attribute.KeyValue {
 	p := x.Pattern
-	attrs := make([]attribute.KeyValue, 0, len(t.commonAttr)+12+len(x.Tags))
 	attrs = append(attrs, t.commonAttr...)
 	if p.Normalized != "" {
 		attrs = append(attrs, attribute.String("db.query.text", p.Normalized))
@@ -397,19 +404,85 @@ func (t *telemetry) attributes(x *engine.Exec) []attribute.KeyValue {
 			j++
 		}
 		if k != engine.KeyFingerprint { // already pgtraffic.fingerprint
+			key := t.tagKey(k)
 			if j-i == 1 {
-				attrs = append(attrs, attribute.String(attrTagPrefix+k, x.Tags[i].Value))
+				attrs = append(attrs, key.String(x.Tags[i].Value))
 			} else {
 				vals := make([]string, 0, j-i)
 				for _, kv := range x.Tags[i:j] {
 					vals = append(vals, kv.Value)
 				}
-				attrs = append(attrs, attribute.StringSlice(attrTagPrefix+k, vals))
+				attrs = append(attrs, key.StringSlice(vals))
 			}
 		}
 		i = j
 	}
 	return attrs
+}
+
+// setAttributes sets x's attributes on span, built in a pooled buffer: the SDK copies them, so
+// a span costs no allocation of its attribute list.
+func (t *telemetry) setAttributes(span trace.Span, x *engine.Exec) {
+	buf, _ := t.attrBufs.Get().(*[]attribute.KeyValue)
+	if buf == nil {
+		buf = new([]attribute.KeyValue)
+	}
+	attrs := t.attributes((*buf)[:0], x)
+	span.SetAttributes(attrs...)
+	clear(attrs) // pin no strings of this statement in the pool
+	*buf = attrs[:0]
+	t.attrBufs.Put(buf)
+}
+
+// maxTagKeys bounds telemetry.tagKeys.
+const maxTagKeys = 256
+
+// tagKey returns the span attribute key of tag key k, pgtraffic.tag.<k>, without allocating
+// for the built-in keys and the first maxTagKeys others.
+func (t *telemetry) tagKey(k string) attribute.Key {
+	switch k {
+	case engine.KeyUsername:
+		return attrTagPrefix + engine.KeyUsername
+	case engine.KeyDatabase:
+		return attrTagPrefix + engine.KeyDatabase
+	case engine.KeyApplicationName:
+		return attrTagPrefix + engine.KeyApplicationName
+	case engine.KeyStatement:
+		return attrTagPrefix + engine.KeyStatement
+	case engine.KeyTable:
+		return attrTagPrefix + engine.KeyTable
+	}
+	m := t.tagKeys.Load()
+	if m != nil {
+		if key, ok := (*m)[k]; ok {
+			return key
+		}
+	}
+	key := attribute.Key(attrTagPrefix + k)
+	if m == nil || len(*m) < maxTagKeys {
+		t.mu.Lock()
+		// Copy the current map (another span may have replaced m since) with k added.
+		cur := t.tagKeys.Load()
+		next := make(map[string]attribute.Key, 1+lenMap(cur))
+		if cur != nil {
+			for ck, cv := range *cur {
+				next[ck] = cv
+			}
+		}
+		if len(next) < maxTagKeys {
+			next[k] = key
+			t.tagKeys.Store(&next)
+		}
+		t.mu.Unlock()
+	}
+	return key
+}
+
+func lenMap(m *map[string]attribute.Key) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // errorType is the error.type attribute: the SQLSTATE for server errors, else a short fixed

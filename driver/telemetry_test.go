@@ -1095,3 +1095,31 @@ func TestIdleGlobalMeterProvider(t *testing.T) {
 		t.Fatalf("no pgtraffic.decisions count of 1 after one decision: %+v", rm)
 	}
 }
+
+// TestTagKeys: a tag's span attribute key is pgtraffic.tag.<key> for built-in and other keys,
+// before and after the cache's bound, and a known key costs no allocation.
+func TestTagKeys(t *testing.T) {
+	var tm telemetry
+	for _, k := range []string{engine.KeyUsername, engine.KeyDatabase, engine.KeyApplicationName, engine.KeyStatement, engine.KeyTable, "route", "app"} {
+		for range 2 { // built, then cached
+			if got := tm.tagKey(k); string(got) != "pgtraffic.tag."+k {
+				t.Fatalf("tagKey(%q) = %q", k, got)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { tm.tagKey("route"); tm.tagKey(engine.KeyTable) }); n != 0 {
+		t.Errorf("tagKey of known keys: %v allocations, want 0", n)
+	}
+	for i := range 2 * maxTagKeys {
+		k := fmt.Sprintf("k%d", i)
+		if got := tm.tagKey(k); string(got) != "pgtraffic.tag."+k {
+			t.Fatalf("tagKey(%q) = %q", k, got)
+		}
+	}
+	if n := len(*tm.tagKeys.Load()); n != maxTagKeys {
+		t.Errorf("cache holds %d keys, want the bound %d", n, maxTagKeys)
+	}
+	if got := tm.tagKey("k1"); got != "pgtraffic.tag.k1" {
+		t.Errorf("tagKey(k1) = %q after the bound", got)
+	}
+}

@@ -19,7 +19,9 @@
 # by hundreds of instructions, the busy figure by tens.
 #
 # Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
-# ROUNDS (3), INSTR_BIN (a prebuilt program to measure instead of building ./integration/instr).
+# ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an ExecContext of a
+# one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
+# building ./integration/instr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pgserver.sh
@@ -29,6 +31,7 @@ MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"
 N2="${N2:-12000}"
 ROUNDS="${ROUNDS:-3}"
+WORKLOAD="${WORKLOAD:-select}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
 
@@ -75,7 +78,7 @@ instructions() {
 	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
 	if ! GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off \
 		valgrind --tool=callgrind --callgrind-out-file="$out" \
-		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" >"$work/run.log" 2>&1; then
+		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" -workload "$WORKLOAD" >"$work/run.log" 2>&1; then
 		echo "instr: $mode -n $n failed:" >&2
 		tail -n 40 "$work/run.log" >&2
 		return 1

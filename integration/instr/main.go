@@ -2,7 +2,8 @@
 // so that scripts/instr.sh can count the client's instructions per query with callgrind.
 //
 // Each run opens one connection, runs a warm-up of queries, then runs -n queries of
-// `select $1::int + 1` with QueryRowContext(...).Scan and checks every answer. Running it twice
+// `select $1::int + 1` with QueryRowContext(...).Scan and checks every answer (-workload update:
+// an update of one row of a table with ExecContext instead). Running it twice
 // under callgrind with different -n and dividing the difference in instructions by the difference
 // in n cancels start-up, the warm-up (parsing, statement preparation, the first EXPLAIN) and
 // shutdown, and leaves the client-side instructions of one query:
@@ -42,8 +43,12 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// query is the measured statement (issue 2).
-const query = "select $1::int + 1"
+// query is the measured statement of the select workload (issue 2); update is the update
+// workload's, an ExecContext on a table like TPC-B's statements (a table tag, a row count).
+const (
+	query  = "select $1::int + 1"
+	update = "update instr_counter set n = n + $1 where id = 1"
+)
 
 // budgetRules selects the budget through the context tag app=instr. The limits are far above
 // what one connection can use, so nothing is blocked, but server_share makes the budget need a
@@ -73,14 +78,15 @@ func main() {
 	// measured queries miss is luck that differs between runs. After 8,000, all sites hit but
 	// with probability ~e^-8.
 	warmup := flag.Int("warmup", 8000, "queries to run before the measured ones")
+	workload := flag.String("workload", "select", "select (QueryRowContext of "+query+") or update (ExecContext of "+update+", on a temporary table)")
 	flag.Parse()
-	if err := run(*dsn, *mode, *n, *warmup); err != nil {
+	if err := run(*dsn, *mode, *workload, *n, *warmup); err != nil {
 		fmt.Fprintln(os.Stderr, "instr:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dsn, mode string, n, warmup int) error {
+func run(dsn, mode, workload string, n, warmup int) error {
 	if dsn == "" {
 		return fmt.Errorf("no DSN: pass -dsn or set PGTRAFFIC_TEST_DSN")
 	}
@@ -97,10 +103,25 @@ func run(dsn, mode string, n, warmup int) error {
 	db.SetMaxIdleConns(1)
 
 	ctx := tagging.With(context.Background(), "app", "instr")
-	if err := queries(ctx, db, 0, warmup); err != nil {
+	run := queries
+	switch workload {
+	case "select":
+	case "update":
+		// A temporary table: the one connection's own, gone when it closes.
+		if _, err := db.ExecContext(ctx, "create temporary table instr_counter (id int primary key, n bigint not null)"); err != nil {
+			return err
+		}
+		if _, err := db.ExecContext(ctx, "insert into instr_counter values (1, 0)"); err != nil {
+			return err
+		}
+		run = updates
+	default:
+		return fmt.Errorf("unknown workload %q (want select or update)", workload)
+	}
+	if err := run(ctx, db, 0, warmup); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := queries(ctx, db, warmup, n); err != nil {
+	if err := run(ctx, db, warmup, n); err != nil {
 		return err
 	}
 	if conn != nil {
@@ -118,6 +139,20 @@ func queries(ctx context.Context, db *sql.DB, from, n int) error {
 		}
 		if got != i+1 {
 			return fmt.Errorf("query %d: got %d, want %d", i, got, i+1)
+		}
+	}
+	return nil
+}
+
+// updates runs n updates of one row and checks that each changed it.
+func updates(ctx context.Context, db *sql.DB, from, n int) error {
+	for i := from; i < from+n; i++ {
+		res, err := db.ExecContext(ctx, update, 1)
+		if err != nil {
+			return fmt.Errorf("update %d: %w", i, err)
+		}
+		if rows, err := res.RowsAffected(); err != nil || rows != 1 {
+			return fmt.Errorf("update %d: %d rows affected (%v), want 1", i, rows, err)
 		}
 	}
 	return nil
