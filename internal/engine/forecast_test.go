@@ -164,7 +164,7 @@ func TestTrainingSampled(t *testing.T) {
 	const n = 8000
 	runSpare(n, cheap, nil)
 	got := modelCount(e, fp) - warmSamples
-	// Binomial(8000, 1/8): mean 1000, standard deviation about 30.
+	// Binomial(8000, 1/trainEvery): at 1/16, mean 500, standard deviation about 22.
 	if lo, hi := uint64(n/trainEvery*8/10), uint64(n/trainEvery*12/10); got < lo || got > hi {
 		t.Fatalf("after %d more cheap statements the model trained %d times, want about %d", n, got, n/trainEvery)
 	}
