@@ -39,11 +39,11 @@ demo:
 	$(GO) run ./examples/demo
 	$(GO) run ./examples/noisy-neighbor -out noisy-neighbor.png
 
-# Instructions per query for each driver mode, measured with callgrind.
+# Instructions per query for each driver mode, measured with callgrind (WORKLOAD=update: an Exec).
 instr:
 	scripts/instr.sh
 
 # Wall time per statement of each driver mode against raw pgx, client and server pinned to
-# different CPUs, in three processes (about 3 minutes).
+# different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see scripts/wall.sh).
 wall:
 	scripts/wall.sh
