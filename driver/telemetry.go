@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -462,12 +463,9 @@ func (t *telemetry) tagKey(k string) attribute.Key {
 	if m == nil || len(*m) < maxTagKeys {
 		t.mu.Lock()
 		// Copy the current map (another span may have replaced m since) with k added.
-		cur := t.tagKeys.Load()
-		next := make(map[string]attribute.Key, 1+lenMap(cur))
-		if cur != nil {
-			for ck, cv := range *cur {
-				next[ck] = cv
-			}
+		next := map[string]attribute.Key{}
+		if cur := t.tagKeys.Load(); cur != nil {
+			next = maps.Clone(*cur)
 		}
 		if len(next) < maxTagKeys {
 			next[k] = key
@@ -476,13 +474,6 @@ func (t *telemetry) tagKey(k string) attribute.Key {
 		t.mu.Unlock()
 	}
 	return key
-}
-
-func lenMap(m *map[string]attribute.Key) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }
 
 // errorType is the error.type attribute: the SQLSTATE for server errors, else a short fixed

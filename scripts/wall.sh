@@ -34,6 +34,11 @@ K="${K:-100}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
 
+if ! [[ "$PROCS" =~ ^[1-9][0-9]*$ ]]; then
+	echo "wall: PROCS=$PROCS: want a positive integer" >&2
+	exit 1
+fi
+
 ncpu="$(nproc)"
 server_pin=() client_pin=()
 if command -v taskset >/dev/null && ((ncpu >= 2)); then

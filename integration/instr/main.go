@@ -103,7 +103,7 @@ func run(dsn, mode, workload string, n, warmup int) error {
 	db.SetMaxIdleConns(1)
 
 	ctx := tagging.With(context.Background(), "app", "instr")
-	run := queries
+	work := queries
 	switch workload {
 	case "select":
 	case "update":
@@ -114,14 +114,14 @@ func run(dsn, mode, workload string, n, warmup int) error {
 		if _, err := db.ExecContext(ctx, "insert into instr_counter values (1, 0)"); err != nil {
 			return err
 		}
-		run = updates
+		work = updates
 	default:
 		return fmt.Errorf("unknown workload %q (want select or update)", workload)
 	}
-	if err := run(ctx, db, 0, warmup); err != nil {
+	if err := work(ctx, db, 0, warmup); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := run(ctx, db, warmup, n); err != nil {
+	if err := work(ctx, db, warmup, n); err != nil {
 		return err
 	}
 	if conn != nil {
