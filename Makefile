@@ -27,12 +27,12 @@ lint:
 
 # Each Fuzz function in FUZZPKGS for FUZZTIME.
 fuzz:
-	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' scripts/fuzz.sh
+	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' integration/scripts/fuzz.sh
 
-# Every Go benchmark, then the interleaved wall-time rounds of every driver mode (scripts/wall.sh).
+# Every Go benchmark, then the interleaved wall-time rounds of every driver mode (integration/scripts/wall.sh).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(BENCHPKGS) | tee bench.out
-	scripts/wall.sh | tee -a bench.out
+	integration/scripts/wall.sh | tee -a bench.out
 
 # The walkthrough, then the protection experiment (about 70 s; its chart goes to noisy-neighbor.png).
 demo:
@@ -41,9 +41,9 @@ demo:
 
 # Instructions per query for each driver mode, measured with callgrind (WORKLOAD=update: an Exec).
 instr:
-	scripts/instr.sh
+	integration/scripts/instr.sh
 
 # Wall time per statement of each driver mode against raw pgx, client and server pinned to
-# different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see scripts/wall.sh).
+# different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see integration/scripts/wall.sh).
 wall:
-	scripts/wall.sh
+	integration/scripts/wall.sh

@@ -41,7 +41,7 @@ import (
 // TestOverheadRounds runs rounds of modes × statements round-robin and prints the table
 // (PGTRAFFIC_OVERHEAD=1 go test -v -run TestOverheadRounds ./integration/; make wall, and the end
 // of make bench, run it with the server and the client pinned to different CPUs). Instruction counts,
-// the stable figure, come from scripts/instr.sh (make instr). BenchmarkOverhead has the same
+// the stable figure, come from integration/scripts/instr.sh (make instr). BenchmarkOverhead has the same
 // cases as ordinary sub-benchmarks, which run one after another.
 
 // overheadModes are the modes in the order the table prints them; pgx must stay first.

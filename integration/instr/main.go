@@ -1,5 +1,5 @@
 // Command instr runs a fixed number of single-row queries through one database/sql driver setup,
-// so that scripts/instr.sh can count the client's instructions per query with callgrind.
+// so that integration/scripts/instr.sh can count the client's instructions per query with callgrind.
 //
 // Each run opens one connection, runs a warm-up of queries, then runs -n queries of
 // `select $1::int + 1` with QueryRowContext(...).Scan and checks every answer (-workload update:

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/config"
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
@@ -36,7 +36,7 @@ const (
 	modeOff
 )
 
-func parseMode(m config.Mode) mode {
+func parseMode(m rules.Mode) mode {
 	switch m {
 	case "enforce":
 		return modeEnforce
@@ -77,7 +77,7 @@ func parseExplain(s string) explainMode {
 
 // compiled is one immutable version of the rules, swapped atomically on reload.
 type compiled struct {
-	cfg            *config.Config
+	cfg            *rules.Config
 	empty          bool // no rules and no guards: the fast path
 	rules          *ruleset.Set
 	ruleBudget     []int    // rule index -> budget index
@@ -123,9 +123,9 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 
 // SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
 // name keep their state (debt, in-flight counts). On error the current rules stay.
-func (e *Engine) SetConfig(cfg *config.Config) error {
+func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
-		cfg = &config.Config{}
+		cfg = &rules.Config{}
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -144,7 +144,7 @@ func (e *Engine) SetConfig(cfg *config.Config) error {
 
 // configureHealth starts, reconfigures or idles the health sampler for cfg. The sampler opens
 // nothing while no budget uses a sampled metric. e.mu must be held.
-func (e *Engine) configureHealth(cfg *config.Config, interval time.Duration) {
+func (e *Engine) configureHealth(cfg *rules.Config, interval time.Duration) {
 	metrics := healthMetrics(cfg)
 	s := e.sampler.Load()
 	if len(metrics) == 0 || e.healthConnect == nil || e.closed {
@@ -176,10 +176,10 @@ func (e *Engine) configureHealth(cfg *config.Config, interval time.Duration) {
 }
 
 // Config returns the rules in force.
-func (e *Engine) Config() *config.Config { return e.state.Load().cfg }
+func (e *Engine) Config() *rules.Config { return e.state.Load().cfg }
 
 // compile builds the immutable state of cfg. e.mu must be held (it updates e.budgets).
-func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
+func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	cores := cfg.ServerCores
 	if cores <= 0 {
 		cores = 1
@@ -240,7 +240,7 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 	}
 	for _, g := range []struct {
 		name string
-		g    config.Guard
+		g    rules.Guard
 		what string
 	}{
 		{GuardRequireWhere, cfg.Guards.RequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
@@ -251,7 +251,7 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 		}
 		gs := guardState{name: g.name, mode: parseMode(g.g.Mode), limit: g.what}
 		if len(g.g.Match) > 0 {
-			scope, err := ruleset.Compile([]config.Rule{{Match: g.g.Match}}, nil)
+			scope, err := ruleset.Compile([]rules.Rule{{Match: g.g.Match}}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -265,7 +265,7 @@ func (e *Engine) compile(cfg *config.Config) (*compiled, error) {
 }
 
 // healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).
-func healthMetrics(cfg *config.Config) []string {
+func healthMetrics(cfg *rules.Config) []string {
 	var out []string
 	for _, b := range cfg.Budgets {
 		if parseMode(b.Mode) == modeOff {

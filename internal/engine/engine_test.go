@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -40,7 +40,7 @@ func (c *clock) advance(d time.Duration) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newEngine(t testing.TB, rules string, o ...func(*Options)) (*Engine, *clock) {
+func newEngine(t testing.TB, rulesText string, o ...func(*Options)) (*Engine, *clock) {
 	t.Helper()
 	clk := newClock()
 	opts := Options{Logger: quiet, Now: clk.now, User: "app", Database: "shop"}
@@ -48,8 +48,8 @@ func newEngine(t testing.TB, rules string, o ...func(*Options)) (*Engine, *clock
 		f(&opts)
 	}
 	e := New(opts)
-	if rules != "" {
-		cfg, err := config.Parse([]byte(rules))
+	if rulesText != "" {
+		cfg, err := rules.Parse([]byte(rulesText))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := config.Parse([]byte(`
+	cfg, _ := rules.Parse([]byte(`
 budgets:
   - {name: keep, mode: enforce, max_concurrent: 1}
 rules:
@@ -329,7 +329,7 @@ rules:
 		t.Fatal("the in-flight count was lost on reload")
 	}
 	x.Finish(ctx, nil)
-	if err := e.SetConfig(&config.Config{Rules: []config.Rule{{Budget: "nope", Match: map[string]string{"a": "b"}}}}); err == nil {
+	if err := e.SetConfig(&rules.Config{Rules: []rules.Rule{{Budget: "nope", Match: map[string]string{"a": "b"}}}}); err == nil {
 		t.Fatal("a rule naming an unknown budget must be refused")
 	}
 	if len(e.Budgets()) != 1 || e.Budgets()[0].Name != "keep" {
@@ -417,8 +417,8 @@ func rulesN(n int) string {
 // sampled and its forecast cached.
 
 // benchEngine returns an engine with the rules and the real clock.
-func benchEngine(b *testing.B, rules string) *Engine {
-	e, _ := newEngine(b, rules, func(o *Options) { o.Now = nil })
+func benchEngine(b *testing.B, rulesText string) *Engine {
+	e, _ := newEngine(b, rulesText, func(o *Options) { o.Now = nil })
 	return e
 }
 
@@ -637,7 +637,7 @@ rules:
 	}
 	// New rules route app=x to b, which app=y holds, and app=y nowhere: the old routes must
 	// not be used.
-	cfg, err := config.Parse([]byte(`
+	cfg, err := rules.Parse([]byte(`
 budgets:
   - {name: a, mode: enforce, max_concurrent: 1, per: tenant}
   - {name: b, mode: enforce, max_concurrent: 1}
@@ -819,13 +819,13 @@ rules:
 // zero when nothing timed it; with the real clock it has a monotonic reading, so a span's end
 // (time.Now) minus it is the statement's duration even if the wall clock stepped.
 func TestExecStart(t *testing.T) {
-	const rules = `
+	const rulesText = `
 budgets:
   - {name: b, mode: enforce, max_concurrent: 10}
 rules:
   - {budget: b, match: {statement: select}}
 `
-	e, clk := newEngine(t, rules)
+	e, clk := newEngine(t, rulesText)
 	clk.advance(time.Hour) // the engine's epoch is an hour before the statement
 	begun := clk.now()
 	x, err := e.Begin(context.Background(), nil, "select 1", nil)
@@ -850,7 +850,7 @@ rules:
 
 	real := New(Options{Logger: quiet})
 	t.Cleanup(func() { real.Close() })
-	cfg, err := config.Parse([]byte(rules))
+	cfg, err := rules.Parse([]byte(rulesText))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
 // LoadFile reads, parses and puts in force the rules file at path.
@@ -19,7 +19,7 @@ func (e *Engine) LoadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file: %w", err)
 	}
-	cfg, err := config.Parse(data)
+	cfg, err := rules.Parse(data)
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
 	}
@@ -37,7 +37,7 @@ func (e *Engine) WatchFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file: %w", err)
 	}
-	cfg, err := config.Parse(data)
+	cfg, err := rules.Parse(data)
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
 	}
@@ -123,7 +123,7 @@ func (w *watcher) reload(e *Engine) {
 		return
 	}
 	w.last = data
-	cfg, err := config.Parse(data)
+	cfg, err := rules.Parse(data)
 	if err == nil {
 		err = e.SetConfig(cfg)
 	}

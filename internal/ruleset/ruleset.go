@@ -20,7 +20,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
 // KV is one tag: a key and a value. A query may carry several tags with one key (one
@@ -80,20 +80,20 @@ type maskLens struct{ v4, v6 []uint8 }
 // Compile builds the index of rules. budgetIndex maps a rule's budget name to an index that
 // [Set.Budget] reports back, or -1 for an unknown name, which is an error; a nil budgetIndex
 // skips budget names (e.g. to index a guard's scope). Match values are classified as
-// [config.Rule] describes: CIDR prefixes or exact values. A rule with an empty match is an
+// [rules.Rule] describes: CIDR prefixes or exact values. A rule with an empty match is an
 // error (it would match every query; scope-less guards need no index).
-func Compile(rules []config.Rule, budgetIndex func(name string) int) (*Set, error) {
+func Compile(rs []rules.Rule, budgetIndex func(name string) int) (*Set, error) {
 	s := &Set{
-		rules: make([]rule, len(rules)),
+		rules: make([]rule, len(rs)),
 		exact: make(map[KV][]int32),
 		cidr:  make(map[cidrKey][]int32),
 		lens:  make(map[string]*maskLens),
 	}
-	if len(rules) > 1<<31-1 {
-		return nil, fmt.Errorf("pgtraffic: too many rules (%d)", len(rules))
+	if len(rs) > 1<<31-1 {
+		return nil, fmt.Errorf("pgtraffic: too many rules (%d)", len(rs))
 	}
-	for i := range rules {
-		r := &rules[i]
+	for i := range rs {
+		r := &rs[i]
 		cr := rule{budget: -1}
 		if budgetIndex != nil {
 			if cr.budget = budgetIndex(r.Budget); cr.budget < 0 {
@@ -105,7 +105,7 @@ func Compile(rules []config.Rule, budgetIndex func(name string) int) (*Set, erro
 		}
 		for _, k := range slices.Sorted(maps.Keys(r.Match)) {
 			v := r.Match[k]
-			p, isPrefix, err := config.ParseMatchValue(v)
+			p, isPrefix, err := rules.ParseMatchValue(v)
 			switch {
 			case err != nil:
 				return nil, fmt.Errorf("pgtraffic: rules[%d].match.%s: %w", i, k, err)
@@ -281,7 +281,7 @@ func containsAddr(tags []KV, c cidrKey) bool {
 
 // parseAddr reads a tag value as an IP address: "ip", "ip:port" or "[ipv6]:port", as
 // remote addresses come. IPv4-mapped IPv6 addresses are unmapped (prefixes were normalised
-// the same way by config.ParseMatchValue) and zones dropped. Values that cannot be an
+// the same way by rules.ParseMatchValue) and zones dropped. Values that cannot be an
 // address are refused before netip is asked, because its errors allocate.
 func parseAddr(v string) (netip.Addr, bool) {
 	if !addrShaped(v) {

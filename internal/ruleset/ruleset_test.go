@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
 func m(kv ...string) map[string]string {
@@ -28,11 +28,11 @@ func tags(kv ...string) []KV {
 
 func mustCompile(t testing.TB, matches ...map[string]string) *Set {
 	t.Helper()
-	rules := make([]config.Rule, len(matches))
+	rs := make([]rules.Rule, len(matches))
 	for i, mt := range matches {
-		rules[i] = config.Rule{Budget: "b", Match: mt}
+		rs[i] = rules.Rule{Budget: "b", Match: mt}
 	}
-	s, err := Compile(rules, nil)
+	s, err := Compile(rs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +127,15 @@ func TestCompile(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		rules   []config.Rule
+		rules   []rules.Rule
 		index   func(string) int
 		wantErr string
 	}{
-		{"ok", []config.Rule{{Budget: "b", Match: m("app", "x")}, {Budget: "a", Match: m("app", "y")}}, index, ""},
-		{"nil index ignores budgets", []config.Rule{{Budget: "zzz", Match: m("app", "x")}}, nil, ""},
-		{"unknown budget", []config.Rule{{Budget: "c", Match: m("app", "x")}}, index, `pgtraffic: rules[0]: unknown budget "c"`},
-		{"empty match", []config.Rule{{Budget: "a"}}, index, "pgtraffic: rules[0]: empty match"},
-		{"bad CIDR", []config.Rule{{Budget: "a", Match: m("ip", "10.0.0.0/40")}}, index, `pgtraffic: rules[0].match.ip: invalid CIDR prefix "10.0.0.0/40"`},
+		{"ok", []rules.Rule{{Budget: "b", Match: m("app", "x")}, {Budget: "a", Match: m("app", "y")}}, index, ""},
+		{"nil index ignores budgets", []rules.Rule{{Budget: "zzz", Match: m("app", "x")}}, nil, ""},
+		{"unknown budget", []rules.Rule{{Budget: "c", Match: m("app", "x")}}, index, `pgtraffic: rules[0]: unknown budget "c"`},
+		{"empty match", []rules.Rule{{Budget: "a"}}, index, "pgtraffic: rules[0]: empty match"},
+		{"bad CIDR", []rules.Rule{{Budget: "a", Match: m("ip", "10.0.0.0/40")}}, index, `pgtraffic: rules[0].match.ip: invalid CIDR prefix "10.0.0.0/40"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,13 +267,13 @@ func BenchmarkMatch(b *testing.B) {
 }
 
 func BenchmarkCompile(b *testing.B) {
-	var rules []config.Rule
+	var rs []rules.Rule
 	for i := range 10_000 {
-		rules = append(rules, config.Rule{Budget: "b", Match: m("app", fmt.Sprint("app", i))})
+		rs = append(rs, rules.Rule{Budget: "b", Match: m("app", fmt.Sprint("app", i))})
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Compile(rules, nil); err != nil {
+		if _, err := Compile(rs, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -296,8 +296,8 @@ func FuzzMatchCIDR(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, ruleValue, tagValue string) {
-		s, err := Compile([]config.Rule{{Match: m("k", ruleValue)}}, nil)
-		p, isPrefix, perr := config.ParseMatchValue(ruleValue)
+		s, err := Compile([]rules.Rule{{Match: m("k", ruleValue)}}, nil)
+		p, isPrefix, perr := rules.ParseMatchValue(ruleValue)
 		if (err != nil) != (perr != nil) {
 			t.Fatalf("Compile err %v, ParseMatchValue err %v", err, perr)
 		}

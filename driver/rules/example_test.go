@@ -1,14 +1,14 @@
-package config_test
+package rules_test
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/pgtraffic/pgtraffic/internal/config"
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
 func ExampleParse() {
-	cfg, err := config.Parse([]byte(`
+	cfg, err := rules.Parse([]byte(`
 server_cores: 8
 budgets:
   - name: reporting
@@ -32,7 +32,7 @@ rules:
 }
 
 func ExampleParse_errors() {
-	_, err := config.Parse([]byte(`
+	_, err := rules.Parse([]byte(`
 budgets:
   - name: reporting
     max_concurent: 4
@@ -50,9 +50,9 @@ rules:
 }
 
 func ExampleConfig_Validate() {
-	cfg := &config.Config{
-		Budgets: []config.Budget{{Name: "reporting", ServerShare: 1.5}},
-		Rules:   []config.Rule{{Budget: "reportng", Match: map[string]string{"app": "reporting"}}},
+	cfg := &rules.Config{
+		Budgets: []rules.Budget{{Name: "reporting", ServerShare: 1.5}},
+		Rules:   []rules.Rule{{Budget: "reportng", Match: map[string]string{"app": "reporting"}}},
 	}
 	fmt.Println(cfg.Validate())
 	// Output:
@@ -68,7 +68,7 @@ func ExampleParse_file() {
 		fmt.Println(err)
 		return
 	}
-	cfg, err := config.Parse(data)
+	cfg, err := rules.Parse(data)
 	if err != nil {
 		fmt.Println(err)
 		return

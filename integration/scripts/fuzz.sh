@@ -4,7 +4,7 @@
 # The targets are discovered with go test -list, so new fuzz tests need no edit here.
 # Failing inputs are written under the package's testdata/fuzz/ by go test, as usual.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 FUZZTIME="${FUZZTIME:-30s}"
 read -r -a pkgs <<<"${FUZZPKGS:-./...}"

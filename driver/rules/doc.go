@@ -1,4 +1,4 @@
-// Package config defines the pgtraffic rules file — budgets, the rules that route queries to
+// Package rules defines the pgtraffic rules file — budgets, the rules that route queries to
 // them, health throttling and static guards — and parses it strictly from YAML or JSON.
 //
 // # Parsing
@@ -25,4 +25,4 @@
 // [Parse] returns a config with defaults filled in ([Config.WithDefaults]): server_cores 1,
 // health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s, guard
 // mode off. Validate never modifies its receiver.
-package config
+package rules

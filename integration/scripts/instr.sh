@@ -23,9 +23,9 @@
 # one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
 # building ./integration/instr).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=scripts/pgserver.sh
-source scripts/pgserver.sh
+cd "$(dirname "$0")/../.."
+# shellcheck source=integration/scripts/pgserver.sh
+source integration/scripts/pgserver.sh
 
 MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"

@@ -24,9 +24,9 @@
 # Environment: PROCS (default 5), ROUNDS (rounds per process, default 200), K (statements per
 # mode per round, default 100).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=scripts/pgserver.sh
-source scripts/pgserver.sh
+cd "$(dirname "$0")/../.."
+# shellcheck source=integration/scripts/pgserver.sh
+source integration/scripts/pgserver.sh
 
 PROCS="${PROCS:-5}"
 ROUNDS="${ROUNDS:-200}"
