@@ -4,15 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
-// Reasons a statement is blocked, as found in [BlockedError.Reason].
+// Reasons a statement is blocked, as found in [BlockedError.Reason]. They are defined in package
+// [rules], next to the limits they name.
 const (
-	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
-	ReasonPerQuery    = "per_query_limit" // the statement's predicted cost exceeds per_query_limit
-	ReasonBudget      = "budget"          // the budget's reverse leaky bucket has no room
-	ReasonGuard       = "guard"           // a query guard (e.g. require_where) refused the statement
-	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
+	ReasonConcurrency = rules.ReasonConcurrency // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = rules.ReasonPerQuery    // the statement's predicted cost exceeds per_query_limit
+	ReasonBudget      = rules.ReasonBudget      // the budget's bucket (server_share, burst_limit) has no room
+	ReasonGuard       = rules.ReasonGuard       // a query guard (require_where, block_truncate) refused it
+	ReasonHealth      = rules.ReasonHealth      // a throttle_when health threshold is exceeded
 )
 
 // ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.
@@ -54,6 +57,13 @@ func (e *BlockedError) kind() string {
 
 // Is makes errors.Is(err, ErrBlocked) true.
 func (e *BlockedError) Is(target error) bool { return target == ErrBlocked }
+
+// SafeToRetry returns true: a blocked statement was refused before anything was sent to the
+// server, so running it again cannot apply it twice. pgconn.SafeToRetry(err) and retry helpers
+// built on it therefore treat a [*BlockedError] as retryable; wait [BlockedError.RetryAfter]
+// first (zero means waiting cannot help: a per_query_limit or a guard refused the statement,
+// and will refuse it again).
+func (e *BlockedError) SafeToRetry() bool { return true }
 
 // SQLState returns "53000" (insufficient_resources), the code PlanetScale's Traffic Control uses,
 // so code that inspects SQLSTATEs can treat a blocked statement like a server-side refusal.

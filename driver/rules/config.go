@@ -138,8 +138,14 @@ func (b *Budget) Equal(other *Budget) bool {
 //
 // The zero Rule is not valid: a rule needs a budget and at least one pair.
 type Rule struct {
-	Budget string            `yaml:"budget" json:"budget"`
-	Match  map[string]string `yaml:"match" json:"match"`
+	// Budget names the budget (a [Budget.Name]) that the matching statements are checked
+	// against. Required.
+	Budget string `yaml:"budget" json:"budget"`
+
+	// Match maps tag keys (app, controller, username, table, remote_address, ...) to the
+	// value each must have, or to a CIDR prefix its address must lie in. Every pair must
+	// hold. Required: at least one pair.
+	Match map[string]string `yaml:"match" json:"match"`
 }
 
 // String renders the rule's match as sorted key=value pairs joined by commas, e.g.
@@ -174,7 +180,12 @@ type Guards struct {
 // In a file a guard is written either as its mode alone (require_where: enforce) or as
 // a mapping (require_where: {mode: enforce, match: {app: web}}).
 type Guard struct {
-	Mode  Mode              `yaml:"mode,omitempty" json:"mode,omitempty"`
+	// Mode is enforce (refuse the statement), warn (log and count it) or off (the default
+	// when empty).
+	Mode Mode `yaml:"mode,omitempty" json:"mode,omitempty"`
+
+	// Match limits the guard to the statements whose tags hold every pair, as [Rule.Match]
+	// does. Empty: every statement.
 	Match map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
 }
 

@@ -1,0 +1,16 @@
+package rules
+
+// Reasons a statement is blocked or warned about: which kind of limit of a rules file refused
+// it. They are the values of the driver's BlockedError.Reason, of the pgtraffic.reason span and
+// metric attribute, and of the reason field of pgtraffic's log records. This is their one
+// definition; the driver and the engine refer to these constants.
+const (
+	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = "per_query_limit" // the statement's predicted cost exceeds per_query_limit
+	ReasonBudget      = "budget"          // the budget's bucket (server_share, burst_limit) has no room
+	ReasonGuard       = "guard"           // a query guard (require_where, block_truncate) refused the statement
+	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
+
+	// ReasonWarningThreshold is only ever a warning: a limit is fuller than warning_threshold.
+	ReasonWarningThreshold = "warning_threshold"
+)
