@@ -241,18 +241,24 @@ func (c *Config) Clone() *Config {
 // reflect.DeepEqual. It does not validate; call it on a valid config.
 func (c *Config) WithDefaults() *Config {
 	out := c.Clone()
-	if out.ServerCores == 0 {
-		out.ServerCores = 1
+	out.fillDefaults()
+	return out
+}
+
+// fillDefaults does the work of WithDefaults in place.
+func (c *Config) fillDefaults() {
+	if c.ServerCores == 0 {
+		c.ServerCores = 1
 	}
-	if out.HealthInterval == 0 {
-		out.HealthInterval = Duration(time.Second)
+	if c.HealthInterval == 0 {
+		c.HealthInterval = Duration(time.Second)
 	}
-	out.HealthQueries = nilIfEmpty(out.HealthQueries)
-	if len(out.Budgets) == 0 {
-		out.Budgets = nil
+	c.HealthQueries = nilIfEmpty(c.HealthQueries)
+	if len(c.Budgets) == 0 {
+		c.Budgets = nil
 	}
-	for i := range out.Budgets {
-		b := &out.Budgets[i]
+	for i := range c.Budgets {
+		b := &c.Budgets[i]
 		if b.Mode == "" {
 			b.Mode = ModeWarn
 		}
@@ -260,20 +266,19 @@ func (c *Config) WithDefaults() *Config {
 			b.Explain = ExplainAuto
 		}
 		if b.BurstLimit == 0 && b.ServerShare > 0 {
-			b.BurstLimit = defaultBurst(b.ServerShare, out.ServerCores)
+			b.BurstLimit = defaultBurst(b.ServerShare, c.ServerCores)
 		}
 		b.ThrottleWhen = nilIfEmpty(b.ThrottleWhen)
 	}
-	if len(out.Rules) == 0 {
-		out.Rules = nil
+	if len(c.Rules) == 0 {
+		c.Rules = nil
 	}
-	for _, g := range []*Guard{&out.Guards.RequireWhere, &out.Guards.BlockTruncate} {
+	for _, g := range []*Guard{&c.Guards.RequireWhere, &c.Guards.BlockTruncate} {
 		if g.Mode == "" {
 			g.Mode = ModeOff
 		}
 		g.Match = nilIfEmpty(g.Match)
 	}
-	return out
 }
 
 // defaultBurst is share × cores × 1s, at least 1ns so that a tiny share still has a bucket.

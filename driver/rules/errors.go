@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // ErrInvalid is wrapped by every [*Error]: errors.Is(err, ErrInvalid) tells a rejected
@@ -48,35 +50,39 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 // maxErrors bounds a report: past it a file is more likely the wrong file than a draft.
 const maxErrors = 20
 
-// problems collects errors. lines maps field paths to the line they are on (nil for a config
-// built in code), so that checks made after decoding still name lines.
+// problems collects errors. root is the decoded file (nil for a config built in code): checks
+// made after decoding find the line of a field by walking it along the field's path (see
+// lines.go), which costs nothing until a problem is found.
 type problems struct {
-	lines map[string]int
-	errs  []*Error
+	root *yaml.Node
+	errs []*Error
 }
 
 func (p *problems) addLine(line int, field, format string, args ...any) {
 	p.errs = append(p.errs, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// add reports a problem at field, on the line of field or of its nearest recorded parent.
+// add reports a problem at field, on the line of field or of its nearest written parent.
 func (p *problems) add(field, format string, args ...any) {
 	p.addLine(p.line(field), field, format, args...)
 }
 
 func (p *problems) line(field string) int {
-	for f := field; f != "" && p.lines != nil; f = parentPath(f) {
-		if l, ok := p.lines[f]; ok {
+	for f := field; f != "" && p.root != nil; f = parentPath(f) {
+		if l, ok := findLine(p.root, f); ok {
 			return l
 		}
 	}
 	return 0
 }
 
-// explicit reports whether field was written in the file (always false for a config built
-// in code).
+// explicit reports whether field was written in the file, with a value other than null
+// (always false for a config built in code).
 func (p *problems) explicit(field string) bool {
-	_, ok := p.lines[field]
+	if p.root == nil {
+		return false
+	}
+	_, ok := findLine(p.root, field)
 	return ok
 }
 

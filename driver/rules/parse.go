@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -34,17 +33,17 @@ func Parse(data []byte) (cfg *Config, err error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{Line: 1, Msg: "the file is empty (write {} for no rules)"}
 		}
-		return nil, syntaxError(err)
+		return nil, syntaxError(data, err)
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, syntaxError(err)
+			return nil, syntaxError(data, err)
 		}
 		return nil, &Error{Line: next.Line, Msg: "a second YAML document: the file must hold one"}
 	}
 
-	d := decoder{problems: problems{lines: map[string]int{}}}
+	var d decoder
 	cfg = &Config{}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
@@ -54,8 +53,9 @@ func Parse(data []byte) (cfg *Config, err error) {
 	if root == nil || isNull(root) {
 		return nil, &Error{Line: max(doc.Line, 1), Msg: "the file is empty (write {} for no rules)"}
 	}
+	d.root = root
 	d.config(root, cfg)
-	v := problems{lines: d.lines}
+	v := problems{root: root}
 	cfg.validate(&v)
 	for _, e := range v.errs {
 		// A field that failed to decode is left zero; do not report it again as missing.
@@ -66,21 +66,8 @@ func Parse(data []byte) (cfg *Config, err error) {
 	if err := d.err(); err != nil {
 		return nil, err
 	}
-	return cfg.WithDefaults(), nil
-}
-
-// syntaxError turns a YAML parser error ("yaml: line 3: did not find ...") into an *Error.
-func syntaxError(err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ": "); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, msg = l, tail
-			}
-		}
-	}
-	return &Error{Line: line, Msg: msg}
+	cfg.fillDefaults() // cfg is ours alone: no copy needed
+	return cfg, nil
 }
 
 // decoder walks a YAML node tree into a Config. It does the walking itself rather than
@@ -124,14 +111,13 @@ func (d *decoder) resolve(n *yaml.Node, path string) *yaml.Node {
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
 // fields iterates over a mapping's pairs: it checks that n is a mapping with scalar,
-// distinct keys, records each key's line under its path, and calls fn for each pair whose
-// value is not null (null means omitted).
+// distinct keys, and calls fn for each pair whose value is not null (null means omitted).
 func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath string, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
 		d.addLine(n.Line, path, "expected a mapping, got %s", describe(n))
 		return
 	}
-	seen := make(map[string]int, len(n.Content)/2)
+	var seen map[string]int // for large mappings; small ones are searched
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := d.resolve(n.Content[i], path), d.resolve(n.Content[i+1], path)
 		if k == nil || v == nil {
@@ -149,20 +135,43 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 			d.addLine(k.Line, kp, "merge keys are not supported")
 			continue
 		}
-		if first, dup := seen[k.Value]; dup {
+		if first, dup := firstKey(n, i, &seen); dup {
 			d.addLine(k.Line, kp, "duplicate key (first on line %d)", first)
 			continue
 		}
-		seen[k.Value] = k.Line
 		if isNull(v) {
 			continue
 		}
-		d.lines[kp] = k.Line
 		fn(k.Value, kp, v)
 	}
 }
 
-// items iterates over a sequence, recording each element's line.
+// firstKey reports whether the key at n.Content[i] is a duplicate of an earlier scalar key of
+// mapping n, and the line of the first. Small mappings (a budget's fields) are searched; a large
+// one (health_queries, a long match) gets the index *seen, built on first use, so that a
+// mapping of any size costs time in proportion to its keys.
+func firstKey(n *yaml.Node, i int, seen *map[string]int) (line int, dup bool) {
+	const small = 16 // pairs
+	key := n.Content[i].Value
+	if len(n.Content) <= 2*small {
+		for j := 0; j < i; j += 2 {
+			if k := follow(n.Content[j]); k != nil && k.Kind == yaml.ScalarNode && !isNull(k) && k.Value == key {
+				return k.Line, true
+			}
+		}
+		return 0, false
+	}
+	if *seen == nil {
+		*seen = make(map[string]int, len(n.Content)/2)
+	}
+	if line, dup = (*seen)[key]; dup {
+		return line, true
+	}
+	(*seen)[key] = n.Content[i].Line
+	return 0, false
+}
+
+// items iterates over a sequence.
 func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.Node)) {
 	if n.Kind != yaml.SequenceNode {
 		d.addLine(n.Line, path, "expected a list, got %s", describe(n))
@@ -174,7 +183,6 @@ func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.
 		if c == nil {
 			continue
 		}
-		d.lines[p] = c.Line
 		fn(p, c)
 	}
 }
@@ -184,8 +192,8 @@ func (d *decoder) unknown(n *yaml.Node, path, key string, known ...string) {
 	if s := suggest(key, known); s != "" {
 		msg += " (did you mean " + s + "?)"
 	}
-	line := d.lines[path] // the key's line: the value may start on a later one
-	if line == 0 {
+	line, ok := findLine(d.root, path) // the key's line: the value may start on a later one
+	if !ok {
 		line = n.Line
 	}
 	d.addLine(line, path, "%s", msg)
@@ -210,12 +218,14 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		case "health_queries":
 			c.HealthQueries = d.stringMap(v, path)
 		case "budgets":
+			c.Budgets = make([]Budget, 0, len(v.Content))
 			d.items(v, path, func(p string, v *yaml.Node) {
 				var b Budget
 				d.budget(v, p, &b)
 				c.Budgets = append(c.Budgets, b)
 			})
 		case "rules":
+			c.Rules = make([]Rule, 0, len(v.Content))
 			d.items(v, path, func(p string, v *yaml.Node) {
 				var r Rule
 				d.fields(v, p, func(key, path string, v *yaml.Node) {

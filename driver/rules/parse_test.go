@@ -175,6 +175,14 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "{}\n---\n{}\n", `pgtraffic: rules line 2: a second YAML document: the file must hold one`},
 		{"syntax", "budgets: [\n", `pgtraffic: rules line 1: did not find expected node content`},
 		{"JSON syntax", "{\n  \"budgets\": [\n    {\"name\": \"a\",}\n  ]\n", `pgtraffic: rules line 4: did not find expected ',' or '}'`},
+		{"JSON trailing brace", "{\"budgets\": []}\n}\n", `pgtraffic: rules line 2: column 1 (byte offset 16): text after the end of the JSON document`},
+		{"JSON trailing text", "{\"budgets\": []} x", `pgtraffic: rules line 1: column 17 (byte offset 16): text after the end of the JSON document`},
+		{"two JSON documents", "{}\n{}\n", `pgtraffic: rules line 2: column 1 (byte offset 3): text after the end of the JSON document`},
+		{"invalid UTF-8", "budgets:\n  - name: é\xff\n", `pgtraffic: rules line 2: column 12 (byte offset 21): invalid UTF-8 (byte 0xFF): the file must be UTF-8 text`},
+		{"truncated UTF-8", "server_cores: 1\n# \xc3", `pgtraffic: rules line 2: column 3 (byte offset 18): invalid UTF-8 (byte 0xC3): the file must be UTF-8 text`},
+		{"NUL byte", "budgets:\n  - name: a\x00b\n", `pgtraffic: rules line 2: column 12 (byte offset 20): control character U+0000: the file must be text`},
+		{"NUL at the end", "server_cores: 1\n\x00", `pgtraffic: rules line 2: column 1 (byte offset 16): control character U+0000: the file must be text`},
+		{"escape character", "budgets:\n  - name: \x1b[1m\n", `pgtraffic: rules line 2: column 11 (byte offset 19): control character U+001B: the file must be text`},
 		{"not a mapping", "- a\n", `pgtraffic: rules line 1: expected a mapping, got a list`},
 		{"unknown top-level field", "server_core: 2\n", `pgtraffic: rules line 1: server_core: unknown field (did you mean server_cores?)`},
 		{"unknown odd top-level key", "\"a b\": 1\n", `pgtraffic: rules line 1: ["a b"]: unknown field`},
@@ -360,6 +368,7 @@ func FuzzParse(f *testing.F) {
 		"guards: {require_where: {mode: warn, match: {app: x}}}",
 		"budgets: [{name: a, throttle_when: {replication_lag: 1m}}]",
 		"a: &a [*a]", "budgets: &b [*b]", "{\"budgets\": [{\"name\": \"\\u0000\"}]}",
+		"{\"budgets\": []}\n}", "{}{}", "budgets:\n  - name: a\xff\n", "server_cores: 1\n\x00", "\xef\xbb\xbf{}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -371,6 +380,12 @@ func FuzzParse(f *testing.F) {
 			}
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			// Every problem in a file names its line, so that it can be found.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, "pgtraffic: rules line ") && !strings.HasSuffix(line, "more problems not shown") {
+					t.Fatalf("a problem without a line: %q", line)
+				}
 			}
 			return
 		}

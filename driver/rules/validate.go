@@ -46,8 +46,12 @@ func (c *Config) validate(p *problems) {
 	if cores <= 0 || !finite(cores) {
 		cores = 1
 	}
+	// names and first index the budgets by name, so that checking a rule's budget is a map
+	// probe: a config may hold a budget per tenant, tens of thousands of them.
+	names := make(map[string]bool, len(c.Budgets))
 	first := make(map[string]int, len(c.Budgets))
 	for i := range c.Budgets {
+		names[c.Budgets[i].Name] = true
 		c.validateBudget(p, i, cores, first)
 	}
 
@@ -57,7 +61,7 @@ func (c *Config) validate(p *problems) {
 		switch {
 		case r.Budget == "":
 			p.add(path+".budget", "required")
-		case c.BudgetIndex(r.Budget) < 0:
+		case !names[r.Budget]:
 			p.add(path+".budget", "unknown budget %s", quoteShort(r.Budget))
 		}
 		if len(r.Match) == 0 {

@@ -348,3 +348,32 @@ func TestConcurrentMatch(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCompileLarge indexes 100k two-pair rules sharing one pair (a rule per tenant of one
+// application), with a budget lookup per rule, as a reload of a large rules file does.
+func BenchmarkCompileLarge(b *testing.B) {
+	const n = 100_000
+	rs := make([]rules.Rule, n)
+	index := make(map[string]int, n)
+	for i := range rs {
+		name := fmt.Sprint("tenant-", i)
+		index[name] = i
+		rs[i] = rules.Rule{Budget: name, Match: map[string]string{"app": "shop", "tenant": fmt.Sprint("t", i)}}
+	}
+	budgetIndex := func(name string) int {
+		if i, ok := index[name]; ok {
+			return i
+		}
+		return -1
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := Compile(rs, budgetIndex)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Len() != n {
+			b.Fatalf("%d rules", s.Len())
+		}
+	}
+}

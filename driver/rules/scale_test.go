@@ -1,0 +1,67 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// largeRulesFile writes a rules file of n budgets, each with a share and a rule of two pairs.
+func largeRulesFile(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString("server_cores: 64\nbudgets:\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "  - {name: tenant-%d, mode: enforce, max_concurrent: 4, server_share: 0.001}\n", i)
+	}
+	sb.WriteString("rules:\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "  - {budget: tenant-%d, match: {app: shop, tenant: t%d}}\n", i, i)
+	}
+	return []byte(sb.String())
+}
+
+// BenchmarkParseLarge parses and validates a file of 100k budgets and 100k rules: every
+// lookup of a rule's budget must be a map probe, not a scan of the budgets.
+func BenchmarkParseLarge(b *testing.B) {
+	data := largeRulesFile(100_000)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		cfg, err := Parse(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(cfg.Rules) != 100_000 {
+			b.Fatalf("%d rules", len(cfg.Rules))
+		}
+	}
+}
+
+// BenchmarkValidateLarge validates 100k budgets and 100k rules built in code, as
+// Engine.SetConfig does on every reload.
+func BenchmarkValidateLarge(b *testing.B) {
+	cfg, err := Parse(largeRulesFile(100_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := cfg.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkYAMLLarge is the floor under BenchmarkParseLarge: the YAML parser alone.
+func BenchmarkYAMLLarge(b *testing.B) {
+	data := largeRulesFile(100_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		var n yaml.Node
+		if err := yaml.Unmarshal(data, &n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
