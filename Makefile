@@ -1,4 +1,4 @@
-# Targets: test, lint, fuzz, bench, demo, instr, wall.
+# Targets: test, unit, lint, fuzz, bench, demo, instr, wall, deps.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -7,37 +7,59 @@ GO ?= go
 export CGO_ENABLED := 1
 
 TESTTIMEOUT ?= 30m
+# RACE= (empty) runs the tests without the race detector.
+RACE ?= -race
 FUZZTIME ?= 30s
 FUZZPKGS ?= ./...
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
 BENCHPKGS ?= ./...
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint fuzz bench demo instr wall
+# Modules nested in the repository, each with a replace directive to the library: they need
+# what the library does not (XSAM/otelsql for the comparison, gonum/plot for the chart).
+NESTED := integration/instr examples/noisy-neighbor
 
-# Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use the server
-# named by PGTRAFFIC_TEST_DSN.
-test:
-	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) ./...
+.PHONY: test unit lint fuzz bench demo instr wall deps
+
+# Installs PostgreSQL's server, redis-server, make and a C compiler from Debian's packages
+# when they are missing (as root; otherwise it prints the command to run).
+deps:
+	.ci/install-deps
+
+# Every test. Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use
+# the server named by PGTRAFFIC_TEST_DSN; under CI=true a missing server fails them.
+test: deps
+	$(GO) test $(RACE) -count=1 -timeout $(TESTTIMEOUT) ./...
+	for m in $(NESTED); do $(GO) test -C $$m $(RACE) -count=1 -timeout $(TESTTIMEOUT) ./...; done
+
+# The tests that need no server (go test -short: internal/pgtest skips the others).
+unit:
+	$(GO) test -short $(RACE) -count=1 ./...
 
 lint:
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	for m in $(NESTED); do $(GO) vet -C $$m ./...; done
+	$(GO) run $(STATICCHECK) ./...
+	for m in $(NESTED); do (cd $$m && $(GO) run $(STATICCHECK) ./...); done
 
 # Each Fuzz function in FUZZPKGS for FUZZTIME.
 fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' integration/scripts/fuzz.sh
 
-# Every Go benchmark, then the interleaved wall-time rounds of every driver mode (integration/scripts/wall.sh).
-bench:
+# Every Go benchmark (the driver-mode comparison with otelsql included), then the interleaved
+# wall-time rounds of every driver mode (integration/scripts/wall.sh).
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(BENCHPKGS) | tee bench.out
+	$(GO) test -C integration/instr -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./... | tee -a bench.out
 	integration/scripts/wall.sh | tee -a bench.out
 
 # The walkthrough, then the protection experiment (about 70 s; its chart goes to noisy-neighbor.png).
-demo:
+demo: deps
 	$(GO) run ./examples/demo
-	$(GO) run ./examples/noisy-neighbor -out noisy-neighbor.png
+	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"
 
 # Instructions per query for each driver mode, measured with callgrind (WORKLOAD=update: an Exec).
 instr:

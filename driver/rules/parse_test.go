@@ -183,6 +183,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL byte", "budgets:\n  - name: a\x00b\n", `pgtraffic: rules line 2: column 12 (byte offset 20): control character U+0000: the file must be text`},
 		{"NUL at the end", "server_cores: 1\n\x00", `pgtraffic: rules line 2: column 1 (byte offset 16): control character U+0000: the file must be text`},
 		{"escape character", "budgets:\n  - name: \x1b[1m\n", `pgtraffic: rules line 2: column 11 (byte offset 19): control character U+001B: the file must be text`},
+		{"unclosed quote on line 1", "\"", `pgtraffic: rules line 1: found unexpected end of stream`},
 		{"not a mapping", "- a\n", `pgtraffic: rules line 1: expected a mapping, got a list`},
 		{"unknown top-level field", "server_core: 2\n", `pgtraffic: rules line 1: server_core: unknown field (did you mean server_cores?)`},
 		{"unknown odd top-level key", "\"a b\": 1\n", `pgtraffic: rules line 1: ["a b"]: unknown field`},

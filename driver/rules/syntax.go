@@ -11,7 +11,8 @@ import (
 
 // syntaxError turns a YAML parser error ("yaml: line 3: did not find ...") into an *Error.
 // The YAML parser names no line for bytes it cannot read (invalid UTF-8, control characters)
-// and a misleading one for text after a complete JSON document, so those are located here.
+// nor for a problem on the first line, and a misleading one for text after a complete JSON
+// document, so those are located here.
 func syntaxError(data []byte, err error) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
@@ -29,6 +30,10 @@ func syntaxError(data []byte, err error) *Error {
 	}
 	if e := afterJSON(data); e != nil {
 		return e
+	}
+	if line == 0 {
+		// The YAML parser counts lines from 0 and names none when the problem is on line 0.
+		line = 1
 	}
 	return &Error{Line: line, Msg: msg}
 }

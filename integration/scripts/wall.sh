@@ -2,7 +2,7 @@
 # wall.sh measures the wall time per statement of each driver mode against raw pgx, with the
 # client and the server on different CPUs.
 #
-# It runs TestOverheadRounds (integration/overhead_test.go: every mode in interleaved rounds, so
+# It runs TestOverheadRounds (integration/instr/overhead_test.go: every mode in interleaved rounds, so
 # that drift of a shared machine cancels) against a throwaway PostgreSQL started by
 # internal/pgtest/cmd/pgtest, unless PGTRAFFIC_TEST_DSN names one.
 #
@@ -56,7 +56,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$GO" test -c -o "$work/integration.test" ./integration
+# integration/instr is a module of its own (it compares with XSAM/otelsql, which the library
+# does not require).
+"$GO" test -C integration/instr -c -o "$work/integration.test" .
 
 dsn="${PGTRAFFIC_TEST_DSN:-}"
 if [[ -z "$dsn" ]]; then
@@ -65,7 +67,7 @@ if [[ -z "$dsn" ]]; then
 fi
 
 # The test binary runs with the package directory as its working directory, as go test does.
-cd integration
+cd integration/instr
 for proc in $(seq "$PROCS"); do
 	echo "wall: process $proc/$PROCS" >&2
 	PGTRAFFIC_TEST_DSN="$dsn" PGTRAFFIC_OVERHEAD=1 PGTRAFFIC_OVERHEAD_ROUNDS="$ROUNDS" PGTRAFFIC_OVERHEAD_K="$K" \

@@ -26,8 +26,15 @@ var shared struct {
 // PGTRAFFIC_TEST_DSN, else a throwaway cluster. If PostgreSQL is unavailable it skips tb,
 // except under CI=true where it fails tb; any other failure to start fails tb. Call [Main]
 // from TestMain so that the cluster is stopped when the binary ends.
+//
+// Under go test -short (make unit: the tests that need no server) it skips tb without looking
+// for PostgreSQL, also under CI=true: -short is the caller's explicit request, and CI runs the
+// tests without it.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs PostgreSQL: not run under -short (unit tests only)")
+	}
 	shared.once.Do(func() {
 		if dsn := os.Getenv(envDSN); dsn != "" {
 			shared.srv, shared.err = external(dsn)

@@ -1,4 +1,4 @@
-package integration
+package main
 
 import (
 	"context"
@@ -24,7 +24,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// The overhead benchmark (issue 8) compares, on the same statements and the same database:
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The overhead benchmark compares, on the same statements and the same database:
 //
 //	pgx        database/sql with pgx's stdlib driver: the baseline
 //	pgtraffic  pgtraffic with no rules
@@ -39,7 +41,7 @@ import (
 //
 // Wall-time ratios need the modes interleaved so that drift of a shared machine cancels:
 // TestOverheadRounds runs rounds of modes × statements round-robin and prints the table
-// (PGTRAFFIC_OVERHEAD=1 go test -v -run TestOverheadRounds ./integration/; make wall, and the end
+// (PGTRAFFIC_OVERHEAD=1 go test -v -run TestOverheadRounds . in integration/instr; make wall, and the end
 // of make bench, run it with the server and the client pinned to different CPUs). Instruction counts,
 // the stable figure, come from integration/scripts/instr.sh (make instr). BenchmarkOverhead has the same
 // cases as ordinary sub-benchmarks, which run one after another.
@@ -166,7 +168,7 @@ var overheadWorkloads = []workload{
 	{name: "tpcb", statements: tpcbStatements, run: tpcb},
 }
 
-// selectOne is the single-row select of issue 2.
+// selectOne is a single-row select: the smallest statement, where the driver's share is largest.
 func selectOne(ctx context.Context, db *sql.DB, _ *rand.Rand, i int) error {
 	var got int
 	if err := db.QueryRowContext(ctx, "select $1::int + 1", i).Scan(&got); err != nil {
