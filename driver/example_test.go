@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -70,4 +71,60 @@ func ExampleConnector_Wait() {
 			log.Fatal(err)
 		}
 	}
+}
+
+// Build the rules in code with the exported modes. Creating the connector checks the rules and
+// connects to nothing: database/sql opens connections on the first statement.
+func ExampleNewConnector() {
+	cfg := &driver.Config{
+		ServerCores: 8, // the server sustains 8 execution seconds per second
+		Budgets: []driver.Budget{{
+			Name:          "reporting",
+			Mode:          driver.ModeEnforce,
+			MaxConcurrent: 4,
+			ServerShare:   0.25, // 2 of the 8 cores, on average
+			MaxWait:       driver.Duration(500 * time.Millisecond),
+		}},
+		Rules: []driver.Rule{{Budget: "reporting", Match: map[string]string{"app": "reporting"}}},
+		Guards: driver.Guards{
+			RequireWhere: driver.Guard{Mode: driver.ModeEnforce}, // no UPDATE or DELETE of every row
+		},
+	}
+	c, err := driver.NewConnector("postgres://app@localhost/shop", driver.WithConfig(cfg))
+	if err != nil {
+		log.Fatal(err) // a mistake in the rules, naming the field
+	}
+	db := sql.OpenDB(c)
+	defer db.Close() // also stops what the connector started
+
+	for _, b := range c.Snapshot().Budgets {
+		fmt.Printf("%s: %s, burst_limit %gs\n", b.Name, b.Mode, b.Burst)
+	}
+	// Output: reporting: enforce, burst_limit 2s
+}
+
+// A blocked statement comes back as a *BlockedError, usually wrapped by the caller's own errors.
+// Nothing was sent to the server, so it is safe to retry after RetryAfter; a zero RetryAfter
+// means that waiting cannot help (a per_query_limit or a guard refused the statement).
+func ExampleBlockedError() {
+	handle := func(err error) {
+		var blocked *driver.BlockedError
+		switch {
+		case errors.As(err, &blocked) && blocked.RetryAfter > 0:
+			fmt.Printf("budget %s is full (%s); retry in %v\n", blocked.Budget, blocked.Reason, blocked.RetryAfter)
+		case errors.As(err, &blocked):
+			fmt.Printf("refused by %s (%s: %s); do not retry\n", blocked.Budget, blocked.Reason, blocked.Limit)
+		case err != nil:
+			fmt.Println("failed:", err)
+		}
+	}
+	// What a query returns when its budget has no slot free, and when a guard refuses it.
+	handle(fmt.Errorf("monthly report: %w", &driver.BlockedError{
+		Budget: "reporting", Rule: "app=reporting", Reason: driver.ReasonConcurrency,
+		Limit: "max_concurrent=4", RetryAfter: 200 * time.Millisecond}))
+	handle(&driver.BlockedError{Budget: "require_where", Rule: "require_where", Reason: driver.ReasonGuard,
+		Limit: "UPDATE or DELETE without a WHERE that restricts rows"})
+	// Output:
+	// budget reporting is full (concurrency); retry in 200ms
+	// refused by require_where (guard: UPDATE or DELETE without a WHERE that restricts rows); do not retry
 }

@@ -43,8 +43,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// query is the measured statement of the select workload (issue 2); update is the update
-// workload's, an ExecContext on a table like TPC-B's statements (a table tag, a row count).
+// query is the measured statement of the select workload (the smallest statement, where the
+// driver's share is largest); update is the update workload's, an ExecContext on a table like
+// TPC-B's statements (a table tag, a row count).
 const (
 	query  = "select $1::int + 1"
 	update = "update instr_counter set n = n + $1 where id = 1"
