@@ -5,8 +5,10 @@
 // the pgtraffic driver in two ways: on the [context.Context] passed to
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the
 // end of the SQL text. The driver merges both with its built-in metadata
-// (username, database, fingerprint, statement, table, ...); context tags win
-// over comment tags.
+// (username, database, fingerprint, statement, table, ...). Context tags win
+// over comment tags; neither replaces a built-in tag, which states a fact of
+// the statement or the connection (a comment could otherwise claim another
+// table to escape a budget).
 //
 // # Tagging a context
 //

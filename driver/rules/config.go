@@ -78,35 +78,51 @@ type Budget struct {
 	// Mode is enforce, warn (the default when empty) or off.
 	Mode Mode `yaml:"mode,omitempty" json:"mode,omitempty"`
 
-	// MaxConcurrent caps the budget's queries in flight at once.
+	// MaxConcurrent caps the budget's statements in flight at once. A statement holds its
+	// slot until Exec returns or its rows are closed, and releases it on errors,
+	// cancellation and broken connections.
 	MaxConcurrent int `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
 
-	// PerQueryLimit caps the predicted cost of one query.
+	// PerQueryLimit caps the predicted cost of one statement. Waiting cannot help a
+	// statement over it, so its BlockedError's RetryAfter is zero.
 	PerQueryLimit Duration `yaml:"per_query_limit,omitempty" json:"per_query_limit,omitempty"`
 
-	// ServerShare is the long-run fraction, in (0, 1], of ServerCores the budget may use:
-	// its bucket drains at ServerShare × ServerCores execution seconds per second.
+	// ServerShare is the long-run fraction, in (0, 1], of ServerCores the budget may use.
+	// It makes a reverse leaky bucket: each statement adds its cost as debt, the debt
+	// drains at ServerShare × ServerCores execution seconds per second, and a statement
+	// is refused when debt plus its predicted cost exceeds BurstLimit. The debt is
+	// corrected to the actual execution time when the statement completes.
 	ServerShare float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
 
 	// BurstLimit is the bucket size in execution seconds. It needs ServerShare; the default
 	// is ServerShare × ServerCores × 1s.
 	BurstLimit Duration `yaml:"burst_limit,omitempty" json:"burst_limit,omitempty"`
 
-	// WarningThreshold, in (0, 1), warns (even in enforce mode) when any limit is this full.
+	// WarningThreshold, in (0, 1), warns (even in enforce mode) when any limit is this
+	// full after a statement is admitted.
 	WarningThreshold float64 `yaml:"warning_threshold,omitempty" json:"warning_threshold,omitempty"`
 
 	// Per names a tag key: a separate bucket and concurrency count per value of that tag.
+	// A statement without the tag counts under the empty value. The number of values
+	// kept is bounded (the driver's WithMaxBuckets); past it, idle values are forgotten
+	// first.
 	Per string `yaml:"per,omitempty" json:"per,omitempty"`
 
-	// MaxWait is how long an enforce budget waits for capacity before blocking.
+	// MaxWait is how long an enforce budget lets a statement wait for a slot, bucket room
+	// or health before blocking it; the statement's context bounds it too. Zero: no
+	// waiting.
 	MaxWait Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
 
 	// ThrottleWhen maps health metrics (the Metric constants, or custom.<name>) to
-	// thresholds: while any is exceeded the budget admits nothing. replication_lag is in
-	// seconds.
+	// thresholds: while any is reached the budget admits nothing. replication_lag is in
+	// seconds. For an enforce budget a sample older than three health intervals counts as
+	// reached.
 	ThrottleWhen map[string]float64 `yaml:"throttle_when,omitempty" json:"throttle_when,omitempty"`
 
-	// Explain is auto (the default when empty), pattern or call.
+	// Explain says when EXPLAIN runs to predict a statement's cost: pattern, once per
+	// pattern (and again after a minute); call, for every execution; auto (the default
+	// when empty), per pattern, but per call for patterns whose cost varies widely. With
+	// several budgets the most eager wins.
 	Explain string `yaml:"explain,omitempty" json:"explain,omitempty"`
 }
 

@@ -1,5 +1,58 @@
-// Package rules defines the pgtraffic rules file — budgets, the rules that route queries to
+// Package rules defines the pgtraffic rules file — budgets, the rules that route statements to
 // them, health throttling and static guards — and parses it strictly from YAML or JSON.
+//
+// # A rules file
+//
+// Every field, with what it means (each is documented where [Config], [Budget], [Rule] and
+// [Guards] declare it):
+//
+//	server_cores: 8            # execution seconds per second the server sustains (default 1)
+//	health_interval: 1s        # how often server health is sampled (default 1s)
+//	health_queries:            # custom health metrics: a query returning one number
+//	  queue_depth: "select count(*) from jobs where state = 'queued'"
+//
+//	budgets:
+//	  - name: reporting        # required, unique; its state survives reloads while the name stays
+//	    mode: enforce          # enforce | warn (default) | off
+//	    max_concurrent: 4      # statements of this budget in flight at once
+//	    per_query_limit: 2s    # largest predicted cost of one statement
+//	    server_share: 0.25     # long-run fraction of server_cores: the bucket drains 0.25 × 8 = 2 s/s
+//	    burst_limit: 10s       # bucket size in execution seconds (default share × cores × 1s)
+//	    warning_threshold: 0.8 # warn (even in enforce mode) when a limit is 80% full
+//	    max_wait: 200ms        # wait up to this long for capacity before blocking
+//	    explain: auto          # auto (default) | pattern | call: when EXPLAIN runs
+//
+//	  - name: per-tenant
+//	    per: tenant            # a separate bucket and concurrency count per value of the tenant tag
+//	    server_share: 0.05
+//
+//	  - name: batch
+//	    mode: enforce
+//	    throttle_when:         # admit nothing while any threshold is reached
+//	      active_queries: 16   # backends active in pg_stat_activity
+//	      replication_lag: 5s  # standby replay lag (on a primary: its largest replay_lag)
+//	      in_flight: 32        # this connector's statements in flight
+//	      custom.queue_depth: 1000
+//
+//	rules:                     # each rule selects a budget; several may apply to one statement
+//	  - budget: reporting
+//	    match: {app: reporting}
+//	  - budget: reporting
+//	    match: {app: commerce, controller: export}   # all pairs must hold
+//	  - budget: per-tenant
+//	    match: {remote_address: 203.0.113.0/24}      # a CIDR prefix: any address inside it
+//	  - budget: batch
+//	    match: {table: orders, statement: update}    # built-in tags match like any other
+//
+//	guards:
+//	  require_where: enforce   # UPDATE and DELETE without a WHERE that restricts rows
+//	  block_truncate:          # the scoped form: only statements with these tags
+//	    mode: enforce
+//	    match: {app: web}
+//
+// A budget is in warn mode unless it says otherwise: a statement it would block runs, takes no
+// slot or debt in that budget, and is logged and counted, so the warnings show exactly what
+// enforce would block.
 //
 // # Parsing
 //
@@ -10,8 +63,11 @@
 //
 //	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)
 //
-// Every problem found is reported, joined with [errors.Join]; each is an [*Error], and
-// errors.Is(err, [ErrInvalid]) holds for all of them.
+// Bytes that are not text (invalid UTF-8, NUL and other control characters) and text after the
+// end of a JSON document are reported with their line, column and byte offset. Every problem
+// found is reported, joined with [errors.Join]; each is an [*Error], and errors.Is(err,
+// [ErrInvalid]) holds for all of them. Parsing and validation take time in proportion to the
+// file: a budget and a rule per tenant, for a hundred thousand tenants, is an ordinary file.
 //
 // # Configs built in code
 //
