@@ -6,9 +6,9 @@
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the
 // end of the SQL text. The driver merges both with its built-in metadata
 // (username, database, fingerprint, statement, table, ...). Context tags win
-// over comment tags; neither replaces a built-in tag, which states a fact of
-// the statement or the connection (a comment could otherwise claim another
-// table to escape a budget).
+// over comment tags, and a comment never replaces a built-in tag, which states
+// a fact of the statement or the connection: comments can be injected, and one
+// could otherwise claim another table to escape a budget.
 //
 // # Tagging a context
 //
