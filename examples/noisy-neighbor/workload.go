@@ -79,7 +79,6 @@ type phaseResult struct {
 	start, end    time.Duration // since the experiment began; for merged runs, of the first and last
 	measured      time.Duration // time measured: end - start, or the runs' sum
 	critical      []sample
-	criticalErrs  int64
 	noiseDone     int64
 	noiseBlocked  int64
 	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
