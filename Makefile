@@ -62,8 +62,10 @@ demo: deps
 	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"
 
 # Instructions per query for each driver mode, measured with callgrind (WORKLOAD=update: an Exec).
+# integration/instr is a module of its own, built here for the script.
 instr:
-	integration/scripts/instr.sh
+	work="$$(mktemp -d)"; trap 'rm -rf "$$work"' EXIT; \
+	$(GO) build -C integration/instr -o "$$work/instr" . && INSTR_BIN="$$work/instr" integration/scripts/instr.sh
 
 # Wall time per statement of each driver mode against raw pgx, client and server pinned to
 # different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see integration/scripts/wall.sh).
