@@ -135,7 +135,7 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 			d.addLine(k.Line, kp, "merge keys are not supported")
 			continue
 		}
-		if first, dup := firstKey(n, i, &seen); dup {
+		if first, dup := firstKey(n, i, k, &seen); dup {
 			d.addLine(k.Line, kp, "duplicate key (first on line %d)", first)
 			continue
 		}
@@ -146,17 +146,17 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 	}
 }
 
-// firstKey reports whether the key at n.Content[i] is a duplicate of an earlier scalar key of
-// mapping n, and the line of the first. Small mappings (a budget's fields) are searched; a large
+// firstKey reports whether k, the key at n.Content[i] with aliases followed, is a duplicate of
+// an earlier scalar key of mapping n, and the line of the first. Small mappings (a budget's fields) are searched; a large
 // one (health_queries, a long match) gets the index *seen, built on first use, so that a
 // mapping of any size costs time in proportion to its keys.
-func firstKey(n *yaml.Node, i int, seen *map[string]int) (line int, dup bool) {
+func firstKey(n *yaml.Node, i int, k *yaml.Node, seen *map[string]int) (line int, dup bool) {
 	const small = 16 // pairs
-	key := n.Content[i].Value
+	key := k.Value
 	if len(n.Content) <= 2*small {
 		for j := 0; j < i; j += 2 {
-			if k := follow(n.Content[j]); k != nil && k.Kind == yaml.ScalarNode && !isNull(k) && k.Value == key {
-				return k.Line, true
+			if prev := follow(n.Content[j]); prev != nil && prev.Kind == yaml.ScalarNode && !isNull(prev) && prev.Value == key {
+				return prev.Line, true
 			}
 		}
 		return 0, false
@@ -167,7 +167,7 @@ func firstKey(n *yaml.Node, i int, seen *map[string]int) (line int, dup bool) {
 	if line, dup = (*seen)[key]; dup {
 		return line, true
 	}
-	(*seen)[key] = n.Content[i].Line
+	(*seen)[key] = k.Line
 	return 0, false
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,10 @@ func TestParseErrors(t *testing.T) {
 		{"unknown guard", "guards:\n  require_where: enforce\n  block_drop: enforce\n", `pgtraffic: rules line 3: guards.block_drop: unknown field`},
 		{"unknown guard field", "guards:\n  require_where: {mode: enforce, scope: {app: x}}\n", `pgtraffic: rules line 2: guards.require_where.scope: unknown field`},
 		{"duplicate key", "server_cores: 2\nserver_cores: 3\n", `pgtraffic: rules line 2: server_cores: duplicate key (first on line 1)`},
+		{"duplicate key through an alias", "a: &k server_cores\nbudgets: []\n*k : 2\nserver_cores: 3\n", "pgtraffic: rules line 1: a: unknown field\n" +
+			"pgtraffic: rules line 4: server_cores: duplicate key (first on line 1)"},
+		{"duplicate key in a large mapping", "health_queries:\n" + strings.Repeat("  q: select 1\n", 1) + largeMapping(20) + "  q: select 2\n",
+			"pgtraffic: rules line 23: health_queries.q: duplicate key (first on line 2)"},
 		{"duplicate JSON key", "{\"budgets\": [{\"name\": \"a\", \"name\": \"b\"}]}", `pgtraffic: rules line 1: budgets[0].name: duplicate key (first on line 1)`},
 		{"merge key", "budgets:\n  - &b {name: a}\n  - <<: *b\n", `pgtraffic: rules line 3: budgets[1]["<<"]: merge keys are not supported` + "\n" +
 			"pgtraffic: rules line 3: budgets[1].name: required"},
@@ -407,4 +412,13 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// largeMapping writes n distinct health queries, indented as health_queries' entries.
+func largeMapping(n int) string {
+	var sb strings.Builder
+	for i := range n {
+		sb.WriteString("  q" + strconv.Itoa(i) + ": select 1\n")
+	}
+	return sb.String()
 }
