@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -343,19 +344,57 @@ func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 }
 
 func (d *decoder) int(n *yaml.Node, path string) int {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		d.addLine(n.Line, path, "expected an integer, got %s", describe(n))
+		return 0
+	}
+	if plainDecimal(n.Value, false) {
+		if v, err := strconv.Atoi(n.Value); err == nil {
+			return v
+		}
+	}
 	var v int
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+	if n.Decode(&v) != nil {
 		d.addLine(n.Line, path, "expected an integer, got %s", describe(n))
 	}
 	return v
 }
 
 func (d *decoder) float(n *yaml.Node, path string) float64 {
+	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
+		d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+		return 0
+	}
+	if plainDecimal(n.Value, true) {
+		if v, err := strconv.ParseFloat(n.Value, 64); err == nil {
+			return v
+		}
+	}
 	var v float64
-	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil {
+	if n.Decode(&v) != nil {
 		d.addLine(n.Line, path, "expected a number, got %s", describe(n))
 	}
 	return v
+}
+
+// plainDecimal reports whether s is a number that strconv reads exactly as YAML does: an
+// optional minus, digits without a leading zero, and with point, a fraction. Other forms (0x1f,
+// 0o17, 010, 1_000, .inf, 1e3) are left to the YAML decoder; this only spares it the common case,
+// which matters in a file of many budgets.
+func plainDecimal(s string, point bool) bool {
+	s = strings.TrimPrefix(s, "-")
+	intPart, frac, hasPoint := strings.Cut(s, ".")
+	if hasPoint && (!point || frac == "") || intPart == "" || len(intPart) > 1 && intPart[0] == '0' {
+		return false
+	}
+	for _, part := range []string{intPart, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (d *decoder) duration(n *yaml.Node, path string) Duration {

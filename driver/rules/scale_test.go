@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,4 +65,37 @@ func BenchmarkYAMLLarge(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzPlainDecimal: where the fast path reads a number, it reads what the YAML decoder reads.
+func FuzzPlainDecimal(f *testing.F) {
+	for _, s := range []string{"0", "4", "-3", "0.25", "010", "1_000", "0x1f", "1e3", ".5", "5.", "-0", "99999999999999999999", "+1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var n yaml.Node
+		if yaml.Unmarshal([]byte("v: "+s), &n) != nil || len(n.Content) != 1 || len(n.Content[0].Content) != 2 {
+			return
+		}
+		v := n.Content[0].Content[1]
+		if v.Kind != yaml.ScalarNode || v.Value != s {
+			return
+		}
+		if plainDecimal(s, false) && v.ShortTag() == "!!int" {
+			var want int
+			if v.Decode(&want) == nil {
+				if got, err := strconv.Atoi(s); err != nil || got != want {
+					t.Fatalf("int %q: fast path %d, %v; YAML %d", s, got, err, want)
+				}
+			}
+		}
+		if plainDecimal(s, true) && (v.ShortTag() == "!!int" || v.ShortTag() == "!!float") {
+			var want float64
+			if v.Decode(&want) == nil {
+				if got, err := strconv.ParseFloat(s, 64); err != nil || got != want {
+					t.Fatalf("float %q: fast path %v, %v; YAML %v", s, got, err, want)
+				}
+			}
+		}
+	})
 }

@@ -163,6 +163,16 @@ func (p *problems) durationField(path string, d Duration, positive bool) {
 }
 
 func validateMatch(p *problems, path string, m map[string]string) {
+	valid := true
+	for k, v := range m {
+		if _, _, err := ParseMatchValue(v); k == "" || err != nil {
+			valid = false
+			break
+		}
+	}
+	if valid {
+		return // the common case, checked without sorting: a file may hold many rules
+	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		kp := keyPath(path, k)
 		if k == "" {
