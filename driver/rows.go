@@ -17,6 +17,9 @@ type rows struct {
 	ctx   context.Context
 	x     *engine.Exec // nil once finished
 	owner *conn        // the connection whose spare wrapper this is; nil for an allocated one
+	// vals is the current row of a parent without driver.RowsColumnScanner, read by NextRow for
+	// ScanColumn (Go 1.27 and later, see rows_go127.go); nil otherwise.
+	vals []driver.Value
 }
 
 // The column-type interfaces pgx's rows implement, passed through so that
