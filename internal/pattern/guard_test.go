@@ -76,6 +76,12 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE EXISTS (SELECT t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE t.id = t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)", true, false}, // the inner t
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid OR true)", true, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = 1 OR t.id = 5)", true, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = 1 AND (t.id = 5 OR true))", true, false},
+	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND false)", true, false},
+	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND u.x <> u.x)", true, false},
+	{"DELETE FROM t WHERE (id = 5 AND id < id) IS NOT TRUE", true, false},
 	{"DELETE FROM t USING u WHERE u.x = 5", true, false},
 	{"UPDATE t SET a = 1 FROM u WHERE u.id = 5", true, false},
 	{"DELETE FROM t AS x WHERE t.id = 5", true, false}, // t is not x's name once aliased
@@ -166,6 +172,10 @@ var guardCases = []struct {
 	{"UPDATE t SET a = 1 WHERE deleted_at IS NULL", false, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid)", false, false},
 	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid)", false, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND u.id = 1)", false, false},
+	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND u.active)", false, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u JOIN v ON v.uid = u.id WHERE u.id = t.uid AND v.x > 1)", false, false},
+	{"DELETE FROM t WHERE (SELECT count(*) FROM u WHERE u.tid = t.id AND u.live) = 0", false, false},
 	{"DELETE FROM t x WHERE EXISTS (SELECT 1 FROM u WHERE u.id = x.uid)", false, false},
 	{"DELETE FROM t WHERE id = (SELECT max(id) FROM u)", false, false},
 	{"DELETE FROM t WHERE id IN (SELECT tid FROM u WHERE u.expired)", false, false},

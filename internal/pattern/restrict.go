@@ -24,10 +24,14 @@ import (
 //     any comparison of an expression with itself. Self-comparisons are told through casts,
 //     collations and identity arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int,
 //     (a, b) = (a, b), x - x = 0).
+//   - A condition used as a value (a subquery's WHERE, (p) = true, an argument) depends on the
+//     target when it restricts the target's rows as a WHERE would and is not provably never
+//     true.
 //   - A subquery depends on the target when it is correlated with it: EXISTS (SELECT 1 FROM u
-//     WHERE u.id = t.uid) restricts, EXISTS (SELECT 1) does not. Names the subquery's own FROM
-//     introduces shadow the target's, and an unqualified column inside a subquery with a FROM
-//     clause is taken to be the subquery's.
+//     WHERE u.id = t.uid) restricts, EXISTS (SELECT 1) does not, nor does EXISTS (SELECT 1
+//     FROM u WHERE u.x = 1 OR t.id = 5), which holds for every row of t once some u.x is 1.
+//     Names the subquery's own FROM introduces shadow the target's, and an unqualified column
+//     inside a subquery with a FROM clause is taken to be the subquery's.
 //   - A condition the constant folder proves never true (false, NULL, 1 = 0: what ORMs send for
 //     an empty IN list) matches no row, so it passes.
 //
@@ -163,9 +167,10 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 	case *pg.Node_CurrentOfExpr:
 		return true // WHERE CURRENT OF: the one row a cursor is on
 	case *pg.Node_BoolExpr:
-		// A condition used as a value, ((p) = true, coalesce(p, ...)): it varies with the
-		// target's rows only if it restricts them both ways.
-		return r.restrict(n, false) && r.restrict(n, true)
+		// A condition used as a value ((p) = true, coalesce(p, ...), a subquery's WHERE): it
+		// varies with the target's rows if it excludes some and can be true (restrict alone
+		// also accepts a condition that is never true, and a constant is no dependency).
+		return r.restrict(n, false) && !r.neverTrue(n)
 	case *pg.Node_AExpr:
 		return r.aexprDepends(x.AExpr)
 	case *pg.Node_SubLink:
@@ -181,6 +186,45 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 		return r.selectDepends(n, false)
 	}
 	return r.anyChild(n.ProtoReflect(), "")
+}
+
+// neverTrue reports whether the condition n is provably never true: folded so, a conjunction
+// with such an operand, a disjunction of them, or a comparison of an expression with itself that
+// cannot hold (x <> x, x < x, x IS DISTINCT FROM x).
+func (r *restrictor) neverTrue(n *pg.Node) bool {
+	if t, ok := r.f.fold(n).asTruth(); ok && t&tTrue == 0 {
+		return true
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_BoolExpr:
+		switch x.BoolExpr.Boolop {
+		case pg.BoolExprType_AND_EXPR:
+			for _, a := range x.BoolExpr.Args {
+				if r.neverTrue(a) {
+					return true
+				}
+			}
+		case pg.BoolExprType_OR_EXPR:
+			for _, a := range x.BoolExpr.Args {
+				if !r.neverTrue(a) {
+					return false
+				}
+			}
+			return len(x.BoolExpr.Args) > 0
+		}
+	case *pg.Node_AExpr:
+		e := x.AExpr
+		switch e.Kind {
+		case pg.A_Expr_Kind_AEXPR_OP:
+			switch opName(e) {
+			case "<>", "!=", "<", ">":
+				return r.same(e.Lexpr, e.Rexpr)
+			}
+		case pg.A_Expr_Kind_AEXPR_DISTINCT:
+			return r.same(e.Lexpr, e.Rexpr)
+		}
+	}
+	return false
 }
 
 // anyChild reports whether any expression under m depends on the target, skipping the field
