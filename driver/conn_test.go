@@ -90,7 +90,7 @@ func fakeDB(t *testing.T, rules string, fc driver.Conn) (*Connector, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
+	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine, leaks: c.intr.leaks}})
 	t.Cleanup(func() { db.Close() })
 	return c, db
 }

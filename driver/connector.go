@@ -185,7 +185,12 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 		return nil, err
 	}
 	c.pgx = stdlib.GetConnector(*cc, o.pgxOptions...)
-	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter}
+	lk, err := newLeaks(tel.meter, o.logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
 	return c, nil
 }
 
