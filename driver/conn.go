@@ -114,15 +114,15 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 
 // rows wraps r, in the connection's spare wrapper when it is free.
 func (c *conn) rows(ctx context.Context, r driver.Rows, x *engine.Exec) *rows {
-	w := c.spare
-	if w != nil {
-		c.spare = nil
-	} else {
+	var w *rows
+	switch {
+	case c.spare != nil:
+		w, c.spare = c.spare, nil
+	case !c.spareMade: // the first query: make the spare
+		w, c.spareMade = newRows(c.intr.leaks), true
+		w.owner = c
+	default: // the spare is handed out
 		w = newRows(c.intr.leaks)
-		if !c.spareMade {
-			c.spareMade = true
-			w.owner = c // the connection's spare from now on
-		}
 	}
 	w.Rows = r
 	w.open.x, w.open.ctx = x, ctx
