@@ -74,6 +74,8 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.active)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT t.id)", true, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u ORDER BY t.id)", true, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u GROUP BY t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE t.id = t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)", true, false}, // the inner t
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid OR true)", true, false},
@@ -173,6 +175,8 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid)", false, false},
 	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid)", false, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND u.id = 1)", false, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM unnest(t.tags) x WHERE x = 'a')", false, false},
+	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u HAVING count(*) > t.n)", false, false},
 	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = t.uid AND u.active)", false, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u JOIN v ON v.uid = u.id WHERE u.id = t.uid AND v.x > 1)", false, false},
 	{"DELETE FROM t WHERE (SELECT count(*) FROM u WHERE u.tid = t.id AND u.live) = 0", false, false},

@@ -2,6 +2,7 @@ package pattern
 
 import (
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -185,7 +186,7 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 	case *pg.Node_SelectStmt:
 		return r.selectDepends(n, false)
 	}
-	return r.anyChild(n.ProtoReflect(), "")
+	return r.anyChild(n.ProtoReflect())
 }
 
 // neverTrue reports whether the condition n is provably never true: folded so, a conjunction
@@ -227,12 +228,12 @@ func (r *restrictor) neverTrue(n *pg.Node) bool {
 	return false
 }
 
-// anyChild reports whether any expression under m depends on the target, skipping the field
-// named skip.
-func (r *restrictor) anyChild(m protoreflect.Message, skip protoreflect.Name) bool {
+// anyChild reports whether any expression under m depends on the target, skipping the fields
+// named in skip.
+func (r *restrictor) anyChild(m protoreflect.Message, skip ...protoreflect.Name) bool {
 	found := false
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Message() == nil || (skip != "" && fd.Name() == skip) {
+		if fd.Message() == nil || slices.Contains(skip, fd.Name()) {
 			return true
 		}
 		if fd.IsList() {
@@ -257,11 +258,11 @@ func (r *restrictor) childDepends(m protoreflect.Message) bool {
 	case *pg.RangeVar:
 		return false
 	}
-	return r.anyChild(m, "")
+	return r.anyChild(m)
 }
 
-// selectDepends reports whether the subquery n is correlated with the target. For EXISTS its
-// output columns do not matter, only which rows it has.
+// selectDepends reports whether the subquery n is correlated with the target. For EXISTS only
+// whether it has rows matters, not its output columns, their order, grouping or distinctness.
 func (r *restrictor) selectDepends(n *pg.Node, exists bool) bool {
 	s, ok := n.GetNode().(*pg.Node_SelectStmt)
 	if !ok {
@@ -279,12 +280,15 @@ func (r *restrictor) selectStmtDepends(s *pg.SelectStmt, exists bool) bool {
 	}
 	r.enter(s)
 	defer r.leave()
-	skip := protoreflect.Name("")
 	if exists {
-		skip = "target_list"
+		return r.anyChild(s.ProtoReflect(), existsIgnores...)
 	}
-	return r.anyChild(s.ProtoReflect(), skip)
+	return r.anyChild(s.ProtoReflect())
 }
+
+// existsIgnores are the SelectStmt fields that cannot change whether a subquery has rows.
+var existsIgnores = []protoreflect.Name{"target_list", "sort_clause", "group_clause", "distinct_clause",
+	"window_clause", "locking_clause"}
 
 // enter makes the subquery s the innermost scope; leave undoes it.
 func (r *restrictor) enter(s *pg.SelectStmt) {
