@@ -325,3 +325,16 @@ func TestGuardDeepNesting(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGuardAnalyze is Analyze of a write whose WHERE the require_where rule reads (a cache
+// miss: each distinct statement text pays it once).
+func BenchmarkGuardAnalyze(b *testing.B) {
+	const q = `UPDATE "users" SET "deleted_at"=$1 WHERE "users"."id" = $2 AND "users"."deleted_at" IS NULL ` +
+		`AND EXISTS (SELECT 1 FROM orgs o WHERE o.id = "users"."org_id" AND o.active)`
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := Analyze(q); p.UnsafeWrite {
+			b.Fatal("unsafe")
+		}
+	}
+}
