@@ -15,6 +15,7 @@ import (
 type interceptor struct {
 	engine    *engine.Engine
 	commenter bool
+	leaks     *leaks // reclaimed statements of rows never closed (see leak.go)
 }
 
 // parentConn is what pgtraffic needs of the connection it wraps: pgx's *stdlib.Conn in
@@ -40,12 +41,14 @@ type conn struct {
 	intr   *interceptor
 	valid  driver.Validator // parent's, if it has one (pgx's has not), found once
 
-	// spare is the rows wrapper of the connection's open query, reused so that a query does not
-	// allocate one; spareBusy is set while it is handed out. A second query while one is open
-	// (possible in a transaction) gets a new wrapper. Both are used only under database/sql's
-	// lock of the connection, which it holds for QueryContext and for Rows.Close.
-	spare     rows
-	spareBusy bool
+	// spare is the connection's rows wrapper, reused so that a query does not allocate one; nil
+	// while it is handed out (or before the first query). A second query while one is open
+	// (possible in a transaction) gets a new wrapper. While handed out only the *sql.Rows holds
+	// it, so that rows leaked unclosed can be garbage-collected and their slots reclaimed (see
+	// leak.go). Used only under database/sql's lock of the connection, which it holds for
+	// QueryContext and for Rows.Close.
+	spare     *rows
+	spareMade bool // the spare exists (it may be handed out)
 
 	// exec is the engine state of the connection's current statement, reused like spare (the
 	// engine tracks whether it is lent: a statement can finish on another goroutine).
@@ -111,12 +114,19 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 
 // rows wraps r, in the connection's spare wrapper when it is free.
 func (c *conn) rows(ctx context.Context, r driver.Rows, x *engine.Exec) *rows {
-	if c.spareBusy {
-		return &rows{Rows: r, ctx: ctx, x: x}
+	var w *rows
+	switch {
+	case c.spare != nil:
+		w, c.spare = c.spare, nil
+	case !c.spareMade: // the first query: make the spare
+		w, c.spareMade = newRows(c.intr.leaks), true
+		w.owner = c
+	default: // the spare is handed out
+		w = newRows(c.intr.leaks)
 	}
-	c.spareBusy = true
-	c.spare = rows{Rows: r, ctx: ctx, x: x, owner: c}
-	return &c.spare
+	w.Rows = r
+	w.open.x, w.open.ctx = x, ctx
+	return w
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

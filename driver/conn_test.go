@@ -70,7 +70,7 @@ func (r *fakeRows) Next(dest []driver.Value) error {
 
 // fakeConnector opens pgtraffic connections over fakeConns.
 type fakeConnector struct {
-	conn *fakeConn
+	conn driver.Conn
 	intr *interceptor
 }
 
@@ -79,7 +79,7 @@ func (f fakeConnector) Driver() driver.Driver                        { return &D
 
 // fakeDB returns a connector with rules and a *sql.DB whose connections are pgtraffic's over fc;
 // both are closed when the test ends.
-func fakeDB(t *testing.T, rules string, fc *fakeConn) (*Connector, *sql.DB) {
+func fakeDB(t *testing.T, rules string, fc driver.Conn) (*Connector, *sql.DB) {
 	t.Helper()
 	cfg, err := ParseConfig([]byte(rules))
 	if err != nil {
@@ -90,7 +90,7 @@ func fakeDB(t *testing.T, rules string, fc *fakeConn) (*Connector, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine}})
+	db := sql.OpenDB(fakeConnector{conn: fc, intr: &interceptor{engine: c.engine, leaks: c.intr.leaks}})
 	t.Cleanup(func() { db.Close() })
 	return c, db
 }

@@ -97,7 +97,33 @@ func NewConnector(dsn string, opts ...Option) (*Connector, error) {
 	return newConnector(dsn, opts, false)
 }
 
-func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
+// NewConnectorFromConfig returns a connector for a connection configuration made by
+// pgx.ParseConfig and then adjusted in code (a TLS config, a dialer, a tracer, OnNotice...): what
+// pgx's stdlib.OpenDB and stdlib.RegisterConnConfig are for. The connector keeps a copy, so later
+// changes to cfg do not reach it. Pass the result to sql.OpenDB:
+//
+//	cfg, err := pgx.ParseConfig(dsn)
+//	...
+//	cfg.Tracer = myTracer
+//	c, err := driver.NewConnectorFromConfig(cfg, driver.WithRulesFile(path))
+//	...
+//	db := sql.OpenDB(c)
+func NewConnectorFromConfig(cfg *pgx.ConnConfig, opts ...Option) (*Connector, error) {
+	if cfg == nil {
+		return nil, errors.New("pgtraffic: NewConnectorFromConfig: the pgx.ConnConfig is nil")
+	}
+	// pgx panics when it connects with a config that pgx.ParseConfig did not make; ParseConfig
+	// always sets the dialer, so its absence is the sign, and an error here is kinder than a
+	// panic in the first query.
+	if cfg.DialFunc == nil || cfg.LookupFunc == nil {
+		return nil, errors.New("pgtraffic: NewConnectorFromConfig: the pgx.ConnConfig must be created by pgx.ParseConfig")
+	}
+	return fromConfig(cfg.Copy(), buildOptions(opts, false))
+}
+
+// buildOptions applies opts over the defaults; fromEnv: the rules file named by PGTRAFFIC_RULES
+// comes first, so that an option can replace it.
+func buildOptions(opts []Option, fromEnv bool) options {
 	o := defaultOptions()
 	if fromEnv {
 		if path := os.Getenv(EnvRules); path != "" {
@@ -107,10 +133,20 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return o
+}
+
+func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
+	o := buildOptions(opts, fromEnv)
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgtraffic: %w", err)
 	}
+	return fromConfig(cc, o)
+}
+
+// fromConfig makes the connector; cc is its own.
+func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 	tel, err := newTelemetry(&o, cc)
 	if err != nil {
 		return nil, err
@@ -149,7 +185,12 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 		return nil, err
 	}
 	c.pgx = stdlib.GetConnector(*cc, o.pgxOptions...)
-	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter}
+	lk, err := newLeaks(tel.meter, o.logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
 	return c, nil
 }
 

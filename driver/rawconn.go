@@ -19,7 +19,14 @@ import (
 //		return err
 //	})
 //
-// ((*sql.Conn).Raw hands out pgtraffic's connection, which hides pgx's; RawConn unwraps it.)
+// (*sql.Conn).Raw works too. The value it hands out is pgtraffic's connection, not pgx's
+// *stdlib.Conn, so pgx's idiom dc.(*stdlib.Conn).Conn() panics; but it has the same Conn method,
+// and asserting that method works under both drivers:
+//
+//	err := conn.Raw(func(dc any) error {
+//		pc := dc.(interface{ Conn() *pgx.Conn }).Conn()
+//		...
+//	})
 func RawConn(ctx context.Context, c *sql.Conn, f func(*pgx.Conn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -31,4 +38,19 @@ func RawConn(ctx context.Context, c *sql.Conn, f func(*pgx.Conn) error) error {
 		}
 		return f(pc.pgx.Conn())
 	})
+}
+
+// pgxConner is the method that the connection (*sql.Conn).Raw hands out shares with pgx's
+// *stdlib.Conn (see [RawConn]).
+type pgxConner interface{ Conn() *pgx.Conn }
+
+var _ pgxConner = (*conn)(nil)
+
+// Conn returns the *pgx.Conn under the connection, as pgx's (*stdlib.Conn).Conn does, for
+// (*sql.Conn).Raw callers (see [RawConn]).
+func (c *conn) Conn() *pgx.Conn {
+	if c.pgx == nil {
+		return nil // a fake parent (unit tests)
+	}
+	return c.pgx.Conn()
 }

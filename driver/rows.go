@@ -1,22 +1,22 @@
 package driver
 
 import (
-	"context"
 	"database/sql/driver"
 	"io"
 	"reflect"
-
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // rows finishes its statement when the rows are exhausted, fail, or are closed early: the
-// statement's concurrency slots are held until then. database/sql never calls Next and Close
-// concurrently (it serialises them with its closemu), so x needs no lock.
+// statement's concurrency slots are held until then, or until the rows are garbage-collected
+// unclosed (see leak.go). database/sql never calls Next and Close concurrently (it serialises
+// them with its closemu), so the statement needs no lock.
 type rows struct {
 	driver.Rows
-	ctx   context.Context
-	x     *engine.Exec // nil once finished
-	owner *conn        // the connection whose spare wrapper this is; nil for an allocated one
+	open  *openStmt // the statement; never nil (newRows)
+	owner *conn     // the connection whose spare wrapper this is; nil for another one
+	// vals is the current row of a parent without driver.RowsColumnScanner, read by NextRow for
+	// ScanColumn (Go 1.27 and later, see rows_go127.go); nil otherwise.
+	vals []driver.Value
 }
 
 // The column-type interfaces pgx's rows implement, passed through so that
@@ -29,13 +29,7 @@ var (
 	_ driver.RowsColumnTypeScanType         = (*rows)(nil)
 )
 
-func (r *rows) finish(err error) {
-	if r.x != nil {
-		x := r.x
-		r.x = nil
-		x.Finish(r.ctx, err)
-	}
-}
+func (r *rows) finish(err error) { r.open.finish(err) }
 
 func (r *rows) Next(dest []driver.Value) error {
 	err := r.Rows.Next(dest)
@@ -55,8 +49,8 @@ func (r *rows) Close() error {
 	err := r.Rows.Close()
 	r.finish(err)
 	if c := r.owner; c != nil {
-		*r = rows{} // drop the pgx rows and the context
-		c.spareBusy = false
+		r.Rows, r.vals = nil, nil // drop the pgx rows
+		c.spare = r
 	}
 	return err
 }

@@ -33,16 +33,39 @@ func Backoff(attempt int, interval time.Duration, rnd float64) time.Duration {
 
 // reconnectDelay is how long the sampler waits before its next connection
 // attempt after failures consecutive failed ones: one interval, doubling up
-// to maxReconnectDelay (or one interval if that is longer), with the same
-// half-floor jitter as [Backoff] so that many processes do not reconnect to
-// a restarted server in lockstep.
+// to reconnectCeiling, with the same half-floor jitter as [Backoff] so
+// that many processes do not reconnect to a restarted server in lockstep.
 func reconnectDelay(failures int, interval time.Duration, rnd float64) time.Duration {
-	ceiling := max(interval, maxReconnectDelay)
+	ceiling := reconnectCeiling(interval)
 	d := interval
 	for i := 1; i < failures && d < ceiling && d <= math.MaxInt64/2; i++ {
 		d *= 2
 	}
 	return jitter(min(d, ceiling), rnd)
+}
+
+// maxReconnectIntervals is the longest reconnect back-off, in sampling
+// intervals (see reconnectCeiling).
+const maxReconnectIntervals = 4
+
+// minReconnectCeiling keeps a very short interval from dialing an
+// unreachable or overloaded server dozens of times a second.
+const minReconnectCeiling = time.Second
+
+// reconnectCeiling is the longest wait between the sampler's connection
+// attempts: maxReconnectIntervals intervals, but at least a second. While
+// the sampler is not connected every health metric is stale and enforce
+// budgets that throttle on health admit nothing, so the ceiling is also how
+// long throttling can outlast an outage once the server is back: it must be
+// a few intervals, not minutes.
+func reconnectCeiling(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if interval > math.MaxInt64/maxReconnectIntervals {
+		return interval
+	}
+	return max(maxReconnectIntervals*interval, minReconnectCeiling)
 }
 
 // jitter draws a duration uniformly from [ceiling/2, ceiling) by rnd in

@@ -1,9 +1,13 @@
 package health
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestBackoff(t *testing.T) {
@@ -80,10 +84,14 @@ func TestReconnectDelay(t *testing.T) {
 	}{
 		{1, time.Second, 500 * time.Millisecond, time.Second},
 		{2, time.Second, time.Second, 2 * time.Second},
-		{5, time.Second, 8 * time.Second, 16 * time.Second},
-		{6, time.Second, 15 * time.Second, 30 * time.Second}, // capped at 30s
-		{1000, time.Second, 15 * time.Second, 30 * time.Second},
-		{3, time.Minute, 30 * time.Second, time.Minute}, // interval above the cap
+		{3, time.Second, 2 * time.Second, 4 * time.Second},
+		{5, time.Second, 2 * time.Second, 4 * time.Second}, // capped at four intervals
+		{1000, time.Second, 2 * time.Second, 4 * time.Second},
+		{1, 200 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
+		{1000, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}, // capped at the 1s floor
+		{1000, 10 * time.Millisecond, 500 * time.Millisecond, time.Second},  // a short interval does not dial 25 times a second
+		{3, time.Minute, 2 * time.Minute, 4 * time.Minute},                  // a long interval: four of them
+		{1000, math.MaxInt64 / 2, math.MaxInt64 / 4, math.MaxInt64/2 + 1},   // no overflow
 	}
 	for _, tt := range tests {
 		for _, rnd := range []float64{0, 0.3, 0.999999} {
@@ -92,6 +100,51 @@ func TestReconnectDelay(t *testing.T) {
 				t.Errorf("reconnectDelay(%d, %v, %v) = %v, want in [%v, %v)", tt.failures, tt.interval, rnd, d, tt.lo, tt.hi)
 			}
 		}
+	}
+}
+
+// TestRecoveryAfterOutage replays issue 17's outage: with a 200ms interval and the server down
+// for 40s, the sampler used to back off to 30s between connects and so stayed disconnected (every
+// metric stale, enforce budgets throttled) for up to 30s after the server came back. Its first
+// connect after the server's return must come within the reconnect ceiling.
+func TestRecoveryAfterOutage(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	log, _ := newLogger()
+	clock := &fakeClock{t: t0}
+	back := t0.Add(40 * time.Second)
+	var dials []time.Time // read and written by the test's goroutine only (rounds run on it)
+	s := NewSampler(Options{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			dials = append(dials, clock.Now())
+			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+		},
+		Interval: interval,
+		Metrics:  []string{ActiveQueries},
+		Logger:   log,
+		Now:      clock.Now,
+	})
+	defer s.Close()
+	// The loop's rounds, one per interval, until a connect is attempted after the server's return.
+	for clock.Now().Before(back.Add(time.Minute)) {
+		_ = s.round(context.Background(), false)
+		if n := len(dials); n > 0 && !dials[n-1].Before(back) {
+			break
+		}
+		clock.Add(interval)
+	}
+	first := dials[len(dials)-1]
+	if first.Before(back) {
+		t.Fatalf("no connect attempted in the minute after the server came back")
+	}
+	// The ceiling for a 200ms interval: four intervals, raised to the one-second floor.
+	const ceiling = time.Second
+	if late := first.Sub(back); late > ceiling {
+		t.Errorf("first connect %v after the server came back, want within %v", late, ceiling)
+	}
+	// ...without hammering the server while it was down: once the back-off reached its
+	// ceiling, at most one dial per half ceiling.
+	if limit := int(40*time.Second/(ceiling/2)) + 10; len(dials) > limit {
+		t.Errorf("%d connects during a 40s outage, want at most %d", len(dials), limit)
 	}
 }
 

@@ -13,7 +13,8 @@
 // The sampler opens nothing while no metric is configured: a connector whose
 // budgets use no health thresholds costs the server nothing. Every read is
 // bounded by a timeout; a failed connect is retried with exponential
-// backoff.
+// backoff capped at four intervals (at least a second), so that throttling
+// on stale health lifts within a few intervals of the server's return.
 //
 // # Metrics
 //

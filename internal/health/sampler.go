@@ -34,7 +34,6 @@ const (
 	// StaleIntervals is how many intervals old a sample may be before it is stale.
 	StaleIntervals = 3
 
-	maxReconnectDelay = 30 * time.Second
 	minConnectTimeout = 5 * time.Second
 	closeTimeout      = time.Second
 	connectKey        = "(connect)" // error-tracking key of the connection itself

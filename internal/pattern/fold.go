@@ -8,8 +8,8 @@ import (
 )
 
 // truth is the set of SQL truth values an expression may take: a sound
-// over-approximation, so "false is not in the set" is a proof that no row is
-// excluded by it. Unknown expressions take all three values.
+// over-approximation, so "true is not in the set" is a proof that no row
+// matches it. Unknown expressions take all three values.
 type truth uint8
 
 const (
@@ -18,14 +18,6 @@ const (
 	tNull
 	tAny = tTrue | tFalse | tNull
 )
-
-// alwaysMatches reports whether a WHERE (or ON) condition can never be false
-// and may be true: it selects every row, or every row where some column is
-// not null (col = col), which in practice is the whole table.
-func alwaysMatches(where *pg.Node) bool {
-	t, ok := fold(where).asTruth()
-	return ok && t&tFalse == 0 && t&tTrue != 0
-}
 
 // valKind classifies a folded expression.
 type valKind uint8
@@ -90,25 +82,46 @@ func boolValue(t truth) value {
 // fold evaluates an expression as far as constants allow. Any node it does
 // not understand is unknown, which keeps the guard on the safe side: a write
 // is flagged only when its condition is proved to match every row.
-func fold(n *pg.Node) value {
+func fold(n *pg.Node) value { return (*folder)(nil).fold(n) }
+
+// folder folds expressions, remembering each node's value when memo is set, so that folding
+// every level of a deeply nested condition (as the require_where rule does) stays linear. A nil
+// *folder folds without memory.
+type folder struct {
+	memo map[*pg.Node]value
+}
+
+func (f *folder) fold(n *pg.Node) value {
 	if n == nil {
 		return unknown
 	}
+	if f == nil {
+		return f.foldNode(n)
+	}
+	if v, ok := f.memo[n]; ok {
+		return v
+	}
+	v := f.foldNode(n)
+	f.memo[n] = v
+	return v
+}
+
+func (f *folder) foldNode(n *pg.Node) value {
 	switch x := n.Node.(type) {
 	case *pg.Node_AConst:
 		return foldConst(x.AConst)
 	case *pg.Node_TypeCast:
-		return foldCast(fold(x.TypeCast.Arg), x.TypeCast.TypeName)
+		return foldCast(f.fold(x.TypeCast.Arg), x.TypeCast.TypeName)
 	case *pg.Node_ColumnRef:
 		return foldColumn(x.ColumnRef)
 	case *pg.Node_BoolExpr:
-		return foldBoolExpr(x.BoolExpr)
+		return f.foldBoolExpr(x.BoolExpr)
 	case *pg.Node_NullTest:
-		return foldNullTest(x.NullTest)
+		return f.foldNullTest(x.NullTest)
 	case *pg.Node_BooleanTest:
-		return foldBooleanTest(x.BooleanTest)
+		return f.foldBooleanTest(x.BooleanTest)
 	case *pg.Node_AExpr:
-		return foldAExpr(x.AExpr)
+		return f.foldAExpr(x.AExpr)
 	}
 	return unknown
 }
@@ -206,10 +219,10 @@ func foldCast(v value, t *pg.TypeName) value {
 	return unknown
 }
 
-func foldBoolExpr(e *pg.BoolExpr) value {
+func (f *folder) foldBoolExpr(e *pg.BoolExpr) value {
 	args := make([]truth, len(e.Args))
 	for i, a := range e.Args {
-		t, ok := fold(a).asTruth()
+		t, ok := f.fold(a).asTruth()
 		if !ok {
 			return unknown
 		}
@@ -283,11 +296,11 @@ func combine(a, b truth, f func(x, y truth) truth) truth {
 	return out
 }
 
-func foldNullTest(e *pg.NullTest) value {
+func (f *folder) foldNullTest(e *pg.NullTest) value {
 	if e.Argisrow {
 		return unknown // row-wise IS NULL has its own rules
 	}
-	v := fold(e.Arg)
+	v := f.fold(e.Arg)
 	var isNull truth
 	switch v.k {
 	case vNull:
@@ -307,8 +320,8 @@ func foldNullTest(e *pg.NullTest) value {
 	return value{k: vBool, b: isNull}
 }
 
-func foldBooleanTest(e *pg.BooleanTest) value {
-	t, ok := fold(e.Arg).asTruth()
+func (f *folder) foldBooleanTest(e *pg.BooleanTest) value {
+	t, ok := f.fold(e.Arg).asTruth()
 	if !ok {
 		return unknown
 	}
@@ -351,16 +364,16 @@ func opName(e *pg.A_Expr) string {
 	return s.String_.Sval
 }
 
-func foldAExpr(e *pg.A_Expr) value {
+func (f *folder) foldAExpr(e *pg.A_Expr) value {
 	op := opName(e)
 	switch e.Kind {
 	case pg.A_Expr_Kind_AEXPR_OP:
 		if e.Lexpr == nil {
-			return foldUnary(op, fold(e.Rexpr))
+			return foldUnary(op, f.fold(e.Rexpr))
 		}
-		return foldBinary(op, fold(e.Lexpr), fold(e.Rexpr))
+		return foldBinary(op, f.fold(e.Lexpr), f.fold(e.Rexpr))
 	case pg.A_Expr_Kind_AEXPR_DISTINCT, pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
-		l, r := fold(e.Lexpr), fold(e.Rexpr)
+		l, r := f.fold(e.Lexpr), f.fold(e.Rexpr)
 		var same truth
 		switch {
 		case l.k == vCol && r.k == vCol && l.col == r.col:
@@ -388,10 +401,10 @@ func foldAExpr(e *pg.A_Expr) value {
 		if !ok || (op != "=" && op != "<>") {
 			return unknown
 		}
-		l := fold(e.Lexpr)
+		l := f.fold(e.Lexpr)
 		acc := tFalse
 		for _, item := range list.List.Items {
-			c := compare("=", l, fold(item))
+			c := compare("=", l, f.fold(item))
 			t, ok := c.asTruth()
 			if !ok {
 				return unknown

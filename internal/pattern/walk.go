@@ -43,11 +43,11 @@ func (w *walker) node(n *pg.Node) {
 		w.dml("INSERT", s.Relation, s.WithClause, s)
 	case *pg.Node_UpdateStmt:
 		s := x.UpdateStmt
-		w.checkWhere(s.WhereClause)
+		w.checkWhere(s.Relation, s.WhereClause)
 		w.dml("UPDATE", s.Relation, s.WithClause, s)
 	case *pg.Node_DeleteStmt:
 		s := x.DeleteStmt
-		w.checkWhere(s.WhereClause)
+		w.checkWhere(s.Relation, s.WhereClause)
 		w.dml("DELETE", s.Relation, s.WithClause, s)
 	case *pg.Node_MergeStmt:
 		s := x.MergeStmt
@@ -263,17 +263,17 @@ func (w *walker) dropStmt(d *pg.DropStmt) {
 }
 
 // checkWhere flags an executed UPDATE or DELETE whose WHERE is missing or
-// matches every row. WHERE CURRENT OF is a CurrentOfExpr: unknown, so safe.
-func (w *walker) checkWhere(where *pg.Node) {
-	if w.noExec == 0 && (where == nil || alwaysMatches(where)) {
+// does not restrict the rows of its target rel (see restricts).
+func (w *walker) checkWhere(rel *pg.RangeVar, where *pg.Node) {
+	if w.noExec == 0 && !restricts(rel, where) {
 		w.unsafe = true
 	}
 }
 
-// checkMerge flags a MERGE that joins every target row (ON matches every
-// row) and updates or deletes every match.
+// checkMerge flags a MERGE whose ON condition does not restrict the target's
+// rows and that updates or deletes matches under no restricting condition.
 func (w *walker) checkMerge(s *pg.MergeStmt) {
-	if w.noExec > 0 || !alwaysMatches(s.JoinCondition) {
+	if w.noExec > 0 || restricts(s.Relation, s.JoinCondition) {
 		return
 	}
 	for _, c := range s.MergeWhenClauses {
@@ -283,7 +283,7 @@ func (w *walker) checkMerge(s *pg.MergeStmt) {
 		}
 		ct := wc.MergeWhenClause.CommandType
 		if (ct == pg.CmdType_CMD_UPDATE || ct == pg.CmdType_CMD_DELETE) &&
-			(wc.MergeWhenClause.Condition == nil || alwaysMatches(wc.MergeWhenClause.Condition)) {
+			!restricts(s.Relation, wc.MergeWhenClause.Condition) {
 			w.unsafe = true
 		}
 	}

@@ -1,0 +1,106 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// Rows that the application never closes hold their statement's concurrency slots for good:
+// database/sql closes rows only when they are exhausted, when Close is called, or when the
+// query's context ends (a goroutine of database/sql watches a context that can end), and it sets
+// no finalizer. With context.Background, N forgotten Close calls wedge a max_concurrent: N budget.
+//
+// So each rows wrapper carries a cleanup (runtime.AddCleanup): once the wrapper is garbage,
+// which for leaked rows happens when the application drops its *sql.Rows, the cleanup finishes
+// the statement as Close would have (releasing its slots and debt), counts it in
+// pgtraffic.rows.leaked and logs a warning. The cleanup's argument is the openStmt, never the
+// wrapper (which would then stay reachable and never be collected); the wrapper points to the
+// openStmt, not the other way round. The pgx rows and the connection stay with database/sql,
+// which holds the connection as in use for ever: only the budget's slot comes back.
+//
+// Not reclaimable: rows of a prepared *sql.Stmt (database/sql keeps them in the statement's
+// dependency list until closed) and rows whose context never ends but is not Background (its
+// watcher goroutine keeps them alive).
+
+// openStmt is a rows wrapper's statement between its start and its finish: the state the leak
+// cleanup needs, kept apart from the wrapper. It must not point to the wrapper.
+type openStmt struct {
+	x     *engine.Exec    // nil once finished
+	ctx   context.Context // the statement's context, for Finish
+	leaks *leaks
+}
+
+// errRowsLeaked is the error a leaked statement finishes with: not a success, so the cost model
+// does not learn from a duration that measured the garbage collector.
+var errRowsLeaked = errors.New("pgtraffic: rows garbage-collected without Close")
+
+// finish finishes the statement once.
+func (o *openStmt) finish(err error) {
+	if x := o.x; x != nil {
+		ctx := o.ctx
+		o.x, o.ctx = nil, nil
+		x.Finish(ctx, err)
+	}
+}
+
+// reclaim is the rows wrapper's cleanup: it finishes a statement whose rows were collected while
+// still open.
+func reclaim(o *openStmt) {
+	if o.x == nil {
+		return // closed or exhausted: nothing held
+	}
+	ctx := o.ctx
+	o.finish(errRowsLeaked)
+	o.leaks.report(ctx)
+}
+
+// newRows returns a rows wrapper with its leak cleanup attached.
+func newRows(lk *leaks) *rows {
+	r := &rows{open: &openStmt{leaks: lk}}
+	runtime.AddCleanup(r, reclaim, r.open)
+	return r
+}
+
+// leaks counts and reports reclaimed statements; shared by a connector's connections. Safe for
+// concurrent use.
+type leaks struct {
+	n       atomic.Int64
+	counter metric.Int64Counter // nil: not counted as a metric
+	log     *slog.Logger
+}
+
+func newLeaks(meter metric.Meter, log *slog.Logger) (*leaks, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	lk := &leaks{log: log}
+	c, err := meter.Int64Counter("pgtraffic.rows.leaked",
+		metric.WithUnit("{statement}"),
+		metric.WithDescription("Statements whose rows were garbage-collected without Close; their budget slots were reclaimed."))
+	if err != nil {
+		return nil, telemetryError(err)
+	}
+	lk.counter = c
+	return lk, nil
+}
+
+func (lk *leaks) report(ctx context.Context) {
+	if lk == nil {
+		return
+	}
+	lk.n.Add(1)
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if lk.counter != nil {
+		lk.counter.Add(ctx, 1)
+	}
+	lk.log.LogAttrs(ctx, slog.LevelWarn, "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed, but database/sql keeps the connection in use: close every *sql.Rows")
+}
