@@ -177,4 +177,3 @@ func TestTimeGoesBack(t *testing.T) {
 	}
 	mustInvariants(t, b)
 }
-
