@@ -14,12 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"math/rand/v2"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -99,7 +99,7 @@ type Engine struct {
 	healthErrBase    atomic.Uint64 // errors of samplers replaced since, so the counter never resets
 	healthSampleBase atomic.Uint64 // likewise for good reads
 
-	mu          sync.Mutex // protects the fields below
+	mu          sync.Mutex    // protects the fields below
 	healthEvery time.Duration // the interval the current sampler was built with
 	// budgets by name: kept across reloads so debt and in-flight counts survive.
 	budgets map[string]*budget.Budget
