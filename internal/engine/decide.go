@@ -42,6 +42,7 @@ type route struct {
 	needCost bool     // a selected budget needs a cost prediction
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
+	health   bool // a selected enforce budget has throttle_when
 }
 
 // route matches tags against st's rules into rt, reusing its storage.
@@ -65,6 +66,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 		rt.ruleOf = append(rt.ruleOf, r)
 		rt.keys = append(rt.keys, key)
 		rt.warn = rt.warn || bs.mode == modeWarn
+		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
 		if bs.needCost {
 			rt.needCost = true
 			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
@@ -76,7 +78,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 // decide runs guards, rules, health, cost and admission for x. On success the statement's holds
 // are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
 // waited for capacity, so the statement's clock restarts.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib.Conn, query string,
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *stdlib.Conn, query string,
 	args []driver.NamedValue) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
@@ -85,8 +87,6 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 		}
 	}
 	s := x.s
-	rt := &s.rt
-	s.rules = st.route(x.Tags, rt, s.rules)
 	if len(rt.budgets) == 0 {
 		return false, nil
 	}
@@ -106,12 +106,12 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, conn *stdlib
 			s.reqs = append(s.reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
 		}
 	}
-	waited, err := e.enforce(ctx, st, x)
+	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
 		return false, err
 	}
 	if rt.warn {
-		e.warnBudgets(st, x, x.start)
+		e.warnBudgets(st, x, rt, x.start)
 	}
 	if x.Wants&WantDecisions != 0 {
 		e.decisions(x)
@@ -162,10 +162,10 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 // a denial's budget allows waiting (max_wait) and the wait fits both max_wait and ctx's
 // deadline. It returns the *Denial that blocks x, or ctx's error if ctx ends while waiting;
 // waited reports a wait.
-func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec) (waited bool, err error) {
+func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
 	deadline := time.Time{}
 	for now := x.start; ; now = e.now() {
-		d, wait := e.admit(st, x, now)
+		d, wait := e.admit(st, x, rt, now)
 		if d == nil {
 			return waited, nil
 		}
@@ -193,10 +193,9 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec) (waited boo
 
 // admit checks health and admits x's enforce requests (x.s.reqs) at now. On success the holds
 // are in x; on a denial it returns it and the wait before a retry could fit (0 when none can).
-func (e *Engine) admit(st *compiled, x *Exec, now time.Time) (*Denial, time.Duration) {
-	rt := &x.s.rt
+func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
 	for i, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+		if bs := st.budgets[bi]; bs.mode == modeEnforce && rt.health {
 			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
 				return d, d.RetryAfter
 			}
@@ -243,8 +242,7 @@ func (e *Engine) enforced(st *compiled, rt *route, i int) (*budgetState, int) {
 
 // warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
 // and the statement runs without a hold in it, so the budget shows what enforce would have done.
-func (e *Engine) warnBudgets(st *compiled, x *Exec, now time.Time) {
-	rt := &x.s.rt
+func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 	for i, bi := range rt.budgets {
 		bs := st.budgets[bi]
 		if bs.mode != modeWarn {

@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -84,6 +85,7 @@ type Engine struct {
 	model    *cost.Model
 	plans    *cost.PlanCache
 	patterns *pattern.Cache
+	texts    *textCache
 	builtins []ruleset.KV
 	onStmt   func(string, []ruleset.KV)
 	maxKeys  int
@@ -139,6 +141,7 @@ func New(o Options) *Engine {
 		since:         since,
 		after:         o.After,
 		patterns:      pattern.NewCache(o.PatternCacheSize),
+		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
 		model:         cost.NewModel(o.PatternCacheSize),
 		plans:         cost.NewPlanCache(o.PatternCacheSize, 0),
 		obs:           o.Observer,
@@ -256,7 +259,8 @@ var execPool = sync.Pool{New: func() any { return &Exec{s: new(scratch)} }}
 // a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
 // On a denial nothing has been taken from any budget.
 func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
-	p, _ := e.patterns.Get(query)
+	text := e.texts.get(query, e.patterns)
+	p := text.p
 	x := execPool.Get().(*Exec)
 	*x = Exec{e: e, Pattern: p, Decision: DecisionAllow, holds: x.s.holds[:0], warned: x.s.warned[:0], s: x.s}
 	st := e.state.Load()
@@ -269,9 +273,21 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}
+	var ctxTags tagging.Tags
+	var rt *route
+	if !st.empty {
+		ctxTags = tagging.From(ctx)
+		// Guards read the merged tags: a statement they may apply to routes afresh.
+		if !p.UnsafeWrite && !p.Truncate {
+			rt = text.routeFor(st, ctxTags)
+		}
+	}
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	if !st.empty || x.Observed || e.onStmt != nil || debug {
-		x.Tags = e.mergeTags(tagging.From(ctx), x.s.tags[:0], p, query)
+	if (!st.empty && rt == nil) || x.Observed || e.onStmt != nil || debug {
+		if st.empty {
+			ctxTags = tagging.From(ctx)
+		}
+		x.Tags = e.mergeTags(ctxTags, x.s.tags[:0], p, query)
 		x.s.tags = x.Tags
 	}
 	if e.onStmt != nil {
@@ -281,7 +297,14 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 		e.debugStatement(ctx, x)
 	}
 	if !st.empty {
-		slow, err := e.decide(ctx, st, x, conn, query, args)
+		if rt == nil {
+			rt = &x.s.rt
+			x.s.rules = st.route(x.Tags, rt, x.s.rules)
+			if !p.UnsafeWrite && !p.Truncate {
+				text.save(st, ctxTags, rt)
+			}
+		}
+		slow, err := e.decide(ctx, st, x, rt, conn, query, args)
 		if err != nil {
 			if e.obs != nil {
 				e.obs.Blocked(ctx, x, err)
@@ -348,16 +371,11 @@ func (x *Exec) train(took time.Duration) bool {
 	return !x.warm || took >= trainAlways || rand.N(trainEvery) == 0
 }
 
-// release returns x to the pool, dropping what it references.
+// release returns x to the pool, dropping the pattern, span and budgets it references.
 func (x *Exec) release() {
+	// The scratch keeps its storage (and the small strings in it) for the next statement.
 	s := x.s
 	s.holds, s.warned = x.holds, x.warned
-	clear(s.tags)
-	clear(s.names)
-	clear(s.reqs)
-	clear(s.rt.keys)
-	clear(s.holds)
-	clear(s.warned)
 	*x = Exec{s: s}
 	execPool.Put(x)
 }
