@@ -35,11 +35,15 @@ type Bucket struct {
 // DebtAt is the debt drained at rate to now. A now before Last drains
 // nothing.
 func (b Bucket) DebtAt(now time.Time, rate float64) float64 {
-	dt := now.Sub(b.Last)
+	return drain(b.Debt, rate, now.Sub(b.Last))
+}
+
+// drain is debt less rate × dt, never below zero; a dt <= 0 drains nothing.
+func drain(debt, rate float64, dt time.Duration) float64 {
 	if rate == 0 || dt <= 0 {
-		return b.Debt
+		return debt
 	}
-	return max(0, b.Debt-rate*dt.Seconds())
+	return max(0, debt-rate*dt.Seconds())
 }
 
 // Charge drains the bucket to now and adds delta (negative refunds), never
@@ -48,12 +52,11 @@ func (b *Bucket) Charge(now time.Time, rate, delta float64) {
 	if rate == 0 {
 		return
 	}
-	b.Debt = b.DebtAt(now, rate) + delta
-	if !(b.Debt > 0) { // also catches NaN
-		b.Debt = 0
+	if dt := now.Sub(b.Last); dt > 0 {
+		b.Debt, b.Last = drain(b.Debt, rate, dt), now
 	}
-	if now.After(b.Last) {
-		b.Last = now
+	if b.Debt += delta; !(b.Debt > 0) { // also catches NaN
+		b.Debt = 0
 	}
 }
 

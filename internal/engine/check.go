@@ -30,24 +30,19 @@ func (e *Engine) Check(ctx context.Context) error {
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
 	st.route(x.Tags, rt, nil)
-	var reqs []budget.Request
-	var rules []int
 	for i, bi := range rt.budgets {
-		bs := st.budgets[bi]
-		if bs.mode != modeEnforce {
-			continue
+		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, x.start); d != nil {
+				return d
+			}
 		}
-		if d := e.healthDenial(st, bs, rt.ruleOf[i], x, x.start); d != nil {
-			return d
-		}
-		reqs = append(reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: nominalCost})
-		rules = append(rules, rt.ruleOf[i])
 	}
 	// Each budget on its own: a job waits for the first that refuses.
-	for i := range reqs {
-		if den := budget.Check(x.start, reqs[i:i+1]); den != nil && den.Reason != ReasonPerQuery {
-			bs := st.budgets[st.ruleBudget[rules[i]]]
-			return &Denial{Budget: bs.name, Rule: st.ruleName[rules[i]], Reason: den.Reason, Limit: den.Limit, RetryAfter: den.RetryAfter}
+	for i, r := range rt.reqs {
+		r.Cost = nominalCost
+		if den := budget.Check(x.start, []budget.Request{r}); den != nil && den.Reason != ReasonPerQuery {
+			bs, rule := e.enforced(st, rt, i)
+			return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Limit: den.Limit, RetryAfter: den.RetryAfter}
 		}
 	}
 	return nil

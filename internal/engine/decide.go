@@ -36,9 +36,12 @@ const minRetry = 10 * time.Millisecond
 // route is what the rule set makes of one statement's tags: the budgets it selects (not off),
 // the rule that selected each, and each one's per-tag value.
 type route struct {
-	budgets  []int    // indexes into st.budgets, each once, in rule order
-	ruleOf   []int    // the rule that selected each
-	keys     []string // each one's per-tag value; "" when it has no per
+	budgets []int    // indexes into st.budgets, each once, in rule order
+	ruleOf  []int    // the rule that selected each
+	keys    []string // each one's per-tag value; "" when it has no per
+	names   []string // each one's name (Exec.Budgets)
+	// reqs are the admission requests of the enforce budgets among them, without their cost.
+	reqs     []budget.Request
 	needCost bool     // a selected budget needs a cost prediction
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
@@ -47,7 +50,7 @@ type route struct {
 
 // route matches tags against st's rules into rt, reusing its storage.
 func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
-	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0]}
+	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0]}
 	if st.rules == nil {
 		return ruleBuf
 	}
@@ -65,6 +68,10 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 		rt.budgets = append(rt.budgets, bi)
 		rt.ruleOf = append(rt.ruleOf, r)
 		rt.keys = append(rt.keys, key)
+		rt.names = append(rt.names, bs.name)
+		if bs.mode == modeEnforce {
+			rt.reqs = append(rt.reqs, budget.Request{Budget: bs.b, Key: key})
+		}
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
 		if bs.needCost {
@@ -86,25 +93,19 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 			return false, err
 		}
 	}
-	s := x.s
 	if len(rt.budgets) == 0 {
 		return false, nil
 	}
-	s.names = s.names[:0]
-	for _, bi := range rt.budgets {
-		s.names = append(s.names, st.budgets[bi].name)
-	}
-	x.Budgets = s.names
+	x.Budgets = rt.names
 	if rt.needCost {
 		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	s.reqs = s.reqs[:0]
-	for i, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			s.reqs = append(s.reqs, budget.Request{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted})
-		}
+	s := x.s
+	s.reqs = append(s.reqs[:0], rt.reqs...)
+	for i := range s.reqs {
+		s.reqs[i].Cost = x.Predicted
 	}
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {

@@ -245,7 +245,6 @@ type scratch struct {
 	tags   []ruleset.KV
 	rules  []int
 	rt     route
-	names  []string
 	reqs   []budget.Request
 	warns  []budget.Warning
 	holds  []budget.Request // Exec.holds' storage
@@ -368,7 +367,7 @@ const (
 
 // train reports whether the model trains on x's execution, which took took.
 func (x *Exec) train(took time.Duration) bool {
-	return !x.warm || took >= trainAlways || rand.N(trainEvery) == 0
+	return !x.warm || took >= trainAlways || rand.Uint32()%trainEvery == 0
 }
 
 // release returns x to the pool, dropping the pattern, span and budgets it references.
