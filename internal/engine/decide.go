@@ -42,7 +42,7 @@ type route struct {
 	names   []string // each one's name (Exec.Budgets)
 	// reqs are the admission requests of the enforce budgets among them, without their cost.
 	reqs     []budget.Request
-	needCost bool     // a selected budget needs a cost prediction
+	needCost bool // a selected budget needs a cost prediction
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
 	health   bool // a selected enforce budget has throttle_when
