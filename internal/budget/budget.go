@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,8 +127,6 @@ func Check(now time.Time, reqs []Request) *Denial {
 func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
-	defer unlockAll(locked)
-
 	var worst Denial
 	denied := false
 	for i := range reqs {
@@ -156,33 +155,32 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 			worst, denied = d, true
 		}
 	}
-	if denied {
-		d := worst // allocated only on this path
-		return warns, &d
-	}
-	if take {
+	if !denied && take {
 		for i := range reqs {
 			warns = reqs[i].Budget.take(now, &reqs[i], i, warns)
 		}
+	}
+	unlockAll(locked) // not deferred: nothing above panics, and this runs per statement
+	if denied {
+		d := worst // allocated only on this path
+		return warns, &d
 	}
 	return warns, nil
 }
 
 // lockAll locks each distinct budget once, in creation order, and returns
-// them for unlockAll. Requests are few: an insertion sort into buf.
+// them for unlockAll. Requests are few: a linear search for duplicates and an
+// insertion sort into buf.
 func lockAll(buf []*Budget, reqs []Request) []*Budget {
 	for _, r := range reqs {
-		b := r.Budget
-		i := len(buf)
-		for i > 0 && buf[i-1].seq > b.seq {
-			i--
+		if !slices.Contains(buf, r.Budget) {
+			buf = append(buf, r.Budget)
 		}
-		if i > 0 && buf[i-1] == b {
-			continue
+	}
+	for i := 1; i < len(buf); i++ {
+		for j := i; j > 0 && buf[j-1].seq > buf[j].seq; j-- {
+			buf[j-1], buf[j] = buf[j], buf[j-1]
 		}
-		buf = append(buf, nil)
-		copy(buf[i+1:], buf[i:])
-		buf[i] = b
 	}
 	for _, b := range buf {
 		b.mu.Lock()
@@ -283,18 +281,16 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 func Release(now time.Time, r Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.keys.lookup(r.Key)
-	if s == nil || s.inflight == 0 {
-		return
+	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
+		actual = sanitizeCost(actual)
+		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
+		if b.meanHold == 0 {
+			b.meanHold = actual
+		} else {
+			b.meanHold += 0.1 * (actual - b.meanHold)
+		}
 	}
-	actual = sanitizeCost(actual)
-	b.keys.give(s, now, actual-sanitizeCost(r.Cost))
-	if b.meanHold == 0 {
-		b.meanHold = actual
-	} else {
-		b.meanHold += 0.1 * (actual - b.meanHold)
-	}
+	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 }
 
 // concurrencyHint is how long a caller refused a slot might wait: the mean

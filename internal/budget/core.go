@@ -43,7 +43,7 @@ func drain(debt, rate float64, dt time.Duration) float64 {
 	if rate == 0 || dt <= 0 {
 		return debt
 	}
-	return max(0, debt-rate*dt.Seconds())
+	return max(0, debt-rate*float64(dt)/1e9)
 }
 
 // Charge drains the bucket to now and adds delta (negative refunds), never

@@ -188,7 +188,6 @@ func boundOrDefault(n int) int {
 // history.
 func (m *Model) Predict(fp uint64, planCost float64) Prediction {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
 	p, _ := m.patterns.get(fp)
 	var r Prediction
 	r.Seconds, r.OK = m.predictLocked(p, planCost)
@@ -196,6 +195,7 @@ func (m *Model) Predict(fp uint64, planCost float64) Prediction {
 	if p != nil {
 		r.Samples = p.n
 	}
+	m.mu.RUnlock() // not deferred: nothing above panics, and this runs per statement
 	return r
 }
 

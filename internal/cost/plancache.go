@@ -45,11 +45,14 @@ func (c *PlanCache) TTL() time.Duration { return c.ttl }
 // before the put (a wall-clock step in a caller's clock) counts as fresh.
 func (c *PlanCache) Get(now time.Time, fp uint64) (float64, bool) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if e, ok := c.entries.get(fp); ok && now.Before(e.expires) {
-		return e.cost, true
+	e, ok := c.entries.get(fp)
+	ok = ok && now.Before(e.expires)
+	cost := 0.0
+	if ok {
+		cost = e.cost
 	}
-	return 0, false
+	c.mu.RUnlock() // not deferred: nothing above panics, and this runs per statement
+	return cost, ok
 }
 
 // Put records that fp was explained at now with plan cost cost. Negative or non-finite costs are

@@ -79,7 +79,6 @@ type Engine struct {
 	log      *slog.Logger
 	obs      Observer
 	now      func() time.Time
-	since    func(time.Time) time.Duration // now().Sub(t); with the real clock, time.Since
 	after    func(time.Duration) <-chan time.Time
 	state    atomic.Pointer[compiled] // the rules in force, immutable
 	model    *cost.Model
@@ -123,11 +122,8 @@ func New(o Options) *Engine {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	since := time.Since // reads only the monotonic clock, where time.Now also reads the wall clock
 	if o.Now == nil {
 		o.Now = time.Now
-	} else {
-		since = func(t time.Time) time.Duration { return o.Now().Sub(t) }
 	}
 	if o.After == nil {
 		o.After = time.After
@@ -138,7 +134,6 @@ func New(o Options) *Engine {
 	e := &Engine{
 		log:           o.Logger,
 		now:           o.Now,
-		since:         since,
 		after:         o.After,
 		patterns:      pattern.NewCache(o.PatternCacheSize),
 		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
@@ -186,9 +181,12 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
-// PatternStats reports pattern lookups answered from cache, misses (each one pg_query parse)
-// and the cached patterns.
-func (e *Engine) PatternStats() (hits, misses uint64, size int) { return e.patterns.Stats() }
+// PatternStats reports pattern lookups answered from cache (the text cache in front of the
+// pattern cache included), misses (each one pg_query parse) and the cached patterns.
+func (e *Engine) PatternStats() (hits, misses uint64, size int) {
+	hits, misses, size = e.patterns.Stats()
+	return hits + e.texts.hits.Load(), misses, size
+}
 
 // Patterns exposes the pattern cache (introspection and tests).
 func (e *Engine) Patterns() *pattern.Cache { return e.patterns }
@@ -338,9 +336,9 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		x.release() // no rules were in force and telemetry was idle: nothing to account
 		return
 	}
-	took := e.since(x.start)
-	now := x.start.Add(took)
-	actual := took.Seconds()
+	now := e.now()
+	took := now.Sub(x.start)
+	actual := float64(took) / 1e9
 	for _, r := range x.holds {
 		budget.Release(now, r, actual)
 	}
@@ -373,9 +371,8 @@ func (x *Exec) train(took time.Duration) bool {
 // release returns x to the pool, dropping the pattern, span and budgets it references.
 func (x *Exec) release() {
 	// The scratch keeps its storage (and the small strings in it) for the next statement.
-	s := x.s
-	s.holds, s.warned = x.holds, x.warned
-	*x = Exec{s: s}
+	x.s.holds, x.s.warned = x.holds, x.warned
+	x.e, x.Pattern, x.Tags, x.Budgets, x.Span, x.holds, x.warned = nil, nil, nil, nil, nil, nil, nil
 	execPool.Put(x)
 }
 

@@ -22,9 +22,10 @@ const maxTextLen = 2048
 // A textCache is safe for concurrent use: one lock guards the map, and an entry's route is an
 // immutable value published atomically.
 type textCache struct {
-	max int
-	mu  sync.RWMutex // protects m
-	m   map[string]*textEntry
+	max  int
+	hits atomic.Uint64
+	mu   sync.RWMutex // protects m
+	m    map[string]*textEntry
 }
 
 type textEntry struct {
@@ -51,6 +52,7 @@ func (c *textCache) get(query string, patterns *pattern.Cache) *textEntry {
 	t := c.m[query]
 	c.mu.RUnlock()
 	if t != nil {
+		c.hits.Add(1)
 		return t
 	}
 	p, _ := patterns.Get(query)
