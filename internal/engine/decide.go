@@ -103,9 +103,10 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
 	s := x.s
-	s.reqs = append(s.reqs[:0], rt.reqs...)
-	for i := range s.reqs {
-		s.reqs[i].Cost = x.Predicted
+	s.reqs = s.reqs[:0]
+	for _, r := range rt.reqs {
+		r.Cost = x.Predicted
+		s.reqs = append(s.reqs, r)
 	}
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
@@ -196,7 +197,10 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 // are in x; on a denial it returns it and the wait before a retry could fit (0 when none can).
 func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
 	for i, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce && rt.health {
+		if !rt.health {
+			break
+		}
+		if bs := st.budgets[bi]; bs.mode == modeEnforce {
 			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
 				return d, d.RetryAfter
 			}
@@ -220,7 +224,9 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 		}
 		return d, wait
 	}
-	x.holds = append(x.holds, reqs...)
+	for _, r := range reqs {
+		x.holds = append(x.holds, r)
+	}
 	for _, w := range warns {
 		bs, rule := e.enforced(st, rt, w.Index)
 		e.thresholdWarn(x, bs, st.ruleName[rule], w)
