@@ -196,13 +196,12 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 // admit checks health and admits x's enforce requests (x.s.reqs) at now. On success the holds
 // are in x; on a denial it returns it and the wait before a retry could fit (0 when none can).
 func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
-	for i, bi := range rt.budgets {
-		if !rt.health {
-			break
-		}
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
-				return d, d.RetryAfter
+	if rt.health {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
+					return d, d.RetryAfter
+				}
 			}
 		}
 	}
