@@ -216,12 +216,13 @@ func (d *Denial) Error() string {
 type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
-	// merged only when something reads them: rules in force, the observer's spans, the
-	// statement hook or the debug log.
+	// merged only when something reads them: routing the text afresh (a text whose route for
+	// these context tags is cached skips it), the guards, the observer's spans, the statement
+	// hook or the debug log.
 	Tags      []ruleset.KV
 	Decision  string   // allow, warn or block
 	Reason    string   // the warn or block reason, "" when allowed cleanly
-	Budgets   []string // names of the matching budgets that are not off
+	Budgets   []string // names of the matching budgets that are not off; read-only (shared)
 	Predicted float64  // predicted execution seconds; 0 when not predicted
 	PlanCost  float64  // planner cost used; 0 when none
 	Costed    bool     // a prediction was made (the model may train on this execution)
