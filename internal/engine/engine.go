@@ -257,8 +257,7 @@ var execPool = sync.Pool{New: func() any { return &Exec{s: new(scratch)} }}
 // a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
 // On a denial nothing has been taken from any budget.
 func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
-	text := e.texts.get(query, e.patterns)
-	p := text.p
+	p, text := e.texts.get(query, e.patterns)
 	x := execPool.Get().(*Exec)
 	*x = Exec{e: e, Pattern: p, Decision: DecisionAllow, holds: x.s.holds[:0], warned: x.s.warned[:0], s: x.s}
 	st := e.state.Load()

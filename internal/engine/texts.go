@@ -45,21 +45,21 @@ func newTextCache(max int) *textCache {
 	return &textCache{max: max, m: map[string]*textEntry{}}
 }
 
-// get returns query's entry, looking its pattern up in patterns and keeping a copy of the text
-// on a miss. A text too long to keep has an entry of its own that nothing shares.
-func (c *textCache) get(query string, patterns *pattern.Cache) *textEntry {
+// get returns query's pattern and entry, looking the pattern up in patterns and keeping a copy
+// of the text on a miss. A text too long to keep has no entry (nil).
+func (c *textCache) get(query string, patterns *pattern.Cache) (*pattern.Pattern, *textEntry) {
 	c.mu.RLock()
 	t := c.m[query]
 	c.mu.RUnlock()
 	if t != nil {
 		c.hits.Add(1)
-		return t
+		return t.p, t
 	}
 	p, _ := patterns.Get(query)
-	t = &textEntry{p: p}
 	if len(query) > maxTextLen {
-		return t
+		return p, nil
 	}
+	t = &textEntry{p: p}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
@@ -67,21 +67,28 @@ func (c *textCache) get(query string, patterns *pattern.Cache) *textEntry {
 	}
 	// Cloned: the caller's string may be built over a buffer it will reuse (unsafe.String).
 	c.m[strings.Clone(query)] = t
-	return t
+	return p, t
 }
 
-// routeFor returns the entry's route if it was made under st for equal context tags.
+// routeFor returns the entry's route if it was made under st for equal context tags; a nil
+// entry has none.
 func (t *textEntry) routeFor(st *compiled, tags tagging.Tags) *route {
+	if t == nil {
+		return nil
+	}
 	if s := t.route.Load(); s != nil && s.st == st && s.tags.Equal(tags) {
 		return &s.rt
 	}
 	return nil
 }
 
-// save keeps a copy of rt, made under st for tags, unless the entry already holds a route made
-// under st: a text sent with ever-changing tags (a tenant per request) then keeps its first
+// save keeps a copy of rt, made under st for tags, unless the entry is nil or already holds a
+// route made under st: a text sent with ever-changing tags (a tenant per request) then keeps its first
 // route rather than allocating one per statement that nothing would reuse.
 func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route) {
+	if t == nil {
+		return // a text the cache does not keep
+	}
 	if s := t.route.Load(); s != nil && s.st == st {
 		return
 	}
