@@ -49,10 +49,6 @@ type conn struct {
 	// QueryContext and for Rows.Close.
 	spare     *rows
 	spareMade bool // the spare exists (it may be handed out)
-
-	// exec is the engine state of the connection's current statement, reused like spare (the
-	// engine tracks whether it is lent: a statement can finish on another goroutine).
-	exec engine.Spare
 }
 
 var (
@@ -90,7 +86,7 @@ func blocked(err error) error {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	x, err := c.intr.engine.BeginSpare(ctx, &c.exec, c.pgx, query, args)
+	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
 	if err != nil {
 		return nil, blocked(err)
 	}
@@ -100,7 +96,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	x, err := c.intr.engine.BeginSpare(ctx, &c.exec, c.pgx, query, args)
+	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
 	if err != nil {
 		return nil, blocked(err)
 	}

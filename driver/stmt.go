@@ -24,7 +24,7 @@ func (s *stmt) Close() error  { return s.parent.Close() }
 func (s *stmt) NumInput() int { return s.parent.NumInput() }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	x, err := s.conn.intr.engine.BeginSpare(ctx, &s.conn.exec, s.conn.pgx, s.query, args)
+	x, err := s.conn.intr.engine.Begin(ctx, s.conn.pgx, s.query, args)
 	if err != nil {
 		return nil, blocked(err)
 	}
@@ -39,7 +39,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	x, err := s.conn.intr.engine.BeginSpare(ctx, &s.conn.exec, s.conn.pgx, s.query, args)
+	x, err := s.conn.intr.engine.Begin(ctx, s.conn.pgx, s.query, args)
 	if err != nil {
 		return nil, blocked(err)
 	}
