@@ -1,0 +1,361 @@
+package coord
+
+import (
+	"math"
+	"time"
+)
+
+// leaseIntervals is how many sync intervals a lease lasts without renewal, on the instance
+// and in Redis alike: a crashed instance's slots return after this long.
+const leaseIntervals = 3
+
+// idleSyncs is how many syncs a partition is reported with no usage before the instance
+// leaves it (Redis forgets its entry at once and its slots return).
+const idleSyncs = 2
+
+// maxPartitionsPerCall bounds the partitions of one script call, so that one call cannot
+// hold Redis for long; a sync of more active partitions makes several calls.
+const maxPartitionsPerCall = 256
+
+// part is one partition of a shared budget on this instance: its demand, its usage report,
+// and its lease.
+type part struct {
+	key      string
+	demand   estimator // offered execution seconds per second
+	want     estimator // slots wanted at once
+	inflight int
+	starved  bool // refused or waited since the last sync
+	active   bool // reported since the last sync
+	idle     int  // syncs in a row with no usage
+
+	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
+	// so a lost reply cannot count usage twice; acc collects the usage for the next one.
+	pendingSeq  uint64
+	pendingUsed float64
+	accUsed     float64
+
+	grant       Lease     // the last lease from Redis
+	hasGrant    bool      // grant is set
+	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
+	target      float64   // the fair rate Redis computed for this instance
+	targetSlots int
+	live        int     // instances sharing the partition, as last seen
+	debt        float64 // global debt as last seen, execution seconds
+
+	pushed    Lease // what the local budget enforces
+	hasPushed bool
+}
+
+// below reports whether the partition holds less than its fair share: a starved partition
+// below it syncs early to take up capacity that others have given back.
+func (p *part) below() bool {
+	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots
+}
+
+// core is the plain, single-threaded state of one shared budget on this instance: it turns
+// usage into reports, replies into leases, and decides when to sync. Its zero value is not
+// usable; build one with newCore. Time is always a parameter.
+type core struct {
+	spec      Spec
+	interval  time.Duration
+	fallbackN int // instances assumed before any was seen
+	rand      func() float64
+
+	parts    map[string]*part
+	known    int // instances last seen sharing the budget; 0 before any sync succeeded
+	seq      uint64
+	lastTake time.Time
+	last     time.Time // last sync attempt
+	next     time.Time // next regular sync
+	failing  bool      // the last sync failed
+	since    time.Time // when failing began
+	anyNew   bool      // a partition has no lease yet
+	anyShort bool      // a starved partition is below its fair share
+
+	// Counters for status and metrics.
+	syncs, failures uint64
+	latency         time.Duration
+	lastOK          time.Time
+}
+
+func newCore(spec Spec, interval time.Duration, fallbackN int, rand func() float64) *core {
+	return &core{spec: spec.normalize(), interval: interval, fallbackN: max(fallbackN, 1), rand: rand,
+		parts: map[string]*part{}}
+}
+
+// instances is the instance count fallback leases divide by.
+func (c *core) instances() int {
+	if c.known > 0 {
+		return c.known
+	}
+	return c.fallbackN
+}
+
+// absorb takes a local usage report made at now.
+func (c *core) absorb(now time.Time, usage []Usage) {
+	dt := c.interval
+	if !c.lastTake.IsZero() && now.After(c.lastTake) {
+		dt = now.Sub(c.lastTake)
+	}
+	c.lastTake = now
+	seen := make(map[string]bool, len(usage))
+	for i := range usage {
+		u := &usage[i]
+		if !u.active() {
+			continue
+		}
+		seen[u.Key] = true
+		p := c.parts[u.Key]
+		if p == nil {
+			p = &part{key: u.Key}
+			c.parts[u.Key] = p
+		}
+		p.demand.add(max(u.Offered, 0)/dt.Seconds(), dt, c.interval)
+		p.want.add(float64(max(u.Wanted, u.InFlight, 0)), dt, c.interval)
+		p.inflight = max(u.InFlight, 0)
+		p.starved = p.starved || u.Starved
+		p.active = true
+		if u.Used > 0 && !math.IsInf(u.Used, 1) {
+			p.accUsed += u.Used
+		}
+	}
+	c.anyNew, c.anyShort = false, false
+	for key, p := range c.parts {
+		if !seen[key] {
+			p.demand.add(0, dt, c.interval)
+			p.want.add(0, dt, c.interval)
+			p.inflight = 0
+		}
+		c.anyNew = c.anyNew || !p.hasGrant
+		c.anyShort = c.anyShort || p.starved && p.below()
+	}
+}
+
+// due reports whether to sync at now. Besides the regular sync, a kicked budget (the local
+// budget refused or made wait a statement, or met a new partition) syncs early: soon for a
+// partition with no lease, later for one starved below its fair share. A failing budget
+// does not sync early: it waits for its jittered retry.
+func (c *core) due(now time.Time, kicked bool) bool {
+	if !now.Before(c.next) {
+		return true
+	}
+	if c.failing || !kicked {
+		return false
+	}
+	gap := now.Sub(c.last)
+	return c.anyNew && gap >= c.interval/10 || c.anyShort && gap >= c.interval/4
+}
+
+// nextWake is when the loop must look at this budget again: its regular sync, or sooner
+// while a lease decays or lapses.
+func (c *core) nextWake(now time.Time) time.Time {
+	w := c.next
+	if c.failing {
+		w = minTime(w, now.Add(c.interval/4))
+	}
+	for _, p := range c.parts {
+		if p.hasGrant && p.expires.After(now) {
+			w = minTime(w, p.expires)
+		}
+	}
+	return w
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// report is one partition's entry in a sync.
+type report struct {
+	p        *part
+	seq      uint64
+	used     float64
+	demand   float64
+	want     int
+	applied  int
+	inflight int
+	leave    bool
+}
+
+// reports builds the partitions' entries of a sync at now, in chunks of at most
+// maxPartitionsPerCall. A partition idle for idleSyncs syncs is left.
+func (c *core) reports(now time.Time) [][]report {
+	c.last = now
+	var out [][]report
+	var cur []report
+	for _, p := range c.parts {
+		if p.active {
+			p.idle = 0
+		} else {
+			p.idle++
+		}
+		if p.pendingSeq == 0 {
+			c.seq++
+			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
+		}
+		cur = append(cur, report{
+			p: p, seq: p.pendingSeq, used: p.pendingUsed,
+			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
+			applied: p.pushed.Slots, inflight: p.inflight,
+			leave: p.idle > idleSyncs && p.inflight == 0,
+		})
+		if len(cur) == maxPartitionsPerCall {
+			out, cur = append(out, cur), nil
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// result is Redis's answer for one partition.
+type result struct {
+	lease       Lease
+	live        int
+	debt        float64
+	target      float64
+	targetSlots int
+	known       bool // Redis had an entry for this instance in the partition
+}
+
+// failed records a sync begun at sent that failed at now: leases are kept (and decay once
+// they lapse), reports stay pending, and the retry comes after a random delay so that
+// instances do not all return to a recovered Redis at once.
+func (c *core) failed(sent, now time.Time) {
+	c.failures++
+	if !c.failing {
+		c.failing, c.since = true, now
+	}
+	c.next = sent.Add(time.Duration(float64(c.interval) * (0.5 + c.rand())))
+}
+
+// applied records the answers to a chunk of reports sent at sent and received at now. It
+// returns the partitions it dropped (left, or Redis answered for no one).
+func (c *core) applied(sent, now time.Time, reps []report, res []result) (dropped []string) {
+	c.syncs++
+	c.failing = false
+	c.lastOK = now
+	c.latency = now.Sub(sent)
+	c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+	prevKnown := c.instances()
+	live := 0
+	for i := range reps {
+		live = max(live, res[i].live)
+	}
+	if live > 0 {
+		c.known = live
+	}
+	for i, rep := range reps {
+		p, r := rep.p, res[i]
+		p.pendingSeq, p.pendingUsed = 0, 0
+		if rep.leave {
+			delete(c.parts, p.key)
+			dropped = append(dropped, p.key)
+			continue
+		}
+		g := r.lease
+		if !r.known {
+			// Redis did not know this instance here: a new partition, a new instance, or
+			// Redis lost its state (restart, failover). Others may still run on leases Redis
+			// no longer counts, so take no more than the lease in force or an even share.
+			g = capLease(g, maxLease(p.pushed, fallbackLease(c.spec, max(r.live, prevKnown))))
+		}
+		p.grant, p.hasGrant = g, true
+		p.expires = sent.Add(leaseIntervals * c.interval)
+		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
+		p.active, p.starved = false, false
+	}
+	return dropped
+}
+
+// lease is the partition's lease in force at now: its grant until it lapses, then a share
+// decaying towards the budget divided by the known instances. A partition without a grant
+// has nothing while Redis answers (its first sync is moments away) and the fallback share
+// while it does not.
+func (c *core) lease(p *part, now time.Time) Lease {
+	if p.hasGrant && now.Before(p.expires) {
+		return p.grant
+	}
+	fb := fallbackLease(c.spec, c.instances())
+	if p.hasGrant {
+		return decay(p.grant, fb, p.expires, now, c.interval)
+	}
+	if c.failing {
+		return fb
+	}
+	return Lease{}
+}
+
+// push is a lease to hand to the local budget.
+type push struct {
+	key   string
+	lease Lease
+}
+
+// pushes returns the leases that changed since they were last handed over.
+func (c *core) pushes(now time.Time) []push {
+	var out []push
+	for _, p := range c.parts {
+		l := c.lease(p, now)
+		if p.hasPushed && l == p.pushed {
+			continue
+		}
+		p.pushed, p.hasPushed = l, true
+		out = append(out, push{p.key, l})
+	}
+	return out
+}
+
+// Status is one shared budget as this instance sees it.
+type Status struct {
+	Name       string
+	Partitions int       // partitions this instance takes part in
+	Rate       float64   // local leases, summed over partitions
+	Burst      float64   // summed over partitions
+	Slots      int       // summed over partitions
+	GlobalDebt float64   // execution seconds, summed over partitions, as last seen
+	Instances  int       // instances sharing the budget, as last seen (0: never seen)
+	Fallback   bool      // the last sync failed: leases are kept or decaying
+	Syncs      uint64    // successful syncs
+	Failures   uint64    // failed syncs
+	Latency    time.Duration // of the last successful sync
+	LastSync   time.Time // of the last successful sync
+}
+
+func (c *core) status(now time.Time) Status {
+	s := Status{Name: c.spec.Name, Partitions: len(c.parts), Instances: c.known, Fallback: c.failing,
+		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK}
+	for _, p := range c.parts {
+		l := c.lease(p, now)
+		s.Rate += l.Rate
+		s.Burst += l.Burst
+		s.Slots += l.Slots
+		s.GlobalDebt += p.debt
+	}
+	return s
+}
+
+// nothingToSync records a due sync with no partition to report: nothing to ask Redis.
+func (c *core) nothingToSync(now time.Time) {
+	c.last = now
+	c.next = now.Add(c.interval)
+}
+
+// leaveAll builds reports that leave every partition, for a coordinator that closes.
+func (c *core) leaveAll(now time.Time) [][]report {
+	for _, p := range c.parts {
+		p.idle = idleSyncs + 1
+		p.active, p.inflight = false, 0
+	}
+	reps := c.reports(now)
+	for _, chunk := range reps {
+		for i := range chunk {
+			chunk[i].leave = true
+		}
+	}
+	return reps
+}

@@ -1,0 +1,162 @@
+-- One sync of one instance for some partitions of one shared budget (see doc.go).
+--
+-- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag.
+-- ARGV[1]   instance id
+-- ARGV[2]   lease duration, ms (an instance not heard from for this long is dead)
+-- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
+-- ARGV[4]   budget burst, execution seconds
+-- ARGV[5]   budget max_concurrent (0: unlimited)
+-- ARGV[6]   sync interval, ms (how often the spare slots rotate when max_concurrent < instances)
+-- then for each partition 7 values:
+--           seq, used seconds, demand (execution seconds per second), slots wanted,
+--           slots applied (the instance's current limit), in flight, leave (1 or 0)
+--
+-- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
+-- global debt = rate × max(0, tat − now)) and one field per live instance, a msgpack array
+-- {seq, demand, want, held slots, granted rate, expiry µs}.
+--
+-- Returns for each partition {rate, burst, slots, live instances, global debt, target rate,
+-- target slots, known}; numbers that may be fractional are strings, as Redis truncates Lua
+-- numbers to integers in replies.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local id = ARGV[1]
+local ttl = tonumber(ARGV[2]) * 1000
+local rate = tonumber(ARGV[3])
+local burst = tonumber(ARGV[4])
+local maxc = tonumber(ARGV[5])
+local period = math.max(tonumber(ARGV[6]) * 1000, 1)
+
+local function num(x) return string.format('%.17g', x) end
+
+-- fill shares cap among demands max-min fairly (water-filling): in increasing order of
+-- demand each gets its demand or an even split of what is left, whichever is smaller.
+-- It returns the shares and what no demand took.
+local function fill(cap, demands, n)
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b) return demands[a] < demands[b] end)
+  local share, left = {}, cap
+  for k, i in ipairs(order) do
+    local x = math.min(demands[i], left / (n - k + 1))
+    share[i] = x
+    left = left - x
+  end
+  return share, math.max(left, 0)
+end
+
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = 6 + (i - 1) * 7
+  local seq = tonumber(ARGV[a + 1])
+  local used = tonumber(ARGV[a + 2])
+  local demand = tonumber(ARGV[a + 3])
+  local want = tonumber(ARGV[a + 4])
+  local applied = tonumber(ARGV[a + 5])
+  local inflight = tonumber(ARGV[a + 6])
+  local leave = ARGV[a + 7] == '1'
+
+  -- Read the partition, dropping instances whose lease has lapsed.
+  local flat = redis.call('HGETALL', key)
+  local tat = now
+  local mine = nil
+  local ids, others = {}, {}
+  for j = 1, #flat, 2 do
+    local f, v = flat[j], flat[j + 1]
+    if f == 'tat' then
+      tat = math.max(tonumber(v), now)
+    else
+      local e = cmsgpack.unpack(v)
+      if e[6] <= now then
+        redis.call('HDEL', key, f)
+      elseif f == id then
+        mine = e
+      else
+        ids[#ids + 1] = f
+        others[f] = e
+      end
+    end
+  end
+  local known = mine ~= nil
+  mine = mine or {0, 0, 0, 0, 0, 0}
+
+  -- Usage counts once per sequence number, whatever the retries.
+  if seq > mine[1] then
+    if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
+    mine[1] = seq
+  end
+  local debt = 0
+  if rate > 0 then debt = rate * (tat - now) / 1000000 end
+
+  local live = #ids
+  local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
+  if leave then
+    redis.call('HDEL', key, id)
+  else
+    live = live + 1
+    table.sort(ids)
+    local n = #ids + 1
+    ids[n] = id
+    others[id] = {0, demand, want, 0, 0, 0}
+
+    if rate > 0 then
+      -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
+      -- in demand is served before the next sync. The grant never makes the instances'
+      -- grants sum above the rate: others give back at their own next sync.
+      local d = {}
+      for k = 1, n do d[k] = others[ids[k]][2] end
+      local share, left = fill(rate, d, n)
+      t_rate = share[n] + left / n
+      local held = 0
+      for k = 1, n - 1 do held = held + others[ids[k]][5] end
+      g_rate = math.max(0, math.min(t_rate, rate - held))
+      g_burst = burst * g_rate / rate
+    end
+
+    local held_slots = 0
+    if maxc > 0 then
+      -- Whole slots, max-min fair by slots wanted; an idle instance holds none. When the
+      -- slots do not divide evenly, the odd ones go round the instances in turn, one sync
+      -- interval each, so that with fewer slots than instances each gets its turn.
+      local w = {}
+      for k = 1, n do w[k] = others[ids[k]][3] end
+      local share = fill(maxc, w, n)
+      local target, spare = {}, maxc
+      for k = 1, n do
+        target[k] = math.floor(share[k] + 1e-9)
+        spare = spare - target[k]
+      end
+      local start = math.floor(now / period) % n
+      for s = 0, n - 1 do
+        if spare <= 0 then break end
+        local k = (start + s) % n + 1
+        if w[k] > target[k] then
+          target[k] = target[k] + 1
+          spare = spare - 1
+        end
+      end
+      t_slots = target[n]
+      -- Another instance holds what it was granted, or more while its statements from an
+      -- earlier, larger grant are still in flight.
+      local held = 0
+      for k = 1, n - 1 do held = held + others[ids[k]][4] end
+      g_slots = math.max(0, math.min(t_slots, maxc - held))
+      held_slots = math.max(g_slots, applied, inflight)
+    end
+
+    mine[2], mine[3], mine[4], mine[5], mine[6] = demand, want, held_slots, g_rate, now + ttl
+    redis.call('HSET', key, id, cmsgpack.pack(mine))
+  end
+
+  redis.call('HSET', key, 'tat', num(tat))
+  -- Memory stays bounded: a partition lives while an instance takes part in it or its
+  -- debt has not drained (at most an hour of it), then expires whole.
+  local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
+  redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
+
+  local k = 0
+  if known then k = 1 end
+  out[i] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, k}
+end
+return out
