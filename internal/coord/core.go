@@ -313,17 +313,17 @@ func (c *core) pushes(now time.Time) []push {
 // Status is one shared budget as this instance sees it.
 type Status struct {
 	Name       string
-	Partitions int       // partitions this instance takes part in
-	Rate       float64   // local leases, summed over partitions
-	Burst      float64   // summed over partitions
-	Slots      int       // summed over partitions
-	GlobalDebt float64   // execution seconds, summed over partitions, as last seen
-	Instances  int       // instances sharing the budget, as last seen (0: never seen)
-	Fallback   bool      // the last sync failed: leases are kept or decaying
-	Syncs      uint64    // successful syncs
-	Failures   uint64    // failed syncs
+	Partitions int           // partitions this instance takes part in
+	Rate       float64       // local leases, summed over partitions
+	Burst      float64       // summed over partitions
+	Slots      int           // summed over partitions
+	GlobalDebt float64       // execution seconds, summed over partitions, as last seen
+	Instances  int           // instances sharing the budget, as last seen (0: never seen)
+	Fallback   bool          // the last sync failed: leases are kept or decaying
+	Syncs      uint64        // successful syncs
+	Failures   uint64        // failed syncs
 	Latency    time.Duration // of the last successful sync
-	LastSync   time.Time // of the last successful sync
+	LastSync   time.Time     // of the last successful sync
 }
 
 func (c *core) status(now time.Time) Status {

@@ -6,7 +6,7 @@
 -- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
 -- ARGV[4]   budget burst, execution seconds
 -- ARGV[5]   budget max_concurrent (0: unlimited)
--- ARGV[6]   sync interval, ms (how often the spare slots rotate when max_concurrent < instances)
+-- ARGV[6]   sync interval, ms (the odd slots rotate every ten)
 -- then for each partition 7 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0)
@@ -117,8 +117,9 @@ for i, key in ipairs(KEYS) do
     local held_slots = 0
     if maxc > 0 then
       -- Whole slots, max-min fair by slots wanted; an idle instance holds none. When the
-      -- slots do not divide evenly, the odd ones go round the instances in turn, one sync
-      -- interval each, so that with fewer slots than instances each gets its turn.
+      -- slots do not divide evenly, the odd ones go round the instances in turn, ten sync
+      -- intervals each: with fewer slots than instances each gets its turn, and a handover
+      -- (which idles the slot until the old holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
       local share = fill(maxc, w, n)
@@ -127,7 +128,7 @@ for i, key in ipairs(KEYS) do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
       end
-      local start = math.floor(now / period) % n
+      local start = math.floor(now / (10 * period)) % n
       for s = 0, n - 1 do
         if spare <= 0 then break end
         local k = (start + s) % n + 1
