@@ -355,8 +355,8 @@ func (c *Coordinator) exec(ctx context.Context, spec Spec, reps []report) ([]res
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		defer func() { <-c.sem }()
 		res, err := runSync(ctx, c.rc, c.id, spec, c.interval, reps)
+		<-c.sem // before the answer, so that the next call never finds this one outstanding
 		ch <- outcome{res, err}
 	}()
 	select {
