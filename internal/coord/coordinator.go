@@ -208,7 +208,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		spec := e.core.spec
 		c.mu.Unlock()
 		for _, reps := range chunks {
-			if _, err := c.exec(ctx, spec, reps); err != nil {
+			if _, err := c.exec(ctx, spec, 0, reps); err != nil {
 				errs = append(errs, err)
 				break
 			}
@@ -303,18 +303,23 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 
 // syncBudget sends a budget's reports, all within one deadline well under the interval.
 func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(c.interval/4, minDeadline))
+	d := max(c.interval/4, minDeadline)
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	sent := c.now()
+	c.mu.Lock()
+	notAfter := e.core.notAfter(sent, d)
+	c.mu.Unlock()
 	var dropped []string
 	for _, reps := range chunks {
-		res, err := c.exec(ctx, spec, reps)
+		rep, err := c.exec(ctx, spec, notAfter, reps)
 		now := c.now()
 		c.mu.Lock()
+		e.core.clock(rep.now, now)
 		if err != nil {
 			e.core.failed(sent, now)
 		} else {
-			dropped = append(dropped, e.core.applied(sent, now, reps, res)...)
+			dropped = append(dropped, e.core.applied(sent, now, reps, rep.results)...)
 		}
 		c.noteHealth(err)
 		c.mu.Unlock()
@@ -343,19 +348,19 @@ func (c *Coordinator) noteHealth(err error) {
 // exec runs one script call, abandoning it when ctx ends even if the client does not honour
 // the deadline; the abandoned call finishes in the background, and no other starts until it
 // has.
-func (c *Coordinator) exec(ctx context.Context, spec Spec, reps []report) ([]result, error) {
+func (c *Coordinator) exec(ctx context.Context, spec Spec, notAfter int64, reps []report) (reply, error) {
 	select {
 	case c.sem <- struct{}{}:
 	default:
-		return nil, errBusy
+		return reply{}, errBusy
 	}
 	type outcome struct {
-		res []result
+		res reply
 		err error
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		res, err := runSync(ctx, c.rc, c.id, spec, c.interval, reps)
+		res, err := runSync(ctx, c.rc, c.id, spec, c.interval, notAfter, reps)
 		<-c.sem // before the answer, so that the next call never finds this one outstanding
 		ch <- outcome{res, err}
 	}()
@@ -363,7 +368,7 @@ func (c *Coordinator) exec(ctx context.Context, spec Spec, reps []report) ([]res
 	case o := <-ch:
 		return o.res, o.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return reply{}, ctx.Err()
 	}
 }
 

@@ -39,11 +39,31 @@ type part struct {
 	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
 	target      float64   // the fair rate Redis computed for this instance
 	targetSlots int
-	live        int     // instances sharing the partition, as last seen
-	debt        float64 // global debt as last seen, execution seconds
+	live        int                      // instances sharing the partition, as last seen
+	debt        float64                  // global debt as last seen, execution seconds
+	seen        [leaseIntervals]sighting // the latest live counts, newest first
 
 	pushed    Lease // what the local budget enforces
 	hasPushed bool
+}
+
+// sighting is a live count seen in a reply.
+type sighting struct {
+	at   time.Time
+	live int
+}
+
+// expected is the most instances seen in the partition within a lease duration of now (or
+// ever, while failing: those instances may be failing too): an instance Redis no longer
+// lists may still run on its fallback share until then.
+func (p *part) expected(now time.Time, lease time.Duration, failing bool) int {
+	n := 0
+	for _, s := range p.seen {
+		if !s.at.IsZero() && (failing || now.Sub(s.at) < lease) {
+			n = max(n, s.live)
+		}
+	}
+	return n
 }
 
 // below reports whether the partition holds less than its fair share: a starved partition
@@ -71,6 +91,11 @@ type core struct {
 	since    time.Time // when failing began
 	anyNew   bool      // a partition has no lease yet
 	anyShort bool      // a starved partition is below its fair share
+
+	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
+	// to act on: redisAt µs of Redis TIME at localAt on ours.
+	redisAt int64
+	localAt time.Time
 
 	// Counters for status and metrics.
 	syncs, failures uint64
@@ -178,6 +203,7 @@ type report struct {
 	applied  int
 	inflight int
 	leave    bool
+	expected int // instances seen lately; see part.expected
 }
 
 // reports builds the partitions' entries of a sync at now, in chunks of at most
@@ -200,7 +226,8 @@ func (c *core) reports(now time.Time) [][]report {
 			p: p, seq: p.pendingSeq, used: p.pendingUsed,
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
-			leave: p.idle > idleSyncs && p.inflight == 0,
+			leave:    p.idle > idleSyncs && p.inflight == 0,
+			expected: p.expected(now, leaseIntervals*c.interval, c.failing),
 		})
 		if len(cur) == maxPartitionsPerCall {
 			out, cur = append(out, cur), nil
@@ -219,7 +246,23 @@ type result struct {
 	debt        float64
 	target      float64
 	targetSlots int
-	known       bool // Redis had an entry for this instance in the partition
+}
+
+// notAfter is the Redis time after which a call sent at now with deadline d must not act:
+// Redis's clock as of the last reply, advanced by our own since, plus twice the deadline
+// for the round trip. 0 (no limit) before any reply.
+func (c *core) notAfter(now time.Time, d time.Duration) int64 {
+	if c.localAt.IsZero() {
+		return 0
+	}
+	return c.redisAt + (now.Sub(c.localAt) + 2*d).Microseconds()
+}
+
+// clock records Redis's time from a reply received at now.
+func (c *core) clock(redisNow int64, now time.Time) {
+	if redisNow > 0 {
+		c.redisAt, c.localAt = redisNow, now
+	}
 }
 
 // failed records a sync begun at sent that failed at now: leases are kept (and decay once
@@ -237,11 +280,21 @@ func (c *core) failed(sent, now time.Time) {
 // returns the partitions it dropped (left, or Redis answered for no one).
 func (c *core) applied(sent, now time.Time, reps []report, res []result) (dropped []string) {
 	c.syncs++
+	if c.failing {
+		// While we could not reach Redis, neither perhaps could the others: give those seen
+		// before a lease duration from now to come back before no longer expecting them.
+		for _, p := range c.parts {
+			for i := range p.seen {
+				if !p.seen[i].at.IsZero() {
+					p.seen[i].at = now
+				}
+			}
+		}
+	}
 	c.failing = false
 	c.lastOK = now
 	c.latency = now.Sub(sent)
 	c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
-	prevKnown := c.instances()
 	live := 0
 	for i := range reps {
 		live = max(live, res[i].live)
@@ -257,14 +310,9 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			dropped = append(dropped, p.key)
 			continue
 		}
-		g := r.lease
-		if !r.known {
-			// Redis did not know this instance here: a new partition, a new instance, or
-			// Redis lost its state (restart, failover). Others may still run on leases Redis
-			// no longer counts, so take no more than the lease in force or an even share.
-			g = capLease(g, maxLease(p.pushed, fallbackLease(c.spec, max(r.live, prevKnown))))
-		}
-		p.grant, p.hasGrant = g, true
+		p.grant, p.hasGrant = r.lease, true
+		copy(p.seen[1:], p.seen[:])
+		p.seen[0] = sighting{now, r.live}
 		p.expires = sent.Add(leaseIntervals * c.interval)
 		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
 		p.active, p.starved = false, false
@@ -272,17 +320,22 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 	return dropped
 }
 
-// lease is the partition's lease in force at now: its grant until it lapses, then a share
-// decaying towards the budget divided by the known instances. A partition without a grant
-// has nothing while Redis answers (its first sync is moments away) and the fallback share
-// while it does not.
+// lease is the partition's lease in force at now: its grant until it lapses (Redis counts
+// it as long), then the budget divided by the instances last seen in the partition: at once
+// when the grant was larger, as Redis no longer counts it, and rising to it from a smaller
+// grant. A partition without a grant has nothing while Redis answers (its first sync is
+// moments away) and the fallback share while it does not.
 func (c *core) lease(p *part, now time.Time) Lease {
 	if p.hasGrant && now.Before(p.expires) {
 		return p.grant
 	}
-	fb := fallbackLease(c.spec, c.instances())
+	n := c.instances()
+	if p.live > 0 {
+		n = p.live
+	}
+	fb := fallbackLease(c.spec, n)
 	if p.hasGrant {
-		return decay(p.grant, fb, p.expires, now, c.interval)
+		return decay(capLease(p.grant, fb), fb, p.expires, now, c.interval)
 	}
 	if c.failing {
 		return fb

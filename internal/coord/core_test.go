@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
 	}
 	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
-	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4, known: true} })
+	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
 	for _, d := range []time.Duration{0, sec, 3*sec - 1} {
 		if got := c.lease(p, t0.Add(d)); got != grant {
 			t.Fatalf("at %v, within the lease: %+v, want %+v", d, got, grant)
@@ -116,13 +117,21 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestDecayAfterLapse(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2, known: true} })
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
 	p := c.parts[""]
 	lapse := t0.Add(leaseIntervals * sec)
-	got := c.lease(p, lapse.Add(sec))
-	// Halfway from the grant to 4/2 = 2 per second, 4 slots.
-	if !near(got.Rate, 2.5) || !near(got.Burst, 2.5) || got.Slots != 5 {
-		t.Fatalf("one interval after the lapse: %+v, want halfway to the even share", got)
+	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
+	if got, want := c.lease(p, lapse), (Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
+		t.Fatalf("at the lapse: %+v, want the budget over the 2 instances %+v", got, want)
+	}
+
+	// A smaller one rises towards it, halfway per interval.
+	c = newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
+	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
+	got := c.lease(c.parts[""], lapse.Add(sec))
+	if !near(got.Rate, 1.5) || !near(got.Burst, 1.5) || got.Slots != 3 {
+		t.Fatalf("one interval after the lapse: %+v, want halfway up to the even share", got)
 	}
 }
 
@@ -145,7 +154,7 @@ func TestDue(t *testing.T) {
 	}
 	c.absorb(t0, []Usage{{Key: "a", Offered: 1}})
 	grantAll(c, t0, func(string) result {
-		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2, known: true}
+		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
 	})
 	if c.due(t0.Add(sec-1), false) || !c.due(t0.Add(sec), false) {
 		t.Fatal("the regular sync comes one interval (jitter 0.5 → exactly 1) after the last")
@@ -163,7 +172,7 @@ func TestDue(t *testing.T) {
 		t.Fatal("without a kick nothing is early")
 	}
 	grantAll(c, t0.Add(100*time.Millisecond), func(string) result {
-		return result{lease: Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2, known: true}
+		return result{lease: Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}
 	})
 
 	// Starved below the fair share: early after a quarter interval.
@@ -178,7 +187,7 @@ func TestDue(t *testing.T) {
 
 	// Starved at its fair share: nothing to gain, no early sync.
 	grantAll(c, t0.Add(350*time.Millisecond), func(string) result {
-		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2, known: true}
+		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
 	})
 	c.absorb(t0.Add(400*time.Millisecond), []Usage{{Key: "new", Offered: 5, Starved: true}})
 	if c.due(t0.Add(900*time.Millisecond), true) {
@@ -215,7 +224,7 @@ func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 	if retry[0].seq != first.seq || retry[0].used != 2 {
 		t.Fatalf("the retry must resend seq %d with 2s, got %+v", first.seq, retry[0])
 	}
-	c.applied(t0.Add(sec), t0.Add(sec+1), retry, []result{{known: true, live: 1}})
+	c.applied(t0.Add(sec), t0.Add(sec+1), retry, []result{{live: 1}})
 	c.absorb(t0.Add(2*sec), nil)
 	next := c.reports(t0.Add(2 * sec))[0][0]
 	if next.seq <= first.seq || next.used != 3 {
@@ -223,34 +232,53 @@ func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 	}
 }
 
-func TestUnknownInstanceTakesNoMoreThanItsShare(t *testing.T) {
-	spec := Spec{Name: "b", Rate: 8, Burst: 8, MaxConcurrent: 8}
-	c := newTestCore(spec)
+func TestExpectedInstancesAreRememberedForALease(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 8, Burst: 8, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 100}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8, known: true} })
-	c.pushes(t0)
-
-	// Redis restarted: alone in the partition, it would be granted the whole budget.
-	grantAll(c, t0.Add(sec), func(string) result {
-		return result{lease: Lease{Rate: 8, Burst: 8, Slots: 8}, live: 1, known: false}
-	})
-	got := c.lease(c.parts[""], t0.Add(sec))
-	if want := (Lease{Rate: 1, Burst: 1, Slots: 1}); got != want {
-		t.Fatalf("after Redis lost its state: %+v, want at most the even share over the 8 known %+v", got, want)
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8} })
+	// Redis restarted: it lists one instance, but the 8 seen a moment ago may still run on
+	// their fallback share, so the next reports say 8 are expected, until a lease lapses.
+	grantAll(c, t0.Add(sec), func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} })
+	c.absorb(t0.Add(2*sec), []Usage{{Key: "", Offered: 100}})
+	if got := c.reports(t0.Add(2 * sec))[0][0].expected; got != 8 {
+		t.Fatalf("expected instances one interval after seeing 8: %d", got)
 	}
-	// Known again at the next sync: the grant stands.
-	grantAll(c, t0.Add(2*sec), func(string) result {
-		return result{lease: Lease{Rate: 4, Burst: 4, Slots: 4}, live: 2, known: true}
-	})
-	if got := c.lease(c.parts[""], t0.Add(2*sec)); got != (Lease{Rate: 4, Burst: 4, Slots: 4}) {
-		t.Fatalf("a known instance's grant is not capped: %+v", got)
+	c.absorb(t0.Add(4*sec), []Usage{{Key: "", Offered: 100}})
+	reps := c.reports(t0.Add(4 * sec))
+	if got := reps[0][0].expected; got != 1 {
+		t.Fatalf("expected instances a lease duration after seeing 8: %d, want the 1 seen since", got)
+	}
+
+	// While failing, every sighting counts however old (the others may be failing too),
+	// and after the recovery for another lease duration.
+	c.failed(t0.Add(4*sec), t0.Add(4*sec))
+	c.absorb(t0.Add(60*sec), []Usage{{Key: "", Offered: 100}})
+	reps = c.reports(t0.Add(60 * sec))
+	if got := reps[0][0].expected; got != 8 {
+		t.Fatalf("expected instances after a minute of failing: %d, want 8", got)
+	}
+	c.applied(t0.Add(60*sec), t0.Add(60*sec), reps[0], []result{{live: 1}})
+	c.absorb(t0.Add(62*sec), []Usage{{Key: "", Offered: 100}})
+	if got := c.reports(t0.Add(62 * sec))[0][0].expected; got != 8 {
+		t.Fatalf("expected instances two intervals after the recovery: %d, want 8", got)
+	}
+}
+
+func TestNotAfterFollowsRedisClock(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1})
+	if got := c.notAfter(t0, 250*time.Millisecond); got != 0 {
+		t.Fatalf("before any reply: %d, want no limit", got)
+	}
+	c.clock(5_000_000, t0)
+	if got := c.notAfter(t0.Add(sec), 250*time.Millisecond); got != 5_000_000+1_500_000 {
+		t.Fatalf("notAfter = %d, want Redis time at the last reply + 1 s since + twice the deadline", got)
 	}
 }
 
 func TestIdlePartitionIsLeft(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 2})
 	c.absorb(t0, []Usage{{Key: "tenant", Offered: 1}})
-	ok := func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1, known: true} }
+	ok := func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} }
 	grantAll(c, t0, ok)
 	var left []string
 	for i := 1; i <= idleSyncs+1; i++ {
@@ -275,7 +303,7 @@ func TestIdlePartitionIsLeft(t *testing.T) {
 func TestPushesOnlyChanges(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
 	c.absorb(t0, []Usage{{Key: "a", Offered: 1}, {Key: "b", Offered: 1}})
-	grantAll(c, t0, func(k string) result { return result{lease: Lease{Rate: 0.5, Burst: 0.5}, live: 2, known: true} })
+	grantAll(c, t0, func(k string) result { return result{lease: Lease{Rate: 0.5, Burst: 0.5}, live: 2} })
 	if got := len(c.pushes(t0)); got != 2 {
 		t.Fatalf("first pushes: %d, want 2", got)
 	}
@@ -305,12 +333,12 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2, known: true}
+	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -318,11 +346,17 @@ func TestDecodeResults(t *testing.T) {
 		{},
 		{"x"},
 		{[]any{"0.5"}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0)}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)
 		}
+	}
+	if r, err := decodeReply([]any{"123", int64(1)}, 1); !errors.Is(err, errStale) || r.now != 123 {
+		t.Errorf("a stale reply: %+v, %v", r, err)
+	}
+	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1); err != nil || r.now != 7 || r.results[0] != want {
+		t.Errorf("a reply: %+v, %v", r, err)
 	}
 }

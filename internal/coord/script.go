@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -45,26 +46,54 @@ func PartitionKey(budget, partition string) string {
 	return KeyPrefix + HashTag(budget) + ":p:" + partition
 }
 
-// runSync sends one chunk of reports and decodes the answers.
-func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, reps []report) ([]result, error) {
+// errStale is a call that Redis ran after its deadline (it sat in the socket of a Redis
+// that hung): it changed nothing.
+var errStale = errors.New("coord: Redis ran the sync after its deadline")
+
+// reply is the script's answer: Redis's clock, and one result per partition unless stale.
+type reply struct {
+	now     int64 // µs of Redis TIME
+	stale   bool
+	results []result
+}
+
+// runSync sends one chunk of reports and decodes the answers. notAfter (µs of Redis TIME, 0
+// for none) is when Redis must no longer act on the call.
+func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
 	keys := make([]string, len(reps))
-	args := make([]any, 0, 6+7*len(reps))
+	args := make([]any, 0, 7+8*len(reps))
 	lease := leaseIntervals * interval
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
-		max(interval.Milliseconds(), 1))
+		max(interval.Milliseconds(), 1), notAfter)
 	for i, r := range reps {
 		keys[i] = PartitionKey(spec.Name, r.p.key)
 		leave := 0
 		if r.leave {
 			leave = 1
 		}
-		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave)
+		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected)
 	}
 	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
 	if err != nil {
-		return nil, err
+		return reply{}, err
 	}
-	return decodeResults(v, len(reps))
+	return decodeReply(v, len(reps))
+}
+
+func decodeReply(v []any, n int) (reply, error) {
+	if len(v) < 2 {
+		return reply{}, fmt.Errorf("coord: sync script returned %d values", len(v))
+	}
+	now, err := parseNum(v[0])
+	if err != nil {
+		return reply{}, fmt.Errorf("coord: sync script time: %w", err)
+	}
+	r := reply{now: int64(now), stale: v[1] == int64(1)}
+	if r.stale {
+		return r, errStale
+	}
+	r.results, err = decodeResults(v[2:], n)
+	return r, err
 }
 
 // ffmt writes a float exactly, as Lua's tonumber reads it.
@@ -77,7 +106,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 8 {
+		if !ok || len(f) != 7 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -94,7 +123,6 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.debt = num(4)
 		r.target = num(5)
 		r.targetSlots = int(num(6))
-		r.known = num(7) == 1
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

@@ -7,17 +7,21 @@
 -- ARGV[4]   budget burst, execution seconds
 -- ARGV[5]   budget max_concurrent (0: unlimited)
 -- ARGV[6]   sync interval, ms (the odd slots rotate every ten)
--- then for each partition 7 values:
+-- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
+--           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
+-- then for each partition 8 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
---           slots applied (the instance's current limit), in flight, leave (1 or 0)
+--           slots applied (the instance's current limit), in flight, leave (1 or 0),
+--           instances expected (the most the instance saw in the partition lately)
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
 -- global debt = rate × max(0, tat − now)) and one field per live instance, a msgpack array
--- {seq, demand, want, held slots, granted rate, expiry µs}.
+-- {seq, demand, want, held slots, granted rate, expiry µs, left}; left = 1 marks an instance
+-- that left the partition, kept for a lease duration so that others do not expect it back.
 --
--- Returns for each partition {rate, burst, slots, live instances, global debt, target rate,
--- target slots, known}; numbers that may be fractional are strings, as Redis truncates Lua
--- numbers to integers in replies.
+-- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
+-- instances, global debt, target rate, target slots}}; numbers that may be fractional
+-- are strings, as Redis truncates Lua numbers to integers in replies.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -27,8 +31,13 @@ local rate = tonumber(ARGV[3])
 local burst = tonumber(ARGV[4])
 local maxc = tonumber(ARGV[5])
 local period = math.max(tonumber(ARGV[6]) * 1000, 1)
+local not_after = tonumber(ARGV[7])
 
 local function num(x) return string.format('%.17g', x) end
+
+if not_after > 0 and now > not_after then
+  return {num(now), 1}
+end
 
 -- fill shares cap among demands max-min fairly (water-filling): in increasing order of
 -- demand each gets its demand or an even split of what is left, whichever is smaller.
@@ -46,9 +55,9 @@ local function fill(cap, demands, n)
   return share, math.max(left, 0)
 end
 
-local out = {}
+local out = {num(now), 0}
 for i, key in ipairs(KEYS) do
-  local a = 6 + (i - 1) * 7
+  local a = 7 + (i - 1) * 8
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -56,12 +65,14 @@ for i, key in ipairs(KEYS) do
   local applied = tonumber(ARGV[a + 5])
   local inflight = tonumber(ARGV[a + 6])
   local leave = ARGV[a + 7] == '1'
+  local expected = tonumber(ARGV[a + 8])
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
   local tat = now
   local mine = nil
   local ids, others = {}, {}
+  local gone = 0
   for j = 1, #flat, 2 do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
@@ -70,6 +81,8 @@ for i, key in ipairs(KEYS) do
       local e = cmsgpack.unpack(v)
       if e[6] <= now then
         redis.call('HDEL', key, f)
+      elseif e[7] == 1 and f ~= id then
+        gone = gone + 1
       elseif f == id then
         mine = e
       else
@@ -78,8 +91,7 @@ for i, key in ipairs(KEYS) do
       end
     end
   end
-  local known = mine ~= nil
-  mine = mine or {0, 0, 0, 0, 0, 0}
+  if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
 
   -- Usage counts once per sequence number, whatever the retries.
   if seq > mine[1] then
@@ -92,13 +104,18 @@ for i, key in ipairs(KEYS) do
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
   if leave then
-    redis.call('HDEL', key, id)
+    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
+    redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
     table.sort(ids)
     local n = #ids + 1
     ids[n] = id
     others[id] = {0, demand, want, 0, 0, 0}
+    -- Instances the caller saw lately and Redis does not list (Redis lost them in a restart,
+    -- or they lapsed while it hung) run on their fallback share, the budget over the
+    -- instances they knew: leave that much to them until they are back.
+    local missing = math.max(expected - n - gone, 0)
 
     if rate > 0 then
       -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
@@ -106,11 +123,12 @@ for i, key in ipairs(KEYS) do
       -- grants sum above the rate: others give back at their own next sync.
       local d = {}
       for k = 1, n do d[k] = others[ids[k]][2] end
-      local share, left = fill(rate, d, n)
+      local cap = rate - missing * rate / math.max(expected, 1)
+      local share, left = fill(cap, d, n)
       t_rate = share[n] + left / n
       local held = 0
       for k = 1, n - 1 do held = held + others[ids[k]][5] end
-      g_rate = math.max(0, math.min(t_rate, rate - held))
+      g_rate = math.max(0, math.min(t_rate, cap - held))
       g_burst = burst * g_rate / rate
     end
 
@@ -122,8 +140,9 @@ for i, key in ipairs(KEYS) do
       -- (which idles the slot until the old holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
-      local share = fill(maxc, w, n)
-      local target, spare = {}, maxc
+      local cap = maxc - missing * math.floor(maxc / math.max(expected, 1))
+      local share = fill(cap, w, n)
+      local target, spare = {}, cap
       for k = 1, n do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
@@ -142,11 +161,11 @@ for i, key in ipairs(KEYS) do
       -- earlier, larger grant are still in flight.
       local held = 0
       for k = 1, n - 1 do held = held + others[ids[k]][4] end
-      g_slots = math.max(0, math.min(t_slots, maxc - held))
+      g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
     end
 
-    mine[2], mine[3], mine[4], mine[5], mine[6] = demand, want, held_slots, g_rate, now + ttl
+    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
@@ -156,8 +175,6 @@ for i, key in ipairs(KEYS) do
   local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
-  local k = 0
-  if known then k = 1 end
-  out[i] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, k}
+  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots}
 end
 return out
