@@ -360,6 +360,7 @@ func FuzzParse(f *testing.F) {
 		"guards: {require_where: {mode: warn, match: {app: x}}}",
 		"budgets: [{name: a, throttle_when: {replication_lag: 1m}}]",
 		"a: &a [*a]", "budgets: &b [*b]", "{\"budgets\": [{\"name\": \"\\u0000\"}]}",
+		"coordination: {redis: \"redis://:pw@h:1/0\", sync_interval: 1s, fallback_instances: 3}\nbudgets: [{name: a, shared: false}]",
 	} {
 		f.Add([]byte(s))
 	}
