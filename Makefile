@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
 BENCHPKGS ?= ./...
 
-.PHONY: test lint fuzz bench demo instr wall
+.PHONY: test lint fuzz bench demo instr wall shared
 
 # Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use the server
 # named by PGTRAFFIC_TEST_DSN.
@@ -47,3 +47,8 @@ instr:
 # different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see integration/scripts/wall.sh).
 wall:
 	integration/scripts/wall.sh
+
+# The shared-budget experiment of issue 16: 8 processes share one budget through one
+# redis-server (equal and 10:1 demand, max_concurrent, and chaos runs; about 15 minutes).
+shared:
+	cd examples/shared-budget && $(GO) run . -runs 5

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -59,6 +61,8 @@ func runChild(c childConfig) error {
 	if err != nil {
 		return err
 	}
+	// Thousands of blocks a second are the point here, not news: keep the log quiet.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	db, err := sql.Open(driver.Name, c.dsn)
 	if err != nil {
 		return err
