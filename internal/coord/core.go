@@ -91,6 +91,7 @@ type core struct {
 	since    time.Time // when failing began
 	anyNew   bool      // a partition has no lease yet
 	anyShort bool      // a starved partition is below its fair share
+	kicked   bool      // the local budget asked for an early sync since the last one
 
 	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
 	// to act on: redisAt µs of Redis TIME at localAt on ours.
@@ -156,25 +157,46 @@ func (c *core) absorb(now time.Time, usage []Usage) {
 	}
 }
 
+// Early syncs come at least this long after the last sync: soon for a partition with no
+// lease, later for one starved below its fair share. The bounds keep Redis calls few.
+func (c *core) newGap() time.Duration   { return min(c.interval/10, 100*time.Millisecond) }
+func (c *core) shortGap() time.Duration { return min(c.interval/4, 250*time.Millisecond) }
+
 // due reports whether to sync at now. Besides the regular sync, a kicked budget (the local
-// budget refused or made wait a statement, or met a new partition) syncs early: soon for a
-// partition with no lease, later for one starved below its fair share. A failing budget
-// does not sync early: it waits for its jittered retry.
+// budget refused or made wait a statement, or met a new partition) syncs early. A failing
+// budget does not sync early: it waits for its jittered retry.
 func (c *core) due(now time.Time, kicked bool) bool {
+	c.kicked = c.kicked || kicked
 	if !now.Before(c.next) {
 		return true
 	}
-	if c.failing || !kicked {
-		return false
+	if at, ok := c.early(); ok {
+		return !now.Before(at)
 	}
-	gap := now.Sub(c.last)
-	return c.anyNew && gap >= c.interval/10 || c.anyShort && gap >= c.interval/4
+	return false
 }
 
-// nextWake is when the loop must look at this budget again: its regular sync, or sooner
-// while a lease decays or lapses.
+// early is when an early sync may come, if one is wanted.
+func (c *core) early() (time.Time, bool) {
+	if c.failing || !c.kicked {
+		return time.Time{}, false
+	}
+	switch {
+	case c.anyNew:
+		return c.last.Add(c.newGap()), true
+	case c.anyShort:
+		return c.last.Add(c.shortGap()), true
+	}
+	return time.Time{}, false
+}
+
+// nextWake is when the loop must look at this budget again: its regular sync, an early one,
+// or sooner while a lease decays or lapses.
 func (c *core) nextWake(now time.Time) time.Time {
 	w := c.next
+	if at, ok := c.early(); ok {
+		w = minTime(w, at)
+	}
 	if c.failing {
 		w = minTime(w, now.Add(c.interval/4))
 	}
@@ -209,7 +231,7 @@ type report struct {
 // reports builds the partitions' entries of a sync at now, in chunks of at most
 // maxPartitionsPerCall. A partition idle for idleSyncs syncs is left.
 func (c *core) reports(now time.Time) [][]report {
-	c.last = now
+	c.last, c.kicked = now, false
 	var out [][]report
 	var cur []report
 	for _, p := range c.parts {

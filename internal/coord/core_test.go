@@ -162,14 +162,17 @@ func TestDue(t *testing.T) {
 
 	// A new partition asks for an early sync after a tenth of an interval.
 	c.absorb(t0.Add(50*time.Millisecond), []Usage{{Key: "new", Offered: 1, Starved: true}})
+	if c.due(t0.Add(100*time.Millisecond), false) {
+		t.Fatal("without a kick nothing is early")
+	}
 	if c.due(t0.Add(50*time.Millisecond), true) {
 		t.Fatal("an early sync needs a tenth of an interval since the last")
 	}
-	if !c.due(t0.Add(100*time.Millisecond), true) {
-		t.Fatal("a kicked budget with a new partition syncs a tenth of an interval after the last")
+	if w := c.nextWake(t0.Add(50 * time.Millisecond)); !w.Equal(t0.Add(100 * time.Millisecond)) {
+		t.Fatalf("the loop must look again when the early sync may come: %v", w.Sub(t0))
 	}
-	if c.due(t0.Add(100*time.Millisecond), false) {
-		t.Fatal("without a kick nothing is early")
+	if !c.due(t0.Add(100*time.Millisecond), false) {
+		t.Fatal("a kick is remembered until the sync: due a tenth of an interval after the last")
 	}
 	grantAll(c, t0.Add(100*time.Millisecond), func(string) result {
 		return result{lease: Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}

@@ -1,11 +1,13 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"sync"
 	"testing"
@@ -434,4 +436,98 @@ func TestLateCallChangesNothing(t *testing.T) {
 	if n, err := rc.Exists(ctx, PartitionKey("late", "")).Result(); err != nil || n != 1 {
 		t.Fatalf("a timely call did not write the partition: %d, %v", n, err)
 	}
+}
+
+func TestKickSyncsANewPartitionEarly(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "kick", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	local := newFakeLocal(1, 1, "first")
+	// A regular sync every minute: only a kick can bring the new partition's lease soon.
+	c := New(Options{Client: rc, Interval: time.Minute, Logger: quiet})
+	h := c.Register(spec, local)
+	c.Start()
+	t.Cleanup(func() { c.Close(context.Background()) })
+	waitFor(t, "the first lease", func() bool { return local.lease("first").Slots > 0 })
+
+	local.mu.Lock()
+	local.keys = append(local.keys, "second")
+	local.mu.Unlock()
+	h.Kick()
+	waitFor(t, "the new partition's lease after a kick", func() bool { return local.lease("second").Slots > 0 })
+}
+
+func TestUnreachableAtStart(t *testing.T) {
+	// Nothing listens on the port of a stopped server.
+	srv := redistest.Need(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "hunter2", ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	var logged syncBuffer
+	spec := Spec{Name: "down", Rate: 10, Burst: 10, MaxConcurrent: 20}
+	local := newFakeLocal(5, 5)
+	c := New(Options{Client: rc, Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	c.Register(spec, local)
+	c.Start()
+	t.Cleanup(func() { c.Close(context.Background()) })
+
+	// The budget over DefaultFallbackInstances, never the whole budget.
+	want := Lease{Rate: 1, Burst: 1, Slots: 2}
+	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })
+	waitFor(t, "a few failed syncs", func() bool { return c.Status()[0].Failures >= 3 })
+	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	out := logged.String()
+	if n := strings.Count(out, "Redis unreachable"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("the log shows the password:\n%s", out)
+	}
+}
+
+func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	ctx := context.Background()
+	keys := make([]string, 600) // more than one script call's worth
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	spec := Spec{Name: "many", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	local := newFakeLocal(1, 1, keys...)
+	c := New(Options{Client: rc, Interval: 100 * time.Millisecond, Logger: quiet})
+	c.Register(spec, local)
+	if err := c.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+			t.Fatalf("partition %s: %+v", k, l)
+		}
+	}
+	if n := rc.DBSize(ctx).Val(); n != int64(len(keys)) {
+		t.Fatalf("%d keys for %d partitions", n, len(keys))
+	}
+	// The instance goes away without a word: every key expires on its own.
+	waitFor(t, "the keys to expire", func() bool { return rc.DBSize(ctx).Val() == 0 })
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
