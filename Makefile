@@ -1,4 +1,4 @@
-# Targets: test, lint, fuzz, bench, demo, instr, wall.
+# Targets: test, lint, fuzz, bench, demo, instr, wall, shared.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 

@@ -3,6 +3,7 @@ package coord
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -361,5 +362,20 @@ func TestDecodeResults(t *testing.T) {
 	}
 	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1); err != nil || r.now != 7 || r.results[0] != want {
 		t.Errorf("a reply: %+v, %v", r, err)
+	}
+}
+
+func TestNewClientHidesCredentials(t *testing.T) {
+	_, err := NewClient("redis://:hunter2@h:6379/notadb", sec)
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "redis://xxxxx@h:6379/notadb") {
+		t.Fatalf("error %v", err)
+	}
+	c, err := NewClient("redis://:hunter2@h:6379/3", sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.Options(); !o.ContextTimeoutEnabled || o.DB != 3 || o.Password != "hunter2" || o.MaxRetries != -1 && o.MaxRetries != 0 {
+		t.Fatalf("options: %+v", o)
 	}
 }
