@@ -73,13 +73,17 @@
 //   - Redis unreachable at start: the connector opens, one line is logged, partitions run on
 //     the budget divided by [DefaultFallbackInstances] (10, configurable) — never the whole
 //     budget, which would be the safe choice for one instance only — and the loop keeps trying.
-//   - Redis restart (memory lost): each instance tells the script how many instances it saw
-//     in the partition within a lease duration (any time, while it was failing); the script
-//     keeps their even share free for those it no longer lists, until they resync or that
-//     expectation lapses. An instance that leaves (Close) is recorded as gone, so others need
-//     not wait for it. What remains possible: leases granted before the restart that exceed
-//     the even share run beside the new ones until their holders resync (within 1.5
-//     intervals): with uneven demand, at most about one extra burst.
+//   - Lost instances. An instance whose entry Redis dropped may still run on its fallback
+//     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
+//     sync (Redis hung). The script tells these from a crash by the partition itself: the hash
+//     is gone though the caller saw other instances within a lease duration (or at any time
+//     while it was failing), or nobody synced the partition for a lease duration. Then for
+//     one lease duration it keeps the even share of the instances that were there and are not
+//     back free for them. An instance that lapses while others sync normally has crashed: its
+//     slots return exactly when its lease lapses. What remains possible after a restart:
+//     leases granted before it that exceed the even share run beside the new ones until their
+//     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
+//     instance that leaves (Close) is recorded as gone, so others need not wait for it.
 //
 // # What the local budget must offer
 //

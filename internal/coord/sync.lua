@@ -1,7 +1,7 @@
 -- One sync of one instance for some partitions of one shared budget (see doc.go).
 --
 -- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag.
--- ARGV[1]   instance id
+-- ARGV[1]   instance id (its field is "i:<id>")
 -- ARGV[2]   lease duration, ms (an instance not heard from for this long is dead)
 -- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
 -- ARGV[4]   budget burst, execution seconds
@@ -15,9 +15,19 @@
 --           instances expected (the most the instance saw in the partition lately)
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
--- global debt = rate × max(0, tat − now)) and one field per live instance, a msgpack array
--- {seq, demand, want, held slots, granted rate, expiry µs, left}; left = 1 marks an instance
--- that left the partition, kept for a lease duration so that others do not expect it back.
+-- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
+-- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
+-- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
+-- granted rate, expiry µs, left}; left = 1 marks an instance that left the partition, kept
+-- for a lease duration.
+--
+-- Lost instances. An instance whose lease lapsed in Redis may still be running on its
+-- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
+-- sync (Redis hung, or the network failed). Either way the partition shows it: the hash is
+-- gone though the caller saw others lately (expected > 1), or nobody synced it for a lease
+-- duration. Then, for one lease duration, the capacity of the instances that were there and
+-- are not back is kept free for them. An instance that lapses while others sync normally has
+-- crashed: its capacity returns when its lease lapses.
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
 -- instances, global debt, target rate, target slots}}; numbers that may be fractional
@@ -25,7 +35,7 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local id = ARGV[1]
+local id = 'i:' .. ARGV[1]
 local ttl = tonumber(ARGV[2]) * 1000
 local rate = tonumber(ARGV[3])
 local burst = tonumber(ARGV[4])
@@ -69,18 +79,25 @@ for i, key in ipairs(KEYS) do
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
-  local tat = now
+  local tat, last, lost_until, lost_n = now, nil, 0, 0
   local mine = nil
   local ids, others = {}, {}
-  local gone = 0
+  local gone, lapsed = 0, 0
   for j = 1, #flat, 2 do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
       tat = math.max(tonumber(v), now)
+    elseif f == 'last' then
+      last = tonumber(v)
+    elseif f == 'lu' then
+      lost_until = tonumber(v)
+    elseif f == 'ln' then
+      lost_n = tonumber(v)
     else
       local e = cmsgpack.unpack(v)
       if e[6] <= now then
         redis.call('HDEL', key, f)
+        if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif e[7] == 1 and f ~= id then
         gone = gone + 1
       elseif f == id then
@@ -112,10 +129,15 @@ for i, key in ipairs(KEYS) do
     local n = #ids + 1
     ids[n] = id
     others[id] = {0, demand, want, 0, 0, 0}
-    -- Instances the caller saw lately and Redis does not list (Redis lost them in a restart,
-    -- or they lapsed while it hung) run on their fallback share, the budget over the
-    -- instances they knew: leave that much to them until they are back.
-    local missing = math.max(expected - n - gone, 0)
+    -- Lost instances run on their fallback share, the budget over the instances they knew:
+    -- leave them that much until they are back (see the top).
+    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > ttl) then
+      lost_until = now + ttl
+      lost_n = math.max(lost_n, expected, n + gone + lapsed)
+    end
+    if now >= lost_until then lost_n = 0 end
+    local missing = math.max(lost_n - n - gone, 0)
+    local known = math.max(lost_n, 1)
 
     if rate > 0 then
       -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
@@ -123,7 +145,7 @@ for i, key in ipairs(KEYS) do
       -- grants sum above the rate: others give back at their own next sync.
       local d = {}
       for k = 1, n do d[k] = others[ids[k]][2] end
-      local cap = rate - missing * rate / math.max(expected, 1)
+      local cap = rate - missing * rate / known
       local share, left = fill(cap, d, n)
       t_rate = share[n] + left / n
       local held = 0
@@ -140,7 +162,7 @@ for i, key in ipairs(KEYS) do
       -- (which idles the slot until the old holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
-      local cap = maxc - missing * math.floor(maxc / math.max(expected, 1))
+      local cap = maxc - missing * math.floor(maxc / known)
       local share = fill(cap, w, n)
       local target, spare = {}, cap
       for k = 1, n do
@@ -169,7 +191,12 @@ for i, key in ipairs(KEYS) do
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
-  redis.call('HSET', key, 'tat', num(tat))
+  redis.call('HSET', key, 'tat', num(tat), 'last', num(now))
+  if lost_n > 0 then
+    redis.call('HSET', key, 'lu', num(lost_until), 'ln', lost_n)
+  elseif lost_until > 0 then
+    redis.call('HDEL', key, 'lu', 'ln')
+  end
   -- Memory stays bounded: a partition lives while an instance takes part in it or its
   -- debt has not drained (at most an hour of it), then expires whole.
   local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
