@@ -23,9 +23,12 @@ type part struct {
 	key      string
 	demand   estimator // offered execution seconds per second
 	want     estimator // slots wanted at once
+	offered  float64   // execution seconds offered since the last sync
+	peak     int       // slots wanted at once since the last sync
 	inflight int
 	starved  bool // refused or waited since the last sync
-	active   bool // reported since the last sync
+	active   bool // reported since the last successful sync
+	fresh    bool // reported since the last sync attempt
 	idle     int  // syncs in a row with no usage
 
 	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
@@ -84,7 +87,6 @@ type core struct {
 	parts    map[string]*part
 	known    int // instances last seen sharing the budget; 0 before any sync succeeded
 	seq      uint64
-	lastTake time.Time
 	last     time.Time // last sync attempt
 	next     time.Time // next regular sync
 	failing  bool      // the last sync failed
@@ -117,28 +119,25 @@ func (c *core) instances() int {
 	return c.fallbackN
 }
 
-// absorb takes a local usage report made at now.
+// absorb takes a local usage report made at now. It only accumulates: demand is estimated
+// per sync, over windows long enough to mean something.
 func (c *core) absorb(now time.Time, usage []Usage) {
-	dt := c.interval
-	if !c.lastTake.IsZero() && now.After(c.lastTake) {
-		dt = now.Sub(c.lastTake)
-	}
-	c.lastTake = now
-	seen := make(map[string]bool, len(usage))
 	for i := range usage {
 		u := &usage[i]
 		if !u.active() {
 			continue
 		}
-		seen[u.Key] = true
 		p := c.parts[u.Key]
 		if p == nil {
 			p = &part{key: u.Key}
 			c.parts[u.Key] = p
 		}
-		p.demand.add(max(u.Offered, 0)/dt.Seconds(), dt, c.interval)
-		p.want.add(float64(max(u.Wanted, u.InFlight, 0)), dt, c.interval)
+		if u.Offered > 0 && !math.IsInf(u.Offered, 1) {
+			p.offered += u.Offered
+		}
+		p.peak = max(p.peak, u.Wanted, u.InFlight)
 		p.inflight = max(u.InFlight, 0)
+		p.fresh = true
 		p.starved = p.starved || u.Starved
 		p.active = true
 		if u.Used > 0 && !math.IsInf(u.Used, 1) {
@@ -146,12 +145,7 @@ func (c *core) absorb(now time.Time, usage []Usage) {
 		}
 	}
 	c.anyNew, c.anyShort = false, false
-	for key, p := range c.parts {
-		if !seen[key] {
-			p.demand.add(0, dt, c.interval)
-			p.want.add(0, dt, c.interval)
-			p.inflight = 0
-		}
+	for _, p := range c.parts {
 		c.anyNew = c.anyNew || !p.hasGrant
 		c.anyShort = c.anyShort || p.starved && p.below()
 	}
@@ -231,6 +225,10 @@ type report struct {
 // reports builds the partitions' entries of a sync at now, in chunks of at most
 // maxPartitionsPerCall. A partition idle for idleSyncs syncs is left.
 func (c *core) reports(now time.Time) [][]report {
+	dt := c.interval
+	if !c.last.IsZero() && now.After(c.last) {
+		dt = now.Sub(c.last)
+	}
 	c.last, c.kicked = now, false
 	var out [][]report
 	var cur []report
@@ -240,6 +238,13 @@ func (c *core) reports(now time.Time) [][]report {
 		} else {
 			p.idle++
 		}
+		if !p.fresh {
+			p.inflight = 0 // a partition with statements in flight reports them
+		}
+		p.fresh = false
+		p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
+		p.want.add(float64(p.peak), dt, c.interval)
+		p.offered, p.peak = 0, 0
 		if p.pendingSeq == 0 {
 			c.seq++
 			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0

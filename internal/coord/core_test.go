@@ -379,3 +379,21 @@ func TestNewClientHidesCredentials(t *testing.T) {
 		t.Fatalf("options: %+v", o)
 	}
 }
+
+func TestDemandIsEstimatedPerSync(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 8})
+	c.reports(t0) // the window starts at a sync
+	// Two reports within one interval: 0.25 s and 0.75 s offered, peaks of 3 and 5 slots.
+	c.absorb(t0.Add(sec/2), []Usage{{Key: "", Offered: 0.25, Wanted: 3}})
+	c.absorb(t0.Add(sec*9/10), []Usage{{Key: "", Offered: 0.75, Wanted: 5, InFlight: 2}})
+	rep := c.reports(t0.Add(sec))[0][0]
+	if !near(rep.demand, 1) || rep.want != 5 || rep.inflight != 2 {
+		t.Fatalf("after 1 s offered in 1 s, peak 5: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
+	}
+	c.failed(t0.Add(sec), t0.Add(sec))
+	// A quiet interval halves the estimate; it does not drop it.
+	rep = c.reports(t0.Add(2 * sec))[0][0]
+	if !near(rep.demand, 0.5) || rep.want != 3 || rep.inflight != 0 {
+		t.Fatalf("after a quiet interval: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
+	}
+}
