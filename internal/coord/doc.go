@@ -65,6 +65,10 @@
 //     Slots divide rounding down, but an instance keeps at least one slot, because an internal
 //     failure must not stop every statement of a budget: with more instances than
 //     max_concurrent, an outage may let one statement per instance run.
+//   - An instance cut off from Redis while the others are not (or too slow to sync for a
+//     lease duration) keeps its fallback share while Redis hands its lease to the others: the
+//     aggregate may exceed the budget by that share until it is back. Leases without fencing
+//     cannot do better without making an outage stop the budget's statements.
 //   - Retries come after a random 0.5–1.5 intervals, so instances do not return to a
 //     recovered Redis all at once; no early syncs while failing.
 //   - A hung Redis replays its socket when it resumes. Each call carries a deadline in

@@ -1,0 +1,204 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/redistest"
+)
+
+// simBudget is a minimal local budget as the budget package is to implement [Local]: one
+// partition, a reverse leaky bucket that enforces exactly its lease (draining at the lease's
+// rate, holding at most its burst), the counters TakeUsage reports, and a kick when it
+// refuses. Statements are instantaneous: their cost is charged at admission.
+type simBudget struct {
+	mu       sync.Mutex // protects the fields below
+	lease    Lease
+	has      bool
+	debt     float64
+	at       time.Time
+	offered  float64
+	used     float64
+	starved  bool
+	admitted map[int64]float64 // admitted cost per 100 ms bucket
+	kick     func()
+	history  []string // lease changes, for a failure's log
+}
+
+func (b *simBudget) drain(now time.Time) {
+	if !b.at.IsZero() && now.After(b.at) {
+		b.debt = max(0, b.debt-b.lease.Rate*now.Sub(b.at).Seconds())
+	}
+	b.at = now
+}
+
+func (b *simBudget) admit(now time.Time, cost float64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drain(now)
+	b.offered += cost
+	// A partition with no debt admits one statement larger than its lease's burst.
+	if !b.has || b.lease.Rate == 0 || b.debt+cost > b.lease.Burst && b.debt > 0 {
+		b.starved = true
+		if b.kick != nil {
+			go b.kick()
+		}
+		return false
+	}
+	b.debt += cost
+	b.used += cost
+	b.admitted[now.UnixNano()/int64(100*time.Millisecond)] += cost
+	return true
+}
+
+func (b *simBudget) TakeUsage(time.Time) []Usage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := Usage{Offered: b.offered, Used: b.used, Starved: b.starved}
+	b.offered, b.used, b.starved = 0, 0, false
+	if !u.active() {
+		return nil
+	}
+	return []Usage{u}
+}
+
+func (b *simBudget) SetLease(now time.Time, _ string, l Lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drain(now) // the debt so far drains at the old rate
+	// A debt run up under a larger lease is capped at the new burst: kept whole, it would
+	// shut the partition out for debt / rate, long after the global bucket drained it.
+	b.debt = min(b.debt, l.Burst)
+	b.lease, b.has = l, true
+	b.history = append(b.history, fmt.Sprintf("%s %.3g/%.3g", now.Format("05.000"), l.Rate, l.Burst))
+}
+
+// TestSimulatedInstancesHoldTheRate runs eight instances against one Redis, each offering
+// statements through a simBudget, and checks what they admit together: about the budget's
+// rate, no 1-second window above rate + burst, and a fair split.
+func TestSimulatedInstancesHoldTheRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	const (
+		interval = 200 * time.Millisecond // a loaded test machine can starve a 100ms loop
+		cost     = 0.01                   // execution seconds per statement
+	)
+	often := func(int) time.Duration { return time.Millisecond } // 10 s/s offered, 40× a share
+	for _, tc := range []struct {
+		name  string
+		every func(i int) time.Duration // how often instance i offers a statement
+		pause bool                      // stop Redis (SIGSTOP) for a second mid-run
+		check func(t *testing.T, per []float64, span float64)
+	}{
+		{name: "equal demand", every: often},
+		{name: "10:1 demand", every: func(i int) time.Duration {
+			if i < 4 {
+				return time.Millisecond
+			}
+			return 10 * time.Millisecond // 1 s/s: ten times less, still 4× a share
+		}},
+		{name: "small demand below its share", every: func(i int) time.Duration {
+			if i == 0 {
+				return 100 * time.Millisecond // 0.1 s/s, below its share of 0.25
+			}
+			return time.Millisecond
+		}, check: func(t *testing.T, per []float64, span float64) {
+			if got := per[0] / span; got < 0.09 {
+				t.Errorf("the small instance admitted %.3f/s of the 0.1/s it offered", got)
+			}
+		}},
+		{name: "Redis paused", every: often, pause: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Need(t)
+			rc := newClient(t, srv)
+			spec := Spec{Name: "sim", Rate: 2, Burst: 1}
+			budgets := make([]*simBudget, 8)
+			for i := range budgets {
+				b := &simBudget{admitted: map[int64]float64{}}
+				c := New(Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet})
+				h := c.Register(spec, b)
+				b.kick = h.Kick
+				c.Start()
+				t.Cleanup(func() { c.Close(context.Background()) })
+				budgets[i] = b
+			}
+
+			start := time.Now()
+			from, end := start.Add(time.Second), start.Add(4*time.Second)
+			var wg sync.WaitGroup
+			for i, b := range budgets {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for now := time.Now(); now.Before(end); now = time.Now() {
+						b.admit(now, cost)
+						time.Sleep(tc.every(i))
+					}
+				}()
+			}
+			if tc.pause {
+				time.Sleep(time.Until(start.Add(2 * time.Second)))
+				if err := srv.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				if err := srv.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Wait()
+
+			b0, b1 := from.UnixNano()/int64(100*time.Millisecond), end.UnixNano()/int64(100*time.Millisecond)
+			total := make([]float64, b1-b0)
+			per := make([]float64, len(budgets))
+			for i, b := range budgets {
+				b.mu.Lock()
+				for k, v := range b.admitted {
+					if k >= b0 && k < b1 {
+						total[k-b0] += v
+						per[i] += v
+					}
+				}
+				b.mu.Unlock()
+			}
+			span := end.Sub(from).Seconds()
+			sum, worst := 0.0, 0.0
+			for i, v := range total {
+				sum += v
+				if i+10 <= len(total) {
+					w := 0.0
+					for _, x := range total[i : i+10] {
+						w += x
+					}
+					worst = max(worst, w)
+				}
+			}
+			aggregate := sum / span
+			t.Logf("aggregate %.3f execution-s/s for a rate of %v; largest 1 s window %.3f; Jain %.3f; per instance %.3v",
+				aggregate, spec.Rate, worst, jain(per), per)
+			if aggregate < 0.95*spec.Rate || aggregate > 1.05*spec.Rate {
+				t.Errorf("aggregate %.3f, want within 5%% of %v", aggregate, spec.Rate)
+			}
+			if worst > spec.Rate+spec.Burst+cost {
+				t.Errorf("a 1 s window admitted %.3f > rate + burst = %v", worst, spec.Rate+spec.Burst)
+			}
+			if tc.check != nil {
+				tc.check(t, per, span)
+			} else if j := jain(per); j < 0.95 {
+				t.Errorf("Jain's index %.3f < 0.95", j)
+			}
+			if t.Failed() {
+				for i, b := range budgets {
+					b.mu.Lock()
+					t.Logf("instance %d leases: %v", i, b.history)
+					b.mu.Unlock()
+				}
+			}
+		})
+	}
+}
