@@ -112,6 +112,21 @@
 //   - A kick when it refuses or delays a statement for want of credit or slots, or creates a
 //     partition: [Handle.Kick], a non-blocking flag and channel send.
 //
+//   - Statements waiting for capacity (max_wait) must be woken by SetLease as by a release:
+//     a larger lease is capacity.
+//
 // Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
 // the instances as last seen, and the sync counters for metrics.
+//
+// # Wiring into a connector
+//
+// When the rules have a coordination section, the connector makes one [Coordinator] with the
+// client given by driver.WithRedisClient or else [NewClient] of the section's URL, the
+// section's sync interval and fallback instances, and starts it. Each budget that
+// rules.Config.IsShared reports as shared is registered with [Coordinator.Register], its
+// [Spec] being the budget's rate (server_share × server_cores), burst_limit and
+// max_concurrent, and its [Local] the budget itself; the budget keeps the [Handle] to kick it.
+// A reload calls [Handle.SetSpec] for a changed budget, [Handle.Close] for one removed or no
+// longer shared, and Register for a new one. Connector.Close calls [Coordinator.Close] with a
+// short deadline. Nothing of this runs on a statement's path.
 package coord
