@@ -79,8 +79,8 @@ type Local interface {
 	// TakeUsage returns the usage of every partition active since the previous call and resets
 	// their counters.
 	TakeUsage(now time.Time) []Usage
-	// SetLease makes lease the partition's limits from now on, keeping its debt and in-flight
-	// count. A zero lease for a partition means the coordinator dropped it: the budget may
+	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
+	// and its debt, capped at the lease's burst. A zero lease for a partition means the coordinator dropped it: the budget may
 	// forget the partition once it is idle.
 	SetLease(now time.Time, key string, lease Lease)
 }
