@@ -106,6 +106,7 @@
 //     refused until the lease arrives, a tenth of an interval later. Suggested: a partition
 //     with no debt admits one statement whose cost exceeds its lease's burst (but not the
 //     budget's), else a small lease could never admit a large statement.
+//
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
 //     peak number of statements that wanted a slot at once (in flight plus refused or waiting
@@ -113,6 +114,7 @@
 //     partitions with something to report are returned; the coordinator keeps reporting a
 //     partition for two more syncs after it went idle, then leaves it and sets a zero lease
 //     (the budget may then evict it when idle).
+//
 //   - A kick when it refuses or delays a statement for want of credit or slots, or creates a
 //     partition: [Handle.Kick], a non-blocking flag and channel send.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,5 +209,116 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// simSlots is a minimal local budget for max_concurrent: at most its lease's slots of its
+// statements run at once; it reports the peak wanted and those in flight.
+type simSlots struct {
+	mu       sync.Mutex // protects the fields below
+	slots    int
+	inflight int
+	peak     int
+	starved  bool
+	kick     func()
+}
+
+func (s *simSlots) acquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight >= s.slots {
+		s.peak = max(s.peak, s.inflight+1)
+		s.starved = true
+		if s.kick != nil {
+			go s.kick()
+		}
+		return false
+	}
+	s.inflight++
+	s.peak = max(s.peak, s.inflight)
+	return true
+}
+
+func (s *simSlots) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+}
+
+func (s *simSlots) TakeUsage(time.Time) []Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := Usage{Wanted: s.peak, InFlight: s.inflight, Starved: s.starved}
+	s.peak, s.starved = s.inflight, false
+	if !u.active() {
+		return nil
+	}
+	return []Usage{u}
+}
+
+func (s *simSlots) SetLease(_ time.Time, _ string, l Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots = l.Slots
+}
+
+// TestSimulatedInstancesHoldMaxConcurrent runs eight instances whose workers hold slots for
+// 20 ms at a time, four workers on half of them and one on the others, and counts the
+// statements running across all of them: never more than max_concurrent. (max_concurrent
+// equals the instances here, so that even a lease lapsing on a loaded machine, which leaves
+// each instance one slot, cannot exceed it.)
+func TestSimulatedInstancesHoldMaxConcurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	rc := newClient(t, redistest.Need(t))
+	const interval = 200 * time.Millisecond
+	spec := Spec{Name: "slots", MaxConcurrent: 8}
+	var running, most, samples, sum atomic.Int64
+	locals := make([]*simSlots, 8)
+	for i := range locals {
+		s := &simSlots{}
+		c := New(Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("slots%d", i), Logger: quiet})
+		s.kick = c.Register(spec, s).Kick
+		c.Start()
+		t.Cleanup(func() { c.Close(context.Background()) })
+		locals[i] = s
+	}
+	end := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for i, s := range locals {
+		workers := 1
+		if i%2 == 0 {
+			workers = 4
+		}
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					if !s.acquire() {
+						time.Sleep(2 * time.Millisecond)
+						continue
+					}
+					n := running.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					samples.Add(1)
+					sum.Add(n)
+					time.Sleep(20 * time.Millisecond)
+					running.Add(-1)
+					s.release()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	t.Logf("at most %d running of %d; %.2f on average at a statement's start", most.Load(), spec.MaxConcurrent,
+		float64(sum.Load())/float64(max(samples.Load(), 1)))
+	if most.Load() > int64(spec.MaxConcurrent) {
+		t.Fatalf("%d statements ran at once, max_concurrent is %d", most.Load(), spec.MaxConcurrent)
+	}
+	if samples.Load() == 0 {
+		t.Fatal("no statement ran")
 	}
 }
