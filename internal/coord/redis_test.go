@@ -533,3 +533,30 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestOddSlotsGoRound(t *testing.T) {
+	// 4 slots, 8 instances wanting 4 each: whatever the rotation's turn, four instances hold
+	// one slot each once the grants settled, and the ones holding them change only with the
+	// turn.
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "odd", MaxConcurrent: 4}
+	locals := make([]*fakeLocal, 8)
+	for i := range locals {
+		locals[i] = newFakeLocal(0, 4)
+	}
+	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	syncRounds(t, insts, spec, 3)
+	holders := 0
+	for _, l := range locals {
+		switch l.lease("").Slots {
+		case 0:
+		case 1:
+			holders++
+		default:
+			t.Fatalf("an instance holds %d of the odd slots", l.lease("").Slots)
+		}
+	}
+	if holders != 4 {
+		t.Fatalf("%d instances hold a slot, want 4", holders)
+	}
+}

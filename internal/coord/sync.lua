@@ -125,9 +125,15 @@ for i, key in ipairs(KEYS) do
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
+    -- Every caller orders the instances alike (by id), so that the odd slots go round the
+    -- same instances whoever computes them.
+    ids[#ids + 1] = id
     table.sort(ids)
-    local n = #ids + 1
-    ids[n] = id
+    local n = #ids
+    local me = 0
+    for k = 1, n do
+      if ids[k] == id then me = k end
+    end
     others[id] = {0, demand, want, 0, 0, 0}
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
@@ -147,9 +153,11 @@ for i, key in ipairs(KEYS) do
       for k = 1, n do d[k] = others[ids[k]][2] end
       local cap = rate - missing * rate / known
       local share, left = fill(cap, d, n)
-      t_rate = share[n] + left / n
+      t_rate = share[me] + left / n
       local held = 0
-      for k = 1, n - 1 do held = held + others[ids[k]][5] end
+      for k = 1, n do
+        if k ~= me then held = held + others[ids[k]][5] end
+      end
       g_rate = math.max(0, math.min(t_rate, cap - held))
       g_burst = burst * g_rate / rate
     end
@@ -178,11 +186,13 @@ for i, key in ipairs(KEYS) do
           spare = spare - 1
         end
       end
-      t_slots = target[n]
+      t_slots = target[me]
       -- Another instance holds what it was granted, or more while its statements from an
       -- earlier, larger grant are still in flight.
       local held = 0
-      for k = 1, n - 1 do held = held + others[ids[k]][4] end
+      for k = 1, n do
+        if k ~= me then held = held + others[ids[k]][4] end
+      end
       g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
     end
