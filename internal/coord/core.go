@@ -9,6 +9,9 @@ import (
 // and in Redis alike: a crashed instance's slots return after this long.
 const leaseIntervals = 3
 
+// expectWindow is how many intervals an instance remembers how many instances it saw.
+const expectWindow = 10
+
 // idleSyncs is how many syncs a partition is reported with no usage before the instance
 // leaves it (Redis forgets its entry at once and its slots return).
 const idleSyncs = 2
@@ -56,13 +59,15 @@ type sighting struct {
 	live int
 }
 
-// expected is the most instances seen in the partition within a lease duration of now (or
-// ever, while failing: those instances may be failing too): an instance Redis no longer
-// lists may still run on its fallback share until then.
-func (p *part) expected(now time.Time, lease time.Duration, failing bool) int {
+// expected is the most instances seen in the partition lately (within window of now, or at
+// any time while failing: those instances may be failing too). Redis uses it only when its
+// state for the partition is gone, to keep the share of instances it lost free for them.
+// Expecting too many costs little (that share stays free for a lease duration); too few
+// could let the lost ones' share be used twice, so the window is generous.
+func (p *part) expected(now time.Time, window time.Duration, failing bool) int {
 	n := 0
 	for _, s := range p.seen {
-		if !s.at.IsZero() && (failing || now.Sub(s.at) < lease) {
+		if !s.at.IsZero() && (failing || now.Sub(s.at) < window) {
 			n = max(n, s.live)
 		}
 	}
@@ -254,7 +259,7 @@ func (c *core) reports(now time.Time) [][]report {
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0,
-			expected: p.expected(now, leaseIntervals*c.interval, c.failing),
+			expected: p.expected(now, expectWindow*c.interval, c.failing),
 		})
 		if len(cur) == maxPartitionsPerCall {
 			out, cur = append(out, cur), nil

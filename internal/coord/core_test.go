@@ -236,26 +236,27 @@ func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 	}
 }
 
-func TestExpectedInstancesAreRememberedForALease(t *testing.T) {
+func TestExpectedInstancesAreRemembered(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 8, Burst: 8, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 100}})
 	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8} })
 	// Redis restarted: it lists one instance, but the 8 seen a moment ago may still run on
-	// their fallback share, so the next reports say 8 are expected, until a lease lapses.
+	// their fallback share, so the next reports say 8 are expected, for expectWindow
+	// intervals.
 	grantAll(c, t0.Add(sec), func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} })
 	c.absorb(t0.Add(2*sec), []Usage{{Key: "", Offered: 100}})
 	if got := c.reports(t0.Add(2 * sec))[0][0].expected; got != 8 {
 		t.Fatalf("expected instances one interval after seeing 8: %d", got)
 	}
-	c.absorb(t0.Add(4*sec), []Usage{{Key: "", Offered: 100}})
-	reps := c.reports(t0.Add(4 * sec))
+	c.absorb(t0.Add(11*sec), []Usage{{Key: "", Offered: 100}})
+	reps := c.reports(t0.Add(11 * sec))
 	if got := reps[0][0].expected; got != 1 {
-		t.Fatalf("expected instances a lease duration after seeing 8: %d, want the 1 seen since", got)
+		t.Fatalf("expected instances %d intervals after seeing 8: %d, want the 1 seen since", expectWindow, got)
 	}
 
 	// While failing, every sighting counts however old (the others may be failing too),
 	// and after the recovery for another lease duration.
-	c.failed(t0.Add(4*sec), t0.Add(4*sec))
+	c.failed(t0.Add(11*sec), t0.Add(11*sec))
 	c.absorb(t0.Add(60*sec), []Usage{{Key: "", Offered: 100}})
 	reps = c.reports(t0.Add(60 * sec))
 	if got := reps[0][0].expected; got != 8 {

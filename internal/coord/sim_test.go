@@ -88,8 +88,10 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 		t.Skip("runs for seconds")
 	}
 	const (
-		interval = 200 * time.Millisecond // a loaded test machine can starve a 100ms loop
-		cost     = 0.01                   // execution seconds per statement
+		// Long enough that a loaded test machine does not make a lease lapse (see the
+		// package doc on instances cut off from Redis).
+		interval = 500 * time.Millisecond
+		cost     = 0.01 // execution seconds per statement
 	)
 	often := func(int) time.Duration { return time.Millisecond } // 10 s/s offered, 40× a share
 	for _, tc := range []struct {
@@ -133,7 +135,7 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 			}
 
 			start := time.Now()
-			from, end := start.Add(time.Second), start.Add(4*time.Second)
+			from, end := start.Add(2*time.Second), start.Add(5*time.Second)
 			// Statements are offered at fixed times, however often the machine lets the
 			// goroutine run: what is offered does not depend on the test machine's load.
 			var wg sync.WaitGroup
@@ -141,17 +143,15 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					next := start
-					for now := time.Now(); now.Before(end); now = time.Now() {
-						for ; !next.After(now) && next.Before(end); next = next.Add(tc.every(i)) {
+					for next := start; next.Before(end); time.Sleep(5 * time.Millisecond) {
+						for now := time.Now(); !next.After(now) && next.Before(end); next = next.Add(tc.every(i)) {
 							b.admit(next, cost)
 						}
-						time.Sleep(5 * time.Millisecond)
 					}
 				}()
 			}
 			if tc.pause {
-				time.Sleep(time.Until(start.Add(2 * time.Second)))
+				time.Sleep(time.Until(start.Add(3 * time.Second)))
 				if err := srv.Pause(); err != nil {
 					t.Fatal(err)
 				}
@@ -272,7 +272,7 @@ func TestSimulatedInstancesHoldMaxConcurrent(t *testing.T) {
 		t.Skip("runs for seconds")
 	}
 	rc := newClient(t, redistest.Need(t))
-	const interval = 200 * time.Millisecond
+	const interval = 500 * time.Millisecond // see TestSimulatedInstancesHoldTheRate
 	spec := Spec{Name: "slots", MaxConcurrent: 8}
 	var running, most, samples, sum atomic.Int64
 	locals := make([]*simSlots, 8)
