@@ -138,8 +138,3 @@ func decay(from, target Lease, since, now time.Time, halfLife time.Duration) Lea
 func capLease(l, limit Lease) Lease {
 	return Lease{Rate: min(l.Rate, limit.Rate), Burst: min(l.Burst, limit.Burst), Slots: min(l.Slots, limit.Slots)}
 }
-
-// maxLease returns the larger of each field.
-func maxLease(a, b Lease) Lease {
-	return Lease{Rate: max(a.Rate, b.Rate), Burst: max(a.Burst, b.Burst), Slots: max(a.Slots, b.Slots)}
-}

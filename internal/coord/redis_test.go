@@ -72,12 +72,6 @@ func (f *fakeLocal) lease(key string) Lease {
 	return f.leases[key]
 }
 
-func (f *fakeLocal) set(demand float64, wanted int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.demand, f.wanted = demand, wanted
-}
-
 func newClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	t.Helper()
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
