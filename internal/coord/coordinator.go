@@ -256,8 +256,9 @@ func (c *Coordinator) wakeIn() time.Duration {
 	return max(d, c.interval/100, time.Millisecond)
 }
 
-// Sync syncs every registered budget now, whether due or not, and returns the first error.
-// The loop does the same on its own schedule; Sync is for tests and tools.
+// Sync syncs every registered budget now, whether due or not, and returns their errors
+// joined. The loop does the same on its own schedule; Sync is for tests and tools, and must
+// not run beside a started loop (one of the two would find the other's call outstanding).
 func (c *Coordinator) Sync(ctx context.Context) error { return c.round(ctx, true) }
 
 // round looks at each budget once: takes its usage, syncs it if due (or if force), and hands
