@@ -6,7 +6,7 @@
 -- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
 -- ARGV[4]   budget burst, execution seconds
 -- ARGV[5]   budget max_concurrent (0: unlimited)
--- ARGV[6]   sync interval, ms (the odd slots rotate every ten)
+-- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
 -- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
 -- then for each partition 8 values:
@@ -24,8 +24,8 @@
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
 -- sync (Redis hung, or the network failed). Either way the partition shows it: the hash is
--- gone though the caller saw others lately (expected > 1), or nobody synced it for a lease
--- duration. Then, for one lease duration, the capacity of the instances that were there and
+-- gone though the caller saw others lately (expected > 1), or nobody synced it for two
+-- intervals (each live instance syncs about once an interval). Then, for one lease duration, the capacity of the instances that were there and
 -- are not back is kept free for them. An instance that lapses while others sync normally has
 -- crashed: its capacity returns when its lease lapses.
 --
@@ -137,7 +137,7 @@ for i, key in ipairs(KEYS) do
     others[id] = {0, demand, want, 0, 0, 0}
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
-    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > ttl) then
+    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) then
       lost_until = now + ttl
       lost_n = math.max(lost_n, expected, n + gone + lapsed)
     end
