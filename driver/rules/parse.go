@@ -201,9 +201,9 @@ func (d *decoder) unknown(n *yaml.Node, path, key string, known ...string) {
 }
 
 var (
-	configFields = []string{"server_cores", "health_interval", "health_queries", "budgets", "rules", "guards"}
+	configFields = []string{"server_cores", "health_interval", "health_queries", "budgets", "rules", "guards", "coordination"}
 	budgetFields = []string{"name", "mode", "max_concurrent", "per_query_limit", "server_share", "burst_limit",
-		"warning_threshold", "per", "max_wait", "throttle_when", "explain"}
+		"warning_threshold", "per", "max_wait", "throttle_when", "explain", "shared"}
 	ruleFields  = []string{"budget", "match"}
 	guardsField = []string{"require_where", "block_truncate"}
 	guardFields = []string{"mode", "match"}
@@ -252,6 +252,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 					d.unknown(v, path, key, guardsField...)
 				}
 			})
+		case "coordination":
+			c.Coordination = d.coordination(v, path)
 		default:
 			d.unknown(v, path, key, configFields...)
 		}
@@ -286,6 +288,8 @@ func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
 			})
 		case "explain":
 			b.Explain = d.str(v, path)
+		case "shared":
+			b.Shared = d.boolean(v, path)
 		default:
 			d.unknown(v, path, key, budgetFields...)
 		}

@@ -85,6 +85,7 @@ func (c *Config) validate(p *problems) {
 		}
 		validateMatch(p, g.path+".match", g.guard.Match)
 	}
+	c.validateCoordination(p)
 }
 
 func (c *Config) validateBudget(p *problems, i int, cores float64, first map[string]int) {
