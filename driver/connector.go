@@ -170,6 +170,8 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 			return pgx.ConnectConfig(ctx, healthConfig.Copy())
 		},
 		Observer: tel.observer(),
+		Redis:    o.redis,
+		Instance: o.instance,
 	})
 	switch {
 	case o.config != nil:
