@@ -171,7 +171,6 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 		},
 		Observer: tel.observer(),
 		Redis:    o.redis,
-		Instance: o.instance,
 	})
 	switch {
 	case o.config != nil:

@@ -28,7 +28,6 @@ type options struct {
 	sqlCommenter     bool
 	now              func() time.Time // nil: the real clock, which the engine reads more cheaply
 	redis            redis.UniversalClient
-	instance         string // the instance id in Redis (tests); random when empty
 }
 
 func defaultOptions() options {
@@ -117,9 +116,4 @@ func withClock(now func() time.Time) Option {
 // one when it is back. redis.SetLogger quiets go-redis if you wish.
 func WithRedisClient(c redis.UniversalClient) Option {
 	return func(o *options) { o.redis = c }
-}
-
-// withInstance names the connector's instance in Redis (tests: two "instances" in one process).
-func withInstance(id string) Option {
-	return func(o *options) { o.instance = id }
 }
