@@ -92,6 +92,7 @@ type config struct {
 	rateStmt   time.Duration
 	slotStmt   time.Duration
 	only       string
+	chart      string
 	chaosAt    time.Duration
 	chaosFor   time.Duration
 	childFlags childConfig
@@ -114,6 +115,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all)")
 	flag.DurationVar(&c.chaosAt, "chaos-at", 15*time.Second, "when the chaos starts in a run")
 	flag.DurationVar(&c.chaosFor, "chaos-for", 5*time.Second, "how long redis stays stopped (sigstop)")
+	flag.StringVar(&c.chart, "chart", "", "write a PNG chart of the rate runs to this file")
 	child := flag.Bool("child", false, "run as one application process (used by the parent)")
 	c.childFlags.register()
 	flag.Parse()
@@ -178,6 +180,9 @@ func runParent(c config) error {
 		results = append(results, median(runs))
 	}
 	printTable(os.Stdout, c, results)
+	if c.chart != "" {
+		return writeChart(c.chart, c, results)
+	}
 	return nil
 }
 

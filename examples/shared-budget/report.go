@@ -26,8 +26,9 @@ type result struct {
 	// running (the killed process's slots idle until its lease lapses), and the same before it
 	// (slots idle while they change hands); -1 when not measured.
 	recovered, usual time.Duration
-	windowAll        float64 // as maxWindow, from the start of the run (the warm-up included)
-	callsPerProc     float64 // Redis script calls per process per second
+	windowAll        float64   // as maxWindow, from the start of the run (the warm-up included)
+	perSecond        []float64 // admitted execution seconds in each second from the start (chart)
+	callsPerProc     float64   // Redis script calls per process per second
 	blocked          int
 	errors           int
 }
@@ -59,6 +60,7 @@ func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childRep
 	r.aggregate = sum(total) / span
 	r.maxWindow = maxWindow(reps, b0, b1)
 	r.windowAll = maxWindow(reps, from.Add(-c.warmup).UnixNano()/int64(bucket), b1)
+	r.perSecond = perSecond(reps, from.Add(-c.warmup).UnixNano()/int64(bucket), b1)
 	if s.big == nil && len(per) > 1 {
 		r.jain = jain(per)
 	}
@@ -106,6 +108,20 @@ func maxWindow(reps []childReport, b0, b1 int64) float64 {
 		most = max(most, sum(total[i:i+per]))
 	}
 	return most
+}
+
+// perSecond is the execution seconds admitted in each whole second of buckets [b0, b1).
+func perSecond(reps []childReport, b0, b1 int64) []float64 {
+	per := int64(time.Second / bucket)
+	out := make([]float64, (b1-b0)/per)
+	for _, rep := range reps {
+		for b, sec := range rep.Seconds {
+			if i := (b - b0) / per; b >= b0 && i < int64(len(out)) {
+				out[i] += sec
+			}
+		}
+	}
+	return out
 }
 
 // longestBelow is the longest stretch of samples in [from, to) with fewer than n running.
