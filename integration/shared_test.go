@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
@@ -156,5 +158,40 @@ rules:
 		if strings.Contains(text, "hunter2") {
 			t.Errorf("the %s shows the Redis password:\n%s", what, text)
 		}
+	}
+}
+
+// TestSharedThroughAGivenClient: driver.WithRedisClient replaces the section's URL (here
+// absent), for Sentinel and Cluster clients that a URL cannot describe.
+func TestSharedThroughAGivenClient(t *testing.T) {
+	srv := redistest.Need(t)
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	cfg, err := driver.ParseConfig([]byte(`
+coordination: {sync_interval: 100ms}
+budgets:
+  - {name: b, mode: enforce, max_concurrent: 2}
+rules:
+  - {budget: b, match: {app: shared}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer rc.Close()
+	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithRedisClient(rc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	ctx := tagging.With(context.Background(), "app", "shared")
+	if !eventually(5*time.Second, func() bool { _, err := db.ExecContext(ctx, "select 1"); return err == nil }) {
+		t.Fatal("no statement admitted within 5s")
+	}
+	if s := sharedStatus(t, c, "b"); s.Syncs == 0 || s.Instances != 1 || s.Fallback {
+		t.Fatalf("status %+v, want syncs through the given client and one instance", s)
+	}
+	if n, err := rc.Keys(context.Background(), "pgtraffic:{b}:*").Result(); err != nil || len(n) == 0 {
+		t.Fatalf("no key of budget b in the given client's Redis: %v %v", n, err)
 	}
 }
