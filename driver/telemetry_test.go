@@ -522,8 +522,8 @@ func TestSpansUseGlobalProviderByDefault(t *testing.T) {
 	}
 	eng := engine.New(engine.Options{Observer: tel.observer()})
 	defer eng.Close()
-	x, err := eng.Begin(context.Background(), nil, "SELECT 1 FROM t", nil)
-	if err != nil {
+	x := new(engine.Exec)
+	if err := eng.Begin(context.Background(), x, nil, "SELECT 1 FROM t", nil); err != nil {
 		t.Fatal(err)
 	}
 	x.Finish(context.Background(), nil)
@@ -998,7 +998,7 @@ rules:
 	defer release()
 	ctx, cancel := context.WithCancel(waiting)
 	cancel() // the engine finds the slot taken, then sees ctx end instead of waiting
-	if _, err := h.eng.Begin(ctx, nil, "SELECT 1 FROM orders", nil); !errors.Is(err, context.Canceled) {
+	if err := h.eng.Begin(ctx, new(engine.Exec), nil, "SELECT 1 FROM orders", nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Begin: %v, want context.Canceled", err)
 	}
 	s := h.span(t, "SELECT orders", "waiting")
@@ -1038,8 +1038,8 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	tel.tracer = tp.Tracer(instrumentationName)
 	eng := engine.New(engine.Options{})
 	defer eng.Close()
-	x, err := eng.Begin(context.Background(), nil, "select 1", nil)
-	if err != nil {
+	x := new(engine.Exec)
+	if err := eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
 	defer x.Finish(context.Background(), nil)

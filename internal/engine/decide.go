@@ -102,7 +102,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.Costed = true
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	s := x.s
+	s := &x.s
 	s.reqs = s.reqs[:0]
 	for _, r := range rt.reqs {
 		r.Cost = x.Predicted

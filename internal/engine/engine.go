@@ -211,8 +211,11 @@ func (d *Denial) Error() string {
 }
 
 // Exec is one statement between its admission and its completion: what the caller and the
-// observer read, and the engine's scratch space for deciding it. Finish must be called exactly
-// once, by the single owner (the driver's Exec call or its Rows). Not safe for concurrent use.
+// observer read, and the engine's scratch space for deciding it. The caller owns it and passes it
+// to Begin for each of its statements in turn (the driver keeps one per connection and one per
+// rows wrapper), so its storage is reused and a statement allocates nothing. Finish must be
+// called exactly once after a successful Begin, before the Exec begins another statement. Not
+// safe for concurrent use. The zero value is ready for Begin.
 type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
@@ -235,31 +238,36 @@ type Exec struct {
 	warm   bool      // the prediction came from a pattern past warmSamples executions
 	holds  []budget.Request
 	warned []budgetWarn
-	s      *scratch
+	s      scratch
 }
 
-// scratch is the reusable storage an Exec decides in, kept with it in the pool so that a
-// statement allocates nothing once the slices have grown.
+// scratch is the storage an Exec decides in, kept from one statement to the next.
 type scratch struct {
-	tags   []ruleset.KV
-	rules  []int
-	rt     route
-	reqs   []budget.Request
-	warns  []budget.Warning
-	holds  []budget.Request // Exec.holds' storage
-	warned []budgetWarn     // Exec.warned's storage
+	tags  []ruleset.KV
+	rules []int
+	rt    route
+	reqs  []budget.Request
+	warns []budget.Warning
 }
 
-var execPool = sync.Pool{New: func() any { return &Exec{s: new(scratch)} }}
+// reset readies x for a statement of p, keeping its storage. It sets each per-statement field
+// rather than assigning a whole Exec, which would also copy the scratch.
+func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
+	x.Pattern, x.Tags, x.Decision, x.Reason, x.Budgets = p, nil, DecisionAllow, "", nil
+	x.Predicted, x.PlanCost, x.Costed = 0, 0, false
+	x.Span, x.Observed, x.Wants = nil, false, 0
+	x.e, x.start, x.warm = e, time.Time{}, false
+	x.holds, x.warned = x.holds[:0], x.warned[:0]
+}
 
-// Begin decides whether the statement may run. conn is the pgx stdlib connection it will run on
-// (used for EXPLAIN; may be nil). It returns the Exec to Finish when the statement completes, or
-// a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
-// On a denial nothing has been taken from any budget.
-func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
+// Begin decides whether the statement may run, in x (see Exec). conn is the pgx stdlib
+// connection it will run on (used for EXPLAIN; may be nil). It returns nil when the statement
+// may run (then x must be finished with Finish when it completes), a *Denial error when it is
+// blocked, or ctx's error when ctx ended while waiting for capacity. On an error nothing has been
+// taken from any budget and x needs no Finish.
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
 	p, text := e.texts.get(query, e.patterns)
-	x := execPool.Get().(*Exec)
-	*x = Exec{e: e, Pattern: p, Decision: DecisionAllow, holds: x.s.holds[:0], warned: x.s.warned[:0], s: x.s}
+	x.reset(e, p)
 	st := e.state.Load()
 	if e.obs != nil {
 		x.Wants = e.obs.Wants()
@@ -306,8 +314,8 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 			if e.obs != nil {
 				e.obs.Blocked(ctx, x, err)
 			}
-			x.release()
-			return nil, err
+			x.Span = nil
+			return err
 		}
 		if slow {
 			// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
@@ -318,7 +326,7 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	if x.Observed {
 		e.obs.Started(ctx, x)
 	}
-	return x, nil
+	return nil
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
@@ -333,8 +341,8 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
 	if x.start.IsZero() {
-		x.release() // no rules were in force and telemetry was idle: nothing to account
-		return
+		x.Span = nil
+		return // no rules were in force and telemetry was idle: nothing to account
 	}
 	now := e.now()
 	took := now.Sub(x.start)
@@ -348,7 +356,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
-	x.release()
+	x.Span = nil // the Exec is kept for the caller's next statement: it must not hold the span
 }
 
 // Training the cost model on a statement costs more than the rest of its decision, and a
@@ -366,14 +374,6 @@ const (
 // train reports whether the model trains on x's execution, which took took.
 func (x *Exec) train(took time.Duration) bool {
 	return !x.warm || took >= trainAlways || rand.Uint32()%trainEvery == 0
-}
-
-// release returns x to the pool, dropping the pattern, span and budgets it references.
-func (x *Exec) release() {
-	// The scratch keeps its storage (and the small strings in it) for the next statement.
-	x.s.holds, x.s.warned = x.holds, x.warned
-	x.e, x.Pattern, x.Tags, x.Budgets, x.Span, x.holds, x.warned = nil, nil, nil, nil, nil, nil, nil
-	execPool.Put(x)
 }
 
 // mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
