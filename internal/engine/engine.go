@@ -233,9 +233,13 @@ type Exec struct {
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
 
-	e      *Engine
-	start  time.Time // see Start; zero when nothing read the clock
-	warm   bool      // the prediction came from a pattern past warmSamples executions
+	e     *Engine
+	start time.Time // see Start; zero when nothing read the clock
+	warm  bool      // the prediction came from a pattern past warmSamples executions
+	// rng samples the statements the model trains on: each Exec has its own, used by its one
+	// owner, seeded at random on first use.
+	rng    rand.PCG
+	seeded bool
 	holds  []budget.Request
 	warned []budgetWarn
 	s      scratch
@@ -373,7 +377,14 @@ const (
 
 // train reports whether the model trains on x's execution, which took took.
 func (x *Exec) train(took time.Duration) bool {
-	return !x.warm || took >= trainAlways || rand.Uint32()%trainEvery == 0
+	if !x.warm || took >= trainAlways {
+		return true
+	}
+	if !x.seeded {
+		x.rng.Seed(rand.Uint64(), rand.Uint64())
+		x.seeded = true
+	}
+	return x.rng.Uint64()%trainEvery == 0
 }
 
 // mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
