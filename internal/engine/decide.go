@@ -101,15 +101,15 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
 	}
-	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	s := &x.s
-	s.reqs = s.reqs[:0]
+	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
+	// requests, with this statement's cost, become its holds once admitted.
 	for _, r := range rt.reqs {
 		r.Cost = x.Predicted
-		s.reqs = append(s.reqs, r)
+		x.holds = append(x.holds, r)
 	}
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
+		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
 	}
 	if rt.warn {
@@ -193,8 +193,9 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 	}
 }
 
-// admit checks health and admits x's enforce requests (x.s.reqs) at now. On success the holds
-// are in x; on a denial it returns it and the wait before a retry could fit (0 when none can).
+// admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
+// all or nothing. On a denial it returns it and the wait before a retry could fit (0 when none
+// can).
 func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
 	if rt.health {
 		for i, bi := range rt.budgets {
@@ -205,7 +206,7 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 			}
 		}
 	}
-	reqs := x.s.reqs
+	reqs := x.holds
 	if len(reqs) == 0 {
 		return nil, 0
 	}
@@ -222,9 +223,6 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 			wait = minRetry
 		}
 		return d, wait
-	}
-	for _, r := range reqs {
-		x.holds = append(x.holds, r)
 	}
 	for _, w := range warns {
 		bs, rule := e.enforced(st, rt, w.Index)

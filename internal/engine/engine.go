@@ -250,7 +250,6 @@ type scratch struct {
 	tags  []ruleset.KV
 	rules []int
 	rt    route
-	reqs  []budget.Request
 	warns []budget.Warning
 }
 
