@@ -276,8 +276,26 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query st
 		x.Wants = e.obs.Wants()
 		x.Observed = x.Wants&WantSpans != 0
 	}
-	// With no rules in force and telemetry idle nothing reads the statement's time or tags, so
-	// neither is read.
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	// With no rules in force, telemetry idle and no hook or debug log, nothing reads the
+	// statement's time or tags: neither is read.
+	if !st.empty || x.Wants != 0 || e.onStmt != nil || debug {
+		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
+			return err
+		}
+	}
+	e.inFlight.Add(1)
+	if x.Observed {
+		e.obs.Started(ctx, x)
+	}
+	return nil
+}
+
+// decideStatement is Begin's work for a statement that something reads: it starts the
+// statement's clock, merges its tags when they are read, and decides it under st's rules.
+func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	p := x.Pattern
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}
@@ -290,7 +308,6 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query st
 			rt = text.routeFor(st, ctxTags)
 		}
 	}
-	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	if (!st.empty && rt == nil) || x.Observed || e.onStmt != nil || debug {
 		if st.empty {
 			ctxTags = tagging.From(ctx)
@@ -304,30 +321,27 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query st
 	if debug {
 		e.debugStatement(ctx, x)
 	}
-	if !st.empty {
-		if rt == nil {
-			rt = &x.s.rt
-			x.s.rules = st.route(x.Tags, rt, x.s.rules)
-			if !p.UnsafeWrite && !p.Truncate {
-				text.save(st, ctxTags, rt)
-			}
-		}
-		slow, err := e.decide(ctx, st, x, rt, conn, query, args)
-		if err != nil {
-			if e.obs != nil {
-				e.obs.Blocked(ctx, x, err)
-			}
-			x.Span = nil
-			return err
-		}
-		if slow {
-			// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
-			x.start = e.now()
+	if st.empty {
+		return nil
+	}
+	if rt == nil {
+		rt = &x.s.rt
+		x.s.rules = st.route(x.Tags, rt, x.s.rules)
+		if !p.UnsafeWrite && !p.Truncate {
+			text.save(st, ctxTags, rt)
 		}
 	}
-	e.inFlight.Add(1)
-	if x.Observed {
-		e.obs.Started(ctx, x)
+	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err != nil {
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+		return err
+	}
+	if slow {
+		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+		x.start = e.now()
 	}
 	return nil
 }
