@@ -50,14 +50,14 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 // registered by attach and unregistered by close. Safe for concurrent use once built.
 type telemetry struct {
 	tracer trace.Tracer
-	// idleGlobal is the global tracer provider when it was used by default and was still otel's
-	// unset placeholder; while otel.GetTracerProvider() returns it, no provider is installed,
-	// every span would be a no-op, and startSpan skips tracer.Start (about 1,500 instructions a
-	// statement). Once the application calls otel.SetTracerProvider, spans start as usual.
+	// idleGlobal is the global tracer provider when it was used by default and recorded
+	// nothing: a probe span was a no-op (no span context, not recording), as with otel's unset
+	// placeholder. While otel.GetTracerProvider() returns it, startSpan skips tracer.Start. Once
+	// the application calls otel.SetTracerProvider, spans start as usual.
 	idleGlobal trace.TracerProvider
-	// idleMeter is likewise the global meter provider while it is otel's placeholder: its
-	// instruments are disabled until otel.SetMeterProvider, so Wants asks one question of the
-	// global instead of one per instrument.
+	// idleMeter is likewise the global meter provider when it was used by default and its
+	// instruments were disabled, so that Wants asks one question of the global until
+	// otel.SetMeterProvider instead of one per instrument.
 	idleMeter  metric.MeterProvider
 	meter      metric.Meter
 	duration   metric.Float64Histogram
@@ -89,11 +89,17 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		tracer: tp.Tracer(instrumentationName),
 		meter:  mp.Meter(instrumentationName),
 	}
-	if o.tracerProvider == nil && fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
-		t.idleGlobal = tp
-	}
-	if o.meterProvider == nil && fmt.Sprintf("%T", mp) == "*global.meterProvider" {
-		t.idleMeter = mp
+	if o.tracerProvider == nil {
+		// Decided through otel's public API: a tracer that records nothing hands back the
+		// parent's span context unchanged, where any recording tracer starts a span of its own.
+		// The parent is not sampled, so sampling follows it; and the probe is never ended, so
+		// even a sampler that records everything exports nothing.
+		parent := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, Remote: true})
+		_, probe := t.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "pgtraffic.probe")
+		if probe.SpanContext().Equal(parent) && !probe.IsRecording() {
+			t.idleGlobal = tp
+		}
 	}
 	var err error
 	t.duration, err = t.meter.Float64Histogram("db.client.operation.duration",
@@ -108,6 +114,9 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		metric.WithDescription("Traffic-control decisions per budget: allow, warn or block."))
 	if err != nil {
 		return nil, telemetryError(err)
+	}
+	if ctx := context.Background(); o.meterProvider == nil && !t.duration.Enabled(ctx) && !t.decisions.Enabled(ctx) {
+		t.idleMeter = mp
 	}
 	server := []attribute.KeyValue{
 		attribute.String("db.system.name", "postgresql"),

@@ -271,8 +271,8 @@ rules:
 			if err != nil {
 				return fmt.Errorf("%s: explain: %w", q.name, err)
 			}
-			x, err := eng.Begin(ctx, sc, q.sql, args)
-			if err != nil {
+			x := new(engine.Exec)
+			if err := eng.Begin(ctx, x, sc, q.sql, args); err != nil {
 				return fmt.Errorf("%s: %w", q.name, err)
 			}
 			predicted, costed := x.Predicted, x.Costed

@@ -74,7 +74,9 @@ func printTable(w io.Writer, r *results) {
 	fmt.Fprintln(w, "report load: execution seconds of reports per second, i.e. reports running at once on average")
 }
 
-func printTargets(w io.Writer, r *results) {
+// printTargets prints the targets' verdicts. share is the reports' server_share × server_cores
+// (the demo's server_cores is 1): the execution seconds per second they are entitled to.
+func printTargets(w io.Writer, r *results, share float64) {
 	if len(r.phases()) < len(phaseNames) {
 		fmt.Fprintln(w, "targets: not evaluated (a phase did not run)")
 		return
@@ -90,6 +92,10 @@ func printTargets(w io.Writer, r *results) {
 		targetUncontrolled, uncontrolled, verdict(uncontrolled >= targetUncontrolled))
 	fmt.Fprintf(w, "target: under the budget checkout p99 stays <= %.1f× solo:         %.2f×  %s (the cure)\n",
 		targetControlled, controlled, verdict(controlled <= targetControlled))
+	c := r.phase("controlled")
+	load := c.noiseBusy.Seconds() / c.measured.Seconds()
+	fmt.Fprintf(w, "target: under the budget the reports get >= %.0f%% of their share %.2f: %.2f (%.0f%%)  %s (throttled, not starved)\n",
+		targetShare*100, share, load, 100*load/share, verdict(load >= targetShare*share))
 }
 
 // ms formats d in milliseconds with precision suited to sub-millisecond latencies.

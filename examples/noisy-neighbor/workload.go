@@ -265,7 +265,7 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 
 // report is one reporting worker: it runs the reports in turn until ctx ends. A blocked report
 // is retried with a growing back-off, never before the RetryAfter the budget gave, as a well
-// behaved batch job does.
+// behaved batch job does; one refused as never fitting (per_query_limit) is skipped.
 func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
@@ -278,6 +278,9 @@ func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
 			var be *driver.BlockedError
 			if errors.As(err, &be) {
 				atomic.AddInt64(&p.noiseBlocked, 1)
+				if be.Reason == driver.ReasonPerQuery {
+					break // predicted larger than the budget allows: it never fits, so move on
+				}
 				// Back off exponentially from 50 ms (to 800 ms) while blocked, and never retry
 				// before RetryAfter; the jitter keeps the workers from retrying in step.
 				wait := max(be.RetryAfter, min(50*time.Millisecond<<blocks, 800*time.Millisecond))

@@ -76,7 +76,9 @@ inclusive() {
 # timing rather than on the work done, and are most of the run-to-run noise of the total.
 instructions() {
 	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
-	if ! GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off \
+	# cpu.rdtscp=off: where valgrind's CPUID advertises RDTSCP, the runtime's cputicks would use
+	# it and valgrind dies with SIGILL on the unhandled instruction; RDTSC works.
+	if ! GODEBUG="${GODEBUG:+$GODEBUG,}asyncpreemptoff=1,cpu.rdtscp=off" GOMAXPROCS=1 GOGC=off \
 		valgrind --tool=callgrind --callgrind-out-file="$out" \
 		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" -workload "$WORKLOAD" >"$work/run.log" 2>&1; then
 		echo "instr: $mode -n $n failed:" >&2

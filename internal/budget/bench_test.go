@@ -30,12 +30,9 @@ func BenchmarkAdmitRelease(b *testing.B) {
 		{"100k keys", 100_000, 0},
 		{"churn 10k keys through 1k", 10_000, 1000},
 	}
-	// serial/ releases by key with Budget.Release; handle/ releases the
-	// admitted Request with the package-level Release, which skips the key
-	// lookup.
-	for _, mode := range []string{"serial", "handle"} {
+	{
 		for _, c := range cases {
-			b.Run(mode+"/"+c.name, func(b *testing.B) {
+			b.Run("serial/"+c.name, func(b *testing.B) {
 				sp := benchSpec
 				sp.MaxKeys = c.maxKeys
 				bud := New(sp)
@@ -46,7 +43,6 @@ func BenchmarkAdmitRelease(b *testing.B) {
 				reqs := []Request{{Budget: bud, Cost: 1e-4}}
 				warns := make([]Warning, 0, 4)
 				now := t0
-				handle := mode == "handle"
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := range b.N {
@@ -56,11 +52,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 					if _, d := Admit(now, reqs, warns[:0]); d != nil {
 						b.Fatalf("denied: %+v", *d)
 					}
-					if handle {
-						Release(now, &reqs[0], 1e-4)
-					} else {
-						bud.Release(now, k, 1e-4, 1e-4)
-					}
+					Release(now, reqs[0], 1e-4)
 				}
 			})
 		}
@@ -88,7 +80,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 						b.Errorf("denied: %+v", *d)
 						return
 					}
-					bud.Release(now, k, 1e-4, 1e-4)
+					Release(now, Request{Budget: bud, Key: k, Cost: 1e-4}, 1e-4)
 				}
 			})
 		})
@@ -106,7 +98,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 				b.Fatalf("denied: %+v", *d)
 			}
 			for _, r := range reqs {
-				r.Budget.Release(now, r.Key, r.Cost, r.Cost)
+				Release(now, Request{Budget: r.Budget, Key: r.Key, Cost: r.Cost}, r.Cost)
 			}
 		}
 	})

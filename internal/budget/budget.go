@@ -1,13 +1,15 @@
 package budget
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// lastSeq numbers budgets in creation order; [Admit] locks budgets in this
-// order so that two admissions over the same budgets cannot deadlock.
+// lastSeq numbers budgets in creation order; an admission locks its budgets
+// in this order so that two admissions over the same budgets cannot deadlock.
 var lastSeq atomic.Uint64
 
 // defaultHold is the concurrency RetryAfter hint before any query completed.
@@ -15,92 +17,35 @@ const defaultHold = 100 * time.Millisecond
 
 // Budget is one configured budget: a reverse leaky bucket, a concurrency
 // count and a per-query limit, kept per key (the value of the budget's `per`
-// tag, or "" for all queries). It is changed only through [Admit] (which
-// takes a slot and reserves debt) and [Release] or [Budget.Release] (which
-// give both back, trued up to the actual cost).
+// tag, or "" for all queries). It changes only through [Admit], which takes
+// a slot and reserves debt, and [Release], which gives both back trued up to
+// the actual cost.
 //
-// A Budget is safe for concurrent use; one mutex guards its state and the
-// counters are atomics. Create one with [New]; the zero value is not usable.
+// A Budget is safe for concurrent use: one mutex guards its state. Create
+// one with [New]; the zero value is not usable.
 type Budget struct {
-	// The fields an admission and a release of the key "" touch are first and together: with
-	// spec and tab's first fields they span three cache lines.
-	mu       sync.Mutex // protects the fields below but the atomics and seq
-	admitted uint64     // admissions
-	inflight int        // summed over keys
-	meanHold float64    // EMA of actual seconds per released query, for the concurrency hint
-	epoch    time.Time  // the zero of the int64 clock: NewAt's, else the first now seen
-	hasEpoch bool
-	atEpoch  bool // epoch is NewAt's: AdmitAt may be used
-	spec     Spec
-	tab      table
+	seq uint64 // creation order, for lock ordering; immutable
 
-	seq     uint64 // creation order, for lock ordering; immutable
-	warned  atomic.Uint64
-	blocked atomic.Uint64
-	text    limitText
+	mu       sync.Mutex // protects the fields below
+	keys     keys
+	text     limitText
+	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
+	admitted uint64
+	warned   uint64
+	blocked  uint64
 }
 
 // New returns a budget with no debt and nothing in flight.
 func New(spec Spec) *Budget {
 	spec = spec.normalize()
-	return &Budget{
-		seq:  lastSeq.Add(1),
-		spec: spec,
-		text: newLimitText(spec),
-		tab:  newTable(spec.Rate, spec.MaxKeys),
-	}
-}
-
-// NewAt is [New] with the budget's clock starting at epoch, so that [AdmitAt]
-// can be given times as nanoseconds since epoch, read once by a caller that
-// keeps time that way (the engine), instead of a time.Time that each budget
-// converts. Times before epoch are allowed (negative nanoseconds).
-func NewAt(spec Spec, epoch time.Time) *Budget {
-	b := New(spec)
-	b.epoch, b.hasEpoch, b.atEpoch = epoch, true, true
-	return b
-}
-
-// clock converts now to nanoseconds since the budget's epoch. Using Sub keeps
-// the monotonic reading of time.Now, so a wall-clock step cannot drain or
-// freeze buckets.
-func (b *Budget) clock(now time.Time) int64 {
-	if !b.hasEpoch {
-		b.epoch, b.hasEpoch = now, true
-	}
-	return int64(now.Sub(b.epoch))
-}
-
-// instant is when an admission happens: a time.Time that each budget converts
-// to its clock (Admit, Check), or nanoseconds since the common epoch of
-// budgets made by NewAt (AdmitAt).
-type instant struct {
-	now   time.Time
-	t     int64
-	nanos bool
-}
-
-// at is w on b's clock. The caller holds b.mu (clock may set the epoch).
-func (b *Budget) at(w *instant) int64 {
-	if w.nanos && b.atEpoch {
-		return w.t // AdmitAt's: inlined, no call
-	}
-	return b.atTime(w)
-}
-
-// atTime is at of a time.Time, or AdmitAt's misuse.
-func (b *Budget) atTime(w *instant) int64 {
-	if w.nanos {
-		panic("budget: AdmitAt of a budget made without an epoch (use NewAt)")
-	}
-	return b.clock(w.now)
+	return &Budget{seq: lastSeq.Add(1), keys: newKeys(spec), text: newLimitText(spec)}
 }
 
 // Spec returns the budget's normalised spec.
 func (b *Budget) Spec() Spec {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.spec
+	return b.keys.spec
 }
 
 // SetSpec applies a reloaded spec at now, keeping each key's debt (drained
@@ -110,105 +55,270 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 	spec = spec.normalize()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := b.clock(now)
-	b.spec = spec
+	b.keys.setSpec(now, spec)
 	b.text = newLimitText(spec)
-	b.tab.setRate(t, spec.Rate) // leaves the heap exact, as a smaller maxKeys needs
-	b.tab.maxKeys = spec.MaxKeys
-	b.tab.trim()
 }
 
-// Release gives back the slot that an [Admit] took for key and trues the
-// debt up by actual − reserved (a refund when the query was cheaper than
-// predicted), never leaving it below zero. A Release with nothing in flight
-// for key (never admitted, or released twice) changes nothing.
+// Request is one budget's part of an admission.
+type Request struct {
+	Budget *Budget // must not be nil
+	Key    string  // the value of the budget's `per` tag; "" when it has none
+	Cost   float64 // predicted execution seconds
+	// WarnOnly marks a budget in warn mode: a limit it exceeds does not deny
+	// the admission; the request is admitted anyway (its slot and debt
+	// counted, so the budget keeps measuring) and reported as a [Warning]
+	// with Over set.
+	WarnOnly bool
+}
+
+// Denial says which request refused an admission and why.
+type Denial struct {
+	Index  int    // into the requests passed to Admit
+	Reason string // ReasonConcurrency, ReasonPerQuery or ReasonBudget
+	// RetryAfter is how long to wait before the request could be admitted.
+	// For ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
+	// other traffic, and one nanosecond earlier does not. For
+	// ReasonConcurrency it is a hint (mean hold time over the slots, within
+	// [1ms, 1s]). For ReasonPerQuery it is 0: the query never fits, so the
+	// caller should not retry it.
+	RetryAfter time.Duration
+	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
+	Limit string
+}
+
+// Warning reports a request whose budget is close to, or past, a limit after
+// the admission.
+type Warning struct {
+	Index  int     // into the requests passed to Admit
+	Reason string  // the fullest limit: ReasonConcurrency, ReasonPerQuery or ReasonBudget
+	Fill   float64 // usage / limit after admission, e.g. 0.85
+	Over   bool    // Fill > 1: a WarnOnly request admitted past its limit
+	Limit  string  // as in Denial
+}
+
+// Admit decides, at now, whether every request admits, and only if all do
+// takes a concurrency slot and reserves Cost of debt in each (all or
+// nothing: a denial anywhere leaves every budget untouched but its Blocked
+// counter). Each admitted request must later be given back with [Release].
 //
-// The package-level [Release] does the same for an admitted [Request]
-// without looking key up.
-func (b *Budget) Release(now time.Time, key string, reserved, actual float64) {
-	r := Request{Budget: b, Key: key, Cost: reserved} // no handle: releaseReq looks key up
-	b.mu.Lock()
-	b.releaseReq(b.clock(now), &r, actual)
-	b.mu.Unlock()
+// On success it returns warns with a [Warning] appended for each request
+// whose limit is at or above its WarningThreshold, or past it (WarnOnly);
+// pass a reused slice to avoid allocating. On refusal it returns the denial:
+// one that can never fit (ReasonPerQuery) if any, else the one with the
+// longest RetryAfter, since the caller must wait for all of them. A request
+// whose Cost exceeds its budget's Burst can never fit either: it is denied
+// with ReasonPerQuery, RetryAfter 0, and a Limit that says so.
+//
+// The same budget may appear in several requests; for the same key their
+// slots and costs add up.
+func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
+	return reserve(now, reqs, warns, true)
 }
 
-// Release is [Budget.Release] of r.Budget for r.Key with r.Cost reserved,
-// for a request that [Admit] admitted: Admit left in r a handle to the key's
-// state, so that Release finds it without hashing the key. It is the same
-// as r.Budget.Release(now, r.Key, r.Cost, actual) in every case, including a
-// request that was never admitted or is released twice (nothing changes), or
-// whose Budget or Key was changed since Admit (the handle is then ignored).
-func Release(now time.Time, r *Request, actual float64) {
+// Check is Admit without taking or counting anything: the denial Admit
+// would return at now, or nil.
+func Check(now time.Time, reqs []Request) *Denial {
+	_, d := reserve(now, reqs, nil, false)
+	return d
+}
+
+// reserve is Admit (take) and Check (!take): it checks every request with
+// its budget locked and, if all fit and take is set, charges them.
+func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
+	var buf [8]*Budget
+	locked := lockAll(buf[:0], reqs)
+	var worst Denial
+	denied := false
+	for i := range reqs {
+		r := &reqs[i]
+		if r.WarnOnly {
+			continue
+		}
+		// Earlier requests of this admission for the same budget and key
+		// count as already taken.
+		slots, cost := 0, 0.0
+		for _, o := range reqs[:i] {
+			if o.Budget == r.Budget && o.Key == r.Key {
+				slots++
+				cost += sanitizeCost(o.Cost)
+			}
+		}
+		d, ok := r.Budget.check(now, r, slots, cost)
+		if ok {
+			continue
+		}
+		d.Index = i
+		if take {
+			r.Budget.blocked++
+		}
+		if !denied || worse(d, worst) {
+			worst, denied = d, true
+		}
+	}
+	if !denied && take {
+		for i := range reqs {
+			warns = reqs[i].Budget.take(now, &reqs[i], i, warns)
+		}
+	}
+	unlockAll(locked) // not deferred: nothing above panics, and this runs per statement
+	if denied {
+		d := worst // allocated only on this path
+		return warns, &d
+	}
+	return warns, nil
+}
+
+// lockAll locks each distinct budget once, in creation order, and returns
+// them for unlockAll. Requests are few: a linear search for duplicates and an
+// insertion sort into buf.
+func lockAll(buf []*Budget, reqs []Request) []*Budget {
+	for _, r := range reqs {
+		if !slices.Contains(buf, r.Budget) {
+			buf = append(buf, r.Budget)
+		}
+	}
+	for i := 1; i < len(buf); i++ {
+		for j := i; j > 0 && buf[j-1].seq > buf[j].seq; j-- {
+			buf[j-1], buf[j] = buf[j], buf[j-1]
+		}
+	}
+	for _, b := range buf {
+		b.mu.Lock()
+	}
+	return buf
+}
+
+func unlockAll(locked []*Budget) {
+	for i := len(locked) - 1; i >= 0; i-- {
+		locked[i].mu.Unlock()
+	}
+}
+
+// worse reports whether a should be reported instead of b: a refusal that
+// never fits first, then the longest wait.
+func worse(a, b Denial) bool {
+	aNever, bNever := a.Reason == ReasonPerQuery, b.Reason == ReasonPerQuery
+	if aNever != bNever {
+		return aNever
+	}
+	return a.RetryAfter > b.RetryAfter
+}
+
+// check checks r against b at now, given the slots and cost that earlier
+// requests of the admission take from the same key. The caller holds b.mu.
+func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) (Denial, bool) {
+	sp := &b.keys.spec
+	cost := sanitizeCost(r.Cost)
+	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
+		return Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}, false
+	}
+	need := cost + extra
+	if sp.Rate > 0 && need > withSlack(sp.Burst) {
+		// No wait can make room: the bucket is too small for this query.
+		return Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}, false
+	}
+	s := b.keys.lookup(r.Key)
+	if s == nil {
+		s = &state{} // an absent key is empty
+	}
+	if sp.MaxConcurrent > 0 && s.inflight+slots >= sp.MaxConcurrent {
+		return Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}, false
+	}
+	if sp.Rate > 0 && !s.Fits(now, sp.Rate, sp.Burst, need) {
+		return Denial{Reason: ReasonBudget, RetryAfter: s.RetryAfter(now, sp.Rate, sp.Burst, need), Limit: b.text.burst}, false
+	}
+	return Denial{}, true
+}
+
+// take charges r, reqs[i] of an admission, to b at now, and appends a
+// Warning if the budget is now at or past a limit. The caller holds b.mu.
+func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warning {
+	cost := sanitizeCost(r.Cost)
+	s := b.keys.lookup(r.Key)
+	if s == nil {
+		s = b.keys.insert(r.Key, now)
+	}
+	b.keys.take(s, now, cost)
+	b.admitted++
+
+	sp := &b.keys.spec
+	if !r.WarnOnly && sp.WarningThreshold == 0 {
+		return warns // within every limit, and nothing asked to be warned
+	}
+	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
+	fill, reason, limit := 0.0, "", ""
+	if sp.MaxConcurrent > 0 {
+		if f := float64(s.inflight) / float64(sp.MaxConcurrent); f > fill {
+			fill, reason, limit = f, ReasonConcurrency, b.text.concurrency
+		}
+	}
+	if sp.PerQueryLimit > 0 {
+		if f := cost / sp.PerQueryLimit; f > fill {
+			fill, reason, limit = f, ReasonPerQuery, b.text.perQuery
+		}
+	}
+	if sp.Rate > 0 {
+		if f := s.Debt / sp.Burst; f > fill {
+			fill, reason, limit = f, ReasonBudget, b.text.burst
+		}
+		if cost > withSlack(sp.Burst) {
+			// Too big for the bucket, however empty: report it as the denial would.
+			fill, reason, limit = math.Max(fill, cost/sp.Burst), ReasonPerQuery, b.text.burst
+		}
+	}
+	over := fill > 1 && (reason != ReasonBudget || s.Debt > withSlack(sp.Burst))
+	if over || (sp.WarningThreshold > 0 && fill >= sp.WarningThreshold) {
+		b.warned++
+		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Over: over, Limit: limit})
+	}
+	return warns
+}
+
+// Release gives back the slot that [Admit] took for r and trues r's key's
+// debt up by actual − r.Cost (a refund when the query was cheaper than
+// predicted), never below zero. A Release with nothing in flight for the key
+// (never admitted, or released twice) changes nothing.
+func Release(now time.Time, r Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
-	b.releaseReq(b.clock(now), r, actual)
-	b.mu.Unlock()
-}
-
-// ReleaseAfter is [Release] at d after the time r was admitted: for a
-// caller that measured how long the query ran since its admission, it saves
-// converting a time.Time to the budget's clock. r must be a request that
-// [Admit] admitted (its admission time is kept in it); a request that was
-// not is released at d after the budget's first use, which changes nothing
-// when nothing is in flight for its key.
-func ReleaseAfter(r *Request, d time.Duration, actual float64) {
-	b := r.Budget
-	b.mu.Lock()
-	b.releaseReq(r.at+int64(d), r, actual)
-	b.mu.Unlock()
-}
-
-// releaseReq releases r at t (b's clock): it gives back one slot of r's
-// state, if one is in flight, and trues its debt up. The caller holds b.mu.
-func (b *Budget) releaseReq(t int64, r *Request, actual float64) {
-	s := r.st
-	// The handle is only a hint: a copy of r may have been released before
-	// (after which the state can be evicted and reused for another key), and
-	// the caller may have changed r.Budget or r.Key. owns checks in O(1)
-	// that s is still what the lookup would find; the key "" needs no hash
-	// anyway.
-	if s == nil || !b.tab.owns(s, r.Key) {
-		s = b.tab.lookup(r.Key)
+	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
+		actual = sanitizeCost(actual)
+		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
+		if b.meanHold == 0 {
+			b.meanHold = actual
+		} else {
+			b.meanHold += 0.1 * (actual - b.meanHold)
+		}
 	}
-	if s == nil || s.inflight == 0 {
-		return
-	}
-	actual = sanitizeCost(actual)
-	b.tab.charge(s, t, actual-sanitizeCost(r.Cost))
-	s.inflight--
-	b.inflight--
-	if s.inflight == 0 && s != &b.tab.unkeyed {
-		b.tab.reprio(s) // its priority falls from in-flight to emptyAt
-		// The table outgrows its bound only while every state is in flight;
-		// shrink back as soon as one is not. The unkeyed state is in no heap
-		// and never evicted, so its release frees nothing to evict.
-		b.tab.trim()
-	}
-	if b.meanHold == 0 {
-		b.meanHold = actual
-	} else {
-		b.meanHold += 0.1 * (actual - b.meanHold)
-	}
+	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 }
 
 // concurrencyHint is how long a caller refused a slot might wait: the mean
 // hold time spread over the slots, within [1ms, 1s]. Only a hint: slots free
-// when queries finish, which nothing here can predict exactly.
+// when queries finish, which nothing here can predict.
 func (b *Budget) concurrencyHint() time.Duration {
 	d := defaultHold
 	if b.meanHold > 0 {
-		d = time.Duration(b.meanHold * 1e9 / float64(max(1, b.spec.MaxConcurrent)))
+		d = time.Duration(b.meanHold * 1e9 / float64(max(1, b.keys.spec.MaxConcurrent)))
 	}
 	return min(max(d, time.Millisecond), time.Second)
 }
 
 // CountBlocked counts a denial decided outside [Admit] (a health threshold)
 // in the budget's Blocked counter.
-func (b *Budget) CountBlocked() { b.blocked.Add(1) }
+func (b *Budget) CountBlocked() {
+	b.mu.Lock()
+	b.blocked++
+	b.mu.Unlock()
+}
 
 // CountWarned counts a warning decided outside [Admit] (a health threshold
 // of a warn budget) in the budget's Warned counter.
-func (b *Budget) CountWarned() { b.warned.Add(1) }
+func (b *Budget) CountWarned() {
+	b.mu.Lock()
+	b.warned++
+	b.mu.Unlock()
+}
 
 // Snapshot is a budget's state at one instant, for introspection and gauges.
 type Snapshot struct {
@@ -223,31 +333,18 @@ type Snapshot struct {
 	Evicted  uint64  // key states evicted to make room
 }
 
-// Snapshot reports the budget at now. It costs O(number of keys) under the
-// budget's lock: fine for a scrape, not for the hot path.
+// Snapshot reports the budget at now: O(number of keys) under the budget's
+// lock, for a scrape rather than the hot path.
 func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
-	t := b.clock(now)
-	snap := Snapshot{
-		Spec:     b.spec,
-		InFlight: b.inflight,
-		Keys:     b.tab.count(),
-		Evicted:  b.tab.evicted,
-	}
-	add := func(s *state) {
-		d := b.tab.debtAt(s, t)
+	defer b.mu.Unlock()
+	k := &b.keys
+	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted,
+		Admitted: b.admitted, Warned: b.warned, Blocked: b.blocked}
+	for _, s := range k.all() {
+		d := s.DebtAt(now, k.spec.Rate)
 		snap.Debt += d
 		snap.MaxDebt = max(snap.MaxDebt, d)
 	}
-	if b.tab.hasUnkeyed {
-		add(&b.tab.unkeyed)
-	}
-	for _, e := range b.tab.heap {
-		add(e.s)
-	}
-	snap.Admitted = b.admitted
-	b.mu.Unlock()
-	snap.Warned = b.warned.Load()
-	snap.Blocked = b.blocked.Load()
 	return snap
 }

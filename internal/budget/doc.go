@@ -17,9 +17,10 @@
 //	debt(now) = max(0, debt(last) − Rate × (now − last))
 //
 // A query is refused when debt(now) + cost > Burst. The refusal carries the
-// exact wait after which it would fit ([Denial.RetryAfter]). When the query
-// completes, [Release] (or [Budget.Release]) trues the debt up to the
-// measured cost.
+// exact wait after which it would fit ([Denial.RetryAfter]); a query whose
+// cost exceeds Burst never fits and is refused for good. When the query
+// completes, [Release] trues the debt up to the measured cost. [Bucket] is
+// this arithmetic alone, as a plain value.
 //
 // # Keys
 //
@@ -27,7 +28,8 @@
 // each value of that tag (the [Request.Key]). The key table is bounded by
 // [Spec.MaxKeys]: adding a key to a full table evicts a state whose debt has
 // drained to zero, or else the one that will be empty soonest, in O(log n)
-// using a min-heap ordered by the time each state empties. A state with a
+// using a min-heap of the states with nothing in flight, ordered by the time
+// each one empties. A state with a
 // query in flight is never evicted, so concurrency counts are exact; the table
 // exceeds its bound only while more distinct keys than MaxKeys have queries
 // in flight at once, and shrinks back as they complete. The state of the

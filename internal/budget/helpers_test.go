@@ -24,80 +24,55 @@ func admit1(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
 func charge(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
 	t.Helper()
 	admit1(t, now, b, key, cost)
-	b.Release(now, key, cost, cost)
+	Release(now, Request{Budget: b, Key: key, Cost: cost}, cost)
 }
 
 // invariants checks the table and counters of b against each other.
 func invariants(b *Budget) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tb := &b.tab
-	if len(tb.keys) != len(tb.heap) {
-		return fmt.Errorf("map has %d keys, heap %d", len(tb.keys), len(tb.heap))
-	}
-	if _, ok := tb.keys[""]; ok {
+	k := &b.keys
+	if _, ok := k.byKey[""]; ok {
 		return fmt.Errorf(`key "" in the map; it belongs in unkeyed`)
 	}
-	inflight := 0
-	if tb.hasUnkeyed {
-		s := &tb.unkeyed
-		if s.key != "" || s.idx != -1 {
-			return fmt.Errorf("unkeyed state has key %q, idx %d", s.key, s.idx)
+	inflight, idle := 0, 0
+	for _, s := range k.all() {
+		if !(s.Debt >= 0) {
+			return fmt.Errorf("key %q debt %v", s.key, s.Debt)
 		}
-		if err := stateInvariants(tb, s); err != nil {
-			return err
+		if s.inflight < 0 {
+			return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
 		}
-		inflight += int(s.inflight)
-	} else if tb.unkeyed != (state{}) {
-		return fmt.Errorf("unused unkeyed state %+v", tb.unkeyed)
+		inflight += s.inflight
+		if s == k.unkeyed {
+			if s.idx != -1 {
+				return fmt.Errorf("unkeyed state in the idle heap at %d", s.idx)
+			}
+			continue
+		}
+		if (s.inflight == 0) != (s.idx >= 0) {
+			return fmt.Errorf("key %q: %d in flight, heap index %d", s.key, s.inflight, s.idx)
+		}
+		if s.idx >= 0 {
+			idle++
+			if k.idle[s.idx] != s {
+				return fmt.Errorf("key %q not at its heap index %d", s.key, s.idx)
+			}
+		}
 	}
-	// Heap order and priorities matter only once eviction can happen; below
-	// the bound the heap may be stale, but then membership must still hold.
-	if tb.stale && len(tb.keys) >= tb.maxKeys {
-		return fmt.Errorf("stale heap in a full table (%d keys, bound %d)", len(tb.keys), tb.maxKeys)
+	if idle != len(k.idle) {
+		return fmt.Errorf("%d idle states, heap holds %d", idle, len(k.idle))
 	}
-	for i, e := range tb.heap {
-		s := e.s
-		if !tb.stale && e.at != tb.prio(s) {
-			return fmt.Errorf("heap[%d] priority %d, state's %d", i, e.at, tb.prio(s))
-		}
-		if int(s.idx) != i {
-			return fmt.Errorf("heap[%d].idx = %d", i, s.idx)
-		}
-		if tb.keys[s.key] != s {
-			return fmt.Errorf("heap[%d] (%q) not in map", i, s.key)
-		}
-		if !tb.stale && i > 0 && tb.heap[(i-1)/2].at > e.at {
+	for i := 1; i < len(k.idle); i++ {
+		if k.idle[i].emptyAt.Before(k.idle[(i-1)/2].emptyAt) {
 			return fmt.Errorf("heap order broken at %d", i)
 		}
-		if err := stateInvariants(tb, s); err != nil {
-			return err
-		}
-		inflight += int(s.inflight)
 	}
-	if inflight != b.inflight {
-		return fmt.Errorf("in flight summed %d, counter %d", inflight, b.inflight)
+	if inflight != k.inflight {
+		return fmt.Errorf("in flight summed %d, counter %d", inflight, k.inflight)
 	}
-	if len(tb.keys) > tb.maxKeys && tb.heap[0].at != inFlightPrio {
-		return fmt.Errorf("%d keys over bound %d with an evictable state", len(tb.keys), tb.maxKeys)
-	}
-	return nil
-}
-
-// stateInvariants checks one state of tb.
-func stateInvariants(tb *table, s *state) error {
-	if !(s.debt >= 0) {
-		return fmt.Errorf("key %q debt %v", s.key, s.debt)
-	}
-	if s.inflight < 0 {
-		return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
-	}
-	if s.inflight == 0 && tb.rate > 0 {
-		// emptyAt must follow the debt line within rounding.
-		want := float64(s.last) + s.debt/tb.rate*1e9
-		if at := tb.emptyAt(s); math.Abs(float64(at)-want) > 2 && at != maxEmptyAt {
-			return fmt.Errorf("key %q emptyAt %d, want about %.0f", s.key, at, want)
-		}
+	if len(k.byKey) > k.spec.MaxKeys && len(k.idle) > 0 {
+		return fmt.Errorf("%d keys over bound %d with an evictable state", len(k.byKey), k.spec.MaxKeys)
 	}
 	return nil
 }

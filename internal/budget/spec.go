@@ -84,6 +84,12 @@ func newLimitText(s Spec) limitText {
 	}
 }
 
+// neverFits is the limit text of a refusal by a bucket too small for cost.
+// Formatted only on that refusal, which callers should not retry.
+func (t limitText) neverFits(cost float64) string {
+	return t.burst + " (a predicted " + formatSeconds(cost) + " never fits)"
+}
+
 // formatSeconds writes seconds the way the rules file spells durations.
 func formatSeconds(sec float64) string {
 	if math.IsInf(sec, 1) || sec*1e9 >= math.MaxInt64 {

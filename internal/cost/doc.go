@@ -17,11 +17,10 @@
 // planner cost, the last 5 per-execution ratios actual / planner cost, and a prediction uses the
 // median of the ratios of its own range (else of the adjacent range above or below), falling back
 // to the EMA ratio. The median, not a mean, because on a loaded server one slow execution would
-// drag a mean for many executions. On the accuracy benchmark (integration, BenchmarkCostAccuracy)
-// this halved the median error of the EMA ratio alone (about 14% instead of 33–60%). A pattern
-// never seen with a
-// plan cost uses a global k learned from all patterns, and before any history
-// [DefaultGlobalK], measured on PostgreSQL's default cost units. With no plan cost at all
+// drag a mean for many executions (the accuracy benchmark's figures are in
+// integration/PERFORMANCE.md). A pattern never seen with a plan cost uses a global k learned from
+// all patterns, and before any history [DefaultGlobalK], measured on PostgreSQL's default cost
+// units. With no plan cost at all
 // (EXPLAIN skipped or failed), the prediction falls back to the pattern's mean actual time.
 // Cancelled and failed executions must not be observed: their durations say nothing about cost.
 //
@@ -46,11 +45,8 @@
 // fingerprint for a TTL ([DefaultPlanTTL]): explain mode pattern uses it always, mode call never,
 // and mode auto uses it unless [Model.Volatile] reports that the pattern's actual cost varies
 // widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round trips,
-// where an EXPLAIN per call is cheap insurance. [Model.Forecast] answers the prediction
-// from the cached cost and the volatility check under one lock and one table lookup. A cache hit
-// and a prediction take tens of nanoseconds and allocate nothing. A forecast carries the
-// generation of the pattern's state it was made from ([Model.Gen], one atomic load), so a
-// caller may keep it and reuse it until the pattern trains again.
+// where an EXPLAIN per call is cheap insurance. [Model.Predict] answers the prediction and the
+// volatility check ([Prediction.Volatile]) together, under one lock, without allocating.
 //
 // # Running EXPLAIN safely
 //

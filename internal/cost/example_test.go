@@ -19,12 +19,12 @@ func ExampleModel() {
 	// uses the default global k.
 	plans.Put(now, fp, 40_000)
 	planCost, _ := plans.Get(now, fp)
-	predicted, _ := m.Predict(fp, planCost)
+	predicted := m.Predict(fp, planCost).Seconds
 	fmt.Printf("before history: %.3fs\n", predicted)
 
 	// The statement took 0.2 s; from now on the pattern's own k applies.
 	m.Observe(fp, planCost, 0.2)
-	predicted, _ = m.Predict(fp, planCost)
+	predicted = m.Predict(fp, planCost).Seconds
 	fmt.Printf("after one execution: %.3fs (k = %.1e s/unit)\n", predicted, m.K(fp))
 	// Output:
 	// before history: 0.140s

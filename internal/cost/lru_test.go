@@ -40,15 +40,6 @@ func TestLRU(t *testing.T) {
 			if l.len() != len(tt.want) {
 				t.Fatalf("len = %d, want %d", l.len(), len(tt.want))
 			}
-			// Walking from the tail must see the same list reversed.
-			var back []uint64
-			for i := l.tail; i != nilNode; i = l.nodes[i].prev {
-				back = append(back, l.nodes[i].key)
-			}
-			slices.Reverse(back)
-			if !slices.Equal(back, tt.want) {
-				t.Fatalf("backward keys = %v, want %v", back, tt.want)
-			}
 		})
 	}
 }
@@ -72,64 +63,8 @@ func TestLRUEvictionResetsValue(t *testing.T) {
 	}
 }
 
-func TestLRUPutAllocsAtBound(t *testing.T) {
-	l := newLRU[int](100)
-	for k := range uint64(1000) {
-		l.put(k)
-	}
-	k := uint64(1000)
-	if n := testing.AllocsPerRun(1000, func() { l.put(k); k++ }); n != 0 {
-		t.Fatalf("put at the bound allocates %v times, want 0", n)
-	}
-}
-
-// checkLRU verifies the table's internal invariants: the list links every node once in both
-// directions, the index holds every key exactly once at most half full, and no probe run has a
-// hole between a key's home slot and the slot that holds it (linear probing would miss the key).
-func checkLRU[V any](t *testing.T, l *lru[V]) {
-	t.Helper()
-	n := len(l.nodes)
-	if 2*n > len(l.slots) || len(l.slots)&(len(l.slots)-1) != 0 {
-		t.Fatalf("%d entries in %d slots", n, len(l.slots))
-	}
-	seen, prev := 0, int32(nilNode)
-	for i := l.head; i != nilNode; i = l.nodes[i].next {
-		if l.nodes[i].prev != prev {
-			t.Fatalf("node %d links back to %d, want %d", i, l.nodes[i].prev, prev)
-		}
-		prev = i
-		if seen++; seen > n {
-			t.Fatal("the list has a cycle")
-		}
-	}
-	if seen != n || l.tail != prev {
-		t.Fatalf("the list holds %d of %d nodes, tail %d, want %d", seen, n, l.tail, prev)
-	}
-	mask := len(l.slots) - 1
-	occupied := 0
-	for s, v := range l.slots {
-		if v == 0 {
-			continue
-		}
-		occupied++
-		key := l.nodes[v-1].key
-		for p := l.home(key); p != s; p = (p + 1) & mask {
-			if l.slots[p] == 0 {
-				t.Fatalf("key %d in slot %d, but its probe from slot %d meets an empty slot %d", key, s, l.home(key), p)
-			}
-		}
-		if _, i := l.find(key); i != int32(v-1) {
-			t.Fatalf("find(%d) = node %d, want %d", key, i, v-1)
-		}
-	}
-	if occupied != n {
-		t.Fatalf("%d slots occupied for %d entries", occupied, n)
-	}
-}
-
 // TestLRURandomized runs random puts and gets against a plain reference (a recency-ordered slice
-// and a map) on bounds from one entry to a table that grows its index several times, with few
-// enough keys that probe runs collide, wrap around the index and lose members to evictions.
+// and a map) on bounds from one entry to a thousand.
 func TestLRURandomized(t *testing.T) {
 	for _, tt := range []struct{ max, keys int }{{1, 4}, {2, 5}, {3, 8}, {4, 10}, {7, 30}, {64, 200}, {1000, 3000}} {
 		l := newLRU[int](tt.max)
@@ -170,13 +105,6 @@ func TestLRURandomized(t *testing.T) {
 			if got := lruKeys(l); !slices.Equal(got, order) {
 				t.Fatalf("max %d step %d: keys %v, want %v", tt.max, step, got, order)
 			}
-			if 2*l.len() > len(l.slots) {
-				t.Fatalf("max %d step %d: %d entries in %d slots", tt.max, step, l.len(), len(l.slots))
-			}
-			if tt.max <= 64 || step%1000 == 0 {
-				checkLRU(t, l)
-			}
 		}
-		checkLRU(t, l)
 	}
 }

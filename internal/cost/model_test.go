@@ -6,6 +6,12 @@ import (
 	"testing"
 )
 
+// predict is Model.Predict's seconds and OK.
+func predict(m *Model, fp uint64, planCost float64) (float64, bool) {
+	p := m.Predict(fp, planCost)
+	return p.Seconds, p.OK
+}
+
 func near(got, want, relTol float64) bool {
 	if want == 0 {
 		return math.Abs(got) <= relTol
@@ -29,7 +35,7 @@ func TestModelPredictBeforeHistory(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := m.Predict(42, tt.planCost)
+			got, ok := predict(m, 42, tt.planCost)
 			if ok != tt.wantOK || !near(got, tt.want, 1e-12) {
 				t.Fatalf("Predict(42, %v) = %v, %v; want %v, %v", tt.planCost, got, ok, tt.want, tt.wantOK)
 			}
@@ -68,7 +74,7 @@ func TestModelKConverges(t *testing.T) {
 			if got := m.K(7); !near(got, tt.k, tt.tol) {
 				t.Fatalf("K = %v, want %v ± %v", got, tt.k, tt.tol)
 			}
-			got, ok := m.Predict(7, 10_000)
+			got, ok := predict(m, 7, 10_000)
 			if !ok || !near(got, 10_000*tt.k, tt.tol) {
 				t.Fatalf("Predict(7, 10000) = %v, %v; want %v", got, ok, 10_000*tt.k)
 			}
@@ -118,7 +124,7 @@ func TestModelGlobalKForNewPatterns(t *testing.T) {
 	if gk == DefaultGlobalK {
 		t.Fatal("GlobalK still the default after history")
 	}
-	got, ok := m.Predict(99, 50_000)
+	got, ok := predict(m, 99, 50_000)
 	if !ok || !near(got, 50_000*gk, 1e-12) {
 		t.Fatalf("Predict(new pattern) = %v, %v; want %v", got, ok, 50_000*gk)
 	}
@@ -146,7 +152,7 @@ func TestModelHistoryOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := m.Predict(5, tt.planCost)
+			got, ok := predict(m, 5, tt.planCost)
 			if !ok || !near(got, tt.want, 1e-9) {
 				t.Fatalf("Predict = %v, %v; want %v", got, ok, tt.want)
 			}
@@ -198,7 +204,7 @@ func TestModelVolatile(t *testing.T) {
 			for _, s := range tt.samples {
 				m.Observe(1, 0, s)
 			}
-			if got := m.Volatile(1); got != tt.want {
+			if got := m.Predict(1, 0).Volatile; got != tt.want {
 				t.Fatalf("Volatile = %v, want %v", got, tt.want)
 			}
 		})
@@ -209,17 +215,17 @@ func TestModelVolatile(t *testing.T) {
 		for _, s := range wild {
 			m.Observe(1, 0, s)
 		}
-		if !m.Volatile(1) {
+		if !m.Predict(1, 0).Volatile {
 			t.Fatal("not volatile after wide variation")
 		}
 		for range 20 {
 			m.Observe(1, 0, 0.3)
 		}
-		if m.Volatile(1) {
+		if m.Predict(1, 0).Volatile {
 			t.Fatal("still volatile after 20 steady executions")
 		}
 	})
-	if NewModel(1).Volatile(9) {
+	if NewModel(1).Predict(9, 0).Volatile {
 		t.Fatal("unknown pattern reported volatile")
 	}
 }
@@ -322,8 +328,8 @@ func TestModelConcurrent(t *testing.T) {
 				fp := uint64((g*2000 + i) % 100)
 				m.Observe(fp, 1000, 1000*3e-6)
 				m.ObserveExplain(0.001)
-				m.Predict(fp, 500)
-				m.Volatile(fp)
+				predict(m, fp, 500)
+				_ = m.Predict(fp, 0).Volatile
 				if i%500 == 0 {
 					m.Top(5)
 				}
@@ -348,7 +354,7 @@ func BenchmarkModelPredict(b *testing.B) {
 	b.ResetTimer()
 	var sink float64
 	for i := 0; b.Loop(); i++ {
-		s, _ := m.Predict(uint64(i)%DefaultMaxPatterns, 1234)
+		s, _ := predict(m, uint64(i)%DefaultMaxPatterns, 1234)
 		sink += s
 	}
 	_ = sink
@@ -364,7 +370,7 @@ func BenchmarkModelPredictParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var i uint64
 		for pb.Next() {
-			m.Predict(i%DefaultMaxPatterns, 1234)
+			predict(m, i%DefaultMaxPatterns, 1234)
 			i++
 		}
 	})

@@ -10,13 +10,12 @@ import (
 // explained about once a minute, short enough to follow table growth and fresh statistics.
 const DefaultPlanTTL = 60 * time.Second
 
-// PlanCache maps a pattern fingerprint to its most recent planner cost and when that expires,
-// for explain mode pattern (and auto, for patterns that are not volatile).
+// PlanCache maps a pattern fingerprint to its most recent planner cost, for explain mode
+// pattern (and auto, for patterns that are not volatile).
 //
 // An entry is valid for the TTL after it was put. The cache is bounded: when full, a put of a new
-// fingerprint evicts the entry put longest ago, which is also the first to expire. Get never
-// reorders, so concurrent readers only share a read lock; expired entries stay until overwritten
-// or evicted. Time is a parameter, so callers and tests choose the clock.
+// fingerprint evicts the entry put longest ago, which is also the first to expire. Time is a
+// parameter, so callers and tests choose the clock.
 //
 // A PlanCache is safe for concurrent use; the zero value is not usable, use [NewPlanCache].
 type PlanCache struct {
@@ -26,11 +25,8 @@ type PlanCache struct {
 }
 
 type planEntry struct {
-	cost float64
-	// expires is when the plan was explained plus the TTL. Get compares it with Before, which
-	// costs a few instructions, where now.Sub(at) >= ttl costs a call, overflow checks and,
-	// for times without a monotonic reading (injected clocks), an Add and an Equal.
-	expires time.Time
+	cost    float64
+	expires time.Time // when it was put plus the TTL
 }
 
 // NewPlanCache returns a cache of at most max entries ([DefaultMaxPatterns] if max <= 0) that
@@ -45,40 +41,18 @@ func NewPlanCache(max int, ttl time.Duration) *PlanCache {
 // TTL returns how long an entry stays valid.
 func (c *PlanCache) TTL() time.Duration { return c.ttl }
 
-// Get returns the plan cost cached for fp if it was put less than the TTL before now.
-//
-// A time before the entry (a wall-clock step in a caller's clock) counts as fresh. As with
-// [time.Time.Sub], monotonic clock readings are compared when now and the put time both carry
-// one (times from [time.Now]), wall clock times otherwise: now.Before(at.Add(ttl)) is
-// now.Sub(at) < ttl, except that an expiry past the year 2157 (when Add drops the monotonic
-// reading) is compared by wall clock.
+// Get returns the plan cost cached for fp if it was put less than the TTL before now. A time
+// before the put (a wall-clock step in a caller's clock) counts as fresh.
 func (c *PlanCache) Get(now time.Time, fp uint64) (float64, bool) {
 	c.mu.RLock()
 	e, ok := c.entries.get(fp)
-	var cost float64
+	ok = ok && now.Before(e.expires)
+	cost := 0.0
 	if ok {
-		cost, ok = e.cost, now.Before(e.expires)
+		cost = e.cost
 	}
-	c.mu.RUnlock()
-	if !ok {
-		return 0, false
-	}
-	return cost, true
-}
-
-// Lookup is [PlanCache.Get] that also returns when the entry expires, for a caller that keeps
-// its own copy in front of the cache (the engine keeps one per statement text).
-func (c *PlanCache) Lookup(now time.Time, fp uint64) (cost float64, expires time.Time, ok bool) {
-	c.mu.RLock()
-	e, ok := c.entries.get(fp)
-	if ok {
-		cost, expires, ok = e.cost, e.expires, now.Before(e.expires)
-	}
-	c.mu.RUnlock()
-	if !ok {
-		return 0, time.Time{}, false
-	}
-	return cost, expires, true
+	c.mu.RUnlock() // not deferred: nothing above panics, and this runs per statement
+	return cost, ok
 }
 
 // Put records that fp was explained at now with plan cost cost. Negative or non-finite costs are

@@ -207,7 +207,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		if ok {
 			bb.SetSpec(e.now(), spec)
 		} else {
-			bb = budget.NewAt(spec, e.epoch) // the engine's clock: see mono
+			bb = budget.New(spec)
 		}
 		keep[b.Name] = bb
 		index[b.Name] = i

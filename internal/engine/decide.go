@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
-	"github.com/pgtraffic/pgtraffic/tagging"
+	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
 
 // bypassKey is the context key of WithGuardBypass.
@@ -32,108 +33,92 @@ func guardBypassed(ctx context.Context) bool {
 // minRetry is the retry hint when a limit gives none (concurrency) and the pause of a max_wait loop.
 const minRetry = 10 * time.Millisecond
 
-// decide runs guards, rules, health, cost and admission for x. rt is the statement's cached
-// route, or nil to route it afresh from x.Tags (and offer the result to slot); ctxTags are the
-// context tags the route is for. On success the statement's holds are in x; on a denial nothing
-// is held. The rare paths (guards, waiting, warn-mode budgets) are functions of their own, which
-// keeps this one's frame small: it runs for every statement that a rule selects.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot, ctxTags tagging.Tags,
-	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
-	p := x.Pattern
-	// Guards are static facts of the pattern, so they cost nothing unless a fact is set.
-	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
-		if err := e.guard(st, x); err != nil {
-			return err
+// route is what the rule set makes of one statement's tags: the budgets it selects (not off),
+// the rule that selected each, and each one's per-tag value.
+type route struct {
+	budgets []int    // indexes into st.budgets, each once, in rule order
+	ruleOf  []int    // the rule that selected each
+	keys    []string // each one's per-tag value; "" when it has no per
+	names   []string // each one's name (Exec.Budgets)
+	// reqs are the admission requests of the enforce budgets among them, without their cost.
+	reqs     []budget.Request
+	needCost bool // a selected budget needs a cost prediction
+	explain  explainMode
+	warn     bool // a selected budget is in warn mode
+	health   bool // a selected enforce budget has throttle_when
+}
+
+// route matches tags against st's rules into rt, reusing its storage.
+func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
+	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0]}
+	if st.rules == nil {
+		return ruleBuf
+	}
+	ruleBuf = st.rules.Match(tags, ruleBuf[:0])
+	for _, r := range ruleBuf {
+		bi := st.ruleBudget[r]
+		bs := st.budgets[bi]
+		if bs.mode == modeOff || containsInt(rt.budgets, bi) {
+			continue
+		}
+		key := ""
+		if bs.per != "" {
+			key, _ = tagValue(tags, bs.per)
+		}
+		rt.budgets = append(rt.budgets, bi)
+		rt.ruleOf = append(rt.ruleOf, r)
+		rt.keys = append(rt.keys, key)
+		rt.names = append(rt.names, bs.name)
+		if bs.mode == modeEnforce {
+			rt.reqs = append(rt.reqs, budget.Request{Budget: bs.b, Key: key})
+		}
+		rt.warn = rt.warn || bs.mode == modeWarn
+		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
+		if bs.needCost {
+			rt.needCost = true
+			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
 		}
 	}
-	if st.rules == nil {
-		return nil
-	}
-	if rt == nil {
-		rt = e.route(st, x, ctxTags)
-		if !p.UnsafeWrite && !p.Truncate {
-			slot.offer(rt)
+	return ruleBuf
+}
+
+// decide runs guards, rules, health, cost and admission for x. On success the statement's holds
+// are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
+// waited for capacity, so the statement's clock restarts.
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *stdlib.Conn, query string,
+	args []driver.NamedValue) (slow bool, err error) {
+	p := x.Pattern
+	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
+		if err := e.guard(st, x); err != nil {
+			return false, err
 		}
 	}
 	if len(rt.budgets) == 0 {
-		return nil
+		return false, nil
 	}
 	x.Budgets = rt.names
 	if rt.needCost {
-		x.Predicted, x.PlanCost = e.predict(ctx, x, slot, conn, query, args, rt.explain)
+		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
 	}
-
-	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	// A fresh route's requests are already in reqBuf: they are then copied onto themselves. One
-	// assignment per request rather than append, whose copy is a call into the runtime.
-	reqs, reqBudget := x.reqBuf[:0], rt.reqBudget
-	if n := len(rt.reqs); n <= len(x.reqBuf) {
-		reqs = x.reqBuf[:n]
-		for i := range reqs {
-			reqs[i] = rt.reqs[i]
-			reqs[i].Cost = x.Predicted
-		}
-	} else {
-		reqs = append(reqs, rt.reqs...)
-		for i := range reqs {
-			reqs[i].Cost = x.Predicted
-		}
+	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
+	// requests, with this statement's cost, become its holds once admitted.
+	for _, r := range rt.reqs {
+		r.Cost = x.Predicted
+		x.holds = append(x.holds, r)
 	}
-	if d, wait := e.tryEnforce(st, x, rt, reqs, reqBudget); d != nil {
-		if err := e.wait(ctx, st, x, rt, reqs, reqBudget, d, wait); err != nil {
-			return err
-		}
+	waited, err := e.enforce(ctx, st, x, rt)
+	if err != nil {
+		x.holds = x.holds[:0] // not admitted: nothing is held
+		return false, err
 	}
 	if rt.warn {
-		e.warnBudgets(st, x, rt)
+		e.warnBudgets(st, x, rt, x.start)
 	}
 	if x.Wants&WantDecisions != 0 {
 		e.decisions(x)
 	}
-	return nil
-}
-
-// decideSimple is decide for a cached simple route (see route.simple) whose cost, if it needs
-// one, the text's plan copy answers: most statements under rules, in one frame and without the
-// general path's calls. The forecast is the text's, or the model's when the model changed since
-// (as predict does). It returns handled false, having changed nothing, when the statement needs
-// the general path (no cached plan, or a volatile pattern in explain mode auto).
-// TestSimplePathMatchesGeneral holds it to decide's results.
-func (e *Engine) decideSimple(ctx context.Context, st *compiled, x *Exec, rt *route, slot *routeSlot) (handled bool, err error) {
-	if rt.needCost {
-		c, pred, volatile, planned, hit := slot.costFor(x.at, e.model, x.Pattern.FingerprintID)
-		if !planned {
-			return false, nil
-		}
-		warm := true
-		if !hit {
-			pred, volatile, warm = e.forecast(slot, x.Pattern.FingerprintID, c)
-		}
-		if volatile && rt.explain == explainAuto {
-			return false, nil
-		}
-		e.stats.ExplainCacheHits.Add(1)
-		x.Predicted, x.PlanCost, x.Costed, x.warm = pred, c, true, warm
-	}
-	x.Budgets = rt.names
-	reqs := x.reqBuf[:1]
-	reqs[0] = rt.reqs[0]
-	reqs[0].Cost = x.Predicted
-	if warn, den := budget.AdmitAt(x.at, reqs, x.admitWarn[:0]); den != nil {
-		d, wait := e.denied(st, x, rt, rt.reqBudget, den)
-		if err := e.wait(ctx, st, x, rt, reqs, rt.reqBudget, d, wait); err != nil {
-			return true, err
-		}
-	} else if len(warn) == 0 {
-		x.holds = reqs // as admitted does, without its call
-	} else {
-		x.admitted(st, rt, reqs, rt.reqBudget, warn)
-	}
-	if x.Wants&WantDecisions != 0 {
-		e.decisions(x)
-	}
-	return true, nil
+	return slow || waited, nil
 }
 
 // decisions reports each of x's budgets' own decision to the observer: warn where it warned,
@@ -159,15 +144,15 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
 			continue
 		}
+		d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
 		if g.mode == modeEnforce {
-			d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
 			x.Decision, x.Reason = DecisionBlock, ReasonGuard
-			e.recordBlock(x.Start(), d, p)
+			e.recordBlock(x.start, d, p)
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d
 		}
 		x.Decision, x.Reason = DecisionWarn, ReasonGuard
-		e.noteWarn(g.name, &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}, p)
+		e.noteWarn(g.name, d, p)
 		if x.Wants&WantDecisions != 0 {
 			e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
 		}
@@ -175,17 +160,20 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 	return nil
 }
 
-// wait handles a denial d of x's enforce budgets: it blocks the statement unless the budget
-// allows waiting (max_wait) and the hint wait fits both max_wait and ctx's deadline, in which
-// case it waits and tries again, until admitted (nil) or blocked (the *Denial) or ctx ends.
-func (e *Engine) wait(ctx context.Context, st *compiled, x *Exec, rt *route, reqs []budget.Request, reqBudget []int,
-	d *Denial, wait time.Duration) error {
-	var deadline time.Time
-	for d != nil {
+// enforce admits x's enforce budgets (health thresholds first), waiting and trying again while
+// a denial's budget allows waiting (max_wait) and the wait fits both max_wait and ctx's
+// deadline. It returns the *Denial that blocks x, or ctx's error if ctx ends while waiting;
+// waited reports a wait.
+func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
+	deadline := time.Time{}
+	for now := x.start; ; now = e.now() {
+		d, wait := e.admit(st, x, rt, now)
+		if d == nil {
+			return waited, nil
+		}
 		bs := st.budgets[budgetByName(st, d.Budget)]
-		now := e.now()
 		if deadline.IsZero() {
-			deadline = x.Start().Add(bs.maxWait)
+			deadline = x.start.Add(bs.maxWait)
 		}
 		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
 			if d.Reason == ReasonHealth {
@@ -194,145 +182,104 @@ func (e *Engine) wait(ctx context.Context, st *compiled, x *Exec, rt *route, req
 			x.Decision, x.Reason = DecisionBlock, d.Reason
 			e.recordBlock(now, d, x.Pattern)
 			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
-			return d
+			return waited, d
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+			return waited, ctx.Err()
+		case <-e.after(wait):
 		}
-		x.at = e.mono() // admission is decided at the current time
-		x.slow = true
-		d, wait = e.tryEnforce(st, x, rt, reqs, reqBudget)
+		waited = true
 	}
-	return nil
+}
+
+// admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
+// all or nothing. On a denial it returns it and the wait before a retry could fit (0 when none
+// can).
+func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
+	if rt.health {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
+					return d, d.RetryAfter
+				}
+			}
+		}
+	}
+	reqs := x.holds
+	if len(reqs) == 0 {
+		return nil, 0
+	}
+	warns, den := budget.Admit(now, reqs, x.s.warns[:0])
+	x.s.warns = warns
+	if den != nil {
+		bs, rule := e.enforced(st, rt, den.Index)
+		d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason,
+			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		wait := den.RetryAfter
+		if den.Reason == ReasonPerQuery {
+			wait = 0 // waiting cannot make a statement cheaper
+		} else if wait <= 0 {
+			wait = minRetry
+		}
+		return d, wait
+	}
+	for _, w := range warns {
+		bs, rule := e.enforced(st, rt, w.Index)
+		e.thresholdWarn(x, bs, st.ruleName[rule], w)
+	}
+	return nil, 0
+}
+
+// enforced returns the budget and rule of the i-th enforce request of rt.
+func (e *Engine) enforced(st *compiled, rt *route, i int) (*budgetState, int) {
+	for j, bi := range rt.budgets {
+		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+			if i == 0 {
+				return bs, rt.ruleOf[j]
+			}
+			i--
+		}
+	}
+	panic("engine: request index out of range")
 }
 
 // warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
 // and the statement runs without a hold in it, so the budget shows what enforce would have done.
-func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route) {
+func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 	for i, bi := range rt.budgets {
 		bs := st.budgets[bi]
 		if bs.mode != modeWarn {
 			continue
 		}
 		rule := rt.ruleOf[i]
-		if d := e.healthDenial(st, bs, rule, x); d != nil {
+		if d := e.healthDenial(st, bs, rule, x, now); d != nil {
 			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)
 			continue
 		}
 		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted}}
-		var wb [1]budget.Warning
-		warn, den := budget.AdmitAt(x.at, req[:], wb[:0])
+		warn, den := budget.Admit(now, req[:], x.s.warns[:0])
 		if den != nil {
-			d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-			x.warnBudget(e, bs.name, d)
+			x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason,
+				Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter})
 			continue
 		}
-		x.hold(req[0])
+		x.holds = append(x.holds, req[0])
 		for _, w := range warn {
 			e.thresholdWarn(x, bs, st.ruleName[rule], w)
 		}
 	}
 }
 
-// route makes x's route from its merged tags, in x's scratch space.
-func (e *Engine) route(st *compiled, x *Exec, ctxTags tagging.Tags) *route {
-	rt := &x.rt
-	*rt = route{st: st, tags: ctxTags, budgets: x.selBuf[:0], ruleOf: x.ruleOfBuf[:0], names: x.nameBuf[:0], keys: x.keyBuf[:0],
-		reqs: x.reqBuf[:0], reqBudget: x.reqIdxBuf[:0]}
-	for _, r := range st.rules.Match(x.Tags, x.ruleBuf[:0]) {
-		bi := st.ruleBudget[r]
-		bs := st.budgets[bi]
-		if bs.mode == modeOff || containsInt(rt.budgets, bi) {
-			continue
-		}
-		key := ""
-		if bs.per != "" {
-			key, _ = tagValue(x.Tags, bs.per)
-		}
-		rt.budgets = append(rt.budgets, bi)
-		rt.ruleOf = append(rt.ruleOf, r)
-		rt.names = append(rt.names, bs.name)
-		rt.keys = append(rt.keys, key)
-		if bs.mode == modeEnforce {
-			rt.reqs = append(rt.reqs, budget.Request{Budget: bs.b, Key: key})
-			rt.reqBudget = append(rt.reqBudget, bi)
-		}
-		rt.warn = rt.warn || bs.mode == modeWarn
-		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
-		if bs.needCost {
-			rt.needCost = true
-			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
-		}
-	}
-	return rt
-}
-
 // warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).
 func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 	x.Decision, x.Reason = DecisionWarn, d.Reason
-	if x.warned == nil {
-		x.warned = x.warnBuf[:0]
-	}
 	x.warned = append(x.warned, budgetWarn{budget: budget, reason: d.Reason})
 	e.noteWarn(budget, d, x.Pattern)
 }
 
 type budgetWarn struct{ budget, reason string }
-
-// tryEnforce checks health and admits the enforce budgets. On success the holds are in x.
-func (e *Engine) tryEnforce(st *compiled, x *Exec, rt *route, reqs []budget.Request, reqBudget []int) (*Denial, time.Duration) {
-	budgets, ruleOf := rt.budgets, rt.ruleOf
-	if rt.health {
-		for i, bi := range budgets {
-			bs := st.budgets[bi]
-			if bs.mode != modeEnforce {
-				continue
-			}
-			if d := e.healthDenial(st, bs, ruleOf[i], x); d != nil {
-				return d, d.RetryAfter
-			}
-		}
-	}
-	if len(reqs) == 0 {
-		return nil, 0
-	}
-	warn, den := budget.AdmitAt(x.at, reqs, x.admitWarn[:0])
-	if den != nil {
-		return e.denied(st, x, rt, reqBudget, den)
-	}
-	x.admitted(st, rt, reqs, reqBudget, warn)
-	return nil, 0
-}
-
-// denied turns Admit's denial of x's requests into the statement's Denial, and the wait before
-// a retry could fit (0 when none can).
-func (e *Engine) denied(st *compiled, x *Exec, rt *route, reqBudget []int, den *budget.Denial) (*Denial, time.Duration) {
-	bi := reqBudget[den.Index]
-	bs := st.budgets[bi]
-	d := &Denial{Budget: bs.name, Rule: st.ruleName[ruleFor(rt.budgets, rt.ruleOf, bi)], Reason: den.Reason,
-		Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-	wait := den.RetryAfter
-	if den.Reason == ReasonPerQuery {
-		wait = 0 // waiting cannot make a statement cheaper
-	} else if wait <= 0 {
-		wait = minRetry
-	}
-	return d, wait
-}
-
-// admitted keeps the requests Admit admitted as x's holds and notes its threshold warnings.
-func (x *Exec) admitted(st *compiled, rt *route, reqs []budget.Request, reqBudget []int, warn []budget.Warning) {
-	x.holds = reqs // Admit left its handles in them for Finish's Release
-	for _, w := range warn {
-		bi := reqBudget[w.Index]
-		x.e.thresholdWarn(x, st.budgets[bi], st.ruleName[ruleFor(rt.budgets, rt.ruleOf, bi)], w)
-	}
-}
 
 // ReasonWarningThreshold is the reason of a warning that a limit is nearly full.
 const ReasonWarningThreshold = "warning_threshold"
@@ -343,8 +290,8 @@ func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.W
 		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)})
 }
 
-// healthDenial reports a throttle_when threshold exceeded for bs, or nil.
-func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) *Denial {
+// healthDenial reports a throttle_when threshold of bs exceeded at now, or nil.
+func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, now time.Time) *Denial {
 	if len(bs.throttle) == 0 {
 		return nil
 	}
@@ -355,7 +302,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 		}
 		sampler = localOnly
 	}
-	metric, value, exceeded, stale := sampler.Evaluate(x.Start(), bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	metric, value, exceeded, stale := sampler.Evaluate(now, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
 	if !exceeded {
 		return nil
 	}
@@ -372,94 +319,54 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec) 
 // localOnly evaluates throttle_when when only in_flight (a local count) is used: no sampler runs.
 var localOnly = health.NewSampler(health.Options{})
 
-// hold keeps an admitted request (with Admit's handle to its state) for Finish to release.
-func (x *Exec) hold(r budget.Request) {
-	if x.holds == nil {
-		x.holds = x.reqBuf[:0]
-	}
-	x.holds = append(x.holds, r)
-}
-
-// predict returns the predicted execution seconds and the planner cost it used (0 if none).
-// EXPLAIN failures fall back to history and are counted; they never fail the statement.
-func (e *Engine) predict(ctx context.Context, x *Exec, slot *routeSlot, conn *stdlib.Conn, query string, args []driver.NamedValue, mode explainMode) (float64, float64) {
+// predict returns the predicted execution seconds and the planner cost it used (0 if none), and
+// whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
+// fail the statement.
+func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue,
+	mode explainMode) (seconds, planCost float64, sent bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
-	// The common case first: a cached plan cost (the text's copy, else the plan cache's) and a
-	// pattern that is not volatile, predicted from the text's forecast or else by the model.
+	cached := false
 	if p.Explainable && mode != explainCall {
-		c, ok := slot.planCost(x.at)
-		if !ok {
-			var expires time.Time
-			if c, expires, ok = e.plans.Lookup(x.Start(), fp); ok {
-				slot.setPlan(c, e.clock(expires))
-			}
-		}
-		if ok {
-			pred, volatile, warm := e.forecast(slot, fp, c)
-			if mode != explainAuto || !volatile {
-				e.stats.ExplainCacheHits.Add(1)
-				x.warm = warm
-				return pred, c // pred is 0 when the model cannot predict
-			}
-		}
+		planCost, cached = e.plans.Get(x.start, fp)
 	}
-	planCost := 0.0
+	pred := e.model.Predict(fp, planCost)
+	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
+	if cached && !perCall {
+		e.stats.ExplainCacheHits.Add(1)
+		x.warm = pred.Samples >= warmSamples
+		return pred.Seconds, planCost, false
+	}
+	planCost = 0
 	if p.Explainable {
-		perCall := mode == explainCall || (mode == explainAuto && e.model.Volatile(fp))
-		cached := false
 		if !perCall {
-			if c, ok := e.plans.Get(x.Start(), fp); ok {
-				planCost, cached = c, true
-				e.stats.ExplainCacheHits.Add(1)
-			} else {
-				e.stats.ExplainCacheMisses.Add(1)
-			}
+			e.stats.ExplainCacheMisses.Add(1)
 		}
-		if !cached && conn != nil {
-			x.slow = true
-			e.stats.ExplainCalls.Add(1)
+		if conn != nil {
 			t0 := e.now()
 			c, err := cost.Explain(ctx, conn, query, args)
-			if err != nil {
+			switch {
+			case errors.Is(err, cost.ErrNotSent):
+				// Nothing reached the server (an aborted transaction, a busy connection): no call
+				// to count.
+			case err != nil:
+				sent = true
+				e.stats.ExplainCalls.Add(1)
 				e.stats.ExplainFailures.Add(1)
 				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", "fingerprint", p.Fingerprint, "error", err)
-			} else {
+			default:
+				sent = true
+				e.stats.ExplainCalls.Add(1)
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
 				planCost = c
 				if !perCall {
 					e.plans.Put(t0, fp, c)
-					slot.setPlan(c, e.clock(t0.Add(e.plans.TTL())))
 				}
 			}
 		}
 	}
-	pred, ok := e.model.Predict(fp, planCost)
-	if !ok {
-		return 0, planCost
-	}
-	return pred, planCost
-}
-
-// warmSamples is the number of executions a pattern trains the cost model on before its
-// forecasts are reused from the text's cache and its training is sampled (see Exec.train).
-const warmSamples = 64
-
-// forecast predicts the execution seconds of pattern fp at plan cost c, from the text's cached
-// forecast when the model has not changed since (slot may be nil: no cache). warm reports a
-// pattern past warmSamples executions; only such forecasts are cached.
-func (e *Engine) forecast(slot *routeSlot, fp uint64, c float64) (seconds float64, volatile, warm bool) {
-	if slot != nil {
-		if s, v, hit := slot.forecast(c, e.model.Gen(fp)); hit {
-			return s, v, true
-		}
-	}
-	f := e.model.Forecast(fp, c)
-	warm = f.Samples >= warmSamples
-	if warm && f.Stable && slot != nil {
-		slot.setForecast(c, f)
-	}
-	return f.Seconds, f.Volatile, warm
+	pred = e.model.Predict(fp, planCost)
+	return pred.Seconds, planCost, sent
 }
 
 func containsInt(s []int, v int) bool {
@@ -469,15 +376,6 @@ func containsInt(s []int, v int) bool {
 		}
 	}
 	return false
-}
-
-func ruleFor(budgets, ruleOf []int, bi int) int {
-	for i, b := range budgets {
-		if b == bi {
-			return ruleOf[i]
-		}
-	}
-	return 0
 }
 
 func budgetByName(st *compiled, name string) int {

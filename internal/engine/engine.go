@@ -1,25 +1,26 @@
 // Package engine is pgtraffic's decision path: for every statement it finds the pattern, merges
-// the tags and matches the rule set (or reuses the route it cached for the same text and context
-// tags, see route), predicts the cost when a budget needs it, and admits, warns about or blocks
-// the statement. The driver package wraps it in database/sql interfaces.
+// the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
+// about or blocks the statement. The driver package wraps it in database/sql interfaces.
 //
 // The engine holds no goroutine of its own on the hot path: buckets drain when read, the rule set
 // is an immutable value swapped atomically on reload, and the only background work (the rules
-// file watcher and the health sampler) runs off the hot path.
+// file watcher and the health sampler) runs off the hot path. Time comes from one injected clock
+// ([Options.Now], [Options.After]).
 package engine
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -52,8 +53,11 @@ const (
 
 // Options configure an Engine.
 type Options struct {
-	Logger           *slog.Logger
+	Logger *slog.Logger
+	// Now and After are the engine's clock: the time, and a channel that receives after d (for
+	// max_wait and Wait). Nil means time.Now and time.After; tests inject a fake clock.
 	Now              func() time.Time
+	After            func(d time.Duration) <-chan time.Time
 	PatternCacheSize int
 	MaxBuckets       int
 
@@ -72,49 +76,38 @@ type Options struct {
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 type Engine struct {
-	// What every statement reads fills the first cache line; the second holds the counters
-	// every statement writes and what a statement under a budget reads next (TestEngineLayout).
-	logH      slog.Handler // log's handler, asked directly whether debug logging is on
-	obs       Observer
-	state     atomic.Pointer[compiled]
-	model     *cost.Model
-	now       func() time.Time
-	noSimple  bool // tests: every statement takes decide, the general path
-	realClock bool // now is time.Now, so Finish reads the monotonic clock alone (time.Since)
-
-	fastHits atomic.Uint64 // identity-cache hits (see pattern)
-	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
-	inFlight atomic.Int64
-	epoch    time.Time // the zero of clock
-	stats    Stats     // ExplainCacheHits first
-
 	log      *slog.Logger
+	obs      Observer
+	now      func() time.Time
+	after    func(time.Duration) <-chan time.Time
+	state    atomic.Pointer[compiled] // the rules in force, immutable
+	model    *cost.Model
 	plans    *cost.PlanCache
 	patterns *pattern.Cache
+	texts    *textCache
+	builtins []ruleset.KV
+	onStmt   func(string, []ruleset.KV)
+	maxKeys  int
+	stats    Stats
+	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
+	inFlight atomic.Int64
+	warns    warnLimiter
+
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
-	sampler       atomic.Pointer[health.Sampler]
-	healthConnect func(ctx context.Context) (*pgx.Conn, error)
-	healthEvery   time.Duration // the interval the current sampler was built with; under mu
-	healthErrBase atomic.Uint64 // errors of samplers replaced since, so the counter never resets
-	// healthSampleBase likewise for good reads.
-	healthSampleBase atomic.Uint64
-	builtins         []ruleset.KV
-	onStmt           func(string, []ruleset.KV)
-	maxKeys          int
+	sampler          atomic.Pointer[health.Sampler]
+	healthConnect    func(ctx context.Context) (*pgx.Conn, error)
+	healthErrBase    atomic.Uint64 // errors of samplers replaced since, so the counter never resets
+	healthSampleBase atomic.Uint64 // likewise for good reads
 
-	warns warnLimiter
-
-	mu sync.Mutex // protects the fields below
+	mu          sync.Mutex    // protects the fields below
+	healthEvery time.Duration // the interval the current sampler was built with
 	// budgets by name: kept across reloads so debt and in-flight counts survive.
 	budgets map[string]*budget.Budget
 	recent  []BlockRecord // ring of the most recent blocks
 	next    int
 	closed  bool
 	watcher *watcher
-
-	// fast is an identity cache in front of patterns (see pattern); a statement reads one slot.
-	fast [fastSlots]atomic.Pointer[fastEntry]
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -129,27 +122,29 @@ func New(o Options) *Engine {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	realClock := o.Now == nil
-	if realClock {
+	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 100_000
 	}
 	e := &Engine{
-		log:       o.Logger,
-		logH:      o.Logger.Handler(),
-		now:       o.Now,
-		realClock: realClock,
-		epoch:     o.Now(),
-		patterns:  pattern.NewCache(o.PatternCacheSize),
-		model:     cost.NewModel(o.PatternCacheSize),
-		plans:     cost.NewPlanCache(o.PatternCacheSize, 0),
-		obs:       o.Observer,
-		onStmt:    o.OnStatement,
-		maxKeys:   o.MaxBuckets,
-		budgets:   map[string]*budget.Budget{},
-		recent:    make([]BlockRecord, 0, recentBlocks),
+		log:           o.Logger,
+		now:           o.Now,
+		after:         o.After,
+		patterns:      pattern.NewCache(o.PatternCacheSize),
+		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
+		model:         cost.NewModel(o.PatternCacheSize),
+		plans:         cost.NewPlanCache(o.PatternCacheSize, 0),
+		obs:           o.Observer,
+		onStmt:        o.OnStatement,
+		maxKeys:       o.MaxBuckets,
+		healthConnect: o.HealthConnect,
+		budgets:       map[string]*budget.Budget{},
+		recent:        make([]BlockRecord, 0, recentBlocks),
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -161,7 +156,6 @@ func New(o Options) *Engine {
 			e.builtins = append(e.builtins, kv)
 		}
 	}
-	e.healthConnect = o.HealthConnect
 	e.state.Store(&compiled{empty: true})
 	return e
 }
@@ -187,11 +181,11 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
-// PatternStats reports pattern lookups answered from cache (the identity cache in front of the
+// PatternStats reports pattern lookups answered from cache (the text cache in front of the
 // pattern cache included), misses (each one pg_query parse) and the cached patterns.
 func (e *Engine) PatternStats() (hits, misses uint64, size int) {
 	hits, misses, size = e.patterns.Stats()
-	return hits + e.fastHits.Load(), misses, size
+	return hits + e.texts.hits.Load(), misses, size
 }
 
 // Patterns exposes the pattern cache (introspection and tests).
@@ -216,121 +210,110 @@ func (d *Denial) Error() string {
 	return fmt.Sprintf("pgtraffic: blocked by %q (%s, %s)", d.Budget, d.Reason, d.Limit)
 }
 
-// Exec is one statement between its admission and its completion. Finish must be called exactly
-// once, by the single owner (the driver's Exec call or its Rows). Not safe for concurrent use.
+// Exec is one statement between its admission and its completion: what the caller and the
+// observer read, and the engine's scratch space for deciding it. The caller owns it and passes it
+// to Begin for each of its statements in turn (the driver keeps one per connection and one per
+// rows wrapper), so its storage is reused and a statement allocates nothing. Finish must be
+// called exactly once after a successful Begin, before the Exec begins another statement. Not
+// safe for concurrent use. The zero value is ready for Begin.
 type Exec struct {
-	e       *Engine
 	Pattern *pattern.Pattern
-	// Tags are the statement's merged tags (built-in, comment, context; later wins).
+	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
+	// merged only when something reads them: routing the text afresh (a text whose route for
+	// these context tags is cached skips it), the guards, the observer's spans, the statement
+	// hook or the debug log.
 	Tags      []ruleset.KV
 	Decision  string   // allow, warn or block
 	Reason    string   // the warn or block reason, "" when allowed cleanly
-	Budgets   []string // names of the matching budgets that are not off
+	Budgets   []string // names of the matching budgets that are not off; read-only (shared)
 	Predicted float64  // predicted execution seconds; 0 when not predicted
 	PlanCost  float64  // planner cost used; 0 when none
 	Costed    bool     // a prediction was made (the model may train on this execution)
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
-	// warm: the prediction came from a pattern past warmSamples executions, whose training
-	// Finish samples (see train).
-	warm bool
-	// timed: Begin read the clock into at (rules were in force or telemetry recorded).
-	timed bool
-	// at is when the statement began, in nanoseconds since the engine's epoch (see mono); valid
-	// when timed.
-	at int64
 
-	spare  *Spare           // the Spare that lent x; nil for an Exec of the pool
-	slow   bool             // Begin spent time on an EXPLAIN or a wait: restart the clock
-	holds  []budget.Request // admitted requests, released at Finish
+	e     *Engine
+	start time.Time // see Start; zero when nothing read the clock
+	warm  bool      // the prediction came from a pattern past warmSamples executions
+	// rng samples the statements the model trains on: each Exec has its own, used by its one
+	// owner, seeded at random on first use.
+	rng    rand.PCG
+	seeded bool
+	holds  []budget.Request
 	warned []budgetWarn
-
-	// decide's scratch space (see decide). The fields above and reqBuf, which every statement
-	// under a budget reads and writes, come first: together they span a few cache lines, while
-	// the rest of the scratch space is touched only by routing afresh and by warnings.
-	reqBuf    [8]budget.Request
-	warnBuf   [2]budgetWarn
-	rt        route // a route made afresh
-	keyBuf    [8]string
-	selBuf    [8]int
-	ruleOfBuf [8]int
-	reqIdxBuf [8]int
-	admitWarn [8]budget.Warning
-	tagBuf    [12]ruleset.KV
-	ruleBuf   [8]int
-	nameBuf   [4]string
+	s      scratch
 }
 
-var execPool = sync.Pool{New: func() any { return new(Exec) }}
-
-// Spare is an Exec that its owner (a driver connection) lends to its statements in place of the
-// engine's pool, which costs more than a flag per statement. While it is lent, a further
-// statement of the same owner (database/sql allows one in a transaction whose rows are still
-// open) takes an Exec from the pool. The zero value is ready to use.
-type Spare struct {
-	busy atomic.Bool // lent: set by Begin, cleared when the statement finishes (any goroutine)
-	rng  uint64      // xorshift state of the training sample (see Exec.train); 0 until first used
-	x    Exec        // after the flags, which then share a cache line with its first fields
+// scratch is the storage an Exec decides in, kept from one statement to the next.
+type scratch struct {
+	tags  []ruleset.KV
+	rules []int
+	rt    route
+	warns []budget.Warning
 }
 
-// get returns an Exec for one statement: s's if it is free, else one from the pool.
-func (s *Spare) get() *Exec {
-	if s != nil && s.busy.CompareAndSwap(false, true) {
-		s.x.spare = s
-		return &s.x
-	}
-	return execPool.Get().(*Exec)
+// reset readies x for a statement of p, keeping its storage. It sets each per-statement field
+// rather than assigning a whole Exec, which would also copy the scratch.
+func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
+	x.Pattern, x.Tags, x.Decision, x.Reason, x.Budgets = p, nil, DecisionAllow, "", nil
+	x.Predicted, x.PlanCost, x.Costed = 0, 0, false
+	x.Span, x.Observed, x.Wants = nil, false, 0
+	x.e, x.start, x.warm = e, time.Time{}, false
+	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
-// Begin decides whether the statement may run. conn is the pgx stdlib connection it will run on
-// (used for EXPLAIN; may be nil). It returns the Exec to Finish when the statement completes, or
-// a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
-// On a denial nothing has been taken from any budget.
-func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
-	return e.BeginSpare(ctx, nil, conn, query, args)
-}
-
-// BeginSpare is Begin with the statement's Exec taken from spare when it is free (nil: always
-// from the engine's pool).
-func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
-	p, slot := e.pattern(query)
-	x := spare.get()
+// Begin decides whether the statement may run, in x (see Exec). conn is the pgx stdlib
+// connection it will run on (used for EXPLAIN; may be nil). It returns nil when the statement
+// may run (then x must be finished with Finish when it completes), a *Denial error when it is
+// blocked, or ctx's error when ctx ended while waiting for capacity. On an error nothing has been
+// taken from any budget and x needs no Finish.
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	p, text := e.texts.get(query, e.patterns)
 	x.reset(e, p)
 	st := e.state.Load()
-	debug := e.logH.Enabled(ctx, slog.LevelDebug) // as log.Enabled, without the Logger's line
-	// Tags are for rules, the statement hook, the debug log and span attributes: with none of
-	// them (no rules in force, telemetry idle) the fast path skips merging them, and so does a
-	// statement whose route (the rules' verdict on its text and context tags) is cached.
 	if e.obs != nil {
 		x.Wants = e.obs.Wants()
 		x.Observed = x.Wants&WantSpans != 0
 	}
-	// A route of the text cached under st proves that rules are in force, without reading st
-	// (a cache line less for the statements that have one).
-	cached := slot.under(st)
-	rules := cached != nil || !st.empty
-	// The clock is for budgets, the cost model and telemetry: with no rules and telemetry idle,
-	// nothing reads the statement's time, and it is not read (x.Start() is zero).
-	if x.timed = rules || x.Wants != 0; x.timed {
-		if e.realClock {
-			x.at = int64(time.Since(e.epoch)) // mono, inlined (mono itself is too big to be)
-		} else {
-			x.at = e.mono()
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	// With no rules in force, telemetry idle and no hook or debug log, nothing reads the
+	// statement's time or tags: neither is read.
+	if !st.empty || x.Wants != 0 || e.onStmt != nil || debug {
+		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
+			return err
 		}
 	}
-	wantTags := x.Observed || e.onStmt != nil || debug
+	e.inFlight.Add(1)
+	if x.Observed {
+		e.obs.Started(ctx, x)
+	}
+	return nil
+}
+
+// decideStatement is Begin's work for a statement that something reads: it starts the
+// statement's clock, merges its tags when they are read, and decides it under st's rules.
+func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	p := x.Pattern
+	if !st.empty || x.Wants != 0 {
+		x.start = e.now()
+	}
 	var ctxTags tagging.Tags
 	var rt *route
-	if rules || wantTags {
+	if !st.empty {
 		ctxTags = tagging.From(ctx)
+		// Guards read the merged tags: a statement they may apply to routes afresh.
+		if !p.UnsafeWrite && !p.Truncate {
+			rt = text.routeFor(st, ctxTags)
+		}
 	}
-	// Guards read the tags, so a pattern with a guard fact has no cached route (see offer).
-	if cached != nil && !p.UnsafeWrite && !p.Truncate && cached.tags.Equal(ctxTags) {
-		rt = cached
-	}
-	if wantTags || (rules && rt == nil) {
-		x.Tags = e.mergeTags(ctxTags, x.tagBuf[:0], p, query)
+	if (!st.empty && rt == nil) || x.Observed || e.onStmt != nil || debug {
+		if st.empty {
+			ctxTags = tagging.From(ctx)
+		}
+		x.Tags = e.mergeTags(ctxTags, x.s.tags[:0], p, query)
+		x.s.tags = x.Tags
 	}
 	if e.onStmt != nil {
 		e.onStmt(p.Fingerprint, x.Tags)
@@ -338,121 +321,69 @@ func (e *Engine) BeginSpare(ctx context.Context, spare *Spare, conn *stdlib.Conn
 	if debug {
 		e.debugStatement(ctx, x)
 	}
-	if rules {
-		handled, err := false, error(nil)
-		if rt != nil && rt.simple && !e.noSimple {
-			handled, err = e.decideSimple(ctx, st, x, rt, slot)
-		}
-		if !handled {
-			err = e.decide(ctx, st, x, rt, slot, ctxTags, conn, query, args)
-		}
-		if err != nil {
-			if e.obs != nil {
-				e.obs.Blocked(ctx, x, err)
-			}
-			x.release()
-			return nil, err
+	if st.empty {
+		return nil
+	}
+	if rt == nil {
+		rt = &x.s.rt
+		x.s.rules = st.route(x.Tags, rt, x.s.rules)
+		if !p.UnsafeWrite && !p.Truncate {
+			text.save(st, ctxTags, rt)
 		}
 	}
-	e.inFlight.Add(1)
-	if x.Observed {
-		e.obs.Started(ctx, x)
+	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err != nil {
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+		return err
 	}
-	// Measure the statement from here: an EXPLAIN or a wait for capacity is not its cost.
-	if x.slow {
-		x.at = e.mono()
+	if slow {
+		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+		x.start = e.now()
 	}
-	return x, nil
-}
-
-// clock converts t to nanoseconds since the engine's epoch, the time of the engine's hot path
-// (see mono). With the real clock both have a monotonic reading, so a wall-clock step does not
-// move it.
-func (e *Engine) clock(t time.Time) int64 { return int64(t.Sub(e.epoch)) }
-
-// mono is the engine's clock now: nanoseconds since its epoch. A statement keeps its start so
-// (Exec.at), and budgets are made with the same epoch (budget.NewAt), so admission and release
-// take it as it is. With the real clock this reads only the monotonic clock (time.Since),
-// where time.Now would read the wall clock too.
-func (e *Engine) mono() int64 {
-	if e.realClock {
-		return int64(time.Since(e.epoch))
-	}
-	return e.clock(e.now())
+	return nil
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
 // it after an EXPLAIN or a wait for capacity). It is the zero Time when nothing read the clock
 // at Begin: no rules were in force and telemetry was idle.
-//
-// It reads the clock: the start is now less the monotonic time elapsed since, rather than the
-// engine's epoch plus the statement's offset, whose wall reading would lag by every step of the
-// wall clock since the epoch (NTP, a resumed VM), and a span started there would seem to last
-// that much longer. Not for the hot path.
-func (x *Exec) Start() time.Time {
-	if !x.timed {
-		return time.Time{}
-	}
-	now := x.e.now()
-	return now.Add(-time.Duration(x.e.clock(now) - x.at))
-}
+func (x *Exec) Start() time.Time { return x.start }
 
 // Finish releases the statement's holds, trues its debt up to the actual time and trains the
 // cost model. err is the statement's error (nil on success); a cancelled or failed statement does
 // not train the model.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
-	if !x.timed {
-		// No rules were in force and telemetry was idle at Begin: no holds, no training,
-		// no observer call; only the in-flight count to give back.
-		e.inFlight.Add(-1)
-		x.release()
-		return
-	}
-	var took time.Duration
-	if e.realClock {
-		took = time.Since(e.epoch) - time.Duration(x.at) // mono, inlined as in Begin
-	} else {
-		took = time.Duration(e.mono() - x.at)
-	}
-	actual := took.Seconds()
-	if len(x.holds) > 0 {
-		if !x.slow {
-			// The holds were admitted at x.at: each is released took after its admission.
-			for i := range x.holds {
-				budget.ReleaseAfter(&x.holds[i], took, actual)
-			}
-		} else {
-			// Admitted before an EXPLAIN or a wait restarted x.at.
-			now := x.Start().Add(took)
-			for i := range x.holds {
-				budget.Release(now, &x.holds[i], actual)
-			}
-		}
-	}
 	e.inFlight.Add(-1)
+	if x.start.IsZero() {
+		x.Span = nil
+		return // no rules were in force and telemetry was idle: nothing to account
+	}
+	now := e.now()
+	took := now.Sub(x.start)
+	actual := float64(took) / 1e9
+	for _, r := range x.holds {
+		budget.Release(now, r, actual)
+	}
 	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
-	x.release()
+	x.Span = nil // the Exec is kept for the caller's next statement: it must not hold the span
 }
 
-// Training the cost model on a statement (cost.Model.Observe: its lock, a table lookup and a
-// dozen averages) costs more than the rest of the statement's decision. A pattern's averages
-// weigh the last ten or so samples, so a pattern that runs thousands of times a second gains
-// nothing from each one. After warmSamples executions a pattern therefore trains on a random
-// one in trainEvery of its cheap statements, and on every statement that took trainAlways or
-// longer: those are the ones budgets exist for, and their training is a millionth of their
-// time. Sampling at random, rather than every n-th statement, cannot lock onto a workload that
-// repeats with the same period; it leaves the averages unbiased and only makes them span more
-// executions (about trainEvery × 10 for a cheap pattern: at 10,000 a second, 16 ms).
-//
-// A training costs ~650 instructions with the text's forecast made again after it, mostly cache
-// misses on the model's state: at one in eight cheap statements it was 5% of the budget path.
+// Training the cost model on a statement costs more than the rest of its decision, and a
+// pattern's averages weigh only the last ten or so samples, so a pattern that runs thousands of
+// times a second gains nothing from each one. After warmSamples executions a pattern therefore
+// trains on a random one in trainEvery of its cheap statements, and on every statement that took
+// trainAlways or longer: those are the ones budgets exist for. Sampling at random, rather than
+// every n-th statement, cannot lock onto a workload that repeats with the same period.
 const (
+	warmSamples = 64
 	trainEvery  = 16
 	trainAlways = time.Millisecond
 )
@@ -462,119 +393,22 @@ func (x *Exec) train(took time.Duration) bool {
 	if !x.warm || took >= trainAlways {
 		return true
 	}
-	sp := x.spare
-	if sp == nil {
-		return true // an Exec of the pool: rare, and it has no generator of its own
+	if !x.seeded {
+		x.rng.Seed(rand.Uint64(), rand.Uint64())
+		x.seeded = true
 	}
-	// xorshift64 (Marsaglia): the Spare belongs to one connection, so its state needs no lock.
-	r := sp.rng
-	if r == 0 {
-		r = uint64(uintptr(unsafe.Pointer(sp))) | 1
-	}
-	r ^= r << 13
-	r ^= r >> 7
-	r ^= r << 17
-	sp.rng = r
-	return r%trainEvery == 0
-}
-
-// fastSlots is the size of the engine's identity cache in front of the pattern cache, and
-// fastMaxLen the longest statement text it keeps (so it pins at most 512 KiB).
-const (
-	fastSlots  = 256
-	fastMaxLen = 2048
-)
-
-// fastEntry remembers the pattern of one query string value.
-type fastEntry struct {
-	query  string
-	p      *pattern.Pattern
-	routes routeSlot // the text's last route (see route)
-	// 96 bytes (TestFastEntrySize): objects of that size class start 0 or 32 bytes into a cache
-	// line, so an entry spans two lines; at 104 to 112 bytes some would straddle three.
-}
-
-// pattern returns the statement's pattern. Applications send the same few string values (the
-// constants in their code) again and again, so a direct-mapped table keyed by the string's data
-// pointer and length answers most lookups with one atomic load and two compares, before the
-// pattern cache hashes and scans the text. The entry keeps its string alive, so an equal pointer
-// and length is the same immutable text.
-//
-// It also returns the text's route slot, nil for a text the table does not keep.
-func (e *Engine) pattern(query string) (*pattern.Pattern, *routeSlot) {
-	ptr := uintptr(unsafe.Pointer(unsafe.StringData(query)))
-	slot := &e.fast[(ptr>>4^uintptr(len(query)))%fastSlots]
-	if f := slot.Load(); f != nil && len(f.query) == len(query) && unsafe.StringData(f.query) == unsafe.StringData(query) {
-		e.fastHits.Add(1)
-		return f.p, &f.routes
-	}
-	p, _ := e.patterns.Get(query)
-	// Only short texts: an entry pins its string, and 256 pinned megabyte-long statements
-	// would be a quarter of a gigabyte.
-	if len(query) > 0 && len(query) <= fastMaxLen {
-		f := &fastEntry{query: query, p: p}
-		slot.Store(f)
-		return p, &f.routes
-	}
-	return p, nil
-}
-
-// reset readies a pooled Exec. It sets each header field rather than assigning a zero Exec, so
-// the inline buffers (most of its size) are not cleared on every statement; they are always
-// written before they are read.
-func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
-	x.e, x.Pattern, x.at = e, p, 0
-	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
-	x.Decision, x.Reason = DecisionAllow, ""
-	x.Predicted, x.PlanCost, x.Costed, x.slow, x.Observed, x.warm = 0, 0, false, false, false, false
-	x.Span, x.Wants, x.timed = nil, 0, false
-}
-
-func (x *Exec) release() {
-	if sp := x.spare; sp != nil {
-		// A Spare's Exec stays with its connection, and reset rewrites every field that the
-		// next statement reads, so it keeps its references (pattern, budgets, keys: small, and
-		// what the connection's next statement likely uses again) until then. Only the span,
-		// which may be large, is dropped.
-		x.Span = nil
-		sp.busy.Store(false) // after every write to x: the next Begin's CompareAndSwap sees them
-		return
-	}
-	// Drop references so a pooled Exec pins no pattern, span or budget.
-	x.e, x.Pattern, x.Span = nil, nil, nil
-	// Drop budget pointers and keys of the requests and holds (in reqBuf unless there were more
-	// than it holds). A loop, not clear: for the usual one request it is a few stores rather than
-	// a call into the runtime.
-	for i := range x.reqBuf[:min(max(len(x.Budgets), len(x.holds)), len(x.reqBuf))] {
-		x.reqBuf[i] = budget.Request{}
-	}
-	// A route made in x's scratch space: drop its rules, tags and keys.
-	if x.rt.st != nil {
-		clear(x.keyBuf[:min(len(x.rt.keys), len(x.keyBuf))])
-		x.rt = route{}
-	}
-	x.Tags, x.Budgets, x.holds, x.warned = nil, nil, nil, nil
-	execPool.Put(x)
+	return x.rng.Uint64()%trainEvery == 0
 }
 
 // mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
-// statement's comment, then ctxTags (the context's tags); a later source replaces every pair of an earlier
-// source with the same key.
+// statement's comment, then ctxTags (the context's tags); a later source replaces every pair of
+// an earlier source with the same key. p nil (Check) has no pattern tags and no comment.
 func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
 	var comment tagging.Tags
 	if strings.Contains(query, "/*") {
 		comment = tagging.Parse(query)
 	}
-	if ctxTags.Len() == 0 && comment.Len() == 0 {
-		// The common case: built-ins only, nothing can shadow them.
-		dst = append(dst, e.builtins...)
-		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: KeyStatement, Value: p.Kind})
-		for _, t := range p.Tables {
-			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
-		}
-		return dst
-	}
-	// Which built-in keys a comment or context tag replaces, as bits (no lookups per key).
+	// The built-in keys a comment or context tag replaces, one bit each: one pass over the tags.
 	var shadow uint8
 	for k := range comment.All() {
 		shadow |= builtinBit(k)
@@ -587,28 +421,47 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 			dst = append(dst, kv)
 		}
 	}
-	if shadow&bitFingerprint == 0 {
-		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
-	}
-	if shadow&bitStatement == 0 {
-		dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
-	}
-	if shadow&bitTable == 0 {
-		for _, t := range p.Tables {
-			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+	if p != nil {
+		if shadow&builtinBit(KeyFingerprint) == 0 {
+			dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
+		}
+		if shadow&builtinBit(KeyStatement) == 0 {
+			dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+		}
+		if shadow&builtinBit(KeyTable) == 0 {
+			for _, t := range p.Tables {
+				dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+			}
 		}
 	}
-	if comment.Len() > 0 {
-		for k, v := range comment.All() {
-			if _, ok := ctxTags.Get(k); !ok {
-				dst = append(dst, ruleset.KV{Key: k, Value: v})
-			}
+	for k, v := range comment.All() {
+		if _, ok := ctxTags.Get(k); !ok {
+			dst = append(dst, ruleset.KV{Key: k, Value: v})
 		}
 	}
 	for k, v := range ctxTags.All() {
 		dst = append(dst, ruleset.KV{Key: k, Value: v})
 	}
 	return dst
+}
+
+// builtinBit is the bit of a built-in tag key in mergeTags' shadow set, 0 for other keys.
+func builtinBit(k string) uint8 {
+	switch k {
+	case KeyUsername:
+		return 1 << 0
+	case KeyDatabase:
+		return 1 << 1
+	case KeyApplicationName:
+		return 1 << 2
+	case KeyFingerprint:
+		return 1 << 3
+	case KeyStatement:
+		return 1 << 4
+	case KeyTable:
+		return 1 << 5
+	}
+	return 0
 }
 
 // debugStatement logs a statement's pattern and merged tags at debug level. Tags are metadata
@@ -622,34 +475,6 @@ func (e *Engine) debugStatement(ctx context.Context, x *Exec) {
 	}
 	attrs = append(attrs, slog.Group("tags", tags...))
 	e.log.DebugContext(ctx, "pgtraffic: statement", attrs...)
-}
-
-const (
-	bitUsername uint8 = 1 << iota
-	bitDatabase
-	bitApplicationName
-	bitFingerprint
-	bitStatement
-	bitTable
-)
-
-// builtinBit is the bit of a built-in tag key, 0 for other keys.
-func builtinBit(k string) uint8 {
-	switch k {
-	case KeyUsername:
-		return bitUsername
-	case KeyDatabase:
-		return bitDatabase
-	case KeyApplicationName:
-		return bitApplicationName
-	case KeyFingerprint:
-		return bitFingerprint
-	case KeyStatement:
-		return bitStatement
-	case KeyTable:
-		return bitTable
-	}
-	return 0
 }
 
 // tagValue returns the first value of key in tags.

@@ -70,7 +70,7 @@ rules:
 }
 
 // TestMemoryBoundStatements sends distinct statement texts through the engine: the pattern cache
-// stays at its bound. Each miss is a real pg_query parse (about 50 µs), so by default it sends
+// stays at its bound. Each miss is a real pg_query parse, so by default it sends
 // 100,000 texts through a 10,000-entry cache; PGTRAFFIC_MEMORY=1 sends 1,000,000 (a few minutes).
 func TestMemoryBoundStatements(t *testing.T) {
 	const bound = 10_000

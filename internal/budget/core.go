@@ -1,0 +1,254 @@
+package budget
+
+import (
+	"container/heap"
+	"math"
+	"time"
+)
+
+// maxCost caps costs so that an infinite prediction stays finite arithmetic
+// (about 31 years of execution; it still exceeds any sane limit).
+const maxCost = 1e9
+
+// sanitizeCost maps NaN and negative costs to 0 and caps huge ones.
+func sanitizeCost(c float64) float64 {
+	switch {
+	case !(c > 0):
+		return 0
+	case c > maxCost:
+		return maxCost
+	}
+	return c
+}
+
+// withSlack is the burst limit plus a relative 1e-12, far below any
+// measurable cost, so that float rounding (draining in several steps rather
+// than one) cannot refuse a request at the instant its RetryAfter promised.
+func withSlack(burst float64) float64 { return burst * (1 + 1e-12) }
+
+// Bucket is a reverse leaky bucket: Debt execution seconds owed as of Last,
+// draining continuously at a rate the caller passes in. Nothing runs in the
+// background: debt is drained when read. The zero value is an empty bucket.
+// A Bucket is a plain value, not safe for concurrent use.
+type Bucket struct {
+	Debt float64
+	Last time.Time
+}
+
+// DebtAt is the debt drained at rate to now. A now before Last drains
+// nothing.
+func (b Bucket) DebtAt(now time.Time, rate float64) float64 {
+	return drain(b.Debt, rate, now.Sub(b.Last))
+}
+
+// drain is debt less rate × dt, never below zero; a dt <= 0 drains nothing.
+func drain(debt, rate float64, dt time.Duration) float64 {
+	if rate == 0 || dt <= 0 {
+		return debt
+	}
+	if debt -= rate * float64(dt) / 1e9; debt < 0 {
+		return 0
+	}
+	return debt
+}
+
+// Charge drains the bucket to now and adds delta (negative refunds), never
+// leaving it below zero.
+func (b *Bucket) Charge(now time.Time, rate, delta float64) {
+	if rate == 0 {
+		return
+	}
+	if dt := now.Sub(b.Last); dt > 0 {
+		b.Debt, b.Last = drain(b.Debt, rate, dt), now
+	}
+	if b.Debt += delta; !(b.Debt > 0) { // also catches NaN
+		b.Debt = 0
+	}
+}
+
+// Fits reports whether cost fits under burst at now.
+func (b Bucket) Fits(now time.Time, rate, burst, cost float64) bool {
+	return b.DebtAt(now, rate)+cost <= withSlack(burst)
+}
+
+// RetryAfter is the shortest wait after now at which cost fits under burst,
+// exact to the nanosecond: draining is monotone in time even in floating
+// point, so a binary search finds the first instant that fits. The caller
+// has checked that cost fits an empty bucket.
+func (b Bucket) RetryAfter(now time.Time, rate, burst, cost float64) time.Duration {
+	if rate == 0 || b.Fits(now, rate, burst, cost) {
+		return 0
+	}
+	lo := time.Duration(0) // does not fit at now+lo
+	hi := max(b.emptyAfter(now, rate), 1)
+	for !b.Fits(now.Add(hi), rate, burst, cost) { // rounding put emptyAfter short
+		hi *= 2
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if b.Fits(now.Add(mid), rate, burst, cost) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// emptyAfter is how long after now the debt reaches zero.
+func (b Bucket) emptyAfter(now time.Time, rate float64) time.Duration {
+	d := b.DebtAt(now, rate)
+	if rate == 0 || d <= 0 {
+		return 0
+	}
+	ns := math.Ceil(d / rate * 1e9)
+	if ns >= math.MaxInt64/4 {
+		return math.MaxInt64 / 4
+	}
+	return time.Duration(ns)
+}
+
+// state is one key's bucket and concurrency count.
+type state struct {
+	Bucket
+	key      string
+	inflight int
+	emptyAt  time.Time // when the debt is gone; the eviction order of idle states
+	idx      int       // position in the idle heap; -1 while in flight (or the unkeyed state)
+}
+
+// keys is the single-threaded core of a [Budget]: the state of each key
+// (the value of the budget's `per` tag) under one spec. The table is bounded
+// by spec.MaxKeys: adding a key to a full table evicts the idle state (no
+// query in flight) whose debt is gone soonest, found in an idle heap. States
+// with a query in flight are never evicted, so concurrency counts stay
+// exact. The state of the key "" is kept apart: never evicted, not counted.
+type keys struct {
+	spec     Spec
+	unkeyed  *state
+	byKey    map[string]*state
+	idle     idleHeap
+	inflight int // summed over keys
+	evicted  uint64
+}
+
+func newKeys(spec Spec) keys {
+	return keys{spec: spec, byKey: map[string]*state{}}
+}
+
+func (k *keys) lookup(key string) *state {
+	if key == "" {
+		return k.unkeyed
+	}
+	return k.byKey[key]
+}
+
+func (k *keys) count() int {
+	n := len(k.byKey)
+	if k.unkeyed != nil {
+		n++
+	}
+	return n
+}
+
+// insert adds an absent key, evicting the first idle state if the table is
+// full; a full table with nothing idle grows instead.
+func (k *keys) insert(key string, now time.Time) *state {
+	s := &state{key: key, idx: -1, Bucket: Bucket{Last: now}}
+	if key == "" {
+		k.unkeyed = s
+		return s
+	}
+	k.trim(k.spec.MaxKeys - 1)
+	k.byKey[key] = s
+	k.setIdle(s)
+	return s
+}
+
+// trim evicts idle states until at most n keys remain or none is idle.
+func (k *keys) trim(n int) {
+	for len(k.byKey) > n && len(k.idle) > 0 {
+		s := heap.Pop(&k.idle).(*state)
+		delete(k.byKey, s.key)
+		k.evicted++
+	}
+}
+
+// take charges cost and one slot to s.
+func (k *keys) take(s *state, now time.Time, cost float64) {
+	s.Charge(now, k.spec.Rate, cost)
+	if s.idx >= 0 {
+		heap.Remove(&k.idle, s.idx)
+	}
+	s.inflight++
+	k.inflight++
+}
+
+// give gives one slot of s back and trues its debt up by delta.
+func (k *keys) give(s *state, now time.Time, delta float64) {
+	s.Charge(now, k.spec.Rate, delta)
+	s.inflight--
+	k.inflight--
+	if s.inflight == 0 && s != k.unkeyed {
+		k.setIdle(s)
+		k.trim(k.spec.MaxKeys)
+	}
+}
+
+// setIdle puts s, which has nothing in flight, in the idle heap.
+func (k *keys) setIdle(s *state) {
+	s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.spec.Rate))
+	heap.Push(&k.idle, s)
+}
+
+// setSpec switches to spec at now: debt accrued so far drains at the old
+// rate up to now and at the new one after.
+func (k *keys) setSpec(now time.Time, spec Spec) {
+	for _, s := range k.all() {
+		s.Charge(now, k.spec.Rate, 0)
+		if spec.Rate == 0 {
+			s.Debt = 0
+		}
+	}
+	k.spec = spec
+	for _, s := range k.idle {
+		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, spec.Rate))
+	}
+	heap.Init(&k.idle)
+	k.trim(spec.MaxKeys)
+}
+
+// all returns every state, the unkeyed one first.
+func (k *keys) all() []*state {
+	out := make([]*state, 0, k.count())
+	if k.unkeyed != nil {
+		out = append(out, k.unkeyed)
+	}
+	for _, s := range k.byKey {
+		out = append(out, s)
+	}
+	return out
+}
+
+// idleHeap orders idle states by when their debt is gone (container/heap).
+type idleHeap []*state
+
+func (h idleHeap) Len() int           { return len(h) }
+func (h idleHeap) Less(i, j int) bool { return h[i].emptyAt.Before(h[j].emptyAt) }
+func (h idleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *idleHeap) Push(x any) {
+	s := x.(*state)
+	s.idx = len(*h)
+	*h = append(*h, s)
+}
+func (h *idleHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.idx = -1
+	return s
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// maxTextLen is the longest statement text the text cache keeps: an entry owns a copy of its
+// text, and applications repeat their short statements, not their megabyte-long ones.
+const maxTextLen = 2048
+
+// textCache maps a statement text, by content, to what the engine learned of it: its pattern,
+// and the route it was given. Applications send the same few texts again and again, so one map
+// lookup answers both the pattern and, for the same context tags under the same rules, the
+// route, which saves merging tags and matching the rule set. The cache is bounded by entry
+// count; when full it starts over (the pattern cache behind it still holds the patterns).
+//
+// A textCache is safe for concurrent use: one lock guards the map, and an entry's route is an
+// immutable value published atomically.
+type textCache struct {
+	max  int
+	hits atomic.Uint64
+	mu   sync.RWMutex // protects m
+	m    map[string]*textEntry
+}
+
+type textEntry struct {
+	p     *pattern.Pattern
+	route atomic.Pointer[savedRoute]
+}
+
+// savedRoute is a route with its own storage and what it was made from: the rules and the
+// context tags (the built-in tags are the engine's, the pattern's and comment's the text's).
+type savedRoute struct {
+	st   *compiled
+	tags tagging.Tags
+	rt   route
+}
+
+func newTextCache(max int) *textCache {
+	return &textCache{max: max, m: map[string]*textEntry{}}
+}
+
+// get returns query's pattern and entry, looking the pattern up in patterns and keeping a copy
+// of the text on a miss. A text too long to keep has no entry (nil).
+func (c *textCache) get(query string, patterns *pattern.Cache) (*pattern.Pattern, *textEntry) {
+	c.mu.RLock()
+	t := c.m[query]
+	c.mu.RUnlock()
+	if t != nil {
+		c.hits.Add(1)
+		return t.p, t
+	}
+	p, _ := patterns.Get(query)
+	if len(query) > maxTextLen {
+		return p, nil
+	}
+	t = &textEntry{p: p}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	// Cloned: the caller's string may be built over a buffer it will reuse (unsafe.String).
+	c.m[strings.Clone(query)] = t
+	return p, t
+}
+
+// routeFor returns the entry's route if it was made under st for equal context tags; a nil
+// entry has none.
+func (t *textEntry) routeFor(st *compiled, tags tagging.Tags) *route {
+	if t == nil {
+		return nil
+	}
+	if s := t.route.Load(); s != nil && s.st == st && s.tags.Equal(tags) {
+		return &s.rt
+	}
+	return nil
+}
+
+// save keeps a copy of rt, made under st for tags, unless the entry is nil or already holds a
+// route made under st: a text sent with ever-changing tags (a tenant per request) then keeps its first
+// route rather than allocating one per statement that nothing would reuse.
+func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route) {
+	if t == nil {
+		return // a text the cache does not keep
+	}
+	if s := t.route.Load(); s != nil && s.st == st {
+		return
+	}
+	s := &savedRoute{st: st, tags: tags, rt: *rt}
+	s.rt.budgets = append([]int(nil), rt.budgets...)
+	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
+	s.rt.keys = append([]string(nil), rt.keys...)
+	t.route.Store(s)
+}

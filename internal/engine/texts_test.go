@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestTextCacheBounded: distinct texts beyond the bound start the cache over rather than grow it,
+// and statements keep being decided right.
+func TestTextCacheBounded(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 100}
+rules:
+  - {budget: a, match: {app: x}}
+`, func(o *Options) { o.PatternCacheSize = 50 })
+	ctx := tagging.With(context.Background(), "app", "x")
+	for i := range 500 {
+		if err := run(e, clk, ctx, fmt.Sprintf("select %d from t%d", i, i%7), 0); err != nil {
+			t.Fatal(err)
+		}
+		e.texts.mu.RLock()
+		n := len(e.texts.m)
+		e.texts.mu.RUnlock()
+		if n > 50 {
+			t.Fatalf("after %d texts the cache holds %d, bound 50", i+1, n)
+		}
+	}
+	if bs := e.Budgets()[0]; bs.Admitted != 500 || bs.InFlight != 0 {
+		t.Fatalf("budget %+v, want 500 admitted, none in flight", bs)
+	}
+}
+
+// TestLongTextAllocatesNothing: a text too long for the text cache is routed afresh each time,
+// without allocating a route nothing would reuse.
+func TestLongTextAllocatesNothing(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 100}
+rules:
+  - {budget: a, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := "select 1 from t where " + strings.Repeat("a = 1 and ", maxTextLen/10) + "true"
+	x := new(Exec) // reused, as a connection reuses its own
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+			t.Fatal(err)
+		}
+		x.Finish(ctx, nil)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per statement of a long text, want 0", allocs)
+	}
+}
