@@ -45,12 +45,9 @@ func (e *Engine) LoadFile(path string) error {
 // If the directory itself is removed or renamed away, the watch on it is gone: the watcher
 // tries to watch the path again every [rearm] and, once the directory is back, reloads the
 // file by the same rule (it may have been written before the new watch saw it).
+//
+// Its timers come from the engine's clock ([Options.After]).
 func (e *Engine) WatchFile(path string) error {
-	return e.watchFile(path, time.After)
-}
-
-// watchFile is WatchFile with the watcher's timers taken from after (tests pass a fake).
-func (e *Engine) watchFile(path string, after func(time.Duration) <-chan time.Time) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file: %w", err)
@@ -71,7 +68,7 @@ func (e *Engine) watchFile(path string, after func(time.Duration) <-chan time.Ti
 		fw.Close()
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	w := &watcher{fw: fw, path: path, dir: dir, after: after, last: data, done: make(chan struct{})}
+	w := &watcher{fw: fw, path: path, dir: dir, after: e.after, last: data, done: make(chan struct{})}
 	e.mu.Lock()
 	if e.watcher != nil {
 		e.mu.Unlock()

@@ -106,8 +106,10 @@ type watchHarness struct {
 func newWatchHarness(t *testing.T, path string) *watchHarness {
 	t.Helper()
 	h := &watchHarness{t: t, clk: newWatchClock(), reloaded: make(chan struct{}, 100)}
-	h.e, _ = newEngine(t, "", func(o *Options) { o.Logger = slog.New(reloadLog{h.reloaded}) })
-	if err := h.e.watchFile(path, h.clk.after); err != nil {
+	h.e, _ = newEngine(t, "", func(o *Options) {
+		o.Logger, o.Now, o.After = slog.New(reloadLog{h.reloaded}), h.clk.now, h.clk.after
+	})
+	if err := h.e.WatchFile(path); err != nil {
 		t.Fatal(err)
 	}
 	return h
