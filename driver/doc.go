@@ -50,7 +50,8 @@
 // application_name, fingerprint, statement (select, insert, update, delete, merge, ddl, utility,
 // other) and table (one per table it names). Code adds tags to a context with
 // [github.com/pgtraffic/pgtraffic/tagging.With]; a sqlcommenter comment in the SQL text adds
-// tags too, but never replaces a built-in one, since comments can be injected.
+// tags too. Neither replaces a built-in tag (one with a built-in key is ignored), since comments
+// can be injected and the built-in tags state facts of the statement and connection.
 //
 // # Blocked statements
 //

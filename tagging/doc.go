@@ -6,9 +6,10 @@
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the
 // end of the SQL text. The driver merges both with its built-in metadata
 // (username, database, fingerprint, statement, table, ...). Context tags win
-// over comment tags, and a comment never replaces a built-in tag, which states
-// a fact of the statement or the connection: comments can be injected, and one
-// could otherwise claim another table to escape a budget.
+// over comment tags. Neither replaces a built-in tag, which states a fact of
+// the statement or the connection: a comment or context tag with a built-in key
+// is ignored. Comments can be injected, and one could otherwise claim another
+// table to escape a budget.
 //
 // # Tagging a context
 //

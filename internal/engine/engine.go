@@ -400,68 +400,43 @@ func (x *Exec) train(took time.Duration) bool {
 	return x.rng.Uint64()%trainEvery == 0
 }
 
-// mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
-// statement's comment, then ctxTags (the context's tags); a later source replaces every pair of
-// an earlier source with the same key. p nil (Check) has no pattern tags and no comment.
+// mergeTags builds the statement's tags: the built-in tags, then the sqlcommenter tags of the
+// statement's comment, then ctxTags (the context's tags), a context tag replacing a comment tag
+// with the same key. The built-in tags are facts of the connection and the statement, which
+// neither a comment nor the context can replace: their pairs with a built-in key are dropped,
+// whether or not the statement has that tag (a comment can be injected, and /*table='x'*/ would
+// otherwise take a statement out of its {table: gt} budget and guards). p nil (Check) has no
+// pattern tags and no comment.
 func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
-	var comment tagging.Tags
-	if strings.Contains(query, "/*") {
-		comment = tagging.Parse(query)
-	}
-	// The built-in keys a comment or context tag replaces, one bit each: one pass over the tags.
-	var shadow uint8
-	for k := range comment.All() {
-		shadow |= builtinBit(k)
-	}
-	for k := range ctxTags.All() {
-		shadow |= builtinBit(k)
-	}
-	for _, kv := range e.builtins {
-		if shadow&builtinBit(kv.Key) == 0 {
-			dst = append(dst, kv)
-		}
-	}
+	dst = append(dst, e.builtins...)
 	if p != nil {
-		if shadow&builtinBit(KeyFingerprint) == 0 {
-			dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
+		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+		for _, t := range p.Tables {
+			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
-		if shadow&builtinBit(KeyStatement) == 0 {
-			dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
-		}
-		if shadow&builtinBit(KeyTable) == 0 {
-			for _, t := range p.Tables {
-				dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+	}
+	if strings.Contains(query, "/*") {
+		for k, v := range tagging.Parse(query).All() {
+			if _, ok := ctxTags.Get(k); !ok && !builtinKey(k) {
+				dst = append(dst, ruleset.KV{Key: k, Value: v})
 			}
 		}
 	}
-	for k, v := range comment.All() {
-		if _, ok := ctxTags.Get(k); !ok {
+	for k, v := range ctxTags.All() {
+		if !builtinKey(k) {
 			dst = append(dst, ruleset.KV{Key: k, Value: v})
 		}
-	}
-	for k, v := range ctxTags.All() {
-		dst = append(dst, ruleset.KV{Key: k, Value: v})
 	}
 	return dst
 }
 
-// builtinBit is the bit of a built-in tag key in mergeTags' shadow set, 0 for other keys.
-func builtinBit(k string) uint8 {
+// builtinKey reports whether k is the key of a built-in tag.
+func builtinKey(k string) bool {
 	switch k {
-	case KeyUsername:
-		return 1 << 0
-	case KeyDatabase:
-		return 1 << 1
-	case KeyApplicationName:
-		return 1 << 2
-	case KeyFingerprint:
-		return 1 << 3
-	case KeyStatement:
-		return 1 << 4
-	case KeyTable:
-		return 1 << 5
+	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable:
+		return true
 	}
-	return 0
+	return false
 }
 
 // debugStatement logs a statement's pattern and merged tags at debug level. Tags are metadata
