@@ -135,6 +135,10 @@ func (e *Engine) decisions(x *Exec) {
 	}
 }
 
+// limitUnparsable is a guard's Limit text for a statement pg_query cannot parse: without a parse
+// tree a guard cannot see its WHERE, so a text that may write is refused (see pattern.unparsable).
+const limitUnparsable = "statement pgtraffic cannot parse that may hold an UPDATE, DELETE, MERGE or TRUNCATE"
+
 // guard applies the query guards to x, whose pattern has an unsafe write or a TRUNCATE: an
 // enforce guard blocks it, a warn guard notes it.
 func (e *Engine) guard(st *compiled, x *Exec) error {
@@ -145,6 +149,9 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 			continue
 		}
 		d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+		if !p.Parsed {
+			d.Limit = limitUnparsable // say why: the statement may well have a WHERE
+		}
 		if g.mode == modeEnforce {
 			x.Decision, x.Reason = DecisionBlock, ReasonGuard
 			e.recordBlock(x.start, d, p)
