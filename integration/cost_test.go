@@ -388,7 +388,7 @@ func TestAbortedTransactionSendsNoExplain(t *testing.T) {
 	lg := tagging.With(ctx, "app", "ledger")
 	const insert = `insert into accounts values ($1, $2)`
 
-	run := func(db *sql.DB) (first, second error, sent []byte) {
+	run := func(db *sql.DB) (sent []byte, first, second error) {
 		t.Helper()
 		tx, err := db.BeginTx(lg, nil)
 		if err != nil {
@@ -398,10 +398,10 @@ func TestAbortedTransactionSendsNoExplain(t *testing.T) {
 		_, first = tx.ExecContext(lg, `select 1 / (id - id) from accounts`) // division by zero
 		off := wire.offset()
 		_, second = tx.ExecContext(lg, insert, 9, 9)
-		return first, second, wire.since(off)
+		return wire.since(off), first, second
 	}
-	wantFirst, wantSecond, _ := run(raw)
-	first, second, sent := run(db)
+	_, wantFirst, wantSecond := run(raw)
+	sent, first, second := run(db)
 
 	var pgErr *pgconn.PgError
 	if !errors.As(first, &pgErr) || pgErr.Code != "22012" {
