@@ -16,6 +16,8 @@ import (
 //
 // Lines are counted as the YAML parser counts them (\n, \r\n, a lone \r, and NEL, LS and PS
 // inside strings), so that a problem names the same line either way; columns are not set.
+// Strings are JSON's: unlike the YAML parser, it accepts an escaped / and keeps a NEL as it is
+// rather than folding it into a space.
 func jsonTree(data []byte) (root *yaml.Node, ok bool) {
 	if !json.Valid(data) || !utf8.Valid(data) {
 		return nil, false
