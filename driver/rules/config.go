@@ -176,8 +176,16 @@ type Rule struct {
 // String renders the rule's match as sorted key=value pairs joined by commas, e.g.
 // "app=commerce,controller=export": a stable name for the rule in errors and telemetry.
 func (r *Rule) String() string {
-	keys := slices.Sorted(maps.Keys(r.Match))
+	var small [8]string // a rule's few keys, sorted without a heap slice
+	keys := small[:0]
+	n := 0
+	for k, v := range r.Match {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
+	}
+	slices.Sort(keys)
 	var sb strings.Builder
+	sb.Grow(n)
 	for i, k := range keys {
 		if i > 0 {
 			sb.WriteByte(',')
