@@ -1,4 +1,4 @@
-# Targets: test, unit, lint, fuzz, bench, demo, instr, wall, deps.
+# Targets: test, unit, lint, fuzz, bench, demo, instr, wall, shared, deps.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -18,9 +18,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # Modules nested in the repository, each with a replace directive to the library: they need
 # what the library does not (XSAM/otelsql for the comparison, gonum/plot for the chart).
-NESTED := integration/instr examples/noisy-neighbor
+NESTED := integration/instr examples/noisy-neighbor examples/shared-budget
 
-.PHONY: test unit lint fuzz bench demo instr wall deps
+.PHONY: test unit lint fuzz bench demo instr wall shared deps
 
 # Installs PostgreSQL's server, redis-server, make and a C compiler from Debian's packages
 # when they are missing (as root; otherwise it prints the command to run).
@@ -71,3 +71,8 @@ instr:
 # different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see integration/scripts/wall.sh).
 wall:
 	integration/scripts/wall.sh
+
+# The shared-budget experiment: 8 processes share one budget through one
+# redis-server (equal and 10:1 demand, max_concurrent, and chaos runs; about 15 minutes).
+shared:
+	cd examples/shared-budget && $(GO) run . -runs 5

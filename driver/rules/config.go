@@ -37,6 +37,10 @@ type Config struct {
 
 	// Guards are static checks of the statement itself, independent of budgets.
 	Guards Guards `yaml:"guards,omitempty" json:"guards,omitempty"`
+
+	// Coordination, when set, shares budgets across the instances of an application
+	// through Redis; nil keeps every budget process-local.
+	Coordination *Coordination `yaml:"coordination,omitempty" json:"coordination,omitempty"`
 }
 
 // Mode says what a budget or guard does with a query over its limit.
@@ -124,6 +128,11 @@ type Budget struct {
 	// when empty), per pattern, but per call for patterns whose cost varies widely. With
 	// several budgets the most eager wins.
 	Explain string `yaml:"explain,omitempty" json:"explain,omitempty"`
+
+	// Shared says whether the budget's limits hold across every instance (see
+	// [Coordination]). nil means true when the config has a coordination section; true
+	// without one is an error. The per-query limit, warnings and throttling stay local.
+	Shared *bool `yaml:"shared,omitempty" json:"shared,omitempty"`
 }
 
 // SameIdentity reports whether b and other are the same budget across a reload, so that its
@@ -138,7 +147,7 @@ func (b *Budget) Equal(other *Budget) bool {
 		b.PerQueryLimit == other.PerQueryLimit && b.ServerShare == other.ServerShare &&
 		b.BurstLimit == other.BurstLimit && b.WarningThreshold == other.WarningThreshold &&
 		b.Per == other.Per && b.MaxWait == other.MaxWait && b.Explain == other.Explain &&
-		maps.Equal(b.ThrottleWhen, other.ThrottleWhen)
+		maps.Equal(b.ThrottleWhen, other.ThrottleWhen) && equalBoolPtr(b.Shared, other.Shared)
 }
 
 // Rule routes the queries whose tags hold every pair of Match to Budget.
@@ -167,8 +176,16 @@ type Rule struct {
 // String renders the rule's match as sorted key=value pairs joined by commas, e.g.
 // "app=commerce,controller=export": a stable name for the rule in errors and telemetry.
 func (r *Rule) String() string {
-	keys := slices.Sorted(maps.Keys(r.Match))
+	var small [8]string // a rule's few keys, sorted without a heap slice
+	keys := small[:0]
+	n := 0
+	for k, v := range r.Match {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
+	}
+	slices.Sort(keys)
 	var sb strings.Builder
+	sb.Grow(n)
 	for i, k := range keys {
 		if i > 0 {
 			sb.WriteByte(',')
@@ -248,6 +265,7 @@ func (c *Config) Clone() *Config {
 	}
 	out.Guards.RequireWhere.Match = maps.Clone(c.Guards.RequireWhere.Match)
 	out.Guards.BlockTruncate.Match = maps.Clone(c.Guards.BlockTruncate.Match)
+	cloneCoordination(&out, c)
 	return &out
 }
 
@@ -295,6 +313,7 @@ func (c *Config) fillDefaults() {
 		}
 		g.Match = nilIfEmpty(g.Match)
 	}
+	c.coordinationDefaults()
 }
 
 // defaultBurst is share × cores × 1s, at least 1ns so that a tiny share still has a bucket.

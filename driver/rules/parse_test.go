@@ -375,6 +375,7 @@ func FuzzParse(f *testing.F) {
 		"budgets: [{name: a, throttle_when: {replication_lag: 1m}}]",
 		"a: &a [*a]", "budgets: &b [*b]", "{\"budgets\": [{\"name\": \"\\u0000\"}]}",
 		"{\"budgets\": []}\n}", "{}{}", "budgets:\n  - name: a\xff\n", "server_cores: 1\n\x00", "\xef\xbb\xbf{}",
+		"coordination: {redis: \"redis://:pw@h:1/0\", sync_interval: 1s, fallback_instances: 3}\nbudgets: [{name: a, shared: false}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -212,7 +212,7 @@ func run(f flags) error {
 	fmt.Println()
 	printTable(os.Stdout, res)
 	fmt.Println()
-	printTargets(os.Stdout, res, f.share)
+	printTargets(os.Stdout, res, f.share, f.burst, f.phase)
 	for _, b := range c.Snapshot().Budgets {
 		fmt.Printf("\nbudget %s (%s, max_concurrent %d, server_share %g, burst_limit %v): admitted %d, blocked %d\n",
 			b.Name, b.Mode, f.maxConcurrent, f.share, f.burst, b.Admitted, b.Blocked)

@@ -1,0 +1,243 @@
+package rules
+
+import (
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+)
+
+// Limits of [Coordination.SyncInterval].
+const (
+	// MinSyncInterval keeps Redis load bounded: each instance makes one call per shared
+	// budget per interval, and a sync's deadline is a quarter of it.
+	MinSyncInterval = 100 * time.Millisecond
+	// MaxSyncInterval bounds how long a crashed instance holds its slots (three intervals).
+	MaxSyncInterval = time.Minute
+)
+
+// DefaultSyncInterval is the sync interval when none is set.
+const DefaultSyncInterval = time.Second
+
+// Coordination makes budgets shared by every instance of an application: their limits hold
+// across instances, coordinated through Redis, while each statement's decision stays local.
+// A Config without one keeps every budget process-local.
+//
+// The zero value is valid: it coordinates through the client given in code
+// (driver.WithRedisClient) every sync_interval (1s). Format a Coordination (or log it) only
+// through [Coordination.Redacted] or its String and LogValue methods, which hide the URL's
+// credentials.
+type Coordination struct {
+	// Redis is where the shared state lives: a redis:// or rediss:// (TLS) URL as go-redis
+	// reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector is given
+	// a client in code. Its credentials never reach a log, an error, a span or the status
+	// page.
+	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
+
+	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
+	// Zero means the default, 1s; otherwise between 100ms and 1m. A crashed instance's slots
+	// return after three intervals.
+	SyncInterval Duration `yaml:"sync_interval,omitempty" json:"sync_interval,omitempty"`
+
+	// FallbackInstances is how many instances an instance assumes share each budget until it
+	// has reached Redis once: it runs on the budget divided by this many. Zero means the
+	// default, 10; afterwards the instances last seen are used.
+	FallbackInstances int `yaml:"fallback_instances,omitempty" json:"fallback_instances,omitempty"`
+}
+
+var coordinationFields = []string{"redis", "sync_interval", "fallback_instances"}
+
+// Redacted returns c.Redis with its credentials and query replaced by "xxxxx", for logs,
+// errors and status pages: redis://xxxxx@10.0.0.5:6379/0.
+func (c *Coordination) Redacted() string { return RedactURL(c.Redis) }
+
+// String describes c with its URL redacted, so that %v never prints a password.
+func (c Coordination) String() string {
+	return "coordination{redis: " + c.Redacted() + ", sync_interval: " + c.SyncInterval.String() + "}"
+}
+
+// GoString is String, for %#v.
+func (c Coordination) GoString() string { return c.String() }
+
+// LogValue logs c with its URL redacted.
+func (c Coordination) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("redis", c.Redacted()), slog.String("sync_interval", c.SyncInterval.String()))
+}
+
+// RedactURL returns a URL with any user information and query replaced by "xxxxx"; text that
+// does not parse as a URL is replaced whole, as it may be nothing but a password.
+func RedactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" {
+		return "xxxxx (not a URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "xxxxx"
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// redisURLProblem returns what is wrong with a Redis URL, in words that never contain its
+// credentials, or "".
+func redisURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "not a URL"
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return "must be a redis:// or rediss:// URL"
+	}
+	if u.Host == "" {
+		return "has no host"
+	}
+	if _, err := redis.ParseURL(raw); err != nil {
+		// go-redis quotes parts of the URL: remove anything that may be a credential.
+		msg := err.Error()
+		for _, secret := range credentials(u) {
+			msg = strings.ReplaceAll(msg, secret, "xxxxx")
+		}
+		return strings.TrimPrefix(msg, "redis: ")
+	}
+	return ""
+}
+
+// credentials lists the secrets a URL may hold: user, password and every query value.
+func credentials(u *url.URL) []string {
+	var out []string
+	if u.User != nil {
+		out = append(out, u.User.Username())
+		if p, ok := u.User.Password(); ok {
+			out = append(out, p)
+		}
+	}
+	for _, vs := range u.Query() {
+		out = append(out, vs...)
+	}
+	// Longest first, so that a secret containing another is replaced whole.
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if len(out[j]) > len(out[i]) {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	kept := out[:0]
+	for _, s := range out {
+		if s != "" {
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}
+
+// validateCoordination checks the coordination section and the budgets' shared flags.
+func (c *Config) validateCoordination(p *problems) {
+	if co := c.Coordination; co != nil {
+		if co.Redis != "" {
+			if problem := redisURLProblem(co.Redis); problem != "" {
+				p.add("coordination.redis", "%s, got %s", problem, quoteShort(RedactURL(co.Redis)))
+			}
+		}
+		p.durationField("coordination.sync_interval", co.SyncInterval, true)
+		if d := time.Duration(co.SyncInterval); d != 0 && (d < MinSyncInterval || d > MaxSyncInterval) {
+			p.add("coordination.sync_interval", "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
+		}
+		if co.FallbackInstances < 0 || co.FallbackInstances == 0 && p.explicit("coordination.fallback_instances") {
+			p.add("coordination.fallback_instances", "must be > 0 (omit it for the default), got %d", co.FallbackInstances)
+		}
+	}
+	for i := range c.Budgets {
+		if s := c.Budgets[i].Shared; s != nil && *s && c.Coordination == nil {
+			p.add(indexPath("budgets", i)+".shared", "needs a coordination section (where the instances share it)")
+		}
+	}
+}
+
+// coordination decodes the coordination section.
+func (d *decoder) coordination(n *yaml.Node, path string) *Coordination {
+	co := &Coordination{}
+	d.fields(n, path, func(key, path string, v *yaml.Node) {
+		switch key {
+		case "redis":
+			co.Redis = d.str(v, path)
+		// The values are not quoted in errors: a URL pasted on the wrong line would be.
+		case "sync_interval":
+			dur, err := time.ParseDuration(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil {
+				d.addLine(v.Line, path, "expected a duration such as 1s")
+			}
+			co.SyncInterval = Duration(dur)
+		case "fallback_instances":
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&co.FallbackInstances) != nil {
+				d.addLine(v.Line, path, "expected an integer")
+			}
+		default:
+			d.unknown(v, path, key, coordinationFields...)
+		}
+	})
+	return co
+}
+
+// boolean decodes true or false.
+func (d *decoder) boolean(n *yaml.Node, path string) *bool {
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
+		d.addLine(n.Line, path, "expected true or false, got %s", describe(n))
+	}
+	return &v
+}
+
+// IsShared reports whether budget b of c is shared across instances: when c has a
+// coordination section and b does not say shared: false.
+func (c *Config) IsShared(b *Budget) bool {
+	return c.Coordination != nil && (b.Shared == nil || *b.Shared)
+}
+
+// cloneCoordination deep-copies the coordination parts of c into out, a shallow copy.
+func cloneCoordination(out, c *Config) {
+	if c.Coordination != nil {
+		co := *c.Coordination
+		out.Coordination = &co
+	}
+	for i := range out.Budgets {
+		if s := out.Budgets[i].Shared; s != nil {
+			v := *s
+			out.Budgets[i].Shared = &v
+		}
+	}
+}
+
+// coordinationDefaults makes the coordination defaults explicit: sync_interval 1s,
+// fallback_instances 10, and shared: true for every budget that does not say otherwise.
+func (c *Config) coordinationDefaults() {
+	if c.Coordination == nil {
+		return
+	}
+	if c.Coordination.SyncInterval == 0 {
+		c.Coordination.SyncInterval = Duration(DefaultSyncInterval)
+	}
+	if c.Coordination.FallbackInstances == 0 {
+		c.Coordination.FallbackInstances = DefaultFallbackInstances
+	}
+	for i := range c.Budgets {
+		if c.Budgets[i].Shared == nil {
+			shared := true
+			c.Budgets[i].Shared = &shared
+		}
+	}
+}
+
+// DefaultFallbackInstances is the default of [Coordination.FallbackInstances].
+const DefaultFallbackInstances = 10
+
+func equalBoolPtr(a, b *bool) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }

@@ -1,0 +1,208 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseCoordination(t *testing.T) {
+	cfg, err := Parse([]byte(`
+coordination:
+  redis: rediss://app:s3cret@redis.internal:6380/2
+  sync_interval: 500ms
+  fallback_instances: 40
+budgets:
+  - name: reporting
+    server_share: 0.25
+  - name: local
+    shared: false
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	co := cfg.Coordination
+	if co == nil || co.Redis != "rediss://app:s3cret@redis.internal:6380/2" || co.SyncInterval != Duration(500*time.Millisecond) || co.FallbackInstances != 40 {
+		t.Fatalf("coordination: %v", co)
+	}
+	if !cfg.IsShared(&cfg.Budgets[0]) || cfg.IsShared(&cfg.Budgets[1]) {
+		t.Fatalf("shared: reporting %v (want the default, true), local %v (want false)", cfg.Budgets[0].Shared, *cfg.Budgets[1].Shared)
+	}
+}
+
+func TestCoordinationDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("coordination: {redis: redis://127.0.0.1:6379}\nbudgets: [{name: a}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Coordination.SyncInterval != Duration(time.Second) || cfg.Coordination.FallbackInstances != 10 {
+		t.Fatalf("defaults: %v, fallback %d", cfg.Coordination, cfg.Coordination.FallbackInstances)
+	}
+	if s := cfg.Budgets[0].Shared; s == nil || !*s {
+		t.Fatal("a budget is shared by default once coordination is set")
+	}
+
+	// An empty section coordinates through a client given in code.
+	cfg, err = Parse([]byte("coordination: {}\nbudgets: [{name: a}]"))
+	if err != nil || cfg.Coordination == nil || !cfg.IsShared(&cfg.Budgets[0]) {
+		t.Fatalf("coordination: {} → %v, %v", cfg, err)
+	}
+
+	// Without the section nothing is shared and no default appears.
+	cfg, err = Parse([]byte("budgets: [{name: a}]"))
+	if err != nil || cfg.Coordination != nil || cfg.Budgets[0].Shared != nil || cfg.IsShared(&cfg.Budgets[0]) {
+		t.Fatalf("no coordination → %+v, %v", cfg.Budgets, err)
+	}
+}
+
+func TestCoordinationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       string // the error, whole
+	}{
+		{"scheme", "coordination:\n  redis: http://u:pw@h:6379\n",
+			`pgtraffic: rules line 2: coordination.redis: must be a redis:// or rediss:// URL, got "http://xxxxx@h:6379"`},
+		{"no host", "coordination:\n  redis: redis:///0\n",
+			`pgtraffic: rules line 2: coordination.redis: has no host, got "redis:///0"`},
+		{"bad database", "coordination:\n  redis: redis://:pw@h/x\n",
+			`pgtraffic: rules line 2: coordination.redis: invalid database number: "x", got "redis://xxxxx@h/x"`},
+		{"unknown option", "coordination:\n  redis: redis://h/0?bogus=pw\n",
+			`pgtraffic: rules line 2: coordination.redis: unexpected option: bogus, got "redis://h/0?xxxxx"`},
+		{"interval too short", "coordination:\n  sync_interval: 10ms\n",
+			`pgtraffic: rules line 2: coordination.sync_interval: must be between 100ms and 1m0s, got 10ms`},
+		{"interval too long", "coordination:\n  sync_interval: 2m\n",
+			`pgtraffic: rules line 2: coordination.sync_interval: must be between 100ms and 1m0s, got 2m0s`},
+		{"interval not a duration", "coordination:\n  sync_interval: redis://u:pw@h\n",
+			`pgtraffic: rules line 2: coordination.sync_interval: expected a duration such as 1s`},
+		{"zero interval", "coordination:\n  sync_interval: 0s\n",
+			`pgtraffic: rules line 2: coordination.sync_interval: must be > 0 (omit it for the default), got 0`},
+		{"fallback zero", "coordination:\n  fallback_instances: 0\n",
+			`pgtraffic: rules line 2: coordination.fallback_instances: must be > 0 (omit it for the default), got 0`},
+		{"fallback not an integer", "coordination:\n  fallback_instances: pw\n",
+			`pgtraffic: rules line 2: coordination.fallback_instances: expected an integer`},
+		{"unknown field", "coordination:\n  sync_intervall: 1s\n",
+			`pgtraffic: rules line 2: coordination.sync_intervall: unknown field (did you mean sync_interval?)`},
+		{"shared without coordination", "budgets:\n  - name: a\n    shared: true\n",
+			`pgtraffic: rules line 3: budgets[0].shared: needs a coordination section (where the instances share it)`},
+		{"shared not a boolean", "coordination: {}\nbudgets:\n  - name: a\n    shared: yes please\n",
+			`pgtraffic: rules line 4: budgets[0].shared: expected true or false, got "yes please"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%v does not wrap ErrInvalid", err)
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("got  %s\nwant %s", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "pw") {
+				t.Fatalf("the error shows a credential: %s", err)
+			}
+		})
+	}
+}
+
+func TestValidateCoordinationInCode(t *testing.T) {
+	yes := true
+	cfg := &Config{Budgets: []Budget{{Name: "a", Shared: &yes}}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "budgets[0].shared: needs a coordination section") {
+		t.Fatalf("shared without coordination: %v", err)
+	}
+	cfg.Coordination = &Coordination{Redis: "redis://127.0.0.1:6379/0", SyncInterval: Duration(time.Second)}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloneAndEqualCoverCoordination(t *testing.T) {
+	no := false
+	cfg := &Config{Coordination: &Coordination{Redis: "redis://h"}, Budgets: []Budget{{Name: "a", Shared: &no}}}
+	c := cfg.Clone()
+	c.Coordination.Redis = "redis://other"
+	*c.Budgets[0].Shared = true
+	if cfg.Coordination.Redis != "redis://h" || *cfg.Budgets[0].Shared {
+		t.Fatal("Clone shares the coordination section or a shared flag")
+	}
+	if cfg.Budgets[0].Equal(&c.Budgets[0]) {
+		t.Fatal("Equal ignores shared")
+	}
+	d := cfg.Clone()
+	if !cfg.Budgets[0].Equal(&d.Budgets[0]) {
+		t.Fatal("a clone is not Equal")
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:pw@h:6379/0", "redis://xxxxx@h:6379/0"},
+		{"rediss://user:pw@h/1", "rediss://xxxxx@h/1"},
+		{"redis://token@h", "redis://xxxxx@h"},
+		{"redis://h/0?password=pw", "redis://h/0?xxxxx"},
+		{"redis://h#pw", "redis://h"},
+		{"pw", "pw"}, // a bare word parses as a relative path: it is not a credential position
+		{"redis://u:p w@h:bad port", "xxxxx (not a URL)"},
+	} {
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCoordinationNeverPrintsCredentials(t *testing.T) {
+	co := Coordination{Redis: "redis://admin:hunter2@h:6379/0?password=hunter3", SyncInterval: Duration(time.Second)}
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "coordination", co)
+	for _, out := range []string{
+		fmt.Sprint(co), fmt.Sprintf("%v %+v %#v %s", co, co, co, co), fmt.Sprint(&co), co.Redacted(), logged.String(),
+	} {
+		if strings.Contains(out, "hunter") || strings.Contains(out, "admin") {
+			t.Fatalf("printed a credential: %s", out)
+		}
+		if !strings.Contains(out, "h:6379") {
+			t.Fatalf("printed too little to recognise the server: %s", out)
+		}
+	}
+}
+
+func FuzzRedactURL(f *testing.F) {
+	for _, s := range []string{"redis://:pw@h:6379/0", "rediss://user:pw@h/1?x=y", "redis://h", "%", "redis://[::1]:1", "pw@h#x"} {
+		f.Add(s, "secret1")
+	}
+	f.Fuzz(func(t *testing.T, raw, secret string) {
+		for _, in := range []string{raw, "redis://" + raw, "redis://u:Zq9" + url.QueryEscape(secret) + "@" + raw} {
+			red := RedactURL(in)
+			if red == "" || red == "xxxxx (not a URL)" {
+				continue
+			}
+			// Whatever came in, what goes out holds no user information but "xxxxx", no
+			// query but "xxxxx" and no fragment.
+			u, err := url.Parse(red)
+			if err != nil {
+				t.Fatalf("RedactURL(%q) = %q does not parse: %v", in, red, err)
+			}
+			if _, hasPassword := u.User.Password(); u.User != nil && (u.User.Username() != "xxxxx" || hasPassword) {
+				t.Fatalf("RedactURL(%q) = %q keeps user information", in, red)
+			}
+			if u.RawQuery != "" && u.RawQuery != "xxxxx" || u.Fragment != "" {
+				t.Fatalf("RedactURL(%q) = %q keeps a query or fragment", in, red)
+			}
+			// The validation message never shows the password: it starts with a marker
+			// that nothing else in the URL holds.
+			if strings.Contains(in, "u:Zq9") && !strings.Contains(raw, "Zq9") {
+				if problem := redisURLProblem(in); strings.Contains(problem, "Zq9") {
+					t.Fatalf("the problem with %q shows the password: %s", in, problem)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,34 @@
+package coord
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+)
+
+// NewClient returns a client for the coordination section's redis:// or rediss:// URL, set
+// up for syncs: context deadlines honoured, no retries (the loop retries on its own
+// schedule) and dial timeouts within a sync's deadline. Its errors never contain the URL's
+// credentials.
+func NewClient(rawURL string, interval time.Duration) (*redis.Client, error) {
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		// go-redis may quote the URL; say which one without its credentials.
+		return nil, fmt.Errorf("coord: invalid Redis URL %s", rules.RedactURL(rawURL))
+	}
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	d := max(interval/4, minDeadline)
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	opts.DialTimeout = d
+	opts.ReadTimeout = d
+	opts.WriteTimeout = d
+	opts.DialerRetries = 1
+	opts.PoolSize = 2 // one call outstanding at a time, plus one while an abandoned call drains
+	return redis.NewClient(opts), nil
+}

@@ -1,0 +1,388 @@
+package coord
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultInterval is the sync interval when none is configured.
+const DefaultInterval = time.Second
+
+// DefaultFallbackInstances is how many instances a budget is assumed to be shared by before
+// an instance has ever reached Redis. Assuming one would hand each instance the whole
+// budget; ten is the low end of the deployments shared budgets are for, and errs towards
+// admitting too little for the few seconds until Redis answers.
+const DefaultFallbackInstances = 10
+
+// minDeadline is the shortest time a sync may take before it counts as failed: shorter
+// than the round trip of a loaded Redis, it would fail healthy syncs.
+const minDeadline = 50 * time.Millisecond
+
+// errBusy fails a sync while the previous call is still stuck in the client: at most one
+// call per coordinator is ever outstanding, however long Redis hangs.
+var errBusy = errors.New("coord: the previous Redis call has not returned")
+
+// Options configure a [Coordinator]. Client is required; zero fields take the defaults.
+type Options struct {
+	// Client reaches Redis: a *redis.Client, a Sentinel-backed failover client or a
+	// *redis.ClusterClient. Its context deadlines should be enabled (ContextTimeoutEnabled);
+	// a call that overruns its deadline is abandoned either way.
+	Client redis.UniversalClient
+	// Interval is how often each shared budget syncs; DefaultInterval when zero.
+	Interval time.Duration
+	// FallbackInstances is the instance count assumed before any was seen;
+	// DefaultFallbackInstances when zero.
+	FallbackInstances int
+	// Instance names this instance in Redis; a random id when empty. Two live coordinators
+	// must never share one.
+	Instance string
+	// Logger receives one line when Redis becomes unreachable and one when it is back;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+	// Now and Rand replace the clock and the jitter source in tests.
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Coordinator keeps the shared budgets of one connector in step with the other instances
+// through Redis: a background loop syncs each registered budget about once per interval and
+// hands the leases it gets to the budget's [Local]. Statements never wait for it.
+//
+// A Coordinator is safe for concurrent use. Build one with [New], start its loop with
+// [Coordinator.Start] and stop it with [Coordinator.Close].
+type Coordinator struct {
+	rc        redis.UniversalClient
+	id        string
+	interval  time.Duration
+	fallbackN int
+	log       *slog.Logger
+	now       func() time.Time
+	rand      func() float64
+	kick      chan struct{} // wakes the loop; buffered, never blocks a sender
+	sem       chan struct{} // holds the one outstanding Redis call
+
+	mu      sync.Mutex // protects the fields below
+	budgets map[string]*entry
+	down    bool // Redis was unreachable at the last sync: logged once
+	started bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// entry is one registered budget.
+type entry struct {
+	core   *core // guarded by Coordinator.mu
+	local  Local // called outside the lock
+	kicked atomic.Bool
+}
+
+// New returns a coordinator whose loop is not started.
+func New(o Options) *Coordinator {
+	c := &Coordinator{
+		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
+		log: o.Logger, now: o.Now, rand: o.Rand,
+		kick: make(chan struct{}, 1), sem: make(chan struct{}, 1),
+		budgets: map[string]*entry{},
+	}
+	if c.interval <= 0 {
+		c.interval = DefaultInterval
+	}
+	if c.fallbackN <= 0 {
+		c.fallbackN = DefaultFallbackInstances
+	}
+	if c.id == "" {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		c.id = hex.EncodeToString(b[:])
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.rand == nil {
+		c.rand = mrand
+	}
+	return c
+}
+
+func mrand() float64 { return rand.Float64() }
+
+// Instance returns this instance's id in Redis.
+func (c *Coordinator) Instance() string { return c.id }
+
+// Handle is a registered budget: the local budget kicks it when it starves, and the
+// connector changes its spec on a reload or drops it. Safe for concurrent use.
+type Handle struct {
+	c    *Coordinator
+	name string
+	e    *entry
+}
+
+// Register starts coordinating the budget spec.Name, enforced locally by local. Until its
+// first sync a partition has no lease while Redis answers, and the fallback share while it
+// does not. Registering a name again replaces the earlier registration.
+func (c *Coordinator) Register(spec Spec, local Local) *Handle {
+	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local}
+	c.mu.Lock()
+	c.budgets[spec.Name] = e
+	c.mu.Unlock()
+	c.wake()
+	return &Handle{c: c, name: spec.Name, e: e}
+}
+
+// Kick asks for an early sync: the local budget refused or made wait a statement for want of
+// its lease, or met a new partition. It never blocks and costs no call when one is pending.
+func (h *Handle) Kick() {
+	if h.e.kicked.CompareAndSwap(false, true) {
+		h.c.wake()
+	}
+}
+
+// SetSpec changes the budget's global limits (a reload); the next sync, made at once,
+// divides the new limits.
+func (h *Handle) SetSpec(spec Spec) {
+	h.c.mu.Lock()
+	h.e.core.spec = spec.normalize()
+	h.e.core.next = time.Time{}
+	h.c.mu.Unlock()
+	h.c.wake()
+}
+
+// Close stops coordinating the budget. Its entries in Redis lapse within the lease duration.
+func (h *Handle) Close() {
+	h.c.mu.Lock()
+	if h.c.budgets[h.name] == h.e {
+		delete(h.c.budgets, h.name)
+	}
+	h.c.mu.Unlock()
+}
+
+func (c *Coordinator) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start starts the background loop. It returns at once; Redis being unreachable is not an
+// error (the budgets run on their fallback share and the loop keeps trying).
+func (c *Coordinator) Start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return
+	}
+	c.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop, c.done = cancel, make(chan struct{})
+	go c.loop(ctx)
+}
+
+// Close stops the loop and, within ctx, tells Redis that this instance leaves every
+// partition, so that its slots return at once rather than when its leases lapse.
+func (c *Coordinator) Close(ctx context.Context) error {
+	c.mu.Lock()
+	stop, done := c.stop, c.done
+	c.stop = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	var errs []error
+	for _, e := range c.entries() {
+		c.mu.Lock()
+		chunks := e.core.leaveAll(c.now())
+		spec := e.core.spec
+		c.mu.Unlock()
+		for _, reps := range chunks {
+			if _, err := c.exec(ctx, spec, 0, reps); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Coordinator) entries() []*entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*entry, 0, len(c.budgets))
+	for _, e := range c.budgets {
+		out = append(out, e)
+	}
+	return out
+}
+
+func (c *Coordinator) loop(ctx context.Context) {
+	defer close(c.done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-c.kick:
+		}
+		c.round(ctx, false)
+		timer.Reset(c.wakeIn())
+	}
+}
+
+// wakeIn is how long the loop may sleep: until the earliest budget needs it.
+func (c *Coordinator) wakeIn() time.Duration {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.interval
+	for _, e := range c.budgets {
+		d = min(d, e.core.nextWake(now).Sub(now))
+	}
+	return max(d, c.interval/100, time.Millisecond)
+}
+
+// Sync syncs every registered budget now, whether due or not, and returns their errors
+// joined. The loop does the same on its own schedule; Sync is for tests and tools, and must
+// not run beside a started loop (one of the two would find the other's call outstanding).
+func (c *Coordinator) Sync(ctx context.Context) error { return c.round(ctx, true) }
+
+// round looks at each budget once: takes its usage, syncs it if due (or if force), and hands
+// changed leases to its local budget.
+func (c *Coordinator) round(ctx context.Context, force bool) error {
+	var errs []error
+	for _, e := range c.entries() {
+		kicked := e.kicked.Swap(false)
+		now := c.now()
+		usage := e.local.TakeUsage(now)
+		c.mu.Lock()
+		e.core.absorb(now, usage)
+		due := force || e.core.due(now, kicked)
+		var chunks [][]report
+		if due {
+			chunks = e.core.reports(now)
+			if len(chunks) == 0 {
+				e.core.nothingToSync(now)
+			}
+		}
+		spec := e.core.spec
+		c.mu.Unlock()
+
+		var dropped []string
+		if len(chunks) > 0 {
+			var err error
+			dropped, err = c.syncBudget(ctx, e, spec, chunks)
+			errs = append(errs, err)
+		}
+
+		now = c.now()
+		c.mu.Lock()
+		pushes := e.core.pushes(now)
+		c.mu.Unlock()
+		for _, key := range dropped {
+			e.local.SetLease(now, key, Lease{})
+		}
+		for _, p := range pushes {
+			e.local.SetLease(now, p.key, p.lease)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncBudget sends a budget's reports, all within one deadline well under the interval.
+func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, error) {
+	d := max(c.interval/4, minDeadline)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sent := c.now()
+	c.mu.Lock()
+	notAfter := e.core.notAfter(sent, d)
+	c.mu.Unlock()
+	var dropped []string
+	for _, reps := range chunks {
+		rep, err := c.exec(ctx, spec, notAfter, reps)
+		now := c.now()
+		c.mu.Lock()
+		e.core.clock(rep.now, now)
+		if err != nil {
+			e.core.failed(sent, now)
+		} else {
+			dropped = append(dropped, e.core.applied(sent, now, reps, rep.results)...)
+		}
+		c.noteHealth(err)
+		c.mu.Unlock()
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
+}
+
+// noteHealth logs the changes between reachable and unreachable, once each. The error text
+// comes from the client and names the address, never the URL's credentials. The caller
+// holds c.mu.
+func (c *Coordinator) noteHealth(err error) {
+	switch {
+	case err != nil && !c.down:
+		c.down = true
+		c.log.Warn("pgtraffic: Redis unreachable; shared budgets run on their last leases, then on an even share",
+			"instance", c.id, "error", err)
+	case err == nil && c.down:
+		c.down = false
+		c.log.Info("pgtraffic: Redis reachable again; shared budgets resynced", "instance", c.id)
+	}
+}
+
+// exec runs one script call, abandoning it when ctx ends even if the client does not honour
+// the deadline; the abandoned call finishes in the background, and no other starts until it
+// has.
+func (c *Coordinator) exec(ctx context.Context, spec Spec, notAfter int64, reps []report) (reply, error) {
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		return reply{}, errBusy
+	}
+	type outcome struct {
+		res reply
+		err error
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		res, err := runSync(ctx, c.rc, c.id, spec, c.interval, notAfter, reps)
+		<-c.sem // before the answer, so that the next call never finds this one outstanding
+		ch <- outcome{res, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	}
+}
+
+// Status reports every registered budget, sorted by name.
+func (c *Coordinator) Status() []Status {
+	now := c.now()
+	c.mu.Lock()
+	out := make([]Status, 0, len(c.budgets))
+	for _, e := range c.budgets {
+		out = append(out, e.core.status(now))
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

@@ -1,0 +1,446 @@
+package coord
+
+import (
+	"math"
+	"time"
+)
+
+// leaseIntervals is how many sync intervals a lease lasts without renewal, on the instance
+// and in Redis alike: a crashed instance's slots return after this long.
+const leaseIntervals = 3
+
+// expectWindow is how many intervals an instance remembers how many instances it saw.
+const expectWindow = 10
+
+// idleSyncs is how many syncs a partition is reported with no usage before the instance
+// leaves it (Redis forgets its entry at once and its slots return).
+const idleSyncs = 2
+
+// maxPartitionsPerCall bounds the partitions of one script call, so that one call cannot
+// hold Redis for long; a sync of more active partitions makes several calls.
+const maxPartitionsPerCall = 256
+
+// part is one partition of a shared budget on this instance: its demand, its usage report,
+// and its lease.
+type part struct {
+	key      string
+	demand   estimator // offered execution seconds per second
+	want     estimator // slots wanted at once
+	offered  float64   // execution seconds offered since the last sync
+	peak     int       // slots wanted at once since the last sync
+	inflight int
+	starved  bool // refused or waited since the last sync
+	active   bool // reported since the last successful sync
+	fresh    bool // reported since the last sync attempt
+	idle     int  // syncs in a row with no usage
+
+	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
+	// so a lost reply cannot count usage twice; acc collects the usage for the next one.
+	pendingSeq  uint64
+	pendingUsed float64
+	accUsed     float64
+
+	grant       Lease     // the last lease from Redis
+	hasGrant    bool      // grant is set
+	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
+	target      float64   // the fair rate Redis computed for this instance
+	targetSlots int
+	live        int                      // instances sharing the partition, as last seen
+	debt        float64                  // global debt as last seen, execution seconds
+	seen        [leaseIntervals]sighting // the latest live counts, newest first
+
+	pushed    Lease // what the local budget enforces
+	hasPushed bool
+}
+
+// sighting is a live count seen in a reply.
+type sighting struct {
+	at   time.Time
+	live int
+}
+
+// expected is the most instances seen in the partition lately (within window of now, or at
+// any time while failing: those instances may be failing too). Redis uses it only when its
+// state for the partition is gone, to keep the share of instances it lost free for them.
+// Expecting too many costs little (that share stays free for a lease duration); too few
+// could let the lost ones' share be used twice, so the window is generous.
+func (p *part) expected(now time.Time, window time.Duration, failing bool) int {
+	n := 0
+	for _, s := range p.seen {
+		if !s.at.IsZero() && (failing || now.Sub(s.at) < window) {
+			n = max(n, s.live)
+		}
+	}
+	return n
+}
+
+// below reports whether the partition holds less than its fair share: a starved partition
+// below it syncs early to take up capacity that others have given back.
+func (p *part) below() bool {
+	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots
+}
+
+// core is the plain, single-threaded state of one shared budget on this instance: it turns
+// usage into reports, replies into leases, and decides when to sync. Its zero value is not
+// usable; build one with newCore. Time is always a parameter.
+type core struct {
+	spec      Spec
+	interval  time.Duration
+	fallbackN int // instances assumed before any was seen
+	rand      func() float64
+
+	parts    map[string]*part
+	known    int // instances last seen sharing the budget; 0 before any sync succeeded
+	seq      uint64
+	last     time.Time // last sync attempt
+	next     time.Time // next regular sync
+	failing  bool      // the last sync failed
+	since    time.Time // when failing began
+	anyNew   bool      // a partition has no lease yet
+	anyShort bool      // a starved partition is below its fair share
+	kicked   bool      // the local budget asked for an early sync since the last one
+
+	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
+	// to act on: redisAt µs of Redis TIME at localAt on ours.
+	redisAt int64
+	localAt time.Time
+
+	// Counters for status and metrics.
+	syncs, failures uint64
+	latency         time.Duration
+	lastOK          time.Time
+}
+
+func newCore(spec Spec, interval time.Duration, fallbackN int, rand func() float64) *core {
+	return &core{spec: spec.normalize(), interval: interval, fallbackN: max(fallbackN, 1), rand: rand,
+		parts: map[string]*part{}}
+}
+
+// instances is the instance count fallback leases divide by.
+func (c *core) instances() int {
+	if c.known > 0 {
+		return c.known
+	}
+	return c.fallbackN
+}
+
+// absorb takes a local usage report made at now. It only accumulates: demand is estimated
+// per sync, over windows long enough to mean something.
+func (c *core) absorb(now time.Time, usage []Usage) {
+	for i := range usage {
+		u := &usage[i]
+		if !u.active() {
+			continue
+		}
+		p := c.parts[u.Key]
+		if p == nil {
+			p = &part{key: u.Key}
+			c.parts[u.Key] = p
+		}
+		if u.Offered > 0 && !math.IsInf(u.Offered, 1) {
+			p.offered += u.Offered
+		}
+		p.peak = max(p.peak, u.Wanted, u.InFlight)
+		p.inflight = max(u.InFlight, 0)
+		p.fresh = true
+		p.starved = p.starved || u.Starved
+		p.active = true
+		if u.Used > 0 && !math.IsInf(u.Used, 1) {
+			p.accUsed += u.Used
+		}
+	}
+	c.anyNew, c.anyShort = false, false
+	for _, p := range c.parts {
+		c.anyNew = c.anyNew || !p.hasGrant
+		c.anyShort = c.anyShort || p.starved && p.below()
+	}
+}
+
+// Early syncs come at least this long after the last sync: soon for a partition with no
+// lease, later for one starved below its fair share. The bounds keep Redis calls few.
+func (c *core) newGap() time.Duration   { return min(c.interval/10, 100*time.Millisecond) }
+func (c *core) shortGap() time.Duration { return min(c.interval/4, 250*time.Millisecond) }
+
+// due reports whether to sync at now. Besides the regular sync, a kicked budget (the local
+// budget refused or made wait a statement, or met a new partition) syncs early. A failing
+// budget does not sync early: it waits for its jittered retry.
+func (c *core) due(now time.Time, kicked bool) bool {
+	c.kicked = c.kicked || kicked
+	if !now.Before(c.next) {
+		return true
+	}
+	if at, ok := c.early(); ok {
+		return !now.Before(at)
+	}
+	return false
+}
+
+// early is when an early sync may come, if one is wanted.
+func (c *core) early() (time.Time, bool) {
+	if c.failing || !c.kicked {
+		return time.Time{}, false
+	}
+	switch {
+	case c.anyNew:
+		return c.last.Add(c.newGap()), true
+	case c.anyShort:
+		return c.last.Add(c.shortGap()), true
+	}
+	return time.Time{}, false
+}
+
+// nextWake is when the loop must look at this budget again: its regular sync, an early one,
+// or sooner while a lease decays or lapses.
+func (c *core) nextWake(now time.Time) time.Time {
+	w := c.next
+	if at, ok := c.early(); ok {
+		w = minTime(w, at)
+	}
+	if c.failing {
+		w = minTime(w, now.Add(c.interval/4))
+	}
+	for _, p := range c.parts {
+		if p.hasGrant && p.expires.After(now) {
+			w = minTime(w, p.expires)
+		}
+	}
+	return w
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// report is one partition's entry in a sync.
+type report struct {
+	p        *part
+	seq      uint64
+	used     float64
+	demand   float64
+	want     int
+	applied  int
+	inflight int
+	leave    bool
+	expected int // instances seen lately; see part.expected
+}
+
+// reports builds the partitions' entries of a sync at now, in chunks of at most
+// maxPartitionsPerCall. A partition idle for idleSyncs syncs is left.
+func (c *core) reports(now time.Time) [][]report {
+	dt := c.interval
+	if !c.last.IsZero() && now.After(c.last) {
+		dt = now.Sub(c.last)
+	}
+	c.last, c.kicked = now, false
+	var out [][]report
+	var cur []report
+	for _, p := range c.parts {
+		if p.active {
+			p.idle = 0
+		} else {
+			p.idle++
+		}
+		if !p.fresh {
+			p.inflight = 0 // a partition with statements in flight reports them
+		}
+		p.fresh = false
+		p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
+		p.want.add(float64(p.peak), dt, c.interval)
+		p.offered, p.peak = 0, 0
+		if p.pendingSeq == 0 {
+			c.seq++
+			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
+		}
+		cur = append(cur, report{
+			p: p, seq: p.pendingSeq, used: p.pendingUsed,
+			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
+			applied: p.pushed.Slots, inflight: p.inflight,
+			leave:    p.idle > idleSyncs && p.inflight == 0,
+			expected: p.expected(now, expectWindow*c.interval, c.failing),
+		})
+		if len(cur) == maxPartitionsPerCall {
+			out, cur = append(out, cur), nil
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// result is Redis's answer for one partition.
+type result struct {
+	lease       Lease
+	live        int
+	debt        float64
+	target      float64
+	targetSlots int
+}
+
+// notAfter is the Redis time after which a call sent at now with deadline d must not act:
+// Redis's clock as of the last reply, advanced by our own since, plus twice the deadline
+// for the round trip. 0 (no limit) before any reply.
+func (c *core) notAfter(now time.Time, d time.Duration) int64 {
+	if c.localAt.IsZero() {
+		return 0
+	}
+	return c.redisAt + (now.Sub(c.localAt) + 2*d).Microseconds()
+}
+
+// clock records Redis's time from a reply received at now.
+func (c *core) clock(redisNow int64, now time.Time) {
+	if redisNow > 0 {
+		c.redisAt, c.localAt = redisNow, now
+	}
+}
+
+// failed records a sync begun at sent that failed at now: leases are kept (and decay once
+// they lapse), reports stay pending, and the retry comes after a random delay so that
+// instances do not all return to a recovered Redis at once.
+func (c *core) failed(sent, now time.Time) {
+	c.failures++
+	if !c.failing {
+		c.failing, c.since = true, now
+	}
+	c.next = sent.Add(time.Duration(float64(c.interval) * (0.5 + c.rand())))
+}
+
+// applied records the answers to a chunk of reports sent at sent and received at now. It
+// returns the partitions it dropped (left, or Redis answered for no one).
+func (c *core) applied(sent, now time.Time, reps []report, res []result) (dropped []string) {
+	c.syncs++
+	if c.failing {
+		// While we could not reach Redis, neither perhaps could the others: give those seen
+		// before a lease duration from now to come back before no longer expecting them.
+		for _, p := range c.parts {
+			for i := range p.seen {
+				if !p.seen[i].at.IsZero() {
+					p.seen[i].at = now
+				}
+			}
+		}
+	}
+	c.failing = false
+	c.lastOK = now
+	c.latency = now.Sub(sent)
+	c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+	live := 0
+	for i := range reps {
+		live = max(live, res[i].live)
+	}
+	if live > 0 {
+		c.known = live
+	}
+	for i, rep := range reps {
+		p, r := rep.p, res[i]
+		p.pendingSeq, p.pendingUsed = 0, 0
+		if rep.leave {
+			delete(c.parts, p.key)
+			dropped = append(dropped, p.key)
+			continue
+		}
+		p.grant, p.hasGrant = r.lease, true
+		copy(p.seen[1:], p.seen[:])
+		p.seen[0] = sighting{now, r.live}
+		p.expires = sent.Add(leaseIntervals * c.interval)
+		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
+		p.active, p.starved = false, false
+	}
+	return dropped
+}
+
+// lease is the partition's lease in force at now: its grant until it lapses (Redis counts
+// it as long), then the budget divided by the instances last seen in the partition: at once
+// when the grant was larger, as Redis no longer counts it, and rising to it from a smaller
+// grant. A partition without a grant has nothing while Redis answers (its first sync is
+// moments away) and the fallback share while it does not.
+func (c *core) lease(p *part, now time.Time) Lease {
+	if p.hasGrant && now.Before(p.expires) {
+		return p.grant
+	}
+	n := c.instances()
+	if p.live > 0 {
+		n = p.live
+	}
+	fb := fallbackLease(c.spec, n)
+	if p.hasGrant {
+		return decay(capLease(p.grant, fb), fb, p.expires, now, c.interval)
+	}
+	if c.failing {
+		return fb
+	}
+	return Lease{}
+}
+
+// push is a lease to hand to the local budget.
+type push struct {
+	key   string
+	lease Lease
+}
+
+// pushes returns the leases that changed since they were last handed over.
+func (c *core) pushes(now time.Time) []push {
+	var out []push
+	for _, p := range c.parts {
+		l := c.lease(p, now)
+		if p.hasPushed && l == p.pushed {
+			continue
+		}
+		p.pushed, p.hasPushed = l, true
+		out = append(out, push{p.key, l})
+	}
+	return out
+}
+
+// Status is one shared budget as this instance sees it.
+type Status struct {
+	Name       string
+	Partitions int           // partitions this instance takes part in
+	Rate       float64       // local leases, summed over partitions
+	Burst      float64       // summed over partitions
+	Slots      int           // summed over partitions
+	GlobalDebt float64       // execution seconds, summed over partitions, as last seen
+	Instances  int           // instances sharing the budget, as last seen (0: never seen)
+	Fallback   bool          // the last sync failed: leases are kept or decaying
+	Syncs      uint64        // successful syncs
+	Failures   uint64        // failed syncs
+	Latency    time.Duration // of the last successful sync
+	LastSync   time.Time     // of the last successful sync
+}
+
+func (c *core) status(now time.Time) Status {
+	s := Status{Name: c.spec.Name, Partitions: len(c.parts), Instances: c.known, Fallback: c.failing,
+		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK}
+	for _, p := range c.parts {
+		l := c.lease(p, now)
+		s.Rate += l.Rate
+		s.Burst += l.Burst
+		s.Slots += l.Slots
+		s.GlobalDebt += p.debt
+	}
+	return s
+}
+
+// nothingToSync records a due sync with no partition to report: nothing to ask Redis.
+func (c *core) nothingToSync(now time.Time) {
+	c.last = now
+	c.next = now.Add(c.interval)
+}
+
+// leaveAll builds reports that leave every partition, for a coordinator that closes.
+func (c *core) leaveAll(now time.Time) [][]report {
+	for _, p := range c.parts {
+		p.idle = idleSyncs + 1
+		p.active, p.inflight = false, 0
+	}
+	reps := c.reports(now)
+	for _, chunk := range reps {
+		for i := range chunk {
+			chunk[i].leave = true
+		}
+	}
+	return reps
+}

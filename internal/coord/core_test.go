@@ -1,0 +1,400 @@
+package coord
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+const sec = time.Second
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+func TestEstimator(t *testing.T) {
+	var e estimator
+	if got := e.add(4, sec, sec); got != 4 {
+		t.Fatalf("a rise is taken at once: got %v, want 4", got)
+	}
+	if got := e.add(0, sec, sec); !near(got, 2) {
+		t.Fatalf("a fall halves the gap per half-life: got %v, want 2", got)
+	}
+	if got := e.add(0, 2*sec, sec); !near(got, 0.5) {
+		t.Fatalf("two half-lives quarter it: got %v, want 0.5", got)
+	}
+	if got := e.add(3, sec/10, sec); got != 3 {
+		t.Fatalf("a rise after a fall is taken at once: got %v, want 3", got)
+	}
+}
+
+func TestFallbackLease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		spec      Spec
+		instances int
+		want      Lease
+	}{
+		{"even share", Spec{Rate: 2, Burst: 4, MaxConcurrent: 8}, 4, Lease{Rate: 0.5, Burst: 1, Slots: 2}},
+		{"slots round down", Spec{Rate: 1, Burst: 1, MaxConcurrent: 7}, 2, Lease{Rate: 0.5, Burst: 0.5, Slots: 3}},
+		{"at least one slot", Spec{MaxConcurrent: 4}, 8, Lease{Slots: 1}},
+		{"no max_concurrent", Spec{Rate: 1, Burst: 1}, 2, Lease{Rate: 0.5, Burst: 0.5}},
+		{"no instance counts as one", Spec{Rate: 1, Burst: 2, MaxConcurrent: 3}, 0, Lease{Rate: 1, Burst: 2, Slots: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fallbackLease(tc.spec, tc.instances); got != tc.want {
+				t.Fatalf("fallbackLease(%+v, %d) = %+v, want %+v", tc.spec, tc.instances, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecay(t *testing.T) {
+	from, target := Lease{Rate: 3, Burst: 6, Slots: 5}, Lease{Rate: 1, Burst: 2, Slots: 1}
+	if got := decay(from, target, t0, t0, sec); got != from {
+		t.Fatalf("at the start: %+v, want %+v", got, from)
+	}
+	if got := decay(from, target, t0, t0.Add(sec), sec); !near(got.Rate, 2) || !near(got.Burst, 4) || got.Slots != 3 {
+		t.Fatalf("after one half-life: %+v, want halfway", got)
+	}
+	if got := decay(from, target, t0, t0.Add(20*sec), sec); got != target {
+		t.Fatalf("long after: %+v, want %+v", got, target)
+	}
+	// Instances that lost Redis together converge on the same share: the sum of their
+	// rates, within the budget when they lost it, stays within it all the way.
+	leases := []Lease{{Rate: 0.7}, {Rate: 0.2}, {Rate: 0.1}, {Rate: 0}}
+	fb := Lease{Rate: 0.25}
+	for d := time.Duration(0); d < 10*sec; d += 100 * time.Millisecond {
+		sum := 0.0
+		for _, l := range leases {
+			sum += decay(l, fb, t0, t0.Add(d), sec).Rate
+		}
+		if sum > 1+1e-9 {
+			t.Fatalf("at %v the decaying rates sum to %v > 1", d, sum)
+		}
+	}
+}
+
+// newTestCore is a core with a fixed jitter of 0.5 (regular syncs exactly one interval
+// apart, retries exactly one interval after a failure).
+func newTestCore(spec Spec) *core {
+	return newCore(spec, sec, 10, func() float64 { return 0.5 })
+}
+
+func grantAll(c *core, sent time.Time, res func(key string) result) {
+	for _, reps := range c.reports(sent) {
+		out := make([]result, len(reps))
+		for i, r := range reps {
+			out[i] = res(r.p.key)
+		}
+		c.applied(sent, sent.Add(time.Millisecond), reps, out)
+	}
+}
+
+func TestLeaseLifecycle(t *testing.T) {
+	spec := Spec{Name: "b", Rate: 4, Burst: 8, MaxConcurrent: 8}
+	c := newTestCore(spec)
+	c.absorb(t0, []Usage{{Key: "k", Offered: 1}})
+	p := c.parts["k"]
+	if got := c.lease(p, t0); got != (Lease{}) {
+		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
+	}
+	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
+	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
+	for _, d := range []time.Duration{0, sec, 3*sec - 1} {
+		if got := c.lease(p, t0.Add(d)); got != grant {
+			t.Fatalf("at %v, within the lease: %+v, want %+v", d, got, grant)
+		}
+	}
+	// Lapsed: decays towards the budget over the 4 known instances.
+	fb := Lease{Rate: 1, Burst: 2, Slots: 2}
+	if got := c.lease(p, t0.Add(20*sec)); got != fb {
+		t.Fatalf("long after the lease lapsed: %+v, want %+v", got, fb)
+	}
+}
+
+func TestDecayAfterLapse(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
+	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
+	p := c.parts[""]
+	lapse := t0.Add(leaseIntervals * sec)
+	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
+	if got, want := c.lease(p, lapse), (Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
+		t.Fatalf("at the lapse: %+v, want the budget over the 2 instances %+v", got, want)
+	}
+
+	// A smaller one rises towards it, halfway per interval.
+	c = newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
+	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
+	got := c.lease(c.parts[""], lapse.Add(sec))
+	if !near(got.Rate, 1.5) || !near(got.Burst, 1.5) || got.Slots != 3 {
+		t.Fatalf("one interval after the lapse: %+v, want halfway up to the even share", got)
+	}
+}
+
+func TestFallbackBeforeAnySync(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 10, Burst: 10, MaxConcurrent: 20})
+	c.absorb(t0, []Usage{{Key: "k", Offered: 1}})
+	c.reports(t0)
+	c.failed(t0, t0.Add(time.Millisecond))
+	got := c.lease(c.parts["k"], t0.Add(time.Millisecond))
+	want := Lease{Rate: 1, Burst: 1, Slots: 2} // DefaultFallbackInstances-like guess of 10
+	if got != want {
+		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances %+v", got, want)
+	}
+}
+
+func TestDue(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 4})
+	if !c.due(t0, false) {
+		t.Fatal("a new budget is due at once")
+	}
+	c.absorb(t0, []Usage{{Key: "a", Offered: 1}})
+	grantAll(c, t0, func(string) result {
+		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
+	})
+	if c.due(t0.Add(sec-1), false) || !c.due(t0.Add(sec), false) {
+		t.Fatal("the regular sync comes one interval (jitter 0.5 → exactly 1) after the last")
+	}
+
+	// A new partition asks for an early sync after a tenth of an interval.
+	c.absorb(t0.Add(50*time.Millisecond), []Usage{{Key: "new", Offered: 1, Starved: true}})
+	if c.due(t0.Add(100*time.Millisecond), false) {
+		t.Fatal("without a kick nothing is early")
+	}
+	if c.due(t0.Add(50*time.Millisecond), true) {
+		t.Fatal("an early sync needs a tenth of an interval since the last")
+	}
+	if w := c.nextWake(t0.Add(50 * time.Millisecond)); !w.Equal(t0.Add(100 * time.Millisecond)) {
+		t.Fatalf("the loop must look again when the early sync may come: %v", w.Sub(t0))
+	}
+	if !c.due(t0.Add(100*time.Millisecond), false) {
+		t.Fatal("a kick is remembered until the sync: due a tenth of an interval after the last")
+	}
+	grantAll(c, t0.Add(100*time.Millisecond), func(string) result {
+		return result{lease: Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}
+	})
+
+	// Starved below the fair share: early after a quarter interval.
+	at := t0.Add(150 * time.Millisecond)
+	c.absorb(at, []Usage{{Key: "new", Offered: 5, Starved: true}})
+	if c.due(at.Add(100*time.Millisecond), true) {
+		t.Fatal("a starved partition waits a quarter interval")
+	}
+	if !c.due(t0.Add(350*time.Millisecond), true) {
+		t.Fatal("a starved partition below its fair share syncs a quarter interval after the last")
+	}
+
+	// Starved at its fair share: nothing to gain, no early sync.
+	grantAll(c, t0.Add(350*time.Millisecond), func(string) result {
+		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
+	})
+	c.absorb(t0.Add(400*time.Millisecond), []Usage{{Key: "new", Offered: 5, Starved: true}})
+	if c.due(t0.Add(900*time.Millisecond), true) {
+		t.Fatal("a partition starved at its fair share does not sync early")
+	}
+}
+
+func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {
+	for _, j := range []float64{0, 0.5, 0.999} {
+		c := newCore(Spec{Name: "b", Rate: 1}, sec, 10, func() float64 { return j })
+		c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+		c.reports(t0)
+		c.failed(t0, t0.Add(10*time.Millisecond))
+		wait := time.Duration(float64(sec) * (0.5 + j))
+		if c.due(t0.Add(wait-1), true) {
+			t.Fatalf("jitter %v: a failing budget synced early", j)
+		}
+		if !c.due(t0.Add(wait), false) {
+			t.Fatalf("jitter %v: the retry is not due after %v", j, wait)
+		}
+	}
+}
+
+func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []Usage{{Key: "", Used: 2, Offered: 1}})
+	first := c.reports(t0)[0][0]
+	if first.seq == 0 || first.used != 2 {
+		t.Fatalf("first report: %+v", first)
+	}
+	c.failed(t0, t0.Add(time.Millisecond))
+	c.absorb(t0.Add(sec), []Usage{{Key: "", Used: 3, Offered: 1}})
+	retry := c.reports(t0.Add(sec))[0]
+	if retry[0].seq != first.seq || retry[0].used != 2 {
+		t.Fatalf("the retry must resend seq %d with 2s, got %+v", first.seq, retry[0])
+	}
+	c.applied(t0.Add(sec), t0.Add(sec+1), retry, []result{{live: 1}})
+	c.absorb(t0.Add(2*sec), nil)
+	next := c.reports(t0.Add(2 * sec))[0][0]
+	if next.seq <= first.seq || next.used != 3 {
+		t.Fatalf("after the acknowledgement, a new seq with the 3s used since: %+v", next)
+	}
+}
+
+func TestExpectedInstancesAreRemembered(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 8, Burst: 8, MaxConcurrent: 8})
+	c.absorb(t0, []Usage{{Key: "", Offered: 100}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8} })
+	// Redis restarted: it lists one instance, but the 8 seen a moment ago may still run on
+	// their fallback share, so the next reports say 8 are expected, for expectWindow
+	// intervals.
+	grantAll(c, t0.Add(sec), func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} })
+	c.absorb(t0.Add(2*sec), []Usage{{Key: "", Offered: 100}})
+	if got := c.reports(t0.Add(2 * sec))[0][0].expected; got != 8 {
+		t.Fatalf("expected instances one interval after seeing 8: %d", got)
+	}
+	c.absorb(t0.Add(11*sec), []Usage{{Key: "", Offered: 100}})
+	reps := c.reports(t0.Add(11 * sec))
+	if got := reps[0][0].expected; got != 1 {
+		t.Fatalf("expected instances %d intervals after seeing 8: %d, want the 1 seen since", expectWindow, got)
+	}
+
+	// While failing, every sighting counts however old (the others may be failing too),
+	// and after the recovery for another lease duration.
+	c.failed(t0.Add(11*sec), t0.Add(11*sec))
+	c.absorb(t0.Add(60*sec), []Usage{{Key: "", Offered: 100}})
+	reps = c.reports(t0.Add(60 * sec))
+	if got := reps[0][0].expected; got != 8 {
+		t.Fatalf("expected instances after a minute of failing: %d, want 8", got)
+	}
+	c.applied(t0.Add(60*sec), t0.Add(60*sec), reps[0], []result{{live: 1}})
+	c.absorb(t0.Add(62*sec), []Usage{{Key: "", Offered: 100}})
+	if got := c.reports(t0.Add(62 * sec))[0][0].expected; got != 8 {
+		t.Fatalf("expected instances two intervals after the recovery: %d, want 8", got)
+	}
+}
+
+func TestNotAfterFollowsRedisClock(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1})
+	if got := c.notAfter(t0, 250*time.Millisecond); got != 0 {
+		t.Fatalf("before any reply: %d, want no limit", got)
+	}
+	c.clock(5_000_000, t0)
+	if got := c.notAfter(t0.Add(sec), 250*time.Millisecond); got != 5_000_000+1_500_000 {
+		t.Fatalf("notAfter = %d, want Redis time at the last reply + 1 s since + twice the deadline", got)
+	}
+}
+
+func TestIdlePartitionIsLeft(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 2})
+	c.absorb(t0, []Usage{{Key: "tenant", Offered: 1}})
+	ok := func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} }
+	grantAll(c, t0, ok)
+	var left []string
+	for i := 1; i <= idleSyncs+1; i++ {
+		at := t0.Add(time.Duration(i) * sec)
+		c.absorb(at, nil)
+		for _, reps := range c.reports(at) {
+			res := make([]result, len(reps))
+			for j := range res {
+				res[j] = ok("")
+			}
+			if i <= idleSyncs && reps[0].leave {
+				t.Fatalf("sync %d: left too early", i)
+			}
+			left = append(left, c.applied(at, at, reps, res)...)
+		}
+	}
+	if len(left) != 1 || left[0] != "tenant" || len(c.parts) != 0 {
+		t.Fatalf("after %d idle syncs: dropped %q, %d partitions left", idleSyncs+1, left, len(c.parts))
+	}
+}
+
+func TestPushesOnlyChanges(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []Usage{{Key: "a", Offered: 1}, {Key: "b", Offered: 1}})
+	grantAll(c, t0, func(k string) result { return result{lease: Lease{Rate: 0.5, Burst: 0.5}, live: 2} })
+	if got := len(c.pushes(t0)); got != 2 {
+		t.Fatalf("first pushes: %d, want 2", got)
+	}
+	if got := c.pushes(t0.Add(sec)); len(got) != 0 {
+		t.Fatalf("unchanged leases pushed again: %+v", got)
+	}
+}
+
+func TestHashTagAndKeys(t *testing.T) {
+	for _, tc := range []struct{ budget, part, want string }{
+		{"reporting", "", "pgtraffic:{reporting}:p:"},
+		{"reporting", "acme", "pgtraffic:{reporting}:p:acme"},
+		{"a{b}c", "x", "pgtraffic:{a%7Bb%7Dc}:p:x"},
+		{"50%", "x", "pgtraffic:{50%25}:p:x"},
+	} {
+		if got := PartitionKey(tc.budget, tc.part); got != tc.want {
+			t.Errorf("PartitionKey(%q, %q) = %q, want %q", tc.budget, tc.part, got, tc.want)
+		}
+	}
+	long := PartitionKey("b", string(make([]byte, 1000)))
+	if len(long) > 80 {
+		t.Errorf("a long partition value makes a %d-byte key", len(long))
+	}
+	if PartitionKey("b", string(make([]byte, 1000))) == PartitionKey("b", string(make([]byte, 999))) {
+		t.Error("distinct long partitions share a key")
+	}
+}
+
+func TestDecodeResults(t *testing.T) {
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}}
+	res, err := decodeResults(good, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2}
+	if res[0] != want {
+		t.Fatalf("decoded %+v, want %+v", res[0], want)
+	}
+	for _, bad := range [][]any{
+		{},
+		{"x"},
+		{[]any{"0.5"}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0)}},
+	} {
+		if _, err := decodeResults(bad, 1); err == nil {
+			t.Errorf("decodeResults(%v) accepted", bad)
+		}
+	}
+	if r, err := decodeReply([]any{"123", int64(1)}, 1); !errors.Is(err, errStale) || r.now != 123 {
+		t.Errorf("a stale reply: %+v, %v", r, err)
+	}
+	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1); err != nil || r.now != 7 || r.results[0] != want {
+		t.Errorf("a reply: %+v, %v", r, err)
+	}
+}
+
+func TestNewClientHidesCredentials(t *testing.T) {
+	_, err := NewClient("redis://:hunter2@h:6379/notadb", sec)
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "redis://xxxxx@h:6379/notadb") {
+		t.Fatalf("error %v", err)
+	}
+	c, err := NewClient("redis://:hunter2@h:6379/3", sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if o := c.Options(); !o.ContextTimeoutEnabled || o.DB != 3 || o.Password != "hunter2" || o.MaxRetries != -1 && o.MaxRetries != 0 {
+		t.Fatalf("options: %+v", o)
+	}
+}
+
+func TestDemandIsEstimatedPerSync(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 8})
+	c.reports(t0) // the window starts at a sync
+	// Two reports within one interval: 0.25 s and 0.75 s offered, peaks of 3 and 5 slots.
+	c.absorb(t0.Add(sec/2), []Usage{{Key: "", Offered: 0.25, Wanted: 3}})
+	c.absorb(t0.Add(sec*9/10), []Usage{{Key: "", Offered: 0.75, Wanted: 5, InFlight: 2}})
+	rep := c.reports(t0.Add(sec))[0][0]
+	if !near(rep.demand, 1) || rep.want != 5 || rep.inflight != 2 {
+		t.Fatalf("after 1 s offered in 1 s, peak 5: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
+	}
+	c.failed(t0.Add(sec), t0.Add(sec))
+	// A quiet interval halves the estimate; it does not drop it.
+	rep = c.reports(t0.Add(2 * sec))[0][0]
+	if !near(rep.demand, 0.5) || rep.want != 3 || rep.inflight != 0 {
+		t.Fatalf("after a quiet interval: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
+	}
+}

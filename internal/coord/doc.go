@@ -1,0 +1,138 @@
+// Package coord makes a budget's limits hold across every instance of an application,
+// through Redis, while each statement's decision stays local: the budgets of issue 16,
+// "shared budgets".
+//
+// # Capacity leases
+//
+// Redis is the single source of truth and its TIME the only clock. For each shared budget,
+// and each active partition of it (the value of its `per` tag; "" without one), every live
+// instance holds a lease: a drain rate r_i (execution seconds per second), a burst b_i and a
+// number of concurrency slots s_i. The instance's local budget enforces exactly its lease —
+// its reverse leaky bucket drains at r_i with size b_i and at most s_i statements run — so
+// the hot path never touches the network and has no second code path: a lease only changes
+// the local budget's limits. This is YouTube Doorman's design (capacity leases renewed each
+// interval, expiring when not renewed) rather than CockroachDB's token grants, because the
+// local budget already is a rate limiter: a lease reconfigures it, where grants of tokens
+// would need a second kind of bucket beside it.
+//
+// Once per sync interval (default 1s) a background loop per connector runs one Lua script per
+// budget (sync.lua; one call per 256 active partitions). The script
+//
+//   - applies the execution seconds the instance used since its last report to the
+//     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
+//     now) is known for status; a report counts once per sequence number, and an unanswered
+//     report is resent unchanged, so a lost reply never counts usage twice;
+//   - drops the instances whose lease lapsed (leases last 3 intervals);
+//   - computes max-min fair (water-filling) targets over the live instances from their demand:
+//     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
+//     asked for is spread evenly, so a rise in demand is served before the next sync; idle
+//     instances hold no slots. Max-min rather than proportional: demand counts refused
+//     statements, which a retry loop inflates, and proportional shares would hand the budget
+//     to the most insistent instance; max-min gives each instance its demand or an even
+//     split, whichever is smaller, so a 10:1 demand does not starve the small one.
+//   - grants min(target, capacity − what the others hold), so that the grants in Redis never
+//     sum above rate, burst (b_i = burst × r_i / rate) or max_concurrent: an instance whose
+//     share shrinks gives back at its own next sync, and its slots count as held while its
+//     earlier, larger limit may still have statements in flight;
+//   - and returns the lease, the global debt, the live instances and the fair target.
+//
+// When slots do not divide evenly (max_concurrent below the number of instances, say) the
+// odd slots go round the instances in turn, ten intervals each.
+//
+// All keys of a budget share one Redis Cluster hash tag, pgtraffic:{budget}:p:<partition>
+// (see [PartitionKey]): one hash per partition with the tat and one small msgpack field per
+// live instance. Each hash expires a few intervals after its last instance left (or its debt
+// drained), so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
+// 100,000 small hashes only while they are all active.
+//
+// # When to sync
+//
+// Regularly once per interval (jittered by ±10%). Earlier when the local budget kicks
+// ([Handle.Kick]: it refused or made wait a statement, or met a new partition): a tenth of an
+// interval (at most 100ms) after the last sync for a partition with no lease yet, a quarter
+// of an interval (at most 250ms) for a starved partition below its fair target. A starved partition at its fair share does not
+// sync early: there is nothing to gain. A sync is bounded by a deadline of a quarter interval
+// (at least 50ms); a call that overruns it is abandoned even if the client ignores contexts,
+// and no second call starts until it returns.
+//
+// # Failures
+//
+//   - Redis slow or down: the instance keeps its lease until it lapses (3 intervals after the
+//     sync that granted it, measured from the send, so before Redis lapses it), then uses the
+//     budget divided by the instances last seen in the partition: at once if its lease was
+//     larger (Redis no longer counts it), rising towards it, halving the gap each interval, if
+//     smaller. Every instance converges on the same share, so the sum stays within the budget.
+//     Slots divide rounding down, but an instance keeps at least one slot, because an internal
+//     failure must not stop every statement of a budget: with more instances than
+//     max_concurrent, an outage may let one statement per instance run.
+//   - An instance cut off from Redis while the others are not (or too slow to sync for a
+//     lease duration) keeps its fallback share while Redis hands its lease to the others: the
+//     aggregate may exceed the budget by that share until it is back. Leases without fencing
+//     cannot do better without making an outage stop the budget's statements.
+//   - Retries come after a random 0.5–1.5 intervals, so instances do not return to a
+//     recovered Redis all at once; no early syncs while failing.
+//   - A hung Redis replays its socket when it resumes. Each call carries a deadline in
+//     Redis's own time (its clock at the last reply, advanced by ours since, plus twice the
+//     sync deadline); Redis ignores a call it runs later.
+//   - Redis unreachable at start: the connector opens, one line is logged, partitions run on
+//     the budget divided by [DefaultFallbackInstances] (10, configurable) — never the whole
+//     budget, which would be the safe choice for one instance only — and the loop keeps trying.
+//   - Lost instances. An instance whose entry Redis dropped may still run on its fallback
+//     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
+//     sync (Redis hung). The script tells these from a crash by the partition itself: the hash
+//     is gone though the caller saw other instances lately (or at any time while it was
+//     failing), or nobody synced the partition for two intervals. Then for one lease
+//     duration it keeps the even share of the instances that were there and are not back
+//     free for them. An instance that lapses while others sync normally has crashed: its
+//     slots return exactly when its lease lapses. What remains possible after a restart:
+//     leases granted before it that exceed the even share run beside the new ones until their
+//     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
+//     instance that leaves (Close) is recorded as gone, so others need not wait for it.
+//
+// # What the local budget must offer
+//
+// The budget package implements [Local] for each shared budget:
+//
+//   - Per partition, limits that can be set while keeping state: SetLease(now, key, lease)
+//     sets that partition's drain rate, bucket size and max_concurrent, keeping its debt
+//     (drained at the old rate until now) and its in-flight count, as Budget.SetSpec does for
+//     the whole budget today — but capping the debt at the new burst: a debt run up under a
+//     larger lease, kept whole, would shut the partition out for debt ÷ rate, long after the
+//     global bucket drained it (a first instance that took the whole burst alone would wait
+//     burst ÷ (rate ÷ instances)). The cap forgives at most the burst that moved, so a shift
+//     in demand may let about one extra burst through. A lease of zero rate means no credit, zero slots no slot (not
+//     "unlimited" as in a Spec). A partition the budget has never had a lease for starts
+//     with a zero lease and kicks the coordinator; its statements wait (max_wait) or are
+//     refused until the lease arrives, a tenth of an interval later. Suggested: a partition
+//     with no debt admits one statement whose cost exceeds its lease's burst (but not the
+//     budget's), else a small lease could never admit a large statement.
+//
+//   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
+//     of admitted and refused statements), used execution seconds (actual, at release), the
+//     peak number of statements that wanted a slot at once (in flight plus refused or waiting
+//     for a slot), the current in-flight count, and whether any statement starved. Only the
+//     partitions with something to report are returned; the coordinator keeps reporting a
+//     partition for two more syncs after it went idle, then leaves it and sets a zero lease
+//     (the budget may then evict it when idle).
+//
+//   - A kick when it refuses or delays a statement for want of credit or slots, or creates a
+//     partition: [Handle.Kick], a non-blocking flag and channel send.
+//
+//   - Statements waiting for capacity (max_wait) must be woken by SetLease as by a release:
+//     a larger lease is capacity.
+//
+// Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
+// the instances as last seen, and the sync counters for metrics.
+//
+// # Wiring into a connector
+//
+// When the rules have a coordination section, the connector makes one [Coordinator] with the
+// client given by driver.WithRedisClient or else [NewClient] of the section's URL, the
+// section's sync interval and fallback instances, and starts it. Each budget that
+// rules.Config.IsShared reports as shared is registered with [Coordinator.Register], its
+// [Spec] being the budget's rate (server_share × server_cores), burst_limit and
+// max_concurrent, and its [Local] the budget itself; the budget keeps the [Handle] to kick it.
+// A reload calls [Handle.SetSpec] for a changed budget, [Handle.Close] for one removed or no
+// longer shared, and Register for a new one. Connector.Close calls [Coordinator.Close] with a
+// short deadline. Nothing of this runs on a statement's path.
+package coord

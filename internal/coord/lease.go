@@ -1,0 +1,140 @@
+package coord
+
+import (
+	"math"
+	"time"
+)
+
+// Spec is the global limits of one shared budget: what every instance together may use.
+// A zero field means that limit is off (as in the rules file), and the matching field of a
+// [Lease] is then zero and to be ignored.
+type Spec struct {
+	Name string
+	// Rate is the budget's drain rate in execution seconds per second
+	// (server_share × server_cores); 0 means no bucket.
+	Rate float64
+	// Burst is the budget's bucket size in execution seconds (burst_limit).
+	Burst float64
+	// MaxConcurrent is how many of the budget's statements may be in flight across every
+	// instance, per partition; 0 is unlimited.
+	MaxConcurrent int
+}
+
+// normalize maps invalid values to "off", as the budget package does.
+func (s Spec) normalize() Spec {
+	if !(s.Rate > 0) || math.IsInf(s.Rate, 1) {
+		s.Rate, s.Burst = 0, 0
+	} else if !(s.Burst > 0) || math.IsInf(s.Burst, 1) {
+		s.Burst = s.Rate
+	}
+	if s.MaxConcurrent < 0 {
+		s.MaxConcurrent = 0
+	}
+	return s
+}
+
+// Lease is the part of a shared budget's limits that one instance may use for one partition
+// until the next sync: the local bucket drains at Rate with size Burst, and at most Slots of
+// the partition's statements are in flight here. A zero Rate (with Spec.Rate > 0) means no
+// credit and zero Slots (with Spec.MaxConcurrent > 0) means no slot: not "unlimited".
+type Lease struct {
+	Rate  float64 // execution seconds per second
+	Burst float64 // execution seconds
+	Slots int     // statements in flight
+}
+
+// Usage is what a [Local] reports about one partition (the value of the budget's `per` tag,
+// "" without one) that was active since its previous report.
+type Usage struct {
+	Key string
+	// Offered is the predicted execution seconds of the statements that asked to run since the
+	// previous report, admitted or refused: the partition's demand, not what it was allowed.
+	Offered float64
+	// Used is the actual execution seconds of the statements that completed since the
+	// previous report.
+	Used float64
+	// Wanted is the largest number of statements that wanted a slot at once since the
+	// previous report: those in flight plus those refused (or waiting) for want of a slot.
+	Wanted int
+	// InFlight is the number of statements in flight now.
+	InFlight int
+	// Starved says a statement was refused, or waited, for want of credit or of a slot since
+	// the previous report.
+	Starved bool
+}
+
+// active reports whether u says anything: a partition with nothing offered, used, wanted or
+// in flight is idle.
+func (u *Usage) active() bool {
+	return u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.InFlight > 0 || u.Starved
+}
+
+// Local is the process-local budget that a coordinator steers: it enforces, per partition,
+// exactly the lease it was given last, and counts what the coordinator needs to size the
+// next one. See the package documentation for the precise contract.
+//
+// The coordinator calls Local from its own goroutine, never under its lock and never on a
+// statement's path; implementations must be safe for concurrent use with their hot path.
+type Local interface {
+	// TakeUsage returns the usage of every partition active since the previous call and resets
+	// their counters.
+	TakeUsage(now time.Time) []Usage
+	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
+	// and its debt, capped at the lease's burst. A zero lease for a partition means the coordinator dropped it: the budget may
+	// forget the partition once it is idle.
+	SetLease(now time.Time, key string, lease Lease)
+}
+
+// estimator smooths a rate that rises fast and falls slowly: a rise is taken at once (a
+// partition that wants more must get it at the next sync), a fall halves the gap every
+// halfLife (one burst of quiet must not give its share away).
+type estimator struct {
+	v float64
+}
+
+func (e *estimator) add(x float64, dt, halfLife time.Duration) float64 {
+	if x >= e.v || halfLife <= 0 {
+		e.v = x
+		return e.v
+	}
+	keep := math.Exp2(-float64(dt) / float64(halfLife))
+	e.v = x + (e.v-x)*keep
+	return e.v
+}
+
+// fallbackLease is a partition's share when it cannot ask Redis: the budget divided by the
+// instances known to share it. Slots are rounded down, but an instance keeps at least one
+// slot, because an internal failure must not stop every statement of the budget; with more
+// instances than max_concurrent, an outage may therefore let one statement per instance run.
+func fallbackLease(s Spec, instances int) Lease {
+	n := float64(max(instances, 1))
+	l := Lease{Rate: s.Rate / n, Burst: s.Burst / n}
+	if s.MaxConcurrent > 0 {
+		l.Slots = max(1, s.MaxConcurrent/max(instances, 1))
+	}
+	return l
+}
+
+// decay moves from a lease towards target, halving the gap every halfLife after since.
+// Every instance that lost Redis decays at the same pace towards the same share, so the sum
+// of their rates, within the budget when they lost it, stays within it.
+func decay(from, target Lease, since, now time.Time, halfLife time.Duration) Lease {
+	if !now.After(since) || halfLife <= 0 {
+		return from
+	}
+	keep := math.Exp2(-float64(now.Sub(since)) / float64(halfLife))
+	if keep < 1e-3 {
+		return target
+	}
+	l := Lease{
+		Rate:  target.Rate + (from.Rate-target.Rate)*keep,
+		Burst: target.Burst + (from.Burst-target.Burst)*keep,
+		Slots: int(math.Round(float64(target.Slots) + float64(from.Slots-target.Slots)*keep)),
+	}
+	return l
+}
+
+// capLease returns l with each field at most that of limit.
+func capLease(l, limit Lease) Lease {
+	return Lease{Rate: min(l.Rate, limit.Rate), Burst: min(l.Burst, limit.Burst), Slots: min(l.Slots, limit.Slots)}
+}

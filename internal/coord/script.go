@@ -1,0 +1,141 @@
+package coord
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed sync.lua
+var syncSource string
+
+// syncScript runs by EVALSHA and falls back to EVAL when Redis lost its script cache (a
+// restart), so a sync never needs a separate load step.
+var syncScript = redis.NewScript(syncSource)
+
+// KeyPrefix starts every key this package writes.
+const KeyPrefix = "pgtraffic:"
+
+// maxKeyPart is the longest partition value used verbatim in a key; longer ones are hashed,
+// so that a huge tag value cannot make huge keys.
+const maxKeyPart = 128
+
+// HashTag is the Redis Cluster hash tag of a budget's keys, "{name}", with '{', '}' and '%'
+// percent-encoded so that any budget name makes exactly one tag: every key of a budget is
+// in one slot, as a script touching several keys needs.
+func HashTag(budget string) string {
+	r := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	return "{" + r.Replace(budget) + "}"
+}
+
+// PartitionKey is the Redis key of one partition of a budget:
+// pgtraffic:{budget}:p:<partition>.
+func PartitionKey(budget, partition string) string {
+	if len(partition) > maxKeyPart {
+		sum := sha256.Sum256([]byte(partition))
+		partition = "#" + hex.EncodeToString(sum[:16])
+	}
+	return KeyPrefix + HashTag(budget) + ":p:" + partition
+}
+
+// errStale is a call that Redis ran after its deadline (it sat in the socket of a Redis
+// that hung): it changed nothing.
+var errStale = errors.New("coord: Redis ran the sync after its deadline")
+
+// reply is the script's answer: Redis's clock, and one result per partition unless stale.
+type reply struct {
+	now     int64 // µs of Redis TIME
+	stale   bool
+	results []result
+}
+
+// runSync sends one chunk of reports and decodes the answers. notAfter (µs of Redis TIME, 0
+// for none) is when Redis must no longer act on the call.
+func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
+	keys := make([]string, len(reps))
+	args := make([]any, 0, 7+8*len(reps))
+	lease := leaseIntervals * interval
+	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
+		max(interval.Milliseconds(), 1), notAfter)
+	for i, r := range reps {
+		keys[i] = PartitionKey(spec.Name, r.p.key)
+		leave := 0
+		if r.leave {
+			leave = 1
+		}
+		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected)
+	}
+	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	return decodeReply(v, len(reps))
+}
+
+func decodeReply(v []any, n int) (reply, error) {
+	if len(v) < 2 {
+		return reply{}, fmt.Errorf("coord: sync script returned %d values", len(v))
+	}
+	now, err := parseNum(v[0])
+	if err != nil {
+		return reply{}, fmt.Errorf("coord: sync script time: %w", err)
+	}
+	r := reply{now: int64(now), stale: v[1] == int64(1)}
+	if r.stale {
+		return r, errStale
+	}
+	r.results, err = decodeResults(v[2:], n)
+	return r, err
+}
+
+// ffmt writes a float exactly, as Lua's tonumber reads it.
+func ffmt(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func decodeResults(v []any, n int) ([]result, error) {
+	if len(v) != n {
+		return nil, fmt.Errorf("coord: sync script returned %d results for %d partitions", len(v), n)
+	}
+	out := make([]result, n)
+	for i, x := range v {
+		f, ok := x.([]any)
+		if !ok || len(f) != 7 {
+			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
+		}
+		var err error
+		r := &out[i]
+		num := func(j int) float64 {
+			var v float64
+			if err == nil {
+				v, err = parseNum(f[j])
+			}
+			return v
+		}
+		r.lease = Lease{Rate: num(0), Burst: num(1), Slots: int(num(2))}
+		r.live = int(num(3))
+		r.debt = num(4)
+		r.target = num(5)
+		r.targetSlots = int(num(6))
+		if err != nil {
+			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+func parseNum(x any) (float64, error) {
+	switch v := x.(type) {
+	case int64:
+		return float64(v), nil
+	case string:
+		return strconv.ParseFloat(v, 64)
+	}
+	return 0, fmt.Errorf("unexpected %T", x)
+}

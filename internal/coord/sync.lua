@@ -1,0 +1,217 @@
+-- One sync of one instance for some partitions of one shared budget (see doc.go).
+--
+-- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag.
+-- ARGV[1]   instance id (its field is "i:<id>")
+-- ARGV[2]   lease duration, ms (an instance not heard from for this long is dead)
+-- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
+-- ARGV[4]   budget burst, execution seconds
+-- ARGV[5]   budget max_concurrent (0: unlimited)
+-- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
+-- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
+--           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
+-- then for each partition 8 values:
+--           seq, used seconds, demand (execution seconds per second), slots wanted,
+--           slots applied (the instance's current limit), in flight, leave (1 or 0),
+--           instances expected (the most the instance saw in the partition lately)
+--
+-- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
+-- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
+-- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
+-- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
+-- granted rate, expiry µs, left}; left = 1 marks an instance that left the partition, kept
+-- for a lease duration.
+--
+-- Lost instances. An instance whose lease lapsed in Redis may still be running on its
+-- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
+-- sync (Redis hung, or the network failed). Either way the partition shows it: the hash is
+-- gone though the caller saw others lately (expected > 1), or nobody synced it for two
+-- intervals (each live instance syncs about once an interval). Then, for one lease duration, the capacity of the instances that were there and
+-- are not back is kept free for them. An instance that lapses while others sync normally has
+-- crashed: its capacity returns when its lease lapses.
+--
+-- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
+-- instances, global debt, target rate, target slots}}; numbers that may be fractional
+-- are strings, as Redis truncates Lua numbers to integers in replies.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local id = 'i:' .. ARGV[1]
+local ttl = tonumber(ARGV[2]) * 1000
+local rate = tonumber(ARGV[3])
+local burst = tonumber(ARGV[4])
+local maxc = tonumber(ARGV[5])
+local period = math.max(tonumber(ARGV[6]) * 1000, 1)
+local not_after = tonumber(ARGV[7])
+
+local function num(x) return string.format('%.17g', x) end
+
+if not_after > 0 and now > not_after then
+  return {num(now), 1}
+end
+
+-- fill shares cap among demands max-min fairly (water-filling): in increasing order of
+-- demand each gets its demand or an even split of what is left, whichever is smaller.
+-- It returns the shares and what no demand took.
+local function fill(cap, demands, n)
+  local order = {}
+  for i = 1, n do order[i] = i end
+  table.sort(order, function(a, b) return demands[a] < demands[b] end)
+  local share, left = {}, cap
+  for k, i in ipairs(order) do
+    local x = math.min(demands[i], left / (n - k + 1))
+    share[i] = x
+    left = left - x
+  end
+  return share, math.max(left, 0)
+end
+
+local out = {num(now), 0}
+for i, key in ipairs(KEYS) do
+  local a = 7 + (i - 1) * 8
+  local seq = tonumber(ARGV[a + 1])
+  local used = tonumber(ARGV[a + 2])
+  local demand = tonumber(ARGV[a + 3])
+  local want = tonumber(ARGV[a + 4])
+  local applied = tonumber(ARGV[a + 5])
+  local inflight = tonumber(ARGV[a + 6])
+  local leave = ARGV[a + 7] == '1'
+  local expected = tonumber(ARGV[a + 8])
+
+  -- Read the partition, dropping instances whose lease has lapsed.
+  local flat = redis.call('HGETALL', key)
+  local tat, last, lost_until, lost_n = now, nil, 0, 0
+  local mine = nil
+  local ids, others = {}, {}
+  local gone, lapsed = 0, 0
+  for j = 1, #flat, 2 do
+    local f, v = flat[j], flat[j + 1]
+    if f == 'tat' then
+      tat = math.max(tonumber(v), now)
+    elseif f == 'last' then
+      last = tonumber(v)
+    elseif f == 'lu' then
+      lost_until = tonumber(v)
+    elseif f == 'ln' then
+      lost_n = tonumber(v)
+    else
+      local e = cmsgpack.unpack(v)
+      if e[6] <= now then
+        redis.call('HDEL', key, f)
+        if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
+      elseif e[7] == 1 and f ~= id then
+        gone = gone + 1
+      elseif f == id then
+        mine = e
+      else
+        ids[#ids + 1] = f
+        others[f] = e
+      end
+    end
+  end
+  if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
+
+  -- Usage counts once per sequence number, whatever the retries.
+  if seq > mine[1] then
+    if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
+    mine[1] = seq
+  end
+  local debt = 0
+  if rate > 0 then debt = rate * (tat - now) / 1000000 end
+
+  local live = #ids
+  local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
+  if leave then
+    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
+    redis.call('HSET', key, id, cmsgpack.pack(mine))
+  else
+    live = live + 1
+    -- Every caller orders the instances alike (by id), so that the odd slots go round the
+    -- same instances whoever computes them.
+    ids[#ids + 1] = id
+    table.sort(ids)
+    local n = #ids
+    local me = 0
+    for k = 1, n do
+      if ids[k] == id then me = k end
+    end
+    others[id] = {0, demand, want, 0, 0, 0}
+    -- Lost instances run on their fallback share, the budget over the instances they knew:
+    -- leave them that much until they are back (see the top).
+    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) then
+      lost_until = now + ttl
+      lost_n = math.max(lost_n, expected, n + gone + lapsed)
+    end
+    if now >= lost_until then lost_n = 0 end
+    local missing = math.max(lost_n - n - gone, 0)
+    local known = math.max(lost_n, 1)
+
+    if rate > 0 then
+      -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
+      -- in demand is served before the next sync. The grant never makes the instances'
+      -- grants sum above the rate: others give back at their own next sync.
+      local d = {}
+      for k = 1, n do d[k] = others[ids[k]][2] end
+      local cap = rate - missing * rate / known
+      local share, left = fill(cap, d, n)
+      t_rate = share[me] + left / n
+      local held = 0
+      for k = 1, n do
+        if k ~= me then held = held + others[ids[k]][5] end
+      end
+      g_rate = math.max(0, math.min(t_rate, cap - held))
+      g_burst = burst * g_rate / rate
+    end
+
+    local held_slots = 0
+    if maxc > 0 then
+      -- Whole slots, max-min fair by slots wanted; an idle instance holds none. When the
+      -- slots do not divide evenly, the odd ones go round the instances in turn, ten sync
+      -- intervals each: with fewer slots than instances each gets its turn, and a handover
+      -- (which idles the slot until the old holder's next report) stays rare.
+      local w = {}
+      for k = 1, n do w[k] = others[ids[k]][3] end
+      local cap = maxc - missing * math.floor(maxc / known)
+      local share = fill(cap, w, n)
+      local target, spare = {}, cap
+      for k = 1, n do
+        target[k] = math.floor(share[k] + 1e-9)
+        spare = spare - target[k]
+      end
+      local start = math.floor(now / (10 * period)) % n
+      for s = 0, n - 1 do
+        if spare <= 0 then break end
+        local k = (start + s) % n + 1
+        if w[k] > target[k] then
+          target[k] = target[k] + 1
+          spare = spare - 1
+        end
+      end
+      t_slots = target[me]
+      -- Another instance holds what it was granted, or more while its statements from an
+      -- earlier, larger grant are still in flight.
+      local held = 0
+      for k = 1, n do
+        if k ~= me then held = held + others[ids[k]][4] end
+      end
+      g_slots = math.max(0, math.min(t_slots, cap - held))
+      held_slots = math.max(g_slots, applied, inflight)
+    end
+
+    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
+    redis.call('HSET', key, id, cmsgpack.pack(mine))
+  end
+
+  redis.call('HSET', key, 'tat', num(tat), 'last', num(now))
+  if lost_n > 0 then
+    redis.call('HSET', key, 'lu', num(lost_until), 'ln', lost_n)
+  elseif lost_until > 0 then
+    redis.call('HDEL', key, 'lu', 'ln')
+  end
+  -- Memory stays bounded: a partition lives while an instance takes part in it or its
+  -- debt has not drained (at most an hour of it), then expires whole.
+  local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
+  redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
+
+  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots}
+end
+return out
