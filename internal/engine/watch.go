@@ -34,16 +34,17 @@ func (e *Engine) LoadFile(path string) error {
 // reload.
 //
 // Only a complete file is applied. The rule: after the last event in the directory the watcher
-// waits [settle] with no further event and reads the file, waits [settle] again and reads it
-// once more, and applies the content only if the two reads agree and it parses; any event in
-// between starts over. So a writer that pauses for less than 2×settle in the middle of the file
-// never has its prefix applied (a prefix that parses would otherwise be in force, enforce
-// falling back to warn), and a change is in force about 2×settle after the last write. A writer
-// that pauses longer can still have a valid prefix applied: write the file elsewhere and rename
-// it into place, which is atomic. The first load, in WatchFile itself, reads once.
+// waits settle (300ms) with no further event and reads the file, waits settle again and reads
+// it once more, and applies the content only if the two reads agree and it parses; any event in
+// between starts over, and a second read that differs becomes the first of a new pair. So a
+// writer that pauses for less than 2×settle in the middle of the file never has its prefix
+// applied (a prefix that parses would otherwise be in force, enforce falling back to warn), and
+// a change is in force about 2×settle after the last write. A writer that pauses longer can
+// still have a valid prefix applied: write the file elsewhere and rename it into place, which
+// is atomic. The first load, in WatchFile itself, reads once.
 //
 // If the directory itself is removed or renamed away, the watch on it is gone: the watcher
-// tries to watch the path again every [rearm] and, once the directory is back, reloads the
+// tries to watch the path again every rearm (100ms) and, once the directory is back, reloads the
 // file by the same rule (it may have been written before the new watch saw it).
 //
 // Its timers come from the engine's clock ([Options.After]).
