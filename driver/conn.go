@@ -49,6 +49,10 @@ type conn struct {
 	// QueryContext and for Rows.Close.
 	spare     *rows
 	spareMade bool // the spare exists (it may be handed out)
+
+	// exec is the statement of ExecContext (the connection's or a prepared statement's), which
+	// finishes before the call returns; a query's statement lives in its rows wrapper instead.
+	exec engine.Exec
 }
 
 var (
@@ -86,8 +90,8 @@ func blocked(err error) error {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
-	if err != nil {
+	x := &c.exec
+	if err := c.intr.engine.Begin(ctx, x, c.pgx, query, args); err != nil {
 		return nil, blocked(err)
 	}
 	res, err := c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
@@ -96,20 +100,16 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	x, err := c.intr.engine.Begin(ctx, c.pgx, query, args)
+	w, err := c.begin(ctx, query, args)
 	if err != nil {
-		return nil, blocked(err)
-	}
-	r, err := c.parent.QueryContext(ctx, c.intr.outgoing(ctx, x, query), args)
-	if err != nil {
-		x.Finish(ctx, err)
 		return nil, err
 	}
-	return c.rows(ctx, r, x), nil
+	r, err := c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
+	return c.opened(w, r, err)
 }
 
-// rows wraps r, in the connection's spare wrapper when it is free.
-func (c *conn) rows(ctx context.Context, r driver.Rows, x *engine.Exec) *rows {
+// begin begins a query's statement in a rows wrapper: the connection's spare when it is free.
+func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue) (*rows, error) {
 	var w *rows
 	switch {
 	case c.spare != nil:
@@ -120,9 +120,24 @@ func (c *conn) rows(ctx context.Context, r driver.Rows, x *engine.Exec) *rows {
 	default: // the spare is handed out
 		w = newRows(c.intr.leaks)
 	}
+	if err := c.intr.engine.Begin(ctx, &w.open.x, c.pgx, query, args); err != nil {
+		w.handBack()
+		return nil, blocked(err)
+	}
+	w.open.ctx = ctx
+	return w, nil
+}
+
+// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
+// failed, it finishes the statement and hands w back.
+func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
+	if err != nil {
+		w.open.finish(err)
+		w.handBack()
+		return nil, err
+	}
 	w.Rows = r
-	w.open.x, w.open.ctx = x, ctx
-	return w
+	return w, nil
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

@@ -32,8 +32,8 @@ import (
 // openStmt is a rows wrapper's statement between its start and its finish: the state the leak
 // cleanup needs, kept apart from the wrapper. It must not point to the wrapper.
 type openStmt struct {
-	x     *engine.Exec    // nil once finished
-	ctx   context.Context // the statement's context, for Finish
+	x     engine.Exec     // the statement, reused by the wrapper's next query
+	ctx   context.Context // the statement's context, for Finish; nil once finished
 	leaks *leaks
 }
 
@@ -43,22 +43,21 @@ var errRowsLeaked = errors.New("pgtraffic: rows garbage-collected without Close"
 
 // finish finishes the statement once.
 func (o *openStmt) finish(err error) {
-	if x := o.x; x != nil {
-		ctx := o.ctx
-		o.x, o.ctx = nil, nil
-		x.Finish(ctx, err)
+	if ctx := o.ctx; ctx != nil {
+		o.ctx = nil
+		o.x.Finish(ctx, err)
 	}
 }
 
 // reclaim is the rows wrapper's cleanup: it finishes a statement whose rows were collected while
 // still open.
 func reclaim(o *openStmt) {
-	if o.x == nil {
+	if o.ctx == nil {
 		return // closed or exhausted: nothing held
 	}
-	ctx := o.ctx
+	// Reported before the slots come back, so that whoever sees them back also sees the report.
+	o.leaks.report(o.ctx)
 	o.finish(errRowsLeaked)
-	o.leaks.report(ctx)
 }
 
 // newRows returns a rows wrapper with its leak cleanup attached.

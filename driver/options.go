@@ -38,7 +38,9 @@ func defaultOptions() options {
 }
 
 // WithRulesFile loads the rules from a YAML or JSON file and watches it: a valid change is in
-// force before the next statement, an invalid one is logged and the last good rules stay.
+// force within a second, an invalid one is logged and the last good rules stay. Only a complete
+// file is applied: one left unchanged for 0.6s and read the same twice (renaming a finished file
+// into place is the atomic way). The watch survives its directory being removed and re-created.
 // A missing or invalid file at start makes [NewConnector] and [Open] fail.
 func WithRulesFile(path string) Option {
 	return func(o *options) { o.rulesFile = path; o.config = nil }

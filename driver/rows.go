@@ -48,11 +48,17 @@ func (r *rows) Next(dest []driver.Value) error {
 func (r *rows) Close() error {
 	err := r.Rows.Close()
 	r.finish(err)
+	r.handBack()
+	return err
+}
+
+// handBack makes a connection's spare wrapper, whose statement is finished, free for the next
+// query; another wrapper is left to the garbage collector.
+func (r *rows) handBack() {
 	if c := r.owner; c != nil {
 		r.Rows, r.vals = nil, nil // drop the pgx rows
 		c.spare = r
 	}
-	return err
 }
 
 func (r *rows) ColumnTypeDatabaseTypeName(i int) string {

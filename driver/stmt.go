@@ -24,11 +24,12 @@ func (s *stmt) Close() error  { return s.parent.Close() }
 func (s *stmt) NumInput() int { return s.parent.NumInput() }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	x, err := s.conn.intr.engine.Begin(ctx, s.conn.pgx, s.query, args)
-	if err != nil {
+	x := &s.conn.exec
+	if err := s.conn.intr.engine.Begin(ctx, x, s.conn.pgx, s.query, args); err != nil {
 		return nil, blocked(err)
 	}
 	var res driver.Result
+	var err error
 	if ec, ok := s.parent.(driver.StmtExecContext); ok {
 		res, err = ec.ExecContext(ctx, args)
 	} else {
@@ -39,21 +40,16 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	x, err := s.conn.intr.engine.Begin(ctx, s.conn.pgx, s.query, args)
+	w, err := s.conn.begin(ctx, s.query, args)
 	if err != nil {
-		return nil, blocked(err)
+		return nil, err
 	}
 	qc, ok := s.parent.(driver.StmtQueryContext)
 	if !ok {
-		x.Finish(ctx, errNoContext)
-		return nil, errNoContext
+		return s.conn.opened(w, nil, errNoContext)
 	}
 	r, err := qc.QueryContext(ctx, args)
-	if err != nil {
-		x.Finish(ctx, err)
-		return nil, err
-	}
-	return s.conn.rows(ctx, r, x), nil
+	return s.conn.opened(w, r, err)
 }
 
 var errNoContext = errors.New("pgtraffic: the prepared statement lacks context-aware Exec/Query")

@@ -557,7 +557,7 @@ rules:
 	if err := os.WriteFile(path, []byte(rules+"\n# changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // a watcher would have reloaded by now (it settles 50ms)
+	time.Sleep(1500 * time.Millisecond) // a watcher would have reloaded by now (within a second)
 	if got := c.Snapshot().Counters.Reloads; got != reloads {
 		t.Fatalf("the rules file was reloaded after db.Close (%d -> %d reloads)", reloads, got)
 	}

@@ -120,8 +120,8 @@ func queryInt(t *testing.T, q interface {
 	return n
 }
 
-// TestNeverSeenCrossJoinBlocked is issue 4 item 6: a statement never seen before (no history of
-// its own) whose plan is enormous, a cross join of two 200k-row tables, is blocked by a 2s
+// TestNeverSeenCrossJoinBlocked checks that a statement never seen before (no history of its
+// own) whose plan is enormous, a cross join of two 200k-row tables, is blocked by a 2s
 // per_query_limit before the server runs it. Its EXPLAIN plans it without executing it. Three
 // observations prove that the statement itself never ran: the client sent its text only inside
 // EXPLAIN; the volatile function in its WHERE clause, which inserts a row on every call, left no
@@ -263,10 +263,9 @@ func createLedger(t *testing.T, raw *sql.DB) {
 	}
 }
 
-// TestTransactionUnderCostBudget is the second half of issue 4 item 6: a transaction with
-// multi-statement strings, the caller's savepoints (one of them named like pgtraffic's own),
-// row locks and a statement whose EXPLAIN fails, run under a budget that needs a cost, commits
-// exactly what it should.
+// TestTransactionUnderCostBudget checks that a transaction with multi-statement strings, the
+// caller's savepoints (one of them named like pgtraffic's own), row locks and a statement whose
+// EXPLAIN fails, run under a budget that needs a cost, commits exactly what it should.
 func TestTransactionUnderCostBudget(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.Shared(t).CreateDatabase(t)
@@ -388,7 +387,7 @@ func TestAbortedTransactionSendsNoExplain(t *testing.T) {
 	lg := tagging.With(ctx, "app", "ledger")
 	const insert = `insert into accounts values ($1, $2)`
 
-	run := func(db *sql.DB) (first, second error, sent []byte) {
+	run := func(db *sql.DB) (sent []byte, first, second error) {
 		t.Helper()
 		tx, err := db.BeginTx(lg, nil)
 		if err != nil {
@@ -398,10 +397,10 @@ func TestAbortedTransactionSendsNoExplain(t *testing.T) {
 		_, first = tx.ExecContext(lg, `select 1 / (id - id) from accounts`) // division by zero
 		off := wire.offset()
 		_, second = tx.ExecContext(lg, insert, 9, 9)
-		return first, second, wire.since(off)
+		return wire.since(off), first, second
 	}
-	wantFirst, wantSecond, _ := run(raw)
-	first, second, sent := run(db)
+	_, wantFirst, wantSecond := run(raw)
+	sent, first, second := run(db)
 
 	var pgErr *pgconn.PgError
 	if !errors.As(first, &pgErr) || pgErr.Code != "22012" {

@@ -8,7 +8,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver"
 )
 
-// guardGapWhere are the WHERE clauses that issue 17 found require_where letting through: each is
+// guardGapWhere are WHERE clauses that a naive require_where check lets through: each is
 // true for every row of t, so with the guard enforced pgtraffic must refuse the DELETE or UPDATE
 // before it reaches the server.
 var guardGapWhere = []string{

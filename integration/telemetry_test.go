@@ -191,30 +191,30 @@ func TestTelemetryAgainstPostgres(t *testing.T) {
 				"server.port":    strconv.Itoa(s.srv.Port),
 			}
 			for k, v := range want {
-				if got := telAttr(sp.Attributes, k).Emit(); got != v {
+				if got := telAttr(sp.Attributes, k).String(); got != v {
 					t.Errorf("%s: %s = %q, want %q", st, k, got, v)
 				}
 			}
 		}
 		costed := telSpan(t, spans, "costed")
 		if costed.Name != "SELECT orders" || telAttr(costed.Attributes, "db.query.text").AsString() != "SELECT count(*) FROM orders WHERE note <> $2 AND note <> $1" {
-			t.Errorf("costed: name %q, text %q", costed.Name, telAttr(costed.Attributes, "db.query.text").Emit())
+			t.Errorf("costed: name %q, text %q", costed.Name, telAttr(costed.Attributes, "db.query.text").String())
 		}
 		if telAttr(costed.Attributes, "pgtraffic.plan_cost").AsFloat64() <= 0 || telAttr(costed.Attributes, "pgtraffic.decision").AsString() != "allow" {
 			t.Errorf("costed: plan_cost %s, decision %s; want a real EXPLAIN cost and allow",
-				telAttr(costed.Attributes, "pgtraffic.plan_cost").Emit(), telAttr(costed.Attributes, "pgtraffic.decision").Emit())
+				telAttr(costed.Attributes, "pgtraffic.plan_cost").String(), telAttr(costed.Attributes, "pgtraffic.decision").String())
 		}
 		se := telSpan(t, spans, "server-error")
 		if se.Status.Code != codes.Error || telAttr(se.Attributes, "db.response.status_code").AsString() != "22P02" ||
 			telAttr(se.Attributes, "error.type").AsString() != "22P02" {
 			t.Errorf("server error: status %v, code %s, error.type %s", se.Status.Code,
-				telAttr(se.Attributes, "db.response.status_code").Emit(), telAttr(se.Attributes, "error.type").Emit())
+				telAttr(se.Attributes, "db.response.status_code").String(), telAttr(se.Attributes, "error.type").String())
 		}
 		bl := telSpan(t, spans, "blocked")
 		if bl.Status.Code != codes.Error || telAttr(bl.Attributes, "pgtraffic.decision").AsString() != "block" ||
 			telAttr(bl.Attributes, "pgtraffic.reason").AsString() != driver.ReasonConcurrency {
 			t.Errorf("blocked: status %v, decision %s, reason %s", bl.Status.Code,
-				telAttr(bl.Attributes, "pgtraffic.decision").Emit(), telAttr(bl.Attributes, "pgtraffic.reason").Emit())
+				telAttr(bl.Attributes, "pgtraffic.decision").String(), telAttr(bl.Attributes, "pgtraffic.reason").String())
 		}
 	})
 
@@ -226,7 +226,7 @@ func TestTelemetryAgainstPostgres(t *testing.T) {
 				count += dp.Count
 			}
 			if v, _ := dp.Attributes.Value("server.port"); v.AsInt64() != int64(s.srv.Port) {
-				t.Errorf("duration server.port %s", v.Emit())
+				t.Errorf("duration server.port %s", v.String())
 			}
 		}
 		if count != 4 { // costed, server-error, explain-fails, held; the blocked one never ran
@@ -247,11 +247,11 @@ func TestTelemetryAgainstPostgres(t *testing.T) {
 		for _, sp := range spans {
 			texts = append(texts, sp.Name, sp.Status.Description)
 			for _, kv := range sp.Attributes {
-				texts = append(texts, string(kv.Key)+"="+kv.Value.Emit())
+				texts = append(texts, string(kv.Key)+"="+kv.Value.String())
 			}
 			for _, e := range sp.Events {
 				for _, kv := range e.Attributes {
-					texts = append(texts, e.Name+" "+string(kv.Key)+"="+kv.Value.Emit())
+					texts = append(texts, e.Name+" "+string(kv.Key)+"="+kv.Value.String())
 				}
 			}
 		}

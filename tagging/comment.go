@@ -241,7 +241,7 @@ func skipSpace(s string, i int) int {
 // then percent-escapes and "+" decoded. It reports false for a truncated or
 // non-hex percent-escape.
 func decode(b *strings.Builder, raw string) bool {
-	if strings.IndexAny(raw, "%+\\") < 0 {
+	if !strings.ContainsAny(raw, "%+\\") {
 		b.WriteString(raw) // the common case: nothing to decode
 		return true
 	}

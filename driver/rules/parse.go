@@ -28,31 +28,26 @@ func Parse(data []byte) (cfg *Config, err error) {
 			cfg, err = nil, &Error{Msg: fmt.Sprintf("cannot parse the file: %v", r)}
 		}
 	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &Error{Line: 1, Msg: "the file is empty (write {} for no rules)"}
+	root, ok := jsonTree(data)
+	if !ok {
+		if root, err = yamlTree(data); err != nil {
+			return nil, err
 		}
-		return nil, syntaxError(data, err)
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return nil, syntaxError(data, err)
-		}
-		return nil, &Error{Line: next.Line, Msg: "a second YAML document: the file must hold one"}
-	}
+	return decode(root)
+}
 
+// decode builds a Config from a file's root node, checks it and fills in its defaults.
+func decode(root *yaml.Node) (*Config, error) {
 	var d decoder
-	cfg = &Config{}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
+	cfg := &Config{}
 	root = d.resolve(root, "")
 	if root == nil || isNull(root) {
-		return nil, &Error{Line: max(doc.Line, 1), Msg: "the file is empty (write {} for no rules)"}
+		line := 1
+		if root != nil {
+			line = max(root.Line, 1)
+		}
+		return nil, &Error{Line: line, Msg: "the file is empty (write {} for no rules)"}
 	}
 	d.root = root
 	d.config(root, cfg)
@@ -69,6 +64,29 @@ func Parse(data []byte) (cfg *Config, err error) {
 	}
 	cfg.fillDefaults() // cfg is ours alone: no copy needed
 	return cfg, nil
+}
+
+// yamlTree parses a file of one YAML document and returns the document's root node.
+func yamlTree(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Line: 1, Msg: "the file is empty (write {} for no rules)"}
+		}
+		return nil, syntaxError(data, err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, syntaxError(data, err)
+		}
+		return nil, &Error{Line: next.Line, Msg: "a second YAML document: the file must hold one"}
+	}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		return doc.Content[0], nil
+	}
+	return &doc, nil
 }
 
 // decoder walks a YAML node tree into a Config. It does the walking itself rather than

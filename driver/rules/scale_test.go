@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,20 +24,62 @@ func largeRulesFile(n int) []byte {
 	return []byte(sb.String())
 }
 
-// BenchmarkParseLarge parses and validates a file of 100k budgets and 100k rules: every
-// lookup of a rule's budget must be a map probe, not a scan of the budgets.
+// largeRulesJSON is largeRulesFile written as JSON.
+func largeRulesJSON(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString("{\"server_cores\": 64,\n\"budgets\": [\n")
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(",\n")
+		}
+		fmt.Fprintf(&sb, `  {"name": "tenant-%d", "mode": "enforce", "max_concurrent": 4, "server_share": 0.001}`, i)
+	}
+	sb.WriteString("],\n\"rules\": [\n")
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(",\n")
+		}
+		fmt.Fprintf(&sb, `  {"budget": "tenant-%d", "match": {"app": "shop", "tenant": "t%d"}}`, i, i)
+	}
+	sb.WriteString("]}\n")
+	return []byte(sb.String())
+}
+
+// The JSON and YAML forms of a large file read as the same config.
+func TestLargeJSONMatchesYAML(t *testing.T) {
+	fromJSON, err := Parse(largeRulesJSON(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromYAML, err := Parse(largeRulesFile(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fromJSON, fromYAML) {
+		t.Fatal("the JSON and YAML forms of one file read differently")
+	}
+}
+
+// BenchmarkParseLarge parses and validates a file of 100k budgets and 100k rules, as JSON and
+// as YAML: every lookup of a rule's budget must be a map probe, not a scan of the budgets.
 func BenchmarkParseLarge(b *testing.B) {
-	data := largeRulesFile(100_000)
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		cfg, err := Parse(data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(cfg.Rules) != 100_000 {
-			b.Fatalf("%d rules", len(cfg.Rules))
-		}
+	for _, file := range []struct {
+		name string
+		data []byte
+	}{{"json", largeRulesJSON(100_000)}, {"yaml", largeRulesFile(100_000)}} {
+		b.Run(file.name, func(b *testing.B) {
+			b.SetBytes(int64(len(file.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				cfg, err := Parse(file.data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(cfg.Rules) != 100_000 {
+					b.Fatalf("%d rules", len(cfg.Rules))
+				}
+			}
+		})
 	}
 }
 

@@ -130,19 +130,23 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 		p.add(path+".per", "must be a tag key, got %s", quoteShort(b.Per))
 	}
 	p.durationField(path+".max_wait", b.MaxWait, false)
-	for _, key := range slices.Sorted(maps.Keys(b.ThrottleWhen)) {
-		kp := keyPath(path+".throttle_when", key)
-		switch name, custom := strings.CutPrefix(key, CustomMetricPrefix); {
-		case key == MetricActiveQueries || key == MetricReplicationLag || key == MetricInFlight:
-		case custom:
-			if _, ok := c.HealthQueries[name]; !ok {
-				p.add(kp, "no health query named %s in health_queries", quoteShort(name))
+	// Sorted for the order of messages; most budgets have no throttle_when, and sorting
+	// allocates even for none.
+	if len(b.ThrottleWhen) > 0 {
+		for _, key := range slices.Sorted(maps.Keys(b.ThrottleWhen)) {
+			kp := keyPath(path+".throttle_when", key)
+			switch name, custom := strings.CutPrefix(key, CustomMetricPrefix); {
+			case key == MetricActiveQueries || key == MetricReplicationLag || key == MetricInFlight:
+			case custom:
+				if _, ok := c.HealthQueries[name]; !ok {
+					p.add(kp, "no health query named %s in health_queries", quoteShort(name))
+				}
+			default:
+				p.add(kp, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
 			}
-		default:
-			p.add(kp, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
-		}
-		if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
-			p.add(kp, "must be a number >= 0, got %v", v)
+			if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
+				p.add(kp, "must be a number >= 0, got %v", v)
+			}
 		}
 	}
 	switch b.Explain {

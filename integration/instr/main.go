@@ -75,7 +75,7 @@ func main() {
 	// The warm-up is long because of the runtime's type-switch and type-assertion caches
 	// (database/sql asserts driver interfaces on every query): a call site that misses its
 	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after 500
-	// queries some sites still miss, each miss costing ~60 instructions, and how many of the
+	// queries some sites still miss, each miss costing extra instructions, and how many of the
 	// measured queries miss is luck that differs between runs. After 8,000, all sites hit but
 	// with probability ~e^-8.
 	warmup := flag.Int("warmup", 8000, "queries to run before the measured ones")

@@ -7,7 +7,7 @@
 # internal/pgtest/cmd/pgtest, unless PGTRAFFIC_TEST_DSN names one.
 #
 # Why pin: on a 2-core machine, an unpinned client, server and scheduler share both cores, and
-# where the kernel happens to run each process moves the ratios by more than the 3% being judged.
+# where the kernel happens to run each process moves the ratios by more than the differences being judged.
 # Here the server (postmaster and every backend, which inherit its affinity) runs on the last CPU
 # and the client, with GOMAXPROCS=1, on CPU 0, so the client's own work is what differs between
 # modes. A round trip between two CPUs is slower than on one, so absolute times are higher than
@@ -16,7 +16,7 @@
 # Without taskset or a second CPU it runs unpinned.
 #
 # Why several processes: each test process lays out its heap (and the engine's state) anew, and
-# that layout moves one mode's ratio by a per cent or two for the whole process, which no number
+# that layout moves one mode's ratio for the whole process, which no number
 # of rounds within it averages out. The test runs in PROCS processes, one after another, and the
 # summary at the end gives, per workload and mode, the median over the processes of each
 # process's ratios (mean: of total times; median: of the per-round ratios).

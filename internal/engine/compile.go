@@ -122,7 +122,8 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 }
 
 // SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
-// name keep their state (debt, in-flight counts). On error the current rules stay.
+// name keep their state (debt, in-flight counts), as does a budget removed and re-added while
+// its statements still hold slots or its debt has not drained. On error the current rules stay.
 func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
 		cfg = &rules.Config{}
@@ -267,6 +268,17 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		c.guards = append(c.guards, gs)
 	}
 	c.empty = c.rules == nil && len(c.guards) == 0
+	// A removed budget whose statements still hold slots, or whose debt has not drained, stays
+	// in e.budgets (not in force) so that a later reload re-adding it finds its state; its
+	// statements release into it meanwhile. A reload that finds it idle forgets it.
+	now := e.now()
+	for name, bb := range e.budgets {
+		if _, ok := keep[name]; !ok {
+			if s := bb.Snapshot(now); s.InFlight > 0 || s.Debt > 0 {
+				keep[name] = bb
+			}
+		}
+	}
 	e.budgets = keep
 	return c, nil
 }

@@ -101,15 +101,15 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
 	}
-	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait.
-	s := x.s
-	s.reqs = s.reqs[:0]
+	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
+	// requests, with this statement's cost, become its holds once admitted.
 	for _, r := range rt.reqs {
 		r.Cost = x.Predicted
-		s.reqs = append(s.reqs, r)
+		x.holds = append(x.holds, r)
 	}
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
+		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
 	}
 	if rt.warn {
@@ -135,6 +135,10 @@ func (e *Engine) decisions(x *Exec) {
 	}
 }
 
+// limitUnparsable is a guard's Limit text for a statement pg_query cannot parse: without a parse
+// tree a guard cannot see its WHERE, so a text that may write is refused (see pattern.unparsable).
+const limitUnparsable = "statement pgtraffic cannot parse that may hold an UPDATE, DELETE, MERGE or TRUNCATE"
+
 // guard applies the query guards to x, whose pattern has an unsafe write or a TRUNCATE: an
 // enforce guard blocks it, a warn guard notes it.
 func (e *Engine) guard(st *compiled, x *Exec) error {
@@ -145,6 +149,9 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 			continue
 		}
 		d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+		if !p.Parsed {
+			d.Limit = limitUnparsable // say why: the statement may well have a WHERE
+		}
 		if g.mode == modeEnforce {
 			x.Decision, x.Reason = DecisionBlock, ReasonGuard
 			e.recordBlock(x.start, d, p)
@@ -194,8 +201,9 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 	}
 }
 
-// admit checks health and admits x's enforce requests (x.s.reqs) at now. On success the holds
-// are in x; on a denial it returns it and the wait before a retry could fit (0 when none can).
+// admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
+// all or nothing. On a denial it returns it and the wait before a retry could fit (0 when none
+// can).
 func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
 	if rt.health {
 		for i, bi := range rt.budgets {
@@ -206,7 +214,7 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 			}
 		}
 	}
-	reqs := x.s.reqs
+	reqs := x.holds
 	if len(reqs) == 0 {
 		return nil, 0
 	}
@@ -223,9 +231,6 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 			wait = minRetry
 		}
 		return d, wait
-	}
-	for _, r := range reqs {
-		x.holds = append(x.holds, r)
 	}
 	for _, w := range warns {
 		bs, rule := e.enforced(st, rt, w.Index)

@@ -226,8 +226,11 @@ func (d *Denial) Error() string {
 }
 
 // Exec is one statement between its admission and its completion: what the caller and the
-// observer read, and the engine's scratch space for deciding it. Finish must be called exactly
-// once, by the single owner (the driver's Exec call or its Rows). Not safe for concurrent use.
+// observer read, and the engine's scratch space for deciding it. The caller owns it and passes it
+// to Begin for each of its statements in turn (the driver keeps one per connection and one per
+// rows wrapper), so its storage is reused and a statement allocates nothing. Finish must be
+// called exactly once after a successful Begin, before the Exec begins another statement. Not
+// safe for concurrent use. The zero value is ready for Begin.
 type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
@@ -245,43 +248,69 @@ type Exec struct {
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
 
-	e      *Engine
-	start  time.Time // see Start; zero when nothing read the clock
-	warm   bool      // the prediction came from a pattern past warmSamples executions
+	e     *Engine
+	start time.Time // see Start; zero when nothing read the clock
+	warm  bool      // the prediction came from a pattern past warmSamples executions
+	// rng samples the statements the model trains on: each Exec has its own, used by its one
+	// owner, seeded at random on first use.
+	rng    rand.PCG
+	seeded bool
 	holds  []budget.Request
 	warned []budgetWarn
-	s      *scratch
+	s      scratch
 }
 
-// scratch is the reusable storage an Exec decides in, kept with it in the pool so that a
-// statement allocates nothing once the slices have grown.
+// scratch is the storage an Exec decides in, kept from one statement to the next.
 type scratch struct {
-	tags   []ruleset.KV
-	rules  []int
-	rt     route
-	reqs   []budget.Request
-	warns  []budget.Warning
-	holds  []budget.Request // Exec.holds' storage
-	warned []budgetWarn     // Exec.warned's storage
+	tags  []ruleset.KV
+	rules []int
+	rt    route
+	warns []budget.Warning
 }
 
-var execPool = sync.Pool{New: func() any { return &Exec{s: new(scratch)} }}
+// reset readies x for a statement of p, keeping its storage. It sets each per-statement field
+// rather than assigning a whole Exec, which would also copy the scratch.
+func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
+	x.Pattern, x.Tags, x.Decision, x.Reason, x.Budgets = p, nil, DecisionAllow, "", nil
+	x.Predicted, x.PlanCost, x.Costed = 0, 0, false
+	x.Span, x.Observed, x.Wants = nil, false, 0
+	x.e, x.start, x.warm = e, time.Time{}, false
+	x.holds, x.warned = x.holds[:0], x.warned[:0]
+}
 
-// Begin decides whether the statement may run. conn is the pgx stdlib connection it will run on
-// (used for EXPLAIN; may be nil). It returns the Exec to Finish when the statement completes, or
-// a *Denial error when it is blocked, or ctx's error when ctx ended while waiting for capacity.
-// On a denial nothing has been taken from any budget.
-func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (*Exec, error) {
+// Begin decides whether the statement may run, in x (see Exec). conn is the pgx stdlib
+// connection it will run on (used for EXPLAIN; may be nil). It returns nil when the statement
+// may run (then x must be finished with Finish when it completes), a *Denial error when it is
+// blocked, or ctx's error when ctx ended while waiting for capacity. On an error nothing has been
+// taken from any budget and x needs no Finish.
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
 	p, text := e.texts.get(query, e.patterns)
-	x := execPool.Get().(*Exec)
-	*x = Exec{e: e, Pattern: p, Decision: DecisionAllow, holds: x.s.holds[:0], warned: x.s.warned[:0], s: x.s}
+	x.reset(e, p)
 	st := e.state.Load()
 	if e.obs != nil {
 		x.Wants = e.obs.Wants()
 		x.Observed = x.Wants&WantSpans != 0
 	}
-	// With no rules in force and telemetry idle nothing reads the statement's time or tags, so
-	// neither is read.
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	// With no rules in force, telemetry idle and no hook or debug log, nothing reads the
+	// statement's time or tags: neither is read.
+	if !st.empty || x.Wants != 0 || e.onStmt != nil || debug {
+		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
+			return err
+		}
+	}
+	e.inFlight.Add(1)
+	if x.Observed {
+		e.obs.Started(ctx, x)
+	}
+	return nil
+}
+
+// decideStatement is Begin's work for a statement that something reads: it starts the
+// statement's clock, merges its tags when they are read, and decides it under st's rules.
+func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	p := x.Pattern
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}
@@ -294,7 +323,6 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 			rt = text.routeFor(st, ctxTags)
 		}
 	}
-	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	if (!st.empty && rt == nil) || x.Observed || e.onStmt != nil || debug {
 		if st.empty {
 			ctxTags = tagging.From(ctx)
@@ -308,32 +336,29 @@ func (e *Engine) Begin(ctx context.Context, conn *stdlib.Conn, query string, arg
 	if debug {
 		e.debugStatement(ctx, x)
 	}
-	if !st.empty {
-		if rt == nil {
-			rt = &x.s.rt
-			x.s.rules = st.route(x.Tags, rt, x.s.rules)
-			if !p.UnsafeWrite && !p.Truncate {
-				text.save(st, ctxTags, rt)
-			}
-		}
-		slow, err := e.decide(ctx, st, x, rt, conn, query, args)
-		if err != nil {
-			if e.obs != nil {
-				e.obs.Blocked(ctx, x, err)
-			}
-			x.release()
-			return nil, err
-		}
-		if slow {
-			// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
-			x.start = e.now()
+	if st.empty {
+		return nil
+	}
+	if rt == nil {
+		rt = &x.s.rt
+		x.s.rules = st.route(x.Tags, rt, x.s.rules)
+		if !p.UnsafeWrite && !p.Truncate {
+			text.save(st, ctxTags, rt)
 		}
 	}
-	e.inFlight.Add(1)
-	if x.Observed {
-		e.obs.Started(ctx, x)
+	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err != nil {
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+		return err
 	}
-	return x, nil
+	if slow {
+		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+		x.start = e.now()
+	}
+	return nil
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
@@ -348,8 +373,8 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
 	if x.start.IsZero() {
-		x.release() // no rules were in force and telemetry was idle: nothing to account
-		return
+		x.Span = nil
+		return // no rules were in force and telemetry was idle: nothing to account
 	}
 	now := e.now()
 	took := now.Sub(x.start)
@@ -363,7 +388,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
-	x.release()
+	x.Span = nil // the Exec is kept for the caller's next statement: it must not hold the span
 }
 
 // Training the cost model on a statement costs more than the rest of its decision, and a
@@ -380,79 +405,53 @@ const (
 
 // train reports whether the model trains on x's execution, which took took.
 func (x *Exec) train(took time.Duration) bool {
-	return !x.warm || took >= trainAlways || rand.Uint32()%trainEvery == 0
+	if !x.warm || took >= trainAlways {
+		return true
+	}
+	if !x.seeded {
+		x.rng.Seed(rand.Uint64(), rand.Uint64())
+		x.seeded = true
+	}
+	return x.rng.Uint64()%trainEvery == 0
 }
 
-// release returns x to the pool, dropping the pattern, span and budgets it references.
-func (x *Exec) release() {
-	// The scratch keeps its storage (and the small strings in it) for the next statement.
-	x.s.holds, x.s.warned = x.holds, x.warned
-	x.e, x.Pattern, x.Tags, x.Budgets, x.Span, x.holds, x.warned = nil, nil, nil, nil, nil, nil, nil
-	execPool.Put(x)
-}
-
-// mergeTags builds the statement's tags: built-in metadata, then sqlcommenter tags from the
-// statement's comment, then ctxTags (the context's tags); a later source replaces every pair of
-// an earlier source with the same key. p nil (Check) has no pattern tags and no comment.
+// mergeTags builds the statement's tags: the built-in tags, then the sqlcommenter tags of the
+// statement's comment, then ctxTags (the context's tags), a context tag replacing a comment tag
+// with the same key. The built-in tags are facts of the connection and the statement, which
+// neither a comment nor the context can replace: their pairs with a built-in key are dropped,
+// whether or not the statement has that tag (a comment can be injected, and /*table='x'*/ would
+// otherwise take a statement out of its {table: gt} budget and guards). p nil (Check) has no
+// pattern tags and no comment.
 func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
-	var comment tagging.Tags
-	if strings.Contains(query, "/*") {
-		comment = tagging.Parse(query)
-	}
-	// The built-in keys a comment or context tag replaces, one bit each: one pass over the tags.
-	var shadow uint8
-	for k := range comment.All() {
-		shadow |= builtinBit(k)
-	}
-	for k := range ctxTags.All() {
-		shadow |= builtinBit(k)
-	}
-	for _, kv := range e.builtins {
-		if shadow&builtinBit(kv.Key) == 0 {
-			dst = append(dst, kv)
-		}
-	}
+	dst = append(dst, e.builtins...)
 	if p != nil {
-		if shadow&builtinBit(KeyFingerprint) == 0 {
-			dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint})
+		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+		for _, t := range p.Tables {
+			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
-		if shadow&builtinBit(KeyStatement) == 0 {
-			dst = append(dst, ruleset.KV{Key: KeyStatement, Value: p.Kind})
-		}
-		if shadow&builtinBit(KeyTable) == 0 {
-			for _, t := range p.Tables {
-				dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+	}
+	if strings.Contains(query, "/*") {
+		for k, v := range tagging.Parse(query).All() {
+			if _, ok := ctxTags.Get(k); !ok && !builtinKey(k) {
+				dst = append(dst, ruleset.KV{Key: k, Value: v})
 			}
 		}
 	}
-	for k, v := range comment.All() {
-		if _, ok := ctxTags.Get(k); !ok {
+	for k, v := range ctxTags.All() {
+		if !builtinKey(k) {
 			dst = append(dst, ruleset.KV{Key: k, Value: v})
 		}
-	}
-	for k, v := range ctxTags.All() {
-		dst = append(dst, ruleset.KV{Key: k, Value: v})
 	}
 	return dst
 }
 
-// builtinBit is the bit of a built-in tag key in mergeTags' shadow set, 0 for other keys.
-func builtinBit(k string) uint8 {
+// builtinKey reports whether k is the key of a built-in tag.
+func builtinKey(k string) bool {
 	switch k {
-	case KeyUsername:
-		return 1 << 0
-	case KeyDatabase:
-		return 1 << 1
-	case KeyApplicationName:
-		return 1 << 2
-	case KeyFingerprint:
-		return 1 << 3
-	case KeyStatement:
-		return 1 << 4
-	case KeyTable:
-		return 1 << 5
+	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable:
+		return true
 	}
-	return 0
+	return false
 }
 
 // debugStatement logs a statement's pattern and merged tags at debug level. Tags are metadata

@@ -29,7 +29,7 @@ guards:
 		}
 	}
 	copy(buf, del) // the same storage now holds the DELETE
-	_, err := e.Begin(ctx, nil, q, nil)
+	_, err := begin(e, ctx, q)
 	if d := denial(t, err); d.Reason != ReasonGuard || d.Rule != GuardRequireWhere {
 		t.Fatalf("DELETE from the reused buffer: %+v, want a require_where block", d)
 	}

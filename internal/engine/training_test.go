@@ -37,7 +37,7 @@ rules:
 	runN := func(n int, d time.Duration, err error) {
 		t.Helper()
 		for range n {
-			x, berr := e.Begin(ctx, nil, q, nil)
+			x, berr := begin(e, ctx, q)
 			if berr != nil {
 				t.Fatal(berr)
 			}

@@ -27,11 +27,27 @@ func (e *Engine) LoadFile(path string) error {
 }
 
 // WatchFile loads the rules file at path and keeps watching it: a valid change is in force
-// before the next statement, an invalid one is logged and counted and the last good rules stay.
+// within a second, an invalid one is logged and counted and the last good rules stay.
 //
 // It watches the file's directory, not the file, so that editors' atomic renames and Kubernetes
-// ConfigMap updates (a symlink swap of "..data") are seen: any event in the directory re-reads
-// the file, and a content change is applied.
+// ConfigMap updates (a symlink swap of "..data") are seen: any event in the directory starts a
+// reload.
+//
+// Only a complete file is applied. The rule: after the last event in the directory the watcher
+// waits settle (300ms) with no further event and reads the file, waits settle again and reads
+// it once more, and applies the content only if the two reads agree and it parses; any event in
+// between starts over, and a second read that differs becomes the first of a new pair. So a
+// writer that pauses for less than 2×settle in the middle of the file never has its prefix
+// applied (a prefix that parses would otherwise be in force, enforce falling back to warn), and
+// a change is in force about 2×settle after the last write. A writer that pauses longer can
+// still have a valid prefix applied: write the file elsewhere and rename it into place, which
+// is atomic. The first load, in WatchFile itself, reads once.
+//
+// If the directory itself is removed or renamed away, the watch on it is gone: the watcher
+// tries to watch the path again every rearm (100ms) and, once the directory is back, reloads the
+// file by the same rule (it may have been written before the new watch saw it).
+//
+// Its timers come from the engine's clock ([Options.After]).
 func (e *Engine) WatchFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -48,11 +64,12 @@ func (e *Engine) WatchFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	if err := fw.Add(filepath.Dir(path)); err != nil {
+	dir := filepath.Dir(path)
+	if err := fw.Add(dir); err != nil {
 		fw.Close()
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	w := &watcher{fw: fw, path: path, last: data, done: make(chan struct{})}
+	w := &watcher{fw: fw, path: path, dir: dir, after: e.after, last: data, done: make(chan struct{})}
 	e.mu.Lock()
 	if e.watcher != nil {
 		e.mu.Unlock()
@@ -65,13 +82,17 @@ func (e *Engine) WatchFile(path string) error {
 	return nil
 }
 
+// watcher is the goroutine behind WatchFile. Only run touches its state after WatchFile starts
+// it; close stops it and waits for it.
 type watcher struct {
-	fw   *fsnotify.Watcher
-	path string
-	done chan struct{}
-	once sync.Once
+	fw    *fsnotify.Watcher
+	path  string
+	dir   string // filepath.Dir(path), as fsnotify names events on the directory itself
+	after func(time.Duration) <-chan time.Time
+	done  chan struct{}
+	once  sync.Once
 
-	last []byte // content of the last reload attempt; only run touches it
+	last []byte // content of the last reload attempt
 }
 
 func (w *watcher) close() error {
@@ -83,20 +104,42 @@ func (w *watcher) close() error {
 	return err
 }
 
-// settle is how long the watcher lets a burst of events (write, chmod, rename) finish before it
-// reads the file, so that it does not parse a half-written file. Well within the 1 s promise.
-const settle = 50 * time.Millisecond
+const (
+	// settle is the quiet time before each of the two reads that must agree (see WatchFile):
+	// 2×settle is both the longest mid-file pause that is safe and the reload's delay, well
+	// within the promised second.
+	settle = 300 * time.Millisecond
+	// rearm is how often the watcher tries to watch a removed directory again.
+	rearm = 100 * time.Millisecond
+)
 
 func (w *watcher) run(e *Engine) {
 	defer close(w.done)
-	var timer <-chan time.Time
+	var (
+		timer   <-chan time.Time // the one pending timer: settle, or rearm when !watched
+		watched = true           // the directory is watched
+		read1   bool             // the first of the two reads is done
+		first   []byte           // its content
+	)
 	for {
 		select {
-		case _, ok := <-w.fw.Events:
+		case ev, ok := <-w.fw.Events:
 			if !ok {
 				return
 			}
-			timer = time.After(settle)
+			if !watched {
+				continue // a late event of the lost watch; keep trying to re-arm
+			}
+			if ev.Name == w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// The directory went away and its watch with it (fsnotify drops it).
+				w.fw.Remove(w.dir) // in case this platform kept it; an error means it is gone
+				watched, read1 = false, false
+				timer = w.after(rearm)
+				e.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
+				continue
+			}
+			read1 = false
+			timer = w.after(settle)
 		case err, ok := <-w.fw.Errors:
 			if !ok {
 				return
@@ -104,21 +147,48 @@ func (w *watcher) run(e *Engine) {
 			e.log.Error("pgtraffic: rules file watcher", "path", w.path, "error", err)
 		case <-timer:
 			timer = nil
-			w.reload(e)
+			if !watched {
+				if err := w.fw.Add(w.dir); err != nil {
+					timer = w.after(rearm)
+					continue
+				}
+				watched = true
+				e.log.Info("pgtraffic: rules file directory is back; watching it again", "path", w.path)
+				timer = w.after(settle)
+				continue
+			}
+			data, ok := w.read(e)
+			if !ok {
+				read1 = false
+				continue
+			}
+			if !read1 || !bytes.Equal(first, data) {
+				read1, first = true, data // the first read, or changed since it: settle again
+				timer = w.after(settle)
+				continue
+			}
+			read1 = false
+			w.apply(e, data)
 		}
 	}
 }
 
-func (w *watcher) reload(e *Engine) {
+// read returns the file's content; false if it cannot be read now, which is logged and counted
+// unless the file is missing (mid-swap, or removed: the next event reads it again).
+func (w *watcher) read(e *Engine) ([]byte, bool) {
 	data, err := os.ReadFile(w.path)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return // mid-swap, or removed: keep the rules in force; the next event re-reads
+		if !os.IsNotExist(err) {
+			e.stats.ReloadFailures.Add(1)
+			e.log.Error("pgtraffic: rules file unreadable; keeping the last good rules", "path", w.path, "error", err)
 		}
-		e.stats.ReloadFailures.Add(1)
-		e.log.Error("pgtraffic: rules file unreadable; keeping the last good rules", "path", w.path, "error", err)
-		return
+		return nil, false
 	}
+	return data, true
+}
+
+// apply puts data in force if it differs from the last attempt and is valid.
+func (w *watcher) apply(e *Engine, data []byte) {
 	if bytes.Equal(data, w.last) {
 		return
 	}

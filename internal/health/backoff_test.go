@@ -103,7 +103,7 @@ func TestReconnectDelay(t *testing.T) {
 	}
 }
 
-// TestRecoveryAfterOutage replays issue 17's outage: with a 200ms interval and the server down
+// TestRecoveryAfterOutage replays a long outage: with a 200ms interval and the server down
 // for 40s, the sampler used to back off to 30s between connects and so stayed disconnected (every
 // metric stale, enforce budgets throttled) for up to 30s after the server came back. Its first
 // connect after the server's return must come within the reconnect ceiling.

@@ -476,7 +476,7 @@ func foldBinary(op string, l, r value) value {
 
 // compare folds a comparison. The same bare column on both sides of =, <= or
 // >= is true for every row where the column is not null: such a condition is
-// treated as matching the whole table, as issue 5 asks.
+// treated as matching the whole table.
 func compare(op string, l, r value) value {
 	if l.k == vCol && r.k == vCol && l.col == r.col {
 		switch op {

@@ -7,7 +7,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v5"
 )
 
-// guardCases are the guard verdicts of issues 5 and 17: an UPDATE/DELETE whose
+// guardCases are the require_where guard's verdicts: an UPDATE/DELETE whose
 // WHERE is missing or does not restrict its target's rows is unsafe, everywhere
 // in the text.
 var guardCases = []struct {
@@ -50,7 +50,7 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE 1.5 >= 1.50", true, false},
 	{"DELETE FROM t WHERE -1 < 0", true, false},
 	{"UPDATE t SET a = 1 WHERE x = x OR a = $1", true, false},
-	// Issue 17: no reference to the target, whatever the form, is unrestricted.
+	// No reference to the target, whatever the form, is unrestricted.
 	{"DELETE FROM t WHERE coalesce(true, false)", true, false},
 	{"DELETE FROM t WHERE (SELECT true)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1)", true, false},
@@ -88,7 +88,7 @@ var guardCases = []struct {
 	{"UPDATE t SET a = 1 FROM u WHERE u.id = 5", true, false},
 	{"DELETE FROM t AS x WHERE t.id = 5", true, false}, // t is not x's name once aliased
 	{"DELETE FROM t WHERE other.id = 5", true, false},
-	// Issue 17: comparisons of a target column with itself, and complementary pairs.
+	// Comparisons of a target column with itself, and complementary pairs.
 	{"DELETE FROM t WHERE t.id = id", true, false},
 	{"DELETE FROM t WHERE id + 0 = id", true, false},
 	{"DELETE FROM t WHERE x = x + 0", true, false},
@@ -165,7 +165,7 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE active", false, false},
 	{"DELETE FROM t WHERE NOT (x = x)", false, false},
 	{"DELETE FROM t WHERE 1 = 1 AND id = $1", false, false},
-	// Issue 17: what applications send still passes.
+	// What applications send still passes.
 	{"DELETE FROM t WHERE id = 5", false, false},
 	{"UPDATE t SET a = 1 WHERE status = 'x' AND id > 3", false, false},
 	{"DELETE FROM t WHERE id IN ($1, $2, $3)", false, false},

@@ -25,7 +25,7 @@ func Key(sql string) string {
 	t = t[:e]
 	// A trailing block comment must end the text with "*/"; a trailing line
 	// comment needs a "--" somewhere. Without either, nothing more to strip.
-	if !strings.HasSuffix(t, "*/") && strings.Index(t, "--") < 0 {
+	if !strings.HasSuffix(t, "*/") && !strings.Contains(t, "--") {
 		return t
 	}
 	return sql[s : s+significantEnd(sql[s:])]
