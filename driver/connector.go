@@ -159,7 +159,6 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 	healthConfig.RuntimeParams["application_name"] = "pgtraffic-health"
 	c.engine = engine.New(engine.Options{
 		Logger:           o.logger,
-		Now:              o.now,
 		PatternCacheSize: o.patternCacheSize,
 		MaxBuckets:       o.maxBuckets,
 		User:             cc.User,
