@@ -11,7 +11,7 @@ import (
 
 // TestReloadRemovedBudgetKeepsState: a budget removed by one reload and re-added by the next,
 // while a statement still holds its slot, finds its state again: max_concurrent: 1 does not run
-// two (issue 17 item 5). Removed and re-added with its debt not yet drained, it keeps the debt;
+// two. Removed and re-added with its debt not yet drained, it keeps the debt;
 // once idle and drained, a reload forgets it.
 func TestReloadRemovedBudgetKeepsState(t *testing.T) {
 	const with = `

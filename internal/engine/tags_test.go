@@ -10,7 +10,7 @@ import (
 )
 
 // TestBuiltinTagsCannotBeReplaced: a comment or a context tag naming a built-in key does not
-// take a statement out of the budget and guard its real table selects (issue 17 item 3); it is
+// take a statement out of the budget and guard its real table selects; it is
 // dropped, and the statement's built-in tags are its own.
 func TestBuiltinTagsCannotBeReplaced(t *testing.T) {
 	var got []ruleset.KV
