@@ -170,6 +170,7 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 			return pgx.ConnectConfig(ctx, healthConfig.Copy())
 		},
 		Observer: tel.observer(),
+		Redis:    o.redis,
 	})
 	switch {
 	case o.config != nil:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -26,6 +27,7 @@ type options struct {
 	pgxOptions       []stdlib.OptionOpenDB
 	sqlCommenter     bool
 	now              func() time.Time // nil: the real clock, which the engine reads more cheaply
+	redis            redis.UniversalClient
 }
 
 func defaultOptions() options {
@@ -101,4 +103,19 @@ func WithSQLCommenter(on bool) Option {
 // withClock injects a clock (tests).
 func withClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
+}
+
+// WithRedisClient gives the connector the Redis client its shared budgets coordinate through
+// (the rules' coordination section): a *redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient, which the section's redis:// URL cannot describe. It replaces the
+// section's URL; the connector never closes it. Without a coordination section it is unused.
+//
+// Set ContextTimeoutEnabled on it and keep MaxRetries low: each sync has a deadline of a
+// quarter of sync_interval, and the connector retries on its own schedule. While Redis is
+// down, go-redis itself logs a "failed to dial" line about once per retry (every 0.5 to 1.5
+// sync intervals) through its package-wide logger; pgtraffic leaves that logger alone, since
+// it is the application's, and logs one line of its own when Redis becomes unreachable and
+// one when it is back. redis.SetLogger quiets go-redis if you wish.
+func WithRedisClient(c redis.UniversalClient) Option {
+	return func(o *options) { o.redis = c }
 }

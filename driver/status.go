@@ -47,6 +47,25 @@ type BudgetStatus struct {
 	Admitted uint64  `json:"admitted"`
 	Warned   uint64  `json:"warned"`
 	Blocked  uint64  `json:"blocked"`
+	// Shared is set for a budget shared across instances through Redis.
+	Shared *SharedStatus `json:"shared,omitempty"`
+}
+
+// SharedStatus is a shared budget as this instance sees it: its leases (its part of the
+// budget, summed over the partitions it takes part in) and, as of its last sync, the global
+// debt and the instances sharing the budget.
+type SharedStatus struct {
+	Instance   string    `json:"instance"`   // this instance's id in Redis
+	Partitions int       `json:"partitions"` // partitions with a lease here
+	Rate       float64   `json:"lease_rate"` // execution seconds per second
+	Burst      float64   `json:"lease_burst_s"`
+	Slots      int       `json:"lease_slots"`
+	GlobalDebt float64   `json:"global_debt_s"`
+	Instances  int       `json:"instances"` // 0 until a sync succeeded
+	Fallback   bool      `json:"fallback"`  // the last sync failed: leases kept or decaying
+	Syncs      uint64    `json:"syncs"`
+	Failures   uint64    `json:"sync_failures"`
+	LastSync   time.Time `json:"last_sync"`
 }
 
 // PatternStatus is one query pattern's learned cost in a [Snapshot].
@@ -85,11 +104,18 @@ func (c *Connector) Snapshot() Snapshot {
 	if s.RecentBlocks == nil {
 		s.RecentBlocks = []BlockStatus{}
 	}
+	instance := e.Instance()
 	for _, b := range e.Budgets() {
-		s.Budgets = append(s.Budgets, BudgetStatus{
+		bs := BudgetStatus{
 			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,
 			InFlight: b.InFlight, Keys: b.Keys, Admitted: b.Admitted, Warned: b.Warned, Blocked: b.Blocked,
-		})
+		}
+		if sh := b.Shared; sh != nil {
+			bs.Shared = &SharedStatus{Instance: instance, Partitions: sh.Partitions, Rate: sh.Rate, Burst: sh.Burst,
+				Slots: sh.Slots, GlobalDebt: sh.GlobalDebt, Instances: sh.Instances, Fallback: sh.Fallback,
+				Syncs: sh.Syncs, Failures: sh.Failures, LastSync: sh.LastSync}
+		}
+		s.Budgets = append(s.Budgets, bs)
 	}
 	for _, p := range e.TopPatterns(20) {
 		s.Patterns = append(s.Patterns, PatternStatus{
@@ -142,6 +168,14 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 		return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
 	},
 	"pct": func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
+	"anyShared": func(bs []BudgetStatus) bool {
+		for _, b := range bs {
+			if b.Shared != nil {
+				return true
+			}
+		}
+		return false
+	},
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>pgtraffic status</title>
 <style>
@@ -162,6 +196,10 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n">{{.Admitted}}</td><td class="n">{{.Warned}}</td><td class="n blocked">{{.Blocked}}</td></tr>
 {{else}}<tr><td class="empty" colspan="9">no budgets in force</td></tr>
 {{end}}</table>
+{{if anyShared .Budgets}}<h2>Shared budgets</h2>
+<table id="shared"><tr><th>budget</th><th>lease rate</th><th>lease bucket</th><th>slots held</th><th>partitions</th><th>global debt</th><th>instances</th><th>Redis</th></tr>
+{{range .Budgets}}{{if .Shared}}<tr><td class="name">{{.Name}}</td><td class="n">{{printf "%.3g" .Shared.Rate}}/s</td><td class="n">{{ms .Shared.Burst}}</td><td class="n">{{.Shared.Slots}}</td><td class="n">{{.Shared.Partitions}}</td><td class="n">{{ms .Shared.GlobalDebt}}</td><td class="n">{{.Shared.Instances}}</td><td>{{if .Shared.Fallback}}unreachable: fallback share{{else}}in sync{{end}}</td></tr>
+{{end}}{{end}}</table>{{end}}
 <h2>Hottest patterns</h2>
 <table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
 {{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>

@@ -169,7 +169,12 @@ func (t *telemetry) attach(e *engine.Engine) error {
 	if err := errors.Join(errs...); err != nil {
 		return telemetryError(err)
 	}
+	coordInst, coordObs, err := newCoordInstruments(m)
+	if err != nil {
+		return telemetryError(err)
+	}
 	observe := func(_ context.Context, o metric.Observer) error {
+		coordInst.observe(o, e)
 		for _, b := range e.Budgets() {
 			attrs := metric.WithAttributes(attribute.String(attrBudget, b.Name))
 			o.ObserveFloat64(debt, b.Debt, attrs)
@@ -193,8 +198,8 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		}
 		return nil
 	}
-	reg, err := m.RegisterCallback(observe, debt, inFlight, patternHits, patternMisses, explainCalls,
-		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)
+	reg, err := m.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)...)
 	if err != nil {
 		return telemetryError(err)
 	}

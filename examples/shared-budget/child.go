@@ -67,6 +67,30 @@ func runChild(c childConfig) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("SHARED_DEBUG") != "" {
+		// The same rules through a connector whose status can be printed: each second, this
+		// process's lease of the shared budget (stderr).
+		conn, err := driver.NewConnector(c.dsn, driver.WithRulesFile(os.Getenv(driver.EnvRules)))
+		if err != nil {
+			return err
+		}
+		db.Close()
+		db = sql.OpenDB(conn)
+		go func() {
+			for range time.Tick(time.Second) {
+				snap := conn.Snapshot()
+				for _, p := range snap.Patterns {
+					fmt.Fprintf(os.Stderr, "child %d pattern %q mean %.4f count %d\n", c.id, p.Query, p.MeanCost, p.Count)
+				}
+				for _, b := range snap.Budgets {
+					if sh := b.Shared; sh != nil {
+						fmt.Fprintf(os.Stderr, "%s child %d: rate %.4f burst %.4f slots %d instances %d debt %.3f fallback %v syncs %d failures %d in flight %d blocked %d admitted %d local debt %.3f\n",
+							time.Now().Format("05.000"), c.id, sh.Rate, sh.Burst, sh.Slots, sh.Instances, sh.GlobalDebt, sh.Fallback, sh.Syncs, sh.Failures, b.InFlight, b.Blocked, b.Admitted, b.Debt)
+					}
+				}
+			}
+		}()
+	}
 	defer db.Close()
 	db.SetMaxOpenConns(c.workers + 1)
 	db.SetMaxIdleConns(c.workers + 1)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
@@ -91,6 +92,7 @@ type config struct {
 	rateStmt   time.Duration
 	slotStmt   time.Duration
 	only       string
+	chart      string
 	chaosAt    time.Duration
 	chaosFor   time.Duration
 	childFlags childConfig
@@ -99,8 +101,10 @@ type config struct {
 func main() {
 	var c config
 	flag.IntVar(&c.procs, "procs", 8, "application processes")
-	flag.DurationVar(&c.duration, "duration", 20*time.Second, "length of one run")
-	flag.DurationVar(&c.warmup, "warmup", 3*time.Second, "start of a run left out of the figures")
+	flag.DurationVar(&c.duration, "duration", 30*time.Second, "length of one run")
+	// Long enough for the leases to settle (a few sync intervals) and for the debt that the
+	// first statements run up, before the cost model knows their pattern, to drain.
+	flag.DurationVar(&c.warmup, "warmup", 10*time.Second, "start of a run left out of the figures")
 	flag.IntVar(&c.runs, "runs", 5, "runs per scenario (the median is shown)")
 	flag.Float64Var(&c.share, "share", 0.5, "server_share of the rate budget (server_cores 1)")
 	flag.DurationVar(&c.burst, "burst", time.Second, "burst_limit of the rate budget")
@@ -109,8 +113,9 @@ func main() {
 	flag.DurationVar(&c.rateStmt, "rate-stmt", 50*time.Millisecond, "pg_sleep of a rate-budget statement")
 	flag.DurationVar(&c.slotStmt, "slot-stmt", 200*time.Millisecond, "pg_sleep of a slot-budget statement")
 	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all)")
-	flag.DurationVar(&c.chaosAt, "chaos-at", 8*time.Second, "when the chaos starts in a run")
+	flag.DurationVar(&c.chaosAt, "chaos-at", 15*time.Second, "when the chaos starts in a run")
 	flag.DurationVar(&c.chaosFor, "chaos-for", 5*time.Second, "how long redis stays stopped (sigstop)")
+	flag.StringVar(&c.chart, "chart", "", "write a PNG chart of the rate runs to this file")
 	child := flag.Bool("child", false, "run as one application process (used by the parent)")
 	c.childFlags.register()
 	flag.Parse()
@@ -175,6 +180,9 @@ func runParent(c config) error {
 		results = append(results, median(runs))
 	}
 	printTable(os.Stdout, c, results)
+	if c.chart != "" {
+		return writeChart(c.chart, c, results)
+	}
 	return nil
 }
 
@@ -246,6 +254,12 @@ func (e *env) run(c config, s scenario) (result, error) {
 		return result{}, err
 	}
 
+	// Redis's call counters start from zero: calls per process per second are counted over
+	// the run.
+	if err := resetStats(e.redis.Addr); err != nil {
+		return result{}, err
+	}
+	spawned := time.Now()
 	kids := make([]*kid, s.procs)
 	for i := range kids {
 		k := &kid{id: i}
@@ -299,7 +313,41 @@ func (e *env) run(c config, s scenario) (result, error) {
 	if chaosErr != nil {
 		return result{}, chaosErr
 	}
-	return analyse(c, s, start.Add(c.warmup), end, chaosTime, reports, samples), nil
+	r := analyse(c, s, start.Add(c.warmup), end, chaosTime, reports, samples)
+	if calls, err := scriptCalls(e.redis.Addr); err == nil {
+		r.callsPerProc = float64(calls) / float64(s.procs) / time.Since(spawned).Seconds()
+	}
+	return r, nil
+}
+
+// resetStats zeroes Redis's command counters.
+func resetStats(addr string) error {
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	return rc.ConfigResetStat(context.Background()).Err()
+}
+
+// scriptCalls is how many script calls (EVAL, EVALSHA and their read-only forms) Redis ran
+// since resetStats: every sync is one.
+func scriptCalls(addr string) (int64, error) {
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		var calls int64
+		if _, err := fmt.Sscanf(rest, "calls=%d", &calls); err == nil {
+			n += calls
+		}
+	}
+	return n, nil
 }
 
 // sampler reads pg_stat_activity every 10 ms on its own connection.

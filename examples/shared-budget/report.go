@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -14,23 +15,29 @@ type result struct {
 	scenario  string
 	slots     bool
 	procs     int
-	aggregate float64       // admitted execution seconds per second, all processes
-	maxWindow float64       // the largest sliding 1-second window of admitted execution seconds
-	jain      float64       // over processes with equal demand; NaN when demand is unequal
-	smallBig  float64       // 10:1: a small process's mean over a big one's; NaN otherwise
-	running   int           // most of the budget's statements active at once (pg_stat_activity)
-	during    float64       // chaos: aggregate from the chaos to its end plus 3 s; NaN without chaos
-	after     float64       // chaos: aggregate from then to the end
-	recovered time.Duration // kill: from the kill until max_concurrent statements run again; -1: never
-	blocked   int
-	errors    int
+	aggregate float64 // admitted execution seconds per second, all processes
+	maxWindow float64 // the largest sliding 1-second window of admitted execution seconds
+	jain      float64 // over processes with equal demand; NaN when demand is unequal
+	smallBig  float64 // 10:1: a small process's mean over a big one's; NaN otherwise
+	running   int     // most of the budget's statements active at once (pg_stat_activity)
+	during    float64 // chaos: aggregate from the chaos to its end plus 3 s; NaN without chaos
+	after     float64 // chaos: aggregate from then to the end
+	// kill: the longest stretch after the kill with fewer than max_concurrent statements
+	// running (the killed process's slots idle until its lease lapses), and the same before it
+	// (slots idle while they change hands); -1 when not measured.
+	recovered, usual time.Duration
+	windowAll        float64   // as maxWindow, from the start of the run (the warm-up included)
+	perSecond        []float64 // admitted execution seconds in each second from the start (chart)
+	callsPerProc     float64   // Redis script calls per process per second
+	blocked          int
+	errors           int
 }
 
 // analyse turns the children's records and the samples of one run into figures over
 // [from, end).
 func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childReport, samples []sample) result {
 	r := result{scenario: s.name, slots: s.slots, procs: s.procs, jain: math.NaN(), smallBig: math.NaN(),
-		during: math.NaN(), after: math.NaN(), recovered: -1}
+		during: math.NaN(), after: math.NaN(), recovered: -1, usual: -1}
 	b0, b1 := from.UnixNano()/int64(bucket), end.UnixNano()/int64(bucket)
 	per := make([]float64, len(reps))
 	total := make([]float64, b1-b0)
@@ -44,12 +51,16 @@ func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childRep
 			}
 		}
 	}
+	if os.Getenv("SHARED_DEBUG") != "" {
+		for i := 0; i+10 <= len(total); i += 10 {
+			fmt.Fprintf(os.Stderr, "%s %s: %.3f\n", s.name, from.Add(time.Duration(i)*bucket).Format("05.0"), sum(total[i:i+10]))
+		}
+	}
 	span := end.Sub(from).Seconds()
 	r.aggregate = sum(total) / span
-	perWindow := int(time.Second / bucket)
-	for i := 0; i+perWindow <= len(total); i++ {
-		r.maxWindow = max(r.maxWindow, sum(total[i:i+perWindow]))
-	}
+	r.maxWindow = maxWindow(reps, b0, b1)
+	r.windowAll = maxWindow(reps, from.Add(-c.warmup).UnixNano()/int64(bucket), b1)
+	r.perSecond = perSecond(reps, from.Add(-c.warmup).UnixNano()/int64(bucket), b1)
 	if s.big == nil && len(per) > 1 {
 		r.jain = jain(per)
 	}
@@ -74,15 +85,63 @@ func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childRep
 		r.during = rateOver(total, b0, chaosAt, calm)
 		r.after = rateOver(total, b0, calm, end)
 		if s.name == "kill" {
-			for _, x := range samples {
-				if x.at.After(chaosAt) && x.running >= c.slots {
-					r.recovered = x.at.Sub(chaosAt)
-					break
-				}
-			}
+			r.usual = longestBelow(samples, c.slots, from, chaosAt)
+			r.recovered = longestBelow(samples, c.slots, chaosAt, end)
 		}
 	}
 	return r
+}
+
+// maxWindow is the most execution seconds admitted in a sliding 1-second window of buckets
+// [b0, b1).
+func maxWindow(reps []childReport, b0, b1 int64) float64 {
+	total := make([]float64, b1-b0)
+	for _, rep := range reps {
+		for b, sec := range rep.Seconds {
+			if b >= b0 && b < b1 {
+				total[b-b0] += sec
+			}
+		}
+	}
+	most, per := 0.0, int(time.Second/bucket)
+	for i := 0; i+per <= len(total); i++ {
+		most = max(most, sum(total[i:i+per]))
+	}
+	return most
+}
+
+// perSecond is the execution seconds admitted in each whole second of buckets [b0, b1).
+func perSecond(reps []childReport, b0, b1 int64) []float64 {
+	per := int64(time.Second / bucket)
+	out := make([]float64, (b1-b0)/per)
+	for _, rep := range reps {
+		for b, sec := range rep.Seconds {
+			if i := (b - b0) / per; b >= b0 && i < int64(len(out)) {
+				out[i] += sec
+			}
+		}
+	}
+	return out
+}
+
+// longestBelow is the longest stretch of samples in [from, to) with fewer than n running.
+func longestBelow(samples []sample, n int, from, to time.Time) time.Duration {
+	var longest time.Duration
+	var since time.Time
+	for _, x := range samples {
+		if x.at.Before(from) || !x.at.Before(to) {
+			continue
+		}
+		if x.running >= n {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = x.at
+		}
+		longest = max(longest, x.at.Sub(since))
+	}
+	return longest
 }
 
 // rateOver is the admitted execution seconds per second of total between from and to.
@@ -143,29 +202,27 @@ func printTable(w io.Writer, c config, results []result) {
 	fmt.Fprintf(w, "\nrate budget: %.3g execution-s/s (server_share %g × 1 core), burst %v; slot budget: max_concurrent %d; sync_interval %v; median of %d runs\n\n",
 		rate, c.share, c.burst, c.slots, c.interval, c.runs)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprocs\texec-s/s\t/ rate\tmax 1s window\t/ (rate+burst)\tJain\tsmall/big\tmax running\tduring chaos\tafter\tslots back\tblocked\terrors\t")
+	fmt.Fprintln(tw, "scenario\tprocs\texec-s/s\t/ rate\tmax 1s window\t/ (rate+burst)\tfrom start\tJain\tsmall/big\tmax running\tduring chaos\tafter\tslots idle (before)\tcalls/s/proc\tblocked\terrors\t")
 	for _, r := range results {
-		ratio, win := "-", "-"
+		ratio, win, all := "-", "-", "-"
 		if !r.slots {
 			ratio = fmt.Sprintf("%.3f", r.aggregate/rate)
 			win = fmt.Sprintf("%.3f", r.maxWindow/(rate+c.burst.Seconds()))
+			all = fmt.Sprintf("%.3f", r.windowAll/(rate+c.burst.Seconds()))
 		}
 		back := "-"
-		if r.scenario == "kill" {
-			back = "never"
-			if r.recovered >= 0 {
-				back = r.recovered.Round(10 * time.Millisecond).String()
-			}
+		if r.recovered >= 0 {
+			back = r.recovered.Round(10*time.Millisecond).String() + " (" + r.usual.Round(10*time.Millisecond).String() + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t\n",
-			r.scenario, r.procs, r.aggregate, ratio, r.maxWindow, win, num(r.jain), num(r.smallBig),
-			r.running, num(r.during), num(r.after), back, r.blocked, r.errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%.2f\t%d\t%d\t\n",
+			r.scenario, r.procs, r.aggregate, ratio, r.maxWindow, win, all, num(r.jain), num(r.smallBig),
+			r.running, num(r.during), num(r.after), back, r.callsPerProc, r.blocked, r.errors)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
 targets (issue 16): equal / rate within 0.95–1.05; max 1s window ≤ rate+burst (ratio ≤ 1);
 Jain ≥ 0.95; small/big well above 0 (not starved); slots: max running ≤ %d; chaos: during ≤ 1.05 × rate
-(+ one burst after a restart), after within 5%% of the rate; kill: slots back within 3 × %v.
+(+ one burst after a restart), after within 5%% of the rate; kill: slots idle at most 3 × %v.
 `, c.slots, c.interval)
 }
 

@@ -33,6 +33,7 @@ type Budget struct {
 	admitted uint64
 	warned   uint64
 	blocked  uint64
+	link     link // a shared budget's coordinator (lease.go); zero in a local budget
 }
 
 // New returns a budget with no debt and nothing in flight.
@@ -150,6 +151,7 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		d.Index = i
 		if take {
 			r.Budget.blocked++
+			r.Budget.refused(now, r, d.Reason, slots)
 		}
 		if !denied || worse(d, worst) {
 			worst, denied = d, true
@@ -218,14 +220,15 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) (Den
 		return Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}, false
 	}
 	s := b.keys.lookup(r.Key)
+	rate, burst, maxConcurrent := b.keys.limits(s)
 	if s == nil {
 		s = &state{} // an absent key is empty
 	}
-	if sp.MaxConcurrent > 0 && s.inflight+slots >= sp.MaxConcurrent {
+	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
 		return Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}, false
 	}
-	if sp.Rate > 0 && !s.Fits(now, sp.Rate, sp.Burst, need) {
-		return Denial{Reason: ReasonBudget, RetryAfter: s.RetryAfter(now, sp.Rate, sp.Burst, need), Limit: b.text.burst}, false
+	if sp.Rate > 0 && !s.Fits(now, rate, burst, need) && !emptyFits(s, now, rate) {
+		return Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}, false
 	}
 	return Denial{}, true
 }
@@ -240,15 +243,19 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	}
 	b.keys.take(s, now, cost)
 	b.admitted++
+	if s.part != nil {
+		s.part.admitted(cost, s.inflight)
+	}
 
 	sp := &b.keys.spec
 	if !r.WarnOnly && sp.WarningThreshold == 0 {
 		return warns // within every limit, and nothing asked to be warned
 	}
+	_, burst, maxConcurrent := b.keys.limits(s)
 	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {
-		if f := float64(s.inflight) / float64(sp.MaxConcurrent); f > fill {
+		if f := float64(s.inflight) / float64(max(maxConcurrent, 1)); f > fill {
 			fill, reason, limit = f, ReasonConcurrency, b.text.concurrency
 		}
 	}
@@ -257,8 +264,8 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 			fill, reason, limit = f, ReasonPerQuery, b.text.perQuery
 		}
 	}
-	if sp.Rate > 0 {
-		if f := s.Debt / sp.Burst; f > fill {
+	if sp.Rate > 0 && burst > 0 {
+		if f := s.Debt / burst; f > fill {
 			fill, reason, limit = f, ReasonBudget, b.text.burst
 		}
 		if cost > withSlack(sp.Burst) {
@@ -266,7 +273,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 			fill, reason, limit = math.Max(fill, cost/sp.Burst), ReasonPerQuery, b.text.burst
 		}
 	}
-	over := fill > 1 && (reason != ReasonBudget || s.Debt > withSlack(sp.Burst))
+	over := fill > 1 && (reason != ReasonBudget || s.Debt > withSlack(burst))
 	if over || (sp.WarningThreshold > 0 && fill >= sp.WarningThreshold) {
 		b.warned++
 		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Over: over, Limit: limit})
@@ -284,6 +291,9 @@ func Release(now time.Time, r Request, actual float64) {
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
+		if s.part != nil {
+			s.part.used += actual
+		}
 		if b.meanHold == 0 {
 			b.meanHold = actual
 		} else {
@@ -342,7 +352,7 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted,
 		Admitted: b.admitted, Warned: b.warned, Blocked: b.blocked}
 	for _, s := range k.all() {
-		d := s.DebtAt(now, k.spec.Rate)
+		d := s.DebtAt(now, k.rate(s))
 		snap.Debt += d
 		snap.MaxDebt = max(snap.MaxDebt, d)
 	}

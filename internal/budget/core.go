@@ -115,6 +115,7 @@ type state struct {
 	inflight int
 	emptyAt  time.Time // when the debt is gone; the eviction order of idle states
 	idx      int       // position in the idle heap; -1 while in flight (or the unkeyed state)
+	part     *part     // a shared budget's partition (its lease and usage); nil in a local budget
 }
 
 // keys is the single-threaded core of a [Budget]: the state of each key
@@ -130,6 +131,7 @@ type keys struct {
 	idle     idleHeap
 	inflight int // summed over keys
 	evicted  uint64
+	shared   bool // limits come from each key's lease (lease.go), not from spec
 }
 
 func newKeys(spec Spec) keys {
@@ -155,6 +157,9 @@ func (k *keys) count() int {
 // full; a full table with nothing idle grows instead.
 func (k *keys) insert(key string, now time.Time) *state {
 	s := &state{key: key, idx: -1, Bucket: Bucket{Last: now}}
+	if k.shared {
+		s.part = &part{}
+	}
 	if key == "" {
 		k.unkeyed = s
 		return s
@@ -176,7 +181,7 @@ func (k *keys) trim(n int) {
 
 // take charges cost and one slot to s.
 func (k *keys) take(s *state, now time.Time, cost float64) {
-	s.Charge(now, k.spec.Rate, cost)
+	s.Charge(now, k.rate(s), cost)
 	if s.idx >= 0 {
 		heap.Remove(&k.idle, s.idx)
 	}
@@ -186,7 +191,7 @@ func (k *keys) take(s *state, now time.Time, cost float64) {
 
 // give gives one slot of s back and trues its debt up by delta.
 func (k *keys) give(s *state, now time.Time, delta float64) {
-	s.Charge(now, k.spec.Rate, delta)
+	s.Charge(now, k.rate(s), delta)
 	s.inflight--
 	k.inflight--
 	if s.inflight == 0 && s != k.unkeyed {
@@ -197,7 +202,7 @@ func (k *keys) give(s *state, now time.Time, delta float64) {
 
 // setIdle puts s, which has nothing in flight, in the idle heap.
 func (k *keys) setIdle(s *state) {
-	s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.spec.Rate))
+	s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))
 	heap.Push(&k.idle, s)
 }
 
@@ -205,14 +210,14 @@ func (k *keys) setIdle(s *state) {
 // rate up to now and at the new one after.
 func (k *keys) setSpec(now time.Time, spec Spec) {
 	for _, s := range k.all() {
-		s.Charge(now, k.spec.Rate, 0)
+		s.Charge(now, k.rate(s), 0)
 		if spec.Rate == 0 {
 			s.Debt = 0
 		}
 	}
 	k.spec = spec
 	for _, s := range k.idle {
-		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, spec.Rate))
+		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))
 	}
 	heap.Init(&k.idle)
 	k.trim(spec.MaxKeys)

@@ -96,15 +96,17 @@
 //   - Per partition, limits that can be set while keeping state: SetLease(now, key, lease)
 //     sets that partition's drain rate, bucket size and max_concurrent, keeping its debt
 //     (drained at the old rate until now) and its in-flight count, as Budget.SetSpec does for
-//     the whole budget today — but capping the debt at the new burst: a debt run up under a
-//     larger lease, kept whole, would shut the partition out for debt ÷ rate, long after the
-//     global bucket drained it (a first instance that took the whole burst alone would wait
-//     burst ÷ (rate ÷ instances)). The cap forgives at most the burst that moved, so a shift
-//     in demand may let about one extra burst through. A lease of zero rate means no credit, zero slots no slot (not
+//     the whole budget today — but forgiving a debt above the new burst down to it, by at
+//     most the burst the lease lost: a debt run up under a larger lease, kept whole, would
+//     shut the partition out for debt ÷ rate, long after the global bucket drained it (a
+//     first instance that took the whole burst alone would wait burst ÷ (rate ÷ instances)),
+//     while a debt that one statement larger than the lease's burst ran up (see below) stays
+//     owed. The cap forgives at most the burst that moved, so a shift in demand may let about
+//     one extra burst through. A lease of zero rate means no credit, zero slots no slot (not
 //     "unlimited" as in a Spec). A partition the budget has never had a lease for starts
 //     with a zero lease and kicks the coordinator; its statements wait (max_wait) or are
-//     refused until the lease arrives, a tenth of an interval later. Suggested: a partition
-//     with no debt admits one statement whose cost exceeds its lease's burst (but not the
+//     refused until the lease arrives, a tenth of an interval later. A partition with credit
+//     and no debt admits one statement whose cost exceeds its lease's burst (but not the
 //     budget's), else a small lease could never admit a large statement.
 //
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost

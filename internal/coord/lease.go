@@ -80,8 +80,9 @@ type Local interface {
 	// their counters.
 	TakeUsage(now time.Time) []Usage
 	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
-	// and its debt, capped at the lease's burst. A zero lease for a partition means the coordinator dropped it: the budget may
-	// forget the partition once it is idle.
+	// and its debt (a debt above the new burst forgiven down to it by at most the burst the
+	// lease lost). A zero lease for a partition means the coordinator dropped it: the budget
+	// may forget the partition once it is idle.
 	SetLease(now time.Time, key string, lease Lease)
 }
 

@@ -131,10 +131,17 @@ func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if err := e.checkCoordination(cfg); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c, err := e.compile(cfg)
 	if err != nil {
+		return err
+	}
+	// Shared budgets take their leases before any statement sees them.
+	if err := e.coordinate(cfg); err != nil {
 		return err
 	}
 	e.state.Store(c)

@@ -195,6 +195,7 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 		case <-ctx.Done():
 			return waited, ctx.Err()
 		case <-e.after(wait):
+		case <-bs.b.Changed(): // a shared budget's new lease may be room: nil for a local one
 		}
 		waited = true
 	}

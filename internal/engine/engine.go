@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -72,6 +73,12 @@ type Options struct {
 
 	// OnStatement, when set, is called with every statement's merged tags (tests, debugging).
 	OnStatement func(fingerprint string, tags []ruleset.KV)
+
+	// Redis, when set, is the client shared budgets coordinate through, instead of one made
+	// from the coordination section's URL (coord.go). Instance names this engine in Redis
+	// (tests: two engines in one process); a random id when empty.
+	Redis    redis.UniversalClient
+	Instance string
 }
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
@@ -103,11 +110,14 @@ type Engine struct {
 	mu          sync.Mutex    // protects the fields below
 	healthEvery time.Duration // the interval the current sampler was built with
 	// budgets by name: kept across reloads so debt and in-flight counts survive.
-	budgets map[string]*budget.Budget
-	recent  []BlockRecord // ring of the most recent blocks
-	next    int
-	closed  bool
-	watcher *watcher
+	budgets  map[string]*budget.Budget
+	recent   []BlockRecord // ring of the most recent blocks
+	next     int
+	closed   bool
+	watcher  *watcher
+	co       coordination // shared budgets (coord.go)
+	redis    redis.UniversalClient
+	instance string
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -144,6 +154,8 @@ func New(o Options) *Engine {
 		maxKeys:       o.MaxBuckets,
 		healthConnect: o.HealthConnect,
 		budgets:       map[string]*budget.Budget{},
+		redis:         o.Redis,
+		instance:      o.Instance,
 		recent:        make([]BlockRecord, 0, recentBlocks),
 	}
 	e.warns.init()
@@ -170,6 +182,9 @@ func (e *Engine) Close() error {
 	e.closed = true
 	w := e.watcher
 	e.watcher = nil
+	if e.co.c != nil {
+		e.stopCoordination(e.now())
+	}
 	e.mu.Unlock()
 	var errs []error
 	if w != nil {

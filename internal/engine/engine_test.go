@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/redistest"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -493,6 +494,21 @@ func BenchmarkDecisionPath(b *testing.B) {
 			}
 		})
 	}
+	// The same statement through the same budget shared through Redis (issue 16: within 10% of
+	// the local one): the decision is local; only its limits come from a lease.
+	b.Run("rules=10/shared", func(b *testing.B) {
+		srv := redistest.Need(b)
+		e := benchEngine(b, "coordination: {redis: \""+srv.URL+"\"}\n"+rulesN(10))
+		ctx := tagging.With(context.Background(), "app", "bench", "tenant", "zz")
+		q := "select * from orders where id = $1"
+		waitForLease(b, e, ctx, q)
+		warm(b, e, ctx, q)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			stmt(b, e, ctx, q)
+		}
+	})
 	// Every statement with other tags (1,000 tenants in turn).
 	b.Run("rules=10000/tenant-per-statement", func(b *testing.B) {
 		e := benchEngine(b, rulesN(10_000))
@@ -564,6 +580,22 @@ func BenchmarkNoRules(b *testing.B) {
 
 // warm caches a plan cost for the statement, as a prior EXPLAIN would have, and runs it until
 // its pattern is warm (training sampled).
+// waitForLease runs q until a shared budget's first lease admits it.
+func waitForLease(b *testing.B, e *Engine, ctx context.Context, q string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		x, err := e.Begin(ctx, nil, q, nil)
+		if err == nil {
+			x.Finish(ctx, nil)
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no lease after 10s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	x := new(Exec)
 	p, _ := e.patterns.Get(q)

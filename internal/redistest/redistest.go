@@ -73,9 +73,14 @@ func Required() bool {
 }
 
 // Need starts a server for tb, stopped when tb's test ends. Without redis-server it skips
-// tb, or fails it under CI=true; any other failure to start fails tb.
+// tb, or fails it under CI=true; any other failure to start fails tb. Under go test -short
+// (make unit: the tests that need no server) it skips tb without looking for redis-server,
+// also under CI=true, as internal/pgtest does.
 func Need(tb testing.TB) *Server {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs redis-server: not run under -short (unit tests only)")
+	}
 	s, err := Start()
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) && !Required() {

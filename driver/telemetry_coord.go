@@ -1,0 +1,75 @@
+package driver
+
+import (
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// coordInstruments are the metrics of shared budgets (pgtraffic.coordination.*), observed in
+// the connector's one gauge callback: per shared budget, this instance's leases, the global
+// debt and instances as last seen, whether it runs on its fallback share, and its syncs.
+type coordInstruments struct {
+	rate, burst, debt, latency metric.Float64ObservableGauge
+	slots, instances, fallback metric.Int64ObservableGauge
+	syncs, failures            metric.Int64ObservableCounter
+}
+
+func newCoordInstruments(m metric.Meter) (*coordInstruments, []metric.Observable, error) {
+	var errs []error
+	fg := func(name, unit, desc string) metric.Float64ObservableGauge {
+		g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	ig := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	ic := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	c := &coordInstruments{
+		rate:      fg("pgtraffic.coordination.lease.rate", "s/s", "Execution seconds per second this instance's leases of the shared budget grant."),
+		burst:     fg("pgtraffic.coordination.lease.burst", "s", "Execution seconds of bucket this instance's leases of the shared budget grant."),
+		slots:     ig("pgtraffic.coordination.lease.slots", "{statement}", "Concurrency slots of the shared budget held by this instance."),
+		debt:      fg("pgtraffic.coordination.global_debt", "s", "The shared budget's debt across every instance, as of the last sync."),
+		instances: ig("pgtraffic.coordination.instances", "{instance}", "Live instances sharing the budget, as of the last sync."),
+		fallback:  ig("pgtraffic.coordination.fallback", "1", "1 while the last sync failed and the budget runs on its last or fallback share."),
+		latency:   fg("pgtraffic.coordination.sync.latency", "s", "Duration of the last successful sync with Redis."),
+		syncs:     ic("pgtraffic.coordination.syncs", "{sync}", "Successful syncs with Redis."),
+		failures:  ic("pgtraffic.coordination.sync.failures", "{sync}", "Failed syncs with Redis (timeouts, unreachable)."),
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return c, []metric.Observable{c.rate, c.burst, c.slots, c.debt, c.instances, c.fallback, c.latency,
+		c.syncs, c.failures}, nil
+}
+
+// observe reports every shared budget of e.
+func (c *coordInstruments) observe(o metric.Observer, e *engine.Engine) {
+	for _, s := range e.Coordination() {
+		attrs := metric.WithAttributes(attribute.String(attrBudget, s.Name))
+		o.ObserveFloat64(c.rate, s.Rate, attrs)
+		o.ObserveFloat64(c.burst, s.Burst, attrs)
+		o.ObserveInt64(c.slots, int64(s.Slots), attrs)
+		o.ObserveFloat64(c.debt, s.GlobalDebt, attrs)
+		o.ObserveInt64(c.instances, int64(s.Instances), attrs)
+		fallback := int64(0)
+		if s.Fallback {
+			fallback = 1
+		}
+		o.ObserveInt64(c.fallback, fallback, attrs)
+		if s.Syncs > 0 {
+			o.ObserveFloat64(c.latency, s.Latency.Seconds(), attrs)
+		}
+		o.ObserveInt64(c.syncs, clampInt64(s.Syncs), attrs)
+		o.ObserveInt64(c.failures, clampInt64(s.Failures), attrs)
+	}
+}

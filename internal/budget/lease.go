@@ -1,0 +1,221 @@
+package budget
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+)
+
+// A shared budget (issue 16) is a budget whose limits hold across every instance of an
+// application. Its admission is the same as a local budget's: only each key's drain rate,
+// bucket size and concurrency limit come from the key's lease, which a [coord.Coordinator]
+// sets through [Budget.SetLease], instead of from the Spec. The Spec still says which limits
+// are on, and its per-query limit and burst bound every statement as before.
+//
+// *Budget implements [coord.Local].
+var _ coord.Local = (*Budget)(nil)
+
+// link is a shared budget's tie to its coordinator.
+type link struct {
+	kick  func()        // asks the coordinator for an early sync; nil in a local budget
+	retry time.Duration // RetryAfter of a key without credit: when its lease may arrive
+	wake  chan struct{} // closed by the next SetLease, for statements waiting for capacity
+}
+
+// part is one key's partition of a shared budget: its lease and what it reports at the next
+// sync. Guarded by the budget's mutex.
+type part struct {
+	lease   coord.Lease
+	offered float64 // predicted seconds of the statements that asked, admitted or refused
+	used    float64 // actual seconds of the statements released
+	wanted  int     // most statements that wanted a slot at once
+	starved bool    // a statement was refused for want of credit or a slot
+}
+
+// admitted records a statement of predicted cost admitted with inflight now in flight.
+func (p *part) admitted(cost float64, inflight int) {
+	p.offered += cost
+	p.wanted = max(p.wanted, inflight)
+}
+
+// SetShared makes b shared at now: from then on each key's limits are its lease, starting
+// with none (no credit, no slot) until the coordinator sets one, and b calls kick when it
+// refuses a statement for want of its lease. retry is the RetryAfter of a key without credit.
+// A nil kick makes b local again: the Spec's limits apply to every key. Debt and in-flight
+// counts are kept either way.
+func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := &b.keys
+	if (kick != nil) == k.shared {
+		b.link.kick, b.link.retry = kick, retry
+		return
+	}
+	for _, s := range k.all() {
+		s.Charge(now, k.rate(s), 0) // drained at the old rate until now
+		if kick != nil {
+			s.part = &part{}
+		} else {
+			s.part = nil
+		}
+	}
+	k.shared = kick != nil
+	b.link.kick, b.link.retry = kick, retry
+	k.setSpec(now, k.spec) // the idle order under the new rates
+	b.wakeWaiters()
+}
+
+// Changed returns a channel closed when a shared budget's lease next changes: a statement
+// waiting for capacity (max_wait) selects on it to try again at once. Nil in a local budget.
+func (b *Budget) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.keys.shared {
+		return nil
+	}
+	if b.link.wake == nil {
+		b.link.wake = make(chan struct{})
+	}
+	return b.link.wake
+}
+
+// wakeWaiters closes the Changed channel. The caller holds b.mu.
+func (b *Budget) wakeWaiters() {
+	if b.link.wake != nil {
+		close(b.link.wake)
+		b.link.wake = nil
+	}
+}
+
+// SetLease makes lease the limits of key's partition from now on ([coord.Local]). Its debt so
+// far drains at the old rate until now; a debt above the new burst is forgiven down to it by
+// at most the burst the lease lost (a debt run up under a larger lease would otherwise shut
+// the partition out long after the global bucket drained it, while a debt that a statement
+// larger than the burst ran up stays owed). A zero lease drops an idle partition.
+func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := &b.keys
+	if !k.shared {
+		return
+	}
+	s := k.lookup(key)
+	if s == nil {
+		if lease == (coord.Lease{}) {
+			return
+		}
+		s = k.insert(key, now)
+	}
+	old := s.part.lease
+	if now.After(s.Last) {
+		s.Debt, s.Last = s.DebtAt(now, old.Rate), now
+	}
+	s.Debt -= min(max(0, s.Debt-lease.Burst), max(0, old.Burst-lease.Burst))
+	s.part.lease = lease
+	switch {
+	case lease == (coord.Lease{}) && s.inflight == 0:
+		k.remove(s)
+	case s.idx >= 0:
+		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, lease.Rate))
+		heap.Fix(&k.idle, s.idx)
+	}
+	b.wakeWaiters()
+}
+
+// TakeUsage returns the usage of every partition active since the previous call and resets
+// its counters ([coord.Local]). O(number of keys), once per sync.
+func (b *Budget) TakeUsage(now time.Time) []coord.Usage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []coord.Usage
+	for _, s := range b.keys.all() {
+		p := s.part
+		if p == nil {
+			continue
+		}
+		u := coord.Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
+			InFlight: s.inflight, Starved: p.starved}
+		if u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.Starved {
+			out = append(out, u)
+		}
+		*p = part{lease: p.lease, wanted: s.inflight}
+	}
+	return out
+}
+
+// rate is the rate s drains at: its lease's in a shared budget, else the spec's.
+func (k *keys) rate(s *state) float64 {
+	if s.part != nil {
+		return s.part.lease.Rate
+	}
+	return k.spec.Rate
+}
+
+// limits are the drain rate, bucket size and concurrency limit that s (nil: an absent key)
+// is held to. In a shared budget they are its lease, where zero means none rather than
+// unlimited: the Spec says which limits are on.
+func (k *keys) limits(s *state) (rate, burst float64, maxConcurrent int) {
+	if !k.shared {
+		return k.spec.Rate, k.spec.Burst, k.spec.MaxConcurrent
+	}
+	if s == nil || s.part == nil {
+		return 0, 0, 0
+	}
+	l := &s.part.lease
+	return l.Rate, l.Burst, l.Slots
+}
+
+// emptyFits reports whether s, with credit and no debt, may admit a statement larger than its
+// bucket: a shared budget's lease holds a fraction of the budget's burst, and a statement
+// that fits the budget's must not be refused for ever. (In a local budget the bucket is the
+// budget's, so this admits nothing that Fits did not.)
+func emptyFits(s *state, now time.Time, rate float64) bool {
+	return rate > 0 && s.DebtAt(now, rate) == 0
+}
+
+// retryAfter is when need fits s's bucket: exact for a local budget, and for a shared one
+// while its lease holds. A key without credit is told the link's retry hint; a statement
+// larger than the lease's bucket fits once the debt is gone (emptyFits).
+func (b *Budget) retryAfter(s *state, now time.Time, rate, burst, need float64) time.Duration {
+	switch {
+	case rate == 0:
+		return b.link.retry
+	case need > withSlack(burst):
+		return s.emptyAfter(now, rate)
+	}
+	return s.RetryAfter(now, rate, burst, need)
+}
+
+// refused records, in a shared budget, a statement r refused for reason with slots taken by
+// earlier requests of its admission: its demand counts, and the coordinator is kicked. The
+// caller holds b.mu.
+func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) {
+	k := &b.keys
+	if !k.shared || reason == ReasonPerQuery {
+		return
+	}
+	s := k.lookup(r.Key)
+	if s == nil {
+		s = k.insert(r.Key, now) // a new partition: the coordinator learns of it at its next sync
+	}
+	p := s.part
+	p.offered += sanitizeCost(r.Cost)
+	p.starved = true
+	if reason == ReasonConcurrency {
+		p.wanted = max(p.wanted, s.inflight+slots+1)
+	}
+	b.link.kick()
+}
+
+// remove drops s, which has nothing in flight, from the table.
+func (k *keys) remove(s *state) {
+	if s == k.unkeyed {
+		k.unkeyed = nil
+		return
+	}
+	if s.idx >= 0 {
+		heap.Remove(&k.idle, s.idx)
+	}
+	delete(k.byKey, s.key)
+}

@@ -1,0 +1,153 @@
+package budget
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+)
+
+// newShared returns a shared budget of spec and a counter of its kicks.
+func newShared(spec Spec) (*Budget, *int) {
+	b := New(spec)
+	kicks := new(int)
+	b.SetShared(t0, func() { *kicks++ }, 50*time.Millisecond)
+	return b, kicks
+}
+
+func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
+	b, kicks := newShared(Spec{Name: "s", Rate: 1, Burst: 1, MaxConcurrent: 4})
+	_, d := Admit(at(0), []Request{{Budget: b, Key: "t1", Cost: 0.1}}, nil)
+	if d == nil || d.Reason != ReasonConcurrency {
+		t.Fatalf("no lease: got %+v, want a concurrency refusal (no slot)", d)
+	}
+	if *kicks != 1 {
+		t.Errorf("kicks = %d, want 1", *kicks)
+	}
+	u := b.TakeUsage(at(0))
+	if len(u) != 1 || u[0].Key != "t1" || u[0].Offered != 0.1 || !u[0].Starved || u[0].Wanted != 1 {
+		t.Fatalf("usage = %+v, want t1 offered 0.1, starved, wanted 1", u)
+	}
+	if u := b.TakeUsage(at(0)); len(u) != 0 {
+		t.Errorf("usage after a take = %+v, want none", u)
+	}
+	mustInvariants(t, b)
+}
+
+func TestSharedNoCreditRetriesAtTheHint(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
+	if d == nil || d.Reason != ReasonBudget || d.RetryAfter != 50*time.Millisecond {
+		t.Fatalf("got %+v, want a budget refusal with RetryAfter 50ms", d)
+	}
+}
+
+func TestSharedAdmitsWithinItsLease(t *testing.T) {
+	b, kicks := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
+	charge(t, at(0), b, "", 0.2)
+	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
+	if d == nil || d.Reason != ReasonBudget {
+		t.Fatalf("past the lease's burst: got %+v, want a budget refusal", d)
+	}
+	// 0.05 over the lease's 0.25 drains at its rate 0.25/s: 200ms.
+	if d.RetryAfter != 200*time.Millisecond {
+		t.Errorf("RetryAfter = %v, want 200ms", d.RetryAfter)
+	}
+	if *kicks != 1 {
+		t.Errorf("kicks = %d, want 1", *kicks)
+	}
+	admit1(t, at(0.2), b, "", 0.1)
+	u := b.TakeUsage(at(0.2))
+	if len(u) != 1 || u[0].Offered < 0.4-1e-9 || u[0].Used != 0.2 || u[0].InFlight != 1 {
+		t.Fatalf("usage = %+v, want offered 0.4, used 0.2, 1 in flight", u)
+	}
+	mustInvariants(t, b)
+}
+
+func TestSharedSlotsComeFromTheLease(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", MaxConcurrent: 10})
+	b.SetLease(at(0), "k", coord.Lease{Slots: 1})
+	admit1(t, at(0), b, "k", 0)
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != ReasonConcurrency {
+		t.Fatalf("second statement with one slot: got %+v, want a concurrency refusal", d)
+	}
+	if u := b.TakeUsage(at(0)); len(u) != 1 || u[0].Wanted != 2 || u[0].InFlight != 1 {
+		t.Fatalf("usage = %+v, want wanted 2, 1 in flight", u)
+	}
+	b.SetLease(at(0), "k", coord.Lease{Slots: 2})
+	admit1(t, at(0), b, "k", 0)
+}
+
+func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.1, Burst: 0.1})
+	charge(t, at(0), b, "", 0.5) // larger than the lease's bucket, within the budget's
+	_, d := Admit(at(1), []Request{{Budget: b, Cost: 0.5}}, nil)
+	if d == nil || d.RetryAfter != 4*time.Second {
+		t.Fatalf("got %+v, want a refusal until the 0.4 left is gone at 0.1/s (4s)", d)
+	}
+	admit1(t, at(5), b, "", 0.5)
+	if _, d := Admit(at(5), []Request{{Budget: b, Cost: 1.5}}, nil); d == nil || d.Reason != ReasonPerQuery {
+		t.Fatalf("larger than the budget's burst: got %+v, want per_query_limit", d)
+	}
+}
+
+func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", coord.Lease{Rate: 1, Burst: 1})
+	charge(t, at(0), b, "", 1)
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
+	if got := b.Snapshot(at(0)).Debt; got != 0.25 {
+		t.Fatalf("debt after the lease shrank = %v, want 0.25 (capped)", got)
+	}
+	charge(t, at(1), b, "", 0.5) // drained to 0 at 0.25/s, then a large statement
+	b.SetLease(at(1), "", coord.Lease{Rate: 0.2, Burst: 0.2})
+	if got := b.Snapshot(at(1)).Debt; got < 0.45-1e-9 || got > 0.45+1e-9 {
+		t.Fatalf("debt = %v, want 0.45: only the 0.05 of burst lost is forgiven", got)
+	}
+}
+
+func TestSetLeaseWakesWaiters(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	ch := b.Changed()
+	select {
+	case <-ch:
+		t.Fatal("closed before any lease")
+	default:
+	}
+	b.SetLease(at(0), "", coord.Lease{Rate: 1, Burst: 1})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("SetLease did not close the Changed channel")
+	}
+	if New(Spec{Rate: 1}).Changed() != nil {
+		t.Error("a local budget's Changed channel is not nil")
+	}
+}
+
+func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b.SetLease(at(0), "a", coord.Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "b", coord.Lease{Rate: 1, Burst: 1})
+	admit1(t, at(0), b, "b", 0.1)
+	b.SetLease(at(0), "a", coord.Lease{})
+	b.SetLease(at(0), "b", coord.Lease{}) // in flight: kept, without credit
+	if got := b.Snapshot(at(0)).Keys; got != 1 {
+		t.Fatalf("keys = %d, want 1 (a dropped, b in flight)", got)
+	}
+	mustInvariants(t, b)
+}
+
+func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {
+	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1, MaxConcurrent: 1})
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.5, Burst: 0.5, Slots: 1})
+	charge(t, at(0), b, "", 0.5)
+	b.SetShared(at(0), nil, 0)
+	admit1(t, at(0), b, "", 0.5) // the spec's burst of 1 again
+	if u := b.TakeUsage(at(0)); len(u) != 0 {
+		t.Errorf("a local budget reports usage %+v", u)
+	}
+	mustInvariants(t, b)
+}

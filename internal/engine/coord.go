@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+)
+
+// closeWithin bounds Close's goodbye to Redis (telling it this instance's slots are free):
+// a connector's Close must not hang on an unreachable Redis, and the slots return when the
+// leases lapse anyway.
+const closeWithin = 500 * time.Millisecond
+
+// coordination is the engine's link to Redis while the rules have a coordination section: one
+// coordinator, and a handle per shared budget. Guarded by Engine.mu; nothing of it is on a
+// statement's path.
+type coordination struct {
+	section rules.Coordination // what c was built from
+	c       *coord.Coordinator
+	owned   *redis.Client // the client made from the section's URL, closed with c; nil when given
+	shared  map[string]*shared
+}
+
+// shared is one budget registered with the coordinator.
+type shared struct {
+	b    *budget.Budget
+	h    *coord.Handle
+	spec coord.Spec
+}
+
+// checkCoordination reports a coordination section the engine cannot act on.
+func (e *Engine) checkCoordination(cfg *rules.Config) error {
+	if co := cfg.Coordination; co != nil && co.Redis == "" && e.redis == nil {
+		return errors.New("pgtraffic: coordination: no redis URL, and the connector was given no client (driver.WithRedisClient)")
+	}
+	return nil
+}
+
+// coordinate starts, changes or stops the coordination for cfg, whose budgets compile has just
+// put in e.budgets: each shared budget is registered (and its limits become its leases), each
+// budget no longer shared is made local again. A new coordinator starts at once and never
+// fails for want of Redis: its budgets run on their fallback share and it keeps trying.
+// e.mu must be held.
+func (e *Engine) coordinate(cfg *rules.Config) error {
+	now := e.now()
+	co := &e.co
+	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || e.closed) {
+		e.stopCoordination(now)
+	}
+	if cfg.Coordination != nil && co.c == nil && !e.closed {
+		sec := *cfg.Coordination
+		interval := time.Duration(sec.SyncInterval)
+		client := e.redis
+		if client == nil {
+			rc, err := coord.NewClient(sec.Redis, interval)
+			if err != nil {
+				return err
+			}
+			client, co.owned = rc, rc
+		}
+		co.section = sec
+		co.c = coord.New(coord.Options{Client: client, Interval: interval, FallbackInstances: sec.FallbackInstances,
+			Instance: e.instance, Logger: e.log, Now: e.now})
+		co.shared = map[string]*shared{}
+		co.c.Start()
+	}
+	// A partition without credit is told to retry when its first lease is due (the
+	// coordinator syncs a new partition a tenth of an interval after the last sync).
+	retry := min(cmp.Or(time.Duration(co.section.SyncInterval), coord.DefaultInterval)/10, 100*time.Millisecond)
+	cores := max(cfg.ServerCores, 1)
+	keep := map[string]bool{}
+	for i := range cfg.Budgets {
+		rb := &cfg.Budgets[i]
+		spec := coord.Spec{Name: rb.Name, Rate: rb.ServerShare * cores, Burst: time.Duration(rb.BurstLimit).Seconds(),
+			MaxConcurrent: rb.MaxConcurrent}
+		if spec.Rate > 0 && spec.Burst <= 0 {
+			spec.Burst = spec.Rate // as compile does
+		}
+		if co.c == nil || !cfg.IsShared(rb) || parseMode(rb.Mode) == modeOff || (spec.Rate == 0 && spec.MaxConcurrent == 0) {
+			continue // local; or nothing to share (a per_query_limit holds per statement)
+		}
+		keep[rb.Name] = true
+		b := e.budgets[rb.Name]
+		if s, ok := co.shared[rb.Name]; ok && s.b == b {
+			if s.spec != spec {
+				s.h.SetSpec(spec)
+				s.spec = spec
+			}
+			continue
+		}
+		h := co.c.Register(spec, b)
+		b.SetShared(now, h.Kick, retry)
+		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec}
+	}
+	for name, s := range co.shared {
+		if !keep[name] {
+			s.h.Close()
+			s.b.SetShared(now, nil, 0)
+			delete(co.shared, name)
+		}
+	}
+	return nil
+}
+
+// stopCoordination stops the coordinator, telling Redis within closeWithin that this
+// instance leaves, and makes its budgets local again. e.mu must be held.
+func (e *Engine) stopCoordination(now time.Time) {
+	co := &e.co
+	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
+	defer cancel()
+	if err := co.c.Close(ctx); err != nil {
+		e.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
+	}
+	if co.owned != nil {
+		_ = co.owned.Close()
+	}
+	for _, s := range co.shared {
+		s.b.SetShared(now, nil, 0)
+	}
+	*co = coordination{}
+}
+
+// Coordination reports the shared budgets as this instance sees them (leases, global debt,
+// instances, sync counters), sorted by name; nil without a coordination section.
+func (e *Engine) Coordination() []coord.Status {
+	e.mu.Lock()
+	c := e.co.c
+	e.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.Status()
+}
+
+// Instance is this engine's instance id in Redis; "" without a coordination section.
+func (e *Engine) Instance() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.co.c == nil {
+		return ""
+	}
+	return e.co.c.Instance()
+}

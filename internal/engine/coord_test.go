@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// deadRedis is a redis:// URL that nothing listens on: the coordinator runs in fallback.
+func deadRedis(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "redis://" + l.Addr().String() + "/0"
+}
+
+func TestCoordinationWithoutRedisIsAnError(t *testing.T) {
+	e, _ := newEngine(t, "")
+	cfg, err := rules.Parse([]byte("coordination: {sync_interval: 1s}\nbudgets:\n  - {name: a, max_concurrent: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetConfig(cfg); err == nil || !strings.Contains(err.Error(), "no redis URL") {
+		t.Fatalf("SetConfig = %v, want an error naming the missing redis URL", err)
+	}
+}
+
+// TestReloadSharesAndUnsharesBudgets: a coordination section shares the budgets that have a
+// limit to share; a reload without it makes them local again, enforcing their spec.
+func TestReloadSharesAndUnsharesBudgets(t *testing.T) {
+	url := deadRedis(t)
+	local := `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1}
+  - {name: q, mode: enforce, per_query_limit: 1s}
+rules:
+  - {budget: a, match: {app: x}}
+`
+	e, clk := newEngine(t, "coordination: {redis: \""+url+"\"}\n"+local)
+	st := e.Coordination()
+	if len(st) != 1 || st[0].Name != "a" {
+		t.Fatalf("shared budgets %+v, want only a (q has nothing to share)", st)
+	}
+	if e.Instance() == "" {
+		t.Error("no instance id while coordinating")
+	}
+	// Without a lease (Redis unreachable, no sync yet) a has no slot.
+	ctx := tagging.With(context.Background(), "app", "x")
+	if err := run(e, clk, ctx, "select 1", 0); err == nil {
+		t.Fatal("a shared budget without a lease admitted a statement")
+	}
+	cfg, err := rules.Parse([]byte(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Coordination(); st != nil {
+		t.Fatalf("still coordinating after the section was removed: %+v", st)
+	}
+	if err := run(e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("a local budget with max_concurrent 1 and nothing in flight: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestSavedRouteOwnsItsRequests: a text's saved route keeps its own admission requests, not
+// the pooled scratch's, which the next statement (another text, another budget) reuses. Were
+// they shared, "select 1" would come back from the cache charged to budget b.
+func TestSavedRouteOwnsItsRequests(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 10}
+  - {name: b, mode: enforce, max_concurrent: 10}
+rules:
+  - {budget: a, match: {app: a}}
+  - {budget: b, match: {app: b}}
+`)
+	ctxA := tagging.With(context.Background(), "app", "a")
+	ctxB := tagging.With(context.Background(), "app", "b")
+	for range 20 {
+		for _, s := range []struct {
+			ctx context.Context
+			q   string
+		}{{ctxA, "select 1"}, {ctxB, "select 2"}} {
+			x, err := e.Begin(s.ctx, nil, s.q, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.Finish(s.ctx, nil)
+		}
+	}
+	x, err := e.Begin(ctxA, nil, "select 1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Finish(ctxA, nil)
+	want := map[string][2]int{"a": {1, 21}, "b": {0, 20}} // in flight, admitted
+	for _, b := range e.Budgets() {
+		if w := want[b.Name]; b.InFlight != w[0] || b.Admitted != uint64(w[1]) {
+			t.Errorf("budget %s: %d in flight, %d admitted; want %d, %d", b.Name, b.InFlight, b.Admitted, w[0], w[1])
+		}
+	}
+}
