@@ -334,16 +334,12 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 	mode explainMode) (seconds, planCost float64, sent bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
-	cached := false
-	if p.Explainable && mode != explainCall {
-		planCost, cached = e.plans.Get(x.start, fp)
-	}
-	pred := e.model.Predict(fp, planCost)
+	pred := e.model.Predict(x.start, fp, 0)
 	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
-	if cached && !perCall {
+	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
-		return pred.Seconds, planCost, false
+		return pred.Seconds, pred.PlanCost, false
 	}
 	planCost = 0
 	if p.Explainable {
@@ -368,12 +364,16 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
 				planCost = c
 				if !perCall {
-					e.plans.Put(t0, fp, c)
+					e.model.PutPlan(t0, fp, c)
 				}
 			}
 		}
 	}
-	pred = e.model.Predict(fp, planCost)
+	if planCost == 0 {
+		// Not explained: the first prediction stands (the cached plan cost while fresh, else history).
+		return pred.Seconds, pred.PlanCost, sent
+	}
+	pred = e.model.Predict(x.start, fp, planCost)
 	return pred.Seconds, planCost, sent
 }
 

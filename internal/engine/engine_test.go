@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -503,10 +504,11 @@ func BenchmarkDecisionPath(b *testing.B) {
 		q := "select * from orders where id = $1"
 		waitForLease(b, e, ctx, q)
 		warm(b, e, ctx, q)
+		x := new(Exec)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			stmt(b, e, ctx, q)
+			stmt(b, e, x, ctx, q)
 		}
 	})
 	// Every statement with other tags (1,000 tenants in turn).
@@ -583,8 +585,9 @@ func BenchmarkNoRules(b *testing.B) {
 // waitForLease runs q until a shared budget's first lease admits it.
 func waitForLease(b *testing.B, e *Engine, ctx context.Context, q string) {
 	deadline := time.Now().Add(10 * time.Second)
+	x := new(Exec)
 	for {
-		x, err := e.Begin(ctx, nil, q, nil)
+		err := e.Begin(ctx, x, nil, q, nil)
 		if err == nil {
 			x.Finish(ctx, nil)
 			return
@@ -599,7 +602,7 @@ func waitForLease(b *testing.B, e *Engine, ctx context.Context, q string) {
 func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	x := new(Exec)
 	p, _ := e.patterns.Get(q)
-	e.plans.Put(e.now(), p.FingerprintID, 8.3)
+	e.model.PutPlan(e.now(), p.FingerprintID, 8.3)
 	for range 2 * warmSamples {
 		stmt(b, e, x, ctx, q)
 	}
@@ -754,11 +757,11 @@ rules:
 		defer x.Finish(ctx, nil)
 		return x.PlanCost
 	}
-	e.plans.Put(clk.now(), p.FingerprintID, 8.3)
+	e.model.PutPlan(clk.now(), p.FingerprintID, 8.3)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v, want 8.3 from the plan cache", got)
 	}
-	clk.advance(e.plans.TTL() - time.Second)
+	clk.advance(cost.PlanTTL - time.Second)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v before the TTL, want 8.3", got)
 	}
@@ -766,7 +769,7 @@ rules:
 	if got := planCost(); got != 0 {
 		t.Fatalf("plan cost %v after the TTL, want none (no connection to EXPLAIN on)", got)
 	}
-	e.plans.Put(clk.now(), p.FingerprintID, 12)
+	e.model.PutPlan(clk.now(), p.FingerprintID, 12)
 	if got := planCost(); got != 12 {
 		t.Fatalf("plan cost %v, want the cache's new 12", got)
 	}

@@ -7,9 +7,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// TestSavedRouteOwnsItsRequests: a text's saved route keeps its own admission requests, not
-// the pooled scratch's, which the next statement (another text, another budget) reuses. Were
-// they shared, "select 1" would come back from the cache charged to budget b.
+// TestSavedRouteOwnsItsRequests: a text's saved route keeps its own admission requests and
+// names, not the Exec's scratch, which the Exec's next statement (another text, another budget)
+// reuses. Were they shared, "select 1" would come back from the cache charged to budget b.
 func TestSavedRouteOwnsItsRequests(t *testing.T) {
 	e, _ := newEngine(t, `
 budgets:
@@ -21,20 +21,19 @@ rules:
 `)
 	ctxA := tagging.With(context.Background(), "app", "a")
 	ctxB := tagging.With(context.Background(), "app", "b")
+	x := new(Exec) // one Exec for every statement, as one connection's
 	for range 20 {
 		for _, s := range []struct {
 			ctx context.Context
 			q   string
 		}{{ctxA, "select 1"}, {ctxB, "select 2"}} {
-			x, err := e.Begin(s.ctx, nil, s.q, nil)
-			if err != nil {
+			if err := e.Begin(s.ctx, x, nil, s.q, nil); err != nil {
 				t.Fatal(err)
 			}
 			x.Finish(s.ctx, nil)
 		}
 	}
-	x, err := e.Begin(ctxA, nil, "select 1", nil)
-	if err != nil {
+	if err := e.Begin(ctxA, x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
 	defer x.Finish(ctxA, nil)
