@@ -75,8 +75,9 @@ idle() {
 			n = $1; gsub(",", "", n)
 			f = $0; sub(/^[^)]*\) +/, "", f); sub(/ \[[^]]*\]$/, "", f); sub(/^[^:]*:/, "", f)
 			sub(/\047[0-9]+$/, "", f) # callgrind names a recursion level func\047N
-			if (f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|casgstatus|mcall|procyield.*|osyield.*|futex.*|note(sleep|wakeup)|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|incidlelocked|checkdead|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*)$/ ||
-				f ~ /^runtime\.\(\*timers?\)\./ || f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/)
+			if (f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|preemptone|casgstatus|castogscanstatus|casfrom_Gscanstatus|mcall|procyield.*|osyield.*|usleep.*|futex.*|note(sleep|wakeup)|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|acquirep|releasep.*|wirep|check(RunqsNoP|TimersNoP|IdleGCNoP|dead)|incidlelocked|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*|gcTrigger\.test)$/ ||
+				f ~ /^runtime\.\((\*timers?|\*limiterEvent|\*m)\)\./ || f ~ /^runtime\.\(\*gcControllerState\)\.(releaseNextGCMarkWorker|findRunnableGCWorker)$/ ||
+				f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/)
 				s += n
 		}
 		END { print s + 0 }'
