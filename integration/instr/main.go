@@ -79,11 +79,11 @@ func main() {
 	n := flag.Int("n", 10000, "queries to run after the warm-up")
 	// The warm-up is long because of the runtime's type-switch and type-assertion caches
 	// (database/sql asserts driver interfaces on every query): a call site that misses its
-	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after 500
-	// queries some sites still miss, each miss costing extra instructions, and how many of the
-	// measured queries miss is luck that differs between runs. After 8,000, all sites hit but
-	// with probability ~e^-8.
-	warmup := flag.Int("warmup", 8000, "queries to run before the measured ones")
+	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after a few
+	// thousand queries some sites still miss now and then, and how many of the measured
+	// queries miss is luck that differs between runs: by about a hundred instructions per
+	// query after 8,000 queries of warm-up, by a few tens after 30,000.
+	warmup := flag.Int("warmup", 30000, "queries to run before the measured ones")
 	workload := flag.String("workload", "select", "select (QueryRowContext of "+query+") or update (ExecContext of "+update+", on a temporary table)")
 	flag.Parse()
 	if err := run(*dsn, *mode, *workload, *n, *warmup); err != nil {

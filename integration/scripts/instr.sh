@@ -64,22 +64,34 @@ if [[ -z "$dsn" ]]; then
 fi
 
 # idle FILE prints the instructions a callgrind file spends in the Go scheduler, the network
-# poller, timers and system-call bookkeeping (self counts). They run once more each time the
-# client's read finds no answer yet and parks until the server's arrives, which depends on how
-# fast the server answered rather than on the work the client does: whether a query parks changes
-# from run to run (between about one query in six and one in three here), and with it the total
-# by up to a thousand instructions per query. No driver mode calls these functions itself.
+# poller, timers, system-call bookkeeping and the runtime's monitor thread (sysmon): their self
+# counts, and the clock reads they make. How often these run depends on timing (how long each
+# system call took, when sysmon woke) rather than on the work the client does, and they moved
+# the total by hundreds of instructions per query between runs. No driver mode calls them
+# itself. (With callgrind's caller tree: each block lists a function's callers, "<", then the
+# function, "*"; recursion levels are named func'N.)
 idle() {
-	callgrind_annotate --threshold=100 --tree=none --auto=no "$1" 2>/dev/null | awk '
-		$2 ~ /^\(/ && !/=>/ {
-			n = $1; gsub(",", "", n)
-			f = $0; sub(/^[^)]*\) +/, "", f); sub(/ \[[^]]*\]$/, "", f); sub(/^[^:]*:/, "", f)
-			sub(/\047[0-9]+$/, "", f) # callgrind names a recursion level func\047N
-			if (f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|preemptone|casgstatus|castogscanstatus|casfrom_Gscanstatus|mcall|procyield.*|osyield.*|usleep.*|futex.*|note(sleep|wakeup)|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|acquirep|releasep.*|wirep|check(RunqsNoP|TimersNoP|IdleGCNoP|dead)|incidlelocked|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*|gcTrigger\.test)$/ ||
-				f ~ /^runtime\.\((\*timers?|\*limiterEvent|\*m)\)\./ || f ~ /^runtime\.\(\*gcControllerState\)\.(releaseNextGCMarkWorker|findRunnableGCWorker)$/ ||
-				f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/)
-				s += n
+	callgrind_annotate --threshold=100 --tree=caller --auto=no "$1" 2>/dev/null | awk '
+		function name(line,    f) {
+			f = line; sub(/ \[[^]]*\]$/, "", f); sub(/ \([0-9,]+x\)$/, "", f); sub(/^.*[<*] +/, "", f)
+			sub(/^[^:]*:/, "", f); sub(/\047[0-9]+$/, "", f)
+			return f
 		}
+		function count(line,    n) { n = line; sub(/^ +/, "", n); sub(/ .*/, "", n); gsub(",", "", n); return n + 0 }
+		function isidle(f) {
+			return f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|preemptone|casgstatus|castogscanstatus|casfrom_Gscanstatus|mcall|procyield.*|osyield.*|usleep.*|futex.*|note(sleep|wakeup)|notetsleep.*|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|acquirep.*|releasep.*|wirep|check(RunqsNoP|TimersNoP|IdleGCNoP|dead)|incidlelocked|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*|gcTrigger\.test)$/ ||
+				f ~ /^runtime\.\((\*timers?|\*limiterEvent|\*m)\)\./ || f ~ /^runtime\.\(\*gcControllerState\)\.(releaseNextGCMarkWorker|findRunnableGCWorker)$/ ||
+				f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/
+		}
+		/^ *[0-9,]+ \(.*\)  < / { if (isidle(name($0))) fromidle += count($0); next }
+		/^ *[0-9,]+ \(.*\)  \* / {
+			f = name($0)
+			if (isidle(f)) s += count($0)
+			else if (f ~ /^runtime\.nanotime1/) s += fromidle
+			fromidle = 0
+			next
+		}
+		/^$/ { fromidle = 0 }
 		END { print s + 0 }'
 }
 
