@@ -13,7 +13,7 @@
 //
 // Modes:
 //
-//	pgx        database/sql with pgx's stdlib driver (sql.Open("pgx")): the baseline
+//	pgx        database/sql with pgx's stdlib connector (stdlib.OpenDB): the baseline
 //	pgtraffic  pgtraffic with no rules
 //	budget     pgtraffic with an enforce budget that the statement's context tag selects, with
 //	           max_concurrent, server_share and burst_limit, so every statement is costed (its

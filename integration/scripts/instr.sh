@@ -9,14 +9,15 @@
 #
 # Only the client is measured: the server is a separate process that valgrind does not trace.
 # The Go runtime runs with one P (GOMAXPROCS=1), without GC and without async preemption, so
-# that counts depend on the work done rather than on timing. Some timing noise remains (a few
-# per cent of the totals between runs); the "busy" columns remove most of it.
+# that counts depend on the work done rather than on timing; the program waits for each answer
+# before reading it (no read parks) and warms up long (see integration/instr). What timing still
+# moves, the scheduler, timers and sysmon, is left out of the "busy" columns (see idle).
 #
 # Output, per mode: instructions per query from the totals, and "busy" per query without the
-# idle scheduler and sysmon instructions (see instructions below), each also relative to pgx.
-# The modes are measured in ROUNDS rounds (each round every mode once, in order), and each
-# figure is the median over the rounds, with its range: the idle part of one run moves the total
-# by hundreds of instructions, the busy figure by tens.
+# idle part (see idle), each also relative to pgx. The modes are measured in ROUNDS rounds (each
+# round every mode once, in order), and each figure is the median over the rounds, with its
+# range: the idle part of one run moves the total by hundreds of instructions, the busy figure
+# by tens. integration/PERFORMANCE.md describes the method and how steady it is.
 #
 # Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
 # ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an ExecContext of a
