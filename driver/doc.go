@@ -20,6 +20,9 @@
 //
 //	db, err := driver.Open(dsn, driver.WithRulesFile("/etc/pgtraffic/rules.yaml"))
 //
+// [NewConnectorFromConfig] takes a *pgx.ConnConfig from pgx.ParseConfig adjusted in code (a TLS
+// config, a dialer, a tracer), as pgx's stdlib.OpenDB does; pass the connector to sql.OpenDB.
+//
 // Closing the *sql.DB stops everything the connector started (the rules-file watcher and the
 // health sampler). Every path of database/sql goes through pgtraffic: Exec, Query, QueryRow,
 // prepared statements, transactions and *sql.Conn.
@@ -38,11 +41,13 @@
 //	}
 //	db, err := driver.Open(dsn, driver.WithConfig(cfg))
 //
-// [WithRulesFile] watches the file: a valid change is in force before the next statement, an
-// invalid one is logged and counted and the last good rules stay. [Connector.SetConfig] does the
-// same from code. A budget keeps its state (debt, statements in flight) across reloads while its
-// name stays. Budgets are in warn mode unless they say otherwise, so that new limits can be
-// watched before they are enforced.
+// [WithRulesFile] watches the file's directory: a valid change is in force within a second, an
+// invalid one is logged and counted and the last good rules stay. Only a complete file is
+// applied: one left unchanged for 0.6s and read the same twice, so write the file elsewhere and
+// rename it into place. If the directory is removed and re-created, the watch is re-armed and
+// the file reloaded. [Connector.SetConfig] does the same from code. A budget keeps its state
+// (debt, statements in flight) across reloads while its name stays. Budgets are in warn mode
+// unless they say otherwise, so that new limits can be watched before they are enforced.
 //
 // # Tags
 //
@@ -53,24 +58,66 @@
 // tags too. Neither replaces a built-in tag (one with a built-in key is ignored), since comments
 // can be injected and the built-in tags state facts of the statement and connection.
 //
+// # How a statement is decided
+//
+// A statement's text is identified once and cached by content (texts up to 2 KiB, as many as
+// [WithPatternCacheSize] allows), together with the budgets it was routed to under the rules
+// and context tags in force, so that a repeated text skips the tag merge and the rule match.
+// Its cost is predicted afresh for every execution. An enforced budget admits it only if every
+// budget it selects has a slot, bucket room and health for it: all or nothing.
+//
+// # Shared budgets
+//
+// By default each process enforces its budgets alone. When the rules have a coordination
+// section (see [github.com/pgtraffic/pgtraffic/driver/rules.Coordination]), every budget that
+// does not say shared: false holds across all the instances of the application: each instance
+// enforces a lease (a drain rate, a bucket and slots) that it renews through Redis once per
+// sync_interval, so no statement waits on the network. If Redis is unreachable, the database
+// keeps working: instances fall back to an even split of each budget. [WithRedisClient] gives
+// the connector a client of its own (Sentinel, Cluster) instead of the section's URL.
+//
 // # Blocked statements
 //
 // A blocked statement returns a [*BlockedError]. Test for it with errors.Is(err, [ErrBlocked]) or
 // errors.As. Nothing was sent to the server, so it is safe to retry
 // ([BlockedError.SafeToRetry]) once [BlockedError.RetryAfter] has passed; a zero RetryAfter means
-// that waiting cannot help. It is never driver.ErrBadConn, so database/sql does not retry it on
-// another connection. Batch jobs ask first with [Connector.Check] or [Connector.Wait].
+// that waiting cannot help: a guard refused it, or its predicted cost exceeds per_query_limit or
+// the budget's whole bucket (reason per_query_limit, limit "burst_limit=10s (a predicted 12s
+// never fits)"). It is never driver.ErrBadConn, so database/sql does not retry it on another
+// connection. Batch jobs ask first with [Connector.Check] or [Connector.Wait].
+//
+// # Rows
+//
+// A query's budget slot is held until its rows are closed or exhausted: close every *sql.Rows.
+// Rows dropped without Close have their slot released when the garbage collector finds them
+// (counted in pgtraffic.rows.leaked and logged), but database/sql keeps their connection in use
+// for good, and rows of a prepared *sql.Stmt are never found.
+//
+// From Go 1.27, database/sql lets the driver scan each column (driver.RowsColumnScanner), and
+// pgtraffic hands that to pgx: *[]string, pgtype.Array, pgtype.Range and the other destinations
+// pgx scans work as they do under pgx's own driver. With Go 1.26, wrap them in
+// pgtype.Map.SQLScanner, as with pgx's stdlib.
 //
 // # Telemetry
 //
 // The connector records OpenTelemetry spans and metrics by the database semantic conventions,
 // with the global providers unless [WithTracerProvider] and [WithMeterProvider] name others, and
 // logs warn and block decisions through [log/slog] ([WithLogger]). Nothing recorded holds a SQL
-// literal or a bound value: query texts are normalised. [Connector.Snapshot] and
-// [Connector.Handler] serve the live state.
+// literal or a bound value: query texts are normalised. The metrics are pgtraffic.decisions,
+// pgtraffic.budget.*, the caches', EXPLAIN's, reloads' and health sampling's counters,
+// pgtraffic.rows.leaked and, for shared budgets, pgtraffic.coordination.* (the README lists
+// them all with units and attributes). [Connector.Snapshot] and [Connector.Handler] serve the
+// live state, shared budgets' leases included.
 //
 // # pgx-only features
 //
 // database/sql hides the *pgx.Conn behind pgtraffic's connection; [RawConn] reaches it for CopyFrom,
 // LISTEN/NOTIFY and other pgx-only features. Statements sent that way bypass traffic control.
+// Code that already uses (*sql.Conn).Raw keeps working if it asserts the Conn method rather than
+// pgx's type, which pgtraffic's connection is not:
+//
+//	err := conn.Raw(func(dc any) error {
+//		pc := dc.(interface{ Conn() *pgx.Conn }).Conn() // dc.(*stdlib.Conn) would panic
+//		...
+//	})
 package driver

@@ -24,8 +24,8 @@ import (
 
 const instrumentationName = "github.com/pgtraffic/pgtraffic"
 
-// Attribute keys of our own (design.md §6). The db.* and server.* keys are the OpenTelemetry
-// database semantic conventions.
+// Attribute keys of our own, listed in the README's telemetry reference. The db.* and server.*
+// keys are the OpenTelemetry database semantic conventions.
 const (
 	attrFingerprint = "pgtraffic.fingerprint"
 	attrDecision    = "pgtraffic.decision"
@@ -42,7 +42,7 @@ const (
 var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 
 // telemetry turns the engine's decisions into OpenTelemetry spans and metrics following the
-// database semantic conventions (design.md §6). It is the engine's Observer.
+// database semantic conventions. It is the engine's Observer.
 //
 // Span attributes are computed only for recording spans and metric attributes only for enabled
 // instruments, so a provider that samples nothing costs one non-recording span per statement.

@@ -10,7 +10,7 @@ import (
 
 // TestBuiltinTagsCannotBeSpoofed: a comment /*table='nothing'*/, or a context tag with the same
 // claim, does not take a statement out of the {table: gt} budget or the block_truncate guard
-// scoped to that table; the table keeps every row (issue 17 item 3).
+// scoped to that table; the table keeps every row.
 func TestBuiltinTagsCannotBeSpoofed(t *testing.T) {
 	_, db := openRules(t, `
 budgets:

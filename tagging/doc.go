@@ -5,11 +5,11 @@
 // the pgtraffic driver in two ways: on the [context.Context] passed to
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the
 // end of the SQL text. The driver merges both with its built-in metadata
-// (username, database, fingerprint, statement, table, ...). Context tags win
-// over comment tags. Neither replaces a built-in tag, which states a fact of
-// the statement or the connection: a comment or context tag with a built-in key
-// is ignored. Comments can be injected, and one could otherwise claim another
-// table to escape a budget.
+// (username, database, application_name, fingerprint, statement, table).
+// Context tags win over comment tags. Neither replaces a built-in tag, which
+// states a fact of the statement or the connection: a comment or context tag
+// with a built-in key is ignored. Comments can be injected, and one could
+// otherwise claim another table to escape a budget or a scoped guard.
 //
 // # Tagging a context
 //
@@ -35,9 +35,10 @@
 //
 // # HTTP requests
 //
-// [Middleware] tags each request's context with its route, method and
-// client address. Register it inside a [net/http.ServeMux] so that the route
-// tag is the mux pattern (low cardinality) rather than the raw URL path:
+// [Middleware] tags each request's context with route, method and
+// remote_address (the client's IP address). Register it inside a
+// [net/http.ServeMux] so that the route tag is the mux pattern (low
+// cardinality) rather than the raw URL path:
 //
 //	mux.Handle("GET /orders/{id}", tagging.Middleware(ordersHandler))
 //

@@ -99,7 +99,8 @@ type Budget struct {
 	ServerShare float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
 
 	// BurstLimit is the bucket size in execution seconds. It needs ServerShare; the default
-	// is ServerShare × ServerCores × 1s.
+	// is ServerShare × ServerCores × 1s. A statement predicted to cost more can never fit:
+	// it is refused with reason per_query_limit and a zero RetryAfter.
 	BurstLimit Duration `yaml:"burst_limit,omitempty" json:"burst_limit,omitempty"`
 
 	// WarningThreshold, in (0, 1), warns (even in enforce mode) when any limit is this
@@ -200,7 +201,9 @@ func (r *Rule) String() string {
 // Guards are static checks of statements, as pg_strict and Airbnb's query blocklist do.
 // The zero value turns both off.
 type Guards struct {
-	// RequireWhere rejects UPDATE and DELETE with no WHERE or a constant-true WHERE.
+	// RequireWhere rejects an UPDATE, DELETE or MERGE whose condition does not restrict the
+	// rows of the table it writes: a WHERE passes only if it references a column of that
+	// table in a way that can be false for some row (see the package documentation).
 	RequireWhere Guard `yaml:"require_where,omitempty" json:"require_where,omitempty"`
 	// BlockTruncate rejects TRUNCATE.
 	BlockTruncate Guard `yaml:"block_truncate,omitempty" json:"block_truncate,omitempty"`

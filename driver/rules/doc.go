@@ -1,5 +1,6 @@
 // Package rules defines the pgtraffic rules file — budgets, the rules that route statements to
-// them, health throttling and static guards — and parses it strictly from YAML or JSON.
+// them, health throttling, static guards and the coordination that shares budgets across an
+// application's instances — and parses it strictly from YAML or JSON.
 //
 // # A rules file
 //
@@ -11,13 +12,19 @@
 //	health_queries:            # custom health metrics: a query returning one number
 //	  queue_depth: "select count(*) from jobs where state = 'queued'"
 //
+//	coordination:              # share budgets across the application's instances (omitted: per process)
+//	  redis: rediss://:secret@redis.internal:6379/0   # redis:// or rediss:// (TLS)
+//	  sync_interval: 1s        # how often each instance renews its leases (default 1s; 100ms to 1m)
+//	  fallback_instances: 10   # instances assumed until Redis is first reached (default 10)
+//
 //	budgets:
 //	  - name: reporting        # required, unique; its state survives reloads while the name stays
 //	    mode: enforce          # enforce | warn (default) | off
 //	    max_concurrent: 4      # statements of this budget in flight at once
 //	    per_query_limit: 2s    # largest predicted cost of one statement
 //	    server_share: 0.25     # long-run fraction of server_cores: the bucket drains 0.25 × 8 = 2 s/s
-//	    burst_limit: 10s       # bucket size in execution seconds (default share × cores × 1s)
+//	    burst_limit: 10s       # bucket size in execution seconds (default share × cores × 1s);
+//	                           # a statement predicted above it never fits: refused, per_query_limit
 //	    warning_threshold: 0.8 # warn (even in enforce mode) when a limit is 80% full
 //	    max_wait: 200ms        # wait up to this long for capacity before blocking
 //	    explain: auto          # auto (default) | pattern | call: when EXPLAIN runs
@@ -28,8 +35,9 @@
 //
 //	  - name: batch
 //	    mode: enforce
-//	    throttle_when:         # admit nothing while any threshold is reached
-//	      active_queries: 16   # backends active in pg_stat_activity
+//	    shared: false          # per process even with coordination (default true there)
+//	    throttle_when:         # admit nothing while any threshold is reached (always per process)
+//	      active_queries: 16   # backends active in pg_stat_activity (others' need pg_read_all_stats)
 //	      replication_lag: 5s  # standby replay lag (on a primary: its largest replay_lag)
 //	      in_flight: 32        # this connector's statements in flight
 //	      custom.queue_depth: 1000
@@ -45,7 +53,7 @@
 //	    match: {table: orders, statement: update}    # built-in tags match like any other
 //
 //	guards:
-//	  require_where: enforce   # UPDATE and DELETE without a WHERE that restricts rows
+//	  require_where: enforce   # UPDATE, DELETE and MERGE whose condition restricts no rows
 //	  block_truncate:          # the scoped form: only statements with these tags
 //	    mode: enforce
 //	    match: {app: web}
@@ -53,6 +61,36 @@
 // A budget is in warn mode unless it says otherwise: a statement it would block runs, takes no
 // slot or debt in that budget, and is logged and counted, so the warnings show exactly what
 // enforce would block.
+//
+// # Guards
+//
+// require_where refuses an UPDATE, DELETE or MERGE whose condition does not restrict the rows
+// of the table it writes. A WHERE passes only if it references a column of that table in a way
+// that can be false for some row: WHERE id = $1 and WHERE deleted_at IS NULL pass. No WHERE, and
+// conditions that do not depend on the target's rows, whatever their form, are unrestricted:
+// WHERE true, 1 = 1, $1 = $1, now() > $1, subqueries not correlated with the target,
+// comparisons of an expression with itself (id = id, id + 0 = id) and disjunctions that hold for
+// every row (x IS NULL OR x IS NOT NULL). AND restricts if any operand does, OR only if every
+// operand does. A condition that is never true (false, 1 = 0: what ORMs send for an empty IN
+// list) matches no row and passes. A MERGE passes if its ON condition or a WHEN MATCHED
+// condition restricts the target.
+//
+// Text pg_query cannot parse that may hold an UPDATE, DELETE or MERGE (for block_truncate, a
+// TRUNCATE) is refused by an enforced guard, whose limit text says so, since its WHERE cannot be
+// checked. Out of reach: writes inside DO blocks and function bodies, whose text only the
+// server's procedural language parses, and a tautology hidden in an opaque expression (a
+// function, CASE, COALESCE). An unqualified column is taken to be the target's, though in
+// UPDATE ... FROM or DELETE ... USING it may be another table's. Guards catch mistakes; to
+// forbid a write, revoke the privilege.
+//
+// # Shared budgets
+//
+// With a coordination section every budget that does not say shared: false holds its
+// server_share, burst_limit and max_concurrent across all the instances of the application:
+// each instance enforces a lease of the budget that it renews through Redis every
+// sync_interval, and falls back to an even split of the budget while Redis is unreachable.
+// per_query_limit, warning_threshold and throttle_when stay per process. A budget with per
+// shares each tag value's bucket and slots. See [Coordination].
 //
 // # Parsing
 //
@@ -82,5 +120,6 @@
 //
 // [Parse] returns a config with defaults filled in ([Config.WithDefaults]): server_cores 1,
 // health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s, guard
-// mode off. Validate never modifies its receiver.
+// mode off; with a coordination section, sync_interval 1s, fallback_instances 10 and shared
+// true. Validate never modifies its receiver.
 package rules

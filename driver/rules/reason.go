@@ -6,7 +6,7 @@ package rules
 // definition; the driver and the engine refer to these constants.
 const (
 	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
-	ReasonPerQuery    = "per_query_limit" // the statement's predicted cost exceeds per_query_limit
+	ReasonPerQuery    = "per_query_limit" // the statement's predicted cost exceeds per_query_limit, or burst_limit (it never fits)
 	ReasonBudget      = "budget"          // the budget's bucket (server_share, burst_limit) has no room
 	ReasonGuard       = "guard"           // a query guard (require_where, block_truncate) refused the statement
 	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded

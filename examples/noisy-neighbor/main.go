@@ -57,7 +57,7 @@ rules:
     match: {app: reporting}
 `
 
-// Targets from the issue, as multiples of the solo p99.
+// The experiment's targets, as multiples of the solo p99.
 const (
 	targetControlled   = 1.5 // controlled p99 must stay at or below this
 	targetUncontrolled = 3.0 // uncontrolled p99 must reach at least this

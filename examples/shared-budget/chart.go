@@ -32,7 +32,7 @@ func writeChart(path string, c config, results []result) error {
 	}
 	rate := c.share
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("One budget shared by %d processes through Redis (median runs)", c.procs)
+	p.Title.Text = fmt.Sprintf("One budget shared by %d processes through Redis (median of %d runs each)", c.procs, c.runs)
 	p.X.Label.Text = "seconds since the run began"
 	p.Y.Label.Text = "execution seconds admitted per second"
 	p.Add(plotter.NewGrid())

@@ -1,4 +1,4 @@
-// Command shared-budget is pgtraffic's shared-budget experiment (issue 16): several
+// Command shared-budget is pgtraffic's shared-budget experiment: several
 // application processes (GOMAXPROCS=1 each) share one PostgreSQL, one redis-server and one
 // budget, coordinated through Redis, and each offers at least ten times the budget in
 // pg_sleep statements, whose execution time does not depend on CPU contention.

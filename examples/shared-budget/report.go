@@ -196,7 +196,7 @@ func median(runs []result) result {
 	return runs[len(runs)/2]
 }
 
-// printTable writes the summary and the targets of issue 16.
+// printTable writes the summary and the targets shared budgets are held to.
 func printTable(w io.Writer, c config, results []result) {
 	rate := c.share // server_cores 1
 	fmt.Fprintf(w, "\nrate budget: %.3g execution-s/s (server_share %g × 1 core), burst %v; slot budget: max_concurrent %d; sync_interval %v; median of %d runs\n\n",
@@ -220,7 +220,7 @@ func printTable(w io.Writer, c config, results []result) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-targets (issue 16): equal / rate within 0.95–1.05; max 1s window ≤ rate+burst (ratio ≤ 1);
+targets: equal / rate within 0.95–1.05; max 1s window ≤ rate+burst (ratio ≤ 1);
 Jain ≥ 0.95; small/big well above 0 (not starved); slots: max running ≤ %d; chaos: during ≤ 1.05 × rate
 (+ one burst after a restart), after within 5%% of the rate; kill: slots idle at most 3 × %v.
 `, c.slots, c.interval)

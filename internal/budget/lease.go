@@ -7,7 +7,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/coord"
 )
 
-// A shared budget (issue 16) is a budget whose limits hold across every instance of an
+// A shared budget is a budget whose limits hold across every instance of an
 // application. Its admission is the same as a local budget's: only each key's drain rate,
 // bucket size and concurrency limit come from the key's lease, which a [coord.Coordinator]
 // sets through [Budget.SetLease], instead of from the Spec. The Spec still says which limits

@@ -1,6 +1,5 @@
 // Package coord makes a budget's limits hold across every instance of an application,
-// through Redis, while each statement's decision stays local: the budgets of issue 16,
-// "shared budgets".
+// through Redis, while each statement's decision stays local: "shared budgets".
 //
 // # Capacity leases
 //

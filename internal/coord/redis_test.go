@@ -108,16 +108,29 @@ func sums(insts []instance, key string) (rate, burst float64, slots int) {
 	return
 }
 
+// mustSync syncs c, trying again when a call overran its deadline: a sync's deadline is a
+// quarter interval, which a loaded machine running the race detector can overrun, and these
+// tests are about what the syncs decide, not how fast they are. Any other error fails t.
+func mustSync(t *testing.T, c *Coordinator) {
+	t.Helper()
+	var err error
+	for range 5 {
+		if err = c.Sync(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // syncRounds makes each instance sync in turn, rounds times, checking after every sync that
 // the leases in force sum within the budget.
 func syncRounds(t *testing.T, insts []instance, spec Spec, rounds int) {
 	t.Helper()
-	ctx := context.Background()
 	for r := 0; r < rounds; r++ {
 		for i, in := range insts {
-			if err := in.c.Sync(ctx); err != nil {
-				t.Fatalf("round %d, instance %d: %v", r, i, err)
-			}
+			mustSync(t, in.c)
 			rate, burst, slots := sums(insts, "")
 			if rate > spec.Rate*(1+1e-9) || burst > spec.Burst*(1+1e-9) || spec.MaxConcurrent > 0 && slots > spec.MaxConcurrent {
 				t.Fatalf("round %d, after instance %d: leases sum to rate %v, burst %v, slots %d; budget %+v",
@@ -203,9 +216,7 @@ func TestPartitionsAreIndependent(t *testing.T) {
 	ctx := context.Background()
 	for range 3 {
 		for _, in := range insts {
-			if err := in.c.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustSync(t, in.c)
 		}
 	}
 	if g := a.lease("globex"); !near(g.Rate, 1) || g.Slots != 2 {
@@ -266,9 +277,7 @@ func TestClosedInstanceGivesSlotsBackAtOnce(t *testing.T) {
 	if err := insts[1].c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := insts[0].c.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	mustSync(t, insts[0].c)
 	if got := a.lease("").Slots; got != 4 {
 		t.Fatalf("after b closed: a has %d slots, want 4 without waiting for b's lease to lapse", got)
 	}
@@ -494,9 +503,7 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	local := newFakeLocal(1, 1, keys...)
 	c := New(Options{Client: rc, Interval: 100 * time.Millisecond, Logger: quiet})
 	c.Register(spec, local)
-	if err := c.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustSync(t, c)
 	for _, k := range keys {
 		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
 			t.Fatalf("partition %s: %+v", k, l)

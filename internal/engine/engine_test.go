@@ -495,8 +495,8 @@ func BenchmarkDecisionPath(b *testing.B) {
 			}
 		})
 	}
-	// The same statement through the same budget shared through Redis (issue 16: within 10% of
-	// the local one): the decision is local; only its limits come from a lease.
+	// The same statement through the same budget shared through Redis (within 10% of the
+	// local one is the target): the decision is local; only its limits come from a lease.
 	b.Run("rules=10/shared", func(b *testing.B) {
 		srv := redistest.Need(b)
 		e := benchEngine(b, "coordination: {redis: \""+srv.URL+"\"}\n"+rulesN(10))

@@ -97,7 +97,8 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route) {
 	s.rt.budgets = append([]int(nil), rt.budgets...)
 	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
 	s.rt.keys = append([]string(nil), rt.keys...)
-	// Every slice: rt's storage is an Exec's scratch, which its next statement reuses.
+	// names and reqs too: rt's storage is an Exec's scratch, which its next statement reuses
+	// for its own route.
 	s.rt.names = append([]string(nil), rt.names...)
 	s.rt.reqs = append([]budget.Request(nil), rt.reqs...)
 	t.route.Store(s)

@@ -7,9 +7,10 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// TestSavedRouteOwnsItsRequests: a text's saved route keeps its own admission requests and
-// names, not the Exec's scratch, which the Exec's next statement (another text, another budget)
-// reuses. Were they shared, "select 1" would come back from the cache charged to budget b.
+// TestSavedRouteOwnsItsRequests: a text's saved route keeps its own admission requests, not
+// the Exec's scratch, which the Exec's next statement (another text, another budget) reuses,
+// as a connection does. Were they shared, "select 1" would come back from the cache charged
+// to budget b.
 func TestSavedRouteOwnsItsRequests(t *testing.T) {
 	e, _ := newEngine(t, `
 budgets:
@@ -21,7 +22,7 @@ rules:
 `)
 	ctxA := tagging.With(context.Background(), "app", "a")
 	ctxB := tagging.With(context.Background(), "app", "b")
-	x := new(Exec) // one Exec for every statement, as one connection's
+	x := new(Exec) // one connection's
 	for range 20 {
 		for _, s := range []struct {
 			ctx context.Context

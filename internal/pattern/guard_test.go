@@ -7,7 +7,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v5"
 )
 
-// guardCases are the guard verdicts of issues 5 and 17: an UPDATE/DELETE whose
+// guardCases are the require_where guard's verdicts: an UPDATE/DELETE whose
 // WHERE is missing or does not restrict its target's rows is unsafe, everywhere
 // in the text.
 var guardCases = []struct {
