@@ -10,6 +10,7 @@ TESTTIMEOUT ?= 30m
 # RACE= (empty) runs the tests without the race detector.
 RACE ?= -race
 FUZZTIME ?= 30s
+FUZZMINIMIZETIME ?= 5s
 FUZZPKGS ?= ./...
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
@@ -45,9 +46,9 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	for m in $(NESTED); do (cd $$m && $(GO) run $(STATICCHECK) ./...); done
 
-# Each Fuzz function in FUZZPKGS for FUZZTIME.
+# Each Fuzz function in FUZZPKGS for FUZZTIME (FUZZMINIMIZETIME bounds the shrinking of each new input).
 fuzz:
-	FUZZTIME='$(FUZZTIME)' FUZZPKGS='$(FUZZPKGS)' integration/scripts/fuzz.sh
+	FUZZTIME='$(FUZZTIME)' FUZZMINIMIZETIME='$(FUZZMINIMIZETIME)' FUZZPKGS='$(FUZZPKGS)' integration/scripts/fuzz.sh
 
 # Every Go benchmark (the driver-mode comparison with otelsql included), then the interleaved
 # wall-time rounds of every driver mode (integration/scripts/wall.sh).

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -1060,10 +1062,24 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	}
 }
 
+// idleMeterChild is set in the environment of the process TestIdleGlobalMeterProvider starts.
+const idleMeterChild = "PGTRAFFIC_TEST_IDLE_METER_CHILD"
+
 // TestIdleGlobalMeterProvider: while the global meter provider is otel's placeholder, Wants
 // asks for no metric; once the application installs a provider, the duration metric and the
 // decision counts are wanted, and recorded through the instruments made before.
 func TestIdleGlobalMeterProvider(t *testing.T) {
+	// otel's global meter provider cannot be put back to its placeholder once set, so the test
+	// runs in a process of its own: again under go test -count=N, and whatever ran before it.
+	if os.Getenv(idleMeterChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestIdleGlobalMeterProvider$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), idleMeterChild+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestIdleGlobalMeterProvider")) {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	probe, err := otel.GetMeterProvider().Meter("probe").Int64Counter("probe")
 	if err != nil || probe.Enabled(context.Background()) {
 		t.Fatalf("the global meter provider records (%v): a test installed one before", err)

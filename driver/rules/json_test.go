@@ -1,9 +1,11 @@
 package rules
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -76,7 +78,7 @@ func FuzzJSONTree(f *testing.F) {
 	f.Add(data)
 	for _, s := range []string{
 		"{}", "[]", "null", "1", `"x"`, `{"a":1}`, "{\"a\":\r1,\r\"b\":\r\n2}", "{\t\"a\"\t:\t[1e3, -0, 1.5E-3]}",
-		"{\"a\": \"x\u2028y\u0085z\",\n\"b\": 1}", `{"a": "\u0000\n\t\u00e9"}`, `{"a": {"a": 1, "a": 2}}`,
+		"{\"a\": \"x\u2028y\u0085z\",\n\"b\": 1}", "{\" \u2028 \": \"a \u2028\\u0020\u2029 \\u2028 \"}", `{"a": "\u0000\n\t\u00e9"}`, `{"a": {"a": 1, "a": 2}}`,
 		`{"budgets": [{"name": "a", "max_concurrent": 0, "server_share": 0.5}], "rules": [{"budget": "a", "match": {"port": 5432}}]}`,
 		`{"guards": {"require_where": "warn", "block_truncate": {"mode": "enforce", "match": {"app": "x"}}}}`,
 		`{"server_cores": 99999999999999999999, "health_interval": 2}`,
@@ -95,6 +97,11 @@ func FuzzJSONTree(f *testing.F) {
 		if strings.Contains(string(data), "\u0085") {
 			return // the YAML parser folds a NEL in a string into a space; JSON keeps it
 		}
+		if folded := foldBlanksAtBreaks(data); !bytes.Equal(folded, data) {
+			if fromJSON, ok = jsonTree(folded); !ok {
+				t.Fatalf("jsonTree refused %q once blanks at separators were removed", folded)
+			}
+		}
 		if diff := sameTree(fromJSON, fromYAML, "$"); diff != "" {
 			t.Fatalf("trees differ at %s", diff)
 		}
@@ -103,6 +110,25 @@ func FuzzJSONTree(f *testing.F) {
 		if !reflect.DeepEqual(c1, c2) || errText(err1) != errText(err2) {
 			t.Fatalf("JSON read: %v %v\nYAML read: %v %v", c1, err1, c2, err2)
 		}
+	})
+}
+
+// blanksAtBreaks matches a line or paragraph separator (LS, PS) written as such, not escaped,
+// with the spaces and tabs around it and any separators and blanks that follow.
+var blanksAtBreaks = regexp.MustCompile("[ \t]*[\u2028\u2029][\u2028\u2029 \t]*")
+
+// foldBlanksAtBreaks returns the file with the blanks around each unescaped LS or PS removed.
+// In a double-quoted string the YAML parser keeps the separator but, as at any line break,
+// drops those blanks; JSON keeps them, as jsonTree does. Unescaped, a separator is valid JSON
+// only inside a string, and removing blanks moves no line.
+func foldBlanksAtBreaks(data []byte) []byte {
+	return blanksAtBreaks.ReplaceAllFunc(data, func(run []byte) []byte {
+		return bytes.Map(func(r rune) rune {
+			if r == ' ' || r == '\t' {
+				return -1
+			}
+			return r
+		}, run)
 	})
 }
 

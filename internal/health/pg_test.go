@@ -165,6 +165,12 @@ func TestPGReplicationLag(t *testing.T) {
 	if _, err := pconn.Exec(ctx, "create table lag_probe (id bigserial primary key, at timestamptz default now())"); err != nil {
 		t.Fatal(err)
 	}
+	// The shared server outlives the test (go test -count=3 runs it again on it).
+	t.Cleanup(func() {
+		if _, err := pconn.Exec(context.Background(), "drop table lag_probe"); err != nil {
+			t.Errorf("drop lag_probe: %v", err)
+		}
+	})
 
 	// Before pausing, the standby must have replayed a transaction (the
 	// table) and caught up: the lag is measured from the last one replayed.

@@ -29,7 +29,10 @@
 // the "postgres" user through runuser(1), and the temporary directory is given to that user.
 //
 // When no binaries are found, [Shared] skips the test, except when the environment variable CI
-// is true: in CI a test that needs PostgreSQL must fail rather than pass by skipping.
+// is true: in CI a test that needs PostgreSQL must fail rather than pass by skipping. Under
+// go test -short (make unit) it skips the test without looking, also in CI: that is the one
+// way to leave out the tests that need a server. Tests that call [Start] themselves call
+// [SkipShort] first, and use [Required] to choose between failing and skipping.
 //
 // # Clean-up
 //

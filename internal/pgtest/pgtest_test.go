@@ -3,9 +3,11 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,7 @@ func queryString(t *testing.T, conn *pgx.Conn, sql string) string {
 // startOwn starts a private cluster for a test that disturbs it.
 func startOwn(t *testing.T) *Server {
 	t.Helper()
+	SkipShort(t)
 	srv, err := Start()
 	if err != nil {
 		unavailable(t, err)
@@ -275,6 +278,7 @@ type recorder struct {
 }
 
 func (r *recorder) Helper()              {}
+func (r *recorder) Skip(...any)          { r.skipped = true }
 func (r *recorder) Skipf(string, ...any) { r.skipped = true }
 func (r *recorder) Fatal(...any)         { r.failed = true }
 
@@ -302,6 +306,25 @@ func TestUnavailable(t *testing.T) {
 				t.Errorf("skipped=%v failed=%v; want skipped=%v failed=%v", r.skipped, r.failed, tt.skip, tt.failure)
 			}
 		})
+	}
+}
+
+// TestSkipShort: -short skips a test needing PostgreSQL, under CI=true too (make unit); without
+// -short nothing is skipped before PostgreSQL is looked for.
+func TestSkipShort(t *testing.T) {
+	t.Setenv("CI", "true")
+	short := flag.Lookup("test.short").Value
+	was := short.String()
+	t.Cleanup(func() { short.Set(was) })
+	for _, s := range []bool{false, true} {
+		if err := short.Set(strconv.FormatBool(s)); err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{TB: t}
+		SkipShort(r)
+		if r.skipped != s {
+			t.Errorf("-short=%v: skipped=%v, want %v", s, r.skipped, s)
+		}
 	}
 }
 

@@ -32,9 +32,7 @@ var shared struct {
 // tests without it.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("needs PostgreSQL: not run under -short (unit tests only)")
-	}
+	SkipShort(tb)
 	shared.once.Do(func() {
 		if dsn := os.Getenv(envDSN); dsn != "" {
 			shared.srv, shared.err = external(dsn)
@@ -46,6 +44,16 @@ func Shared(tb testing.TB) *Server {
 		unavailable(tb, shared.err)
 	}
 	return shared.srv
+}
+
+// SkipShort skips tb under go test -short (make unit: the tests that need no server), also
+// under CI=true. [Shared] calls it; a test that starts its own server with [Start] calls it
+// first, so that -short never starts a cluster and never fails for want of PostgreSQL.
+func SkipShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs PostgreSQL: not run under -short (unit tests only)")
+	}
 }
 
 // unavailable reports a failure to get a server: a skip when PostgreSQL is simply not
