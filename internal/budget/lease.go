@@ -20,7 +20,7 @@ var _ coord.Local = (*Budget)(nil)
 type link struct {
 	kick  func()        // asks the coordinator for an early sync; nil in a local budget
 	retry time.Duration // RetryAfter of a key without credit: when its lease may arrive
-	wake  chan struct{} // closed by the next SetLease, for statements waiting for capacity
+	wake  chan struct{} // made by a refusal, closed by the next SetLease (see Changed)
 }
 
 // part is one key's partition of a shared budget: its lease and what it reports at the next
@@ -66,8 +66,10 @@ func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
 	b.wakeWaiters()
 }
 
-// Changed returns a channel closed when a shared budget's lease next changes: a statement
-// waiting for capacity (max_wait) selects on it to try again at once. Nil in a local budget.
+// Changed returns a channel closed when a shared budget's lease changes after its last
+// refusal: a statement refused for want of its lease (and waiting, max_wait) selects on it to
+// try again at once. It is already closed when a lease changed since that refusal, so a lease
+// that arrives between a refusal and the call is not missed. Nil in a local budget.
 func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -75,10 +77,13 @@ func (b *Budget) Changed() <-chan struct{} {
 		return nil
 	}
 	if b.link.wake == nil {
-		b.link.wake = make(chan struct{})
+		return closed
 	}
 	return b.link.wake
 }
+
+// closed is a closed channel: Changed's answer when a lease changed since the last refusal.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // wakeWaiters closes the Changed channel. The caller holds b.mu.
 func (b *Budget) wakeWaiters() {
@@ -198,6 +203,9 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) {
 	s := k.lookup(r.Key)
 	if s == nil {
 		s = k.insert(r.Key, now) // a new partition: the coordinator learns of it at its next sync
+	}
+	if b.link.wake == nil {
+		b.link.wake = make(chan struct{})
 	}
 	p := s.part
 	p.offered += sanitizeCost(r.Cost)

@@ -110,6 +110,9 @@ func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
 
 func TestSetLeaseWakesWaiters(t *testing.T) {
 	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil {
+		t.Fatal("admitted without a lease")
+	}
 	ch := b.Changed()
 	select {
 	case <-ch:
@@ -121,6 +124,12 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 	case <-ch:
 	default:
 		t.Fatal("SetLease did not close the Changed channel")
+	}
+	// A waiter that asks only now, after the lease came, must not wait for the next one.
+	select {
+	case <-b.Changed():
+	default:
+		t.Fatal("Changed is open though a lease came after the last refusal")
 	}
 	if New(Spec{Rate: 1}).Changed() != nil {
 		t.Error("a local budget's Changed channel is not nil")

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -67,5 +68,29 @@ rules:
 	}
 	if err := run(e, clk, ctx, "select 1", 0); err != nil {
 		t.Fatalf("a local budget with max_concurrent 1 and nothing in flight: %v", err)
+	}
+}
+
+// TestMaxWaitWakesOnALease: a statement waiting (max_wait) in a shared budget without a lease
+// runs as soon as a lease arrives, not when its wait runs out: the engine's timers are fake and
+// never fire (its clock is real, for the coordinator's schedule), so only the lease can wake
+// it. (Redis is unreachable: the lease is the fallback share, which the coordinator sets after
+// its first sync fails.)
+func TestMaxWaitWakesOnALease(t *testing.T) {
+	e, _ := newEngine(t, `
+coordination: {redis: "`+deadRedis(t)+`"}
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 10, max_wait: 1h}
+rules:
+  - {budget: a, match: {app: x}}
+`, func(o *Options) { o.Now = time.Now })
+	ctx := tagging.With(context.Background(), "app", "x")
+	x := new(Exec)
+	if err := e.Begin(ctx, x, nil, "select 1", nil); err != nil {
+		t.Fatalf("the waiting statement: %v", err)
+	}
+	x.Finish(ctx, nil)
+	if st := e.Coordination(); len(st) != 1 || !st[0].Fallback || st[0].Slots != 1 {
+		t.Fatalf("status %+v, want the fallback share (10 slots / 10 instances)", st)
 	}
 }
