@@ -13,7 +13,7 @@
 //
 // Modes:
 //
-//	pgx        database/sql with pgx's stdlib driver (sql.Open("pgx")): the baseline
+//	pgx        database/sql with pgx's stdlib connector (stdlib.OpenDB): the baseline
 //	pgtraffic  pgtraffic with no rules
 //	budget     pgtraffic with an enforce budget that the statement's context tag selects, with
 //	           max_concurrent, server_share and burst_limit, so every statement is costed (its
@@ -21,8 +21,8 @@
 //	trace      pgtraffic with no rules and a recording OpenTelemetry tracer provider
 //	otelsql    XSAM/otelsql around pgx's stdlib connector with the same tracer provider
 //
-// Every mode runs its queries with the same tagged context, so only the driver differs. The
-// tracer provider samples every span and hands finished spans to a processor that drops them,
+// Every mode runs its queries with the same tagged context and the same connection (see
+// waitConn), so only the driver differs. The tracer provider samples every span and hands finished spans to a processor that drops them,
 // so the figures contain span creation, attributes and ending but no export.
 package main
 
@@ -31,11 +31,16 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/XSAM/otelsql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -74,11 +79,11 @@ func main() {
 	n := flag.Int("n", 10000, "queries to run after the warm-up")
 	// The warm-up is long because of the runtime's type-switch and type-assertion caches
 	// (database/sql asserts driver interfaces on every query): a call site that misses its
-	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after 500
-	// queries some sites still miss, each miss costing extra instructions, and how many of the
-	// measured queries miss is luck that differs between runs. After 8,000, all sites hit but
-	// with probability ~e^-8.
-	warmup := flag.Int("warmup", 8000, "queries to run before the measured ones")
+	// cache adds the entry on only about one miss in 1,024 (runtime/iface.go), so after a few
+	// thousand queries some sites still miss now and then, and how many of the measured
+	// queries miss is luck that differs between runs: by about a hundred instructions per
+	// query after 8,000 queries of warm-up, by a few tens after 30,000.
+	warmup := flag.Int("warmup", 30000, "queries to run before the measured ones")
 	workload := flag.String("workload", "select", "select (QueryRowContext of "+query+") or update (ExecContext of "+update+", on a temporary table)")
 	flag.Parse()
 	if err := run(*dsn, *mode, *workload, *n, *warmup); err != nil {
@@ -182,36 +187,94 @@ func checkCounters(mode string, c driver.Counters) error {
 
 // open returns the *sql.DB of mode, and its pgtraffic connector when it has one.
 func open(mode, dsn string) (*sql.DB, *driver.Connector, error) {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	dial := cc.DialFunc
+	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialWaiting(ctx, dial, network, addr)
+	}
 	switch mode {
 	case "pgx":
-		db, err := sql.Open("pgx", dsn)
-		return db, nil, err
+		return stdlib.OpenDB(*cc), nil, nil
 	case "pgtraffic":
-		return openPgtraffic(dsn)
+		return openPgtraffic(cc)
 	case "budget":
 		cfg, err := driver.ParseConfig([]byte(budgetRules))
 		if err != nil {
 			return nil, nil, err
 		}
-		return openPgtraffic(dsn, driver.WithConfig(cfg))
+		return openPgtraffic(cc, driver.WithConfig(cfg))
 	case "trace":
-		return openPgtraffic(dsn, driver.WithTracerProvider(tracerProvider()))
+		return openPgtraffic(cc, driver.WithTracerProvider(tracerProvider()))
 	case "otelsql":
-		cc, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			return nil, nil, err
-		}
 		return otelsql.OpenDB(stdlib.GetConnector(*cc), otelsql.WithTracerProvider(tracerProvider())), nil, nil
 	}
 	return nil, nil, fmt.Errorf("unknown mode %q (want one of %s)", mode, strings.Join(modes, ", "))
 }
 
-func openPgtraffic(dsn string, opts ...driver.Option) (*sql.DB, *driver.Connector, error) {
-	c, err := driver.NewConnector(dsn, opts...)
+func openPgtraffic(cc *pgx.ConnConfig, opts ...driver.Option) (*sql.DB, *driver.Connector, error) {
+	c, err := driver.NewConnectorFromConfig(cc, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
 	return sql.OpenDB(c), c, nil
+}
+
+// waitConn is the connection every mode measures through. Each Read first waits in the kernel
+// until the server's answer has arrived, so that no read finds the socket empty. Otherwise
+// whether a read comes too early (the goroutine parks, the scheduler polls the network and
+// resumes it: thousands of instructions) depends on how fast the server answered, which changes
+// from run to run and would swamp the driver's own instructions. The wait is a raw system call:
+// the runtime is not told of it, so it does not hand the processor to another thread (which
+// would again depend on how long the wait lasts). It adds the same few instructions to a query
+// in every mode.
+type waitConn struct {
+	net.Conn
+	fd int32
+}
+
+func dialWaiting(ctx context.Context, dial pgconn.DialFunc, network, addr string) (net.Conn, error) {
+	conn, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return conn, nil // not a socket: measured without the wait
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	w := &waitConn{Conn: conn}
+	if err := raw.Control(func(fd uintptr) { w.fd = int32(fd) }); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd             int32
+	events, revent int16
+}
+
+const pollIn = 0x1 // POLLIN
+
+// waitAtMost bounds the wait: a read that pgx makes without expecting an answer (its
+// background reader, started when a write is slow) must not block the one thread the
+// program runs its goroutines on for longer.
+const waitAtMost = 20 * time.Millisecond
+
+func (c *waitConn) Read(b []byte) (int, error) {
+	pfd := pollFd{fd: c.fd, events: pollIn}
+	timeout := syscall.NsecToTimespec(int64(waitAtMost)) // ppoll writes the time left into it
+	syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&timeout)), 0, 0, 0)
+	return c.Conn.Read(b)
 }
 
 // tracerProvider records every span (AlwaysSample) and drops it when it ends.

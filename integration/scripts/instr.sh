@@ -9,14 +9,15 @@
 #
 # Only the client is measured: the server is a separate process that valgrind does not trace.
 # The Go runtime runs with one P (GOMAXPROCS=1), without GC and without async preemption, so
-# that counts depend on the work done rather than on timing. Some timing noise remains (a few
-# per cent of the totals between runs); the "busy" columns remove most of it.
+# that counts depend on the work done rather than on timing; the program waits for each answer
+# before reading it (no read parks) and warms up long (see integration/instr). What timing still
+# moves, the scheduler, timers and sysmon, is left out of the "busy" columns (see idle).
 #
 # Output, per mode: instructions per query from the totals, and "busy" per query without the
-# idle scheduler and sysmon instructions (see instructions below), each also relative to pgx.
-# The modes are measured in ROUNDS rounds (each round every mode once, in order), and each
-# figure is the median over the rounds, with its range: the idle part of one run moves the total
-# by hundreds of instructions, the busy figure by tens.
+# idle part (see idle), each also relative to pgx. The modes are measured in ROUNDS rounds (each
+# round every mode once, in order), and each figure is the median over the rounds, with its
+# range: the idle part of one run moves the total by hundreds of instructions, the busy figure
+# by tens. integration/PERFORMANCE.md describes the method and how steady it is.
 #
 # Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
 # ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an ExecContext of a
@@ -63,17 +64,40 @@ if [[ -z "$dsn" ]]; then
 	start_pgserver "$work"
 fi
 
-# inclusive FILE FUNC prints the inclusive instruction count of a function in a callgrind file.
-inclusive() {
-	callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
-		awk -v fn=":$2 [" 'index($0, fn) { gsub(",", "", $1); print $1; found = 1; exit }
-			END { if (!found) print 0 }'
+# idle FILE prints the instructions a callgrind file spends in the Go scheduler, the network
+# poller, timers, system-call bookkeeping and the runtime's monitor thread (sysmon): their self
+# counts, and the clock reads they make. How often these run depends on timing (how long each
+# system call took, when sysmon woke) rather than on the work the client does, and they moved
+# the total by hundreds of instructions per query between runs. No driver mode calls them
+# itself. (With callgrind's caller tree: each block lists a function's callers, "<", then the
+# function, "*"; recursion levels are named func'N.)
+idle() {
+	callgrind_annotate --threshold=100 --tree=caller --auto=no "$1" 2>/dev/null | awk '
+		function name(line,    f) {
+			f = line; sub(/ \[[^]]*\]$/, "", f); sub(/ \([0-9,]+x\)$/, "", f); sub(/^.*[<*] +/, "", f)
+			sub(/^[^:]*:/, "", f); sub(/\047[0-9]+$/, "", f)
+			return f
+		}
+		function count(line,    n) { n = line; sub(/^ +/, "", n); sub(/ .*/, "", n); gsub(",", "", n); return n + 0 }
+		function isidle(f) {
+			return f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|preemptone|casgstatus|castogscanstatus|casfrom_Gscanstatus|mcall|procyield.*|osyield.*|usleep.*|futex.*|note(sleep|wakeup)|notetsleep.*|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|acquirep.*|releasep.*|wirep|check(RunqsNoP|TimersNoP|IdleGCNoP|dead)|incidlelocked|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*|gcTrigger\.test)$/ ||
+				f ~ /^runtime\.\((\*timers?|\*limiterEvent|\*m)\)\./ || f ~ /^runtime\.\(\*gcControllerState\)\.(releaseNextGCMarkWorker|findRunnableGCWorker)$/ ||
+				f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/
+		}
+		/^ *[0-9,]+ \(.*\)  < / { if (isidle(name($0))) fromidle += count($0); next }
+		/^ *[0-9,]+ \(.*\)  \* / {
+			f = name($0)
+			if (isidle(f)) s += count($0)
+			else if (f ~ /^runtime\.nanotime1/) s += fromidle
+			fromidle = 0
+			next
+		}
+		/^$/ { fromidle = 0 }
+		END { print s + 0 }'
 }
 
-# instructions MODE N prints, for one run of N queries, the total instruction count and the
-# part spent idle: in the scheduler while the goroutine is parked waiting for the server
-# (runtime.park_m) and in the runtime's background monitor (runtime.sysmon). Both depend on
-# timing rather than on the work done, and are most of the run-to-run noise of the total.
+# instructions MODE N prints, for one run of N queries, the total instruction count and its
+# idle part (see idle).
 instructions() {
 	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
 	# cpu.rdtscp=off: where valgrind's CPUID advertises RDTSCP, the runtime's cputicks would use
@@ -92,10 +116,7 @@ instructions() {
 		echo "instr: no instruction total in $out" >&2
 		return 1
 	fi
-	local parked sysmon
-	parked="$(inclusive "$out" runtime.park_m)"
-	sysmon="$(inclusive "$out" runtime.sysmon)"
-	echo "$total $((parked + sysmon))"
+	echo "$total $(idle "$out")"
 }
 
 results=""

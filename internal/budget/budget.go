@@ -128,8 +128,7 @@ func Check(now time.Time, reqs []Request) *Denial {
 func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
-	var worst Denial
-	denied := false
+	var worst *Denial
 	for i := range reqs {
 		r := &reqs[i]
 		if r.WarnOnly {
@@ -144,8 +143,8 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 				cost += sanitizeCost(o.Cost)
 			}
 		}
-		d, ok := r.Budget.check(now, r, slots, cost)
-		if ok {
+		d := r.Budget.check(now, r, slots, cost)
+		if d == nil {
 			continue
 		}
 		d.Index = i
@@ -153,21 +152,17 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 			r.Budget.blocked++
 			r.Budget.refused(now, r, d.Reason, slots)
 		}
-		if !denied || worse(d, worst) {
-			worst, denied = d, true
+		if worst == nil || worse(d, worst) {
+			worst = d
 		}
 	}
-	if !denied && take {
+	if worst == nil && take {
 		for i := range reqs {
 			warns = reqs[i].Budget.take(now, &reqs[i], i, warns)
 		}
 	}
 	unlockAll(locked) // not deferred: nothing above panics, and this runs per statement
-	if denied {
-		d := worst // allocated only on this path
-		return warns, &d
-	}
-	return warns, nil
+	return warns, worst
 }
 
 // lockAll locks each distinct budget once, in creation order, and returns
@@ -198,7 +193,7 @@ func unlockAll(locked []*Budget) {
 
 // worse reports whether a should be reported instead of b: a refusal that
 // never fits first, then the longest wait.
-func worse(a, b Denial) bool {
+func worse(a, b *Denial) bool {
 	aNever, bNever := a.Reason == ReasonPerQuery, b.Reason == ReasonPerQuery
 	if aNever != bNever {
 		return aNever
@@ -207,17 +202,18 @@ func worse(a, b Denial) bool {
 }
 
 // check checks r against b at now, given the slots and cost that earlier
-// requests of the admission take from the same key. The caller holds b.mu.
-func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) (Denial, bool) {
+// requests of the admission take from the same key: nil if r fits, else why not (allocated
+// only then). The caller holds b.mu.
+func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
 	cost := sanitizeCost(r.Cost)
 	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
-		return Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}, false
+		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
 	}
 	need := cost + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
-		return Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}, false
+		return &Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}
 	}
 	s := b.keys.lookup(r.Key)
 	rate, burst, maxConcurrent := b.keys.limits(s)
@@ -225,12 +221,12 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) (Den
 		s = &state{} // an absent key is empty
 	}
 	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
-		return Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}, false
+		return &Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if sp.Rate > 0 && !s.Fits(now, rate, burst, need) && !emptyFits(s, now, rate) {
-		return Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}, false
+		return &Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
 	}
-	return Denial{}, true
+	return nil
 }
 
 // take charges r, reqs[i] of an admission, to b at now, and appends a

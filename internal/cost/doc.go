@@ -41,12 +41,14 @@
 //
 // # When to EXPLAIN
 //
-// Planner cost depends on the arguments as well as the pattern. [PlanCache] keeps one cost per
-// fingerprint for a TTL ([DefaultPlanTTL]): explain mode pattern uses it always, mode call never,
-// and mode auto uses it unless [Model.Volatile] reports that the pattern's actual cost varies
-// widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round trips,
-// where an EXPLAIN per call is cheap insurance. [Model.Predict] answers the prediction and the
-// volatility check ([Prediction.Volatile]) together, under one lock, without allocating.
+// Planner cost depends on the arguments as well as the pattern. The model keeps each pattern's
+// last plan cost for [PlanTTL] ([Model.PutPlan]), and [Model.Predict] uses it for an execution
+// that is not explained itself: explain mode pattern always, mode call only when its own EXPLAIN
+// fails, and mode auto unless [Prediction.Volatile] reports that the pattern's actual cost
+// varies widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round
+// trips, where an EXPLAIN per call is cheap insurance. One call to Predict answers the cached
+// plan cost, the prediction and the volatility check together, under one lock, without
+// allocating.
 //
 // # Running EXPLAIN safely
 //

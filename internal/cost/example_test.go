@@ -11,20 +11,19 @@ import (
 // training on completion.
 func ExampleModel() {
 	m := cost.NewModel(0)
-	plans := cost.NewPlanCache(0, time.Minute)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	const fp = 0xfeed
 
 	// First execution: no plan cached, so EXPLAIN ran (cost 40,000 units) and the prediction
 	// uses the default global k.
-	plans.Put(now, fp, 40_000)
-	planCost, _ := plans.Get(now, fp)
-	predicted := m.Predict(fp, planCost).Seconds
+	m.PutPlan(now, fp, 40_000)
+	p := m.Predict(now, fp, 0)
+	predicted := p.Seconds
 	fmt.Printf("before history: %.3fs\n", predicted)
 
 	// The statement took 0.2 s; from now on the pattern's own k applies.
-	m.Observe(fp, planCost, 0.2)
-	predicted = m.Predict(fp, planCost).Seconds
+	m.Observe(fp, p.PlanCost, 0.2)
+	predicted = m.Predict(now, fp, 0).Seconds
 	fmt.Printf("after one execution: %.3fs (k = %.1e s/unit)\n", predicted, m.K(fp))
 	// Output:
 	// before history: 0.140s

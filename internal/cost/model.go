@@ -6,12 +6,18 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Defaults and model constants. The EMA weights are explained in the package documentation.
 const (
-	// DefaultMaxPatterns bounds the pattern table of a Model and the entries of a PlanCache.
+	// DefaultMaxPatterns bounds the pattern table of a Model.
 	DefaultMaxPatterns = 10_000
+
+	// PlanTTL is how long a pattern's cached plan cost stays valid: long enough that a hot
+	// pattern is explained about once a minute, short enough to follow table growth and fresh
+	// statistics.
+	PlanTTL = 60 * time.Second
 
 	// DefaultGlobalK is the global k (execution seconds per planner cost unit) used before any
 	// execution with a known plan cost has been observed: measured with PostgreSQL 15's default
@@ -55,10 +61,11 @@ const (
 // expensive statements dominate it and cheap statements with large fixed overhead cannot inflate
 // predictions for new expensive ones), or [DefaultGlobalK] before any history. It also tracks,
 // per pattern, the EMA and exponentially weighted variance of actual seconds over all executions
-// (for [Model.MeanActual] and [Prediction.Volatile]) and, globally, the mean EXPLAIN round trip.
+// (for [Model.MeanActual] and [Prediction.Volatile]), the plan cost of its last EXPLAIN (for
+// [PlanTTL], see [Model.PutPlan]) and, globally, the mean EXPLAIN round trip.
 //
-// The pattern table is bounded: when full, training a new pattern evicts the least recently
-// trained one. Only successful executions should be observed: a cancelled or failed execution's
+// The pattern table is bounded: when full, training or explaining a new pattern evicts the
+// pattern least recently trained or explained. Only successful executions should be observed: a cancelled or failed execution's
 // duration says nothing about the statement's cost.
 //
 // A Model is safe for concurrent use: one lock guards its state. The zero value is not usable,
@@ -82,7 +89,9 @@ type Prediction struct {
 	// 0.5 over at least 5 executions) and its mean dwarfs an EXPLAIN round trip (more than 10 ×
 	// the mean round trip recorded by [Model.ObserveExplain]; false before any was recorded).
 	Volatile bool
-	Samples  uint64 // successful executions of the pattern observed
+	Samples  uint64  // successful executions of the pattern observed
+	PlanCost float64 // the planner cost the prediction used; 0 when none
+	Cached   bool    // PlanCost is the pattern's cached plan cost (see Model.PutPlan)
 }
 
 // pattern is the learned state of one fingerprint.
@@ -96,6 +105,9 @@ type pattern struct {
 	// buckets hold k per plan-cost range (a power of two): the same pattern's k differs by
 	// plan shape and size (an index scan of 10 rows against a seq scan of 100k).
 	buckets [costBuckets]costBucket
+	// planCost is the planner cost of the pattern's last EXPLAIN, valid until planExpires.
+	planCost    float64
+	planExpires time.Time
 }
 
 const (
@@ -182,21 +194,41 @@ func boundOrDefault(n int) int {
 	return min(n, math.MaxInt32)
 }
 
-// Predict returns what the model expects of one execution of pattern fp whose planner cost is
-// planCost: planCost × [Model.K]. A planCost <= 0 (or not finite) means no plan is known: the
-// prediction is then the pattern's mean actual time, and OK is false for a pattern with no
-// history.
-func (m *Model) Predict(fp uint64, planCost float64) Prediction {
+// Predict returns what the model expects at now of one execution of pattern fp whose planner
+// cost is planCost: planCost × [Model.K]. A planCost of 0 (no EXPLAIN of this execution) uses the
+// pattern's cached plan cost while it is fresh (Cached); with neither, the prediction is the
+// pattern's mean actual time, and OK is false for a pattern with no history. A time before the
+// plan cost was put (a wall-clock step in a caller's clock) counts as fresh.
+func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
 	m.mu.RLock()
 	p, _ := m.patterns.get(fp)
 	var r Prediction
-	r.Seconds, r.OK = m.predictLocked(p, planCost)
-	r.Volatile = m.volatileLocked(p)
 	if p != nil {
 		r.Samples = p.n
+		if r.Cached = !validPlan(planCost) && now.Before(p.planExpires); r.Cached {
+			planCost = p.planCost
+		}
 	}
+	if validPlan(planCost) {
+		r.PlanCost = planCost
+	}
+	r.Seconds, r.OK = m.predictLocked(p, planCost)
+	r.Volatile = m.volatileLocked(p)
 	m.mu.RUnlock() // not deferred: nothing above panics, and this runs per statement
 	return r
+}
+
+// PutPlan caches planCost, from an EXPLAIN of pattern fp at now, for [PlanTTL]: Predict uses it
+// for the pattern's executions that are not explained themselves. Negative or non-finite costs
+// are ignored.
+func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
+	if !(planCost >= 0) || math.IsInf(planCost, 0) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, _ := m.patterns.put(fp)
+	p.planCost, p.planExpires = planCost, now.Add(PlanTTL)
 }
 
 // predictLocked is Predict's seconds for pattern p (nil when the pattern is not in the table).
@@ -356,7 +388,7 @@ func (m *Model) Top(n int) []PatternStats {
 	gk := m.globalKLocked()
 	m.patterns.each(func(fp uint64, p *pattern) {
 		s := PatternStats{Fingerprint: fp, Count: p.n}
-		if len(h) == n && !statsLess(h[0], s) {
+		if p.n == 0 || (len(h) == n && !statsLess(h[0], s)) { // p.n 0: explained, never observed
 			return
 		}
 		s.MeanActual = p.mean

@@ -4,11 +4,12 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 )
 
 // predict is Model.Predict's seconds and OK.
 func predict(m *Model, fp uint64, planCost float64) (float64, bool) {
-	p := m.Predict(fp, planCost)
+	p := m.Predict(time.Time{}, fp, planCost)
 	return p.Seconds, p.OK
 }
 
@@ -204,7 +205,7 @@ func TestModelVolatile(t *testing.T) {
 			for _, s := range tt.samples {
 				m.Observe(1, 0, s)
 			}
-			if got := m.Predict(1, 0).Volatile; got != tt.want {
+			if got := m.Predict(time.Time{}, 1, 0).Volatile; got != tt.want {
 				t.Fatalf("Volatile = %v, want %v", got, tt.want)
 			}
 		})
@@ -215,17 +216,17 @@ func TestModelVolatile(t *testing.T) {
 		for _, s := range wild {
 			m.Observe(1, 0, s)
 		}
-		if !m.Predict(1, 0).Volatile {
+		if !m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("not volatile after wide variation")
 		}
 		for range 20 {
 			m.Observe(1, 0, 0.3)
 		}
-		if m.Predict(1, 0).Volatile {
+		if m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("still volatile after 20 steady executions")
 		}
 	})
-	if NewModel(1).Predict(9, 0).Volatile {
+	if NewModel(1).Predict(time.Time{}, 9, 0).Volatile {
 		t.Fatal("unknown pattern reported volatile")
 	}
 }
@@ -329,7 +330,7 @@ func TestModelConcurrent(t *testing.T) {
 				m.Observe(fp, 1000, 1000*3e-6)
 				m.ObserveExplain(0.001)
 				predict(m, fp, 500)
-				_ = m.Predict(fp, 0).Volatile
+				_ = m.Predict(time.Time{}, fp, 0).Volatile
 				if i%500 == 0 {
 					m.Top(5)
 				}

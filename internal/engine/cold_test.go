@@ -35,9 +35,9 @@ func BenchmarkColdPath(b *testing.B) {
 			ctx := tagging.With(context.Background(), "app", "bench")
 			q := "select * from orders where id = $1"
 			p, _ := e.patterns.Get(q)
-			e.plans.Put(time.Now(), p.FingerprintID, 8.3) // as the first EXPLAIN would
-			x := new(Exec)                                // the connection's, reused
-			for range 2 * warmSamples {                   // a warm pattern
+			e.model.PutPlan(time.Now(), p.FingerprintID, 8.3) // as the first EXPLAIN would
+			x := new(Exec)                                    // the connection's, reused
+			for range 2 * warmSamples {                       // a warm pattern
 				if err := e.Begin(ctx, x, nil, q, nil); err != nil {
 					b.Fatal(err)
 				}

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -58,7 +59,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 	for _, r := range ruleBuf {
 		bi := st.ruleBudget[r]
 		bs := st.budgets[bi]
-		if bs.mode == modeOff || containsInt(rt.budgets, bi) {
+		if bs.mode == modeOff || slices.Contains(rt.budgets, bi) {
 			continue
 		}
 		key := ""
@@ -174,11 +175,10 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
 	deadline := time.Time{}
 	for now := x.start; ; now = e.now() {
-		d, wait := e.admit(st, x, rt, now)
+		bs, d, wait := e.admit(st, x, rt, now)
 		if d == nil {
 			return waited, nil
 		}
-		bs := st.budgets[budgetByName(st, d.Budget)]
 		if deadline.IsZero() {
 			deadline = x.start.Add(bs.maxWait)
 		}
@@ -202,21 +202,21 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 }
 
 // admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
-// all or nothing. On a denial it returns it and the wait before a retry could fit (0 when none
-// can).
-func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial, time.Duration) {
+// all or nothing. On a denial it returns the denying budget, the denial and the wait before a
+// retry could fit (0 when none can).
+func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budgetState, *Denial, time.Duration) {
 	if rt.health {
 		for i, bi := range rt.budgets {
 			if bs := st.budgets[bi]; bs.mode == modeEnforce {
 				if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
-					return d, d.RetryAfter
+					return bs, d, d.RetryAfter
 				}
 			}
 		}
 	}
 	reqs := x.holds
 	if len(reqs) == 0 {
-		return nil, 0
+		return nil, nil, 0
 	}
 	warns, den := budget.Admit(now, reqs, x.s.warns[:0])
 	x.s.warns = warns
@@ -230,13 +230,13 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*Denial
 		} else if wait <= 0 {
 			wait = minRetry
 		}
-		return d, wait
+		return bs, d, wait
 	}
 	for _, w := range warns {
 		bs, rule := e.enforced(st, rt, w.Index)
 		e.thresholdWarn(x, bs, st.ruleName[rule], w)
 	}
-	return nil, 0
+	return nil, nil, 0
 }
 
 // enforced returns the budget and rule of the i-th enforce request of rt.
@@ -334,16 +334,12 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 	mode explainMode) (seconds, planCost float64, sent bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
-	cached := false
-	if p.Explainable && mode != explainCall {
-		planCost, cached = e.plans.Get(x.start, fp)
-	}
-	pred := e.model.Predict(fp, planCost)
+	pred := e.model.Predict(x.start, fp, 0)
 	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
-	if cached && !perCall {
+	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
-		return pred.Seconds, planCost, false
+		return pred.Seconds, pred.PlanCost, false
 	}
 	planCost = 0
 	if p.Explainable {
@@ -368,31 +364,17 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
 				planCost = c
 				if !perCall {
-					e.plans.Put(t0, fp, c)
+					e.model.PutPlan(t0, fp, c)
 				}
 			}
 		}
 	}
-	pred = e.model.Predict(fp, planCost)
+	if planCost == 0 {
+		// Not explained: the first prediction stands (the cached plan cost while fresh, else history).
+		return pred.Seconds, pred.PlanCost, sent
+	}
+	pred = e.model.Predict(x.start, fp, planCost)
 	return pred.Seconds, planCost, sent
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func budgetByName(st *compiled, name string) int {
-	for i, bs := range st.budgets {
-		if bs.name == name {
-			return i
-		}
-	}
-	return 0
 }
 
 func ctxEndsBefore(ctx context.Context, t time.Time) bool {

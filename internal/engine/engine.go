@@ -89,7 +89,6 @@ type Engine struct {
 	after    func(time.Duration) <-chan time.Time
 	state    atomic.Pointer[compiled] // the rules in force, immutable
 	model    *cost.Model
-	plans    *cost.PlanCache
 	patterns *pattern.Cache
 	texts    *textCache
 	builtins []ruleset.KV
@@ -148,7 +147,6 @@ func New(o Options) *Engine {
 		patterns:      pattern.NewCache(o.PatternCacheSize),
 		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
 		model:         cost.NewModel(o.PatternCacheSize),
-		plans:         cost.NewPlanCache(o.PatternCacheSize, 0),
 		obs:           o.Observer,
 		onStmt:        o.OnStatement,
 		maxKeys:       o.MaxBuckets,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -601,7 +602,7 @@ func waitForLease(b *testing.B, e *Engine, ctx context.Context, q string) {
 func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	x := new(Exec)
 	p, _ := e.patterns.Get(q)
-	e.plans.Put(e.now(), p.FingerprintID, 8.3)
+	e.model.PutPlan(e.now(), p.FingerprintID, 8.3)
 	for range 2 * warmSamples {
 		stmt(b, e, x, ctx, q)
 	}
@@ -756,11 +757,11 @@ rules:
 		defer x.Finish(ctx, nil)
 		return x.PlanCost
 	}
-	e.plans.Put(clk.now(), p.FingerprintID, 8.3)
+	e.model.PutPlan(clk.now(), p.FingerprintID, 8.3)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v, want 8.3 from the plan cache", got)
 	}
-	clk.advance(e.plans.TTL() - time.Second)
+	clk.advance(cost.PlanTTL - time.Second)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v before the TTL, want 8.3", got)
 	}
@@ -768,7 +769,7 @@ rules:
 	if got := planCost(); got != 0 {
 		t.Fatalf("plan cost %v after the TTL, want none (no connection to EXPLAIN on)", got)
 	}
-	e.plans.Put(clk.now(), p.FingerprintID, 12)
+	e.model.PutPlan(clk.now(), p.FingerprintID, 12)
 	if got := planCost(); got != 12 {
 		t.Fatalf("plan cost %v, want the cache's new 12", got)
 	}

@@ -1,0 +1,171 @@
+package cost
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// cachedPlan is the plan cost Predict uses for fp at now when the execution is not explained.
+func cachedPlan(m *Model, now time.Time, fp uint64) (float64, bool) {
+	p := m.Predict(now, fp, 0)
+	return p.PlanCost, p.Cached
+}
+
+func TestPlanTTL(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := NewModel(10)
+	m.PutPlan(t0, 1, 123.5)
+	tests := []struct {
+		name   string
+		now    time.Time
+		fp     uint64
+		want   float64
+		wantOK bool
+	}{
+		{"just put", t0, 1, 123.5, true},
+		{"within the TTL", t0.Add(PlanTTL - time.Second), 1, 123.5, true},
+		{"at the TTL", t0.Add(PlanTTL), 1, 0, false},
+		{"after the TTL", t0.Add(time.Hour), 1, 0, false},
+		{"clock before the put counts as fresh", t0.Add(-time.Second), 1, 123.5, true},
+		{"unknown fingerprint", t0, 2, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, ok := cachedPlan(m, tt.now, tt.fp); got != tt.want || ok != tt.wantOK {
+				t.Fatalf("cached plan = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+	t.Run("a new put restarts the TTL", func(t *testing.T) {
+		m.PutPlan(t0.Add(time.Hour), 1, 99)
+		if got, ok := cachedPlan(m, t0.Add(time.Hour+30*time.Second), 1); !ok || got != 99 {
+			t.Fatalf("cached plan = %v, %v; want 99, true", got, ok)
+		}
+	})
+	t.Run("the execution's own plan cost wins", func(t *testing.T) {
+		if p := m.Predict(t0.Add(time.Hour), 1, 7); p.Cached || p.PlanCost != 7 {
+			t.Fatalf("Predict with a plan cost = %+v; want PlanCost 7, not cached", p)
+		}
+	})
+}
+
+// TestPlanTTLMatchesSub pins the expiry to the rule: a plan cost put at "at" is fresh at now if
+// now.Sub(at) < PlanTTL. Times come with a monotonic clock reading (from time.Now, as in the
+// engine) and without one (injected clocks, Round(0)), in every mix, around the TTL boundary,
+// before the put, and centuries away where Sub saturates.
+func TestPlanTTLMatchesSub(t *testing.T) {
+	mono := time.Now()
+	bases := []time.Time{
+		mono,
+		mono.Round(0), // the same instant without the monotonic reading
+		time.Date(2026, 3, 1, 12, 0, 0, 999_999_999, time.UTC),
+		time.Unix(0, 0),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	offsets := []time.Duration{0, 1, -1, PlanTTL - 1, PlanTTL, PlanTTL + 1, -PlanTTL, 2 * PlanTTL,
+		time.Minute, -time.Minute, 200 * 365 * 24 * time.Hour, -200 * 365 * 24 * time.Hour}
+	m := NewModel(1)
+	for _, at := range bases {
+		for _, strip := range []bool{false, true} {
+			m.PutPlan(at, 1, 42)
+			for _, d := range offsets {
+				now := at.Add(d)
+				if strip {
+					now = now.Round(0)
+				}
+				want := now.Sub(at) < PlanTTL
+				if _, got := cachedPlan(m, now, 1); got != want {
+					t.Fatalf("put at %v, predicted at %v (monotonic stripped %v): fresh %v, want %v",
+						at, now, strip, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestPutPlanRejectsInvalidCost(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := NewModel(10)
+	for i, cost := range []float64{-1, math.NaN(), math.Inf(1)} {
+		m.PutPlan(now, uint64(i), cost)
+	}
+	if m.Len() != 0 {
+		t.Fatalf("Len = %d after invalid puts, want 0", m.Len())
+	}
+	m.PutPlan(now, 7, 0) // a zero-cost plan (e.g. WHERE false) is a valid cost
+	if p := m.Predict(now, 7, 0); !p.Cached || p.PlanCost != 0 {
+		t.Fatalf("Predict = %+v; want the cached zero cost", p)
+	}
+}
+
+func TestPutPlanBound(t *testing.T) {
+	const bound = 10_000
+	start := time.Unix(1_000_000, 0)
+	m := NewModel(bound)
+	for fp := uint64(0); fp < 100_000; fp++ {
+		m.PutPlan(start.Add(time.Duration(fp)*time.Microsecond), fp, float64(fp+1))
+	}
+	if m.Len() != bound {
+		t.Fatalf("Len = %d, want %d", m.Len(), bound)
+	}
+	now := start.Add(time.Second)
+	for _, tt := range []struct {
+		fp     uint64
+		wantOK bool
+	}{{0, false}, {100_000 - bound - 1, false}, {100_000 - bound, true}, {99_999, true}} {
+		if got, ok := cachedPlan(m, now, tt.fp); ok != tt.wantOK || (ok && got != float64(tt.fp+1)) {
+			t.Fatalf("cached plan of %d = %v, %v; want ok %v", tt.fp, got, ok, tt.wantOK)
+		}
+	}
+}
+
+func TestPutPlanEvictsLeastRecent(t *testing.T) {
+	now := time.Unix(0, 0)
+	m := NewModel(2)
+	m.PutPlan(now, 1, 1)
+	m.Observe(2, 0, 0.001)
+	m.PutPlan(now, 1, 10) // re-explained: now the most recent
+	m.PutPlan(now, 3, 3)  // evicts 2, trained longest ago
+	for _, tt := range []struct {
+		fp   uint64
+		want bool
+	}{{1, true}, {2, false}, {3, true}} {
+		if _, ok := m.patterns.get(tt.fp); ok != tt.want {
+			t.Fatalf("pattern %d held = %v, want %v", tt.fp, ok, tt.want)
+		}
+	}
+	if top := m.Top(5); len(top) != 0 {
+		t.Fatalf("Top lists explained patterns never observed: %+v", top)
+	}
+}
+
+func TestPredictAllocs(t *testing.T) {
+	now := time.Unix(0, 0)
+	m := NewModel(0)
+	m.Observe(1, 10, 0.001)
+	m.PutPlan(now, 1, 10)
+	if n := testing.AllocsPerRun(100, func() { m.Predict(now, 1, 0) }); n != 0 {
+		t.Fatalf("Predict allocates %v times, want 0", n)
+	}
+}
+
+// BenchmarkDecisionCacheHit is the cost work on the decision path when the plan cost is cached:
+// the cached plan cost, the volatility check of explain mode auto, and a prediction, in one call.
+func BenchmarkDecisionCacheHit(b *testing.B) {
+	now := time.Now()
+	m := NewModel(0)
+	for fp := range uint64(DefaultMaxPatterns) {
+		m.Observe(fp, 1000, 0.003)
+		m.PutPlan(now, fp, float64(fp))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var i uint64
+		for pb.Next() {
+			m.Predict(now, i%DefaultMaxPatterns, 0)
+			i++
+		}
+	})
+}
