@@ -9,7 +9,7 @@ import (
 
 // benchSpec never denies at the benchmarks' costs, so every iteration takes
 // the full admit-and-release path.
-var benchSpec = Spec{Name: "bench", MaxConcurrent: 1 << 20, PerQueryLimit: 10, Rate: 1000, Burst: 1e6, WarningThreshold: 0.9}
+var benchSpec = Spec{MaxConcurrent: 1 << 20, PerQueryLimit: 10, Rate: 1000, Burst: 1e6, WarningThreshold: 0.9}
 
 func benchKeys(n int) []string {
 	keys := make([]string, n)

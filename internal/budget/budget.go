@@ -42,13 +42,6 @@ func New(spec Spec) *Budget {
 	return &Budget{seq: lastSeq.Add(1), keys: newKeys(spec), text: newLimitText(spec)}
 }
 
-// Spec returns the budget's normalised spec.
-func (b *Budget) Spec() Spec {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.keys.spec
-}
-
 // SetSpec applies a reloaded spec at now, keeping each key's debt (drained
 // at the old rate until now, at the new rate after) and in-flight count. A
 // smaller MaxKeys evicts down to the new bound. O(number of keys).

@@ -18,13 +18,13 @@ func TestNormalize(t *testing.T) {
 		{"burst defaults to one second of rate", Spec{Rate: 2}, Spec{Rate: 2, Burst: 2, MaxKeys: DefaultMaxKeys}},
 		{"infinite rate is no bucket", Spec{Rate: math.Inf(1), Burst: 3}, Spec{MaxKeys: DefaultMaxKeys}},
 		{"threshold above one is off", Spec{WarningThreshold: 1.5}, Spec{MaxKeys: DefaultMaxKeys}},
-		{"valid spec kept", Spec{Name: "r", MaxConcurrent: 4, PerQueryLimit: 2, Rate: 2, Burst: 10, WarningThreshold: 0.8, MaxKeys: 7},
-			Spec{Name: "r", MaxConcurrent: 4, PerQueryLimit: 2, Rate: 2, Burst: 10, WarningThreshold: 0.8, MaxKeys: 7}},
+		{"valid spec kept", Spec{MaxConcurrent: 4, PerQueryLimit: 2, Rate: 2, Burst: 10, WarningThreshold: 0.8, MaxKeys: 7},
+			Spec{MaxConcurrent: 4, PerQueryLimit: 2, Rate: 2, Burst: 10, WarningThreshold: 0.8, MaxKeys: 7}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := New(tt.in).Spec(); got != tt.want {
-				t.Errorf("Spec() = %+v, want %+v", got, tt.want)
+			if got := New(tt.in).Snapshot(time.Time{}).Spec; got != tt.want {
+				t.Errorf("Spec = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -66,7 +66,7 @@ func TestDrain(t *testing.T) {
 }
 
 func TestBurst(t *testing.T) {
-	b := New(Spec{Name: "r", Rate: 1, Burst: 10})
+	b := New(Spec{Rate: 1, Burst: 10})
 	for i := range 10 {
 		if _, d := Admit(at(0), []Request{{Budget: b, Cost: 1}}, nil); d != nil {
 			t.Fatalf("query %d denied within burst: %+v", i, *d)
@@ -192,7 +192,7 @@ func TestTrueUp(t *testing.T) {
 }
 
 func TestConcurrencySlots(t *testing.T) {
-	b := New(Spec{Name: "c", MaxConcurrent: 2})
+	b := New(Spec{MaxConcurrent: 2})
 	admit1(t, at(0), b, "a", 0)
 	admit1(t, at(0), b, "a", 0)
 	_, d := Admit(at(0), []Request{{Budget: b, Key: "a"}}, nil)
@@ -228,11 +228,11 @@ func TestReleaseNotAdmitted(t *testing.T) {
 }
 
 func TestSetSpecKeepsState(t *testing.T) {
-	b := New(Spec{Name: "r", Rate: 1, Burst: 10, MaxConcurrent: 2})
+	b := New(Spec{Rate: 1, Burst: 10, MaxConcurrent: 2})
 	charge(t, at(0), b, "a", 6)
 	admit1(t, at(0), b, "b", 1)
 	// At 2s debt a=4 (drained at 1/s); from then on it drains at 0.5/s.
-	b.SetSpec(at(2), Spec{Name: "r", Rate: 0.5, Burst: 5, MaxConcurrent: 1})
+	b.SetSpec(at(2), Spec{Rate: 0.5, Burst: 5, MaxConcurrent: 1})
 	if s := b.Snapshot(at(4)); math.Abs(s.MaxDebt-3) > 1e-12 || s.InFlight != 1 || s.Keys != 2 {
 		t.Fatalf("after reload: %+v, want max debt 3, 1 in flight, 2 keys", s)
 	}

@@ -9,7 +9,7 @@ import (
 
 func Example() {
 	// A quarter of an 8-core server, bursts of up to 10 execution seconds.
-	reporting := budget.New(budget.Spec{Name: "reporting", Rate: 0.25 * 8, Burst: 10, MaxConcurrent: 4})
+	reporting := budget.New(budget.Spec{Rate: 0.25 * 8, Burst: 10, MaxConcurrent: 4})
 	now := time.Unix(1_700_000_000, 0)
 
 	reqs := []budget.Request{{Budget: reporting, Cost: 9}}

@@ -16,7 +16,7 @@ func newShared(spec Spec) (*Budget, *int) {
 }
 
 func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
-	b, kicks := newShared(Spec{Name: "s", Rate: 1, Burst: 1, MaxConcurrent: 4})
+	b, kicks := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 4})
 	_, d := Admit(at(0), []Request{{Budget: b, Key: "t1", Cost: 0.1}}, nil)
 	if d == nil || d.Reason != ReasonConcurrency {
 		t.Fatalf("no lease: got %+v, want a concurrency refusal (no slot)", d)
@@ -35,7 +35,7 @@ func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
 }
 
 func TestSharedNoCreditRetriesAtTheHint(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
 	if d == nil || d.Reason != ReasonBudget || d.RetryAfter != 50*time.Millisecond {
 		t.Fatalf("got %+v, want a budget refusal with RetryAfter 50ms", d)
@@ -43,7 +43,7 @@ func TestSharedNoCreditRetriesAtTheHint(t *testing.T) {
 }
 
 func TestSharedAdmitsWithinItsLease(t *testing.T) {
-	b, kicks := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, kicks := newShared(Spec{Rate: 1, Burst: 1})
 	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
 	charge(t, at(0), b, "", 0.2)
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
@@ -66,7 +66,7 @@ func TestSharedAdmitsWithinItsLease(t *testing.T) {
 }
 
 func TestSharedSlotsComeFromTheLease(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", MaxConcurrent: 10})
+	b, _ := newShared(Spec{MaxConcurrent: 10})
 	b.SetLease(at(0), "k", coord.Lease{Slots: 1})
 	admit1(t, at(0), b, "k", 0)
 	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != ReasonConcurrency {
@@ -80,7 +80,7 @@ func TestSharedSlotsComeFromTheLease(t *testing.T) {
 }
 
 func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	b.SetLease(at(0), "", coord.Lease{Rate: 0.1, Burst: 0.1})
 	charge(t, at(0), b, "", 0.5) // larger than the lease's bucket, within the budget's
 	_, d := Admit(at(1), []Request{{Budget: b, Cost: 0.5}}, nil)
@@ -94,7 +94,7 @@ func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
 }
 
 func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	b.SetLease(at(0), "", coord.Lease{Rate: 1, Burst: 1})
 	charge(t, at(0), b, "", 1)
 	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
@@ -109,7 +109,7 @@ func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
 }
 
 func TestSetLeaseWakesWaiters(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil {
 		t.Fatal("admitted without a lease")
 	}
@@ -137,7 +137,7 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 }
 
 func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	b.SetLease(at(0), "a", coord.Lease{Rate: 1, Burst: 1})
 	b.SetLease(at(0), "b", coord.Lease{Rate: 1, Burst: 1})
 	admit1(t, at(0), b, "b", 0.1)
@@ -150,7 +150,7 @@ func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
 }
 
 func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {
-	b, _ := newShared(Spec{Name: "s", Rate: 1, Burst: 1, MaxConcurrent: 1})
+	b, _ := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 1})
 	b.SetLease(at(0), "", coord.Lease{Rate: 0.5, Burst: 0.5, Slots: 1})
 	charge(t, at(0), b, "", 0.5)
 	b.SetShared(at(0), nil, 0)

@@ -21,7 +21,6 @@ const DefaultMaxKeys = 100_000
 // "off" as noted on each field; [New] and [Budget.SetSpec] normalise invalid
 // values (negative, NaN) to those zero values.
 type Spec struct {
-	Name string
 	// MaxConcurrent is how many queries of one key may be in flight at once;
 	// 0 is unlimited.
 	MaxConcurrent int

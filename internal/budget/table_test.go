@@ -141,6 +141,10 @@ func TestConcurrentAdmitRelease(t *testing.T) {
 		New(Spec{MaxConcurrent: 2, MaxKeys: 4}),
 		New(Spec{Rate: 0.5, Burst: 0.05, PerQueryLimit: 0.009}),
 	}
+	var maxConcurrent [3]int
+	for i, b := range budgets {
+		maxConcurrent[i] = b.Snapshot(t0).Spec.MaxConcurrent
+	}
 	var clock atomic.Int64 // nanoseconds since t0; each operation advances it
 	var observed [3][8]atomic.Int32
 	const workers, ops = 8, 3000
@@ -168,7 +172,7 @@ func TestConcurrentAdmitRelease(t *testing.T) {
 				for _, r := range reqs {
 					bi := idx(budgets, r.Budget)
 					k, _ := strconv.Atoi(r.Key)
-					if n := observed[bi][k].Add(1); r.Budget.Spec().MaxConcurrent > 0 && int(n) > r.Budget.Spec().MaxConcurrent {
+					if n := observed[bi][k].Add(1); maxConcurrent[bi] > 0 && int(n) > maxConcurrent[bi] {
 						failed.Store(true)
 					}
 				}
@@ -263,7 +267,7 @@ func fuzzBody(t *testing.T, prog []byte) {
 			if arg&1 == 0 {
 				Release(t0.Add(time.Duration(now)), Request{Budget: bs[arg>>1%2], Key: key, Cost: cost}, cost)
 			} else {
-				sp := bs[0].Spec()
+				sp := bs[0].Snapshot(t0.Add(time.Duration(now))).Spec
 				sp.Rate = float64(arg>>2) / 8
 				sp.MaxKeys = int(arg>>4) + 1
 				bs[0].SetSpec(t0.Add(time.Duration(now)), sp)

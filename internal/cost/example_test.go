@@ -23,8 +23,8 @@ func ExampleModel() {
 
 	// The statement took 0.2 s; from now on the pattern's own k applies.
 	m.Observe(fp, p.PlanCost, 0.2)
-	predicted = m.Predict(now, fp, 0).Seconds
-	fmt.Printf("after one execution: %.3fs (k = %.1e s/unit)\n", predicted, m.K(fp))
+	p = m.Predict(now, fp, 0)
+	fmt.Printf("after one execution: %.3fs (k = %.1e s/unit)\n", p.Seconds, p.Seconds/p.PlanCost)
 	// Output:
 	// before history: 0.140s
 	// after one execution: 0.200s (k = 5.0e-06 s/unit)

@@ -61,7 +61,7 @@ const (
 // expensive statements dominate it and cheap statements with large fixed overhead cannot inflate
 // predictions for new expensive ones), or [DefaultGlobalK] before any history. It also tracks,
 // per pattern, the EMA and exponentially weighted variance of actual seconds over all executions
-// (for [Model.MeanActual] and [Prediction.Volatile]), the plan cost of its last EXPLAIN (for
+// (for history-only predictions and [Prediction.Volatile]), the plan cost of its last EXPLAIN (for
 // [PlanTTL], see [Model.PutPlan]) and, globally, the mean EXPLAIN round trip.
 //
 // The pattern table is bounded: when full, training or explaining a new pattern evicts the
@@ -195,10 +195,11 @@ func boundOrDefault(n int) int {
 }
 
 // Predict returns what the model expects at now of one execution of pattern fp whose planner
-// cost is planCost: planCost × [Model.K]. A planCost of 0 (no EXPLAIN of this execution) uses the
-// pattern's cached plan cost while it is fresh (Cached); with neither, the prediction is the
-// pattern's mean actual time, and OK is false for a pattern with no history. A time before the
-// plan cost was put (a wall-clock step in a caller's clock) counts as fresh.
+// cost is planCost: planCost × the pattern's k (see [Model]). A planCost of 0 (no EXPLAIN of
+// this execution) uses the pattern's cached plan cost while it is fresh (Cached); with neither,
+// the prediction is the pattern's mean actual time, and OK is false for a pattern with no
+// history. A time before the plan cost was put (a wall-clock step in a caller's clock) counts as
+// fresh.
 func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
 	m.mu.RLock()
 	p, _ := m.patterns.get(fp)
@@ -290,35 +291,7 @@ func ema(avg, x, alpha float64, n uint64) float64 {
 
 func validPlan(c float64) bool { return c > 0 && !math.IsInf(c, 0) }
 
-// MeanActual returns the pattern's mean actual execution seconds (its EMA), the history-only
-// baseline used when no plan cost is known; ok is false for a pattern with no history.
-func (m *Model) MeanActual(fp uint64) (float64, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if p, ok := m.patterns.get(fp); ok && p.n > 0 {
-		return p.mean, true
-	}
-	return 0, false
-}
-
-// K returns pattern fp's factor, in execution seconds per planner cost unit: the ratio of its
-// EMAs once it has been observed with a plan cost, else the global k.
-func (m *Model) K(fp uint64) float64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if p, ok := m.patterns.get(fp); ok && p.nPlanned > 0 {
-		return p.actualP / p.plan
-	}
-	return m.globalKLocked()
-}
-
-// GlobalK returns the factor used for patterns with no plan history.
-func (m *Model) GlobalK() float64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.globalKLocked()
-}
-
+// globalKLocked is the k of patterns with no plan history. The caller holds m.mu.
 func (m *Model) globalKLocked() float64 {
 	if m.gN == 0 {
 		return DefaultGlobalK
@@ -346,29 +319,13 @@ func (m *Model) ObserveExplain(seconds float64) {
 	m.explainMean = ema(m.explainMean, seconds, alphaExplain, m.explainN)
 }
 
-// ExplainMean returns the mean EXPLAIN round trip in seconds; ok is false before any was recorded.
-func (m *Model) ExplainMean() (seconds float64, ok bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.explainMean, m.explainN > 0
-}
-
-// Len returns the number of patterns in the table.
-func (m *Model) Len() int {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.patterns.len()
-}
-
 // PatternStats describes one pattern's learned state, for introspection.
 type PatternStats struct {
 	Fingerprint uint64
 	// Count is the number of successful executions observed since the pattern entered the table.
 	Count uint64
-	// MeanActual and StdDevActual are the EMA and exponentially weighted standard deviation of
-	// actual execution seconds.
-	MeanActual   float64
-	StdDevActual float64
+	// MeanActual is the EMA of actual execution seconds.
+	MeanActual float64
 	// MeanPlanCost is the EMA of planner cost; 0 when the pattern was never observed with one.
 	MeanPlanCost float64
 	// K is the factor in use (the pattern's, or the global one), seconds per planner cost unit.
@@ -392,7 +349,6 @@ func (m *Model) Top(n int) []PatternStats {
 			return
 		}
 		s.MeanActual = p.mean
-		s.StdDevActual = math.Sqrt(p.variance)
 		s.K = gk
 		if p.nPlanned > 0 {
 			s.MeanPlanCost = p.plan

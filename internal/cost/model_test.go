@@ -13,6 +13,47 @@ func predict(m *Model, fp uint64, planCost float64) (float64, bool) {
 	return p.Seconds, p.OK
 }
 
+// unseen is a fingerprint no test trains or explains.
+const unseen = math.MaxUint64
+
+// globalK is the k Predict applies to a pattern with no plan history: its prediction for one
+// planner cost unit.
+func globalK(m *Model) float64 {
+	s, _ := predict(m, unseen, 1)
+	return s
+}
+
+// patternK is the k Top reports for pattern fp (the global k for a pattern never observed with a
+// plan cost), or 0 when fp has no observed execution.
+func patternK(m *Model, fp uint64) float64 {
+	for _, s := range m.Top(patternCount(m)) {
+		if s.Fingerprint == fp {
+			return s.K
+		}
+	}
+	return 0
+}
+
+// meanActual is Predict's answer without a plan cost: the pattern's mean actual seconds, ok false
+// for a pattern with no history.
+func meanActual(m *Model, fp uint64) (float64, bool) {
+	return predict(m, fp, 0)
+}
+
+// patternCount is the number of patterns in m's table, explained or observed.
+func patternCount(m *Model) int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.patterns.len()
+}
+
+// explainMean is the mean EXPLAIN round trip in seconds, ok false before any was recorded.
+func explainMean(m *Model) (float64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.explainMean, m.explainN > 0
+}
+
 func near(got, want, relTol float64) bool {
 	if want == 0 {
 		return math.Abs(got) <= relTol
@@ -42,15 +83,6 @@ func TestModelPredictBeforeHistory(t *testing.T) {
 			}
 		})
 	}
-	if got := m.GlobalK(); got != DefaultGlobalK {
-		t.Fatalf("GlobalK() = %v before history, want %v", got, DefaultGlobalK)
-	}
-	if got := m.K(42); got != DefaultGlobalK {
-		t.Fatalf("K(unknown) = %v, want the global %v", got, DefaultGlobalK)
-	}
-	if _, ok := m.MeanActual(42); ok {
-		t.Fatal("MeanActual of an unknown pattern reported ok")
-	}
 }
 
 func TestModelKConverges(t *testing.T) {
@@ -72,7 +104,7 @@ func TestModelKConverges(t *testing.T) {
 				plan := tt.planFn(i)
 				m.Observe(7, plan, plan*tt.k*tt.noise[i%len(tt.noise)])
 			}
-			if got := m.K(7); !near(got, tt.k, tt.tol) {
+			if got := patternK(m, 7); !near(got, tt.k, tt.tol) {
 				t.Fatalf("K = %v, want %v ± %v", got, tt.k, tt.tol)
 			}
 			got, ok := predict(m, 7, 10_000)
@@ -93,7 +125,7 @@ func TestModelKFollowsChange(t *testing.T) {
 	for range 14 {
 		m.Observe(1, 1000, 1000*1e-5)
 	}
-	if got := m.K(1); !near(got, 1e-5, 0.05) {
+	if got := patternK(m, 1); !near(got, 1e-5, 0.05) {
 		t.Fatalf("K after regime change = %v, want ≈ 1e-5", got)
 	}
 }
@@ -101,10 +133,10 @@ func TestModelKFollowsChange(t *testing.T) {
 func TestModelFirstSampleSeeds(t *testing.T) {
 	m := NewModel(10)
 	m.Observe(3, 500, 0.25)
-	if got, ok := m.MeanActual(3); !ok || got != 0.25 {
+	if got, ok := meanActual(m, 3); !ok || got != 0.25 {
 		t.Fatalf("MeanActual after one sample = %v, %v; want 0.25, true", got, ok)
 	}
-	if got := m.K(3); got != 0.25/500 {
+	if got := patternK(m, 3); got != 0.25/500 {
 		t.Fatalf("K after one sample = %v, want %v", got, 0.25/500.0)
 	}
 }
@@ -117,7 +149,7 @@ func TestModelGlobalKForNewPatterns(t *testing.T) {
 		m.Observe(1, 100_000, 100_000*2e-6)
 		m.Observe(2, 10, 10*1e-4)
 	}
-	gk := m.GlobalK()
+	gk := globalK(m)
 	want := (100_000*2e-6 + 10*1e-4) / (100_000 + 10)
 	if !near(gk, want, 0.01) {
 		t.Fatalf("GlobalK = %v, want ≈ %v", gk, want)
@@ -129,10 +161,7 @@ func TestModelGlobalKForNewPatterns(t *testing.T) {
 	if !ok || !near(got, 50_000*gk, 1e-12) {
 		t.Fatalf("Predict(new pattern) = %v, %v; want %v", got, ok, 50_000*gk)
 	}
-	if m.K(99) != gk {
-		t.Fatalf("K(new) = %v, want global %v", m.K(99), gk)
-	}
-	if m.K(2) == gk {
+	if patternK(m, 2) == gk {
 		t.Fatal("K(known pattern) should be its own, not the global one")
 	}
 }
@@ -159,7 +188,7 @@ func TestModelHistoryOnly(t *testing.T) {
 			}
 		})
 	}
-	if m.GlobalK() != DefaultGlobalK {
+	if globalK(m) != DefaultGlobalK {
 		t.Fatal("executions without a plan cost trained the global k")
 	}
 }
@@ -169,14 +198,14 @@ func TestModelObserveIgnoresInvalid(t *testing.T) {
 	for _, a := range []float64{math.NaN(), math.Inf(1), -1} {
 		m.Observe(8, 100, a)
 	}
-	if m.Len() != 0 {
-		t.Fatalf("invalid samples created %d patterns", m.Len())
+	if patternCount(m) != 0 {
+		t.Fatalf("invalid samples created %d patterns", patternCount(m))
 	}
 	m.Observe(8, math.NaN(), 0.5) // an invalid plan cost is "no plan", the actual still counts
-	if got, ok := m.MeanActual(8); !ok || got != 0.5 {
+	if got, ok := meanActual(m, 8); !ok || got != 0.5 {
 		t.Fatalf("MeanActual = %v, %v; want 0.5, true", got, ok)
 	}
-	if m.K(8) != DefaultGlobalK {
+	if patternK(m, 8) != DefaultGlobalK {
 		t.Fatal("a NaN plan cost trained k")
 	}
 }
@@ -233,17 +262,17 @@ func TestModelVolatile(t *testing.T) {
 
 func TestModelObserveExplain(t *testing.T) {
 	m := NewModel(1)
-	if _, ok := m.ExplainMean(); ok {
+	if _, ok := explainMean(m); ok {
 		t.Fatal("ExplainMean ok before any observation")
 	}
 	m.ObserveExplain(math.NaN())
 	m.ObserveExplain(-1)
-	if _, ok := m.ExplainMean(); ok {
+	if _, ok := explainMean(m); ok {
 		t.Fatal("invalid round trips were recorded")
 	}
 	m.ObserveExplain(0.002)
 	m.ObserveExplain(0.004)
-	if got, _ := m.ExplainMean(); !near(got, 0.002+0.1*0.002, 1e-12) {
+	if got, _ := explainMean(m); !near(got, 0.002+0.1*0.002, 1e-12) {
 		t.Fatalf("ExplainMean = %v, want 0.0022", got)
 	}
 }
@@ -258,19 +287,19 @@ func TestModelTableBound(t *testing.T) {
 			m.Observe(42, 0, 1) // a hot pattern stays recent
 		}
 	}
-	if got := m.Len(); got != bound {
-		t.Fatalf("Len = %d, want %d", got, bound)
+	if got := patternCount(m); got != bound {
+		t.Fatalf("patterns = %d, want %d", got, bound)
 	}
-	if _, ok := m.MeanActual(0); ok {
+	if _, ok := meanActual(m, 0); ok {
 		t.Fatal("the least recently trained pattern was not evicted")
 	}
-	if _, ok := m.MeanActual(42); !ok {
+	if _, ok := meanActual(m, 42); !ok {
 		t.Fatal("a hot pattern was evicted")
 	}
-	if _, ok := m.MeanActual(1_000_000); !ok {
+	if _, ok := meanActual(m, 1_000_000); !ok {
 		t.Fatal("the newest pattern is missing")
 	}
-	if _, ok := m.MeanActual(1_000_000 - bound); ok {
+	if _, ok := meanActual(m, 1_000_000-bound); ok {
 		t.Fatal("a pattern older than the bound survived")
 	}
 }
@@ -313,7 +342,7 @@ func TestModelTop(t *testing.T) {
 	if s := top[0]; !near(s.K, 1e-5, 1e-9) || !near(s.MeanActual, 0.001, 1e-9) || s.MeanPlanCost != 100 {
 		t.Fatalf("Top stats = %+v, want K 1e-5, mean 0.001, plan 100", s)
 	}
-	if s := top[5]; s.K != m.GlobalK() || s.MeanPlanCost != 0 || s.MeanActual != 0.5 {
+	if s := top[5]; s.K != globalK(m) || s.MeanPlanCost != 0 || s.MeanActual != 0.5 {
 		t.Fatalf("unplanned pattern stats = %+v", s)
 	}
 }
@@ -338,10 +367,10 @@ func TestModelConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if m.Len() != 64 {
-		t.Fatalf("Len = %d, want the bound 64", m.Len())
+	if patternCount(m) != 64 {
+		t.Fatalf("patterns = %d, want the bound 64", patternCount(m))
 	}
-	if got := m.GlobalK(); !near(got, 3e-6, 1e-9) {
+	if got := globalK(m); !near(got, 3e-6, 1e-9) {
 		t.Fatalf("GlobalK = %v, want 3e-6", got)
 	}
 }

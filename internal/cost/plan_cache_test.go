@@ -90,8 +90,8 @@ func TestPutPlanRejectsInvalidCost(t *testing.T) {
 	for i, cost := range []float64{-1, math.NaN(), math.Inf(1)} {
 		m.PutPlan(now, uint64(i), cost)
 	}
-	if m.Len() != 0 {
-		t.Fatalf("Len = %d after invalid puts, want 0", m.Len())
+	if patternCount(m) != 0 {
+		t.Fatalf("patterns = %d after invalid puts, want 0", patternCount(m))
 	}
 	m.PutPlan(now, 7, 0) // a zero-cost plan (e.g. WHERE false) is a valid cost
 	if p := m.Predict(now, 7, 0); !p.Cached || p.PlanCost != 0 {
@@ -106,8 +106,8 @@ func TestPutPlanBound(t *testing.T) {
 	for fp := uint64(0); fp < 100_000; fp++ {
 		m.PutPlan(start.Add(time.Duration(fp)*time.Microsecond), fp, float64(fp+1))
 	}
-	if m.Len() != bound {
-		t.Fatalf("Len = %d, want %d", m.Len(), bound)
+	if patternCount(m) != bound {
+		t.Fatalf("patterns = %d, want %d", patternCount(m), bound)
 	}
 	now := start.Add(time.Second)
 	for _, tt := range []struct {

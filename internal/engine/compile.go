@@ -77,7 +77,6 @@ func parseExplain(s string) explainMode {
 
 // compiled is one immutable version of the rules, swapped atomically on reload.
 type compiled struct {
-	cfg            *rules.Config
 	empty          bool // no rules and no guards: the fast path
 	rules          *ruleset.Set
 	ruleBudget     []int    // rule index -> budget index
@@ -183,16 +182,13 @@ func (e *Engine) configureHealth(cfg *rules.Config, interval time.Duration) {
 	s.Start()
 }
 
-// Config returns the rules in force.
-func (e *Engine) Config() *rules.Config { return e.state.Load().cfg }
-
 // compile builds the immutable state of cfg. e.mu must be held (it updates e.budgets).
 func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	cores := cfg.ServerCores
 	if cores <= 0 {
 		cores = 1
 	}
-	c := &compiled{cfg: cfg, healthInterval: time.Duration(cfg.HealthInterval)}
+	c := &compiled{healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
 		c.healthInterval = time.Second
 	}
@@ -200,16 +196,12 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	keep := map[string]*budget.Budget{}
 	for i, b := range cfg.Budgets {
 		spec := budget.Spec{
-			Name:             b.Name,
 			MaxConcurrent:    b.MaxConcurrent,
 			PerQueryLimit:    time.Duration(b.PerQueryLimit).Seconds(),
 			Rate:             b.ServerShare * cores,
 			Burst:            time.Duration(b.BurstLimit).Seconds(),
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
-		}
-		if spec.Rate > 0 && spec.Burst <= 0 {
-			spec.Burst = spec.Rate // share × cores × 1s
 		}
 		bb, ok := e.budgets[b.Name]
 		if ok {

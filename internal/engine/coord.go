@@ -80,9 +80,6 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 		rb := &cfg.Budgets[i]
 		spec := coord.Spec{Name: rb.Name, Rate: rb.ServerShare * cores, Burst: time.Duration(rb.BurstLimit).Seconds(),
 			MaxConcurrent: rb.MaxConcurrent}
-		if spec.Rate > 0 && spec.Burst <= 0 {
-			spec.Burst = spec.Rate // as compile does
-		}
 		if co.c == nil || !cfg.IsShared(rb) || parseMode(rb.Mode) == modeOff || (spec.Rate == 0 && spec.MaxConcurrent == 0) {
 			continue // local; or nothing to share (a per_query_limit holds per statement)
 		}

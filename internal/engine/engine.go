@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
@@ -60,7 +59,7 @@ type Options struct {
 	Now              func() time.Time
 	After            func(d time.Duration) <-chan time.Time
 	PatternCacheSize int
-	MaxBuckets       int
+	MaxBuckets       int // per-key states kept per budget; 0 is budget.DefaultMaxKeys
 
 	// Connection metadata, the built-in tags of every statement.
 	User, Database, ApplicationName string
@@ -70,9 +69,6 @@ type Options struct {
 
 	// Observer, when set, sees every statement's decision and completion (telemetry).
 	Observer Observer
-
-	// OnStatement, when set, is called with every statement's merged tags (tests, debugging).
-	OnStatement func(fingerprint string, tags []ruleset.KV)
 
 	// Redis, when set, is the client shared budgets coordinate through, instead of one made
 	// from the coordination section's URL (coord.go). Instance names this engine in Redis
@@ -92,7 +88,6 @@ type Engine struct {
 	patterns *pattern.Cache
 	texts    *textCache
 	builtins []ruleset.KV
-	onStmt   func(string, []ruleset.KV)
 	maxKeys  int
 	stats    Stats
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
@@ -137,9 +132,6 @@ func New(o Options) *Engine {
 	if o.After == nil {
 		o.After = time.After
 	}
-	if o.MaxBuckets <= 0 {
-		o.MaxBuckets = 100_000
-	}
 	e := &Engine{
 		log:           o.Logger,
 		now:           o.Now,
@@ -148,7 +140,6 @@ func New(o Options) *Engine {
 		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
 		model:         cost.NewModel(o.PatternCacheSize),
 		obs:           o.Observer,
-		onStmt:        o.OnStatement,
 		maxKeys:       o.MaxBuckets,
 		healthConnect: o.HealthConnect,
 		budgets:       map[string]*budget.Budget{},
@@ -201,12 +192,6 @@ func (e *Engine) PatternStats() (hits, misses uint64, size int) {
 	return hits + e.texts.hits.Load(), misses, size
 }
 
-// Patterns exposes the pattern cache (introspection and tests).
-func (e *Engine) Patterns() *pattern.Cache { return e.patterns }
-
-// Model exposes the cost model (introspection and tests).
-func (e *Engine) Model() *cost.Model { return e.model }
-
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
 
@@ -233,8 +218,8 @@ type Exec struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
 	// merged only when something reads them: routing the text afresh (a text whose route for
-	// these context tags is cached skips it), the guards, the observer's spans, the statement
-	// hook or the debug log.
+	// these context tags is cached skips it), the guards, the observer's spans or the debug
+	// log.
 	Tags      []ruleset.KV
 	Decision  string   // allow, warn or block
 	Reason    string   // the warn or block reason, "" when allowed cleanly
@@ -290,9 +275,9 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query st
 		x.Observed = x.Wants&WantSpans != 0
 	}
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	// With no rules in force, telemetry idle and no hook or debug log, nothing reads the
-	// statement's time or tags: neither is read.
-	if !st.empty || x.Wants != 0 || e.onStmt != nil || debug {
+	// With no rules in force, telemetry idle and no debug log, nothing reads the statement's time
+	// or tags: neither is read.
+	if !st.empty || x.Wants != 0 || debug {
 		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
 			return err
 		}
@@ -321,15 +306,12 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 			rt = text.routeFor(st, ctxTags)
 		}
 	}
-	if (!st.empty && rt == nil) || x.Observed || e.onStmt != nil || debug {
+	if (!st.empty && rt == nil) || x.Observed || debug {
 		if st.empty {
 			ctxTags = tagging.From(ctx)
 		}
 		x.Tags = e.mergeTags(ctxTags, x.s.tags[:0], p, query)
 		x.s.tags = x.Tags
-	}
-	if e.onStmt != nil {
-		e.onStmt(p.Fingerprint, x.Tags)
 	}
 	if debug {
 		e.debugStatement(ctx, x)
@@ -530,6 +512,3 @@ const (
 	WantDuration                    // the duration metric
 	WantDecisions                   // the per-budget decision counter
 )
-
-// config type re-exported for the driver's convenience.
-type Config = rules.Config

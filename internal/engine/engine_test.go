@@ -113,9 +113,9 @@ func denial(t *testing.T, err error) *Denial {
 }
 
 func TestTagsMerged(t *testing.T) {
-	var got []ruleset.KV
+	obs := &recObserver{}
 	e, _ := newEngine(t, "", func(o *Options) {
-		o.OnStatement = func(_ string, tags []ruleset.KV) { got = append([]ruleset.KV(nil), tags...) }
+		o.Observer = obs
 		o.ApplicationName = "api"
 	})
 	ctx := tagging.With(context.Background(), "route", "/ctx", "tenant", "t1")
@@ -130,7 +130,7 @@ func TestTagsMerged(t *testing.T) {
 		"route": {"/ctx"}, "tenant": {"t1"}, "controller": {"pay"},
 	}
 	m := map[string][]string{}
-	for _, kv := range got {
+	for _, kv := range obs.tags {
 		m[kv.Key] = append(m[kv.Key], kv.Value)
 	}
 	for k, v := range want {
@@ -608,16 +608,23 @@ func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	}
 }
 
-// recObserver records Decision calls.
+// recObserver records Decision calls and the merged tags of the last statement started or
+// blocked.
 type recObserver struct {
 	mu        sync.Mutex
 	decisions []string
+	tags      []ruleset.KV
 }
 
-func (r *recObserver) Started(context.Context, *Exec)                        {}
-func (r *recObserver) Blocked(context.Context, *Exec, error)                 {}
+func (r *recObserver) Started(_ context.Context, x *Exec)                    { r.saveTags(x) }
+func (r *recObserver) Blocked(_ context.Context, x *Exec, _ error)           { r.saveTags(x) }
 func (r *recObserver) Finished(context.Context, *Exec, error, time.Duration) {}
 func (r *recObserver) Wants() Wants                                          { return WantSpans | WantDecisions }
+func (r *recObserver) saveTags(x *Exec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tags = append(r.tags[:0], x.Tags...)
+}
 func (r *recObserver) Decision(budget, decision, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -13,7 +12,7 @@ import (
 // take a statement out of the budget and guard its real table selects; it is
 // dropped, and the statement's built-in tags are its own.
 func TestBuiltinTagsCannotBeReplaced(t *testing.T) {
-	var got []ruleset.KV
+	obs := &recObserver{}
 	e, _ := newEngine(t, `
 budgets:
   - {name: gt, mode: enforce, max_concurrent: 1}
@@ -22,7 +21,7 @@ rules:
 guards:
   block_truncate: {mode: enforce, match: {table: gt}}
 `, func(o *Options) {
-		o.OnStatement = func(_ string, tags []ruleset.KV) { got = append([]ruleset.KV(nil), tags...) }
+		o.Observer = obs
 		o.ApplicationName = "api"
 	})
 	bg := context.Background()
@@ -48,17 +47,17 @@ guards:
 		{"context, guard", spoofCtx, "truncate gt", GuardBlockTruncate, "ddl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got = nil
+			obs.tags = nil
 			x, err := begin(e, tc.ctx, tc.query)
 			if err == nil {
 				x.Finish(tc.ctx, nil)
-				t.Fatalf("admitted with tags %v", got)
+				t.Fatalf("admitted with tags %v", obs.tags)
 			}
 			if d := denial(t, err); d.Budget != tc.want {
 				t.Fatalf("refused by %q, want %q: %v", d.Budget, tc.want, d)
 			}
 			m := map[string][]string{}
-			for _, kv := range got {
+			for _, kv := range obs.tags {
 				m[kv.Key] = append(m[kv.Key], kv.Value)
 			}
 			for k, want := range map[string]string{"table": "[gt]", "username": "[app]", "database": "[shop]",

@@ -13,19 +13,6 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
-// LoadFile reads, parses and puts in force the rules file at path.
-func (e *Engine) LoadFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("pgtraffic: rules file: %w", err)
-	}
-	cfg, err := rules.Parse(data)
-	if err != nil {
-		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
-	}
-	return e.SetConfig(cfg)
-}
-
 // WatchFile loads the rules file at path and keeps watching it: a valid change is in force
 // within a second, an invalid one is logged and counted and the last good rules stay.
 //
