@@ -90,7 +90,7 @@ func TestMemoryBoundStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, misses, size := e.Patterns().Stats()
+	_, misses, size := e.PatternStats()
 	after := heapMB()
 	t.Logf("%d distinct statements: pattern cache %d entries (bound %d), %d misses, heap %.1f MB -> %.1f MB",
 		n, size, bound, misses, before, after)
