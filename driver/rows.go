@@ -31,14 +31,15 @@ var (
 
 func (r *rows) finish(err error) { r.open.finish(err) }
 
-func (r *rows) Next(dest []driver.Value) error {
-	err := r.Rows.Next(dest)
-	if err != nil {
-		if err == io.EOF {
-			r.finish(nil)
-		} else {
-			r.finish(err)
-		}
+func (r *rows) Next(dest []driver.Value) error { return r.advanced(r.Rows.Next(dest)) }
+
+// advanced finishes the statement when a step through the rows ended them: io.EOF is a clean
+// end, any other error a failed one. It returns err unchanged.
+func (r *rows) advanced(err error) error {
+	if err == io.EOF {
+		r.finish(nil)
+	} else if err != nil {
+		r.finish(err)
 	}
 	return err
 }

@@ -5,7 +5,6 @@ package driver
 import (
 	"database/sql"
 	"database/sql/driver"
-	"io"
 )
 
 // As of Go 1.27 database/sql calls NextRow and ScanColumn instead of Next when the rows implement
@@ -27,14 +26,7 @@ func (r *rows) NextRow() error {
 		}
 		err = r.Rows.Next(r.vals)
 	}
-	if err != nil {
-		if err == io.EOF {
-			r.finish(nil)
-		} else {
-			r.finish(err)
-		}
-	}
-	return err
+	return r.advanced(err)
 }
 
 // ScanColumn copies column index of the current row into dest.

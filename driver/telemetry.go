@@ -137,23 +137,8 @@ func (t *telemetry) observer() engine.Observer { return t }
 // reads only atomics and the budgets' snapshots (O(keys) per budget under each budget's lock:
 // fine at scrape rate).
 func (t *telemetry) attach(e *engine.Engine) error {
-	m := t.meter
-	var errs []error
-	fg := func(name, unit, desc string) metric.Float64ObservableGauge {
-		g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return g
-	}
-	ig := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return g
-	}
-	ic := func(name, unit, desc string) metric.Int64ObservableCounter {
-		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return c
-	}
+	ob := &observables{m: t.meter}
+	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
 	debt := fg("pgtraffic.budget.debt", "s", "Execution seconds owed by the budget's buckets, summed over keys.")
 	inFlight := ig("pgtraffic.budget.in_flight", "{statement}", "Statements of the budget in flight.")
 	patternHits := ic("pgtraffic.pattern_cache.hits", "{lookup}", "Pattern cache hits.")
@@ -166,11 +151,8 @@ func (t *telemetry) attach(e *engine.Engine) error {
 	reloadFailures := ic("pgtraffic.rules.reload_failures", "{reload}", "Rules-file changes rejected; the last good rules stayed.")
 	healthErrors := ic("pgtraffic.health.errors", "{error}", "Failed health reads and connects.")
 	healthSamples := ic("pgtraffic.health.samples", "{sample}", "Successful health metric reads.")
-	if err := errors.Join(errs...); err != nil {
-		return telemetryError(err)
-	}
-	coordInst, coordObs, err := newCoordInstruments(m)
-	if err != nil {
+	coordInst, coordObs := newCoordInstruments(ob)
+	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
 	}
 	observe := func(_ context.Context, o metric.Observer) error {
@@ -198,7 +180,7 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		}
 		return nil
 	}
-	reg, err := m.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
+	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
 		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)...)
 	if err != nil {
 		return telemetryError(err)
@@ -514,9 +496,8 @@ func errorType(err error) string {
 // statements (db.Prepare) keep the text they were prepared with.
 //
 // Every traceparent makes the text unique, hence a new prepared statement in pgx's cache
-// (cache_statement mode): BenchmarkSQLCommenter in integration/ measured 40 µs per statement
-// without the comment and 132 µs with it (one prepare per statement; 64 µs in exec mode), so
-// the commenter is off by default. An unsampled span's traceparent names a trace no backend
+// (cache_statement mode): one prepare per statement (BenchmarkSQLCommenter in integration/
+// measures it), so the commenter is off by default. An unsampled span's traceparent names a trace no backend
 // holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
@@ -541,4 +522,28 @@ func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string
 		return query
 	}
 	return tagging.Append(query, tagging.New(kv...))
+}
+
+// observables makes the observable instruments of one meter, collecting their errors.
+type observables struct {
+	m    metric.Meter
+	errs []error
+}
+
+func (b *observables) floatGauge(name, unit, desc string) metric.Float64ObservableGauge {
+	g, err := b.m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.errs = append(b.errs, err)
+	return g
+}
+
+func (b *observables) intGauge(name, unit, desc string) metric.Int64ObservableGauge {
+	g, err := b.m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.errs = append(b.errs, err)
+	return g
+}
+
+func (b *observables) counter(name, unit, desc string) metric.Int64ObservableCounter {
+	c, err := b.m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.errs = append(b.errs, err)
+	return c
 }

@@ -15,23 +15,9 @@ type coordInstruments struct {
 	syncs, failures            metric.Int64ObservableCounter
 }
 
-func newCoordInstruments(m metric.Meter) (*coordInstruments, []metric.Observable, error) {
-	var errs []error
-	fg := func(name, unit, desc string) metric.Float64ObservableGauge {
-		g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return g
-	}
-	ig := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return g
-	}
-	ic := func(name, unit, desc string) metric.Int64ObservableCounter {
-		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return c
-	}
+// newCoordInstruments makes the instruments on ob, which collects their errors.
+func newCoordInstruments(ob *observables) (*coordInstruments, []metric.Observable) {
+	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
 	c := &coordInstruments{
 		rate:      fg("pgtraffic.coordination.lease.rate", "s/s", "Execution seconds per second this instance's leases of the shared budget grant."),
 		burst:     fg("pgtraffic.coordination.lease.burst", "s", "Execution seconds of bucket this instance's leases of the shared budget grant."),
@@ -43,13 +29,8 @@ func newCoordInstruments(m metric.Meter) (*coordInstruments, []metric.Observable
 		syncs:     ic("pgtraffic.coordination.syncs", "{sync}", "Successful syncs with Redis."),
 		failures:  ic("pgtraffic.coordination.sync.failures", "{sync}", "Failed syncs with Redis (timeouts, unreachable)."),
 	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, nil, err
-		}
-	}
 	return c, []metric.Observable{c.rate, c.burst, c.slots, c.debt, c.instances, c.fallback, c.latency,
-		c.syncs, c.failures}, nil
+		c.syncs, c.failures}
 }
 
 // observe reports every shared budget of e.

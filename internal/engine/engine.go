@@ -34,7 +34,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// Built-in tag keys (design.md §2 step 2).
+// Built-in tag keys: facts of the statement and connection, which comment and context tags cannot replace.
 const (
 	KeyUsername        = "username"
 	KeyDatabase        = "database"
