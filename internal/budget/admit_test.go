@@ -56,7 +56,6 @@ func TestDenialChoice(t *testing.T) {
 	}{
 		{"never-fits wins", []Request{{Budget: owing, Cost: 1}, {Budget: small, Cost: 1}}, 1},
 		{"longest wait wins", []Request{{Budget: full}, {Budget: owing, Cost: 1}}, 1},
-		{"warn-only never denies", []Request{{Budget: small, Cost: 1, WarnOnly: true}, {Budget: owing, Cost: 1}}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,12 +116,6 @@ func TestWarnings(t *testing.T) {
 		{"per query limit", Spec{PerQueryLimit: 2, WarningThreshold: 0.5}, 0, Request{Cost: 1.5},
 			[]Warning{{Reason: ReasonPerQuery, Fill: 0.75, Limit: "per_query_limit=2s"}}},
 		{"threshold off", Spec{MaxConcurrent: 1}, 0, Request{}, nil},
-		{"warn-only over per query limit", Spec{PerQueryLimit: 1}, 0, Request{Cost: 3, WarnOnly: true},
-			[]Warning{{Reason: ReasonPerQuery, Fill: 3, Over: true, Limit: "per_query_limit=1s"}}},
-		{"warn-only over bucket", Spec{Rate: 1, Burst: 2}, 2, Request{Cost: 1, WarnOnly: true},
-			[]Warning{{Reason: ReasonBudget, Fill: 1.5, Over: true, Limit: "burst_limit=2s"}}},
-		{"warn-only bigger than burst", Spec{Rate: 1, Burst: 2}, 0, Request{Cost: 3, WarnOnly: true},
-			[]Warning{{Reason: ReasonPerQuery, Fill: 1.5, Over: true, Limit: "burst_limit=2s"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -58,11 +57,6 @@ type Request struct {
 	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
-	// WarnOnly marks a budget in warn mode: a limit it exceeds does not deny
-	// the admission; the request is admitted anyway (its slot and debt
-	// counted, so the budget keeps measuring) and reported as a [Warning]
-	// with Over set.
-	WarnOnly bool
 }
 
 // Denial says which request refused an admission and why.
@@ -86,7 +80,6 @@ type Warning struct {
 	Index  int     // into the requests passed to Admit
 	Reason string  // the fullest limit: ReasonConcurrency, ReasonPerQuery or ReasonBudget
 	Fill   float64 // usage / limit after admission, e.g. 0.85
-	Over   bool    // Fill > 1: a WarnOnly request admitted past its limit
 	Limit  string  // as in Denial
 }
 
@@ -96,7 +89,7 @@ type Warning struct {
 // counter). Each admitted request must later be given back with [Release].
 //
 // On success it returns warns with a [Warning] appended for each request
-// whose limit is at or above its WarningThreshold, or past it (WarnOnly);
+// whose limit is at or above its WarningThreshold;
 // pass a reused slice to avoid allocating. On refusal it returns the denial:
 // one that can never fit (ReasonPerQuery) if any, else the one with the
 // longest RetryAfter, since the caller must wait for all of them. A request
@@ -124,9 +117,6 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 	var worst *Denial
 	for i := range reqs {
 		r := &reqs[i]
-		if r.WarnOnly {
-			continue
-		}
 		// Earlier requests of this admission for the same budget and key
 		// count as already taken.
 		slots, cost := 0, 0.0
@@ -212,11 +202,13 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	rate, burst, maxConcurrent := b.keys.limits(s)
 	if s == nil {
 		s = &state{} // an absent key is empty
+	} else {
+		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
 	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
 		return &Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
-	if sp.Rate > 0 && !s.Fits(now, rate, burst, need) && !emptyFits(s, now, rate) {
+	if sp.Rate > 0 && s.Debt+need > withSlack(burst) && !emptyFits(s.Debt, rate) {
 		return &Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
@@ -230,15 +222,15 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	if s == nil {
 		s = b.keys.insert(r.Key, now)
 	}
-	b.keys.take(s, now, cost)
+	b.keys.take(s, cost)
 	b.admitted++
 	if s.part != nil {
 		s.part.admitted(cost, s.inflight)
 	}
 
 	sp := &b.keys.spec
-	if !r.WarnOnly && sp.WarningThreshold == 0 {
-		return warns // within every limit, and nothing asked to be warned
+	if sp.WarningThreshold == 0 {
+		return warns // nothing asked to be warned
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
 	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
@@ -257,15 +249,10 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 		if f := s.Debt / burst; f > fill {
 			fill, reason, limit = f, ReasonBudget, b.text.burst
 		}
-		if cost > withSlack(sp.Burst) {
-			// Too big for the bucket, however empty: report it as the denial would.
-			fill, reason, limit = math.Max(fill, cost/sp.Burst), ReasonPerQuery, b.text.burst
-		}
 	}
-	over := fill > 1 && (reason != ReasonBudget || s.Debt > withSlack(burst))
-	if over || (sp.WarningThreshold > 0 && fill >= sp.WarningThreshold) {
+	if fill >= sp.WarningThreshold {
 		b.warned++
-		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Over: over, Limit: limit})
+		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Limit: limit})
 	}
 	return warns
 }

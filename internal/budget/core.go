@@ -179,9 +179,9 @@ func (k *keys) trim(n int) {
 	}
 }
 
-// take charges cost and one slot to s.
-func (k *keys) take(s *state, now time.Time, cost float64) {
-	s.Charge(now, k.rate(s), cost)
+// take charges cost and one slot to s, whose debt check has drained to now.
+func (k *keys) take(s *state, cost float64) {
+	s.Debt += cost
 	if s.idx >= 0 {
 		heap.Remove(&k.idle, s.idx)
 	}

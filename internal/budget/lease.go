@@ -171,12 +171,12 @@ func (k *keys) limits(s *state) (rate, burst float64, maxConcurrent int) {
 	return l.Rate, l.Burst, l.Slots
 }
 
-// emptyFits reports whether s, with credit and no debt, may admit a statement larger than its
+// emptyFits reports whether a key with credit (rate) and no debt may admit a statement larger than its
 // bucket: a shared budget's lease holds a fraction of the budget's burst, and a statement
 // that fits the budget's must not be refused for ever. (In a local budget the bucket is the
 // budget's, so this admits nothing that Fits did not.)
-func emptyFits(s *state, now time.Time, rate float64) bool {
-	return rate > 0 && s.DebtAt(now, rate) == 0
+func emptyFits(debt, rate float64) bool {
+	return rate > 0 && debt == 0
 }
 
 // retryAfter is when need fits s's bucket: exact for a local budget, and for a shared one

@@ -244,7 +244,7 @@ func fuzzBody(t *testing.T, prog []byte) {
 		cost := float64(arg>>3) / 16
 		switch op % 5 {
 		case 0, 1: // admit on one or both budgets
-			reqs := []Request{{Budget: bs[op%2], Key: key, Cost: cost, WarnOnly: op&8 != 0}}
+			reqs := []Request{{Budget: bs[op%2], Key: key, Cost: cost}}
 			if op&16 != 0 {
 				reqs = append(reqs, Request{Budget: bs[1-op%2], Key: key, Cost: cost})
 			}
