@@ -120,7 +120,7 @@ const (
 )
 
 // costBucket is the recent k = actual / plan cost of one pattern's executions whose plan cost
-// lies in [2^(exp-1), 2^exp).
+// lies in [2^exp, 2^(exp+1)).
 type costBucket struct {
 	exp  int
 	used uint64  // the pattern's nPlanned when last trained; 0 when the bucket is empty
@@ -144,7 +144,7 @@ func (b *costBucket) median() float64 {
 // bucketK returns the median recent k of planCost's range, else of the range above, else of the
 // range below.
 func (p *pattern) bucketK(planCost float64) (float64, bool) {
-	_, exp := math.Frexp(planCost)
+	exp := math.Ilogb(planCost)
 	for _, e := range [...]int{exp, exp + 1, exp - 1} {
 		for i := range p.buckets {
 			if b := &p.buckets[i]; b.used != 0 && b.exp == e {
@@ -158,7 +158,7 @@ func (p *pattern) bucketK(planCost float64) (float64, bool) {
 // observeBucket adds the sample k = actual / planCost to the bucket of planCost's range,
 // replacing the least recently trained range if it has none.
 func (p *pattern) observeBucket(planCost, actual float64) {
-	_, exp := math.Frexp(planCost)
+	exp := math.Ilogb(planCost)
 	j := -1
 	for i := range p.buckets {
 		c := &p.buckets[i]
