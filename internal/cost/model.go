@@ -108,6 +108,11 @@ type pattern struct {
 	// planCost is the planner cost of the pattern's last EXPLAIN, valid until planExpires.
 	planCost    float64
 	planExpires time.Time
+	// planSeconds and planOK are the prediction for planCost, worked out when it or the pattern's
+	// training changes rather than per statement, as costBucket.med is (for a pattern without a
+	// k of its own, it uses the global k of that moment).
+	planSeconds float64
+	planOK      bool
 }
 
 const (
@@ -213,7 +218,11 @@ func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
 	if validPlan(planCost) {
 		r.PlanCost = planCost
 	}
-	r.Seconds, r.OK = m.predictLocked(p, planCost)
+	if r.Cached {
+		r.Seconds, r.OK = p.planSeconds, p.planOK
+	} else {
+		r.Seconds, r.OK = m.predictLocked(p, planCost)
+	}
 	r.Volatile = m.volatileLocked(p)
 	m.mu.RUnlock() // not deferred: nothing above panics, and this runs per statement
 	return r
@@ -230,6 +239,7 @@ func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
 	p.planCost, p.planExpires = planCost, now.Add(PlanTTL)
+	p.planSeconds, p.planOK = m.predictLocked(p, planCost)
 }
 
 // predictLocked is Predict's seconds for pattern p (nil when the pattern is not in the table).
@@ -279,6 +289,7 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 		m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
 		m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
 	}
+	p.planSeconds, p.planOK = m.predictLocked(p, p.planCost)
 }
 
 // ema returns the average avg updated with sample x; n counts samples including x.

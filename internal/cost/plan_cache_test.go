@@ -169,3 +169,43 @@ func BenchmarkDecisionCacheHit(b *testing.B) {
 		}
 	})
 }
+
+// TestCachedPlanFollowsTraining checks that a prediction from the cached plan cost is the one an
+// explicit plan cost gets, however the pattern's history changes after the plan was cached.
+func TestCachedPlanFollowsTraining(t *testing.T) {
+	m := NewModel(0)
+	now := time.Unix(1000, 0)
+	const fp, plan = 7, 100.0
+	m.PutPlan(now, fp, plan)
+	steps := []struct {
+		name   string
+		actual float64 // observed before predicting; 0 for none
+	}{
+		{"before history: the global k", 0},
+		{"first execution", 1},
+		{"slower executions", 3},
+		{"slower still", 5},
+		{"faster again", 0.5},
+	}
+	for _, s := range steps {
+		if s.actual > 0 {
+			m.Observe(fp, plan, s.actual)
+		}
+		cached := m.Predict(now, fp, 0)
+		explicit := m.Predict(now, fp, plan)
+		if !cached.Cached || cached.PlanCost != plan {
+			t.Fatalf("%s: Predict(0) = %+v, want the cached plan cost %v", s.name, cached, plan)
+		}
+		if cached.Seconds != explicit.Seconds || cached.OK != explicit.OK {
+			t.Errorf("%s: cached plan predicts %v (ok %v), the same plan cost explicitly %v (ok %v)",
+				s.name, cached.Seconds, cached.OK, explicit.Seconds, explicit.OK)
+		}
+	}
+	// A plan cost of 0 (EXPLAIN said nothing useful) predicts from history, like no plan.
+	m.PutPlan(now, fp, 0)
+	m.Observe(fp, 0, 2)
+	got := m.Predict(now, fp, 0)
+	if want, _ := meanActual(m, fp); got.Seconds != want {
+		t.Errorf("cached plan cost 0: predicts %v, want the mean actual %v", got.Seconds, want)
+	}
+}
