@@ -1,0 +1,227 @@
+package rules
+
+import (
+	"os"
+	"reflect"
+	"testing"
+)
+
+// subsetCases are files in the subset, each an edge of it; FuzzYAMLSubset starts from them.
+var subsetCases = []string{
+	"a: 1\n",
+	"a: 1",
+	"a: 1\r\nb: 2\r\n",
+	"---\na: 1\n",
+	"--- # the rules\n\n# a comment\na: 1\n",
+	"# only a comment first\n\n  a: 1\n  b:\n    c: d\n",
+	"a:\n  b:\n    c: 1\n  d: 2\ne: 3\n",
+	"a:\n- 1\n- 2\nb: 3\n",
+	"a:\n  - 1\n  -\n  - - x\n    - y\n  - k: v\n    l: w\n",
+	"- a: 1\n  b:\n  - x\n  c: 2\n- 3\n",
+	"- \n- # empty\n-\n  a: 1\n",
+	"a:\nb: ~\nc: null\nd: Null\n",
+	"a: {}\nb: []\nc: {x: 1, y: [1, 2, {z: w}]}\n",
+	"a: {x: 1,\n  y: 2}   # trailing\nb: [1,\n\n  # inside\n  2\n  ]\n",
+	"{a: 1, b: [x, y]}\n",
+	"[1, 2]\n",
+	"{\"a\":1, 'b' :2, c :3}\n",
+	"a: 'it''s'\nb: \"\\x41\\u00e9\\U0001F600\\t\\n\\\\\\\"\\N\\_\\L\"\n",
+	"'quoted key': 1\n\"other\" : 2\n",
+	"a: b c  d   # comment\n",
+	"a: b#c\nd: e:f\ng: http://x/y\n",
+	"a: -1\nb: -.inf\nc: .NaN\nd: 0x1F\ne: 0o17\nf: 1_000\ng: 1e3\nh: +1\ni: 010\n",
+	"a: true\nb: True\nc: yes\nd: off\ne: 2001-12-14\nf: 2001-12-14t21:59:43.10-05:00\n",
+	"a: 'true'\nb: \"1\"\nc: ''\n",
+	"a: é 😀\n",
+	"{a: [b, c], d: {e: f}}",
+	"a: [x, -y, 1:2, a?b]\n",
+	"match: {port: 5432, addr: 10.0.0.0/8, glob: rep*}\n",
+	"server_cores: 4\nbudgets:\n  - name: a\n    max_concurrent: 0\n",
+	"rules:\n  - budget: x\n    match: {app: }\n",
+	"a:\n  b: 1\n c: 2\n",
+	"a: 1\n  b: 2\n",
+	"a: b\n  c\n",
+	"- a\n  b\n",
+	"a: {b: c\n  d}\n",
+	"a: {b: 1,}\n",
+	"a: &x 1\nb: *x\n",
+	"a: !!str 1\n",
+	"a: |\n  text\n",
+	"? a\n: b\n",
+	"<<: {a: 1}\n",
+	"a:\tb\n",
+	"a: 1\n---\nb: 2\n",
+	"a: 1\n...\n",
+	"%YAML 1.2\n---\na: 1\n",
+	"a: 'x\n  y'\n",
+	"a: 1 # c\n  # deeper comment\nb: 2\n",
+	"a: {b: 1, # c\n# at the margin\n  c: 2}\n",
+	"- - - x\n",
+	"a:\n  - x\n  b: 1\n",
+	"{a: 1} x\n",
+	"a: [b]: c\n",
+	"a: b: c\n",
+	"a:b\n",
+	"'a':b\n",
+	"a: \"\\ud800\"\n",
+	"\n\n",
+	"",
+	"x",
+}
+
+// FuzzYAMLSubset: whenever subsetTree reads a file, the YAML parser reads it too, into the
+// same tree, and Parse makes the same of both, errors included.
+func FuzzYAMLSubset(f *testing.F) {
+	for _, name := range []string{"testdata/full.yaml", "testdata/full.json"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add(largeRulesFile(3))
+	for _, s := range subsetCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := subsetTree(data)
+		if !ok {
+			return
+		}
+		slow, err := yamlTree(data)
+		if err != nil {
+			t.Fatalf("subsetTree read a file the YAML parser refuses (%v)", err)
+		}
+		if diff := sameTree(fast, slow, "$"); diff != "" {
+			t.Fatalf("trees differ at %s", diff)
+		}
+		c1, err1 := decode(fast)
+		c2, err2 := decode(slow)
+		if !reflect.DeepEqual(c1, c2) || errText(err1) != errText(err2) {
+			t.Fatalf("subset read: %v %v\nYAML read: %v %v", c1, err1, c2, err2)
+		}
+	})
+}
+
+// The files rules files are made of are read by subsetTree, as the YAML parser reads them.
+func TestYAMLSubsetReads(t *testing.T) {
+	full, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"full.yaml":           full,
+		"generated":           largeRulesFile(50),
+		"indentless lists":    []byte("budgets:\n- name: a\n  max_concurrent: 2\nrules:\n- budget: a\n  match:\n    app: x\n"),
+		"flow over lines":     []byte("rules:\n  - budget: a\n    match: {app: x,\n            tenant: 't1'}\n"),
+		"document start":      []byte("---\n# rules\nserver_cores: 2\n"),
+		"windows line breaks": []byte("server_cores: 2\r\nbudgets:\r\n  - {name: a}\r\n"),
+		"quoted scalars":      []byte("health_queries:\n  \"my load\": 'select ''x'''\n  other: \"select \\\"y\\\"\"\n"),
+		"typed scalars":       []byte("a: [1, -2.5, 0x1f, .inf, true, yes, null, ~, 2001-12-14, '1', \"true\"]\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			fast, ok := subsetTree(data)
+			if !ok {
+				t.Fatal("declined")
+			}
+			slow, err := yamlTree(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := sameTree(fast, slow, "$"); diff != "" {
+				t.Fatalf("trees differ at %s", diff)
+			}
+		})
+	}
+}
+
+// What the subset leaves out goes to the YAML parser, which reads it or names the problem.
+func TestYAMLSubsetDeclines(t *testing.T) {
+	tests := []struct{ name, file string }{
+		{"empty", ""},
+		{"only comments", "# nothing\n\n"},
+		{"a scalar document", "x\n"},
+		{"anchor and alias", "a: &x 1\nb: *x\n"},
+		{"tag", "a: !!str 1\n"},
+		{"literal block scalar", "a: |\n  text\n"},
+		{"folded block scalar", "a: >\n  text\n"},
+		{"plain scalar over two lines", "a: b\n  c\n"},
+		{"plain entry over two lines", "- a\n  b\n"},
+		{"plain scalar over two lines in flow", "a: {b: c\n  d}\n"},
+		{"quoted scalar over two lines", "a: 'x\n  y'\n"},
+		{"directive", "%YAML 1.2\n---\na: 1\n"},
+		{"explicit key", "? a\n: b\n"},
+		{"merge key", "<<: {a: 1}\nb: 2\n"},
+		{"tab", "a:\tb\n"},
+		{"lone carriage return", "a: 1\rb: 2\n"},
+		{"byte order mark", "\ufeffa: 1\n"},
+		{"NUL", "a: \x00\n"},
+		{"invalid UTF-8", "a: \xff\n"},
+		{"line separator", "a: x\u2028y\n"},
+		{"second document", "a: 1\n---\nb: 2\n"},
+		{"document end", "a: 1\n...\n"},
+		{"content after document start", "--- a: 1\n"},
+		{"trailing comma", "a: {b: 1,}\n"},
+		{"empty flow value", "a: {b: }\n"},
+		{"flow key without value", "a: {b}\n"},
+		{"pair in a flow sequence", "a: [b: c]\n"},
+		{"flow line at the key's indentation", "a: {b: 1,\nc: 2}\n"},
+		{"key at odd indentation", "a:\n  b: 1\n c: 2\n"},
+		{"value indented past its key", "a: 1\n  b: 2\n"},
+		{"key below an indented list", "a:\n  - x\n  b: 1\n"},
+		{"text after a flow collection", "{a: 1} x\n"},
+		{"flow collection as key", "[a]: b\n"},
+		{"two values on a line", "a: b: c\n"},
+		{"colon without space", "a:b\n"},
+		{"comment without space", "a: 'b'#c\n"},
+		{"unknown escape", "a: \"\\q\"\n"},
+		{"surrogate escape", "a: \"\\ud800\"\n"},
+		{"unterminated quote", "a: 'b\n"},
+		{"long key", longKey() + ": 1\n"},
+		{"deep nesting", deepFlow(maxDepth + 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if root, ok := subsetTree([]byte(tt.file)); ok {
+				t.Fatalf("read as %s", describeNode(root))
+			}
+		})
+	}
+}
+
+func longKey() string {
+	b := make([]byte, maxKeyLength+1)
+	for i := range b {
+		b[i] = 'k'
+	}
+	return string(b)
+}
+
+func deepFlow(depth int) string {
+	var s []byte
+	for range depth {
+		s = append(s, '[')
+	}
+	for range depth {
+		s = append(s, ']')
+	}
+	return string(s)
+}
+
+// A file read by subsetTree and by the YAML parser makes the same Config.
+func TestLargeYAMLSubsetMatchesYAMLParser(t *testing.T) {
+	data := largeRulesFile(500)
+	fast, ok := subsetTree(data)
+	if !ok {
+		t.Fatal("declined")
+	}
+	slow, err := yamlTree(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err1 := decode(fast)
+	c2, err2 := decode(slow)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(c1, c2) {
+		t.Fatalf("subset read %v, YAML parser %v", err1, err2)
+	}
+}
