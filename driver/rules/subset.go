@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -106,6 +107,7 @@ type subsetReader struct {
 	indent    int // the indentation of the line pos stands on; -1 at the end of the file
 	depth     int
 	nodes     nodeBlock
+	stack     []*yaml.Node // the children of the collections being read, innermost last
 }
 
 func (r *subsetReader) decline() { panic(declined{}) }
@@ -219,10 +221,21 @@ func (r *subsetReader) null(line int) *yaml.Node {
 	return n
 }
 
-func (r *subsetReader) enter() {
+// enter starts reading a collection's children onto r.stack, from the returned mark.
+func (r *subsetReader) enter() (mark int) {
 	if r.depth++; r.depth > maxDepth {
 		r.decline()
 	}
+	return len(r.stack)
+}
+
+// leave sets n's children, those on r.stack from mark: a slice of the exact size, allocated
+// once rather than grown.
+func (r *subsetReader) leave(n *yaml.Node, mark int) *yaml.Node {
+	n.Content = slices.Clone(r.stack[mark:])
+	r.stack = r.stack[:mark]
+	r.depth--
+	return n
 }
 
 // entry reports whether a block sequence entry (- followed by a space or a line break) is at pos.
@@ -238,20 +251,20 @@ func (r *subsetReader) blockCollection(col int) *yaml.Node {
 
 // blockMapping reads a block mapping whose keys are in column col, the first at pos.
 func (r *subsetReader) blockMapping(col int) *yaml.Node {
-	r.enter()
+	mark := r.enter()
 	n := r.node(yaml.MappingNode, 0, "!!map")
 	for {
 		k := r.key()
 		if k == nil {
 			r.decline()
 		}
-		n.Content = append(n.Content, k, r.blockValue(col, true))
+		r.stack = append(r.stack, k)
+		r.stack = append(r.stack, r.blockValue(col, true))
 		switch {
 		case r.indent > col:
 			r.decline()
 		case r.indent < col:
-			r.depth--
-			return n
+			return r.leave(n, mark)
 		}
 	}
 }
@@ -259,7 +272,7 @@ func (r *subsetReader) blockMapping(col int) *yaml.Node {
 // blockSequence reads a block sequence whose entries are in column col, the first at pos. An
 // indentless sequence, a mapping's value at the key's indentation, ends at the next key.
 func (r *subsetReader) blockSequence(col int, indentless bool) *yaml.Node {
-	r.enter()
+	mark := r.enter()
 	n := r.node(yaml.SequenceNode, 0, "!!seq")
 	for {
 		r.pos++ // the -
@@ -277,7 +290,7 @@ func (r *subsetReader) blockSequence(col int, indentless bool) *yaml.Node {
 			r.endOfLine()
 			r.nextLine()
 		}
-		n.Content = append(n.Content, v)
+		r.stack = append(r.stack, v)
 		switch {
 		case r.indent > col:
 			r.decline()
@@ -285,8 +298,7 @@ func (r *subsetReader) blockSequence(col int, indentless bool) *yaml.Node {
 			if r.indent == col && !indentless {
 				r.decline() // a key below an indented sequence
 			}
-			r.depth--
-			return n
+			return r.leave(n, mark)
 		}
 	}
 }
@@ -389,9 +401,23 @@ func (r *subsetReader) plain(flow bool) *yaml.Node {
 	}
 	n := r.node(yaml.ScalarNode, 0, "")
 	n.Value = strings.Clone(value) // a copy: the config must not pin the whole file
-	n.Tag = n.ShortTag()           // as the YAML parser resolves a plain scalar
+	n.Tag = plainTag(n)
 	r.pos = end
 	return n
+}
+
+// plainTag returns the tag the YAML parser resolves a plain scalar to. Most scalars of a
+// generated file are names, and the resolver is slow for them: a scalar that starts with a
+// letter is a string unless it is one of YAML's words (true, false and null, in their three
+// spellings), which start with t, f or n and are at most five letters long. Only those and
+// the scalars that start otherwise are left to the resolver.
+func plainTag(n *yaml.Node) string {
+	v := n.Value
+	c := v[0] | 0x20 // lower case, for a letter
+	if c >= 'a' && c <= 'z' && (len(v) > len("false") || strings.IndexByte("tfn", c) < 0) {
+		return "!!str"
+	}
+	return n.ShortTag()
 }
 
 // quoted reads a single- or double-quoted scalar on one line.
@@ -479,7 +505,7 @@ func (r *subsetReader) escape(b []byte, i int) ([]byte, int) {
 // flowCollection reads a flow mapping or sequence at pos; its further lines must be indented
 // past minIndent, the column of the block collection holding it (-1 for none).
 func (r *subsetReader) flowCollection(minIndent int) *yaml.Node {
-	r.enter()
+	mark := r.enter()
 	mapping := r.src[r.pos] == '{'
 	n := r.node(yaml.SequenceNode, yaml.FlowStyle, "!!seq")
 	closing := byte(']')
@@ -490,8 +516,7 @@ func (r *subsetReader) flowCollection(minIndent int) *yaml.Node {
 	r.flowSpace(minIndent)
 	if r.peek(0) == closing {
 		r.pos++
-		r.depth--
-		return n
+		return r.leave(n, mark)
 	}
 	for {
 		if mapping {
@@ -504,18 +529,17 @@ func (r *subsetReader) flowCollection(minIndent int) *yaml.Node {
 			}
 			r.pos++
 			r.flowSpace(minIndent)
-			n.Content = append(n.Content, k)
+			r.stack = append(r.stack, k)
 		}
 		if c := r.peek(0); c == ',' || c == closing {
 			r.decline() // an empty value
 		}
-		n.Content = append(n.Content, r.flowValue(minIndent, false))
+		r.stack = append(r.stack, r.flowValue(minIndent, false))
 		r.flowSpace(minIndent)
 		switch r.peek(0) {
 		case closing:
 			r.pos++
-			r.depth--
-			return n
+			return r.leave(n, mark)
 		case ',':
 			r.pos++
 			r.flowSpace(minIndent)

@@ -37,6 +37,8 @@ var subsetCases = []string{
 	"a: [x, -y, 1:2, a?b]\n",
 	"match: {port: 5432, addr: 10.0.0.0/8, glob: rep*}\n",
 	"server_cores: 4\nbudgets:\n  - name: a\n    max_concurrent: 0\n",
+	"budgets:\n  - {name: a, max_concurent: 4}\n  - name: a\n    mode: x\n    per: ''\nrules:\n  - budget: b\n    match: {app: 10.0.0.0/33}\n  - budget: a\n    match:\n      app: x\n      app: y\n",
+	"health_interval: 0\nguards:\n  require_where: enforce\n  block_truncate: {mode: warn, match: {app: web}}\ncoordination: {redis: 'redis://x'}\n",
 	"rules:\n  - budget: x\n    match: {app: }\n",
 	"a:\n  b: 1\n c: 2\n",
 	"a: 1\n  b: 2\n",
@@ -118,6 +120,7 @@ func TestYAMLSubsetReads(t *testing.T) {
 		"windows line breaks": []byte("server_cores: 2\r\nbudgets:\r\n  - {name: a}\r\n"),
 		"quoted scalars":      []byte("health_queries:\n  \"my load\": 'select ''x'''\n  other: \"select \\\"y\\\"\"\n"),
 		"typed scalars":       []byte("a: [1, -2.5, 0x1f, .inf, true, yes, null, ~, 2001-12-14, '1', \"true\"]\n"),
+		"words":               []byte("a: [true, True, TRUE, tRUE, false, FALSE, falsey, null, NULL, nil, no, on, off, y, tenant, n1]\n"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			fast, ok := subsetTree(data)
