@@ -1,8 +1,11 @@
 package rules
 
 import (
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -84,6 +87,12 @@ func FuzzYAMLSubset(f *testing.F) {
 	f.Add(largeRulesFile(3))
 	for _, s := range subsetCases {
 		f.Add([]byte(s))
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		g := yamlGenerator{rng: rng}
+		g.block(0, 0)
+		f.Add([]byte(g.b.String()))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fast, ok := subsetTree(data)
@@ -227,4 +236,171 @@ func TestLargeYAMLSubsetMatchesYAMLParser(t *testing.T) {
 	if err1 != nil || err2 != nil || !reflect.DeepEqual(c1, c2) {
 		t.Fatalf("subset read %v, YAML parser %v", err1, err2)
 	}
+}
+
+// TestYAMLSubsetGenerated compares subsetTree with the YAML parser on files generated from
+// the subset's grammar, with odd indentation and spacing mixed in: the byte-level mutations of
+// FuzzYAMLSubset seldom build deep structures. Set YAML_SUBSET_FILES to generate more.
+func TestYAMLSubsetGenerated(t *testing.T) {
+	n := 3000
+	if s := os.Getenv("YAML_SUBSET_FILES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	accepted := 0
+	for range n {
+		g := yamlGenerator{rng: rng}
+		g.block(0, 0)
+		data := []byte(g.b.String())
+		fast, ok := subsetTree(data)
+		if !ok {
+			continue
+		}
+		accepted++
+		slow, err := yamlTree(data)
+		if err != nil {
+			t.Fatalf("subsetTree read a file the YAML parser refuses (%v):\n%s", err, data)
+		}
+		if diff := sameTree(fast, slow, "$"); diff != "" {
+			t.Fatalf("trees differ at %s:\n%s", diff, data)
+		}
+	}
+	t.Logf("%d of %d generated files read", accepted, n)
+	if accepted < n/4 {
+		t.Errorf("only %d of %d generated files read: the generator or the reader drifted", accepted, n)
+	}
+}
+
+// yamlGenerator writes random YAML in and around the subset.
+type yamlGenerator struct {
+	rng *rand.Rand
+	b   strings.Builder
+}
+
+var generatedScalars = []string{
+	"a", "tenant-1", "x y", "1", "-1", "0.5", "1e3", ".inf", "-.inf", "0x1f", "0o17", "010", "1_000",
+	"true", "True", "false", "null", "~", "yes", "no", "2001-12-14", "a#b", "a:b", "http://x/y",
+	"'q'", "'it''s'", "''", `"d"`, `"\t\u00e9"`, `""`, "-x", "--", "---x", "é", "a b  c", "+1", "0",
+	"10.0.0.0/8", "a ", "- a", "a: b", "[a]",
+}
+
+// outsideScalars are outside the subset, or errors: a generated file holds one now and then.
+var outsideScalars = []string{"*", "&a", "!t", "|", ">", "?x", "@", "%", "<<", "'a", "\"\\q\""}
+
+func (g *yamlGenerator) pick(s ...string) string { return s[g.rng.IntN(len(s))] }
+
+func (g *yamlGenerator) scalar() string {
+	if g.rng.IntN(30) == 0 {
+		return g.pick(outsideScalars...)
+	}
+	return g.pick(generatedScalars...)
+}
+
+// indent returns the indentation of a nested block: usually deeper, sometimes odd.
+func (g *yamlGenerator) indent(parent int) int {
+	switch g.rng.IntN(20) {
+	case 0:
+		return parent
+	case 1:
+		return max(parent-1, 0)
+	}
+	return parent + 1 + g.rng.IntN(3)
+}
+
+// space separates an indicator from a value: usually one space, sometimes two or none.
+func (g *yamlGenerator) space() string {
+	switch g.rng.IntN(10) {
+	case 0:
+		return ""
+	case 1:
+		return "  "
+	}
+	return " "
+}
+
+func (g *yamlGenerator) pad(n int) { g.b.WriteString(strings.Repeat(" ", n)) }
+
+// eol ends a line, now and then with spaces, a comment or a blank line.
+func (g *yamlGenerator) eol() {
+	switch g.rng.IntN(10) {
+	case 0:
+		g.b.WriteString("  # c")
+	case 1:
+		g.b.WriteString(" ")
+	case 2:
+		g.b.WriteString("\n\n# c")
+	case 3:
+		g.b.WriteString("\r")
+	}
+	g.b.WriteString("\n")
+}
+
+// block writes a block mapping or sequence at indent, whose first line starts at the cursor.
+func (g *yamlGenerator) block(indent, depth int) {
+	seq := g.rng.IntN(3) == 0
+	for i := range 1 + g.rng.IntN(4) {
+		if i > 0 {
+			g.pad(indent)
+		}
+		if seq {
+			g.b.WriteString("-")
+		} else {
+			g.b.WriteString(g.scalar())
+			g.b.WriteString(g.pick(":", ":", " :"))
+		}
+		g.value(indent, depth, seq)
+	}
+}
+
+// value writes the rest of an entry or pair: an inline value, or a nested block.
+func (g *yamlGenerator) value(indent, depth int, inSeq bool) {
+	switch r := g.rng.IntN(10); {
+	case depth < 4 && r < 3:
+		g.eol()
+		in := g.indent(indent)
+		g.pad(in)
+		g.block(in, depth+1)
+	case depth < 4 && r == 3 && inSeq:
+		sp := g.space()
+		g.b.WriteString(sp)
+		g.block(indent+1+len(sp), depth+1) // a compact mapping or sequence
+	case depth < 4 && r == 4:
+		g.b.WriteString(g.space())
+		g.flow(indent, depth+1)
+		g.eol()
+	case r == 5:
+		g.eol() // empty
+	default:
+		g.b.WriteString(g.space())
+		g.b.WriteString(g.scalar())
+		g.eol()
+	}
+}
+
+// flow writes a flow collection, sometimes over several lines.
+func (g *yamlGenerator) flow(indent, depth int) {
+	mapping := g.rng.IntN(2) == 0
+	open, closing := "[", "]"
+	if mapping {
+		open, closing = "{", "}"
+	}
+	g.b.WriteString(open)
+	for i := range g.rng.IntN(4) {
+		if i > 0 {
+			g.b.WriteString(g.pick(", ", ",", " ,", ",\n"+strings.Repeat(" ", g.indent(indent))))
+		}
+		if mapping {
+			g.b.WriteString(g.scalar())
+			g.b.WriteString(g.pick(": ", ":", " : "))
+		}
+		if depth < 4 && g.rng.IntN(4) == 0 {
+			g.flow(indent, depth+1)
+		} else {
+			g.b.WriteString(g.scalar())
+		}
+	}
+	g.b.WriteString(g.pick(closing, " "+closing, "\n"+strings.Repeat(" ", g.indent(indent))+closing))
 }
