@@ -127,6 +127,8 @@ func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
 		cfg = &rules.Config{}
 	}
+	// Validated even when it comes from rules.Parse, which validated it: a Config is plain data
+	// that the caller may have changed since, and a mark of "validated" would go stale.
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
