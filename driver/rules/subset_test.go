@@ -114,34 +114,52 @@ func FuzzYAMLSubset(f *testing.F) {
 	})
 }
 
-// The files rules files are made of are read by subsetTree, as the YAML parser reads them.
+// The files rules files are made of are read by subsetTree, as the YAML parser reads them,
+// and their problems are reported on the same lines.
 func TestYAMLSubsetReads(t *testing.T) {
 	full, err := os.ReadFile("testdata/full.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{
-		"full.yaml":           full,
-		"generated":           largeRulesFile(50),
-		"indentless lists":    []byte("budgets:\n- name: a\n  max_concurrent: 2\nrules:\n- budget: a\n  match:\n    app: x\n"),
-		"flow over lines":     []byte("rules:\n  - budget: a\n    match: {app: x,\n            tenant: 't1'}\n"),
-		"document start":      []byte("---\n# rules\nserver_cores: 2\n"),
-		"windows line breaks": []byte("server_cores: 2\r\nbudgets:\r\n  - {name: a}\r\n"),
-		"quoted scalars":      []byte("health_queries:\n  \"my load\": 'select ''x'''\n  other: \"select \\\"y\\\"\"\n"),
-		"typed scalars":       []byte("a: [1, -2.5, 0x1f, .inf, true, yes, null, ~, 2001-12-14, '1', \"true\"]\n"),
-		"words":               []byte("a: [true, True, TRUE, tRUE, false, FALSE, falsey, null, NULL, nil, no, on, off, y, tenant, n1]\n"),
-	} {
-		t.Run(name, func(t *testing.T) {
-			fast, ok := subsetTree(data)
+	tests := []struct {
+		name string
+		file []byte
+		want string // part of the error, or "" for none
+	}{
+		{"full.yaml", full, ""},
+		{"generated", largeRulesFile(50), ""},
+		{"indentless lists", []byte("budgets:\n- name: a\n  max_concurrent: 2\nrules:\n- budget: a\n  match:\n    app: x\n"), ""},
+		{"flow over lines", []byte("budgets: [{name: a}]\nrules:\n  - budget: a\n    match: {app: x,\n            tenant: 't1'}\n"), ""},
+		{"document start", []byte("---\n# rules\nserver_cores: 2\n"), ""},
+		{"windows line breaks", []byte("server_cores: 2\r\nbudgets:\r\n  - {name: a}\r\n"), ""},
+		{"quoted scalars", []byte("health_queries:\n  \"my-load\": 'select ''x'''\n  other: \"select \\\"y\\\"\"\n"), ""},
+		{"typed scalars", []byte("a: [1, -2.5, 0x1f, .inf, true, yes, null, ~, 2001-12-14, '1', \"true\"]\n"), "line 1: a: unknown field"},
+		{"words", []byte("a: [true, True, TRUE, tRUE, false, FALSE, falsey, null, NULL, nil, no, on, off, y, tenant, n1]\n"), "line 1: a: unknown field"},
+		{"unknown field", []byte("budgets:\n  - name: a\n\n    max_concurent: 4\n"), "line 4: budgets[0].max_concurent: unknown field"},
+		{"duplicate key", []byte("server_cores: 2\n# again\nserver_cores: 3\n"), "line 3: server_cores: duplicate key (first on line 1)"},
+		{"explicit zero", []byte("budgets:\n- {name: a,\n   max_concurrent: 0}\n"), "line 3: budgets[0].max_concurrent: must be > 0"},
+		{"null in a match", []byte("budgets: [{name: a}]\nrules:\n  - budget: a\n    match:\n      app:\n"), "line 5: rules[0].match.app: expected a string, got null"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fast, ok := subsetTree(tt.file)
 			if !ok {
 				t.Fatal("declined")
 			}
-			slow, err := yamlTree(data)
+			slow, err := yamlTree(tt.file)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := sameTree(fast, slow, "$"); diff != "" {
 				t.Fatalf("trees differ at %s", diff)
+			}
+			c1, err1 := decode(fast)
+			c2, err2 := decode(slow)
+			if !reflect.DeepEqual(c1, c2) || errText(err1) != errText(err2) {
+				t.Fatalf("subset read: %v\nYAML parser read: %v", err1, err2)
+			}
+			if got := errText(err1); tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("error %q, want one containing %q", got, tt.want)
 			}
 		})
 	}
