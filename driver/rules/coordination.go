@@ -148,7 +148,7 @@ func (c *Config) validateCoordination(p *problems) {
 				p.add("coordination.redis", "%s, got %s", problem, quoteShort(RedactURL(co.Redis)))
 			}
 		}
-		p.durationField("coordination.sync_interval", co.SyncInterval, true)
+		p.durationField("coordination", "sync_interval", co.SyncInterval, true)
 		if d := time.Duration(co.SyncInterval); d != 0 && (d < MinSyncInterval || d > MaxSyncInterval) {
 			p.add("coordination.sync_interval", "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
 		}

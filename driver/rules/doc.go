@@ -106,8 +106,10 @@
 // found is reported, joined with [errors.Join]; each is an [*Error], and errors.Is(err,
 // [ErrInvalid]) holds for all of them. Parsing and validation take time in proportion to the
 // file: a budget and a rule per tenant, for a hundred thousand tenants, is an ordinary file.
-// Write such a file, which is usually generated, as JSON: a file that is valid JSON is read
-// without the YAML parser, far faster, with the same checks, messages and lines.
+// Such a file, which is usually generated, is read without the general YAML parser, far
+// faster, with the same checks, messages and lines, when it is valid JSON or YAML in the plain
+// style generated files use: mappings and lists laid out by indentation, flow mappings such
+// as {name: a, mode: enforce}, scalars on one line, no anchors, tags or block scalars.
 //
 // # Configs built in code
 //

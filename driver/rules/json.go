@@ -30,17 +30,13 @@ func jsonTree(data []byte) (root *yaml.Node, ok bool) {
 type jsonReader struct {
 	src   string
 	pos   int
-	line  int         // the line pos is on
-	nodes []yaml.Node // allocated a block at a time: a generated file has millions
+	line  int // the line pos is on
+	nodes nodeBlock
 }
 
 func (r *jsonReader) value() *yaml.Node {
 	r.space()
-	if len(r.nodes) == 0 {
-		r.nodes = make([]yaml.Node, 1024)
-	}
-	n := &r.nodes[0]
-	r.nodes = r.nodes[1:]
+	n := r.nodes.next()
 	n.Line = r.line
 	switch r.src[r.pos] {
 	case '{':

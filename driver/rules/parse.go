@@ -30,6 +30,9 @@ func Parse(data []byte) (cfg *Config, err error) {
 	}()
 	root, ok := jsonTree(data)
 	if !ok {
+		root, ok = subsetTree(data)
+	}
+	if !ok {
 		if root, err = yamlTree(data); err != nil {
 			return nil, err
 		}

@@ -28,7 +28,7 @@ func (c *Config) validate(p *problems) {
 	if !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit("server_cores") {
 		p.add("server_cores", "must be a number > 0, got %v", c.ServerCores)
 	}
-	p.durationField("health_interval", c.HealthInterval, true)
+	p.durationField("", "health_interval", c.HealthInterval, true)
 	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
 		p.add("health_interval", "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
 	}
@@ -46,22 +46,24 @@ func (c *Config) validate(p *problems) {
 	if cores <= 0 || !finite(cores) {
 		cores = 1
 	}
-	// names and first index the budgets by name, so that checking a rule's budget is a map
-	// probe: a config may hold a budget per tenant, tens of thousands of them.
-	names := make(map[string]bool, len(c.Budgets))
+	// first indexes the budgets by name (the first of each name), so that checking a rule's
+	// budget is a map probe: a config may hold a budget per tenant, tens of thousands of them.
 	first := make(map[string]int, len(c.Budgets))
 	for i := range c.Budgets {
-		names[c.Budgets[i].Name] = true
 		c.validateBudget(p, i, cores, first)
 	}
 
 	for i := range c.Rules {
 		r := &c.Rules[i]
+		_, known := first[r.Budget]
+		if r.Budget != "" && known && len(r.Match) > 0 && validMatch(r.Match) {
+			continue // the common case, checked without building a path
+		}
 		path := indexPath("rules", i)
 		switch {
 		case r.Budget == "":
 			p.add(path+".budget", "required")
-		case !names[r.Budget]:
+		case !known:
 			p.add(path+".budget", "unknown budget %s", quoteShort(r.Budget))
 		}
 		if len(r.Match) == 0 {
@@ -88,18 +90,22 @@ func (c *Config) validate(p *problems) {
 	c.validateCoordination(p)
 }
 
+// validateBudget checks budget i and adds its name to first. Field paths are built only for
+// a problem or to ask whether a zero was written: a config may hold many budgets.
 func (c *Config) validateBudget(p *problems, i int, cores float64, first map[string]int) {
 	b := &c.Budgets[i]
 	path := indexPath("budgets", i)
-	switch j, dup := first[b.Name]; {
+	j, dup := first[b.Name]
+	if !dup {
+		first[b.Name] = i
+	}
+	switch {
 	case b.Name == "":
 		p.add(path+".name", "required")
 	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
 		p.add(path+".name", "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
 	case dup:
 		p.add(path+".name", "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
-	default:
-		first[b.Name] = i
 	}
 	if !b.Mode.valid() {
 		p.add(path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
@@ -107,29 +113,26 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	if b.MaxConcurrent < 0 || b.MaxConcurrent == 0 && p.explicit(path+".max_concurrent") {
 		p.add(path+".max_concurrent", "must be > 0 (omit it for no limit), got %d", b.MaxConcurrent)
 	}
-	p.durationField(path+".per_query_limit", b.PerQueryLimit, true)
-	share := path + ".server_share"
-	if !finite(b.ServerShare) || b.ServerShare < 0 || b.ServerShare > 1 || b.ServerShare == 0 && p.explicit(share) {
-		p.add(share, "must be in (0, 1], got %v", b.ServerShare)
+	p.durationField(path, "per_query_limit", b.PerQueryLimit, true)
+	if !finite(b.ServerShare) || b.ServerShare < 0 || b.ServerShare > 1 || b.ServerShare == 0 && p.explicit(path+".server_share") {
+		p.add(path+".server_share", "must be in (0, 1], got %v", b.ServerShare)
 	}
-	burst := path + ".burst_limit"
-	p.durationField(burst, b.BurstLimit, true)
+	p.durationField(path, "burst_limit", b.BurstLimit, true)
 	if b.BurstLimit > 0 && b.ServerShare == 0 {
-		p.add(burst, "needs server_share (the rate the bucket drains at)")
+		p.add(path+".burst_limit", "needs server_share (the rate the bucket drains at)")
 	}
 	if b.ServerShare > 0 && b.ServerShare <= 1 && b.BurstLimit == 0 &&
 		b.ServerShare*cores*float64(time.Second) > math.MaxInt64 {
-		p.add(share, "server_share × server_cores is too large for a default burst_limit")
+		p.add(path+".server_share", "server_share × server_cores is too large for a default burst_limit")
 	}
-	wt := path + ".warning_threshold"
 	if !finite(b.WarningThreshold) || b.WarningThreshold < 0 || b.WarningThreshold >= 1 ||
-		b.WarningThreshold == 0 && p.explicit(wt) {
-		p.add(wt, "must be in (0, 1), got %v", b.WarningThreshold)
+		b.WarningThreshold == 0 && p.explicit(path+".warning_threshold") {
+		p.add(path+".warning_threshold", "must be in (0, 1), got %v", b.WarningThreshold)
 	}
-	if p.explicit(path+".per") && strings.TrimSpace(b.Per) == "" || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
+	if b.Per == "" && p.explicit(path+".per") || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
 		p.add(path+".per", "must be a tag key, got %s", quoteShort(b.Per))
 	}
-	p.durationField(path+".max_wait", b.MaxWait, false)
+	p.durationField(path, "max_wait", b.MaxWait, false)
 	// Sorted for the order of messages; most budgets have no throttle_when, and sorting
 	// allocates even for none.
 	if len(b.ThrottleWhen) > 0 {
@@ -156,26 +159,27 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	}
 }
 
-// durationField checks that d is not negative and, when zero would read as "no limit" but
-// was written explicitly (positive), not zero either.
-func (p *problems) durationField(path string, d Duration, positive bool) {
+// durationField checks that field d of parent (a path, "" for the top level) is not negative
+// and, when zero would read as "no limit" but was written explicitly (positive), not zero
+// either.
+func (p *problems) durationField(parent, field string, d Duration, positive bool) {
+	if d > 0 || d == 0 && (!positive || p.root == nil) {
+		return // the common case, checked without building a path
+	}
+	path := field
+	if parent != "" {
+		path = parent + "." + field
+	}
 	switch {
 	case d < 0:
 		p.add(path, "must not be negative, got %v", d)
-	case d == 0 && positive && p.explicit(path):
+	case d == 0 && p.explicit(path):
 		p.add(path, "must be > 0 (omit it for the default), got 0")
 	}
 }
 
 func validateMatch(p *problems, path string, m map[string]string) {
-	valid := true
-	for k, v := range m {
-		if _, _, err := ParseMatchValue(v); k == "" || err != nil {
-			valid = false
-			break
-		}
-	}
-	if valid {
+	if validMatch(m) {
 		return // the common case, checked without sorting: a file may hold many rules
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -187,6 +191,16 @@ func validateMatch(p *problems, path string, m map[string]string) {
 			p.add(kp, "%v", err)
 		}
 	}
+}
+
+// validMatch reports whether a match has no problem for validateMatch to report.
+func validMatch(m map[string]string) bool {
+	for k, v := range m {
+		if _, _, err := ParseMatchValue(v); k == "" || err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func validMetricName(s string) bool {

@@ -127,6 +127,8 @@ func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
 		cfg = &rules.Config{}
 	}
+	// Validated even when it comes from rules.Parse, which validated it: a Config is plain data
+	// that the caller may have changed since, and a mark of "validated" would go stale.
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -192,8 +194,10 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	if c.healthInterval <= 0 {
 		c.healthInterval = time.Second
 	}
-	index := map[string]int{}
-	keep := map[string]*budget.Budget{}
+	// Sized up front: a config may hold a budget per tenant.
+	index := make(map[string]int, len(cfg.Budgets))
+	keep := make(map[string]*budget.Budget, len(cfg.Budgets))
+	c.budgets = make([]*budgetState, 0, len(cfg.Budgets))
 	for i, b := range cfg.Budgets {
 		spec := budget.Spec{
 			MaxConcurrent:    b.MaxConcurrent,
@@ -233,6 +237,8 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			return nil, err
 		}
 		c.rules = set
+		c.ruleBudget = make([]int, 0, len(cfg.Rules))
+		c.ruleName = make([]string, 0, len(cfg.Rules))
 		for _, r := range cfg.Rules {
 			c.ruleBudget = append(c.ruleBudget, index[r.Budget])
 			c.ruleName = append(c.ruleName, r.String())
