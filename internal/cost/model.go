@@ -2,7 +2,6 @@ package cost
 
 import (
 	"cmp"
-	"container/heap"
 	"math"
 	"slices"
 	"sync"
@@ -344,59 +343,28 @@ type PatternStats struct {
 }
 
 // Top returns the n patterns with the most observed executions, most first (ties by
-// fingerprint), or nil when n <= 0.
+// fingerprint), or nil when n <= 0. It copies the table under the lock and sorts outside it: it
+// serves introspection, not statements.
 func (m *Model) Top(n int) []PatternStats {
 	if n <= 0 {
 		return nil
 	}
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	// A min-heap of the n best so far keeps this O(patterns × log n) and the allocation at n.
-	h := make(statsHeap, 0, min(n, m.patterns.len()))
+	all := make([]PatternStats, 0, m.patterns.len())
 	gk := m.globalKLocked()
 	m.patterns.each(func(fp uint64, p *pattern) {
-		s := PatternStats{Fingerprint: fp, Count: p.n}
-		if p.n == 0 || (len(h) == n && !statsLess(h[0], s)) { // p.n 0: explained, never observed
-			return
+		if p.n == 0 {
+			return // explained, never observed
 		}
-		s.MeanActual = p.mean
-		s.K = gk
+		s := PatternStats{Fingerprint: fp, Count: p.n, MeanActual: p.mean, K: gk}
 		if p.nPlanned > 0 {
-			s.MeanPlanCost = p.plan
-			s.K = p.actualP / p.plan
+			s.MeanPlanCost, s.K = p.plan, p.actualP/p.plan
 		}
-		if len(h) < n {
-			heap.Push(&h, s)
-		} else {
-			h[0] = s
-			heap.Fix(&h, 0)
-		}
+		all = append(all, s)
 	})
-	out := make([]PatternStats, len(h))
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i] = heap.Pop(&h).(PatternStats)
-	}
-	return out
-}
-
-// statsLess orders patterns from least to most hot: by count, then by descending fingerprint so
-// that the smaller fingerprint wins a tie.
-func statsLess(a, b PatternStats) bool {
-	if a.Count != b.Count {
-		return a.Count < b.Count
-	}
-	return cmp.Less(b.Fingerprint, a.Fingerprint)
-}
-
-type statsHeap []PatternStats
-
-func (h statsHeap) Len() int           { return len(h) }
-func (h statsHeap) Less(i, j int) bool { return statsLess(h[i], h[j]) }
-func (h statsHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *statsHeap) Push(x any)        { *h = append(*h, x.(PatternStats)) }
-func (h *statsHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	m.mu.RUnlock()
+	slices.SortFunc(all, func(a, b PatternStats) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Fingerprint, b.Fingerprint))
+	})
+	return slices.Clone(all[:min(n, len(all))])
 }
