@@ -103,7 +103,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	}
 	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
 	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
-	for _, d := range []time.Duration{0, sec, 3*sec - 1} {
+	for _, d := range []time.Duration{0, sec, leaseDuration(sec) - 1} {
 		if got := c.lease(p, t0.Add(d)); got != grant {
 			t.Fatalf("at %v, within the lease: %+v, want %+v", d, got, grant)
 		}
@@ -120,7 +120,7 @@ func TestDecayAfterLapse(t *testing.T) {
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
 	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
 	p := c.parts[""]
-	lapse := t0.Add(leaseIntervals * sec)
+	lapse := t0.Add(leaseDuration(sec))
 	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
 	if got, want := c.lease(p, lapse), (Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
 		t.Fatalf("at the lapse: %+v, want the budget over the 2 instances %+v", got, want)
@@ -142,9 +142,55 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 	c.reports(t0)
 	c.failed(t0, t0.Add(time.Millisecond))
 	got := c.lease(c.parts["k"], t0.Add(time.Millisecond))
-	want := Lease{Rate: 1, Burst: 1, Slots: 2} // DefaultFallbackInstances-like guess of 10
+	// DefaultFallbackInstances-like guess of 10, with no burst room: any number of instances
+	// may be starting beside it, each with a fresh bucket.
+	want := Lease{Rate: 1, Burst: 0, Slots: 2}
 	if got != want {
-		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances %+v", got, want)
+		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances, no burst, %+v", got, want)
+	}
+}
+
+func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+	grantAll(c, t0, func(string) result {
+		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
+	})
+	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
+		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
+	}
+}
+
+func TestStarvedPartitionSyncsWhenAnotherLeaseLapses(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", MaxConcurrent: 4})
+	c.absorb(t0, []Usage{{Key: "", Wanted: 4, Starved: true}})
+	// Redis answers at t0+1ms: another instance's lease lapses 300ms later.
+	grantAll(c, t0, func(string) result {
+		return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 4, retake: 300 * time.Millisecond}
+	})
+	lapse := t0.Add(301 * time.Millisecond)
+	if w := c.nextWake(t0.Add(10 * time.Millisecond)); !w.Equal(lapse) {
+		t.Fatalf("the loop must look again when the lease lapses: at %v, want %v", w.Sub(t0), lapse.Sub(t0))
+	}
+	if c.due(lapse.Add(-1), false) {
+		t.Fatal("due before the other lease lapsed")
+	}
+	if !c.due(lapse, false) {
+		t.Fatal("a starved partition must sync when another lease lapses, without waiting for a kick")
+	}
+	// The sync at the lapse gets the slots; no second early sync follows.
+	grantAll(c, lapse, func(string) result { return result{lease: Lease{Slots: 2}, targetSlots: 2, live: 3} })
+	if c.due(lapse.Add(500*time.Millisecond), false) {
+		t.Fatal("an answer without retake must clear it")
+	}
+	// While Redis fails, retries keep their jittered schedule.
+	grantAll(c, lapse.Add(sec), func(string) result {
+		return result{lease: Lease{Slots: 1}, targetSlots: 2, live: 3, retake: 100 * time.Millisecond}
+	})
+	c.reports(lapse.Add(1050 * time.Millisecond))
+	c.failed(lapse.Add(1050*time.Millisecond), lapse.Add(1060*time.Millisecond))
+	if c.due(lapse.Add(1200*time.Millisecond), false) {
+		t.Fatal("a failing budget must not sync early for a lapsed lease")
 	}
 }
 
@@ -338,12 +384,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500)}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2}
+	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
+		retake: 1500 * time.Microsecond}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -351,8 +398,9 @@ func TestDecodeResults(t *testing.T) {
 		{},
 		{"x"},
 		{[]any{"0.5"}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0)}},
+		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)

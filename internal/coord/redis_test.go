@@ -246,22 +246,22 @@ func TestStoppedInstanceLosesSlots(t *testing.T) {
 		t.Fatalf("before: a %d, b %d slots, want 2 each", a.lease("").Slots, b.lease("").Slots)
 	}
 	// b stops syncing (a crash). a keeps syncing: it gets b's slots once b's lease lapses,
-	// three intervals after b's last sync, and not before.
+	// a lease duration after b's last sync, and not before.
 	stoppedAt := time.Now()
 	ctx := context.Background()
 	for {
 		// A sync that misses its deadline on a loaded machine is retried at the next poll.
 		_ = insts[0].c.Sync(ctx)
 		got, elapsed := a.lease("").Slots, time.Since(stoppedAt)
-		if got > 2 && elapsed < leaseIntervals*interval {
+		if got > 2 && elapsed < leaseDuration(interval) {
 			t.Fatalf("a took b's slots %v after b stopped, before b's lease lapsed", elapsed)
 		}
 		if got == 4 {
 			break
 		}
-		// Within three intervals of b's last sync, and so of when it stopped; the margin
+		// Within a lease duration of b's last sync, and so of when it stopped; the margin
 		// is for a's polling and the machine's load.
-		if elapsed > leaseIntervals*interval+2*interval {
+		if elapsed > leaseDuration(interval)+2*interval {
 			t.Fatalf("a still has %d slots %v after b stopped", got, elapsed)
 		}
 		time.Sleep(interval / 4)
@@ -343,7 +343,7 @@ func TestRedisPausedFallsBackAndRecovers(t *testing.T) {
 	}
 	// The lapsed lease decays towards the budget over the 2 known instances: the same
 	// even split here, never the whole budget.
-	time.Sleep(leaseIntervals*interval + 2*interval)
+	time.Sleep(leaseDuration(interval) + 2*interval)
 	if l := a.lease(""); l.Rate > spec.Rate/2*(1+1e-9) || l.Slots > spec.MaxConcurrent/2 {
 		t.Fatalf("in fallback, a enforces %+v, more than half the budget", l)
 	}
@@ -476,8 +476,9 @@ func TestUnreachableAtStart(t *testing.T) {
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 
-	// The budget over DefaultFallbackInstances, never the whole budget.
-	want := Lease{Rate: 1, Burst: 1, Slots: 2}
+	// The budget over DefaultFallbackInstances, never the whole budget, and no burst room
+	// before a first lease.
+	want := Lease{Rate: 1, Burst: 0, Slots: 2}
 	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })
 	waitFor(t, "a few failed syncs", func() bool { return c.Status()[0].Failures >= 3 })
 	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 {
