@@ -51,9 +51,9 @@ type part struct {
 	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
 	target      float64   // the fair rate Redis computed for this instance
 	targetSlots int
-	live        int                      // instances sharing the partition, as last seen
-	debt        float64                  // global debt as last seen, execution seconds
-	seen        [sightings]sighting      // the latest live counts, newest first
+	live        int                 // instances sharing the partition, as last seen
+	debt        float64             // global debt as last seen, execution seconds
+	seen        [sightings]sighting // the latest live counts, newest first
 	// retake is when another instance's lease lapses, set while this partition is starved:
 	// it syncs then to take up the capacity of an instance that crashed.
 	retake time.Time
@@ -325,13 +325,20 @@ func (c *core) clock(redisNow int64, now time.Time) {
 
 // failed records a sync begun at sent that failed at now: leases are kept (and decay once
 // they lapse), reports stay pending, and the retry comes after a random delay so that
-// instances do not all return to a recovered Redis at once.
+// instances do not all return to a recovered Redis at once — but, once, early enough to
+// renew a lease in force before it lapses, so that one failed sync never lapses a lease.
 func (c *core) failed(sent, now time.Time) {
 	c.failures++
 	if !c.failing {
 		c.failing, c.since = true, now
 	}
 	c.next = sent.Add(time.Duration(float64(c.interval) * (0.5 + c.rand())))
+	for _, p := range c.parts {
+		// A quarter interval is the sync's deadline: the retry ends before the lease does.
+		if at := p.expires.Add(-c.interval / 4); p.hasGrant && at.After(now) {
+			c.next = minTime(c.next, at)
+		}
+	}
 }
 
 // applied records the answers to a chunk of reports sent at sent and received at now. It

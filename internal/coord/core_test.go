@@ -261,6 +261,28 @@ func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {
 	}
 }
 
+func TestFailureRetryRenewsBeforeTheLeaseLapses(t *testing.T) {
+	c := newCore(Spec{Name: "b", MaxConcurrent: 4}, sec, 10, func() float64 { return 0.999 })
+	c.absorb(t0, []Usage{{Key: "", Wanted: 1}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 2} })
+	// The lease lapses at t0 + 2.5s; the regular sync at about t0 + 1.1s fails, and its
+	// jittered retry (up to 1.5 intervals later) would come after the lapse.
+	at := t0.Add(1100 * time.Millisecond)
+	c.absorb(at, []Usage{{Key: "", Wanted: 1}})
+	c.reports(at)
+	c.failed(at, at.Add(250*time.Millisecond))
+	retry := t0.Add(leaseDuration(sec) - sec/4)
+	if c.due(retry.Add(-1), false) || !c.due(retry, false) {
+		t.Fatalf("the retry must come a sync deadline before the lease lapses, at %v", retry.Sub(t0))
+	}
+	// That retry fails too: the lease will lapse, and the retries go back to their jitter.
+	c.reports(retry)
+	c.failed(retry, retry.Add(250*time.Millisecond))
+	if c.due(retry.Add(sec), false) {
+		t.Fatal("a second failure must not retry early again")
+	}
+}
+
 func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
 	c.absorb(t0, []Usage{{Key: "", Used: 2, Offered: 1}})

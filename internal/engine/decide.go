@@ -194,9 +194,7 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 			if d.Reason == ReasonHealth {
 				bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
 			}
-			x.Decision, x.Reason = DecisionBlock, d.Reason
-			e.recordBlock(now, d, x.Pattern)
-			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
+			e.refuse(now, x, d)
 			return waited, d
 		}
 		select {
@@ -207,6 +205,13 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 		}
 		waited = true
 	}
+}
+
+// refuse records that d blocks x at now.
+func (e *Engine) refuse(now time.Time, x *Exec, d *Denial) {
+	x.Decision, x.Reason = DecisionBlock, d.Reason
+	e.recordBlock(now, d, x.Pattern)
+	e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
 }
 
 // admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,

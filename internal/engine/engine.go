@@ -6,6 +6,9 @@
 // is an immutable value swapped atomically on reload, and the only background work (the rules
 // file watcher and the health sampler) runs off the hot path. Time comes from one injected clock
 // ([Options.Now], [Options.After]).
+//
+// A pattern whose cost the model has never seen is not trusted under a budget with a bucket:
+// its statements run one at a time until one has finished (untrained.go).
 package engine
 
 import (

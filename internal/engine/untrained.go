@@ -15,12 +15,13 @@ import (
 // would all be admitted at once against a bucket that sees them as free.
 //
 // Hence probes: while a pattern is untrained, one of its statements at a time runs per engine
-// under enforce budgets with a bucket. The others wait until it ends, then are predicted from
-// its execution. A probe that hangs must not stall them for ever: they wait at most the
-// longest burst_limit of their buckets from the probe's start (a statement that long has
-// filled the bucket by itself), then are admitted charged at least what the probe has run.
-// The cost: the first statements of each new pattern run one after the other, for one
-// execution; statements of trained patterns never meet a probe.
+// under enforce budgets with a bucket. The others wait until it ends, as they would wait for
+// credit (within max_wait, else they are refused and told when to retry), then are predicted
+// from its execution. A probe that hangs must not hold them back for ever: from the longest
+// burst_limit of their buckets after the probe's start on (a statement that long has filled
+// the bucket by itself), they are admitted charged at least what the probe has run. The
+// cost: the first statements of each new pattern wait for one execution, or are refused
+// without max_wait; statements of trained patterns never meet a probe.
 
 // probes are the engine's running probes, one per untrained pattern (by fingerprint id).
 // Safe for concurrent use.
@@ -48,17 +49,24 @@ func probeWait(spec budget.Spec) time.Duration {
 	return time.Duration(burst / spec.Rate * float64(time.Second))
 }
 
+// limitProbe is a probe denial's Limit: the statement is refused because its cost is not
+// known yet, not because the budget is full.
+const limitProbe = "cost not known yet: the first statement of this pattern is running"
+
 // awaitProbe runs before the admission of x, whose pattern is untrained: x becomes the
-// pattern's probe, or waits for the running one (see above) and is predicted anew. It
-// returns whether x waited, and ctx's error if ctx ended while waiting.
+// pattern's probe, or waits for the running one (see above) and is predicted anew. It waits
+// only as a statement may wait for credit: within the max_wait of the budget whose bucket
+// bounds the wait, else it is refused with a *Denial. It returns whether x waited, and ctx's
+// error if ctx ended while waiting.
 func (e *Engine) awaitProbe(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
-	limit := time.Duration(0)
-	for _, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			limit = max(limit, bs.probeWait)
+	var bs *budgetState
+	rule := 0
+	for i, bi := range rt.budgets {
+		if b := st.budgets[bi]; b.mode == modeEnforce && b.probeWait > 0 && (bs == nil || b.probeWait > bs.probeWait) {
+			bs, rule = b, rt.ruleOf[i]
 		}
 	}
-	if limit <= 0 {
+	if bs == nil {
 		return false, nil
 	}
 	fp := x.Pattern.FingerprintID
@@ -76,11 +84,22 @@ func (e *Engine) awaitProbe(ctx context.Context, st *compiled, x *Exec, rt *rout
 			return waited, nil
 		}
 		e.probes.mu.Unlock()
-		until := p.start.Add(limit)
-		if !now.Before(until) {
+		ran := now.Sub(p.start)
+		if ran >= bs.probeWait {
 			// The probe runs long: charge at least what it has run so far.
-			x.Predicted = max(x.Predicted, now.Sub(p.start).Seconds())
+			x.Predicted = max(x.Predicted, ran.Seconds())
 			return waited, nil
+		}
+		until := p.start.Add(bs.probeWait)
+		if deadline := x.start.Add(bs.maxWait); bs.maxWait <= 0 || !now.Before(deadline) {
+			// Retry once the probe has run about twice as long as now.
+			d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonBudget,
+				Fingerprint: x.Pattern.Fingerprint, Limit: limitProbe,
+				RetryAfter: min(max(ran, minRetry), until.Sub(now))}
+			e.refuse(now, x, d)
+			return waited, d
+		} else if deadline.Before(until) {
+			until = deadline
 		}
 		select {
 		case <-ctx.Done():
@@ -89,13 +108,12 @@ func (e *Engine) awaitProbe(ctx context.Context, st *compiled, x *Exec, rt *rout
 		case <-p.done:
 		}
 		waited = true
-		pred := e.model.Predict(e.now(), fp, x.PlanCost)
-		if pred.Samples > 0 {
+		if pred := e.model.Predict(e.now(), fp, x.PlanCost); pred.Samples > 0 {
 			x.Predicted = pred.Seconds
 			return waited, nil
 		}
-		// The probe ended without training the model (it failed or was refused): the next
-		// statement becomes the probe.
+		// Either the wait ran out (the loop refuses or charges) or the probe ended without
+		// training the model (it failed or was refused): the next statement becomes the probe.
 	}
 }
 

@@ -11,10 +11,14 @@ import (
 
 const probeRules = `
 budgets:
-  - {name: b, mode: enforce, server_share: 1, burst_limit: 2s}
+  - {name: b, mode: enforce, server_share: 1, burst_limit: 2s, max_wait: 5s}
+  - {name: nowait, mode: enforce, server_share: 1, burst_limit: 2s}
+  - {name: short, mode: enforce, server_share: 1, burst_limit: 2s, max_wait: 1s}
   - {name: slots, mode: enforce, max_concurrent: 10}
 rules:
   - {budget: b, match: {app: rate}}
+  - {budget: nowait, match: {app: nowait}}
+  - {budget: short, match: {app: short}}
   - {budget: slots, match: {app: slots}}
 `
 
@@ -70,6 +74,58 @@ func TestUntrainedPatternRunsOneAtATime(t *testing.T) {
 	}
 	b.x.Finish(ctx, nil)
 	third.Finish(ctx, nil)
+}
+
+// TestProbeWithoutMaxWaitRefuses: without max_wait the second statement of an untrained
+// pattern is refused while the probe runs, told to retry when the probe has run about twice
+// as long; after the probe it is admitted at the probe's cost.
+func TestProbeWithoutMaxWaitRefuses(t *testing.T) {
+	e, clk := newEngine(t, probeRules)
+	ctx := tagging.With(context.Background(), "app", "nowait")
+	const q = "select pg_sleep(0.05)"
+	first, err := begin(e, ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = begin(e, ctx, q)
+	d := denial(t, err)
+	if d.Reason != ReasonBudget || d.Limit != limitProbe || d.RetryAfter != minRetry || d.Budget != "nowait" {
+		t.Fatalf("beside the probe: %+v, want a budget denial naming the probe, retry after %v", d, minRetry)
+	}
+	clk.advance(30 * time.Millisecond)
+	if _, err := begin(e, ctx, q); denial(t, err).RetryAfter != 30*time.Millisecond {
+		t.Fatalf("the retry hint must grow with the probe's run: %v", err)
+	}
+	clk.advance(20 * time.Millisecond)
+	first.Finish(ctx, nil)
+	x, err := begin(e, ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Finish(ctx, nil)
+	if x.Predicted < 0.05-1e-9 {
+		t.Fatalf("after the probe: predicted %v, want 0.05", x.Predicted)
+	}
+}
+
+// TestProbeWaitWithinMaxWait: a max_wait shorter than the probe's bound ends the wait with
+// a refusal.
+func TestProbeWaitWithinMaxWait(t *testing.T) {
+	e, clk := newEngine(t, probeRules)
+	ctx := tagging.With(context.Background(), "app", "short")
+	const q = "select pg_sleep(10)"
+	probe, err := begin(e, ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Finish(ctx, nil)
+	second := beginAsync(e, ctx, q)
+	<-clk.waiting
+	clk.advance(time.Second)
+	b := <-second
+	if d := denial(t, b.err); d.Limit != limitProbe {
+		t.Fatalf("after max_wait: %+v, want the probe denial", d)
+	}
 }
 
 // TestHungProbeDelaysAtMostTheBurst: a probe that does not end holds the others back for at
