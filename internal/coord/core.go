@@ -375,12 +375,22 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			dropped = append(dropped, p.key)
 			continue
 		}
+		first := !p.hasGrant
 		p.grant, p.hasGrant = r.lease, true
+		if first {
+			// The first lease of a partition may come while the instances starting beside
+			// this one have not synced yet: alone in the partition, it holds the whole
+			// burst, which it would use before the others arrive and share. Until the next
+			// sync its burst is that of the instances assumed before any were seen.
+			p.grant.Burst = min(p.grant.Burst, c.spec.Burst/float64(c.fallbackN))
+		}
 		if c.spec.Rate > 0 {
 			// The lease's share of the global debt: the local bucket starts at least that
 			// full, so that a burst that moved here from another instance, which used it,
-			// is not room twice.
-			p.grant.Debt = r.debt * r.lease.Rate / c.spec.Rate
+			// is not room twice. At most a full bucket: usage reported late (after an
+			// outage) lands in the global bucket at once, and a debt past the burst would
+			// stop the instances for the time it was really spread over.
+			p.grant.Debt = min(r.debt*r.lease.Rate/c.spec.Rate, p.grant.Burst)
 		}
 		copy(p.seen[1:], p.seen[:])
 		p.seen[0] = sighting{now, r.live}

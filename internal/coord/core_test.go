@@ -93,6 +93,30 @@ func grantAll(c *core, sent time.Time, res func(key string) result) {
 	}
 }
 
+// grantTwice is grantAll twice at now: a partition's second lease, whose burst is not capped
+// as its first is.
+func grantTwice(c *core, now time.Time, res func(key string) result) {
+	grantAll(c, now, res)
+	grantAll(c, now, res)
+}
+
+func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 2})
+	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+	alone := func(string) result { return result{lease: Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1} }
+	grantAll(c, t0, alone)
+	// Alone in the partition it is granted the whole burst, but others may be starting.
+	first := c.lease(c.parts[""], t0.Add(time.Millisecond))
+	if want := (Lease{Rate: 1, Burst: 0.2, Debt: 0.2}); first != want {
+		t.Fatalf("first lease %+v, want %+v: the burst over the %d instances assumed, its debt within it",
+			first, want, c.fallbackN)
+	}
+	grantAll(c, t0.Add(sec), alone)
+	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); got.Burst != 2 {
+		t.Fatalf("second lease %+v, want the burst granted", got)
+	}
+}
+
 func TestLeaseLifecycle(t *testing.T) {
 	spec := Spec{Name: "b", Rate: 4, Burst: 8, MaxConcurrent: 8}
 	c := newTestCore(spec)
@@ -102,7 +126,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
 	}
 	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
-	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
+	grantTwice(c, t0, func(string) result { return result{lease: grant, live: 4} })
 	for _, d := range []time.Duration{0, sec, leaseDuration(sec) - 1} {
 		if got := c.lease(p, t0.Add(d)); got != grant {
 			t.Fatalf("at %v, within the lease: %+v, want %+v", d, got, grant)
@@ -118,7 +142,7 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestDecayAfterLapse(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
+	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
 	p := c.parts[""]
 	lapse := t0.Add(leaseDuration(sec))
 	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
@@ -129,7 +153,7 @@ func TestDecayAfterLapse(t *testing.T) {
 	// A smaller one rises towards it, halfway per interval.
 	c = newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
+	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
 	got := c.lease(c.parts[""], lapse.Add(sec))
 	if !near(got.Rate, 1.5) || !near(got.Burst, 1.5) || got.Slots != 3 {
 		t.Fatalf("one interval after the lapse: %+v, want halfway up to the even share", got)
@@ -153,11 +177,19 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
 	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
-	grantAll(c, t0, func(string) result {
+	grantTwice(c, t0, func(string) result {
 		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
 		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
+	}
+	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
+	// no more.
+	grantAll(c, t0.Add(sec), func(string) result {
+		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
+	})
+	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
+		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
 	}
 }
 

@@ -135,8 +135,8 @@
 //     budget's), else a small lease could never admit a large statement.
 //
 //   - Its share of the global debt: a lease carries Debt, the global debt at the grant times
-//     the lease's share of the rate, and SetLease raises the partition's debt to at least
-//     that (see "Cold start").
+//     the lease's share of the rate (at most the lease's burst), and SetLease raises the
+//     partition's debt to at least that (see "Cold start").
 //
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
@@ -160,7 +160,10 @@
 // down to its new burst (see above), while the others' new leases come with empty buckets.
 // The global bucket in Redis did count that burst. So a lease carries its share of the
 // global debt, and the local bucket starts at least that full: together the instances'
-// buckets offer no more room than the global bucket has. In a steady state the local debts
+// buckets offer no more room than the global bucket has. The share is capped at the lease's
+// burst: usage that reaches Redis late (reports held back by an outage) lands in the global
+// bucket at once, as if it had all run at that moment, and a debt past the burst would stop
+// every instance for as long as the usage was really spread over. In a steady state the local debts
 // already add up to about the global debt and nothing changes; the cost is that an instance
 // joining a budget that others have run into debt waits for its share of that debt to
 // drain. (The engine adds the other half of a cold start: a pattern never seen to run is
