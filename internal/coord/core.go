@@ -48,6 +48,7 @@ type part struct {
 
 	grant       Lease     // the last lease from Redis
 	hasGrant    bool      // grant is set
+	firstGrant  time.Time // when the sync of the first grant was sent
 	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
 	target      float64   // the fair rate Redis computed for this instance
 	targetSlots int
@@ -375,13 +376,17 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			dropped = append(dropped, p.key)
 			continue
 		}
-		first := !p.hasGrant
+		if !p.hasGrant {
+			p.firstGrant = sent
+		}
 		p.grant, p.hasGrant = r.lease, true
-		if first {
-			// The first lease of a partition may come while the instances starting beside
-			// this one have not synced yet: alone in the partition, it holds the whole
-			// burst, which it would use before the others arrive and share. Until the next
-			// sync its burst is that of the instances assumed before any were seen.
+		if sent.Sub(p.firstGrant) < c.interval {
+			// The first leases of a partition may come before the instances starting beside
+			// this one have synced, or shown their demand (their first statements are
+			// predicted at about nothing until one has run): alone, or asking for the
+			// most, it would be granted the whole burst and use it before the others
+			// share. For its first interval its burst is that of the instances assumed
+			// before any were seen.
 			p.grant.Burst = min(p.grant.Burst, c.spec.Burst/float64(c.fallbackN))
 		}
 		if c.spec.Rate > 0 {

@@ -93,10 +93,10 @@ func grantAll(c *core, sent time.Time, res func(key string) result) {
 	}
 }
 
-// grantTwice is grantAll twice at now: a partition's second lease, whose burst is not capped
-// as its first is.
+// grantTwice is grantAll an interval before now and at now: a lease whose burst is not
+// capped as a partition's first interval's are.
 func grantTwice(c *core, now time.Time, res func(key string) result) {
-	grantAll(c, now, res)
+	grantAll(c, now.Add(-c.interval), res)
 	grantAll(c, now, res)
 }
 
@@ -111,9 +111,13 @@ func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
 		t.Fatalf("first lease %+v, want %+v: the burst over the %d instances assumed, its debt within it",
 			first, want, c.fallbackN)
 	}
+	grantAll(c, t0.Add(sec/4), alone)
+	if got := c.lease(c.parts[""], t0.Add(sec/4+time.Millisecond)); got.Burst != 0.2 {
+		t.Fatalf("an early second lease %+v, want the burst still capped for the first interval", got)
+	}
 	grantAll(c, t0.Add(sec), alone)
 	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); got.Burst != 2 {
-		t.Fatalf("second lease %+v, want the burst granted", got)
+		t.Fatalf("a lease an interval after the first %+v, want the burst granted", got)
 	}
 }
 

@@ -154,21 +154,29 @@
 //
 // # Cold start
 //
-// The grants in Redis never sum above the burst, but a burst can be used twice as it moves:
-// the first instance to sync is alone in the partition and gets the whole budget; it uses
-// the burst, and when the others arrive its lease shrinks and its local debt is forgiven
-// down to its new burst (see above), while the others' new leases come with empty buckets.
-// The global bucket in Redis did count that burst. So a lease carries its share of the
-// global debt, and the local bucket starts at least that full: together the instances'
-// buckets offer no more room than the global bucket has. The share is capped at the lease's
-// burst: usage that reaches Redis late (reports held back by an outage) lands in the global
-// bucket at once, as if it had all run at that moment, and a debt past the burst would stop
-// every instance for as long as the usage was really spread over. In a steady state the local debts
-// already add up to about the global debt and nothing changes; the cost is that an instance
-// joining a budget that others have run into debt waits for its share of that debt to
-// drain. (The engine adds the other half of a cold start: a pattern never seen to run is
-// predicted at about nothing, so its first statements run one at a time; see package
-// engine.)
+// Instances that start together reach Redis one after the other, and their first statements
+// show no demand (the cost model predicts a pattern it has never seen run at about nothing):
+// the first instance to sync, alone or alone asking for much, is granted the whole burst and
+// can use it before the others arrive. Then the burst moves: its lease shrinks and its local
+// debt is forgiven down to its new burst (see above), while the others' new leases would come
+// with empty buckets, though the global bucket in Redis did count what it used. Two rules
+// keep a cold start within one burst:
+//
+//   - For its first interval in a partition, an instance's lease has at most the burst of
+//     the instances assumed before any were seen (budget ÷ fallback instances): a lone
+//     instance waits one interval for its full burst, but instances that start together do
+//     not each take the whole of it in turn.
+//   - A lease carries its share of the global debt (at most its burst) and the local bucket
+//     starts at least that full: together the instances' buckets offer no more room than
+//     the global bucket has. In a steady state the local debts already add up to about the
+//     global debt and nothing changes; an instance joining a budget that others have run
+//     into debt waits for its share of it to drain. The cap at the burst is for usage that
+//     reaches Redis late (reports held back by an outage): it lands in the global bucket at
+//     once, as if it had all run at that moment, and a debt past the burst would stop every
+//     instance for as long as that usage was really spread over.
+//
+// The engine adds the other half: a pattern never seen to run has its statements run one at
+// a time until one has finished (see package engine).
 //
 // Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
 // the instances as last seen, and the sync counters for metrics.
