@@ -171,7 +171,10 @@ func TestEqualDemandGetsEqualShares(t *testing.T) {
 		t.Fatalf("equal demand: Jain's index %.3f < 0.95 over rates %v", j, rates)
 	}
 	rate, burst, slots := sums(insts, "")
-	if rate < 0.99*spec.Rate || burst < 0.99*spec.Burst || slots != spec.MaxConcurrent {
+	// In their first interval the instances hold at most the burst over the instances
+	// assumed before any were seen, each.
+	wantBurst := min(spec.Burst, float64(len(insts))*spec.Burst/DefaultFallbackInstances)
+	if rate < 0.99*spec.Rate || burst < 0.99*wantBurst || slots != spec.MaxConcurrent {
 		t.Fatalf("saturating demand leaves capacity unleased: rate %v, burst %v, slots %d of %+v", rate, burst, slots, spec)
 	}
 	st := insts[0].c.Status()
@@ -244,6 +247,15 @@ func TestStoppedInstanceLosesSlots(t *testing.T) {
 	syncRounds(t, insts, spec, 3)
 	if a.lease("").Slots != 2 || b.lease("").Slots != 2 {
 		t.Fatalf("before: a %d, b %d slots, want 2 each", a.lease("").Slots, b.lease("").Slots)
+	}
+	// a wants 4 and holds 2: Redis tells it when b's lease lapses, so that it can sync then
+	// (b took its 2 slots after a's last sync of the rounds: a syncs once more).
+	mustSync(t, insts[0].c)
+	insts[0].c.mu.Lock()
+	retake := insts[0].c.budgets[spec.Name].core.parts[""].retake
+	insts[0].c.mu.Unlock()
+	if retake.IsZero() || time.Until(retake) > leaseDuration(interval) {
+		t.Fatalf("a starved instance must learn when the other lease lapses: %v from now", time.Until(retake))
 	}
 	// b stops syncing (a crash). a keeps syncing: it gets b's slots once b's lease lapses,
 	// a lease duration after b's last sync, and not before.
@@ -559,5 +571,43 @@ func TestOddSlotsGoRound(t *testing.T) {
 	}
 	if holders != 4 {
 		t.Fatalf("%d instances hold a slot, want 4", holders)
+	}
+}
+
+func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "odd", MaxConcurrent: 3}
+	locals := make([]*fakeLocal, 5)
+	for i := range locals {
+		locals[i] = newFakeLocal(0, 2)
+	}
+	// A long interval keeps the odd slots from rotating during the test.
+	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	syncRounds(t, insts, spec, 3)
+	var holders, others []instance
+	for _, in := range insts {
+		if in.local.lease("").Slots == 1 {
+			holders = append(holders, in)
+		} else {
+			others = append(others, in)
+		}
+	}
+	if len(holders) != 3 {
+		t.Fatalf("3 slots among 5 instances wanting 2 each: %d hold one", len(holders))
+	}
+	// One holder leaves: its slot goes to an instance that had none, and the other two
+	// holders keep theirs (a handover would idle a slot until the holder's next sync).
+	if err := holders[0].c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rest := append(append([]instance{}, holders[1:]...), others...)
+	syncRounds(t, rest, spec, 3)
+	for i, in := range holders[1:] {
+		if got := in.local.lease("").Slots; got != 1 {
+			t.Fatalf("holder %d has %d slots after another left, want its 1 kept", i+1, got)
+		}
+	}
+	if _, _, slots := sums(rest, ""); slots != 3 {
+		t.Fatalf("after one left the others hold %d slots, want all 3", slots)
 	}
 }
