@@ -389,14 +389,12 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			// before any were seen.
 			p.grant.Burst = min(p.grant.Burst, c.spec.Burst/float64(c.fallbackN))
 		}
-		if c.spec.Rate > 0 && r.debt <= c.spec.Burst {
+		if c.spec.Rate > 0 {
 			// The lease's share of the global debt: the local bucket starts at least that
 			// full, so that a burst that moved here from another instance, which used it,
-			// is not room twice. A global debt past the burst is not a burst that moved:
-			// it is usage reported late (held back by an outage), which lands in the
-			// global bucket at once although it ran over the outage, or a statement
-			// larger than the bucket. Raising the local debts to it would stop the
-			// instances for as long as that usage was really spread over.
+			// is not room twice. At most a full bucket: usage reported late (after an
+			// outage) lands in the global bucket at once, and a debt past the burst would
+			// stop the instances for the time it was really spread over.
 			p.grant.Debt = min(r.debt*r.lease.Rate/c.spec.Rate, p.grant.Burst)
 		}
 		copy(p.seen[1:], p.seen[:])

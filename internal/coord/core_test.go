@@ -187,13 +187,13 @@ func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
 	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
 		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
 	}
-	// A global debt past the burst (usage reported late, after an outage) is not a burst
-	// that moved: no share of it.
+	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
+	// no more.
 	grantAll(c, t0.Add(sec), func(string) result {
 		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
 	})
-	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); got.Debt != 0 {
-		t.Fatalf("lease %+v: want no debt share of a global debt past the burst", got)
+	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
+		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
 	}
 }
 

@@ -135,9 +135,8 @@
 //     budget's), else a small lease could never admit a large statement.
 //
 //   - Its share of the global debt: a lease carries Debt, the global debt at the grant times
-//     the lease's share of the rate (at most the lease's burst; none of a global debt past
-//     the burst), and SetLease raises the partition's debt to at least that (see "Cold
-//     start").
+//     the lease's share of the rate (at most the lease's burst), and SetLease raises the
+//     partition's debt to at least that (see "Cold start").
 //
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
@@ -171,11 +170,10 @@
 //     starts at least that full: together the instances' buckets offer no more room than
 //     the global bucket has. In a steady state the local debts already add up to about the
 //     global debt and nothing changes; an instance joining a budget that others have run
-//     into debt waits for its share of it to drain. A global debt past the burst carries no
-//     share: it is not a burst that moved but usage that reached Redis late (reports held
-//     back by an outage land in the global bucket at once, as if all of it had run at that
-//     moment) or a statement larger than the bucket, and raising the local debts to it
-//     would stop every instance for as long as that usage was really spread over.
+//     into debt waits for its share of it to drain. The cap at the burst is for usage that
+//     reaches Redis late (reports held back by an outage): it lands in the global bucket at
+//     once, as if it had all run at that moment, and a debt past the burst would stop every
+//     instance for as long as that usage was really spread over.
 //
 // The engine adds the other half: a pattern never seen to run has its statements run one at
 // a time until one has finished (see package engine).

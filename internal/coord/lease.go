@@ -42,9 +42,8 @@ type Lease struct {
 	Burst float64 // execution seconds
 	Slots int     // statements in flight
 	// Debt is the lease's share of the budget's global debt when it was granted (execution
-	// seconds; none of a global debt past the burst): the local bucket holds at least that
-	// much debt from then on, so that the instances' buckets together offer no more room
-	// than the global bucket has.
+	// seconds): the local bucket holds at least that much debt from then on, so that the
+	// instances' buckets together never offer more room than the global bucket has.
 	Debt float64
 }
 
