@@ -173,7 +173,11 @@
 //     into debt waits for its share of it to drain. The cap at the burst is for usage that
 //     reaches Redis late (reports held back by an outage): it lands in the global bucket at
 //     once, as if it had all run at that moment, and a debt past the burst would stop every
-//     instance for as long as that usage was really spread over.
+//     instance for as long as that usage was really spread over. Even capped, it costs
+//     something there: after an outage the held-back usage fills the instances' buckets, so
+//     they lose the room they had (a global debt past the burst cannot be ignored instead:
+//     at a cold start it is exactly the burst that must not be offered again; telling the
+//     two apart would need usage reports stamped with when the usage ran).
 //
 // The engine adds the other half: a pattern never seen to run has its statements run one at
 // a time until one has finished (see package engine).
