@@ -102,8 +102,8 @@ func main() {
 	var c config
 	flag.IntVar(&c.procs, "procs", 8, "application processes")
 	flag.DurationVar(&c.duration, "duration", 30*time.Second, "length of one run")
-	// Long enough for the leases to settle (a few sync intervals) and for the debt that the
-	// first statements run up, before the cost model knows their pattern, to drain.
+	// Long enough for the leases to settle (a few sync intervals): the steady-state columns
+	// leave it out; "from start" does not.
 	flag.DurationVar(&c.warmup, "warmup", 10*time.Second, "start of a run left out of the figures")
 	flag.IntVar(&c.runs, "runs", 5, "runs per scenario (the median is shown)")
 	flag.Float64Var(&c.share, "share", 0.5, "server_share of the rate budget (server_cores 1)")
@@ -175,6 +175,7 @@ func runParent(c config) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			fmt.Println("  " + r.summary(c))
 			runs = append(runs, r)
 		}
 		results = append(results, median(runs))

@@ -226,6 +226,22 @@ Jain ≥ 0.95; small/big well above 0 (not starved); slots: max running ≤ %d; 
 `, c.slots, c.interval)
 }
 
+// summary is one run's bounds in a line, so that each run can be checked, not only the
+// median one.
+func (r result) summary(c config) string {
+	if r.slots {
+		out := fmt.Sprintf("max running %d", r.running)
+		if r.recovered >= 0 {
+			out += fmt.Sprintf(", slots idle after the kill %v (before %v)",
+				r.recovered.Round(10*time.Millisecond), r.usual.Round(10*time.Millisecond))
+		}
+		return out
+	}
+	bound := c.share + c.burst.Seconds()
+	return fmt.Sprintf("/ rate %.3f, max 1s window / (rate+burst) %.3f, from start %.3f",
+		r.aggregate/c.share, r.maxWindow/bound, r.windowAll/bound)
+}
+
 func num(x float64) string {
 	if math.IsNaN(x) {
 		return "-"

@@ -97,7 +97,8 @@ func (b *Budget) wakeWaiters() {
 // far drains at the old rate until now; a debt above the new burst is forgiven down to it by
 // at most the burst the lease lost (a debt run up under a larger lease would otherwise shut
 // the partition out long after the global bucket drained it, while a debt that a statement
-// larger than the burst ran up stays owed). A zero lease drops an idle partition.
+// larger than the burst ran up stays owed), and then raised to the lease's share of the
+// global debt. A zero lease drops an idle partition.
 func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -117,6 +118,7 @@ func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
 		s.Debt, s.Last = s.DebtAt(now, old.Rate), now
 	}
 	s.Debt -= min(max(0, s.Debt-lease.Burst), max(0, old.Burst-lease.Burst))
+	s.Debt = max(s.Debt, sanitizeCost(lease.Debt)) // its share of the global debt (coord.Lease)
 	s.part.lease = lease
 	switch {
 	case lease == (coord.Lease{}) && s.inflight == 0:

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -106,6 +107,26 @@ func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
 	if got := b.Snapshot(at(1)).Debt; got < 0.45-1e-9 || got > 0.45+1e-9 {
 		t.Fatalf("debt = %v, want 0.45: only the 0.05 of burst lost is forgiven", got)
 	}
+}
+
+func TestSetLeaseRaisesDebtToItsShareOfTheGlobalDebt(t *testing.T) {
+	// Another instance used the whole burst and its lease shrank; this one's first lease
+	// comes with its share of that debt: its bucket offers no room the global one lacks.
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25, Debt: 0.2})
+	if got := b.Snapshot(at(0)).Debt; math.Abs(got-0.2) > 1e-9 {
+		t.Fatalf("debt = %v, want the lease's share 0.2", got)
+	}
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil || d.Reason != ReasonBudget {
+		t.Fatalf("0.1 over a debt of 0.2 in a bucket of 0.25: got %+v, want a budget refusal", d)
+	}
+	// A floor, not a charge: a larger local debt stays as it is.
+	charge(t, at(0), b, "", 0.05)
+	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25, Debt: 0.1})
+	if got := b.Snapshot(at(0)).Debt; math.Abs(got-0.25) > 1e-9 {
+		t.Fatalf("debt = %v, want 0.25 kept", got)
+	}
+	mustInvariants(t, b)
 }
 
 func TestSetLeaseWakesWaiters(t *testing.T) {

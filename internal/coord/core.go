@@ -5,9 +5,15 @@ import (
 	"time"
 )
 
-// leaseIntervals is how many sync intervals a lease lasts without renewal, on the instance
-// and in Redis alike: a crashed instance's slots return after this long.
-const leaseIntervals = 3
+// leaseDuration is how long a lease lasts without renewal, on the instance and in Redis
+// alike: a crashed instance's capacity returns after this long. Two and a half intervals
+// outlast one missed renewal (renewals come every interval, jittered by a tenth either way)
+// yet bring a crashed instance's capacity back within three intervals, as the instances
+// that want it sync when it lapses (see part.retake).
+func leaseDuration(interval time.Duration) time.Duration { return interval * 5 / 2 }
+
+// sightings is how many of the latest live counts a partition keeps.
+const sightings = 3
 
 // expectWindow is how many intervals an instance remembers how many instances it saw.
 const expectWindow = 10
@@ -42,12 +48,16 @@ type part struct {
 
 	grant       Lease     // the last lease from Redis
 	hasGrant    bool      // grant is set
+	firstGrant  time.Time // when the sync of the first grant was sent
 	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
 	target      float64   // the fair rate Redis computed for this instance
 	targetSlots int
-	live        int                      // instances sharing the partition, as last seen
-	debt        float64                  // global debt as last seen, execution seconds
-	seen        [leaseIntervals]sighting // the latest live counts, newest first
+	live        int                 // instances sharing the partition, as last seen
+	debt        float64             // global debt as last seen, execution seconds
+	seen        [sightings]sighting // the latest live counts, newest first
+	// retake is when another instance's lease lapses, set while this partition is starved:
+	// it syncs then to take up the capacity of an instance that crashed.
+	retake time.Time
 
 	pushed    Lease // what the local budget enforces
 	hasPushed bool
@@ -166,11 +176,24 @@ func (c *core) shortGap() time.Duration { return min(c.interval/4, 250*time.Mill
 // budget does not sync early: it waits for its jittered retry.
 func (c *core) due(now time.Time, kicked bool) bool {
 	c.kicked = c.kicked || kicked
-	if !now.Before(c.next) {
+	if !now.Before(c.next) || c.retakeDue(now) {
 		return true
 	}
 	if at, ok := c.early(); ok {
 		return !now.Before(at)
+	}
+	return false
+}
+
+// retakeDue reports whether a starved partition waits for a lease that has lapsed by now.
+func (c *core) retakeDue(now time.Time) bool {
+	if c.failing {
+		return false
+	}
+	for _, p := range c.parts {
+		if !p.retake.IsZero() && !now.Before(p.retake) {
+			return true
+		}
 	}
 	return false
 }
@@ -202,6 +225,9 @@ func (c *core) nextWake(now time.Time) time.Time {
 	for _, p := range c.parts {
 		if p.hasGrant && p.expires.After(now) {
 			w = minTime(w, p.expires)
+		}
+		if !p.retake.IsZero() && !c.failing {
+			w = minTime(w, p.retake)
 		}
 	}
 	return w
@@ -278,6 +304,7 @@ type result struct {
 	debt        float64
 	target      float64
 	targetSlots int
+	retake      time.Duration // until another instance's lease lapses, if starved; 0: none
 }
 
 // notAfter is the Redis time after which a call sent at now with deadline d must not act:
@@ -299,13 +326,20 @@ func (c *core) clock(redisNow int64, now time.Time) {
 
 // failed records a sync begun at sent that failed at now: leases are kept (and decay once
 // they lapse), reports stay pending, and the retry comes after a random delay so that
-// instances do not all return to a recovered Redis at once.
+// instances do not all return to a recovered Redis at once — but, once, early enough to
+// renew a lease in force before it lapses, so that one failed sync never lapses a lease.
 func (c *core) failed(sent, now time.Time) {
 	c.failures++
 	if !c.failing {
 		c.failing, c.since = true, now
 	}
 	c.next = sent.Add(time.Duration(float64(c.interval) * (0.5 + c.rand())))
+	for _, p := range c.parts {
+		// A quarter interval is the sync's deadline: the retry ends before the lease does.
+		if at := p.expires.Add(-c.interval / 4); p.hasGrant && at.After(now) {
+			c.next = minTime(c.next, at)
+		}
+	}
 }
 
 // applied records the answers to a chunk of reports sent at sent and received at now. It
@@ -342,10 +376,35 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			dropped = append(dropped, p.key)
 			continue
 		}
+		if !p.hasGrant {
+			p.firstGrant = sent
+		}
 		p.grant, p.hasGrant = r.lease, true
+		if sent.Sub(p.firstGrant) < c.interval {
+			// The first leases of a partition may come before the instances starting beside
+			// this one have synced, or shown their demand (their first statements are
+			// predicted at about nothing until one has run): alone, or asking for the
+			// most, it would be granted the whole burst and use it before the others
+			// share. For its first interval its burst is that of the instances assumed
+			// before any were seen.
+			p.grant.Burst = min(p.grant.Burst, c.spec.Burst/float64(c.fallbackN))
+		}
+		if c.spec.Rate > 0 {
+			// The lease's share of the global debt: the local bucket starts at least that
+			// full, so that a burst that moved here from another instance, which used it,
+			// is not room twice. At most a full bucket: usage reported late (after an
+			// outage) lands in the global bucket at once, and a debt past the burst would
+			// stop the instances for the time it was really spread over.
+			p.grant.Debt = min(r.debt*r.lease.Rate/c.spec.Rate, p.grant.Burst)
+		}
 		copy(p.seen[1:], p.seen[:])
 		p.seen[0] = sighting{now, r.live}
-		p.expires = sent.Add(leaseIntervals * c.interval)
+		p.expires = sent.Add(leaseDuration(c.interval))
+		p.retake = time.Time{}
+		if r.retake > 0 {
+			// Measured from the reply, so never before Redis drops the lapsed lease.
+			p.retake = now.Add(r.retake)
+		}
 		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
 		p.active, p.starved = false, false
 	}
@@ -370,6 +429,10 @@ func (c *core) lease(p *part, now time.Time) Lease {
 		return decay(capLease(p.grant, fb), fb, p.expires, now, c.interval)
 	}
 	if c.failing {
+		// Before its first lease an instance cannot know how many others are starting
+		// beside it, each with a fresh bucket: it admits at its share of the rate with no
+		// burst room (one statement at a time, each once the last one's cost has drained).
+		fb.Burst = 0
 		return fb
 	}
 	return Lease{}

@@ -93,6 +93,34 @@ func grantAll(c *core, sent time.Time, res func(key string) result) {
 	}
 }
 
+// grantTwice is grantAll an interval before now and at now: a lease whose burst is not
+// capped as a partition's first interval's are.
+func grantTwice(c *core, now time.Time, res func(key string) result) {
+	grantAll(c, now.Add(-c.interval), res)
+	grantAll(c, now, res)
+}
+
+func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 2})
+	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+	alone := func(string) result { return result{lease: Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1} }
+	grantAll(c, t0, alone)
+	// Alone in the partition it is granted the whole burst, but others may be starting.
+	first := c.lease(c.parts[""], t0.Add(time.Millisecond))
+	if want := (Lease{Rate: 1, Burst: 0.2, Debt: 0.2}); first != want {
+		t.Fatalf("first lease %+v, want %+v: the burst over the %d instances assumed, its debt within it",
+			first, want, c.fallbackN)
+	}
+	grantAll(c, t0.Add(sec/4), alone)
+	if got := c.lease(c.parts[""], t0.Add(sec/4+time.Millisecond)); got.Burst != 0.2 {
+		t.Fatalf("an early second lease %+v, want the burst still capped for the first interval", got)
+	}
+	grantAll(c, t0.Add(sec), alone)
+	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); got.Burst != 2 {
+		t.Fatalf("a lease an interval after the first %+v, want the burst granted", got)
+	}
+}
+
 func TestLeaseLifecycle(t *testing.T) {
 	spec := Spec{Name: "b", Rate: 4, Burst: 8, MaxConcurrent: 8}
 	c := newTestCore(spec)
@@ -102,8 +130,8 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
 	}
 	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
-	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
-	for _, d := range []time.Duration{0, sec, 3*sec - 1} {
+	grantTwice(c, t0, func(string) result { return result{lease: grant, live: 4} })
+	for _, d := range []time.Duration{0, sec, leaseDuration(sec) - 1} {
 		if got := c.lease(p, t0.Add(d)); got != grant {
 			t.Fatalf("at %v, within the lease: %+v, want %+v", d, got, grant)
 		}
@@ -118,9 +146,9 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestDecayAfterLapse(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
+	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
 	p := c.parts[""]
-	lapse := t0.Add(leaseIntervals * sec)
+	lapse := t0.Add(leaseDuration(sec))
 	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
 	if got, want := c.lease(p, lapse), (Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
 		t.Fatalf("at the lapse: %+v, want the budget over the 2 instances %+v", got, want)
@@ -129,7 +157,7 @@ func TestDecayAfterLapse(t *testing.T) {
 	// A smaller one rises towards it, halfway per interval.
 	c = newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
 	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
+	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
 	got := c.lease(c.parts[""], lapse.Add(sec))
 	if !near(got.Rate, 1.5) || !near(got.Burst, 1.5) || got.Slots != 3 {
 		t.Fatalf("one interval after the lapse: %+v, want halfway up to the even share", got)
@@ -142,9 +170,63 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 	c.reports(t0)
 	c.failed(t0, t0.Add(time.Millisecond))
 	got := c.lease(c.parts["k"], t0.Add(time.Millisecond))
-	want := Lease{Rate: 1, Burst: 1, Slots: 2} // DefaultFallbackInstances-like guess of 10
+	// DefaultFallbackInstances-like guess of 10, with no burst room: any number of instances
+	// may be starting beside it, each with a fresh bucket.
+	want := Lease{Rate: 1, Burst: 0, Slots: 2}
 	if got != want {
-		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances %+v", got, want)
+		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances, no burst, %+v", got, want)
+	}
+}
+
+func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+	grantTwice(c, t0, func(string) result {
+		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
+	})
+	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
+		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
+	}
+	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
+	// no more.
+	grantAll(c, t0.Add(sec), func(string) result {
+		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
+	})
+	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
+		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
+	}
+}
+
+func TestStarvedPartitionSyncsWhenAnotherLeaseLapses(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", MaxConcurrent: 4})
+	c.absorb(t0, []Usage{{Key: "", Wanted: 4, Starved: true}})
+	// Redis answers at t0+1ms: another instance's lease lapses 300ms later.
+	grantAll(c, t0, func(string) result {
+		return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 4, retake: 300 * time.Millisecond}
+	})
+	lapse := t0.Add(301 * time.Millisecond)
+	if w := c.nextWake(t0.Add(10 * time.Millisecond)); !w.Equal(lapse) {
+		t.Fatalf("the loop must look again when the lease lapses: at %v, want %v", w.Sub(t0), lapse.Sub(t0))
+	}
+	if c.due(lapse.Add(-1), false) {
+		t.Fatal("due before the other lease lapsed")
+	}
+	if !c.due(lapse, false) {
+		t.Fatal("a starved partition must sync when another lease lapses, without waiting for a kick")
+	}
+	// The sync at the lapse gets the slots; no second early sync follows.
+	grantAll(c, lapse, func(string) result { return result{lease: Lease{Slots: 2}, targetSlots: 2, live: 3} })
+	if c.due(lapse.Add(500*time.Millisecond), false) {
+		t.Fatal("an answer without retake must clear it")
+	}
+	// While Redis fails, retries keep their jittered schedule.
+	grantAll(c, lapse.Add(sec), func(string) result {
+		return result{lease: Lease{Slots: 1}, targetSlots: 2, live: 3, retake: 100 * time.Millisecond}
+	})
+	c.reports(lapse.Add(1050 * time.Millisecond))
+	c.failed(lapse.Add(1050*time.Millisecond), lapse.Add(1060*time.Millisecond))
+	if c.due(lapse.Add(1200*time.Millisecond), false) {
+		t.Fatal("a failing budget must not sync early for a lapsed lease")
 	}
 }
 
@@ -212,6 +294,28 @@ func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {
 		if !c.due(t0.Add(wait), false) {
 			t.Fatalf("jitter %v: the retry is not due after %v", j, wait)
 		}
+	}
+}
+
+func TestFailureRetryRenewsBeforeTheLeaseLapses(t *testing.T) {
+	c := newCore(Spec{Name: "b", MaxConcurrent: 4}, sec, 10, func() float64 { return 0.999 })
+	c.absorb(t0, []Usage{{Key: "", Wanted: 1}})
+	grantAll(c, t0, func(string) result { return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 2} })
+	// The lease lapses at t0 + 2.5s; the regular sync at about t0 + 1.1s fails, and its
+	// jittered retry (up to 1.5 intervals later) would come after the lapse.
+	at := t0.Add(1100 * time.Millisecond)
+	c.absorb(at, []Usage{{Key: "", Wanted: 1}})
+	c.reports(at)
+	c.failed(at, at.Add(250*time.Millisecond))
+	retry := t0.Add(leaseDuration(sec) - sec/4)
+	if c.due(retry.Add(-1), false) || !c.due(retry, false) {
+		t.Fatalf("the retry must come a sync deadline before the lease lapses, at %v", retry.Sub(t0))
+	}
+	// That retry fails too: the lease will lapse, and the retries go back to their jitter.
+	c.reports(retry)
+	c.failed(retry, retry.Add(250*time.Millisecond))
+	if c.due(retry.Add(sec), false) {
+		t.Fatal("a second failure must not retry early again")
 	}
 }
 
@@ -338,12 +442,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500)}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2}
+	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
+		retake: 1500 * time.Microsecond}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -351,8 +456,9 @@ func TestDecodeResults(t *testing.T) {
 		{},
 		{"x"},
 		{[]any{"0.5"}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0)}},
+		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)

@@ -21,7 +21,7 @@
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
 //     now) is known for status; a report counts once per sequence number, and an unanswered
 //     report is resent unchanged, so a lost reply never counts usage twice;
-//   - drops the instances whose lease lapsed (leases last 3 intervals);
+//   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
 //     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
 //     asked for is spread evenly, so a rise in demand is served before the next sync; idle
@@ -33,10 +33,15 @@
 //     sum above rate, burst (b_i = burst × r_i / rate) or max_concurrent: an instance whose
 //     share shrinks gives back at its own next sync, and its slots count as held while its
 //     earlier, larger limit may still have statements in flight;
-//   - and returns the lease, the global debt, the live instances and the fair target.
+//   - and returns the lease, the global debt, the live instances, the fair target and, to
+//     an instance that wants more than it was granted, how long until another instance's
+//     lease lapses.
 //
 // When slots do not divide evenly (max_concurrent below the number of instances, say) the
-// odd slots go round the instances in turn, ten intervals each.
+// odd slots go round the instances, ten intervals each: every ten intervals each instance
+// draws a rank from its id and the epoch (rendezvous hashing) and the odd slots go to the
+// first ranks. An instance that comes or goes moves only its own odd slot; a rotation by
+// position would move most of them, idling each while it changes hands.
 //
 // All keys of a budget share one Redis Cluster hash tag, pgtraffic:{budget}:p:<partition>
 // (see [PartitionKey]): one hash per partition with the tat and one small msgpack field per
@@ -44,21 +49,36 @@
 // drained), so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
 // 100,000 small hashes only while they are all active.
 //
+// # Lease duration
+//
+// A lease lasts 2.5 intervals from the sync that granted it. Renewals come every interval
+// (jittered by a tenth), so one missed or failed renewal does not lapse it, while a crashed
+// instance's capacity returns within 3 intervals: Redis tells each instance that wants more
+// when the first other lease lapses, and that instance syncs at that moment, rather than at
+// its next regular sync, to take the capacity up. A live holder renews long before its lease
+// would lapse, after the starved instances' regular syncs, so this costs no call in a steady
+// state. The holder counts its lease from the moment it sent the sync, before Redis's clock
+// started it, so it always stops using a lease before Redis hands it to another instance. A
+// shorter lease would lapse on one late sync; a longer one keeps a crashed instance's slots
+// idle longer.
+//
 // # When to sync
 //
-// Regularly once per interval (jittered by ±10%). Earlier when the local budget kicks
-// ([Handle.Kick]: it refused or made wait a statement, or met a new partition): a tenth of an
-// interval (at most 100ms) after the last sync for a partition with no lease yet, a quarter
-// of an interval (at most 250ms) for a starved partition below its fair target. A starved partition at its fair share does not
-// sync early: there is nothing to gain. A sync is bounded by a deadline of a quarter interval
-// (at least 50ms); a call that overruns it is abandoned even if the client ignores contexts,
-// and no second call starts until it returns.
+// Regularly once per interval (jittered by ±10%); at the moment another instance's lease
+// lapses for a partition that wants more than it holds (see above). Earlier when the local
+// budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
+// a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
+// yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
+// target. A starved partition at its fair share does not sync early: there is nothing to
+// gain. A sync is bounded by a deadline of a quarter interval (at least 50ms); a call that
+// overruns it is abandoned even if the client ignores contexts, and no second call starts
+// until it returns.
 //
 // # Failures
 //
-//   - Redis slow or down: the instance keeps its lease until it lapses (3 intervals after the
-//     sync that granted it, measured from the send, so before Redis lapses it), then uses the
-//     budget divided by the instances last seen in the partition: at once if its lease was
+//   - Redis slow or down: the instance keeps its lease until it lapses (2.5 intervals after
+//     the sync that granted it, measured from the send, so before Redis lapses it), then
+//     uses the budget divided by the instances last seen in the partition: at once if its lease was
 //     larger (Redis no longer counts it), rising towards it, halving the gap each interval, if
 //     smaller. Every instance converges on the same share, so the sum stays within the budget.
 //     Slots divide rounding down, but an instance keeps at least one slot, because an internal
@@ -69,13 +89,19 @@
 //     aggregate may exceed the budget by that share until it is back. Leases without fencing
 //     cannot do better without making an outage stop the budget's statements.
 //   - Retries come after a random 0.5–1.5 intervals, so instances do not return to a
-//     recovered Redis all at once; no early syncs while failing.
+//     recovered Redis all at once; no early syncs while failing. The first retry comes
+//     early enough to renew a lease in force before it lapses: one failed sync must not
+//     lapse a lease (a lapsed lease gives way to the fallback share, which Redis does not
+//     count, and which with more instances than max_concurrent may hold a slot the lease
+//     did not).
 //   - A hung Redis replays its socket when it resumes. Each call carries a deadline in
 //     Redis's own time (its clock at the last reply, advanced by ours since, plus twice the
 //     sync deadline); Redis ignores a call it runs later.
 //   - Redis unreachable at start: the connector opens, one line is logged, partitions run on
-//     the budget divided by [DefaultFallbackInstances] (10, configurable) — never the whole
-//     budget, which would be the safe choice for one instance only — and the loop keeps trying.
+//     the budget's rate divided by [DefaultFallbackInstances] (10, configurable) — never the
+//     whole budget, which would be the safe choice for one instance only — with no burst
+//     room (a statement once the last one's cost has drained): instances that start together
+//     each with a fresh bucket would otherwise add their bursts up. The loop keeps trying.
 //   - Lost instances. An instance whose entry Redis dropped may still run on its fallback
 //     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
 //     sync (Redis hung). The script tells these from a crash by the partition itself: the hash
@@ -108,6 +134,10 @@
 //     and no debt admits one statement whose cost exceeds its lease's burst (but not the
 //     budget's), else a small lease could never admit a large statement.
 //
+//   - Its share of the global debt: a lease carries Debt, the global debt at the grant times
+//     the lease's share of the rate (at most the lease's burst), and SetLease raises the
+//     partition's debt to at least that (see "Cold start").
+//
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
 //     peak number of statements that wanted a slot at once (in flight plus refused or waiting
@@ -121,6 +151,36 @@
 //
 //   - Statements waiting for capacity (max_wait) must be woken by SetLease as by a release:
 //     a larger lease is capacity.
+//
+// # Cold start
+//
+// Instances that start together reach Redis one after the other, and their first statements
+// show no demand (the cost model predicts a pattern it has never seen run at about nothing):
+// the first instance to sync, alone or alone asking for much, is granted the whole burst and
+// can use it before the others arrive. Then the burst moves: its lease shrinks and its local
+// debt is forgiven down to its new burst (see above), while the others' new leases would come
+// with empty buckets, though the global bucket in Redis did count what it used. Two rules
+// keep a cold start within one burst:
+//
+//   - For its first interval in a partition, an instance's lease has at most the burst of
+//     the instances assumed before any were seen (budget ÷ fallback instances): a lone
+//     instance waits one interval for its full burst, but instances that start together do
+//     not each take the whole of it in turn.
+//   - A lease carries its share of the global debt (at most its burst) and the local bucket
+//     starts at least that full: together the instances' buckets offer no more room than
+//     the global bucket has. In a steady state the local debts already add up to about the
+//     global debt and nothing changes; an instance joining a budget that others have run
+//     into debt waits for its share of it to drain. The cap at the burst is for usage that
+//     reaches Redis late (reports held back by an outage): it lands in the global bucket at
+//     once, as if it had all run at that moment, and a debt past the burst would stop every
+//     instance for as long as that usage was really spread over. Even capped, it costs
+//     something there: after an outage the held-back usage fills the instances' buckets, so
+//     they lose the room they had (a global debt past the burst cannot be ignored instead:
+//     at a cold start it is exactly the burst that must not be offered again; telling the
+//     two apart would need usage reports stamped with when the usage ran).
+//
+// The engine adds the other half: a pattern never seen to run has its statements run one at
+// a time until one has finished (see package engine).
 //
 // Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
 // the instances as last seen, and the sync counters for metrics.

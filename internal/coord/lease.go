@@ -41,6 +41,10 @@ type Lease struct {
 	Rate  float64 // execution seconds per second
 	Burst float64 // execution seconds
 	Slots int     // statements in flight
+	// Debt is the lease's share of the budget's global debt when it was granted (execution
+	// seconds): the local bucket holds at least that much debt from then on, so that the
+	// instances' buckets together never offer more room than the global bucket has.
+	Debt float64
 }
 
 // Usage is what a [Local] reports about one partition (the value of the budget's `per` tag,

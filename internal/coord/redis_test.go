@@ -171,7 +171,10 @@ func TestEqualDemandGetsEqualShares(t *testing.T) {
 		t.Fatalf("equal demand: Jain's index %.3f < 0.95 over rates %v", j, rates)
 	}
 	rate, burst, slots := sums(insts, "")
-	if rate < 0.99*spec.Rate || burst < 0.99*spec.Burst || slots != spec.MaxConcurrent {
+	// In their first interval the instances hold at most the burst over the instances
+	// assumed before any were seen, each.
+	wantBurst := min(spec.Burst, float64(len(insts))*spec.Burst/DefaultFallbackInstances)
+	if rate < 0.99*spec.Rate || burst < 0.99*wantBurst || slots != spec.MaxConcurrent {
 		t.Fatalf("saturating demand leaves capacity unleased: rate %v, burst %v, slots %d of %+v", rate, burst, slots, spec)
 	}
 	st := insts[0].c.Status()
@@ -245,23 +248,32 @@ func TestStoppedInstanceLosesSlots(t *testing.T) {
 	if a.lease("").Slots != 2 || b.lease("").Slots != 2 {
 		t.Fatalf("before: a %d, b %d slots, want 2 each", a.lease("").Slots, b.lease("").Slots)
 	}
+	// a wants 4 and holds 2: Redis tells it when b's lease lapses, so that it can sync then
+	// (b took its 2 slots after a's last sync of the rounds: a syncs once more).
+	mustSync(t, insts[0].c)
+	insts[0].c.mu.Lock()
+	retake := insts[0].c.budgets[spec.Name].core.parts[""].retake
+	insts[0].c.mu.Unlock()
+	if retake.IsZero() || time.Until(retake) > leaseDuration(interval) {
+		t.Fatalf("a starved instance must learn when the other lease lapses: %v from now", time.Until(retake))
+	}
 	// b stops syncing (a crash). a keeps syncing: it gets b's slots once b's lease lapses,
-	// three intervals after b's last sync, and not before.
+	// a lease duration after b's last sync, and not before.
 	stoppedAt := time.Now()
 	ctx := context.Background()
 	for {
 		// A sync that misses its deadline on a loaded machine is retried at the next poll.
 		_ = insts[0].c.Sync(ctx)
 		got, elapsed := a.lease("").Slots, time.Since(stoppedAt)
-		if got > 2 && elapsed < leaseIntervals*interval {
+		if got > 2 && elapsed < leaseDuration(interval) {
 			t.Fatalf("a took b's slots %v after b stopped, before b's lease lapsed", elapsed)
 		}
 		if got == 4 {
 			break
 		}
-		// Within three intervals of b's last sync, and so of when it stopped; the margin
+		// Within a lease duration of b's last sync, and so of when it stopped; the margin
 		// is for a's polling and the machine's load.
-		if elapsed > leaseIntervals*interval+2*interval {
+		if elapsed > leaseDuration(interval)+2*interval {
 			t.Fatalf("a still has %d slots %v after b stopped", got, elapsed)
 		}
 		time.Sleep(interval / 4)
@@ -343,7 +355,7 @@ func TestRedisPausedFallsBackAndRecovers(t *testing.T) {
 	}
 	// The lapsed lease decays towards the budget over the 2 known instances: the same
 	// even split here, never the whole budget.
-	time.Sleep(leaseIntervals*interval + 2*interval)
+	time.Sleep(leaseDuration(interval) + 2*interval)
 	if l := a.lease(""); l.Rate > spec.Rate/2*(1+1e-9) || l.Slots > spec.MaxConcurrent/2 {
 		t.Fatalf("in fallback, a enforces %+v, more than half the budget", l)
 	}
@@ -476,8 +488,9 @@ func TestUnreachableAtStart(t *testing.T) {
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 
-	// The budget over DefaultFallbackInstances, never the whole budget.
-	want := Lease{Rate: 1, Burst: 1, Slots: 2}
+	// The budget over DefaultFallbackInstances, never the whole budget, and no burst room
+	// before a first lease.
+	want := Lease{Rate: 1, Burst: 0, Slots: 2}
 	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })
 	waitFor(t, "a few failed syncs", func() bool { return c.Status()[0].Failures >= 3 })
 	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 {
@@ -558,5 +571,43 @@ func TestOddSlotsGoRound(t *testing.T) {
 	}
 	if holders != 4 {
 		t.Fatalf("%d instances hold a slot, want 4", holders)
+	}
+}
+
+func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "odd", MaxConcurrent: 3}
+	locals := make([]*fakeLocal, 5)
+	for i := range locals {
+		locals[i] = newFakeLocal(0, 2)
+	}
+	// A long interval keeps the odd slots from rotating during the test.
+	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	syncRounds(t, insts, spec, 3)
+	var holders, others []instance
+	for _, in := range insts {
+		if in.local.lease("").Slots == 1 {
+			holders = append(holders, in)
+		} else {
+			others = append(others, in)
+		}
+	}
+	if len(holders) != 3 {
+		t.Fatalf("3 slots among 5 instances wanting 2 each: %d hold one", len(holders))
+	}
+	// One holder leaves: its slot goes to an instance that had none, and the other two
+	// holders keep theirs (a handover would idle a slot until the holder's next sync).
+	if err := holders[0].c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rest := append(append([]instance{}, holders[1:]...), others...)
+	syncRounds(t, rest, spec, 3)
+	for i, in := range holders[1:] {
+		if got := in.local.lease("").Slots; got != 1 {
+			t.Fatalf("holder %d has %d slots after another left, want its 1 kept", i+1, got)
+		}
+	}
+	if _, _, slots := sums(rest, ""); slots != 3 {
+		t.Fatalf("after one left the others hold %d slots, want all 3", slots)
 	}
 }

@@ -62,7 +62,7 @@ type reply struct {
 func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
 	keys := make([]string, len(reps))
 	args := make([]any, 0, 7+8*len(reps))
-	lease := leaseIntervals * interval
+	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
 	for i, r := range reps {
@@ -106,7 +106,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 7 {
+		if !ok || len(f) != 8 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -123,6 +123,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.debt = num(4)
 		r.target = num(5)
 		r.targetSlots = int(num(6))
+		r.retake = time.Duration(num(7)) * time.Microsecond
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

@@ -30,8 +30,9 @@
 -- crashed: its capacity returns when its lease lapses.
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
--- instances, global debt, target rate, target slots}}; numbers that may be fractional
--- are strings, as Redis truncates Lua numbers to integers in replies.
+-- instances, global debt, target rate, target slots, retake}}, retake being, for a starved
+-- instance, µs until another instance's lease lapses (0: none, or not starved); numbers
+-- that may be fractional are strings, as Redis truncates Lua numbers to integers in replies.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -120,6 +121,7 @@ for i, key in ipairs(KEYS) do
 
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
+  local retake = 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
     redis.call('HSET', key, id, cmsgpack.pack(mine))
@@ -177,13 +179,23 @@ for i, key in ipairs(KEYS) do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
       end
-      local start = math.floor(now / (10 * period)) % n
-      for s = 0, n - 1 do
-        if spare <= 0 then break end
-        local k = (start + s) % n + 1
-        if w[k] > target[k] then
-          target[k] = target[k] + 1
-          spare = spare - 1
+      if spare > 0 then
+        -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
+        -- hashing): every caller ranks alike, and an instance that comes or goes moves only
+        -- its own odd slot, never the others'.
+        local epoch = tostring(math.floor(now / (10 * period)))
+        local rank, order = {}, {}
+        for k = 1, n do
+          rank[k] = redis.sha1hex(ids[k] .. '@' .. epoch)
+          order[k] = k
+        end
+        table.sort(order, function(a, b) return rank[a] < rank[b] end)
+        for _, k in ipairs(order) do
+          if spare <= 0 then break end
+          if w[k] > target[k] then
+            target[k] = target[k] + 1
+            spare = spare - 1
+          end
         end
       end
       t_slots = target[me]
@@ -195,6 +207,19 @@ for i, key in ipairs(KEYS) do
       end
       g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
+    end
+
+    -- A starved instance (it wants more than it was granted) learns when the first lease of
+    -- another instance lapses, if that comes before the holder could renew it: a crashed
+    -- instance's capacity is then taken up at once rather than at the next regular sync.
+    if (maxc > 0 and want > g_slots) or (rate > 0 and demand > g_rate * 1.01) then
+      for _, f in ipairs(ids) do
+        local e = others[f]
+        if f ~= id and (e[4] > 0 or e[5] > 0) then
+          local left = e[6] - now
+          if retake == 0 or left < retake then retake = left end
+        end
+      end
     end
 
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
@@ -212,6 +237,6 @@ for i, key in ipairs(KEYS) do
   local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
-  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots}
+  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake}
 end
 return out

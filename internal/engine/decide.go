@@ -101,6 +101,13 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if rt.needCost {
 		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
+		if x.untrained && len(rt.reqs) > 0 { // untrained.go
+			waited, err := e.awaitProbe(ctx, st, x, rt)
+			if err != nil {
+				return false, err
+			}
+			slow = slow || waited
+		}
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
 	// requests, with this statement's cost, become its holds once admitted.
@@ -111,6 +118,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
+		e.endProbe(x)
 		return false, err
 	}
 	if rt.warn {
@@ -186,9 +194,7 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 			if d.Reason == ReasonHealth {
 				bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
 			}
-			x.Decision, x.Reason = DecisionBlock, d.Reason
-			e.recordBlock(now, d, x.Pattern)
-			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
+			e.refuse(now, x, d)
 			return waited, d
 		}
 		select {
@@ -199,6 +205,13 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 		}
 		waited = true
 	}
+}
+
+// refuse records that d blocks x at now.
+func (e *Engine) refuse(now time.Time, x *Exec, d *Denial) {
+	x.Decision, x.Reason = DecisionBlock, d.Reason
+	e.recordBlock(now, d, x.Pattern)
+	e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
 }
 
 // admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
@@ -335,6 +348,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query 
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
+	x.untrained = pred.Samples == 0
 	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
