@@ -14,37 +14,27 @@ import (
 )
 
 // WatchFile loads the rules file at path and keeps watching it: a valid change is in force
-// within a second, an invalid one is logged and counted and the last good rules stay.
+// within a second, an invalid one is logged and counted and the last good rules stay. It
+// watches the file's directory, so that editors' atomic renames and Kubernetes ConfigMap
+// updates (a symlink swap of "..data") are seen.
 //
-// It watches the file's directory, not the file, so that editors' atomic renames and Kubernetes
-// ConfigMap updates (a symlink swap of "..data") are seen: any event in the directory starts a
-// reload.
-//
-// Only a complete file is applied. The rule: after the last event in the directory the watcher
-// waits settle (300ms) with no further event and reads the file, waits settle again and reads
-// it once more, and applies the content only if the two reads agree and it parses; any event in
-// between starts over, and a second read that differs becomes the first of a new pair. So a
-// writer that pauses for less than 2×settle in the middle of the file never has its prefix
-// applied (a prefix that parses would otherwise be in force, enforce falling back to warn), and
-// a change is in force about 2×settle after the last write. A writer that pauses longer can
-// still have a valid prefix applied: write the file elsewhere and rename it into place, which
-// is atomic. The first load, in WatchFile itself, reads once.
-//
-// If the directory itself is removed or renamed away, the watch on it is gone: the watcher
-// tries to watch the path again every rearm (100ms) and, once the directory is back, reloads the
-// file by the same rule (it may have been written before the new watch saw it).
-//
-// Its timers come from the engine's clock ([Options.After]).
+// Only a complete file is applied: after the last event the watcher waits settle with no
+// further event and reads the file, then waits settle again and reads it once more, and applies
+// the content only if both reads agree and it parses (the first load reads once). So a writer
+// that pauses for less than 2×settle mid-file never has a prefix applied; one that pauses
+// longer should write elsewhere and rename the file into place, which is atomic. If the
+// directory itself goes away, the watcher tries to watch it again every rearm and then reloads
+// by the same rule. Its timers come from the engine's clock ([Options.After]).
 func (e *Engine) WatchFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file: %w", err)
 	}
 	cfg, err := rules.Parse(data)
-	if err != nil {
-		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
+	if err == nil {
+		err = e.SetConfig(cfg)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
 	}
 	fw, err := fsnotify.NewWatcher()
@@ -93,8 +83,7 @@ func (w *watcher) close() error {
 
 const (
 	// settle is the quiet time before each of the two reads that must agree (see WatchFile):
-	// 2×settle is both the longest mid-file pause that is safe and the reload's delay, well
-	// within the promised second.
+	// 2×settle, the reload's delay, stays within the promised second.
 	settle = 300 * time.Millisecond
 	// rearm is how often the watcher tries to watch a removed directory again.
 	rearm = 100 * time.Millisecond
