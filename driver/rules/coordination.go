@@ -15,7 +15,7 @@ const (
 	// MinSyncInterval keeps Redis load bounded: each instance makes one call per shared
 	// budget per interval, and a sync's deadline is a quarter of it.
 	MinSyncInterval = 100 * time.Millisecond
-	// MaxSyncInterval bounds how long a crashed instance holds its slots (three intervals).
+	// MaxSyncInterval bounds how long a crashed instance holds its slots (within three intervals).
 	MaxSyncInterval = time.Minute
 )
 
@@ -39,7 +39,7 @@ type Coordination struct {
 
 	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
 	// Zero means the default, 1s; otherwise between 100ms and 1m. A crashed instance's slots
-	// return after three intervals.
+	// return within three intervals.
 	SyncInterval Duration `yaml:"sync_interval,omitempty" json:"sync_interval,omitempty"`
 
 	// FallbackInstances is how many instances an instance assumes share each budget until it
