@@ -20,8 +20,8 @@
 // drag a mean for many executions (the accuracy benchmark's figures are in
 // integration/PERFORMANCE.md). A pattern never seen with a plan cost uses a global k learned from
 // all patterns, and before any history [DefaultGlobalK], measured on PostgreSQL's default cost
-// units. With no plan cost at all
-// (EXPLAIN skipped or failed), the prediction falls back to the pattern's mean actual time.
+// units. With no plan cost at all (EXPLAIN skipped or failed), the prediction falls back to the
+// pattern's mean actual time.
 // Cancelled and failed executions must not be observed: their durations say nothing about cost.
 //
 // EMA weights, and why:
@@ -36,8 +36,8 @@
 //   - EXPLAIN round trip α = 0.1: about twenty round trips.
 //
 // The first sample seeds each average, so a new pattern is not under-predicted while an EMA
-// climbs from zero. The pattern table is bounded ([DefaultMaxPatterns]); training a new pattern
-// in a full table evicts the least recently trained one.
+// climbs from zero. The pattern table is bounded ([DefaultMaxPatterns]); training or explaining a
+// new pattern in a full table evicts the one least recently trained or explained.
 //
 // # When to EXPLAIN
 //
@@ -52,10 +52,8 @@
 //
 // # Running EXPLAIN safely
 //
-// [Explain] runs EXPLAIN (FORMAT JSON) of the caller's statement with the caller's arguments on the
-// caller's connection, and never changes the caller's session or transaction: inside a transaction
-// an EXPLAIN error would abort the caller's transaction, so the EXPLAIN is wrapped in a savepoint;
-// in an aborted transaction, on a busy connection or with a done context nothing is sent. Every
-// failure is the caller's cue to fall back to history; the caller's statement is never failed or
-// altered by it.
+// [Explain] runs EXPLAIN of the caller's statement with the caller's arguments on the caller's
+// connection, and never changes the caller's session or transaction (a savepoint guards it inside
+// a transaction). Every failure is the caller's cue to fall back to history; the caller's
+// statement is never failed or altered by it.
 package cost

@@ -4,8 +4,8 @@ import "container/list"
 
 // lru is a bounded table from a 64-bit key to a value V, ordered by recency of [lru.put]: a Go
 // map over a container/list. get does not change the order, so readers can share a read lock.
-// The zero value is not usable; use newLRU. It is not safe for concurrent use: its wrapper
-// (Model) guards it with their own lock.
+// The zero value is not usable; use newLRU. It is not safe for concurrent use: Model guards it
+// with its own lock.
 type lru[V any] struct {
 	max   int
 	byKey map[uint64]*list.Element // of *lruEntry[V]

@@ -25,16 +25,9 @@ const (
 	// in integration/PERFORMANCE.md.
 	DefaultGlobalK = 3.5e-6
 
-	// alphaPattern weighs each new execution of a pattern: the mean spans roughly the last ten
-	// executions, so k follows plan changes and table growth within a few runs yet one outlier
-	// moves the mean by at most a fifth of its excess.
-	alphaPattern = 0.2
-	// alphaGlobal weighs each execution in the global k, a prior for patterns never seen before.
-	// It spans roughly the last 200 executions of all patterns so that it reflects the workload
-	// mix rather than the last statement.
-	alphaGlobal = 0.01
-	// alphaExplain weighs each EXPLAIN round trip: ~20 samples, as round trips vary with load.
-	alphaExplain = 0.1
+	alphaPattern = 0.2  // a pattern's EMAs
+	alphaGlobal  = 0.01 // the global k
+	alphaExplain = 0.1  // the EXPLAIN round trip
 
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
 	// above which a pattern's cost counts as varying widely.
@@ -50,22 +43,8 @@ const (
 )
 
 // Model predicts a statement's execution seconds from its planner cost and learns, per pattern,
-// how planner cost translates into time on this server.
-//
-// For each pattern (fingerprint) it keeps exponential moving averages of actual execution
-// seconds and of planner cost over the executions whose plan cost was known; their ratio is the
-// pattern's k, and a prediction is planner cost × k, refined by the recent k of the plan cost's
-// range (see pattern.buckets). Patterns never observed with a plan cost use a global k: the ratio
-// of slow EMAs of actual seconds and planner cost over all patterns (a ratio of averages, so
-// expensive statements dominate it and cheap statements with large fixed overhead cannot inflate
-// predictions for new expensive ones), or [DefaultGlobalK] before any history. It also tracks,
-// per pattern, the EMA and exponentially weighted variance of actual seconds over all executions
-// (for history-only predictions and [Prediction.Volatile]), the plan cost of its last EXPLAIN (for
-// [PlanTTL], see [Model.PutPlan]) and, globally, the mean EXPLAIN round trip.
-//
-// The pattern table is bounded: when full, training or explaining a new pattern evicts the
-// pattern least recently trained or explained. Only successful executions should be observed: a cancelled or failed execution's
-// duration says nothing about the statement's cost.
+// how planner cost translates into time on this server, as the package documentation describes.
+// Only successful executions should be observed.
 //
 // A Model is safe for concurrent use: one lock guards its state. The zero value is not usable,
 // use [NewModel].
@@ -101,8 +80,7 @@ type pattern struct {
 	nPlanned uint64  // executions observed with a plan cost
 	actualP  float64 // EMA of actual seconds over those executions
 	plan     float64 // EMA of their plan costs; > 0 when nPlanned > 0
-	// buckets hold k per plan-cost range (a power of two): the same pattern's k differs by
-	// plan shape and size (an index scan of 10 rows against a seq scan of 100k).
+	// buckets hold the recent k of each plan-cost range, as one pattern's k differs by plan size.
 	buckets [costBuckets]costBucket
 	// planCost is the planner cost of the pattern's last EXPLAIN, valid until planExpires.
 	planCost    float64
@@ -118,8 +96,7 @@ const (
 	// costBuckets is how many plan-cost ranges one pattern keeps a k for; the least recently
 	// trained range is replaced.
 	costBuckets = 8
-	// bucketSamples is how many recent per-execution k values a range keeps. Their median, not a
-	// mean, is used: on a loaded server one slow execution would drag a mean for many executions.
+	// bucketSamples is how many recent per-execution k values a range keeps for its median.
 	bucketSamples = 5
 )
 
@@ -188,14 +165,10 @@ func (p *pattern) observeBucket(planCost, actual float64) {
 // NewModel returns a Model holding at most maxPatterns patterns ([DefaultMaxPatterns] if
 // maxPatterns <= 0).
 func NewModel(maxPatterns int) *Model {
-	return &Model{patterns: newLRU[pattern](boundOrDefault(maxPatterns))}
-}
-
-func boundOrDefault(n int) int {
-	if n <= 0 {
-		return DefaultMaxPatterns
+	if maxPatterns <= 0 {
+		maxPatterns = DefaultMaxPatterns
 	}
-	return min(n, math.MaxInt32)
+	return &Model{patterns: newLRU[pattern](min(maxPatterns, math.MaxInt32))}
 }
 
 // Predict returns what the model expects at now of one execution of pattern fp whose planner
@@ -271,8 +244,7 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	p, _ := m.patterns.put(fp)
 	p.n++
 	if p.n == 1 {
-		// Seed the averages with the first sample rather than decaying from zero, which would
-		// under-predict a new pattern for its first several executions.
+		// Seed the averages rather than decay from zero, which would under-predict a new pattern.
 		p.mean, p.variance = actual, 0
 	} else {
 		d := actual - p.mean
@@ -331,15 +303,11 @@ func (m *Model) ObserveExplain(seconds float64) {
 
 // PatternStats describes one pattern's learned state, for introspection.
 type PatternStats struct {
-	Fingerprint uint64
-	// Count is the number of successful executions observed since the pattern entered the table.
-	Count uint64
-	// MeanActual is the EMA of actual execution seconds.
-	MeanActual float64
-	// MeanPlanCost is the EMA of planner cost; 0 when the pattern was never observed with one.
-	MeanPlanCost float64
-	// K is the factor in use (the pattern's, or the global one), seconds per planner cost unit.
-	K float64
+	Fingerprint  uint64
+	Count        uint64  // successful executions observed since the pattern entered the table
+	MeanActual   float64 // EMA of actual execution seconds
+	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
+	K            float64 // seconds per planner cost unit in use: the pattern's, or the global one
 }
 
 // Top returns the n patterns with the most observed executions, most first (ties by
