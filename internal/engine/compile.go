@@ -46,15 +46,9 @@ func parseMode(m rules.Mode) mode {
 	return modeWarn
 }
 
-func (m mode) String() string {
-	switch m {
-	case modeEnforce:
-		return "enforce"
-	case modeOff:
-		return "off"
-	}
-	return "warn"
-}
+var modeNames = [...]string{modeWarn: "warn", modeEnforce: "enforce", modeOff: "off"}
+
+func (m mode) String() string { return modeNames[m] }
 
 // explainMode orders the explain modes by eagerness; the most eager of a statement's budgets wins.
 type explainMode uint8

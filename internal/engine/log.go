@@ -48,6 +48,14 @@ func (l *warnLimiter) allow(key string, now time.Time) (bool, int) {
 	return true, n
 }
 
+// decisionMessages are the log messages by {blocked, by a guard}.
+var decisionMessages = map[[2]bool]string{
+	{false, false}: "pgtraffic: statement over budget (warn mode: it runs)",
+	{true, false}:  "pgtraffic: statement blocked",
+	{false, true}:  "pgtraffic: query guard matched (warn mode: it runs)",
+	{true, true}:   "pgtraffic: statement blocked by query guard",
+}
+
 func (e *Engine) noteWarn(budgetName string, d *Denial, p *pattern.Pattern) {
 	e.stats.Warned.Add(1)
 	e.logDecision(budgetName, DecisionWarn, d, p)
@@ -60,17 +68,7 @@ func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.
 	if !ok {
 		return
 	}
-	level := slog.LevelWarn
-	msg := "pgtraffic: statement over budget (warn mode: it runs)"
-	if decision == DecisionBlock {
-		msg = "pgtraffic: statement blocked"
-	}
-	if d.Reason == ReasonGuard {
-		msg = "pgtraffic: query guard matched (warn mode: it runs)"
-		if decision == DecisionBlock {
-			msg = "pgtraffic: statement blocked by query guard"
-		}
-	}
+	msg := decisionMessages[[2]bool{decision == DecisionBlock, d.Reason == ReasonGuard}]
 	attrs := []slog.Attr{
 		slog.String("budget", budgetName),
 		slog.String("decision", decision),
@@ -86,5 +84,5 @@ func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
-	e.log.LogAttrs(context.Background(), level, msg, attrs...)
+	e.log.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 }
