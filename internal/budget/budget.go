@@ -16,9 +16,8 @@ const defaultHold = 100 * time.Millisecond
 
 // Budget is one configured budget: a reverse leaky bucket, a concurrency
 // count and a per-query limit, kept per key (the value of the budget's `per`
-// tag, or "" for all queries). It changes only through [Admit], which takes
-// a slot and reserves debt, and [Release], which gives both back trued up to
-// the actual cost.
+// tag, or "" for all queries). [Admit] takes a slot and reserves debt;
+// [Release] gives both back, trued up to the actual cost.
 //
 // A Budget is safe for concurrent use: one mutex guards its state. Create
 // one with [New]; the zero value is not usable.
@@ -38,7 +37,8 @@ type Budget struct {
 // New returns a budget with no debt and nothing in flight.
 func New(spec Spec) *Budget {
 	spec = spec.normalize()
-	return &Budget{seq: lastSeq.Add(1), keys: newKeys(spec), text: newLimitText(spec)}
+	return &Budget{seq: lastSeq.Add(1), keys: keys{spec: spec, byKey: map[string]*state{}},
+		text: newLimitText(spec)}
 }
 
 // SetSpec applies a reloaded spec at now, keeping each key's debt (drained
@@ -66,9 +66,8 @@ type Denial struct {
 	// RetryAfter is how long to wait before the request could be admitted.
 	// For ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
 	// other traffic, and one nanosecond earlier does not. For
-	// ReasonConcurrency it is a hint (mean hold time over the slots, within
-	// [1ms, 1s]). For ReasonPerQuery it is 0: the query never fits, so the
-	// caller should not retry it.
+	// ReasonConcurrency it is a hint: the mean hold time over the slots,
+	// within [1ms, 1s]. For ReasonPerQuery it is 0: do not retry.
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
@@ -89,12 +88,11 @@ type Warning struct {
 // counter). Each admitted request must later be given back with [Release].
 //
 // On success it returns warns with a [Warning] appended for each request
-// whose limit is at or above its WarningThreshold;
-// pass a reused slice to avoid allocating. On refusal it returns the denial:
-// one that can never fit (ReasonPerQuery) if any, else the one with the
-// longest RetryAfter, since the caller must wait for all of them. A request
-// whose Cost exceeds its budget's Burst can never fit either: it is denied
-// with ReasonPerQuery, RetryAfter 0, and a Limit that says so.
+// whose limit is at or above its WarningThreshold; pass a reused slice to
+// avoid allocating. On refusal it returns the denial: one that can never fit
+// (ReasonPerQuery) if any, else the one with the longest RetryAfter, since
+// the caller must wait for all of them. A request whose Cost exceeds its
+// budget's Burst never fits either: it is denied with ReasonPerQuery.
 //
 // The same budget may appear in several requests; for the same key their
 // slots and costs add up.
@@ -185,8 +183,8 @@ func worse(a, b *Denial) bool {
 }
 
 // check checks r against b at now, given the slots and cost that earlier
-// requests of the admission take from the same key: nil if r fits, else why not (allocated
-// only then). The caller holds b.mu.
+// requests of the admission take from the same key: nil if r fits, else why
+// not (allocated only then). The caller holds b.mu.
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
 	cost := sanitizeCost(r.Cost)
@@ -224,8 +222,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	}
 	b.keys.take(s, cost)
 	b.admitted++
-	if s.part != nil {
-		s.part.admitted(cost, s.inflight)
+	if p := s.part; p != nil {
+		p.offered += cost
+		p.wanted = max(p.wanted, s.inflight)
 	}
 
 	sp := &b.keys.spec
@@ -279,9 +278,8 @@ func Release(now time.Time, r Request, actual float64) {
 	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 }
 
-// concurrencyHint is how long a caller refused a slot might wait: the mean
-// hold time spread over the slots, within [1ms, 1s]. Only a hint: slots free
-// when queries finish, which nothing here can predict.
+// concurrencyHint is [Denial.RetryAfter] for ReasonConcurrency. Only a hint:
+// slots free when queries finish, which nothing here can predict.
 func (b *Budget) concurrencyHint() time.Duration {
 	d := defaultHold
 	if b.meanHold > 0 {

@@ -2,7 +2,9 @@ package budget
 
 import (
 	"container/heap"
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -12,13 +14,10 @@ const maxCost = 1e9
 
 // sanitizeCost maps NaN and negative costs to 0 and caps huge ones.
 func sanitizeCost(c float64) float64 {
-	switch {
-	case !(c > 0):
+	if !(c > 0) {
 		return 0
-	case c > maxCost:
-		return maxCost
 	}
-	return c
+	return min(c, maxCost)
 }
 
 // withSlack is the burst limit plus a relative 1e-12, far below any
@@ -27,16 +26,14 @@ func sanitizeCost(c float64) float64 {
 func withSlack(burst float64) float64 { return burst * (1 + 1e-12) }
 
 // Bucket is a reverse leaky bucket: Debt execution seconds owed as of Last,
-// draining continuously at a rate the caller passes in. Nothing runs in the
-// background: debt is drained when read. The zero value is an empty bucket.
-// A Bucket is a plain value, not safe for concurrent use.
+// drained when read at a rate the caller passes in. The zero value is an
+// empty bucket. A Bucket is a plain value, not safe for concurrent use.
 type Bucket struct {
 	Debt float64
 	Last time.Time
 }
 
-// DebtAt is the debt drained at rate to now. A now before Last drains
-// nothing.
+// DebtAt is the debt drained at rate to now; a now before Last drains nothing.
 func (b Bucket) DebtAt(now time.Time, rate float64) float64 {
 	return drain(b.Debt, rate, now.Sub(b.Last))
 }
@@ -46,10 +43,7 @@ func drain(debt, rate float64, dt time.Duration) float64 {
 	if rate == 0 || dt <= 0 {
 		return debt
 	}
-	if debt -= rate * float64(dt) / 1e9; debt < 0 {
-		return 0
-	}
-	return debt
+	return max(0, debt-rate*float64(dt)/1e9)
 }
 
 // Charge drains the bucket to now and adds delta (negative refunds), never
@@ -118,12 +112,8 @@ type state struct {
 	part     *part     // a shared budget's partition (its lease and usage); nil in a local budget
 }
 
-// keys is the single-threaded core of a [Budget]: the state of each key
-// (the value of the budget's `per` tag) under one spec. The table is bounded
-// by spec.MaxKeys: adding a key to a full table evicts the idle state (no
-// query in flight) whose debt is gone soonest, found in an idle heap. States
-// with a query in flight are never evicted, so concurrency counts stay
-// exact. The state of the key "" is kept apart: never evicted, not counted.
+// keys is the single-threaded core of a [Budget]: the state of each key under
+// one spec, bounded and evicted as the package doc's Keys section says.
 type keys struct {
 	spec     Spec
 	unkeyed  *state
@@ -132,10 +122,6 @@ type keys struct {
 	inflight int // summed over keys
 	evicted  uint64
 	shared   bool // limits come from each key's lease (lease.go), not from spec
-}
-
-func newKeys(spec Spec) keys {
-	return keys{spec: spec, byKey: map[string]*state{}}
 }
 
 func (k *keys) lookup(key string) *state {
@@ -229,10 +215,7 @@ func (k *keys) all() []*state {
 	if k.unkeyed != nil {
 		out = append(out, k.unkeyed)
 	}
-	for _, s := range k.byKey {
-		out = append(out, s)
-	}
-	return out
+	return slices.AppendSeq(out, maps.Values(k.byKey))
 }
 
 // idleHeap orders idle states by when their debt is gone (container/heap).

@@ -29,12 +29,11 @@
 // [Spec.MaxKeys]: adding a key to a full table evicts a state whose debt has
 // drained to zero, or else the one that will be empty soonest, in O(log n)
 // using a min-heap of the states with nothing in flight, ordered by the time
-// each one empties. A state with a
-// query in flight is never evicted, so concurrency counts are exact; the table
-// exceeds its bound only while more distinct keys than MaxKeys have queries
-// in flight at once, and shrinks back as they complete. The state of the
-// empty key "" (a budget without `per`, or a query without the tag) is kept
-// apart: it is never evicted and does not count against MaxKeys.
+// each one empties. A state with a query in flight is never evicted, so
+// concurrency counts are exact; the table exceeds its bound only while more
+// distinct keys than MaxKeys have queries in flight at once, and shrinks back
+// as they complete. The state of the empty key "" (a budget without `per`, or
+// a query without the tag) is kept apart: never evicted, not counted.
 //
 // # Time
 //

@@ -33,12 +33,6 @@ type part struct {
 	starved bool    // a statement was refused for want of credit or a slot
 }
 
-// admitted records a statement of predicted cost admitted with inflight now in flight.
-func (p *part) admitted(cost float64, inflight int) {
-	p.offered += cost
-	p.wanted = max(p.wanted, inflight)
-}
-
 // SetShared makes b shared at now: from then on each key's limits are its lease, starting
 // with none (no credit, no slot) until the coordinator sets one, and b calls kick when it
 // refuses a statement for want of its lease. retry is the RetryAfter of a key without credit.
@@ -48,20 +42,18 @@ func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
+	b.link.kick, b.link.retry = kick, retry
 	if (kick != nil) == k.shared {
-		b.link.kick, b.link.retry = kick, retry
 		return
 	}
 	for _, s := range k.all() {
 		s.Charge(now, k.rate(s), 0) // drained at the old rate until now
+		s.part = nil
 		if kick != nil {
 			s.part = &part{}
-		} else {
-			s.part = nil
 		}
 	}
 	k.shared = kick != nil
-	b.link.kick, b.link.retry = kick, retry
 	k.setSpec(now, k.spec) // the idle order under the new rates
 	b.wakeWaiters()
 }
@@ -173,10 +165,9 @@ func (k *keys) limits(s *state) (rate, burst float64, maxConcurrent int) {
 	return l.Rate, l.Burst, l.Slots
 }
 
-// emptyFits reports whether a key with credit (rate) and no debt may admit a statement larger than its
-// bucket: a shared budget's lease holds a fraction of the budget's burst, and a statement
-// that fits the budget's must not be refused for ever. (In a local budget the bucket is the
-// budget's, so this admits nothing that Fits did not.)
+// emptyFits reports whether a key with credit (rate) and no debt may admit a statement
+// larger than its bucket: a lease holds a fraction of the budget's burst, and a statement
+// that fits the budget's must not be refused for ever. (A local bucket is the budget's.)
 func emptyFits(debt, rate float64) bool {
 	return rate > 0 && debt == 0
 }

@@ -43,9 +43,7 @@ type Spec struct {
 // normalize returns s with invalid values replaced by their documented
 // defaults, so that the core never meets a NaN or a negative limit.
 func (s Spec) normalize() Spec {
-	if s.MaxConcurrent < 0 {
-		s.MaxConcurrent = 0
-	}
+	s.MaxConcurrent = max(s.MaxConcurrent, 0)
 	if !(s.PerQueryLimit > 0) || math.IsInf(s.PerQueryLimit, 1) {
 		s.PerQueryLimit = 0
 	}
