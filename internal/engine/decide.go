@@ -19,9 +19,8 @@ import (
 // bypassKey is the context key of WithGuardBypass.
 type bypassKey struct{}
 
-// WithGuardBypass returns a context whose statements skip the query guards. It exists for
-// deliberate bulk maintenance and is settable only from code: a SQL comment cannot set it,
-// because comments can be injected.
+// WithGuardBypass returns a context whose statements skip the query guards, for deliberate bulk
+// maintenance. Only code can set it: comments can be injected.
 func WithGuardBypass(ctx context.Context) context.Context {
 	return context.WithValue(ctx, bypassKey{}, true)
 }
@@ -130,8 +129,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	return slow || waited, nil
 }
 
-// decisions reports each of x's budgets' own decision to the observer: warn where it warned,
-// allow elsewhere.
+// decisions reports each of x's budgets' decision to the observer: warn where it warned, else allow.
 func (e *Engine) decisions(x *Exec) {
 	for _, name := range x.Budgets {
 		decision, reason := DecisionAllow, ""
@@ -176,10 +174,9 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 	return nil
 }
 
-// enforce admits x's enforce budgets (health thresholds first), waiting and trying again while
-// a denial's budget allows waiting (max_wait) and the wait fits both max_wait and ctx's
-// deadline. It returns the *Denial that blocks x, or ctx's error if ctx ends while waiting;
-// waited reports a wait.
+// enforce admits x's enforce budgets (health thresholds first), trying again while the
+// denial's wait fits its budget's max_wait and ctx's deadline. It returns the *Denial that
+// blocks x, or ctx's error if ctx ends while waiting; waited reports a wait.
 func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
 	deadline := time.Time{}
 	for now := x.start; ; now = e.now() {

@@ -379,12 +379,10 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	x.Span = nil // the Exec is kept for the caller's next statement: it must not hold the span
 }
 
-// Training the cost model on a statement costs more than the rest of its decision, and a
-// pattern's averages weigh only the last ten or so samples, so a pattern that runs thousands of
-// times a second gains nothing from each one. After warmSamples executions a pattern therefore
-// trains on a random one in trainEvery of its cheap statements, and on every statement that took
-// trainAlways or longer: those are the ones budgets exist for. Sampling at random, rather than
-// every n-th statement, cannot lock onto a workload that repeats with the same period.
+// Training the cost model costs more than the rest of a decision, and a pattern's averages weigh
+// only the last ten or so samples. So after warmSamples executions a pattern trains on a random
+// one in trainEvery of its cheap statements (at random: every n-th could lock onto a periodic
+// workload), and on every statement of trainAlways or longer, the ones budgets exist for.
 const (
 	warmSamples = 64
 	trainEvery  = 16
@@ -501,10 +499,9 @@ func (e *Engine) RecentBlocks() []BlockRecord {
 // Observer sees statements for telemetry. Its methods are called on the statement's goroutine
 // and must not block.
 type Observer interface {
-	// Wants reports what the observer records now. The engine asks once per statement, keeps
-	// the answer in Exec.Wants, and skips the calls for the rest: Started runs only with
-	// WantSpans (and only then does the engine merge tags for it), Finished with WantSpans or
-	// WantDuration, Decision with WantDecisions. Blocked always runs.
+	// Wants reports what the observer records now, asked once per statement (Exec.Wants):
+	// Started runs only with WantSpans, Finished with WantSpans or WantDuration, Decision with
+	// WantDecisions; Blocked always runs.
 	Wants() Wants
 	Started(ctx context.Context, x *Exec)
 	Blocked(ctx context.Context, x *Exec, err error)

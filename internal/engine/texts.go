@@ -14,11 +14,10 @@ import (
 // text, and applications repeat their short statements, not their megabyte-long ones.
 const maxTextLen = 2048
 
-// textCache maps a statement text, by content, to what the engine learned of it: its pattern,
-// and the route it was given. Applications send the same few texts again and again, so one map
-// lookup answers both the pattern and, for the same context tags under the same rules, the
-// route, which saves merging tags and matching the rule set. The cache is bounded by entry
-// count; when full it starts over (the pattern cache behind it still holds the patterns).
+// textCache maps a statement text, by content, to its pattern and the route it was given:
+// applications send the same few texts again and again, so one lookup answers the pattern and,
+// for the same context tags under the same rules, the route. It is bounded by entry count; when
+// full it starts over (the pattern cache behind it still holds the patterns).
 //
 // A textCache is safe for concurrent use: one lock guards the map, and an entry's route is an
 // immutable value published atomically.
