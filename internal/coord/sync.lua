@@ -210,8 +210,10 @@ for i, key in ipairs(KEYS) do
     end
 
     -- A starved instance (it wants more than it was granted) learns when the first lease of
-    -- another instance lapses, if that comes before the holder could renew it: a crashed
-    -- instance's capacity is then taken up at once rather than at the next regular sync.
+    -- another instance lapses and syncs then. A live holder renews every interval, which
+    -- keeps its lapse past this instance's next regular sync (that sync comes first and
+    -- asks again), so only a crashed holder's lapse brings a sync: its capacity is taken up
+    -- at once rather than at the next regular sync.
     if (maxc > 0 and want > g_slots) or (rate > 0 and demand > g_rate * 1.01) then
       for _, f in ipairs(ids) do
         local e = others[f]
