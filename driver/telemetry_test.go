@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,6 +18,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -1145,5 +1149,119 @@ func TestTagKeys(t *testing.T) {
 	}
 	if got := tm.tagKey("k1"); got != "pgtraffic.tag.k1" {
 		t.Errorf("tagKey(k1) = %q after the bound", got)
+	}
+}
+
+// Tags are untrusted: a comment, a request path. Every span attribute and metric attribute must
+// be valid UTF-8 (OTLP's protobuf refuses to marshal anything else, and an exporter then drops
+// the whole batch) and each tag bounded in length, whatever the comment, the route or the
+// statement's identifiers hold.
+func TestTelemetryAttributesBoundedUTF8(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	long := strings.Repeat("x", 10<<10)
+	run := func(ctx context.Context, query string) {
+		t.Helper()
+		rows, err := h.db.QueryContext(ctx, query)
+		if err != nil {
+			t.Fatalf("%.60q: %v", query, err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+	}
+	ctx := context.Background()
+	run(ctx, "SELECT id FROM orders /*app='comment',note='"+long+"'*/")
+	run(ctx, "SELECT id FROM orders /*app='badcomment',bad='%FF%FE',k%FF='v'*/")
+	run(tagging.With(ctx, "app", "context", "note", long, strings.Repeat("k", 1000), "v",
+		"k\xff", "v\xfe\xff"), "SELECT id FROM orders")
+	run(ctx, "SELECT \"caf\xff\" FROM \"t\xfe\" /*app='ident'*/")
+	for _, target := range []string{"/%FF%FE", "/" + strings.Repeat("r", 8<<10)} {
+		r := httptest.NewRequest("GET", target, nil)
+		tagging.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			run(tagging.With(r.Context(), "app", "route"), "SELECT id FROM orders")
+		})).ServeHTTP(httptest.NewRecorder(), r)
+	}
+
+	check := func(where string, kv attribute.KeyValue) {
+		t.Helper()
+		k := string(kv.Key)
+		var vals []string
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			vals = []string{kv.Value.AsString()}
+		case attribute.STRINGSLICE:
+			vals = kv.Value.AsStringSlice()
+		}
+		if !utf8.ValidString(k) {
+			t.Errorf("%s: attribute key %q is not UTF-8", where, k)
+		}
+		for _, v := range vals {
+			if !utf8.ValidString(v) {
+				t.Errorf("%s: attribute %s = %q is not UTF-8", where, k, v)
+			}
+		}
+		if tag, ok := strings.CutPrefix(k, attrTagPrefix); ok {
+			if len(tag) > bounded.KeyLen {
+				t.Errorf("%s: tag key of %d bytes", where, len(tag))
+			}
+			for _, v := range vals {
+				if len(v) > bounded.ValueLen {
+					t.Errorf("%s: tag %.20s... value of %d bytes", where, tag, len(v))
+				}
+			}
+		}
+	}
+	spans := h.spans.GetSpans()
+	apps := map[string]bool{}
+	for _, s := range spans {
+		if !utf8.ValidString(s.Name) {
+			t.Errorf("span name %q is not UTF-8", s.Name)
+		}
+		for _, kv := range s.Attributes {
+			check("span "+s.Name, kv)
+		}
+		for _, e := range s.Events {
+			for _, kv := range e.Attributes {
+				check("event "+e.Name, kv)
+			}
+		}
+		apps[attrOf(s.Attributes, "pgtraffic.tag.app").AsString()] = true
+	}
+	for _, app := range []string{"comment", "badcomment", "context", "ident", "route"} {
+		if !apps[app] {
+			t.Errorf("no span with app=%s (spans: %v)", app, spanNames(spans))
+		}
+	}
+	// What was kept is there, cut or with its invalid bytes replaced.
+	if got := attrOf(h.span(t, "SELECT orders", "context").Attributes, "pgtraffic.tag.note").AsString(); got != long[:bounded.ValueLen] {
+		t.Errorf("context tag note: %d bytes, want %d", len(got), bounded.ValueLen)
+	}
+	if got := attrOf(h.span(t, "SELECT orders", "context").Attributes, "pgtraffic.tag.k\uFFFD").AsString(); got != "v\uFFFD" {
+		t.Errorf("context tag with invalid UTF-8: %q, want %q", got, "v\uFFFD")
+	}
+	var routes []string
+	for _, s := range spans {
+		if attrOf(s.Attributes, "pgtraffic.tag.app").AsString() == "route" {
+			routes = append(routes, attrOf(s.Attributes, "pgtraffic.tag.route").AsString())
+		}
+	}
+	if want := []string{"/\uFFFD", "/" + strings.Repeat("r", bounded.ValueLen-1)}; !slices.Equal(routes, want) {
+		t.Errorf("routes %.80q, want %.80q", routes, want)
+	}
+	for name, m := range h.metrics(t) {
+		switch d := m.Data.(type) {
+		case metricdata.Histogram[float64]:
+			for _, p := range d.DataPoints {
+				for _, kv := range p.Attributes.ToSlice() {
+					check("metric "+name, kv)
+				}
+			}
+		case metricdata.Sum[int64]:
+			for _, p := range d.DataPoints {
+				for _, kv := range p.Attributes.ToSlice() {
+					check("metric "+name, kv)
+				}
+			}
+		}
 	}
 }
