@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -1262,6 +1263,114 @@ func TestTelemetryAttributesBoundedUTF8(t *testing.T) {
 					check("metric "+name, kv)
 				}
 			}
+		}
+	}
+}
+
+// recordingMeter records the names of the instruments made on it; they do nothing else.
+type recordingMeter struct {
+	metricnoop.Meter
+	mu    sync.Mutex // protects names
+	names []string
+}
+
+func (m *recordingMeter) add(name string) {
+	m.mu.Lock()
+	m.names = append(m.names, name)
+	m.mu.Unlock()
+}
+
+func (m *recordingMeter) Int64Counter(name string, opts ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	m.add(name)
+	return m.Meter.Int64Counter(name, opts...)
+}
+
+func (m *recordingMeter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	m.add(name)
+	return m.Meter.Float64Histogram(name, opts...)
+}
+
+func (m *recordingMeter) Int64ObservableCounter(name string, opts ...metric.Int64ObservableCounterOption) (metric.Int64ObservableCounter, error) {
+	m.add(name)
+	return m.Meter.Int64ObservableCounter(name, opts...)
+}
+
+func (m *recordingMeter) Int64ObservableGauge(name string, opts ...metric.Int64ObservableGaugeOption) (metric.Int64ObservableGauge, error) {
+	m.add(name)
+	return m.Meter.Int64ObservableGauge(name, opts...)
+}
+
+func (m *recordingMeter) Float64ObservableGauge(name string, opts ...metric.Float64ObservableGaugeOption) (metric.Float64ObservableGauge, error) {
+	m.add(name)
+	return m.Meter.Float64ObservableGauge(name, opts...)
+}
+
+type recordingMeterProvider struct {
+	metricnoop.MeterProvider
+	m *recordingMeter
+}
+
+func (p recordingMeterProvider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
+
+// TestTelemetryNames holds the names of design.md §6 and the README's telemetry reference to
+// the code: every metric is registered under its name, no other is, and each attribute key is
+// spelled as documented.
+func TestTelemetryNames(t *testing.T) {
+	metrics := []string{
+		"db.client.operation.duration",
+		"pgtraffic.decisions",
+		"pgtraffic.budget.debt", "pgtraffic.budget.in_flight",
+		"pgtraffic.pattern_cache.hits", "pgtraffic.pattern_cache.misses",
+		"pgtraffic.explain.cache_hits", "pgtraffic.explain.cache_misses",
+		"pgtraffic.explain.calls", "pgtraffic.explain.failures",
+		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
+		"pgtraffic.health.errors", "pgtraffic.health.samples",
+		"pgtraffic.rows.leaked",
+		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
+		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",
+		"pgtraffic.coordination.lease.slots", "pgtraffic.coordination.instances",
+		"pgtraffic.coordination.fallback",
+		"pgtraffic.coordination.syncs", "pgtraffic.coordination.sync.failures",
+	}
+	m := &recordingMeter{}
+	o := defaultOptions()
+	WithMeterProvider(recordingMeterProvider{m: m})(&o)
+	WithTracerProvider(tracenoop.NewTracerProvider())(&o)
+	cc, err := pgx.ParseConfig(telDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, err := newTelemetry(&o, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.attach(engine.New(engine.Options{Observer: tel.observer()})); err != nil {
+		t.Fatal(err)
+	}
+	defer tel.close()
+	if _, err := newLeaks(tel.meter, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(slices.Values(m.names))
+	want := slices.Sorted(slices.Values(metrics))
+	if !slices.Equal(got, want) {
+		t.Errorf("registered metrics:\n%q\nthe documented ones:\n%q", got, want)
+	}
+
+	attrs := map[string]string{
+		"db.system.name": attrSystem, "db.namespace": attrNamespace,
+		"server.address": attrServerAddress, "server.port": attrServerPort,
+		"db.query.text": attrQueryText, "db.query.summary": attrQuerySummary,
+		"db.operation.name": attrOperation, "db.collection.name": attrCollection,
+		"db.response.status_code": attrStatusCode, "error.type": attrErrorType,
+		"pgtraffic.fingerprint": attrFingerprint, "pgtraffic.decision": attrDecision,
+		"pgtraffic.budgets": attrBudgets, "pgtraffic.budget": attrBudget, "pgtraffic.reason": attrReason,
+		"pgtraffic.predicted_cost_s": attrPredicted, "pgtraffic.plan_cost": attrPlanCost,
+		"pgtraffic.tag.": attrTagPrefix, "pgtraffic.warn": eventWarn,
+	}
+	for doc, code := range attrs {
+		if doc != code {
+			t.Errorf("attribute %q is %q in the code", doc, code)
 		}
 	}
 }
