@@ -92,6 +92,11 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 // instruments, so a provider that samples nothing costs one non-recording span per statement.
 // The engine's gauges (debt, in-flight, cache and EXPLAIN counters) are observed by a callback
 // registered by attach and unregistered by close. Safe for concurrent use once built.
+//
+// A front end uses it through these calls only, so that another (a pgx pool) gets the same
+// spans and metrics by making the same ones: newTelemetry with its options and connection
+// config; observer as its engine's Options.Observer; attach once the engine exists; meter for
+// its own instruments (newLeaks); commented for the text it sends; close when it closes.
 type telemetry struct {
 	tracer trace.Tracer
 	// idleGlobal is the global tracer provider when it was used by default and recorded
@@ -555,6 +560,12 @@ func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string
 	if !i.commenter {
 		return query
 	}
+	return commented(ctx, x, query)
+}
+
+// commented returns query with ctx's tags and, for a sampled span, x's traceparent appended
+// as a sqlcommenter comment (see outgoing).
+func commented(ctx context.Context, x *engine.Exec, query string) string {
 	kv := make([]string, 0, 8)
 	for k, v := range tagging.From(ctx).All() {
 		kv = append(kv, k, v)
