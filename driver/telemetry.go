@@ -25,6 +25,9 @@ import (
 
 const instrumentationName = "github.com/pgtraffic/pgtraffic"
 
+// dbSystem is db.system.name, and the name of a span whose statement could not be parsed.
+const dbSystem = "postgresql"
+
 // The names of pgtraffic's telemetry, each defined here once and listed in the README's
 // telemetry reference (TestTelemetryNames holds the two together). The db.*, server.* and
 // error.type keys are the OpenTelemetry database semantic conventions.
@@ -168,7 +171,7 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		t.idleMeter = mp
 	}
 	server := []attribute.KeyValue{
-		attribute.String(attrSystem, "postgresql"),
+		attribute.String(attrSystem, dbSystem),
 		attribute.String(attrNamespace, cc.Database),
 		attribute.String(attrServerAddress, cc.Host),
 		attribute.Int(attrServerPort, int(cc.Port)),
@@ -268,7 +271,7 @@ func spanName(x *engine.Exec) string {
 	if x.Pattern.Summary != "" {
 		return bounded.Valid(x.Pattern.Summary)
 	}
-	return "postgresql"
+	return dbSystem
 }
 
 // clientKind is the span kind of every statement span, boxed once.
