@@ -22,8 +22,11 @@ const Name = "pgtraffic"
 // EnvRules names the environment variable read by sql.Open("pgtraffic", dsn) for the rules file.
 const EnvRules = "PGTRAFFIC_RULES"
 
+// registered is the Driver registered as Name, and every connector's Driver.
+var registered = &Driver{}
+
 func init() {
-	sql.Register(Name, &Driver{})
+	sql.Register(Name, registered)
 }
 
 // Driver is the database/sql driver registered as "pgtraffic". Its connectors read the rules file
@@ -203,8 +206,9 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	return newConn(pc, c.intr)
 }
 
-// Driver returns the pgtraffic driver.
-func (c *Connector) Driver() driver.Driver { return &Driver{} }
+// Driver returns the pgtraffic driver, the one registered with database/sql, the same value on
+// every call.
+func (c *Connector) Driver() driver.Driver { return registered }
 
 // Close stops everything the connector started. (*sql.DB).Close calls it.
 func (c *Connector) Close() error { return errors.Join(c.tel.close(), c.engine.Close()) }

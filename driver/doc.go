@@ -103,7 +103,9 @@
 // The connector records OpenTelemetry spans and metrics by the database semantic conventions,
 // with the global providers unless [WithTracerProvider] and [WithMeterProvider] name others, and
 // logs warn and block decisions through [log/slog] ([WithLogger]). Nothing recorded holds a SQL
-// literal or a bound value: query texts are normalised. The metrics are pgtraffic.decisions,
+// literal or a bound value: query texts are normalised. Every attribute is valid UTF-8 (invalid
+// bytes replaced by U+FFFD), and each tag's key is cut to 64 bytes and its values to 256, since
+// tags may come from comments or request paths. The metrics are pgtraffic.decisions,
 // pgtraffic.budget.*, the caches', EXPLAIN's, reloads' and health sampling's counters,
 // pgtraffic.rows.leaked and, for shared budgets, pgtraffic.coordination.* (the README lists
 // them all with units and attributes). [Connector.Snapshot] and [Connector.Handler] serve the

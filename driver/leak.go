@@ -80,7 +80,7 @@ func newLeaks(meter metric.Meter, log *slog.Logger) (*leaks, error) {
 		log = slog.Default()
 	}
 	lk := &leaks{log: log}
-	c, err := meter.Int64Counter("pgtraffic.rows.leaked",
+	c, err := meter.Int64Counter(metricRowsLeaked,
 		metric.WithUnit("{statement}"),
 		metric.WithDescription("Statements whose rows were garbage-collected without Close; their budget slots were reclaimed."))
 	if err != nil {

@@ -1,14 +1,14 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"html/template"
+	"math"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
@@ -25,7 +25,9 @@ func (c *Connector) Wait(ctx context.Context) error {
 }
 
 // Snapshot is the connector's live state: budgets, the hottest patterns, recent blocks and
-// counters. It contains no SQL literal: query texts are normalised.
+// counters. It contains no SQL literal: query texts are normalised. Every number is finite (a
+// non-finite one, which only a corrupt shared state could produce, reads as 0), so a Snapshot
+// always encodes as JSON.
 type Snapshot struct {
 	Time         time.Time       `json:"time"`
 	InFlight     int64           `json:"in_flight"`
@@ -79,7 +81,13 @@ type PatternStatus struct {
 }
 
 // BlockStatus is one recent block in a [Snapshot].
-type BlockStatus = engine.BlockRecord
+type BlockStatus struct {
+	At          time.Time `json:"at"`          // when the statement was refused
+	Budget      string    `json:"budget"`      // the budget or guard that refused it
+	Reason      string    `json:"reason"`      // one of the Reason constants
+	Fingerprint string    `json:"fingerprint"` // the statement's pattern
+	Query       string    `json:"query"`       // normalised text: literals replaced by $n
+}
 
 // Counters are event counts since the connector started.
 type Counters struct {
@@ -99,10 +107,11 @@ type Counters struct {
 func (c *Connector) Snapshot() Snapshot {
 	e := c.engine
 	// Empty lists, not nil: JSON consumers get [] rather than null.
-	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: e.RecentBlocks(),
+	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: []BlockStatus{},
 		Budgets: []BudgetStatus{}, Patterns: []PatternStatus{}}
-	if s.RecentBlocks == nil {
-		s.RecentBlocks = []BlockStatus{}
+	for _, b := range e.RecentBlocks() {
+		s.RecentBlocks = append(s.RecentBlocks, BlockStatus{At: b.At, Budget: b.Budget, Reason: b.Reason,
+			Fingerprint: b.Fingerprint, Query: b.Query})
 	}
 	instance := e.Instance()
 	for _, b := range e.Budgets() {
@@ -132,14 +141,45 @@ func (c *Connector) Snapshot() Snapshot {
 		Reloads: st.Reloads.Load(), ReloadFailures: st.ReloadFailures.Load(),
 		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(),
 	}
+	s.finite()
 	return s
+}
+
+// finite replaces s's non-finite numbers by 0: encoding/json refuses NaN and ±Inf.
+func (s *Snapshot) finite() {
+	f := func(v *float64) {
+		if math.IsNaN(*v) || math.IsInf(*v, 0) {
+			*v = 0
+		}
+	}
+	for i := range s.Budgets {
+		b := &s.Budgets[i]
+		f(&b.Debt)
+		f(&b.MaxDebt)
+		f(&b.Burst)
+		if sh := b.Shared; sh != nil {
+			f(&sh.Rate)
+			f(&sh.Burst)
+			f(&sh.GlobalDebt)
+		}
+	}
+	for i := range s.Patterns {
+		p := &s.Patterns[i]
+		f(&p.MeanCost)
+		f(&p.PlanCost)
+		f(&p.K)
+	}
 }
 
 // Handler serves the [Snapshot]: as JSON when the request asks for it (Accept:
 // application/json or ?format=json), else as a small HTML page. Mount it behind your own
 // authentication: it shows normalised query texts (never a literal) and budget names. It
 // answers GET and HEAD only; every response is marked uncacheable, since it is live state.
-func (c *Connector) Handler() http.Handler {
+func (c *Connector) Handler() http.Handler { return statusHandler(c.Snapshot) }
+
+// statusHandler serves the snapshots that snapshot returns. A response is rendered whole before
+// anything is written, so that a failure answers 500 rather than 200 with a partial body.
+func statusHandler(snapshot func() Snapshot) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -148,16 +188,26 @@ func (c *Connector) Handler() http.Handler {
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		s := c.Snapshot()
+		s := snapshot()
+		var (
+			body bytes.Buffer
+			err  error
+		)
+		contentType := "text/html; charset=utf-8"
 		if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
-			w.Header().Set("Content-Type", "application/json")
-			enc := json.NewEncoder(w)
+			contentType = "application/json"
+			enc := json.NewEncoder(&body)
 			enc.SetIndent("", "  ")
-			_ = enc.Encode(s)
+			err = enc.Encode(s)
+		} else {
+			err = statusPage.Execute(&body, s)
+		}
+		if err != nil {
+			http.Error(w, "pgtraffic: the status could not be rendered", http.StatusInternalServerError)
 			return
 		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = statusPage.Execute(w, s)
+		w.Header().Set("Content-Type", contentType)
+		_, _ = w.Write(body.Bytes())
 	})
 }
 

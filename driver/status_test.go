@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -170,5 +171,53 @@ func TestStatusMethods(t *testing.T) {
 				t.Errorf("Allow %q", resp.Header.Get("Allow"))
 			}
 		})
+	}
+}
+
+// nonFiniteSnapshot holds NaN and ±Inf wherever a Snapshot has a float, as a corrupt shared
+// state could put them there.
+func nonFiniteSnapshot() Snapshot {
+	nan, inf := math.NaN(), math.Inf(1)
+	return Snapshot{
+		Budgets: []BudgetStatus{{Name: "b", Debt: nan, MaxDebt: inf, Burst: -inf,
+			Shared: &SharedStatus{Rate: nan, Burst: inf, GlobalDebt: -inf}}},
+		Patterns:     []PatternStatus{{Fingerprint: "f", MeanCost: nan, PlanCost: inf, K: -inf}},
+		RecentBlocks: []BlockStatus{},
+	}
+}
+
+// The handler renders a response whole before writing it: a snapshot it cannot encode is a
+// 500 with a short message, never a 200 with an empty or partial body.
+func TestStatusUnencodableIsAnError(t *testing.T) {
+	h := statusHandler(nonFiniteSnapshot)
+	resp := statusGet(t, h, http.MethodGet, "/?format=json", "")
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("status %d with body %q, want 500", resp.StatusCode, body)
+	}
+	if len(body) == 0 || len(body) > 100 || strings.Contains(string(body), "NaN") {
+		t.Errorf("error body %q: want a short message that quotes nothing", body)
+	}
+}
+
+// Connector.Snapshot's numbers are made finite, so its JSON encodes.
+func TestSnapshotFinite(t *testing.T) {
+	s := nonFiniteSnapshot()
+	s.finite()
+	js, err := json.Marshal(s)
+	if err != nil {
+		t.Fatalf("a finite snapshot does not encode: %v", err)
+	}
+	b, p := s.Budgets[0], s.Patterns[0]
+	for _, v := range []float64{b.Debt, b.MaxDebt, b.Burst, b.Shared.Rate, b.Shared.Burst, b.Shared.GlobalDebt,
+		p.MeanCost, p.PlanCost, p.K} {
+		if v != 0 {
+			t.Errorf("a non-finite number became %v, want 0 (%s)", v, js)
+		}
+	}
+	resp := statusGet(t, statusHandler(func() Snapshot { return s }), http.MethodGet, "/", "application/json")
+	var back Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&back); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("status %d, decode: %v", resp.StatusCode, err)
 	}
 }

@@ -18,15 +18,31 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 const instrumentationName = "github.com/pgtraffic/pgtraffic"
 
-// Attribute keys of our own, listed in the README's telemetry reference. The db.* and server.*
-// keys are the OpenTelemetry database semantic conventions.
+// dbSystem is db.system.name, and the name of a span whose statement could not be parsed.
+const dbSystem = "postgresql"
+
+// The names of pgtraffic's telemetry, each defined here once and listed in the README's
+// telemetry reference (TestTelemetryNames holds the two together). The db.*, server.* and
+// error.type keys are the OpenTelemetry database semantic conventions.
 const (
+	attrSystem        = "db.system.name"
+	attrNamespace     = "db.namespace"
+	attrServerAddress = "server.address"
+	attrServerPort    = "server.port"
+	attrQueryText     = "db.query.text"
+	attrQuerySummary  = "db.query.summary"
+	attrOperation     = "db.operation.name"
+	attrCollection    = "db.collection.name"
+	attrStatusCode    = "db.response.status_code"
+	attrErrorType     = "error.type"
+
 	attrFingerprint = "pgtraffic.fingerprint"
 	attrDecision    = "pgtraffic.decision"
 	attrBudgets     = "pgtraffic.budgets"
@@ -35,6 +51,37 @@ const (
 	attrPredicted   = "pgtraffic.predicted_cost_s"
 	attrPlanCost    = "pgtraffic.plan_cost"
 	attrTagPrefix   = "pgtraffic.tag."
+
+	eventWarn = "pgtraffic.warn" // on a warned statement's span
+)
+
+// Metric names.
+const (
+	metricDuration        = "db.client.operation.duration"
+	metricDecisions       = "pgtraffic.decisions"
+	metricBudgetDebt      = "pgtraffic.budget.debt"
+	metricBudgetInFlight  = "pgtraffic.budget.in_flight"
+	metricPatternHits     = "pgtraffic.pattern_cache.hits"
+	metricPatternMisses   = "pgtraffic.pattern_cache.misses"
+	metricExplainCalls    = "pgtraffic.explain.calls"
+	metricExplainFailures = "pgtraffic.explain.failures"
+	metricExplainHits     = "pgtraffic.explain.cache_hits"
+	metricExplainMisses   = "pgtraffic.explain.cache_misses"
+	metricReloads         = "pgtraffic.rules.reloads"
+	metricReloadFailures  = "pgtraffic.rules.reload_failures"
+	metricHealthErrors    = "pgtraffic.health.errors"
+	metricHealthSamples   = "pgtraffic.health.samples"
+	metricRowsLeaked      = "pgtraffic.rows.leaked"
+
+	metricLeaseRate    = "pgtraffic.coordination.lease.rate"
+	metricLeaseBurst   = "pgtraffic.coordination.lease.burst"
+	metricLeaseSlots   = "pgtraffic.coordination.lease.slots"
+	metricGlobalDebt   = "pgtraffic.coordination.global_debt"
+	metricInstances    = "pgtraffic.coordination.instances"
+	metricFallback     = "pgtraffic.coordination.fallback"
+	metricSyncLatency  = "pgtraffic.coordination.sync.latency"
+	metricSyncs        = "pgtraffic.coordination.syncs"
+	metricSyncFailures = "pgtraffic.coordination.sync.failures"
 )
 
 // durationBuckets are db.client.operation.duration's bucket boundaries in seconds, the ones the
@@ -48,6 +95,11 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 // instruments, so a provider that samples nothing costs one non-recording span per statement.
 // The engine's gauges (debt, in-flight, cache and EXPLAIN counters) are observed by a callback
 // registered by attach and unregistered by close. Safe for concurrent use once built.
+//
+// A front end uses it through these calls only, so that another (a pgx pool) gets the same
+// spans and metrics by making the same ones: newTelemetry with its options and connection
+// config; observer as its engine's Options.Observer; attach once the engine exists; meter for
+// its own instruments (newLeaks); commented for the text it sends; close when it closes.
 type telemetry struct {
 	tracer trace.Tracer
 	// idleGlobal is the global tracer provider when it was used by default and recorded
@@ -102,14 +154,14 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		}
 	}
 	var err error
-	t.duration, err = t.meter.Float64Histogram("db.client.operation.duration",
+	t.duration, err = t.meter.Float64Histogram(metricDuration,
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of database client operations."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	if err != nil {
 		return nil, telemetryError(err)
 	}
-	t.decisions, err = t.meter.Int64Counter("pgtraffic.decisions",
+	t.decisions, err = t.meter.Int64Counter(metricDecisions,
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Traffic-control decisions per budget: allow, warn or block."))
 	if err != nil {
@@ -119,10 +171,10 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 		t.idleMeter = mp
 	}
 	server := []attribute.KeyValue{
-		attribute.String("db.system.name", "postgresql"),
-		attribute.String("db.namespace", cc.Database),
-		attribute.String("server.address", cc.Host),
-		attribute.Int("server.port", int(cc.Port)),
+		attribute.String(attrSystem, dbSystem),
+		attribute.String(attrNamespace, cc.Database),
+		attribute.String(attrServerAddress, cc.Host),
+		attribute.Int(attrServerPort, int(cc.Port)),
 	}
 	t.commonAttr = server
 	t.metricAttr = server
@@ -139,18 +191,18 @@ func (t *telemetry) observer() engine.Observer { return t }
 func (t *telemetry) attach(e *engine.Engine) error {
 	ob := &observables{m: t.meter}
 	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
-	debt := fg("pgtraffic.budget.debt", "s", "Execution seconds owed by the budget's buckets, summed over keys.")
-	inFlight := ig("pgtraffic.budget.in_flight", "{statement}", "Statements of the budget in flight.")
-	patternHits := ic("pgtraffic.pattern_cache.hits", "{lookup}", "Pattern cache hits.")
-	patternMisses := ic("pgtraffic.pattern_cache.misses", "{lookup}", "Pattern cache misses (statements parsed).")
-	explainCalls := ic("pgtraffic.explain.calls", "{call}", "EXPLAIN round trips made to predict a cost.")
-	explainFailures := ic("pgtraffic.explain.failures", "{call}", "EXPLAIN calls that failed (cost fell back to history).")
-	explainHits := ic("pgtraffic.explain.cache_hits", "{lookup}", "Planner costs served from the EXPLAIN cache.")
-	explainMisses := ic("pgtraffic.explain.cache_misses", "{lookup}", "EXPLAIN cache misses.")
-	reloads := ic("pgtraffic.rules.reloads", "{reload}", "Rule sets put in force, the first included.")
-	reloadFailures := ic("pgtraffic.rules.reload_failures", "{reload}", "Rules-file changes rejected; the last good rules stayed.")
-	healthErrors := ic("pgtraffic.health.errors", "{error}", "Failed health reads and connects.")
-	healthSamples := ic("pgtraffic.health.samples", "{sample}", "Successful health metric reads.")
+	debt := fg(metricBudgetDebt, "s", "Execution seconds owed by the budget's buckets, summed over keys.")
+	inFlight := ig(metricBudgetInFlight, "{statement}", "Statements of the budget in flight.")
+	patternHits := ic(metricPatternHits, "{lookup}", "Pattern cache hits.")
+	patternMisses := ic(metricPatternMisses, "{lookup}", "Pattern cache misses (statements parsed).")
+	explainCalls := ic(metricExplainCalls, "{call}", "EXPLAIN round trips made to predict a cost.")
+	explainFailures := ic(metricExplainFailures, "{call}", "EXPLAIN calls that failed (cost fell back to history).")
+	explainHits := ic(metricExplainHits, "{lookup}", "Planner costs served from the EXPLAIN cache.")
+	explainMisses := ic(metricExplainMisses, "{lookup}", "EXPLAIN cache misses.")
+	reloads := ic(metricReloads, "{reload}", "Rule sets put in force, the first included.")
+	reloadFailures := ic(metricReloadFailures, "{reload}", "Rules-file changes rejected; the last good rules stayed.")
+	healthErrors := ic(metricHealthErrors, "{error}", "Failed health reads and connects.")
+	healthSamples := ic(metricHealthSamples, "{sample}", "Successful health metric reads.")
 	coordInst, coordObs := newCoordInstruments(ob)
 	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
@@ -217,9 +269,9 @@ func clampInt64(n uint64) int64 { return int64(min(n, 1<<63-1)) }
 // could not be parsed, as the semantic conventions say.
 func spanName(x *engine.Exec) string {
 	if x.Pattern.Summary != "" {
-		return x.Pattern.Summary
+		return bounded.Valid(x.Pattern.Summary)
 	}
-	return "postgresql"
+	return dbSystem
 }
 
 // clientKind is the span kind of every statement span, boxed once.
@@ -276,7 +328,7 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
 	if span.IsRecording() {
 		t.setAttributes(span, x)
 		if x.Decision == engine.DecisionWarn {
-			span.AddEvent("pgtraffic.warn", trace.WithAttributes(
+			span.AddEvent(eventWarn, trace.WithAttributes(
 				attribute.String(attrReason, x.Reason),
 				attribute.StringSlice(attrBudgets, x.Budgets)))
 		}
@@ -292,7 +344,7 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	denied := errors.As(err, &d)
 	if span.IsRecording() {
 		t.setAttributes(span, x)
-		span.SetAttributes(attribute.String("error.type", errorType(err)))
+		span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 		if denied {
 			// A denial's budget may be a guard, which is not among x.Budgets.
 			span.SetAttributes(attribute.String(attrDecision, engine.DecisionBlock),
@@ -316,10 +368,10 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d time.Duration) {
 	if span, ok := x.Span.(trace.Span); ok {
 		if err != nil && span.IsRecording() {
-			span.SetAttributes(attribute.String("error.type", errorType(err)))
+			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
-				span.SetAttributes(attribute.String("db.response.status_code", pgErr.Code))
+				span.SetAttributes(attribute.String(attrStatusCode, pgErr.Code))
 			}
 			// The description is the SQLSTATE or type, never the message: a server message
 			// can quote a literal or a bound value ("invalid input syntax for type integer: ...").
@@ -331,16 +383,16 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 		var buf [10]attribute.KeyValue
 		attrs := append(buf[:0], t.metricAttr...)
 		if op := x.Pattern.Operation; op != "" {
-			attrs = append(attrs, attribute.String("db.operation.name", op))
+			attrs = append(attrs, attribute.String(attrOperation, op))
 		}
 		if len(x.Pattern.Tables) == 1 {
-			attrs = append(attrs, attribute.String("db.collection.name", x.Pattern.Tables[0]))
+			attrs = append(attrs, attribute.String(attrCollection, bounded.Valid(x.Pattern.Tables[0])))
 		}
 		if err != nil {
-			attrs = append(attrs, attribute.String("error.type", errorType(err)))
+			attrs = append(attrs, attribute.String(attrErrorType, errorType(err)))
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
-				attrs = append(attrs, attribute.String("db.response.status_code", pgErr.Code))
+				attrs = append(attrs, attribute.String(attrStatusCode, pgErr.Code))
 			}
 		}
 		t.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
@@ -359,26 +411,30 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 // pg_query replaces every literal with $n ("" for unparsable text, never the raw text), and
 // bound values are never read.
 //
+// Every string is valid UTF-8 (the statement's identifiers and its tags may not be), and tags
+// are untrusted (a comment, a request path), so each tag key and value is also cut to the
+// bounds of package bounded.
+//
 // db.collection.name is set only when the statement names exactly one table: the conventions
 // say not to pick one of several collections out of the query text.
 func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []attribute.KeyValue {
 	p := x.Pattern
 	attrs = append(attrs, t.commonAttr...)
 	if p.Normalized != "" {
-		attrs = append(attrs, attribute.String("db.query.text", p.Normalized))
+		attrs = append(attrs, attribute.String(attrQueryText, bounded.Valid(p.Normalized)))
 	}
 	if p.Summary != "" {
-		attrs = append(attrs, attribute.String("db.query.summary", p.Summary))
+		attrs = append(attrs, attribute.String(attrQuerySummary, bounded.Valid(p.Summary)))
 	}
 	attrs = append(attrs,
 		attribute.String(attrFingerprint, p.Fingerprint),
 		attribute.String(attrDecision, x.Decision),
 	)
 	if p.Operation != "" {
-		attrs = append(attrs, attribute.String("db.operation.name", p.Operation))
+		attrs = append(attrs, attribute.String(attrOperation, p.Operation))
 	}
 	if len(p.Tables) == 1 {
-		attrs = append(attrs, attribute.String("db.collection.name", p.Tables[0]))
+		attrs = append(attrs, attribute.String(attrCollection, bounded.Valid(p.Tables[0])))
 	}
 	if len(x.Budgets) > 0 {
 		attrs = append(attrs, attribute.StringSlice(attrBudgets, x.Budgets))
@@ -403,11 +459,11 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 		if k != engine.KeyFingerprint { // already pgtraffic.fingerprint
 			key := t.tagKey(k)
 			if j-i == 1 {
-				attrs = append(attrs, key.String(x.Tags[i].Value))
+				attrs = append(attrs, key.String(tagValue(x.Tags[i].Value)))
 			} else {
 				vals := make([]string, 0, j-i)
 				for _, kv := range x.Tags[i:j] {
-					vals = append(vals, kv.Value)
+					vals = append(vals, tagValue(kv.Value))
 				}
 				attrs = append(attrs, key.StringSlice(vals))
 			}
@@ -431,11 +487,13 @@ func (t *telemetry) setAttributes(span trace.Span, x *engine.Exec) {
 	t.attrBufs.Put(buf)
 }
 
+func tagValue(v string) string { return bounded.Text(v, bounded.ValueLen) }
+
 // maxTagKeys bounds telemetry.tagKeys.
 const maxTagKeys = 256
 
-// tagKey returns the span attribute key of tag key k, pgtraffic.tag.<k>, without allocating
-// for the built-in keys and the first maxTagKeys others.
+// tagKey returns the span attribute key of tag key k, pgtraffic.tag.<k> with k made bounded
+// text, without allocating for the built-in keys and the first maxTagKeys others.
 func (t *telemetry) tagKey(k string) attribute.Key {
 	switch k {
 	case engine.KeyUsername:
@@ -455,7 +513,7 @@ func (t *telemetry) tagKey(k string) attribute.Key {
 			return key
 		}
 	}
-	key := attribute.Key(attrTagPrefix + k)
+	key := attribute.Key(attrTagPrefix + bounded.Text(k, bounded.KeyLen))
 	if m == nil || len(*m) < maxTagKeys {
 		t.mu.Lock()
 		// Copy the current map (another span may have replaced m since) with k added.
@@ -505,6 +563,12 @@ func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string
 	if !i.commenter {
 		return query
 	}
+	return commented(ctx, x, query)
+}
+
+// commented returns query with ctx's tags and, for a sampled span, x's traceparent appended
+// as a sqlcommenter comment (see outgoing).
+func commented(ctx context.Context, x *engine.Exec, query string) string {
 	kv := make([]string, 0, 8)
 	for k, v := range tagging.From(ctx).All() {
 		kv = append(kv, k, v)

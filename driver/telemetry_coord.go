@@ -19,15 +19,15 @@ type coordInstruments struct {
 func newCoordInstruments(ob *observables) (*coordInstruments, []metric.Observable) {
 	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
 	c := &coordInstruments{
-		rate:      fg("pgtraffic.coordination.lease.rate", "s/s", "Execution seconds per second this instance's leases of the shared budget grant."),
-		burst:     fg("pgtraffic.coordination.lease.burst", "s", "Execution seconds of bucket this instance's leases of the shared budget grant."),
-		slots:     ig("pgtraffic.coordination.lease.slots", "{statement}", "Concurrency slots of the shared budget held by this instance."),
-		debt:      fg("pgtraffic.coordination.global_debt", "s", "The shared budget's debt across every instance, as of the last sync."),
-		instances: ig("pgtraffic.coordination.instances", "{instance}", "Live instances sharing the budget, as of the last sync."),
-		fallback:  ig("pgtraffic.coordination.fallback", "1", "1 while the last sync failed and the budget runs on its last or fallback share."),
-		latency:   fg("pgtraffic.coordination.sync.latency", "s", "Duration of the last successful sync with Redis."),
-		syncs:     ic("pgtraffic.coordination.syncs", "{sync}", "Successful syncs with Redis."),
-		failures:  ic("pgtraffic.coordination.sync.failures", "{sync}", "Failed syncs with Redis (timeouts, unreachable)."),
+		rate:      fg(metricLeaseRate, "s/s", "Execution seconds per second this instance's leases of the shared budget grant."),
+		burst:     fg(metricLeaseBurst, "s", "Execution seconds of bucket this instance's leases of the shared budget grant."),
+		slots:     ig(metricLeaseSlots, "{statement}", "Concurrency slots of the shared budget held by this instance."),
+		debt:      fg(metricGlobalDebt, "s", "The shared budget's debt across every instance, as of the last sync."),
+		instances: ig(metricInstances, "{instance}", "Live instances sharing the budget, as of the last sync."),
+		fallback:  ig(metricFallback, "1", "1 while the last sync failed and the budget runs on its last or fallback share."),
+		latency:   fg(metricSyncLatency, "s", "Duration of the last successful sync with Redis."),
+		syncs:     ic(metricSyncs, "{sync}", "Successful syncs with Redis."),
+		failures:  ic(metricSyncFailures, "{sync}", "Failed syncs with Redis (timeouts, unreachable)."),
 	}
 	return c, []metric.Observable{c.rate, c.burst, c.slots, c.debt, c.instances, c.fallback, c.latency,
 		c.syncs, c.failures}

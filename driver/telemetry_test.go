@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,12 +18,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -30,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -1145,5 +1150,227 @@ func TestTagKeys(t *testing.T) {
 	}
 	if got := tm.tagKey("k1"); got != "pgtraffic.tag.k1" {
 		t.Errorf("tagKey(k1) = %q after the bound", got)
+	}
+}
+
+// Tags are untrusted: a comment, a request path. Every span attribute and metric attribute must
+// be valid UTF-8 (OTLP's protobuf refuses to marshal anything else, and an exporter then drops
+// the whole batch) and each tag bounded in length, whatever the comment, the route or the
+// statement's identifiers hold.
+func TestTelemetryAttributesBoundedUTF8(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	long := strings.Repeat("x", 10<<10)
+	run := func(ctx context.Context, query string) {
+		t.Helper()
+		rows, err := h.db.QueryContext(ctx, query)
+		if err != nil {
+			t.Fatalf("%.60q: %v", query, err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+	}
+	ctx := context.Background()
+	run(ctx, "SELECT id FROM orders /*app='comment',note='"+long+"'*/")
+	run(ctx, "SELECT id FROM orders /*app='badcomment',bad='%FF%FE',k%FF='v'*/")
+	run(tagging.With(ctx, "app", "context", "note", long, strings.Repeat("k", 1000), "v",
+		"k\xff", "v\xfe\xff"), "SELECT id FROM orders")
+	run(ctx, "SELECT \"caf\xff\" FROM \"t\xfe\" /*app='ident'*/")
+	for _, target := range []string{"/%FF%FE", "/" + strings.Repeat("r", 8<<10)} {
+		r := httptest.NewRequest("GET", target, nil)
+		tagging.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			run(tagging.With(r.Context(), "app", "route"), "SELECT id FROM orders")
+		})).ServeHTTP(httptest.NewRecorder(), r)
+	}
+
+	check := func(where string, kv attribute.KeyValue) {
+		t.Helper()
+		k := string(kv.Key)
+		var vals []string
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			vals = []string{kv.Value.AsString()}
+		case attribute.STRINGSLICE:
+			vals = kv.Value.AsStringSlice()
+		}
+		if !utf8.ValidString(k) {
+			t.Errorf("%s: attribute key %q is not UTF-8", where, k)
+		}
+		for _, v := range vals {
+			if !utf8.ValidString(v) {
+				t.Errorf("%s: attribute %s = %q is not UTF-8", where, k, v)
+			}
+		}
+		if tag, ok := strings.CutPrefix(k, attrTagPrefix); ok {
+			if len(tag) > bounded.KeyLen {
+				t.Errorf("%s: tag key of %d bytes", where, len(tag))
+			}
+			for _, v := range vals {
+				if len(v) > bounded.ValueLen {
+					t.Errorf("%s: tag %.20s... value of %d bytes", where, tag, len(v))
+				}
+			}
+		}
+	}
+	spans := h.spans.GetSpans()
+	apps := map[string]bool{}
+	for _, s := range spans {
+		if !utf8.ValidString(s.Name) {
+			t.Errorf("span name %q is not UTF-8", s.Name)
+		}
+		for _, kv := range s.Attributes {
+			check("span "+s.Name, kv)
+		}
+		for _, e := range s.Events {
+			for _, kv := range e.Attributes {
+				check("event "+e.Name, kv)
+			}
+		}
+		apps[attrOf(s.Attributes, "pgtraffic.tag.app").AsString()] = true
+	}
+	for _, app := range []string{"comment", "badcomment", "context", "ident", "route"} {
+		if !apps[app] {
+			t.Errorf("no span with app=%s (spans: %v)", app, spanNames(spans))
+		}
+	}
+	// What was kept is there, cut or with its invalid bytes replaced.
+	if got := attrOf(h.span(t, "SELECT orders", "context").Attributes, "pgtraffic.tag.note").AsString(); got != long[:bounded.ValueLen] {
+		t.Errorf("context tag note: %d bytes, want %d", len(got), bounded.ValueLen)
+	}
+	if got := attrOf(h.span(t, "SELECT orders", "context").Attributes, "pgtraffic.tag.k\uFFFD").AsString(); got != "v\uFFFD" {
+		t.Errorf("context tag with invalid UTF-8: %q, want %q", got, "v\uFFFD")
+	}
+	var routes []string
+	for _, s := range spans {
+		if attrOf(s.Attributes, "pgtraffic.tag.app").AsString() == "route" {
+			routes = append(routes, attrOf(s.Attributes, "pgtraffic.tag.route").AsString())
+		}
+	}
+	if want := []string{"/\uFFFD", "/" + strings.Repeat("r", bounded.ValueLen-1)}; !slices.Equal(routes, want) {
+		t.Errorf("routes %.80q, want %.80q", routes, want)
+	}
+	for name, m := range h.metrics(t) {
+		switch d := m.Data.(type) {
+		case metricdata.Histogram[float64]:
+			for _, p := range d.DataPoints {
+				for _, kv := range p.Attributes.ToSlice() {
+					check("metric "+name, kv)
+				}
+			}
+		case metricdata.Sum[int64]:
+			for _, p := range d.DataPoints {
+				for _, kv := range p.Attributes.ToSlice() {
+					check("metric "+name, kv)
+				}
+			}
+		}
+	}
+}
+
+// recordingMeter records the names of the instruments made on it; they do nothing else.
+type recordingMeter struct {
+	metricnoop.Meter
+	mu    sync.Mutex // protects names
+	names []string
+}
+
+func (m *recordingMeter) add(name string) {
+	m.mu.Lock()
+	m.names = append(m.names, name)
+	m.mu.Unlock()
+}
+
+func (m *recordingMeter) Int64Counter(name string, opts ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	m.add(name)
+	return m.Meter.Int64Counter(name, opts...)
+}
+
+func (m *recordingMeter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	m.add(name)
+	return m.Meter.Float64Histogram(name, opts...)
+}
+
+func (m *recordingMeter) Int64ObservableCounter(name string, opts ...metric.Int64ObservableCounterOption) (metric.Int64ObservableCounter, error) {
+	m.add(name)
+	return m.Meter.Int64ObservableCounter(name, opts...)
+}
+
+func (m *recordingMeter) Int64ObservableGauge(name string, opts ...metric.Int64ObservableGaugeOption) (metric.Int64ObservableGauge, error) {
+	m.add(name)
+	return m.Meter.Int64ObservableGauge(name, opts...)
+}
+
+func (m *recordingMeter) Float64ObservableGauge(name string, opts ...metric.Float64ObservableGaugeOption) (metric.Float64ObservableGauge, error) {
+	m.add(name)
+	return m.Meter.Float64ObservableGauge(name, opts...)
+}
+
+type recordingMeterProvider struct {
+	metricnoop.MeterProvider
+	m *recordingMeter
+}
+
+func (p recordingMeterProvider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
+
+// TestTelemetryNames holds the names of design.md §6 and the README's telemetry reference to
+// the code: every metric is registered under its name, no other is, and each attribute key is
+// spelled as documented.
+func TestTelemetryNames(t *testing.T) {
+	metrics := []string{
+		"db.client.operation.duration",
+		"pgtraffic.decisions",
+		"pgtraffic.budget.debt", "pgtraffic.budget.in_flight",
+		"pgtraffic.pattern_cache.hits", "pgtraffic.pattern_cache.misses",
+		"pgtraffic.explain.cache_hits", "pgtraffic.explain.cache_misses",
+		"pgtraffic.explain.calls", "pgtraffic.explain.failures",
+		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
+		"pgtraffic.health.errors", "pgtraffic.health.samples",
+		"pgtraffic.rows.leaked",
+		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
+		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",
+		"pgtraffic.coordination.lease.slots", "pgtraffic.coordination.instances",
+		"pgtraffic.coordination.fallback",
+		"pgtraffic.coordination.syncs", "pgtraffic.coordination.sync.failures",
+	}
+	m := &recordingMeter{}
+	o := defaultOptions()
+	WithMeterProvider(recordingMeterProvider{m: m})(&o)
+	WithTracerProvider(tracenoop.NewTracerProvider())(&o)
+	cc, err := pgx.ParseConfig(telDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, err := newTelemetry(&o, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.attach(engine.New(engine.Options{Observer: tel.observer()})); err != nil {
+		t.Fatal(err)
+	}
+	defer tel.close()
+	if _, err := newLeaks(tel.meter, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(slices.Values(m.names))
+	want := slices.Sorted(slices.Values(metrics))
+	if !slices.Equal(got, want) {
+		t.Errorf("registered metrics:\n%q\nthe documented ones:\n%q", got, want)
+	}
+
+	attrs := map[string]string{
+		"db.system.name": attrSystem, "db.namespace": attrNamespace,
+		"server.address": attrServerAddress, "server.port": attrServerPort,
+		"db.query.text": attrQueryText, "db.query.summary": attrQuerySummary,
+		"db.operation.name": attrOperation, "db.collection.name": attrCollection,
+		"db.response.status_code": attrStatusCode, "error.type": attrErrorType,
+		"pgtraffic.fingerprint": attrFingerprint, "pgtraffic.decision": attrDecision,
+		"pgtraffic.budgets": attrBudgets, "pgtraffic.budget": attrBudget, "pgtraffic.reason": attrReason,
+		"pgtraffic.predicted_cost_s": attrPredicted, "pgtraffic.plan_cost": attrPlanCost,
+		"pgtraffic.tag.": attrTagPrefix, "pgtraffic.warn": eventWarn,
+	}
+	for doc, code := range attrs {
+		if doc != code {
+			t.Errorf("attribute %q is %q in the code", doc, code)
+		}
 	}
 }

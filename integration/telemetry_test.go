@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -513,5 +517,68 @@ func BenchmarkSQLCommenter(b *testing.B) {
 	for _, x := range vs {
 		b.ReportMetric(float64(x.best.Nanoseconds())/batch, x.name+"-ns/stmt")
 		b.ReportMetric(float64(x.pc.n.Load()-x.prep)/float64(stmts), x.name+"-prepares/stmt")
+	}
+}
+
+// Tags from a client reach spans only as valid UTF-8 and bounded (issue 21, finding 9): a
+// request for "/%FF%FE" or an 8 KB path through tagging.Middleware, and a comment holding
+// invalid UTF-8 and a 10 KB value, against a real server. OTLP's protobuf refuses a string that
+// is not UTF-8 and its exporters then drop the whole batch.
+func TestTelemetryUntrustedTagsAgainstPostgres(t *testing.T) {
+	s := newTelSetup(t, telRules)
+	comment := "/*bad='%FF%FE',note='" + strings.Repeat("n", 10<<10) + "'*/"
+	srv := httptest.NewServer(tagging.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := tagging.With(r.Context(), "step", "http")
+		var n int
+		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM orders "+comment).Scan(&n); err != nil || n != 1000 {
+			t.Errorf("count %d, %v", n, err)
+		}
+		// The server refuses invalid UTF-8 in the text; the span must still be exportable.
+		_, _ = s.db.ExecContext(ctx, "SELECT 1 AS \"caf\xff\" FROM orders")
+	})))
+	defer srv.Close()
+	for _, path := range []string{"/%FF%FE", "/" + strings.Repeat("r", 8<<10)} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+
+	spans := s.spans.GetSpans()
+	var routes []string
+	for _, sp := range spans {
+		if telAttr(sp.Attributes, "pgtraffic.tag.step").AsString() != "http" {
+			continue
+		}
+		if !utf8.ValidString(sp.Name) || !utf8.ValidString(sp.Status.Description) {
+			t.Errorf("span name or status %q / %q not UTF-8", sp.Name, sp.Status.Description)
+		}
+		for _, kv := range sp.Attributes {
+			vals := kv.Value.AsStringSlice()
+			if kv.Value.Type() == attribute.STRING {
+				vals = []string{kv.Value.AsString()}
+			}
+			if !utf8.ValidString(string(kv.Key)) {
+				t.Errorf("attribute key %q not UTF-8", kv.Key)
+			}
+			for _, v := range vals {
+				if !utf8.ValidString(v) {
+					t.Errorf("attribute %s = %q not UTF-8", kv.Key, v)
+				}
+				if strings.HasPrefix(string(kv.Key), "pgtraffic.tag.") && len(v) > 256 {
+					t.Errorf("tag attribute %s of %d bytes", kv.Key, len(v))
+				}
+			}
+		}
+		if r := telAttr(sp.Attributes, "pgtraffic.tag.route").AsString(); !slices.Contains(routes, r) {
+			routes = append(routes, r)
+		}
+	}
+	if want := []string{"/\uFFFD", "/" + strings.Repeat("r", 255)}; !slices.Equal(routes, want) {
+		t.Errorf("routes %.60q, want %.60q", routes, want)
+	}
+	if n := len(spans); n < 4 {
+		t.Errorf("%d spans, want 4 statements' spans", n)
 	}
 }

@@ -2,6 +2,8 @@ package tagging
 
 import (
 	"strings"
+
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // This file reads and writes tags as sqlcommenter comments
@@ -71,7 +73,9 @@ func Append(sql string, tags Tags) string {
 // writes a literal "+" as %2B). Spaces around pairs are allowed. A pair that
 // does not parse (no "=", an unquoted or unterminated value, a bad
 // percent-escape, an empty key) is skipped; Parse never fails. When a key
-// repeats, its last value wins.
+// repeats, its last value wins. The comment is untrusted input, so a pair
+// whose decoded key is longer than 64 bytes or whose value is longer than
+// 256 is skipped too, and only the first 32 pairs are read.
 //
 // The comment is recognised by its shape alone, without lexing the SQL
 // before it: a line comment or string literal that happens to end with
@@ -145,14 +149,17 @@ func leadingComment(sql string) (string, bool) {
 	return body, true
 }
 
+// maxCommentPairs bounds the pairs Parse reads from one comment.
+const maxCommentPairs = 32
+
 // parsePairs decodes key='value',... from a comment body, skipping
-// malformed pairs.
+// malformed and over-long pairs.
 func parsePairs(body string) Tags {
 	var (
 		ps  []pair
 		buf strings.Builder // all decoded keys and values, one allocation
 	)
-	for pos := 0; pos < len(body); {
+	for pos := 0; pos < len(body) && len(ps) < maxCommentPairs; {
 		rawKey, rawVal, next, ok := scanPair(body, pos)
 		if !ok {
 			pos = next
@@ -160,7 +167,7 @@ func parsePairs(body string) Tags {
 		}
 		if ps == nil {
 			// At most one pair per remaining comma, plus the last.
-			ps = make([]pair, 0, strings.Count(body[pos:], ",")+1)
+			ps = make([]pair, 0, min(strings.Count(body[pos:], ",")+1, maxCommentPairs))
 			// Decoding never lengthens, so the buffer never grows and the
 			// strings sliced from it stay valid (and immutable: a Builder
 			// only appends).
@@ -168,11 +175,11 @@ func parsePairs(body string) Tags {
 		}
 		pos = next
 		k0 := buf.Len()
-		if !decode(&buf, rawKey) || buf.Len() == k0 {
+		if !decode(&buf, rawKey) || buf.Len() == k0 || buf.Len()-k0 > bounded.KeyLen {
 			continue
 		}
 		v0 := buf.Len()
-		if !decode(&buf, rawVal) {
+		if !decode(&buf, rawVal) || buf.Len()-v0 > bounded.ValueLen {
 			continue
 		}
 		s := buf.String()

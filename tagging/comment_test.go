@@ -1,9 +1,12 @@
 package tagging
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 func TestAppend(t *testing.T) {
@@ -98,12 +101,38 @@ func TestParse(t *testing.T) {
 		{"empty key", "SELECT 1 /*='1',b='2'*/", []pair{{"b", "2"}}},
 		{"trailing comma", "SELECT 1 /*a='1',*/", []pair{{"a", "1"}}},
 		{"equals with nothing after", "SELECT 1 /*a=*/", nil},
+		// Bounds: over-long pairs are skipped, and pairs past the 32nd are not read.
+		{"value at the bound kept", "SELECT 1 /*a='" + strings.Repeat("v", bounded.ValueLen) + "'*/",
+			[]pair{{"a", strings.Repeat("v", bounded.ValueLen)}}},
+		{"long value skipped", "SELECT 1 /*a='" + strings.Repeat("v", 10<<10) + "',b='2'*/", []pair{{"b", "2"}}},
+		{"long decoded value skipped", "SELECT 1 /*a='" + strings.Repeat("%C3%A9", bounded.ValueLen/2+1) + "',b='2'*/",
+			[]pair{{"b", "2"}}},
+		{"long key skipped", "SELECT 1 /*" + strings.Repeat("k", bounded.KeyLen+1) + "='1',b='2'*/", []pair{{"b", "2"}}},
+		{"first 32 pairs read", "SELECT 1 /*" + manyPairs(40) + "*/", pairsUpTo(maxCommentPairs)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assertTags(t, Parse(tt.sql), tt.want)
 		})
 	}
+}
+
+// manyPairs returns n pairs k00='0',k01='1',... for a comment body.
+func manyPairs(n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = fmt.Sprintf("k%02d='%d'", i, i)
+	}
+	return strings.Join(ps, ",")
+}
+
+// pairsUpTo returns the first n pairs of manyPairs.
+func pairsUpTo(n int) []pair {
+	var ps []pair
+	for i := range n {
+		ps = append(ps, pair{fmt.Sprintf("k%02d", i), fmt.Sprint(i)})
+	}
+	return ps
 }
 
 // appendable reports whether Append may write into sql.
@@ -151,7 +180,14 @@ func FuzzRoundTrip(f *testing.F) {
 				t.Fatalf("comment %q holds a non-printable or non-ASCII byte", comment)
 			}
 		}
-		if got := Parse(out); !slices.Equal(pairsOf(got), pairsOf(tags)) {
+		// Parse reads back every pair within its bounds.
+		var want []pair
+		for _, p := range pairsOf(tags) {
+			if len(p.k) <= bounded.KeyLen && len(p.v) <= bounded.ValueLen {
+				want = append(want, p)
+			}
+		}
+		if got := Parse(out); !slices.Equal(pairsOf(got), want) {
 			t.Fatalf("Parse(Append(%q, %q)) = %q", sql, pairsOf(tags), pairsOf(got))
 		}
 	})
@@ -174,7 +210,13 @@ func FuzzParse(f *testing.F) {
 			if p.k == "" || (i > 0 && p.k <= prev) {
 				t.Fatalf("Parse(%q) = %q: keys not unique, sorted and non-empty", sql, pairsOf(got))
 			}
+			if len(p.k) > bounded.KeyLen || len(p.v) > bounded.ValueLen {
+				t.Fatalf("Parse(%q) = %q: a pair past the bounds", sql, pairsOf(got))
+			}
 			prev = p.k
+		}
+		if got.Len() > maxCommentPairs {
+			t.Fatalf("Parse(%q) read %d pairs", sql, got.Len())
 		}
 		// Whatever was read must survive being written back.
 		if again := Parse(Append("SELECT 1", got)); !slices.Equal(pairsOf(again), pairsOf(got)) {

@@ -33,6 +33,9 @@
 //	sql := tagging.Append("SELECT * FROM orders;", tagging.New("app", "billing"))
 //	// SELECT * FROM orders /*app='billing'*/;
 //
+// A comment is untrusted input: Parse reads at most 32 pairs, and skips a pair
+// whose key is longer than 64 bytes or whose value is longer than 256.
+//
 // # HTTP requests
 //
 // [Middleware] tags each request's context with route, method and

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // Middleware returns a handler that tags each request's context, merged
@@ -15,8 +17,9 @@ import (
 //     are dropped: the method has its own tag). The mux sets the pattern only
 //     on requests it hands to a registered handler, so register Middleware
 //     inside the mux, per route. Outside a mux, or wrapped around one, the
-//     route is the raw URL path, whose cardinality is as high as clients
-//     care to make it: avoid per-route budgets then.
+//     route is the decoded URL path, whose cardinality is as high as clients
+//     care to make it: avoid per-route budgets then. Either is cut to 256
+//     bytes and its invalid UTF-8 (a request for "/%FF") replaced by U+FFFD.
 //   - method: the request method, or "_OTHER" for a method outside the
 //     standard set, as OpenTelemetry records it, so that clients cannot mint
 //     tag values at will.
@@ -40,18 +43,19 @@ func Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// route returns the path part of the matched mux pattern, or the URL path.
+// route returns the path part of the matched mux pattern, or the URL path,
+// as bounded text: the path is the client's to choose.
 func route(r *http.Request) string {
 	if p := r.Pattern; p != "" {
 		// A pattern is "[METHOD ][HOST]/[PATH]": neither method nor host holds
 		// a '/', so the path starts at the first one.
 		if i := strings.IndexByte(p, '/'); i >= 0 {
-			return p[i:]
+			p = p[i:]
 		}
-		return p
+		return bounded.Text(p, bounded.ValueLen)
 	}
 	if r.URL != nil {
-		return r.URL.Path
+		return bounded.Text(r.URL.Path, bounded.ValueLen)
 	}
 	return ""
 }

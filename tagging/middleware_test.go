@@ -4,7 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // serve runs one request through h and returns the tags its handler saw.
@@ -73,6 +76,10 @@ func TestMiddleware(t *testing.T) {
 		{"X-Forwarded-For not trusted", Middleware, "GET", "/x", "10.0.0.1:1",
 			map[string]string{"X-Forwarded-For": "198.51.100.7", "X-Real-Ip": "198.51.100.7"}, nil,
 			[]pair{{"method", "GET"}, {"remote_address", "10.0.0.1"}, {"route", "/x"}}},
+		{"invalid UTF-8 path: replaced", Middleware, "GET", "/%FF%FE", "10.0.0.1:1", nil, nil,
+			[]pair{{"method", "GET"}, {"remote_address", "10.0.0.1"}, {"route", "/\uFFFD"}}},
+		{"long path: cut", Middleware, "GET", "/" + strings.Repeat("a", 8<<10), "10.0.0.1:1", nil, nil,
+			[]pair{{"method", "GET"}, {"remote_address", "10.0.0.1"}, {"route", "/" + strings.Repeat("a", bounded.ValueLen-1)}}},
 		{"merges with request context tags", Middleware, "GET", "/x", "10.0.0.1:1", nil,
 			With(context.Background(), "app", "billing", "route", "outer"),
 			[]pair{{"app", "billing"}, {"method", "GET"}, {"remote_address", "10.0.0.1"}, {"route", "/x"}}},
