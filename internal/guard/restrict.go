@@ -1,4 +1,4 @@
-package pattern
+package guard
 
 import (
 	"hash/fnv"
@@ -10,36 +10,18 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// The require_where guard's rule: an UPDATE or DELETE (or a MERGE's ON and WHEN MATCHED
-// conditions) passes only if its condition restricts the target table's rows: it references a
-// column of the target in a way that can be false for some row, or it is proved never true.
-// Everything else counts as unrestricted, whatever its form: constants, parameters, functions,
-// casts and subqueries that do not reference the target are all the same to a row of it.
-//
-// The condition is read as a formula over atoms:
+// A condition is read as a formula over atoms (see the package documentation):
 //   - AND restricts if any operand does; OR only if every operand does and no two operands are
-//     complementary (x IS NULL OR x IS NOT NULL, p OR NOT p, x = 1 OR x <> 1); NOT swaps the
-//     two (De Morgan), so NOT (id = 5 AND false) does not pass.
+//     complementary; NOT swaps the two (De Morgan).
 //   - An atom (a comparison, IS NULL, LIKE, IN, a function call, a boolean column, a CASE...)
 //     restricts if it depends on a target column: a column of the target appears in it outside
-//     any comparison of an expression with itself. Self-comparisons are told through casts,
-//     collations and identity arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int,
-//     (a, b) = (a, b), x - x = 0).
+//     any comparison of an expression with itself.
 //   - A condition used as a value (a subquery's WHERE, (p) = true, an argument) depends on the
-//     target when it restricts the target's rows as a WHERE would and is not provably never
-//     true.
+//     target when it restricts the target's rows as a WHERE would and is not never true.
 //   - A subquery depends on the target when it is correlated with it: EXISTS (SELECT 1 FROM u
-//     WHERE u.id = t.uid) restricts, EXISTS (SELECT 1) does not, nor does EXISTS (SELECT 1
-//     FROM u WHERE u.x = 1 OR t.id = 5), which holds for every row of t once some u.x is 1.
-//     Names the subquery's own FROM introduces shadow the target's, and an unqualified column
-//     inside a subquery with a FROM clause is taken to be the subquery's.
-//   - A condition the constant folder proves never true (false, NULL, 1 = 0: what ORMs send for
-//     an empty IN list) matches no row, so it passes.
-//
-// What it cannot see: an unqualified column at the top level is taken to be the target's (an
-// UPDATE ... FROM or DELETE ... USING may mean another table's column); and a tautology built
-// inside an opaque expression (a function, a CASE, COALESCE) is not proved. The guard stops
-// mistakes, not someone who writes SQL to defeat it.
+//     WHERE u.id = t.uid) does, EXISTS (SELECT 1) does not, nor does EXISTS (SELECT 1 FROM u
+//     WHERE u.x = 1 OR t.id = 5), which holds for every row of t once some u.x is 1. An
+//     unqualified column inside a subquery with a FROM clause is taken to be the subquery's.
 
 // target is the relation an UPDATE, DELETE or MERGE writes.
 type target struct {
@@ -68,13 +50,14 @@ type restrictor struct {
 	t      target
 	scopes []scope // the subqueries entered, innermost last
 
-	restricted map[polarNode]bool
+	restricted map[polar]bool
+	never      map[polar]bool
 	depend     map[*pg.Node]bool
 	canons     map[*pg.Node]string
-	f          folder
 }
 
-type polarNode struct {
+// polar is a condition read as itself, or (neg) as its negation.
+type polar struct {
 	n   *pg.Node
 	neg bool
 }
@@ -85,20 +68,20 @@ type scope struct {
 	hasFrom bool
 }
 
-// restricts reports whether where restricts the rows of the target rel (see above). A missing
-// condition does not.
+// restricts reports whether where restricts the rows of the target rel. A missing condition
+// does not.
 func restricts(rel *pg.RangeVar, where *pg.Node) bool {
-	if where == nil || where.Node == nil {
+	if where.GetNode() == nil {
 		return false
 	}
-	r := restrictor{t: newTarget(rel), restricted: map[polarNode]bool{}, depend: map[*pg.Node]bool{},
-		canons: map[*pg.Node]string{}, f: folder{memo: map[*pg.Node]value{}}}
+	r := restrictor{t: newTarget(rel), restricted: map[polar]bool{}, never: map[polar]bool{},
+		depend: map[*pg.Node]bool{}, canons: map[*pg.Node]string{}}
 	return r.restrict(where, false)
 }
 
 // restrict reports whether the condition n (its negation when neg) restricts the target's rows.
 func (r *restrictor) restrict(n *pg.Node, neg bool) bool {
-	k := polarNode{n, neg}
+	k := polar{n, neg}
 	if v, ok := r.restricted[k]; ok {
 		return v
 	}
@@ -108,29 +91,20 @@ func (r *restrictor) restrict(n *pg.Node, neg bool) bool {
 }
 
 func (r *restrictor) restrictNode(n *pg.Node, neg bool) bool {
-	if t, ok := r.f.fold(n).asTruth(); ok {
-		// Never true: matches no row. (NOT x is true exactly where x is false.)
-		if !neg && t&tTrue == 0 || neg && t&tFalse == 0 {
-			return true
-		}
+	if r.neverTrue(n, neg) {
+		return true // matches no row
 	}
-	b, ok := n.Node.(*pg.Node_BoolExpr)
-	if !ok {
+	e := n.GetBoolExpr()
+	if e == nil {
 		return r.depends(n)
 	}
-	e := b.BoolExpr
 	switch e.Boolop {
 	case pg.BoolExprType_NOT_EXPR:
 		return len(e.Args) == 1 && r.restrict(e.Args[0], !neg)
 	case pg.BoolExprType_AND_EXPR, pg.BoolExprType_OR_EXPR:
 		if (e.Boolop == pg.BoolExprType_AND_EXPR) != neg {
 			// A conjunction (AND, or NOT of an OR): one restricting operand is enough.
-			for _, a := range e.Args {
-				if r.restrict(a, neg) {
-					return true
-				}
-			}
-			return false
+			return slices.ContainsFunc(e.Args, func(a *pg.Node) bool { return r.restrict(a, neg) })
 		}
 		// A disjunction (OR, or NOT of an AND): every operand must restrict, and no pair may
 		// cover every row between them.
@@ -144,7 +118,142 @@ func (r *restrictor) restrictNode(n *pg.Node, neg bool) bool {
 	return false
 }
 
-// depends reports whether the value of n depends on a column of the target (see above).
+// truth is the value of a condition that is the same for every row.
+type truth uint8
+
+const (
+	tTrue truth = iota
+	tFalse
+	tNull
+)
+
+// neverTrue reports whether the condition n is never true or, when neg, never false (so that
+// NOT n is never true). It proves this for literals ([constant]), for comparisons of an
+// expression with itself (x <> x is never true, x = x never false), and through NOT, AND and
+// OR. Anything else may be either.
+func (r *restrictor) neverTrue(n *pg.Node, neg bool) bool {
+	k := polar{n, neg}
+	if v, ok := r.never[k]; ok {
+		return v
+	}
+	v := r.neverTrueNode(n, neg)
+	r.never[k] = v
+	return v
+}
+
+func (r *restrictor) neverTrueNode(n *pg.Node, neg bool) bool {
+	if v, ok := constant(n); ok {
+		if neg {
+			return v != tFalse
+		}
+		return v != tTrue
+	}
+	switch x := n.GetNode().(type) {
+	case *pg.Node_BoolExpr:
+		e := x.BoolExpr
+		switch e.Boolop {
+		case pg.BoolExprType_NOT_EXPR:
+			return len(e.Args) == 1 && r.neverTrue(e.Args[0], !neg)
+		case pg.BoolExprType_AND_EXPR, pg.BoolExprType_OR_EXPR:
+			// Never true: an AND with such an operand, an OR of them all; never false: an AND
+			// of such operands, an OR with one.
+			one := (e.Boolop == pg.BoolExprType_AND_EXPR) != neg
+			for _, a := range e.Args {
+				if r.neverTrue(a, neg) == one {
+					return one
+				}
+			}
+			return !one && len(e.Args) > 0
+		}
+	case *pg.Node_AExpr:
+		e := x.AExpr
+		if !r.same(e.Lexpr, e.Rexpr) {
+			return false
+		}
+		switch e.Kind {
+		case pg.A_Expr_Kind_AEXPR_OP:
+			switch opName(e) {
+			case "<>", "!=", "<", ">": // false or null
+				return !neg
+			case "=", "<=", ">=": // true or null
+				return neg
+			}
+		case pg.A_Expr_Kind_AEXPR_DISTINCT: // false
+			return !neg
+		case pg.A_Expr_Kind_AEXPR_NOT_DISTINCT: // true
+			return neg
+		}
+	}
+	return false
+}
+
+// constant evaluates a condition made only of literals: a boolean or NULL literal, or a
+// comparison of two integer literals or (=, <>) two string literals. ok is false for anything
+// else, which may be true or not.
+func constant(n *pg.Node) (v truth, ok bool) {
+	if c := n.GetAConst(); c != nil {
+		if c.Isnull {
+			return tNull, true
+		}
+		if b, ok := c.Val.(*pg.A_Const_Boolval); ok {
+			return boolTruth(b.Boolval.Boolval), true
+		}
+		return 0, false
+	}
+	e := n.GetAExpr()
+	if e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP {
+		return 0, false
+	}
+	l, r := e.Lexpr.GetAConst(), e.Rexpr.GetAConst()
+	if l == nil || r == nil {
+		return 0, false
+	}
+	op := opName(e)
+	if _, cmp := complement[op]; !cmp {
+		return 0, false
+	}
+	if l.Isnull || r.Isnull {
+		return tNull, true
+	}
+	c, ok := compareLiterals(l, r, op == "=" || op == "<>" || op == "!=")
+	if !ok {
+		return 0, false
+	}
+	switch op {
+	case "=":
+		return boolTruth(c == 0), true
+	case "<>", "!=":
+		return boolTruth(c != 0), true
+	case "<":
+		return boolTruth(c < 0), true
+	case ">":
+		return boolTruth(c > 0), true
+	case "<=":
+		return boolTruth(c <= 0), true
+	}
+	return boolTruth(c >= 0), true // ">="
+}
+
+// compareLiterals compares two integer literals, or (when equality is all that is asked, since
+// the order of strings depends on the collation) two string literals.
+func compareLiterals(l, r *pg.A_Const, equality bool) (int, bool) {
+	if a, b := l.GetIval(), r.GetIval(); a != nil && b != nil {
+		return int(a.Ival) - int(b.Ival), true
+	}
+	if a, b := l.GetSval(), r.GetSval(); equality && a != nil && b != nil {
+		return strings.Compare(a.Sval, b.Sval), true
+	}
+	return 0, false
+}
+
+func boolTruth(b bool) truth {
+	if b {
+		return tTrue
+	}
+	return tFalse
+}
+
+// depends reports whether the value of n depends on a column of the target.
 func (r *restrictor) depends(n *pg.Node) bool {
 	if n == nil {
 		return false
@@ -171,7 +280,7 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 		// A condition used as a value ((p) = true, coalesce(p, ...), a subquery's WHERE): it
 		// varies with the target's rows if it excludes some and can be true (restrict alone
 		// also accepts a condition that is never true, and a constant is no dependency).
-		return r.restrict(n, false) && !r.neverTrue(n)
+		return r.restrict(n, false) && !r.neverTrue(n, false)
 	case *pg.Node_AExpr:
 		return r.aexprDepends(x.AExpr)
 	case *pg.Node_SubLink:
@@ -187,45 +296,6 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 		return r.selectDepends(n, false)
 	}
 	return r.anyChild(n.ProtoReflect())
-}
-
-// neverTrue reports whether the condition n is provably never true: folded so, a conjunction
-// with such an operand, a disjunction of them, or a comparison of an expression with itself that
-// cannot hold (x <> x, x < x, x IS DISTINCT FROM x).
-func (r *restrictor) neverTrue(n *pg.Node) bool {
-	if t, ok := r.f.fold(n).asTruth(); ok && t&tTrue == 0 {
-		return true
-	}
-	switch x := n.Node.(type) {
-	case *pg.Node_BoolExpr:
-		switch x.BoolExpr.Boolop {
-		case pg.BoolExprType_AND_EXPR:
-			for _, a := range x.BoolExpr.Args {
-				if r.neverTrue(a) {
-					return true
-				}
-			}
-		case pg.BoolExprType_OR_EXPR:
-			for _, a := range x.BoolExpr.Args {
-				if !r.neverTrue(a) {
-					return false
-				}
-			}
-			return len(x.BoolExpr.Args) > 0
-		}
-	case *pg.Node_AExpr:
-		e := x.AExpr
-		switch e.Kind {
-		case pg.A_Expr_Kind_AEXPR_OP:
-			switch opName(e) {
-			case "<>", "!=", "<", ">":
-				return r.same(e.Lexpr, e.Rexpr)
-			}
-		case pg.A_Expr_Kind_AEXPR_DISTINCT:
-			return r.same(e.Lexpr, e.Rexpr)
-		}
-	}
-	return false
 }
 
 // anyChild reports whether any expression under m depends on the target, skipping the fields
@@ -264,11 +334,11 @@ func (r *restrictor) childDepends(m protoreflect.Message) bool {
 // selectDepends reports whether the subquery n is correlated with the target. For EXISTS only
 // whether it has rows matters, not its output columns, their order, grouping or distinctness.
 func (r *restrictor) selectDepends(n *pg.Node, exists bool) bool {
-	s, ok := n.GetNode().(*pg.Node_SelectStmt)
-	if !ok {
-		return n != nil && r.depends(n)
+	s := n.GetSelectStmt()
+	if s == nil {
+		return r.depends(n)
 	}
-	return r.selectStmtDepends(s.SelectStmt, exists)
+	return r.selectStmtDepends(s, exists)
 }
 
 func (r *restrictor) selectStmtDepends(s *pg.SelectStmt, exists bool) bool {
@@ -335,8 +405,8 @@ func fromNames(n *pg.Node, names []string) []string {
 func (r *restrictor) isTarget(c *pg.ColumnRef) bool {
 	parts := make([]string, 0, len(c.Fields))
 	for _, f := range c.Fields {
-		if s, ok := f.Node.(*pg.Node_String_); ok {
-			parts = append(parts, s.String_.Sval)
+		if s := f.GetString_(); s != nil {
+			parts = append(parts, s.Sval)
 		}
 	}
 	qual := parts
@@ -345,19 +415,12 @@ func (r *restrictor) isTarget(c *pg.ColumnRef) bool {
 	}
 	if len(qual) == 0 {
 		// Unqualified: the innermost FROM clause's, as far as we can tell without a schema.
-		for _, s := range r.scopes {
-			if s.hasFrom {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(r.scopes, func(s scope) bool { return s.hasFrom })
 	}
 	rel := qual[len(qual)-1]
 	for _, s := range r.scopes {
-		for _, name := range s.names {
-			if name == rel {
-				return false // shadowed by a subquery's own FROM item
-			}
+		if slices.Contains(s.names, rel) {
+			return false // shadowed by a subquery's own FROM item
 		}
 	}
 	t := r.t
@@ -390,7 +453,7 @@ func (r *restrictor) aexprDepends(e *pg.A_Expr) bool {
 			if selfConstant[op] && r.same(e.Lexpr, e.Rexpr) {
 				return false
 			}
-			if op == "*" && (r.isNum(e.Lexpr, 0) || r.isNum(e.Rexpr, 0)) {
+			if op == "*" && (isInt(e.Lexpr, 0) || isInt(e.Rexpr, 0)) {
 				return false
 			}
 		}
@@ -401,21 +464,41 @@ func (r *restrictor) aexprDepends(e *pg.A_Expr) bool {
 			return false
 		}
 	case pg.A_Expr_Kind_AEXPR_IN:
-		if l, ok := e.Rexpr.GetNode().(*pg.Node_List); ok {
-			for _, item := range l.List.Items {
-				if r.same(e.Lexpr, item) {
-					return false // x IN (x, ...) holds wherever x is not null
-				}
+		if l := e.Rexpr.GetList(); l != nil {
+			if slices.ContainsFunc(l.Items, func(item *pg.Node) bool { return r.same(e.Lexpr, item) }) {
+				return false // x IN (x, ...) holds wherever x is not null
 			}
 		}
 	case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN,
 		pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
-		if l, ok := e.Rexpr.GetNode().(*pg.Node_List); ok && len(l.List.Items) == 2 &&
-			r.same(e.Lexpr, l.List.Items[0]) && r.same(e.Lexpr, l.List.Items[1]) {
+		if l := e.Rexpr.GetList(); l != nil && len(l.Items) == 2 &&
+			r.same(e.Lexpr, l.Items[0]) && r.same(e.Lexpr, l.Items[1]) {
 			return false
 		}
 	}
 	return r.depends(e.Lexpr) || r.depends(e.Rexpr)
+}
+
+// opName returns the operator of an A_Expr: "=" or "pg_catalog.=" -> "=".
+func opName(e *pg.A_Expr) string {
+	switch len(e.Name) {
+	case 1:
+		return e.Name[0].GetString_().GetSval()
+	case 2:
+		if e.Name[0].GetString_().GetSval() == "pg_catalog" {
+			return e.Name[1].GetString_().GetSval()
+		}
+	}
+	return ""
+}
+
+// isInt reports whether n is the integer literal want, cast or not.
+func isInt(n *pg.Node, want int32) bool {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	i := n.GetAConst().GetIval()
+	return i != nil && i.Ival == want
 }
 
 // same reports whether a and b are the same expression of the row (see canon).
@@ -431,7 +514,7 @@ func (r *restrictor) same(a, b *pg.Node) bool {
 // The text is a 128-bit hash, so that a parent's text holds its children's in constant space: a
 // collision could only make two expressions the same.
 func (r *restrictor) canon(n *pg.Node) string {
-	if n == nil || n.Node == nil {
+	if n.GetNode() == nil {
 		return "nil"
 	}
 	if c, ok := r.canons[n]; ok {
@@ -449,7 +532,6 @@ func digest(text string) string {
 	return string(h.Sum(nil))
 }
 
-// canonNode computes canon(n).
 func (r *restrictor) canonNode(n *pg.Node) string {
 	switch x := n.Node.(type) {
 	case *pg.Node_ColumnRef:
@@ -462,24 +544,13 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 			b.WriteString("C")
 		}
 		for _, f := range fields {
-			if s, ok := f.Node.(*pg.Node_String_); ok {
-				b.WriteString("." + strconv.Quote(s.String_.Sval))
+			if s := f.GetString_(); s != nil {
+				b.WriteString("." + strconv.Quote(s.Sval))
 			} else {
 				b.WriteString(".*")
 			}
 		}
 		return digest(b.String())
-	case *pg.Node_AConst:
-		switch v := foldConst(x.AConst); v.k {
-		case vNull:
-			return digest("NULL")
-		case vBool:
-			return digest("B" + strconv.Itoa(int(v.b)))
-		case vNum:
-			return digest("N" + v.n.RatString())
-		case vStr:
-			return digest("S" + strconv.Quote(v.s))
-		}
 	case *pg.Node_TypeCast:
 		return r.canon(x.TypeCast.Arg)
 	case *pg.Node_CollateClause:
@@ -494,9 +565,9 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 		case e.Lexpr == nil && op == "+":
 			return r.canon(e.Rexpr)
 		case e.Lexpr == nil:
-		case (op == "+" || op == "-") && r.isNum(e.Rexpr, 0), (op == "*" || op == "/") && r.isNum(e.Rexpr, 1):
+		case (op == "+" || op == "-") && isInt(e.Rexpr, 0), (op == "*" || op == "/") && isInt(e.Rexpr, 1):
 			return r.canon(e.Lexpr)
-		case op == "+" && r.isNum(e.Lexpr, 0), op == "*" && r.isNum(e.Lexpr, 1):
+		case op == "+" && isInt(e.Lexpr, 0), op == "*" && isInt(e.Lexpr, 1):
 			return r.canon(e.Rexpr)
 		}
 	case *pg.Node_SelectStmt:
@@ -560,12 +631,6 @@ func (r *restrictor) canonSelect(s *pg.SelectStmt) string {
 	return digest(r.generic(s.ProtoReflect()))
 }
 
-// isNum reports whether n folds to the number want.
-func (r *restrictor) isNum(n *pg.Node, want int64) bool {
-	v := r.f.fold(n)
-	return v.k == vNum && v.n.IsInt() && v.n.Num().IsInt64() && v.n.Num().Int64() == want
-}
-
 // complementary reports whether two of args cover every row between them where their operands
 // are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT TRUE, x = y and
 // x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y.
@@ -597,8 +662,7 @@ func (r *restrictor) forms(a *pg.Node, dst []string) []string {
 	if b, ok := notArg(a); ok {
 		return append(dst, r.negations(b)...)
 	}
-	if x, ok := a.Node.(*pg.Node_AExpr); ok {
-		e := x.AExpr
+	if e := a.GetAExpr(); e != nil {
 		switch {
 		case e.Kind == pg.A_Expr_Kind_AEXPR_OP && mirror[opName(e)] != "":
 			dst = append(dst, r.cmp(mirror[opName(e)], e.Rexpr, e.Lexpr), r.cmp(opName(e), e.Lexpr, e.Rexpr))
@@ -664,8 +728,8 @@ var (
 
 // notArg returns the operand of a NOT.
 func notArg(n *pg.Node) (*pg.Node, bool) {
-	if b, ok := n.Node.(*pg.Node_BoolExpr); ok && b.BoolExpr.Boolop == pg.BoolExprType_NOT_EXPR && len(b.BoolExpr.Args) == 1 {
-		return b.BoolExpr.Args[0], true
+	if b := n.GetBoolExpr(); b != nil && b.Boolop == pg.BoolExprType_NOT_EXPR && len(b.Args) == 1 {
+		return b.Args[0], true
 	}
 	return nil, false
 }
