@@ -119,6 +119,21 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE (id = id) = true", true, false},
 	{"DELETE FROM t WHERE (id = 5 AND false) = false", true, false},
 	{"DELETE FROM t WHERE (id IS NULL OR id IS NOT NULL) IS TRUE", true, false},
+	// Literals compared exactly: a true comparison beside a restricting one is still refused.
+	{"DELETE FROM t WHERE id = 5 OR 10 > 2", true, false},
+	{"DELETE FROM t WHERE id = 5 OR -2 > -10", true, false},
+	{"DELETE FROM t WHERE id = 5 OR 0.5 > 0.25", true, false},
+	{"DELETE FROM t WHERE id = 5 OR 1.0 = 1", true, false},
+	{"DELETE FROM t WHERE id = 5 OR 'a' <> 'b'", true, false},
+	{"DELETE FROM t WHERE id = 5 OR 1 IN (2, 1)", true, false},
+	{"DELETE FROM t WHERE id = 5 OR NULL IS NULL", true, false},
+	{"DELETE FROM t WHERE (id = 5 AND 1.5 < 1) = false", true, false},
+	{"DELETE FROM t WHERE (id = 5 AND 1 IN (2, 3)) = false", true, false},
+	{"DELETE FROM t WHERE (id = 5 AND NULL IS NOT NULL) = false", true, false},
+	{"DELETE FROM t WHERE (id = 5 AND (1 = 1) IS FALSE) = false", true, false},
+	{"DELETE FROM t WHERE id * 1.0 = id", true, false},
+	{"DELETE FROM t WHERE id + 0.00 = id", true, false},
+	{"DELETE FROM t WHERE id = 1 OR id <> 1.0", true, false},
 	{"MERGE INTO t USING s ON s.id = 1 WHEN MATCHED THEN DELETE", true, false},
 	{"MERGE INTO t USING s ON t.id = t.id WHEN MATCHED THEN UPDATE SET a = 1", true, false},
 	// Unparsable by pg_query (standard_conforming_strings off lets the server run these): the
@@ -164,6 +179,12 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE x <> x", false, false},
 	{"DELETE FROM t WHERE active", false, false},
 	{"DELETE FROM t WHERE NOT (x = x)", false, false},
+	{"DELETE FROM t WHERE id = 5 OR 2 > 10", false, false},
+	{"DELETE FROM t WHERE id = 5 OR -10 > -2", false, false},
+	{"DELETE FROM t WHERE id = 5 OR 0.25 > 0.5", false, false},
+	{"DELETE FROM t WHERE id = 5 OR 'a' = 'b'", false, false},
+	{"DELETE FROM t WHERE id = 5 OR 1 NOT IN (2, 1)", false, false},
+	{"DELETE FROM t WHERE NOT (1 = 1)", false, false},
 	{"DELETE FROM t WHERE 1 = 1 AND id = $1", false, false},
 	// What applications send still passes.
 	{"DELETE FROM t WHERE id = 5", false, false},
@@ -353,4 +374,38 @@ func BenchmarkGuardCheck(b *testing.B) {
 			b.Fatal("unsafe")
 		}
 	}
+}
+
+// FuzzGuard checks that no text panics the guard, parsed or not, that it is deterministic, and
+// that a statement whose WHERE is the literal true is refused: every UPDATE and DELETE among
+// the text's statements is given WHERE true on the parse tree (so no text can change how it
+// reads), and the text must then hold an unsafe write.
+func FuzzGuard(f *testing.F) {
+	for _, tc := range guardCases {
+		f.Add(tc.sql)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		tree, err := pg.Parse(sql)
+		if err != nil {
+			Unparsed(sql)
+			return
+		}
+		got := Check(tree)
+		if Check(tree) != got {
+			t.Fatalf("%q: two verdicts", sql)
+		}
+		always := &pg.Node{Node: &pg.Node_AConst{AConst: &pg.A_Const{Val: &pg.A_Const_Boolval{Boolval: &pg.Boolean{Boolval: true}}}}}
+		writes := false
+		for _, s := range tree.Stmts {
+			switch x := s.Stmt.GetNode().(type) {
+			case *pg.Node_UpdateStmt:
+				writes, x.UpdateStmt.WhereClause = true, always
+			case *pg.Node_DeleteStmt:
+				writes, x.DeleteStmt.WhereClause = true, always
+			}
+		}
+		if writes && !Check(tree).UnsafeWrite {
+			t.Errorf("%q with WHERE true: not refused", sql)
+		}
+	})
 }
