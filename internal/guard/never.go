@@ -90,30 +90,20 @@ func constant(n *pg.Node) (v truth, ok bool) {
 			return boolTruth(b.Boolval), true
 		}
 	case *pg.Node_NullTest:
-		t := x.NullTest
-		isNull, ok := constant(t.Arg)
-		if l, lok := literal(t.Arg); lok {
-			isNull, ok = boolTruth(l.null), true
-		} else {
-			isNull = boolTruth(isNull == tNull)
-		}
-		if !ok || t.Argisrow {
+		null, ok := constantNull(x.NullTest.Arg)
+		if !ok || x.NullTest.Argisrow {
 			return 0, false
 		}
-		return boolTruth((isNull == tTrue) == (t.Nulltesttype == pg.NullTestType_IS_NULL)), true
+		return boolTruth(null == (x.NullTest.Nulltesttype == pg.NullTestType_IS_NULL)), true
 	case *pg.Node_BooleanTest:
 		a, ok := constant(x.BooleanTest.Arg)
-		if !ok {
+		t := x.BooleanTest.Booltesttype
+		if !ok || t < pg.BoolTestType_IS_TRUE || t > pg.BoolTestType_IS_NOT_UNKNOWN {
 			return 0, false
 		}
-		switch x.BooleanTest.Booltesttype {
-		case pg.BoolTestType_IS_TRUE, pg.BoolTestType_IS_NOT_TRUE:
-			return boolTruth((a == tTrue) == (x.BooleanTest.Booltesttype == pg.BoolTestType_IS_TRUE)), true
-		case pg.BoolTestType_IS_FALSE, pg.BoolTestType_IS_NOT_FALSE:
-			return boolTruth((a == tFalse) == (x.BooleanTest.Booltesttype == pg.BoolTestType_IS_FALSE)), true
-		case pg.BoolTestType_IS_UNKNOWN, pg.BoolTestType_IS_NOT_UNKNOWN:
-			return boolTruth((a == tNull) == (x.BooleanTest.Booltesttype == pg.BoolTestType_IS_UNKNOWN)), true
-		}
+		// IS TRUE, IS NOT TRUE, IS FALSE ... IS NOT UNKNOWN are 1 to 6: IS X, then IS NOT X.
+		want := [...]truth{tTrue, tFalse, tNull}[(t-1)/2]
+		return boolTruth((a == want) == (t%2 == 1)), true
 	case *pg.Node_AExpr:
 		e := x.AExpr
 		op := opName(e)
@@ -143,7 +133,17 @@ func constant(n *pg.Node) (v truth, ok bool) {
 	return 0, false
 }
 
-// compare evaluates the comparison l op r of two literals.
+// constantNull reports whether a literal or a constant condition is NULL.
+func constantNull(n *pg.Node) (null, ok bool) {
+	if l, ok := literal(n); ok {
+		return l.null, true
+	}
+	v, ok := constant(n)
+	return v == tNull, ok
+}
+
+// compare evaluates the comparison l op r of two literals. Strings are equal when their bytes
+// are, as under every deterministic collation (a database's default collation is one).
 func compare(op string, l, r *pg.Node) (truth, bool) {
 	a, aok := literal(l)
 	b, bok := literal(r)
