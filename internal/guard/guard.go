@@ -21,9 +21,10 @@
 // AND restricts if any operand does, OR only if every operand does; NOT is read through De
 // Morgan's laws, so NOT (id = 5 AND false) does not restrict. A condition proved never true
 // matches no row and passes: false, NULL, 1 = 0 (what ORMs send for an empty IN list), x <> x,
-// and AND, OR and NOT of these. Constants are compared only when both are integer or string
-// literals; any other constant is taken to be possibly true. A subquery restricts when it is
-// correlated with the target: names its own FROM introduces shadow the target's.
+// and AND, OR and NOT of these. Literals are compared exactly when both are numbers, or strings
+// compared for equality; any other constant (arithmetic, a cast, a string read as a boolean) may
+// be true. A subquery restricts when it is correlated with the target: names its own FROM
+// introduces shadow the target's.
 //
 // Text pg_query cannot parse is judged by its words ([Unparsed]): any UPDATE, DELETE or MERGE
 // in it may be a write whose WHERE cannot be checked.

@@ -64,12 +64,11 @@ type Pattern struct {
 	// Explainable reports a single SELECT, INSERT, UPDATE, DELETE or MERGE
 	// (VALUES, TABLE, WITH and FOR UPDATE included; SELECT ... INTO not).
 	Explainable bool
-	// UnsafeWrite and Truncate are the guard facts [guard.Facts] of the
-	// text, computed once here: an UPDATE, DELETE or MERGE that does not
-	// restrict its target's rows, and a TRUNCATE. For a text that pg_query
-	// cannot parse (Parsed false), that it may hold one.
-	UnsafeWrite bool
-	Truncate    bool
+	// Facts are the guard facts of the text, computed once here (UnsafeWrite:
+	// an UPDATE, DELETE or MERGE that does not restrict its target's rows;
+	// Truncate: a TRUNCATE). For a text that pg_query cannot parse (Parsed
+	// false), that it may hold one.
+	guard.Facts
 }
 
 // Analyze computes the Pattern of sql without a cache. It works on Key(sql),
@@ -112,8 +111,7 @@ func analyze(key string) *Pattern {
 		}
 		w.node(raw.Stmt)
 	}
-	g := guard.Check(tree)
-	p.UnsafeWrite, p.Truncate = g.UnsafeWrite, g.Truncate
+	p.Facts = guard.Check(tree)
 	p.Tables = make([]string, 0, len(w.tables))
 	for t := range w.tables {
 		p.Tables = append(p.Tables, t)
@@ -133,8 +131,7 @@ func unparsable(key string) *Pattern {
 	h.Write([]byte(key))
 	id := h.Sum64()
 	p := &Pattern{Fingerprint: hex16(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
-	g := guard.Unparsed(key)
-	p.UnsafeWrite, p.Truncate = g.UnsafeWrite, g.Truncate
+	p.Facts = guard.Unparsed(key)
 	return p
 }
 
