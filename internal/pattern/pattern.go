@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
 
 // Statement kinds, the values of the built-in "statement" tag.
@@ -62,17 +64,11 @@ type Pattern struct {
 	// Explainable reports a single SELECT, INSERT, UPDATE, DELETE or MERGE
 	// (VALUES, TABLE, WITH and FOR UPDATE included; SELECT ... INTO not).
 	Explainable bool
-	// UnsafeWrite reports an UPDATE or DELETE (at top level, in a CTE, under
-	// EXPLAIN ANALYZE, PREPARE or COPY, in any statement of the text) with no
-	// WHERE or a WHERE that does not restrict the rows of its target table
-	// (see the package documentation), or a MERGE whose ON condition and
-	// WHEN MATCHED ... UPDATE/DELETE condition both do not. For a text that
-	// pg_query cannot parse (Parsed false), it reports that the text may hold
-	// an UPDATE, DELETE or MERGE, which cannot be checked.
-	UnsafeWrite bool
-	// Truncate reports a TRUNCATE anywhere in the text; for an unparsable
-	// text, that it may hold one.
-	Truncate bool
+	// Facts are the guard facts of the text, computed once here (UnsafeWrite:
+	// an UPDATE, DELETE or MERGE that does not restrict its target's rows;
+	// Truncate: a TRUNCATE). For a text that pg_query cannot parse (Parsed
+	// false), that it may hold one.
+	guard.Facts
 }
 
 // Analyze computes the Pattern of sql without a cache. It works on Key(sql),
@@ -115,7 +111,7 @@ func analyze(key string) *Pattern {
 		}
 		w.node(raw.Stmt)
 	}
-	p.UnsafeWrite, p.Truncate = w.unsafe, w.truncate
+	p.Facts = guard.Check(tree)
 	p.Tables = make([]string, 0, len(w.tables))
 	for t := range w.tables {
 		p.Tables = append(p.Tables, t)
@@ -128,53 +124,15 @@ func analyze(key string) *Pattern {
 	return p
 }
 
-// unparsable is the Pattern of text pg_query rejects. The server may still run it: its parser
-// is newer, or standard_conforming_strings is off (then a backslash escapes a quote, where
-// pg_query sees the string end). A write pgtraffic cannot read must not pass the guards, so such
-// a text that may write is flagged as if its WHERE did not restrict (see mayWrite).
+// unparsable is the Pattern of text pg_query rejects. The server may still run it, so a text
+// that may write is flagged by the guard facts of its words ([guard.Unparsed]).
 func unparsable(key string) *Pattern {
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	id := h.Sum64()
 	p := &Pattern{Fingerprint: hex16(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
-	p.UnsafeWrite, p.Truncate = mayWrite(key)
+	p.Facts = guard.Unparsed(key)
 	return p
-}
-
-// mayWrite reports whether a text pg_query cannot parse may hold an UPDATE, DELETE or MERGE
-// (unsafe), or a TRUNCATE. Without a parse tree it cannot tell a keyword from a word in a string
-// or a quoted identifier, so it errs towards yes: any such word counts, except UPDATE after FOR
-// or DO (SELECT ... FOR UPDATE, ON CONFLICT DO UPDATE), which do not write rows of their own.
-func mayWrite(text string) (unsafe, truncate bool) {
-	prev := ""
-	for i := 0; i < len(text); {
-		c := text[i]
-		if !isWordStart(c) {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(text) && (isWordStart(text[j]) || text[j] >= '0' && text[j] <= '9' || text[j] == '$') {
-			j++
-		}
-		word := text[i:j]
-		switch {
-		case strings.EqualFold(word, "delete"), strings.EqualFold(word, "merge"):
-			unsafe = true
-		case strings.EqualFold(word, "update"):
-			if !strings.EqualFold(prev, "for") && !strings.EqualFold(prev, "do") && !strings.EqualFold(prev, "key") {
-				unsafe = true
-			}
-		case strings.EqualFold(word, "truncate"):
-			truncate = true
-		}
-		prev, i = word, j
-	}
-	return unsafe, truncate
-}
-
-func isWordStart(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
 }
 
 func hex16(id uint64) string {

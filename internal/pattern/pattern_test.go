@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
 
 func TestAnalyzeKinds(t *testing.T) {
@@ -225,8 +227,7 @@ func FuzzAnalyze(f *testing.F) {
 			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
 		}
 		if !p.Parsed {
-			unsafe, truncate := mayWrite(Key(sql))
-			if p.Normalized != "" || p.Kind != KindOther || p.UnsafeWrite != unsafe || p.Truncate != truncate {
+			if p.Normalized != "" || p.Kind != KindOther || p.Facts != guard.Unparsed(Key(sql)) {
 				t.Fatalf("unparsable text with facts: %+v", p)
 			}
 		}

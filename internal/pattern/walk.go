@@ -8,17 +8,13 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// walker visits a parse tree once and collects tables, guard facts and the
-// events of the query summary. It is single-use and not safe for concurrent
-// use.
+// walker visits a parse tree once and collects tables and the events of the
+// query summary. It is single-use and not safe for concurrent use.
 type walker struct {
-	tables   map[string]struct{}
-	events   []event
-	ctes     []string // CTE names in scope, innermost last
-	stmtLoc  int      // offset of the statement being visited
-	noExec   int      // >0 inside text that is defined, not executed (EXPLAIN, CREATE RULE, function bodies)
-	unsafe   bool
-	truncate bool
+	tables  map[string]struct{}
+	events  []event
+	ctes    []string // CTE names in scope, innermost last
+	stmtLoc int      // offset of the statement being visited
 }
 
 // event is an operation or a table at a byte offset of the text, for the
@@ -43,28 +39,13 @@ func (w *walker) node(n *pg.Node) {
 		w.dml("INSERT", s.Relation, s.WithClause, s)
 	case *pg.Node_UpdateStmt:
 		s := x.UpdateStmt
-		w.checkWhere(s.Relation, s.WhereClause)
 		w.dml("UPDATE", s.Relation, s.WithClause, s)
 	case *pg.Node_DeleteStmt:
 		s := x.DeleteStmt
-		w.checkWhere(s.Relation, s.WhereClause)
 		w.dml("DELETE", s.Relation, s.WithClause, s)
 	case *pg.Node_MergeStmt:
 		s := x.MergeStmt
-		w.checkMerge(s)
 		w.dml("MERGE", s.Relation, s.WithClause, s)
-	case *pg.Node_TruncateStmt:
-		w.truncate = true
-		w.fields(x.TruncateStmt.ProtoReflect())
-	case *pg.Node_ExplainStmt:
-		// Plain EXPLAIN plans without executing; EXPLAIN ANALYZE runs it.
-		w.definition(!explainAnalyze(x.ExplainStmt.Options), x.ExplainStmt)
-	case *pg.Node_RuleStmt:
-		w.definition(true, x.RuleStmt)
-	case *pg.Node_CreateFunctionStmt:
-		w.definition(true, x.CreateFunctionStmt)
-	case *pg.Node_ViewStmt:
-		w.definition(true, x.ViewStmt)
 	case *pg.Node_DropStmt:
 		w.dropStmt(x.DropStmt)
 	case *pg.Node_RangeVar:
@@ -78,18 +59,6 @@ func (w *walker) node(n *pg.Node) {
 			return false
 		})
 	}
-}
-
-// definition visits a statement that, when noExec, defines a statement
-// without running it (a rule action, a function body, a plain EXPLAIN): its
-// tables count, its writes do not. (PREPARE does count: the guard cannot see
-// what a later EXECUTE runs.)
-func (w *walker) definition(noExec bool, m protoreflect.ProtoMessage) {
-	if noExec {
-		w.noExec++
-		defer func() { w.noExec-- }()
-	}
-	w.fields(m.ProtoReflect())
 }
 
 // fields visits every message-typed field of m except those named in skip.
@@ -260,57 +229,6 @@ func (w *walker) dropStmt(d *pg.DropStmt) {
 			w.addTable(strings.Join(parts, "."), w.stmtLoc)
 		}
 	}
-}
-
-// checkWhere flags an executed UPDATE or DELETE whose WHERE is missing or
-// does not restrict the rows of its target rel (see restricts).
-func (w *walker) checkWhere(rel *pg.RangeVar, where *pg.Node) {
-	if w.noExec == 0 && !restricts(rel, where) {
-		w.unsafe = true
-	}
-}
-
-// checkMerge flags a MERGE whose ON condition does not restrict the target's
-// rows and that updates or deletes matches under no restricting condition.
-func (w *walker) checkMerge(s *pg.MergeStmt) {
-	if w.noExec > 0 || restricts(s.Relation, s.JoinCondition) {
-		return
-	}
-	for _, c := range s.MergeWhenClauses {
-		wc, ok := c.Node.(*pg.Node_MergeWhenClause)
-		if !ok || !wc.MergeWhenClause.Matched {
-			continue
-		}
-		ct := wc.MergeWhenClause.CommandType
-		if (ct == pg.CmdType_CMD_UPDATE || ct == pg.CmdType_CMD_DELETE) &&
-			!restricts(s.Relation, wc.MergeWhenClause.Condition) {
-			w.unsafe = true
-		}
-	}
-}
-
-// explainAnalyze reports whether EXPLAIN options run the statement. An
-// ANALYZE option whose value cannot be read counts as on.
-func explainAnalyze(opts []*pg.Node) bool {
-	on := false
-	for _, o := range opts {
-		d, ok := o.Node.(*pg.Node_DefElem)
-		if !ok || d.DefElem.Defname != "analyze" {
-			continue
-		}
-		on = true
-		switch a := d.DefElem.Arg.GetNode().(type) {
-		case *pg.Node_Boolean:
-			on = a.Boolean.Boolval
-		case *pg.Node_String_:
-			if b, ok := parseBool(a.String_.Sval); ok {
-				on = b
-			}
-		case *pg.Node_Integer:
-			on = a.Integer.Ival != 0
-		}
-	}
-	return on
 }
 
 // summary builds db.query.summary from the events in text order: each

@@ -1,0 +1,197 @@
+// Package guard decides, from a statement's pg_query parse tree, the two facts the query
+// guards act on: whether a text holds a write that does not restrict the rows of its target
+// (require_where) and whether it holds a TRUNCATE (block_truncate). It reads SQL and knows
+// nothing of rules, patterns or connections.
+//
+// # What it proves
+//
+// An UPDATE or DELETE (at top level, in a CTE, under EXPLAIN ANALYZE, PREPARE or COPY, in any
+// statement of the text) is an unsafe write unless its WHERE restricts the target's rows: it
+// references a column of the target in a way that can be false for some row, or it is never
+// true. A MERGE is unsafe when neither its ON condition nor a WHEN MATCHED ... UPDATE/DELETE
+// condition restricts the target. Everything else counts as unrestricted, whatever its form:
+//
+//   - no WHERE; constants, parameters, functions, casts and subqueries that are not correlated
+//     with the target (WHERE true, WHERE $1 = $1, WHERE now() > '2000-01-01', EXISTS (SELECT 1));
+//   - comparisons of an expression with itself, seen through casts, collations and identity
+//     arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int, (a, b) = (a, b));
+//   - disjunctions of complementary conditions (x IS NULL OR x IS NOT NULL, p OR NOT p,
+//     x = 1 OR x <> 1, x < 1 OR x >= 1).
+//
+// AND restricts if any operand does, OR only if every operand does; NOT is read through De
+// Morgan's laws, so NOT (id = 5 AND false) does not restrict. A condition proved never true
+// matches no row and passes: false, NULL, 1 = 0 (what ORMs send for an empty IN list), x <> x,
+// and AND, OR and NOT of these. Literals are compared exactly when both are numbers, or strings
+// compared for equality; any other constant (arithmetic, a cast, a string read as a boolean) may
+// be true. A subquery restricts when it is correlated with the target: names its own FROM
+// introduces shadow the target's.
+//
+// Text pg_query cannot parse is judged by its words ([Unparsed]): any UPDATE, DELETE or MERGE
+// in it may be a write whose WHERE cannot be checked.
+//
+// # What it does not prove
+//
+// An unqualified column is taken to be the target's (UPDATE ... FROM and DELETE ... USING may
+// mean another table's). A tautology hidden inside an opaque expression (a function, CASE,
+// COALESCE, a cast to boolean) is not proved. Writes inside a DO block or a function body
+// (SELECT purge_all()) are out of reach: their text is a string that only the server's
+// procedural language parses. The guards catch mistakes; they are no defence against hostile
+// SQL, for which privileges are.
+package guard
+
+import (
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Facts are the guard facts of one statement text. The zero value is a text that writes
+// safely or not at all.
+type Facts struct {
+	// UnsafeWrite reports an UPDATE, DELETE or MERGE that does not restrict its target's rows
+	// (see the package documentation); for unparsed text, one that may hold such a write.
+	UnsafeWrite bool
+	// Truncate reports a TRUNCATE anywhere in the text; for unparsed text, that it may hold one.
+	Truncate bool
+}
+
+// Check returns the guard facts of a parsed text.
+func Check(tree *pg.ParseResult) Facts {
+	var w walker
+	for _, s := range tree.GetStmts() {
+		w.visit(s.GetStmt().ProtoReflect())
+	}
+	return w.facts
+}
+
+// walker visits a parse tree and collects its facts. Single-use.
+type walker struct {
+	facts  Facts
+	noExec int // >0 inside text that defines a statement without running it
+}
+
+func (w *walker) visit(m protoreflect.Message) {
+	switch x := m.Interface().(type) {
+	case *pg.UpdateStmt:
+		w.write(restricts(x.Relation, x.WhereClause))
+	case *pg.DeleteStmt:
+		w.write(restricts(x.Relation, x.WhereClause))
+	case *pg.MergeStmt:
+		w.write(mergeRestricts(x))
+	case *pg.TruncateStmt:
+		w.facts.Truncate = true
+	case *pg.ExplainStmt:
+		// Plain EXPLAIN plans without executing; EXPLAIN ANALYZE runs it.
+		if !explainAnalyze(x.Options) {
+			w.noExec++
+			defer func() { w.noExec-- }()
+		}
+	case *pg.RuleStmt, *pg.CreateFunctionStmt, *pg.ViewStmt:
+		// A rule action, a function body or a view is defined, not run. (PREPARE does count: the
+		// guard cannot see what a later EXECUTE runs.)
+		w.noExec++
+		defer func() { w.noExec-- }()
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				w.visit(l.Get(i).Message())
+			}
+			return true
+		}
+		w.visit(v.Message())
+		return true
+	})
+}
+
+// write records an executed write that restricts its target's rows or does not.
+func (w *walker) write(restricted bool) {
+	if w.noExec == 0 && !restricted {
+		w.facts.UnsafeWrite = true
+	}
+}
+
+// mergeRestricts reports whether a MERGE's ON condition restricts the target's rows, or else
+// every WHEN MATCHED ... UPDATE/DELETE has a condition that does.
+func mergeRestricts(s *pg.MergeStmt) bool {
+	if restricts(s.Relation, s.JoinCondition) {
+		return true
+	}
+	for _, c := range s.MergeWhenClauses {
+		wc := c.GetMergeWhenClause()
+		if wc == nil || !wc.Matched {
+			continue
+		}
+		ct := wc.CommandType
+		if (ct == pg.CmdType_CMD_UPDATE || ct == pg.CmdType_CMD_DELETE) && !restricts(s.Relation, wc.Condition) {
+			return false
+		}
+	}
+	return true
+}
+
+// explainAnalyze reports whether EXPLAIN options run the statement. As PostgreSQL reads a
+// boolean option, only false, off and 0 turn ANALYZE off; anything else counts as on.
+func explainAnalyze(opts []*pg.Node) bool {
+	on := false
+	for _, o := range opts {
+		d := o.GetDefElem()
+		if d == nil || d.Defname != "analyze" {
+			continue
+		}
+		switch a := d.Arg.GetNode().(type) {
+		case *pg.Node_Boolean:
+			on = a.Boolean.Boolval
+		case *pg.Node_String_:
+			on = !strings.EqualFold(a.String_.Sval, "false") && !strings.EqualFold(a.String_.Sval, "off")
+		case *pg.Node_Integer:
+			on = a.Integer.Ival != 0
+		default:
+			on = true
+		}
+	}
+	return on
+}
+
+// Unparsed returns the guard facts of a text pg_query cannot parse. The server may still run
+// it (its parser is newer, or standard_conforming_strings is off, where a backslash escapes a
+// quote and pg_query sees the string end elsewhere). Without a parse tree a keyword cannot be
+// told from a word in a string or a quoted identifier, so it errs towards yes: any UPDATE,
+// DELETE or MERGE counts as an unsafe write, except UPDATE after FOR, KEY or DO (SELECT ... FOR
+// [NO KEY] UPDATE, ON CONFLICT DO UPDATE), which writes no rows of its own; any TRUNCATE counts.
+func Unparsed(text string) Facts {
+	var f Facts
+	prev := ""
+	for i := 0; i < len(text); {
+		if !isWordStart(text[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(text) && (isWordStart(text[j]) || text[j] >= '0' && text[j] <= '9' || text[j] == '$') {
+			j++
+		}
+		word := text[i:j]
+		switch {
+		case strings.EqualFold(word, "delete"), strings.EqualFold(word, "merge"):
+			f.UnsafeWrite = true
+		case strings.EqualFold(word, "update"):
+			if !strings.EqualFold(prev, "for") && !strings.EqualFold(prev, "do") && !strings.EqualFold(prev, "key") {
+				f.UnsafeWrite = true
+			}
+		case strings.EqualFold(word, "truncate"):
+			f.Truncate = true
+		}
+		prev, i = word, j
+	}
+	return f
+}
+
+func isWordStart(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
+}

@@ -1,0 +1,270 @@
+package guard
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// opName returns the operator of an A_Expr: "=" or "pg_catalog.=" -> "=".
+func opName(e *pg.A_Expr) string {
+	switch len(e.Name) {
+	case 1:
+		return e.Name[0].GetString_().GetSval()
+	case 2:
+		if e.Name[0].GetString_().GetSval() == "pg_catalog" {
+			return e.Name[1].GetString_().GetSval()
+		}
+	}
+	return ""
+}
+
+// isNum reports whether n is the number want (0 or 1), written as an integer or a decimal, cast
+// or not.
+func isNum(n *pg.Node, want string) bool {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	l, ok := literal(n)
+	return ok && l.num && l.s == want
+}
+
+// same reports whether a and b are the same expression of the row (see canon).
+func (r *restrictor) same(a, b *pg.Node) bool {
+	return a != nil && b != nil && r.canon(a) == r.canon(b)
+}
+
+// canon returns a canonical text of an expression: casts, collations, unary plus and identity
+// arithmetic (+ 0, - 0, * 1, / 1) removed, target columns named without their qualifier, source
+// positions left out. Two expressions with the same canonical text have the same value in every
+// row (stripping a cast can only make more expressions the same, which blocks more, never less).
+//
+// The text is a 128-bit hash, so that a parent's text holds its children's in constant space: a
+// collision could only make two expressions the same.
+func (r *restrictor) canon(n *pg.Node) string {
+	if n.GetNode() == nil {
+		return "nil"
+	}
+	if c, ok := r.canons[n]; ok {
+		return c
+	}
+	c := r.canonNode(n)
+	r.canons[n] = c
+	return c
+}
+
+// digest is the canonical text of a node whose own text is text.
+func digest(text string) string {
+	h := fnv.New128a()
+	h.Write([]byte(text))
+	return string(h.Sum(nil))
+}
+
+func (r *restrictor) canonNode(n *pg.Node) string {
+	switch x := n.Node.(type) {
+	case *pg.Node_ColumnRef:
+		var b strings.Builder
+		fields := x.ColumnRef.Fields
+		if r.isTarget(x.ColumnRef) && len(fields) > 0 {
+			b.WriteString("T")
+			fields = fields[len(fields)-1:]
+		} else {
+			b.WriteString("C")
+		}
+		for _, f := range fields {
+			if s := f.GetString_(); s != nil {
+				b.WriteString("." + strconv.Quote(s.Sval))
+			} else {
+				b.WriteString(".*")
+			}
+		}
+		return digest(b.String())
+	case *pg.Node_AConst:
+		if l, ok := literal(n); ok && l.num {
+			return digest("N" + l.s) // 1 and 1.0 are the same number
+		}
+	case *pg.Node_TypeCast:
+		return r.canon(x.TypeCast.Arg)
+	case *pg.Node_CollateClause:
+		return r.canon(x.CollateClause.Arg)
+	case *pg.Node_AExpr:
+		e := x.AExpr
+		if e.Kind != pg.A_Expr_Kind_AEXPR_OP {
+			break
+		}
+		op := opName(e)
+		switch {
+		case e.Lexpr == nil && op == "+":
+			return r.canon(e.Rexpr)
+		case e.Lexpr == nil:
+		case (op == "+" || op == "-") && isNum(e.Rexpr, "0"), (op == "*" || op == "/") && isNum(e.Rexpr, "1"):
+			return r.canon(e.Lexpr)
+		case op == "+" && isNum(e.Lexpr, "0"), op == "*" && isNum(e.Lexpr, "1"):
+			return r.canon(e.Rexpr)
+		}
+	case *pg.Node_SelectStmt:
+		return r.canonSelect(x.SelectStmt)
+	}
+	return digest(r.generic(n.ProtoReflect()))
+}
+
+// generic is the canonical text of any node: its type and its fields but their positions.
+func (r *restrictor) generic(m protoreflect.Message) string {
+	var b strings.Builder
+	b.WriteString(string(m.Descriptor().Name()))
+	b.WriteByte('{')
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Name() == "location" || fd.Name() == "stmt_location" || fd.Name() == "stmt_len" {
+			return true
+		}
+		b.WriteString(string(fd.Name()))
+		b.WriteByte(':')
+		if fd.IsList() {
+			l := v.List()
+			b.WriteByte('[')
+			for i := 0; i < l.Len(); i++ {
+				b.WriteString(r.canonValue(fd, l.Get(i)))
+				b.WriteByte(',')
+			}
+			b.WriteByte(']')
+		} else {
+			b.WriteString(r.canonValue(fd, v))
+		}
+		b.WriteByte(';')
+		return true
+	})
+	b.WriteByte('}')
+	return b.String()
+}
+
+func (r *restrictor) canonValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	if fd.Message() == nil {
+		if fd.Kind() == protoreflect.StringKind {
+			return strconv.Quote(v.String())
+		}
+		return v.String()
+	}
+	switch x := v.Message().Interface().(type) {
+	case *pg.Node:
+		return r.canon(x)
+	case *pg.SelectStmt:
+		return r.canonSelect(x)
+	}
+	return digest(r.generic(v.Message()))
+}
+
+// canonSelect is the canonical text of a subquery, whose columns resolve in its own scope.
+func (r *restrictor) canonSelect(s *pg.SelectStmt) string {
+	if s == nil {
+		return "nil"
+	}
+	r.enter(s)
+	defer r.leave()
+	return digest(r.generic(s.ProtoReflect()))
+}
+
+// complementary reports whether two of args cover every row between them where their operands
+// are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT TRUE, x = y and
+// x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y.
+// Each operand has canonical forms (what it is) and negations (what would complete it); a pair
+// is a negation of one operand that is a form of another. Linear in the operands.
+func (r *restrictor) complementary(args []*pg.Node) bool {
+	forms := map[string]int{}
+	for i, a := range args {
+		for _, f := range r.forms(a, nil) {
+			if _, dup := forms[f]; !dup {
+				forms[f] = i
+			}
+		}
+	}
+	for i, a := range args {
+		for _, f := range r.negations(a) {
+			if j, ok := forms[f]; ok && j != i {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forms appends the canonical texts of the condition a: its own; for a comparison the same
+// comparison with its operands swapped; for NOT b the negations of b.
+func (r *restrictor) forms(a *pg.Node, dst []string) []string {
+	dst = append(dst, r.canon(a))
+	if b, ok := notArg(a); ok {
+		return append(dst, r.negations(b)...)
+	}
+	if e := a.GetAExpr(); e != nil {
+		switch {
+		case e.Kind == pg.A_Expr_Kind_AEXPR_OP && mirror[opName(e)] != "":
+			dst = append(dst, r.cmp(mirror[opName(e)], e.Rexpr, e.Lexpr), r.cmp(opName(e), e.Lexpr, e.Rexpr))
+		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT || e.Kind == pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
+			dst = append(dst, r.cmp(e.Kind.String(), e.Lexpr, e.Rexpr), r.cmp(e.Kind.String(), e.Rexpr, e.Lexpr))
+		}
+	}
+	return dst
+}
+
+// negations returns the canonical texts of the conditions that, ORed with a, cover every row.
+func (r *restrictor) negations(a *pg.Node) []string {
+	if x, ok := notArg(a); ok {
+		return r.forms(x, nil)
+	}
+	neg := []string{"NOT" + r.canon(a)}
+	switch x := a.Node.(type) {
+	case *pg.Node_NullTest:
+		t := x.NullTest
+		opp := &pg.NullTest{Xpr: t.Xpr, Arg: t.Arg, Argisrow: t.Argisrow, Nulltesttype: pg.NullTestType_IS_NULL}
+		if t.Nulltesttype == pg.NullTestType_IS_NULL {
+			opp.Nulltesttype = pg.NullTestType_IS_NOT_NULL
+		}
+		neg = append(neg, r.canon(&pg.Node{Node: &pg.Node_NullTest{NullTest: opp}}))
+	case *pg.Node_BooleanTest:
+		b := x.BooleanTest
+		if t := b.Booltesttype; t >= pg.BoolTestType_IS_TRUE && t <= pg.BoolTestType_IS_NOT_UNKNOWN {
+			// IS X and IS NOT X are adjacent: 1-2, 3-4, 5-6.
+			opp := &pg.BooleanTest{Xpr: b.Xpr, Arg: b.Arg, Booltesttype: t + 1}
+			if t%2 == 0 {
+				opp.Booltesttype = t - 1
+			}
+			neg = append(neg, r.canon(&pg.Node{Node: &pg.Node_BooleanTest{BooleanTest: opp}}))
+		}
+	case *pg.Node_AExpr:
+		e := x.AExpr
+		switch {
+		case e.Kind == pg.A_Expr_Kind_AEXPR_OP && complement[opName(e)] != "":
+			c := complement[opName(e)]
+			neg = append(neg, r.cmp(c, e.Lexpr, e.Rexpr), r.cmp(mirror[c], e.Rexpr, e.Lexpr))
+		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT:
+			k := pg.A_Expr_Kind_AEXPR_NOT_DISTINCT.String()
+			neg = append(neg, r.cmp(k, e.Lexpr, e.Rexpr), r.cmp(k, e.Rexpr, e.Lexpr))
+		case e.Kind == pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
+			k := pg.A_Expr_Kind_AEXPR_DISTINCT.String()
+			neg = append(neg, r.cmp(k, e.Lexpr, e.Rexpr), r.cmp(k, e.Rexpr, e.Lexpr))
+		}
+	}
+	return neg
+}
+
+// cmp is the canonical text of the comparison l op r.
+func (r *restrictor) cmp(op string, l, rt *pg.Node) string {
+	return "CMP" + op + "(" + r.canon(l) + "," + r.canon(rt) + ")"
+}
+
+// complement maps a comparison to its negation, mirror to the same comparison with its operands
+// swapped.
+var (
+	complement = map[string]string{"=": "<>", "<>": "=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+	mirror     = map[string]string{"=": "=", "<>": "<>", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
+)
+
+// notArg returns the operand of a NOT.
+func notArg(n *pg.Node) (*pg.Node, bool) {
+	if b := n.GetBoolExpr(); b != nil && b.Boolop == pg.BoolExprType_NOT_EXPR && len(b.Args) == 1 {
+		return b.Args[0], true
+	}
+	return nil, false
+}
