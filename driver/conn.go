@@ -112,7 +112,10 @@ func (c *conn) beginExec(ctx context.Context, x *engine.Exec, query string, args
 	c.args = vals
 	err := c.intr.engine.Begin(ctx, x, c.pgx, query, vals)
 	clear(vals) // the engine keeps no reference: let the values go until the next statement
-	return blocked(err)
+	if err != nil {
+		return blocked(err)
+	}
+	return nil
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Result, err error) {
