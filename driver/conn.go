@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
@@ -37,7 +38,7 @@ type parentConn interface {
 // goroutine at a time (database/sql holds its lock).
 type conn struct {
 	parent parentConn
-	pgx    *stdlib.Conn // the same connection as parent, for EXPLAIN; nil in unit tests
+	pgx    *pgx.Conn // the pgx connection under parent, for EXPLAIN; nil in unit tests
 	intr   *interceptor
 	valid  driver.Validator // parent's, if it has one (pgx's has not), found once
 
@@ -53,6 +54,9 @@ type conn struct {
 	// exec is the statement of ExecContext (the connection's or a prepared statement's), which
 	// finishes before the call returns; a query's statement lives in its rows wrapper instead.
 	exec engine.Exec
+	// args holds a statement's argument values while the engine decides it (see begin), reused
+	// from one statement to the next.
+	args []any
 }
 
 var (
@@ -73,7 +77,10 @@ func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
 		parent.Close()
 		return nil, errors.New("pgtraffic: the pgx connection lacks a context-aware driver interface")
 	}
-	px, _ := parent.(*stdlib.Conn)
+	var px *pgx.Conn
+	if sc, ok := parent.(*stdlib.Conn); ok {
+		px = sc.Conn()
+	}
 	v, _ := parent.(driver.Validator)
 	return &conn{parent: pc, pgx: px, intr: intr, valid: v}, nil
 }
@@ -89,26 +96,54 @@ func blocked(err error) error {
 	return err
 }
 
-func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	x := &c.exec
-	if err := c.intr.engine.Begin(ctx, x, c.pgx, query, args); err != nil {
-		return nil, blocked(err)
+// errPanicked is the outcome a statement is finished with when the call that ran it panicked: not
+// a success, so the cost model does not learn from it.
+var errPanicked = errors.New("pgtraffic: the statement's call panicked")
+
+// beginExec begins x, the statement query with args, in the engine. On nil the caller must
+// finish x, on every path (defer).
+func (c *conn) beginExec(ctx context.Context, x *engine.Exec, query string, args []driver.NamedValue) error {
+	// database/sql passes values in order; their names are not used (pgx sends arguments
+	// positionally, and so does the engine's EXPLAIN).
+	vals := c.args[:0]
+	for i := range args {
+		vals = append(vals, args[i].Value)
 	}
-	res, err := c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
-	x.Finish(ctx, err)
+	c.args = vals
+	err := c.intr.engine.Begin(ctx, x, c.pgx, query, vals)
+	clear(vals) // the engine keeps no reference: let the values go until the next statement
+	if err != nil {
+		return blocked(err)
+	}
+	return nil
+}
+
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Result, err error) {
+	x := &c.exec
+	if err := c.beginExec(ctx, x, query, args); err != nil {
+		return nil, err
+	}
+	err = errPanicked // until the parent returns: a panic finishes the statement with it
+	defer func() { x.Finish(ctx, err) }()
+	var res driver.Result
+	res, err = c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
 	return res, err
 }
 
-func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Rows, err error) {
 	w, err := c.begin(ctx, query, args)
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
+	err = errPanicked // until the parent returns
+	defer func() { c.settle(w, err) }()
+	var r driver.Rows
+	r, err = c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
 	return c.opened(w, r, err)
 }
 
 // begin begins a query's statement in a rows wrapper: the connection's spare when it is free.
+// On nil the caller must settle it (defer).
 func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue) (*rows, error) {
 	var w *rows
 	switch {
@@ -120,20 +155,28 @@ func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue
 	default: // the spare is handed out
 		w = newRows(c.intr.leaks)
 	}
-	if err := c.intr.engine.Begin(ctx, &w.open.x, c.pgx, query, args); err != nil {
+	if err := c.beginExec(ctx, &w.open.x, query, args); err != nil {
 		w.handBack()
-		return nil, blocked(err)
+		return nil, err
 	}
 	w.open.ctx = ctx
 	return w, nil
 }
 
-// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
-// failed, it finishes the statement and hands w back.
-func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
+// settle ends a query begun in w whose rows were not handed out: err is the parent's error, or
+// errPanicked when it panicked. It finishes the statement and hands w back. Nil err: the rows
+// are out, and their Close finishes the statement.
+func (c *conn) settle(w *rows, err error) {
 	if err != nil {
 		w.open.finish(err)
 		w.handBack()
+	}
+}
+
+// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
+// failed, nil and its error, for settle.
+func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
+	if err != nil {
 		return nil, err
 	}
 	w.Rows = r
@@ -178,7 +221,7 @@ func (c *conn) IsValid() bool {
 		return c.valid.IsValid()
 	}
 	if c.pgx != nil {
-		return !c.pgx.Conn().IsClosed()
+		return !c.pgx.IsClosed()
 	}
 	return true
 }

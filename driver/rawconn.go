@@ -36,7 +36,7 @@ func RawConn(ctx context.Context, c *sql.Conn, f func(*pgx.Conn) error) error {
 		if !ok || pc.pgx == nil {
 			return errors.New("pgtraffic: RawConn: not a pgtraffic connection")
 		}
-		return f(pc.pgx.Conn())
+		return f(pc.pgx)
 	})
 }
 
@@ -49,8 +49,5 @@ var _ pgxConner = (*conn)(nil)
 // Conn returns the *pgx.Conn under the connection, as pgx's (*stdlib.Conn).Conn does, for
 // (*sql.Conn).Raw callers (see [RawConn]).
 func (c *conn) Conn() *pgx.Conn {
-	if c.pgx == nil {
-		return nil // a fake parent (unit tests)
-	}
-	return c.pgx.Conn()
+	return c.pgx // nil under a fake parent (unit tests)
 }

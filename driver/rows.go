@@ -44,12 +44,15 @@ func (r *rows) advanced(err error) error {
 	return err
 }
 
-// Close finishes the statement and, for a connection's spare wrapper, hands it back. database/sql
-// calls it once, and never uses the rows after it.
+// Close finishes the statement and, for a connection's spare wrapper, hands it back, even when
+// the parent's Close panics. database/sql calls it once, and never uses the rows after it.
 func (r *rows) Close() error {
-	err := r.Rows.Close()
-	r.finish(err)
-	r.handBack()
+	err := errPanicked // until the parent's Close returns
+	defer func() {
+		r.finish(err)
+		r.handBack()
+	}()
+	err = r.Rows.Close()
 	return err
 }
 

@@ -23,32 +23,35 @@ var (
 func (s *stmt) Close() error  { return s.parent.Close() }
 func (s *stmt) NumInput() int { return s.parent.NumInput() }
 
-func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (_ driver.Result, err error) {
 	x := &s.conn.exec
-	if err := s.conn.intr.engine.Begin(ctx, x, s.conn.pgx, s.query, args); err != nil {
-		return nil, blocked(err)
+	if err := s.conn.beginExec(ctx, x, s.query, args); err != nil {
+		return nil, err
+	}
+	err = errPanicked // until the parent returns: a panic finishes the statement with it
+	defer func() { x.Finish(ctx, err) }()
+	ec, ok := s.parent.(driver.StmtExecContext)
+	if !ok {
+		return nil, errNoContext
 	}
 	var res driver.Result
-	var err error
-	if ec, ok := s.parent.(driver.StmtExecContext); ok {
-		res, err = ec.ExecContext(ctx, args)
-	} else {
-		err = errNoContext
-	}
-	x.Finish(ctx, err)
+	res, err = ec.ExecContext(ctx, args)
 	return res, err
 }
 
-func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (_ driver.Rows, err error) {
 	w, err := s.conn.begin(ctx, s.query, args)
 	if err != nil {
 		return nil, err
 	}
+	err = errPanicked // until the parent returns
+	defer func() { s.conn.settle(w, err) }()
 	qc, ok := s.parent.(driver.StmtQueryContext)
 	if !ok {
-		return s.conn.opened(w, nil, errNoContext)
+		return nil, errNoContext
 	}
-	r, err := qc.QueryContext(ctx, args)
+	var r driver.Rows
+	r, err = qc.QueryContext(ctx, args)
 	return s.conn.opened(w, r, err)
 }
 

@@ -265,14 +265,18 @@ rules:
 		for range accExecutions {
 			q := accWorkload[r.IntN(len(accWorkload))]
 			args := namedArgs(q.args(r))
+			vals := make([]any, len(args)) // the engine's form of the arguments
+			for i := range args {
+				vals[i] = args[i].Value
+			}
 			// The global-k baseline needs this call's plan cost whatever the explain mode; it is
 			// read before Begin so that the engine's clock does not include it.
-			plan, err := cost.Explain(ctx, sc, q.sql, args)
+			plan, err := cost.Explain(ctx, sc.Conn(), q.sql, vals)
 			if err != nil {
 				return fmt.Errorf("%s: explain: %w", q.name, err)
 			}
 			x := new(engine.Exec)
-			if err := eng.Begin(ctx, x, sc, q.sql, args); err != nil {
+			if err := eng.Begin(ctx, x, sc.Conn(), q.sql, vals); err != nil {
 				return fmt.Errorf("%s: %w", q.name, err)
 			}
 			predicted, costed := x.Predicted, x.Costed

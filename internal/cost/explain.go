@@ -2,14 +2,12 @@ package cost
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Errors returned by [Explain]. Every error that wraps ErrNotSent means nothing reached the
@@ -47,12 +45,14 @@ const (
 // Explain does not inspect the text. It always uses the extended protocol, whose Parse rejects a
 // string holding several statements, so such a string fails instead of running.
 //
-// query must be the SQL text, not a prepared statement's name. args are the caller's arguments as
-// database/sql hands them to the driver; they are sent positionally, text-encoded with unspecified
-// types (pgx's QueryExecModeExec), so the server infers their types exactly as it does for the
-// caller's own statement. Leading pgx option arguments are honoured as pgx would honour them:
-// QueryExecMode and result-format options are dropped, a QueryRewriter such as pgx.NamedArgs
-// rewrites the query first.
+// conn is the *pgx.Conn the caller's statement will run on (under database/sql,
+// (*stdlib.Conn).Conn()); Explain uses it only during the call, and the caller must not use it
+// concurrently. query must be the SQL text, not a prepared statement's name. args are the caller's
+// arguments as pgx's Query takes them; they are sent positionally, encoded as pgx's
+// QueryExecModeExec encodes them (unspecified types), so the server infers their types exactly as
+// it does for the caller's own statement. Leading pgx option arguments are honoured as pgx would
+// honour them: QueryExecMode and result-format options are dropped, a QueryRewriter such as
+// pgx.NamedArgs rewrites the query first. Explain neither modifies args nor keeps a reference.
 //
 // Safety of the caller's session:
 //   - Nothing is sent when ctx is already done, the connection is closed or busy (ErrNotSent).
@@ -71,14 +71,13 @@ const (
 //
 // Error texts never contain the query, its arguments or the server's message, which may quote
 // them; server errors carry only the SQLSTATE.
-func Explain(ctx context.Context, conn *stdlib.Conn, query string, args []driver.NamedValue) (float64, error) {
+func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
-	if conn == nil {
+	if c == nil {
 		return 0, ErrConnClosed
 	}
-	c := conn.Conn()
 	pc := c.PgConn()
 	if pc.IsClosed() {
 		return 0, ErrConnClosed
@@ -170,11 +169,8 @@ func sentError(err error) error {
 
 // explainArgs turns the caller's arguments into the values pgx would send, applying the leading
 // pgx options the caller's own statement would apply.
-func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []driver.NamedValue) (string, []any, error) {
-	values := make([]any, len(args))
-	for i := range args {
-		values[i] = args[i].Value
-	}
+func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []any) (string, []any, error) {
+	values := args // only resliced: the caller's slice is not modified
 	var rewriter pgx.QueryRewriter
 options:
 	for len(values) > 0 {

@@ -2,7 +2,6 @@ package cost
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"net"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
@@ -30,9 +28,9 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// testConn is a pgx stdlib driver connection, as the interceptor sees it, plus its byte counter.
+// testConn is a pgx connection, as a front end hands it to Explain, plus its byte counter.
 type testConn struct {
-	*stdlib.Conn
+	*pgx.Conn
 	net *countingConn
 }
 
@@ -65,54 +63,52 @@ func connect(t testing.TB, dsn string) testConn {
 		counted = &countingConn{Conn: nc}
 		return counted, nil
 	}
-	dc, err := stdlib.GetConnector(*cfg).Connect(context.Background())
+	pc, err := pgx.ConnectConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testConn{Conn: dc.(*stdlib.Conn), net: counted}
-	t.Cleanup(func() { c.Close() })
+	c := testConn{Conn: pc, net: counted}
+	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
 
-// exec runs a caller's statement the way database/sql does.
+// exec runs a caller's statement on the connection.
 func (c testConn) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
-	if _, err := c.ExecContext(context.Background(), sql, named(args...)); err != nil {
+	if _, err := c.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
 func (c testConn) scalar(t testing.TB, sql string, dst any) {
 	t.Helper()
-	if err := c.Conn.Conn().QueryRow(context.Background(), sql).Scan(dst); err != nil {
+	if err := c.QueryRow(context.Background(), sql).Scan(dst); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
-func (c testConn) begin(t testing.TB) driver.Tx {
+// testTx is the caller's transaction on a testConn.
+type testTx struct{ tx pgx.Tx }
+
+func (t testTx) Commit() error   { return t.tx.Commit(context.Background()) }
+func (t testTx) Rollback() error { return t.tx.Rollback(context.Background()) }
+
+func (c testConn) begin(t testing.TB) testTx {
 	t.Helper()
-	tx, err := c.BeginTx(context.Background(), driver.TxOptions{})
+	tx, err := c.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tx
+	return testTx{tx}
 }
 
-func (c testConn) txStatus() byte { return c.Conn.Conn().PgConn().TxStatus() }
-
-func named(args ...any) []driver.NamedValue {
-	nv := make([]driver.NamedValue, len(args))
-	for i, a := range args {
-		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-	}
-	return nv
-}
+func (c testConn) txStatus() byte { return c.PgConn().TxStatus() }
 
 // directCost is the total cost of EXPLAIN (FORMAT JSON) sql with args run plainly with pgx.
 func directCost(t *testing.T, c testConn, sql string, args ...any) float64 {
 	t.Helper()
 	var out []byte
-	if err := c.Conn.Conn().QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
+	if err := c.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 		t.Fatalf("direct explain: %v", err)
 	}
 	cost, err := planCost(out)
@@ -152,7 +148,7 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Explain(ctx, c.Conn, tt.sql, named(tt.args...))
+			got, err := Explain(ctx, c.Conn, tt.sql, tt.args)
 			if err != nil {
 				t.Fatalf("Explain: %v", err)
 			}
@@ -175,11 +171,11 @@ func TestExplainArgumentsChangeTheCost(t *testing.T) {
 	c := connect(t, newDatabase(t))
 	ctx := context.Background()
 	const q = `SELECT * FROM t WHERE id < $1`
-	few, err := Explain(ctx, c.Conn, q, named(int64(10)))
+	few, err := Explain(ctx, c.Conn, q, []any{int64(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := Explain(ctx, c.Conn, q, named(int64(1_000_000)))
+	all, err := Explain(ctx, c.Conn, q, []any{int64(1_000_000)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +187,14 @@ func TestExplainArgumentsChangeTheCost(t *testing.T) {
 
 func TestExplainNamedArgs(t *testing.T) {
 	c := connect(t, newDatabase(t))
-	got, err := Explain(context.Background(), c.Conn, `SELECT * FROM t WHERE id = @id`, named(pgx.NamedArgs{"id": 5}))
+	got, err := Explain(context.Background(), c.Conn, `SELECT * FROM t WHERE id = @id`, []any{pgx.NamedArgs{"id": 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := directCost(t, c, `SELECT * FROM t WHERE id = $1`, 5); got != want {
 		t.Fatalf("Explain = %v, want %v", got, want)
 	}
-	got, err = Explain(context.Background(), c.Conn, `SELECT * FROM t WHERE id = $1`, named(pgx.QueryExecModeSimpleProtocol, 5))
+	got, err = Explain(context.Background(), c.Conn, `SELECT * FROM t WHERE id = $1`, []any{pgx.QueryExecModeSimpleProtocol, 5})
 	if err != nil || got <= 0 {
 		t.Fatalf("Explain with a leading QueryExecMode = %v, %v; want the option dropped", got, err)
 	}
@@ -226,12 +222,12 @@ func TestExplainFailures(t *testing.T) {
 				name += " in a transaction"
 			}
 			t.Run(name, func(t *testing.T) {
-				var tx driver.Tx
+				var tx testTx
 				if inTx {
 					tx = c.begin(t)
 					c.exec(t, `INSERT INTO t VALUES (-7, 'before', now(), true)`)
 				}
-				_, err := Explain(ctx, c.Conn, tt.sql, named(tt.args...))
+				_, err := Explain(ctx, c.Conn, tt.sql, tt.args)
 				if err == nil || !strings.Contains(err.Error(), "SQLSTATE "+tt.wantState) {
 					t.Fatalf("Explain error = %v, want SQLSTATE %s", err, tt.wantState)
 				}
@@ -277,13 +273,13 @@ func TestExplainInTransaction(t *testing.T) {
 	t.Run("success leaves no savepoint", func(t *testing.T) {
 		tx := c.begin(t)
 		defer tx.Rollback()
-		if _, err := Explain(ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, named(int64(1))); err != nil {
+		if _, err := Explain(ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, []any{int64(1)}); err != nil {
 			t.Fatal(err)
 		}
 		if c.txStatus() != 'T' {
 			t.Fatalf("tx status %q, want 'T'", c.txStatus())
 		}
-		_, err := c.ExecContext(ctx, `RELEASE SAVEPOINT pgtraffic_explain`, nil)
+		_, err := c.Exec(ctx, `RELEASE SAVEPOINT pgtraffic_explain`)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "3B001" {
 			t.Fatalf("RELEASE of our savepoint = %v, want 3B001 (no such savepoint)", err)
@@ -333,7 +329,7 @@ func TestExplainInTransaction(t *testing.T) {
 		tx := c.begin(t)
 		defer tx.Rollback()
 		// UPDATE takes RowExclusiveLock while planning; the error path must give it back.
-		if _, err := Explain(ctx, c.Conn, `UPDATE t SET id = $1`, named("nope")); err == nil {
+		if _, err := Explain(ctx, c.Conn, `UPDATE t SET id = $1`, []any{"nope"}); err == nil {
 			t.Fatal("Explain with a bad argument succeeded")
 		}
 		var locks int
@@ -361,7 +357,7 @@ func TestExplainSendsNothing(t *testing.T) {
 			ctx:  context.Background(),
 			setup: func(t *testing.T, c testConn) func() {
 				tx := c.begin(t)
-				if _, err := c.ExecContext(context.Background(), `SELECT 1/0`, nil); err == nil {
+				if _, err := c.Exec(context.Background(), `SELECT 1/0`); err == nil {
 					t.Fatal("division by zero succeeded")
 				}
 				if c.txStatus() != 'E' {
@@ -375,7 +371,7 @@ func TestExplainSendsNothing(t *testing.T) {
 			name: "busy connection",
 			ctx:  context.Background(),
 			setup: func(t *testing.T, c testConn) func() {
-				rows, err := c.Conn.Conn().Query(context.Background(), `SELECT * FROM t`)
+				rows, err := c.Query(context.Background(), `SELECT * FROM t`)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -400,7 +396,7 @@ func TestExplainSendsNothing(t *testing.T) {
 			name: "closed connection",
 			ctx:  context.Background(),
 			setup: func(t *testing.T, c testConn) func() {
-				c.Close()
+				c.Close(context.Background())
 				return func() {}
 			},
 			wantErr: ErrConnClosed,
@@ -416,7 +412,7 @@ func TestExplainSendsNothing(t *testing.T) {
 				args = []any{int64(1)}
 			}
 			before, status := c.written(), c.txStatus()
-			_, err := Explain(tt.ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, named(args...))
+			_, err := Explain(tt.ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, args)
 			if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrNotSent) {
 				t.Fatalf("Explain error = %v, want %v wrapping ErrNotSent", err, tt.wantErr)
 			}
@@ -446,7 +442,7 @@ func TestExplainOnDeadConnection(t *testing.T) {
 			if err == nil || errors.Is(err, ErrNotSent) {
 				t.Fatalf("Explain on a terminated backend = %v, want a failure after sending", err)
 			}
-			if !c.Conn.Conn().IsClosed() {
+			if !c.IsClosed() {
 				t.Fatal("connection not reported closed")
 			}
 		})
@@ -456,11 +452,11 @@ func TestExplainOnDeadConnection(t *testing.T) {
 func TestExplainLeavesPreparedStatements(t *testing.T) {
 	c := connect(t, newDatabase(t))
 	ctx := context.Background()
-	stmt, err := c.PrepareContext(ctx, `SELECT count(*) FROM t WHERE id < $1`)
-	if err != nil {
+	// The caller's own prepared statement, as database/sql's Prepare leaves one.
+	const stmt = "caller_stmt"
+	if _, err := c.Prepare(ctx, stmt, `SELECT count(*) FROM t WHERE id < $1`); err != nil {
 		t.Fatal(err)
 	}
-	defer stmt.Close()
 	// A statement in pgx's statement cache, as database/sql's Query leaves one.
 	var n int
 	c.scalar(t, `SELECT count(*) FROM t`, &n)
@@ -469,27 +465,22 @@ func TestExplainLeavesPreparedStatements(t *testing.T) {
 
 	tx := c.begin(t)
 	for _, q := range []string{`SELECT * FROM t WHERE id = $1`, `SELECT * FROM missing WHERE id = $1`} {
-		Explain(ctx, c.Conn, q, named(int64(1)))
+		Explain(ctx, c.Conn, q, []any{int64(1)})
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	Explain(ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, named(int64(1)))
+	Explain(ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, []any{int64(1)})
 
 	var after int
 	c.scalar(t, `SELECT count(*) FROM pg_prepared_statements`, &after)
 	if after != prepared {
 		t.Fatalf("prepared statements: %d before, %d after Explain", prepared, after)
 	}
-	rows, err := stmt.(driver.StmtQueryContext).QueryContext(ctx, named(int64(100)))
-	if err != nil {
-		t.Fatalf("caller's prepared statement after Explain: %v", err)
+	var got int64
+	if err := c.QueryRow(ctx, stmt, int64(100)).Scan(&got); err != nil || got != 99 {
+		t.Fatalf("caller's prepared statement after Explain returned %v, %v; want 99", got, err)
 	}
-	dest := make([]driver.Value, 1)
-	if err := rows.Next(dest); err != nil || dest[0] != int64(99) {
-		t.Fatalf("prepared statement returned %v, %v; want 99", dest[0], err)
-	}
-	rows.Close()
 }
 
 func BenchmarkExplain(b *testing.B) {
@@ -498,7 +489,7 @@ func BenchmarkExplain(b *testing.B) {
 	c := connect(b, dsn)
 	c.exec(b, `CREATE TABLE t (id int PRIMARY KEY, name text)`)
 	ctx := context.Background()
-	args := named(int64(1))
+	args := []any{int64(1)}
 	b.Run("idle", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -26,7 +26,7 @@ func (e *Engine) Check(ctx context.Context) error {
 	if st.rules == nil {
 		return nil
 	}
-	x := &Exec{e: e, Pattern: checkPattern, start: e.now()}
+	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now()}}
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
 	st.route(x.Tags, rt, nil)

@@ -2,13 +2,12 @@ package engine
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
@@ -85,8 +84,8 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 // decide runs guards, rules, health, cost and admission for x. On success the statement's holds
 // are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
 // waited for capacity, so the statement's clock restarts.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *stdlib.Conn, query string,
-	args []driver.NamedValue) (slow bool, err error) {
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *pgx.Conn, query string,
+	args []any) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
 		if err := e.guard(st, x); err != nil {
@@ -340,7 +339,7 @@ var localOnly = health.NewSampler(health.Options{})
 // predict returns the predicted execution seconds and the planner cost it used (0 if none), and
 // whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
 // fail the statement.
-func (e *Engine) predict(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue,
+func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any,
 	mode explainMode) (seconds, planCost float64, sent bool) {
 	p := x.Pattern
 	fp := p.FingerprintID

@@ -14,7 +14,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -212,13 +210,32 @@ func (d *Denial) Error() string {
 	return fmt.Sprintf("pgtraffic: blocked by %q (%s, %s)", d.Budget, d.Reason, d.Limit)
 }
 
-// Exec is one statement between its admission and its completion: what the caller and the
-// observer read, and the engine's scratch space for deciding it. The caller owns it and passes it
-// to Begin for each of its statements in turn (the driver keeps one per connection and one per
-// rows wrapper), so its storage is reused and a statement allocates nothing. Finish must be
-// called exactly once after a successful Begin, before the Exec begins another statement. Not
-// safe for concurrent use. The zero value is ready for Begin.
+// Exec is one statement's ticket, from Begin to Finish. It has two parts: its [Result], what the
+// engine decided, which the front end and the observer read; and the engine's private scratch,
+// which holds what the statement took from its budgets and the storage it was decided in.
+//
+// The front end owns the Exec and reuses it, one statement after another, so that deciding a
+// statement allocates nothing (the database/sql driver keeps one per connection and one per rows
+// wrapper). Its lifecycle:
+//
+//  1. Begin(ctx, x, …) decides the statement into x. On an error nothing is held and the
+//     statement must not be sent; x needs no Finish.
+//  2. On nil the statement may run: the front end sends it. x.Result is valid and read-only
+//     for the front end (the observer sets Span) until x's next Begin.
+//  3. x.Finish(ctx, err) once the statement has completed (its rows closed), exactly once, on
+//     every path, a panic included: it gives back what the statement held.
+//
+// An Exec is not safe for concurrent use and holds one statement at a time: it may begin the next
+// only after the last one's Finish. The zero value is ready for Begin.
 type Exec struct {
+	Result
+	work
+}
+
+// Result is what Begin decided about a statement: what the front end (the outgoing
+// sqlcommenter, the error of a refusal) and the observer (spans and metrics) read. The engine
+// writes it during Begin and Finish; the observer alone writes Span.
+type Result struct {
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
 	// merged only when something reads them: routing the text afresh (a text whose route for
@@ -234,7 +251,11 @@ type Exec struct {
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
+}
 
+// work is an Exec's private part: the statement's holds and clock, and the storage the engine
+// decides in, kept from one statement to the next. Only the engine reads or writes it.
+type work struct {
 	e     *Engine
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
@@ -258,24 +279,48 @@ type scratch struct {
 	warns []budget.Warning
 }
 
-// reset readies x for a statement of p, keeping its storage. It sets each per-statement field
-// rather than assigning a whole Exec, which would also copy the scratch.
+// reset readies x for a statement of p: a new Result, and the work's per-statement fields
+// cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
-	x.Pattern, x.Tags, x.Decision, x.Reason, x.Budgets = p, nil, DecisionAllow, "", nil
-	x.Predicted, x.PlanCost, x.Costed = 0, 0, false
-	x.Span, x.Observed, x.Wants = nil, false, 0
+	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.probe = e, time.Time{}, false, false, nil
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
-// Begin decides whether the statement may run, in x (see Exec). conn is the pgx stdlib
-// connection it will run on (used for EXPLAIN; may be nil). It returns nil when the statement
-// may run (then x must be finished with Finish when it completes), a *Denial error when it is
-// blocked, or ctx's error when ctx ended while waiting for capacity. On an error nothing has been
-// taken from any budget and x needs no Finish.
-func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+// Begin decides whether a statement may run, into x (see [Exec] for the lifecycle). It is the
+// engine's one entry point for every front end.
+//
+//   - ctx is the caller's context: its tags (tagging) route the statement, its end stops a wait
+//     for capacity, and it bounds the EXPLAIN.
+//   - conn is the connection the statement will run on, idle, used for nothing but EXPLAIN while
+//     Begin runs: (*stdlib.Conn).Conn() under database/sql, (*pgxpool.Conn).Conn() or a
+//     pgx.Tx's Conn() under pgxpool. nil means no EXPLAIN: the cost is predicted from history.
+//   - query is the statement's SQL text, as the front end will send it (not a prepared
+//     statement's name).
+//   - args are its arguments as Go values, as pgx's Query takes them: leading pgx options
+//     (QueryExecMode, result formats, a QueryRewriter such as pgx.NamedArgs) are honoured as pgx
+//     would honour them. Begin reads them only during the call and keeps no reference: the front
+//     end may reuse the slice when it returns.
+//
+// When a budget of the statement needs a planner cost, Begin runs EXPLAIN (FORMAT JSON) of the
+// statement with its arguments on conn (see cost.Explain): never executed, in a savepoint when
+// conn is in a transaction, nothing sent when conn is busy, closed or in an aborted transaction.
+// A failed EXPLAIN falls back to history and never fails the statement.
+//
+// Begin returns nil when the statement may run (then x must be finished with Finish when it
+// completes), a *Denial when it is blocked (nothing may be sent), or ctx's error when ctx ended
+// while waiting for capacity. On an error nothing has been taken from any budget and x needs no
+// Finish. If code Begin calls panics (an observer, a logger, a query rewriter), Begin gives back
+// what it took before the panic goes on, and x needs no Finish.
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any) error {
 	p, text := e.texts.get(query, e.patterns)
 	x.reset(e, p)
+	begun := false
+	defer func() {
+		if !begun {
+			x.unwind()
+		}
+	}()
 	st := e.state.Load()
 	if e.obs != nil {
 		x.Wants = e.obs.Wants()
@@ -289,17 +334,33 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *stdlib.Conn, query st
 			return err
 		}
 	}
-	e.inFlight.Add(1)
 	if x.Observed {
 		e.obs.Started(ctx, x)
 	}
+	e.inFlight.Add(1)
+	begun = true
 	return nil
+}
+
+// unwind gives back what a Begin that did not succeed may hold: its budgets' holds (the
+// statement never ran) and its probe. After a denial it finds nothing; after a panic it is
+// what keeps the slots from leaking.
+func (x *Exec) unwind() {
+	if len(x.holds) > 0 {
+		now := x.e.now()
+		for _, r := range x.holds {
+			budget.Release(now, r, 0)
+		}
+		x.holds = x.holds[:0]
+	}
+	x.e.endProbe(x)
+	x.Span = nil
 }
 
 // decideStatement is Begin's work for a statement that something reads: it starts the
 // statement's clock, merges its tags when they are read, and decides it under st's rules.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	conn *stdlib.Conn, query string, args []driver.NamedValue) error {
+	conn *pgx.Conn, query string, args []any) error {
 	p := x.Pattern
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
@@ -353,9 +414,12 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 // at Begin: no rules were in force and telemetry was idle.
 func (x *Exec) Start() time.Time { return x.start }
 
-// Finish releases the statement's holds, trues its debt up to the actual time and trains the
-// cost model. err is the statement's error (nil on success); a cancelled or failed statement does
-// not train the model.
+// Finish ends the statement that x's Begin admitted, once it has completed: it releases the
+// statement's holds, trues its debt up to the actual time, trains the cost model and tells the
+// observer. err is the statement's outcome: nil on success, else its error (a front end that
+// recovers a panic passes a non-nil error); a cancelled or failed statement does not train the
+// model. Call it exactly once per successful Begin, on every path out of the front end (defer
+// it), and not after a Begin that returned an error.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
