@@ -95,8 +95,9 @@ func TestKickOutsideTheLock(t *testing.T) {
 }
 
 // BenchmarkScrapeWhileAdmitting admits and releases statements in parallel while another
-// goroutine scrapes a budget of 100,000 keys without pause; "worst-µs" is the longest single
-// admission, which waits at most one chunk of a scrape.
+// goroutine scrapes a budget of 100,000 keys without pause. An admission waits at most one
+// chunk of a scrape for the lock, so ns/op stays near that of admissions alone; were the lock
+// held for a whole scrape, it would approach the time of a scrape.
 func BenchmarkScrapeWhileAdmitting(b *testing.B) {
 	bud := manyKeys(b, 100_000, 0.5)
 	stop := make(chan struct{})
@@ -111,28 +112,19 @@ func BenchmarkScrapeWhileAdmitting(b *testing.B) {
 			}
 		}
 	})
-	var mu sync.Mutex
-	var worst time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		r := Request{Budget: bud, Key: "hot", Cost: 1e-6}
-		var w time.Duration
 		for pb.Next() {
-			start := time.Now()
 			if _, d := Admit(t0, []Request{r}, nil); d != nil {
 				b.Errorf("denied: %+v", *d)
 				return
 			}
 			Release(t0, r, 1e-6)
-			w = max(w, time.Since(start))
 		}
-		mu.Lock()
-		worst = max(worst, w)
-		mu.Unlock()
 	})
 	b.StopTimer()
 	close(stop)
 	wg.Wait()
-	b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
 }
