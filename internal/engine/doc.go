@@ -1,7 +1,9 @@
 // Package engine is pgtraffic's decision core: for every statement it finds the pattern, merges
 // the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
-// about or blocks the statement. It knows no front end: the database/sql driver and the pgx pool
-// in package driver call it. Time comes from one injected clock ([Options.Now], [Options.After]).
+// about or blocks the statement. Time comes from one injected clock ([Options.Now],
+// [Options.After]). The layers point down:
+//
+//	driver (the front ends) → engine → pattern, ruleset, cost, budget, health, coord
 //
 // # The path of one statement
 //
@@ -21,9 +23,10 @@
 //
 // # Beside the statements
 //
-// What changes what statements read runs beside them and never holds a lock a statement takes
-// (lifecycle.go): [Engine.SetConfig] compiles the rules (compile.go) and swaps them in, and it
-// starts, reconfigures and stops the health sampler (health.go) and the coordinator of shared
-// budgets (coord.go); the rules-file watcher (watch.go) calls SetConfig; [Engine.Close] stops
-// them all. snapshot.go and check.go read the budgets for the status and for batch jobs.
+// What changes what statements read runs beside them, and holds no lock a statement takes
+// across a compile, a file read or a network call (lifecycle.go): [Engine.SetConfig] compiles
+// the rules (compile.go) and swaps them in, and it starts, reconfigures and stops the health
+// sampler (health.go) and the coordinator of shared budgets (coord.go); the rules-file watcher
+// (watch.go) calls SetConfig; [Engine.Close] stops them all. snapshot.go and check.go read the
+// budgets for the status and for batch jobs.
 package engine
