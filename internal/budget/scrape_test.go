@@ -128,3 +128,21 @@ func BenchmarkScrapeWhileAdmitting(b *testing.B) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestSetSpecUnchangedWalksNoKeys: a reload that leaves a budget's spec as it was does not walk
+// its keys under the lock (a budget keyed per tenant may hold a hundred thousand); a changed
+// spec still drains each key to the reload's time at the old rate.
+func TestSetSpecUnchangedWalksNoKeys(t *testing.T) {
+	spec := Spec{Rate: 1, Burst: 10}
+	b := New(spec)
+	charge(t, at(0), b, "k", 4)
+	b.SetSpec(at(1), spec)
+	if last := b.keys.byKey["k"].Last; !last.Equal(at(0)) {
+		t.Errorf("an unchanged spec touched the key (drained to %v)", last.Sub(t0))
+	}
+	spec.Rate = 2
+	b.SetSpec(at(1), spec)
+	if s := b.keys.byKey["k"]; !s.Last.Equal(at(1)) || s.Debt != 3 {
+		t.Errorf("a changed spec left the key at debt %v as of %v, want 3 as of 1s", s.Debt, s.Last.Sub(t0))
+	}
+}
