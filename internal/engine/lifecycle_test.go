@@ -171,13 +171,12 @@ func BenchmarkRefusedDuringReload(b *testing.B) {
 		}
 	})
 	ctx := tagging.With(context.Background(), "app", "bench")
-	x := new(Exec)
 	var worst time.Duration
 	reloads, began := e.Stats().Reloads.Load(), time.Now()
 	b.ResetTimer()
 	for b.Loop() {
 		start := time.Now()
-		if err := e.Begin(ctx, x, nil, "delete from orders", nil); err == nil {
+		if _, err := begin(e, ctx, "delete from orders"); err == nil {
 			b.Fatal("a DELETE without WHERE was admitted")
 		}
 		worst = max(worst, time.Since(start))
