@@ -324,7 +324,8 @@ func (b *Budget) CountWarned() {
 	b.warned++
 }
 
-// Snapshot is a budget's state at one instant, for introspection and gauges.
+// Snapshot is a budget's state, for introspection and gauges: its counts at one instant, its
+// debts summed over the keys as [Budget.Snapshot] reads them.
 type Snapshot struct {
 	Spec     Spec
 	Debt     float64 // execution seconds, summed over keys, drained to the snapshot's time
@@ -347,8 +348,8 @@ const scrapeChunk = 1024
 // chunk at a time, the lock released between chunks so that statements are
 // admitted meanwhile, and a key added or evicted during the scrape may be
 // left out. (A running sum cannot replace the walk: each key drains on its
-// own and stops at zero. A copy of the keys would still be made under the
-// lock for every key.)
+// own and stops at zero. Copying the keys out would hold the lock as long as
+// reading them.)
 func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
