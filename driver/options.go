@@ -29,8 +29,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		patternCacheSize: 10_000,
-		maxBuckets:       100_000,
+		maxBuckets: 100_000,
 	}
 }
 
@@ -67,7 +66,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithPatternCacheSize bounds the number of distinct statement patterns remembered
-// (default 10,000). Each entry holds a statement's normalised text and analysis.
+// (default 10,000; n <= 0 is the default). Each entry holds a statement's normalised text and
+// analysis; the same bound applies to the statement texts cached in front of them and to the
+// patterns whose cost is learned.
 func WithPatternCacheSize(n int) Option {
 	return func(o *options) { o.patternCacheSize = n }
 }

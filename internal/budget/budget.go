@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,11 +44,15 @@ func New(spec Spec) *Budget {
 
 // SetSpec applies a reloaded spec at now, keeping each key's debt (drained
 // at the old rate until now, at the new rate after) and in-flight count. A
-// smaller MaxKeys evicts down to the new bound. O(number of keys).
+// smaller MaxKeys evicts down to the new bound. O(number of keys) when the
+// spec changed.
 func (b *Budget) SetSpec(now time.Time, spec Spec) {
 	spec = spec.normalize()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if spec == b.keys.spec {
+		return // a reload that left the budget as it was: no walk over its keys
+	}
 	b.keys.setSpec(now, spec)
 	b.text = newLimitText(spec)
 }
@@ -108,10 +113,24 @@ func Check(now time.Time, reqs []Request) *Denial {
 }
 
 // reserve is Admit (take) and Check (!take): it checks every request with
-// its budget locked and, if all fit and take is set, charges them.
+// its budget locked and, if all fit and take is set, charges them. The
+// coordinators of the shared budgets that refused are kicked once the
+// budgets are unlocked: a kick is the coordinator's code, not the budget's.
 func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
+	var buf [8]func()
+	warns, worst, kicks := reserveLocked(now, reqs, warns, take, buf[:0])
+	for _, kick := range kicks {
+		kick()
+	}
+	return warns, worst
+}
+
+// reserveLocked is reserve's work under the budgets' locks; it appends to
+// kicks the coordinators to kick.
+func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, kicks []func()) ([]Warning, *Denial, []func()) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
+	defer unlockAll(locked)
 	var worst *Denial
 	for i := range reqs {
 		r := &reqs[i]
@@ -131,7 +150,9 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		d.Index = i
 		if take {
 			r.Budget.blocked++
-			r.Budget.refused(now, r, d.Reason, slots)
+			if kick := r.Budget.refused(now, r, d.Reason, slots); kick != nil {
+				kicks = append(kicks, kick)
+			}
 		}
 		if worst == nil || worse(d, worst) {
 			worst = d
@@ -142,8 +163,7 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 			warns = reqs[i].Budget.take(now, &reqs[i], i, warns)
 		}
 	}
-	unlockAll(locked) // not deferred: nothing above panics, and this runs per statement
-	return warns, worst
+	return warns, worst, kicks
 }
 
 // lockAll locks each distinct budget once, in creation order, and returns
@@ -263,6 +283,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 func Release(now time.Time, r Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
@@ -275,7 +296,6 @@ func Release(now time.Time, r Request, actual float64) {
 			b.meanHold += 0.1 * (actual - b.meanHold)
 		}
 	}
-	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 }
 
 // concurrencyHint is [Denial.RetryAfter] for ReasonConcurrency. Only a hint:
@@ -292,19 +312,20 @@ func (b *Budget) concurrencyHint() time.Duration {
 // in the budget's Blocked counter.
 func (b *Budget) CountBlocked() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.blocked++
-	b.mu.Unlock()
 }
 
 // CountWarned counts a warning decided outside [Admit] (a health threshold
 // of a warn budget) in the budget's Warned counter.
 func (b *Budget) CountWarned() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.warned++
-	b.mu.Unlock()
 }
 
-// Snapshot is a budget's state at one instant, for introspection and gauges.
+// Snapshot is a budget's state, for introspection and gauges: its counts at one instant, its
+// debts summed over the keys as [Budget.Snapshot] reads them.
 type Snapshot struct {
 	Spec     Spec
 	Debt     float64 // execution seconds, summed over keys, drained to the snapshot's time
@@ -317,18 +338,57 @@ type Snapshot struct {
 	Evicted  uint64  // key states evicted to make room
 }
 
-// Snapshot reports the budget at now: O(number of keys) under the budget's
-// lock, for a scrape rather than the hot path.
+// scrapeChunk is how many keys [Budget.Snapshot] reads per hold of the
+// budget's lock: a budget keyed per tenant may hold a hundred thousand keys,
+// and a scrape must not keep its statements waiting while it reads them all.
+const scrapeChunk = 1024
+
+// Snapshot reports the budget at now, for a scrape rather than the hot path.
+// The counts are read at one instant; the debts are summed over the keys a
+// chunk at a time, the lock released between chunks so that statements are
+// admitted meanwhile, and a key added or evicted during the scrape may be
+// left out. (A running sum cannot replace the walk: each key drains on its
+// own and stops at zero. Copying the keys out would hold the lock as long as
+// reading them.)
 func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
 	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted,
 		Admitted: b.admitted, Warned: b.warned, Blocked: b.blocked}
-	for _, s := range k.all() {
-		d := s.DebtAt(now, k.rate(s))
-		snap.Debt += d
-		snap.MaxDebt = max(snap.MaxDebt, d)
+	if s := k.unkeyed; s != nil {
+		snap.addDebt(s.DebtAt(now, k.rate(s)))
+	}
+	n := 0
+	// Ranging over the map across the unlocked pauses is sound: every map
+	// access is under b.mu, and an entry deleted before it is reached is not
+	// produced.
+	for _, s := range k.byKey {
+		snap.addDebt(s.DebtAt(now, k.rate(s)))
+		if n++; n%scrapeChunk == 0 {
+			b.pause()
+		}
 	}
 	return snap
+}
+
+func (s *Snapshot) addDebt(d float64) {
+	s.Debt += d
+	s.MaxDebt = max(s.MaxDebt, d)
+}
+
+// testHookPause, when set by a test, runs in each pause of a scrape, with the
+// budget unlocked.
+var testHookPause func()
+
+// pause releases b.mu for a moment in the middle of a scrape and yields, so
+// that a statement waiting for the lock takes it before the scrape goes on.
+// The caller holds b.mu.
+func (b *Budget) pause() {
+	b.mu.Unlock()
+	defer b.mu.Lock()
+	if testHookPause != nil {
+		testHookPause()
+	}
+	runtime.Gosched()
 }

@@ -186,12 +186,12 @@ func (b *Budget) retryAfter(s *state, now time.Time, rate, burst, need float64) 
 }
 
 // refused records, in a shared budget, a statement r refused for reason with slots taken by
-// earlier requests of its admission: its demand counts, and the coordinator is kicked. The
-// caller holds b.mu.
-func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) {
+// earlier requests of its admission: its demand counts. It returns the coordinator's kick,
+// which the caller calls once b is unlocked; nil in a local budget. The caller holds b.mu.
+func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (kick func()) {
 	k := &b.keys
 	if !k.shared || reason == ReasonPerQuery {
-		return
+		return nil
 	}
 	s := k.lookup(r.Key)
 	if s == nil {
@@ -206,7 +206,7 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) {
 	if reason == ReasonConcurrency {
 		p.wanted = max(p.wanted, s.inflight+slots+1)
 	}
-	b.link.kick()
+	return b.link.kick
 }
 
 // remove drops s, which has nothing in flight, from the table.

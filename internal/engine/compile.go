@@ -8,7 +8,6 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
@@ -71,6 +70,9 @@ func parseExplain(s string) explainMode {
 
 // compiled is one immutable version of the rules, swapped atomically on reload.
 type compiled struct {
+	// gen numbers the versions, so that what is saved per statement text names its version
+	// without keeping an old one alive (texts.go).
+	gen            uint64
 	empty          bool // no rules and no guards: the fast path
 	rules          *ruleset.Set
 	ruleBudget     []int    // rule index -> budget index
@@ -116,77 +118,15 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 	return len(g.scope.Match(tags, buf[:0])) > 0
 }
 
-// SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
-// name keep their state (debt, in-flight counts), as does a budget removed and re-added while
-// its statements still hold slots or its debt has not drained. On error the current rules stay.
-func (e *Engine) SetConfig(cfg *rules.Config) error {
-	if cfg == nil {
-		cfg = &rules.Config{}
-	}
-	// Validated even when it comes from rules.Parse, which validated it: a Config is plain data
-	// that the caller may have changed since, and a mark of "validated" would go stale.
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := e.checkCoordination(cfg); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	c, err := e.compile(cfg)
-	if err != nil {
-		return err
-	}
-	// Shared budgets take their leases before any statement sees them.
-	if err := e.coordinate(cfg); err != nil {
-		return err
-	}
-	e.state.Store(c)
-	e.stats.Reloads.Add(1)
-	e.configureHealth(cfg, c.healthInterval)
-	return nil
-}
-
-// configureHealth starts, reconfigures or idles the health sampler for cfg. The sampler opens
-// nothing while no budget uses a sampled metric. e.mu must be held.
-func (e *Engine) configureHealth(cfg *rules.Config, interval time.Duration) {
-	metrics := healthMetrics(cfg)
-	s := e.sampler.Load()
-	if len(metrics) == 0 || e.healthConnect == nil || e.closed {
-		if s != nil {
-			s.SetMetrics(nil, nil) // closes its connection
-		}
-		return
-	}
-	if s == nil || e.healthEvery != interval {
-		if s != nil {
-			s.Close()
-			e.healthErrBase.Add(s.Errors())
-			e.healthSampleBase.Add(s.Samples())
-		}
-		s = health.NewSampler(health.Options{
-			Connect:  e.healthConnect,
-			Interval: interval,
-			Metrics:  metrics,
-			Queries:  cfg.HealthQueries,
-			Logger:   e.log,
-			Now:      e.now,
-		})
-		e.healthEvery = interval
-		e.sampler.Store(s)
-	} else {
-		s.SetMetrics(metrics, cfg.HealthQueries)
-	}
-	s.Start()
-}
-
-// compile builds the immutable state of cfg. e.mu must be held (it updates e.budgets).
+// compile builds the immutable state of cfg. e.life.mu must be held (it updates
+// e.life.budgets).
 func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	cores := cfg.ServerCores
 	if cores <= 0 {
 		cores = 1
 	}
-	c := &compiled{healthInterval: time.Duration(cfg.HealthInterval)}
+	e.life.gen++
+	c := &compiled{gen: e.life.gen, healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
 		c.healthInterval = time.Second
 	}
@@ -203,7 +143,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
 		}
-		bb, ok := e.budgets[b.Name]
+		bb, ok := e.life.budgets[b.Name]
 		if ok {
 			bb.SetSpec(e.now(), spec)
 		} else {
@@ -264,17 +204,17 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	}
 	c.empty = c.rules == nil && len(c.guards) == 0
 	// A removed budget whose statements still hold slots, or whose debt has not drained, stays
-	// in e.budgets (not in force) so that a later reload re-adding it finds its state; its
+	// in e.life.budgets (not in force) so that a later reload re-adding it finds its state; its
 	// statements release into it meanwhile. A reload that finds it idle forgets it.
 	now := e.now()
-	for name, bb := range e.budgets {
+	for name, bb := range e.life.budgets {
 		if _, ok := keep[name]; !ok {
 			if s := bb.Snapshot(now); s.InFlight > 0 || s.Debt > 0 {
 				keep[name] = bb
 			}
 		}
 	}
-	e.budgets = keep
+	e.life.budgets = keep
 	return c, nil
 }
 

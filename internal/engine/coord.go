@@ -19,8 +19,8 @@ import (
 const closeWithin = 500 * time.Millisecond
 
 // coordination is the engine's link to Redis while the rules have a coordination section: one
-// coordinator, and a handle per shared budget. Guarded by Engine.mu; nothing of it is on a
-// statement's path.
+// coordinator, and a handle per shared budget. Guarded by lifecycle.mu; nothing of it is on a
+// statement's path (a budget kicks its handle through a function it was given).
 type coordination struct {
 	section rules.Coordination // what c was built from
 	c       *coord.Coordinator
@@ -44,17 +44,21 @@ func (e *Engine) checkCoordination(cfg *rules.Config) error {
 }
 
 // coordinate starts, changes or stops the coordination for cfg, whose budgets compile has just
-// put in e.budgets: each shared budget is registered (and its limits become its leases), each
-// budget no longer shared is made local again. A new coordinator starts at once and never
+// put in e.life.budgets: each shared budget is registered (and its limits become its leases),
+// each budget no longer shared is made local again. A new coordinator starts at once and never
 // fails for want of Redis: its budgets run on their fallback share and it keeps trying.
-// e.mu must be held.
+// e.life.mu must be held: the old coordinator says goodbye before a new one starts under the
+// same instance name.
 func (e *Engine) coordinate(cfg *rules.Config) error {
 	now := e.now()
-	co := &e.co
-	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || e.closed) {
-		e.stopCoordination(now)
+	co := &e.life.co
+	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || e.life.closed) {
+		old := *co
+		*co = coordination{}
+		e.coordinator.Store(nil)
+		e.stopCoordination(old)
 	}
-	if cfg.Coordination != nil && co.c == nil && !e.closed {
+	if cfg.Coordination != nil && co.c == nil && !e.life.closed {
 		sec := *cfg.Coordination
 		interval := time.Duration(sec.SyncInterval)
 		client := e.redis
@@ -70,6 +74,7 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 			Instance: e.instance, Logger: e.log, Now: e.now})
 		co.shared = map[string]*shared{}
 		co.c.Start()
+		e.coordinator.Store(co.c)
 	}
 	// A partition without credit is told to retry when its first lease is due (the
 	// coordinator syncs a new partition a tenth of an interval after the last sync).
@@ -84,7 +89,7 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 			continue // local; or nothing to share (a per_query_limit holds per statement)
 		}
 		keep[rb.Name] = true
-		b := e.budgets[rb.Name]
+		b := e.life.budgets[rb.Name]
 		if s, ok := co.shared[rb.Name]; ok && s.b == b {
 			if s.spec != spec {
 				s.h.SetSpec(spec)
@@ -106,10 +111,9 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 	return nil
 }
 
-// stopCoordination stops the coordinator, telling Redis within closeWithin that this
-// instance leaves, and makes its budgets local again. e.mu must be held.
-func (e *Engine) stopCoordination(now time.Time) {
-	co := &e.co
+// stopCoordination stops co, detached from the engine, telling Redis within closeWithin that
+// this instance leaves, and makes its budgets local again.
+func (e *Engine) stopCoordination(co coordination) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
 	defer cancel()
 	if err := co.c.Close(ctx); err != nil {
@@ -118,18 +122,16 @@ func (e *Engine) stopCoordination(now time.Time) {
 	if co.owned != nil {
 		_ = co.owned.Close()
 	}
+	now := e.now()
 	for _, s := range co.shared {
 		s.b.SetShared(now, nil, 0)
 	}
-	*co = coordination{}
 }
 
 // Coordination reports the shared budgets as this instance sees them (leases, global debt,
 // instances, sync counters), sorted by name; nil without a coordination section.
 func (e *Engine) Coordination() []coord.Status {
-	e.mu.Lock()
-	c := e.co.c
-	e.mu.Unlock()
+	c := e.coordinator.Load()
 	if c == nil {
 		return nil
 	}
@@ -138,10 +140,9 @@ func (e *Engine) Coordination() []coord.Status {
 
 // Instance is this engine's instance id in Redis; "" without a coordination section.
 func (e *Engine) Instance() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.co.c == nil {
+	c := e.coordinator.Load()
+	if c == nil {
 		return ""
 	}
-	return e.co.c.Instance()
+	return c.Instance()
 }

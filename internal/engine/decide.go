@@ -312,7 +312,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	if len(bs.throttle) == 0 {
 		return nil
 	}
-	sampler := e.sampler.Load()
+	sampler := e.sampler()
 	if sampler == nil {
 		if _, ok := bs.throttle["in_flight"]; !ok || len(bs.throttle) != 1 {
 			return nil

@@ -1,26 +1,11 @@
-// Package engine is pgtraffic's decision path: for every statement it finds the pattern, merges
-// the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
-// about or blocks the statement. The driver package wraps it in database/sql interfaces.
-//
-// The engine holds no goroutine of its own on the hot path: buckets drain when read, the rule set
-// is an immutable value swapped atomically on reload, and the only background work (the rules
-// file watcher and the health sampler) runs off the hot path. Time comes from one injected clock
-// ([Options.Now], [Options.After]).
-//
-// A pattern whose cost the model has never seen is not trusted under a budget with a bucket:
-// its statements run one at a time until one has finished (untrained.go).
 package engine
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
-	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -59,7 +44,7 @@ type Options struct {
 	// max_wait and Wait). Nil means time.Now and time.After; tests inject a fake clock.
 	Now              func() time.Time
 	After            func(d time.Duration) <-chan time.Time
-	PatternCacheSize int
+	PatternCacheSize int // bounds every cache of texts, patterns and costs; <= 0 is pattern.DefaultMaxEntries
 	MaxBuckets       int // per-key states kept per budget; 0 is budget.DefaultMaxKeys
 
 	// Connection metadata, the built-in tags of every statement.
@@ -79,12 +64,16 @@ type Options struct {
 }
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
+//
+// Its fields are in two parts (see the package documentation): what a statement reads, each
+// immutable, atomic or behind a lock of its own that is held only for a few steps; and what runs
+// beside the statements, which changes what they read (lifecycle.go).
 type Engine struct {
 	log      *slog.Logger
 	obs      Observer
 	now      func() time.Time
 	after    func(time.Duration) <-chan time.Time
-	state    atomic.Pointer[compiled] // the rules in force, immutable
+	state    atomic.Pointer[compiled] // the rules in force, immutable; swapped by SetConfig
 	model    *cost.Model
 	patterns *pattern.Cache
 	texts    *textCache
@@ -94,26 +83,18 @@ type Engine struct {
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
 	warns    warnLimiter
-	probes   probes // untrained patterns' first statements in flight (untrained.go)
+	probes   probes   // untrained patterns' first statements in flight (untrained.go)
+	blocks   blockLog // the most recent blocks, for the status (blocks.go)
+	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
+	// (health.go). Statements load it; a reload replaces it.
+	health atomic.Pointer[sampling]
 
-	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
-	// It is replaced (under mu) when health_interval changes; checks load it atomically.
-	sampler          atomic.Pointer[health.Sampler]
-	healthConnect    func(ctx context.Context) (*pgx.Conn, error)
-	healthErrBase    atomic.Uint64 // errors of samplers replaced since, so the counter never resets
-	healthSampleBase atomic.Uint64 // likewise for good reads
-
-	mu          sync.Mutex    // protects the fields below
-	healthEvery time.Duration // the interval the current sampler was built with
-	// budgets by name: kept across reloads so debt and in-flight counts survive.
-	budgets  map[string]*budget.Budget
-	recent   []BlockRecord // ring of the most recent blocks
-	next     int
-	closed   bool
-	watcher  *watcher
-	co       coordination // shared budgets (coord.go)
-	redis    redis.UniversalClient
-	instance string
+	healthConnect func(ctx context.Context) (*pgx.Conn, error)
+	redis         redis.UniversalClient
+	instance      string
+	// coordinator is the running coordinator, for the status; nil without one (coord.go).
+	coordinator atomic.Pointer[coord.Coordinator]
+	life        lifecycle // reloads and Close (lifecycle.go)
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -134,20 +115,25 @@ func New(o Options) *Engine {
 	if o.After == nil {
 		o.After = time.After
 	}
+	// One size for every cache of patterns: the text cache in front of the pattern cache, and
+	// the cost model's table of patterns behind it.
+	size := o.PatternCacheSize
+	if size <= 0 {
+		size = pattern.DefaultMaxEntries
+	}
 	e := &Engine{
 		log:           o.Logger,
 		now:           o.Now,
 		after:         o.After,
-		patterns:      pattern.NewCache(o.PatternCacheSize),
-		texts:         newTextCache(cmp.Or(o.PatternCacheSize, 10_000)),
-		model:         cost.NewModel(o.PatternCacheSize),
+		patterns:      pattern.NewCache(size),
+		texts:         newTextCache(size),
+		model:         cost.NewModel(size),
 		obs:           o.Observer,
 		maxKeys:       o.MaxBuckets,
 		healthConnect: o.HealthConnect,
-		budgets:       map[string]*budget.Budget{},
 		redis:         o.Redis,
 		instance:      o.Instance,
-		recent:        make([]BlockRecord, 0, recentBlocks),
+		life:          lifecycle{budgets: map[string]*budget.Budget{}},
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -161,30 +147,6 @@ func New(o Options) *Engine {
 	}
 	e.state.Store(&compiled{empty: true})
 	return e
-}
-
-// Close stops the rules-file watcher and the health sampler.
-func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	w := e.watcher
-	e.watcher = nil
-	if e.co.c != nil {
-		e.stopCoordination(e.now())
-	}
-	e.mu.Unlock()
-	var errs []error
-	if w != nil {
-		errs = append(errs, w.close())
-	}
-	if s := e.sampler.Load(); s != nil {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // PatternStats reports pattern lookups answered from cache (the text cache in front of the
@@ -525,39 +487,6 @@ func tagValue(tags []ruleset.KV, key string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// BlockRecord is one recent block, for introspection.
-type BlockRecord struct {
-	At          time.Time `json:"at"`
-	Budget      string    `json:"budget"`
-	Reason      string    `json:"reason"`
-	Fingerprint string    `json:"fingerprint"`
-	Query       string    `json:"query"` // normalised text
-}
-
-const recentBlocks = 32
-
-func (e *Engine) recordBlock(now time.Time, d *Denial, p *pattern.Pattern) {
-	e.stats.Blocked.Add(1)
-	r := BlockRecord{At: now, Budget: d.Budget, Reason: d.Reason, Fingerprint: d.Fingerprint, Query: p.Normalized}
-	e.mu.Lock()
-	if len(e.recent) < recentBlocks {
-		e.recent = append(e.recent, r)
-	} else {
-		e.recent[e.next] = r
-	}
-	e.next = (e.next + 1) % recentBlocks
-	e.mu.Unlock()
-}
-
-// RecentBlocks returns the most recent blocks, newest first.
-func (e *Engine) RecentBlocks() []BlockRecord {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := append([]BlockRecord(nil), e.recent...)
-	sort.Slice(out, func(i, j int) bool { return out[i].At.After(out[j].At) })
-	return out
 }
 
 // Observer sees statements for telemetry. Its methods are called on the statement's goroutine

@@ -33,10 +33,12 @@ type textEntry struct {
 	route atomic.Pointer[savedRoute]
 }
 
-// savedRoute is a route with its own storage and what it was made from: the rules and the
-// context tags (the built-in tags are the engine's, the pattern's and comment's the text's).
+// savedRoute is a route with its own storage and what it was made from: the rules, by their
+// generation (a pointer would keep a replaced version of the rules alive as long as the text
+// is cached), and the context tags (the built-in tags are the engine's, the pattern's and
+// comment's the text's).
 type savedRoute struct {
-	st   *compiled
+	gen  uint64
 	tags tagging.Tags
 	rt   route
 }
@@ -76,7 +78,7 @@ func (t *textEntry) routeFor(st *compiled, tags tagging.Tags) *route {
 	if t == nil {
 		return nil
 	}
-	if s := t.route.Load(); s != nil && s.st == st && s.tags.Equal(tags) {
+	if s := t.route.Load(); s != nil && s.gen == st.gen && s.tags.Equal(tags) {
 		return &s.rt
 	}
 	return nil
@@ -89,10 +91,10 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route) {
 	if t == nil {
 		return // a text the cache does not keep
 	}
-	if s := t.route.Load(); s != nil && s.st == st {
+	if s := t.route.Load(); s != nil && s.gen == st.gen {
 		return
 	}
-	s := &savedRoute{st: st, tags: tags, rt: *rt}
+	s := &savedRoute{gen: st.gen, tags: tags, rt: *rt}
 	s.rt.budgets = append([]int(nil), rt.budgets...)
 	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
 	s.rt.keys = append([]string(nil), rt.keys...)

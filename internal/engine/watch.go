@@ -47,14 +47,10 @@ func (e *Engine) WatchFile(path string) error {
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
 	w := &watcher{fw: fw, path: path, dir: dir, after: e.after, last: data, done: make(chan struct{})}
-	e.mu.Lock()
-	if e.watcher != nil {
-		e.mu.Unlock()
+	if err := e.life.setWatcher(w); err != nil {
 		fw.Close()
-		return fmt.Errorf("pgtraffic: a rules file is already watched")
+		return err
 	}
-	e.watcher = w
-	e.mu.Unlock()
 	go w.run(e)
 	return nil
 }

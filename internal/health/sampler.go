@@ -201,37 +201,41 @@ func NewSampler(o Options) *Sampler {
 // set changes and then every interval, and reconnects with backoff.
 func (s *Sampler) Start() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.started || s.closed {
-		s.mu.Unlock()
 		return
 	}
 	s.started = true
-	s.mu.Unlock()
 	go s.loop()
 }
 
 // Close stops the goroutine, waits for it and closes the connection.
 // Later calls return nil; Value and Evaluate keep serving the last sample.
 func (s *Sampler) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	started, ok := s.markClosed()
+	if !ok {
 		return nil
 	}
-	s.closed = true
-	started := s.started
-	s.mu.Unlock()
-
 	s.kill()
 	if started {
 		<-s.done
 	}
-	s.sess.mu.Lock()
-	defer s.sess.mu.Unlock()
-	if err := s.sess.closeLocked(); err != nil {
+	if err := s.sess.close(); err != nil {
 		return fmt.Errorf("health: closing the sampler connection: %w", err)
 	}
 	return nil
+}
+
+// markClosed marks s closed and reports whether its goroutine was started; ok is false if s
+// was closed already.
+func (s *Sampler) markClosed() (started, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, false
+	}
+	s.closed = true
+	return s.started, true
 }
 
 // SetMetrics replaces the metric set (on a config reload). Readings of
@@ -242,8 +246,28 @@ func (s *Sampler) Close() error {
 // bounds).
 func (s *Sampler) SetMetrics(metrics []string, queries map[string]string) {
 	cfg, bad := buildConfig(metrics, queries)
+	s.setConfig(cfg, bad)
+	s.unconfigured.Clear()
+	for _, m := range slices.Sorted(maps.Keys(bad)) {
+		s.errors.Add(1)
+		s.log.Error("health: metric cannot be sampled; it counts as stale", "metric", m, "error", bad[m])
+	}
+	if len(cfg.order) == 0 {
+		if err := s.sess.close(); err != nil {
+			s.log.Warn("health: closing the sampler connection", "error", err)
+		}
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
 
+// setConfig makes cfg the metric set, with bad the metrics that cannot be read, and publishes
+// the readings that survive it.
+func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.cfg = cfg
 	old := s.snap.Load().readings
 	next := make(map[string]reading, len(cfg.defs)+len(bad))
@@ -258,25 +282,6 @@ func (s *Sampler) SetMetrics(metrics []string, queries map[string]string) {
 		next[m] = reading{err: why, staleLogged: new(atomic.Bool)}
 	}
 	s.snap.Store(&snapshot{readings: next})
-	s.mu.Unlock()
-
-	s.unconfigured.Clear()
-	for _, m := range slices.Sorted(maps.Keys(bad)) {
-		s.errors.Add(1)
-		s.log.Error("health: metric cannot be sampled; it counts as stale", "metric", m, "error", bad[m])
-	}
-	if len(cfg.order) == 0 {
-		s.sess.mu.Lock()
-		err := s.sess.closeLocked()
-		s.sess.mu.Unlock()
-		if err != nil {
-			s.log.Warn("health: closing the sampler connection", "error", err)
-		}
-	}
-	select {
-	case s.wake <- struct{}{}:
-	default: // a wake-up is already pending
-	}
 }
 
 // buildConfig resolves metric names to SQL; bad maps each metric that cannot
@@ -484,7 +489,14 @@ func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// closeLocked closes the connection, if open.
+// close closes the connection, if open, once a round in progress has ended.
+func (ss *session) close() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closeLocked()
+}
+
+// closeLocked closes the connection, if open. The caller holds ss.mu.
 func (ss *session) closeLocked() error {
 	if ss.conn == nil {
 		return nil

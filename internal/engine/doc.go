@@ -1,0 +1,32 @@
+// Package engine is pgtraffic's decision core: for every statement it finds the pattern, merges
+// the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
+// about or blocks the statement. Time comes from one injected clock ([Options.Now],
+// [Options.After]). The layers point down:
+//
+//	driver (the front ends) → engine → pattern, ruleset, cost, budget, health, coord
+//
+// # The path of one statement
+//
+// [Engine.Begin] takes the statement's text, its arguments and the connection it will run on
+// (for EXPLAIN), and decides it in the caller's [Exec]; the front end sends the statement only
+// if Begin admits it, and ends it with [Exec.Finish] and the outcome:
+//
+//	texts.go      text → pattern (pattern.Cache behind it), and the route cached per text
+//	engine.go     Begin: built-in, comment and context tags merged when something reads them
+//	decide.go     route (ruleset), guards, cost (cost.Model, EXPLAIN), health, admission
+//	untrained.go  what a pattern whose cost was never seen is charged
+//	budget        all-or-nothing admission in the enforce budgets, each behind its own lock
+//	blocks.go     a refusal recorded for the status; log.go: warn and block logs, rate-limited
+//	engine.go     Finish: holds released, debt trued up, the cost model trained
+//
+// The statement reads the rules in force as one immutable value, swapped atomically.
+//
+// # Beside the statements
+//
+// What changes what statements read runs beside them, and holds no lock a statement takes
+// across a compile, a file read or a network call (lifecycle.go): [Engine.SetConfig] compiles
+// the rules (compile.go) and swaps them in, and it starts, reconfigures and stops the health
+// sampler (health.go) and the coordinator of shared budgets (coord.go); the rules-file watcher
+// (watch.go) calls SetConfig; [Engine.Close] stops them all. snapshot.go and check.go read the
+// budgets for the status and for batch jobs.
+package engine
