@@ -337,3 +337,8 @@ func nilIfEmpty[M ~map[K]V, K comparable, V any](m M) M {
 	}
 	return m
 }
+
+// DefaultMaxFileSize is the largest rules file read when none is set (the driver's
+// WithMaxRulesFileSize), in bytes: room for a generated file of a budget and a rule for each
+// of a hundred thousand tenants, about 16 MB as JSON. A larger file is refused unread.
+const DefaultMaxFileSize = 32 << 20
