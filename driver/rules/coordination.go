@@ -231,5 +231,3 @@ func (c *Config) coordinationDefaults() {
 
 // DefaultFallbackInstances is the default of [Coordination.FallbackInstances].
 const DefaultFallbackInstances = 10
-
-func equalBoolPtr(a, b *bool) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
