@@ -31,10 +31,11 @@ const DefaultSyncInterval = time.Second
 // through [Coordination.Redacted] or its String and LogValue methods, which hide the URL's
 // credentials.
 type Coordination struct {
-	// Redis is where the shared state lives: a redis:// or rediss:// (TLS) URL as go-redis
-	// reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector is given
-	// a client in code. Its credentials never reach a log, an error, a span or the status
-	// page.
+	// Redis is where the shared state lives: a redis://, rediss:// (TLS) or unix:// URL as
+	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector
+	// is given a client in code. Its shape is checked here, its client options (the query) when
+	// the client is made. It never reaches an error; in a log, a span or the status page its
+	// credentials are redacted.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
 
 	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
