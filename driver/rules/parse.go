@@ -192,7 +192,7 @@ func (d *decoder) fields(n *yaml.Node, path string, known []string, fn func(key 
 			continue
 		}
 		if known != nil && !slices.Contains(known, k.Value) {
-			d.unknown(k, path, known)
+			d.unknown(k, path, kp, known)
 			continue
 		}
 		if first, dup := firstKey(n, i, k, &seen); dup {
@@ -247,18 +247,14 @@ func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.
 	}
 }
 
-// unknown reports key k of the mapping at path as an unknown field, suggesting the known field
+// unknown reports key k (at kp) of the mapping at path as an unknown field, suggesting the known field
 // it may be a typo of. Within coordination a key that is no such typo is not named: it may be
 // a password written where a field was meant.
-func (d *decoder) unknown(k *yaml.Node, path string, known []string) {
+func (d *decoder) unknown(k *yaml.Node, path, kp string, known []string) {
 	s := suggest(k.Value, known)
-	kp := keyPath(path, k.Value)
 	if d.quiet && s == "" {
 		d.addLine(k.Line, path, "unknown field (its name is not shown: it may hold a password)")
 		return
-	}
-	if path == "" {
-		kp = strings.TrimPrefix(kp, ".")
 	}
 	if s == "" {
 		d.addLine(k.Line, kp, "unknown field")
