@@ -178,7 +178,7 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 	case o.config != nil:
 		err = c.engine.SetConfig(o.config)
 	case o.rulesFile != "":
-		err = c.engine.WatchFile(o.rulesFile)
+		err = c.engine.WatchFile(o.rulesFile, o.maxRulesFileSize)
 	}
 	if err == nil {
 		err = tel.attach(c.engine) // the gauges' callback; Close unregisters it

@@ -16,6 +16,7 @@ type Option func(*options)
 // used directly: defaultOptions fills it first.
 type options struct {
 	rulesFile        string
+	maxRulesFileSize int64 // 0: rules.DefaultMaxFileSize
 	config           *Config
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
@@ -40,6 +41,14 @@ func defaultOptions() options {
 // A missing or invalid file at start makes [NewConnector] and [Open] fail.
 func WithRulesFile(path string) Option {
 	return func(o *options) { o.rulesFile = path; o.config = nil }
+}
+
+// WithMaxRulesFileSize sets the largest rules file that [WithRulesFile] reads, in bytes; the
+// default is 32 MiB (rules.DefaultMaxFileSize). Only a regular file is read (a symlink is
+// followed): a larger file, a FIFO or a device is refused unread, at start as an error of
+// [NewConnector], on a reload as an invalid file.
+func WithMaxRulesFileSize(n int64) Option {
+	return func(o *options) { o.maxRulesFileSize = n }
 }
 
 // WithConfig sets the rules from a [Config] built in code or by [ParseConfig]. Use

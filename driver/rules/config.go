@@ -136,21 +136,6 @@ type Budget struct {
 	Shared *bool `yaml:"shared,omitempty" json:"shared,omitempty"`
 }
 
-// SameIdentity reports whether b and other are the same budget across a reload, so that its
-// state (bucket debt, in-flight counts) carries over: budgets are identified by name alone,
-// whatever else changed.
-func (b *Budget) SameIdentity(other *Budget) bool { return b.Name == other.Name }
-
-// Equal reports whether b and other are identical in every field, e.g. to tell which
-// budgets a reload changed.
-func (b *Budget) Equal(other *Budget) bool {
-	return b.Name == other.Name && b.Mode == other.Mode && b.MaxConcurrent == other.MaxConcurrent &&
-		b.PerQueryLimit == other.PerQueryLimit && b.ServerShare == other.ServerShare &&
-		b.BurstLimit == other.BurstLimit && b.WarningThreshold == other.WarningThreshold &&
-		b.Per == other.Per && b.MaxWait == other.MaxWait && b.Explain == other.Explain &&
-		maps.Equal(b.ThrottleWhen, other.ThrottleWhen) && equalBoolPtr(b.Shared, other.Shared)
-}
-
 // Rule routes the queries whose tags hold every pair of Match to Budget.
 //
 // A Match value that is a CIDR prefix (203.0.113.0/24, 2001:db8::/32) matches tag values
@@ -244,16 +229,6 @@ func (g Guard) MarshalJSON() ([]byte, error) {
 	return marshalJSON(guardLong(g))
 }
 
-// BudgetIndex returns the index in c.Budgets of the budget named name, or -1.
-func (c *Config) BudgetIndex(name string) int {
-	for i := range c.Budgets {
-		if c.Budgets[i].Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
 // Clone returns a deep copy of c.
 func (c *Config) Clone() *Config {
 	out := *c
@@ -337,3 +312,8 @@ func nilIfEmpty[M ~map[K]V, K comparable, V any](m M) M {
 	}
 	return m
 }
+
+// DefaultMaxFileSize is the largest rules file read when none is set (the driver's
+// WithMaxRulesFileSize), in bytes: room for a generated file of a budget and a rule for each
+// of a hundred thousand tenants, about 16 MB as JSON. A larger file is refused unread.
+const DefaultMaxFileSize = 32 << 20

@@ -135,41 +135,7 @@ func TestCloneIsDeep(t *testing.T) {
 	}
 }
 
-func TestBudgetIdentity(t *testing.T) {
-	a := fullWant.Budgets[0]
-	changed := a
-	changed.ThrottleWhen = map[string]float64{"active_queries": 1}
-	changed.MaxConcurrent = 9
-	renamed := a
-	renamed.Name = "other"
-	tests := []struct {
-		name           string
-		x, y           Budget
-		identity, same bool
-	}{
-		{"identical", a, a, true, true},
-		{"limits changed", a, changed, true, false},
-		{"renamed", a, renamed, false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.x.SameIdentity(&tt.y); got != tt.identity {
-				t.Errorf("SameIdentity = %v, want %v", got, tt.identity)
-			}
-			if got := tt.x.Equal(&tt.y); got != tt.same {
-				t.Errorf("Equal = %v, want %v", got, tt.same)
-			}
-		})
-	}
-}
-
-func TestBudgetIndexAndRuleString(t *testing.T) {
-	if got := fullWant.BudgetIndex("batch"); got != 2 {
-		t.Errorf("BudgetIndex(batch) = %d", got)
-	}
-	if got := fullWant.BudgetIndex("nope"); got != -1 {
-		t.Errorf("BudgetIndex(nope) = %d", got)
-	}
+func TestRuleString(t *testing.T) {
 	if got := fullWant.Rules[1].String(); got != "app=commerce,controller=export" {
 		t.Errorf("Rule.String = %q", got)
 	}

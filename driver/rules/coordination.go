@@ -3,10 +3,10 @@ package rules
 import (
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -31,10 +31,11 @@ const DefaultSyncInterval = time.Second
 // through [Coordination.Redacted] or its String and LogValue methods, which hide the URL's
 // credentials.
 type Coordination struct {
-	// Redis is where the shared state lives: a redis:// or rediss:// (TLS) URL as go-redis
-	// reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector is given
-	// a client in code. Its credentials never reach a log, an error, a span or the status
-	// page.
+	// Redis is where the shared state lives: a redis://, rediss:// (TLS) or unix:// URL as
+	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector
+	// is given a client in code. Its shape is checked here, its client options (the query) when
+	// the client is made. It never reaches an error; in a log, a span or the status page its
+	// credentials are redacted.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
 
 	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
@@ -47,8 +48,6 @@ type Coordination struct {
 	// default, 10; afterwards the instances last seen are used.
 	FallbackInstances int `yaml:"fallback_instances,omitempty" json:"fallback_instances,omitempty"`
 }
-
-var coordinationFields = []string{"redis", "sync_interval", "fallback_instances"}
 
 // Redacted returns c.Redis with its credentials and query replaced by "xxxxx", for logs,
 // errors and status pages: redis://xxxxx@10.0.0.5:6379/0.
@@ -68,13 +67,13 @@ func (c Coordination) LogValue() slog.Value {
 }
 
 // RedactURL returns a URL with any user information and query replaced by "xxxxx"; text that
-// does not parse as a URL is replaced whole, as it may be nothing but a password.
+// is not an absolute URL is replaced whole, as it may be nothing but a password.
 func RedactURL(raw string) string {
 	if raw == "" {
 		return ""
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" {
+	if err != nil || u.Opaque != "" || u.Scheme == "" {
 		return "xxxxx (not a URL)"
 	}
 	if u.User != nil {
@@ -87,57 +86,51 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-// redisURLProblem returns what is wrong with a Redis URL, in words that never contain its
-// credentials, or "".
+// redisURLProblem returns what is wrong with a Redis URL, in words that never contain any
+// part of it, or "". It checks the URL's shape as go-redis reads it (redis.ParseURL): the
+// scheme, the host and port, the database number; the client options of its query are left to
+// go-redis, which internal/coord calls when it makes the client.
 func redisURLProblem(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Opaque != "" {
 		return "not a URL"
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return "must be a redis:// or rediss:// URL"
-	}
-	if u.Host == "" {
-		return "has no host"
-	}
-	if _, err := redis.ParseURL(raw); err != nil {
-		// go-redis quotes parts of the URL: remove anything that may be a credential.
-		msg := err.Error()
-		for _, secret := range credentials(u) {
-			msg = strings.ReplaceAll(msg, secret, "xxxxx")
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Hostname() == "" {
+			return "has no host"
 		}
-		return strings.TrimPrefix(msg, "redis: ")
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return "has an invalid port"
+			}
+		}
+		switch segs := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' }); len(segs) {
+		case 0:
+		case 1:
+			if !databaseNumber(segs[0]) {
+				return "has an invalid database number (want /0, /1, ...)"
+			}
+		default:
+			return "has a path of more than a database number"
+		}
+	case "unix":
+		if strings.TrimSpace(u.Path) == "" {
+			return "has no socket path"
+		}
+	default:
+		return "must be a redis://, rediss:// or unix:// URL"
+	}
+	if db := u.Query()["db"]; len(db) > 0 && !databaseNumber(db[len(db)-1]) {
+		return "has an invalid db option (want a number)"
 	}
 	return ""
 }
 
-// credentials lists the secrets a URL may hold: user, password and every query value.
-func credentials(u *url.URL) []string {
-	var out []string
-	if u.User != nil {
-		out = append(out, u.User.Username())
-		if p, ok := u.User.Password(); ok {
-			out = append(out, p)
-		}
-	}
-	for _, vs := range u.Query() {
-		out = append(out, vs...)
-	}
-	// Longest first, so that a secret containing another is replaced whole.
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if len(out[j]) > len(out[i]) {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	kept := out[:0]
-	for _, s := range out {
-		if s != "" {
-			kept = append(kept, s)
-		}
-	}
-	return kept
+// databaseNumber reports whether s is a Redis database number.
+func databaseNumber(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0
 }
 
 // validateCoordination checks the coordination section and the budgets' shared flags.
@@ -145,7 +138,7 @@ func (c *Config) validateCoordination(p *problems) {
 	if co := c.Coordination; co != nil {
 		if co.Redis != "" {
 			if problem := redisURLProblem(co.Redis); problem != "" {
-				p.add("coordination.redis", "%s, got %s", problem, quoteShort(RedactURL(co.Redis)))
+				p.add("coordination.redis", "%s (the value is not shown: it may hold a password)", problem)
 			}
 		}
 		p.durationField("coordination", "sync_interval", co.SyncInterval, true)
@@ -166,7 +159,9 @@ func (c *Config) validateCoordination(p *problems) {
 // coordination decodes the coordination section.
 func (d *decoder) coordination(n *yaml.Node, path string) *Coordination {
 	co := &Coordination{}
-	d.fields(n, path, func(key, path string, v *yaml.Node) {
+	d.quiet = true
+	defer func() { d.quiet = false }()
+	d.fields(n, path, coordinationFields, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "redis":
 			co.Redis = d.str(v, path)
@@ -181,8 +176,6 @@ func (d *decoder) coordination(n *yaml.Node, path string) *Coordination {
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&co.FallbackInstances) != nil {
 				d.addLine(v.Line, path, "expected an integer")
 			}
-		default:
-			d.unknown(v, path, key, coordinationFields...)
 		}
 	})
 	return co
@@ -192,7 +185,7 @@ func (d *decoder) coordination(n *yaml.Node, path string) *Coordination {
 func (d *decoder) boolean(n *yaml.Node, path string) *bool {
 	var v bool
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
-		d.addLine(n.Line, path, "expected true or false, got %s", describe(n))
+		d.addLine(n.Line, path, "expected true or false, got %s", d.describe(n))
 	}
 	return &v
 }
@@ -239,5 +232,3 @@ func (c *Config) coordinationDefaults() {
 
 // DefaultFallbackInstances is the default of [Coordination.FallbackInstances].
 const DefaultFallbackInstances = 10
-
-func equalBoolPtr(a, b *bool) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestParseCoordination(t *testing.T) {
@@ -66,13 +69,19 @@ func TestCoordinationErrors(t *testing.T) {
 		want       string // the error, whole
 	}{
 		{"scheme", "coordination:\n  redis: http://u:pw@h:6379\n",
-			`pgtraffic: rules line 2: coordination.redis: must be a redis:// or rediss:// URL, got "http://xxxxx@h:6379"`},
+			`pgtraffic: rules line 2: coordination.redis: must be a redis://, rediss:// or unix:// URL (the value is not shown: it may hold a password)`},
 		{"no host", "coordination:\n  redis: redis:///0\n",
-			`pgtraffic: rules line 2: coordination.redis: has no host, got "redis:///0"`},
+			`pgtraffic: rules line 2: coordination.redis: has no host (the value is not shown: it may hold a password)`},
+		{"bad port", "coordination:\n  redis: redis://:pw@h:70000/0\n",
+			`pgtraffic: rules line 2: coordination.redis: has an invalid port (the value is not shown: it may hold a password)`},
 		{"bad database", "coordination:\n  redis: redis://:pw@h/x\n",
-			`pgtraffic: rules line 2: coordination.redis: invalid database number: "x", got "redis://xxxxx@h/x"`},
-		{"unknown option", "coordination:\n  redis: redis://h/0?bogus=pw\n",
-			`pgtraffic: rules line 2: coordination.redis: unexpected option: bogus, got "redis://h/0?xxxxx"`},
+			`pgtraffic: rules line 2: coordination.redis: has an invalid database number (want /0, /1, ...) (the value is not shown: it may hold a password)`},
+		{"long path", "coordination:\n  redis: redis://:pw@h/0/pw\n",
+			`pgtraffic: rules line 2: coordination.redis: has a path of more than a database number (the value is not shown: it may hold a password)`},
+		{"bad db option", "coordination:\n  redis: redis://h/0?db=pw\n",
+			`pgtraffic: rules line 2: coordination.redis: has an invalid db option (want a number) (the value is not shown: it may hold a password)`},
+		{"unix without a path", "coordination:\n  redis: unix://:pw@\n",
+			`pgtraffic: rules line 2: coordination.redis: has no socket path (the value is not shown: it may hold a password)`},
 		{"interval too short", "coordination:\n  sync_interval: 10ms\n",
 			`pgtraffic: rules line 2: coordination.sync_interval: must be between 100ms and 1m0s, got 10ms`},
 		{"interval too long", "coordination:\n  sync_interval: 2m\n",
@@ -122,7 +131,7 @@ func TestValidateCoordinationInCode(t *testing.T) {
 	}
 }
 
-func TestCloneAndEqualCoverCoordination(t *testing.T) {
+func TestCloneCoversCoordination(t *testing.T) {
 	no := false
 	cfg := &Config{Coordination: &Coordination{Redis: "redis://h"}, Budgets: []Budget{{Name: "a", Shared: &no}}}
 	c := cfg.Clone()
@@ -131,12 +140,78 @@ func TestCloneAndEqualCoverCoordination(t *testing.T) {
 	if cfg.Coordination.Redis != "redis://h" || *cfg.Budgets[0].Shared {
 		t.Fatal("Clone shares the coordination section or a shared flag")
 	}
-	if cfg.Budgets[0].Equal(&c.Budgets[0]) {
-		t.Fatal("Equal ignores shared")
+	if d := cfg.Clone(); !reflect.DeepEqual(d, cfg) {
+		t.Fatal("a clone differs from the original")
 	}
-	d := cfg.Clone()
-	if !cfg.Budgets[0].Equal(&d.Budgets[0]) {
-		t.Fatal("a clone is not Equal")
+}
+
+// TestErrorsNeverShowSecrets: a password or a Redis URL written where it does not belong, or a
+// file of secrets read as the rules file, is never quoted by the parse error.
+func TestErrorsNeverShowSecrets(t *testing.T) {
+	const secret = "hunter2secret"
+	for _, tc := range []struct{ name, file string }{
+		{"bare password as redis", "coordination:\n  redis: " + secret + "\n"},
+		{"password in a non-URL redis", "coordination:\n  redis: \"" + secret + " x\"\n"},
+		{"redis key forgotten", "coordination: redis://:" + secret + "@h:6379/0\n"},
+		{"bare password as coordination", "coordination: " + secret + "\n"},
+		{"redis as a list", "coordination:\n  redis: [" + secret + "]\n"},
+		{"password as a key of coordination", "coordination: {" + secret + "}\n"},
+		{"URL as a key of coordination", "coordination: {redis://:" + secret + "@h:6379/0}\n"},
+		{"URL as sync_interval", "coordination:\n  sync_interval: redis://:" + secret + "@h\n"},
+		{"password as fallback_instances", "coordination:\n  fallback_instances: " + secret + "\n"},
+		{"URL as max_wait", "budgets:\n  - name: a\n    max_wait: redis://:" + secret + "@h:6379/0\n"},
+		{"URL as server_cores", "server_cores: redis://default:" + secret + "@h:6379\n"},
+		{"URL as a budget name", "budgets: [{name: a}]\nrules: [{budget: \"redis://:" + secret + "@h\", match: {app: x}}]\n"},
+		{"URL as a top-level key", "budgets: []\nredis://:" + secret + "@h:6379/0: x\n"},
+		{".env file", "REDIS_URL=redis://:" + secret + "@h:6379/0\nPGPASSWORD=" + secret + "\n"},
+		{".env file with colons", "REDIS_PASSWORD: " + secret + "\nREDIS_HOST: h\n"},
+		{"password file", "root:$6$" + secret + ":19000:0:99999:7:::\n"},
+		{"JSON of secrets", "{\"password\": \"" + secret + "\"}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("the error shows the secret: %s", err)
+			}
+		})
+	}
+	co := Coordination{Redis: secret}
+	if out := fmt.Sprintf("%v %s", co, co.Redacted()); strings.Contains(out, secret) {
+		t.Fatalf("a bare password as the URL is printed: %s", out)
+	}
+}
+
+// The URLs the rules accept are the URLs go-redis reads (for URLs without client options,
+// which go-redis alone checks), and the shapes they refuse go-redis refuses or reads as
+// something else than was meant.
+func TestRedisURLAsGoRedisReadsIt(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"redis://h", true},
+		{"redis://127.0.0.1:6379/0", true},
+		{"rediss://user:pw@redis.internal:6380/2", true},
+		{"redis://[::1]:6379/15", true},
+		{"redis://h/0?db=3", true},
+		{"unix:///run/redis.sock", true},
+		{"unix://:pw@/run/redis.sock?db=1", true},
+		{"redis://h/x", false},
+		{"redis://h/0/1", false},
+		{"redis://h/0?db=x", false},
+		{"http://h", false},
+		{"unix://", false},
+	} {
+		problem := redisURLProblem(tc.url)
+		if (problem == "") != tc.ok {
+			t.Errorf("%s: problem %q, want ok=%v", tc.url, problem, tc.ok)
+		}
+		if _, err := redis.ParseURL(tc.url); tc.ok && err != nil {
+			t.Errorf("%s: accepted, but go-redis refuses it: %v", tc.url, err)
+		}
 	}
 }
 
@@ -149,7 +224,7 @@ func TestRedactURL(t *testing.T) {
 		{"redis://token@h", "redis://xxxxx@h"},
 		{"redis://h/0?password=pw", "redis://h/0?xxxxx"},
 		{"redis://h#pw", "redis://h"},
-		{"pw", "pw"}, // a bare word parses as a relative path: it is not a credential position
+		{"pw", "xxxxx (not a URL)"}, // a bare word may be nothing but a password
 		{"redis://u:p w@h:bad port", "xxxxx (not a URL)"},
 	} {
 		if got := RedactURL(tc.in); got != tc.want {

@@ -13,7 +13,7 @@
 //	  queue_depth: "select count(*) from jobs where state = 'queued'"
 //
 //	coordination:              # share budgets across the application's instances (omitted: per process)
-//	  redis: rediss://:secret@redis.internal:6379/0   # redis:// or rediss:// (TLS)
+//	  redis: rediss://:secret@redis.internal:6379/0   # redis://, rediss:// (TLS) or unix://
 //	  sync_interval: 1s        # how often each instance renews its leases (default 1s; 100ms to 1m)
 //	  fallback_instances: 10   # instances assumed until Redis is first reached (default 10)
 //
@@ -95,21 +95,30 @@
 // # Parsing
 //
 // [Parse] reads one YAML document (JSON is accepted as the YAML subset it is). Decoding is
-// strict: unknown fields, duplicate keys, values of the wrong type, bad durations, bad CIDRs,
-// out-of-range numbers and rules naming unknown budgets are all errors, each naming the field
-// path in rules-file spelling and the line it is on:
+// strict: unknown fields (with or without a value), duplicate keys, values of the wrong type,
+// bad durations, bad CIDRs, out-of-range numbers and rules naming unknown budgets are all
+// errors, each naming the field path in rules-file spelling and the line it is on:
 //
 //	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)
+//
+// A known field with no value (budgets:) is omitted. An empty file, or one of only comments, is
+// an error (a file caught half-written must not read as "no rules"): write {} for no rules. A
+// file whose top level is not a mapping, or whose top-level keys are none of a rules file's
+// (a password file, a .env file), is refused as not a rules file, without quoting it.
 //
 // Bytes that are not text (invalid UTF-8, NUL and other control characters) and text after the
 // end of a JSON document are reported with their line, column and byte offset. Every problem
 // found is reported, joined with [errors.Join]; each is an [*Error], and errors.Is(err,
-// [ErrInvalid]) holds for all of them. Parsing and validation take time in proportion to the
-// file: a budget and a rule per tenant, for a hundred thousand tenants, is an ordinary file.
-// Such a file, which is usually generated, is read without the general YAML parser, far
-// faster, with the same checks, messages and lines, when it is valid JSON or YAML in the plain
-// style generated files use: mappings and lists laid out by indentation, flow mappings such
-// as {name: a, mode: enforce}, scalars on one line, no anchors, tags or block scalars.
+// [ErrInvalid]) holds for all of them. A message quotes at most 32 bytes of the file, and never
+// a value that may hold a credential: nothing under coordination, no URL, no user@host, no
+// key=value.
+//
+// Parsing and validation take time in proportion to the file: a budget and a rule per tenant,
+// for a hundred thousand tenants, is an ordinary file. Generate such a file as JSON: it is read
+// by a JSON reader with the same checks, messages and lines, many times faster than YAML.
+//
+// The driver reads a rules file only when it is a regular file (a symlink is followed) of at
+// most [DefaultMaxFileSize] bytes unless the driver's WithMaxRulesFileSize says otherwise.
 //
 // # Configs built in code
 //

@@ -32,7 +32,7 @@ func (d *Duration) UnmarshalText(text []byte) error {
 func parseDuration(s string) (Duration, error) {
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		if isBareNumber(s) {
+		if isBareNumber(s) && len(s) <= maxQuoted {
 			return 0, fmt.Errorf("duration %s has no unit (write e.g. %ss or %sms)", quoteShort(s), s, s)
 		}
 		return 0, fmt.Errorf("invalid duration %s (write e.g. 250ms, 2s, 1m)", quoteShort(s))

@@ -120,9 +120,9 @@ func parentPath(f string) string {
 }
 
 // keyPath appends a map key to a field path, quoting keys that would not read as one
-// element of a path.
+// element of a path or are long (see [quoteShort]).
 func keyPath(parent, key string) string {
-	simple := key != ""
+	simple := key != "" && len(key) <= maxQuoted
 	for _, c := range key {
 		if !(c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
 			simple = false
@@ -137,11 +137,18 @@ func keyPath(parent, key string) string {
 
 func indexPath(parent string, i int) string { return parent + "[" + strconv.Itoa(i) + "]" }
 
-// quoteShort quotes s for a message, cut to a readable length.
+// maxQuoted bounds the bytes of file text that one message quotes.
+const maxQuoted = 32
+
+// quoteShort quotes s, file text, for a message: cut to maxQuoted bytes with an ellipsis, and
+// not at all when it may hold a credential (a URL, user@host, key=value), as a secret pasted on
+// the wrong line would be.
 func quoteShort(s string) string {
-	const max = 64
-	if len(s) > max {
-		cut := max
+	if strings.Contains(s, "://") || strings.ContainsAny(s, "@=") {
+		return "(a value not shown: it may hold a credential)"
+	}
+	if len(s) > maxQuoted {
+		cut := maxQuoted
 		for cut > 0 && !utf8.RuneStart(s[cut]) {
 			cut--
 		}

@@ -116,3 +116,15 @@ func (r *jsonReader) space() {
 		}
 	}
 }
+
+// nodeBlock hands out nodes allocated a block at a time: a generated file has millions.
+type nodeBlock []yaml.Node
+
+func (b *nodeBlock) next() *yaml.Node {
+	if len(*b) == 0 {
+		*b = make([]yaml.Node, 1024)
+	}
+	n := &(*b)[0]
+	*b = (*b)[1:]
+	return n
+}

@@ -18,12 +18,12 @@ func ParseMatchValue(v string) (p netip.Prefix, isPrefix bool, err error) {
 	if err != nil {
 		return netip.Prefix{}, true, fmt.Errorf("invalid CIDR prefix %s", quoteShort(v))
 	}
-	return NormalizePrefix(p), true, nil
+	return normalizePrefix(p), true, nil
 }
 
-// NormalizePrefix masks p and turns an IPv4-mapped IPv6 prefix of 96 bits or more into the
+// normalizePrefix masks p and turns an IPv4-mapped IPv6 prefix of 96 bits or more into the
 // IPv4 prefix it covers.
-func NormalizePrefix(p netip.Prefix) netip.Prefix {
+func normalizePrefix(p netip.Prefix) netip.Prefix {
 	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,13 +27,10 @@ func Parse(data []byte) (cfg *Config, err error) {
 	// come back as an error, never take the process down.
 	defer func() {
 		if r := recover(); r != nil {
-			cfg, err = nil, &Error{Msg: fmt.Sprintf("cannot parse the file: %v", r)}
+			cfg, err = nil, &Error{Line: 1, Msg: "cannot parse the file (an internal error: please report it)"}
 		}
 	}()
 	root, ok := jsonTree(data)
-	if !ok {
-		root, ok = subsetTree(data)
-	}
 	if !ok {
 		if root, err = yamlTree(data); err != nil {
 			return nil, err
@@ -51,6 +50,9 @@ func decode(root *yaml.Node) (*Config, error) {
 			line = max(root.Line, 1)
 		}
 		return nil, &Error{Line: line, Msg: "the file is empty (write {} for no rules)"}
+	}
+	if msg := notRulesDocument(root); msg != "" {
+		return nil, &Error{Line: max(root.Line, 1), Msg: msg}
 	}
 	d.root = root
 	d.config(root, cfg)
@@ -92,11 +94,40 @@ func yamlTree(data []byte) (*yaml.Node, error) {
 	return &doc, nil
 }
 
+// notRulesDocument returns why root cannot be a rules file, or "": its top level is not a
+// mapping, or none of its keys is a field of a [Config] or close to one. Such a file (a
+// password file, a .env file, a file of another program) is named as not a rules file rather
+// than reported key by key, so that none of its content reaches an error or a log.
+func notRulesDocument(root *yaml.Node) string {
+	const msg = "not a rules file: %s, not a mapping of fields such as budgets and rules (its content is not shown)"
+	switch root.Kind {
+	case yaml.MappingNode:
+	case yaml.SequenceNode:
+		return fmt.Sprintf(msg, "the file is a list")
+	default:
+		return fmt.Sprintf(msg, "the file is a single value")
+	}
+	for i := 0; i < len(root.Content); i += 2 {
+		k := follow(root.Content[i])
+		if k == nil || k.Kind != yaml.ScalarNode {
+			continue
+		}
+		if slices.Contains(configFields, k.Value) || suggest(k.Value, configFields) != "" {
+			return ""
+		}
+	}
+	if len(root.Content) == 0 {
+		return "" // {}: no rules, written on purpose
+	}
+	return "not a rules file: none of its top-level keys is a field such as budgets or rules (its content is not shown)"
+}
+
 // decoder walks a YAML node tree into a Config. It does the walking itself rather than
 // through yaml.Node.Decode because custom decoding would lose the decoder's KnownFields
 // strictness, and because it records where each field is, for the checks that follow.
 type decoder struct {
 	problems
+	quiet bool // within coordination: no value or unknown key is quoted, as any may be a password
 }
 
 // failedNear reports whether a decoding error was reported at field, above it or below it.
@@ -132,11 +163,14 @@ func (d *decoder) resolve(n *yaml.Node, path string) *yaml.Node {
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
-// fields iterates over a mapping's pairs: it checks that n is a mapping with scalar,
-// distinct keys, and calls fn for each pair whose value is not null (null means omitted).
-func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath string, v *yaml.Node)) {
+// fields iterates over a mapping's pairs: it checks that n is a mapping with scalar, distinct
+// keys and calls fn for each pair. known lists the fields of a struct's mapping: a key not in
+// it is an unknown field, with or without a value, and a known field with a null value is
+// omitted (fn is not called). A nil known is a map of free keys (match, throttle_when): fn gets
+// every pair, nulls included, for its decoder to reject.
+func (d *decoder) fields(n *yaml.Node, path string, known []string, fn func(key string, keyPath string, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
-		d.addLine(n.Line, path, "expected a mapping, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a mapping, got %s", d.describe(n))
 		return
 	}
 	var seen map[string]int // for large mappings; small ones are searched
@@ -146,7 +180,7 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || isNull(k) {
-			d.addLine(k.Line, path, "keys must be strings, got %s", describe(k))
+			d.addLine(k.Line, path, "keys must be strings, got %s", d.describe(k))
 			continue
 		}
 		kp := keyPath(path, k.Value)
@@ -157,11 +191,15 @@ func (d *decoder) fields(n *yaml.Node, path string, fn func(key string, keyPath 
 			d.addLine(k.Line, kp, "merge keys are not supported")
 			continue
 		}
+		if known != nil && !slices.Contains(known, k.Value) {
+			d.unknown(k, path, kp, known)
+			continue
+		}
 		if first, dup := firstKey(n, i, k, &seen); dup {
 			d.addLine(k.Line, kp, "duplicate key (first on line %d)", first)
 			continue
 		}
-		if isNull(v) {
+		if known != nil && isNull(v) {
 			continue
 		}
 		fn(k.Value, kp, v)
@@ -196,7 +234,7 @@ func firstKey(n *yaml.Node, i int, k *yaml.Node, seen *map[string]int) (line int
 // items iterates over a sequence.
 func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.Node)) {
 	if n.Kind != yaml.SequenceNode {
-		d.addLine(n.Line, path, "expected a list, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a list, got %s", d.describe(n))
 		return
 	}
 	for i, c := range n.Content {
@@ -209,29 +247,46 @@ func (d *decoder) items(n *yaml.Node, path string, fn func(path string, v *yaml.
 	}
 }
 
-func (d *decoder) unknown(n *yaml.Node, path, key string, known ...string) {
-	msg := "unknown field"
-	if s := suggest(key, known); s != "" {
-		msg += " (did you mean " + s + "?)"
+// unknown reports key k (at kp) of the mapping at path as an unknown field, suggesting the known field
+// it may be a typo of. Within coordination a key that is no such typo is not named: it may be
+// a password written where a field was meant.
+func (d *decoder) unknown(k *yaml.Node, path, kp string, known []string) {
+	s := suggest(k.Value, known)
+	if d.quiet && s == "" {
+		d.addLine(k.Line, path, "unknown field (its name is not shown: it may hold a password)")
+		return
 	}
-	line, ok := findLine(d.root, path) // the key's line: the value may start on a later one
-	if !ok {
-		line = n.Line
+	if s == "" {
+		d.addLine(k.Line, kp, "unknown field")
+		return
 	}
-	d.addLine(line, path, "%s", msg)
+	d.addLine(k.Line, kp, "unknown field (did you mean %s?)", s)
 }
 
+// The fields of each part of a file, from the yaml struct tags: the one definition of their
+// names (a test checks that the decoder below reads every one).
 var (
-	configFields = []string{"server_cores", "health_interval", "health_queries", "budgets", "rules", "guards", "coordination"}
-	budgetFields = []string{"name", "mode", "max_concurrent", "per_query_limit", "server_share", "burst_limit",
-		"warning_threshold", "per", "max_wait", "throttle_when", "explain", "shared"}
-	ruleFields  = []string{"budget", "match"}
-	guardsField = []string{"require_where", "block_truncate"}
-	guardFields = []string{"mode", "match"}
+	configFields       = fieldNames[Config]()
+	budgetFields       = fieldNames[Budget]()
+	ruleFields         = fieldNames[Rule]()
+	guardsFields       = fieldNames[Guards]()
+	guardFields        = fieldNames[Guard]()
+	coordinationFields = fieldNames[Coordination]()
 )
 
+// fieldNames returns the names the yaml tags of struct T give its fields.
+func fieldNames[T any]() []string {
+	t := reflect.TypeFor[T]()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		names = append(names, name)
+	}
+	return names
+}
+
 func (d *decoder) config(n *yaml.Node, c *Config) {
-	d.fields(n, "", func(key, path string, v *yaml.Node) {
+	d.fields(n, "", configFields, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "server_cores":
 			c.ServerCores = d.float(v, path)
@@ -250,39 +305,33 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 			c.Rules = make([]Rule, 0, len(v.Content))
 			d.items(v, path, func(p string, v *yaml.Node) {
 				var r Rule
-				d.fields(v, p, func(key, path string, v *yaml.Node) {
+				d.fields(v, p, ruleFields, func(key, path string, v *yaml.Node) {
 					switch key {
 					case "budget":
 						r.Budget = d.str(v, path)
 					case "match":
 						r.Match = d.stringMap(v, path)
-					default:
-						d.unknown(v, path, key, ruleFields...)
 					}
 				})
 				c.Rules = append(c.Rules, r)
 			})
 		case "guards":
-			d.fields(v, path, func(key, path string, v *yaml.Node) {
+			d.fields(v, path, guardsFields, func(key, path string, v *yaml.Node) {
 				switch key {
 				case "require_where":
 					c.Guards.RequireWhere = d.guard(v, path)
 				case "block_truncate":
 					c.Guards.BlockTruncate = d.guard(v, path)
-				default:
-					d.unknown(v, path, key, guardsField...)
 				}
 			})
 		case "coordination":
 			c.Coordination = d.coordination(v, path)
-		default:
-			d.unknown(v, path, key, configFields...)
 		}
 	})
 }
 
 func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
-	d.fields(n, path, func(key, path string, v *yaml.Node) {
+	d.fields(n, path, budgetFields, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "name":
 			b.Name = d.str(v, path)
@@ -304,15 +353,13 @@ func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
 			b.MaxWait = d.duration(v, path)
 		case "throttle_when":
 			b.ThrottleWhen = map[string]float64{}
-			d.fields(v, path, func(key, path string, v *yaml.Node) {
+			d.fields(v, path, nil, func(key, path string, v *yaml.Node) {
 				b.ThrottleWhen[key] = d.threshold(v, path, key)
 			})
 		case "explain":
 			b.Explain = d.str(v, path)
 		case "shared":
 			b.Shared = d.boolean(v, path)
-		default:
-			d.unknown(v, path, key, budgetFields...)
 		}
 	})
 }
@@ -325,17 +372,15 @@ func (d *decoder) guard(n *yaml.Node, path string) Guard {
 		return g
 	}
 	if n.Kind != yaml.MappingNode {
-		d.addLine(n.Line, path, "expected a mode or a mapping {mode, match}, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a mode or a mapping {mode, match}, got %s", d.describe(n))
 		return g
 	}
-	d.fields(n, path, func(key, path string, v *yaml.Node) {
+	d.fields(n, path, guardFields, func(key, path string, v *yaml.Node) {
 		switch key {
 		case "mode":
 			g.Mode = Mode(d.str(v, path))
 		case "match":
 			g.Match = d.stringMap(v, path)
-		default:
-			d.unknown(v, path, key, guardFields...)
 		}
 	})
 	return g
@@ -345,7 +390,7 @@ func (d *decoder) guard(n *yaml.Node, path string) Guard {
 // "5432", exactly as written.
 func (d *decoder) str(n *yaml.Node, path string) string {
 	if n.Kind != yaml.ScalarNode || isNull(n) {
-		d.addLine(n.Line, path, "expected a string, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a string, got %s", d.describe(n))
 		return ""
 	}
 	return n.Value
@@ -354,23 +399,16 @@ func (d *decoder) str(n *yaml.Node, path string) string {
 func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 	m := map[string]string{}
 	if n.Kind != yaml.MappingNode {
-		d.addLine(n.Line, path, "expected a mapping, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a mapping, got %s", d.describe(n))
 		return m
 	}
-	// fields skips nulls as omitted; in a map a null value is a mistake (match: {app: }).
-	for i := 1; i < len(n.Content); i += 2 {
-		if v := d.resolve(n.Content[i], path); v != nil && isNull(v) {
-			k := n.Content[i-1]
-			d.addLine(v.Line, keyPath(path, k.Value), "expected a string, got null")
-		}
-	}
-	d.fields(n, path, func(key, path string, v *yaml.Node) { m[key] = d.str(v, path) })
+	d.fields(n, path, nil, func(key, path string, v *yaml.Node) { m[key] = d.str(v, path) })
 	return m
 }
 
 func (d *decoder) int(n *yaml.Node, path string) int {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		d.addLine(n.Line, path, "expected an integer, got %s", describe(n))
+		d.addLine(n.Line, path, "expected an integer, got %s", d.describe(n))
 		return 0
 	}
 	if plainDecimal(n.Value, false) {
@@ -380,14 +418,14 @@ func (d *decoder) int(n *yaml.Node, path string) int {
 	}
 	var v int
 	if n.Decode(&v) != nil {
-		d.addLine(n.Line, path, "expected an integer, got %s", describe(n))
+		d.addLine(n.Line, path, "expected an integer, got %s", d.describe(n))
 	}
 	return v
 }
 
 func (d *decoder) float(n *yaml.Node, path string) float64 {
 	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
-		d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a number, got %s", d.describe(n))
 		return 0
 	}
 	if plainDecimal(n.Value, true) {
@@ -397,7 +435,7 @@ func (d *decoder) float(n *yaml.Node, path string) float64 {
 	}
 	var v float64
 	if n.Decode(&v) != nil {
-		d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a number, got %s", d.describe(n))
 	}
 	return v
 }
@@ -424,7 +462,7 @@ func plainDecimal(s string, point bool) bool {
 
 func (d *decoder) duration(n *yaml.Node, path string) Duration {
 	if n.Kind != yaml.ScalarNode || isNull(n) {
-		d.addLine(n.Line, path, "expected a duration such as 2s, got %s", describe(n))
+		d.addLine(n.Line, path, "expected a duration such as 2s, got %s", d.describe(n))
 		return 0
 	}
 	v, err := parseDuration(n.Value)
@@ -448,7 +486,7 @@ func (d *decoder) threshold(n *yaml.Node, path, key string) float64 {
 		}
 		return seconds(v)
 	}
-	d.addLine(n.Line, path, "expected a number, got %s", describe(n))
+	d.addLine(n.Line, path, "expected a number, got %s", d.describe(n))
 	return 0
 }
 
@@ -459,17 +497,20 @@ func seconds(d Duration) float64 {
 	return float64(sec) + float64(ns)/1e9
 }
 
-// describe names a node's kind for a message, quoting short scalars (rules-file text,
-// never SQL or bound values).
-func describe(n *yaml.Node) string {
+// describe names a node's kind for a message, quoting a scalar as [quoteShort] does (rules-file
+// text, never SQL or bound values), or within coordination, not at all.
+func (d *decoder) describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
-		if isNull(n) {
+		switch {
+		case isNull(n):
 			return "null"
+		case d.quiet:
+			return "a value (not shown: it may hold a password)"
 		}
 		return quoteShort(n.Value)
 	}

@@ -13,8 +13,16 @@ import (
 // The YAML parser names no line for bytes it cannot read (invalid UTF-8, control characters)
 // nor for a problem on the first line, and a misleading one for text after a complete JSON
 // document, so those are located here.
+//
+// The YAML parser quotes a name from the file in a few messages (unknown anchor 'x'): the quoted
+// part is removed, as the file may be anything but a rules file.
 func syntaxError(data []byte, err error) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if i := strings.Index(msg, "anchor '") + len("anchor "); i >= len("anchor ") {
+		if j := strings.LastIndexByte(msg, '\''); j > i {
+			msg = msg[:i] + "(name not shown)" + msg[j+1:]
+		}
+	}
 	line := 0
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, tail, ok := strings.Cut(rest, ": "); ok {

@@ -1,11 +1,15 @@
 package engine
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -25,10 +29,16 @@ import (
 // longer should write elsewhere and rename the file into place, which is atomic. If the
 // directory itself goes away, the watcher tries to watch it again every rearm and then reloads
 // by the same rule. Its timers come from the engine's clock ([Options.After]).
-func (e *Engine) WatchFile(path string) error {
-	data, err := os.ReadFile(path)
+//
+// Only a regular file of at most maxSize bytes is read (see readRulesFile); maxSize <= 0 means
+// [rules.DefaultMaxFileSize].
+func (e *Engine) WatchFile(path string, maxSize int64) error {
+	if maxSize <= 0 {
+		maxSize = rules.DefaultMaxFileSize
+	}
+	data, err := readRulesFile(path, maxSize)
 	if err != nil {
-		return fmt.Errorf("pgtraffic: rules file: %w", err)
+		return err
 	}
 	cfg, err := rules.Parse(data)
 	if err == nil {
@@ -46,7 +56,7 @@ func (e *Engine) WatchFile(path string) error {
 		fw.Close()
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	w := &watcher{fw: fw, path: path, dir: dir, after: e.after, last: data, done: make(chan struct{})}
+	w := &watcher{fw: fw, path: path, dir: dir, limit: maxSize, after: e.after, last: sha256.Sum256(data), done: make(chan struct{})}
 	if err := e.life.setWatcher(w); err != nil {
 		fw.Close()
 		return err
@@ -61,11 +71,14 @@ type watcher struct {
 	fw    *fsnotify.Watcher
 	path  string
 	dir   string // filepath.Dir(path), as fsnotify names events on the directory itself
+	limit int64  // the largest file read, in bytes
 	after func(time.Duration) <-chan time.Time
 	done  chan struct{}
 	once  sync.Once
 
-	last []byte // content of the last reload attempt
+	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
+	// keeps none of its bytes.
+	last [sha256.Size]byte
 }
 
 func (w *watcher) close() error {
@@ -88,10 +101,10 @@ const (
 func (w *watcher) run(e *Engine) {
 	defer close(w.done)
 	var (
-		timer   <-chan time.Time // the one pending timer: settle, or rearm when !watched
-		watched = true           // the directory is watched
-		read1   bool             // the first of the two reads is done
-		first   []byte           // its content
+		timer   <-chan time.Time  // the one pending timer: settle, or rearm when !watched
+		watched = true            // the directory is watched
+		read1   bool              // the first of the two reads is done
+		first   [sha256.Size]byte // its content's hash
 	)
 	for {
 		select {
@@ -134,8 +147,8 @@ func (w *watcher) run(e *Engine) {
 				read1 = false
 				continue
 			}
-			if !read1 || !bytes.Equal(first, data) {
-				read1, first = true, data // the first read, or changed since it: settle again
+			if sum := sha256.Sum256(data); !read1 || sum != first {
+				read1, first = true, sum // the first read, or changed since it: settle again
 				timer = w.after(settle)
 				continue
 			}
@@ -148,9 +161,9 @@ func (w *watcher) run(e *Engine) {
 // read returns the file's content; false if it cannot be read now, which is logged and counted
 // unless the file is missing (mid-swap, or removed: the next event reads it again).
 func (w *watcher) read(e *Engine) ([]byte, bool) {
-	data, err := os.ReadFile(w.path)
+	data, err := readRulesFile(w.path, w.limit)
 	if err != nil {
-		if !os.IsNotExist(err) {
+		if !errors.Is(err, fs.ErrNotExist) {
 			e.stats.ReloadFailures.Add(1)
 			e.log.Error("pgtraffic: rules file unreadable; keeping the last good rules", "path", w.path, "error", err)
 		}
@@ -161,10 +174,11 @@ func (w *watcher) read(e *Engine) ([]byte, bool) {
 
 // apply puts data in force if it differs from the last attempt and is valid.
 func (w *watcher) apply(e *Engine, data []byte) {
-	if bytes.Equal(data, w.last) {
+	sum := sha256.Sum256(data)
+	if sum == w.last {
 		return
 	}
-	w.last = data
+	w.last = sum
 	cfg, err := rules.Parse(data)
 	if err == nil {
 		err = e.SetConfig(cfg)
@@ -175,4 +189,64 @@ func (w *watcher) apply(e *Engine, data []byte) {
 		return
 	}
 	e.log.Info("pgtraffic: rules reloaded", "path", w.path, "budgets", len(cfg.Budgets), "rules", len(cfg.Rules))
+}
+
+// readRulesFile reads the rules file at path, if it is a regular file (a symlink is followed
+// and its target checked) of at most limit bytes. Anything else is refused before a byte of it
+// is read: a FIFO would block the reader until a writer came, a device (/dev/zero) never ends,
+// and a huge file would cost its size in memory. The file is opened without blocking, and the
+// opened file is checked again, in case another was swapped in between.
+func readRulesFile(path string, limit int64) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("pgtraffic: rules file: %w", err)
+	}
+	if err := checkRulesFile(path, fi, limit); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pgtraffic: rules file: %w", err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("pgtraffic: rules file: %w", err)
+	}
+	if err := checkRulesFile(path, fi, limit); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("pgtraffic: rules file: %w", err)
+	}
+	if int64(len(data)) > limit { // it grew while read
+		return nil, fmt.Errorf("pgtraffic: rules file %s: larger than the limit of %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+// checkRulesFile says why the file fi, found at path, is not read as a rules file, or nil.
+func checkRulesFile(path string, fi fs.FileInfo, limit int64) error {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("pgtraffic: rules file %s: not a regular file (%s)", path, fileKind(fi.Mode()))
+	case fi.Size() > limit:
+		return fmt.Errorf("pgtraffic: rules file %s: %d bytes, larger than the limit of %d bytes", path, fi.Size(), limit)
+	}
+	return nil
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "type " + m.Type().String()
 }

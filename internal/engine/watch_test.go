@@ -1,13 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,8 +85,12 @@ func (c *watchClock) earliest() (time.Duration, bool) {
 	return at.Sub(c.t), true
 }
 
-// reloadLog is a slog handler that reports each "rules reloaded" record on a channel.
-type reloadLog struct{ reloaded chan struct{} }
+// reloadLog is a slog handler that reports each "rules reloaded" record on a channel, and the
+// text of each error record on another, when it has room.
+type reloadLog struct {
+	reloaded chan struct{}
+	failed   chan string
+}
 
 func (h reloadLog) Enabled(context.Context, slog.Level) bool { return true }
 func (h reloadLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
@@ -91,6 +98,14 @@ func (h reloadLog) WithGroup(string) slog.Handler            { return h }
 func (h reloadLog) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "rules reloaded") {
 		h.reloaded <- struct{}{}
+	}
+	if r.Level == slog.LevelError {
+		text := r.Message
+		r.Attrs(func(a slog.Attr) bool { text += " " + a.String(); return true })
+		select {
+		case h.failed <- text:
+		default:
+		}
 	}
 	return nil
 }
@@ -101,17 +116,25 @@ type watchHarness struct {
 	e        *Engine
 	clk      *watchClock
 	reloaded chan struct{}
+	failed   chan string // error logs
 }
 
 func newWatchHarness(t *testing.T, path string) *watchHarness {
 	t.Helper()
-	h := &watchHarness{t: t, clk: newWatchClock(), reloaded: make(chan struct{}, 100)}
-	h.e, _ = newEngine(t, "", func(o *Options) {
-		o.Logger, o.Now, o.After = slog.New(reloadLog{h.reloaded}), h.clk.now, h.clk.after
-	})
-	if err := h.e.WatchFile(path); err != nil {
+	h := newWatchEngine(t)
+	if err := h.e.WatchFile(path, 0); err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// newWatchEngine is a harness that watches nothing yet.
+func newWatchEngine(t *testing.T) *watchHarness {
+	t.Helper()
+	h := &watchHarness{t: t, clk: newWatchClock(), reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
+	h.e, _ = newEngine(t, "", func(o *Options) {
+		o.Logger, o.Now, o.After = slog.New(reloadLog{h.reloaded, h.failed}), h.clk.now, h.clk.after
+	})
 	return h
 }
 
@@ -251,5 +274,182 @@ func TestWatchRearmsWhenDirectoryIsRecreated(t *testing.T) {
 	h.runUntilReload()
 	if got := h.inForce(); got != "changed:warn" {
 		t.Fatalf("in force: %s; want the change after the re-armed watch", got)
+	}
+}
+
+// runUntilFailure advances the clock through the watcher's timers until it logs an error, and
+// returns the error's text.
+func (h *watchHarness) runUntilFailure() string {
+	h.t.Helper()
+	deadline, start := time.After(failsafe), h.clk.now()
+	for {
+		select {
+		case text := <-h.failed:
+			return text
+		case <-h.reloaded:
+			h.t.Fatalf("the watcher put rules in force: %s", h.inForce())
+		default:
+		}
+		if h.clk.now().Sub(start) > time.Minute {
+			h.t.Fatalf("no error after a minute of watcher time")
+		}
+		if d, ok := h.clk.earliest(); ok {
+			h.clk.advance(d)
+			continue
+		}
+		select {
+		case text := <-h.failed:
+			return text
+		case <-h.clk.set:
+		case <-deadline:
+			h.t.Fatalf("the watcher stalled without an error (blocked reading the file?)")
+		}
+	}
+}
+
+// closeWithin closes the engine, failing the test rather than hanging if Close blocks.
+func (h *watchHarness) closeWithin(d time.Duration) {
+	h.t.Helper()
+	done := make(chan struct{})
+	go func() { h.e.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		h.t.Fatalf("Close did not return within %v", d)
+	}
+}
+
+// unblockFIFO opens the FIFO at path for writing and closes it, so that a reader blocked in
+// opening it returns (reading end of file): the cleanup of a test that fails on a watcher that
+// blocks on FIFOs.
+func unblockFIFO(path string) {
+	if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		f.Close()
+	}
+}
+
+// nonRegularFiles makes, in dir, each kind of file the watcher must refuse unread: a FIFO (a
+// blocking read), a symlink to /dev/zero (an endless one) and a file over the size limit.
+func nonRegularFiles(t *testing.T, dir string, limit int64) map[string]string {
+	t.Helper()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unblockFIFO(fifo) })
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	// A valid file but for its size: a budget, then blanks to one byte over the limit.
+	content := []byte("budgets:\n  - {name: big, mode: warn}\n")
+	content = append(content, bytes.Repeat([]byte{' '}, int(limit)+1-len(content))...)
+	if err := os.WriteFile(big, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"fifo": fifo, "symlink to /dev/zero": zero, "over the size limit": big}
+}
+
+// TestWatchFileRefusesNonRegularFiles: the first load of a FIFO, of a symlink to /dev/zero and
+// of a file over the limit fails at once, naming the problem, instead of blocking, reading
+// forever or reading the whole file.
+func TestWatchFileRefusesNonRegularFiles(t *testing.T) {
+	const limit = 1 << 20
+	files := nonRegularFiles(t, t.TempDir(), limit)
+	for name, want := range map[string]string{
+		"fifo":                 "not a regular file (a named pipe)",
+		"symlink to /dev/zero": "not a regular file (a device)",
+		"over the size limit":  "1048577 bytes, larger than the limit of 1048576 bytes",
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newWatchEngine(t)
+			done := make(chan error, 1)
+			go func() { done <- h.e.WatchFile(files[name], limit) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("WatchFile: %v; want an error saying %q", err, want)
+				}
+			case <-time.After(failsafe):
+				unblockFIFO(files[name])
+				t.Fatal("WatchFile did not return")
+			}
+			h.closeWithin(failsafe)
+		})
+	}
+}
+
+// TestWatchReloadRefusesNonRegularFiles: a FIFO, a symlink to /dev/zero or a file over the limit
+// renamed over the rules file is refused (logged, counted) without stalling the watcher: the
+// last good rules stay, a valid file written next is in force, and Close returns.
+func TestWatchReloadRefusesNonRegularFiles(t *testing.T) {
+	const limit = 1 << 20
+	for _, name := range []string{"fifo", "symlink to /dev/zero", "over the size limit"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "rules.yaml")
+			if err := os.WriteFile(path, []byte("budgets:\n  - {name: old, mode: enforce, max_concurrent: 2}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			h := newWatchEngine(t)
+			if err := h.e.WatchFile(path, limit); err != nil {
+				t.Fatal(err)
+			}
+			files := nonRegularFiles(t, t.TempDir(), limit)
+			t.Cleanup(func() { unblockFIFO(path) }) // before Close: a blocked reader returns
+			if err := os.Rename(files[name], path); err != nil {
+				t.Fatal(err)
+			}
+			failed := h.runUntilFailure()
+			if !strings.Contains(failed, "keeping the last good rules") {
+				t.Fatalf("logged %q", failed)
+			}
+			if got := h.inForce(); got != "old:enforce" {
+				t.Fatalf("in force: %s; want the last good rules", got)
+			}
+			if n := h.e.stats.ReloadFailures.Load(); n == 0 {
+				t.Fatal("the refused file was not counted")
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("budgets:\n  - {name: next, mode: warn}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			h.runUntilReload()
+			if got := h.inForce(); got != "next:warn" {
+				t.Fatalf("in force: %s; want the file written after the refused one", got)
+			}
+			h.closeWithin(failsafe)
+		})
+	}
+}
+
+// TestWatchRejectedFileKeepsNoBytes: the watcher remembers what it last tried by a hash, so a
+// large invalid file costs no memory once it is rejected.
+func TestWatchRejectedFileKeepsNoBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newWatchHarness(t, path)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const size = 8 << 20
+	// Invalid from its first byte, so that the parser refuses it at once.
+	bad := append([]byte("\xff"), bytes.Repeat([]byte{' '}, size)...)
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad = nil
+	if failed := h.runUntilFailure(); !strings.Contains(failed, "invalid rules file") {
+		t.Fatalf("logged %q", failed)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > size/2 {
+		t.Fatalf("the heap grew by %d bytes with the rejected %d-byte file", grew, size)
 	}
 }
