@@ -3,6 +3,8 @@ package coord
 import (
 	"math"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // leaseDuration is how long a lease lasts without renewal, on the instance and in Redis
@@ -46,11 +48,11 @@ type part struct {
 	pendingUsed float64
 	accUsed     float64
 
-	grant       Lease     // the last lease from Redis
-	hasGrant    bool      // grant is set
-	firstGrant  time.Time // when the sync of the first grant was sent
-	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
-	target      float64   // the fair rate Redis computed for this instance
+	grant       budget.Lease // the last lease from Redis
+	hasGrant    bool         // grant is set
+	firstGrant  time.Time    // when the sync of the first grant was sent
+	expires     time.Time    // when grant lapses: the sync's send time plus the lease duration
+	target      float64      // the fair rate Redis computed for this instance
 	targetSlots int
 	live        int                 // instances sharing the partition, as last seen
 	debt        float64             // global debt as last seen, execution seconds
@@ -59,7 +61,7 @@ type part struct {
 	// it syncs then to take up the capacity of an instance that crashed.
 	retake time.Time
 
-	pushed    Lease // what the local budget enforces
+	pushed    budget.Lease // what the local budget enforces
 	hasPushed bool
 }
 
@@ -136,10 +138,10 @@ func (c *core) instances() int {
 
 // absorb takes a local usage report made at now. It only accumulates: demand is estimated
 // per sync, over windows long enough to mean something.
-func (c *core) absorb(now time.Time, usage []Usage) {
+func (c *core) absorb(now time.Time, usage []budget.Usage) {
 	for i := range usage {
 		u := &usage[i]
-		if !u.active() {
+		if !active(u) {
 			continue
 		}
 		p := c.parts[u.Key]
@@ -299,7 +301,7 @@ func (c *core) reports(now time.Time) [][]report {
 
 // result is Redis's answer for one partition.
 type result struct {
-	lease       Lease
+	lease       budget.Lease
 	live        int
 	debt        float64
 	target      float64
@@ -416,7 +418,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 // when the grant was larger, as Redis no longer counts it, and rising to it from a smaller
 // grant. A partition without a grant has nothing while Redis answers (its first sync is
 // moments away) and the fallback share while it does not.
-func (c *core) lease(p *part, now time.Time) Lease {
+func (c *core) lease(p *part, now time.Time) budget.Lease {
 	if p.hasGrant && now.Before(p.expires) {
 		return p.grant
 	}
@@ -435,13 +437,13 @@ func (c *core) lease(p *part, now time.Time) Lease {
 		fb.Burst = 0
 		return fb
 	}
-	return Lease{}
+	return budget.Lease{}
 }
 
 // push is a lease to hand to the local budget.
 type push struct {
 	key   string
-	lease Lease
+	lease budget.Lease
 }
 
 // pushes returns the leases that changed since they were last handed over.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 //go:embed sync.lua
@@ -118,7 +120,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 			}
 			return v
 		}
-		r.lease = Lease{Rate: num(0), Burst: num(1), Slots: int(num(2))}
+		r.lease = budget.Lease{Rate: num(0), Burst: num(1), Slots: int(num(2))}
 		r.live = int(num(3))
 		r.debt = num(4)
 		r.target = num(5)
