@@ -60,6 +60,7 @@ type part struct {
 	offered float64 // predicted seconds of the statements that asked, admitted or refused
 	used    float64 // actual seconds of the statements released
 	wanted  int     // most statements that wanted a slot at once
+	queued  int     // statements refused for want of a slot since the last report
 	starved bool    // a statement was refused for want of credit or a slot
 }
 
@@ -234,7 +235,14 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) {
 	p.offered += sanitizeCost(r.Cost)
 	p.starved = true
 	if reason == ReasonConcurrency {
-		p.wanted = max(p.wanted, s.inflight+slots+1)
+		// Every statement refused since the last report wanted a slot beside those in
+		// flight: a burst of N asks for N slots at once, not one more per sync. A caller
+		// that retries counts again, so the count stops at the budget's own limit.
+		p.queued++
+		p.wanted = max(p.wanted, s.inflight+slots+p.queued)
+		if m := k.spec.MaxConcurrent; m > 0 {
+			p.wanted = min(p.wanted, m)
+		}
 	}
 	b.link.kick()
 }

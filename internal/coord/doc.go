@@ -188,7 +188,7 @@
 // # Wiring into a connector
 //
 // When the rules have a coordination section, the connector makes one [Coordinator] with the
-// client given by driver.WithRedisClient or else [NewClient] of the section's URL, the
+// client given by driver.WithRedisClient or else [Options].URL, the section's URL, the
 // section's sync interval and fallback instances, and starts it. Each budget that
 // rules.Config.IsShared reports as shared is registered with [Coordinator.Register], its
 // [Spec] being the budget's rate (server_share × server_cores), burst_limit and
