@@ -54,6 +54,7 @@ type part struct {
 	expires     time.Time    // when grant lapses: the sync's send time plus the lease duration
 	target      float64      // the fair rate Redis computed for this instance
 	targetSlots int
+	asked       int                 // slots wanted as reported by the sync of grant
 	live        int                 // instances sharing the partition, as last seen
 	debt        float64             // global debt as last seen, execution seconds
 	seen        [sightings]sighting // the latest live counts, newest first
@@ -86,10 +87,12 @@ func (p *part) expected(now time.Time, window time.Duration, failing bool) int {
 	return n
 }
 
-// below reports whether the partition holds less than its fair share: a starved partition
-// below it syncs early to take up capacity that others have given back.
-func (p *part) below() bool {
-	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots
+// short reports whether a starved partition may gain from an early sync: it holds less
+// than its fair share (others have given capacity back), or it wants more slots at once
+// than the sync that set its share knew of, and holds fewer than the budget's limit.
+func (p *part) short(maxConcurrent int) bool {
+	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots ||
+		p.peak > p.asked && p.grant.Slots < maxConcurrent
 }
 
 // core is the plain, single-threaded state of one shared budget on this instance: it turns
@@ -109,7 +112,7 @@ type core struct {
 	failing  bool      // the last sync failed
 	since    time.Time // when failing began
 	anyNew   bool      // a partition has no lease yet
-	anyShort bool      // a starved partition is below its fair share
+	anyShort bool      // a starved partition may gain from an early sync (part.short)
 	kicked   bool      // the local budget asked for an early sync since the last one
 
 	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
@@ -164,7 +167,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 	c.anyNew, c.anyShort = false, false
 	for _, p := range c.parts {
 		c.anyNew = c.anyNew || !p.hasGrant
-		c.anyShort = c.anyShort || p.starved && p.below()
+		c.anyShort = c.anyShort || p.starved && p.short(c.spec.MaxConcurrent)
 	}
 }
 
@@ -408,6 +411,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			p.retake = now.Add(r.retake)
 		}
 		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
+		p.asked = rep.want
 		p.active, p.starved = false, false
 	}
 	return dropped

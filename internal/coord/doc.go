@@ -69,8 +69,9 @@
 // budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
 // a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
 // yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
-// target. A starved partition at its fair share does not sync early: there is nothing to
-// gain. A sync is bounded by a deadline of a quarter interval (at least 50ms); a call that
+// target, or wanting more slots at once than its last sync reported while it holds fewer
+// than max_concurrent (a burst on an instance with room). A starved partition at the fair
+// share of the demand Redis knows does not sync early: there is nothing to gain. A sync is bounded by a deadline of a quarter interval (at least 50ms); a call that
 // overruns it is abandoned even if the client ignores contexts, and no second call starts
 // until it returns.
 //
