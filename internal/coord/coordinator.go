@@ -322,18 +322,19 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 	return errors.Join(errs...)
 }
 
-// syncBudget sends a budget's reports, all within one deadline well under the interval.
+// syncBudget sends a budget's reports, one script call per chunk, each within its own
+// deadline well under the interval: a budget with many active partitions makes many calls,
+// and one deadline over all of them would fail a healthy Redis. Each chunk's leases count
+// from its own send.
 func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, error) {
 	d := max(c.interval/4, minDeadline)
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	sent := c.now()
-	c.mu.Lock()
-	notAfter := e.core.notAfter(sent, d)
-	c.mu.Unlock()
 	var dropped []string
 	for _, reps := range chunks {
-		rep, err := c.exec(ctx, spec, notAfter, reps)
+		sent := c.now()
+		c.mu.Lock()
+		notAfter := e.core.notAfter(sent, d)
+		c.mu.Unlock()
+		rep, err := c.execWithin(ctx, d, spec, notAfter, reps)
 		now := c.now()
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
@@ -349,6 +350,13 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		}
 	}
 	return dropped, nil
+}
+
+// execWithin is exec with a deadline of d.
+func (c *Coordinator) execWithin(ctx context.Context, d time.Duration, spec Spec, notAfter int64, reps []report) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.exec(ctx, spec, notAfter, reps)
 }
 
 // noteHealth logs the changes between reachable and unreachable, once each. The error text

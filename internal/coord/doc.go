@@ -71,9 +71,10 @@
 // yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
 // target, or wanting more slots at once than its last sync reported while it holds fewer
 // than max_concurrent (a burst on an instance with room). A starved partition at the fair
-// share of the demand Redis knows does not sync early: there is nothing to gain. A sync is bounded by a deadline of a quarter interval (at least 50ms); a call that
-// overruns it is abandoned even if the client ignores contexts, and no second call starts
-// until it returns.
+// share of the demand Redis knows does not sync early: there is nothing to gain. Each script call of a sync (one per 256 partitions) is bounded by a deadline of a
+// quarter interval (at least 50ms), so that a budget with tens of thousands of active
+// partitions syncs against a healthy Redis; a call that overruns it is abandoned even if
+// the client ignores contexts, and no second call starts until it returns.
 //
 // # Failures
 //

@@ -612,3 +612,38 @@ func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
 		t.Fatalf("after one left the others hold %d slots, want all 3", slots)
 	}
 }
+
+// manyTenants is issue 21's finding 7: the active partitions of a `per: tenant` budget.
+const manyTenants = 20_000
+
+// TestManyTenantsSyncWithinTheInterval syncs 20,000 active partitions of one budget against
+// a healthy Redis: every sync succeeds (each script call has its own deadline; one deadline
+// over all of them failed), and the leases are set.
+func TestManyTenantsSyncWithinTheInterval(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	keys := make([]string, manyTenants)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	spec := Spec{Name: "tenants", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	local := newFakeLocal(1, 1, keys...)
+	// A long interval gives each call a deadline that the race detector on a loaded machine
+	// leaves room for; the whole sync takes far longer than one such deadline.
+	c := newCoord(t, Options{Client: rc, Interval: 2 * time.Second, Logger: quiet})
+	c.Register(spec, local)
+	for i := range 3 {
+		start := time.Now()
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatalf("sync %d of %d partitions: %v", i, len(keys), err)
+		}
+		t.Logf("sync %d of %d partitions: %v", i, len(keys), time.Since(start))
+	}
+	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys) {
+		t.Fatalf("status %+v", st)
+	}
+	for _, k := range keys {
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+			t.Fatalf("partition %s: %+v", k, l)
+		}
+	}
+}

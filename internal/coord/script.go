@@ -34,18 +34,27 @@ const maxKeyPart = 128
 // percent-encoded so that any budget name makes exactly one tag: every key of a budget is
 // in one slot, as a script touching several keys needs.
 func HashTag(budget string) string {
-	r := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-	return "{" + r.Replace(budget) + "}"
+	return "{" + tagEscaper.Replace(budget) + "}"
 }
+
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // PartitionKey is the Redis key of one partition of a budget:
 // pgtraffic:{budget}:p:<partition>.
 func PartitionKey(budget, partition string) string {
+	return partitionPrefix(budget) + partitionPart(partition)
+}
+
+// partitionPrefix is what every partition key of a budget starts with.
+func partitionPrefix(budget string) string { return KeyPrefix + HashTag(budget) + ":p:" }
+
+// partitionPart is a partition's value as its key ends: verbatim, or hashed when long.
+func partitionPart(partition string) string {
 	if len(partition) > maxKeyPart {
 		sum := sha256.Sum256([]byte(partition))
-		partition = "#" + hex.EncodeToString(sum[:16])
+		return "#" + hex.EncodeToString(sum[:16])
 	}
-	return KeyPrefix + HashTag(budget) + ":p:" + partition
+	return partition
 }
 
 // errStale is a call that Redis ran after its deadline (it sat in the socket of a Redis
@@ -67,8 +76,9 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
+	prefix := partitionPrefix(spec.Name)
 	for i, r := range reps {
-		keys[i] = PartitionKey(spec.Name, r.p.key)
+		keys[i] = prefix + partitionPart(r.p.key)
 		leave := 0
 		if r.leave {
 			leave = 1

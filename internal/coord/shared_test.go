@@ -79,4 +79,3 @@ func TestSharedSlotsServeABurstAtOnce(t *testing.T) {
 			refused, admitted)
 	}
 }
-
