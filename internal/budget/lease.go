@@ -129,6 +129,7 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 	if !k.shared {
 		return
 	}
+	lease = k.bound(lease)
 	s := k.lookup(key)
 	if s == nil {
 		if lease == (Lease{}) {
@@ -141,7 +142,7 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 		s.Debt, s.Last = s.DebtAt(now, old.Rate), now
 	}
 	s.Debt -= min(max(0, s.Debt-lease.Burst), max(0, old.Burst-lease.Burst))
-	s.Debt = max(s.Debt, sanitizeCost(lease.Debt)) // its share of the global debt (see Lease)
+	s.Debt = max(s.Debt, lease.Debt) // its share of the global debt (see Lease)
 	s.part.lease = lease
 	switch {
 	case lease == (Lease{}) && s.inflight == 0:
@@ -172,6 +173,15 @@ func (b *Budget) TakeUsage(now time.Time) []Usage {
 		*p = part{lease: p.lease, wanted: s.inflight}
 	}
 	return out
+}
+
+// bound returns l within the budget's own limits: whatever the coordinator computed (from
+// numbers Redis gave it), one instance's lease never exceeds the whole budget, and a
+// negative or non-finite number is none.
+func (k *keys) bound(l Lease) Lease {
+	sp := &k.spec
+	return Lease{Rate: min(sanitizeCost(l.Rate), sp.Rate), Burst: min(sanitizeCost(l.Burst), sp.Burst),
+		Slots: min(max(l.Slots, 0), sp.MaxConcurrent), Debt: sanitizeCost(l.Debt)}
 }
 
 // rate is the rate s drains at: its lease's in a shared budget, else the spec's.

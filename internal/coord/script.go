@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -89,8 +90,44 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 	if err != nil {
 		return reply{}, err
 	}
-	return decodeReply(v, len(reps))
+	r, err := decodeReply(v, len(reps))
+	for i := range r.results {
+		r.results[i].clamp(spec, lease)
+	}
+	return r, err
 }
+
+// maxLive bounds the instance count a reply may report, as the script bounds lost ones.
+const maxLive = 100_000
+
+// maxDebtSeconds bounds the global debt a reply may report, in seconds of the budget's
+// rate: the script keeps no more.
+const maxDebtSeconds = 3600
+
+// clamp makes every number of r one that the script could have sent for spec: none
+// negative or non-finite, no lease beyond the budget's own limits, no retake beyond a
+// lease duration. Redis is not trusted to hold only what the script wrote.
+func (r *result) clamp(spec Spec, lease time.Duration) {
+	r.lease.Rate = within(r.lease.Rate, spec.Rate)
+	r.lease.Burst = within(r.lease.Burst, spec.Burst)
+	r.lease.Slots = min(r.lease.Slots, spec.MaxConcurrent)
+	r.live = min(r.live, maxLive)
+	r.debt = within(r.debt, spec.Rate*maxDebtSeconds)
+	r.target = within(r.target, spec.Rate)
+	r.targetSlots = min(r.targetSlots, spec.MaxConcurrent)
+	r.retake = min(r.retake, lease)
+}
+
+// within is x in [0, hi], and 0 for NaN.
+func within(x, hi float64) float64 {
+	if !(x > 0) {
+		return 0
+	}
+	return min(x, hi)
+}
+
+// count is x as a count, in [0, MaxInt32]: a huge or non-finite float has no int value.
+func count(x float64) int { return int(within(x, math.MaxInt32)) }
 
 func decodeReply(v []any, n int) (reply, error) {
 	if len(v) < 2 {
@@ -130,12 +167,12 @@ func decodeResults(v []any, n int) ([]result, error) {
 			}
 			return v
 		}
-		r.lease = budget.Lease{Rate: num(0), Burst: num(1), Slots: int(num(2))}
-		r.live = int(num(3))
+		r.lease = budget.Lease{Rate: num(0), Burst: num(1), Slots: count(num(2))}
+		r.live = count(num(3))
 		r.debt = num(4)
 		r.target = num(5)
-		r.targetSlots = int(num(6))
-		r.retake = time.Duration(num(7)) * time.Microsecond
+		r.targetSlots = count(num(6))
+		r.retake = time.Duration(count(num(7))) * time.Microsecond
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

@@ -46,6 +46,32 @@ local not_after = tonumber(ARGV[7])
 
 local function num(x) return string.format('%.17g', x) end
 
+-- Everything read back from Redis is checked: another writer (or a corrupted restore) may
+-- have left any value. A value that is not a finite number in its range is ignored, and the
+-- writes below repair it.
+local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
+local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
+-- The most global debt kept, µs of the budget's rate (the horizon of the expiry below).
+local max_debt = 3600 * 1000000
+-- The most instances a partition may count as lost.
+local max_lost = 100000
+
+-- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
+-- left}, or nil when it is not one this script could have written (not a msgpack array, a
+-- negative or non-finite number, an expiry beyond a lease duration from now). What it holds
+-- counts as at most the whole budget: an instance on other limits (a rolling change of
+-- the rules) may hold more than this one's.
+local function entry(v)
+  local ok, e = pcall(cmsgpack.unpack, v)
+  if not ok or type(e) ~= 'table' then return nil end
+  for k = 1, 7 do
+    if not within(e[k], 0, math.huge) then return nil end
+  end
+  if e[6] > now + ttl or (e[7] ~= 0 and e[7] ~= 1) then return nil end
+  e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
+  return e
+end
+
 if not_after > 0 and now > not_after then
   return {num(now), 1}
 end
@@ -87,16 +113,22 @@ for i, key in ipairs(KEYS) do
   for j = 1, #flat, 2 do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
-      tat = math.max(tonumber(v), now)
+      local x = tonumber(v)
+      if finite(x) then tat = math.min(math.max(x, now), now + max_debt) end
     elseif f == 'last' then
-      last = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, now) then last = x end
     elseif f == 'lu' then
-      lost_until = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, now + ttl) then lost_until = x end
     elseif f == 'ln' then
-      lost_n = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, max_lost) then lost_n = math.floor(x) end
     else
-      local e = cmsgpack.unpack(v)
-      if e[6] <= now then
+      local e = entry(v)
+      if e == nil then
+        redis.call('HDEL', key, f)
+      elseif e[6] <= now then
         redis.call('HDEL', key, f)
         if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif e[7] == 1 and f ~= id then
@@ -111,8 +143,9 @@ for i, key in ipairs(KEYS) do
   end
   if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
 
-  -- Usage counts once per sequence number, whatever the retries.
-  if seq > mine[1] then
+  -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
+  -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
+  if seq ~= mine[1] then
     if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
     mine[1] = seq
   end
