@@ -55,6 +55,8 @@ type part struct {
 	target      float64      // the fair rate Redis computed for this instance
 	targetSlots int
 	asked       int                 // slots wanted as reported by the sync of grant
+	inForce     Limits              // the limits Redis divided, as last seen
+	differ      bool                // the instances in the partition disagree on the limits
 	live        int                 // instances sharing the partition, as last seen
 	debt        float64             // global debt as last seen, execution seconds
 	seen        [sightings]sighting // the latest live counts, newest first
@@ -310,6 +312,8 @@ type result struct {
 	target      float64
 	targetSlots int
 	retake      time.Duration // until another instance's lease lapses, if starved; 0: none
+	inForce     Limits        // the smallest limits of the instances in the partition
+	differ      bool          // the instances disagree on the limits
 }
 
 // notAfter is the Redis time after which a call sent at now with deadline d must not act:
@@ -412,6 +416,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 		}
 		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
 		p.asked = rep.want
+		p.inForce, p.differ = r.inForce, r.differ
 		p.active, p.starved = false, false
 	}
 	return dropped
@@ -464,6 +469,13 @@ func (c *core) pushes(now time.Time) []push {
 	return out
 }
 
+// Limits are a shared budget's global limits as Redis divides them.
+type Limits struct {
+	Rate          float64 // execution seconds per second; 0: no bucket
+	Burst         float64 // execution seconds
+	MaxConcurrent int     // 0: unlimited
+}
+
 // Status is one shared budget as this instance sees it.
 type Status struct {
 	Name       string
@@ -478,12 +490,24 @@ type Status struct {
 	Failures   uint64        // failed syncs
 	Latency    time.Duration // of the last successful sync
 	LastSync   time.Time     // of the last successful sync
+	// LimitsDiffer says that the instances sharing the budget disagree on its limits (a
+	// change of the rules half rolled out); LimitsInForce is then the smallest limits any
+	// of them holds, which every instance divides until they agree. Both as last seen.
+	LimitsDiffer  bool
+	LimitsInForce Limits
 }
 
 func (c *core) status(now time.Time) Status {
 	s := Status{Name: c.spec.Name, Partitions: len(c.parts), Instances: c.known, Fallback: c.failing,
 		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK}
+	s.LimitsInForce = Limits{Rate: c.spec.Rate, Burst: c.spec.Burst, MaxConcurrent: c.spec.MaxConcurrent}
 	for _, p := range c.parts {
+		if p.differ {
+			in := &s.LimitsInForce
+			s.LimitsDiffer = true
+			in.Rate, in.Burst = min(in.Rate, p.inForce.Rate), min(in.Burst, p.inForce.Burst)
+			in.MaxConcurrent = min(in.MaxConcurrent, p.inForce.MaxConcurrent)
+		}
 		l := c.lease(p, now)
 		s.Rate += l.Rate
 		s.Burst += l.Burst

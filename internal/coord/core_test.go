@@ -446,13 +446,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1)}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := result{lease: budget.Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
-		retake: 1500 * time.Microsecond}
+		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -460,9 +460,9 @@ func TestDecodeResults(t *testing.T) {
 		{},
 		{"x"},
 		{[]any{"0.5"}},
-		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
+		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(0), "1", "2", int64(4)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)

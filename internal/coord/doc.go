@@ -115,6 +115,15 @@
 //     leases granted before it that exceed the even share run beside the new ones until their
 //     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
 //     instance that leaves (Close) is recorded as gone, so others need not wait for it.
+//   - Redis holds something the script did not write (another writer, a corrupted
+//     restore): every number read back is checked, in the script and again in Go. A
+//     non-finite or negative value, an entry that is not msgpack or expires beyond a lease
+//     duration from now, is ignored and overwritten; a lease is bounded by the budget's own
+//     limits before the local budget uses it, and the local budget bounds it again.
+//   - Instances disagree on the limits (a change of the rules half rolled out): each entry
+//     records its instance's limits, and every instance divides the smallest limits among
+//     the live entries, so that together they hold the smaller limit and each keeps its
+//     even share of it. [Status] shows it (LimitsDiffer, LimitsInForce) until they agree.
 //
 // # What the local budget must offer
 //
@@ -142,8 +151,8 @@
 //
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
-//     peak number of statements that wanted a slot at once (in flight plus refused or waiting
-//     for a slot), the current in-flight count, and whether any statement starved. Only the
+//     peak number of statements that wanted a slot at once (in flight plus every statement
+//     refused or waiting for a slot since the last report), the current in-flight count, and whether any statement starved. Only the
 //     partitions with something to report are returned; the coordinator keeps reporting a
 //     partition for two more syncs after it went idle, then leaves it and sets a zero lease
 //     (the budget may then evict it when idle).

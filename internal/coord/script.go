@@ -116,6 +116,8 @@ func (r *result) clamp(spec Spec, lease time.Duration) {
 	r.target = within(r.target, spec.Rate)
 	r.targetSlots = min(r.targetSlots, spec.MaxConcurrent)
 	r.retake = min(r.retake, lease)
+	r.inForce = Limits{Rate: within(r.inForce.Rate, spec.Rate), Burst: within(r.inForce.Burst, spec.Burst),
+		MaxConcurrent: min(r.inForce.MaxConcurrent, spec.MaxConcurrent)}
 }
 
 // within is x in [0, hi], and 0 for NaN.
@@ -155,7 +157,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 8 {
+		if !ok || len(f) != 12 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -173,6 +175,8 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.target = num(5)
 		r.targetSlots = count(num(6))
 		r.retake = time.Duration(count(num(7))) * time.Microsecond
+		r.inForce = Limits{Rate: num(8), Burst: num(9), MaxConcurrent: count(num(10))}
+		r.differ = num(11) == 1
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

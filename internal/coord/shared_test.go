@@ -36,7 +36,8 @@ const cost = 0.005
 
 // slotWorkers runs workers that each take a slot of b, hold it for hold and give it back,
 // trying again after a millisecond when refused, until end. It returns the statements
-// admitted and refused after from, and the most in flight at once that it saw (in across).
+// admitted and refused after from, and sets most to the most in flight at once (counted in
+// across, which workers of other budgets may share) that it saw after from.
 func slotWorkers(b *budget.Budget, workers int, hold time.Duration, from, end time.Time, across *atomic.Int64, most *atomic.Int64) (admitted, refused int64) {
 	var ok, no atomic.Int64
 	var wg sync.WaitGroup
@@ -54,9 +55,9 @@ func slotWorkers(b *budget.Budget, workers int, hold time.Duration, from, end ti
 					continue
 				}
 				n := across.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
 				if time.Now().After(from) {
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
 					ok.Add(1)
 				}
 				time.Sleep(hold)
@@ -154,5 +155,46 @@ func TestForgedRedisStateIsChecked(t *testing.T) {
 				t.Errorf("snapshot: %v", err)
 			}
 		})
+	}
+}
+
+// TestRollingLimitChangeKeepsEvenShares is issue 21's finding 12: two instances share a
+// budget while a change of its max_concurrent is half rolled out (6 on one, 2 on the
+// other). Both enforce the smaller limit together, each keeps its even share of it (the
+// instance on the lower limit is not shut out), and both show the disagreement.
+func TestRollingLimitChangeKeepsEvenShares(t *testing.T) {
+	srv := redistest.Need(t)
+	const interval = 200 * time.Millisecond
+	high, hc := sharedBudget(t, srv, Spec{Name: "rolling", MaxConcurrent: 6}, interval, "high")
+	low, lc := sharedBudget(t, srv, Spec{Name: "rolling", MaxConcurrent: 2}, interval, "low")
+	start := time.Now()
+	from, end := start.Add(3*interval), start.Add(15*interval)
+	var across, most, mostHigh, mostLow atomic.Int64
+	var wg sync.WaitGroup
+	var nHigh, nLow int64
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		nHigh, _ = slotWorkers(high, 8, 5*time.Millisecond, from, end, &across, &mostHigh)
+	}()
+	go func() {
+		defer wg.Done()
+		nLow, _ = slotWorkers(low, 8, 5*time.Millisecond, from, end, &across, &mostLow)
+	}()
+	wg.Wait()
+	most.Store(max(mostHigh.Load(), mostLow.Load()))
+	t.Logf("admitted after %v: %d on the instance at 6, %d on the one at 2; at most %d in flight on both",
+		from.Sub(start), nHigh, nLow, most.Load())
+	if most.Load() > 2 {
+		t.Errorf("%d statements in flight on both instances; the smaller limit is 2", most.Load())
+	}
+	if nLow*2 < nHigh || nHigh*2 < nLow {
+		t.Errorf("uneven shares of the smaller limit: %d and %d statements", nHigh, nLow)
+	}
+	for _, c := range []*Coordinator{hc, lc} {
+		st := c.Status()[0]
+		if !st.LimitsDiffer || st.LimitsInForce.MaxConcurrent != 2 {
+			t.Errorf("instance %s: status %+v, want the disagreement and max_concurrent 2 in force", c.Instance(), st)
+		}
 	}
 }
