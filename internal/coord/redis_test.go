@@ -515,7 +515,9 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	}
 	spec := Spec{Name: "many", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	local := newFakeLocal(1, 1, keys...)
-	c := newCoord(t, Options{Client: rc, Interval: 100 * time.Millisecond, Logger: quiet})
+	// Each call's deadline is a quarter interval: long enough for 256 partitions under the
+	// race detector on a loaded machine, short enough for the keys to expire soon.
+	c := newCoord(t, Options{Client: rc, Interval: 400 * time.Millisecond, Logger: quiet})
 	c.Register(spec, local)
 	mustSync(t, c)
 	for _, k := range keys {
