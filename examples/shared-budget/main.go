@@ -258,9 +258,11 @@ func (e *env) run(c config, s scenario) (result, error) {
 		return result{}, err
 	}
 
-	// Redis's call counters start from zero: calls per process per second are counted over
-	// the run.
-	if err := resetStats(e.redis.Addr); err != nil {
+	// Each run starts from an empty Redis, as a cold start: a run must not inherit the
+	// previous run's global debt or its instances' entries (which, a few seconds old, make
+	// the first sync see an outage and keep their shares free for them). Redis's call
+	// counters start from zero too: calls per process per second are counted over the run.
+	if err := resetRedis(e.redis.Addr); err != nil {
 		return result{}, err
 	}
 	spawned := time.Now()
@@ -324,15 +326,19 @@ func (e *env) run(c config, s scenario) (result, error) {
 	return r, nil
 }
 
-// resetStats zeroes Redis's command counters.
-func resetStats(addr string) error {
+// resetRedis empties Redis and zeroes its command counters.
+func resetRedis(addr string) error {
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	return rc.ConfigResetStat(context.Background()).Err()
+	ctx := context.Background()
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	return rc.ConfigResetStat(ctx).Err()
 }
 
 // scriptCalls is how many script calls (EVAL, EVALSHA and their read-only forms) Redis ran
-// since resetStats: every sync is one.
+// since resetRedis: every sync is one.
 func scriptCalls(addr string) (int64, error) {
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
