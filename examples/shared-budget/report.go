@@ -13,6 +13,7 @@ import (
 // result is one run's figures.
 type result struct {
 	scenario  string
+	run       int // 1 for a scenario's first run
 	slots     bool
 	procs     int
 	aggregate float64 // admitted execution seconds per second, all processes
@@ -196,13 +197,14 @@ func median(runs []result) result {
 	return runs[len(runs)/2]
 }
 
-// printTable writes the summary and the targets shared budgets are held to.
+// printTable writes every run's figures, the targets shared budgets are held to, and each
+// target a run missed: a target holds in every run, not only in the median one.
 func printTable(w io.Writer, c config, results []result) {
 	rate := c.share // server_cores 1
-	fmt.Fprintf(w, "\nrate budget: %.3g execution-s/s (server_share %g × 1 core), burst %v; slot budget: max_concurrent %d; sync_interval %v; median of %d runs\n\n",
+	fmt.Fprintf(w, "\nrate budget: %.3g execution-s/s (server_share %g × 1 core), burst %v; slot budget: max_concurrent %d; sync_interval %v; %d runs each\n\n",
 		rate, c.share, c.burst, c.slots, c.interval, c.runs)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprocs\texec-s/s\t/ rate\tmax 1s window\t/ (rate+burst)\tfrom start\tJain\tsmall/big\tmax running\tduring chaos\tafter\tslots idle (before)\tcalls/s/proc\tblocked\terrors\t")
+	fmt.Fprintln(tw, "scenario\trun\tprocs\texec-s/s\t/ rate\tmax 1s window\t/ (rate+burst)\tfrom start\tJain\tsmall/big\tmax running\tduring chaos\tafter\tslots idle (before)\tcalls/s/proc\tblocked\terrors\t")
 	for _, r := range results {
 		ratio, win, all := "-", "-", "-"
 		if !r.slots {
@@ -214,8 +216,8 @@ func printTable(w io.Writer, c config, results []result) {
 		if r.recovered >= 0 {
 			back = r.recovered.Round(10*time.Millisecond).String() + " (" + r.usual.Round(10*time.Millisecond).String() + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%.2f\t%d\t%d\t\n",
-			r.scenario, r.procs, r.aggregate, ratio, r.maxWindow, win, all, num(r.jain), num(r.smallBig),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%.2f\t%d\t%d\t\n",
+			r.scenario, r.run, r.procs, r.aggregate, ratio, r.maxWindow, win, all, num(r.jain), num(r.smallBig),
 			r.running, num(r.during), num(r.after), back, r.callsPerProc, r.blocked, r.errors)
 	}
 	tw.Flush()
@@ -224,6 +226,48 @@ targets: equal / rate within 0.95–1.05; max 1s window ≤ rate+burst (ratio �
 Jain ≥ 0.95; small/big well above 0 (not starved); slots: max running ≤ %d; chaos: during ≤ 1.05 × rate
 (+ one burst after a restart), after within 5%% of the rate; kill: slots idle at most 3 × %v.
 `, c.slots, c.interval)
+	missed := 0
+	for _, r := range results {
+		for _, m := range r.misses(c) {
+			fmt.Fprintf(w, "MISSED: %s run %d: %s\n", r.scenario, r.run, m)
+			missed++
+		}
+	}
+	if missed == 0 {
+		fmt.Fprintln(w, "every run met every target")
+	}
+}
+
+// misses lists the targets r missed (see printTable).
+func (r result) misses(c config) []string {
+	rate, bound := c.share, c.share+c.burst.Seconds()
+	var out []string
+	miss := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if r.slots {
+		if r.running > c.slots {
+			miss("%d running, max_concurrent %d", r.running, c.slots)
+		}
+		if r.recovered > 3*c.interval {
+			miss("slots idle %v after the kill", r.recovered)
+		}
+		return out
+	}
+	if a := r.aggregate / rate; a < 0.95 || a > 1.05 {
+		miss("aggregate %.3f of rate", a)
+	}
+	if x := r.maxWindow / bound; x > 1 {
+		miss("max 1s window %.3f of rate+burst", x)
+	}
+	if r.jain < 0.95 {
+		miss("Jain %.3f", r.jain)
+	}
+	if !math.IsNaN(r.after) && math.Abs(r.after/rate-1) > 0.05 {
+		miss("after the chaos %.3f of rate", r.after/rate)
+	}
+	if !math.IsNaN(r.during) && r.scenario != "restart" && r.during/rate > 1.05 {
+		miss("during the chaos %.3f of rate", r.during/rate)
+	}
+	return out
 }
 
 // summary is one run's bounds in a line, so that each run can be checked, not only the

@@ -3,18 +3,48 @@ package budget
 import (
 	"container/heap"
 	"time"
-
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 )
 
 // A shared budget is a budget whose limits hold across every instance of an
 // application. Its admission is the same as a local budget's: only each key's drain rate,
-// bucket size and concurrency limit come from the key's lease, which a [coord.Coordinator]
-// sets through [Budget.SetLease], instead of from the Spec. The Spec still says which limits
-// are on, and its per-query limit and burst bound every statement as before.
-//
-// *Budget implements [coord.Local].
-var _ coord.Local = (*Budget)(nil)
+// bucket size and concurrency limit come from the key's lease, which a coordinator (the
+// package above this one) sets through [Budget.SetLease], instead of from the Spec. The
+// Spec still says which limits are on, and its per-query limit and burst bound every
+// statement as before.
+
+// Lease is the part of a shared budget's limits that one instance may use for one partition
+// until the next sync: the local bucket drains at Rate with size Burst, and at most Slots of
+// the partition's statements are in flight here. A zero Rate (in a budget with a rate) means no
+// credit and zero Slots (in one with max_concurrent) means no slot: not "unlimited".
+type Lease struct {
+	Rate  float64 // execution seconds per second
+	Burst float64 // execution seconds
+	Slots int     // statements in flight
+	// Debt is the lease's share of the budget's global debt when it was granted (execution
+	// seconds): the local bucket holds at least that much debt from then on, so that the
+	// instances' buckets together never offer more room than the global bucket has.
+	Debt float64
+}
+
+// Usage is what a shared budget reports about one partition (the value of the budget's `per` tag,
+// "" without one) that was active since its previous report.
+type Usage struct {
+	Key string
+	// Offered is the predicted execution seconds of the statements that asked to run since the
+	// previous report, admitted or refused: the partition's demand, not what it was allowed.
+	Offered float64
+	// Used is the actual execution seconds of the statements that completed since the
+	// previous report.
+	Used float64
+	// Wanted is the largest number of statements that wanted a slot at once since the
+	// previous report: those in flight plus those refused (or waiting) for want of a slot.
+	Wanted int
+	// InFlight is the number of statements in flight now.
+	InFlight int
+	// Starved says a statement was refused, or waited, for want of credit or of a slot since
+	// the previous report.
+	Starved bool
+}
 
 // link is a shared budget's tie to its coordinator.
 type link struct {
@@ -26,10 +56,11 @@ type link struct {
 // part is one key's partition of a shared budget: its lease and what it reports at the next
 // sync. Guarded by the budget's mutex.
 type part struct {
-	lease   coord.Lease
+	lease   Lease
 	offered float64 // predicted seconds of the statements that asked, admitted or refused
 	used    float64 // actual seconds of the statements released
 	wanted  int     // most statements that wanted a slot at once
+	queued  int     // statements refused for want of a slot since the last report
 	starved bool    // a statement was refused for want of credit or a slot
 }
 
@@ -85,22 +116,23 @@ func (b *Budget) wakeWaiters() {
 	}
 }
 
-// SetLease makes lease the limits of key's partition from now on ([coord.Local]). Its debt so
+// SetLease makes lease the limits of key's partition from now on. Its debt so
 // far drains at the old rate until now; a debt above the new burst is forgiven down to it by
 // at most the burst the lease lost (a debt run up under a larger lease would otherwise shut
 // the partition out long after the global bucket drained it, while a debt that a statement
 // larger than the burst ran up stays owed), and then raised to the lease's share of the
 // global debt. A zero lease drops an idle partition.
-func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
+func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
 	if !k.shared {
 		return
 	}
+	lease = k.bound(lease)
 	s := k.lookup(key)
 	if s == nil {
-		if lease == (coord.Lease{}) {
+		if lease == (Lease{}) {
 			return
 		}
 		s = k.insert(key, now)
@@ -110,10 +142,10 @@ func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
 		s.Debt, s.Last = s.DebtAt(now, old.Rate), now
 	}
 	s.Debt -= min(max(0, s.Debt-lease.Burst), max(0, old.Burst-lease.Burst))
-	s.Debt = max(s.Debt, sanitizeCost(lease.Debt)) // its share of the global debt (coord.Lease)
+	s.Debt = max(s.Debt, lease.Debt) // its share of the global debt (see Lease)
 	s.part.lease = lease
 	switch {
-	case lease == (coord.Lease{}) && s.inflight == 0:
+	case lease == (Lease{}) && s.inflight == 0:
 		k.remove(s)
 	case s.idx >= 0:
 		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, lease.Rate))
@@ -123,17 +155,17 @@ func (b *Budget) SetLease(now time.Time, key string, lease coord.Lease) {
 }
 
 // TakeUsage returns the usage of every partition active since the previous call and resets
-// its counters ([coord.Local]). O(number of keys), once per sync.
-func (b *Budget) TakeUsage(now time.Time) []coord.Usage {
+// its counters. O(number of keys), once per sync.
+func (b *Budget) TakeUsage(now time.Time) []Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []coord.Usage
+	var out []Usage
 	for _, s := range b.keys.all() {
 		p := s.part
 		if p == nil {
 			continue
 		}
-		u := coord.Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
+		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
 			InFlight: s.inflight, Starved: p.starved}
 		if u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.Starved {
 			out = append(out, u)
@@ -141,6 +173,15 @@ func (b *Budget) TakeUsage(now time.Time) []coord.Usage {
 		*p = part{lease: p.lease, wanted: s.inflight}
 	}
 	return out
+}
+
+// bound returns l within the budget's own limits: whatever the coordinator computed (from
+// numbers Redis gave it), one instance's lease never exceeds the whole budget, and a
+// negative or non-finite number is none.
+func (k *keys) bound(l Lease) Lease {
+	sp := &k.spec
+	return Lease{Rate: min(sanitizeCost(l.Rate), sp.Rate), Burst: min(sanitizeCost(l.Burst), sp.Burst),
+		Slots: min(max(l.Slots, 0), sp.MaxConcurrent), Debt: sanitizeCost(l.Debt)}
 }
 
 // rate is the rate s drains at: its lease's in a shared budget, else the spec's.
@@ -204,7 +245,14 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (k
 	p.offered += sanitizeCost(r.Cost)
 	p.starved = true
 	if reason == ReasonConcurrency {
-		p.wanted = max(p.wanted, s.inflight+slots+1)
+		// Every statement refused since the last report wanted a slot beside those in
+		// flight: a burst of N asks for N slots at once, not one more per sync. A caller
+		// that retries counts again, so the count stops at the budget's own limit.
+		p.queued++
+		p.wanted = max(p.wanted, s.inflight+slots+p.queued)
+		if m := k.spec.MaxConcurrent; m > 0 {
+			p.wanted = min(p.wanted, m)
+		}
 	}
 	return b.link.kick
 }

@@ -4,8 +4,6 @@ import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 )
 
 // newShared returns a shared budget of spec and a counter of its kicks.
@@ -45,7 +43,7 @@ func TestSharedNoCreditRetriesAtTheHint(t *testing.T) {
 
 func TestSharedAdmitsWithinItsLease(t *testing.T) {
 	b, kicks := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
+	b.SetLease(at(0), "", Lease{Rate: 0.25, Burst: 0.25})
 	charge(t, at(0), b, "", 0.2)
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
 	if d == nil || d.Reason != ReasonBudget {
@@ -68,7 +66,7 @@ func TestSharedAdmitsWithinItsLease(t *testing.T) {
 
 func TestSharedSlotsComeFromTheLease(t *testing.T) {
 	b, _ := newShared(Spec{MaxConcurrent: 10})
-	b.SetLease(at(0), "k", coord.Lease{Slots: 1})
+	b.SetLease(at(0), "k", Lease{Slots: 1})
 	admit1(t, at(0), b, "k", 0)
 	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != ReasonConcurrency {
 		t.Fatalf("second statement with one slot: got %+v, want a concurrency refusal", d)
@@ -76,13 +74,13 @@ func TestSharedSlotsComeFromTheLease(t *testing.T) {
 	if u := b.TakeUsage(at(0)); len(u) != 1 || u[0].Wanted != 2 || u[0].InFlight != 1 {
 		t.Fatalf("usage = %+v, want wanted 2, 1 in flight", u)
 	}
-	b.SetLease(at(0), "k", coord.Lease{Slots: 2})
+	b.SetLease(at(0), "k", Lease{Slots: 2})
 	admit1(t, at(0), b, "k", 0)
 }
 
 func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.1, Burst: 0.1})
+	b.SetLease(at(0), "", Lease{Rate: 0.1, Burst: 0.1})
 	charge(t, at(0), b, "", 0.5) // larger than the lease's bucket, within the budget's
 	_, d := Admit(at(1), []Request{{Budget: b, Cost: 0.5}}, nil)
 	if d == nil || d.RetryAfter != 4*time.Second {
@@ -96,14 +94,14 @@ func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
 
 func TestSetLeaseForgivesAtMostTheBurstLost(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "", coord.Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", Lease{Rate: 1, Burst: 1})
 	charge(t, at(0), b, "", 1)
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25})
+	b.SetLease(at(0), "", Lease{Rate: 0.25, Burst: 0.25})
 	if got := b.Snapshot(at(0)).Debt; got != 0.25 {
 		t.Fatalf("debt after the lease shrank = %v, want 0.25 (capped)", got)
 	}
 	charge(t, at(1), b, "", 0.5) // drained to 0 at 0.25/s, then a large statement
-	b.SetLease(at(1), "", coord.Lease{Rate: 0.2, Burst: 0.2})
+	b.SetLease(at(1), "", Lease{Rate: 0.2, Burst: 0.2})
 	if got := b.Snapshot(at(1)).Debt; got < 0.45-1e-9 || got > 0.45+1e-9 {
 		t.Fatalf("debt = %v, want 0.45: only the 0.05 of burst lost is forgiven", got)
 	}
@@ -113,7 +111,7 @@ func TestSetLeaseRaisesDebtToItsShareOfTheGlobalDebt(t *testing.T) {
 	// Another instance used the whole burst and its lease shrank; this one's first lease
 	// comes with its share of that debt: its bucket offers no room the global one lacks.
 	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25, Debt: 0.2})
+	b.SetLease(at(0), "", Lease{Rate: 0.25, Burst: 0.25, Debt: 0.2})
 	if got := b.Snapshot(at(0)).Debt; math.Abs(got-0.2) > 1e-9 {
 		t.Fatalf("debt = %v, want the lease's share 0.2", got)
 	}
@@ -122,7 +120,7 @@ func TestSetLeaseRaisesDebtToItsShareOfTheGlobalDebt(t *testing.T) {
 	}
 	// A floor, not a charge: a larger local debt stays as it is.
 	charge(t, at(0), b, "", 0.05)
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.25, Burst: 0.25, Debt: 0.1})
+	b.SetLease(at(0), "", Lease{Rate: 0.25, Burst: 0.25, Debt: 0.1})
 	if got := b.Snapshot(at(0)).Debt; math.Abs(got-0.25) > 1e-9 {
 		t.Fatalf("debt = %v, want 0.25 kept", got)
 	}
@@ -140,7 +138,7 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 		t.Fatal("closed before any lease")
 	default:
 	}
-	b.SetLease(at(0), "", coord.Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "", Lease{Rate: 1, Burst: 1})
 	select {
 	case <-ch:
 	default:
@@ -159,11 +157,11 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 
 func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "a", coord.Lease{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "b", coord.Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "a", Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "b", Lease{Rate: 1, Burst: 1})
 	admit1(t, at(0), b, "b", 0.1)
-	b.SetLease(at(0), "a", coord.Lease{})
-	b.SetLease(at(0), "b", coord.Lease{}) // in flight: kept, without credit
+	b.SetLease(at(0), "a", Lease{})
+	b.SetLease(at(0), "b", Lease{}) // in flight: kept, without credit
 	if got := b.Snapshot(at(0)).Keys; got != 1 {
 		t.Fatalf("keys = %d, want 1 (a dropped, b in flight)", got)
 	}
@@ -172,7 +170,7 @@ func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
 
 func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 1})
-	b.SetLease(at(0), "", coord.Lease{Rate: 0.5, Burst: 0.5, Slots: 1})
+	b.SetLease(at(0), "", Lease{Rate: 0.5, Burst: 0.5, Slots: 1})
 	charge(t, at(0), b, "", 0.5)
 	b.SetShared(at(0), nil, 0)
 	admit1(t, at(0), b, "", 0.5) // the spec's burst of 1 again

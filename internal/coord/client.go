@@ -9,11 +9,11 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
 
-// NewClient returns a client for the coordination section's redis:// or rediss:// URL, set
+// clientFor returns a client for the coordination section's redis:// or rediss:// URL, set
 // up for syncs: context deadlines honoured, no retries (the loop retries on its own
 // schedule) and dial timeouts within a sync's deadline. Its errors never contain the URL's
 // credentials.
-func NewClient(rawURL string, interval time.Duration) (*redis.Client, error) {
+func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		// go-redis may quote the URL; say which one without its credentials.

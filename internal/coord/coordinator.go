@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // DefaultInterval is the sync interval when none is configured.
@@ -33,12 +35,16 @@ const minDeadline = 50 * time.Millisecond
 // call per coordinator is ever outstanding, however long Redis hangs.
 var errBusy = errors.New("coord: the previous Redis call has not returned")
 
-// Options configure a [Coordinator]. Client is required; zero fields take the defaults.
+// Options configure a [Coordinator]. Client or URL is required; zero fields take the
+// defaults.
 type Options struct {
 	// Client reaches Redis: a *redis.Client, a Sentinel-backed failover client or a
 	// *redis.ClusterClient. Its context deadlines should be enabled (ContextTimeoutEnabled);
 	// a call that overruns its deadline is abandoned either way.
 	Client redis.UniversalClient
+	// URL, used when Client is nil, is the coordination section's redis:// or rediss:// URL:
+	// the coordinator makes a client set up for syncs from it and closes it in Close.
+	URL string
 	// Interval is how often each shared budget syncs; DefaultInterval when zero.
 	Interval time.Duration
 	// FallbackInstances is the instance count assumed before any was seen;
@@ -63,6 +69,7 @@ type Options struct {
 // [Coordinator.Start] and stop it with [Coordinator.Close].
 type Coordinator struct {
 	rc        redis.UniversalClient
+	owned     *redis.Client // made from Options.URL, closed by Close; nil when given a client
 	id        string
 	interval  time.Duration
 	fallbackN int
@@ -87,8 +94,9 @@ type entry struct {
 	kicked atomic.Bool
 }
 
-// New returns a coordinator whose loop is not started.
-func New(o Options) *Coordinator {
+// New returns a coordinator whose loop is not started. Its only error is an invalid URL,
+// which never quotes the URL's credentials.
+func New(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
 		log: o.Logger, now: o.Now, rand: o.Rand,
@@ -97,6 +105,13 @@ func New(o Options) *Coordinator {
 	}
 	if c.interval <= 0 {
 		c.interval = DefaultInterval
+	}
+	if c.rc == nil && o.URL != "" {
+		rc, err := clientFor(o.URL, c.interval)
+		if err != nil {
+			return nil, err
+		}
+		c.rc, c.owned = rc, rc
 	}
 	if c.fallbackN <= 0 {
 		c.fallbackN = DefaultFallbackInstances
@@ -115,7 +130,7 @@ func New(o Options) *Coordinator {
 	if c.rand == nil {
 		c.rand = mrand
 	}
-	return c
+	return c, nil
 }
 
 func mrand() float64 { return rand.Float64() }
@@ -192,7 +207,8 @@ func (c *Coordinator) Start() {
 }
 
 // Close stops the loop and, within ctx, tells Redis that this instance leaves every
-// partition, so that its slots return at once rather than when its leases lapse.
+// partition, so that its slots return at once rather than when its leases lapse; then it
+// closes the client it made from Options.URL.
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
@@ -214,6 +230,9 @@ func (c *Coordinator) Close(ctx context.Context) error {
 				break
 			}
 		}
+	}
+	if c.owned != nil {
+		errs = append(errs, c.owned.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -294,7 +313,7 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		pushes := e.core.pushes(now)
 		c.mu.Unlock()
 		for _, key := range dropped {
-			e.local.SetLease(now, key, Lease{})
+			e.local.SetLease(now, key, budget.Lease{})
 		}
 		for _, p := range pushes {
 			e.local.SetLease(now, p.key, p.lease)
@@ -303,18 +322,19 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 	return errors.Join(errs...)
 }
 
-// syncBudget sends a budget's reports, all within one deadline well under the interval.
+// syncBudget sends a budget's reports, one script call per chunk, each within its own
+// deadline well under the interval: a budget with many active partitions makes many calls,
+// and one deadline over all of them would fail a healthy Redis. Each chunk's leases count
+// from its own send.
 func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, error) {
 	d := max(c.interval/4, minDeadline)
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	sent := c.now()
-	c.mu.Lock()
-	notAfter := e.core.notAfter(sent, d)
-	c.mu.Unlock()
 	var dropped []string
 	for _, reps := range chunks {
-		rep, err := c.exec(ctx, spec, notAfter, reps)
+		sent := c.now()
+		c.mu.Lock()
+		notAfter := e.core.notAfter(sent, d)
+		c.mu.Unlock()
+		rep, err := c.execWithin(ctx, d, spec, notAfter, reps)
 		now := c.now()
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
@@ -330,6 +350,13 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		}
 	}
 	return dropped, nil
+}
+
+// execWithin is exec with a deadline of d.
+func (c *Coordinator) execWithin(ctx context.Context, d time.Duration, spec Spec, notAfter int64, reps []report) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.exec(ctx, spec, notAfter, reps)
 }
 
 // noteHealth logs the changes between reachable and unreachable, once each. The error text

@@ -3,6 +3,8 @@ package coord
 import (
 	"math"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // leaseDuration is how long a lease lasts without renewal, on the instance and in Redis
@@ -46,12 +48,15 @@ type part struct {
 	pendingUsed float64
 	accUsed     float64
 
-	grant       Lease     // the last lease from Redis
-	hasGrant    bool      // grant is set
-	firstGrant  time.Time // when the sync of the first grant was sent
-	expires     time.Time // when grant lapses: the sync's send time plus the lease duration
-	target      float64   // the fair rate Redis computed for this instance
+	grant       budget.Lease // the last lease from Redis
+	hasGrant    bool         // grant is set
+	firstGrant  time.Time    // when the sync of the first grant was sent
+	expires     time.Time    // when grant lapses: the sync's send time plus the lease duration
+	target      float64      // the fair rate Redis computed for this instance
 	targetSlots int
+	asked       int                 // slots wanted as reported by the sync of grant
+	inForce     Limits              // the limits Redis divided, as last seen
+	differ      bool                // the instances in the partition disagree on the limits
 	live        int                 // instances sharing the partition, as last seen
 	debt        float64             // global debt as last seen, execution seconds
 	seen        [sightings]sighting // the latest live counts, newest first
@@ -59,7 +64,7 @@ type part struct {
 	// it syncs then to take up the capacity of an instance that crashed.
 	retake time.Time
 
-	pushed    Lease // what the local budget enforces
+	pushed    budget.Lease // what the local budget enforces
 	hasPushed bool
 }
 
@@ -84,10 +89,12 @@ func (p *part) expected(now time.Time, window time.Duration, failing bool) int {
 	return n
 }
 
-// below reports whether the partition holds less than its fair share: a starved partition
-// below it syncs early to take up capacity that others have given back.
-func (p *part) below() bool {
-	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots
+// short reports whether a starved partition may gain from an early sync: it holds less
+// than its fair share (others have given capacity back), or it wants more slots at once
+// than the sync that set its share knew of, and holds fewer than the budget's limit.
+func (p *part) short(maxConcurrent int) bool {
+	return p.grant.Rate < p.target*0.99 || p.grant.Slots < p.targetSlots ||
+		p.peak > p.asked && p.grant.Slots < maxConcurrent
 }
 
 // core is the plain, single-threaded state of one shared budget on this instance: it turns
@@ -107,7 +114,7 @@ type core struct {
 	failing  bool      // the last sync failed
 	since    time.Time // when failing began
 	anyNew   bool      // a partition has no lease yet
-	anyShort bool      // a starved partition is below its fair share
+	anyShort bool      // a starved partition may gain from an early sync (part.short)
 	kicked   bool      // the local budget asked for an early sync since the last one
 
 	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
@@ -136,10 +143,10 @@ func (c *core) instances() int {
 
 // absorb takes a local usage report made at now. It only accumulates: demand is estimated
 // per sync, over windows long enough to mean something.
-func (c *core) absorb(now time.Time, usage []Usage) {
+func (c *core) absorb(now time.Time, usage []budget.Usage) {
 	for i := range usage {
 		u := &usage[i]
-		if !u.active() {
+		if !active(u) {
 			continue
 		}
 		p := c.parts[u.Key]
@@ -162,7 +169,7 @@ func (c *core) absorb(now time.Time, usage []Usage) {
 	c.anyNew, c.anyShort = false, false
 	for _, p := range c.parts {
 		c.anyNew = c.anyNew || !p.hasGrant
-		c.anyShort = c.anyShort || p.starved && p.below()
+		c.anyShort = c.anyShort || p.starved && p.short(c.spec.MaxConcurrent)
 	}
 }
 
@@ -299,12 +306,14 @@ func (c *core) reports(now time.Time) [][]report {
 
 // result is Redis's answer for one partition.
 type result struct {
-	lease       Lease
+	lease       budget.Lease
 	live        int
 	debt        float64
 	target      float64
 	targetSlots int
 	retake      time.Duration // until another instance's lease lapses, if starved; 0: none
+	inForce     Limits        // the smallest limits of the instances in the partition
+	differ      bool          // the instances disagree on the limits
 }
 
 // notAfter is the Redis time after which a call sent at now with deadline d must not act:
@@ -406,6 +415,8 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			p.retake = now.Add(r.retake)
 		}
 		p.target, p.targetSlots, p.live, p.debt = r.target, r.targetSlots, r.live, r.debt
+		p.asked = rep.want
+		p.inForce, p.differ = r.inForce, r.differ
 		p.active, p.starved = false, false
 	}
 	return dropped
@@ -416,7 +427,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 // when the grant was larger, as Redis no longer counts it, and rising to it from a smaller
 // grant. A partition without a grant has nothing while Redis answers (its first sync is
 // moments away) and the fallback share while it does not.
-func (c *core) lease(p *part, now time.Time) Lease {
+func (c *core) lease(p *part, now time.Time) budget.Lease {
 	if p.hasGrant && now.Before(p.expires) {
 		return p.grant
 	}
@@ -435,13 +446,13 @@ func (c *core) lease(p *part, now time.Time) Lease {
 		fb.Burst = 0
 		return fb
 	}
-	return Lease{}
+	return budget.Lease{}
 }
 
 // push is a lease to hand to the local budget.
 type push struct {
 	key   string
-	lease Lease
+	lease budget.Lease
 }
 
 // pushes returns the leases that changed since they were last handed over.
@@ -458,6 +469,13 @@ func (c *core) pushes(now time.Time) []push {
 	return out
 }
 
+// Limits are a shared budget's global limits as Redis divides them.
+type Limits struct {
+	Rate          float64 // execution seconds per second; 0: no bucket
+	Burst         float64 // execution seconds
+	MaxConcurrent int     // 0: unlimited
+}
+
 // Status is one shared budget as this instance sees it.
 type Status struct {
 	Name       string
@@ -472,12 +490,24 @@ type Status struct {
 	Failures   uint64        // failed syncs
 	Latency    time.Duration // of the last successful sync
 	LastSync   time.Time     // of the last successful sync
+	// LimitsDiffer says that the instances sharing the budget disagree on its limits (a
+	// change of the rules half rolled out); LimitsInForce is then the smallest limits any
+	// of them holds, which every instance divides until they agree. Both as last seen.
+	LimitsDiffer  bool
+	LimitsInForce Limits
 }
 
 func (c *core) status(now time.Time) Status {
 	s := Status{Name: c.spec.Name, Partitions: len(c.parts), Instances: c.known, Fallback: c.failing,
 		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK}
+	s.LimitsInForce = Limits{Rate: c.spec.Rate, Burst: c.spec.Burst, MaxConcurrent: c.spec.MaxConcurrent}
 	for _, p := range c.parts {
+		if p.differ {
+			in := &s.LimitsInForce
+			s.LimitsDiffer = true
+			in.Rate, in.Burst = min(in.Rate, p.inForce.Rate), min(in.Burst, p.inForce.Burst)
+			in.MaxConcurrent = min(in.MaxConcurrent, p.inForce.MaxConcurrent)
+		}
 		l := c.lease(p, now)
 		s.Rate += l.Rate
 		s.Burst += l.Burst

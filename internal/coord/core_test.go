@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -35,13 +37,13 @@ func TestFallbackLease(t *testing.T) {
 		name      string
 		spec      Spec
 		instances int
-		want      Lease
+		want      budget.Lease
 	}{
-		{"even share", Spec{Rate: 2, Burst: 4, MaxConcurrent: 8}, 4, Lease{Rate: 0.5, Burst: 1, Slots: 2}},
-		{"slots round down", Spec{Rate: 1, Burst: 1, MaxConcurrent: 7}, 2, Lease{Rate: 0.5, Burst: 0.5, Slots: 3}},
-		{"at least one slot", Spec{MaxConcurrent: 4}, 8, Lease{Slots: 1}},
-		{"no max_concurrent", Spec{Rate: 1, Burst: 1}, 2, Lease{Rate: 0.5, Burst: 0.5}},
-		{"no instance counts as one", Spec{Rate: 1, Burst: 2, MaxConcurrent: 3}, 0, Lease{Rate: 1, Burst: 2, Slots: 3}},
+		{"even share", Spec{Rate: 2, Burst: 4, MaxConcurrent: 8}, 4, budget.Lease{Rate: 0.5, Burst: 1, Slots: 2}},
+		{"slots round down", Spec{Rate: 1, Burst: 1, MaxConcurrent: 7}, 2, budget.Lease{Rate: 0.5, Burst: 0.5, Slots: 3}},
+		{"at least one slot", Spec{MaxConcurrent: 4}, 8, budget.Lease{Slots: 1}},
+		{"no max_concurrent", Spec{Rate: 1, Burst: 1}, 2, budget.Lease{Rate: 0.5, Burst: 0.5}},
+		{"no instance counts as one", Spec{Rate: 1, Burst: 2, MaxConcurrent: 3}, 0, budget.Lease{Rate: 1, Burst: 2, Slots: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fallbackLease(tc.spec, tc.instances); got != tc.want {
@@ -52,7 +54,7 @@ func TestFallbackLease(t *testing.T) {
 }
 
 func TestDecay(t *testing.T) {
-	from, target := Lease{Rate: 3, Burst: 6, Slots: 5}, Lease{Rate: 1, Burst: 2, Slots: 1}
+	from, target := budget.Lease{Rate: 3, Burst: 6, Slots: 5}, budget.Lease{Rate: 1, Burst: 2, Slots: 1}
 	if got := decay(from, target, t0, t0, sec); got != from {
 		t.Fatalf("at the start: %+v, want %+v", got, from)
 	}
@@ -64,8 +66,8 @@ func TestDecay(t *testing.T) {
 	}
 	// Instances that lost Redis together converge on the same share: the sum of their
 	// rates, within the budget when they lost it, stays within it all the way.
-	leases := []Lease{{Rate: 0.7}, {Rate: 0.2}, {Rate: 0.1}, {Rate: 0}}
-	fb := Lease{Rate: 0.25}
+	leases := []budget.Lease{{Rate: 0.7}, {Rate: 0.2}, {Rate: 0.1}, {Rate: 0}}
+	fb := budget.Lease{Rate: 0.25}
 	for d := time.Duration(0); d < 10*sec; d += 100 * time.Millisecond {
 		sum := 0.0
 		for _, l := range leases {
@@ -102,12 +104,14 @@ func grantTwice(c *core, now time.Time, res func(key string) result) {
 
 func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 2})
-	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
-	alone := func(string) result { return result{lease: Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1} }
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
+	alone := func(string) result {
+		return result{lease: budget.Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1}
+	}
 	grantAll(c, t0, alone)
 	// Alone in the partition it is granted the whole burst, but others may be starting.
 	first := c.lease(c.parts[""], t0.Add(time.Millisecond))
-	if want := (Lease{Rate: 1, Burst: 0.2, Debt: 0.2}); first != want {
+	if want := (budget.Lease{Rate: 1, Burst: 0.2, Debt: 0.2}); first != want {
 		t.Fatalf("first lease %+v, want %+v: the burst over the %d instances assumed, its debt within it",
 			first, want, c.fallbackN)
 	}
@@ -124,12 +128,12 @@ func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
 func TestLeaseLifecycle(t *testing.T) {
 	spec := Spec{Name: "b", Rate: 4, Burst: 8, MaxConcurrent: 8}
 	c := newTestCore(spec)
-	c.absorb(t0, []Usage{{Key: "k", Offered: 1}})
+	c.absorb(t0, []budget.Usage{{Key: "k", Offered: 1}})
 	p := c.parts["k"]
-	if got := c.lease(p, t0); got != (Lease{}) {
+	if got := c.lease(p, t0); got != (budget.Lease{}) {
 		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
 	}
-	grant := Lease{Rate: 1, Burst: 2, Slots: 2}
+	grant := budget.Lease{Rate: 1, Burst: 2, Slots: 2}
 	grantTwice(c, t0, func(string) result { return result{lease: grant, live: 4} })
 	for _, d := range []time.Duration{0, sec, leaseDuration(sec) - 1} {
 		if got := c.lease(p, t0.Add(d)); got != grant {
@@ -137,7 +141,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		}
 	}
 	// Lapsed: decays towards the budget over the 4 known instances.
-	fb := Lease{Rate: 1, Burst: 2, Slots: 2}
+	fb := budget.Lease{Rate: 1, Burst: 2, Slots: 2}
 	if got := c.lease(p, t0.Add(20*sec)); got != fb {
 		t.Fatalf("long after the lease lapsed: %+v, want %+v", got, fb)
 	}
@@ -145,19 +149,19 @@ func TestLeaseLifecycle(t *testing.T) {
 
 func TestDecayAfterLapse(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
-	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 10}})
+	grantTwice(c, t0, func(string) result { return result{lease: budget.Lease{Rate: 3, Burst: 3, Slots: 6}, live: 2} })
 	p := c.parts[""]
 	lapse := t0.Add(leaseDuration(sec))
 	// Redis stops counting a lapsed grant: a larger one drops to the even share at once.
-	if got, want := c.lease(p, lapse), (Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
+	if got, want := c.lease(p, lapse), (budget.Lease{Rate: 2, Burst: 2, Slots: 4}); got != want {
 		t.Fatalf("at the lapse: %+v, want the budget over the 2 instances %+v", got, want)
 	}
 
 	// A smaller one rises towards it, halfway per interval.
 	c = newTestCore(Spec{Name: "b", Rate: 4, Burst: 4, MaxConcurrent: 8})
-	c.absorb(t0, []Usage{{Key: "", Offered: 10}})
-	grantTwice(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 10}})
+	grantTwice(c, t0, func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1, Slots: 2}, live: 2} })
 	got := c.lease(c.parts[""], lapse.Add(sec))
 	if !near(got.Rate, 1.5) || !near(got.Burst, 1.5) || got.Slots != 3 {
 		t.Fatalf("one interval after the lapse: %+v, want halfway up to the even share", got)
@@ -166,13 +170,13 @@ func TestDecayAfterLapse(t *testing.T) {
 
 func TestFallbackBeforeAnySync(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 10, Burst: 10, MaxConcurrent: 20})
-	c.absorb(t0, []Usage{{Key: "k", Offered: 1}})
+	c.absorb(t0, []budget.Usage{{Key: "k", Offered: 1}})
 	c.reports(t0)
 	c.failed(t0, t0.Add(time.Millisecond))
 	got := c.lease(c.parts["k"], t0.Add(time.Millisecond))
 	// DefaultFallbackInstances-like guess of 10, with no burst room: any number of instances
 	// may be starting beside it, each with a fresh bucket.
-	want := Lease{Rate: 1, Burst: 0, Slots: 2}
+	want := budget.Lease{Rate: 1, Burst: 0, Slots: 2}
 	if got != want {
 		t.Fatalf("Redis never reached: %+v, want the budget over the assumed 10 instances, no burst, %+v", got, want)
 	}
@@ -180,9 +184,9 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 
 func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
-	c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
 	grantTwice(c, t0, func(string) result {
-		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
 		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
@@ -190,7 +194,7 @@ func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
 	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
 	// no more.
 	grantAll(c, t0.Add(sec), func(string) result {
-		return result{lease: Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
 		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
@@ -199,10 +203,10 @@ func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
 
 func TestStarvedPartitionSyncsWhenAnotherLeaseLapses(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", MaxConcurrent: 4})
-	c.absorb(t0, []Usage{{Key: "", Wanted: 4, Starved: true}})
+	c.absorb(t0, []budget.Usage{{Key: "", Wanted: 4, Starved: true}})
 	// Redis answers at t0+1ms: another instance's lease lapses 300ms later.
 	grantAll(c, t0, func(string) result {
-		return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 4, retake: 300 * time.Millisecond}
+		return result{lease: budget.Lease{Slots: 1}, targetSlots: 1, live: 4, retake: 300 * time.Millisecond}
 	})
 	lapse := t0.Add(301 * time.Millisecond)
 	if w := c.nextWake(t0.Add(10 * time.Millisecond)); !w.Equal(lapse) {
@@ -215,13 +219,13 @@ func TestStarvedPartitionSyncsWhenAnotherLeaseLapses(t *testing.T) {
 		t.Fatal("a starved partition must sync when another lease lapses, without waiting for a kick")
 	}
 	// The sync at the lapse gets the slots; no second early sync follows.
-	grantAll(c, lapse, func(string) result { return result{lease: Lease{Slots: 2}, targetSlots: 2, live: 3} })
+	grantAll(c, lapse, func(string) result { return result{lease: budget.Lease{Slots: 2}, targetSlots: 2, live: 3} })
 	if c.due(lapse.Add(500*time.Millisecond), false) {
 		t.Fatal("an answer without retake must clear it")
 	}
 	// While Redis fails, retries keep their jittered schedule.
 	grantAll(c, lapse.Add(sec), func(string) result {
-		return result{lease: Lease{Slots: 1}, targetSlots: 2, live: 3, retake: 100 * time.Millisecond}
+		return result{lease: budget.Lease{Slots: 1}, targetSlots: 2, live: 3, retake: 100 * time.Millisecond}
 	})
 	c.reports(lapse.Add(1050 * time.Millisecond))
 	c.failed(lapse.Add(1050*time.Millisecond), lapse.Add(1060*time.Millisecond))
@@ -235,16 +239,16 @@ func TestDue(t *testing.T) {
 	if !c.due(t0, false) {
 		t.Fatal("a new budget is due at once")
 	}
-	c.absorb(t0, []Usage{{Key: "a", Offered: 1}})
+	c.absorb(t0, []budget.Usage{{Key: "a", Offered: 1}})
 	grantAll(c, t0, func(string) result {
-		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
+		return result{lease: budget.Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
 	})
 	if c.due(t0.Add(sec-1), false) || !c.due(t0.Add(sec), false) {
 		t.Fatal("the regular sync comes one interval (jitter 0.5 → exactly 1) after the last")
 	}
 
 	// A new partition asks for an early sync after a tenth of an interval.
-	c.absorb(t0.Add(50*time.Millisecond), []Usage{{Key: "new", Offered: 1, Starved: true}})
+	c.absorb(t0.Add(50*time.Millisecond), []budget.Usage{{Key: "new", Offered: 1, Starved: true}})
 	if c.due(t0.Add(100*time.Millisecond), false) {
 		t.Fatal("without a kick nothing is early")
 	}
@@ -258,12 +262,12 @@ func TestDue(t *testing.T) {
 		t.Fatal("a kick is remembered until the sync: due a tenth of an interval after the last")
 	}
 	grantAll(c, t0.Add(100*time.Millisecond), func(string) result {
-		return result{lease: Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}
+		return result{lease: budget.Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}
 	})
 
 	// Starved below the fair share: early after a quarter interval.
 	at := t0.Add(150 * time.Millisecond)
-	c.absorb(at, []Usage{{Key: "new", Offered: 5, Starved: true}})
+	c.absorb(at, []budget.Usage{{Key: "new", Offered: 5, Starved: true}})
 	if c.due(at.Add(100*time.Millisecond), true) {
 		t.Fatal("a starved partition waits a quarter interval")
 	}
@@ -273,18 +277,26 @@ func TestDue(t *testing.T) {
 
 	// Starved at its fair share: nothing to gain, no early sync.
 	grantAll(c, t0.Add(350*time.Millisecond), func(string) result {
-		return result{lease: Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
+		return result{lease: budget.Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
 	})
-	c.absorb(t0.Add(400*time.Millisecond), []Usage{{Key: "new", Offered: 5, Starved: true}})
+	c.absorb(t0.Add(400*time.Millisecond), []budget.Usage{{Key: "new", Offered: 5, Starved: true}})
 	if c.due(t0.Add(900*time.Millisecond), true) {
 		t.Fatal("a partition starved at its fair share does not sync early")
+	}
+
+	// Starved wanting more slots at once than its last sync reported (a burst), with fewer
+	// than max_concurrent: Redis may have room for it, so it syncs a quarter interval after
+	// the last (issue 21, finding 3).
+	c.absorb(t0.Add(950*time.Millisecond), []budget.Usage{{Key: "new", Offered: 5, Wanted: 4, Starved: true}})
+	if !c.due(t0.Add(950*time.Millisecond), true) {
+		t.Fatal("a starved partition wanting more slots than it reported syncs early")
 	}
 }
 
 func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {
 	for _, j := range []float64{0, 0.5, 0.999} {
 		c := newCore(Spec{Name: "b", Rate: 1}, sec, 10, func() float64 { return j })
-		c.absorb(t0, []Usage{{Key: "", Offered: 1, Starved: true}})
+		c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
 		c.reports(t0)
 		c.failed(t0, t0.Add(10*time.Millisecond))
 		wait := time.Duration(float64(sec) * (0.5 + j))
@@ -299,12 +311,12 @@ func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {
 
 func TestFailureRetryRenewsBeforeTheLeaseLapses(t *testing.T) {
 	c := newCore(Spec{Name: "b", MaxConcurrent: 4}, sec, 10, func() float64 { return 0.999 })
-	c.absorb(t0, []Usage{{Key: "", Wanted: 1}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Slots: 1}, targetSlots: 1, live: 2} })
+	c.absorb(t0, []budget.Usage{{Key: "", Wanted: 1}})
+	grantAll(c, t0, func(string) result { return result{lease: budget.Lease{Slots: 1}, targetSlots: 1, live: 2} })
 	// The lease lapses at t0 + 2.5s; the regular sync at about t0 + 1.1s fails, and its
 	// jittered retry (up to 1.5 intervals later) would come after the lapse.
 	at := t0.Add(1100 * time.Millisecond)
-	c.absorb(at, []Usage{{Key: "", Wanted: 1}})
+	c.absorb(at, []budget.Usage{{Key: "", Wanted: 1}})
 	c.reports(at)
 	c.failed(at, at.Add(250*time.Millisecond))
 	retry := t0.Add(leaseDuration(sec) - sec/4)
@@ -321,13 +333,13 @@ func TestFailureRetryRenewsBeforeTheLeaseLapses(t *testing.T) {
 
 func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
-	c.absorb(t0, []Usage{{Key: "", Used: 2, Offered: 1}})
+	c.absorb(t0, []budget.Usage{{Key: "", Used: 2, Offered: 1}})
 	first := c.reports(t0)[0][0]
 	if first.seq == 0 || first.used != 2 {
 		t.Fatalf("first report: %+v", first)
 	}
 	c.failed(t0, t0.Add(time.Millisecond))
-	c.absorb(t0.Add(sec), []Usage{{Key: "", Used: 3, Offered: 1}})
+	c.absorb(t0.Add(sec), []budget.Usage{{Key: "", Used: 3, Offered: 1}})
 	retry := c.reports(t0.Add(sec))[0]
 	if retry[0].seq != first.seq || retry[0].used != 2 {
 		t.Fatalf("the retry must resend seq %d with 2s, got %+v", first.seq, retry[0])
@@ -342,17 +354,17 @@ func TestUsageReportIsResentUntilAcknowledged(t *testing.T) {
 
 func TestExpectedInstancesAreRemembered(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 8, Burst: 8, MaxConcurrent: 8})
-	c.absorb(t0, []Usage{{Key: "", Offered: 100}})
-	grantAll(c, t0, func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8} })
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 100}})
+	grantAll(c, t0, func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1, Slots: 1}, live: 8} })
 	// Redis restarted: it lists one instance, but the 8 seen a moment ago may still run on
 	// their fallback share, so the next reports say 8 are expected, for expectWindow
 	// intervals.
-	grantAll(c, t0.Add(sec), func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} })
-	c.absorb(t0.Add(2*sec), []Usage{{Key: "", Offered: 100}})
+	grantAll(c, t0.Add(sec), func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} })
+	c.absorb(t0.Add(2*sec), []budget.Usage{{Key: "", Offered: 100}})
 	if got := c.reports(t0.Add(2 * sec))[0][0].expected; got != 8 {
 		t.Fatalf("expected instances one interval after seeing 8: %d", got)
 	}
-	c.absorb(t0.Add(11*sec), []Usage{{Key: "", Offered: 100}})
+	c.absorb(t0.Add(11*sec), []budget.Usage{{Key: "", Offered: 100}})
 	reps := c.reports(t0.Add(11 * sec))
 	if got := reps[0][0].expected; got != 1 {
 		t.Fatalf("expected instances %d intervals after seeing 8: %d, want the 1 seen since", expectWindow, got)
@@ -361,13 +373,13 @@ func TestExpectedInstancesAreRemembered(t *testing.T) {
 	// While failing, every sighting counts however old (the others may be failing too),
 	// and after the recovery for another lease duration.
 	c.failed(t0.Add(11*sec), t0.Add(11*sec))
-	c.absorb(t0.Add(60*sec), []Usage{{Key: "", Offered: 100}})
+	c.absorb(t0.Add(60*sec), []budget.Usage{{Key: "", Offered: 100}})
 	reps = c.reports(t0.Add(60 * sec))
 	if got := reps[0][0].expected; got != 8 {
 		t.Fatalf("expected instances after a minute of failing: %d, want 8", got)
 	}
 	c.applied(t0.Add(60*sec), t0.Add(60*sec), reps[0], []result{{live: 1}})
-	c.absorb(t0.Add(62*sec), []Usage{{Key: "", Offered: 100}})
+	c.absorb(t0.Add(62*sec), []budget.Usage{{Key: "", Offered: 100}})
 	if got := c.reports(t0.Add(62 * sec))[0][0].expected; got != 8 {
 		t.Fatalf("expected instances two intervals after the recovery: %d, want 8", got)
 	}
@@ -386,8 +398,8 @@ func TestNotAfterFollowsRedisClock(t *testing.T) {
 
 func TestIdlePartitionIsLeft(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 2})
-	c.absorb(t0, []Usage{{Key: "tenant", Offered: 1}})
-	ok := func(string) result { return result{lease: Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} }
+	c.absorb(t0, []budget.Usage{{Key: "tenant", Offered: 1}})
+	ok := func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1, Slots: 1}, live: 1} }
 	grantAll(c, t0, ok)
 	var left []string
 	for i := 1; i <= idleSyncs+1; i++ {
@@ -411,8 +423,8 @@ func TestIdlePartitionIsLeft(t *testing.T) {
 
 func TestPushesOnlyChanges(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
-	c.absorb(t0, []Usage{{Key: "a", Offered: 1}, {Key: "b", Offered: 1}})
-	grantAll(c, t0, func(k string) result { return result{lease: Lease{Rate: 0.5, Burst: 0.5}, live: 2} })
+	c.absorb(t0, []budget.Usage{{Key: "a", Offered: 1}, {Key: "b", Offered: 1}})
+	grantAll(c, t0, func(k string) result { return result{lease: budget.Lease{Rate: 0.5, Burst: 0.5}, live: 2} })
 	if got := len(c.pushes(t0)); got != 2 {
 		t.Fatalf("first pushes: %d, want 2", got)
 	}
@@ -442,13 +454,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1)}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := result{lease: Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
-		retake: 1500 * time.Microsecond}
+	want := result{lease: budget.Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
+		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -456,9 +468,9 @@ func TestDecodeResults(t *testing.T) {
 		{},
 		{"x"},
 		{[]any{"0.5"}},
-		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2)}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0)}},
+		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(0), "1", "2", int64(4)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)
@@ -472,12 +484,12 @@ func TestDecodeResults(t *testing.T) {
 	}
 }
 
-func TestNewClientHidesCredentials(t *testing.T) {
-	_, err := NewClient("redis://:hunter2@h:6379/notadb", sec)
+func TestClientForHidesCredentials(t *testing.T) {
+	_, err := New(Options{URL: "redis://:hunter2@h:6379/notadb", Interval: sec})
 	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "redis://xxxxx@h:6379/notadb") {
 		t.Fatalf("error %v", err)
 	}
-	c, err := NewClient("redis://:hunter2@h:6379/3", sec)
+	c, err := clientFor("redis://:hunter2@h:6379/3", sec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,8 +503,8 @@ func TestDemandIsEstimatedPerSync(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 8})
 	c.reports(t0) // the window starts at a sync
 	// Two reports within one interval: 0.25 s and 0.75 s offered, peaks of 3 and 5 slots.
-	c.absorb(t0.Add(sec/2), []Usage{{Key: "", Offered: 0.25, Wanted: 3}})
-	c.absorb(t0.Add(sec*9/10), []Usage{{Key: "", Offered: 0.75, Wanted: 5, InFlight: 2}})
+	c.absorb(t0.Add(sec/2), []budget.Usage{{Key: "", Offered: 0.25, Wanted: 3}})
+	c.absorb(t0.Add(sec*9/10), []budget.Usage{{Key: "", Offered: 0.75, Wanted: 5, InFlight: 2}})
 	rep := c.reports(t0.Add(sec))[0][0]
 	if !near(rep.demand, 1) || rep.want != 5 || rep.inflight != 2 {
 		t.Fatalf("after 1 s offered in 1 s, peak 5: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)

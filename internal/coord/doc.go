@@ -69,10 +69,12 @@
 // budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
 // a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
 // yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
-// target. A starved partition at its fair share does not sync early: there is nothing to
-// gain. A sync is bounded by a deadline of a quarter interval (at least 50ms); a call that
-// overruns it is abandoned even if the client ignores contexts, and no second call starts
-// until it returns.
+// target, or wanting more slots at once than its last sync reported while it holds fewer
+// than max_concurrent (a burst on an instance with room). A starved partition at the fair
+// share of the demand Redis knows does not sync early: there is nothing to gain. Each script call of a sync (one per 256 partitions) is bounded by a deadline of a
+// quarter interval (at least 50ms), so that a budget with tens of thousands of active
+// partitions syncs against a healthy Redis; a call that overruns it is abandoned even if
+// the client ignores contexts, and no second call starts until it returns.
 //
 // # Failures
 //
@@ -113,6 +115,15 @@
 //     leases granted before it that exceed the even share run beside the new ones until their
 //     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
 //     instance that leaves (Close) is recorded as gone, so others need not wait for it.
+//   - Redis holds something the script did not write (another writer, a corrupted
+//     restore): every number read back is checked, in the script and again in Go. A
+//     non-finite or negative value, an entry that is not msgpack or expires beyond a lease
+//     duration from now, is ignored and overwritten; a lease is bounded by the budget's own
+//     limits before the local budget uses it, and the local budget bounds it again.
+//   - Instances disagree on the limits (a change of the rules half rolled out): each entry
+//     records its instance's limits, and every instance divides the smallest limits among
+//     the live entries, so that together they hold the smaller limit and each keeps its
+//     even share of it. [Status] shows it (LimitsDiffer, LimitsInForce) until they agree.
 //
 // # What the local budget must offer
 //
@@ -140,8 +151,8 @@
 //
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
-//     peak number of statements that wanted a slot at once (in flight plus refused or waiting
-//     for a slot), the current in-flight count, and whether any statement starved. Only the
+//     peak number of statements that wanted a slot at once (in flight plus every statement
+//     refused or waiting for a slot since the last report), the current in-flight count, and whether any statement starved. Only the
 //     partitions with something to report are returned; the coordinator keeps reporting a
 //     partition for two more syncs after it went idle, then leaves it and sets a zero lease
 //     (the budget may then evict it when idle).
@@ -188,7 +199,7 @@
 // # Wiring into a connector
 //
 // When the rules have a coordination section, the connector makes one [Coordinator] with the
-// client given by driver.WithRedisClient or else [NewClient] of the section's URL, the
+// client given by driver.WithRedisClient or else [Options].URL, the section's URL, the
 // section's sync interval and fallback instances, and starts it. Each budget that
 // rules.Config.IsShared reports as shared is registered with [Coordinator.Register], its
 // [Spec] being the budget's rate (server_share × server_cores), burst_limit and

@@ -3,6 +3,8 @@ package coord
 import (
 	"math"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // Spec is the global limits of one shared budget: what every instance together may use.
@@ -33,43 +35,9 @@ func (s Spec) normalize() Spec {
 	return s
 }
 
-// Lease is the part of a shared budget's limits that one instance may use for one partition
-// until the next sync: the local bucket drains at Rate with size Burst, and at most Slots of
-// the partition's statements are in flight here. A zero Rate (with Spec.Rate > 0) means no
-// credit and zero Slots (with Spec.MaxConcurrent > 0) means no slot: not "unlimited".
-type Lease struct {
-	Rate  float64 // execution seconds per second
-	Burst float64 // execution seconds
-	Slots int     // statements in flight
-	// Debt is the lease's share of the budget's global debt when it was granted (execution
-	// seconds): the local bucket holds at least that much debt from then on, so that the
-	// instances' buckets together never offer more room than the global bucket has.
-	Debt float64
-}
-
-// Usage is what a [Local] reports about one partition (the value of the budget's `per` tag,
-// "" without one) that was active since its previous report.
-type Usage struct {
-	Key string
-	// Offered is the predicted execution seconds of the statements that asked to run since the
-	// previous report, admitted or refused: the partition's demand, not what it was allowed.
-	Offered float64
-	// Used is the actual execution seconds of the statements that completed since the
-	// previous report.
-	Used float64
-	// Wanted is the largest number of statements that wanted a slot at once since the
-	// previous report: those in flight plus those refused (or waiting) for want of a slot.
-	Wanted int
-	// InFlight is the number of statements in flight now.
-	InFlight int
-	// Starved says a statement was refused, or waited, for want of credit or of a slot since
-	// the previous report.
-	Starved bool
-}
-
 // active reports whether u says anything: a partition with nothing offered, used, wanted or
 // in flight is idle.
-func (u *Usage) active() bool {
+func active(u *budget.Usage) bool {
 	return u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.InFlight > 0 || u.Starved
 }
 
@@ -82,13 +50,16 @@ func (u *Usage) active() bool {
 type Local interface {
 	// TakeUsage returns the usage of every partition active since the previous call and resets
 	// their counters.
-	TakeUsage(now time.Time) []Usage
+	TakeUsage(now time.Time) []budget.Usage
 	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
 	// and its debt (a debt above the new burst forgiven down to it by at most the burst the
 	// lease lost). A zero lease for a partition means the coordinator dropped it: the budget
 	// may forget the partition once it is idle.
-	SetLease(now time.Time, key string, lease Lease)
+	SetLease(now time.Time, key string, lease budget.Lease)
 }
+
+// *budget.Budget is the Local that the engine registers.
+var _ Local = (*budget.Budget)(nil)
 
 // estimator smooths a rate that rises fast and falls slowly: a rise is taken at once (a
 // partition that wants more must get it at the next sync), a fall halves the gap every
@@ -111,9 +82,9 @@ func (e *estimator) add(x float64, dt, halfLife time.Duration) float64 {
 // instances known to share it. Slots are rounded down, but an instance keeps at least one
 // slot, because an internal failure must not stop every statement of the budget; with more
 // instances than max_concurrent, an outage may therefore let one statement per instance run.
-func fallbackLease(s Spec, instances int) Lease {
+func fallbackLease(s Spec, instances int) budget.Lease {
 	n := float64(max(instances, 1))
-	l := Lease{Rate: s.Rate / n, Burst: s.Burst / n}
+	l := budget.Lease{Rate: s.Rate / n, Burst: s.Burst / n}
 	if s.MaxConcurrent > 0 {
 		l.Slots = max(1, s.MaxConcurrent/max(instances, 1))
 	}
@@ -123,7 +94,7 @@ func fallbackLease(s Spec, instances int) Lease {
 // decay moves from a lease towards target, halving the gap every halfLife after since.
 // Every instance that lost Redis decays at the same pace towards the same share, so the sum
 // of their rates, within the budget when they lost it, stays within it.
-func decay(from, target Lease, since, now time.Time, halfLife time.Duration) Lease {
+func decay(from, target budget.Lease, since, now time.Time, halfLife time.Duration) budget.Lease {
 	if !now.After(since) || halfLife <= 0 {
 		return from
 	}
@@ -131,7 +102,7 @@ func decay(from, target Lease, since, now time.Time, halfLife time.Duration) Lea
 	if keep < 1e-3 {
 		return target
 	}
-	l := Lease{
+	l := budget.Lease{
 		Rate:  target.Rate + (from.Rate-target.Rate)*keep,
 		Burst: target.Burst + (from.Burst-target.Burst)*keep,
 		Slots: int(math.Round(float64(target.Slots) + float64(from.Slots-target.Slots)*keep)),
@@ -140,6 +111,6 @@ func decay(from, target Lease, since, now time.Time, halfLife time.Duration) Lea
 }
 
 // capLease returns l with each field at most that of limit.
-func capLease(l, limit Lease) Lease {
-	return Lease{Rate: min(l.Rate, limit.Rate), Burst: min(l.Burst, limit.Burst), Slots: min(l.Slots, limit.Slots)}
+func capLease(l, limit budget.Lease) budget.Lease {
+	return budget.Lease{Rate: min(l.Rate, limit.Rate), Burst: min(l.Burst, limit.Burst), Slots: min(l.Slots, limit.Slots)}
 }

@@ -18,3 +18,13 @@ func TestMain(m *testing.M) {
 	redis.SetLogger(quietRedis{})
 	os.Exit(m.Run())
 }
+
+// newCoord is New for a test, which fails on an error.
+func newCoord(tb testing.TB, o Options) *Coordinator {
+	tb.Helper()
+	c, err := New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
@@ -31,17 +32,17 @@ type fakeLocal struct {
 	used     float64 // execution seconds to report as used at the next TakeUsage
 	interval time.Duration
 	last     time.Time
-	leases   map[string]Lease
+	leases   map[string]budget.Lease
 }
 
 func newFakeLocal(demand float64, wanted int, keys ...string) *fakeLocal {
 	if len(keys) == 0 {
 		keys = []string{""}
 	}
-	return &fakeLocal{keys: keys, demand: demand, wanted: wanted, interval: 100 * time.Millisecond, leases: map[string]Lease{}}
+	return &fakeLocal{keys: keys, demand: demand, wanted: wanted, interval: 100 * time.Millisecond, leases: map[string]budget.Lease{}}
 }
 
-func (f *fakeLocal) TakeUsage(now time.Time) []Usage {
+func (f *fakeLocal) TakeUsage(now time.Time) []budget.Usage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dt := f.interval
@@ -49,10 +50,10 @@ func (f *fakeLocal) TakeUsage(now time.Time) []Usage {
 		dt = now.Sub(f.last)
 	}
 	f.last = now
-	var out []Usage
+	var out []budget.Usage
 	for _, k := range f.keys {
-		u := Usage{Key: k, Offered: f.demand * dt.Seconds(), Used: f.used, Wanted: f.wanted, Starved: f.demand > 0}
-		if u.active() {
+		u := budget.Usage{Key: k, Offered: f.demand * dt.Seconds(), Used: f.used, Wanted: f.wanted, Starved: f.demand > 0}
+		if active(&u) {
 			out = append(out, u)
 		}
 	}
@@ -60,13 +61,13 @@ func (f *fakeLocal) TakeUsage(now time.Time) []Usage {
 	return out
 }
 
-func (f *fakeLocal) SetLease(_ time.Time, key string, l Lease) {
+func (f *fakeLocal) SetLease(_ time.Time, key string, l budget.Lease) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.leases[key] = l
 }
 
-func (f *fakeLocal) lease(key string) Lease {
+func (f *fakeLocal) lease(key string) budget.Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.leases[key]
@@ -90,7 +91,7 @@ func startInstances(t *testing.T, rc redis.UniversalClient, spec Spec, interval 
 	t.Helper()
 	out := make([]instance, len(locals))
 	for i, l := range locals {
-		c := New(Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("i%02d", i), Logger: quiet})
+		c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("i%02d", i), Logger: quiet})
 		c.Register(spec, l)
 		out[i] = instance{c, l}
 	}
@@ -459,7 +460,7 @@ func TestKickSyncsANewPartitionEarly(t *testing.T) {
 	spec := Spec{Name: "kick", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	local := newFakeLocal(1, 1, "first")
 	// A regular sync every minute: only a kick can bring the new partition's lease soon.
-	c := New(Options{Client: rc, Interval: time.Minute, Logger: quiet})
+	c := newCoord(t, Options{Client: rc, Interval: time.Minute, Logger: quiet})
 	h := c.Register(spec, local)
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
@@ -483,14 +484,14 @@ func TestUnreachableAtStart(t *testing.T) {
 	var logged syncBuffer
 	spec := Spec{Name: "down", Rate: 10, Burst: 10, MaxConcurrent: 20}
 	local := newFakeLocal(5, 5)
-	c := New(Options{Client: rc, Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	c := newCoord(t, Options{Client: rc, Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	c.Register(spec, local)
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 
 	// The budget over DefaultFallbackInstances, never the whole budget, and no burst room
 	// before a first lease.
-	want := Lease{Rate: 1, Burst: 0, Slots: 2}
+	want := budget.Lease{Rate: 1, Burst: 0, Slots: 2}
 	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })
 	waitFor(t, "a few failed syncs", func() bool { return c.Status()[0].Failures >= 3 })
 	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 {
@@ -514,7 +515,9 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	}
 	spec := Spec{Name: "many", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	local := newFakeLocal(1, 1, keys...)
-	c := New(Options{Client: rc, Interval: 100 * time.Millisecond, Logger: quiet})
+	// Each call's deadline is a quarter interval: long enough for 256 partitions under the
+	// race detector on a loaded machine, short enough for the keys to expire soon.
+	c := newCoord(t, Options{Client: rc, Interval: 400 * time.Millisecond, Logger: quiet})
 	c.Register(spec, local)
 	mustSync(t, c)
 	for _, k := range keys {
@@ -609,5 +612,40 @@ func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
 	}
 	if _, _, slots := sums(rest, ""); slots != 3 {
 		t.Fatalf("after one left the others hold %d slots, want all 3", slots)
+	}
+}
+
+// manyTenants is issue 21's finding 7: the active partitions of a `per: tenant` budget.
+const manyTenants = 20_000
+
+// TestManyTenantsSyncWithinTheInterval syncs 20,000 active partitions of one budget against
+// a healthy Redis: every sync succeeds (each script call has its own deadline; one deadline
+// over all of them failed), and the leases are set.
+func TestManyTenantsSyncWithinTheInterval(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	keys := make([]string, manyTenants)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	spec := Spec{Name: "tenants", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	local := newFakeLocal(1, 1, keys...)
+	// A long interval gives each call a deadline that the race detector on a loaded machine
+	// leaves room for; the whole sync takes far longer than one such deadline.
+	c := newCoord(t, Options{Client: rc, Interval: 2 * time.Second, Logger: quiet})
+	c.Register(spec, local)
+	for i := range 3 {
+		start := time.Now()
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatalf("sync %d of %d partitions: %v", i, len(keys), err)
+		}
+		t.Logf("sync %d of %d partitions: %v", i, len(keys), time.Since(start))
+	}
+	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys) {
+		t.Fatalf("status %+v", st)
+	}
+	for _, k := range keys {
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+			t.Fatalf("partition %s: %+v", k, l)
+		}
 	}
 }

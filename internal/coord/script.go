@@ -7,11 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 //go:embed sync.lua
@@ -32,18 +35,27 @@ const maxKeyPart = 128
 // percent-encoded so that any budget name makes exactly one tag: every key of a budget is
 // in one slot, as a script touching several keys needs.
 func HashTag(budget string) string {
-	r := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-	return "{" + r.Replace(budget) + "}"
+	return "{" + tagEscaper.Replace(budget) + "}"
 }
+
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // PartitionKey is the Redis key of one partition of a budget:
 // pgtraffic:{budget}:p:<partition>.
 func PartitionKey(budget, partition string) string {
+	return partitionPrefix(budget) + partitionPart(partition)
+}
+
+// partitionPrefix is what every partition key of a budget starts with.
+func partitionPrefix(budget string) string { return KeyPrefix + HashTag(budget) + ":p:" }
+
+// partitionPart is a partition's value as its key ends: verbatim, or hashed when long.
+func partitionPart(partition string) string {
 	if len(partition) > maxKeyPart {
 		sum := sha256.Sum256([]byte(partition))
-		partition = "#" + hex.EncodeToString(sum[:16])
+		return "#" + hex.EncodeToString(sum[:16])
 	}
-	return KeyPrefix + HashTag(budget) + ":p:" + partition
+	return partition
 }
 
 // errStale is a call that Redis ran after its deadline (it sat in the socket of a Redis
@@ -65,8 +77,9 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
+	prefix := partitionPrefix(spec.Name)
 	for i, r := range reps {
-		keys[i] = PartitionKey(spec.Name, r.p.key)
+		keys[i] = prefix + partitionPart(r.p.key)
 		leave := 0
 		if r.leave {
 			leave = 1
@@ -77,8 +90,46 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 	if err != nil {
 		return reply{}, err
 	}
-	return decodeReply(v, len(reps))
+	r, err := decodeReply(v, len(reps))
+	for i := range r.results {
+		r.results[i].clamp(spec, lease)
+	}
+	return r, err
 }
+
+// maxLive bounds the instance count a reply may report, as the script bounds lost ones.
+const maxLive = 100_000
+
+// maxDebtSeconds bounds the global debt a reply may report, in seconds of the budget's
+// rate: the script keeps no more.
+const maxDebtSeconds = 3600
+
+// clamp makes every number of r one that the script could have sent for spec: none
+// negative or non-finite, no lease beyond the budget's own limits, no retake beyond a
+// lease duration. Redis is not trusted to hold only what the script wrote.
+func (r *result) clamp(spec Spec, lease time.Duration) {
+	r.lease.Rate = within(r.lease.Rate, spec.Rate)
+	r.lease.Burst = within(r.lease.Burst, spec.Burst)
+	r.lease.Slots = min(r.lease.Slots, spec.MaxConcurrent)
+	r.live = min(r.live, maxLive)
+	r.debt = within(r.debt, spec.Rate*maxDebtSeconds)
+	r.target = within(r.target, spec.Rate)
+	r.targetSlots = min(r.targetSlots, spec.MaxConcurrent)
+	r.retake = min(r.retake, lease)
+	r.inForce = Limits{Rate: within(r.inForce.Rate, spec.Rate), Burst: within(r.inForce.Burst, spec.Burst),
+		MaxConcurrent: min(r.inForce.MaxConcurrent, spec.MaxConcurrent)}
+}
+
+// within is x in [0, hi], and 0 for NaN.
+func within(x, hi float64) float64 {
+	if !(x > 0) {
+		return 0
+	}
+	return min(x, hi)
+}
+
+// count is x as a count, in [0, MaxInt32]: a huge or non-finite float has no int value.
+func count(x float64) int { return int(within(x, math.MaxInt32)) }
 
 func decodeReply(v []any, n int) (reply, error) {
 	if len(v) < 2 {
@@ -106,7 +157,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 8 {
+		if !ok || len(f) != 12 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -118,12 +169,14 @@ func decodeResults(v []any, n int) ([]result, error) {
 			}
 			return v
 		}
-		r.lease = Lease{Rate: num(0), Burst: num(1), Slots: int(num(2))}
-		r.live = int(num(3))
+		r.lease = budget.Lease{Rate: num(0), Burst: num(1), Slots: count(num(2))}
+		r.live = count(num(3))
 		r.debt = num(4)
 		r.target = num(5)
-		r.targetSlots = int(num(6))
-		r.retake = time.Duration(num(7)) * time.Microsecond
+		r.targetSlots = count(num(6))
+		r.retake = time.Duration(count(num(7))) * time.Microsecond
+		r.inForce = Limits{Rate: num(8), Burst: num(9), MaxConcurrent: count(num(10))}
+		r.differ = num(11) == 1
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

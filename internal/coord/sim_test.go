@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
@@ -17,7 +18,7 @@ import (
 // refuses. Statements are instantaneous: their cost is charged at admission.
 type simBudget struct {
 	mu       sync.Mutex // protects the fields below
-	lease    Lease
+	lease    budget.Lease
 	has      bool
 	debt     float64
 	at       time.Time
@@ -58,18 +59,18 @@ func (b *simBudget) admit(now time.Time, cost float64) bool {
 	return true
 }
 
-func (b *simBudget) TakeUsage(time.Time) []Usage {
+func (b *simBudget) TakeUsage(time.Time) []budget.Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	u := Usage{Offered: b.offered, Used: b.used, Starved: b.starved}
+	u := budget.Usage{Offered: b.offered, Used: b.used, Starved: b.starved}
 	b.offered, b.used, b.starved = 0, 0, false
-	if !u.active() {
+	if !active(&u) {
 		return nil
 	}
-	return []Usage{u}
+	return []budget.Usage{u}
 }
 
-func (b *simBudget) SetLease(now time.Time, _ string, l Lease) {
+func (b *simBudget) SetLease(now time.Time, _ string, l budget.Lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.drain(now) // the debt so far drains at the old rate
@@ -126,7 +127,7 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 			budgets := make([]*simBudget, 8)
 			for i := range budgets {
 				b := &simBudget{admitted: map[int64]float64{}}
-				c := New(Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet})
+				c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet})
 				h := c.Register(spec, b)
 				b.kick = h.Kick
 				c.Start()
@@ -245,18 +246,18 @@ func (s *simSlots) release() {
 	s.inflight--
 }
 
-func (s *simSlots) TakeUsage(time.Time) []Usage {
+func (s *simSlots) TakeUsage(time.Time) []budget.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := Usage{Wanted: s.peak, InFlight: s.inflight, Starved: s.starved}
+	u := budget.Usage{Wanted: s.peak, InFlight: s.inflight, Starved: s.starved}
 	s.peak, s.starved = s.inflight, false
-	if !u.active() {
+	if !active(&u) {
 		return nil
 	}
-	return []Usage{u}
+	return []budget.Usage{u}
 }
 
-func (s *simSlots) SetLease(_ time.Time, _ string, l Lease) {
+func (s *simSlots) SetLease(_ time.Time, _ string, l budget.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots = l.Slots
@@ -278,7 +279,7 @@ func TestSimulatedInstancesHoldMaxConcurrent(t *testing.T) {
 	locals := make([]*simSlots, 8)
 	for i := range locals {
 		s := &simSlots{}
-		c := New(Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("slots%d", i), Logger: quiet})
+		c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("slots%d", i), Logger: quiet})
 		s.kick = c.Register(spec, s).Kick
 		c.Start()
 		t.Cleanup(func() { c.Close(context.Background()) })

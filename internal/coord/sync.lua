@@ -18,8 +18,9 @@
 -- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
 -- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
 -- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
--- granted rate, expiry µs, left}; left = 1 marks an instance that left the partition, kept
--- for a lease duration.
+-- granted rate, expiry µs, left, max_concurrent, rate, burst}; left = 1 marks an instance
+-- that left the partition, kept for a lease duration; the last three are the budget's
+-- limits on that instance.
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
@@ -30,8 +31,10 @@
 -- crashed: its capacity returns when its lease lapses.
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
--- instances, global debt, target rate, target slots, retake}}, retake being, for a starved
--- instance, µs until another instance's lease lapses (0: none, or not starved); numbers
+-- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
+-- in force, differ}}, retake being, for a starved instance, µs until another instance's
+-- lease lapses (0: none, or not starved), differ 1 when instances disagree on the limits;
+-- numbers
 -- that may be fractional are strings, as Redis truncates Lua numbers to integers in replies.
 
 local t = redis.call('TIME')
@@ -45,6 +48,35 @@ local period = math.max(tonumber(ARGV[6]) * 1000, 1)
 local not_after = tonumber(ARGV[7])
 
 local function num(x) return string.format('%.17g', x) end
+
+-- Everything read back from Redis is checked: another writer (or a corrupted restore) may
+-- have left any value. A value that is not a finite number in its range is ignored, and the
+-- writes below repair it.
+local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
+local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
+-- The most global debt kept, µs of the budget's rate (the horizon of the expiry below).
+local max_debt = 3600 * 1000000
+-- The most instances a partition may count as lost.
+local max_lost = 100000
+
+-- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
+-- left}, or nil when it is not one this script could have written (not a msgpack array, a
+-- negative or non-finite number, an expiry beyond a lease duration from now). What it holds
+-- counts as at most the whole budget: an instance on other limits (a rolling change of
+-- the rules) may hold more than this one's.
+local function entry(v)
+  local ok, e = pcall(cmsgpack.unpack, v)
+  if not ok or type(e) ~= 'table' then return nil end
+  for k = 1, 7 do
+    if not within(e[k], 0, math.huge) then return nil end
+  end
+  if e[6] > now + ttl or (e[7] ~= 0 and e[7] ~= 1) then return nil end
+  e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
+  if not (within(e[8], 0, math.huge) and within(e[9], 0, math.huge) and within(e[10], 0, math.huge)) then
+    e[8], e[9], e[10] = nil, nil, nil -- no limits: an instance of an older version
+  end
+  return e
+end
 
 if not_after > 0 and now > not_after then
   return {num(now), 1}
@@ -87,16 +119,22 @@ for i, key in ipairs(KEYS) do
   for j = 1, #flat, 2 do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
-      tat = math.max(tonumber(v), now)
+      local x = tonumber(v)
+      if finite(x) then tat = math.min(math.max(x, now), now + max_debt) end
     elseif f == 'last' then
-      last = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, now) then last = x end
     elseif f == 'lu' then
-      lost_until = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, now + ttl) then lost_until = x end
     elseif f == 'ln' then
-      lost_n = tonumber(v)
+      local x = tonumber(v)
+      if within(x, 0, max_lost) then lost_n = math.floor(x) end
     else
-      local e = cmsgpack.unpack(v)
-      if e[6] <= now then
+      local e = entry(v)
+      if e == nil then
+        redis.call('HDEL', key, f)
+      elseif e[6] <= now then
         redis.call('HDEL', key, f)
         if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif e[7] == 1 and f ~= id then
@@ -111,19 +149,36 @@ for i, key in ipairs(KEYS) do
   end
   if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
 
-  -- Usage counts once per sequence number, whatever the retries.
-  if seq > mine[1] then
+  -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
+  -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
+  if seq ~= mine[1] then
     if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
     mine[1] = seq
   end
   local debt = 0
   if rate > 0 then debt = rate * (tat - now) / 1000000 end
 
+  -- The limits in force: while the instances disagree on the budget's limits (a rolling
+  -- change of the rules), each enforces the smallest any of them holds, so that together
+  -- they keep the smaller limit and each keeps its even share of it.
+  local l_rate, l_burst, l_maxc, differ = rate, burst, maxc, 0
+  for _, f in ipairs(ids) do
+    local e = others[f]
+    if e[8] ~= nil then
+      if e[8] ~= maxc or e[9] ~= rate or e[10] ~= burst then differ = 1 end
+      if maxc > 0 and e[8] > 0 then l_maxc = math.min(l_maxc, e[8]) end
+      if rate > 0 and e[9] > 0 then
+        l_rate, l_burst = math.min(l_rate, e[9]), math.min(l_burst, e[10])
+      end
+    end
+  end
+
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
   local retake = 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
+    mine[8], mine[9], mine[10] = maxc, rate, burst
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
@@ -153,7 +208,7 @@ for i, key in ipairs(KEYS) do
       -- grants sum above the rate: others give back at their own next sync.
       local d = {}
       for k = 1, n do d[k] = others[ids[k]][2] end
-      local cap = rate - missing * rate / known
+      local cap = l_rate - missing * l_rate / known
       local share, left = fill(cap, d, n)
       t_rate = share[me] + left / n
       local held = 0
@@ -161,7 +216,7 @@ for i, key in ipairs(KEYS) do
         if k ~= me then held = held + others[ids[k]][5] end
       end
       g_rate = math.max(0, math.min(t_rate, cap - held))
-      g_burst = burst * g_rate / rate
+      g_burst = l_burst * g_rate / l_rate
     end
 
     local held_slots = 0
@@ -172,7 +227,7 @@ for i, key in ipairs(KEYS) do
       -- (which idles the slot until the old holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
-      local cap = maxc - missing * math.floor(maxc / known)
+      local cap = l_maxc - missing * math.floor(l_maxc / known)
       local share = fill(cap, w, n)
       local target, spare = {}, cap
       for k = 1, n do
@@ -225,6 +280,7 @@ for i, key in ipairs(KEYS) do
     end
 
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
+    mine[8], mine[9], mine[10] = maxc, rate, burst
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
@@ -239,6 +295,7 @@ for i, key in ipairs(KEYS) do
   local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
-  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake}
+  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake,
+    num(l_rate), num(l_burst), l_maxc, differ}
 end
 return out

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/coord"
@@ -23,8 +21,7 @@ const closeWithin = 500 * time.Millisecond
 // statement's path (a budget kicks its handle through a function it was given).
 type coordination struct {
 	section rules.Coordination // what c was built from
-	c       *coord.Coordinator
-	owned   *redis.Client // the client made from the section's URL, closed with c; nil when given
+	c       *coord.Coordinator // makes (and closes) its own client from the section's URL when not given one
 	shared  map[string]*shared
 }
 
@@ -61,17 +58,12 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 	if cfg.Coordination != nil && co.c == nil && !e.life.closed {
 		sec := *cfg.Coordination
 		interval := time.Duration(sec.SyncInterval)
-		client := e.redis
-		if client == nil {
-			rc, err := coord.NewClient(sec.Redis, interval)
-			if err != nil {
-				return err
-			}
-			client, co.owned = rc, rc
+		c, err := coord.New(coord.Options{Client: e.redis, URL: sec.Redis, Interval: interval,
+			FallbackInstances: sec.FallbackInstances, Instance: e.instance, Logger: e.log, Now: e.now})
+		if err != nil {
+			return err
 		}
-		co.section = sec
-		co.c = coord.New(coord.Options{Client: client, Interval: interval, FallbackInstances: sec.FallbackInstances,
-			Instance: e.instance, Logger: e.log, Now: e.now})
+		co.section, co.c = sec, c
 		co.shared = map[string]*shared{}
 		co.c.Start()
 		e.coordinator.Store(co.c)
@@ -118,9 +110,6 @@ func (e *Engine) stopCoordination(co coordination) {
 	defer cancel()
 	if err := co.c.Close(ctx); err != nil {
 		e.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
-	}
-	if co.owned != nil {
-		_ = co.owned.Close()
 	}
 	now := e.now()
 	for _, s := range co.shared {
