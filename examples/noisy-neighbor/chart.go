@@ -92,6 +92,8 @@ func writeChart(path string, r *results, w time.Duration) error {
 	}
 	solo := r.soloP99()
 	first, last := r.runs[0].start.Seconds(), r.runs[len(r.runs)-1].end.Seconds()
+	// Room on the right for the arms' legend, off the data.
+	xMax := last + (last-first)*0.12
 
 	// One line per run, so that the unmeasured pauses between runs stay gaps.
 	var p50s, p99s, loads []plotter.XYs
@@ -120,13 +122,13 @@ func writeChart(path string, r *results, w time.Duration) error {
 	top.Y.Scale = plot.LogScale{}
 	top.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	top.Y.Min, top.Y.Max = yLo, yHi
-	top.X.Min, top.X.Max = first, last
+	top.X.Min, top.X.Max = first, xMax
 	top.X.Tick.Label.Font.Size = 0 // the bottom panel labels the shared time axis
 	top.Add(plotter.NewGrid())
 	bottom := plot.New()
 	bottom.X.Label.Text = "time (s)"
 	bottom.Y.Label.Text = "reports running (mean)"
-	bottom.X.Min, bottom.X.Max = first, last
+	bottom.X.Min, bottom.X.Max = first, xMax
 	bottom.Y.Min, bottom.Y.Max = 0, maxLoad*1.15
 	bottom.Add(plotter.NewGrid())
 
@@ -155,7 +157,8 @@ func writeChart(path string, r *results, w time.Duration) error {
 	bottom.Legend.Top = true
 	bottom.Legend.Left = false
 	bottom.Legend.XOffs = -vg.Points(6)
-	bottom.Legend.TextStyle.Font.Size = vg.Points(9)
+	bottom.Legend.TextStyle.Font.Size = vg.Points(10)
+	bottom.Legend.ThumbnailWidth = vg.Points(14)
 
 	hline := func(y float64, c color.Color, dashed bool) (*plotter.Line, error) {
 		l, err := plotter.NewLine(plotter.XYs{{X: first, Y: y}, {X: last, Y: y}})

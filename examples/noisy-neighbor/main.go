@@ -50,7 +50,7 @@ import (
 
 // budgetRules is the reporting budget, filled in from the flags. By default: one report at a
 // time; none predicted above 1 s; and in the long run 15% of one core's execution time (the
-// bucket drains 150 ms of execution per second), with a bucket of 2 s. burst_limit must exceed
+// bucket drains 150 ms of execution per second), with a bucket of 1 s. burst_limit must exceed
 // the largest report's predicted cost, which grows on a loaded machine: a report predicted above
 // it never fits and is refused outright (per_query_limit), and the reports would get none of
 // their share. server_cores stays 1 (the default) on this 2-core machine: the budget gives the
@@ -116,7 +116,7 @@ func main() {
 	flag.IntVar(&f.maxConcurrent, "max-concurrent", 1, "the reporting budget's max_concurrent")
 	flag.DurationVar(&f.perQuery, "per-query", time.Second, "the reporting budget's per_query_limit, and the timeout arm's statement_timeout")
 	flag.Float64Var(&f.share, "share", 0.15, "the reporting budget's server_share")
-	flag.DurationVar(&f.burst, "burst", 2*time.Second, "the reporting budget's burst_limit")
+	flag.DurationVar(&f.burst, "burst", time.Second, "the reporting budget's burst_limit")
 	flag.BoolVar(&f.parallel, "parallel", false, "let PostgreSQL run the reports with parallel workers (see README)")
 	flag.Parse()
 	if err := f.validate(); err != nil {
@@ -256,6 +256,12 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 	}
 
 	fmt.Fprintln(w)
+	// Other programs' load shrinks every ratio: the solo p99 carries it too. (Linux only.)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if avg := strings.Fields(string(la)); len(avg) >= 3 {
+			fmt.Fprintf(w, "load average at the end (1, 5, 15 min): %s\n", strings.Join(avg[:3], " "))
+		}
+	}
 	printTable(w, res, f.share)
 	fmt.Fprintln(w)
 	printTargets(w, res, f.share, f.burst, f.phase)
