@@ -206,8 +206,12 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements, %3d reports completed, %4d refused, %3d timed out\n",
-			spec.round, p.name, len(p.critical), p.noiseDone, p.noiseRefused, p.noiseTimedOut)
+		// Checkout workers may still be adding this run's last samples.
+		ex.mu.Lock()
+		n, st := len(p.critical), p.stats()
+		ex.mu.Unlock()
+		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out\n",
+			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut)
 	}
 	cancel()
 	critical.Wait()
