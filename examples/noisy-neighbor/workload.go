@@ -304,7 +304,7 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 // report is one reporting worker: it runs the reports in turn on db until ctx ends. A report
 // refused by the budget is retried with a growing back-off, never before the RetryAfter the
 // budget gave, as a well behaved batch job does; one refused as never fitting (per_query_limit)
-// is skipped after the same back-off, and so is one cancelled by statement_timeout.
+// is skipped after the same back-off. One cancelled by statement_timeout is given up at once.
 func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
