@@ -57,7 +57,7 @@ bench: deps
 	$(GO) test -C integration/instr -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./... | tee -a bench.out
 	integration/scripts/wall.sh | tee -a bench.out
 
-# The walkthrough, then the protection experiment (about 70 s; its chart goes to noisy-neighbor.png).
+# The walkthrough, then the protection experiment (about 2 minutes; its chart goes to noisy-neighbor.png).
 demo: deps
 	$(GO) run ./examples/demo
 	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"

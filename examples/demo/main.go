@@ -1,8 +1,10 @@
-// Command demo shows pgtraffic on a throwaway PostgreSQL: each statement's fingerprint and tags,
-// a reporting budget that blocks a burst and recovers after RetryAfter, a never-seen enormous
-// query refused by its predicted cost, and a DELETE without WHERE stopped by a guard.
+// Command demo shows pgtraffic on a throwaway PostgreSQL: a reporting budget that blocks a burst
+// and recovers after RetryAfter, a never-seen enormous query refused by its predicted cost, a
+// DELETE without WHERE stopped by a guard, and the budget's state and learned patterns. With -v
+// it also logs each statement's fingerprint, normalised text and tags at DEBUG level.
 //
-//	make demo            # or: go run ./examples/demo
+//	make demo                  # or: go run ./examples/demo
+//	go run ./examples/demo -v  # and a DEBUG line per statement
 //
 // Set PGTRAFFIC_TEST_DSN to use an existing server instead of a throwaway one.
 package main
@@ -11,7 +13,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"os"
@@ -40,12 +44,30 @@ guards:
 `
 
 func main() {
-	if err := run(); err != nil {
+	verbose := flag.Bool("v", false, "log each statement's fingerprint, normalised text and tags (DEBUG)")
+	flag.Parse()
+	if err := run(newLogger(os.Stdout, *verbose)); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+// newLogger returns the demo's logger: pgtraffic's warnings and notices, and with verbose one
+// DEBUG line per statement too. Timestamps are left out so the output reads as a story.
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+}
+
+func run(logger *slog.Logger) error {
 	ctx := context.Background()
 	dsn, stop, err := pgtest.EnvOrStart()
 	if err != nil {
@@ -56,14 +78,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	// Debug logging shows each statement's fingerprint and merged tags.
-	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug,
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}}))
 	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(logger))
 	if err != nil {
 		return err
@@ -130,11 +144,20 @@ func run() error {
 	}
 	fmt.Printf("orders still has %d rows\n", n)
 
-	section("5. Budget state")
-	for _, b := range c.Snapshot().Budgets {
+	section("5. Budget state and the patterns pgtraffic learned")
+	snap := c.Snapshot()
+	for _, b := range snap.Budgets {
 		fmt.Printf("budget %s (%s): debt %.3fs, in flight %d, admitted %d, blocked %d\n",
 			b.Name, b.Mode, b.Debt, b.InFlight, b.Admitted, b.Blocked)
 	}
+	// Each statement is known by its pattern: the fingerprint of its normalised text.
+	for _, p := range snap.Patterns[:min(len(snap.Patterns), 4)] {
+		fmt.Printf("pattern %s: %d run(s), mean %.3fs: %.70s\n", p.Fingerprint, p.Count, p.MeanCost, p.Query)
+	}
+	if logger.Enabled(ctx, slog.LevelDebug) {
+		return nil
+	}
+	fmt.Println("(go run ./examples/demo -v logs every statement's fingerprint, normalised text and tags)")
 	return nil
 }
 

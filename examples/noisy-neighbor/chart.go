@@ -16,12 +16,14 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Colours of the chart: one per phase for the shading, and the lines.
+// Colours of the chart: one per arm for the shading, and the lines.
 var (
-	phaseShade = map[string]color.Color{
-		"solo":         color.RGBA{R: 0xe8, G: 0xf0, B: 0xfa, A: 0xff},
-		"uncontrolled": color.RGBA{R: 0xfb, G: 0xe3, B: 0xe0, A: 0xff},
-		"controlled":   color.RGBA{R: 0xe2, G: 0xf4, B: 0xe2, A: 0xff},
+	armShade = map[string]color.Color{
+		armSolo:         color.RGBA{R: 0xe4, G: 0xee, B: 0xfa, A: 0xff},
+		armUncontrolled: color.RGBA{R: 0xfa, G: 0xd4, B: 0xd0, A: 0xff},
+		armOneConn:      color.RGBA{R: 0xfa, G: 0xea, B: 0xc4, A: 0xff},
+		armTimeout:      color.RGBA{R: 0xe8, G: 0xdc, B: 0xf4, A: 0xff},
+		armPgtraffic:    color.RGBA{R: 0xd6, G: 0xf0, B: 0xd6, A: 0xff},
 	}
 	p99Colour   = color.RGBA{R: 0xc0, G: 0x30, B: 0x20, A: 0xff}
 	p50Colour   = color.RGBA{R: 0x20, G: 0x60, B: 0xb0, A: 0xff}
@@ -37,8 +39,8 @@ type window struct {
 	p50, p99 time.Duration
 }
 
-// windows cuts the phase's checkout samples into windows of width w, from the phase's start.
-func (p *phaseResult) windows(w time.Duration) []window {
+// windows cuts the arm's checkout samples into windows of width w, from the arm's start.
+func (p *armResult) windows(w time.Duration) []window {
 	var out []window
 	byStart := slices.Clone(p.critical)
 	slices.SortFunc(byStart, func(a, b sample) int { return int(a.at - b.at) })
@@ -63,7 +65,7 @@ func (p *phaseResult) windows(w time.Duration) []window {
 
 // reportLoad is the reports' execution seconds per second in each window of width w: the
 // average number of reports running at once.
-func (p *phaseResult) reportLoad(w time.Duration) plotter.XYs {
+func (p *armResult) reportLoad(w time.Duration) plotter.XYs {
 	var out plotter.XYs
 	for from := p.start; from+w/2 <= p.end; from += w {
 		to := min(from+w, p.end)
@@ -79,17 +81,19 @@ func (p *phaseResult) reportLoad(w time.Duration) plotter.XYs {
 }
 
 // writeChart draws two panels sharing the time axis: the checkout p50 and p99 per window (log
-// scale, with the 1.5× and 3× solo p99 lines), and the reports' load per window; each phase is
-// shaded. It writes a PNG to path.
+// scale, with the 1.5× and 3× solo p99 lines), and the reports' load per window; each arm's runs
+// are shaded in its colour, named in the bottom panel's legend. It writes a PNG to path.
 func writeChart(path string, r *results, w time.Duration) error {
 	if len(r.runs) == 0 {
-		return fmt.Errorf("noisy-neighbor: chart: no phase ran")
+		return fmt.Errorf("noisy-neighbor: chart: no arm ran")
 	}
 	if !strings.EqualFold(filepath.Ext(path), ".png") {
 		return fmt.Errorf("noisy-neighbor: chart: %s: want a .png file", path)
 	}
 	solo := r.soloP99()
 	first, last := r.runs[0].start.Seconds(), r.runs[len(r.runs)-1].end.Seconds()
+	// Room on the right for the arms' legend, off the data.
+	xMax := last + (last-first)*0.12
 
 	// One line per run, so that the unmeasured pauses between runs stay gaps.
 	var p50s, p99s, loads []plotter.XYs
@@ -118,16 +122,17 @@ func writeChart(path string, r *results, w time.Duration) error {
 	top.Y.Scale = plot.LogScale{}
 	top.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	top.Y.Min, top.Y.Max = yLo, yHi
-	top.X.Min, top.X.Max = first, last
+	top.X.Min, top.X.Max = first, xMax
 	top.X.Tick.Label.Font.Size = 0 // the bottom panel labels the shared time axis
 	top.Add(plotter.NewGrid())
 	bottom := plot.New()
 	bottom.X.Label.Text = "time (s)"
 	bottom.Y.Label.Text = "reports running (mean)"
-	bottom.X.Min, bottom.X.Max = first, last
+	bottom.X.Min, bottom.X.Max = first, xMax
 	bottom.Y.Min, bottom.Y.Max = 0, maxLoad*1.15
 	bottom.Add(plotter.NewGrid())
 
+	legendShade := map[string]*plotter.Polygon{}
 	for _, p := range r.runs {
 		x0, x1 := p.start.Seconds(), p.end.Seconds()
 		for _, pl := range []struct {
@@ -138,21 +143,22 @@ func writeChart(path string, r *results, w time.Duration) error {
 			if err != nil {
 				return fmt.Errorf("noisy-neighbor: chart: %w", err)
 			}
-			shade.Color = phaseShade[p.name]
+			shade.Color = armShade[p.name]
 			shade.LineStyle.Width = 0
 			pl.p.Add(shade)
+			legendShade[p.name] = shade
 		}
-		label, err := plotter.NewLabels(plotter.XYLabels{
-			XYs:    plotter.XYs{{X: x0, Y: yLo}},
-			Labels: []string{p.name},
-		})
-		if err != nil {
-			return fmt.Errorf("noisy-neighbor: chart: %w", err)
-		}
-		label.Offset = vg.Point{X: vg.Points(3), Y: vg.Points(4)}
-		label.TextStyle[0].Font.Size = vg.Points(9)
-		top.Add(label)
 	}
+	for _, name := range armNames {
+		if s, ok := legendShade[name]; ok {
+			bottom.Legend.Add(name, s)
+		}
+	}
+	bottom.Legend.Top = true
+	bottom.Legend.Left = false
+	bottom.Legend.XOffs = -vg.Points(6)
+	bottom.Legend.TextStyle.Font.Size = vg.Points(10)
+	bottom.Legend.ThumbnailWidth = vg.Points(14)
 
 	hline := func(y float64, c color.Color, dashed bool) (*plotter.Line, error) {
 		l, err := plotter.NewLine(plotter.XYs{{X: first, Y: y}, {X: last, Y: y}})
@@ -193,7 +199,7 @@ func writeChart(path string, r *results, w time.Duration) error {
 		top.Legend.Add("p99", p99Line)
 		top.Legend.Add("p50", p50Line)
 	}
-	top.Legend.Add(fmt.Sprintf("%.1f× solo p99 (target under control)", targetControlled), limit)
+	top.Legend.Add(fmt.Sprintf("%.1f× solo p99 (target under pgtraffic)", targetControlled), limit)
 	top.Legend.Add(fmt.Sprintf("%.0f× solo p99", targetUncontrolled), worse)
 	top.Legend.Top = true
 	top.Legend.Left = false

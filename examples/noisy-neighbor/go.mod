@@ -3,6 +3,7 @@ module github.com/pgtraffic/pgtraffic/examples/noisy-neighbor
 go 1.26.0
 
 require (
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pgtraffic/pgtraffic v0.0.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -20,7 +21,6 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.13.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.4 // indirect
 	github.com/pganalyze/pg_query_go/v5 v5.1.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect

@@ -1,19 +1,25 @@
 // Command noisy-neighbor is pgtraffic's protection experiment: a critical OLTP workload (point
 // selects and single-row updates, tagged app=checkout) and a noisy reporting workload (scans,
-// aggregates and hash joins, tagged app=reporting) share one PostgreSQL and one pgtraffic
-// connector, in three phases:
+// aggregates and hash joins, tagged app=reporting) share one PostgreSQL. The checkout workload
+// always runs through one pgtraffic connector; the reports run in turn in each of five arms, the
+// controls a team would reach for first beside pgtraffic:
 //
-//  1. solo: the checkout workload alone;
-//  2. uncontrolled: with the reporting workload, the reporting budget in mode off;
-//  3. controlled: the same reporting workload, the budget in mode enforce (see [budgetRules]).
+//  1. solo: no reports, the checkout workload alone (the yardstick);
+//  2. uncontrolled: the reports on their own *sql.DB, unlimited;
+//  3. one-conn: the reports on their own *sql.DB capped at one open connection
+//     (SetMaxOpenConns(1));
+//  4. timeout: the reports on their own *sql.DB whose connections set statement_timeout to the
+//     budget's per_query_limit;
+//  5. pgtraffic: the reports through the checkout's pgtraffic connector, under the budget of
+//     [budgetRules].
 //
-// The three phases run in turn for several rounds (-rounds), and each phase's figures merge its
-// rounds, so that load from other programs on the machine falls on all three phases alike
-// instead of on whichever happened to run when it came.
+// Each round runs every arm once, in an order that rotates from round to round (-rounds), and
+// each arm's figures merge its rounds, so that load from other programs on the machine falls on
+// all arms alike instead of on whichever happened to run when it came.
 //
-// It prints the checkout workload's throughput and p50/p99 latency per phase, checks the
-// targets (controlled p99 ≤ 1.5× solo p99; uncontrolled p99 ≥ 3× solo p99) and writes a PNG
-// chart of the checkout latency over time.
+// It prints one table (per arm: the checkout throughput and p99, the p99 over the solo p99, the
+// reports completed and their execution seconds per second, also as a part of the budget's
+// share), checks the targets and writes a PNG chart of the checkout latency over time.
 //
 //	go run ./examples/noisy-neighbor -out noisy-neighbor.png
 //
@@ -27,6 +33,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net/url"
@@ -34,22 +41,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
 // budgetRules is the reporting budget, filled in from the flags. By default: one report at a
-// time, and in the long run 15% of one core's execution time (the bucket drains 150 ms of
-// execution per second), with a bucket of 2 s, room for the largest report even on a loaded
-// machine, where reports run longer. burst_limit must exceed the largest report's predicted
-// cost: a report predicted larger is refused outright (per_query_limit, "never fits"), and the
-// reports would get none of their share. server_cores stays 1 (the default) on this 2-core machine: the budget gives the
+// time; none predicted above 1 s; and in the long run 15% of one core's execution time (the
+// bucket drains 150 ms of execution per second), with a bucket of 1 s. burst_limit must exceed
+// the largest report's predicted cost, which grows on a loaded machine: a report predicted above
+// it never fits and is refused outright (per_query_limit), and the reports would get none of
+// their share. server_cores stays 1 (the default) on this 2-core machine: the budget gives the
 // reports a share of one core and leaves the other to the checkout path.
 const budgetRules = `
 budgets:
   - name: reporting
-    mode: %s
+    mode: enforce
     max_concurrent: %d
+    per_query_limit: %s
     server_share: %g
     burst_limit: %s
 rules:
@@ -57,9 +68,9 @@ rules:
     match: {app: reporting}
 `
 
-// The experiment's targets, as multiples of the solo p99.
+// The experiment's targets, as multiples of the solo p99 and parts of the budget's share.
 const (
-	targetControlled   = 1.5 // controlled p99 must stay at or below this
+	targetControlled   = 1.5 // pgtraffic's p99 must stay at or below this
 	targetUncontrolled = 3.0 // uncontrolled p99 must reach at least this
 	targetShare        = 0.9 // under the budget the reports get at least this part of their share
 )
@@ -78,32 +89,34 @@ type flags struct {
 	out      string
 
 	maxConcurrent int
+	perQuery      time.Duration
 	share         float64
 	burst         time.Duration
 	parallel      bool
 }
 
-// rules is the rules file with the budget in mode (enforce or off).
-func (f flags) rules(mode string) string {
-	return fmt.Sprintf(budgetRules, mode, f.maxConcurrent, f.share, f.burst)
+// rules is the rules file of the reporting budget.
+func (f flags) rules() string {
+	return fmt.Sprintf(budgetRules, f.maxConcurrent, f.perQuery, f.share, f.burst)
 }
 
 func main() {
 	var f flags
-	flag.DurationVar(&f.phase, "phase", 4*time.Second, "duration of each phase in each round")
-	flag.IntVar(&f.rounds, "rounds", 4, "how often to run the three phases, in turn; each phase's figures merge its rounds")
-	flag.DurationVar(&f.settle, "settle", time.Second, "pause between phases, unmeasured, so one phase's stragglers do not count in the next")
+	flag.DurationVar(&f.phase, "phase", 4*time.Second, "duration of each arm in each round")
+	flag.IntVar(&f.rounds, "rounds", 4, "how often to run every arm, in a rotating order; each arm's figures merge its rounds")
+	flag.DurationVar(&f.settle, "settle", time.Second, "pause between arms, unmeasured, once the server runs no report, so one arm's stragglers do not count in the next")
 	flag.IntVar(&f.workers, "workers", 4, "closed-loop workers of the critical (checkout) workload")
 	flag.DurationVar(&f.think, "think", 0, "pause of each checkout worker between statements (0: none, the workers saturate the CPU themselves)")
-	flag.IntVar(&f.pool, "pool", 0, "connections in the one pool both workloads share (0: one per worker, so they meet only on the server)")
+	flag.IntVar(&f.pool, "pool", 0, "connections in the pgtraffic pool that the checkout and the pgtraffic arm's reports share (0: one per worker, so they meet only on the server)")
 	flag.IntVar(&f.noise, "noise", 8, "concurrent workers of the noisy (reporting) workload")
 	flag.IntVar(&f.orders, "orders", 250_000, "rows of the orders table the reporting queries scan")
 	flag.IntVar(&f.accounts, "accounts", 100_000, "rows of the accounts table the checkout workload reads and updates")
 	flag.DurationVar(&f.window, "window", 500*time.Millisecond, "width of the chart's latency windows")
 	flag.StringVar(&f.out, "out", "noisy-neighbor.png", "where to write the PNG chart")
 	flag.IntVar(&f.maxConcurrent, "max-concurrent", 1, "the reporting budget's max_concurrent")
+	flag.DurationVar(&f.perQuery, "per-query", time.Second, "the reporting budget's per_query_limit, and the timeout arm's statement_timeout")
 	flag.Float64Var(&f.share, "share", 0.15, "the reporting budget's server_share")
-	flag.DurationVar(&f.burst, "burst", 2*time.Second, "the reporting budget's burst_limit")
+	flag.DurationVar(&f.burst, "burst", time.Second, "the reporting budget's burst_limit")
 	flag.BoolVar(&f.parallel, "parallel", false, "let PostgreSQL run the reports with parallel workers (see README)")
 	flag.Parse()
 	if err := f.validate(); err != nil {
@@ -111,7 +124,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(f); err != nil {
+	if _, err := run(context.Background(), f, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -138,6 +151,8 @@ func (f flags) validate() error {
 		return errors.New("noisy-neighbor: -window must be at least 10ms")
 	case f.maxConcurrent < 1:
 		return errors.New("noisy-neighbor: -max-concurrent must be at least 1")
+	case f.perQuery < time.Millisecond || f.perQuery%time.Millisecond != 0:
+		return errors.New("noisy-neighbor: -per-query must be a whole number of milliseconds, at least 1ms (statement_timeout counts milliseconds)")
 	case f.share <= 0 || f.share > 1:
 		return errors.New("noisy-neighbor: -share must be in (0, 1]")
 	case f.burst < time.Millisecond:
@@ -148,11 +163,12 @@ func (f flags) validate() error {
 	return nil
 }
 
-func run(f flags) error {
-	ctx := context.Background()
+// run runs the experiment, printing its progress, table and verdicts to w, and returns its
+// results.
+func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 	dsn, stop, err := pgtest.EnvOrStart()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stop()
 	if !f.parallel {
@@ -160,27 +176,22 @@ func run(f flags) error {
 		// report occupy every core of this small server while being charged for one.
 		var err error
 		if dsn, err = withRuntimeParam(dsn, "options", "-c max_parallel_workers_per_gather=0"); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	// The same rules in every phase; only the controlled phase turns the budget on.
-	enforce, err := driver.ParseConfig([]byte(f.rules("enforce")))
+	cfg, err := driver.ParseConfig([]byte(f.rules()))
 	if err != nil {
-		return err
-	}
-	off, err := driver.ParseConfig([]byte(f.rules("off")))
-	if err != nil {
-		return err
+		return nil, err
 	}
 	// Only blocks are logged, as warnings; the table counts them, so the log stays quiet.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c, err := driver.NewConnector(dsn, driver.WithConfig(off), driver.WithLogger(quiet))
+	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(quiet))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
-	// By default a pool with room for every worker, kept open, so that no phase pays for new
+	// By default a pool with room for every worker, kept open, so that no arm pays for new
 	// connections and the workloads meet only on the server.
 	conns := f.workers + f.noise + 2
 	if f.pool > 0 {
@@ -189,40 +200,95 @@ func run(f flags) error {
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 
-	fmt.Printf("loading %d orders and %d accounts ...\n", f.orders, f.accounts)
-	if err := setup(ctx, db, f.orders, f.accounts); err != nil {
-		return err
+	// The other arms' reports bypass pgtraffic: plain pgx pools, as a team without it has.
+	plain := func(open int, params map[string]string) (*sql.DB, error) {
+		pc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("noisy-neighbor: %w", err)
+		}
+		for k, v := range params {
+			pc.RuntimeParams[k] = v
+		}
+		pdb := stdlib.OpenDB(*pc)
+		pdb.SetMaxOpenConns(open)
+		pdb.SetMaxIdleConns(open)
+		return pdb, nil
 	}
-
-	ex := newExperiment(db, f)
-	var runs []phaseSpec
-	for round := 1; round <= f.rounds; round++ {
-		runs = append(runs,
-			phaseSpec{name: "solo", round: round, config: off},
-			phaseSpec{name: "uncontrolled", round: round, noise: true, config: off},
-			phaseSpec{name: "controlled", round: round, noise: true, config: enforce})
-	}
-	fmt.Printf("running %d round(s) of 3 phases of %v: %d checkout workers, %d reporting workers\n",
-		f.rounds, f.phase, f.workers, f.noise)
-	res, err := ex.run(ctx, c, runs)
+	uncontrolled, err := plain(f.noise, nil)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	defer uncontrolled.Close()
+	oneConn, err := plain(1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer oneConn.Close()
+	timeout, err := plain(f.noise, map[string]string{"statement_timeout": fmt.Sprint(f.perQuery.Milliseconds())})
+	if err != nil {
+		return nil, err
+	}
+	defer timeout.Close()
+	// admin watches the server between arms; it runs no workload.
+	admin, err := plain(1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+
+	fmt.Fprintf(w, "loading %d orders and %d accounts ...\n", f.orders, f.accounts)
+	if err := setup(ctx, db, f.orders, f.accounts); err != nil {
+		return nil, err
 	}
 
-	fmt.Println()
-	printTable(os.Stdout, res)
-	fmt.Println()
-	printTargets(os.Stdout, res, f.share, f.burst, f.phase)
+	arms := []armSpec{
+		{name: armSolo},
+		{name: armUncontrolled, reports: uncontrolled},
+		{name: armOneConn, reports: oneConn},
+		{name: armTimeout, reports: timeout},
+		{name: armPgtraffic, reports: db},
+	}
+	fmt.Fprintf(w, "running %d round(s) of %d arms of %v: %d checkout workers, %d reporting workers\n",
+		f.rounds, len(arms), f.phase, f.workers, f.noise)
+	res, err := newExperiment(db, admin, f, w).run(ctx, schedule(arms, f.rounds))
+	if err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintln(w)
+	// Other programs' load shrinks every ratio: the solo p99 carries it too. (Linux only.)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if avg := strings.Fields(string(la)); len(avg) >= 3 {
+			fmt.Fprintf(w, "load average at the end (1, 5, 15 min): %s\n", strings.Join(avg[:3], " "))
+		}
+	}
+	printTable(w, res, f.share)
+	fmt.Fprintln(w)
+	printTargets(w, res, f.share, f.burst, f.phase)
 	for _, b := range c.Snapshot().Budgets {
-		fmt.Printf("\nbudget %s (%s, max_concurrent %d, server_share %g, burst_limit %v): admitted %d, blocked %d\n",
-			b.Name, b.Mode, f.maxConcurrent, f.share, f.burst, b.Admitted, b.Blocked)
+		fmt.Fprintf(w, "\nbudget %s (%s, max_concurrent %d, per_query_limit %v, server_share %g, burst_limit %v): admitted %d reports\n",
+			b.Name, b.Mode, f.maxConcurrent, f.perQuery, f.share, f.burst, b.Admitted)
 	}
 
 	if err := writeChart(f.out, res, f.window); err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Printf("\nchart written to %s\n", f.out)
-	return nil
+	fmt.Fprintf(w, "\nchart written to %s\n", f.out)
+	return res, nil
+}
+
+// schedule returns rounds rounds of every arm, the order rotated by one arm each round so that
+// no arm always runs first, or always after the same arm.
+func schedule(arms []armSpec, rounds int) []armSpec {
+	var out []armSpec
+	for r := range rounds {
+		for i := range arms {
+			a := arms[(i+r)%len(arms)]
+			a.round = r + 1
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // withRuntimeParam adds a run-time parameter to a PostgreSQL URL or keyword/value DSN.

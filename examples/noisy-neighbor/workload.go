@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -34,7 +36,7 @@ func setup(ctx context.Context, db *sql.DB, orders, accounts int) error {
 			return fmt.Errorf("noisy-neighbor: setup: %w", err)
 		}
 	}
-	// Read each report once so that every phase starts with the tables in memory.
+	// Read each report once so that every arm starts with the tables in memory.
 	for _, q := range reports {
 		rows, err := db.QueryContext(ctx, q)
 		if err != nil {
@@ -50,20 +52,30 @@ func setup(ctx context.Context, db *sql.DB, orders, accounts int) error {
 }
 
 // reports are the noisy workload's queries: each burns a core for a few hundred milliseconds on
-// a million orders (an aggregate with a sort, a LIKE scan, a hash join with an aggregate).
+// the orders table (an aggregate with a sort, a LIKE scan, a hash join with an aggregate).
 var reports = []string{
 	`select customer, sum(amount), count(*) from orders group by customer order by 2 desc limit 20`,
 	`select count(*), sum(amount) from orders where note like '%ab%c%'`,
 	`select c.region, count(*), avg(o.amount) from orders o join customers c on c.id = o.customer group by c.region order by 3 desc`,
 }
 
-// phaseSpec is one run of a phase: whether the reporting workload runs, and the rules put in
-// force for it.
-type phaseSpec struct {
-	name   string
-	round  int
-	noise  bool
-	config *driver.Config
+// The arms, in the order of the first round (see [schedule]).
+const (
+	armSolo         = "solo"
+	armUncontrolled = "uncontrolled"
+	armOneConn      = "one-conn"
+	armTimeout      = "timeout"
+	armPgtraffic    = "pgtraffic"
+)
+
+// armNames are the arms in the order the table and the chart list them.
+var armNames = []string{armSolo, armUncontrolled, armOneConn, armTimeout, armPgtraffic}
+
+// armSpec is one run of an arm: the *sql.DB the reports run on (nil: no reports).
+type armSpec struct {
+	name    string
+	round   int
+	reports *sql.DB
 }
 
 // sample is one completed checkout statement: when it started (since the experiment began)
@@ -72,44 +84,42 @@ type sample struct {
 	at, latency time.Duration
 }
 
-// phaseResult is what one phase measured: one run of a phase, or (from [results.phase]) all the
-// runs of one phase merged.
-type phaseResult struct {
+// armResult is what one arm measured: one run of an arm, or (from [results.arm]) all the runs
+// of one arm merged.
+type armResult struct {
 	name          string
 	start, end    time.Duration // since the experiment began; for merged runs, of the first and last
 	measured      time.Duration // time measured: end - start, or the runs' sum
 	critical      []sample
-	noiseDone     int64
-	noiseBlocked  int64
+	noiseDone     int64         // reports completed
+	noiseRefused  int64         // reports refused by the budget (each retry counts)
+	noiseTimedOut int64         // reports cancelled by statement_timeout
 	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
 	noiseStarts   []time.Duration
 	noiseFinishes []time.Duration
 }
 
-// results are the runs of the phases in the order they ran: solo, uncontrolled, controlled,
-// repeated for each round.
+// results are the runs of the arms in the order they ran.
 type results struct {
-	runs []*phaseResult
+	runs []*armResult
 }
 
-// phaseNames are the phases in the order they run in each round.
-var phaseNames = []string{"solo", "uncontrolled", "controlled"}
-
-// phase returns the runs of the named phase merged, or nil if it never ran.
-func (r *results) phase(name string) *phaseResult {
-	var m *phaseResult
+// arm returns the runs of the named arm merged, or nil if it never ran.
+func (r *results) arm(name string) *armResult {
+	var m *armResult
 	for _, p := range r.runs {
 		if p.name != name {
 			continue
 		}
 		if m == nil {
-			m = &phaseResult{name: name, start: p.start}
+			m = &armResult{name: name, start: p.start}
 		}
 		m.end = p.end
 		m.measured += p.measured
 		m.critical = append(m.critical, p.critical...)
 		m.noiseDone += p.noiseDone
-		m.noiseBlocked += p.noiseBlocked
+		m.noiseRefused += p.noiseRefused
+		m.noiseTimedOut += p.noiseTimedOut
 		m.noiseBusy += p.noiseBusy
 		m.noiseStarts = append(m.noiseStarts, p.noiseStarts...)
 		m.noiseFinishes = append(m.noiseFinishes, p.noiseFinishes...)
@@ -117,20 +127,24 @@ func (r *results) phase(name string) *phaseResult {
 	return m
 }
 
-// experiment runs the workloads. The checkout workers run through all phases; the reporting
-// workers run only in the phases that ask for them.
+// experiment runs the workloads. The checkout workers run through all arms; the reporting
+// workers run only in the arms that have reports.
 type experiment struct {
-	db *sql.DB
-	f  flags
-	t0 time.Time
+	db    *sql.DB // the checkout's, through pgtraffic
+	admin *sql.DB // watches the server between arms
+	f     flags
+	out   io.Writer // progress
+	t0    time.Time
 
 	mu      sync.Mutex // protects the fields below
-	current *phaseResult
+	current *armResult
 }
 
-func newExperiment(db *sql.DB, f flags) *experiment { return &experiment{db: db, f: f} }
+func newExperiment(db, admin *sql.DB, f flags, out io.Writer) *experiment {
+	return &experiment{db: db, admin: admin, f: f, out: out}
+}
 
-func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phaseSpec) (*results, error) {
+func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ex.t0 = time.Now()
@@ -155,33 +169,32 @@ func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phas
 	}
 
 	res := &results{}
-	for i, spec := range specs {
-		if i > 0 || ex.f.settle > 0 {
-			// Unmeasured: the checkout workers warm up (first phase) or the last phase's reports
-			// finish being cancelled.
-			sleepCtx(ctx, ex.f.settle)
-		}
-		if err := c.SetConfig(spec.config); err != nil {
+	for _, spec := range specs {
+		// Unmeasured: the checkout workers warm up (first arm), or the last arm's reports
+		// finish on the server (a report cancelled by its context runs on until it next
+		// writes to the client) and the server calms down.
+		if err := ex.quiesce(ctx); err != nil {
 			fail(err)
 			break
 		}
-		p := &phaseResult{name: spec.name, start: time.Since(ex.t0)}
+		sleepCtx(ctx, ex.f.settle)
+		p := &armResult{name: spec.name, start: time.Since(ex.t0)}
 		ex.mu.Lock()
 		ex.current = p
 		ex.mu.Unlock()
 
-		phaseCtx, stop := context.WithTimeout(ctx, ex.f.phase)
+		armCtx, stop := context.WithTimeout(ctx, ex.f.phase)
 		var noise sync.WaitGroup
-		if spec.noise {
+		if spec.reports != nil {
 			for w := range ex.f.noise {
 				noise.Go(func() {
-					if err := ex.report(phaseCtx, p, w); err != nil {
+					if err := ex.report(armCtx, p, spec.reports, w); err != nil {
 						fail(err)
 					}
 				})
 			}
 		}
-		<-phaseCtx.Done()
+		<-armCtx.Done()
 		stop()
 		ex.mu.Lock()
 		p.end = time.Since(ex.t0)
@@ -193,8 +206,12 @@ func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phas
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Printf("  round %d %-12s %6d checkout statements, %3d reports completed, %4d blocked\n",
-			spec.round, p.name, len(p.critical), p.noiseDone, p.noiseBlocked)
+		// Checkout workers may still be adding this run's last samples.
+		ex.mu.Lock()
+		n, st := len(p.critical), p.stats()
+		ex.mu.Unlock()
+		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out\n",
+			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut)
 	}
 	cancel()
 	critical.Wait()
@@ -204,14 +221,35 @@ func (ex *experiment) run(ctx context.Context, c *driver.Connector, specs []phas
 	return res, nil
 }
 
+// quiesce waits, for up to 30 s, until the server runs no report.
+func (ex *experiment) quiesce(ctx context.Context) error {
+	const q = `select count(*) from pg_stat_activity
+	            where state = 'active' and pid <> pg_backend_pid() and query like '%from orders%'`
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var n int
+		if err := ex.admin.QueryRowContext(ctx, q).Scan(&n); err != nil {
+			if ctx.Err() != nil {
+				return nil // the deadline, or the experiment ending: go on regardless
+			}
+			return fmt.Errorf("noisy-neighbor: watching pg_stat_activity: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+}
+
 // checkout is one closed-loop checkout worker: 80% point selects, 20% single-row updates, on
-// random accounts, until ctx ends. Each statement's latency is recorded in the current phase.
+// random accounts, until ctx ends. Each statement's latency is recorded in the current arm.
 func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 	ctx = tagging.With(ctx, "app", "checkout")
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := ex.f.accounts
 	var local []sample
-	var owner *phaseResult
+	var owner *armResult
 	flush := func() {
 		if owner != nil && len(local) > 0 {
 			ex.mu.Lock()
@@ -241,7 +279,7 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 		at := start.Sub(ex.t0)
 		ex.mu.Lock()
 		cur := ex.current
-		// Count a statement only if it started and ended inside the phase.
+		// Count a statement only if it started and ended inside the arm.
 		if cur != nil && at < cur.start {
 			cur = nil
 		}
@@ -263,40 +301,58 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 	return nil
 }
 
-// report is one reporting worker: it runs the reports in turn until ctx ends. A blocked report
-// is retried with a growing back-off, never before the RetryAfter the budget gave, as a well
-// behaved batch job does; one refused as never fitting (per_query_limit) is skipped.
-func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
+// report is one reporting worker: it runs the reports in turn on db until ctx ends. A report
+// refused by the budget is retried with a growing back-off, never before the RetryAfter the
+// budget gave, as a well behaved batch job does; one refused as never fitting (per_query_limit)
+// is skipped after the same back-off. One cancelled by statement_timeout is given up at once.
+func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
-	blocks := 0 // consecutive blocks
+	blocks := 0 // consecutive refusals
 	for i := w; ctx.Err() == nil; i++ {
 		q := reports[i%len(reports)]
 		for ctx.Err() == nil {
+			// The report's clock starts once it has a connection: in the one-conn arm the
+			// workers queue for it, and waiting costs the server nothing.
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("noisy-neighbor: report: %w", err)
+			}
 			start := time.Now()
-			err := drain(ctx, ex.db, q)
+			err = drain(ctx, conn, q)
+			end := time.Now()
+			err = errors.Join(err, conn.Close())
 			var be *driver.BlockedError
 			if errors.As(err, &be) {
-				atomic.AddInt64(&p.noiseBlocked, 1)
-				if be.Reason == driver.ReasonPerQuery {
-					break // predicted larger than the budget allows: it never fits, so move on
-				}
-				// Back off exponentially from 50 ms (to 800 ms) while blocked, and never retry
+				ex.mu.Lock()
+				p.noiseRefused++
+				ex.mu.Unlock()
+				// Back off exponentially from 50 ms (to 800 ms) while refused, and never retry
 				// before RetryAfter; the jitter keeps the workers from retrying in step.
 				wait := max(be.RetryAfter, min(50*time.Millisecond<<blocks, 800*time.Millisecond))
 				blocks++
 				sleepCtx(ctx, wait+time.Duration(rng.Int64N(int64(wait/2)+1)))
+				if be.Reason == driver.ReasonPerQuery {
+					break // predicted larger than the budget allows: it never fits, so move on
+				}
 				continue
 			}
 			blocks = 0
-			if err != nil && ctx.Err() == nil {
+			timedOut := isQueryCanceled(err) && ctx.Err() == nil
+			if err != nil && !timedOut && ctx.Err() == nil {
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
-			// A report cut off at the end of the phase still loaded the server until then.
-			end := time.Now()
+			// A report cut off at the end of the arm, or by statement_timeout, still loaded
+			// the server until then.
 			ex.mu.Lock()
-			if err == nil {
+			switch {
+			case err == nil:
 				p.noiseDone++
+			case timedOut:
+				p.noiseTimedOut++
 			}
 			p.noiseBusy += end.Sub(start)
 			p.noiseStarts = append(p.noiseStarts, start.Sub(ex.t0))
@@ -308,9 +364,16 @@ func (ex *experiment) report(ctx context.Context, p *phaseResult, w int) error {
 	return nil
 }
 
-// drain runs q and reads all its rows.
-func drain(ctx context.Context, db *sql.DB, q string) error {
-	rows, err := db.QueryContext(ctx, q)
+// isQueryCanceled reports whether the server cancelled the statement (SQLSTATE 57014), as
+// statement_timeout does.
+func isQueryCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
+// drain runs q on conn and reads all its rows.
+func drain(ctx context.Context, conn *sql.Conn, q string) error {
+	rows, err := conn.QueryContext(ctx, q)
 	if err != nil {
 		return err
 	}
