@@ -57,6 +57,10 @@ type Request struct {
 	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
+	// Unknown marks a Cost that is only a guess (a pattern that has not run yet): the
+	// admission reserves at least the budget's reservation for an unknown cost (spec.go) and,
+	// once admitted, Cost holds what it reserved, which Release trues up.
+	Unknown bool
 }
 
 // Denial says which request refused an admission and why.
@@ -95,7 +99,8 @@ type Warning struct {
 // budget's Burst never fits either: it is denied with ReasonPerQuery.
 //
 // The same budget may appear in several requests; for the same key their
-// slots and costs add up.
+// slots and costs add up. An admission sets each request's Cost to what it
+// reserved (see Request.Unknown).
 func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
 	return reserve(now, reqs, warns, true)
 }
@@ -118,10 +123,10 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		// Earlier requests of this admission for the same budget and key
 		// count as already taken.
 		slots, cost := 0, 0.0
-		for _, o := range reqs[:i] {
-			if o.Budget == r.Budget && o.Key == r.Key {
+		for j := range reqs[:i] {
+			if o := &reqs[j]; o.Budget == r.Budget && o.Key == r.Key {
 				slots++
-				cost += sanitizeCost(o.Cost)
+				cost += o.Budget.reservation(o)
 			}
 		}
 		d := r.Budget.check(now, r, slots, cost)
@@ -187,7 +192,7 @@ func worse(a, b *Denial) bool {
 // not (allocated only then). The caller holds b.mu.
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
-	cost := sanitizeCost(r.Cost)
+	cost := b.reservation(r)
 	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
 	}
@@ -212,10 +217,21 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	return nil
 }
 
+// reservation is the cost r reserves in b: its Cost, and for an unknown cost
+// at least the spec's reservation for one. The caller holds b.mu.
+func (b *Budget) reservation(r *Request) float64 {
+	cost := sanitizeCost(r.Cost)
+	if r.Unknown {
+		cost = max(cost, b.keys.spec.unknownCost())
+	}
+	return cost
+}
+
 // take charges r, reqs[i] of an admission, to b at now, and appends a
 // Warning if the budget is now at or past a limit. The caller holds b.mu.
 func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warning {
-	cost := sanitizeCost(r.Cost)
+	cost := b.reservation(r)
+	r.Cost = cost // what Release trues up
 	s := b.keys.lookup(r.Key)
 	if s == nil {
 		s = b.keys.insert(r.Key, now)

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"math"
 	"strconv"
 	"time"
@@ -63,6 +64,28 @@ func (s Spec) normalize() Spec {
 		s.MaxKeys = DefaultMaxKeys
 	}
 	return s
+}
+
+// coldSlots stands in for MaxConcurrent, in a budget without one, when sizing
+// the reservation of an unknown cost: this many statements of new patterns at
+// once fill one burst.
+const coldSlots = 16
+
+// unknownCost is what a statement of unknown cost (its pattern has not run
+// yet) reserves at least, in a budget with a bucket: a slot's share of the
+// burst, so that a cold start with every slot on a new pattern reserves about
+// one burst, and no more than PerQueryLimit, the most a statement may cost.
+// It never exceeds a limit by itself: an unknown cost alone is never a reason
+// to refuse a statement outright, only, like any cost, to wait for room.
+func (s Spec) unknownCost() float64 {
+	if s.Rate == 0 {
+		return 0 // no bucket: nothing to reserve
+	}
+	c := s.Burst / float64(cmp.Or(s.MaxConcurrent, coldSlots))
+	if s.PerQueryLimit > 0 {
+		c = min(c, s.PerQueryLimit)
+	}
+	return c
 }
 
 // limitText holds the human names of a spec's limits, built once per spec so

@@ -7,8 +7,9 @@
 // file watcher and the health sampler) runs off the hot path. Time comes from one injected clock
 // ([Options.Now], [Options.After]).
 //
-// A pattern whose cost the model has never seen is not trusted under a budget with a bucket:
-// its statements run one at a time until one has finished (untrained.go).
+// A pattern whose cost the model has never seen has an unknown cost: each budget with a bucket
+// reserves it conservatively until the statement ends (decide.go), so a cold start runs as far
+// as budgets have room.
 package engine
 
 import (
@@ -96,7 +97,6 @@ type Engine struct {
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
 	warns    warnLimiter
-	probes   probes // untrained patterns' first statements in flight (untrained.go)
 
 	// sampler reads server health for throttle_when; nil until a budget uses a sampled metric.
 	// It is replaced (under mu) when health_interval changes; checks load it atomically.
@@ -238,9 +238,8 @@ type Exec struct {
 	e     *Engine
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
-	// untrained: the pattern had no observed execution; probe: x is its probe (untrained.go).
+	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
-	probe     *probe
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -264,7 +263,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Pattern, x.Tags, x.Decision, x.Reason, x.Budgets = p, nil, DecisionAllow, "", nil
 	x.Predicted, x.PlanCost, x.Costed = 0, 0, false
 	x.Span, x.Observed, x.Wants = nil, false, 0
-	x.e, x.start, x.warm, x.untrained, x.probe = e, time.Time{}, false, false, nil
+	x.e, x.start, x.warm, x.untrained = e, time.Time{}, false, false
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
@@ -372,7 +371,6 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
-	e.endProbe(x) // after training: the statements waiting for it are predicted from it
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
