@@ -67,9 +67,11 @@ func (s Spec) normalize() Spec {
 }
 
 // coldSlots stands in for MaxConcurrent, in a budget without one, when sizing
-// the reservation of an unknown cost: this many statements of new patterns at
-// once fill one burst.
-const coldSlots = 16
+// the reservation of an unknown cost: PostgreSQL's default max_connections, as
+// many statements as a default server runs at once, which together reserve one
+// burst. Fewer slots would refuse the cold start of a process whose pool is
+// larger under a budget that its known costs never fill.
+const coldSlots = 100
 
 // unknownCost is what a statement of unknown cost (its pattern has not run
 // yet) reserves at least, in a budget with a bucket: a slot's share of the

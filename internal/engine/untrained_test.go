@@ -11,15 +11,17 @@ import (
 )
 
 // coldRules hold budgets that match every statement of the test engine (database shop):
-// a generous one, a tight one, and the default burst with a share below 1 with and without
+// two generous ones, a tight one, and the default burst with a share below 1 with and without
 // max_wait.
 const coldRules = `
 budgets:
   - {name: generous, mode: enforce, max_concurrent: 100, server_share: 1, burst_limit: 10s}
+  - {name: plain, mode: enforce, server_share: 1}
   - {name: tight, mode: enforce, server_share: 0.5}
   - {name: waits, mode: enforce, server_share: 0.5, max_wait: 5s}
 rules:
   - {budget: generous, match: {database: shop, app: generous}}
+  - {budget: plain, match: {database: shop, app: plain}}
   - {budget: tight, match: {database: shop, app: tight}}
   - {budget: waits, match: {database: shop, app: waits}}
 `
@@ -53,35 +55,44 @@ func budgetNamed(t *testing.T, e *Engine, name string) *budgetState {
 
 // TestColdStartGenerousBudgetRefusesNothing reproduces a deploy: 16 requests at once, each
 // running 12 statements of patterns the process has never seen, under a generous enforce
-// budget. None is refused; each statement's reservation is trued up to its actual time.
+// budget; and pgx's TestConnConcurrency's 50 at once under a budget of share 1 with the
+// default burst, which their known costs never fill. None is refused; each statement's
+// reservation is trued up to its actual time.
 func TestColdStartGenerousBudgetRefusesNothing(t *testing.T) {
-	e, clk := newEngine(t, coldRules)
-	ctx := tagging.With(context.Background(), "app", "generous")
-	const requests, patterns = 16, 12
-	const took = 20 * time.Millisecond
-	for j := range patterns {
-		q := fmt.Sprintf("select * from cold_%d where id = $1", j)
-		xs := make([]*Exec, 0, requests)
-		for r := range requests { // every request's j-th statement in flight at once
-			x, err := begin(e, ctx, q)
-			if err != nil {
-				t.Fatalf("request %d, pattern %d refused at a cold start: %v", r, j, err)
+	for _, c := range []struct {
+		app                string
+		requests, patterns int
+		took               time.Duration
+	}{{"generous", 16, 12, 20 * time.Millisecond}, {"plain", 50, 3, time.Millisecond}} {
+		t.Run(c.app, func(t *testing.T) {
+			e, clk := newEngine(t, coldRules)
+			ctx := tagging.With(context.Background(), "app", c.app)
+			for j := range c.patterns {
+				q := fmt.Sprintf("select * from cold_%d where id = $1", j)
+				xs := make([]*Exec, 0, c.requests)
+				for r := range c.requests { // every request's j-th statement in flight at once
+					x, err := begin(e, ctx, q)
+					if err != nil {
+						t.Fatalf("request %d, pattern %d refused at a cold start: %v", r, j, err)
+					}
+					xs = append(xs, x)
+				}
+				clk.advance(c.took)
+				for _, x := range xs {
+					x.Finish(ctx, nil)
+				}
 			}
-			xs = append(xs, x)
-		}
-		clk.advance(took)
-		for _, x := range xs {
-			x.Finish(ctx, nil)
-		}
-	}
-	// Trued up: the debt is what ran, less what drained while each batch ran (the batches
-	// follow one another at once).
-	snap := budgetNamed(t, e, "generous").b.Snapshot(clk.now())
-	if snap.InFlight != 0 || snap.Blocked != 0 || snap.Admitted != requests*patterns {
-		t.Fatalf("budget after the cold start: %+v", snap)
-	}
-	if want := patterns * (requests - 1) * took.Seconds(); math.Abs(snap.Debt-want) > 1e-9 {
-		t.Fatalf("debt %v after the cold start, want %v (the actual time, trued up)", snap.Debt, want)
+			// Trued up: the debt is what ran, less what drained while each batch ran (share 1;
+			// the batches follow one another at once).
+			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.now())
+			if snap.InFlight != 0 || snap.Blocked != 0 || snap.Admitted != uint64(c.requests*c.patterns) {
+				t.Fatalf("budget after the cold start: %+v", snap)
+			}
+			want := float64(c.patterns*(c.requests-1)) * c.took.Seconds()
+			if math.Abs(snap.Debt-want) > 1e-9 {
+				t.Fatalf("debt %v after the cold start, want %v (the actual time, trued up)", snap.Debt, want)
+			}
+		})
 	}
 }
 
@@ -93,7 +104,7 @@ func TestColdStartTightBudgetWaitsForRoom(t *testing.T) {
 	ctx := tagging.With(context.Background(), "app", "tight")
 	const q = "select pg_sleep(10)"
 	admitted := 0
-	for range 40 {
+	for range 150 {
 		x, err := begin(e, ctx, q)
 		if err == nil {
 			admitted++
@@ -104,8 +115,8 @@ func TestColdStartTightBudgetWaitsForRoom(t *testing.T) {
 			t.Fatalf("a statement of unknown cost refused with %+v, want reason budget and a RetryAfter", d)
 		}
 	}
-	if admitted < 2 || admitted == 40 {
-		t.Fatalf("%d of 40 admitted, want several, within the burst", admitted)
+	if admitted < 2 || admitted == 150 {
+		t.Fatalf("%d of 150 admitted, want several, within the burst", admitted)
 	}
 }
 
