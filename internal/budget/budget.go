@@ -57,9 +57,10 @@ type Request struct {
 	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
-	// Unknown marks a Cost that is only a guess (a pattern that has not run yet): the
-	// admission reserves at least the budget's reservation for an unknown cost (spec.go) and,
-	// once admitted, Cost holds what it reserved, which Release trues up.
+	// Unknown marks a Cost that is only a guess (a pattern that has not run yet, priced by
+	// what other patterns taught): PerQueryLimit still judges it, but the bucket reserves
+	// the budget's reservation for an unknown cost instead (spec.go). Once admitted, Cost
+	// holds what was reserved, which Release trues up.
 	Unknown bool
 }
 
@@ -192,11 +193,10 @@ func worse(a, b *Denial) bool {
 // not (allocated only then). The caller holds b.mu.
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
-	cost := b.reservation(r)
-	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
+	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
 	}
-	need := cost + extra
+	need := b.reservation(r) + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}
@@ -217,14 +217,13 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	return nil
 }
 
-// reservation is the cost r reserves in b: its Cost, and for an unknown cost
-// at least the spec's reservation for one. The caller holds b.mu.
+// reservation is the cost r reserves in b: its Cost, or for an unknown cost the
+// spec's reservation for one. The caller holds b.mu.
 func (b *Budget) reservation(r *Request) float64 {
-	cost := sanitizeCost(r.Cost)
 	if r.Unknown {
-		cost = max(cost, b.keys.spec.unknownCost())
+		return b.keys.spec.unknownCost()
 	}
-	return cost
+	return sanitizeCost(r.Cost)
 }
 
 // take charges r, reqs[i] of an admission, to b at now, and appends a

@@ -74,11 +74,15 @@ func (s Spec) normalize() Spec {
 const coldSlots = 100
 
 // unknownCost is what a statement of unknown cost (its pattern has not run
-// yet) reserves at least, in a budget with a bucket: a slot's share of the
-// burst, so that a cold start with every slot on a new pattern reserves about
-// one burst, and no more than PerQueryLimit, the most a statement may cost.
-// It never exceeds a limit by itself: an unknown cost alone is never a reason
-// to refuse a statement outright, only, like any cost, to wait for room.
+// yet) reserves in a budget with a bucket: a slot's share of the burst, so
+// that a cold start with every slot on a new pattern reserves about one burst,
+// and no more than PerQueryLimit, the most a statement may cost. It never
+// exceeds a limit by itself: an unknown cost alone is never a reason to refuse
+// a statement outright, only, like any cost, to wait for room. The guess is
+// not reserved: it scales the planner's cost by a k learned from a few
+// statements of other patterns, which at a cold start can be off by orders of
+// magnitude either way (a primary-key lookup guessed at 13 s), so reserving it
+// would refuse a cold start that fits, or let one through that does not.
 func (s Spec) unknownCost() float64 {
 	if s.Rate == 0 {
 		return 0 // no bucket: nothing to reserve

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestUnknownCostReserved: a request of unknown cost reserves the larger of its guess and a
-// slot's share of the burst (at most per_query_limit), Admit writes what it reserved into the
-// request, and Release trues it up to the actual cost.
+// TestUnknownCostReserved: a request of unknown cost reserves a slot's share of the burst (at
+// most per_query_limit) whatever its guess, Admit writes what it reserved into the request,
+// and Release trues it up to the actual cost.
 func TestUnknownCostReserved(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -18,7 +18,7 @@ func TestUnknownCostReserved(t *testing.T) {
 		{"a slot's share of the burst", Spec{Rate: 1, Burst: 10, MaxConcurrent: 100}, 0, 0.1},
 		{"no max_concurrent", Spec{Rate: 1, Burst: 10}, 0, 10.0 / coldSlots},
 		{"per_query_limit caps it", Spec{Rate: 1, Burst: 10, PerQueryLimit: 0.05}, 0, 0.05},
-		{"a larger guess stands", Spec{Rate: 1, Burst: 10, MaxConcurrent: 100}, 0.3, 0.3},
+		{"a guess is not reserved", Spec{Rate: 1, Burst: 10, MaxConcurrent: 100}, 30, 0.1},
 		{"no bucket reserves nothing", Spec{MaxConcurrent: 4}, 0, 0},
 	}
 	for _, tt := range tests {
@@ -73,5 +73,15 @@ func TestUnknownCostNeverNeverFits(t *testing.T) {
 			t.Fatalf("%+v: %d of 300 admitted, want some and not all", spec, admitted)
 		}
 		mustInvariants(t, b)
+	}
+}
+
+// TestUnknownCostGuessAbovePerQueryLimit: per_query_limit still judges the guess of an
+// unknown cost, the planner's view of an enormous plan: refused before it runs.
+func TestUnknownCostGuessAbovePerQueryLimit(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10, PerQueryLimit: 2})
+	_, d := Admit(at(0), []Request{{Budget: b, Cost: 5, Unknown: true}}, nil)
+	if d == nil || d.Reason != ReasonPerQuery || d.RetryAfter != 0 {
+		t.Fatalf("denial %+v, want per_query_limit", d)
 	}
 }
