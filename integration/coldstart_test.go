@@ -17,9 +17,11 @@ import (
 )
 
 // openCold opens, with driver.Open, a fresh database whose every statement is under the
-// enforce budget spec (a flow mapping's fields), in a process that has seen none of its
-// patterns. setup runs first on a plain pgx connection, outside pgtraffic.
-func openCold(t *testing.T, spec string, setup ...string) *sql.DB {
+// enforce budget spec (a flow mapping's fields) on a server of cores, in a process that has
+// seen none of its patterns. setup runs first on a plain pgx connection, outside pgtraffic.
+// A test's statements are all in flight together: the budget is generous only if the rate
+// (share × cores) covers them, since on a loaded machine each takes far longer than alone.
+func openCold(t *testing.T, cores int, spec string, setup ...string) *sql.DB {
 	t.Helper()
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	raw, err := sql.Open("pgx", dsn)
@@ -37,11 +39,12 @@ func openCold(t *testing.T, spec string, setup ...string) *sql.DB {
 		t.Fatal(err)
 	}
 	cfg, err := driver.ParseConfig(fmt.Appendf(nil, `
+server_cores: %d
 budgets:
   - {name: all, mode: enforce, %s}
 rules:
   - {budget: all, match: {database: %s}}
-`, spec, strconv.Quote(pc.Database)))
+`, cores, spec, strconv.Quote(pc.Database)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func TestColdStartGenerousBudget(t *testing.T) {
 	for j := range setup {
 		setup[j] = fmt.Sprintf("create table cold_%d (id int primary key)", j)
 	}
-	db := openCold(t, "max_concurrent: 100, server_share: 1, burst_limit: 10s", setup...)
+	db := openCold(t, 2*requests, "max_concurrent: 100, server_share: 1, burst_limit: 10s", setup...)
 	db.SetMaxOpenConns(requests)
 	start := make(chan struct{})
 	errs := make(chan error, requests*patterns)
@@ -88,11 +91,10 @@ func TestColdStartGenerousBudget(t *testing.T) {
 
 // TestConnConcurrencyUnderEnforce is pgx's stdlib TestConnConcurrency run through pgtraffic
 // with every statement under an enforce budget that its known costs never fill (no
-// max_concurrent; 50 statements of tens of milliseconds at once on a busy machine fit a
-// minute's burst): 50 goroutines at once insert and update rows of their own, then read them
+// max_concurrent, a rate above the 50 statements in flight): 50 goroutines at once insert and update rows of their own, then read them
 // back, all on patterns the process has never seen.
 func TestConnConcurrencyUnderEnforce(t *testing.T) {
-	db := openCold(t, "server_share: 1, burst_limit: 60s", "create table t (id integer primary key, str text, dur_str interval)")
+	db := openCold(t, 100, "server_share: 1, burst_limit: 10s", "create table t (id integer primary key, str text, dur_str interval)")
 	const concurrency = 50
 	run := func(f func(ctx context.Context, i int) error) {
 		t.Helper()
