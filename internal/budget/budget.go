@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,7 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		for j := range reqs[:i] {
 			if o := &reqs[j]; o.Budget == r.Budget && o.Key == r.Key {
 				slots++
-				cost += o.Budget.reservation(o)
+				cost += o.Budget.reservation(o, math.Inf(1))
 			}
 		}
 		d := r.Budget.check(now, r, slots, cost)
@@ -196,7 +197,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
 	}
-	need := b.reservation(r) + extra
+	need := b.reservation(r, math.Inf(1)) + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}
@@ -211,30 +212,40 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
 		return &Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
+	if r.Unknown {
+		need = b.reservation(r, burst-s.Debt-extra) + extra
+	}
 	if sp.Rate > 0 && s.Debt+need > withSlack(burst) && !emptyFits(s.Debt, rate) {
 		return &Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
 }
 
-// reservation is the cost r reserves in b: its Cost, or for an unknown cost the
-// spec's reservation for one. The caller holds b.mu.
-func (b *Budget) reservation(r *Request) float64 {
-	if r.Unknown {
-		return b.keys.spec.unknownCost()
+// reservation is the cost r reserves in b where its key's bucket has room
+// left: its Cost, or for an unknown cost the spec's reservation for one, cut
+// to the room when less is left (but some), so that an unknown cost alone
+// never refuses a statement while the bucket has room. The caller holds b.mu.
+func (b *Budget) reservation(r *Request, room float64) float64 {
+	if !r.Unknown {
+		return sanitizeCost(r.Cost)
 	}
-	return sanitizeCost(r.Cost)
+	c := b.keys.spec.unknownCost()
+	if room > 0 {
+		c = min(c, room)
+	}
+	return c
 }
 
 // take charges r, reqs[i] of an admission, to b at now, and appends a
 // Warning if the budget is now at or past a limit. The caller holds b.mu.
 func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warning {
-	cost := b.reservation(r)
-	r.Cost = cost // what Release trues up
 	s := b.keys.lookup(r.Key)
 	if s == nil {
 		s = b.keys.insert(r.Key, now)
 	}
+	_, burst, maxConcurrent := b.keys.limits(s)
+	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
+	r.Cost = cost                          // what Release trues up
 	b.keys.take(s, cost)
 	b.admitted++
 	if p := s.part; p != nil {
@@ -246,7 +257,6 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	if sp.WarningThreshold == 0 {
 		return warns // nothing asked to be warned
 	}
-	_, burst, maxConcurrent := b.keys.limits(s)
 	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {

@@ -76,7 +76,8 @@ const coldSlots = 100
 // unknownCost is what a statement of unknown cost (its pattern has not run
 // yet) reserves in a budget with a bucket: a slot's share of the burst, so
 // that a cold start with every slot on a new pattern reserves about one burst,
-// and no more than PerQueryLimit, the most a statement may cost. It never
+// and no more than PerQueryLimit, the most a statement may cost (an admission
+// cuts it to the room left, while some is: see Budget.reservation). It never
 // exceeds a limit by itself: an unknown cost alone is never a reason to refuse
 // a statement outright, only, like any cost, to wait for room. The guess is
 // not reserved: it scales the planner's cost by a k learned from a few

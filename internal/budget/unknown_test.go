@@ -85,3 +85,27 @@ func TestUnknownCostGuessAbovePerQueryLimit(t *testing.T) {
 		t.Fatalf("denial %+v, want per_query_limit", d)
 	}
 }
+
+// TestUnknownCostCutToRoom: with less room left than its reservation (one slot, whose share
+// is the whole burst, after a statement left a little debt), an unknown cost reserves the
+// room instead of being refused; with no room left it is refused to wait for room.
+func TestUnknownCostCutToRoom(t *testing.T) {
+	b := New(Spec{Rate: 0.02, Burst: 2, MaxConcurrent: 1})
+	charge(t, at(0), b, "", 0.005)
+	reqs := []Request{{Budget: b, Unknown: true}}
+	if _, d := Admit(at(0), reqs, nil); d != nil {
+		t.Fatalf("refused with room left: %+v", *d)
+	}
+	if math.Abs(reqs[0].Cost-1.995) > 1e-12 {
+		t.Fatalf("reserved %v, want the room left, 1.995", reqs[0].Cost)
+	}
+	Release(at(0), reqs[0], 0.2)
+	mustInvariants(t, b)
+
+	full := New(Spec{Rate: 1, Burst: 1})
+	charge(t, at(0), full, "", 1)
+	_, d := Admit(at(0), []Request{{Budget: full, Unknown: true}}, nil)
+	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		t.Fatalf("a full bucket: %+v, want a wait for room", d)
+	}
+}
