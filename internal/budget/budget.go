@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -62,6 +63,11 @@ type Request struct {
 	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
+	// Unknown marks a Cost that is only a guess (a pattern that has not run yet, priced by
+	// what other patterns taught): PerQueryLimit still judges it, but the bucket reserves
+	// the budget's reservation for an unknown cost instead (spec.go). Once admitted, Cost
+	// holds what was reserved, which Release trues up.
+	Unknown bool
 }
 
 // Denial says which request refused an admission and why.
@@ -100,7 +106,8 @@ type Warning struct {
 // budget's Burst never fits either: it is denied with ReasonPerQuery.
 //
 // The same budget may appear in several requests; for the same key their
-// slots and costs add up.
+// slots and costs add up. An admission sets each request's Cost to what it
+// reserved (see Request.Unknown).
 func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) {
 	return reserve(now, reqs, warns, true)
 }
@@ -137,10 +144,10 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 		// Earlier requests of this admission for the same budget and key
 		// count as already taken.
 		slots, cost := 0, 0.0
-		for _, o := range reqs[:i] {
-			if o.Budget == r.Budget && o.Key == r.Key {
+		for j := range reqs[:i] {
+			if o := &reqs[j]; o.Budget == r.Budget && o.Key == r.Key {
 				slots++
-				cost += sanitizeCost(o.Cost)
+				cost += o.Budget.reservation(o, math.Inf(1))
 			}
 		}
 		d := r.Budget.check(now, r, slots, cost)
@@ -207,11 +214,10 @@ func worse(a, b *Denial) bool {
 // not (allocated only then). The caller holds b.mu.
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
-	cost := sanitizeCost(r.Cost)
-	if sp.PerQueryLimit > 0 && cost > sp.PerQueryLimit {
+	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
 	}
-	need := cost + extra
+	need := b.reservation(r, math.Inf(1)) + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}
@@ -226,20 +232,40 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
 		return &Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
+	if r.Unknown {
+		need = b.reservation(r, burst-s.Debt-extra) + extra
+	}
 	if sp.Rate > 0 && s.Debt+need > withSlack(burst) && !emptyFits(s.Debt, rate) {
 		return &Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
 }
 
+// reservation is the cost r reserves in b where its key's bucket has room
+// left: its Cost, or for an unknown cost the spec's reservation for one, cut
+// to the room when less is left (but some), so that an unknown cost alone
+// never refuses a statement while the bucket has room. The caller holds b.mu.
+func (b *Budget) reservation(r *Request, room float64) float64 {
+	if !r.Unknown {
+		return sanitizeCost(r.Cost)
+	}
+	c := b.keys.spec.unknownCost()
+	if room > 0 {
+		c = min(c, room)
+	}
+	return c
+}
+
 // take charges r, reqs[i] of an admission, to b at now, and appends a
 // Warning if the budget is now at or past a limit. The caller holds b.mu.
 func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warning {
-	cost := sanitizeCost(r.Cost)
 	s := b.keys.lookup(r.Key)
 	if s == nil {
 		s = b.keys.insert(r.Key, now)
 	}
+	_, burst, maxConcurrent := b.keys.limits(s)
+	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
+	r.Cost = cost                          // what Release trues up
 	b.keys.take(s, cost)
 	b.admitted++
 	if p := s.part; p != nil {
@@ -251,7 +277,6 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	if sp.WarningThreshold == 0 {
 		return warns // nothing asked to be warned
 	}
-	_, burst, maxConcurrent := b.keys.limits(s)
 	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"math"
 	"strconv"
 	"time"
@@ -63,6 +64,35 @@ func (s Spec) normalize() Spec {
 		s.MaxKeys = DefaultMaxKeys
 	}
 	return s
+}
+
+// coldSlots stands in for MaxConcurrent, in a budget without one, when sizing
+// the reservation of an unknown cost: PostgreSQL's default max_connections, as
+// many statements as a default server runs at once, which together reserve one
+// burst. Fewer slots would refuse the cold start of a process whose pool is
+// larger under a budget that its known costs never fill.
+const coldSlots = 100
+
+// unknownCost is what a statement of unknown cost (its pattern has not run
+// yet) reserves in a budget with a bucket: a slot's share of the burst, so
+// that a cold start with every slot on a new pattern reserves about one burst,
+// and no more than PerQueryLimit, the most a statement may cost (an admission
+// cuts it to the room left, while some is: see Budget.reservation). It never
+// exceeds a limit by itself: an unknown cost alone is never a reason to refuse
+// a statement outright, only, like any cost, to wait for room. The guess is
+// not reserved: it scales the planner's cost by a k learned from a few
+// statements of other patterns, which at a cold start can be off by orders of
+// magnitude either way (a primary-key lookup guessed at 13 s), so reserving it
+// would refuse a cold start that fits, or let one through that does not.
+func (s Spec) unknownCost() float64 {
+	if s.Rate == 0 {
+		return 0 // no bucket: nothing to reserve
+	}
+	c := s.Burst / float64(cmp.Or(s.MaxConcurrent, coldSlots))
+	if s.PerQueryLimit > 0 {
+		c = min(c, s.PerQueryLimit)
+	}
+	return c
 }
 
 // limitText holds the human names of a spec's limits, built once per spec so

@@ -190,8 +190,8 @@
 //     at a cold start it is exactly the burst that must not be offered again; telling the
 //     two apart would need usage reports stamped with when the usage ran).
 //
-// The engine adds the other half: a pattern never seen to run has its statements run one at
-// a time until one has finished (see package engine).
+// The engine adds the other half: a statement of a pattern never seen to run reserves a
+// conservative share of the burst until it ends (see package engine).
 //
 // Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
 // the instances as last seen, and the sync counters for metrics.

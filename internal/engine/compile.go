@@ -91,8 +91,6 @@ type budgetState struct {
 	explain  explainMode
 	maxWait  time.Duration
 	throttle map[string]float64
-	// probeWait bounds the wait for an untrained pattern's probe (untrained.go).
-	probeWait time.Duration
 }
 
 type guardState struct {
@@ -152,15 +150,14 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		keep[b.Name] = bb
 		index[b.Name] = i
 		c.budgets = append(c.budgets, &budgetState{
-			name:      b.Name,
-			mode:      parseMode(b.Mode),
-			b:         bb,
-			per:       b.Per,
-			needCost:  spec.PerQueryLimit > 0 || spec.Rate > 0,
-			explain:   parseExplain(b.Explain),
-			maxWait:   time.Duration(b.MaxWait),
-			throttle:  b.ThrottleWhen,
-			probeWait: probeWait(spec),
+			name:     b.Name,
+			mode:     parseMode(b.Mode),
+			b:        bb,
+			per:      b.Per,
+			needCost: spec.PerQueryLimit > 0 || spec.Rate > 0,
+			explain:  parseExplain(b.Explain),
+			maxWait:  time.Duration(b.MaxWait),
+			throttle: b.ThrottleWhen,
 		})
 	}
 	if len(cfg.Rules) > 0 {

@@ -99,24 +99,21 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if rt.needCost {
 		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
 		x.Costed = true
-		if x.untrained && len(rt.reqs) > 0 { // untrained.go
-			waited, err := e.awaitProbe(ctx, st, x, rt)
-			if err != nil {
-				return false, err
-			}
-			slow = slow || waited
-		}
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
-	// requests, with this statement's cost, become its holds once admitted.
+	// requests, with this statement's cost, become its holds once admitted. The cost of a pattern
+	// that has not run yet is unknown (its planner cost can say little about time: a pg_sleep
+	// costs the planner almost nothing), and a budget charges the rest of a cost only when the
+	// statement ends: each budget reserves it conservatively (budget.Request.Unknown) and trues
+	// it up at Finish, so a cold start is admitted as far as budgets have room, never refused
+	// for not knowing.
 	for _, r := range rt.reqs {
-		r.Cost = x.Predicted
+		r.Cost, r.Unknown = x.Predicted, x.untrained
 		x.holds = append(x.holds, r)
 	}
 	waited, err := e.enforce(ctx, st, x, rt)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
-		e.endProbe(x)
 		return false, err
 	}
 	if rt.warn {
@@ -275,7 +272,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			x.warnBudget(e, bs.name, d)
 			continue
 		}
-		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted}}
+		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted, Unknown: x.untrained}}
 		warn, den := budget.Admit(now, req[:], x.s.warns[:0])
 		if den != nil {
 			x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason,

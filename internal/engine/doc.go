@@ -3,7 +3,7 @@
 // about or blocks the statement. Time comes from one injected clock ([Options.Now],
 // [Options.After]). The layers point down:
 //
-//	driver (the front ends) → engine → pattern, ruleset, cost, budget, health, coord
+//	driver (the front ends) → engine → pattern, guard, ruleset, cost, budget, health, coord
 //
 // # The path of one statement
 //
@@ -13,8 +13,8 @@
 //
 //	texts.go      text → pattern (pattern.Cache behind it), and the route cached per text
 //	engine.go     Begin: built-in, comment and context tags merged when something reads them
-//	decide.go     route (ruleset), guards, cost (cost.Model, EXPLAIN), health, admission
-//	untrained.go  what a pattern whose cost was never seen is charged
+//	decide.go     route (ruleset), guards, cost (cost.Model, EXPLAIN), health, admission; a
+//	              pattern never seen has an unknown cost, reserved conservatively until it ends
 //	budget        all-or-nothing admission in the enforce budgets, each behind its own lock
 //	blocks.go     a refusal recorded for the status; log.go: warn and block logs, rate-limited
 //	engine.go     Finish: holds released, debt trued up, the cost model trained

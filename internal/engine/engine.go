@@ -83,7 +83,6 @@ type Engine struct {
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
 	warns    warnLimiter
-	probes   probes   // untrained patterns' first statements in flight (untrained.go)
 	blocks   blockLog // the most recent blocks, for the status (blocks.go)
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
 	// (health.go). Statements load it; a reload replaces it.
@@ -221,9 +220,8 @@ type work struct {
 	e     *Engine
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
-	// untrained: the pattern had no observed execution; probe: x is its probe (untrained.go).
+	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
-	probe     *probe
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -245,7 +243,7 @@ type scratch struct {
 // cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
-	x.e, x.start, x.warm, x.untrained, x.probe = e, time.Time{}, false, false, nil
+	x.e, x.start, x.warm, x.untrained = e, time.Time{}, false, false
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
@@ -305,7 +303,7 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query strin
 }
 
 // unwind gives back what a Begin that did not succeed may hold: its budgets' holds (the
-// statement never ran) and its probe. After a denial it finds nothing; after a panic it is
+// statement never ran). After a denial it finds nothing; after a panic it is
 // what keeps the slots from leaking.
 func (x *Exec) unwind() {
 	if len(x.holds) > 0 {
@@ -315,7 +313,6 @@ func (x *Exec) unwind() {
 		}
 		x.holds = x.holds[:0]
 	}
-	x.e.endProbe(x)
 	x.Span = nil
 }
 
@@ -398,7 +395,6 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
-	e.endProbe(x) // after training: the statements waiting for it are predicted from it
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}

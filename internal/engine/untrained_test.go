@@ -2,24 +2,28 @@ package engine
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-const probeRules = `
+// coldRules hold budgets that match every statement of the test engine (database shop):
+// two generous ones, a tight one, and the default burst with a share below 1 with and without
+// max_wait.
+const coldRules = `
 budgets:
-  - {name: b, mode: enforce, server_share: 1, burst_limit: 2s, max_wait: 5s}
-  - {name: nowait, mode: enforce, server_share: 1, burst_limit: 2s}
-  - {name: short, mode: enforce, server_share: 1, burst_limit: 2s, max_wait: 1s}
-  - {name: slots, mode: enforce, max_concurrent: 10}
+  - {name: generous, mode: enforce, max_concurrent: 100, server_share: 1, burst_limit: 10s}
+  - {name: plain, mode: enforce, server_share: 1}
+  - {name: tight, mode: enforce, server_share: 0.5}
+  - {name: waits, mode: enforce, server_share: 0.5, max_wait: 5s}
 rules:
-  - {budget: b, match: {app: rate}}
-  - {budget: nowait, match: {app: nowait}}
-  - {budget: short, match: {app: short}}
-  - {budget: slots, match: {app: slots}}
+  - {budget: generous, match: {database: shop, app: generous}}
+  - {budget: plain, match: {database: shop, app: plain}}
+  - {budget: tight, match: {database: shop, app: tight}}
+  - {budget: waits, match: {database: shop, app: waits}}
 `
 
 // beginAsync begins q on another goroutine; the channel receives its Exec or error.
@@ -37,179 +41,110 @@ func beginAsync(e *Engine, ctx context.Context, q string) <-chan begun {
 	return ch
 }
 
-// TestUntrainedPatternRunsOneAtATime: while a pattern has never run, its second statement
-// waits for the first (the probe) and is then predicted from the probe's execution; once the
-// pattern is trained, its statements do not wait for one another.
-func TestUntrainedPatternRunsOneAtATime(t *testing.T) {
-	e, clk := newEngine(t, probeRules)
-	ctx := tagging.With(context.Background(), "app", "rate")
-	const q = "select pg_sleep(0.05)"
-	first, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
+// budgetNamed returns the named budget's state in the rules in force.
+func budgetNamed(t *testing.T, e *Engine, name string) *budgetState {
+	t.Helper()
+	for _, bs := range e.state.Load().budgets {
+		if bs.name == name {
+			return bs
+		}
 	}
-	if first.Predicted != 0 {
-		t.Fatalf("an untrained pattern without a plan cost is predicted %v, want 0", first.Predicted)
-	}
-	second := beginAsync(e, ctx, q)
-	<-clk.waiting // the second waits for the probe (bounded by a timer)
-	select {
-	case b := <-second:
-		t.Fatalf("the second statement of an untrained pattern ran beside its probe: %+v", b)
-	default:
-	}
-	clk.advance(50 * time.Millisecond)
-	first.Finish(ctx, nil)
-	b := <-second
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	if b.x.Predicted < 0.05-1e-9 {
-		t.Fatalf("after the probe the statement is predicted %v, want the probe's 0.05", b.x.Predicted)
-	}
-	// Trained: two at once, no wait.
-	third, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.x.Finish(ctx, nil)
-	third.Finish(ctx, nil)
+	t.Fatalf("no budget %q", name)
+	return nil
 }
 
-// TestProbeWithoutMaxWaitRefuses: without max_wait the second statement of an untrained
-// pattern is refused while the probe runs, told to retry when the probe has run about twice
-// as long; after the probe it is admitted at the probe's cost.
-func TestProbeWithoutMaxWaitRefuses(t *testing.T) {
-	e, clk := newEngine(t, probeRules)
-	ctx := tagging.With(context.Background(), "app", "nowait")
-	const q = "select pg_sleep(0.05)"
-	first, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = begin(e, ctx, q)
-	d := denial(t, err)
-	if d.Reason != ReasonBudget || d.Limit != limitProbe || d.RetryAfter != minRetry || d.Budget != "nowait" {
-		t.Fatalf("beside the probe: %+v, want a budget denial naming the probe, retry after %v", d, minRetry)
-	}
-	clk.advance(30 * time.Millisecond)
-	if _, err := begin(e, ctx, q); denial(t, err).RetryAfter != 30*time.Millisecond {
-		t.Fatalf("the retry hint must grow with the probe's run: %v", err)
-	}
-	clk.advance(20 * time.Millisecond)
-	first.Finish(ctx, nil)
-	x, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Finish(ctx, nil)
-	if x.Predicted < 0.05-1e-9 {
-		t.Fatalf("after the probe: predicted %v, want 0.05", x.Predicted)
+// TestColdStartGenerousBudgetRefusesNothing reproduces a deploy: 16 requests at once, each
+// running 12 statements of patterns the process has never seen, under a generous enforce
+// budget; and pgx's TestConnConcurrency's 50 at once under a budget of share 1 with the
+// default burst, which their known costs never fill. None is refused; each statement's
+// reservation is trued up to its actual time.
+func TestColdStartGenerousBudgetRefusesNothing(t *testing.T) {
+	for _, c := range []struct {
+		app                string
+		requests, patterns int
+		took               time.Duration
+	}{{"generous", 16, 12, 20 * time.Millisecond}, {"plain", 50, 3, time.Millisecond}} {
+		t.Run(c.app, func(t *testing.T) {
+			e, clk := newEngine(t, coldRules)
+			ctx := tagging.With(context.Background(), "app", c.app)
+			for j := range c.patterns {
+				q := fmt.Sprintf("select * from cold_%d where id = $1", j)
+				xs := make([]*Exec, 0, c.requests)
+				for r := range c.requests { // every request's j-th statement in flight at once
+					x, err := begin(e, ctx, q)
+					if err != nil {
+						t.Fatalf("request %d, pattern %d refused at a cold start: %v", r, j, err)
+					}
+					xs = append(xs, x)
+				}
+				clk.advance(c.took)
+				for _, x := range xs {
+					x.Finish(ctx, nil)
+				}
+			}
+			// Trued up: the debt is what ran, less what drained while each batch ran (share 1;
+			// the batches follow one another at once).
+			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.now())
+			if snap.InFlight != 0 || snap.Blocked != 0 || snap.Admitted != uint64(c.requests*c.patterns) {
+				t.Fatalf("budget after the cold start: %+v", snap)
+			}
+			want := float64(c.patterns*(c.requests-1)) * c.took.Seconds()
+			if math.Abs(snap.Debt-want) > 1e-9 {
+				t.Fatalf("debt %v after the cold start, want %v (the actual time, trued up)", snap.Debt, want)
+			}
+		})
 	}
 }
 
-// TestProbeWaitWithinMaxWait: a max_wait shorter than the probe's bound ends the wait with
-// a refusal.
-func TestProbeWaitWithinMaxWait(t *testing.T) {
-	e, clk := newEngine(t, probeRules)
-	ctx := tagging.With(context.Background(), "app", "short")
+// TestColdStartTightBudgetWaitsForRoom: under a tight budget statements of an unknown cost
+// run while their conservative reservation fits, and the rest are refused as when credit is
+// short (reason budget, a positive RetryAfter), never as a cost that can never fit.
+func TestColdStartTightBudgetWaitsForRoom(t *testing.T) {
+	e, _ := newEngine(t, coldRules)
+	ctx := tagging.With(context.Background(), "app", "tight")
 	const q = "select pg_sleep(10)"
-	probe, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
+	admitted := 0
+	for range 150 {
+		x, err := begin(e, ctx, q)
+		if err == nil {
+			admitted++
+			defer x.Finish(ctx, nil)
+			continue
+		}
+		if d := denial(t, err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+			t.Fatalf("a statement of unknown cost refused with %+v, want reason budget and a RetryAfter", d)
+		}
 	}
-	defer probe.Finish(ctx, nil)
-	second := beginAsync(e, ctx, q)
-	<-clk.waiting
-	clk.advance(time.Second)
-	b := <-second
-	if d := denial(t, b.err); d.Limit != limitProbe {
-		t.Fatalf("after max_wait: %+v, want the probe denial", d)
+	if admitted < 2 || admitted == 150 {
+		t.Fatalf("%d of 150 admitted, want several, within the burst", admitted)
 	}
 }
 
-// TestHungProbeDelaysAtMostTheBurst: a probe that does not end holds the others back for at
-// most the budget's burst_limit, after which they are charged at least what it has run.
-func TestHungProbeDelaysAtMostTheBurst(t *testing.T) {
-	e, clk := newEngine(t, probeRules)
-	ctx := tagging.With(context.Background(), "app", "rate")
+// TestHungFirstStatementDoesNotSayNeverFits: statements of a pattern whose first statement
+// hangs are not told, once it has run burst ÷ rate, that they can never fit (reason
+// per_query_limit, RetryAfter 0): their cost is only unknown.
+func TestHungFirstStatementDoesNotSayNeverFits(t *testing.T) {
+	e, clk := newEngine(t, coldRules)
+	ctx := tagging.With(context.Background(), "app", "waits")
 	const q = "select pg_sleep(100)"
 	hung, err := begin(e, ctx, q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hung.Finish(ctx, nil)
-	second := beginAsync(e, ctx, q)
-	<-clk.waiting
-	clk.advance(2*time.Second - time.Millisecond)
+	ch := beginAsync(e, ctx, q)
+	var b begun
 	select {
-	case b := <-second:
-		t.Fatalf("admitted before the burst_limit passed: %+v", b)
-	default:
+	case b = <-ch:
+	case <-clk.waiting: // it waits for the first one
+		clk.advance(time.Second) // burst ÷ rate: 0.5 ÷ 0.5
+		b = <-ch
 	}
-	clk.advance(time.Millisecond)
-	b := <-second
 	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	defer b.x.Finish(ctx, nil)
-	if b.x.Predicted < 2 {
-		t.Fatalf("charged %v, want at least the 2s the probe has run", b.x.Predicted)
-	}
-}
-
-// TestProbeWaitEndsWithContext: a statement waiting for a probe returns when its context
-// ends; a budget without a bucket has no probe at all.
-func TestProbeWaitEndsWithContext(t *testing.T) {
-	e, clk := newEngine(t, probeRules)
-	ctx := tagging.With(context.Background(), "app", "rate")
-	const q = "select pg_sleep(1)"
-	probe, err := begin(e, ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Finish(ctx, nil)
-	cctx, cancel := context.WithCancel(ctx)
-	second := beginAsync(e, cctx, q)
-	<-clk.waiting
-	cancel()
-	if b := <-second; !errors.Is(b.err, context.Canceled) {
-		t.Fatalf("got %+v, want context.Canceled", b)
-	}
-
-	slots := tagging.With(context.Background(), "app", "slots")
-	const q2 = "select pg_sleep(2)"
-	for range 3 {
-		x, err := begin(e, slots, q2)
-		if err != nil {
-			t.Fatal(err)
+		if d := denial(t, b.err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+			t.Fatalf("behind a hung first statement: %+v, want admitted or reason budget with a RetryAfter", d)
 		}
-		defer x.Finish(slots, nil)
+		return
 	}
-}
-
-// TestRefusedProbeHandsOver: a probe refused by its budget is no probe: the next statement
-// of the pattern becomes one at once.
-func TestRefusedProbeHandsOver(t *testing.T) {
-	e, _ := newEngine(t, `
-budgets:
-  - {name: b, mode: enforce, server_share: 1, burst_limit: 2s, max_concurrent: 1}
-rules:
-  - {budget: b, match: {app: rate}}
-`)
-	ctx := tagging.With(context.Background(), "app", "rate")
-	other, err := begin(e, ctx, "select 1") // holds the only slot
-	if err != nil {
-		t.Fatal(err)
-	}
-	const q = "select pg_sleep(1)"
-	if _, err := begin(e, ctx, q); err == nil || denial(t, err).Reason != ReasonConcurrency {
-		t.Fatalf("got %v, want a concurrency denial", err)
-	}
-	other.Finish(ctx, nil)
-	x, err := begin(e, ctx, q) // would hang on the fake clock if the refused probe still ran
-	if err != nil {
-		t.Fatal(err)
-	}
-	x.Finish(ctx, nil)
+	b.x.Finish(ctx, nil)
 }

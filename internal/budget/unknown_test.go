@@ -1,0 +1,111 @@
+package budget
+
+import (
+	"math"
+	"testing"
+)
+
+// TestUnknownCostReserved: a request of unknown cost reserves a slot's share of the burst (at
+// most per_query_limit) whatever its guess, Admit writes what it reserved into the request,
+// and Release trues it up to the actual cost.
+func TestUnknownCostReserved(t *testing.T) {
+	tests := []struct {
+		name  string
+		spec  Spec
+		guess float64
+		want  float64
+	}{
+		{"a slot's share of the burst", Spec{Rate: 1, Burst: 10, MaxConcurrent: 100}, 0, 0.1},
+		{"no max_concurrent", Spec{Rate: 1, Burst: 10}, 0, 10.0 / coldSlots},
+		{"per_query_limit caps it", Spec{Rate: 1, Burst: 10, PerQueryLimit: 0.05}, 0, 0.05},
+		{"a guess is not reserved", Spec{Rate: 1, Burst: 10, MaxConcurrent: 100}, 30, 0.1},
+		{"no bucket reserves nothing", Spec{MaxConcurrent: 4}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(tt.spec)
+			reqs := []Request{{Budget: b, Cost: tt.guess, Unknown: true}}
+			if _, d := Admit(at(0), reqs, nil); d != nil {
+				t.Fatalf("denied: %+v", *d)
+			}
+			if math.Abs(reqs[0].Cost-tt.want) > 1e-12 {
+				t.Fatalf("reserved %v, want %v", reqs[0].Cost, tt.want)
+			}
+			if tt.spec.Rate > 0 {
+				if debt := b.Snapshot(at(0)).Debt; math.Abs(debt-tt.want) > 1e-12 {
+					t.Fatalf("debt %v after admission, want %v", debt, tt.want)
+				}
+			}
+			Release(at(0), reqs[0], 0.02)
+			if s := b.Snapshot(at(0)); s.InFlight != 0 || (tt.spec.Rate > 0 && math.Abs(s.Debt-0.02) > 1e-12) {
+				t.Fatalf("after Release: %+v, want nothing in flight and the actual 0.02 of debt", s)
+			}
+			mustInvariants(t, b)
+		})
+	}
+}
+
+// TestUnknownCostNeverNeverFits: statements of unknown cost fill a budget until it has no
+// room, and are then refused only to wait (reason budget or concurrency, a positive
+// RetryAfter), never as a cost that can never fit, whatever the budget's limits.
+func TestUnknownCostNeverNeverFits(t *testing.T) {
+	for _, spec := range []Spec{
+		{Rate: 0.5},              // the default burst with a share below 1
+		{Rate: 0.5, Burst: 0.01}, // a burst smaller than most statements
+		{Rate: 1, Burst: 1, MaxConcurrent: 1},
+		{Rate: 1, Burst: 2, PerQueryLimit: 3},
+		{Rate: 1, Burst: 2, PerQueryLimit: 0.001, MaxConcurrent: 3},
+	} {
+		b := New(spec)
+		admitted := 0
+		for range 300 {
+			reqs := []Request{{Budget: b, Unknown: true}}
+			_, d := Admit(at(0), reqs, nil)
+			if d == nil {
+				admitted++
+				continue
+			}
+			if d.Reason == ReasonPerQuery || d.RetryAfter <= 0 {
+				t.Fatalf("%+v: an unknown cost refused with %+v; want a wait for room", spec, *d)
+			}
+		}
+		if admitted == 0 || admitted == 300 {
+			t.Fatalf("%+v: %d of 300 admitted, want some and not all", spec, admitted)
+		}
+		mustInvariants(t, b)
+	}
+}
+
+// TestUnknownCostGuessAbovePerQueryLimit: per_query_limit still judges the guess of an
+// unknown cost, the planner's view of an enormous plan: refused before it runs.
+func TestUnknownCostGuessAbovePerQueryLimit(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10, PerQueryLimit: 2})
+	_, d := Admit(at(0), []Request{{Budget: b, Cost: 5, Unknown: true}}, nil)
+	if d == nil || d.Reason != ReasonPerQuery || d.RetryAfter != 0 {
+		t.Fatalf("denial %+v, want per_query_limit", d)
+	}
+}
+
+// TestUnknownCostCutToRoom: with less room left than its reservation (one slot, whose share
+// is the whole burst, after a statement left a little debt), an unknown cost reserves the
+// room instead of being refused; with no room left it is refused to wait for room.
+func TestUnknownCostCutToRoom(t *testing.T) {
+	b := New(Spec{Rate: 0.02, Burst: 2, MaxConcurrent: 1})
+	charge(t, at(0), b, "", 0.005)
+	reqs := []Request{{Budget: b, Unknown: true}}
+	if _, d := Admit(at(0), reqs, nil); d != nil {
+		t.Fatalf("refused with room left: %+v", *d)
+	}
+	if math.Abs(reqs[0].Cost-1.995) > 1e-12 {
+		t.Fatalf("reserved %v, want the room left, 1.995", reqs[0].Cost)
+	}
+	Release(at(0), reqs[0], 0.2)
+	mustInvariants(t, b)
+
+	full := New(Spec{Rate: 1, Burst: 1})
+	charge(t, at(0), full, "", 1)
+	_, d := Admit(at(0), []Request{{Budget: full, Unknown: true}}, nil)
+	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		t.Fatalf("a full bucket: %+v, want a wait for room", d)
+	}
+}
