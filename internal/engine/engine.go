@@ -1,6 +1,18 @@
 // Package engine is pgtraffic's decision path: for every statement it finds the pattern, merges
 // the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
-// about or blocks the statement. The driver package wraps it in database/sql interfaces.
+// about or blocks the statement.
+//
+// The engine knows no front end. A front end (the database/sql driver in package driver; a
+// pgx-native pool) hands each statement to [Engine.Begin] as its text, its arguments as Go values
+// and the caller's context, with the *pgx.Conn it will run on for EXPLAIN; it sends the statement
+// only if Begin returns nil, and then calls [Exec.Finish] exactly once with the outcome:
+//
+//	if err := e.Begin(ctx, x, conn, sql, args); err != nil {
+//		return err // a *Denial (or ctx's error): send nothing, finish nothing
+//	}
+//	err = errPanicked // the outcome if the call below panics: any non-nil error
+//	defer func() { x.Finish(ctx, err) }()
+//	_, err = conn.Exec(ctx, sql, args...)
 //
 // The engine holds no goroutine of its own on the hot path: buckets drain when read, the rule set
 // is an immutable value swapped atomically on reload, and the only background work (the rules
@@ -292,9 +304,10 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 //
 //   - ctx is the caller's context: its tags (tagging) route the statement, its end stops a wait
 //     for capacity, and it bounds the EXPLAIN.
-//   - conn is the connection the statement will run on, idle, used for nothing but EXPLAIN while
-//     Begin runs: (*stdlib.Conn).Conn() under database/sql, (*pgxpool.Conn).Conn() or a
-//     pgx.Tx's Conn() under pgxpool. nil means no EXPLAIN: the cost is predicted from history.
+//   - conn is the connection the statement will run on: (*stdlib.Conn).Conn() under
+//     database/sql, (*pgxpool.Conn).Conn() or a pgx.Tx's Conn() under pgxpool. The front end
+//     holds it, so nothing else uses it while Begin runs; Begin uses it only for EXPLAIN. nil
+//     means no EXPLAIN: the cost is predicted from history.
 //   - query is the statement's SQL text, as the front end will send it (not a prepared
 //     statement's name).
 //   - args are its arguments as Go values, as pgx's Query takes them: leading pgx options
