@@ -54,7 +54,7 @@ type conn struct {
 	// exec is the statement of ExecContext (the connection's or a prepared statement's), which
 	// finishes before the call returns; a query's statement lives in its rows wrapper instead.
 	exec engine.Exec
-	// args holds a statement's argument values while the engine decides it (see begin), reused
+	// args holds a statement's argument values while the engine decides it (see beginExec), reused
 	// from one statement to the next.
 	args []any
 }
@@ -139,7 +139,11 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	defer func() { c.settle(w, err) }()
 	var r driver.Rows
 	r, err = c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
-	return c.opened(w, r, err)
+	if err != nil {
+		return nil, err
+	}
+	w.Rows = r
+	return w, nil
 }
 
 // begin begins a query's statement in a rows wrapper: the connection's spare when it is free.
@@ -163,24 +167,14 @@ func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue
 	return w, nil
 }
 
-// settle ends a query begun in w whose rows were not handed out: err is the parent's error, or
-// errPanicked when it panicked. It finishes the statement and hands w back. Nil err: the rows
-// are out, and their Close finishes the statement.
+// settle ends the call that ran a query begun in w. err is its outcome: nil when w was handed
+// out with the parent's rows (their Close finishes the statement), else the parent's error or
+// errPanicked, and then the statement is finished and w handed back.
 func (c *conn) settle(w *rows, err error) {
 	if err != nil {
 		w.open.finish(err)
 		w.handBack()
 	}
-}
-
-// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
-// failed, nil and its error, for settle.
-func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
-	if err != nil {
-		return nil, err
-	}
-	w.Rows = r
-	return w, nil
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

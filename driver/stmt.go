@@ -52,7 +52,11 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (_ dr
 	}
 	var r driver.Rows
 	r, err = qc.QueryContext(ctx, args)
-	return s.conn.opened(w, r, err)
+	if err != nil {
+		return nil, err
+	}
+	w.Rows = r
+	return w, nil
 }
 
 var errNoContext = errors.New("pgtraffic: the prepared statement lacks context-aware Exec/Query")

@@ -19,6 +19,15 @@
 //	blocks.go     a refusal recorded for the status; log.go: warn and block logs, rate-limited
 //	engine.go     Finish: holds released, debt trued up, the cost model trained
 //
+// A front end's use of it, in full:
+//
+//	if err := e.Begin(ctx, x, conn, sql, args); err != nil {
+//		return err // a *Denial (or ctx's error): send nothing, finish nothing
+//	}
+//	err = errPanicked // the outcome if the call below panics: any non-nil error
+//	defer func() { x.Finish(ctx, err) }()
+//	_, err = conn.Exec(ctx, sql, args...)
+//
 // The statement reads the rules in force as one immutable value, swapped atomically.
 //
 // # Beside the statements

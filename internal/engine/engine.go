@@ -252,9 +252,10 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 //
 //   - ctx is the caller's context: its tags (tagging) route the statement, its end stops a wait
 //     for capacity, and it bounds the EXPLAIN.
-//   - conn is the connection the statement will run on, idle, used for nothing but EXPLAIN while
-//     Begin runs: (*stdlib.Conn).Conn() under database/sql, (*pgxpool.Conn).Conn() or a
-//     pgx.Tx's Conn() under pgxpool. nil means no EXPLAIN: the cost is predicted from history.
+//   - conn is the connection the statement will run on: (*stdlib.Conn).Conn() under
+//     database/sql, (*pgxpool.Conn).Conn() or a pgx.Tx's Conn() under pgxpool. The front end
+//     holds it, so nothing else uses it while Begin runs; Begin uses it only for EXPLAIN. nil
+//     means no EXPLAIN: the cost is predicted from history.
 //   - query is the statement's SQL text, as the front end will send it (not a prepared
 //     statement's name).
 //   - args are its arguments as Go values, as pgx's Query takes them: leading pgx options

@@ -1,0 +1,52 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// A front end's statement: Begin, send only when admitted, Finish once with the outcome (here the
+// statement is not really sent: conn is nil, so no EXPLAIN runs either).
+func ExampleEngine_Begin() {
+	e := engine.New(engine.Options{})
+	defer e.Close()
+	cfg, err := rules.Parse([]byte(`
+budgets:
+  - {name: one, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: one, match: {statement: select}}
+`))
+	if err != nil {
+		panic(err)
+	}
+	if err := e.SetConfig(cfg); err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	var conn *pgx.Conn            // the statement's own connection: (*stdlib.Conn).Conn(), (*pgxpool.Conn).Conn()
+	var first, second engine.Exec // a front end keeps one per connection and reuses it
+
+	if err := e.Begin(ctx, &first, conn, "select * from orders where id = $1", []any{42}); err != nil {
+		panic(err)
+	}
+	fmt.Println(first.Decision, first.Budgets, first.Pattern.Normalized)
+
+	// While the first holds the budget's only slot, a second statement is refused: nothing may
+	// be sent, and it needs no Finish.
+	err = e.Begin(ctx, &second, conn, "select 1", nil)
+	var d *engine.Denial
+	fmt.Println(errors.As(err, &d), d.Budget, d.Reason)
+
+	first.Finish(ctx, nil) // the first statement completed: its slot is given back
+	fmt.Println(e.Budgets()[0].InFlight)
+	// Output:
+	// allow [one] select * from orders where id = $1
+	// true one concurrency
+	// 0
+}
