@@ -53,7 +53,9 @@
 //
 // Rules match tags. Every statement carries the built-in tags username, database,
 // application_name, fingerprint, statement (select, insert, update, delete, merge, ddl, utility,
-// other) and table (one per table it names). Code adds tags to a context with
+// other) and table (one per table it names), and a statement whose text begins with sqlc's
+// "-- name: ListOrders :many" comment carries query_name=ListOrders, so that a rule can select
+// one generated query by name. Code adds tags to a context with
 // [github.com/pgtraffic/pgtraffic/tagging.With]; a sqlcommenter comment in the SQL text adds
 // tags too. Neither replaces a built-in tag (one with a built-in key is ignored), since comments
 // can be injected and the built-in tags state facts of the statement and connection.

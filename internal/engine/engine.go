@@ -43,6 +43,7 @@ const (
 	KeyFingerprint     = "fingerprint"
 	KeyStatement       = "statement"
 	KeyTable           = "table"
+	KeyQueryName       = "query_name" // from a leading sqlc comment, "-- name: ListOrders :many"
 )
 
 // Decisions, as reported to telemetry.
@@ -480,6 +481,9 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
 	}
+	if name := queryName(query); name != "" {
+		dst = append(dst, ruleset.KV{Key: KeyQueryName, Value: name})
+	}
 	if strings.Contains(query, "/*") {
 		for k, v := range tagging.Parse(query).All() {
 			if _, ok := ctxTags.Get(k); !ok && !builtinKey(k) {
@@ -498,7 +502,7 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 // builtinKey reports whether k is the key of a built-in tag.
 func builtinKey(k string) bool {
 	switch k {
-	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable:
+	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable, KeyQueryName:
 		return true
 	}
 	return false
