@@ -154,3 +154,17 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 	defer pc.Release()
 	return p.run.copyFrom(ctx, pc.Conn(), pc.Conn(), table, columns, src)
 }
+
+// SendBatch sends the batch's statements in one round trip, once the engine admits the batch
+// whole: each statement is identified, guarded and costed, and the batch is admitted all or
+// nothing against the union of its statements' budgets at the sum of their costs. A refused
+// batch sends nothing, and every result (Exec, Query, QueryRow, Close) returns the
+// [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
+// close them.
+func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return errBatch{err: err}
+	}
+	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, pc.Release)
+}

@@ -24,12 +24,16 @@ type querier interface {
 // when it completes. It keeps the engine's per-statement tickets for reuse (pgxpool has no
 // per-connection state to keep one in). Safe for concurrent use.
 type runner struct {
-	c     *core
-	execs sync.Pool // *engine.Exec, finished
+	c       *core
+	execs   sync.Pool // *engine.Exec, finished
+	batches sync.Pool // *engine.Batch, finished
 }
 
 func newRunner(c *core) *runner {
-	return &runner{c: c, execs: sync.Pool{New: func() any { return new(engine.Exec) }}}
+	return &runner{c: c,
+		execs:   sync.Pool{New: func() any { return new(engine.Exec) }},
+		batches: sync.Pool{New: func() any { return new(engine.Batch) }},
+	}
 }
 
 // begin begins the statement query with args, to be sent on conn (nil: no EXPLAIN), in a

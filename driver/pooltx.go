@@ -43,3 +43,7 @@ func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	return t.run.copyFrom(ctx, t.Tx, t.Tx.Conn(), table, columns, src)
 }
+
+func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.run.sendBatch(ctx, t.Tx, t.Tx.Conn(), b, nil)
+}
