@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -259,5 +261,23 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	br.Close()
 	if inFlight(t, r) != 0 || *released != 2 || r.c.engine.InFlight() != 0 {
 		t.Fatalf("closed: in flight %d, released %d", inFlight(t, r), *released)
+	}
+}
+
+// TestNewPoolBadInput: a bad DSN or a config pgxpool.ParseConfig did not make is a clear error,
+// not a panic.
+func TestNewPoolBadInput(t *testing.T) {
+	ctx := context.Background()
+	if _, err := NewPool(ctx, "postgres://a@b/c?pool_max_conns=zero"); err == nil || !strings.HasPrefix(err.Error(), "pgtraffic: ") {
+		t.Fatalf("bad dsn: %v", err)
+	}
+	if _, err := NewPoolFromConfig(ctx, nil); err == nil || !strings.Contains(err.Error(), "nil") {
+		t.Fatalf("nil config: %v", err)
+	}
+	if _, err := NewPoolFromConfig(ctx, &pgxpool.Config{}); err == nil || !strings.Contains(err.Error(), "pgxpool.ParseConfig") {
+		t.Fatalf("hand-made config: %v", err)
+	}
+	if _, err := NewPool(ctx, "postgres://a@b/c", WithRulesFile("/nonexistent/rules.yaml")); err == nil {
+		t.Fatal("a missing rules file must be an error")
 	}
 }

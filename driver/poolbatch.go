@@ -115,8 +115,8 @@ type errBatch struct{ err error }
 var _ pgx.BatchResults = errBatch{}
 
 func (e errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
-func (e errBatch) Query() (pgx.Rows, error)         { return errRows{err: e.err}, e.err }
-func (e errBatch) QueryRow() pgx.Row                { return &pgxRow{rows: errRows{err: e.err}, err: e.err} }
+func (e errBatch) Query() (pgx.Rows, error)         { return errRows(e), e.err }
+func (e errBatch) QueryRow() pgx.Row                { return &pgxRow{rows: errRows(e), err: e.err} }
 func (e errBatch) Close() error                     { return e.err }
 func (errBatch) Tx() pgx.Tx                         { return nil }
 
