@@ -79,7 +79,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 		return pgconn.CommandTag{}, err
 	}
 	defer pc.Release()
-	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, args)
+	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -91,7 +91,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if err != nil {
 		return errRows{err: err}, err
 	}
-	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, args, pc.Release)
+	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc.Release)
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
@@ -112,14 +112,14 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 // the server nothing); the statements in between are, each on the transaction's connection
 // (an EXPLAIN in a savepoint), and a refused one is not sent, so the transaction stays usable.
 // The transaction's Conn is the *pgx.Conn underneath: statements sent through it bypass
-// control. Prepare is pgx's: statements it prepares are controlled when they run through the
-// transaction.
+// control. A statement prepared with the transaction's Prepare and run by its name through the
+// transaction is decided as the text it was prepared from.
 func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	t, err := p.pool.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	return &pgxTx{Tx: t, run: p.run}, nil
+	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
 
 // Ping acquires a connection and pings the server; it is not decided.
@@ -166,5 +166,5 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err != nil {
 		return errBatch{err: err}
 	}
-	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, pc.Release)
+	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc.Release)
 }

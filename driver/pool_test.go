@@ -138,7 +138,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 2}
-	rows, err := r.query(ctx, q, nil, "select 1", nil, func() { *released++ })
+	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 		t.Fatalf("closed twice: released %d, engine in flight %d", *released, r.c.engine.InFlight())
 	}
 	// Closed early: the same.
-	rows, err = r.query(ctx, q, nil, "select 1", nil, func() { *released++ })
+	rows, err = r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 func TestPgxRowsPanicReleases(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
-	rows, err := r.query(ctx, &fakeQuerier{rows: 1, panicNext: true}, nil, "select 1", nil, func() { *released++ })
+	rows, err := r.query(ctx, &fakeQuerier{rows: 1, panicNext: true}, nil, "select 1", "select 1", nil, func() { *released++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,15 +191,15 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
-	hold, err := r.query(ctx, q, nil, "select 1", nil, nil)
+	hold, err := r.query(ctx, q, nil, "select 1", "select 1", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.sent = nil
-	if _, err := r.exec(ctx, q, nil, "select 2", nil); !errors.Is(err, ErrBlocked) {
+	if _, err := r.exec(ctx, q, nil, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("exec: %v", err)
 	}
-	rows, err := r.query(ctx, q, nil, "select 2", nil, func() { *released++ })
+	rows, err := r.query(ctx, q, nil, "select 2", "select 2", nil, func() { *released++ })
 	var be *BlockedError
 	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) || *released != 1 {
 		t.Fatalf("query: %v, rows %v, released %d", err, rows.Err(), *released)
@@ -211,7 +211,7 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	if _, err := r.copyFrom(ctx, q, nil, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
 		t.Fatalf("copy: %v", err)
 	}
-	if _, err := r.exec(context.Background(), q, nil, "delete from t", nil); !errors.Is(err, ErrBlocked) {
+	if _, err := r.exec(context.Background(), q, nil, "delete from t", "delete from t", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("guard: %v", err)
 	}
 	if len(q.sent) != 0 || q.copies != 0 {
@@ -230,7 +230,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("delete from t")
-	br := r.sendBatch(ctx, q, nil, b, func() { *released++ })
+	br := r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
 	_, err1 := br.Exec()
 	_, err2 := br.Query()
 	err3 := br.QueryRow().Scan()
@@ -248,7 +248,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b = &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("select 2")
-	br = r.sendBatch(ctx, q, nil, b, func() { *released++ })
+	br = r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
 	if q.batches != 1 || inFlight(t, r) != 1 {
 		t.Fatalf("admitted: sent %d, in flight %d", q.batches, inFlight(t, r))
 	}

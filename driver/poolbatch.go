@@ -12,13 +12,18 @@ import (
 // sendBatch sends b on q, whose connection is conn, once the engine admits it whole
 // (engine.BeginBatch): a refused batch sends nothing and every result returns the
 // [*BlockedError]; an admitted one holds its budgets' slots until its results are closed.
-// release, if not nil, gives the connection back to the pool when the batch ends. The batch's
-// texts are sent as queued (the sqlcommenter does not rewrite a batch).
-func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pgx.Batch, release func()) pgx.BatchResults {
+// prepared maps the names of statements prepared in the transaction to their texts (nil
+// outside one; see pgxTx.Prepare). release, if not nil, gives the connection back to the pool
+// when the batch ends. The batch is sent as queued (the sqlcommenter does not rewrite a batch).
+func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pgx.Batch, prepared map[string]string,
+	release func()) pgx.BatchResults {
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
 		queries[i], args[i] = qq.SQL, qq.Arguments
+		if text, ok := prepared[qq.SQL]; ok {
+			queries[i] = text
+		}
 	}
 	eb := r.batches.Get().(*engine.Batch)
 	if err := r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
@@ -127,5 +132,5 @@ func (w *pgxBatch) Tx() pgx.Tx {
 	if t == nil {
 		return nil
 	}
-	return &pgxTx{Tx: t, run: w.run}
+	return &pgxTx{Tx: t, run: w.run, prepared: map[string]string{}}
 }

@@ -54,25 +54,28 @@ func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 	r.execs.Put(x)
 }
 
-// exec runs an Exec on q, whose connection is conn.
-func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, sql string, args []any) (_ pgconn.CommandTag, err error) {
-	x, err := r.begin(ctx, conn, sql, args)
+// exec runs an Exec of sql on q, whose connection is conn, decided as text: sql itself, or
+// the text of the statement sql names when sql is the name of a statement prepared in a
+// transaction (see pgxTx.Prepare).
+func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
+	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	err = errPanicked // until q returns: a panic finishes the statement with it
 	defer func() { r.end(ctx, x, err) }()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(ctx, r.c.intr.outgoing(ctx, x, sql), args...)
+	tag, err = q.Exec(ctx, r.outgoing(ctx, x, text, sql), args...)
 	return tag, err
 }
 
-// query runs a Query on q, whose connection is conn. release, if not nil, gives the
+// query runs a Query of sql on q, whose connection is conn, decided as text (see exec).
+// release, if not nil, gives the
 // connection back to the pool: it is called once, when the statement ends (refused, failed, or
 // its rows done).
-func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, sql string, args []any,
+func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
 	release func()) (_ pgx.Rows, err error) {
-	x, err := r.begin(ctx, conn, sql, args)
+	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		if release != nil {
 			release()
@@ -87,12 +90,21 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, sql strin
 		}
 	}()
 	var pr pgx.Rows
-	pr, err = q.Query(ctx, r.c.intr.outgoing(ctx, x, sql), args...)
+	pr, err = q.Query(ctx, r.outgoing(ctx, x, text, sql), args...)
 	if err != nil {
 		return errRows{err: err}, err
 	}
 	w.Rows = pr
 	return w, nil
+}
+
+// outgoing is the text to send for sql, decided as text in x: a prepared statement's name is
+// sent as it is (a comment would make it another name).
+func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string) string {
+	if text != sql {
+		return sql
+	}
+	return r.c.intr.outgoing(ctx, x, sql)
 }
 
 // copyFrom runs a CopyFrom on q, whose connection is conn. The engine decides it as the

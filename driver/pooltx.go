@@ -14,6 +14,10 @@ import (
 type pgxTx struct {
 	pgx.Tx
 	run *runner
+	// prepared maps the names of the statements prepared through the transaction (and its
+	// nested ones, which share it) to their texts, so that a statement run by its name is
+	// decided as its text.
+	prepared map[string]string
 }
 
 var _ pgx.Tx = (*pgxTx)(nil)
@@ -24,15 +28,32 @@ func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgxTx{Tx: inner, run: t.run}, nil
+	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared}, nil
+}
+
+// Prepare prepares sql on the transaction's connection as pgx does, and remembers the name.
+func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	sd, err := t.Tx.Prepare(ctx, name, sql)
+	if err == nil && name != "" && name != sql {
+		t.prepared[name] = sql
+	}
+	return sd, err
+}
+
+// text is the text sql is decided as: the statement's text when sql names one prepared here.
+func (t *pgxTx) text(sql string) string {
+	if text, ok := t.prepared[sql]; ok {
+		return text
+	}
+	return sql
 }
 
 func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.run.exec(ctx, t.Tx, t.Tx.Conn(), sql, args)
+	return t.run.exec(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args)
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.run.query(ctx, t.Tx, t.Tx.Conn(), sql, args, nil)
+	return t.run.query(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil)
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -45,5 +66,5 @@ func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []st
 }
 
 func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.run.sendBatch(ctx, t.Tx, t.Tx.Conn(), b, nil)
+	return t.run.sendBatch(ctx, t.Tx, t.Tx.Conn(), b, t.prepared, nil)
 }

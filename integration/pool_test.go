@@ -170,6 +170,18 @@ func TestPoolTxBlockedStatementLeavesTxUsable(t *testing.T) {
 	var n int
 	err = tx.QueryRow(ctx, "delete from items returning 1").Scan(&n)
 	asBlocked(t, err)
+	// A statement prepared in the transaction is decided as its text when run by its name.
+	if _, err := tx.Prepare(ctx, "wipe", "delete from items"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "wipe")
+	asBlocked(t, err)
+	if _, err := tx.Prepare(ctx, "one", "select count(*) from items where id = $1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "one", 1).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("prepared query %d %v", n, err)
+	}
 	// Nothing was sent: the transaction is not aborted and its rows are all there.
 	if err := tx.QueryRow(ctx, "select count(*) from items").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("count in tx %d %v", n, err)
