@@ -164,7 +164,7 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	pc, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return errBatch{err: err}
+		return pgx.FailedBatchResults(b, err)
 	}
 	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc.Release)
 }

@@ -31,7 +31,7 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 		if release != nil {
 			release()
 		}
-		return errBatch{err: blocked(err)}
+		return pgx.FailedBatchResults(b, blocked(err))
 	}
 	w := &pgxBatch{run: r, b: eb, ctx: ctx, release: release, errs: make([]error, len(queries))}
 	sent := false
@@ -42,6 +42,12 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 	}()
 	w.BatchResults = q.SendBatch(ctx, b)
 	sent = true
+	if t := w.BatchResults.Tx(); t != nil {
+		// The batch began a transaction (pgx.Batch.BeginTx): as under pgxpool, the connection
+		// is released when the transaction ends, not when the results are closed.
+		w.tx = &pgxTx{Tx: t, run: r, prepared: map[string]string{}, release: w.release}
+		w.release = nil
+	}
 	return w
 }
 
@@ -54,6 +60,7 @@ type pgxBatch struct {
 	b       *engine.Batch // nil once ended
 	ctx     context.Context
 	release func()
+	tx      *pgxTx  // the transaction the batch began; nil if none
 	errs    []error // each statement's outcome as its result was read, for its span
 	next    int     // the next result to read
 }
@@ -114,23 +121,11 @@ func (w *pgxBatch) end(err error) {
 	w.run.batches.Put(b)
 }
 
-// errBatch are the results of a batch that was not sent: every result returns err.
-type errBatch struct{ err error }
-
-var _ pgx.BatchResults = errBatch{}
-
-func (e errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
-func (e errBatch) Query() (pgx.Rows, error)         { return errRows(e), e.err }
-func (e errBatch) QueryRow() pgx.Row                { return &pgxRow{rows: errRows(e), err: e.err} }
-func (e errBatch) Close() error                     { return e.err }
-func (errBatch) Tx() pgx.Tx                         { return nil }
-
 // Tx returns the transaction the batch began (pgx.Batch.BeginTx), controlled as a
 // [Pool.Begin] transaction is; nil when the batch began none.
 func (w *pgxBatch) Tx() pgx.Tx {
-	t := w.BatchResults.Tx()
-	if t == nil {
+	if w.tx == nil {
 		return nil
 	}
-	return &pgxTx{Tx: t, run: w.run, prepared: map[string]string{}}
+	return w.tx
 }

@@ -18,6 +18,9 @@ type pgxTx struct {
 	// nested ones, which share it) to their texts, so that a statement run by its name is
 	// decided as its text.
 	prepared map[string]string
+	// release gives the pool's connection back when the transaction ends; nil when the pool's
+	// own transaction (pgxpool.Tx) does, or for a nested one.
+	release func()
 }
 
 var _ pgx.Tx = (*pgxTx)(nil)
@@ -29,6 +32,25 @@ func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared}, nil
+}
+
+// Commit commits, then releases the connection if the transaction holds it.
+func (t *pgxTx) Commit(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Commit(ctx)
+}
+
+// Rollback rolls back, then releases the connection if the transaction holds it.
+func (t *pgxTx) Rollback(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Rollback(ctx)
+}
+
+func (t *pgxTx) end() {
+	if r := t.release; r != nil {
+		t.release = nil
+		r()
+	}
 }
 
 // Prepare prepares sql on the transaction's connection as pgx does, and remembers the name.

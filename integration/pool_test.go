@@ -363,3 +363,51 @@ rules:
 		t.Fatalf("the tx's copy was not decided: %+v", b)
 	}
 }
+
+// TestPoolBatchBeginTx: a batch that begins a transaction (pgx.Batch.BeginTx) keeps its
+// connection until the transaction ends, and the transaction's statements are controlled.
+func TestPoolBatchBeginTx(t *testing.T) {
+	p, _ := openPool(t, `guards: {require_where: enforce}`)
+	ctx := context.Background()
+	if _, err := p.Exec(ctx, "create table items (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue("insert into items values (1)")
+	br := p.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tx := br.Tx()
+	if tx == nil {
+		t.Fatal("no transaction")
+	}
+	if s := p.Stat(); s.AcquiredConns() != 1 {
+		t.Fatalf("acquired %d while the batch's transaction is open, want 1", s.AcquiredConns())
+	}
+	_, err := tx.Exec(ctx, "delete from items")
+	asBlocked(t, err)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stat(); s.AcquiredConns() != 0 {
+		t.Fatalf("acquired %d after commit", s.AcquiredConns())
+	}
+	var n int
+	if err := p.QueryRow(ctx, "select count(*) from items").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("count %d %v", n, err)
+	}
+	// A refused batch that would begin a transaction sends nothing and releases the connection.
+	b = &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue("delete from items")
+	br = p.SendBatch(ctx, b)
+	asBlocked(t, br.Close())
+	if s := p.Stat(); s.AcquiredConns() != 0 {
+		t.Fatalf("acquired %d after a refused batch", s.AcquiredConns())
+	}
+}
