@@ -19,7 +19,7 @@ type querier interface {
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
-// runner puts the statements of a [Pool], its transactions and connections through the
+// runner puts the statements of a [Pool] and of its transactions through the
 // engine: each is begun on the connection it will run on, sent through a querier, and finished
 // when it completes. It keeps the engine's per-statement tickets for reuse (pgxpool has no
 // per-connection state to keep one in). Safe for concurrent use.

@@ -8,9 +8,10 @@ import (
 )
 
 // pgxTx is a transaction of a [Pool] (or a savepoint within one): pgx's transaction, whose
-// statements go through the engine on the transaction's connection. Commit, Rollback,
-// Prepare, LargeObjects and Conn are pgx's (statements sent on Conn bypass control). Like
-// pgx's transactions it is used by one goroutine at a time.
+// statements go through the engine on the transaction's connection. Commit, Rollback and
+// Prepare are pgx's with a little bookkeeping; LargeObjects and Conn are pgx's (statements
+// sent on Conn bypass control, and so does a statement prepared here that runs outside this
+// transaction). Like pgx's transactions it is used by one goroutine at a time.
 type pgxTx struct {
 	pgx.Tx
 	run *runner
