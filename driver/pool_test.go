@@ -281,3 +281,18 @@ func TestNewPoolBadInput(t *testing.T) {
 		t.Fatal("a missing rules file must be an error")
 	}
 }
+
+// TestPgxRowDriverBytes: QueryRow refuses *pgtype.DriverBytes, as pgx's does (the bytes would
+// outlive the connection), and still ends the statement.
+func TestPgxRowDriverBytes(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	rows, err := r.query(ctx, &fakeQuerier{rows: 1}, nil, "select 1", "select 1", nil, func() { *released++ })
+	row := &pgxRow{rows: rows, err: err}
+	if err := row.Scan(&pgtype.DriverBytes{}); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
+		t.Fatalf("scan: %v", err)
+	}
+	if inFlight(t, r) != 0 || *released != 1 {
+		t.Fatalf("in flight %d, released %d", inFlight(t, r), *released)
+	}
+}
