@@ -133,8 +133,9 @@
 // returns the [*BlockedError]; an admitted batch holds its slots until its results are closed.
 // CopyFrom is the statement COPY <table> FROM STDIN, tagged statement=copy and table=<name>,
 // its cost learned per table. Close rows and batch results: their budget slots (and pgxpool's
-// connection) are held until then. [Pool.Raw] and a transaction's Conn reach pgx underneath;
-// statements sent through them bypass traffic control.
+// connection) are held until then. [Pool.Acquire] hands out a controlled connection.
+// [Pool.Raw], and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements
+// sent through them bypass traffic control.
 //
 // # pgx-only features under database/sql
 //

@@ -22,6 +22,7 @@ import (
 // pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
 // the end, Row.Scan returns, or the batch's results are closed.
 //
+// [Pool.Acquire] hands out a [*PoolConn], a connection whose statements are controlled too.
 // A Pool is safe for concurrent use. Close it to close its connections and stop what it
 // started (the rules watcher and the health sampler). [Pool.Raw] is the pgxpool underneath,
 // for what traffic control does not cover; statements sent through it bypass control.

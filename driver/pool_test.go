@@ -29,6 +29,7 @@ type DBTX interface {
 var (
 	_ DBTX = (*Pool)(nil)
 	_ DBTX = (*pgxTx)(nil)
+	_ DBTX = (*PoolConn)(nil)
 )
 
 // fakeQuerier stands for a pgx connection: it records what is sent and answers with fake rows.

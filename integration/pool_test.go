@@ -411,3 +411,43 @@ func TestPoolBatchBeginTx(t *testing.T) {
 		t.Fatalf("acquired %d after a refused batch", s.AcquiredConns())
 	}
 }
+
+// TestPoolAcquire: the statements of a connection from Pool.Acquire are controlled; Release
+// gives it back.
+func TestPoolAcquire(t *testing.T) {
+	p, _ := openPool(t, `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
+rules: [{budget: one, match: {app: x}}]
+guards: {require_where: enforce}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.Query(ctx, "select 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if _, err := c.Exec(ctx, "create table items (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Exec(ctx, "delete from items")
+	asBlocked(t, err)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "delete from items")
+	asBlocked(t, err)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := poolBudget(t, p, "one"); got.InFlight != 0 || got.Admitted != 2 {
+		t.Fatalf("budget %+v", got)
+	}
+	c.Release()
+	if s := p.Stat(); s.AcquiredConns() != 0 {
+		t.Fatalf("acquired %d after Release", s.AcquiredConns())
+	}
+}
