@@ -22,6 +22,7 @@ import (
 // pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
 // the end, Row.Scan returns, or the batch's results are closed.
 //
+// [Pool.Acquire] hands out a [*PoolConn], a connection whose statements are controlled too.
 // A Pool is safe for concurrent use. Close it to close its connections and stop what it
 // started (the rules watcher and the health sampler). [Pool.Raw] is the pgxpool underneath,
 // for what traffic control does not cover; statements sent through it bypass control.
@@ -79,7 +80,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 		return pgconn.CommandTag{}, err
 	}
 	defer pc.Release()
-	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, args)
+	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -91,7 +92,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if err != nil {
 		return errRows{err: err}, err
 	}
-	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, args, pc.Release)
+	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc.Release)
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
@@ -112,14 +113,14 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 // the server nothing); the statements in between are, each on the transaction's connection
 // (an EXPLAIN in a savepoint), and a refused one is not sent, so the transaction stays usable.
 // The transaction's Conn is the *pgx.Conn underneath: statements sent through it bypass
-// control. Prepare is pgx's: statements it prepares are controlled when they run through the
-// transaction.
+// control. A statement prepared with the transaction's Prepare and run by its name through the
+// transaction is decided as the text it was prepared from.
 func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	t, err := p.pool.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	return &pgxTx{Tx: t, run: p.run}, nil
+	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
 
 // Ping acquires a connection and pings the server; it is not decided.
@@ -153,4 +154,18 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 	}
 	defer pc.Release()
 	return p.run.copyFrom(ctx, pc.Conn(), pc.Conn(), table, columns, src)
+}
+
+// SendBatch sends the batch's statements in one round trip, once the engine admits the batch
+// whole: each statement is identified, guarded and costed, and the batch is admitted all or
+// nothing against the union of its statements' budgets at the sum of their costs. A refused
+// batch sends nothing, and every result (Exec, Query, QueryRow, Close) returns the
+// [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
+// close them.
+func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc.Release)
 }

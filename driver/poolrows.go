@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,6 +84,12 @@ func (r *pgxRow) Scan(dest ...any) error {
 	}
 	rows := r.rows
 	defer rows.Close()
+	for _, d := range dest {
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			// As pgx's Row: the bytes would outlive the connection, released when Scan returns.
+			return errors.New("pgtraffic: cannot scan into *pgtype.DriverBytes from QueryRow")
+		}
+	}
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
 			return err

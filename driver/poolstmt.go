@@ -19,17 +19,21 @@ type querier interface {
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
-// runner puts the statements of a [Pool], its transactions and connections through the
+// runner puts the statements of a [Pool] and of its transactions through the
 // engine: each is begun on the connection it will run on, sent through a querier, and finished
 // when it completes. It keeps the engine's per-statement tickets for reuse (pgxpool has no
 // per-connection state to keep one in). Safe for concurrent use.
 type runner struct {
-	c     *core
-	execs sync.Pool // *engine.Exec, finished
+	c       *core
+	execs   sync.Pool // *engine.Exec, finished
+	batches sync.Pool // *engine.Batch, finished
 }
 
 func newRunner(c *core) *runner {
-	return &runner{c: c, execs: sync.Pool{New: func() any { return new(engine.Exec) }}}
+	return &runner{c: c,
+		execs:   sync.Pool{New: func() any { return new(engine.Exec) }},
+		batches: sync.Pool{New: func() any { return new(engine.Batch) }},
+	}
 }
 
 // begin begins the statement query with args, to be sent on conn (nil: no EXPLAIN), in a
@@ -50,25 +54,28 @@ func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 	r.execs.Put(x)
 }
 
-// exec runs an Exec on q, whose connection is conn.
-func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, sql string, args []any) (_ pgconn.CommandTag, err error) {
-	x, err := r.begin(ctx, conn, sql, args)
+// exec runs an Exec of sql on q, whose connection is conn, decided as text: sql itself, or
+// the text of the statement sql names when sql is the name of a statement prepared in a
+// transaction (see pgxTx.Prepare).
+func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
+	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	err = errPanicked // until q returns: a panic finishes the statement with it
 	defer func() { r.end(ctx, x, err) }()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(ctx, r.c.intr.outgoing(ctx, x, sql), args...)
+	tag, err = q.Exec(ctx, r.outgoing(ctx, x, text, sql), args...)
 	return tag, err
 }
 
-// query runs a Query on q, whose connection is conn. release, if not nil, gives the
+// query runs a Query of sql on q, whose connection is conn, decided as text (see exec).
+// release, if not nil, gives the
 // connection back to the pool: it is called once, when the statement ends (refused, failed, or
 // its rows done).
-func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, sql string, args []any,
+func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
 	release func()) (_ pgx.Rows, err error) {
-	x, err := r.begin(ctx, conn, sql, args)
+	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		if release != nil {
 			release()
@@ -83,12 +90,21 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, sql strin
 		}
 	}()
 	var pr pgx.Rows
-	pr, err = q.Query(ctx, r.c.intr.outgoing(ctx, x, sql), args...)
+	pr, err = q.Query(ctx, r.outgoing(ctx, x, text, sql), args...)
 	if err != nil {
 		return errRows{err: err}, err
 	}
 	w.Rows = pr
 	return w, nil
+}
+
+// outgoing is the text to send for sql, decided as text in x: a prepared statement's name is
+// sent as it is (a comment would make it another name).
+func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string) string {
+	if text != sql {
+		return sql
+	}
+	return r.c.intr.outgoing(ctx, x, sql)
 }
 
 // copyFrom runs a CopyFrom on q, whose connection is conn. The engine decides it as the

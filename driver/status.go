@@ -13,12 +13,12 @@ import (
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
 // budgets those tags select (health thresholds, concurrency and bucket room). It returns nil or
-// a [*BlockedError] and takes nothing. Batch jobs call it, or [Connector.Wait], before each chunk.
+// a [*BlockedError] and takes nothing. Batch jobs call it, or Wait, before each chunk.
 func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
 
-// Wait blocks until [Connector.Check] passes or ctx ends, backing off with jitter between
+// Wait blocks until Check passes or ctx ends, backing off with jitter between
 // checks so that many waiting jobs do not all resume at the same instant.
 func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
@@ -103,7 +103,7 @@ type Counters struct {
 	Blocked            uint64 `json:"blocked"`
 }
 
-// Snapshot returns the connector's live state.
+// Snapshot returns the live state of the [Connector] or [Pool].
 func (c *core) Snapshot() Snapshot {
 	e := c.engine
 	// Empty lists, not nil: JSON consumers get [] rather than null.

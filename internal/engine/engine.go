@@ -362,10 +362,34 @@ func (x *Exec) unwind() {
 // statement's clock, merges its tags when they are read, and decides it under st's rules.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	conn *pgx.Conn, query string, args []any) error {
-	p := x.Pattern
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}
+	rt := e.routeStatement(ctx, st, x, text, debug, query)
+	if st.empty {
+		return nil
+	}
+	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err != nil {
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+		return err
+	}
+	if slow {
+		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+		x.start = e.now()
+	}
+	return nil
+}
+
+// routeStatement merges x's tags when something reads them and routes x under st: the route
+// the text was given for the same context tags when it has one, else a new one, saved for the
+// next time. It returns nil when no rules are in force.
+func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	query string) *route {
+	p := x.Pattern
 	var ctxTags tagging.Tags
 	var rt *route
 	if !st.empty {
@@ -395,19 +419,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 			text.save(st, ctxTags, rt)
 		}
 	}
-	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
-	if err != nil {
-		if e.obs != nil {
-			e.obs.Blocked(ctx, x, err)
-		}
-		x.Span = nil
-		return err
-	}
-	if slow {
-		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
-		x.start = e.now()
-	}
-	return nil
+	return rt
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
