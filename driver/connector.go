@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // Name is the name the driver registers with database/sql.
@@ -74,10 +72,8 @@ func (d *Driver) OpenConnector(dsn string) (driver.Connector, error) {
 // one with [NewConnector] and pass it to sql.OpenDB, or use [Open]. It is safe for concurrent
 // use. Close (called by (*sql.DB).Close) stops the rules watcher and the health sampler.
 type Connector struct {
-	engine *engine.Engine
-	pgx    driver.Connector // pgx's stdlib connector: opens the connections pgtraffic wraps
-	intr   *interceptor
-	tel    *telemetry
+	*core
+	pgx driver.Connector // pgx's stdlib connector: opens the connections pgtraffic wraps
 }
 
 var (
@@ -150,51 +146,11 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 
 // fromConfig makes the connector; cc is its own.
 func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
-	tel, err := newTelemetry(&o, cc)
+	co, err := newCore(cc, &o)
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{tel: tel}
-	healthConfig := cc.Copy()
-	if healthConfig.RuntimeParams == nil {
-		healthConfig.RuntimeParams = map[string]string{}
-	}
-	healthConfig.RuntimeParams["application_name"] = "pgtraffic-health"
-	c.engine = engine.New(engine.Options{
-		Logger:           o.logger,
-		PatternCacheSize: o.patternCacheSize,
-		MaxBuckets:       o.maxBuckets,
-		User:             cc.User,
-		Database:         cc.Database,
-		ApplicationName:  cc.RuntimeParams["application_name"],
-		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
-			// The sampler's own connection, never one of the application's pool.
-			return pgx.ConnectConfig(ctx, healthConfig.Copy())
-		},
-		Observer: tel.observer(),
-		Redis:    o.redis,
-	})
-	switch {
-	case o.config != nil:
-		err = c.engine.SetConfig(o.config)
-	case o.rulesFile != "":
-		err = c.engine.WatchFile(o.rulesFile, o.maxRulesFileSize)
-	}
-	if err == nil {
-		err = tel.attach(c.engine) // the gauges' callback; Close unregisters it
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.pgx = stdlib.GetConnector(*cc, o.pgxOptions...)
-	lk, err := newLeaks(tel.meter, o.logger)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
-	return c, nil
+	return &Connector{core: co, pgx: stdlib.GetConnector(*cc, o.pgxOptions...)}, nil
 }
 
 // Connect opens a connection (database/sql calls it): pgx's, wrapped.
@@ -211,8 +167,4 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) Driver() driver.Driver { return registered }
 
 // Close stops everything the connector started. (*sql.DB).Close calls it.
-func (c *Connector) Close() error { return errors.Join(c.tel.close(), c.engine.Close()) }
-
-// SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
-// state. An invalid cfg is an error and the rules in force stay.
-func (c *Connector) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }
+func (c *Connector) Close() error { return c.close() }

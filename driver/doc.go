@@ -1,6 +1,8 @@
-// Package driver is pgtraffic's database/sql driver: client-side traffic control for PostgreSQL.
+// Package driver is pgtraffic's client-side traffic control for PostgreSQL, with two front ends:
+// a database/sql driver ([Open], [NewConnector]) and a pgx-native pool ([NewPool]).
 //
-// It wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]). Before a statement is
+// The first wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]), the second a
+// [github.com/jackc/pgx/v5/pgxpool.Pool]; both decide alike. Before a statement is
 // sent it is identified (a pg_query fingerprint), tagged (built-in metadata, sqlcommenter comments
 // and [github.com/pgtraffic/pgtraffic/tagging] context tags), checked by the query guards, costed
 // (planner cost from a cached EXPLAIN times a factor learned per pattern) and checked against the
@@ -52,8 +54,10 @@
 // # Tags
 //
 // Rules match tags. Every statement carries the built-in tags username, database,
-// application_name, fingerprint, statement (select, insert, update, delete, merge, ddl, utility,
-// other) and table (one per table it names). Code adds tags to a context with
+// application_name, fingerprint, statement (select, insert, update, delete, merge, copy, ddl,
+// utility, other) and table (one per table it names), and a statement whose text begins with
+// sqlc's "-- name: ListOrders :many" comment carries query_name=ListOrders, so that a rule can
+// select one generated query by name. Code adds tags to a context with
 // [github.com/pgtraffic/pgtraffic/tagging.With]; a sqlcommenter comment in the SQL text adds
 // tags too. Neither replaces a built-in tag (one with a built-in key is ignored), since comments
 // can be injected and the built-in tags state facts of the statement and connection.
@@ -111,7 +115,31 @@
 // them all with units and attributes). [Connector.Snapshot] and [Connector.Handler] serve the
 // live state, shared budgets' leases included.
 //
-// # pgx-only features
+// # pgx and sqlc
+//
+// [NewPool] (or [NewPoolFromConfig], for a *pgxpool.Config adjusted in code) takes the same
+// options as [Open] and returns a [*Pool]: pgxpool's Exec, Query, QueryRow, SendBatch, CopyFrom
+// and Begin, each statement decided as under database/sql (EXPLAIN on the connection it will
+// run on), and the connector's Check, Wait, Snapshot, Handler and SetConfig. It satisfies
+// sqlc's pgx/v5 DBTX, and the pgx.Tx of its Begin is controlled too, so sqlc's WithTx works:
+//
+//	pool, err := driver.NewPool(ctx, dsn, driver.WithRulesFile("rules.yaml"))
+//	...
+//	defer pool.Close()
+//	q := db.New(pool) // a sqlc-generated package
+//	orders, err := q.ListOrders(ctx) // a *BlockedError when refused
+//
+// A batch (SendBatch) is decided whole before anything is sent: its statements are each
+// identified, guarded and costed, and the batch is admitted all or nothing against the union
+// of their budgets at the sum of their costs; a refused batch sends nothing and every result
+// returns the [*BlockedError]; an admitted batch holds its slots until its results are closed.
+// CopyFrom is the statement COPY <table> FROM STDIN, tagged statement=copy and table=<name>,
+// its cost learned per table. Close rows and batch results: their budget slots (and pgxpool's
+// connection) are held until then. [Pool.Acquire] hands out a controlled connection.
+// [Pool.Raw], and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements
+// sent through them bypass traffic control.
+//
+// # pgx-only features under database/sql
 //
 // database/sql hides the *pgx.Conn behind pgtraffic's connection; [RawConn] reaches it for CopyFrom,
 // LISTEN/NOTIFY and other pgx-only features. Statements sent that way bypass traffic control.

@@ -13,14 +13,14 @@ import (
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
 // budgets those tags select (health thresholds, concurrency and bucket room). It returns nil or
-// a [*BlockedError] and takes nothing. Batch jobs call it, or [Connector.Wait], before each chunk.
-func (c *Connector) Check(ctx context.Context) error {
+// a [*BlockedError] and takes nothing. Batch jobs call it, or Wait, before each chunk.
+func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
 
-// Wait blocks until [Connector.Check] passes or ctx ends, backing off with jitter between
+// Wait blocks until Check passes or ctx ends, backing off with jitter between
 // checks so that many waiting jobs do not all resume at the same instant.
-func (c *Connector) Wait(ctx context.Context) error {
+func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
 }
 
@@ -103,8 +103,8 @@ type Counters struct {
 	Blocked            uint64 `json:"blocked"`
 }
 
-// Snapshot returns the connector's live state.
-func (c *Connector) Snapshot() Snapshot {
+// Snapshot returns the live state of the [Connector] or [Pool].
+func (c *core) Snapshot() Snapshot {
 	e := c.engine
 	// Empty lists, not nil: JSON consumers get [] rather than null.
 	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: []BlockStatus{},
@@ -175,7 +175,7 @@ func (s *Snapshot) finite() {
 // application/json or ?format=json), else as a small HTML page. Mount it behind your own
 // authentication: it shows normalised query texts (never a literal) and budget names. It
 // answers GET and HEAD only; every response is marked uncacheable, since it is live state.
-func (c *Connector) Handler() http.Handler { return statusHandler(c.Snapshot) }
+func (c *core) Handler() http.Handler { return statusHandler(c.Snapshot) }
 
 // statusHandler serves the snapshots that snapshot returns. A response is rendered whole before
 // anything is written, so that a failure answers 500 rather than 200 with a partial body.

@@ -275,7 +275,7 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 		t.Fatal(err)
 	}
 	intr := &interceptor{engine: h.eng, commenter: o.sqlCommenter}
-	h.conn = &Connector{engine: h.eng, pgx: telConnector{sent: h.sent}, intr: intr, tel: h.tel}
+	h.conn = &Connector{core: &core{engine: h.eng, intr: intr, tel: h.tel}, pgx: telConnector{sent: h.sent}}
 	h.db = sql.OpenDB(h.conn)
 	t.Cleanup(func() {
 		h.db.Close()

@@ -5,7 +5,8 @@
 // the pgtraffic driver in two ways: on the [context.Context] passed to
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the
 // end of the SQL text. The driver merges both with its built-in metadata
-// (username, database, application_name, fingerprint, statement, table).
+// (username, database, application_name, fingerprint, statement, table, and
+// query_name from a leading sqlc comment such as "-- name: ListOrders :many").
 // Context tags win over comment tags. Neither replaces a built-in tag, which
 // states a fact of the statement or the connection: a comment or context tag
 // with a built-in key is ignored. Comments can be injected, and one could

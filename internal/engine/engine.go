@@ -28,6 +28,7 @@ const (
 	KeyFingerprint     = "fingerprint"
 	KeyStatement       = "statement"
 	KeyTable           = "table"
+	KeyQueryName       = "query_name" // from a leading sqlc comment, "-- name: ListOrders :many"
 )
 
 // Decisions, as reported to telemetry.
@@ -321,10 +322,34 @@ func (x *Exec) unwind() {
 // statement's clock, merges its tags when they are read, and decides it under st's rules.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	conn *pgx.Conn, query string, args []any) error {
-	p := x.Pattern
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}
+	rt := e.routeStatement(ctx, st, x, text, debug, query)
+	if st.empty {
+		return nil
+	}
+	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err != nil {
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+		return err
+	}
+	if slow {
+		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+		x.start = e.now()
+	}
+	return nil
+}
+
+// routeStatement merges x's tags when something reads them and routes x under st: the route
+// the text was given for the same context tags when it has one, else a new one, saved for the
+// next time. It returns nil when no rules are in force.
+func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	query string) *route {
+	p := x.Pattern
 	var ctxTags tagging.Tags
 	var rt *route
 	if !st.empty {
@@ -354,19 +379,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 			text.save(st, ctxTags, rt)
 		}
 	}
-	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
-	if err != nil {
-		if e.obs != nil {
-			e.obs.Blocked(ctx, x, err)
-		}
-		x.Span = nil
-		return err
-	}
-	if slow {
-		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
-		x.start = e.now()
-	}
-	return nil
+	return rt
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
@@ -439,6 +452,9 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
 	}
+	if name := queryName(query); name != "" {
+		dst = append(dst, ruleset.KV{Key: KeyQueryName, Value: name})
+	}
 	if strings.Contains(query, "/*") {
 		for k, v := range tagging.Parse(query).All() {
 			if _, ok := ctxTags.Get(k); !ok && !builtinKey(k) {
@@ -457,7 +473,7 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 // builtinKey reports whether k is the key of a built-in tag.
 func builtinKey(k string) bool {
 	switch k {
-	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable:
+	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable, KeyQueryName:
 		return true
 	}
 	return false

@@ -25,6 +25,8 @@ func classify(n *pg.Node) (kind, op string) {
 		return KindDelete, "DELETE"
 	case *pg.Node_MergeStmt:
 		return KindMerge, "MERGE"
+	case *pg.Node_CopyStmt:
+		return KindCopy, "COPY"
 	case *pg.Node_TruncateStmt:
 		return KindDDL, "TRUNCATE TABLE"
 	case *pg.Node_TransactionStmt:
@@ -95,7 +97,6 @@ var oneofNode = (&pg.Node{}).ProtoReflect().Descriptor().Oneofs().ByName("node")
 var utilityOps = map[string]string{
 	"VariableShowStmt":   "SHOW",
 	"ExplainStmt":        "EXPLAIN",
-	"CopyStmt":           "COPY",
 	"ListenStmt":         "LISTEN",
 	"UnlistenStmt":       "UNLISTEN",
 	"NotifyStmt":         "NOTIFY",

@@ -18,6 +18,7 @@ const (
 	KindUpdate  = "update"
 	KindDelete  = "delete"
 	KindMerge   = "merge"
+	KindCopy    = "copy"
 	KindDDL     = "ddl"
 	KindUtility = "utility"
 	KindOther   = "other"

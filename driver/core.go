@@ -1,0 +1,79 @@
+package driver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
+// the engine that decides each statement, its telemetry, and the switches every statement
+// reads. It carries the calls both offer (Check, Wait, Snapshot, Handler, SetConfig), so that
+// each is written once. It is safe for concurrent use once built.
+type core struct {
+	engine *engine.Engine
+	tel    *telemetry
+	intr   *interceptor // the engine and the switches every statement reads
+	log    *slog.Logger
+}
+
+// newCore builds a front end's core for connections made from cc: the engine with cc's
+// built-in tags and a health sampler on a connection of its own made from cc, the rules o
+// names, and telemetry. On an error everything it started is stopped.
+func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
+	tel, err := newTelemetry(o, cc)
+	if err != nil {
+		return nil, err
+	}
+	c := &core{tel: tel, log: cmp.Or(o.logger, slog.Default())}
+	healthConfig := cc.Copy()
+	if healthConfig.RuntimeParams == nil {
+		healthConfig.RuntimeParams = map[string]string{}
+	}
+	healthConfig.RuntimeParams["application_name"] = "pgtraffic-health"
+	c.engine = engine.New(engine.Options{
+		Logger:           o.logger,
+		PatternCacheSize: o.patternCacheSize,
+		MaxBuckets:       o.maxBuckets,
+		User:             cc.User,
+		Database:         cc.Database,
+		ApplicationName:  cc.RuntimeParams["application_name"],
+		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
+			// The sampler's own connection, never one of the application's pool.
+			return pgx.ConnectConfig(ctx, healthConfig.Copy())
+		},
+		Observer: tel.observer(),
+		Redis:    o.redis,
+	})
+	switch {
+	case o.config != nil:
+		err = c.engine.SetConfig(o.config)
+	case o.rulesFile != "":
+		err = c.engine.WatchFile(o.rulesFile, o.maxRulesFileSize)
+	}
+	if err == nil {
+		err = tel.attach(c.engine) // the gauges' callback; close unregisters it
+	}
+	var lk *leaks
+	if err == nil {
+		lk, err = newLeaks(tel.meter, o.logger)
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
+	return c, nil
+}
+
+// close stops everything newCore started.
+func (c *core) close() error { return errors.Join(c.tel.close(), c.engine.Close()) }
+
+// SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
+// state. An invalid cfg is an error and the rules in force stay.
+func (c *core) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }

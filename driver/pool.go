@@ -1,0 +1,171 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Pool is pgtraffic's pgx-native front end: a *pgxpool.Pool whose statements are decided as
+// the database/sql driver decides them, with the same rules, tags, budgets, guards, telemetry
+// and [*BlockedError]. Make one with [NewPool] or [NewPoolFromConfig]. It has pgxpool's query
+// surface (Exec, Query, QueryRow, SendBatch, CopyFrom, Begin), so it satisfies sqlc's pgx/v5
+// DBTX, and the [Connector]'s calls (Check, Wait, Snapshot, Handler, SetConfig).
+//
+// Each statement is decided on the connection it will run on: the pool's connection is
+// acquired first, the engine decides (EXPLAIN, when a budget needs a cost, runs there), and
+// the statement is sent on that connection or, if refused, the connection goes back to the
+// pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
+// the end, Row.Scan returns, or the batch's results are closed.
+//
+// [Pool.Acquire] hands out a [*PoolConn], a connection whose statements are controlled too.
+// A Pool is safe for concurrent use. Close it to close its connections and stop what it
+// started (the rules watcher and the health sampler). [Pool.Raw] is the pgxpool underneath,
+// for what traffic control does not cover; statements sent through it bypass control.
+type Pool struct {
+	*core
+	run  *runner
+	pool *pgxpool.Pool
+}
+
+// NewPool parses dsn as pgxpool.ParseConfig does (a PostgreSQL URL or keyword/value string,
+// with the pool_* settings) and returns a pool. It takes the options [Open] takes; a rules file
+// that is missing or invalid is an error. The health sampler, when a budget needs it, reads on
+// a connection of its own, never one of the pool's.
+func NewPool(ctx context.Context, dsn string, opts ...Option) (*Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgtraffic: %w", err)
+	}
+	return newPool(ctx, cfg, buildOptions(opts, false))
+}
+
+// NewPoolFromConfig returns a pool for a configuration made by pgxpool.ParseConfig and then
+// adjusted in code (hooks such as AfterConnect, a TLS config, a tracer). The pool keeps a copy,
+// so later changes to cfg do not reach it.
+func NewPoolFromConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Pool, error) {
+	if cfg == nil {
+		return nil, errors.New("pgtraffic: NewPoolFromConfig: the pgxpool.Config is nil")
+	}
+	// pgxpool panics on a config that pgxpool.ParseConfig did not make: an error is kinder.
+	if cfg.ConnConfig == nil || cfg.ConnConfig.DialFunc == nil || cfg.ConnConfig.LookupFunc == nil {
+		return nil, errors.New("pgtraffic: NewPoolFromConfig: the pgxpool.Config must be created by pgxpool.ParseConfig")
+	}
+	return newPool(ctx, cfg.Copy(), buildOptions(opts, false))
+}
+
+// newPool makes the pool; cfg is its own.
+func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error) {
+	co, err := newCore(cfg.ConnConfig, &o)
+	if err != nil {
+		return nil, err
+	}
+	pp, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		co.close()
+		return nil, fmt.Errorf("pgtraffic: %w", err)
+	}
+	return &Pool{core: co, run: newRunner(co), pool: pp}, nil
+}
+
+// Exec runs a statement that returns no rows, once the engine admits it. A refused statement
+// returns a [*BlockedError] and nothing is sent.
+func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer pc.Release()
+	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, sql, args)
+}
+
+// Query runs a query once the engine admits it. The statement's budget slots are held until
+// the rows are closed or read to the end: close them (pgx.CollectRows and the other helpers
+// do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
+// is sent.
+func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return errRows{err: err}, err
+	}
+	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc.Release)
+}
+
+// QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
+// refused, is returned by the row's Scan.
+func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := p.Query(ctx, sql, args...)
+	return &pgxRow{rows: rows, err: err}
+}
+
+// Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
+// Query, QueryRow, SendBatch, CopyFrom, and those of its nested transactions) are controlled
+// as the pool's are; see [Pool.BeginTx].
+func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
+	return p.BeginTx(ctx, pgx.TxOptions{})
+}
+
+// BeginTx starts a transaction with o. BEGIN, COMMIT and ROLLBACK are not decided (they cost
+// the server nothing); the statements in between are, each on the transaction's connection
+// (an EXPLAIN in a savepoint), and a refused one is not sent, so the transaction stays usable.
+// The transaction's Conn is the *pgx.Conn underneath: statements sent through it bypass
+// control. A statement prepared with the transaction's Prepare and run by its name through the
+// transaction is decided as the text it was prepared from.
+func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	t, err := p.pool.BeginTx(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
+}
+
+// Ping acquires a connection and pings the server; it is not decided.
+func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
+
+// Stat returns the pgxpool's statistics.
+func (p *Pool) Stat() *pgxpool.Stat { return p.pool.Stat() }
+
+// Raw returns the *pgxpool.Pool underneath, for what Pool does not offer (LISTEN on an
+// acquired connection, the pool's Config, Reset). Statements sent through it bypass traffic
+// control. Do not close it: close the Pool.
+func (p *Pool) Raw() *pgxpool.Pool { return p.pool }
+
+// Close closes the pool's connections, waiting for those in use to be released, and stops the
+// rules watcher and the health sampler.
+func (p *Pool) Close() {
+	p.pool.Close()
+	if err := p.close(); err != nil {
+		p.log.Warn("pgtraffic: closing the pool", "error", err) // pgxpool's Close returns nothing
+	}
+}
+
+// CopyFrom copies rows into table with the COPY protocol, once the engine admits it as the
+// statement COPY <table> FROM STDIN: tagged statement=copy and table=<name>, held to its
+// budgets' slots and buckets, its cost learned per table. A refused copy returns a
+// [*BlockedError] and reads nothing from src.
+func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer pc.Release()
+	return p.run.copyFrom(ctx, pc.Conn(), pc.Conn(), table, columns, src)
+}
+
+// SendBatch sends the batch's statements in one round trip, once the engine admits the batch
+// whole: each statement is identified, guarded and costed, and the batch is admitted all or
+// nothing against the union of its statements' budgets at the sum of their costs. A refused
+// batch sends nothing, and every result (Exec, Query, QueryRow, Close) returns the
+// [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
+// close them.
+func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc.Release)
+}

@@ -1,0 +1,299 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// DBTX is sqlc's pgx/v5 interface, as sqlc generates it in db.go: a *Pool and the pgx.Tx of its
+// Begin must satisfy it for a generated package to run on them.
+type DBTX interface {
+	Exec(context.Context, string, ...interface{}) (pgconn.CommandTag, error)
+	Query(context.Context, string, ...interface{}) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...interface{}) pgx.Row
+	CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error)
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}
+
+var (
+	_ DBTX = (*Pool)(nil)
+	_ DBTX = (*pgxTx)(nil)
+	_ DBTX = (*PoolConn)(nil)
+)
+
+// fakeQuerier stands for a pgx connection: it records what is sent and answers with fake rows.
+type fakeQuerier struct {
+	sent      []string
+	rows      int  // rows each query returns
+	panicNext bool // the rows' Next panics
+	batches   int  // batches sent
+	copies    int  // copies sent
+}
+
+func (f *fakeQuerier) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	f.sent = append(f.sent, sql)
+	return pgconn.NewCommandTag("SELECT 1"), nil
+}
+
+func (f *fakeQuerier) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
+	f.sent = append(f.sent, sql)
+	return &fakePgxRows{left: f.rows, panicNext: f.panicNext}, nil
+}
+
+func (f *fakeQuerier) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	f.batches++
+	return &fakeResults{}
+}
+
+func (f *fakeQuerier) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	f.copies++
+	return 1, nil
+}
+
+type fakePgxRows struct {
+	left      int
+	closed    bool
+	panicNext bool
+}
+
+func (r *fakePgxRows) Close()                                       { r.closed = true }
+func (r *fakePgxRows) Err() error                                   { return nil }
+func (r *fakePgxRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r *fakePgxRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r *fakePgxRows) Next() bool {
+	if r.panicNext {
+		panic("fake rows: Next")
+	}
+	if r.closed || r.left == 0 {
+		r.closed = true
+		return false
+	}
+	r.left--
+	return true
+}
+func (r *fakePgxRows) Scan(...any) error      { return nil }
+func (r *fakePgxRows) Values() ([]any, error) { return nil, nil }
+func (r *fakePgxRows) RawValues() [][]byte    { return nil }
+func (r *fakePgxRows) Conn() *pgx.Conn        { return nil }
+func (r *fakePgxRows) TypeMap() *pgtype.Map   { return nil }
+
+type fakeResults struct{ closed int }
+
+func (r *fakeResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, nil }
+func (r *fakeResults) Query() (pgx.Rows, error)         { return &fakePgxRows{}, nil }
+func (r *fakeResults) QueryRow() pgx.Row                { return &pgxRow{rows: &fakePgxRows{}} }
+func (r *fakeResults) Close() error                     { r.closed++; return nil }
+func (r *fakeResults) Tx() pgx.Tx                       { return nil }
+
+// newTestRunner returns a runner over a core with rules (no server: statements are not
+// explained), and a release counter for the connection its statements hold.
+func newTestRunner(t *testing.T, rules string) (*runner, *int) {
+	t.Helper()
+	cc, err := pgx.ParseConfig("postgres://app@localhost/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := buildOptions([]Option{WithConfig(cfg), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, false)
+	co, err := newCore(cc, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.close() })
+	return newRunner(co), new(int)
+}
+
+const oneSlot = `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
+rules: [{budget: one, match: {app: x}}]
+guards: {require_where: enforce}
+`
+
+func inFlight(t *testing.T, r *runner) int {
+	t.Helper()
+	for _, b := range r.c.Snapshot().Budgets {
+		if b.Name == "one" {
+			return b.InFlight
+		}
+	}
+	t.Fatal("no budget one")
+	return 0
+}
+
+// TestPgxRowsEndOnce: rows read to the end finish their statement and release their connection
+// once, however often they are closed after.
+func TestPgxRowsEndOnce(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := &fakeQuerier{rows: 2}
+	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inFlight(t, r) != 1 || *released != 0 {
+		t.Fatalf("open rows: in flight %d, released %d", inFlight(t, r), *released)
+	}
+	for rows.Next() {
+	}
+	if inFlight(t, r) != 0 || *released != 1 {
+		t.Fatalf("exhausted rows: in flight %d, released %d", inFlight(t, r), *released)
+	}
+	rows.Close()
+	rows.Close()
+	if rows.Next() || *released != 1 || r.c.engine.InFlight() != 0 {
+		t.Fatalf("closed twice: released %d, engine in flight %d", *released, r.c.engine.InFlight())
+	}
+	// Closed early: the same.
+	rows, err = r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Next()
+	rows.Close()
+	if inFlight(t, r) != 0 || *released != 2 {
+		t.Fatalf("closed early: in flight %d, released %d", inFlight(t, r), *released)
+	}
+}
+
+// TestPgxRowsPanicReleases: a panic in pgx's Next ends the statement: its slot and connection
+// come back.
+func TestPgxRowsPanicReleases(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	rows, err := r.query(ctx, &fakeQuerier{rows: 1, panicNext: true}, nil, "select 1", "select 1", nil, func() { *released++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		rows.Next()
+	}()
+	if inFlight(t, r) != 0 || *released != 1 {
+		t.Fatalf("after a panic: in flight %d, released %d", inFlight(t, r), *released)
+	}
+}
+
+// TestPgxRefusedSendsNothing: a refused Exec, Query, QueryRow or CopyFrom sends nothing,
+// returns the *BlockedError and releases the connection once.
+func TestPgxRefusedSendsNothing(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := &fakeQuerier{}
+	hold, err := r.query(ctx, q, nil, "select 1", "select 1", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.sent = nil
+	if _, err := r.exec(ctx, q, nil, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("exec: %v", err)
+	}
+	rows, err := r.query(ctx, q, nil, "select 2", "select 2", nil, func() { *released++ })
+	var be *BlockedError
+	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) || *released != 1 {
+		t.Fatalf("query: %v, rows %v, released %d", err, rows.Err(), *released)
+	}
+	row := &pgxRow{rows: rows, err: err}
+	if err := row.Scan(); !errors.As(err, &be) {
+		t.Fatalf("row: %v", err)
+	}
+	if _, err := r.copyFrom(ctx, q, nil, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
+		t.Fatalf("copy: %v", err)
+	}
+	if _, err := r.exec(context.Background(), q, nil, "delete from t", "delete from t", nil); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("guard: %v", err)
+	}
+	if len(q.sent) != 0 || q.copies != 0 {
+		t.Fatalf("sent %q, copies %d", q.sent, q.copies)
+	}
+	hold.Close()
+}
+
+// TestPgxBatchRefusedFansOut: a refused batch sends nothing, every result returns the
+// *BlockedError, and its connection is released once; an admitted one holds its slot until
+// its results are closed.
+func TestPgxBatchRefusedFansOut(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := &fakeQuerier{}
+	b := &pgx.Batch{}
+	b.Queue("select 1")
+	b.Queue("delete from t")
+	br := r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
+	_, err1 := br.Exec()
+	_, err2 := br.Query()
+	err3 := br.QueryRow().Scan()
+	err4 := br.Close()
+	for i, err := range []error{err1, err2, err3, err4} {
+		var be *BlockedError
+		if !errors.As(err, &be) || be.Reason != ReasonGuard {
+			t.Fatalf("result %d: %v", i, err)
+		}
+	}
+	if q.batches != 0 || *released != 1 {
+		t.Fatalf("batches sent %d, released %d", q.batches, *released)
+	}
+
+	b = &pgx.Batch{}
+	b.Queue("select 1")
+	b.Queue("select 2")
+	br = r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
+	if q.batches != 1 || inFlight(t, r) != 1 {
+		t.Fatalf("admitted: sent %d, in flight %d", q.batches, inFlight(t, r))
+	}
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	br.Close()
+	if inFlight(t, r) != 0 || *released != 2 || r.c.engine.InFlight() != 0 {
+		t.Fatalf("closed: in flight %d, released %d", inFlight(t, r), *released)
+	}
+}
+
+// TestNewPoolBadInput: a bad DSN or a config pgxpool.ParseConfig did not make is a clear error,
+// not a panic.
+func TestNewPoolBadInput(t *testing.T) {
+	ctx := context.Background()
+	if _, err := NewPool(ctx, "postgres://a@b/c?pool_max_conns=zero"); err == nil || !strings.HasPrefix(err.Error(), "pgtraffic: ") {
+		t.Fatalf("bad dsn: %v", err)
+	}
+	if _, err := NewPoolFromConfig(ctx, nil); err == nil || !strings.Contains(err.Error(), "nil") {
+		t.Fatalf("nil config: %v", err)
+	}
+	if _, err := NewPoolFromConfig(ctx, &pgxpool.Config{}); err == nil || !strings.Contains(err.Error(), "pgxpool.ParseConfig") {
+		t.Fatalf("hand-made config: %v", err)
+	}
+	if _, err := NewPool(ctx, "postgres://a@b/c", WithRulesFile("/nonexistent/rules.yaml")); err == nil {
+		t.Fatal("a missing rules file must be an error")
+	}
+}
+
+// TestPgxRowDriverBytes: QueryRow refuses *pgtype.DriverBytes, as pgx's does (the bytes would
+// outlive the connection), and still ends the statement.
+func TestPgxRowDriverBytes(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	rows, err := r.query(ctx, &fakeQuerier{rows: 1}, nil, "select 1", "select 1", nil, func() { *released++ })
+	row := &pgxRow{rows: rows, err: err}
+	if err := row.Scan(&pgtype.DriverBytes{}); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
+		t.Fatalf("scan: %v", err)
+	}
+	if inFlight(t, r) != 0 || *released != 1 {
+		t.Fatalf("in flight %d, released %d", inFlight(t, r), *released)
+	}
+}

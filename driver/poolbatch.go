@@ -1,0 +1,131 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// sendBatch sends b on q, whose connection is conn, once the engine admits it whole
+// (engine.BeginBatch): a refused batch sends nothing and every result returns the
+// [*BlockedError]; an admitted one holds its budgets' slots until its results are closed.
+// prepared maps the names of statements prepared in the transaction to their texts (nil
+// outside one; see pgxTx.Prepare). release, if not nil, gives the connection back to the pool
+// when the batch ends. The batch is sent as queued (the sqlcommenter does not rewrite a batch).
+func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pgx.Batch, prepared map[string]string,
+	release func()) pgx.BatchResults {
+	queries := make([]string, len(b.QueuedQueries))
+	args := make([][]any, len(b.QueuedQueries))
+	for i, qq := range b.QueuedQueries {
+		queries[i], args[i] = qq.SQL, qq.Arguments
+		if text, ok := prepared[qq.SQL]; ok {
+			queries[i] = text
+		}
+	}
+	eb := r.batches.Get().(*engine.Batch)
+	if err := r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
+		r.batches.Put(eb)
+		if release != nil {
+			release()
+		}
+		return pgx.FailedBatchResults(b, blocked(err))
+	}
+	w := &pgxBatch{run: r, b: eb, ctx: ctx, release: release, errs: make([]error, len(queries))}
+	sent := false
+	defer func() {
+		if !sent {
+			w.end(errPanicked) // pgx's SendBatch panicked
+		}
+	}()
+	w.BatchResults = q.SendBatch(ctx, b)
+	sent = true
+	if t := w.BatchResults.Tx(); t != nil {
+		// The batch began a transaction (pgx.Batch.BeginTx): as under pgxpool, the connection
+		// is released when the transaction ends, not when the results are closed.
+		w.tx = &pgxTx{Tx: t, run: r, prepared: map[string]string{}, release: w.release}
+		w.release = nil
+	}
+	return w
+}
+
+// pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool
+// connection is released, once, when they are closed. Like pgx's results they are used by one
+// goroutine.
+type pgxBatch struct {
+	pgx.BatchResults
+	run     *runner
+	b       *engine.Batch // nil once ended
+	ctx     context.Context
+	release func()
+	tx      *pgxTx  // the transaction the batch began; nil if none
+	errs    []error // each statement's outcome as its result was read, for its span
+	next    int     // the next result to read
+}
+
+var _ pgx.BatchResults = (*pgxBatch)(nil)
+
+// note records the outcome of the result just read.
+func (w *pgxBatch) note(err error) {
+	if w.next < len(w.errs) {
+		w.errs[w.next] = err
+	}
+	w.next++
+}
+
+func (w *pgxBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := w.BatchResults.Exec()
+	w.note(err)
+	return tag, err
+}
+
+func (w *pgxBatch) Query() (pgx.Rows, error) {
+	rows, err := w.BatchResults.Query()
+	w.note(err)
+	return rows, err
+}
+
+func (w *pgxBatch) QueryRow() pgx.Row {
+	rows, err := w.Query()
+	return &pgxRow{rows: rows, err: err}
+}
+
+// Close closes pgx's results (running the callbacks of the results not read), then finishes
+// the batch and releases its connection, even if pgx's Close panics.
+func (w *pgxBatch) Close() (err error) {
+	err = errPanicked
+	defer func() { w.end(err) }()
+	err = w.BatchResults.Close()
+	return err
+}
+
+// end finishes the batch, the first time only: err is the batch's outcome, the outcome of the
+// statements whose result was not read.
+func (w *pgxBatch) end(err error) {
+	b := w.b
+	if b == nil {
+		return
+	}
+	w.b = nil
+	defer func() {
+		if w.release != nil {
+			w.release()
+		}
+	}()
+	for i := w.next; i < len(w.errs); i++ {
+		w.errs[i] = err
+	}
+	b.Finish(w.ctx, w.errs)
+	w.run.batches.Put(b)
+}
+
+// Tx returns the transaction the batch began (pgx.Batch.BeginTx), controlled as a
+// [Pool.Begin] transaction is; nil when the batch began none.
+func (w *pgxBatch) Tx() pgx.Tx {
+	if w.tx == nil {
+		return nil
+	}
+	return w.tx
+}

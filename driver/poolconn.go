@@ -1,0 +1,72 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PoolConn is a connection acquired from a [Pool] with [Pool.Acquire]: its statements (Exec,
+// Query, QueryRow, SendBatch, CopyFrom, and those of its transactions) are controlled as the
+// pool's are, on this connection. Release it when done. Like pgxpool's connections it is used by
+// one goroutine at a time. Conn is the *pgx.Conn underneath, for LISTEN/NOTIFY and other
+// pgx-only features: statements sent through it bypass control.
+type PoolConn struct {
+	pc  *pgxpool.Conn
+	run *runner
+}
+
+// Acquire takes a connection from the pool; release it with [PoolConn.Release].
+func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &PoolConn{pc: pc, run: p.run}, nil
+}
+
+func (c *PoolConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return c.run.exec(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args)
+}
+
+func (c *PoolConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return c.run.query(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil)
+}
+
+func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := c.Query(ctx, sql, args...)
+	return &pgxRow{rows: rows, err: err}
+}
+
+func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return c.run.sendBatch(ctx, c.pc.Conn(), c.pc.Conn(), b, nil, nil)
+}
+
+func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return c.run.copyFrom(ctx, c.pc.Conn(), c.pc.Conn(), table, columns, src)
+}
+
+// Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.
+func (c *PoolConn) Begin(ctx context.Context) (pgx.Tx, error) {
+	return c.BeginTx(ctx, pgx.TxOptions{})
+}
+
+// BeginTx starts a transaction with o on the connection, controlled as [Pool.BeginTx]'s.
+func (c *PoolConn) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	t, err := c.pc.BeginTx(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxTx{Tx: t, run: c.run, prepared: map[string]string{}}, nil
+}
+
+// Ping pings the server on the connection; it is not decided.
+func (c *PoolConn) Ping(ctx context.Context) error { return c.pc.Ping(ctx) }
+
+// Release returns the connection to the pool. Close its rows and batch results first.
+func (c *PoolConn) Release() { c.pc.Release() }
+
+// Conn returns the *pgx.Conn underneath. Statements sent through it bypass traffic control.
+func (c *PoolConn) Conn() *pgx.Conn { return c.pc.Conn() }

@@ -1,0 +1,121 @@
+package driver
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// pgxRows are the rows of a pgx-native query: pgx's rows, whose statement is finished, and whose
+// pool connection is released, once, when they end: read to the end (Next returns false, which
+// closes pgx's rows), or closed. A panic in pgx's Next or Close ends them too. Like pgx's rows
+// they are used by one goroutine.
+type pgxRows struct {
+	pgx.Rows
+	run     *runner
+	x       *engine.Exec    // the statement; nil once ended
+	ctx     context.Context // the statement's, for Finish
+	release func()          // gives the pool's connection back; nil in a transaction
+}
+
+var _ pgx.Rows = (*pgxRows)(nil)
+
+// end finishes the statement with err and releases its connection, the first time only.
+func (r *pgxRows) end(err error) {
+	x := r.x
+	if x == nil {
+		return
+	}
+	r.x = nil
+	defer func() {
+		if r.release != nil {
+			r.release()
+		}
+	}()
+	r.run.end(r.ctx, x, err)
+}
+
+func (r *pgxRows) Next() (more bool) {
+	done := false
+	defer func() {
+		if !done {
+			r.end(errPanicked)
+		} else if !more {
+			r.end(r.Rows.Err())
+		}
+	}()
+	more = r.Rows.Next()
+	done = true
+	return more
+}
+
+func (r *pgxRows) Close() {
+	done := false
+	defer func() {
+		if !done {
+			r.end(errPanicked)
+		} else {
+			r.end(r.Rows.Err())
+		}
+	}()
+	r.Rows.Close()
+	done = true
+}
+
+// pgxRow is QueryRow's row: the query ran (or was refused) when QueryRow was called; Scan
+// reads its first row and closes the rows, which ends the statement.
+type pgxRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+var _ pgx.Row = (*pgxRow)(nil)
+
+// Scan scans the first row into dest, as pgx's Row does: pgx.ErrNoRows when there is none, the
+// query's error (a [*BlockedError] when it was refused) when it failed.
+func (r *pgxRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	rows := r.rows
+	defer rows.Close()
+	for _, d := range dest {
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			// As pgx's Row: the bytes would outlive the connection, released when Scan returns.
+			return errors.New("pgtraffic: cannot scan into *pgtype.DriverBytes from QueryRow")
+		}
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// errRows are the rows of a query that did not run: every method reports err, as pgxpool's
+// rows of a query that could not acquire a connection do.
+type errRows struct{ err error }
+
+var _ pgx.Rows = errRows{}
+
+func (errRows) Close()                                       {}
+func (e errRows) Err() error                                 { return e.err }
+func (errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (errRows) Next() bool                                   { return false }
+func (e errRows) Scan(...any) error                          { return e.err }
+func (e errRows) Values() ([]any, error)                     { return nil, e.err }
+func (errRows) RawValues() [][]byte                          { return nil }
+func (errRows) Conn() *pgx.Conn                              { return nil }
+func (errRows) TypeMap() *pgtype.Map                         { return nil }

@@ -1,0 +1,128 @@
+package driver
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// querier is where a pgx-native statement is sent: a *pgx.Conn acquired from the pool, or a
+// pgx.Tx. A fake in unit tests.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+}
+
+// runner puts the statements of a [Pool] and of its transactions through the
+// engine: each is begun on the connection it will run on, sent through a querier, and finished
+// when it completes. It keeps the engine's per-statement tickets for reuse (pgxpool has no
+// per-connection state to keep one in). Safe for concurrent use.
+type runner struct {
+	c       *core
+	execs   sync.Pool // *engine.Exec, finished
+	batches sync.Pool // *engine.Batch, finished
+}
+
+func newRunner(c *core) *runner {
+	return &runner{c: c,
+		execs:   sync.Pool{New: func() any { return new(engine.Exec) }},
+		batches: sync.Pool{New: func() any { return new(engine.Batch) }},
+	}
+}
+
+// begin begins the statement query with args, to be sent on conn (nil: no EXPLAIN), in a
+// ticket of r's. On nil the caller must end it, on every path; on an error the ticket is back
+// and nothing may be sent.
+func (r *runner) begin(ctx context.Context, conn *pgx.Conn, query string, args []any) (*engine.Exec, error) {
+	x := r.execs.Get().(*engine.Exec)
+	if err := r.c.engine.Begin(ctx, x, conn, query, args); err != nil {
+		r.execs.Put(x)
+		return nil, blocked(err)
+	}
+	return x, nil
+}
+
+// end finishes x with the statement's outcome and takes the ticket back.
+func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
+	x.Finish(ctx, err)
+	r.execs.Put(x)
+}
+
+// exec runs an Exec of sql on q, whose connection is conn, decided as text: sql itself, or
+// the text of the statement sql names when sql is the name of a statement prepared in a
+// transaction (see pgxTx.Prepare).
+func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
+	x, err := r.begin(ctx, conn, text, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	err = errPanicked // until q returns: a panic finishes the statement with it
+	defer func() { r.end(ctx, x, err) }()
+	var tag pgconn.CommandTag
+	tag, err = q.Exec(ctx, r.outgoing(ctx, x, text, sql), args...)
+	return tag, err
+}
+
+// query runs a Query of sql on q, whose connection is conn, decided as text (see exec).
+// release, if not nil, gives the
+// connection back to the pool: it is called once, when the statement ends (refused, failed, or
+// its rows done).
+func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
+	release func()) (_ pgx.Rows, err error) {
+	x, err := r.begin(ctx, conn, text, args)
+	if err != nil {
+		if release != nil {
+			release()
+		}
+		return errRows{err: err}, err
+	}
+	w := &pgxRows{run: r, x: x, ctx: ctx, release: release}
+	err = errPanicked // until q returns
+	defer func() {
+		if err != nil {
+			w.end(err)
+		}
+	}()
+	var pr pgx.Rows
+	pr, err = q.Query(ctx, r.outgoing(ctx, x, text, sql), args...)
+	if err != nil {
+		return errRows{err: err}, err
+	}
+	w.Rows = pr
+	return w, nil
+}
+
+// outgoing is the text to send for sql, decided as text in x: a prepared statement's name is
+// sent as it is (a comment would make it another name).
+func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string) string {
+	if text != sql {
+		return sql
+	}
+	return r.c.intr.outgoing(ctx, x, sql)
+}
+
+// copyFrom runs a CopyFrom on q, whose connection is conn. The engine decides it as the
+// statement COPY <table> FROM STDIN, which pg_query identifies as kind copy with its table:
+// so it carries the built-in tags statement=copy and table=<name>, its cost is learned per
+// table, and until known it is reserved as any unknown cost is (EXPLAIN cannot cost a COPY).
+func (r *runner) copyFrom(ctx context.Context, q querier, conn *pgx.Conn, table pgx.Identifier, columns []string,
+	src pgx.CopyFromSource) (_ int64, err error) {
+	x, err := r.begin(ctx, conn, copyText(table), nil)
+	if err != nil {
+		return 0, err
+	}
+	err = errPanicked // until q returns
+	defer func() { r.end(ctx, x, err) }()
+	var n int64
+	n, err = q.CopyFrom(ctx, table, columns, src)
+	return n, err
+}
+
+// copyText is the statement the engine decides for a CopyFrom into table.
+func copyText(table pgx.Identifier) string { return "COPY " + table.Sanitize() + " FROM STDIN" }

@@ -1,0 +1,93 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pgxTx is a transaction of a [Pool] (or a savepoint within one): pgx's transaction, whose
+// statements go through the engine on the transaction's connection. Commit, Rollback and
+// Prepare are pgx's with a little bookkeeping; LargeObjects and Conn are pgx's (statements
+// sent on Conn bypass control, and so does a statement prepared here that runs outside this
+// transaction). Like pgx's transactions it is used by one goroutine at a time.
+type pgxTx struct {
+	pgx.Tx
+	run *runner
+	// prepared maps the names of the statements prepared through the transaction (and its
+	// nested ones, which share it) to their texts, so that a statement run by its name is
+	// decided as its text.
+	prepared map[string]string
+	// release gives the pool's connection back when the transaction ends; nil when the pool's
+	// own transaction (pgxpool.Tx) does, or for a nested one.
+	release func()
+}
+
+var _ pgx.Tx = (*pgxTx)(nil)
+
+// Begin starts a nested transaction (a savepoint), controlled like this one.
+func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	inner, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared}, nil
+}
+
+// Commit commits, then releases the connection if the transaction holds it.
+func (t *pgxTx) Commit(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Commit(ctx)
+}
+
+// Rollback rolls back, then releases the connection if the transaction holds it.
+func (t *pgxTx) Rollback(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Rollback(ctx)
+}
+
+func (t *pgxTx) end() {
+	if r := t.release; r != nil {
+		t.release = nil
+		r()
+	}
+}
+
+// Prepare prepares sql on the transaction's connection as pgx does, and remembers the name.
+func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	sd, err := t.Tx.Prepare(ctx, name, sql)
+	if err == nil && name != "" && name != sql {
+		t.prepared[name] = sql
+	}
+	return sd, err
+}
+
+// text is the text sql is decided as: the statement's text when sql names one prepared here.
+func (t *pgxTx) text(sql string) string {
+	if text, ok := t.prepared[sql]; ok {
+		return text
+	}
+	return sql
+}
+
+func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.run.exec(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args)
+}
+
+func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.run.query(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil)
+}
+
+func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return &pgxRow{rows: rows, err: err}
+}
+
+func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return t.run.copyFrom(ctx, t.Tx, t.Tx.Conn(), table, columns, src)
+}
+
+func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.run.sendBatch(ctx, t.Tx, t.Tx.Conn(), b, t.prepared, nil)
+}

@@ -1,0 +1,355 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+)
+
+// Batches. A pgx batch sends its statements in one round trip, so it is decided whole before
+// anything is sent: each statement is identified, tagged, routed, guarded and costed as a
+// statement would be, and the batch is admitted once, all or nothing, against the union of the
+// budgets its statements select, each at the sum of the costs of the batch's statements that
+// select it (a budget's per_query_limit therefore judges the batch's share, a budget's
+// max_concurrent counts the batch as one statement in flight: it is one round trip on one
+// connection). An admitted batch holds its slots until its results are closed.
+//
+// The statements of a batch run pipelined, so their times are not measured apart: the budgets
+// are trued up to the batch's time, and the cost model does not train on them. A batch does
+// not wait for an untrained pattern's probe (untrained.go): its statements are predicted from
+// what is known.
+
+// Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:
+// Execs[i].Result is what was decided about statement i, read-only for the front end (the
+// observer sets Span) until the ticket's next BeginBatch. The rest is the engine's.
+//
+// The lifecycle is an Exec's: BeginBatch decides; on an error nothing is held and nothing may
+// be sent; on nil the front end sends the batch and calls Finish exactly once when its results
+// are closed, on every path. A Batch is not safe for concurrent use; the zero value is ready
+// for BeginBatch, and a Batch may be reused once finished.
+type Batch struct {
+	Execs []Exec
+	batchWork
+}
+
+// batchWork is a Batch's private part: the batch's clock and its admission.
+type batchWork struct {
+	e     *Engine
+	start time.Time // when the batch was admitted; zero when nothing read the clock
+	// holds are the batch's requests, one per budget and per-tag value of the union: the
+	// enforce budgets' (admitted together) and then the warn budgets' that had room. owners[i]
+	// says whose holds[i] is.
+	holds  []budget.Request
+	owners []batchOwner
+	held   int // holds[:held] are taken from their budgets
+	warns  []budget.Warning
+	texts  []*textEntry // each statement's text cache entry, while BeginBatch runs
+}
+
+// batchOwner is what a request of a batch answers to: its budget, the rule that first selected
+// it, and the first statement routed to it (the one a denial or a warning names).
+type batchOwner struct {
+	bs   *budgetState
+	rule int
+	stmt int
+}
+
+// BeginBatch decides the batch of queries (with their args: args[i] are query i's, as Begin
+// takes them; args may be shorter than queries for statements without arguments) into b.
+// conn is the connection the batch will be sent on, idle, used for nothing but EXPLAIN while
+// BeginBatch runs; nil means no EXPLAIN.
+//
+// It returns nil when the batch may be sent (then b must be finished with Finish), a *Denial
+// when any statement is refused by a guard or the union of their budgets does not admit the
+// batch (nothing may be sent: every statement's Result is the block), or ctx's error when ctx
+// ended while waiting for capacity. On an error nothing is held and b needs no Finish; a panic
+// in code BeginBatch calls (an observer, a logger) gives back what it took.
+func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queries []string, args [][]any) error {
+	b.reset(e, len(queries))
+	begun := false
+	defer func() {
+		if !begun {
+			b.unwind()
+		}
+	}()
+	// Every statement is identified first, so that a refusal reaches each one's observer.
+	for i, q := range queries {
+		x := &b.Execs[i]
+		p, text := e.texts.get(q, e.patterns)
+		x.reset(e, p)
+		b.texts = append(b.texts, text)
+		if e.obs != nil {
+			x.Wants = e.obs.Wants()
+			x.Observed = x.Wants&WantSpans != 0
+		}
+	}
+	st := e.state.Load()
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	for i, q := range queries {
+		x := &b.Execs[i]
+		if st.empty && x.Wants == 0 && !debug {
+			continue // as Begin: nothing reads this statement
+		}
+		if b.start.IsZero() {
+			b.start = e.now()
+		}
+		x.start = b.start
+		rt := e.routeStatement(ctx, st, x, b.texts[i], debug, q)
+		if st.empty {
+			continue
+		}
+		var qargs []any
+		if i < len(args) {
+			qargs = args[i]
+		}
+		if err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err != nil {
+			b.refused(ctx, err)
+			return err
+		}
+	}
+	clear(b.texts) // pin no cache entry until the next batch
+	if len(b.holds) > 0 {
+		if err := e.admitBatch(ctx, st, b); err != nil {
+			b.refused(ctx, err)
+			return err
+		}
+		// An EXPLAIN or a wait for capacity is not the batch's cost: measure from here.
+		b.start = e.now()
+	}
+	for i := range b.Execs {
+		x := &b.Execs[i]
+		if x.Wants&WantDecisions != 0 && len(x.Budgets) > 0 {
+			e.decisions(x)
+		}
+		if x.Observed {
+			e.obs.Started(ctx, x)
+		}
+	}
+	e.inFlight.Add(int64(len(b.Execs)))
+	begun = true
+	return nil
+}
+
+// reset readies b for a batch of n statements, keeping its storage.
+func (b *Batch) reset(e *Engine, n int) {
+	if cap(b.Execs) < n {
+		b.Execs = append(b.Execs[:cap(b.Execs)], make([]Exec, n-cap(b.Execs))...)
+	}
+	b.Execs = b.Execs[:n]
+	b.e, b.start, b.held = e, time.Time{}, 0
+	b.holds, b.owners, b.texts = b.holds[:0], b.owners[:0], b.texts[:0]
+}
+
+// batchStatement guards and costs statement i of b, routed to rt, and adds its budgets to b's
+// union: its enforce budgets' requests to b.holds at its predicted cost. Its warn budgets are
+// added too, admitted after the enforce ones (admitBatch).
+func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i int, rt *route, conn *pgx.Conn,
+	query string, args []any) error {
+	x := &b.Execs[i]
+	p := x.Pattern
+	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
+		if err := e.guard(st, x); err != nil {
+			return err
+		}
+	}
+	if len(rt.budgets) == 0 {
+		return nil
+	}
+	x.Budgets = rt.names
+	if rt.needCost {
+		x.Predicted, x.PlanCost, _ = e.predict(ctx, x, conn, query, args, rt.explain)
+		x.Costed = true
+	}
+	for j, bi := range rt.budgets {
+		bs := st.budgets[bi]
+		b.add(bs, rt.ruleOf[j], i, rt.keys[j], x.Predicted)
+	}
+	return nil
+}
+
+// add adds cost to the batch's request of bs for key, making it for statement i (selected by
+// rule) if it is the first of the batch to select it.
+func (b *Batch) add(bs *budgetState, rule, i int, key string, cost float64) {
+	for j, r := range b.holds {
+		if r.Budget == bs.b && r.Key == key {
+			b.holds[j].Cost += cost
+			return
+		}
+	}
+	b.holds = append(b.holds, budget.Request{Budget: bs.b, Key: key, Cost: cost})
+	b.owners = append(b.owners, batchOwner{bs: bs, rule: rule, stmt: i})
+}
+
+// admitBatch admits b's union: its enforce requests together, all or nothing, trying again
+// while the denial's wait fits its budget's max_wait and ctx's deadline, as enforce does for
+// a statement; then its warn requests one by one, as warnBudgets does. On success b.holds are
+// the batch's holds.
+func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
+	// The enforce requests first: Admit takes them as one.
+	n := 0
+	for j := range b.owners {
+		if b.owners[j].bs.mode == modeEnforce {
+			b.holds[n], b.holds[j] = b.holds[j], b.holds[n]
+			b.owners[n], b.owners[j] = b.owners[j], b.owners[n]
+			n++
+		}
+	}
+	deadline := time.Time{}
+	for now := b.start; ; now = e.now() {
+		o, d, wait := e.admitBatchAt(st, b, n, now)
+		if d == nil {
+			break
+		}
+		if deadline.IsZero() {
+			deadline = b.start.Add(o.bs.maxWait)
+		}
+		if o.bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
+			if d.Reason == ReasonHealth {
+				o.bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
+			}
+			x := &b.Execs[o.stmt]
+			e.recordBlock(now, d, x.Pattern)
+			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
+			return d
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.after(wait):
+		case <-o.bs.b.Changed(): // a shared budget's new lease may be room: nil for a local one
+		}
+	}
+	b.held = n
+	// Then each warn budget on its own, as warnBudgets does: one that would block warns, and
+	// the batch runs without a hold in it. The ones admitted are kept after the enforce ones.
+	now := e.now()
+	for k := n; k < len(b.holds); k++ {
+		o, r := b.owners[k], b.holds[k]
+		x := &b.Execs[o.stmt]
+		if d := e.healthDenial(st, o.bs, o.rule, x, now); d != nil {
+			o.bs.b.CountWarned()
+			x.warnBudget(e, o.bs.name, d)
+			continue
+		}
+		ws, den := budget.Admit(now, b.holds[k:k+1], b.warns[:0])
+		b.warns = ws
+		if den != nil {
+			x.warnBudget(e, o.bs.name, &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
+				Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter})
+			continue
+		}
+		b.holds[b.held], b.owners[b.held] = r, o
+		b.held++
+		for _, w := range ws {
+			e.thresholdWarn(x, o.bs, st.ruleName[o.rule], w)
+		}
+	}
+	b.holds, b.owners = b.holds[:b.held], b.owners[:b.held]
+	return nil
+}
+
+// admitBatchAt checks the health of b's n enforce budgets and admits their requests
+// (b.holds[:n], which hold nothing yet) at now, all or nothing. On a denial it returns the
+// denying request's owner, the denial and the wait before a retry could fit (0 when none can).
+func (e *Engine) admitBatchAt(st *compiled, b *Batch, n int, now time.Time) (batchOwner, *Denial, time.Duration) {
+	for _, o := range b.owners[:n] {
+		if d := e.healthDenial(st, o.bs, o.rule, &b.Execs[o.stmt], now); d != nil {
+			return o, d, d.RetryAfter
+		}
+	}
+	if n == 0 {
+		return batchOwner{}, nil, 0
+	}
+	warns, den := budget.Admit(now, b.holds[:n], b.warns[:0])
+	b.warns = warns
+	if den != nil {
+		o := b.owners[den.Index]
+		d := &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
+			Fingerprint: b.Execs[o.stmt].Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		wait := den.RetryAfter
+		if den.Reason == ReasonPerQuery {
+			wait = 0 // waiting cannot make a batch cheaper
+		} else if wait <= 0 {
+			wait = minRetry
+		}
+		return o, d, wait
+	}
+	for _, w := range warns {
+		o := b.owners[w.Index]
+		e.thresholdWarn(&b.Execs[o.stmt], o.bs, st.ruleName[o.rule], w)
+	}
+	return batchOwner{}, nil, 0
+}
+
+// refused marks every statement of b blocked by err (a guard's or a budget's denial, or ctx's
+// error while waiting) and tells the observer of each. Nothing is held.
+func (b *Batch) refused(ctx context.Context, err error) {
+	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	clear(b.texts)
+	reason := ""
+	if d, ok := err.(*Denial); ok {
+		reason = d.Reason
+	}
+	e := b.e
+	for i := range b.Execs {
+		x := &b.Execs[i]
+		x.Decision, x.Reason = DecisionBlock, reason
+		if x.start.IsZero() {
+			x.start = e.now() // a statement after the one a guard refused: its span starts now
+		}
+		if e.obs != nil {
+			e.obs.Blocked(ctx, x, err)
+		}
+		x.Span = nil
+	}
+}
+
+// unwind gives back what a BeginBatch that did not succeed may hold: after a denial nothing;
+// after a panic, the holds taken.
+func (b *Batch) unwind() {
+	if b.held > 0 {
+		now := b.e.now()
+		for _, r := range b.holds[:b.held] {
+			budget.Release(now, r, 0)
+		}
+	}
+	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	clear(b.texts)
+	for i := range b.Execs {
+		b.Execs[i].Span = nil
+	}
+}
+
+// Finish ends the batch that b's BeginBatch admitted, once its results are closed: it
+// releases the batch's holds, trues its budgets' debt up to the batch's time and tells the
+// observer of each statement. errs[i] is statement i's outcome (nil on success); errs may be
+// nil (all succeeded) or shorter than the batch (the rest succeeded). Call it exactly once per
+// successful BeginBatch, on every path (defer it).
+func (b *Batch) Finish(ctx context.Context, errs []error) {
+	e := b.e
+	e.inFlight.Add(-int64(len(b.Execs)))
+	if b.start.IsZero() {
+		return // no rules were in force and telemetry was idle: nothing to account
+	}
+	now := e.now()
+	took := now.Sub(b.start)
+	for _, r := range b.holds[:b.held] {
+		budget.Release(now, r, took.Seconds())
+	}
+	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	for i := range b.Execs {
+		x := &b.Execs[i]
+		if x.Wants&(WantSpans|WantDuration) != 0 {
+			var err error
+			if i < len(errs) {
+				err = errs[i]
+			}
+			e.obs.Finished(ctx, x, err, took)
+		}
+		x.Span = nil
+	}
+}
