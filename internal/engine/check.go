@@ -32,6 +32,9 @@ func (e *Engine) Check(ctx context.Context) error {
 	st.route(x.Tags, rt, nil)
 	for i, bi := range rt.budgets {
 		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+			if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
+				return d
+			}
 			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, x.start); d != nil {
 				return d
 			}

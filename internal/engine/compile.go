@@ -93,6 +93,8 @@ type budgetState struct {
 	throttle map[string]float64
 	// probeWait bounds the wait for an untrained pattern's probe (untrained.go).
 	probeWait time.Duration
+	// closed, when set, is the zero limit that refuses every statement (limits.go).
+	closed *Denial
 }
 
 type guardState struct {
@@ -136,9 +138,9 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	c.budgets = make([]*budgetState, 0, len(cfg.Budgets))
 	for i, b := range cfg.Budgets {
 		spec := budget.Spec{
-			MaxConcurrent:    b.MaxConcurrent,
+			MaxConcurrent:    deref(b.MaxConcurrent),
 			PerQueryLimit:    time.Duration(b.PerQueryLimit).Seconds(),
-			Rate:             b.ServerShare * cores,
+			Rate:             deref(b.ServerShare) * cores,
 			Burst:            time.Duration(b.BurstLimit).Seconds(),
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
@@ -161,6 +163,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			maxWait:   time.Duration(b.MaxWait),
 			throttle:  b.ThrottleWhen,
 			probeWait: probeWait(spec),
+			closed:    closedBy(&b),
 		})
 	}
 	if len(cfg.Rules) > 0 {

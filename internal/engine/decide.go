@@ -45,6 +45,7 @@ type route struct {
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
 	health   bool // a selected enforce budget has throttle_when
+	closed   bool // a selected budget is closed by a zero limit (limits.go)
 }
 
 // route matches tags against st's rules into rt, reusing its storage.
@@ -73,6 +74,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 		}
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
+		rt.closed = rt.closed || bs.closed != nil
 		if bs.needCost {
 			rt.needCost = true
 			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
@@ -223,6 +225,16 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budget
 			}
 		}
 	}
+	if rt.closed {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
+					bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
+					return bs, d, 0
+				}
+			}
+		}
+	}
 	reqs := x.holds
 	if len(reqs) == 0 {
 		return nil, nil, 0
@@ -270,6 +282,11 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			continue
 		}
 		rule := rt.ruleOf[i]
+		if d := bs.closedDenial(st, rule, x); d != nil {
+			bs.b.CountWarned()
+			x.warnBudget(e, bs.name, d)
+			continue
+		}
 		if d := e.healthDenial(st, bs, rule, x, now); d != nil {
 			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)
