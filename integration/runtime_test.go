@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -52,5 +53,37 @@ rules:
 	}
 	if b := budgetStatus(t, c, "closed"); b.Blocked != 1 {
 		t.Errorf("closed: blocked %d, want 1", b.Blocked)
+	}
+}
+
+// TestRuleUntilLapsesWithoutReload: a rule whose until is two seconds ahead blocks, then stops
+// blocking with no reload; one whose until has passed never applies.
+func TestRuleUntilLapsesWithoutReload(t *testing.T) {
+	until := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	c, db := openRules(t, `
+budgets:
+  - {name: block, mode: enforce, max_concurrent: 0}
+rules:
+  - {budget: block, match: {tenant: noisy}, until: "`+until+`"}
+  - {budget: block, match: {tenant: old}, until: "`+past+`"}
+`)
+	ctx := context.Background()
+	noisy := tagging.With(ctx, "tenant", "noisy")
+	if _, err := db.ExecContext(tagging.With(ctx, "tenant", "old"), "select 1"); err != nil {
+		t.Fatalf("a lapsed rule applied: %v", err)
+	}
+	if _, err := db.ExecContext(noisy, "select 1"); asBlocked(t, err).Budget != "block" {
+		t.Fatalf("not blocked by the rule: %v", err)
+	}
+	reloads := c.Snapshot().Counters.Reloads
+	if !eventually(5*time.Second, func() bool {
+		_, err := db.ExecContext(noisy, "select 1")
+		return err == nil
+	}) {
+		t.Fatal("the rule still blocks after its until")
+	}
+	if n := c.Snapshot().Counters.Reloads; n != reloads {
+		t.Fatalf("reloads: %d, then %d", reloads, n)
 	}
 }

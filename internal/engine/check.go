@@ -29,7 +29,7 @@ func (e *Engine) Check(ctx context.Context) error {
 	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now()}}
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
-	st.route(x.Tags, rt, nil)
+	st.route(x.Tags, rt, nil, x.start)
 	for i, bi := range rt.budgets {
 		if bs := st.budgets[bi]; bs.mode == modeEnforce {
 			if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {

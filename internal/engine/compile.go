@@ -80,6 +80,7 @@ type compiled struct {
 	budgets        []*budgetState
 	guards         []guardState
 	healthInterval time.Duration
+	expiry         // the rules' until times (until.go)
 }
 
 type budgetState struct {
@@ -183,6 +184,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			c.ruleBudget = append(c.ruleBudget, index[r.Budget])
 			c.ruleName = append(c.ruleName, r.String())
 		}
+		c.compileExpiry(cfg.Rules)
 	}
 	for _, g := range []struct {
 		name string

@@ -48,8 +48,8 @@ type route struct {
 	closed   bool // a selected budget is closed by a zero limit (limits.go)
 }
 
-// route matches tags against st's rules into rt, reusing its storage.
-func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
+// route matches tags against st's rules in force at now into rt, reusing its storage.
+func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.Time) []int {
 	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0]}
 	if st.rules == nil {
 		return ruleBuf
@@ -58,7 +58,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 	for _, r := range ruleBuf {
 		bi := st.ruleBudget[r]
 		bs := st.budgets[bi]
-		if bs.mode == modeOff || slices.Contains(rt.budgets, bi) {
+		if bs.mode == modeOff || slices.Contains(rt.budgets, bi) || st.lapsed(r, now) {
 			continue
 		}
 		key := ""

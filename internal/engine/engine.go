@@ -333,7 +333,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		ctxTags = tagging.From(ctx)
 		// Guards read the merged tags: a statement they may apply to routes afresh.
 		if !p.UnsafeWrite && !p.Truncate {
-			rt = text.routeFor(st, ctxTags)
+			rt = text.routeFor(st, ctxTags, x.start)
 		}
 	}
 	if (!st.empty && rt == nil) || x.Observed || debug {
@@ -351,9 +351,9 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 	}
 	if rt == nil {
 		rt = &x.s.rt
-		x.s.rules = st.route(x.Tags, rt, x.s.rules)
+		x.s.rules = st.route(x.Tags, rt, x.s.rules, x.start)
 		if !p.UnsafeWrite && !p.Truncate {
-			text.save(st, ctxTags, rt)
+			text.save(st, ctxTags, rt, x.start)
 		}
 	}
 	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
