@@ -123,11 +123,15 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if err := c.beginExec(ctx, x, query, args); err != nil {
 		return nil, err
 	}
+	qctx, cancel := overrunContext(ctx, x)
+	if cancel != nil {
+		defer cancel()
+	}
 	err = errPanicked // until the parent returns: a panic finishes the statement with it
 	defer func() { x.Finish(ctx, err) }()
 	var res driver.Result
-	res, err = c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
-	return res, err
+	res, err = c.parent.ExecContext(qctx, c.intr.outgoing(ctx, x, query), args)
+	return res, overran(qctx, err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Rows, err error) {
@@ -138,7 +142,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	err = errPanicked // until the parent returns
 	defer func() { c.settle(w, err) }()
 	var r driver.Rows
-	r, err = c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
+	r, err = c.parent.QueryContext(w.open.qctx, c.intr.outgoing(ctx, &w.open.x, query), args)
 	return c.opened(w, r, err)
 }
 
@@ -160,6 +164,7 @@ func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue
 		return nil, err
 	}
 	w.open.ctx = ctx
+	w.open.qctx, w.open.cancel = overrunContext(ctx, &w.open.x)
 	return w, nil
 }
 
@@ -177,7 +182,7 @@ func (c *conn) settle(w *rows, err error) {
 // failed, nil and its error, for settle.
 func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
 	if err != nil {
-		return nil, err
+		return nil, overran(w.open.qctx, err)
 	}
 	w.Rows = r
 	return w, nil

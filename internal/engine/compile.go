@@ -19,6 +19,8 @@ const (
 	ReasonBudget      = "budget"
 	ReasonGuard       = "guard"
 	ReasonHealth      = "health"
+	ReasonQuarantine  = rules.ReasonQuarantine
+	ReasonMaxDuration = rules.ReasonMaxDuration
 )
 
 // Guard names, as reported in BlockedError.Budget and .Rule.
@@ -96,6 +98,8 @@ type budgetState struct {
 	probeWait time.Duration
 	// closed, when set, is the zero limit that refuses every statement (limits.go).
 	closed *Denial
+	// maxDuration bounds an admitted statement's run (overrun.go); 0: none.
+	maxDuration time.Duration
 }
 
 type guardState struct {
@@ -155,16 +159,17 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		keep[b.Name] = bb
 		index[b.Name] = i
 		c.budgets = append(c.budgets, &budgetState{
-			name:      b.Name,
-			mode:      parseMode(b.Mode),
-			b:         bb,
-			per:       b.Per,
-			needCost:  spec.PerQueryLimit > 0 || spec.Rate > 0,
-			explain:   parseExplain(b.Explain),
-			maxWait:   time.Duration(b.MaxWait),
-			throttle:  b.ThrottleWhen,
-			probeWait: probeWait(spec),
-			closed:    closedBy(&b),
+			name:        b.Name,
+			mode:        parseMode(b.Mode),
+			b:           bb,
+			per:         b.Per,
+			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
+			explain:     parseExplain(b.Explain),
+			maxWait:     time.Duration(b.MaxWait),
+			throttle:    b.ThrottleWhen,
+			probeWait:   probeWait(spec),
+			closed:      closedBy(&b),
+			maxDuration: time.Duration(b.MaxDuration),
 		})
 	}
 	if len(cfg.Rules) > 0 {

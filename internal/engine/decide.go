@@ -46,6 +46,10 @@ type route struct {
 	warn     bool // a selected budget is in warn mode
 	health   bool // a selected enforce budget has throttle_when
 	closed   bool // a selected budget is closed by a zero limit (limits.go)
+	// bound and warnBound are the smallest max_duration of the enforce and of the warn budgets
+	// (0: none), whose rules are boundBy and warnBoundBy (overrun.go).
+	bound, warnBound     time.Duration
+	boundBy, warnBoundBy int
 }
 
 // route matches tags against st's rules in force at now into rt, reusing its storage.
@@ -75,6 +79,9 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
 		rt.closed = rt.closed || bs.closed != nil
+		if bs.maxDuration > 0 {
+			rt.noteBound(bs, r)
+		}
 		if bs.needCost {
 			rt.needCost = true
 			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
@@ -123,6 +130,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	if rt.warn {
 		e.warnBudgets(st, x, rt, x.start)
+	}
+	if rt.bound > 0 || rt.warnBound > 0 {
+		x.bind(st, rt)
 	}
 	if x.Wants&WantDecisions != 0 {
 		e.decisions(x)

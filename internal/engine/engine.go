@@ -213,6 +213,9 @@ type Result struct {
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
+	// MaxDuration is the smallest max_duration of the statement's enforce budgets, from Start:
+	// the front end cancels the statement past it (see ErrOverrun); 0: no bound.
+	MaxDuration time.Duration
 }
 
 // work is an Exec's private part: the statement's holds and clock, and the storage the engine
@@ -231,6 +234,11 @@ type work struct {
 	holds  []budget.Request
 	warned []budgetWarn
 	s      scratch
+	// bound and warnBound name the budgets of MaxDuration and of the warn budgets' smallest
+	// max_duration warnAfter (overrun.go); nil: none.
+	bound, warnBound    *budgetState
+	boundRule, warnRule string
+	warnAfter           time.Duration
 }
 
 // scratch is the storage an Exec decides in, kept from one statement to the next.
@@ -246,6 +254,7 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.probe = e, time.Time{}, false, false, nil
+	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
@@ -395,7 +404,11 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	for _, r := range x.holds {
 		budget.Release(now, r, actual)
 	}
-	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
+	overran := false
+	if x.bound != nil || x.warnBound != nil {
+		overran = e.overran(x, err, took, now)
+	}
+	if (err == nil || overran) && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	e.endProbe(x) // after training: the statements waiting for it are predicted from it
