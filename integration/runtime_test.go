@@ -197,3 +197,33 @@ rules:
 		t.Errorf("warn budget: warned %d, want 1", b.Warned)
 	}
 }
+
+// TestQuarantineAfterOverruns: a pattern that overran max_duration twice under
+// quarantine: {after: 2, for: 30s} is refused at once, reason quarantine, RetryAfter about 30 s,
+// before anything is sent; another pattern of the budget runs.
+func TestQuarantineAfterOverruns(t *testing.T) {
+	_, db := openRules(t, `
+budgets:
+  - {name: reports, mode: enforce, max_duration: 200ms, quarantine: {after: 2, for: 30s}}
+rules:
+  - {budget: reports, match: {app: reports}}
+`)
+	ctx := tagging.With(context.Background(), "app", "reports")
+	for range 2 {
+		if _, err := db.ExecContext(ctx, "select pg_sleep(5)"); !errors.Is(err, driver.ErrOverrun) {
+			t.Fatalf("want an overrun, got %v", err)
+		}
+	}
+	t0 := time.Now()
+	_, err := db.ExecContext(ctx, "select pg_sleep(5)")
+	be := asBlocked(t, err)
+	if be.Reason != driver.ReasonQuarantine || be.Budget != "reports" || be.RetryAfter < 29*time.Second || be.RetryAfter > 30*time.Second {
+		t.Fatalf("%+v", be)
+	}
+	if d := time.Since(t0); d > time.Second { // it would sleep 5 s if sent
+		t.Errorf("refused after %v, not at once", d)
+	}
+	if _, err := db.ExecContext(ctx, "select pg_sleep(0.01)::text || 'other'"); err != nil {
+		t.Fatalf("another pattern: %v", err)
+	}
+}

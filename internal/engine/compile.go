@@ -100,6 +100,10 @@ type budgetState struct {
 	closed *Denial
 	// maxDuration bounds an admitted statement's run (overrun.go); 0: none.
 	maxDuration time.Duration
+	// quarantine, when set, refuses the patterns that keep overrunning (quarantine.go), whose
+	// overruns of perQuery (per_query_limit, 0: none) or maxDuration it counts.
+	quarantine *rules.Quarantine
+	perQuery   time.Duration
 }
 
 type guardState struct {
@@ -170,6 +174,8 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			probeWait:   probeWait(spec),
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),
+			quarantine:  b.Quarantine,
+			perQuery:    time.Duration(b.PerQueryLimit),
 		})
 	}
 	if len(cfg.Rules) > 0 {
@@ -225,6 +231,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		}
 	}
 	e.life.budgets = keep
+	e.quarantined.configure(cfg.Budgets)
 	return c, nil
 }
 

@@ -46,6 +46,8 @@ type route struct {
 	warn     bool // a selected budget is in warn mode
 	health   bool // a selected enforce budget has throttle_when
 	closed   bool // a selected budget is closed by a zero limit (limits.go)
+	// quarantine: a selected budget has a quarantine (quarantine.go).
+	quarantine bool
 	// bound and warnBound are the smallest max_duration of the enforce and of the warn budgets
 	// (0: none), whose rules are boundBy and warnBoundBy (overrun.go).
 	bound, warnBound     time.Duration
@@ -79,6 +81,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
 		rt.closed = rt.closed || bs.closed != nil
+		rt.quarantine = rt.quarantine || bs.quarantine != nil
 		if bs.maxDuration > 0 {
 			rt.noteBound(bs, r)
 		}
@@ -133,6 +136,13 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	if rt.bound > 0 || rt.warnBound > 0 {
 		x.bind(st, rt)
+	}
+	if rt.quarantine {
+		for _, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.quarantine != nil {
+				x.quarantinable = append(x.quarantinable, bs)
+			}
+		}
 	}
 	if x.Wants&WantDecisions != 0 {
 		e.decisions(x)
@@ -240,6 +250,16 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budget
 			if bs := st.budgets[bi]; bs.mode == modeEnforce {
 				if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
 					bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
+					return bs, d, 0
+				}
+			}
+		}
+	}
+	if rt.quarantine {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := e.quarantineDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
+					bs.b.CountBlocked() // as for a closed budget: refused at once, not retried
 					return bs, d, 0
 				}
 			}

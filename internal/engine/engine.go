@@ -85,6 +85,8 @@ type Engine struct {
 	warns    warnLimiter
 	probes   probes   // untrained patterns' first statements in flight (untrained.go)
 	blocks   blockLog // the most recent blocks, for the status (blocks.go)
+	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
+	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
 	// (health.go). Statements load it; a reload replaces it.
 	health atomic.Pointer[sampling]
@@ -239,6 +241,8 @@ type work struct {
 	bound, warnBound    *budgetState
 	boundRule, warnRule string
 	warnAfter           time.Duration
+	// quarantinable are the statement's budgets with a quarantine, whose strikes Finish counts.
+	quarantinable []*budgetState
 }
 
 // scratch is the storage an Exec decides in, kept from one statement to the next.
@@ -255,6 +259,8 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.probe = e, time.Time{}, false, false, nil
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
+	clear(x.quarantinable) // let the budgets of replaced rules go
+	x.quarantinable = x.quarantinable[:0]
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
@@ -407,6 +413,9 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	overran := false
 	if x.bound != nil || x.warnBound != nil {
 		overran = e.overran(x, err, took, now)
+	}
+	if len(x.quarantinable) > 0 {
+		e.strikes(x, overran, took, now)
 	}
 	if (err == nil || overran) && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
