@@ -37,7 +37,8 @@ var ErrBlocked = errors.New("pgtraffic: statement blocked")
 // Budget names the budget (or guard) that refused it, Rule the rule that selected the budget
 // (for guards, the guard's name), Reason one of the Reason constants, Fingerprint the statement's
 // pattern, and RetryAfter when capacity is expected again (zero when waiting cannot help, as for
-// per_query_limit and guards).
+// per_query_limit, guards and a zero max_concurrent or server_share; for a quarantine, the time
+// it has left).
 type BlockedError struct {
 	Budget, Rule, Reason, Fingerprint string
 	RetryAfter                        time.Duration

@@ -151,8 +151,9 @@ type Budget struct {
 
 // Quarantine is a budget's quarantine: a pattern (a fingerprint) whose statements overran the
 // budget's max_duration, or whose measured cost exceeded its per_query_limit, After times
-// within For is refused by the budget for For (reason quarantine, RetryAfter the time left).
-// A shared budget's quarantines hold on every instance. A reload that changes a budget's
+// within For is refused by the budget for For (reason quarantine, RetryAfter the time left);
+// a warn budget counts the overruns but refuses nothing. Quarantines are kept per process, also
+// for a shared budget: each instance counts its own overruns. A reload that changes a budget's
 // quarantine lifts its quarantines.
 type Quarantine struct {
 	// After is how many overruns within For quarantine a pattern; at least 1.
