@@ -11,7 +11,7 @@ import (
 // let a program that imports only driver build a rules config in code:
 //
 //	cfg := &driver.Config{
-//		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: 4}},
+//		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: new(4)}},
 //		Rules:   []driver.Rule{{Budget: "reporting", Match: map[string]string{"app": "reporting"}}},
 //	}
 //	db, err := driver.Open(dsn, driver.WithConfig(cfg))

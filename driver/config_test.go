@@ -12,7 +12,7 @@ import (
 // and the connector takes it as written.
 func TestConfigInCode(t *testing.T) {
 	cfg := &driver.Config{
-		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: 4,
+		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: new(4),
 			PerQueryLimit: driver.Duration(2e9)}},
 		Rules:  []driver.Rule{{Budget: "reporting", Match: map[string]string{"app": "reporting"}}},
 		Guards: driver.Guards{RequireWhere: driver.Guard{Mode: driver.ModeWarn}},

@@ -123,11 +123,15 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if err := c.beginExec(ctx, x, query, args); err != nil {
 		return nil, err
 	}
+	qctx, cancel := overrunContext(ctx, x)
+	if cancel != nil {
+		defer cancel()
+	}
 	err = errPanicked // until the parent returns: a panic finishes the statement with it
 	defer func() { x.Finish(ctx, err) }()
 	var res driver.Result
-	res, err = c.parent.ExecContext(ctx, c.intr.outgoing(ctx, x, query), args)
-	return res, err
+	res, err = c.parent.ExecContext(qctx, c.intr.outgoing(ctx, x, query), args)
+	return res, overran(qctx, err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Rows, err error) {
@@ -138,12 +142,8 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	err = errPanicked // until the parent returns
 	defer func() { c.settle(w, err) }()
 	var r driver.Rows
-	r, err = c.parent.QueryContext(ctx, c.intr.outgoing(ctx, &w.open.x, query), args)
-	if err != nil {
-		return nil, err
-	}
-	w.Rows = r
-	return w, nil
+	r, err = c.parent.QueryContext(w.open.qctx, c.intr.outgoing(ctx, &w.open.x, query), args)
+	return c.opened(w, r, err)
 }
 
 // begin begins a query's statement in a rows wrapper: the connection's spare when it is free.
@@ -164,6 +164,7 @@ func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue
 		return nil, err
 	}
 	w.open.ctx = ctx
+	w.open.qctx, w.open.cancel = overrunContext(ctx, &w.open.x)
 	return w, nil
 }
 
@@ -175,6 +176,16 @@ func (c *conn) settle(w *rows, err error) {
 		w.open.finish(err)
 		w.handBack()
 	}
+}
+
+// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
+// failed, nil and its error, for settle.
+func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
+	if err != nil {
+		return nil, overran(w.open.qctx, err)
+	}
+	w.Rows = r
+	return w, nil
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

@@ -38,7 +38,7 @@
 // program can build its rules in code:
 //
 //	cfg := &driver.Config{
-//		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: 4}},
+//		Budgets: []driver.Budget{{Name: "reporting", Mode: driver.ModeEnforce, MaxConcurrent: new(4)}},
 //		Rules:   []driver.Rule{{Budget: "reporting", Match: map[string]string{"app": "reporting"}}},
 //	}
 //	db, err := driver.Open(dsn, driver.WithConfig(cfg))

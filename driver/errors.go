@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // Reasons a statement is blocked, as found in [BlockedError.Reason]. They are defined in package
@@ -16,7 +17,17 @@ const (
 	ReasonBudget      = rules.ReasonBudget      // the budget's bucket (server_share, burst_limit) has no room
 	ReasonGuard       = rules.ReasonGuard       // a query guard (require_where, block_truncate) refused it
 	ReasonHealth      = rules.ReasonHealth      // a throttle_when health threshold is exceeded
+	ReasonQuarantine  = rules.ReasonQuarantine  // its pattern is quarantined: it kept overrunning
+	// ReasonMaxDuration is the pgtraffic.reason of a statement cancelled (or, in warn mode,
+	// warned about) for running past its budget's max_duration; it is never a BlockedError's.
+	ReasonMaxDuration = rules.ReasonMaxDuration
 )
+
+// ErrOverrun is what the error of a statement that ran past its budget's max_duration matches
+// (errors.Is), as it matches context.DeadlineExceeded: pgtraffic cancelled it on the server.
+// It may well have changed data (an UPDATE cancelled half-way is rolled back, but one that had
+// committed is not): unlike a [*BlockedError] it is no proof that nothing ran.
+var ErrOverrun = engine.ErrOverrun
 
 // ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.
 var ErrBlocked = errors.New("pgtraffic: statement blocked")
@@ -26,7 +37,8 @@ var ErrBlocked = errors.New("pgtraffic: statement blocked")
 // Budget names the budget (or guard) that refused it, Rule the rule that selected the budget
 // (for guards, the guard's name), Reason one of the Reason constants, Fingerprint the statement's
 // pattern, and RetryAfter when capacity is expected again (zero when waiting cannot help, as for
-// per_query_limit and guards).
+// per_query_limit, guards and a zero max_concurrent or server_share; for a quarantine, the time
+// it has left).
 type BlockedError struct {
 	Budget, Rule, Reason, Fingerprint string
 	RetryAfter                        time.Duration

@@ -81,8 +81,8 @@ func ExampleNewConnector() {
 		Budgets: []driver.Budget{{
 			Name:          "reporting",
 			Mode:          driver.ModeEnforce,
-			MaxConcurrent: 4,
-			ServerShare:   0.25, // 2 of the 8 cores, on average
+			MaxConcurrent: new(4),
+			ServerShare:   new(float64(0.25)), // 2 of the 8 cores, on average
 			MaxWait:       driver.Duration(500 * time.Millisecond),
 		}},
 		Rules: []driver.Rule{{Budget: "reporting", Match: map[string]string{"app": "reporting"}}},

@@ -32,9 +32,13 @@ import (
 // openStmt is a rows wrapper's statement between its start and its finish: the state the leak
 // cleanup needs, kept apart from the wrapper. It must not point to the wrapper.
 type openStmt struct {
-	x     engine.Exec     // the statement, reused by the wrapper's next query
-	ctx   context.Context // the statement's context, for Finish; nil once finished
-	leaks *leaks
+	x   engine.Exec     // the statement, reused by the wrapper's next query
+	ctx context.Context // the statement's context, for Finish; nil once finished
+	// qctx is the context it runs under, its rows included: ctx bounded by its max_duration
+	// (overrun.go); cancel releases it (nil without a bound).
+	qctx   context.Context
+	cancel context.CancelFunc
+	leaks  *leaks
 }
 
 // errRowsLeaked is the error a leaked statement finishes with: not a success, so the cost model
@@ -45,6 +49,10 @@ var errRowsLeaked = errors.New("pgtraffic: rows garbage-collected without Close"
 func (o *openStmt) finish(err error) {
 	if ctx := o.ctx; ctx != nil {
 		o.ctx = nil
+		if o.cancel != nil {
+			defer o.cancel()
+		}
+		o.qctx, o.cancel = nil, nil
 		o.x.Finish(ctx, err)
 	}
 }

@@ -34,11 +34,15 @@ func (r *rows) finish(err error) { r.open.finish(err) }
 func (r *rows) Next(dest []driver.Value) error { return r.advanced(r.Rows.Next(dest)) }
 
 // advanced finishes the statement when a step through the rows ended them: io.EOF is a clean
-// end, any other error a failed one. It returns err unchanged.
+// end, any other error a failed one. It returns err, made to match ErrOverrun when the
+// statement's max_duration ended it (overrun.go).
 func (r *rows) advanced(err error) error {
 	if err == io.EOF {
 		r.finish(nil)
 	} else if err != nil {
+		if q := r.open.qctx; q != nil {
+			err = overran(q, err)
+		}
 		r.finish(err)
 	}
 	return err

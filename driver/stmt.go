@@ -28,6 +28,10 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (_ dri
 	if err := s.conn.beginExec(ctx, x, s.query, args); err != nil {
 		return nil, err
 	}
+	qctx, cancel := overrunContext(ctx, x)
+	if cancel != nil {
+		defer cancel()
+	}
 	err = errPanicked // until the parent returns: a panic finishes the statement with it
 	defer func() { x.Finish(ctx, err) }()
 	ec, ok := s.parent.(driver.StmtExecContext)
@@ -35,8 +39,8 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (_ dri
 		return nil, errNoContext
 	}
 	var res driver.Result
-	res, err = ec.ExecContext(ctx, args)
-	return res, err
+	res, err = ec.ExecContext(qctx, args)
+	return res, overran(qctx, err)
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (_ driver.Rows, err error) {
@@ -51,12 +55,8 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (_ dr
 		return nil, errNoContext
 	}
 	var r driver.Rows
-	r, err = qc.QueryContext(ctx, args)
-	if err != nil {
-		return nil, err
-	}
-	w.Rows = r
-	return w, nil
+	r, err = qc.QueryContext(w.open.qctx, args)
+	return s.conn.opened(w, r, err)
 }
 
 var errNoContext = errors.New("pgtraffic: the prepared statement lacks context-aware Exec/Query")

@@ -84,21 +84,23 @@ type Budget struct {
 
 	// MaxConcurrent caps the budget's statements in flight at once. A statement holds its
 	// slot until Exec returns or its rows are closed, and releases it on errors,
-	// cancellation and broken connections.
-	MaxConcurrent int `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
+	// cancellation and broken connections. nil means no limit; 0 admits nothing (reason
+	// concurrency, a zero RetryAfter): a rule to such a budget blocks what it matches.
+	MaxConcurrent *int `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
 
 	// PerQueryLimit caps the predicted cost of one statement. Waiting cannot help a
 	// statement over it, so its BlockedError's RetryAfter is zero.
 	PerQueryLimit Duration `yaml:"per_query_limit,omitempty" json:"per_query_limit,omitempty"`
 
-	// ServerShare is the long-run fraction, in (0, 1], of ServerCores the budget may use.
+	// ServerShare is the long-run fraction, in [0, 1], of ServerCores the budget may use.
 	// It makes a reverse leaky bucket: each statement adds its cost as debt, the debt
 	// drains at ServerShare × ServerCores execution seconds per second, and a statement
 	// is refused when debt plus its predicted cost exceeds BurstLimit. The debt is
-	// corrected to the actual execution time when the statement completes.
-	ServerShare float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
+	// corrected to the actual execution time when the statement completes. nil means no
+	// limit; 0 admits nothing (reason budget, a zero RetryAfter).
+	ServerShare *float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
 
-	// BurstLimit is the bucket size in execution seconds. It needs ServerShare; the default
+	// BurstLimit is the bucket size in execution seconds. It needs a ServerShare above 0; the default
 	// is ServerShare × ServerCores × 1s. A statement predicted to cost more can never fit:
 	// it is refused with reason per_query_limit and a zero RetryAfter.
 	BurstLimit Duration `yaml:"burst_limit,omitempty" json:"burst_limit,omitempty"`
@@ -134,6 +136,30 @@ type Budget struct {
 	// [Coordination]). nil means true when the config has a coordination section; true
 	// without one is an error. The per-query limit, warnings and throttling stay local.
 	Shared *bool `yaml:"shared,omitempty" json:"shared,omitempty"`
+
+	// MaxDuration bounds how long an admitted statement may run, its rows included, until
+	// they are closed: past it an enforce budget cancels the statement on the server (as a
+	// context deadline does) and its error matches the driver's ErrOverrun and
+	// context.DeadlineExceeded; a warn budget only warns. With several budgets the smallest
+	// bound applies. Zero: no bound.
+	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`
+
+	// Quarantine, when set, refuses for a while the patterns that keep overrunning: see
+	// [Quarantine]. It needs MaxDuration or PerQueryLimit, whose overruns it counts.
+	Quarantine *Quarantine `yaml:"quarantine,omitempty" json:"quarantine,omitempty"`
+}
+
+// Quarantine is a budget's quarantine: a pattern (a fingerprint) whose statements overran the
+// budget's max_duration, or whose measured cost exceeded its per_query_limit, After times
+// within For is refused by the budget for For (reason quarantine, RetryAfter the time left);
+// a warn budget counts the overruns but refuses nothing. Quarantines are kept per process, also
+// for a shared budget: each instance counts its own overruns. A reload that changes a budget's
+// quarantine lifts its quarantines.
+type Quarantine struct {
+	// After is how many overruns within For quarantine a pattern; at least 1.
+	After int `yaml:"after" json:"after"`
+	// For is both the window overruns are counted in and how long the quarantine lasts.
+	For Duration `yaml:"for" json:"for"`
 }
 
 // Rule routes the queries whose tags hold every pair of Match to Budget.
@@ -157,7 +183,15 @@ type Rule struct {
 	// value each must have, or to a CIDR prefix its address must lie in. Every pair must
 	// hold. Required: at least one pair.
 	Match map[string]string `yaml:"match" json:"match"`
+
+	// Until, when set, is when the rule lapses: from then on it selects nothing, without a
+	// reload (an emergency rule that lifts itself). In a file, an RFC 3339 time such as
+	// 2026-12-02T10:00:00Z. A rule already past its Until is valid and does nothing.
+	Until time.Time `yaml:"until,omitempty" json:"until,omitzero"`
 }
+
+// Lapsed reports whether the rule has an Until that now has reached.
+func (r *Rule) Lapsed(now time.Time) bool { return !r.Until.IsZero() && !now.Before(r.Until) }
 
 // String renders the rule's match as sorted key=value pairs joined by commas, e.g.
 // "app=commerce,controller=export": a stable name for the rule in errors and telemetry.
@@ -235,7 +269,11 @@ func (c *Config) Clone() *Config {
 	out.HealthQueries = maps.Clone(c.HealthQueries)
 	out.Budgets = slices.Clone(c.Budgets)
 	for i := range out.Budgets {
-		out.Budgets[i].ThrottleWhen = maps.Clone(out.Budgets[i].ThrottleWhen)
+		b := &out.Budgets[i]
+		b.ThrottleWhen = maps.Clone(b.ThrottleWhen)
+		b.MaxConcurrent = clonePtr(b.MaxConcurrent)
+		b.ServerShare = clonePtr(b.ServerShare)
+		b.Quarantine = clonePtr(b.Quarantine)
 	}
 	out.Rules = slices.Clone(c.Rules)
 	for i := range out.Rules {
@@ -277,8 +315,8 @@ func (c *Config) fillDefaults() {
 		if b.Explain == "" {
 			b.Explain = ExplainAuto
 		}
-		if b.BurstLimit == 0 && b.ServerShare > 0 {
-			b.BurstLimit = defaultBurst(b.ServerShare, c.ServerCores)
+		if b.BurstLimit == 0 && b.ServerShare != nil && *b.ServerShare > 0 {
+			b.BurstLimit = defaultBurst(*b.ServerShare, c.ServerCores)
 		}
 		b.ThrottleWhen = nilIfEmpty(b.ThrottleWhen)
 	}
@@ -304,6 +342,15 @@ func defaultBurst(share, cores float64) Duration {
 		return Duration(math.MaxInt64)
 	}
 	return Duration(d)
+}
+
+// clonePtr returns a pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 func nilIfEmpty[M ~map[K]V, K comparable, V any](m M) M {

@@ -3,7 +3,6 @@ package rules
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"net/netip"
 	"reflect"
@@ -30,14 +29,14 @@ func TestValidateInCode(t *testing.T) {
 		{"NaN cores", Config{ServerCores: math.NaN()}, []string{"server_cores: must be a number > 0, got NaN"}},
 		{"negative interval", Config{HealthInterval: -1}, []string{"health_interval: must not be negative, got -1ns"}},
 		{"budget problems", Config{Budgets: []Budget{{
-			Mode: "loud", MaxConcurrent: -1, PerQueryLimit: -1, ServerShare: 2, WarningThreshold: 1,
+			Mode: "loud", MaxConcurrent: new(-1), PerQueryLimit: -1, ServerShare: new(float64(2)), WarningThreshold: 1,
 			MaxWait: -1, Explain: "x", ThrottleWhen: map[string]float64{"custom.q": 1, "cpu": math.Inf(1)},
 		}}}, []string{
 			"budgets[0].name: required",
 			`budgets[0].mode: unknown mode "loud" (want enforce, warn or off)`,
-			"budgets[0].max_concurrent: must be > 0 (omit it for no limit), got -1",
+			"budgets[0].max_concurrent: must be >= 0 (0 admits nothing; omit it for no limit), got -1",
 			"budgets[0].per_query_limit: must not be negative, got -1ns",
-			"budgets[0].server_share: must be in (0, 1], got 2",
+			"budgets[0].server_share: must be in [0, 1], got 2",
 			"budgets[0].warning_threshold: must be in (0, 1), got 1",
 			"budgets[0].max_wait: must not be negative, got -1ns",
 			"budgets[0].throttle_when.cpu: unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)",
@@ -71,7 +70,7 @@ func TestValidateInCode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := tt.cfg.Clone()
 			err := tt.cfg.Validate()
-			if fmt.Sprintf("%#v", before) != fmt.Sprintf("%#v", &tt.cfg) { // not DeepEqual: NaN != NaN
+			if dump(t, before) != dump(t, &tt.cfg) { // not DeepEqual: NaN != NaN
 				t.Errorf("Validate modified its receiver")
 			}
 			if tt.want == nil {
@@ -98,7 +97,7 @@ func TestValidateInCode(t *testing.T) {
 func TestWithDefaults(t *testing.T) {
 	in := &Config{
 		ServerCores: 4,
-		Budgets:     []Budget{{Name: "a", ServerShare: 0.5}, {Name: "b", ServerShare: 1e-12, Mode: ModeOff}},
+		Budgets:     []Budget{{Name: "a", ServerShare: new(float64(0.5))}, {Name: "b", ServerShare: new(float64(1e-12)), Mode: ModeOff}},
 		Rules:       []Rule{},
 		Guards:      Guards{RequireWhere: Guard{Mode: ModeEnforce, Match: map[string]string{}}},
 	}
@@ -106,8 +105,8 @@ func TestWithDefaults(t *testing.T) {
 	want := &Config{
 		ServerCores: 4, HealthInterval: Duration(time.Second),
 		Budgets: []Budget{
-			{Name: "a", Mode: ModeWarn, ServerShare: 0.5, BurstLimit: Duration(2 * time.Second), Explain: ExplainAuto},
-			{Name: "b", Mode: ModeOff, ServerShare: 1e-12, BurstLimit: 1, Explain: ExplainAuto},
+			{Name: "a", Mode: ModeWarn, ServerShare: new(float64(0.5)), BurstLimit: Duration(2 * time.Second), Explain: ExplainAuto},
+			{Name: "b", Mode: ModeOff, ServerShare: new(float64(1e-12)), BurstLimit: 1, Explain: ExplainAuto},
 		},
 		Guards: Guards{RequireWhere: Guard{Mode: ModeEnforce}, BlockTruncate: Guard{Mode: ModeOff}},
 	}
@@ -216,4 +215,15 @@ func TestErrorFormat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dump renders c for a comparison that sees through its pointers and, unlike
+// reflect.DeepEqual, takes NaN for NaN.
+func dump(t *testing.T, c *Config) string {
+	t.Helper()
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }

@@ -28,6 +28,10 @@
 //	    warning_threshold: 0.8 # warn (even in enforce mode) when a limit is 80% full
 //	    max_wait: 200ms        # wait up to this long for capacity before blocking
 //	    explain: auto          # auto (default) | pattern | call: when EXPLAIN runs
+//	    max_duration: 30s      # cancel an admitted statement still running (rows included) after 30s
+//	    quarantine:            # refuse for 10m a pattern that overran 3 times within 10m
+//	      after: 3             #   (overran: cancelled past max_duration, or measured above per_query_limit)
+//	      for: 10m
 //
 //	  - name: per-tenant
 //	    per: tenant            # a separate bucket and concurrency count per value of the tenant tag
@@ -51,6 +55,9 @@
 //	    match: {remote_address: 203.0.113.0/24}      # a CIDR prefix: any address inside it
 //	  - budget: batch
 //	    match: {table: orders, statement: update}    # built-in tags match like any other
+//	  - budget: reporting
+//	    match: {controller: export}
+//	    until: 2026-12-02T10:00:00Z                  # lapses by itself then: selects nothing, no reload
 //
 //	guards:
 //	  require_where: enforce   # UPDATE, DELETE and MERGE whose condition restricts no rows
@@ -61,6 +68,38 @@
 // A budget is in warn mode unless it says otherwise: a statement it would block runs, takes no
 // slot or debt in that budget, and is logged and counted, so the warnings show exactly what
 // enforce would block.
+//
+// Omitted limits are unlimited. An explicit zero blocks: max_concurrent: 0 refuses every
+// statement its rules select (reason concurrency) and server_share: 0 likewise (reason budget),
+// both with a zero RetryAfter, since waiting cannot help.
+//
+// # Incident runbook
+//
+// Block one query pattern for an hour: take its fingerprint from the status page (recent
+// blocks, hottest patterns or quarantines), and add a closed budget and a rule that lapses:
+//
+//	budgets:
+//	  - {name: incident-block, mode: enforce, max_concurrent: 0}
+//	rules:
+//	  - budget: incident-block
+//	    match: {fingerprint: 5a1d0c7e9b3f2a41}
+//	    until: 2026-12-02T15:00:00Z               # now + 1h
+//
+// Throttle a tenant: a budget per tenant value with a small share, for the statements of that
+// tenant only (or of every tenant, by matching a tag they all carry):
+//
+//	budgets:
+//	  - {name: incident-throttle, mode: enforce, per: tenant, server_share: 0.02, max_wait: 100ms}
+//	rules:
+//	  - budget: incident-throttle
+//	    match: {tenant: acme}
+//	    until: 2026-12-02T15:00:00Z
+//
+// The file is watched: the change applies within a second, and the status lists each rule's
+// expiry. Lift it by deleting the rule (and its budget), or let until pass: the rule then
+// selects nothing, with no reload. A file left with only lapsed rules loads with a warning.
+// A pattern quarantined by a budget's quarantine is lifted when its for: passes, or at once by
+// a reload that changes that budget's quarantine settings.
 //
 // # Guards
 //
@@ -123,9 +162,11 @@
 // # Configs built in code
 //
 // A [Config] built in code gets the same checks from [Config.Validate], with the same field
-// paths and no line numbers. In code, a zero field means "omitted": no limit, or the default.
-// In a file an explicit zero is rejected where it would mean "no limit" (max_concurrent: 0,
-// per_query_limit: 0s, ...), because a reader could take it for "nothing allowed".
+// paths and no line numbers. In code, a zero field means "omitted": no limit, or the default;
+// the limits where zero blocks, [Budget.MaxConcurrent] and [Budget.ServerShare], are pointers,
+// nil when omitted (MaxConcurrent: new(0) blocks). In a file an explicit zero is rejected where
+// it would mean "no limit" (per_query_limit: 0s, max_duration: 0s, ...), because a reader could
+// take it for "nothing allowed".
 //
 // # Defaults
 //

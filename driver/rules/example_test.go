@@ -24,7 +24,7 @@ rules:
 		return
 	}
 	b := cfg.Budgets[0]
-	fmt.Println(b.Name, b.Mode, b.MaxConcurrent, b.BurstLimit, b.Explain)
+	fmt.Println(b.Name, b.Mode, *b.MaxConcurrent, b.BurstLimit, b.Explain)
 	fmt.Println(cfg.Rules[0].String())
 	// Output:
 	// reporting enforce 4 2s auto
@@ -44,19 +44,19 @@ rules:
 	fmt.Println(err)
 	// Output:
 	// pgtraffic: rules line 4: budgets[0].max_concurent: unknown field (did you mean max_concurrent?)
-	// pgtraffic: rules line 5: budgets[0].server_share: must be in (0, 1], got 1.5
+	// pgtraffic: rules line 5: budgets[0].server_share: must be in [0, 1], got 1.5
 	// pgtraffic: rules line 7: rules[0].budget: unknown budget "reportng"
 	// pgtraffic: rules line 8: rules[0].match.remote_address: invalid CIDR prefix "203.0.113.0/33"
 }
 
 func ExampleConfig_Validate() {
 	cfg := &rules.Config{
-		Budgets: []rules.Budget{{Name: "reporting", ServerShare: 1.5}},
+		Budgets: []rules.Budget{{Name: "reporting", ServerShare: new(float64(1.5))}},
 		Rules:   []rules.Rule{{Budget: "reportng", Match: map[string]string{"app": "reporting"}}},
 	}
 	fmt.Println(cfg.Validate())
 	// Output:
-	// pgtraffic: rules: budgets[0].server_share: must be in (0, 1], got 1.5
+	// pgtraffic: rules: budgets[0].server_share: must be in [0, 1], got 1.5
 	// pgtraffic: rules: rules[0].budget: unknown budget "reportng"
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -272,6 +273,7 @@ var (
 	guardsFields       = fieldNames[Guards]()
 	guardFields        = fieldNames[Guard]()
 	coordinationFields = fieldNames[Coordination]()
+	quarantineFields   = fieldNames[Quarantine]()
 )
 
 // fieldNames returns the names the yaml tags of struct T give its fields.
@@ -311,6 +313,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 						r.Budget = d.str(v, path)
 					case "match":
 						r.Match = d.stringMap(v, path)
+					case "until":
+						r.Until = d.time(v, path)
 					}
 				})
 				c.Rules = append(c.Rules, r)
@@ -338,11 +342,11 @@ func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
 		case "mode":
 			b.Mode = Mode(d.str(v, path))
 		case "max_concurrent":
-			b.MaxConcurrent = d.int(v, path)
+			b.MaxConcurrent = new(d.int(v, path))
 		case "per_query_limit":
 			b.PerQueryLimit = d.duration(v, path)
 		case "server_share":
-			b.ServerShare = d.float(v, path)
+			b.ServerShare = new(d.float(v, path))
 		case "burst_limit":
 			b.BurstLimit = d.duration(v, path)
 		case "warning_threshold":
@@ -360,8 +364,34 @@ func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
 			b.Explain = d.str(v, path)
 		case "shared":
 			b.Shared = d.boolean(v, path)
+		case "max_duration":
+			b.MaxDuration = d.duration(v, path)
+		case "quarantine":
+			q := &Quarantine{}
+			d.fields(v, path, quarantineFields, func(key, path string, v *yaml.Node) {
+				switch key {
+				case "after":
+					q.After = d.int(v, path)
+				case "for":
+					q.For = d.duration(v, path)
+				}
+			})
+			b.Quarantine = q
 		}
 	})
+}
+
+// time reads an RFC 3339 time, such as 2026-12-02T10:00:00Z.
+func (d *decoder) time(n *yaml.Node, path string) time.Time {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		d.addLine(n.Line, path, "expected an RFC 3339 time such as 2026-12-02T10:00:00Z, got %s", d.describe(n))
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, n.Value)
+	if err != nil {
+		d.addLine(n.Line, path, "invalid time %s (write an RFC 3339 time such as 2026-12-02T10:00:00Z)", quoteShort(n.Value))
+	}
+	return t
 }
 
 // guard decodes the short form (a mode) or the scoped form ({mode, match}).

@@ -20,25 +20,27 @@ var fullWant = &Config{
 	HealthQueries:  map[string]string{"locks": "select count(*) from pg_locks where not granted"},
 	Budgets: []Budget{
 		{
-			Name: "reporting", Mode: ModeEnforce, MaxConcurrent: 4,
-			PerQueryLimit: Duration(2 * time.Second), ServerShare: 0.25, BurstLimit: Duration(10 * time.Second),
+			Name: "reporting", Mode: ModeEnforce, MaxConcurrent: new(4),
+			PerQueryLimit: Duration(2 * time.Second), ServerShare: new(float64(0.25)), BurstLimit: Duration(10 * time.Second),
 			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), Explain: ExplainPattern,
 			ThrottleWhen: map[string]float64{"active_queries": 50, "replication_lag": 5, "custom.locks": 20},
 		},
 		{
-			Name: "per-tenant", Mode: ModeWarn, Per: "tenant", ServerShare: 0.05,
+			Name: "per-tenant", Mode: ModeWarn, Per: "tenant", ServerShare: new(float64(0.05)),
 			BurstLimit: Duration(400 * time.Millisecond), // 0.05 × 8 cores × 1s
 			Explain:    ExplainAuto,
 		},
 		{
-			Name: "batch", Mode: ModeEnforce, MaxConcurrent: 2, Explain: ExplainCall,
+			Name: "batch", Mode: ModeEnforce, MaxConcurrent: new(2), Explain: ExplainCall,
+			MaxDuration: Duration(30 * time.Second), Quarantine: &Quarantine{After: 3, For: Duration(10 * time.Minute)},
 			ThrottleWhen: map[string]float64{"in_flight": 16, "replication_lag": 1.5},
 		},
 	},
 	Rules: []Rule{
 		{Budget: "reporting", Match: map[string]string{"app": "reporting"}},
 		{Budget: "reporting", Match: map[string]string{"app": "commerce", "controller": "export"}},
-		{Budget: "per-tenant", Match: map[string]string{"remote_address": "203.0.113.0/24"}},
+		{Budget: "per-tenant", Match: map[string]string{"remote_address": "203.0.113.0/24"},
+			Until: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)},
 		{Budget: "batch", Match: map[string]string{"application_name": "nightly-etl", "table": "orders"}},
 	},
 	Guards: Guards{
@@ -113,7 +115,7 @@ func TestParseDefaults(t *testing.T) {
 		{"budget defaults", "server_cores: 2\nbudgets: [{name: a, server_share: 0.5}, {name: b}]", &Config{
 			ServerCores: 2, HealthInterval: Duration(time.Second),
 			Budgets: []Budget{
-				{Name: "a", Mode: ModeWarn, ServerShare: 0.5, BurstLimit: Duration(time.Second), Explain: ExplainAuto},
+				{Name: "a", Mode: ModeWarn, ServerShare: new(float64(0.5)), BurstLimit: Duration(time.Second), Explain: ExplainAuto},
 				{Name: "b", Mode: ModeWarn, Explain: ExplainAuto},
 			},
 			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
@@ -233,10 +235,17 @@ func TestParseErrors(t *testing.T) {
 		{"empty health query", "health_queries:\n  load: \" \"\n", `pgtraffic: rules line 2: health_queries.load: empty query`},
 		{"null health query", "health_queries:\n  load:\n", `pgtraffic: rules line 2: health_queries.load: expected a string, got null`},
 		{"bad mode", head + "    mode: enfoce\n", `pgtraffic: rules line 3: budgets[0].mode: unknown mode "enfoce" (want enforce, warn or off)`},
-		{"negative concurrency", head + "    max_concurrent: -1\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be > 0 (omit it for no limit), got -1`},
-		{"zero concurrency", head + "    max_concurrent: 0\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be > 0 (omit it for no limit), got 0`},
-		{"share above 1", head + "    server_share: 1.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in (0, 1], got 1.5`},
-		{"zero share", head + "    server_share: 0\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in (0, 1], got 0`},
+		{"negative concurrency", head + "    max_concurrent: -1\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be >= 0 (0 admits nothing; omit it for no limit), got -1`},
+		{"share above 1", head + "    server_share: 1.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got 1.5`},
+		{"negative share", head + "    server_share: -0.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got -0.5`},
+		{"burst with zero share", head + "    server_share: 0\n    burst_limit: 5s\n", `pgtraffic: rules line 4: budgets[0].burst_limit: needs server_share (the rate the bucket drains at)`},
+		{"zero max_duration", head + "    max_duration: 0s\n", `pgtraffic: rules line 3: budgets[0].max_duration: must be > 0 (omit it for the default), got 0`},
+		{"quarantine without a limit", head + "    quarantine: {after: 2, for: 30s}\n", `pgtraffic: rules line 3: budgets[0].quarantine: needs max_duration or per_query_limit (the overruns it counts)`},
+		{"quarantine after 0", head + "    max_duration: 1s\n    quarantine: {after: 0, for: 30s}\n", `pgtraffic: rules line 4: budgets[0].quarantine.after: must be at least 1, got 0`},
+		{"quarantine without for", head + "    max_duration: 1s\n    quarantine: {after: 2}\n", `pgtraffic: rules line 4: budgets[0].quarantine.for: must be a duration > 0, got 0s`},
+		{"quarantine unknown field", head + "    max_duration: 1s\n    quarantine: {after: 2, for: 1s, fro: 1s}\n", `pgtraffic: rules line 4: budgets[0].quarantine.fro: unknown field (did you mean for?)`},
+		{"bad until", head + "rules:\n  - budget: a\n    match: {app: x}\n    until: tomorrow\n", `pgtraffic: rules line 6: rules[0].until: invalid time "tomorrow" (write an RFC 3339 time such as 2026-12-02T10:00:00Z)`},
+		{"until without zone", head + "rules:\n  - budget: a\n    match: {app: x}\n    until: 2026-12-02T10:00:00\n", `pgtraffic: rules line 6: rules[0].until: invalid time "2026-12-02T10:00:00" (write an RFC 3339 time such as 2026-12-02T10:00:00Z)`},
 		{"burst without share", head + "    burst_limit: 5s\n", `pgtraffic: rules line 3: budgets[0].burst_limit: needs server_share (the rate the bucket drains at)`},
 		{"threshold 1", head + "    warning_threshold: 1\n", `pgtraffic: rules line 3: budgets[0].warning_threshold: must be in (0, 1), got 1`},
 		{"blank per", head + "    per: \" \"\n", `pgtraffic: rules line 3: budgets[0].per: must be a tag key, got " "`},
@@ -307,7 +316,7 @@ rules:
 	_, err := Parse([]byte(in))
 	want := []string{
 		`pgtraffic: rules line 3: budgets[0].mode: unknown mode "loud" (want enforce, warn or off)`,
-		`pgtraffic: rules line 4: budgets[0].server_share: must be in (0, 1], got 2`,
+		`pgtraffic: rules line 4: budgets[0].server_share: must be in [0, 1], got 2`,
 		`pgtraffic: rules line 5: budgets[1].name: duplicate budget name "a" (also budgets[0])`,
 		`pgtraffic: rules line 7: rules[0].budget: unknown budget "nope"`,
 		`pgtraffic: rules line 8: rules[0].match.ip: invalid CIDR prefix "10.0.0.1/40"`,

@@ -10,6 +10,11 @@ const (
 	ReasonBudget      = "budget"          // the budget's bucket (server_share, burst_limit) has no room
 	ReasonGuard       = "guard"           // a query guard (require_where, block_truncate) refused the statement
 	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
+	ReasonQuarantine  = "quarantine"      // the statement's pattern is quarantined (it kept overrunning)
+
+	// ReasonMaxDuration is not a refusal: an admitted statement ran past max_duration (an
+	// enforce budget cancelled it; a warn budget warned).
+	ReasonMaxDuration = "max_duration"
 
 	// ReasonWarningThreshold is only ever a warning: a limit is fuller than warning_threshold.
 	ReasonWarningThreshold = "warning_threshold"

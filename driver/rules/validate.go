@@ -110,20 +110,35 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	if !b.Mode.valid() {
 		p.add(path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
 	}
-	if b.MaxConcurrent < 0 || b.MaxConcurrent == 0 && p.explicit(path+".max_concurrent") {
-		p.add(path+".max_concurrent", "must be > 0 (omit it for no limit), got %d", b.MaxConcurrent)
+	if m := b.MaxConcurrent; m != nil && *m < 0 {
+		p.add(path+".max_concurrent", "must be >= 0 (0 admits nothing; omit it for no limit), got %d", *m)
 	}
 	p.durationField(path, "per_query_limit", b.PerQueryLimit, true)
-	if !finite(b.ServerShare) || b.ServerShare < 0 || b.ServerShare > 1 || b.ServerShare == 0 && p.explicit(path+".server_share") {
-		p.add(path+".server_share", "must be in (0, 1], got %v", b.ServerShare)
+	share := 0.0
+	if b.ServerShare != nil {
+		share = *b.ServerShare
+		if !finite(share) || share < 0 || share > 1 {
+			p.add(path+".server_share", "must be in [0, 1], got %v", share)
+		}
 	}
 	p.durationField(path, "burst_limit", b.BurstLimit, true)
-	if b.BurstLimit > 0 && b.ServerShare == 0 {
+	if b.BurstLimit > 0 && !(share > 0) {
 		p.add(path+".burst_limit", "needs server_share (the rate the bucket drains at)")
 	}
-	if b.ServerShare > 0 && b.ServerShare <= 1 && b.BurstLimit == 0 &&
-		b.ServerShare*cores*float64(time.Second) > math.MaxInt64 {
+	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(time.Second) > math.MaxInt64 {
 		p.add(path+".server_share", "server_share × server_cores is too large for a default burst_limit")
+	}
+	p.durationField(path, "max_duration", b.MaxDuration, true)
+	if q := b.Quarantine; q != nil {
+		if q.After < 1 {
+			p.add(path+".quarantine.after", "must be at least 1, got %d", q.After)
+		}
+		if q.For <= 0 {
+			p.add(path+".quarantine.for", "must be a duration > 0, got %v", q.For)
+		}
+		if b.MaxDuration <= 0 && b.PerQueryLimit <= 0 {
+			p.add(path+".quarantine", "needs max_duration or per_query_limit (the overruns it counts)")
+		}
 	}
 	if !finite(b.WarningThreshold) || b.WarningThreshold < 0 || b.WarningThreshold >= 1 ||
 		b.WarningThreshold == 0 && p.explicit(path+".warning_threshold") {

@@ -20,7 +20,7 @@ import (
 //
 // The statements of a batch run pipelined, so their times are not measured apart: the budgets
 // are trued up to the batch's time, and the cost model does not train on them. A batch does
-// not wait for an untrained pattern's probe (untrained.go): its statements are predicted from
+// not take part in the unknown-cost reservation of single statements: its statements are predicted from
 // what is known.
 
 // Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:

@@ -29,9 +29,12 @@ func (e *Engine) Check(ctx context.Context) error {
 	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now()}}
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
-	st.route(x.Tags, rt, nil)
+	st.route(x.Tags, rt, nil, x.start)
 	for i, bi := range rt.budgets {
 		if bs := st.budgets[bi]; bs.mode == modeEnforce {
+			if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
+				return d
+			}
 			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, x.start); d != nil {
 				return d
 			}

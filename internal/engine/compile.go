@@ -19,6 +19,8 @@ const (
 	ReasonBudget      = "budget"
 	ReasonGuard       = "guard"
 	ReasonHealth      = "health"
+	ReasonQuarantine  = rules.ReasonQuarantine
+	ReasonMaxDuration = rules.ReasonMaxDuration
 )
 
 // Guard names, as reported in BlockedError.Budget and .Rule.
@@ -80,6 +82,7 @@ type compiled struct {
 	budgets        []*budgetState
 	guards         []guardState
 	healthInterval time.Duration
+	expiry         // the rules' until times (until.go)
 }
 
 type budgetState struct {
@@ -91,6 +94,14 @@ type budgetState struct {
 	explain  explainMode
 	maxWait  time.Duration
 	throttle map[string]float64
+	// closed, when set, is the zero limit that refuses every statement (limits.go).
+	closed *Denial
+	// maxDuration bounds an admitted statement's run (overrun.go); 0: none.
+	maxDuration time.Duration
+	// quarantine, when set, refuses the patterns that keep overrunning (quarantine.go), whose
+	// overruns of perQuery (per_query_limit, 0: none) or maxDuration it counts.
+	quarantine *rules.Quarantine
+	perQuery   time.Duration
 }
 
 type guardState struct {
@@ -134,9 +145,9 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	c.budgets = make([]*budgetState, 0, len(cfg.Budgets))
 	for i, b := range cfg.Budgets {
 		spec := budget.Spec{
-			MaxConcurrent:    b.MaxConcurrent,
+			MaxConcurrent:    deref(b.MaxConcurrent),
 			PerQueryLimit:    time.Duration(b.PerQueryLimit).Seconds(),
-			Rate:             b.ServerShare * cores,
+			Rate:             deref(b.ServerShare) * cores,
 			Burst:            time.Duration(b.BurstLimit).Seconds(),
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
@@ -150,14 +161,18 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		keep[b.Name] = bb
 		index[b.Name] = i
 		c.budgets = append(c.budgets, &budgetState{
-			name:     b.Name,
-			mode:     parseMode(b.Mode),
-			b:        bb,
-			per:      b.Per,
-			needCost: spec.PerQueryLimit > 0 || spec.Rate > 0,
-			explain:  parseExplain(b.Explain),
-			maxWait:  time.Duration(b.MaxWait),
-			throttle: b.ThrottleWhen,
+			name:        b.Name,
+			mode:        parseMode(b.Mode),
+			b:           bb,
+			per:         b.Per,
+			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
+			explain:     parseExplain(b.Explain),
+			maxWait:     time.Duration(b.MaxWait),
+			throttle:    b.ThrottleWhen,
+			closed:      closedBy(&b),
+			maxDuration: time.Duration(b.MaxDuration),
+			quarantine:  b.Quarantine,
+			perQuery:    time.Duration(b.PerQueryLimit),
 		})
 	}
 	if len(cfg.Rules) > 0 {
@@ -177,6 +192,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			c.ruleBudget = append(c.ruleBudget, index[r.Budget])
 			c.ruleName = append(c.ruleName, r.String())
 		}
+		c.compileExpiry(cfg.Rules)
 	}
 	for _, g := range []struct {
 		name string
@@ -212,6 +228,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		}
 	}
 	e.life.budgets = keep
+	e.quarantined.configure(cfg.Budgets)
 	return c, nil
 }
 

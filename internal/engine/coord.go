@@ -75,8 +75,8 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 	keep := map[string]bool{}
 	for i := range cfg.Budgets {
 		rb := &cfg.Budgets[i]
-		spec := coord.Spec{Name: rb.Name, Rate: rb.ServerShare * cores, Burst: time.Duration(rb.BurstLimit).Seconds(),
-			MaxConcurrent: rb.MaxConcurrent}
+		spec := coord.Spec{Name: rb.Name, Rate: deref(rb.ServerShare) * cores, Burst: time.Duration(rb.BurstLimit).Seconds(),
+			MaxConcurrent: deref(rb.MaxConcurrent)}
 		if co.c == nil || !cfg.IsShared(rb) || parseMode(rb.Mode) == modeOff || (spec.Rate == 0 && spec.MaxConcurrent == 0) {
 			continue // local; or nothing to share (a per_query_limit holds per statement)
 		}

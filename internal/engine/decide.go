@@ -45,10 +45,17 @@ type route struct {
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
 	health   bool // a selected enforce budget has throttle_when
+	closed   bool // a selected budget is closed by a zero limit (limits.go)
+	// quarantine: a selected budget has a quarantine (quarantine.go).
+	quarantine bool
+	// bound and warnBound are the smallest max_duration of the enforce and of the warn budgets
+	// (0: none), whose rules are boundBy and warnBoundBy (overrun.go).
+	bound, warnBound     time.Duration
+	boundBy, warnBoundBy int
 }
 
-// route matches tags against st's rules into rt, reusing its storage.
-func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
+// route matches tags against st's rules in force at now into rt, reusing its storage.
+func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.Time) []int {
 	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0]}
 	if st.rules == nil {
 		return ruleBuf
@@ -57,7 +64,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 	for _, r := range ruleBuf {
 		bi := st.ruleBudget[r]
 		bs := st.budgets[bi]
-		if bs.mode == modeOff || slices.Contains(rt.budgets, bi) {
+		if bs.mode == modeOff || slices.Contains(rt.budgets, bi) || st.lapsed(r, now) {
 			continue
 		}
 		key := ""
@@ -73,6 +80,11 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int) []int {
 		}
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
+		rt.closed = rt.closed || bs.closed != nil
+		rt.quarantine = rt.quarantine || bs.quarantine != nil
+		if bs.maxDuration > 0 {
+			rt.noteBound(bs, r)
+		}
 		if bs.needCost {
 			rt.needCost = true
 			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
@@ -118,6 +130,16 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	if rt.warn {
 		e.warnBudgets(st, x, rt, x.start)
+	}
+	if rt.bound > 0 || rt.warnBound > 0 {
+		x.bind(st, rt)
+	}
+	if rt.quarantine {
+		for _, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.quarantine != nil {
+				x.quarantinable = append(x.quarantinable, bs)
+			}
+		}
 	}
 	if x.Wants&WantDecisions != 0 {
 		e.decisions(x)
@@ -220,6 +242,26 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budget
 			}
 		}
 	}
+	if rt.closed {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
+					bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
+					return bs, d, 0
+				}
+			}
+		}
+	}
+	if rt.quarantine {
+		for i, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := e.quarantineDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
+					bs.b.CountBlocked() // as for a closed budget: refused at once, not retried
+					return bs, d, 0
+				}
+			}
+		}
+	}
 	reqs := x.holds
 	if len(reqs) == 0 {
 		return nil, nil, 0
@@ -267,6 +309,11 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			continue
 		}
 		rule := rt.ruleOf[i]
+		if d := bs.closedDenial(st, rule, x); d != nil {
+			bs.b.CountWarned()
+			x.warnBudget(e, bs.name, d)
+			continue
+		}
 		if d := e.healthDenial(st, bs, rule, x, now); d != nil {
 			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)

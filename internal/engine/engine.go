@@ -85,6 +85,8 @@ type Engine struct {
 	inFlight atomic.Int64
 	warns    warnLimiter
 	blocks   blockLog // the most recent blocks, for the status (blocks.go)
+	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
+	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
 	// (health.go). Statements load it; a reload replaces it.
 	health atomic.Pointer[sampling]
@@ -213,6 +215,9 @@ type Result struct {
 	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
+	// MaxDuration is the smallest max_duration of the statement's enforce budgets, from Start:
+	// the front end cancels the statement past it (see ErrOverrun); 0: no bound.
+	MaxDuration time.Duration
 }
 
 // work is an Exec's private part: the statement's holds and clock, and the storage the engine
@@ -230,6 +235,13 @@ type work struct {
 	holds  []budget.Request
 	warned []budgetWarn
 	s      scratch
+	// bound and warnBound name the budgets of MaxDuration and of the warn budgets' smallest
+	// max_duration warnAfter (overrun.go); nil: none.
+	bound, warnBound    *budgetState
+	boundRule, warnRule string
+	warnAfter           time.Duration
+	// quarantinable are the statement's budgets with a quarantine, whose strikes Finish counts.
+	quarantinable []*budgetState
 }
 
 // scratch is the storage an Exec decides in, kept from one statement to the next.
@@ -245,6 +257,9 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained = e, time.Time{}, false, false
+	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
+	clear(x.quarantinable) // let the budgets of replaced rules go
+	x.quarantinable = x.quarantinable[:0]
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
@@ -356,7 +371,7 @@ func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text
 		ctxTags = tagging.From(ctx)
 		// Guards read the merged tags: a statement they may apply to routes afresh.
 		if !p.UnsafeWrite && !p.Truncate {
-			rt = text.routeFor(st, ctxTags)
+			rt = text.routeFor(st, ctxTags, x.start)
 		}
 	}
 	if (!st.empty && rt == nil) || x.Observed || debug {
@@ -374,9 +389,9 @@ func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text
 	}
 	if rt == nil {
 		rt = &x.s.rt
-		x.s.rules = st.route(x.Tags, rt, x.s.rules)
+		x.s.rules = st.route(x.Tags, rt, x.s.rules, x.start)
 		if !p.UnsafeWrite && !p.Truncate {
-			text.save(st, ctxTags, rt)
+			text.save(st, ctxTags, rt, x.start)
 		}
 	}
 	return rt
@@ -406,7 +421,14 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	for _, r := range x.holds {
 		budget.Release(now, r, actual)
 	}
-	if err == nil && x.Costed && x.train(took) && ctx.Err() == nil {
+	overran := false
+	if x.bound != nil || x.warnBound != nil {
+		overran = e.overran(x, err, took, now)
+	}
+	if len(x.quarantinable) > 0 {
+		e.strikes(x, overran, took, now)
+	}
+	if (err == nil || overran) && x.Costed && x.train(took) && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {

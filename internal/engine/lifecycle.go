@@ -42,6 +42,7 @@ func (e *Engine) SetConfig(cfg *rules.Config) error {
 	if err := e.checkCoordination(cfg); err != nil {
 		return err
 	}
+	warnAllLapsed(e.log, cfg, e.now())
 	e.life.mu.Lock()
 	defer e.life.mu.Unlock()
 	c, err := e.compile(cfg)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
@@ -41,6 +42,14 @@ type savedRoute struct {
 	gen  uint64
 	tags tagging.Tags
 	rt   route
+	// expires is when a rule lapses (its until) after the route was made, which may change
+	// it; zero when none will.
+	expires time.Time
+}
+
+// fresh reports whether s, saved under st, still holds at now.
+func (s *savedRoute) fresh(st *compiled, now time.Time) bool {
+	return s.gen == st.gen && (s.expires.IsZero() || now.Before(s.expires))
 }
 
 func newTextCache(max int) *textCache {
@@ -74,11 +83,11 @@ func (c *textCache) get(query string, patterns *pattern.Cache) (*pattern.Pattern
 
 // routeFor returns the entry's route if it was made under st for equal context tags; a nil
 // entry has none.
-func (t *textEntry) routeFor(st *compiled, tags tagging.Tags) *route {
+func (t *textEntry) routeFor(st *compiled, tags tagging.Tags, now time.Time) *route {
 	if t == nil {
 		return nil
 	}
-	if s := t.route.Load(); s != nil && s.gen == st.gen && s.tags.Equal(tags) {
+	if s := t.route.Load(); s != nil && s.fresh(st, now) && s.tags.Equal(tags) {
 		return &s.rt
 	}
 	return nil
@@ -87,14 +96,14 @@ func (t *textEntry) routeFor(st *compiled, tags tagging.Tags) *route {
 // save keeps a copy of rt, made under st for tags, unless the entry is nil or already holds a
 // route made under st: a text sent with ever-changing tags (a tenant per request) then keeps its first
 // route rather than allocating one per statement that nothing would reuse.
-func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route) {
+func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Time) {
 	if t == nil {
 		return // a text the cache does not keep
 	}
-	if s := t.route.Load(); s != nil && s.gen == st.gen {
+	if s := t.route.Load(); s != nil && s.fresh(st, now) {
 		return
 	}
-	s := &savedRoute{gen: st.gen, tags: tags, rt: *rt}
+	s := &savedRoute{gen: st.gen, tags: tags, rt: *rt, expires: st.nextLapse(now)}
 	s.rt.budgets = append([]int(nil), rt.budgets...)
 	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
 	s.rt.keys = append([]string(nil), rt.keys...)
