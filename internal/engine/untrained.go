@@ -80,7 +80,7 @@ func (e *Engine) awaitProbe(ctx context.Context, st *compiled, x *Exec, rt *rout
 		if bs.maxWait <= 0 || !now.Before(deadline) {
 			d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonBudget, Fingerprint: x.Pattern.Fingerprint,
 				Limit: limitProbe, RetryAfter: min(max(ran, minRetry), until.Sub(now))} // about when it has run twice as long
-			e.refuse(now, x, d)
+			e.refuse(now, x, bs, d)
 			return waited, d
 		}
 		if deadline.Before(until) {
