@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"math"
 	"net/http"
@@ -24,8 +25,8 @@ func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
 }
 
-// Snapshot is the connector's live state: budgets, the hottest patterns, recent blocks and
-// counters. It contains no SQL literal: query texts are normalised. Every number is finite (a
+// Snapshot is the connector's live state: budgets with what they decided, the hottest
+// patterns, recent refusals grouped by pattern, quarantines, rule expiries and counters. It contains no SQL literal: query texts are normalised. Every number is finite (a
 // non-finite one, which only a corrupt shared state could produce, reads as 0), so a Snapshot
 // always encodes as JSON.
 type Snapshot struct {
@@ -34,21 +35,38 @@ type Snapshot struct {
 	Budgets      []BudgetStatus  `json:"budgets"`
 	Patterns     []PatternStatus `json:"patterns"`
 	RecentBlocks []BlockStatus   `json:"recent_blocks"`
-	Counters     Counters        `json:"counters"`
+	// Quarantines are the patterns that a budget refuses for a while (reason quarantine).
+	Quarantines []QuarantineStatus `json:"quarantines"`
+	// RuleExpiries are the rules in force that lapse by themselves (their until).
+	RuleExpiries []RuleExpiryStatus `json:"rule_expiries"`
+	Counters     Counters           `json:"counters"`
 }
 
 // BudgetStatus is one budget's state in a [Snapshot]. Debt is in execution seconds.
+//
+// Admitted, Warned and Blocked count the statements the budget decided since the connector
+// started (or since the budget appeared), one decision per statement, exactly as the
+// pgtraffic.decisions metric counts them for the budget: Admitted ran with nothing to say
+// (decision allow), Warned ran with a warning (decision warn: in warn mode, a statement that
+// enforce would have refused, or one that left a limit past warning_threshold), Blocked were
+// refused (decision block; a statement that waited under max_wait counts once). WarnedBy and
+// BlockedBy split the last two by reason (the Reason constants, and warning_threshold).
 type BudgetStatus struct {
-	Name     string  `json:"name"`
-	Mode     string  `json:"mode"`
-	Debt     float64 `json:"debt_s"`
-	MaxDebt  float64 `json:"max_debt_s"`
-	Burst    float64 `json:"burst_limit_s,omitempty"`
-	InFlight int     `json:"in_flight"`
-	Keys     int     `json:"keys"`
-	Admitted uint64  `json:"admitted"`
-	Warned   uint64  `json:"warned"`
-	Blocked  uint64  `json:"blocked"`
+	Name      string            `json:"name"`
+	Mode      string            `json:"mode"`
+	Debt      float64           `json:"debt_s"`
+	MaxDebt   float64           `json:"max_debt_s"`
+	Burst     float64           `json:"burst_limit_s,omitempty"`
+	InFlight  int               `json:"in_flight"`
+	Keys      int               `json:"keys"`
+	Admitted  uint64            `json:"admitted"`
+	Warned    uint64            `json:"warned"`
+	Blocked   uint64            `json:"blocked"`
+	WarnedBy  map[string]uint64 `json:"warned_by_reason"`
+	BlockedBy map[string]uint64 `json:"blocked_by_reason"`
+	// History is the budget's last five minutes in ten-second intervals, oldest first, the
+	// current (partial) interval last.
+	History []SampleStatus `json:"history"`
 	// Shared is set for a budget shared across instances through Redis.
 	Shared *SharedStatus `json:"shared,omitempty"`
 }
@@ -70,6 +88,18 @@ type SharedStatus struct {
 	LastSync   time.Time `json:"last_sync"`
 }
 
+// SampleStatus is one interval of a budget's history: its decisions in the interval and the
+// largest debt the status (or a metrics scrape) read in it. Nothing samples the budgets in the
+// background: an interval in which nothing read the status has no debt (DebtRead false).
+type SampleStatus struct {
+	Start    time.Time `json:"start"`
+	Admitted uint64    `json:"admitted"`
+	Warned   uint64    `json:"warned"`
+	Blocked  uint64    `json:"blocked"`
+	Debt     float64   `json:"debt_s"`
+	DebtRead bool      `json:"debt_read"`
+}
+
 // PatternStatus is one query pattern's learned cost in a [Snapshot].
 type PatternStatus struct {
 	Fingerprint string  `json:"fingerprint"`
@@ -80,13 +110,34 @@ type PatternStatus struct {
 	K           float64 `json:"k"`
 }
 
-// BlockStatus is one recent block in a [Snapshot].
+// BlockStatus is one group of recent refusals in a [Snapshot]: the statements of one pattern
+// that one budget or guard refused for one reason (Decision block), or that a warn-mode budget
+// or guard would have refused (Decision warn). A snapshot holds at most 64 groups, the most
+// recently refused first; a new group replaces the least recently refused one.
 type BlockStatus struct {
-	At          time.Time `json:"at"`          // when the statement was refused
-	Budget      string    `json:"budget"`      // the budget or guard that refused it
+	At          time.Time `json:"at"`          // when the last of them was refused
+	First       time.Time `json:"first"`       // when the first of them was refused
+	Count       uint64    `json:"count"`       // statements refused
+	Budget      string    `json:"budget"`      // the budget or guard that refused them
+	Decision    string    `json:"decision"`    // "block", or "warn" for a warn-mode would-be refusal
 	Reason      string    `json:"reason"`      // one of the Reason constants
-	Fingerprint string    `json:"fingerprint"` // the statement's pattern
+	Fingerprint string    `json:"fingerprint"` // their pattern
 	Query       string    `json:"query"`       // normalised text: literals replaced by $n
+}
+
+// QuarantineStatus is a pattern that a budget refuses until Until (reason quarantine).
+type QuarantineStatus struct {
+	Budget      string    `json:"budget"`
+	Fingerprint string    `json:"fingerprint"`
+	Query       string    `json:"query"` // normalised text
+	Until       time.Time `json:"until"`
+}
+
+// RuleExpiryStatus is a rule in force that stops selecting statements at Until.
+type RuleExpiryStatus struct {
+	Budget string    `json:"budget"`
+	Rule   string    `json:"rule"` // its match, as in BlockedError.Rule
+	Until  time.Time `json:"until"`
 }
 
 // Counters are event counts since the connector started.
@@ -108,16 +159,30 @@ func (c *core) Snapshot() Snapshot {
 	e := c.engine
 	// Empty lists, not nil: JSON consumers get [] rather than null.
 	s := Snapshot{Time: time.Now(), InFlight: e.InFlight(), RecentBlocks: []BlockStatus{},
-		Budgets: []BudgetStatus{}, Patterns: []PatternStatus{}}
+		Budgets: []BudgetStatus{}, Patterns: []PatternStatus{}, Quarantines: []QuarantineStatus{},
+		RuleExpiries: []RuleExpiryStatus{}}
 	for _, b := range e.RecentBlocks() {
-		s.RecentBlocks = append(s.RecentBlocks, BlockStatus{At: b.At, Budget: b.Budget, Reason: b.Reason,
-			Fingerprint: b.Fingerprint, Query: b.Query})
+		s.RecentBlocks = append(s.RecentBlocks, BlockStatus{At: b.Last, First: b.First, Count: b.Count,
+			Budget: b.Budget, Decision: b.Decision, Reason: b.Reason, Fingerprint: b.Fingerprint, Query: b.Query})
+	}
+	for _, q := range e.Quarantines() {
+		s.Quarantines = append(s.Quarantines, QuarantineStatus{Budget: q.Budget, Fingerprint: q.Fingerprint,
+			Query: q.Query, Until: q.Until})
+	}
+	for _, r := range e.RuleExpiries() {
+		s.RuleExpiries = append(s.RuleExpiries, RuleExpiryStatus{Budget: r.Budget, Rule: r.Rule, Until: r.Until})
 	}
 	instance := e.Instance()
 	for _, b := range e.Budgets() {
+		d := &b.Decisions
 		bs := BudgetStatus{
 			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,
-			InFlight: b.InFlight, Keys: b.Keys, Admitted: b.Admitted, Warned: b.Warned, Blocked: b.Blocked,
+			InFlight: b.InFlight, Keys: b.Keys, Admitted: d.Admitted, Warned: d.Warned, Blocked: d.Blocked,
+			WarnedBy: d.WarnedBy, BlockedBy: d.BlockedBy, History: make([]SampleStatus, 0, len(d.History)),
+		}
+		for _, h := range d.History {
+			bs.History = append(bs.History, SampleStatus{Start: h.Start, Admitted: h.Admitted, Warned: h.Warned,
+				Blocked: h.Blocked, Debt: h.Debt, DebtRead: h.DebtRead})
 		}
 		if sh := b.Shared; sh != nil {
 			bs.Shared = &SharedStatus{Instance: instance, Partitions: sh.Partitions, Rate: sh.Rate, Burst: sh.Burst,
@@ -157,6 +222,9 @@ func (s *Snapshot) finite() {
 		f(&b.Debt)
 		f(&b.MaxDebt)
 		f(&b.Burst)
+		for j := range b.History {
+			f(&b.History[j].Debt)
+		}
 		if sh := b.Shared; sh != nil {
 			f(&sh.Rate)
 			f(&sh.Burst)
@@ -211,13 +279,50 @@ func statusHandler(snapshot func() Snapshot) http.Handler {
 	})
 }
 
+// chart is the points of a budget's history chart, for statusPage's inline SVG: counts per
+// interval on one scale, debt on its own (up to the bucket size), drawn where it was read.
+type chart struct {
+	W, H                            int
+	Label                           string
+	Admitted, Warned, Blocked, Debt string // SVG polyline points
+}
+
+func budgetChart(b BudgetStatus) chart {
+	c := chart{W: 240, H: 48, Label: "admitted, warned and blocked per interval; debt"}
+	n := len(b.History)
+	if n < 2 {
+		return c
+	}
+	top, debtTop := uint64(1), b.Burst
+	for _, h := range b.History {
+		top = max(top, h.Admitted, h.Warned, h.Blocked)
+		debtTop = max(debtTop, h.Debt)
+	}
+	x := func(i int) float64 { return float64(i)*float64(c.W-2)/float64(n-1) + 1 }
+	y := func(v, top float64) float64 { return float64(c.H-2) - v/top*float64(c.H-4) + 1 }
+	var pts [4]strings.Builder
+	for i, h := range b.History {
+		for j, v := range [3]uint64{h.Admitted, h.Warned, h.Blocked} {
+			fmt.Fprintf(&pts[j], "%.1f,%.1f ", x(i), y(float64(v), float64(top)))
+		}
+		if h.DebtRead && debtTop > 0 {
+			fmt.Fprintf(&pts[3], "%.1f,%.1f ", x(i), y(h.Debt, debtTop))
+		}
+	}
+	c.Admitted, c.Warned, c.Blocked, c.Debt = pts[0].String(), pts[1].String(), pts[2].String(), pts[3].String()
+	c.Label = fmt.Sprintf("last %d intervals: at most %d decisions of a kind per interval; debt up to %s",
+		n, top, time.Duration(debtTop*float64(time.Second)).Round(time.Millisecond))
+	return c
+}
+
 // statusPage is the HTML view of a Snapshot. html/template escapes every value; the page loads
 // nothing from elsewhere, so it works on an isolated admin port.
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"ms": func(s float64) string {
 		return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
 	},
-	"pct": func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
+	"pct":   func(a, b float64) float64 { return min(100, 100*a/max(b, 1e-12)) },
+	"chart": budgetChart,
 	"anyShared": func(bs []BudgetStatus) bool {
 		for _, b := range bs {
 			if b.Shared != nil {
@@ -233,18 +338,25 @@ body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin-bottom:2em}
 th,td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}
 th{background:#f4f4f4} td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.empty{color:#888;font-style:italic}
+td.empty{color:#888;font-style:italic} td.reasons{font-size:12px;color:#555}
+svg.chart{background:#fafafa;border:1px solid #ddd;display:block}
+.admitted{stroke:#2a7d2a} .warned{stroke:#e0a000} .blocked{stroke:#d9534f} .debt{stroke:#3060c0;stroke-dasharray:3 2}
+.legend span{font-size:12px;margin-right:1em} .legend b{display:inline-block;width:12px;height:3px;vertical-align:middle;margin-right:3px}
 code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline-block}
 .bar span{background:#d9534f;height:10px;display:block}
 </style></head><body>
 <h1>pgtraffic</h1>
 <p id="summary">{{len .Budgets}} budgets · {{.InFlight}} statements in flight · {{.Counters.Blocked}} blocked · {{.Counters.Warned}} warned · snapshot {{.Time.Format "15:04:05"}}</p>
 <h2>Budgets</h2>
-<table id="budgets"><tr><th>budget</th><th>mode</th><th>debt</th><th>bucket</th><th>in flight</th><th>keys</th><th>admitted</th><th>warned</th><th>blocked</th></tr>
-{{range .Budgets}}<tr><td class="name">{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
+<p class="legend"><span><b style="background:#2a7d2a"></b>admitted</span><span><b style="background:#e0a000"></b>warned</span><span><b style="background:#d9534f"></b>blocked</span><span><b style="background:#3060c0"></b>debt (when read)</span> per 10 s, last 5 min</p>
+<table id="budgets"><tr><th>budget</th><th>mode</th><th>debt</th><th>bucket</th><th>in flight</th><th>keys</th><th>admitted</th><th>warned</th><th>blocked</th><th>by reason</th><th>last 5 min</th></tr>
+{{range .Budgets}}<tr data-budget="{{.Name}}"><td class="name">{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
 <td>{{if .Burst}}<span class="bar" title="fullest key: {{ms .MaxDebt}} of {{ms .Burst}}"><span style="width:{{pct .MaxDebt .Burst}}%"></span></span>{{end}}</td>
-<td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n">{{.Admitted}}</td><td class="n">{{.Warned}}</td><td class="n blocked">{{.Blocked}}</td></tr>
-{{else}}<tr><td class="empty" colspan="9">no budgets in force</td></tr>
+<td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n admitted">{{.Admitted}}</td><td class="n warned">{{.Warned}}</td><td class="n blocked">{{.Blocked}}</td>
+<td class="reasons">{{range $r, $n := .BlockedBy}}<span class="blocked-by" data-reason="{{$r}}">blocked {{$r}}: {{$n}}</span><br>{{end}}{{range $r, $n := .WarnedBy}}<span class="warned-by" data-reason="{{$r}}">warned {{$r}}: {{$n}}</span><br>{{end}}</td>
+<td>{{with chart .}}<svg class="chart" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="{{.Label}}"><title>{{.Label}}</title>
+<polyline class="admitted" fill="none" stroke-width="1.5" points="{{.Admitted}}"/><polyline class="warned" fill="none" stroke-width="1.5" points="{{.Warned}}"/><polyline class="blocked" fill="none" stroke-width="1.5" points="{{.Blocked}}"/>{{if .Debt}}<polyline class="debt" fill="none" stroke-width="1.5" points="{{.Debt}}"/>{{end}}</svg>{{end}}</td></tr>
+{{else}}<tr><td class="empty" colspan="11">no budgets in force</td></tr>
 {{end}}</table>
 {{if anyShared .Budgets}}<h2>Shared budgets</h2>
 <table id="shared"><tr><th>budget</th><th>lease rate</th><th>lease bucket</th><th>slots held</th><th>partitions</th><th>global debt</th><th>instances</th><th>Redis</th></tr>
@@ -255,10 +367,20 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 {{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
 {{else}}<tr><td class="empty" colspan="5">no costed statements yet</td></tr>
 {{end}}</table>
-<h2>Recent blocks</h2>
-<table id="blocks"><tr><th>time</th><th>budget</th><th>reason</th><th>fingerprint</th><th>query</th></tr>
-{{range .RecentBlocks}}<tr><td>{{.At.Format "15:04:05.000"}}</td><td>{{.Budget}}</td><td>{{.Reason}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td></tr>
-{{else}}<tr><td class="empty" colspan="5">none</td></tr>
+<h2>Recent refusals</h2>
+<table id="blocks"><tr><th>last</th><th>first</th><th>count</th><th>budget</th><th>decision</th><th>reason</th><th>fingerprint</th><th>query (normalised)</th></tr>
+{{range .RecentBlocks}}<tr class="group"><td>{{.At.Format "15:04:05.000"}}</td><td>{{.First.Format "15:04:05.000"}}</td><td class="n count">{{.Count}}</td><td class="budget">{{.Budget}}</td><td class="decision">{{.Decision}}</td><td class="reason">{{.Reason}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td></tr>
+{{else}}<tr><td class="empty" colspan="8">none</td></tr>
+{{end}}</table>
+<h2>Quarantined patterns</h2>
+<table id="quarantines"><tr><th>budget</th><th>fingerprint</th><th>query (normalised)</th><th>until</th></tr>
+{{range .Quarantines}}<tr><td>{{.Budget}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td>{{.Until.Format "2006-01-02 15:04:05 MST"}}</td></tr>
+{{else}}<tr><td class="empty" colspan="4">none</td></tr>
+{{end}}</table>
+<h2>Rules that expire</h2>
+<table id="rule-expiries"><tr><th>budget</th><th>rule</th><th>until</th></tr>
+{{range .RuleExpiries}}<tr><td>{{.Budget}}</td><td><code>{{.Rule}}</code></td><td>{{.Until.Format "2006-01-02 15:04:05 MST"}}</td></tr>
+{{else}}<tr><td class="empty" colspan="3">none</td></tr>
 {{end}}</table>
 <h2>Counters</h2>
 <table id="counters">

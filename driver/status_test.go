@@ -129,7 +129,11 @@ func TestStatusHTML(t *testing.T) {
 		`SELECT $2 FROM items WHERE id = $1`,
 		`SELECT $2 FROM orders WHERE note = $3 AND id &lt; $1`, // escaped by html/template
 		`<td class="n">2</td>`,                                 // the pattern's count
-		`<td>concurrency</td>`,
+		`<td class="reason">concurrency</td>`,
+		`<span class="blocked-by" data-reason="concurrency">blocked concurrency: 1</span>`,
+		`<svg class="chart"`,
+		`<table id="quarantines">`,
+		`<table id="rule-expiries">`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)

@@ -34,6 +34,8 @@ type Budget struct {
 	warned   uint64
 	blocked  uint64
 	link     link // a shared budget's coordinator (lease.go); zero in a local budget
+
+	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
 
 // New returns a budget with no debt and nothing in flight.
@@ -361,6 +363,8 @@ type Snapshot struct {
 	Warned   uint64  // admissions that carried a Warning for this budget
 	Blocked  uint64  // denials by this budget (a caller that retries counts each try)
 	Evicted  uint64  // key states evicted to make room
+	// Decisions are the statements' decisions that the engine counted with [Budget.Count].
+	Decisions Decisions
 }
 
 // scrapeChunk is how many keys [Budget.Snapshot] reads per hold of the
@@ -394,6 +398,7 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 			b.pause()
 		}
 	}
+	snap.Decisions = b.tally.decisions(now, snap.Debt)
 	return snap
 }
 

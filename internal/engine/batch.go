@@ -48,6 +48,7 @@ type batchWork struct {
 	held   int // holds[:held] are taken from their budgets
 	warns  []budget.Warning
 	texts  []*textEntry // each statement's text cache entry, while BeginBatch runs
+	routes []*route     // each statement's route (nil: not routed), while BeginBatch runs
 }
 
 // batchOwner is what a request of a batch answers to: its budget, the rule that first selected
@@ -99,6 +100,7 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queri
 		}
 		x.start = b.start
 		rt := e.routeStatement(ctx, st, x, b.texts[i], debug, q)
+		b.routes[i] = rt
 		if st.empty {
 			continue
 		}
@@ -122,13 +124,14 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queri
 	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
-		if x.Wants&WantDecisions != 0 && len(x.Budgets) > 0 {
-			e.decisions(x)
+		if rt := b.routes[i]; rt != nil && len(x.Budgets) > 0 {
+			e.decisions(st, x, rt)
 		}
 		if x.Observed {
 			e.obs.Started(ctx, x)
 		}
 	}
+	clear(b.routes) // pin no cached route until the next batch
 	e.inFlight.Add(int64(len(b.Execs)))
 	begun = true
 	return nil
@@ -142,6 +145,7 @@ func (b *Batch) reset(e *Engine, n int) {
 	b.Execs = b.Execs[:n]
 	b.e, b.start, b.held = e, time.Time{}, 0
 	b.holds, b.owners, b.texts = b.holds[:0], b.owners[:0], b.texts[:0]
+	b.routes = append(b.routes[:0], make([]*route, n)...)
 }
 
 // batchStatement guards and costs statement i of b, routed to rt, and adds its budgets to b's

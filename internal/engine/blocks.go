@@ -8,54 +8,89 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
-// BlockRecord is one recent block, for introspection.
+// BlockRecord is one group of recent refusals, for introspection: the statements of one
+// pattern that one budget (or guard) refused for one reason, or, with Decision warn, that a
+// warn-mode budget or guard would have refused.
 type BlockRecord struct {
-	At          time.Time `json:"at"`
-	Budget      string    `json:"budget"`
-	Reason      string    `json:"reason"`
-	Fingerprint string    `json:"fingerprint"`
-	Query       string    `json:"query"` // normalised text
+	Budget      string
+	Decision    string // DecisionBlock or DecisionWarn
+	Reason      string
+	Fingerprint string
+	Query       string // normalised text; "" for a statement pg_query cannot parse
+	Count       uint64
+	First, Last time.Time
 }
 
-const recentBlocks = 32
+// recentGroups bounds the groups of refusals kept: a storm of one pattern is one group, and
+// the least recently refused group makes room for a new one.
+const recentGroups = 64
 
-// blockLog is the status recorder: a ring of the most recent blocks. Refused statements write
-// it, so it has a lock of its own, which nothing holds for longer than a copy of the ring.
+type blockKey struct{ budget, decision, reason, fingerprint string }
+
+// blockLog is the status recorder of refusals. Refused statements write it, so it has a lock of
+// its own, held for one map update (or, for a new group when full, a scan of the groups).
 // The zero value is empty and ready.
 type blockLog struct {
-	mu   sync.Mutex // protects the fields below
-	ring [recentBlocks]BlockRecord
-	n    int // blocks recorded; the last one is ring[(n-1)%recentBlocks]
+	mu     sync.Mutex // protects the fields below
+	groups map[blockKey]*BlockRecord
 }
 
-func (l *blockLog) add(r BlockRecord) {
+func (l *blockLog) add(now time.Time, budget, decision, reason string, p *pattern.Pattern) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ring[l.n%recentBlocks] = r
-	l.n++
+	k := blockKey{budget, decision, reason, p.Fingerprint}
+	g := l.groups[k]
+	if g == nil {
+		if l.groups == nil {
+			l.groups = make(map[blockKey]*BlockRecord, recentGroups)
+		}
+		if len(l.groups) >= recentGroups {
+			var oldest *BlockRecord
+			for _, g := range l.groups {
+				if oldest == nil || g.Last.Before(oldest.Last) {
+					oldest = g
+				}
+			}
+			delete(l.groups, blockKey{oldest.Budget, oldest.Decision, oldest.Reason, oldest.Fingerprint})
+		}
+		g = &BlockRecord{Budget: budget, Decision: decision, Reason: reason, Fingerprint: p.Fingerprint,
+			Query: p.Normalized, First: now, Last: now}
+		l.groups[k] = g
+	}
+	g.Count++
+	// A refusal is dated when its statement began or when it was refused (after a wait), so the
+	// order recorded is nearly, not exactly, the order in time.
+	if now.After(g.Last) {
+		g.Last = now
+	}
+	if now.Before(g.First) {
+		g.First = now
+	}
 }
 
-// last returns the blocks the ring holds, the last recorded first.
-func (l *blockLog) last() []BlockRecord {
+func (l *blockLog) all() []BlockRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]BlockRecord, 0, min(l.n, recentBlocks))
-	for i := l.n - 1; i >= 0 && i >= l.n-recentBlocks; i-- {
-		out = append(out, l.ring[i%recentBlocks])
+	out := make([]BlockRecord, 0, len(l.groups))
+	for _, g := range l.groups {
+		out = append(out, *g)
 	}
 	return out
 }
 
 func (e *Engine) recordBlock(now time.Time, d *Denial, p *pattern.Pattern) {
 	e.stats.Blocked.Add(1)
-	e.blocks.add(BlockRecord{At: now, Budget: d.Budget, Reason: d.Reason, Fingerprint: d.Fingerprint, Query: p.Normalized})
+	e.blocks.add(now, d.Budget, DecisionBlock, d.Reason, p)
 }
 
-// RecentBlocks returns the most recent blocks, newest first.
+// RecentBlocks returns the groups of recent refusals, the most recently refused first.
 func (e *Engine) RecentBlocks() []BlockRecord {
-	out := e.blocks.last()
-	// A block is dated when its statement began or when it was refused (after a wait), so the
-	// order recorded is nearly, not exactly, the order in time.
-	slices.SortStableFunc(out, func(a, b BlockRecord) int { return b.At.Compare(a.At) })
+	out := e.blocks.all()
+	slices.SortFunc(out, func(a, b BlockRecord) int {
+		if c := b.Last.Compare(a.Last); c != 0 {
+			return c
+		}
+		return b.First.Compare(a.First)
+	})
 	return out
 }

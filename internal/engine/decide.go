@@ -141,22 +141,25 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 			}
 		}
 	}
-	if x.Wants&WantDecisions != 0 {
-		e.decisions(x)
-	}
+	e.decisions(st, x, rt)
 	return slow || waited, nil
 }
 
-// decisions reports each of x's budgets' decision to the observer: warn where it warned, else allow.
-func (e *Engine) decisions(x *Exec) {
-	for _, name := range x.Budgets {
-		decision, reason := DecisionAllow, ""
+// decisions counts each of x's budgets' decision, warn where it warned, else allow, in the
+// budget (for the status) and, when it wants them, for the observer: the two count alike.
+func (e *Engine) decisions(st *compiled, x *Exec, rt *route) {
+	for i, bi := range rt.budgets {
+		name := rt.names[i]
+		decision, counted, reason := DecisionAllow, budget.Admitted, ""
 		for _, w := range x.warned {
 			if w.budget == name {
-				decision, reason = DecisionWarn, w.reason
+				decision, counted, reason = DecisionWarn, budget.Warned, w.reason
 			}
 		}
-		e.obs.Decision(name, decision, reason)
+		st.budgets[bi].b.Count(x.start, counted, reason)
+		if x.Wants&WantDecisions != 0 {
+			e.obs.Decision(name, decision, reason)
+		}
 	}
 }
 
@@ -209,7 +212,7 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 			if d.Reason == ReasonHealth {
 				bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
 			}
-			e.refuse(now, x, d)
+			e.refuse(now, x, bs, d)
 			return waited, d
 		}
 		select {
@@ -222,9 +225,10 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 	}
 }
 
-// refuse records that d blocks x at now.
-func (e *Engine) refuse(now time.Time, x *Exec, d *Denial) {
+// refuse records that d of budget bs blocks x at now.
+func (e *Engine) refuse(now time.Time, x *Exec, bs *budgetState, d *Denial) {
 	x.Decision, x.Reason = DecisionBlock, d.Reason
+	bs.b.Count(now, budget.Blocked, d.Reason)
 	e.recordBlock(now, d, x.Pattern)
 	e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
 }

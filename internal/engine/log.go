@@ -58,6 +58,9 @@ var decisionMessages = map[[2]bool]string{
 
 func (e *Engine) noteWarn(budgetName string, d *Denial, p *pattern.Pattern) {
 	e.stats.Warned.Add(1)
+	if d.Reason != ReasonWarningThreshold { // a would-be refusal, for the status
+		e.blocks.add(e.now(), budgetName, DecisionWarn, d.Reason, p)
+	}
 	e.logDecision(budgetName, DecisionWarn, d, p)
 }
 

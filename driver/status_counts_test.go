@@ -1,0 +1,62 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestStatusCountsMatchDecisionMetric runs statements past the concurrency limit of an enforce
+// and a warn budget and compares each budget's counts in the Snapshot with the
+// pgtraffic.decisions metric, per decision and reason. A warn budget's would-be refusals are
+// warnings in both.
+func TestStatusCountsMatchDecisionMetric(t *testing.T) {
+	h := newTelHarness(t, telRules)
+	for _, app := range []string{"reporting", "audit"} {
+		ctx := tagging.With(context.Background(), "app", app)
+		release := h.hold(t, ctx)
+		for range 3 {
+			_, _ = h.db.ExecContext(ctx, "SELECT 1 FROM items WHERE id = $1", 1)
+		}
+		release()
+		_, _ = h.db.ExecContext(ctx, "SELECT 1 FROM items WHERE id = $1", 1)
+	}
+	metric := map[string]int64{}
+	sum, ok := h.metrics(t)[metricDecisions].Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatal("no pgtraffic.decisions sum")
+	}
+	for _, dp := range sum.DataPoints {
+		b, _ := dp.Attributes.Value(attrBudget)
+		d, _ := dp.Attributes.Value(attrDecision)
+		r, _ := dp.Attributes.Value(attrReason)
+		metric[fmt.Sprintf("%s/%s/%s", b.AsString(), d.AsString(), r.AsString())] += dp.Value
+	}
+	status := map[string]int64{}
+	for _, b := range h.conn.Snapshot().Budgets {
+		if b.Admitted > 0 {
+			status[b.Name+"/allow/"] = int64(b.Admitted)
+		}
+		for r, n := range b.WarnedBy {
+			status[b.Name+"/warn/"+r] = int64(n)
+		}
+		for r, n := range b.BlockedBy {
+			status[b.Name+"/block/"+r] = int64(n)
+		}
+	}
+	want := map[string]int64{
+		"reporting/allow/": 2, "reporting/block/concurrency": 3,
+		"audit/allow/": 2, "audit/warn/concurrency": 3,
+	}
+	if !maps.Equal(metric, want) {
+		t.Errorf("metric %v, want %v", metric, want)
+	}
+	if !maps.Equal(status, metric) {
+		t.Errorf("status %v, metric %v: they must count alike", status, metric)
+	}
+}
