@@ -20,6 +20,8 @@ type pgxRows struct {
 	run     *runner
 	x       *engine.Exec    // the statement; nil once ended
 	ctx     context.Context // the statement's, for Finish
+	qctx    context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
+	cancel  func()          // releases qctx's timer; nil without max_duration
 	release func()          // gives the pool's connection back; nil in a transaction
 }
 
@@ -33,6 +35,9 @@ func (r *pgxRows) end(err error) {
 	}
 	r.x = nil
 	defer func() {
+		if r.cancel != nil {
+			r.cancel()
+		}
 		if r.release != nil {
 			r.release()
 		}
@@ -40,13 +45,16 @@ func (r *pgxRows) end(err error) {
 	r.run.end(r.ctx, x, err)
 }
 
+// Err is the rows' error, matching ErrOverrun when max_duration cancelled them.
+func (r *pgxRows) Err() error { return overran(r.qctx, r.Rows.Err()) }
+
 func (r *pgxRows) Next() (more bool) {
 	done := false
 	defer func() {
 		if !done {
 			r.end(errPanicked)
 		} else if !more {
-			r.end(r.Rows.Err())
+			r.end(r.Err())
 		}
 	}()
 	more = r.Rows.Next()
@@ -60,7 +68,7 @@ func (r *pgxRows) Close() {
 		if !done {
 			r.end(errPanicked)
 		} else {
-			r.end(r.Rows.Err())
+			r.end(r.Err())
 		}
 	}()
 	r.Rows.Close()

@@ -62,10 +62,17 @@ func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql 
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	err = errPanicked // until q returns: a panic finishes the statement with it
-	defer func() { r.end(ctx, x, err) }()
+	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
+	err = errPanicked                      // until q returns: a panic finishes the statement with it
+	defer func() {
+		r.end(ctx, x, err)
+		if cancel != nil {
+			cancel()
+		}
+	}()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(ctx, r.outgoing(ctx, x, text, sql), args...)
+	tag, err = q.Exec(qctx, r.outgoing(ctx, x, text, sql), args...)
+	err = overran(qctx, err)
 	return tag, err
 }
 
@@ -82,7 +89,8 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 		}
 		return errRows{err: err}, err
 	}
-	w := &pgxRows{run: r, x: x, ctx: ctx, release: release}
+	qctx, cancel := overrunContext(ctx, x) // max_duration: its rows are read under qctx too
+	w := &pgxRows{run: r, x: x, ctx: ctx, qctx: qctx, cancel: cancel, release: release}
 	err = errPanicked // until q returns
 	defer func() {
 		if err != nil {
@@ -90,8 +98,9 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 		}
 	}()
 	var pr pgx.Rows
-	pr, err = q.Query(ctx, r.outgoing(ctx, x, text, sql), args...)
+	pr, err = q.Query(qctx, r.outgoing(ctx, x, text, sql), args...)
 	if err != nil {
+		err = overran(qctx, err)
 		return errRows{err: err}, err
 	}
 	w.Rows = pr

@@ -1,0 +1,54 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestPoolMaxDuration: the pgx-native pool cancels a statement past its budget's max_duration,
+// an Exec and a query whose rows are still being read alike, and leaves others alone.
+func TestPoolMaxDuration(t *testing.T) {
+	p, _ := openPool(t, `
+budgets:
+  - {name: bounded, mode: enforce, max_duration: 300ms}
+rules:
+  - {budget: bounded, match: {app: reports}}
+`)
+	ctx := context.Background()
+	reports := tagging.With(ctx, "app", "reports")
+	check := func(name string, err error, took time.Duration) {
+		t.Helper()
+		if !errors.Is(err, driver.ErrOverrun) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: error %v, want ErrOverrun and DeadlineExceeded", name, err)
+		}
+		if took > 3*time.Second {
+			t.Errorf("%s: returned after %v", name, took)
+		}
+	}
+	start := time.Now()
+	_, err := p.Exec(reports, "select pg_sleep(5)")
+	check("exec", err, time.Since(start))
+
+	start = time.Now()
+	rows, err := p.Query(reports, "select pg_sleep(0.1), repeat('x', 65536) from generate_series(1, 50)")
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		rows.Close()
+	}
+	check("rows", err, time.Since(start))
+
+	// Within the bound, and of no budget: untouched.
+	if _, err := p.Exec(reports, "select pg_sleep(0.01)"); err != nil {
+		t.Fatalf("within the bound: %v", err)
+	}
+	if _, err := p.Exec(ctx, "select pg_sleep(0.5)"); err != nil {
+		t.Fatalf("no budget: %v", err)
+	}
+}
