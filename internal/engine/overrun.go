@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+
 	"errors"
 	"time"
 )
@@ -51,6 +53,7 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 			Limit: "max_duration=" + bs.maxDuration.String()}
 		x.Decision, x.Reason = DecisionBlock, ReasonMaxDuration
+		bs.b.Count(now, budget.Blocked, ReasonMaxDuration) // as the decisions metric counts it
 		e.recordBlock(now, d, x.Pattern)
 		e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
 		if x.Wants&WantDecisions != 0 {
@@ -60,7 +63,7 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 	if bs := x.warnBound; bs != nil && took > x.warnAfter {
 		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 			Limit: "max_duration=" + bs.maxDuration.String()}
-		bs.b.CountWarned()
+		bs.b.Count(now, budget.Warned, ReasonMaxDuration) // as the decisions metric counts it
 		x.warnBudget(e, bs.name, d)
 		if x.Wants&WantDecisions != 0 {
 			e.obs.Decision(bs.name, DecisionWarn, ReasonMaxDuration)
