@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"github.com/pgtraffic/pgtraffic/internal/budget"
-
 	"errors"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // max_duration bounds how long an admitted statement runs. The engine computes the bound at
