@@ -12,13 +12,13 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
 
-// Reasons (the driver's Reason constants carry the same strings).
+// Reasons, as defined once in driver/rules (reason.go).
 const (
-	ReasonConcurrency = "concurrency"
-	ReasonPerQuery    = "per_query_limit"
-	ReasonBudget      = "budget"
-	ReasonGuard       = "guard"
-	ReasonHealth      = "health"
+	ReasonConcurrency = rules.ReasonConcurrency
+	ReasonPerQuery    = rules.ReasonPerQuery
+	ReasonBudget      = rules.ReasonBudget
+	ReasonGuard       = rules.ReasonGuard
+	ReasonHealth      = rules.ReasonHealth
 	ReasonQuarantine  = rules.ReasonQuarantine
 	ReasonMaxDuration = rules.ReasonMaxDuration
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
@@ -347,7 +348,7 @@ func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 type budgetWarn struct{ budget, reason string }
 
 // ReasonWarningThreshold is the reason of a warning that a limit is nearly full.
-const ReasonWarningThreshold = "warning_threshold"
+const ReasonWarningThreshold = rules.ReasonWarningThreshold
 
 // thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
 func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {
