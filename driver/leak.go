@@ -64,7 +64,7 @@ func reclaim(o *openStmt) {
 		return // closed or exhausted: nothing held
 	}
 	// Reported before the slots come back, so that whoever sees them back also sees the report.
-	o.leaks.report(o.ctx)
+	o.leaks.report(o.ctx, leakedSQLRows)
 	o.finish(errRowsLeaked)
 }
 
@@ -98,7 +98,14 @@ func newLeaks(meter metric.Meter, log *slog.Logger) (*leaks, error) {
 	return lk, nil
 }
 
-func (lk *leaks) report(ctx context.Context) {
+// The warnings of a reclaimed statement, by front end.
+const (
+	leakedSQLRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed, but database/sql keeps the connection in use: close every *sql.Rows"
+	leakedPgxRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed and their pool connection destroyed: close every pgx.Rows"
+)
+
+// report counts a reclaimed statement and logs msg.
+func (lk *leaks) report(ctx context.Context, msg string) {
 	if lk == nil {
 		return
 	}
@@ -109,5 +116,5 @@ func (lk *leaks) report(ctx context.Context) {
 	if lk.counter != nil {
 		lk.counter.Add(ctx, 1)
 	}
-	lk.log.LogAttrs(ctx, slog.LevelWarn, "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed, but database/sql keeps the connection in use: close every *sql.Rows")
+	lk.log.LogAttrs(ctx, slog.LevelWarn, msg)
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"runtime"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,34 +16,65 @@ import (
 // pool connection is released, once, when they end: read to the end (Next returns false, which
 // closes pgx's rows), or closed. A panic in pgx's Next or Close ends them too. Like pgx's rows
 // they are used by one goroutine.
+//
+// Rows never closed would hold their statement's slots for good, as in the database/sql driver
+// (leak.go), and pgxpool sets no finalizer either: so each wrapper carries a cleanup that, once
+// the wrapper is garbage, ends the statement as Close would (counted in pgtraffic.rows.leaked,
+// with a warning). Ending it releases a pool connection too, which pgxpool destroys as it is
+// still busy, so the pool gets its capacity back; in a transaction the connection stays the
+// transaction's. The cleanup's argument is the pgxOpen, which must not point to the wrapper.
 type pgxRows struct {
 	pgx.Rows
+	qctx context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
+	open *pgxOpen
+}
+
+// pgxOpen is a pgxRows' statement between its start and its end: what the leak cleanup needs.
+type pgxOpen struct {
 	run     *runner
 	x       *engine.Exec    // the statement; nil once ended
 	ctx     context.Context // the statement's, for Finish
-	qctx    context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
 	cancel  func()          // releases qctx's timer; nil without max_duration
 	release func()          // gives the pool's connection back; nil in a transaction
 }
 
 var _ pgx.Rows = (*pgxRows)(nil)
 
+// newPgxRows returns the rows wrapper of statement x, with its leak cleanup attached.
+func newPgxRows(o *pgxOpen, qctx context.Context) *pgxRows {
+	w := &pgxRows{qctx: qctx, open: o}
+	runtime.AddCleanup(w, reclaimPgx, o)
+	return w
+}
+
+// reclaimPgx is a pgxRows' cleanup: it ends a statement whose rows were collected while open.
+func reclaimPgx(o *pgxOpen) {
+	if o.x == nil {
+		return // ended: nothing held
+	}
+	// Reported before the slots come back, so that whoever sees them back also sees the report.
+	o.run.c.intr.leaks.report(o.ctx, leakedPgxRows)
+	o.end(errRowsLeaked)
+}
+
 // end finishes the statement with err and releases its connection, the first time only.
-func (r *pgxRows) end(err error) {
-	x := r.x
+func (r *pgxRows) end(err error) { r.open.end(err) }
+
+func (o *pgxOpen) end(err error) {
+	x := o.x
 	if x == nil {
 		return
 	}
-	r.x = nil
+	o.x = nil
 	defer func() {
-		if r.cancel != nil {
-			r.cancel()
+		if o.cancel != nil {
+			o.cancel()
 		}
-		if r.release != nil {
-			r.release()
+		if o.release != nil {
+			o.release()
 		}
 	}()
-	r.run.end(r.ctx, x, err)
+	o.run.end(o.ctx, x, err)
 }
 
 // Err is the rows' error, matching ErrOverrun when max_duration cancelled them.

@@ -90,7 +90,7 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 		return errRows{err: err}, err
 	}
 	qctx, cancel := overrunContext(ctx, x) // max_duration: its rows are read under qctx too
-	w := &pgxRows{run: r, x: x, ctx: ctx, qctx: qctx, cancel: cancel, release: release}
+	w := newPgxRows(&pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}, qctx)
 	err = errPanicked // until q returns
 	defer func() {
 		if err != nil {

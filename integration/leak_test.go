@@ -61,6 +61,18 @@ rules:
 	if err := db.QueryRowContext(ctx, "select 1").Scan(&one); err != nil || one != 1 {
 		t.Fatalf("a statement after the leaked rows were collected: %d, %v", one, err)
 	}
+	leaked := leakedCount(t, reader)
+	if leaked != 2 {
+		t.Errorf("pgtraffic.rows.leaked = %d, want 2", leaked)
+	}
+	if !contains(logs.String(), "rows garbage-collected without Close") {
+		t.Errorf("no warning logged:\n%s", logs.String())
+	}
+}
+
+// leakedCount is the pgtraffic.rows.leaked counter's total in reader.
+func leakedCount(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -81,10 +93,61 @@ rules:
 			}
 		}
 	}
-	if leaked != 2 {
-		t.Errorf("pgtraffic.rows.leaked = %d, want 2", leaked)
+	return leaked
+}
+
+// leakPoolRows starts a query on the pool and drops its rows without Close.
+//
+//go:noinline
+func leakPoolRows(t *testing.T, p *driver.Pool, ctx context.Context) {
+	rows, err := p.Query(ctx, "select g from generate_series(1, 1000) g")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !contains(logs.String(), "rows garbage-collected without Close") {
+	if !rows.Next() {
+		t.Fatalf("no row: %v", rows.Err())
+	}
+}
+
+// TestPoolLeakedRowsReleaseTheirSlots: the pgx-native pool's rows never closed give back their
+// budget slots and their pool connections once collected, counted and logged as the database/sql
+// driver's are.
+func TestPoolLeakedRowsReleaseTheirSlots(t *testing.T) {
+	var logs lockedBuffer
+	reader := sdkmetric.NewManualReader()
+	p, _ := openPool(t, `
+budgets:
+  - {name: reports, mode: enforce, max_concurrent: 2}
+rules:
+  - {budget: reports, match: {app: reports}}
+`, driver.WithLogger(logs.logger()), driver.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	ctx := tagging.With(context.Background(), "app", "reports")
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // as in TestLeakedRowsReleaseTheirSlots
+	leakPoolRows(t, p, ctx)
+	leakPoolRows(t, p, ctx)
+	if _, err := p.Exec(ctx, "select 1"); !errors.Is(err, driver.ErrBlocked) {
+		t.Fatalf("a third statement while two leaked rows hold the slots: %v, want blocked", err)
+	}
+	if n := p.Stat().AcquiredConns(); n != 2 {
+		t.Fatalf("acquired pool connections with two rows open: %d, want 2", n)
+	}
+	for i := 0; i < 1000 && (poolBudget(t, p, "reports").InFlight != 0 || p.Stat().AcquiredConns() != 0); i++ {
+		runtime.GC()
+	}
+	if n := poolBudget(t, p, "reports").InFlight; n != 0 {
+		t.Fatalf("in flight after collections: %d, want the leaked slots back", n)
+	}
+	if n := p.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("acquired pool connections after collections: %d, want them back", n)
+	}
+	var one int
+	if err := p.QueryRow(ctx, "select 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("a statement after the leaked rows were collected: %d, %v", one, err)
+	}
+	if n := leakedCount(t, reader); n != 2 {
+		t.Errorf("pgtraffic.rows.leaked = %d, want 2", n)
+	}
+	if !contains(logs.String(), "pool connection destroyed") {
 		t.Errorf("no warning logged:\n%s", logs.String())
 	}
 }
