@@ -134,7 +134,8 @@
 // of their budgets at the sum of their costs; a refused batch sends nothing and every result
 // returns the [*BlockedError]; an admitted batch holds its slots until its results are closed.
 // CopyFrom is the statement COPY <table> FROM STDIN, tagged statement=copy and table=<name>,
-// its cost learned per table. Close rows and batch results: their budget slots (and pgxpool's
+// its cost learned per table; it has no query_name (sqlc's :copyfrom passes no text to carry one),
+// so a rule selects it by statement and table. Close rows and batch results: their budget slots (and pgxpool's
 // connection) are held until then. [Pool.Acquire] hands out a controlled connection.
 // [Pool.Raw], and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements
 // sent through them bypass traffic control.
