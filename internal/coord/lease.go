@@ -20,7 +20,13 @@ type Spec struct {
 	// MaxConcurrent is how many of the budget's statements may be in flight across every
 	// instance, per partition; 0 is unlimited.
 	MaxConcurrent int
+	// Quarantine, when set, shares the budget's quarantines with the other instances (see
+	// [QuarantineSpec]); zero: it shares none.
+	Quarantine QuarantineSpec
 }
+
+// leased reports whether the budget has limits to divide into leases.
+func (s Spec) leased() bool { return s.Rate > 0 || s.MaxConcurrent > 0 }
 
 // normalize maps invalid values to "off", as the budget package does.
 func (s Spec) normalize() Spec {
@@ -31,6 +37,9 @@ func (s Spec) normalize() Spec {
 	}
 	if s.MaxConcurrent < 0 {
 		s.MaxConcurrent = 0
+	}
+	if s.Quarantine.After < 1 || s.Quarantine.For <= 0 {
+		s.Quarantine = QuarantineSpec{}
 	}
 	return s
 }
