@@ -25,9 +25,6 @@ type Spec struct {
 	Quarantine QuarantineSpec
 }
 
-// leased reports whether the budget has limits to divide into leases.
-func (s Spec) leased() bool { return s.Rate > 0 || s.MaxConcurrent > 0 }
-
 // normalize maps invalid values to "off", as the budget package does.
 func (s Spec) normalize() Spec {
 	if !(s.Rate > 0) || math.IsInf(s.Rate, 1) {
