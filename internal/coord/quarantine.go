@@ -5,31 +5,25 @@ import (
 	"time"
 )
 
-// Shared quarantines. A shared budget with a quarantine shares it: when an instance
-// quarantines a pattern it hands it to the budget's [Handle] ([Handle.Quarantine]), which
-// publishes it at the budget's next sync, made early for it; each sync (the same script call
-// as the leases, so no extra round trip and no timer of its own) returns every quarantine of
-// the budget in force, which the coordinator hands to [Options.Quarantines]. An instance
-// thus refuses a pattern that another one quarantined after one early sync of the one and
-// one regular sync of the other: within two sync intervals.
+// Shared quarantines (see the package documentation for the round trip). Decisions:
 //
-// Redis holds one hash per budget and quarantine settings, [QuarantineKey]: a field per
-// fingerprint, its value when the quarantine ends in Redis's clock. Nothing else is stored:
-// no query text (the status shows the text once this instance has met the pattern), no
-// instance id. The script drops ended fields at every call and the hash expires with its last
-// quarantine, so Redis holds no more than the quarantines in force (HPEXPIRE, which would
-// expire fields by themselves, needs Redis 7.4); at most [MaxQuarantines] of them per budget.
-//
-// Times cross Redis as durations left, never as instants of a clock: an instance sends how
-// long its quarantine has left, the script turns that into its own time, and replies with
-// how long each has left, which the receiver adds to its own clock. The instances' clocks
-// need not agree.
-//
-// The settings are part of the key: a reload that changes a budget's after: or for: lifts
-// its quarantines on the instance (the engine forgets them) and the instance then reads and
-// writes a fresh hash, so the quarantines made under the old settings are not brought back;
-// while a change rolls out, instances on the old and the new settings share quarantines only
-// among themselves. The old hash lapses with its last quarantine.
+//   - Redis holds the fingerprint and the end only: no query text (the status shows it once
+//     this instance has met the pattern, from its own cache; text read back from Redis would
+//     be untrusted text on the status page), no instance id, no strikes (each instance counts
+//     its own overruns; only the quarantines they lead to are shared).
+//   - Pruning is the script's: HPEXPIRE, which expires fields by themselves, needs Redis 7.4.
+//     Every call drops ended fields, and the hash expires with its last quarantine, so Redis
+//     holds no more than the quarantines in force, at most MaxQuarantines per budget.
+//   - The settings are part of the key. A reload that changes a budget's after: or for: lifts
+//     its quarantines on the instance (the engine forgets them, and the handle what waits to
+//     be published) and the instance then reads and writes a fresh hash, so quarantines made
+//     under the old settings do not come back; while a change rolls out, the instances on the
+//     old and on the new settings share quarantines among themselves only. The old hash lapses
+//     with its last quarantine.
+//   - Times cross Redis as durations left, never as instants: an instance sends how long its
+//     quarantine has left, the script turns that into its own clock, and replies how long each
+//     has left, which the receiver adds to its own. The instances' clocks need not agree; the
+//     round trip can lengthen a quarantine by its duration (a sync's deadline at most).
 
 // MaxQuarantines bounds the quarantines of one shared budget: in Redis, in one reply, and
 // waiting on an instance to be published. Past it, new ones stay local until old ones end.
