@@ -86,6 +86,9 @@ type SharedStatus struct {
 	Syncs      uint64    `json:"syncs"`
 	Failures   uint64    `json:"sync_failures"`
 	LastSync   time.Time `json:"last_sync"`
+	// Ignored counts entries read from Redis that this instance ignored as invalid (shared
+	// quarantines that are not a fingerprint with time left).
+	Ignored uint64 `json:"ignored_from_redis"`
 }
 
 // SampleStatus is one interval of a budget's history: its decisions in the interval and the
@@ -127,10 +130,14 @@ type BlockStatus struct {
 
 // QuarantineStatus is a pattern that a budget refuses until Until (reason quarantine).
 type QuarantineStatus struct {
-	Budget      string    `json:"budget"`
-	Fingerprint string    `json:"fingerprint"`
-	Query       string    `json:"query"` // normalised text
-	Until       time.Time `json:"until"`
+	Budget      string `json:"budget"`
+	Fingerprint string `json:"fingerprint"`
+	// Query is the normalised text; "" for a pattern another instance quarantined that this
+	// one has not met.
+	Query string    `json:"query"`
+	Until time.Time `json:"until"`
+	// Remote is set when another instance sharing the budget quarantined the pattern.
+	Remote bool `json:"remote"`
 }
 
 // RuleExpiryStatus is a rule in force that stops selecting statements at Until.
@@ -167,7 +174,7 @@ func (c *core) Snapshot() Snapshot {
 	}
 	for _, q := range e.Quarantines() {
 		s.Quarantines = append(s.Quarantines, QuarantineStatus{Budget: q.Budget, Fingerprint: q.Fingerprint,
-			Query: q.Query, Until: q.Until})
+			Query: q.Query, Until: q.Until, Remote: q.Remote})
 	}
 	for _, r := range e.RuleExpiries() {
 		s.RuleExpiries = append(s.RuleExpiries, RuleExpiryStatus{Budget: r.Budget, Rule: r.Rule, Until: r.Until})
@@ -187,7 +194,7 @@ func (c *core) Snapshot() Snapshot {
 		if sh := b.Shared; sh != nil {
 			bs.Shared = &SharedStatus{Instance: instance, Partitions: sh.Partitions, Rate: sh.Rate, Burst: sh.Burst,
 				Slots: sh.Slots, GlobalDebt: sh.GlobalDebt, Instances: sh.Instances, Fallback: sh.Fallback,
-				Syncs: sh.Syncs, Failures: sh.Failures, LastSync: sh.LastSync}
+				Syncs: sh.Syncs, Failures: sh.Failures, LastSync: sh.LastSync, Ignored: sh.Ignored}
 		}
 		s.Budgets = append(s.Budgets, bs)
 	}
@@ -373,9 +380,9 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 {{else}}<tr><td class="empty" colspan="8">none</td></tr>
 {{end}}</table>
 <h2>Quarantined patterns</h2>
-<table id="quarantines"><tr><th>budget</th><th>fingerprint</th><th>query (normalised)</th><th>until</th></tr>
-{{range .Quarantines}}<tr><td>{{.Budget}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td>{{.Until.Format "2006-01-02 15:04:05 MST"}}</td></tr>
-{{else}}<tr><td class="empty" colspan="4">none</td></tr>
+<table id="quarantines"><tr><th>budget</th><th>fingerprint</th><th>query (normalised)</th><th>until</th><th>by</th></tr>
+{{range .Quarantines}}<tr><td>{{.Budget}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td>{{.Until.Format "2006-01-02 15:04:05 MST"}}</td><td>{{if .Remote}}another instance{{else}}this instance{{end}}</td></tr>
+{{else}}<tr><td class="empty" colspan="5">none</td></tr>
 {{end}}</table>
 <h2>Rules that expire</h2>
 <table id="rule-expiries"><tr><th>budget</th><th>rule</th><th>until</th></tr>

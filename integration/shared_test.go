@@ -195,3 +195,119 @@ rules:
 		t.Fatalf("no key of budget b in the given client's Redis: %v %v", n, err)
 	}
 }
+
+// TestSharedQuarantineAcrossConnectors: two connectors (two instances) on one Redis share a
+// budget's quarantine. A statement overruns max_duration twice on A under quarantine: {after:
+// 2, for: 30s}; within two of B's syncs after A's next one, B refuses the same pattern with
+// reason quarantine and a RetryAfter of about 30 s, without sending it; another pattern of
+// the budget runs on B; B's status lists the fingerprint as learnt from another instance.
+// Once with a budget that has only max_duration (nothing to lease: it shares its quarantines
+// alone), once with a concurrency limit beside it.
+func TestSharedQuarantineAcrossConnectors(t *testing.T) {
+	srv := redistest.Need(t)
+	for _, tc := range []struct{ name, limits string }{
+		{"max_duration only", ""},
+		{"with max_concurrent", "max_concurrent: 10, "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := pgtest.Shared(t).CreateDatabase(t)
+			budget := strings.ReplaceAll(tc.name, " ", "-")
+			rules := fmt.Sprintf(`
+coordination: {redis: %q, sync_interval: 100ms}
+budgets:
+  - {name: %s, mode: enforce, %smax_duration: 300ms, quarantine: {after: 2, for: 30s}}
+rules:
+  - {budget: %s, match: {app: reports}}
+`, srv.URL, budget, tc.limits, budget)
+			var logs lockedBuffer
+			ca, dbA := openShared(t, dsn, rules, &logs)
+			cb, dbB := openShared(t, dsn, rules, &logs)
+			ctx := tagging.With(context.Background(), "app", "reports")
+			for _, db := range []*sql.DB{dbA, dbB} {
+				if err := execAdmitted(ctx, db, "select 1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const slow = "select pg_sleep(5)"
+			for range 2 {
+				if err := execAdmitted(ctx, dbA, slow); !errors.Is(err, driver.ErrOverrun) {
+					t.Fatalf("A: want an overrun, got %v", err)
+				}
+			}
+			be := asBlocked(t, execAdmitted(ctx, dbA, slow))
+			if be.Reason != driver.ReasonQuarantine {
+				t.Fatalf("A after two overruns: %+v", be)
+			}
+			quarantined := time.Now()
+			fp := be.Fingerprint
+
+			// A publishes the quarantine at its next sync: after two more of A's syncs it
+			// is in Redis. B reads it at its next sync after that; the count of syncs runs
+			// one ahead of the hand-over to the engine, so by B's third sync from here B
+			// must refuse the pattern.
+			a0 := sharedStatus(t, ca, budget).Syncs
+			if !eventually(10*time.Second, func() bool { return sharedStatus(t, ca, budget).Syncs >= a0+2 }) {
+				t.Fatal("A made no two syncs within 10s")
+			}
+			b0 := sharedStatus(t, cb, budget).Syncs
+			var refused *driver.BlockedError
+			for end := time.Now().Add(10 * time.Second); refused == nil; {
+				syncs := sharedStatus(t, cb, budget).Syncs
+				err := execAdmitted(ctx, dbB, slow)
+				switch {
+				case err == nil:
+					t.Fatal("B ran the slow statement to its end")
+				case errors.Is(err, driver.ErrBlocked):
+					refused = asBlocked(t, err)
+				case !errors.Is(err, driver.ErrOverrun):
+					t.Fatalf("B: %v", err)
+				case syncs >= b0+3:
+					t.Fatalf("B ran the quarantined pattern (overran) %d syncs after A published it", syncs-b0)
+				case time.Now().After(end):
+					t.Fatal("B never refused the pattern within 10s")
+				}
+			}
+			if refused.Reason != driver.ReasonQuarantine || refused.Budget != budget || refused.Fingerprint != fp {
+				t.Fatalf("B refused %+v, want reason quarantine for %s", refused, fp)
+			}
+			if left := time.Until(quarantined.Add(30 * time.Second)); refused.RetryAfter > 30*time.Second || refused.RetryAfter < left-5*time.Second {
+				t.Fatalf("B's RetryAfter %v, want about %v", refused.RetryAfter, left)
+			}
+			if err := execAdmitted(ctx, dbB, "select pg_sleep(0.01)::text || 'other'"); err != nil {
+				t.Fatalf("B, another pattern: %v", err)
+			}
+			var listed *driver.QuarantineStatus
+			for _, q := range cb.Snapshot().Quarantines {
+				if q.Fingerprint == fp {
+					listed = &q
+				}
+			}
+			if listed == nil || listed.Budget != budget || !listed.Remote || time.Until(listed.Until) > 30*time.Second {
+				t.Fatalf("B's status lists %+v for %s, want it quarantined by another instance", cb.Snapshot().Quarantines, fp)
+			}
+			for _, q := range ca.Snapshot().Quarantines {
+				if q.Fingerprint == fp && q.Remote {
+					t.Errorf("A lists its own quarantine as another instance's: %+v", q)
+				}
+			}
+			if strings.Contains(logs.String(), "unreachable") {
+				t.Errorf("Redis was up, yet the log says:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// execAdmitted runs q on db, trying again for up to 5s while it is refused for want of a
+// slot: a partition idle for a few syncs gives its lease back, and a statement that meets
+// it before the next lease is refused (reason concurrency).
+func execAdmitted(ctx context.Context, db *sql.DB, q string) error {
+	var err error
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		_, err = db.ExecContext(ctx, q)
+		var be *driver.BlockedError
+		if !errors.As(err, &be) || be.Reason != driver.ReasonConcurrency {
+			return err
+		}
+	}
+	return err
+}

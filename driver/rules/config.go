@@ -152,9 +152,10 @@ type Budget struct {
 // Quarantine is a budget's quarantine: a pattern (a fingerprint) whose statements overran the
 // budget's max_duration, or whose measured cost exceeded its per_query_limit, After times
 // within For is refused by the budget for For (reason quarantine, RetryAfter the time left);
-// a warn budget counts the overruns but refuses nothing. Quarantines are kept per process, also
-// for a shared budget: each instance counts its own overruns. A reload that changes a budget's
-// quarantine lifts its quarantines.
+// a warn budget counts the overruns but refuses nothing. Each instance counts its own overruns;
+// a shared budget shares the quarantines they lead to through Redis (see "Shared budgets" in
+// the package documentation). A reload that changes a budget's quarantine lifts its
+// quarantines.
 type Quarantine struct {
 	// After is how many overruns within For quarantine a pattern; at least 1.
 	After int `yaml:"after" json:"after"`

@@ -99,7 +99,8 @@
 // expiry. Lift it by deleting the rule (and its budget), or let until pass: the rule then
 // selects nothing, with no reload. A file left with only lapsed rules loads with a warning.
 // A pattern quarantined by a budget's quarantine is lifted when its for: passes, or at once by
-// a reload that changes that budget's quarantine settings.
+// a reload that changes that budget's quarantine settings (for a shared budget, on every
+// instance once the reload reaches it).
 //
 // # Guards
 //
@@ -130,6 +131,17 @@
 // sync_interval, and falls back to an even split of the budget while Redis is unreachable.
 // per_query_limit, warning_threshold and throttle_when stay per process. A budget with per
 // shares each tag value's bucket and slots. See [Coordination].
+//
+// A shared budget with a quarantine shares it: each instance counts its own overruns, and a
+// pattern one instance quarantines is refused by every instance within two sync intervals,
+// until the quarantine ends (a budget with only max_duration or per_query_limit and a
+// quarantine is shared for that alone). Redis holds only the fingerprint and the end, one
+// hash per budget and quarantine settings (pgtraffic:{budget}:q:<after>:<for>), expiring with
+// its last quarantine, at most 1,000 per budget; the status lists them with the instance that
+// made them (the query text once this instance has met the pattern). A reload that changes
+// the settings lifts them on the instance, which then shares under the new settings only: the
+// quarantines made under the old ones lapse in Redis by themselves. While Redis is
+// unreachable each instance goes on quarantining on its own.
 //
 // # Parsing
 //

@@ -56,6 +56,9 @@ type Options struct {
 	// Logger receives one line when Redis becomes unreachable and one when it is back;
 	// slog.Default() when nil.
 	Logger *slog.Logger
+	// Quarantines receives the shared budgets' quarantines in force (quarantine.go); nil:
+	// they are published but not read back.
+	Quarantines Quarantines
 	// Now and Rand replace the clock and the jitter source in tests.
 	Now  func() time.Time
 	Rand func() float64
@@ -77,6 +80,7 @@ type Coordinator struct {
 	now       func() time.Time
 	rand      func() float64
 	kick      chan struct{} // wakes the loop; buffered, never blocks a sender
+	quar      Quarantines   // nil: none
 	sem       chan struct{} // holds the one outstanding Redis call
 
 	mu      sync.Mutex // protects the fields below
@@ -90,7 +94,7 @@ type Coordinator struct {
 // entry is one registered budget.
 type entry struct {
 	core   *core // guarded by Coordinator.mu
-	local  Local // called outside the lock
+	local  Local // called outside the lock; nil for a budget with nothing to lease
 	kicked atomic.Bool
 }
 
@@ -99,7 +103,7 @@ type entry struct {
 func New(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
-		log: o.Logger, now: o.Now, rand: o.Rand,
+		log: o.Logger, now: o.Now, rand: o.Rand, quar: o.Quarantines,
 		kick: make(chan struct{}, 1), sem: make(chan struct{}, 1),
 		budgets: map[string]*entry{},
 	}
@@ -148,7 +152,9 @@ type Handle struct {
 
 // Register starts coordinating the budget spec.Name, enforced locally by local. Until its
 // first sync a partition has no lease while Redis answers, and the fallback share while it
-// does not. Registering a name again replaces the earlier registration.
+// does not. Registering a name again replaces the earlier registration. A budget with no
+// rate and no max_concurrent has nothing to lease and local is nil: it is registered only to
+// share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local}
 	c.mu.Lock()
@@ -170,7 +176,11 @@ func (h *Handle) Kick() {
 // divides the new limits.
 func (h *Handle) SetSpec(spec Spec) {
 	h.c.mu.Lock()
-	h.e.core.spec = spec.normalize()
+	spec = spec.normalize()
+	if spec.Quarantine != h.e.core.spec.Quarantine {
+		h.e.core.publish = nil // made under the old settings, which the engine lifted
+	}
+	h.e.core.spec = spec
 	h.e.core.next = time.Time{}
 	h.c.mu.Unlock()
 	h.c.wake()
@@ -225,7 +235,10 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		spec := e.core.spec
 		c.mu.Unlock()
 		for _, reps := range chunks {
-			if _, err := c.exec(ctx, spec, 0, reps); err != nil {
+			if len(reps) == 0 {
+				continue // a budget with only quarantines has no partition to leave
+			}
+			if _, err := c.exec(ctx, call{spec: spec, reps: reps}); err != nil {
 				errs = append(errs, err)
 				break
 			}
@@ -287,7 +300,10 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 	for _, e := range c.entries() {
 		kicked := e.kicked.Swap(false)
 		now := c.now()
-		usage := e.local.TakeUsage(now)
+		var usage []budget.Usage
+		if e.local != nil {
+			usage = e.local.TakeUsage(now)
+		}
 		c.mu.Lock()
 		e.core.absorb(now, usage)
 		due := force || e.core.due(now, kicked)
@@ -302,10 +318,17 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		c.mu.Unlock()
 
 		var dropped []string
+		var quarantines []Quarantined
 		if len(chunks) > 0 {
 			var err error
-			dropped, err = c.syncBudget(ctx, e, spec, chunks)
+			dropped, quarantines, err = c.syncBudget(ctx, e, spec, chunks)
 			errs = append(errs, err)
+		}
+		if len(quarantines) > 0 && c.quar != nil {
+			c.quar.AddQuarantines(c.now(), spec, quarantines)
+		}
+		if e.local == nil {
+			continue
 		}
 
 		now = c.now()
@@ -325,38 +348,55 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 // syncBudget sends a budget's reports, one script call per chunk, each within its own
 // deadline well under the interval: a budget with many active partitions makes many calls,
 // and one deadline over all of them would fail a healthy Redis. Each chunk's leases count
-// from its own send.
-func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, error) {
+// from its own send. The first call of a budget with shared quarantines also publishes this
+// instance's new quarantines and reads back those in force, which syncBudget returns (nil
+// when it read none).
+func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, []Quarantined, error) {
 	d := max(c.interval/4, minDeadline)
 	var dropped []string
-	for _, reps := range chunks {
+	var quarantines []Quarantined
+	for i, reps := range chunks {
 		sent := c.now()
+		cl := call{spec: spec, reps: reps, quarantines: i == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
 		c.mu.Lock()
-		notAfter := e.core.notAfter(sent, d)
+		cl.notAfter = e.core.notAfter(sent, d)
+		if cl.quarantines {
+			cl.publish = e.core.takePublish(sent)
+		}
 		c.mu.Unlock()
-		rep, err := c.execWithin(ctx, d, spec, notAfter, reps)
+		rep, err := c.execWithin(ctx, d, cl)
 		now := c.now()
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
 		if err != nil {
 			e.core.failed(sent, now)
+			if e.core.spec.Quarantine == spec.Quarantine {
+				e.core.unpublished(cl.publish)
+			}
 		} else {
 			dropped = append(dropped, e.core.applied(sent, now, reps, rep.results)...)
+			e.core.ignored += uint64(rep.ignored)
 		}
 		c.noteHealth(err)
 		c.mu.Unlock()
 		if err != nil {
-			return dropped, err
+			return dropped, quarantines, err
+		}
+		if cl.quarantines {
+			quarantines = make([]Quarantined, len(rep.quarantines))
+			for j, q := range rep.quarantines {
+				quarantines[j] = Quarantined{Fingerprint: q.fp, Until: now.Add(q.left)}
+			}
 		}
 	}
-	return dropped, nil
+	return dropped, quarantines, nil
 }
 
 // execWithin is exec with a deadline of d.
-func (c *Coordinator) execWithin(ctx context.Context, d time.Duration, spec Spec, notAfter int64, reps []report) (reply, error) {
+func (c *Coordinator) execWithin(ctx context.Context, d time.Duration, cl call) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return c.exec(ctx, spec, notAfter, reps)
+	return c.exec(ctx, cl)
 }
 
 // noteHealth logs the changes between reachable and unreachable, once each. The error text
@@ -377,7 +417,7 @@ func (c *Coordinator) noteHealth(err error) {
 // exec runs one script call, abandoning it when ctx ends even if the client does not honour
 // the deadline; the abandoned call finishes in the background, and no other starts until it
 // has.
-func (c *Coordinator) exec(ctx context.Context, spec Spec, notAfter int64, reps []report) (reply, error) {
+func (c *Coordinator) exec(ctx context.Context, cl call) (reply, error) {
 	select {
 	case c.sem <- struct{}{}:
 	default:
@@ -389,7 +429,7 @@ func (c *Coordinator) exec(ctx context.Context, spec Spec, notAfter int64, reps 
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		res, err := runSync(ctx, c.rc, c.id, spec, c.interval, notAfter, reps)
+		res, err := runSync(ctx, c.rc, c.id, c.interval, cl)
 		<-c.sem // before the answer, so that the next call never finds this one outstanding
 		ch <- outcome{res, err}
 	}()

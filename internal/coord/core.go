@@ -122,6 +122,11 @@ type core struct {
 	redisAt int64
 	localAt time.Time
 
+	// publish are the quarantines this instance began, to publish at the next sync
+	// (quarantine.go); ignored counts the quarantines read from Redis that were invalid.
+	publish []Quarantined
+	ignored uint64
+
 	// Counters for status and metrics.
 	syncs, failures uint64
 	latency         time.Duration
@@ -211,7 +216,7 @@ func (c *core) early() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	switch {
-	case c.anyNew:
+	case c.anyNew || len(c.publish) > 0:
 		return c.last.Add(c.newGap()), true
 	case c.anyShort:
 		return c.last.Add(c.shortGap()), true
@@ -261,7 +266,8 @@ type report struct {
 }
 
 // reports builds the partitions' entries of a sync at now, in chunks of at most
-// maxPartitionsPerCall. A partition idle for idleSyncs syncs is left.
+// maxPartitionsPerCall. A partition idle for idleSyncs syncs is left. A budget with shared
+// quarantines syncs even with no partition to report: its one chunk is then empty.
 func (c *core) reports(now time.Time) [][]report {
 	dt := c.interval
 	if !c.last.IsZero() && now.After(c.last) {
@@ -298,7 +304,7 @@ func (c *core) reports(now time.Time) [][]report {
 			out, cur = append(out, cur), nil
 		}
 	}
-	if len(cur) > 0 {
+	if len(cur) > 0 || len(out) == 0 && c.spec.Quarantine != (QuarantineSpec{}) {
 		out = append(out, cur)
 	}
 	return out
@@ -490,6 +496,9 @@ type Status struct {
 	Failures   uint64        // failed syncs
 	Latency    time.Duration // of the last successful sync
 	LastSync   time.Time     // of the last successful sync
+	// Ignored counts the entries read from Redis that this instance ignored as invalid
+	// (shared quarantines: not a fingerprint, no time left, past MaxQuarantines).
+	Ignored uint64
 	// LimitsDiffer says that the instances sharing the budget disagree on its limits (a
 	// change of the rules half rolled out); LimitsInForce is then the smallest limits any
 	// of them holds, which every instance divides until they agree. Both as last seen.
@@ -499,7 +508,7 @@ type Status struct {
 
 func (c *core) status(now time.Time) Status {
 	s := Status{Name: c.spec.Name, Partitions: len(c.parts), Instances: c.known, Fallback: c.failing,
-		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK}
+		Syncs: c.syncs, Failures: c.failures, Latency: c.latency, LastSync: c.lastOK, Ignored: c.ignored}
 	s.LimitsInForce = Limits{Rate: c.spec.Rate, Burst: c.spec.Burst, MaxConcurrent: c.spec.MaxConcurrent}
 	for _, p := range c.parts {
 		if p.differ {

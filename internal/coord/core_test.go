@@ -476,10 +476,10 @@ func TestDecodeResults(t *testing.T) {
 			t.Errorf("decodeResults(%v) accepted", bad)
 		}
 	}
-	if r, err := decodeReply([]any{"123", int64(1)}, 1); !errors.Is(err, errStale) || r.now != 123 {
+	if r, err := decodeReply([]any{"123", int64(1)}, 1, nil); !errors.Is(err, errStale) || r.now != 123 {
 		t.Errorf("a stale reply: %+v, %v", r, err)
 	}
-	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1); err != nil || r.now != 7 || r.results[0] != want {
+	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1, nil); err != nil || r.now != 7 || r.results[0] != want {
 		t.Errorf("a reply: %+v, %v", r, err)
 	}
 }

@@ -193,6 +193,22 @@
 // The engine adds the other half: a statement of a pattern never seen to run reserves a
 // conservative share of the burst until it ends (see package engine).
 //
+// # Shared quarantines
+//
+// A budget with a quarantine ([Spec].Quarantine) shares it in the same script call as its
+// leases: the first call of each sync publishes the quarantines this instance began since the
+// last one ([Handle.Quarantine], which asks for an early sync, a tenth of an interval after the
+// last) and returns every quarantine of the budget in force, handed to [Options].Quarantines.
+// Another instance thus refuses the pattern after its next regular sync: within two intervals.
+// A budget with nothing to lease but a quarantine is registered without a [Local] and syncs
+// every interval for its quarantines alone. Redis holds one hash per budget and settings
+// ([QuarantineKey]): fingerprint → end in Redis's clock, pruned by every call and expiring with
+// its last quarantine, at most [MaxQuarantines] fields; times cross Redis as durations left, so
+// the instances' clocks need not agree. Every field read back is checked by the script (not a
+// fingerprint, not a finite number, ended: deleted; ending past for: from now: cut to it) and
+// again in Go (ignored and counted in [Status].Ignored). Settings in the key mean a reload
+// that changes them starts from an empty hash. See quarantine.go.
+//
 // Status ([Coordinator.Status]) reports, per budget, the leases in force, the global debt and
 // the instances as last seen, and the sync counters for metrics.
 //
@@ -204,6 +220,9 @@
 // rules.Config.IsShared reports as shared is registered with [Coordinator.Register], its
 // [Spec] being the budget's rate (server_share × server_cores), burst_limit and
 // max_concurrent, and its [Local] the budget itself; the budget keeps the [Handle] to kick it.
+// A shared budget with a quarantine is registered too, with no Local if it has none of those
+// limits; the engine's table of quarantines hands its new quarantines to the Handle and is
+// the coordinator's [Options].Quarantines.
 // A reload calls [Handle.SetSpec] for a changed budget, [Handle.Close] for one removed or no
 // longer shared, and Register for a new one. Connector.Close calls [Coordinator.Close] with a
 // short deadline. Nothing of this runs on a statement's path.

@@ -20,6 +20,9 @@ type Spec struct {
 	// MaxConcurrent is how many of the budget's statements may be in flight across every
 	// instance, per partition; 0 is unlimited.
 	MaxConcurrent int
+	// Quarantine, when set, shares the budget's quarantines with the other instances (see
+	// [QuarantineSpec]); zero: it shares none.
+	Quarantine QuarantineSpec
 }
 
 // normalize maps invalid values to "off", as the budget package does.
@@ -31,6 +34,9 @@ func (s Spec) normalize() Spec {
 	}
 	if s.MaxConcurrent < 0 {
 		s.MaxConcurrent = 0
+	}
+	if s.Quarantine.After < 1 || s.Quarantine.For <= 0 {
+		s.Quarantine = QuarantineSpec{}
 	}
 	return s
 }

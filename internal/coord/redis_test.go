@@ -303,7 +303,7 @@ func TestUsageCountsOncePerSequenceNumber(t *testing.T) {
 	p := &part{key: ""}
 	send := func(seq uint64, used float64) float64 {
 		t.Helper()
-		rep, err := runSync(ctx, rc, "inst", spec, time.Minute, 0, []report{{p: p, seq: seq, used: used, demand: 1}})
+		rep, err := runSync(ctx, rc, "inst", time.Minute, call{spec: spec, reps: []report{{p: p, seq: seq, used: used, demand: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +438,7 @@ func TestLateCallChangesNothing(t *testing.T) {
 	spec := Spec{Name: "late", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	p := &part{key: ""}
 	// A call whose deadline, in Redis time, passed long ago: it sat in a hung Redis.
-	rep, err := runSync(ctx, rc, "inst", spec, time.Second, 1, []report{{p: p, seq: 1, used: 5, demand: 1, want: 2}})
+	rep, err := runSync(ctx, rc, "inst", time.Second, call{spec: spec, notAfter: 1, reps: []report{{p: p, seq: 1, used: 5, demand: 1, want: 2}}})
 	if !errors.Is(err, errStale) || rep.now <= 1 {
 		t.Fatalf("late call: %+v, %v; want errStale with Redis's time", rep, err)
 	}
@@ -447,7 +447,7 @@ func TestLateCallChangesNothing(t *testing.T) {
 	}
 	// One within its deadline acts.
 	notAfter := rep.now + time.Second.Microseconds()
-	if _, err := runSync(ctx, rc, "inst", spec, time.Second, notAfter, []report{{p: p, seq: 1, used: 5, demand: 1, want: 2}}); err != nil {
+	if _, err := runSync(ctx, rc, "inst", time.Second, call{spec: spec, notAfter: notAfter, reps: []report{{p: p, seq: 1, used: 5, demand: 1, want: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := rc.Exists(ctx, PartitionKey("late", "")).Result(); err != nil || n != 1 {

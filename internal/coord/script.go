@@ -62,21 +62,46 @@ func partitionPart(partition string) string {
 // that hung): it changed nothing.
 var errStale = errors.New("coord: Redis ran the sync after its deadline")
 
-// reply is the script's answer: Redis's clock, and one result per partition unless stale.
+// reply is the script's answer: Redis's clock, and one result per partition unless stale;
+// for a call with the quarantine key, the budget's quarantines in force.
 type reply struct {
-	now     int64 // µs of Redis TIME
-	stale   bool
-	results []result
+	now         int64 // µs of Redis TIME
+	stale       bool
+	results     []result
+	quarantines []leftFor
+	ignored     int // quarantines read that were ignored as invalid (decodeQuarantines)
 }
 
-// runSync sends one chunk of reports and decodes the answers. notAfter (µs of Redis TIME, 0
-// for none) is when Redis must no longer act on the call.
-func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
-	keys := make([]string, len(reps))
-	args := make([]any, 0, 7+8*len(reps))
+// leftFor is a quarantine in force, as the script reports it: time left from its call.
+type leftFor struct {
+	fp   uint64
+	left time.Duration
+}
+
+// call is one script call of a budget's sync: its reports, and whether it carries the
+// budget's quarantine key (the first call of a sync of a budget with shared quarantines), with
+// the quarantines to publish, whose time left counts from at.
+type call struct {
+	spec        Spec
+	notAfter    int64 // µs of Redis TIME after which Redis must not act on the call; 0: none
+	reps        []report
+	quarantines bool
+	publish     []Quarantined
+	at          time.Time
+}
+
+// runSync sends one call and decodes the answers.
+func runSync(ctx context.Context, rc redis.Scripter, instance string, interval time.Duration, cl call) (reply, error) {
+	spec, reps := cl.spec, cl.reps
+	keys := make([]string, len(reps), len(reps)+1)
+	args := make([]any, 0, 9+8*len(reps)+2*len(cl.publish))
 	lease := leaseDuration(interval)
+	var qfor int64
+	if cl.quarantines {
+		qfor = spec.Quarantine.For.Microseconds()
+	}
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
-		max(interval.Milliseconds(), 1), notAfter)
+		max(interval.Milliseconds(), 1), cl.notAfter, qfor, MaxQuarantines)
 	prefix := partitionPrefix(spec.Name)
 	for i, r := range reps {
 		keys[i] = prefix + partitionPart(r.p.key)
@@ -86,11 +111,23 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 		}
 		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected)
 	}
+	if cl.quarantines {
+		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))
+		for _, q := range cl.publish {
+			if left := q.Until.Sub(cl.at).Microseconds(); left > 0 {
+				args = append(args, fingerprintHex(q.Fingerprint), left)
+			}
+		}
+	}
 	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
 	if err != nil {
 		return reply{}, err
 	}
-	r, err := decodeReply(v, len(reps))
+	var q *QuarantineSpec
+	if cl.quarantines {
+		q = &spec.Quarantine
+	}
+	r, err := decodeReply(v, len(reps), q)
 	for i := range r.results {
 		r.results[i].clamp(spec, lease)
 	}
@@ -131,7 +168,9 @@ func within(x, hi float64) float64 {
 // count is x as a count, in [0, MaxInt32]: a huge or non-finite float has no int value.
 func count(x float64) int { return int(within(x, math.MaxInt32)) }
 
-func decodeReply(v []any, n int) (reply, error) {
+// decodeReply reads the script's answer for n partitions, and with q (the call carried the
+// quarantine key under those settings) the quarantines in force after them.
+func decodeReply(v []any, n int, q *QuarantineSpec) (reply, error) {
 	if len(v) < 2 {
 		return reply{}, fmt.Errorf("coord: sync script returned %d values", len(v))
 	}
@@ -143,7 +182,15 @@ func decodeReply(v []any, n int) (reply, error) {
 	if r.stale {
 		return r, errStale
 	}
-	r.results, err = decodeResults(v[2:], n)
+	v = v[2:]
+	if q != nil {
+		if len(v) != n+1 {
+			return reply{}, fmt.Errorf("coord: sync script returned %d results for %d partitions and the quarantines", len(v), n)
+		}
+		r.quarantines, r.ignored = decodeQuarantines(v[n], *q)
+		v = v[:n]
+	}
+	r.results, err = decodeResults(v, n)
 	return r, err
 }
 

@@ -1,6 +1,7 @@
 -- One sync of one instance for some partitions of one shared budget (see doc.go).
 --
--- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag.
+-- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag. When
+--           ARGV[8] > 0 the last key is instead the budget's quarantine hash (see below).
 -- ARGV[1]   instance id (its field is "i:<id>")
 -- ARGV[2]   lease duration, ms (an instance not heard from for this long is dead)
 -- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
@@ -9,10 +10,14 @@
 -- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
 -- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
+-- ARGV[8]   the budget's quarantine for:, µs; 0: it shares no quarantines (no quarantine key)
+-- ARGV[9]   the most quarantines the quarantine hash may hold
 -- then for each partition 8 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
 --           instances expected (the most the instance saw in the partition lately)
+-- then for each quarantine the instance began since its last sync 2 values:
+--           fingerprint (16 lower-case hex digits), µs left
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
 -- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
@@ -30,12 +35,18 @@
 -- are not back is kept free for them. An instance that lapses while others sync normally has
 -- crashed: its capacity returns when its lease lapses.
 --
+-- Shared quarantines. The quarantine hash (pgtraffic:{budget}:q:<after>:<for>) has one field
+-- per quarantined fingerprint, its value when the quarantine ends (µs of Redis TIME). The call
+-- adds the caller's new quarantines (a later end wins; at most for: from now; none past the
+-- bound), drops the fields that ended or that this script could not have written, and returns
+-- every quarantine in force. The hash expires when its last quarantine ends.
+--
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
 -- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
--- in force, differ}}, retake being, for a starved instance, µs until another instance's
--- lease lapses (0: none, or not starved), differ 1 when instances disagree on the limits;
--- numbers
--- that may be fractional are strings, as Redis truncates Lua numbers to integers in replies.
+-- in force, differ}, then, with a quarantine key, {fingerprint, µs left, ...}}, retake being,
+-- for a starved instance, µs until another instance's lease lapses (0: none, or not
+-- starved), differ 1 when instances disagree on the limits; numbers that may be fractional
+-- are strings, as Redis truncates Lua numbers to integers in replies.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -46,6 +57,11 @@ local burst = tonumber(ARGV[4])
 local maxc = tonumber(ARGV[5])
 local period = math.max(tonumber(ARGV[6]) * 1000, 1)
 local not_after = tonumber(ARGV[7])
+local qfor = tonumber(ARGV[8])
+local qmax = tonumber(ARGV[9])
+local nparts = #KEYS
+if qfor > 0 then nparts = nparts - 1 end
+local head = 9
 
 local function num(x) return string.format('%.17g', x) end
 
@@ -99,8 +115,9 @@ local function fill(cap, demands, n)
 end
 
 local out = {num(now), 0}
-for i, key in ipairs(KEYS) do
-  local a = 7 + (i - 1) * 8
+for i = 1, nparts do
+  local key = KEYS[i]
+  local a = head + (i - 1) * 8
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -297,5 +314,47 @@ for i, key in ipairs(KEYS) do
 
   out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake,
     num(l_rate), num(l_burst), l_maxc, differ}
+end
+
+if qfor > 0 then
+  local key = KEYS[#KEYS]
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', key) end
+  local function fingerprint(f) return type(f) == 'string' and #f == 16 and not string.find(f, '[^0-9a-f]') end
+  -- Read the quarantines in force, dropping the ended ones and what is not a quarantine; one
+  -- ending past for: from now (a failover to a Redis whose clock is behind) ends then.
+  local ends, n = {}, 0
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local f, x = flat[j], tonumber(flat[j + 1])
+    if not fingerprint(f) or not finite(x) or x <= now or n >= qmax then
+      redis.call('HDEL', key, f)
+    else
+      if x > now + qfor then
+        x = now + qfor
+        redis.call('HSET', key, f, num(x))
+      end
+      ends[f], n = x, n + 1
+    end
+  end
+  for j = head + nparts * 8 + 1, #ARGV - 1, 2 do
+    local f, left = ARGV[j], tonumber(ARGV[j + 1])
+    if fingerprint(f) and within(left, 1, math.huge) then
+      local x, known = now + math.min(left, qfor), ends[f] ~= nil
+      if (known and x > ends[f]) or (not known and n < qmax) then
+        if not known then n = n + 1 end
+        ends[f] = x
+        redis.call('HSET', key, f, num(x))
+      end
+    end
+  end
+  local list, last = {}, now
+  for f, x in pairs(ends) do
+    list[#list + 1] = f
+    list[#list + 1] = x - now
+    last = math.max(last, x)
+  end
+  if n > 0 then redis.call('PEXPIRE', key, math.ceil((last - now) / 1000) + 1) end
+  out[nparts + 3] = list
 end
 return out

@@ -27,9 +27,10 @@ type coordination struct {
 
 // shared is one budget registered with the coordinator.
 type shared struct {
-	b    *budget.Budget
-	h    *coord.Handle
-	spec coord.Spec
+	b      *budget.Budget
+	h      *coord.Handle
+	spec   coord.Spec
+	leased bool // its limits are leases (b is the handle's Local); else it shares only quarantines
 }
 
 // checkCoordination reports a coordination section the engine cannot act on.
@@ -41,8 +42,10 @@ func (e *Engine) checkCoordination(cfg *rules.Config) error {
 }
 
 // coordinate starts, changes or stops the coordination for cfg, whose budgets compile has just
-// put in e.life.budgets: each shared budget is registered (and its limits become its leases),
-// each budget no longer shared is made local again. A new coordinator starts at once and never
+// put in e.life.budgets: each shared budget is registered (its rate and max_concurrent become
+// its leases, its quarantines are shared), each budget no longer shared is made local again.
+// A budget with neither leases nor a quarantine (a per_query_limit or max_duration alone hold
+// per statement) has nothing to share and stays local. A new coordinator starts at once and never
 // fails for want of Redis: its budgets run on their fallback share and it keeps trying.
 // e.life.mu must be held: the old coordinator says goodbye before a new one starts under the
 // same instance name.
@@ -59,7 +62,8 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 		sec := *cfg.Coordination
 		interval := time.Duration(sec.SyncInterval)
 		c, err := coord.New(coord.Options{Client: e.redis, URL: sec.Redis, Interval: interval,
-			FallbackInstances: sec.FallbackInstances, Instance: e.instance, Logger: e.log, Now: e.now})
+			FallbackInstances: sec.FallbackInstances, Instance: e.instance, Logger: e.log, Now: e.now,
+			Quarantines: &e.quarantined})
 		if err != nil {
 			return err
 		}
@@ -76,31 +80,50 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 	for i := range cfg.Budgets {
 		rb := &cfg.Budgets[i]
 		spec := coord.Spec{Name: rb.Name, Rate: deref(rb.ServerShare) * cores, Burst: time.Duration(rb.BurstLimit).Seconds(),
-			MaxConcurrent: deref(rb.MaxConcurrent)}
-		if co.c == nil || !cfg.IsShared(rb) || parseMode(rb.Mode) == modeOff || (spec.Rate == 0 && spec.MaxConcurrent == 0) {
-			continue // local; or nothing to share (a per_query_limit holds per statement)
+			MaxConcurrent: deref(rb.MaxConcurrent), Quarantine: coordQuarantine(rb.Quarantine)}
+		leased := spec.Rate > 0 || spec.MaxConcurrent > 0
+		if co.c == nil || !cfg.IsShared(rb) || parseMode(rb.Mode) == modeOff || !leased && rb.Quarantine == nil {
+			continue // local; or nothing to share
 		}
 		keep[rb.Name] = true
 		b := e.life.budgets[rb.Name]
-		if s, ok := co.shared[rb.Name]; ok && s.b == b {
+		if s, ok := co.shared[rb.Name]; ok && s.b == b && s.leased == leased {
 			if s.spec != spec {
 				s.h.SetSpec(spec)
 				s.spec = spec
 			}
 			continue
+		} else if ok {
+			e.unshare(now, s)
 		}
-		h := co.c.Register(spec, b)
-		b.SetShared(now, h.Kick, retry)
-		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec}
+		var local coord.Local
+		if leased {
+			local = b
+		}
+		h := co.c.Register(spec, local)
+		if leased {
+			b.SetShared(now, h.Kick, retry)
+		}
+		e.quarantined.share(rb.Name, h.Quarantine)
+		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec, leased: leased}
 	}
 	for name, s := range co.shared {
 		if !keep[name] {
-			s.h.Close()
-			s.b.SetShared(now, nil, 0)
+			e.unshare(now, s)
 			delete(co.shared, name)
 		}
 	}
 	return nil
+}
+
+// unshare stops coordinating s's budget: its limits are local again and its quarantines no
+// longer published.
+func (e *Engine) unshare(now time.Time, s *shared) {
+	s.h.Close()
+	e.quarantined.share(s.spec.Name, nil)
+	if s.leased {
+		s.b.SetShared(now, nil, 0)
+	}
 }
 
 // stopCoordination stops co, detached from the engine, telling Redis within closeWithin that
@@ -113,7 +136,10 @@ func (e *Engine) stopCoordination(co coordination) {
 	}
 	now := e.now()
 	for _, s := range co.shared {
-		s.b.SetShared(now, nil, 0)
+		e.quarantined.share(s.spec.Name, nil)
+		if s.leased {
+			s.b.SetShared(now, nil, 0)
+		}
 	}
 }
 

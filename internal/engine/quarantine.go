@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
@@ -14,13 +15,27 @@ import (
 // overran it N times within D: cancelled past its max_duration, or measured above its
 // per_query_limit. Strikes are counted at Finish; the refusal is checked at admission, only for
 // the budgets that have a quarantine.
+//
+// A shared budget shares its quarantines (strikes stay per instance): a quarantine this
+// instance begins is handed to the budget's coordinator handle, which publishes it at its
+// next sync, and each sync hands back the budget's quarantines in force on every instance
+// (AddQuarantines), which this table takes as its own until they end; the instances refuse
+// the pattern within two sync intervals of one another (see package coord). A quarantine
+// learnt so is lifted like one made here: when it ends, or by a reload that changes the
+// budget's quarantine settings (the instance then shares under the new settings only). Redis
+// down, each instance goes on quarantining on its own.
 
 // Quarantine is a quarantined pattern, for the status.
 type Quarantine struct {
-	Budget      string    `json:"budget"`
-	Fingerprint string    `json:"fingerprint"`
-	Query       string    `json:"query"` // normalised text
-	Until       time.Time `json:"until"`
+	Budget      string `json:"budget"`
+	Fingerprint string `json:"fingerprint"`
+	// Query is the normalised text; "" for a pattern that another instance quarantined and
+	// this one has not met since it started.
+	Query string    `json:"query"`
+	Until time.Time `json:"until"`
+	// Remote says that another instance sharing the budget quarantined the pattern (the
+	// quarantine in force was learnt through Redis).
+	Remote bool `json:"remote"`
 }
 
 // maxQuarantined bounds the patterns a quarantine table tracks (struck or quarantined): past
@@ -33,9 +48,10 @@ type quarantineKey struct {
 }
 
 type quarantineEntry struct {
-	strikes []time.Time // within the window, oldest first
-	until   time.Time   // quarantined until; zero: not quarantined
-	p       *pattern.Pattern
+	strikes []time.Time      // within the window, oldest first
+	until   time.Time        // quarantined until; zero: not quarantined
+	remote  bool             // until was learnt from another instance
+	p       *pattern.Pattern // nil for a pattern learnt from another instance, until met here
 }
 
 // quarantines is the engine's table of strikes and quarantines. Its zero value is empty and
@@ -46,6 +62,23 @@ type quarantines struct {
 	// specs are the settings each budget's entries were made under: a reload that changes them
 	// lifts the budget's quarantines.
 	specs map[string]rules.Quarantine
+	// publish hands a new quarantine of a shared budget to its coordinator (coord.Handle's
+	// Quarantine), by budget; called outside mu.
+	publish map[string]func(fp uint64, until time.Time)
+}
+
+// share sets (publish non-nil) or clears how the quarantines of budget are published.
+func (q *quarantines) share(budget string, publish func(fp uint64, until time.Time)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if publish == nil {
+		delete(q.publish, budget)
+		return
+	}
+	if q.publish == nil {
+		q.publish = make(map[string]func(uint64, time.Time))
+	}
+	q.publish[budget] = publish
 }
 
 // configure records the budgets' quarantine settings at a reload, forgetting the entries of a
@@ -68,32 +101,86 @@ func (q *quarantines) configure(budgets []rules.Budget) {
 }
 
 // strike counts an overrun of p in bs at now, quarantining p when it is the after-th within
-// the window.
+// the window; a new quarantine of a shared budget is published.
 func (q *quarantines) strike(now time.Time, bs *budgetState, p *pattern.Pattern) {
+	if publish, until := q.count(now, bs, p); publish != nil {
+		publish(p.FingerprintID, until)
+	}
+}
+
+// count is strike's work under the lock: it returns how to publish the quarantine it began,
+// if it began one of a shared budget.
+func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) (func(uint64, time.Time), time.Time) {
 	spec := bs.quarantine
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	en := q.entry(now, quarantineKey{bs.name, p.FingerprintID})
+	if en == nil {
+		return nil, time.Time{}
+	}
+	en.p = p
+	from := now.Add(-time.Duration(spec.For))
+	en.strikes = slices.DeleteFunc(en.strikes, func(t time.Time) bool { return !t.After(from) })
+	en.strikes = append(en.strikes, now)
+	if len(en.strikes) < spec.After {
+		return nil, time.Time{}
+	}
+	en.until, en.remote, en.strikes = now.Add(time.Duration(spec.For)), false, en.strikes[:0]
+	return q.publish[bs.name], en.until
+}
+
+// entry returns k's entry, made if need be; nil when the table is full. q.mu must be held.
+func (q *quarantines) entry(now time.Time, k quarantineKey) *quarantineEntry {
 	if q.m == nil {
 		q.m = make(map[quarantineKey]*quarantineEntry)
 	}
-	k := quarantineKey{bs.name, p.FingerprintID}
 	en := q.m[k]
 	if en == nil {
 		if len(q.m) >= maxQuarantined {
 			q.prune(now)
 			if len(q.m) >= maxQuarantined {
-				return
+				return nil
 			}
 		}
-		en = &quarantineEntry{p: p}
+		en = &quarantineEntry{}
 		q.m[k] = en
 	}
-	from := now.Add(-time.Duration(spec.For))
-	en.strikes = slices.DeleteFunc(en.strikes, func(t time.Time) bool { return !t.After(from) })
-	en.strikes = append(en.strikes, now)
-	if len(en.strikes) >= spec.After {
-		en.until, en.strikes = now.Add(time.Duration(spec.For)), en.strikes[:0]
+	return en
+}
+
+// AddQuarantines takes the quarantines in force across the instances sharing a budget, read
+// from Redis at now under the settings spec.Quarantine (coord.Quarantines). Each extends the
+// pattern's quarantine here to its end; those read under settings that are no longer the
+// budget's (a reload since the sync was sent) are dropped.
+func (q *quarantines) AddQuarantines(now time.Time, spec coord.Spec, qs []coord.Quarantined) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cur, ok := q.specs[spec.Name]; !ok || cur != fromCoord(spec.Quarantine) {
+		return
 	}
+	for _, r := range qs {
+		if !now.Before(r.Until) {
+			continue
+		}
+		if en := q.entry(now, quarantineKey{spec.Name, r.Fingerprint}); en != nil && r.Until.After(en.until) {
+			// This instance's own quarantine comes back a little later than it began here (the
+			// sync's round trip): it stays this instance's.
+			en.remote = en.remote || !now.Before(en.until)
+			en.until = r.Until
+		}
+	}
+}
+
+// coordQuarantine and fromCoord convert a budget's quarantine settings for package coord.
+func coordQuarantine(q *rules.Quarantine) coord.QuarantineSpec {
+	if q == nil {
+		return coord.QuarantineSpec{}
+	}
+	return coord.QuarantineSpec{After: q.After, For: time.Duration(q.For)}
+}
+
+func fromCoord(q coord.QuarantineSpec) rules.Quarantine {
+	return rules.Quarantine{After: q.After, For: rules.Duration(q.For)}
 }
 
 // prune forgets the entries with neither a quarantine nor a strike in force at now.
@@ -113,6 +200,7 @@ func (q *quarantines) until(now time.Time, budget string, p *pattern.Pattern) (t
 	if en == nil || !now.Before(en.until) {
 		return time.Time{}, false
 	}
+	en.p = p // a pattern learnt from another instance gets its text for the status
 	return en.until, true
 }
 
@@ -122,7 +210,13 @@ func (q *quarantines) list(now time.Time) []Quarantine {
 	out := make([]Quarantine, 0, len(q.m))
 	for k, en := range q.m {
 		if now.Before(en.until) {
-			out = append(out, Quarantine{Budget: k.budget, Fingerprint: en.p.Fingerprint, Query: en.p.Normalized, Until: en.until})
+			qq := Quarantine{Budget: k.budget, Until: en.until, Remote: en.remote}
+			if en.p != nil {
+				qq.Fingerprint, qq.Query = en.p.Fingerprint, en.p.Normalized
+			} else {
+				qq.Fingerprint = pattern.FingerprintHex(k.fp)
+			}
+			out = append(out, qq)
 		}
 	}
 	q.mu.Unlock()

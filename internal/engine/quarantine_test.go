@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -105,5 +107,120 @@ rules:
 	}
 	if d := denial(t, run(e, clk, ctx, "select 2", 0)); d.Reason != ReasonQuarantine {
 		t.Fatalf("denial %+v", d)
+	}
+}
+
+// A shared budget's quarantine begun here is handed to its coordinator once, with its end;
+// one handed back from Redis (another instance's) refuses the pattern here until it ends,
+// shows in the status as another instance's with no text until the pattern is met, and
+// leaves the budget's other patterns alone. Quarantines read under settings that are no
+// longer the budget's, or that have ended, are ignored; a reload changing the settings lifts
+// those learnt too.
+func TestQuarantineShared(t *testing.T) {
+	e, clk := newEngine(t, quarantineRules)
+	ctx := tagging.With(context.Background(), "app", "r")
+	type published struct {
+		fp    uint64
+		until time.Time
+	}
+	var pub []published
+	e.quarantined.share("r", func(fp uint64, until time.Time) { pub = append(pub, published{fp, until}) })
+	const slow, other = "select pg_sleep(5)", "select pg_sleep(6)::text"
+
+	overrun(t, e, clk, ctx, slow)
+	if len(pub) != 0 {
+		t.Fatalf("published %v after one strike", pub)
+	}
+	overrun(t, e, clk, ctx, slow)
+	fp := pattern.Analyze(slow)
+	if len(pub) != 1 || pub[0].fp != fp.FingerprintID || !pub[0].until.Equal(clk.now().Add(30*time.Second)) {
+		t.Fatalf("published %v, want %x until now + 30s once", pub, fp.FingerprintID)
+	}
+	if q := e.Quarantines(); len(q) != 1 || q[0].Remote {
+		t.Fatalf("Quarantines %+v, want this instance's own", q)
+	}
+	// Its own quarantine coming back from Redis a little later stays its own.
+	spec := coord.Spec{Name: "r", Quarantine: coord.QuarantineSpec{After: 2, For: 30 * time.Second}}
+	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: fp.FingerprintID, Until: clk.now().Add(30*time.Second + time.Millisecond)}})
+	if q := e.Quarantines(); len(q) != 1 || q[0].Remote {
+		t.Fatalf("Quarantines %+v after its own came back", q)
+	}
+
+	// Another instance's, for a pattern never met here.
+	op := pattern.Analyze(other)
+	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	// Ignored: other settings; ended.
+	e.quarantined.AddQuarantines(clk.now(), coord.Spec{Name: "r", Quarantine: coord.QuarantineSpec{After: 3, For: 30 * time.Second}},
+		[]coord.Quarantined{{Fingerprint: 7, Until: clk.now().Add(10 * time.Second)}})
+	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: 8, Until: clk.now()}})
+	q := e.Quarantines()
+	if len(q) != 2 {
+		t.Fatalf("Quarantines %+v, want this instance's and the other's", q)
+	}
+	for _, x := range q {
+		if x.Fingerprint == op.Fingerprint && (!x.Remote || x.Query != "" || !x.Until.Equal(clk.now().Add(20*time.Second))) {
+			t.Fatalf("the other instance's quarantine listed as %+v", x)
+		}
+	}
+	d := denial(t, run(e, clk, ctx, other, 0))
+	if d.Reason != ReasonQuarantine || d.Fingerprint != op.Fingerprint || d.RetryAfter != 20*time.Second {
+		t.Fatalf("denial %+v", d)
+	}
+	for _, x := range e.Quarantines() {
+		if x.Fingerprint == op.Fingerprint && x.Query != "select pg_sleep($1)::text" {
+			t.Errorf("after meeting the pattern its text is %q", x.Query)
+		}
+	}
+	if err := run(e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("another pattern of the budget: %v", err)
+	}
+	if len(pub) != 1 {
+		t.Errorf("republished a quarantine learnt from Redis: %v", pub)
+	}
+	clk.advance(20 * time.Second)
+	if err := run(e, clk, ctx, other, 0); err != nil {
+		t.Fatalf("after the other instance's quarantine ended: %v", err)
+	}
+
+	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	cfg, err := rules.Parse([]byte(`
+budgets:
+  - {name: r, mode: enforce, max_duration: 300ms, quarantine: {after: 3, for: 30s}}
+rules:
+  - {budget: r, match: {app: r}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if q := e.Quarantines(); len(q) != 0 {
+		t.Fatalf("a reload changing the settings left %+v", q)
+	}
+	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	if q := e.Quarantines(); len(q) != 0 {
+		t.Fatalf("a quarantine read under the old settings was taken: %+v", q)
+	}
+}
+
+// Redis unreachable: a shared budget with only a quarantine still quarantines on its own,
+// and nothing fails a statement for want of Redis.
+func TestQuarantineSharedWithoutRedis(t *testing.T) {
+	e, clk := newEngine(t, "coordination: {redis: \""+deadRedis(t)+"\", sync_interval: 100ms}\n"+quarantineRules)
+	if st := e.Coordination(); len(st) != 1 || st[0].Name != "r" {
+		t.Fatalf("shared budgets %+v, want r (it shares its quarantine)", st)
+	}
+	ctx := tagging.With(context.Background(), "app", "r")
+	if err := run(e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("a statement of a shared budget with only a quarantine: %v", err)
+	}
+	overrun(t, e, clk, ctx, "select pg_sleep(5)")
+	overrun(t, e, clk, ctx, "select pg_sleep(5)")
+	if d := denial(t, run(e, clk, ctx, "select pg_sleep(5)", 0)); d.Reason != ReasonQuarantine {
+		t.Fatalf("denial %+v", d)
+	}
+	if err := run(e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("another pattern: %v", err)
 	}
 }

@@ -91,7 +91,7 @@ func analyze(key string) *Pattern {
 	}
 	p := &Pattern{
 		FingerprintID: id,
-		Fingerprint:   hex16(id),
+		Fingerprint:   FingerprintHex(id),
 		Normalized:    normalize(key),
 		Kind:          KindOther,
 		Parsed:        true,
@@ -131,12 +131,13 @@ func unparsable(key string) *Pattern {
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	id := h.Sum64()
-	p := &Pattern{Fingerprint: hex16(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
+	p := &Pattern{Fingerprint: FingerprintHex(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
 	p.Facts = guard.Unparsed(key)
 	return p
 }
 
-func hex16(id uint64) string {
+// FingerprintHex is a fingerprint as [Pattern.Fingerprint] spells it: 16 lower-case hex digits.
+func FingerprintHex(id uint64) string {
 	s := strconv.FormatUint(id, 16)
 	return strings.Repeat("0", 16-len(s)) + s
 }

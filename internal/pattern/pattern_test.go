@@ -176,7 +176,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		q := Analyze("/* other comment */ SELEC 'secret-123' FROM;")
 		r := Analyze("SELEC 'secret-124' FROM")
 		if p.Parsed || p.Kind != KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
-			!hex16RE.MatchString(p.Fingerprint) || hex16(p.FingerprintID) != p.Fingerprint {
+			!hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Errorf("unparsable: %+v", p)
 		}
 		if p.Fingerprint != q.Fingerprint {
@@ -193,7 +193,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		if a.Fingerprint != b.Fingerprint || a.FingerprintID != b.FingerprintID || a.Fingerprint == c.Fingerprint {
 			t.Errorf("fingerprints a=%s b=%s c=%s", a.Fingerprint, b.Fingerprint, c.Fingerprint)
 		}
-		if !hex16RE.MatchString(a.Fingerprint) || hex16(a.FingerprintID) != a.Fingerprint {
+		if !hex16RE.MatchString(a.Fingerprint) || FingerprintHex(a.FingerprintID) != a.Fingerprint {
 			t.Errorf("fingerprint %q id %x", a.Fingerprint, a.FingerprintID)
 		}
 	})
@@ -224,7 +224,7 @@ func FuzzAnalyze(f *testing.F) {
 	f.Add("CREATE TABLE t (a varchar(10) DEFAULT 'q')")
 	f.Fuzz(func(t *testing.T, sql string) {
 		p := Analyze(sql)
-		if !hex16RE.MatchString(p.Fingerprint) || hex16(p.FingerprintID) != p.Fingerprint {
+		if !hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
 		}
 		if !p.Parsed {
