@@ -28,19 +28,22 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// loadRules: an enforce budget (two statements at once, none predicted above 25 ms), a warn
-// budget with the same limits per tenant, and a zero limit that blocks one table outright.
+// loadRules: an enforce budget (two statements at once, none predicted above 25 ms, none
+// running past 100 ms), a warn budget with like limits per tenant, and a zero limit that blocks
+// one table outright, by a rule that expires in an hour.
 const loadRules = `
 budgets:
   - name: reporting
     mode: enforce
     max_concurrent: 2
     per_query_limit: 25ms
+    max_duration: 100ms
   - name: tenants
     mode: warn
     per: tenant
     max_concurrent: 1
     per_query_limit: 25ms
+    max_duration: 30ms
   - name: frozen
     mode: enforce
     max_concurrent: 0
@@ -51,23 +54,26 @@ rules:
     match: {app: web}
   - budget: frozen
     match: {table: audit}
+    until: %s
 `
 
 // The statements of the load: the reporting app's and the web app's (two per tenant).
 const (
 	loadRows    = "SELECT id, note FROM orders WHERE id > $1 ORDER BY id LIMIT 20" // rows read one by one
 	loadScan    = "SELECT count(*) FROM orders, pg_sleep(0.005) WHERE id > $1"     // within the limit
-	loadSlow    = "SELECT pg_sleep(0.04)"                                          // above per_query_limit once learned
+	loadSlow    = "SELECT pg_sleep(0.3)"                                           // overruns, then refused by per_query_limit
 	loadFrozen  = "SELECT count(*) FROM audit WHERE id > $1"                       // the zero limit's
 	loadUpdate  = "UPDATE orders SET note = $1 WHERE id = $2"
-	loadSlowWeb = "SELECT pg_sleep(0.04) FROM orders WHERE id = $1" // above the warn budget's limit
+	loadSlowWeb = "SELECT pg_sleep(0.04) FROM orders WHERE id = $1" // above the warn budget's limits
 	loadPoint   = "SELECT note FROM orders WHERE id = $1"
 )
 
-// loadTally is what the workers saw: statements that ran per app, refusals per budget/reason.
+// loadTally is what the workers saw: statements that ran per app (those cancelled past
+// max_duration apart), refusals per budget/reason.
 type loadTally struct {
 	mu      sync.Mutex
-	ran     map[string]int64 // app → statements that ran
+	ran     map[string]int64 // app → statements that ran to the end
+	overran map[string]int64 // app → statements cancelled past max_duration
 	refused map[string]int64 // budget/reason → refusals
 	errs    []error          // anything else
 }
@@ -79,6 +85,8 @@ func (l *loadTally) note(app string, err error) {
 	switch {
 	case err == nil:
 		l.ran[app]++
+	case errors.Is(err, driver.ErrOverrun):
+		l.overran[app]++
 	case errors.As(err, &be):
 		l.refused[be.Budget+"/"+be.Reason]++
 	default:
@@ -99,7 +107,8 @@ type statusLoad struct {
 // test machine's cores.
 func startStatusLoad(t *testing.T) *statusLoad {
 	t.Helper()
-	s := newTelSetup(t, loadRules,
+	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	s := newTelSetup(t, fmt.Sprintf(loadRules, until),
 		driver.WithTracerProvider(noop.NewTracerProvider()),
 		driver.WithLogger(slog.New(slog.NewTextHandler(&lockedBuffer{}, &slog.HandlerOptions{Level: slog.LevelError}))))
 	// The frozen budget refuses every statement on audit: make it without pgtraffic.
@@ -120,7 +129,8 @@ func startStatusLoad(t *testing.T) *statusLoad {
 	}
 	s.db.SetMaxOpenConns(12)
 	s.db.SetMaxIdleConns(12)
-	l := &statusLoad{s: s, tally: &loadTally{ran: map[string]int64{}, refused: map[string]int64{}}}
+	l := &statusLoad{s: s, tally: &loadTally{ran: map[string]int64{}, overran: map[string]int64{},
+		refused: map[string]int64{}}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg, warm sync.WaitGroup
@@ -282,7 +292,8 @@ func TestStatusConsoleUnderLoad(t *testing.T) {
 	snap := l.s.conn.Snapshot()
 	served := statusJSON(t, srv.URL+"/")
 	t.Logf("metric:  %s", sortedKeys(metric))
-	t.Logf("workers: ran %v, refused %s", l.tally.ran, sortedKeys(l.tally.refused))
+	t.Logf("workers: ran %v, cancelled past max_duration %v, refused %s", l.tally.ran, l.tally.overran,
+		sortedKeys(l.tally.refused))
 	if got := statusCounts(snap); !maps.Equal(got, metric) {
 		t.Errorf("Snapshot counts %s\nmetric %s", sortedKeys(got), sortedKeys(metric))
 	}
@@ -295,30 +306,46 @@ func TestStatusConsoleUnderLoad(t *testing.T) {
 		budgets[b.Name] = b
 	}
 	rep, ten, fro := budgets["reporting"], budgets["tenants"], budgets["frozen"]
-	// What the workers saw: every refusal is an enforce budget's, by its reason.
+	// What the workers saw. Every refusal is an enforce budget's, by its reason; a statement
+	// cancelled past max_duration was admitted, then counted as a block (reason max_duration).
+	// A statement that ran past the warn budget's max_duration was decided at admission, then
+	// warned about at its end (reason max_duration).
 	seen := map[string]int64{}
 	for _, b := range []driver.BudgetStatus{rep, fro} {
 		for r, n := range b.BlockedBy {
-			seen[b.Name+"/"+r] = int64(n)
+			if r != driver.ReasonMaxDuration {
+				seen[b.Name+"/"+r] = int64(n)
+			}
 		}
 	}
 	if !maps.Equal(seen, l.tally.refused) {
 		t.Errorf("refusals counted %s, seen by the workers %s", sortedKeys(seen), sortedKeys(l.tally.refused))
 	}
-	if got := int64(rep.Admitted + rep.Warned); got != l.tally.ran["reporting"] {
-		t.Errorf("reporting admitted %d and warned %d, but %d ran", rep.Admitted, rep.Warned, l.tally.ran["reporting"])
+	if n := int64(rep.BlockedBy[driver.ReasonMaxDuration]); n != l.tally.overran["reporting"] || n == 0 {
+		t.Errorf("reporting counted %d overruns, the workers saw %d (want some)", n, l.tally.overran["reporting"])
 	}
-	if got := int64(ten.Admitted + ten.Warned); got != l.tally.ran["web"] {
-		t.Errorf("tenants admitted %d and warned %d, but %d ran", ten.Admitted, ten.Warned, l.tally.ran["web"])
+	if got, ran := int64(rep.Admitted+rep.Warned), l.tally.ran["reporting"]+l.tally.overran["reporting"]; got != ran {
+		t.Errorf("reporting admitted %d and warned %d, but %d ran", rep.Admitted, rep.Warned, ran)
 	}
-	if ten.Blocked != 0 || ten.WarnedBy["per_query_limit"] < 2 || ten.WarnedBy["concurrency"] == 0 {
-		t.Errorf("warn budget %+v: want warnings by per_query_limit and concurrency, nothing blocked", ten)
+	if got, ran := int64(ten.Admitted+ten.Warned-ten.WarnedBy[driver.ReasonMaxDuration]), l.tally.ran["web"]; got != ran ||
+		l.tally.overran["web"] != 0 {
+		t.Errorf("tenants admitted %d and warned %d (%d past max_duration), but %d ran (%d cancelled)",
+			ten.Admitted, ten.Warned, ten.WarnedBy[driver.ReasonMaxDuration], ran, l.tally.overran["web"])
+	}
+	if ten.Blocked != 0 || ten.WarnedBy["per_query_limit"] < 2 || ten.WarnedBy["concurrency"] == 0 ||
+		ten.WarnedBy[driver.ReasonMaxDuration] < 2 {
+		t.Errorf("warn budget warned %v, blocked %v: want warnings by per_query_limit, concurrency and max_duration, nothing blocked",
+			ten.WarnedBy, ten.BlockedBy)
 	}
 	if rep.BlockedBy["per_query_limit"] < 2 || rep.BlockedBy["concurrency"] == 0 {
-		t.Errorf("enforce budget %+v: want refusals by per_query_limit and concurrency", rep)
+		t.Errorf("enforce budget blocked %v: want refusals by per_query_limit and concurrency", rep.BlockedBy)
 	}
 	if fro.Admitted != 0 || fro.Warned != 0 || fro.BlockedBy["concurrency"] < 2 || len(fro.BlockedBy) != 1 {
-		t.Errorf("zero-limit budget %+v: want concurrency refusals only", fro)
+		t.Errorf("zero-limit budget admitted %d, warned %v, blocked %v: want concurrency refusals only",
+			fro.Admitted, fro.WarnedBy, fro.BlockedBy)
+	}
+	if len(snap.RuleExpiries) != 1 || snap.RuleExpiries[0].Budget != "frozen" {
+		t.Errorf("rule expiries %+v: want the frozen rule's", snap.RuleExpiries)
 	}
 	// The summary line and the refusal groups add up to the budgets' counts.
 	if want := rep.Blocked + fro.Blocked; snap.Counters.Blocked != want {
