@@ -459,7 +459,7 @@ func statusConsoleInChromium(t *testing.T, url string) {
 	}
 
 	shot := filepath.Join(t.ArtifactDir(), "status-console.png")
-	runChromium(t, bin, url, "--screenshot="+shot, "--window-size=1200,1000")
+	runChromium(t, bin, url, "--screenshot="+shot, "--window-size=1200,1400")
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
