@@ -287,10 +287,13 @@ func statusHandler(snapshot func() Snapshot) http.Handler {
 }
 
 // chart is the points of a budget's history chart, for statusPage's inline SVG: counts per
-// interval on one scale, debt on its own (up to the bucket size), drawn where it was read.
+// interval on one scale, whose top the chart prints (Peak), and debt on its own (up to the
+// bucket size), drawn where it was read. A budget without a bucket has no debt line: its debt
+// never drains, so it would only climb.
 type chart struct {
 	W, H                            int
 	Label                           string
+	Peak                            uint64 // the most decisions of a kind in one interval
 	Admitted, Warned, Blocked, Debt string // SVG polyline points
 }
 
@@ -303,8 +306,11 @@ func budgetChart(b BudgetStatus) chart {
 	top, debtTop := uint64(1), b.Burst
 	for _, h := range b.History {
 		top = max(top, h.Admitted, h.Warned, h.Blocked)
-		debtTop = max(debtTop, h.Debt)
+		if b.Burst > 0 {
+			debtTop = max(debtTop, h.Debt)
+		}
 	}
+	c.Peak = top
 	x := func(i int) float64 { return float64(i)*float64(c.W-2)/float64(n-1) + 1 }
 	y := func(v, top float64) float64 { return float64(c.H-2) - v/top*float64(c.H-4) + 1 }
 	var pts [4]strings.Builder
@@ -317,8 +323,10 @@ func budgetChart(b BudgetStatus) chart {
 		}
 	}
 	c.Admitted, c.Warned, c.Blocked, c.Debt = pts[0].String(), pts[1].String(), pts[2].String(), pts[3].String()
-	c.Label = fmt.Sprintf("last %d intervals: at most %d decisions of a kind per interval; debt up to %s",
-		n, top, time.Duration(debtTop*float64(time.Second)).Round(time.Millisecond))
+	c.Label = fmt.Sprintf("last %d intervals: at most %d decisions of a kind per interval", n, top)
+	if debtTop > 0 {
+		c.Label += "; debt up to " + time.Duration(debtTop*float64(time.Second)).Round(time.Millisecond).String()
+	}
 	return c
 }
 
@@ -345,8 +353,8 @@ body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin-bottom:2em}
 th,td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}
 th{background:#f4f4f4} td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.empty{color:#888;font-style:italic} td.reasons{font-size:12px;color:#555}
-svg.chart{background:#fafafa;border:1px solid #ddd;display:block}
+td.empty{color:#888;font-style:italic} td.reasons{font-size:12px;color:#555;white-space:nowrap}
+svg.chart{background:#fafafa;border:1px solid #ddd;display:block} svg.chart text{font-size:10px;fill:#666}
 .admitted{stroke:#2a7d2a} .warned{stroke:#e0a000} .blocked{stroke:#d9534f} .debt{stroke:#3060c0;stroke-dasharray:3 2}
 .legend span{font-size:12px;margin-right:1em} .legend b{display:inline-block;width:12px;height:3px;vertical-align:middle;margin-right:3px}
 code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline-block}
@@ -357,11 +365,11 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <h2>Budgets</h2>
 <p class="legend"><span><b style="background:#2a7d2a"></b>admitted</span><span><b style="background:#e0a000"></b>warned</span><span><b style="background:#d9534f"></b>blocked</span><span><b style="background:#3060c0"></b>debt (when read)</span> per 10 s, last 5 min</p>
 <table id="budgets"><tr><th>budget</th><th>mode</th><th>debt</th><th>bucket</th><th>in flight</th><th>keys</th><th>admitted</th><th>warned</th><th>blocked</th><th>by reason</th><th>last 5 min</th></tr>
-{{range .Budgets}}<tr data-budget="{{.Name}}"><td class="name">{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{ms .Debt}}</td>
+{{range .Budgets}}<tr data-budget="{{.Name}}"><td class="name">{{.Name}}</td><td>{{.Mode}}</td><td class="n">{{if .Burst}}{{ms .Debt}}{{end}}</td>
 <td>{{if .Burst}}<span class="bar" title="fullest key: {{ms .MaxDebt}} of {{ms .Burst}}"><span style="width:{{pct .MaxDebt .Burst}}%"></span></span>{{end}}</td>
 <td class="n">{{.InFlight}}</td><td class="n">{{.Keys}}</td><td class="n admitted">{{.Admitted}}</td><td class="n warned">{{.Warned}}</td><td class="n blocked">{{.Blocked}}</td>
 <td class="reasons">{{range $r, $n := .BlockedBy}}<span class="blocked-by" data-reason="{{$r}}">blocked {{$r}}: {{$n}}</span><br>{{end}}{{range $r, $n := .WarnedBy}}<span class="warned-by" data-reason="{{$r}}">warned {{$r}}: {{$n}}</span><br>{{end}}</td>
-<td>{{with chart .}}<svg class="chart" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="{{.Label}}"><title>{{.Label}}</title>
+<td>{{with chart .}}<svg class="chart" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="{{.Label}}"><title>{{.Label}}</title><text class="peak" x="4" y="11">max {{.Peak}}</text>
 <polyline class="admitted" fill="none" stroke-width="1.5" points="{{.Admitted}}"/><polyline class="warned" fill="none" stroke-width="1.5" points="{{.Warned}}"/><polyline class="blocked" fill="none" stroke-width="1.5" points="{{.Blocked}}"/>{{if .Debt}}<polyline class="debt" fill="none" stroke-width="1.5" points="{{.Debt}}"/>{{end}}</svg>{{end}}</td></tr>
 {{else}}<tr><td class="empty" colspan="11">no budgets in force</td></tr>
 {{end}}</table>
@@ -369,11 +377,6 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <table id="shared"><tr><th>budget</th><th>lease rate</th><th>lease bucket</th><th>slots held</th><th>partitions</th><th>global debt</th><th>instances</th><th>Redis</th></tr>
 {{range .Budgets}}{{if .Shared}}<tr><td class="name">{{.Name}}</td><td class="n">{{printf "%.3g" .Shared.Rate}}/s</td><td class="n">{{ms .Shared.Burst}}</td><td class="n">{{.Shared.Slots}}</td><td class="n">{{.Shared.Partitions}}</td><td class="n">{{ms .Shared.GlobalDebt}}</td><td class="n">{{.Shared.Instances}}</td><td>{{if .Shared.Fallback}}unreachable: fallback share{{else}}in sync{{end}}</td></tr>
 {{end}}{{end}}</table>{{end}}
-<h2>Hottest patterns</h2>
-<table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
-{{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
-{{else}}<tr><td class="empty" colspan="5">no costed statements yet</td></tr>
-{{end}}</table>
 <h2>Recent refusals</h2>
 <table id="blocks"><tr><th>last</th><th>first</th><th>count</th><th>budget</th><th>decision</th><th>reason</th><th>fingerprint</th><th>query (normalised)</th></tr>
 {{range .RecentBlocks}}<tr class="group"><td>{{.At.Format "15:04:05.000"}}</td><td>{{.First.Format "15:04:05.000"}}</td><td class="n count">{{.Count}}</td><td class="budget">{{.Budget}}</td><td class="decision">{{.Decision}}</td><td class="reason">{{.Reason}}</td><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td></tr>
@@ -388,6 +391,11 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <table id="rule-expiries"><tr><th>budget</th><th>rule</th><th>until</th></tr>
 {{range .RuleExpiries}}<tr><td>{{.Budget}}</td><td><code>{{.Rule}}</code></td><td>{{.Until.Format "2006-01-02 15:04:05 MST"}}</td></tr>
 {{else}}<tr><td class="empty" colspan="3">none</td></tr>
+{{end}}</table>
+<h2>Hottest patterns</h2>
+<table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
+{{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
+{{else}}<tr><td class="empty" colspan="5">no costed statements yet</td></tr>
 {{end}}</table>
 <h2>Counters</h2>
 <table id="counters">

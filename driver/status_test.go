@@ -225,3 +225,33 @@ func TestSnapshotFinite(t *testing.T) {
 		t.Fatalf("status %d, decode: %v", resp.StatusCode, err)
 	}
 }
+
+// A budget's chart prints its scale (the most decisions of a kind in one interval) and draws
+// debt only for a budget with a bucket: without one, debt never drains.
+func TestStatusChart(t *testing.T) {
+	history := make([]SampleStatus, 30)
+	for i := range history {
+		history[i] = SampleStatus{Debt: 0.5, DebtRead: true}
+	}
+	history[28].Blocked, history[29].Admitted = 2445, 7
+	for _, tt := range []struct {
+		burst    float64
+		wantDebt bool
+	}{{0, false}, {1, true}} {
+		c := budgetChart(BudgetStatus{Burst: tt.burst, History: history})
+		if c.Peak != 2445 {
+			t.Errorf("burst %v: peak %d, want 2445", tt.burst, c.Peak)
+		}
+		if (c.Debt != "") != tt.wantDebt || strings.Contains(c.Label, "debt") != tt.wantDebt {
+			t.Errorf("burst %v: debt points %q, label %q; want a debt line: %v", tt.burst, c.Debt, c.Label, tt.wantDebt)
+		}
+	}
+	var page strings.Builder
+	if err := statusPage.Execute(&page, Snapshot{Budgets: []BudgetStatus{{Name: "b", Debt: 7.5, History: history}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), `<text class="peak" x="4" y="11">max 2445</text>`) ||
+		strings.Contains(page.String(), "7.5s") {
+		t.Errorf("page: want the chart's scale and no debt for a budget without a bucket:\n%s", page.String())
+	}
+}

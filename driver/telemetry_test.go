@@ -79,16 +79,25 @@ func (l *telLog) String() string {
 	return l.buf.String()
 }
 
-// telSent records the statement texts the fake connection received.
+// telSent records the statement texts the fake connection received, and the contexts it
+// received them under.
 type telSent struct {
-	mu    sync.Mutex // protects texts
+	mu    sync.Mutex // protects texts and ctxs
 	texts []string
+	ctxs  []context.Context
 }
 
-func (s *telSent) add(q string) {
+func (s *telSent) add(ctx context.Context, q string) {
 	s.mu.Lock()
 	s.texts = append(s.texts, q)
+	s.ctxs = append(s.ctxs, ctx)
 	s.mu.Unlock()
+}
+
+func (s *telSent) contexts() []context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ctxs)
 }
 
 func (s *telSent) all() []string {
@@ -133,16 +142,16 @@ func (c *telConn) Ping(context.Context) error               { return nil }
 func (c *telConn) ResetSession(context.Context) error       { return nil }
 func (c *telConn) CheckNamedValue(*driver.NamedValue) error { return nil }
 
-func (c *telConn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	c.sent.add(query)
+func (c *telConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c.sent.add(ctx, query)
 	if err := telAnswer(query, args); err != nil {
 		return nil, err
 	}
 	return driver.RowsAffected(1), nil
 }
 
-func (c *telConn) QueryContext(_ context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	c.sent.add(query)
+func (c *telConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.sent.add(ctx, query)
 	if err := telAnswer(query, args); err != nil {
 		return nil, err
 	}

@@ -215,9 +215,7 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 			if d.Reason == ReasonHealth {
 				o.bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
 			}
-			x := &b.Execs[o.stmt]
-			e.recordBlock(now, d, x.Pattern)
-			e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
+			e.refuseBatch(now, b, o, d)
 			return d
 		}
 		select {
@@ -234,6 +232,11 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	for k := n; k < len(b.holds); k++ {
 		o, r := b.owners[k], b.holds[k]
 		x := &b.Execs[o.stmt]
+		if d := o.bs.closedDenial(st, o.rule, x); d != nil {
+			o.bs.b.CountWarned()
+			x.warnBudget(e, o.bs.name, d)
+			continue
+		}
 		if d := e.healthDenial(st, o.bs, o.rule, x, now); d != nil {
 			o.bs.b.CountWarned()
 			x.warnBudget(e, o.bs.name, d)
@@ -256,13 +259,45 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	return nil
 }
 
-// admitBatchAt checks the health of b's n enforce budgets and admits their requests
-// (b.holds[:n], which hold nothing yet) at now, all or nothing. On a denial it returns the
-// denying request's owner, the denial and the wait before a retry could fit (0 when none can).
+// refuseBatch records that d, of o's budget, refuses every statement of b at now: each is one
+// block of the budget, in its counts and in the recent refusals, as the observer counts each
+// (Batch.refused).
+func (e *Engine) refuseBatch(now time.Time, b *Batch, o batchOwner, d *Denial) {
+	for i := range b.Execs {
+		o.bs.b.Count(now, budget.Blocked, d.Reason)
+		e.recordBlock(now, d, b.Execs[i].Pattern)
+	}
+	e.logDecision(d.Budget, DecisionBlock, d, b.Execs[o.stmt].Pattern)
+}
+
+// admitBatchAt checks b's n enforce budgets as admit does a statement's (health, a zero limit,
+// a quarantined pattern of any statement) and admits their requests (b.holds[:n], which hold
+// nothing yet) at now, all or nothing. On a denial it returns the denying request's owner (for
+// a quarantine, the budget with the quarantined statement), the denial and the wait before a
+// retry could fit (0 when none can).
 func (e *Engine) admitBatchAt(st *compiled, b *Batch, n int, now time.Time) (batchOwner, *Denial, time.Duration) {
 	for _, o := range b.owners[:n] {
 		if d := e.healthDenial(st, o.bs, o.rule, &b.Execs[o.stmt], now); d != nil {
 			return o, d, d.RetryAfter
+		}
+	}
+	for _, o := range b.owners[:n] {
+		if d := o.bs.closedDenial(st, o.rule, &b.Execs[o.stmt]); d != nil {
+			o.bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
+			return o, d, 0
+		}
+	}
+	for i, rt := range b.routes {
+		if rt == nil || !rt.quarantine {
+			continue
+		}
+		for j, bi := range rt.budgets {
+			if bs := st.budgets[bi]; bs.mode == modeEnforce {
+				if d := e.quarantineDenial(st, bs, rt.ruleOf[j], &b.Execs[i], now); d != nil {
+					bs.b.CountBlocked() // as for a closed budget: refused at once, not retried
+					return batchOwner{bs: bs, rule: rt.ruleOf[j], stmt: i}, d, 0
+				}
+			}
 		}
 	}
 	if n == 0 {

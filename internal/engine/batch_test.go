@@ -211,3 +211,103 @@ rules:
 		t.Fatalf("after a panic: a %d engine %d", a, e.InFlight())
 	}
 }
+
+// blockCounter is an observer that counts the statements it is told were blocked.
+type blockCounter struct {
+	recObserver
+	blocked int
+}
+
+func (c *blockCounter) Blocked(ctx context.Context, x *Exec, err error) {
+	c.blocked++
+	c.recObserver.Blocked(ctx, x, err)
+}
+
+func decisionsOf(t *testing.T, e *Engine, name string) (admitted, blocked uint64, by map[string]uint64) {
+	t.Helper()
+	for _, b := range e.Budgets() {
+		if b.Name == name {
+			return b.Decisions.Admitted, b.Decisions.Blocked, b.Decisions.BlockedBy
+		}
+	}
+	t.Fatalf("no budget %q", name)
+	return 0, 0, nil
+}
+
+// TestBatchRefusalCountsEachStatement: a refused batch is one block per statement in the
+// refusing budget's counts and in the recent refusals, as the observer is told of each.
+func TestBatchRefusalCountsEachStatement(t *testing.T) {
+	obs := &blockCounter{}
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: a, match: {app: x}}
+`, func(o *Options) { o.Observer = obs })
+	ctx := tagging.With(context.Background(), "app", "x")
+	hold, err := begin(e, ctx, "select 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	if d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select 1", "select 2", "select * from t"}, nil)); d.Reason != ReasonConcurrency {
+		t.Fatalf("denial %+v", d)
+	}
+	hold.Finish(ctx, nil)
+	admitted, blocked, by := decisionsOf(t, e, "a")
+	if obs.blocked != 3 || admitted != 1 || blocked != 3 || by[ReasonConcurrency] != 3 {
+		t.Errorf("observer told of %d blocks; budget admitted %d, blocked %d %v: want 3 blocks in both", obs.blocked,
+			admitted, blocked, by)
+	}
+	var groups uint64
+	for _, g := range e.RecentBlocks() {
+		groups += g.Count
+	}
+	if groups != 3 || e.Stats().Blocked.Load() != 3 {
+		t.Errorf("recent refusals %d, blocks recorded %d: want 3", groups, e.Stats().Blocked.Load())
+	}
+}
+
+// TestBatchZeroLimitAndQuarantine: a zero limit refuses a batch with a statement it selects
+// (in warn mode, warns), and a quarantined pattern refuses the batch it is in, as each refuses
+// the statement alone.
+func TestBatchZeroLimitAndQuarantine(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: frozen, mode: enforce, max_concurrent: 0}
+  - {name: closedwarn, mode: warn, server_share: 0}
+  - {name: r, mode: enforce, max_duration: 300ms, quarantine: {after: 1, for: 30s}}
+rules:
+  - {budget: frozen, match: {table: audit}}
+  - {budget: closedwarn, match: {table: notes}}
+  - {budget: r, match: {app: r}}
+`)
+	ctx := context.Background()
+	var b Batch
+	d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select 1", "select * from audit"}, nil))
+	if d.Budget != "frozen" || d.Reason != ReasonConcurrency {
+		t.Errorf("zero limit: denial %+v", d)
+	}
+	if _, blocked, _ := decisionsOf(t, e, "frozen"); blocked != 2 {
+		t.Errorf("frozen blocked %d, want 2", blocked)
+	}
+
+	if err := e.BeginBatch(ctx, &b, nil, []string{"select * from notes", "select 2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if x := &b.Execs[0]; x.Decision != DecisionWarn || x.Reason != ReasonBudget {
+		t.Errorf("warn zero limit: statement 0 %s %s, want a budget warning", x.Decision, x.Reason)
+	}
+	b.Finish(ctx, nil)
+
+	rctx := tagging.With(ctx, "app", "r")
+	overrun(t, e, clk, rctx, "select pg_sleep(5)")
+	d = denial(t, e.BeginBatch(rctx, &b, nil, []string{"select 1", "select pg_sleep(5)"}, nil))
+	if d.Budget != "r" || d.Reason != ReasonQuarantine || d.RetryAfter <= 0 {
+		t.Errorf("quarantine: denial %+v", d)
+	}
+	if err := e.BeginBatch(rctx, &b, nil, []string{"select 1", "select 2"}, nil); err != nil {
+		t.Fatalf("a batch without the quarantined pattern: %v", err)
+	}
+	b.Finish(rctx, nil)
+}
