@@ -17,6 +17,16 @@ func overrunContext(ctx context.Context, x *engine.Exec) (context.Context, conte
 	return context.WithDeadlineCause(ctx, x.Start().Add(x.MaxDuration), ErrOverrun)
 }
 
+// batchOverrunContext is overrunContext for an admitted batch: ctx bounded by the batch's
+// smallest max_duration (engine.Batch.Deadline), its results included.
+func batchOverrunContext(ctx context.Context, b *engine.Batch) (context.Context, context.CancelFunc) {
+	d, ok := b.Deadline()
+	if !ok {
+		return ctx, nil
+	}
+	return context.WithDeadlineCause(ctx, d, ErrOverrun)
+}
+
 // overran returns err, the error of a statement run under qctx (from overrunContext), as an
 // error that also matches ErrOverrun when qctx's max_duration is what ended it.
 func overran(qctx context.Context, err error) error {

@@ -33,14 +33,15 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 		}
 		return pgx.FailedBatchResults(b, blocked(err))
 	}
-	w := &pgxBatch{run: r, b: eb, ctx: ctx, release: release, errs: make([]error, len(queries))}
+	qctx, cancel := batchOverrunContext(ctx, eb) // max_duration: its results are read under qctx
+	w := &pgxBatch{run: r, b: eb, ctx: ctx, qctx: qctx, cancel: cancel, release: release, errs: make([]error, len(queries))}
 	sent := false
 	defer func() {
 		if !sent {
 			w.end(errPanicked) // pgx's SendBatch panicked
 		}
 	}()
-	w.BatchResults = q.SendBatch(ctx, b)
+	w.BatchResults = q.SendBatch(qctx, b)
 	sent = true
 	if t := w.BatchResults.Tx(); t != nil {
 		// The batch began a transaction (pgx.Batch.BeginTx): as under pgxpool, the connection
@@ -59,6 +60,8 @@ type pgxBatch struct {
 	run     *runner
 	b       *engine.Batch // nil once ended
 	ctx     context.Context
+	qctx    context.Context // what it runs under: ctx, or ctx with max_duration (batchOverrunContext)
+	cancel  func()          // releases qctx's timer; nil without max_duration
 	release func()
 	tx      *pgxTx  // the transaction the batch began; nil if none
 	errs    []error // each statement's outcome as its result was read, for its span
@@ -75,17 +78,33 @@ func (w *pgxBatch) note(err error) {
 	w.next++
 }
 
+// Each error matches ErrOverrun when max_duration cancelled the batch.
+
 func (w *pgxBatch) Exec() (pgconn.CommandTag, error) {
 	tag, err := w.BatchResults.Exec()
+	err = overran(w.qctx, err)
 	w.note(err)
 	return tag, err
 }
 
 func (w *pgxBatch) Query() (pgx.Rows, error) {
 	rows, err := w.BatchResults.Query()
+	err = overran(w.qctx, err)
 	w.note(err)
+	if w.cancel != nil {
+		rows = &batchRows{Rows: rows, qctx: w.qctx}
+	}
 	return rows, err
 }
+
+// batchRows are the rows of a batch run under max_duration: pgx's, with an error that matches
+// ErrOverrun when the bound cancelled them.
+type batchRows struct {
+	pgx.Rows
+	qctx context.Context
+}
+
+func (r *batchRows) Err() error { return overran(r.qctx, r.Rows.Err()) }
 
 func (w *pgxBatch) QueryRow() pgx.Row {
 	rows, err := w.Query()
@@ -97,7 +116,7 @@ func (w *pgxBatch) QueryRow() pgx.Row {
 func (w *pgxBatch) Close() (err error) {
 	err = errPanicked
 	defer func() { w.end(err) }()
-	err = w.BatchResults.Close()
+	err = overran(w.qctx, w.BatchResults.Close())
 	return err
 }
 
@@ -110,6 +129,9 @@ func (w *pgxBatch) end(err error) {
 	}
 	w.b = nil
 	defer func() {
+		if w.cancel != nil {
+			w.cancel()
+		}
 		if w.release != nil {
 			w.release()
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -13,7 +15,7 @@ import (
 // TestPoolMaxDuration: the pgx-native pool cancels a statement past its budget's max_duration,
 // an Exec and a query whose rows are still being read alike, and leaves others alone.
 func TestPoolMaxDuration(t *testing.T) {
-	p, _ := openPool(t, `
+	p, dsn := openPool(t, `
 budgets:
   - {name: bounded, mode: enforce, max_duration: 300ms}
 rules:
@@ -43,6 +45,32 @@ rules:
 		rows.Close()
 	}
 	check("rows", err, time.Since(start))
+
+	// A batch runs under its statements' smallest bound, its results included. The server sends
+	// a pipelined batch's results at its end, so the first result waits for the sleep too.
+	start = time.Now()
+	b := &pgx.Batch{}
+	b.Queue("select 1")
+	b.Queue("select pg_sleep(5)")
+	br := p.SendBatch(reports, b)
+	_, err = br.Exec()
+	_, err2 := br.Exec()
+	err3 := br.Close()
+	check("batch", err, time.Since(start))
+	check("batch's second result", err2, time.Since(start))
+	check("batch's Close", err3, time.Since(start))
+	if n := poolBudget(t, p, "bounded").BlockedBy["max_duration"]; n != 4 {
+		// exec, rows, and the batch's two statements
+		t.Errorf("max_duration blocks counted: %d, want 4", n)
+	}
+	raw := openRaw(t, dsn)
+	var n int
+	if !eventually(2*time.Second, func() bool {
+		err := raw.QueryRowContext(ctx, "select count(*) from pg_stat_activity where state = 'active' and query like '%pg_sleep%' and pid <> pg_backend_pid()").Scan(&n)
+		return err == nil && n == 0
+	}) {
+		t.Errorf("%d backends still running pg_sleep after the overruns", n)
+	}
 
 	// Within the bound, and of no budget: untouched.
 	if _, err := p.Exec(reports, "select pg_sleep(0.01)"); err != nil {

@@ -141,7 +141,8 @@ type Budget struct {
 	// they are closed: past it an enforce budget cancels the statement on the server (as a
 	// context deadline does) and its error matches the driver's ErrOverrun and
 	// context.DeadlineExceeded; a warn budget only warns. With several budgets the smallest
-	// bound applies. Zero: no bound.
+	// bound applies; a pgx batch runs under the smallest bound of its statements, from its
+	// admission to the close of its results. Zero: no bound.
 	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`
 
 	// Quarantine, when set, refuses for a while the patterns that keep overrunning: see

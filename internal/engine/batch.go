@@ -19,7 +19,10 @@ import (
 // connection). An admitted batch holds its slots until its results are closed.
 //
 // The statements of a batch run pipelined, so their times are not measured apart: the budgets
-// are trued up to the batch's time, and the cost model does not train on them. A batch does
+// are trued up to the batch's time, and the cost model does not train on them. The batch runs
+// under the smallest max_duration of its statements' enforce budgets (Batch.Deadline); when it
+// is cancelled, each statement with a bound counts as its budget's max_duration block, and a
+// strike where its budget has a quarantine. A batch does
 // not take part in the unknown-cost reservation of single statements: its statements are predicted from
 // what is known.
 
@@ -124,8 +127,17 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queri
 	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
-		if rt := b.routes[i]; rt != nil && len(x.Budgets) > 0 {
-			e.decisions(st, x, rt)
+		if rt := b.routes[i]; rt != nil {
+			x.start = b.start // max_duration runs from the admission, as the batch's time does
+			if rt.bound > 0 || rt.warnBound > 0 {
+				x.bind(st, rt)
+			}
+			if rt.quarantine {
+				x.noteQuarantinable(st, rt)
+			}
+			if len(x.Budgets) > 0 {
+				e.decisions(st, x, rt)
+			}
 		}
 		if x.Observed {
 			e.obs.Started(ctx, x)
@@ -382,13 +394,37 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	for i := range b.Execs {
 		x := &b.Execs[i]
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		}
+		overran := false
+		if x.bound != nil || x.warnBound != nil {
+			overran = e.overran(x, err, took, now)
+		}
+		if overran && len(x.quarantinable) > 0 {
+			// The batch's statements are not timed apart, so only a cancellation strikes: a
+			// per_query_limit strike would judge each statement by the whole batch's time.
+			e.strikes(x, true, 0, now)
+		}
 		if x.Wants&(WantSpans|WantDuration) != 0 {
-			var err error
-			if i < len(errs) {
-				err = errs[i]
-			}
 			e.obs.Finished(ctx, x, err, took)
 		}
 		x.Span = nil
 	}
+}
+
+// Deadline is when the admitted batch's smallest max_duration ends, counted from its admission;
+// ok is false when none of its enforce budgets has one. The front end runs the batch, its
+// results included, under a context with this deadline and ErrOverrun as its cause, as it runs
+// a statement (Result.MaxDuration).
+func (b *Batch) Deadline() (deadline time.Time, ok bool) {
+	for i := range b.Execs {
+		if x := &b.Execs[i]; x.MaxDuration > 0 {
+			if d := x.start.Add(x.MaxDuration); !ok || d.Before(deadline) {
+				deadline, ok = d, true
+			}
+		}
+	}
+	return deadline, ok
 }

@@ -136,11 +136,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.bind(st, rt)
 	}
 	if rt.quarantine {
-		for _, bi := range rt.budgets {
-			if bs := st.budgets[bi]; bs.quarantine != nil {
-				x.quarantinable = append(x.quarantinable, bs)
-			}
-		}
+		x.noteQuarantinable(st, rt)
 	}
 	e.decisions(st, x, rt)
 	return slow || waited, nil

@@ -246,6 +246,16 @@ func (e *Engine) quarantineDenial(st *compiled, bs *budgetState, rule int, x *Ex
 		Limit: "quarantined until " + until.UTC().Format(time.RFC3339), RetryAfter: until.Sub(now)}
 }
 
+// noteQuarantinable records, for admitted x, its budgets of rt that have a quarantine: the
+// budgets whose strikes its Finish counts.
+func (x *Exec) noteQuarantinable(st *compiled, rt *route) {
+	for _, bi := range rt.budgets {
+		if bs := st.budgets[bi]; bs.quarantine != nil {
+			x.quarantinable = append(x.quarantinable, bs)
+		}
+	}
+}
+
 // strikes counts x's overruns at its Finish at now, which took took: in its bound's budget
 // when it was cancelled, and in each budget with a quarantine whose per_query_limit it
 // exceeded.
