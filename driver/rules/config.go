@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
 // Config is a complete rules file: how much the server can take, which budgets exist, which
@@ -63,12 +65,13 @@ const (
 	ExplainCall    = "call"    // every execution
 )
 
-// Health metrics that [Budget.ThrottleWhen] may name.
+// Health metrics that [Budget.ThrottleWhen] may name. Their one definition is internal (the
+// sampler shares it); these are the names to use in code.
 const (
-	MetricActiveQueries  = "active_queries"  // backends active in pg_stat_activity
-	MetricReplicationLag = "replication_lag" // seconds; a duration such as "5s" in a file
-	MetricInFlight       = "in_flight"       // this connector's own queries in flight
-	CustomMetricPrefix   = "custom."         // custom.<name>, a query in Config.HealthQueries
+	MetricActiveQueries  = healthmetric.ActiveQueries  // backends active in pg_stat_activity
+	MetricReplicationLag = healthmetric.ReplicationLag // seconds; a duration such as "5s" in a file
+	MetricInFlight       = healthmetric.InFlight       // this connector's own queries in flight
+	CustomMetricPrefix   = healthmetric.CustomPrefix   // custom.<name>, a query in Config.HealthQueries
 )
 
 // Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —

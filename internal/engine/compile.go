@@ -39,15 +39,15 @@ const (
 
 func parseMode(m rules.Mode) mode {
 	switch m {
-	case "enforce":
+	case rules.ModeEnforce:
 		return modeEnforce
-	case "off":
+	case rules.ModeOff:
 		return modeOff
 	}
 	return modeWarn
 }
 
-var modeNames = [...]string{modeWarn: "warn", modeEnforce: "enforce", modeOff: "off"}
+var modeNames = [...]string{modeWarn: string(rules.ModeWarn), modeEnforce: string(rules.ModeEnforce), modeOff: string(rules.ModeOff)}
 
 func (m mode) String() string { return modeNames[m] }
 
@@ -62,9 +62,9 @@ const (
 
 func parseExplain(s string) explainMode {
 	switch s {
-	case "pattern":
+	case rules.ExplainPattern:
 		return explainPattern
-	case "call":
+	case rules.ExplainCall:
 		return explainCall
 	}
 	return explainAuto
@@ -240,7 +240,7 @@ func healthMetrics(cfg *rules.Config) []string {
 			continue
 		}
 		for k := range b.ThrottleWhen {
-			if k != "in_flight" && !slices.Contains(out, k) {
+			if k != rules.MetricInFlight && !slices.Contains(out, k) {
 				out = append(out, k)
 			}
 		}
@@ -250,7 +250,7 @@ func healthMetrics(cfg *rules.Config) []string {
 }
 
 func formatThreshold(metric string, value, threshold float64) string {
-	if metric == "replication_lag" {
+	if metric == rules.MetricReplicationLag {
 		return fmt.Sprintf("%s=%s, threshold %s", metric,
 			time.Duration(value*float64(time.Second)).Round(time.Millisecond),
 			time.Duration(threshold*float64(time.Second)).Round(time.Millisecond))

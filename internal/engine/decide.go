@@ -363,7 +363,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	}
 	sampler := e.sampler()
 	if sampler == nil {
-		if _, ok := bs.throttle["in_flight"]; !ok || len(bs.throttle) != 1 {
+		if _, ok := bs.throttle[rules.MetricInFlight]; !ok || len(bs.throttle) != 1 {
 			return nil
 		}
 		sampler = localOnly
