@@ -7,7 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+)
+
+// Defaults of [Config.ServerCores] and [Config.HealthInterval].
+const (
+	DefaultServerCores    = 1
+	DefaultHealthInterval = healthmetric.DefaultInterval
 )
 
 // Config is a complete rules file: how much the server can take, which budgets exist, which
@@ -301,10 +308,10 @@ func (c *Config) WithDefaults() *Config {
 // fillDefaults does the work of WithDefaults in place.
 func (c *Config) fillDefaults() {
 	if c.ServerCores == 0 {
-		c.ServerCores = 1
+		c.ServerCores = DefaultServerCores
 	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = Duration(time.Second)
+		c.HealthInterval = Duration(DefaultHealthInterval)
 	}
 	c.HealthQueries = nilIfEmpty(c.HealthQueries)
 	if len(c.Budgets) == 0 {
@@ -335,9 +342,10 @@ func (c *Config) fillDefaults() {
 	c.coordinationDefaults()
 }
 
-// defaultBurst is share × cores × 1s, at least 1ns so that a tiny share still has a bucket.
+// defaultBurst is share × cores × 1s (the budget's [budget.DefaultBurstWindow]), at least 1ns
+// so that a tiny share still has a bucket.
 func defaultBurst(share, cores float64) Duration {
-	d := math.Round(share * cores * float64(time.Second))
+	d := math.Round(share * cores * float64(budget.DefaultBurstWindow))
 	switch {
 	case d < 1:
 		return 1

@@ -130,14 +130,11 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 // compile builds the immutable state of cfg. e.life.mu must be held (it updates
 // e.life.budgets).
 func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
-	cores := cfg.ServerCores
-	if cores <= 0 {
-		cores = 1
-	}
+	cores := serverCores(cfg)
 	e.life.gen++
 	c := &compiled{gen: e.life.gen, healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
-		c.healthInterval = time.Second
+		c.healthInterval = rules.DefaultHealthInterval
 	}
 	// Sized up front: a config may hold a budget per tenant.
 	index := make(map[string]int, len(cfg.Budgets))
@@ -230,6 +227,15 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	e.life.budgets = keep
 	e.quarantined.configure(cfg.Budgets)
 	return c, nil
+}
+
+// serverCores is cfg's server_cores, or its default when cfg leaves it out: a Config built in
+// code is validated but not given its defaults.
+func serverCores(cfg *rules.Config) float64 {
+	if cfg.ServerCores > 0 {
+		return cfg.ServerCores
+	}
+	return rules.DefaultServerCores
 }
 
 // healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).

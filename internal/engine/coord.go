@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -68,10 +67,7 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 		co.c.Start()
 		e.coordinator.Store(co.c)
 	}
-	// A partition without credit is told to retry when its first lease is due (the
-	// coordinator syncs a new partition a tenth of an interval after the last sync).
-	retry := min(cmp.Or(time.Duration(co.section.SyncInterval), coord.DefaultInterval)/10, 100*time.Millisecond)
-	cores := max(cfg.ServerCores, 1)
+	cores := serverCores(cfg)
 	keep := map[string]bool{}
 	for i := range cfg.Budgets {
 		rb := &cfg.Budgets[i]
@@ -90,7 +86,8 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 			continue
 		}
 		h := co.c.Register(spec, b)
-		b.SetShared(now, h.Kick, retry)
+		// A partition without credit is told to retry when its first lease is due.
+		b.SetShared(now, h.Kick, co.c.FirstLeaseIn())
 		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec}
 	}
 	for name, s := range co.shared {
