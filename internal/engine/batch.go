@@ -212,8 +212,9 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 			deadline = b.start.Add(o.bs.maxWait)
 		}
 		if o.bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
-			if d.Reason == ReasonHealth {
-				o.bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
+			// Every statement is refused by o's budget, and its observer told so: count each.
+			for range b.Execs {
+				o.bs.b.Count(now, budget.Blocked, d.Reason)
 			}
 			x := &b.Execs[o.stmt]
 			e.recordBlock(now, d, x.Pattern)
@@ -235,7 +236,6 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		o, r := b.owners[k], b.holds[k]
 		x := &b.Execs[o.stmt]
 		if d := e.healthDenial(st, o.bs, o.rule, x, now); d != nil {
-			o.bs.b.CountWarned()
 			x.warnBudget(e, o.bs.name, d)
 			continue
 		}
