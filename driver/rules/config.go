@@ -11,7 +11,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
-// Defaults of [Config.ServerCores] and [Config.HealthInterval].
+// Defaults of [Config.ServerCores] and [Config.HealthInterval] (1 and 1s), which
+// [Config.WithDefaults] makes explicit. The health interval is the sampler's own default.
 const (
 	DefaultServerCores    = 1
 	DefaultHealthInterval = healthmetric.DefaultInterval
