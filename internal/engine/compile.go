@@ -47,7 +47,11 @@ func parseMode(m rules.Mode) mode {
 	return modeWarn
 }
 
-var modeNames = [...]string{modeWarn: string(rules.ModeWarn), modeEnforce: string(rules.ModeEnforce), modeOff: string(rules.ModeOff)}
+var modeNames = [...]string{
+	modeWarn:    string(rules.ModeWarn),
+	modeEnforce: string(rules.ModeEnforce),
+	modeOff:     string(rules.ModeOff),
+}
 
 func (m mode) String() string { return modeNames[m] }
 
