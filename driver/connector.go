@@ -123,7 +123,7 @@ func NewConnectorFromConfig(cfg *pgx.ConnConfig, opts ...Option) (*Connector, er
 // buildOptions applies opts over the defaults; fromEnv: the rules file named by PGTRAFFIC_RULES
 // comes first, so that an option can replace it.
 func buildOptions(opts []Option, fromEnv bool) options {
-	o := defaultOptions()
+	var o options
 	if fromEnv {
 		if path := os.Getenv(EnvRules); path != "" {
 			o.rulesFile = path

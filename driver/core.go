@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
 // core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
@@ -35,7 +36,7 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	if healthConfig.RuntimeParams == nil {
 		healthConfig.RuntimeParams = map[string]string{}
 	}
-	healthConfig.RuntimeParams["application_name"] = "pgtraffic-health"
+	healthConfig.RuntimeParams["application_name"] = health.ApplicationName
 	c.engine = engine.New(engine.Options{
 		Logger:           o.logger,
 		PatternCacheSize: o.patternCacheSize,

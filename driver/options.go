@@ -12,8 +12,8 @@ import (
 // An Option configures a [Connector]. Options are applied in order; later ones win.
 type Option func(*options)
 
-// options is the unexported configuration behind the Option functions. Its zero value is not
-// used directly: defaultOptions fills it first.
+// options is the unexported configuration behind the Option functions. Its zero value is the
+// defaults: a zero bound means the default of the package that applies it, named once there.
 type options struct {
 	rulesFile        string
 	maxRulesFileSize int64 // 0: rules.DefaultMaxFileSize
@@ -21,17 +21,11 @@ type options struct {
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
 	logger           *slog.Logger
-	patternCacheSize int
-	maxBuckets       int
+	patternCacheSize int // <= 0: pattern.DefaultMaxEntries
+	maxBuckets       int // <= 0: budget.DefaultMaxKeys
 	pgxOptions       []stdlib.OptionOpenDB
 	sqlCommenter     bool
 	redis            redis.UniversalClient
-}
-
-func defaultOptions() options {
-	return options{
-		maxBuckets: 100_000,
-	}
 }
 
 // WithRulesFile loads the rules from a YAML or JSON file and watches it: a valid change is in
@@ -82,7 +76,8 @@ func WithPatternCacheSize(n int) Option {
 	return func(o *options) { o.patternCacheSize = n }
 }
 
-// WithMaxBuckets bounds the number of per-tag-value buckets each budget keeps (default 100,000).
+// WithMaxBuckets bounds the number of per-tag-value buckets each budget keeps (default 100,000;
+// n <= 0 is the default).
 // When the table is full, empty buckets are evicted first, then the one that will be empty soonest.
 func WithMaxBuckets(n int) Option {
 	return func(o *options) { o.maxBuckets = n }

@@ -254,7 +254,7 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 	}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
-	o := defaultOptions()
+	var o options
 	for _, opt := range append([]Option{WithTracerProvider(h.tp), WithMeterProvider(mp),
 		WithLogger(slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...) {
 		opt(&o)
@@ -526,7 +526,7 @@ func TestSpansUseGlobalProviderByDefault(t *testing.T) {
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(old) })
 
-	o := defaultOptions()
+	var o options
 	o.meterProvider = metricnoop.NewMeterProvider()
 	cc, err := pgx.ParseConfig(telDSN)
 	if err != nil {
@@ -966,7 +966,7 @@ func telProviders() []struct {
 // newTelBench returns a function that runs one statement through the interceptor with tracing
 // from tp, metrics off and no rules.
 func newTelBench(b *testing.B, tp trace.TracerProvider) func() {
-	o := defaultOptions()
+	var o options
 	o.tracerProvider = tp
 	o.meterProvider = metricnoop.NewMeterProvider()
 	cc, err := pgx.ParseConfig(telDSN)
@@ -1342,7 +1342,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.coordination.syncs", "pgtraffic.coordination.sync.failures",
 	}
 	m := &recordingMeter{}
-	o := defaultOptions()
+	var o options
 	WithMeterProvider(recordingMeterProvider{m: m})(&o)
 	WithTracerProvider(tracenoop.NewTracerProvider())(&o)
 	cc, err := pgx.ParseConfig(telDSN)

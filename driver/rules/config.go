@@ -6,6 +6,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+)
+
+// Defaults of [Config.ServerCores] and [Config.HealthInterval] (1 and 1s), which
+// [Config.WithDefaults] makes explicit. The health interval is the sampler's own default.
+const (
+	DefaultServerCores    = 1
+	DefaultHealthInterval = healthmetric.DefaultInterval
 )
 
 // Config is a complete rules file: how much the server can take, which budgets exist, which
@@ -63,12 +73,13 @@ const (
 	ExplainCall    = "call"    // every execution
 )
 
-// Health metrics that [Budget.ThrottleWhen] may name.
+// Health metrics that [Budget.ThrottleWhen] may name. Their one definition is internal (the
+// sampler shares it); these are the names to use in code.
 const (
-	MetricActiveQueries  = "active_queries"  // backends active in pg_stat_activity
-	MetricReplicationLag = "replication_lag" // seconds; a duration such as "5s" in a file
-	MetricInFlight       = "in_flight"       // this connector's own queries in flight
-	CustomMetricPrefix   = "custom."         // custom.<name>, a query in Config.HealthQueries
+	MetricActiveQueries  = healthmetric.ActiveQueries  // backends active in pg_stat_activity
+	MetricReplicationLag = healthmetric.ReplicationLag // seconds; a duration such as "5s" in a file
+	MetricInFlight       = healthmetric.InFlight       // this connector's own queries in flight
+	CustomMetricPrefix   = healthmetric.CustomPrefix   // custom.<name>, a query in Config.HealthQueries
 )
 
 // Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —
@@ -300,10 +311,10 @@ func (c *Config) WithDefaults() *Config {
 // fillDefaults does the work of WithDefaults in place.
 func (c *Config) fillDefaults() {
 	if c.ServerCores == 0 {
-		c.ServerCores = 1
+		c.ServerCores = DefaultServerCores
 	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = Duration(time.Second)
+		c.HealthInterval = Duration(DefaultHealthInterval)
 	}
 	c.HealthQueries = nilIfEmpty(c.HealthQueries)
 	if len(c.Budgets) == 0 {
@@ -334,9 +345,10 @@ func (c *Config) fillDefaults() {
 	c.coordinationDefaults()
 }
 
-// defaultBurst is share × cores × 1s, at least 1ns so that a tiny share still has a bucket.
+// defaultBurst is share × cores × 1s (the budget's [budget.DefaultBurstWindow]), at least 1ns
+// so that a tiny share still has a bucket.
 func defaultBurst(share, cores float64) Duration {
-	d := math.Round(share * cores * float64(time.Second))
+	d := math.Round(share * cores * float64(budget.DefaultBurstWindow))
 	switch {
 	case d < 1:
 		return 1

@@ -230,5 +230,9 @@ func (c *Config) coordinationDefaults() {
 	}
 }
 
-// DefaultFallbackInstances is the default of [Coordination.FallbackInstances].
+// DefaultFallbackInstances is the default of [Coordination.FallbackInstances]: how many
+// instances a budget is assumed to be shared by before an instance has ever reached Redis.
+// Assuming one would hand each instance the whole budget; ten is the low end of the
+// deployments shared budgets are for, and errs towards admitting too little for the few
+// seconds until Redis answers.
 const DefaultFallbackInstances = 10

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // minHealthInterval keeps a typo (1us) from turning the sampler into a load generator.
@@ -44,7 +46,7 @@ func (c *Config) validate(p *problems) {
 
 	cores := c.ServerCores
 	if cores <= 0 || !finite(cores) {
-		cores = 1
+		cores = DefaultServerCores
 	}
 	// first indexes the budgets by name (the first of each name), so that checking a rule's
 	// budget is a map probe: a config may hold a budget per tenant, tens of thousands of them.
@@ -125,7 +127,7 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	if b.BurstLimit > 0 && !(share > 0) {
 		p.add(path+".burst_limit", "needs server_share (the rate the bucket drains at)")
 	}
-	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(time.Second) > math.MaxInt64 {
+	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(budget.DefaultBurstWindow) > math.MaxInt64 {
 		p.add(path+".server_share", "server_share × server_cores is too large for a default burst_limit")
 	}
 	p.durationField(path, "max_duration", b.MaxDuration, true)

@@ -30,10 +30,7 @@ type Budget struct {
 	keys     keys
 	text     limitText
 	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
-	admitted uint64
-	warned   uint64
-	blocked  uint64
-	link     link // a shared budget's coordinator (lease.go); zero in a local budget
+	link     link    // a shared budget's coordinator (lease.go); zero in a local budget
 
 	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
@@ -97,8 +94,9 @@ type Warning struct {
 
 // Admit decides, at now, whether every request admits, and only if all do
 // takes a concurrency slot and reserves Cost of debt in each (all or
-// nothing: a denial anywhere leaves every budget untouched but its Blocked
-// counter). Each admitted request must later be given back with [Release].
+// nothing: a denial anywhere leaves every budget untouched). Each admitted
+// request must later be given back with [Release]. Admit counts nothing: the
+// caller counts each statement's decision with [Budget.Count].
 //
 // On success it returns warns with a [Warning] appended for each request
 // whose limit is at or above its WarningThreshold; pass a reused slice to
@@ -114,8 +112,8 @@ func Admit(now time.Time, reqs []Request, warns []Warning) ([]Warning, *Denial) 
 	return reserve(now, reqs, warns, true)
 }
 
-// Check is Admit without taking or counting anything: the denial Admit
-// would return at now, or nil.
+// Check is Admit without taking anything: the denial Admit would return at
+// now, or nil.
 func Check(now time.Time, reqs []Request) *Denial {
 	_, d := reserve(now, reqs, nil, false)
 	return d
@@ -158,7 +156,6 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 		}
 		d.Index = i
 		if take {
-			r.Budget.blocked++
 			if kick := r.Budget.refused(now, r, d.Reason, slots); kick != nil {
 				kicks = append(kicks, kick)
 			}
@@ -269,7 +266,6 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
 	r.Cost = cost                          // what Release trues up
 	b.keys.take(s, cost)
-	b.admitted++
 	if p := s.part; p != nil {
 		p.offered += cost
 		p.wanted = max(p.wanted, s.inflight)
@@ -297,7 +293,6 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 		}
 	}
 	if fill >= sp.WarningThreshold {
-		b.warned++
 		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Limit: limit})
 	}
 	return warns
@@ -335,22 +330,6 @@ func (b *Budget) concurrencyHint() time.Duration {
 	return min(max(d, time.Millisecond), time.Second)
 }
 
-// CountBlocked counts a denial decided outside [Admit] (a health threshold)
-// in the budget's Blocked counter.
-func (b *Budget) CountBlocked() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.blocked++
-}
-
-// CountWarned counts a warning decided outside [Admit] (a health threshold
-// of a warn budget) in the budget's Warned counter.
-func (b *Budget) CountWarned() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.warned++
-}
-
 // Snapshot is a budget's state, for introspection and gauges: its counts at one instant, its
 // debts summed over the keys as [Budget.Snapshot] reads them.
 type Snapshot struct {
@@ -359,9 +338,6 @@ type Snapshot struct {
 	MaxDebt  float64 // the largest debt of one key
 	InFlight int     // queries admitted and not yet released, summed over keys
 	Keys     int     // per-key states held
-	Admitted uint64  // admissions
-	Warned   uint64  // admissions that carried a Warning for this budget
-	Blocked  uint64  // denials by this budget (a caller that retries counts each try)
 	Evicted  uint64  // key states evicted to make room
 	// Decisions are the statements' decisions that the engine counted with [Budget.Count].
 	Decisions Decisions
@@ -383,8 +359,7 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
-	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted,
-		Admitted: b.admitted, Warned: b.warned, Blocked: b.blocked}
+	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted}
 	if s := k.unkeyed; s != nil {
 		snap.addDebt(s.DebtAt(now, k.rate(s)))
 	}

@@ -80,8 +80,8 @@ func TestBurst(t *testing.T) {
 	if *d != want {
 		t.Errorf("denial = %+v, want %+v", *d, want)
 	}
-	if s := b.Snapshot(at(0)); s.Admitted != 10 || s.Blocked != 1 || s.InFlight != 10 {
-		t.Errorf("snapshot = %+v, want 10 admitted, 1 blocked, 10 in flight", s)
+	if s := b.Snapshot(at(0)); s.InFlight != 10 || s.Debt != 10 {
+		t.Errorf("snapshot = %+v, want 10 in flight, 10s of debt", s)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestConcurrencySlots(t *testing.T) {
 	if d == nil || d.RetryAfter != 200*time.Millisecond {
 		t.Fatalf("hint after one 0.4s hold: %+v, want 200ms", d)
 	}
-	if s := b.Snapshot(at(1)); s.InFlight != 3 || s.Keys != 2 || s.Admitted != 4 || s.Blocked != 2 {
+	if s := b.Snapshot(at(1)); s.InFlight != 3 || s.Keys != 2 {
 		t.Errorf("snapshot = %+v", s)
 	}
 	mustInvariants(t, b)

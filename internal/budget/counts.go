@@ -8,9 +8,9 @@ import (
 
 // Decision is what a budget decided about one statement, as the engine counts it with
 // [Budget.Count]: one decision per statement and budget, the same the engine reports to its
-// observer (the pgtraffic.decisions metric). These are not the admission counts of
-// [Snapshot.Admitted] and its siblings, which count each call of [Admit] (a retry counts each
-// try, a warn-mode budget's would-be refusal counts as a denial).
+// observer (the pgtraffic.decisions metric). They are a budget's only counts: [Admit] counts
+// nothing, since a retry is not a new statement and a warn-mode budget's would-be refusal is a
+// warning.
 type Decision uint8
 
 const (

@@ -18,6 +18,11 @@ const (
 // DefaultMaxKeys bounds the per-key state table when [Spec.MaxKeys] is 0.
 const DefaultMaxKeys = 100_000
 
+// DefaultBurstWindow sizes the bucket of a [Spec] with a Rate and no Burst: it holds this long
+// of the Rate. The rules file's default burst_limit (server_share × server_cores × 1s) is the
+// same.
+const DefaultBurstWindow = time.Second
+
 // Spec is the configuration of one budget. Zero values mean "unlimited" or
 // "off" as noted on each field; [New] and [Budget.SetSpec] normalise invalid
 // values (negative, NaN) to those zero values.
@@ -32,7 +37,7 @@ type Spec struct {
 	// (server_share × server_cores); 0 means no bucket.
 	Rate float64
 	// Burst is the bucket size in execution seconds (burst_limit). With a
-	// Rate and no Burst it defaults to Rate × 1s, as the rules file does.
+	// Rate and no Burst it defaults to Rate × [DefaultBurstWindow].
 	Burst float64
 	// WarningThreshold in (0, 1] asks for a [Warning] when an admission
 	// leaves any limit at least this full; 0 is off.
@@ -55,7 +60,7 @@ func (s Spec) normalize() Spec {
 	if s.Rate == 0 {
 		s.Burst = 0
 	} else if !(s.Burst > 0) {
-		s.Burst = s.Rate
+		s.Burst = s.Rate * DefaultBurstWindow.Seconds()
 	}
 	if !(s.WarningThreshold > 0 && s.WarningThreshold <= 1) {
 		s.WarningThreshold = 0

@@ -20,7 +20,7 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 		return nil, fmt.Errorf("coord: invalid Redis URL %s", rules.RedactURL(rawURL))
 	}
 	if interval <= 0 {
-		interval = DefaultInterval
+		interval = rules.DefaultSyncInterval
 	}
 	d := max(interval/4, minDeadline)
 	opts.ContextTimeoutEnabled = true

@@ -15,17 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
-
-// DefaultInterval is the sync interval when none is configured.
-const DefaultInterval = time.Second
-
-// DefaultFallbackInstances is how many instances a budget is assumed to be shared by before
-// an instance has ever reached Redis. Assuming one would hand each instance the whole
-// budget; ten is the low end of the deployments shared budgets are for, and errs towards
-// admitting too little for the few seconds until Redis answers.
-const DefaultFallbackInstances = 10
 
 // minDeadline is the shortest time a sync may take before it counts as failed: shorter
 // than the round trip of a loaded Redis, it would fail healthy syncs.
@@ -45,10 +37,10 @@ type Options struct {
 	// URL, used when Client is nil, is the coordination section's redis:// or rediss:// URL:
 	// the coordinator makes a client set up for syncs from it and closes it in Close.
 	URL string
-	// Interval is how often each shared budget syncs; DefaultInterval when zero.
+	// Interval is how often each shared budget syncs; rules.DefaultSyncInterval when zero.
 	Interval time.Duration
 	// FallbackInstances is the instance count assumed before any was seen;
-	// DefaultFallbackInstances when zero.
+	// rules.DefaultFallbackInstances when zero.
 	FallbackInstances int
 	// Instance names this instance in Redis; a random id when empty. Two live coordinators
 	// must never share one.
@@ -108,7 +100,7 @@ func New(o Options) (*Coordinator, error) {
 		budgets: map[string]*entry{},
 	}
 	if c.interval <= 0 {
-		c.interval = DefaultInterval
+		c.interval = rules.DefaultSyncInterval
 	}
 	if c.rc == nil && o.URL != "" {
 		rc, err := clientFor(o.URL, c.interval)
@@ -118,7 +110,7 @@ func New(o Options) (*Coordinator, error) {
 		c.rc, c.owned = rc, rc
 	}
 	if c.fallbackN <= 0 {
-		c.fallbackN = DefaultFallbackInstances
+		c.fallbackN = rules.DefaultFallbackInstances
 	}
 	if c.id == "" {
 		var b [8]byte
@@ -141,6 +133,10 @@ func mrand() float64 { return rand.Float64() }
 
 // Instance returns this instance's id in Redis.
 func (c *Coordinator) Instance() string { return c.id }
+
+// FirstLeaseIn is how soon after a budget's last sync a partition that has no lease yet is
+// synced: the RetryAfter for its statements refused meanwhile.
+func (c *Coordinator) FirstLeaseIn() time.Duration { return newGap(c.interval) }
 
 // Handle is a registered budget: the local budget kicks it when it starves, and the
 // connector changes its spec on a reload or drops it. Safe for concurrent use.

@@ -180,8 +180,8 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 
 // Early syncs come at least this long after the last sync: soon for a partition with no
 // lease, later for one starved below its fair share. The bounds keep Redis calls few.
-func (c *core) newGap() time.Duration   { return min(c.interval/10, 100*time.Millisecond) }
-func (c *core) shortGap() time.Duration { return min(c.interval/4, 250*time.Millisecond) }
+func newGap(interval time.Duration) time.Duration   { return min(interval/10, 100*time.Millisecond) }
+func shortGap(interval time.Duration) time.Duration { return min(interval/4, 250*time.Millisecond) }
 
 // due reports whether to sync at now. Besides the regular sync, a kicked budget (the local
 // budget refused or made wait a statement, or met a new partition) syncs early. A failing
@@ -217,9 +217,9 @@ func (c *core) early() (time.Time, bool) {
 	}
 	switch {
 	case c.anyNew || len(c.publish) > 0:
-		return c.last.Add(c.newGap()), true
+		return c.last.Add(newGap(c.interval)), true
 	case c.anyShort:
-		return c.last.Add(c.shortGap()), true
+		return c.last.Add(shortGap(c.interval)), true
 	}
 	return time.Time{}, false
 }

@@ -100,10 +100,11 @@
 //     Redis's own time (its clock at the last reply, advanced by ours since, plus twice the
 //     sync deadline); Redis ignores a call it runs later.
 //   - Redis unreachable at start: the connector opens, one line is logged, partitions run on
-//     the budget's rate divided by [DefaultFallbackInstances] (10, configurable) — never the
-//     whole budget, which would be the safe choice for one instance only — with no burst
-//     room (a statement once the last one's cost has drained): instances that start together
-//     each with a fresh bucket would otherwise add their bursts up. The loop keeps trying.
+//     the budget's rate divided by [rules.DefaultFallbackInstances] (10, configurable) —
+//     never the whole budget, which would be the safe choice for one instance only — with
+//     no burst room (a statement once the last one's cost has drained): instances that start
+//     together each with a fresh bucket would otherwise add their bursts up. The loop keeps
+//     trying.
 //   - Lost instances. An instance whose entry Redis dropped may still run on its fallback
 //     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
 //     sync (Redis hung). The script tells these from a crash by the partition itself: the hash

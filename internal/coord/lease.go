@@ -30,7 +30,7 @@ func (s Spec) normalize() Spec {
 	if !(s.Rate > 0) || math.IsInf(s.Rate, 1) {
 		s.Rate, s.Burst = 0, 0
 	} else if !(s.Burst > 0) || math.IsInf(s.Burst, 1) {
-		s.Burst = s.Rate
+		s.Burst = s.Rate * budget.DefaultBurstWindow.Seconds()
 	}
 	if s.MaxConcurrent < 0 {
 		s.MaxConcurrent = 0

@@ -286,10 +286,10 @@ func TestQuarantineSyncsEarly(t *testing.T) {
 	if !c.quarantined(Quarantined{1, t0.Add(time.Minute)}) {
 		t.Fatal("quarantined refused")
 	}
-	if c.due(t0.Add(c.newGap()-time.Millisecond), true) {
+	if c.due(t0.Add(newGap(c.interval)-time.Millisecond), true) {
 		t.Error("due before the early gap")
 	}
-	if !c.due(t0.Add(c.newGap()), false) {
+	if !c.due(t0.Add(newGap(c.interval)), false) {
 		t.Error("not due early for a quarantine to publish")
 	}
 	if got := c.takePublish(t0.Add(2 * time.Minute)); len(got) != 0 {

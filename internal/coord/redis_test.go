@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
@@ -174,7 +175,7 @@ func TestEqualDemandGetsEqualShares(t *testing.T) {
 	rate, burst, slots := sums(insts, "")
 	// In their first interval the instances hold at most the burst over the instances
 	// assumed before any were seen, each.
-	wantBurst := min(spec.Burst, float64(len(insts))*spec.Burst/DefaultFallbackInstances)
+	wantBurst := min(spec.Burst, float64(len(insts))*spec.Burst/rules.DefaultFallbackInstances)
 	if rate < 0.99*spec.Rate || burst < 0.99*wantBurst || slots != spec.MaxConcurrent {
 		t.Fatalf("saturating demand leaves capacity unleased: rate %v, burst %v, slots %d of %+v", rate, burst, slots, spec)
 	}
@@ -489,7 +490,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 
-	// The budget over DefaultFallbackInstances, never the whole budget, and no burst room
+	// The budget over rules.DefaultFallbackInstances, never the whole budget, and no burst room
 	// before a first lease.
 	want := budget.Lease{Rate: 1, Burst: 0, Slots: 2}
 	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })

@@ -36,8 +36,8 @@
 //   - EXPLAIN round trip α = 0.1: about twenty round trips.
 //
 // The first sample seeds each average, so a new pattern is not under-predicted while an EMA
-// climbs from zero. The pattern table is bounded ([DefaultMaxPatterns]); training or explaining a
-// new pattern in a full table evicts the one least recently trained or explained.
+// climbs from zero. The pattern table is bounded ([NewModel]'s maxPatterns); training or
+// explaining a new pattern in a full table evicts the one least recently trained or explained.
 //
 // # When to EXPLAIN
 //

@@ -10,7 +10,7 @@ import (
 // The decision path with explain mode pattern: a cached plan cost times the learned k, and
 // training on completion.
 func ExampleModel() {
-	m := cost.NewModel(0)
+	m := cost.NewModel(1000)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	const fp = 0xfeed
 

@@ -8,11 +8,8 @@ import (
 	"time"
 )
 
-// Defaults and model constants. The EMA weights are explained in the package documentation.
+// Model constants. The EMA weights are explained in the package documentation.
 const (
-	// DefaultMaxPatterns bounds the pattern table of a Model.
-	DefaultMaxPatterns = 10_000
-
 	// PlanTTL is how long a pattern's cached plan cost stays valid: long enough that a hot
 	// pattern is explained about once a minute, short enough to follow table growth and fresh
 	// statistics.
@@ -162,13 +159,10 @@ func (p *pattern) observeBucket(planCost, actual float64) {
 	b.med = b.median()
 }
 
-// NewModel returns a Model holding at most maxPatterns patterns ([DefaultMaxPatterns] if
-// maxPatterns <= 0).
+// NewModel returns a Model holding at most maxPatterns patterns (at least one). The engine sizes
+// it as its pattern cache.
 func NewModel(maxPatterns int) *Model {
-	if maxPatterns <= 0 {
-		maxPatterns = DefaultMaxPatterns
-	}
-	return &Model{patterns: newLRU[pattern](min(maxPatterns, math.MaxInt32))}
+	return &Model{patterns: newLRU[pattern](min(max(maxPatterns, 1), math.MaxInt32))}
 }
 
 // Predict returns what the model expects at now of one execution of pattern fp whose planner

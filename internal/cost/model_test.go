@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// testPatterns sizes the model of the tests that need a large table, as the engine sizes it by
+// default (the driver's pattern cache size).
+const testPatterns = 10_000
+
 // predict is Model.Predict's seconds and OK.
 func predict(m *Model, fp uint64, planCost float64) (float64, bool) {
 	p := m.Predict(time.Time{}, fp, planCost)
@@ -62,7 +66,7 @@ func near(got, want, relTol float64) bool {
 }
 
 func TestModelPredictBeforeHistory(t *testing.T) {
-	m := NewModel(0)
+	m := NewModel(testPatterns)
 	tests := []struct {
 		name     string
 		planCost float64
@@ -376,23 +380,23 @@ func TestModelConcurrent(t *testing.T) {
 }
 
 func BenchmarkModelPredict(b *testing.B) {
-	m := NewModel(0)
-	for fp := range uint64(DefaultMaxPatterns) {
+	m := NewModel(testPatterns)
+	for fp := range uint64(testPatterns) {
 		m.Observe(fp, 1000, 0.003)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var sink float64
 	for i := 0; b.Loop(); i++ {
-		s, _ := predict(m, uint64(i)%DefaultMaxPatterns, 1234)
+		s, _ := predict(m, uint64(i)%testPatterns, 1234)
 		sink += s
 	}
 	_ = sink
 }
 
 func BenchmarkModelPredictParallel(b *testing.B) {
-	m := NewModel(0)
-	for fp := range uint64(DefaultMaxPatterns) {
+	m := NewModel(testPatterns)
+	for fp := range uint64(testPatterns) {
 		m.Observe(fp, 1000, 0.003)
 	}
 	b.ReportAllocs()
@@ -400,16 +404,16 @@ func BenchmarkModelPredictParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var i uint64
 		for pb.Next() {
-			predict(m, i%DefaultMaxPatterns, 1234)
+			predict(m, i%testPatterns, 1234)
 			i++
 		}
 	})
 }
 
 func BenchmarkModelObserve(b *testing.B) {
-	m := NewModel(0)
+	m := NewModel(testPatterns)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		m.Observe(uint64(i)%DefaultMaxPatterns, 1000, 0.003)
+		m.Observe(uint64(i)%testPatterns, 1000, 0.003)
 	}
 }

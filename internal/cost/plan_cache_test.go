@@ -142,7 +142,7 @@ func TestPutPlanEvictsLeastRecent(t *testing.T) {
 
 func TestPredictAllocs(t *testing.T) {
 	now := time.Unix(0, 0)
-	m := NewModel(0)
+	m := NewModel(testPatterns)
 	m.Observe(1, 10, 0.001)
 	m.PutPlan(now, 1, 10)
 	if n := testing.AllocsPerRun(100, func() { m.Predict(now, 1, 0) }); n != 0 {
@@ -154,8 +154,8 @@ func TestPredictAllocs(t *testing.T) {
 // the cached plan cost, the volatility check of explain mode auto, and a prediction, in one call.
 func BenchmarkDecisionCacheHit(b *testing.B) {
 	now := time.Now()
-	m := NewModel(0)
-	for fp := range uint64(DefaultMaxPatterns) {
+	m := NewModel(testPatterns)
+	for fp := range uint64(testPatterns) {
 		m.Observe(fp, 1000, 0.003)
 		m.PutPlan(now, fp, float64(fp))
 	}
@@ -164,7 +164,7 @@ func BenchmarkDecisionCacheHit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var i uint64
 		for pb.Next() {
-			m.Predict(now, i%DefaultMaxPatterns, 0)
+			m.Predict(now, i%testPatterns, 0)
 			i++
 		}
 	})
@@ -173,7 +173,7 @@ func BenchmarkDecisionCacheHit(b *testing.B) {
 // TestCachedPlanFollowsTraining checks that a prediction from the cached plan cost is the one an
 // explicit plan cost gets, however the pattern's history changes after the plan was cached.
 func TestCachedPlanFollowsTraining(t *testing.T) {
-	m := NewModel(0)
+	m := NewModel(testPatterns)
 	now := time.Unix(1000, 0)
 	const fp, plan = 7, 100.0
 	m.PutPlan(now, fp, plan)

@@ -224,9 +224,6 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 			deadline = b.start.Add(o.bs.maxWait)
 		}
 		if o.bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
-			if d.Reason == ReasonHealth {
-				o.bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
-			}
 			e.refuseBatch(now, b, o, d)
 			return d
 		}
@@ -245,12 +242,10 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		o, r := b.owners[k], b.holds[k]
 		x := &b.Execs[o.stmt]
 		if d := o.bs.closedDenial(st, o.rule, x); d != nil {
-			o.bs.b.CountWarned()
 			x.warnBudget(e, o.bs.name, d)
 			continue
 		}
 		if d := e.healthDenial(st, o.bs, o.rule, x, now); d != nil {
-			o.bs.b.CountWarned()
 			x.warnBudget(e, o.bs.name, d)
 			continue
 		}
@@ -295,8 +290,7 @@ func (e *Engine) admitBatchAt(st *compiled, b *Batch, n int, now time.Time) (bat
 	}
 	for _, o := range b.owners[:n] {
 		if d := o.bs.closedDenial(st, o.rule, &b.Execs[o.stmt]); d != nil {
-			o.bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
-			return o, d, 0
+			return o, d, 0 // never retried
 		}
 	}
 	for i, rt := range b.routes {
@@ -306,7 +300,7 @@ func (e *Engine) admitBatchAt(st *compiled, b *Batch, n int, now time.Time) (bat
 		for j, bi := range rt.budgets {
 			if bs := st.budgets[bi]; bs.mode == modeEnforce {
 				if d := e.quarantineDenial(st, bs, rt.ruleOf[j], &b.Execs[i], now); d != nil {
-					bs.b.CountBlocked() // as for a closed budget: refused at once, not retried
+					// As for a closed budget: refused at once, not retried.
 					return batchOwner{bs: bs, rule: rt.ruleOf[j], stmt: i}, d, 0
 				}
 			}

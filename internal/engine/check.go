@@ -11,7 +11,7 @@ import (
 )
 
 // checkPattern stands for "the job's next statement" in Check's denials.
-var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: "other"}
+var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: pattern.KindOther}
 
 // nominalCost is the cost Check asks the buckets for: one small statement (1 ms). A batch job
 // that checks before a chunk wants to know whether its next statement would be admitted.

@@ -39,15 +39,19 @@ const (
 
 func parseMode(m rules.Mode) mode {
 	switch m {
-	case "enforce":
+	case rules.ModeEnforce:
 		return modeEnforce
-	case "off":
+	case rules.ModeOff:
 		return modeOff
 	}
 	return modeWarn
 }
 
-var modeNames = [...]string{modeWarn: "warn", modeEnforce: "enforce", modeOff: "off"}
+var modeNames = [...]string{
+	modeWarn:    string(rules.ModeWarn),
+	modeEnforce: string(rules.ModeEnforce),
+	modeOff:     string(rules.ModeOff),
+}
 
 func (m mode) String() string { return modeNames[m] }
 
@@ -62,9 +66,9 @@ const (
 
 func parseExplain(s string) explainMode {
 	switch s {
-	case "pattern":
+	case rules.ExplainPattern:
 		return explainPattern
-	case "call":
+	case rules.ExplainCall:
 		return explainCall
 	}
 	return explainAuto
@@ -130,14 +134,11 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 // compile builds the immutable state of cfg. e.life.mu must be held (it updates
 // e.life.budgets).
 func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
-	cores := cfg.ServerCores
-	if cores <= 0 {
-		cores = 1
-	}
+	cores := serverCores(cfg)
 	e.life.gen++
 	c := &compiled{gen: e.life.gen, healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
-		c.healthInterval = time.Second
+		c.healthInterval = rules.DefaultHealthInterval
 	}
 	// Sized up front: a config may hold a budget per tenant.
 	index := make(map[string]int, len(cfg.Budgets))
@@ -232,6 +233,15 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 	return c, nil
 }
 
+// serverCores is cfg's server_cores, or its default when cfg leaves it out: a Config built in
+// code is validated but not given its defaults.
+func serverCores(cfg *rules.Config) float64 {
+	if cfg.ServerCores > 0 {
+		return cfg.ServerCores
+	}
+	return rules.DefaultServerCores
+}
+
 // healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).
 func healthMetrics(cfg *rules.Config) []string {
 	var out []string
@@ -240,7 +250,7 @@ func healthMetrics(cfg *rules.Config) []string {
 			continue
 		}
 		for k := range b.ThrottleWhen {
-			if k != "in_flight" && !slices.Contains(out, k) {
+			if k != rules.MetricInFlight && !slices.Contains(out, k) {
 				out = append(out, k)
 			}
 		}
@@ -250,7 +260,7 @@ func healthMetrics(cfg *rules.Config) []string {
 }
 
 func formatThreshold(metric string, value, threshold float64) string {
-	if metric == "replication_lag" {
+	if metric == rules.MetricReplicationLag {
 		return fmt.Sprintf("%s=%s, threshold %s", metric,
 			time.Duration(value*float64(time.Second)).Round(time.Millisecond),
 			time.Duration(threshold*float64(time.Second)).Round(time.Millisecond))

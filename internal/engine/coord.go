@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -72,10 +71,7 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 		co.c.Start()
 		e.coordinator.Store(co.c)
 	}
-	// A partition without credit is told to retry when its first lease is due (the
-	// coordinator syncs a new partition a tenth of an interval after the last sync).
-	retry := min(cmp.Or(time.Duration(co.section.SyncInterval), coord.DefaultInterval)/10, 100*time.Millisecond)
-	cores := max(cfg.ServerCores, 1)
+	cores := serverCores(cfg)
 	keep := map[string]bool{}
 	for i := range cfg.Budgets {
 		rb := &cfg.Budgets[i]
@@ -102,7 +98,8 @@ func (e *Engine) coordinate(cfg *rules.Config) error {
 		}
 		h := co.c.Register(spec, local)
 		if leased {
-			b.SetShared(now, h.Kick, retry)
+			// A partition without credit is told to retry when its first lease is due.
+			b.SetShared(now, h.Kick, co.c.FirstLeaseIn())
 		}
 		e.quarantined.share(rb.Name, h.Quarantine)
 		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec, leased: leased}

@@ -94,3 +94,38 @@ rules:
 		t.Fatalf("status %+v, want the fallback share (10 slots / 10 instances)", st)
 	}
 }
+
+// TestSharedRateUsesServerCores: a shared budget's global rate, which Redis divides among the
+// instances, is server_share × server_cores, the rate a local budget drains at, for any
+// server_cores, a fraction of a core included; and server_cores' default when a Config built
+// in code leaves it out.
+func TestSharedRateUsesServerCores(t *testing.T) {
+	url := deadRedis(t)
+	for _, tt := range []struct {
+		name  string
+		cores float64
+		want  float64
+	}{
+		{"a fraction of a core", 0.5, 0.25},
+		{"several cores", 4, 2},
+		{"the default", 0, 0.5 * rules.DefaultServerCores},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			share := 0.5
+			cfg := &rules.Config{ServerCores: tt.cores, Coordination: &rules.Coordination{Redis: url},
+				Budgets: []rules.Budget{{Name: "a", Mode: rules.ModeEnforce, ServerShare: &share}}}
+			e, _ := newEngine(t, "")
+			if err := e.SetConfig(cfg); err != nil {
+				t.Fatal(err)
+			}
+			st := e.Coordination()
+			if len(st) != 1 {
+				t.Fatalf("shared budgets %+v, want a", st)
+			}
+			local := e.Budgets()[0].Spec.Rate
+			if got := st[0].LimitsInForce.Rate; got != tt.want || local != tt.want {
+				t.Errorf("shared rate %v, local rate %v; want both %v", got, local, tt.want)
+			}
+		})
+	}
+}

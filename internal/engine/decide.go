@@ -206,9 +206,6 @@ func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) 
 			deadline = x.start.Add(bs.maxWait)
 		}
 		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
-			if d.Reason == ReasonHealth {
-				bs.b.CountBlocked() // Admit counts its own denials; health is judged before it
-			}
 			e.refuse(now, x, bs, d)
 			return waited, d
 		}
@@ -247,7 +244,6 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budget
 		for i, bi := range rt.budgets {
 			if bs := st.budgets[bi]; bs.mode == modeEnforce {
 				if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
-					bs.b.CountBlocked() // refused before Admit, which counts its own; never retried (wait 0)
 					return bs, d, 0
 				}
 			}
@@ -257,7 +253,6 @@ func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budget
 		for i, bi := range rt.budgets {
 			if bs := st.budgets[bi]; bs.mode == modeEnforce {
 				if d := e.quarantineDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
-					bs.b.CountBlocked() // as for a closed budget: refused at once, not retried
 					return bs, d, 0
 				}
 			}
@@ -311,12 +306,10 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 		}
 		rule := rt.ruleOf[i]
 		if d := bs.closedDenial(st, rule, x); d != nil {
-			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)
 			continue
 		}
 		if d := e.healthDenial(st, bs, rule, x, now); d != nil {
-			bs.b.CountWarned()
 			x.warnBudget(e, bs.name, d)
 			continue
 		}
@@ -359,7 +352,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	}
 	sampler := e.sampler()
 	if sampler == nil {
-		if _, ok := bs.throttle["in_flight"]; !ok || len(bs.throttle) != 1 {
+		if _, ok := bs.throttle[rules.MetricInFlight]; !ok || len(bs.throttle) != 1 {
 			return nil
 		}
 		sampler = localOnly

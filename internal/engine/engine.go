@@ -46,7 +46,7 @@ type Options struct {
 	Now              func() time.Time
 	After            func(d time.Duration) <-chan time.Time
 	PatternCacheSize int // bounds every cache of texts, patterns and costs; <= 0 is pattern.DefaultMaxEntries
-	MaxBuckets       int // per-key states kept per budget; 0 is budget.DefaultMaxKeys
+	MaxBuckets       int // per-key states kept per budget; <= 0 is budget.DefaultMaxKeys
 
 	// Connection metadata, the built-in tags of every statement.
 	User, Database, ApplicationName string

@@ -46,7 +46,7 @@ rules:
 	}
 	counts := map[string][2]uint64{}
 	for _, b := range e.Budgets() {
-		counts[b.Name] = [2]uint64{b.Blocked, b.Warned}
+		counts[b.Name] = [2]uint64{b.Decisions.Blocked, b.Decisions.Warned}
 	}
 	if counts["closed"] != [2]uint64{1, 0} || counts["dry"] != [2]uint64{1, 0} || counts["seen"] != [2]uint64{0, 1} {
 		t.Errorf("blocked, warned per budget: %v", counts)

@@ -14,6 +14,10 @@ import (
 // many were suppressed, and the metrics count every one.
 const logEvery = time.Second
 
+// maxLimited bounds the (budget, decision) pairs a warnLimiter tracks: budgets are few, but a
+// rules file may name a budget per tenant.
+const maxLimited = 10_000
+
 // warnLimiter rate-limits decision logs per (budget, decision).
 type warnLimiter struct {
 	mu sync.Mutex // protects the fields below
@@ -33,7 +37,7 @@ func (l *warnLimiter) allow(key string, now time.Time) (bool, int) {
 	defer l.mu.Unlock()
 	s := l.m[key]
 	if s == nil {
-		if len(l.m) > 10_000 { // budgets are few; guard against unbounded growth anyway
+		if len(l.m) > maxLimited {
 			clear(l.m)
 		}
 		s = &limitState{}

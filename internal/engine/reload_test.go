@@ -65,8 +65,8 @@ budgets:
 	clk.advance(time.Hour) // the debt drains
 	set(without)
 	set(with)
-	if st := budgetSnapshot(t, e, "b"); st.Admitted != 0 {
-		t.Fatalf("a drained, idle removed budget must be forgotten: it came back with %d admissions", st.Admitted)
+	if st := budgetSnapshot(t, e, "b"); st.Decisions.Admitted != 0 {
+		t.Fatalf("a drained, idle removed budget must be forgotten: it came back with %d admissions", st.Decisions.Admitted)
 	}
 }
 

@@ -40,8 +40,8 @@ rules:
 	defer x.Finish(ctxA, nil)
 	want := map[string][2]int{"a": {1, 21}, "b": {0, 20}} // in flight, admitted
 	for _, b := range e.Budgets() {
-		if w := want[b.Name]; b.InFlight != w[0] || b.Admitted != uint64(w[1]) {
-			t.Errorf("budget %s: %d in flight, %d admitted; want %d, %d", b.Name, b.InFlight, b.Admitted, w[0], w[1])
+		if w := want[b.Name]; b.InFlight != w[0] || b.Decisions.Admitted != uint64(w[1]) {
+			t.Errorf("budget %s: %d in flight, %d admitted; want %d, %d", b.Name, b.InFlight, b.Decisions.Admitted, w[0], w[1])
 		}
 	}
 }

@@ -30,7 +30,7 @@ rules:
 			t.Fatalf("after %d texts the cache holds %d, bound 50", i+1, n)
 		}
 	}
-	if bs := e.Budgets()[0]; bs.Admitted != 500 || bs.InFlight != 0 {
+	if bs := e.Budgets()[0]; bs.Decisions.Admitted != 500 || bs.InFlight != 0 {
 		t.Fatalf("budget %+v, want 500 admitted, none in flight", bs)
 	}
 }

@@ -85,7 +85,7 @@ func TestColdStartGenerousBudgetRefusesNothing(t *testing.T) {
 			// Trued up: the debt is what ran, less what drained while each batch ran (share 1;
 			// the batches follow one another at once).
 			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.now())
-			if snap.InFlight != 0 || snap.Blocked != 0 || snap.Admitted != uint64(c.requests*c.patterns) {
+			if snap.InFlight != 0 || snap.Decisions.Blocked != 0 || snap.Decisions.Admitted != uint64(c.requests*c.patterns) {
 				t.Fatalf("budget after the cold start: %+v", snap)
 			}
 			want := float64(c.patterns*(c.requests-1)) * c.took.Seconds()

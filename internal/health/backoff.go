@@ -3,6 +3,8 @@ package health
 import (
 	"math"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
 // MaxBackoffIntervals is the longest [Backoff] ceiling, in sampling intervals.
@@ -18,11 +20,11 @@ const MaxBackoffIntervals = 4
 // have changed yet (samples arrive once per interval); the jitter spreads
 // them over several samples, so that when a metric drops only the first few
 // resume and the next sample sees their effect before the rest follow.
-// A non-positive interval means [DefaultInterval]; rnd outside [0, 1) is
+// A non-positive interval means [healthmetric.DefaultInterval]; rnd outside [0, 1) is
 // clamped.
 func Backoff(attempt int, interval time.Duration, rnd float64) time.Duration {
 	if interval <= 0 {
-		interval = DefaultInterval
+		interval = healthmetric.DefaultInterval
 	}
 	ceiling := interval
 	for i := 0; i < attempt && ceiling/interval < MaxBackoffIntervals && ceiling <= math.MaxInt64/2; i++ {
@@ -60,7 +62,7 @@ const minReconnectCeiling = time.Second
 // a few intervals, not minutes.
 func reconnectCeiling(interval time.Duration) time.Duration {
 	if interval <= 0 {
-		interval = DefaultInterval
+		interval = healthmetric.DefaultInterval
 	}
 	if interval > math.MaxInt64/maxReconnectIntervals {
 		return interval

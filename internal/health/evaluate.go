@@ -3,11 +3,13 @@ package health
 import (
 	"fmt"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
 // Evaluate is the throttle check of one budget: thresholds maps metric names
 // to the level at which the budget stops admitting, inFlight is the
-// connector's own queries in flight (for [InFlight]), and enforce says
+// connector's own queries in flight (for [healthmetric.InFlight]), and enforce says
 // whether the budget is in enforce mode. It reads the last published sample
 // at now and never waits for I/O.
 //
@@ -36,7 +38,7 @@ func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFligh
 	var overValue, oldValue float64
 	for m, threshold := range thresholds {
 		v := inFlight
-		if m != InFlight {
+		if m != healthmetric.InFlight {
 			r, ok := readings[m]
 			if ok && !r.good && r.err == "" && now.Sub(r.since) <= limit {
 				// Not read yet, and configured less than StaleIntervals ago: like a sample

@@ -15,22 +15,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Metric names, as written under throttle_when.
-const (
-	ActiveQueries  = "active_queries"
-	ReplicationLag = "replication_lag"
-	InFlight       = "in_flight" // not sampled: the caller passes it to Evaluate
-	CustomPrefix   = "custom."   // followed by a name under health_queries
+	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
 const (
 	// ApplicationName is the sampler connection's application_name, so that
 	// it can be told apart in pg_stat_activity.
 	ApplicationName = "pgtraffic-health"
-	// DefaultInterval is the sampling interval when Options.Interval is not set.
-	DefaultInterval = time.Second
 	// StaleIntervals is how many intervals old a sample may be before it is stale.
 	StaleIntervals = 3
 
@@ -51,7 +43,7 @@ type Options struct {
 	// pgx.ConnectConfig with the connector's config. The sampler bounds ctx
 	// and then names the session [ApplicationName].
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// Interval between sampling rounds; default [DefaultInterval]. Choose it
+	// Interval between sampling rounds; default [healthmetric.DefaultInterval]. Choose it
 	// to oversample the thresholds (1-2s for a 5s replication lag limit).
 	Interval time.Duration
 	// Timeout bounds each read; default Interval/2, so that one slow read
@@ -59,10 +51,10 @@ type Options struct {
 	// busy to answer a catalog query within half an interval reads as stale.
 	// A connect is allowed max(Timeout, 5s).
 	Timeout time.Duration
-	// Metrics to sample: [ActiveQueries], [ReplicationLag] and
-	// [CustomPrefix]+name; [InFlight] is accepted and ignored.
+	// Metrics to sample: [healthmetric.ActiveQueries], [healthmetric.ReplicationLag] and
+	// [healthmetric.CustomPrefix]+name; [healthmetric.InFlight] is accepted and ignored.
 	Metrics []string
-	// Queries maps a custom metric's name (without [CustomPrefix]) to its SQL.
+	// Queries maps a custom metric's name (without [healthmetric.CustomPrefix]) to its SQL.
 	Queries map[string]string
 	// Logger receives read failures, staleness and recoveries, each once per
 	// change; default slog.Default().
@@ -178,7 +170,7 @@ func NewSampler(o Options) *Sampler {
 		cfg:      &config{defs: map[string]string{}},
 	}
 	if s.interval <= 0 {
-		s.interval = DefaultInterval
+		s.interval = healthmetric.DefaultInterval
 	}
 	if s.timeout <= 0 {
 		s.timeout = s.interval / 2
@@ -291,13 +283,13 @@ func buildConfig(metrics []string, queries map[string]string) (cfg *config, bad 
 	bad = map[string]string{}
 	for _, m := range metrics {
 		switch {
-		case m == InFlight:
-		case m == ActiveQueries:
+		case m == healthmetric.InFlight:
+		case m == healthmetric.ActiveQueries:
 			cfg.defs[m] = activeQueriesSQL
-		case m == ReplicationLag:
+		case m == healthmetric.ReplicationLag:
 			cfg.defs[m] = replicationLagSQL
-		case strings.HasPrefix(m, CustomPrefix):
-			name := strings.TrimPrefix(m, CustomPrefix)
+		case strings.HasPrefix(m, healthmetric.CustomPrefix):
+			name := strings.TrimPrefix(m, healthmetric.CustomPrefix)
 			if q := queries[name]; strings.TrimSpace(q) != "" {
 				cfg.defs[m] = q
 			} else {
@@ -407,7 +399,7 @@ func (s *Sampler) round(ctx context.Context, force bool) error {
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := readNumber(rctx, conn, sql)
 		cancel()
-		if m == ReplicationLag && errors.Is(err, errNull) {
+		if m == healthmetric.ReplicationLag && errors.Is(err, errNull) {
 			err = errLagUnknown
 		}
 		if ctx.Err() != nil {

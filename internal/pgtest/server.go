@@ -343,9 +343,12 @@ func (s *Server) isStopped() bool {
 	return s.stopped
 }
 
+// execTimeout bounds exec: its connection and its one statement.
+const execTimeout = time.Minute
+
 // exec runs one statement on a fresh superuser connection.
 func (s *Server) exec(sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.DSN)
 	if err != nil {

@@ -121,7 +121,7 @@ func external(dsn string) (*Server, error) {
 // (printing a line to say so, for the examples that use it). stop stops the throwaway cluster
 // and does nothing for an external server.
 func EnvOrStart() (dsn string, stop func() error, err error) {
-	if dsn := os.Getenv("PGTRAFFIC_TEST_DSN"); dsn != "" {
+	if dsn := os.Getenv(envDSN); dsn != "" {
 		return dsn, func() error { return nil }, nil
 	}
 	fmt.Println("starting a throwaway PostgreSQL ...")

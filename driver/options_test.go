@@ -1,0 +1,37 @@
+package driver
+
+import (
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+)
+
+// TestMaxBucketsOption: WithMaxBuckets bounds each budget's per-key states; without it, or with
+// n <= 0, the bound is the budget's default, defined once in internal/budget.
+func TestMaxBucketsOption(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		want int
+	}{
+		{"default", nil, budget.DefaultMaxKeys},
+		{"set", []Option{WithMaxBuckets(7)}, 7},
+		{"zero is the default", []Option{WithMaxBuckets(0)}, budget.DefaultMaxKeys},
+		{"negative is the default", []Option{WithMaxBuckets(-1)}, budget.DefaultMaxKeys},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte("budgets:\n  - {name: a, per: tenant, max_concurrent: 1}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := NewConnector("postgres://u@127.0.0.1:1/db", append([]Option{WithConfig(cfg)}, tt.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got := c.engine.Budgets()[0].Spec.MaxKeys; got != tt.want {
+				t.Errorf("MaxKeys = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
