@@ -22,7 +22,7 @@ type pgxRows struct {
 	ctx     context.Context // the statement's, for Finish
 	qctx    context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
 	cancel  func()          // releases qctx's timer; nil without max_duration
-	release func()          // gives the pool's connection back; nil in a transaction
+	release releaser        // gives the pool's connection back; nil in a transaction
 }
 
 var _ pgx.Rows = (*pgxRows)(nil)
@@ -39,7 +39,7 @@ func (r *pgxRows) end(err error) {
 			r.cancel()
 		}
 		if r.release != nil {
-			r.release()
+			r.release.Release()
 		}
 	}()
 	r.run.end(r.ctx, x, err)
@@ -62,7 +62,12 @@ func (r *pgxRows) Next() (more bool) {
 	return more
 }
 
+// Close closes pgx's rows and ends the statement. Once the rows ended it does nothing: pgx's
+// rows are closed (or their Next panicked), and their connection may be another statement's.
 func (r *pgxRows) Close() {
+	if r.x == nil {
+		return
+	}
 	done := false
 	defer func() {
 		if !done {
@@ -78,8 +83,9 @@ func (r *pgxRows) Close() {
 // pgxRow is QueryRow's row: the query ran (or was refused) when QueryRow was called; Scan
 // reads its first row and closes the rows, which ends the statement.
 type pgxRow struct {
-	rows pgx.Rows
+	rows pgx.Rows // &w, or the errRows of a query that did not run
 	err  error
+	w    pgxRows // the rows' storage (runner.queryRow)
 }
 
 var _ pgx.Row = (*pgxRow)(nil)
