@@ -71,7 +71,7 @@ instr:
 	$(GO) build -C integration/instr -o "$$work/instr" . && INSTR_BIN="$$work/instr" integration/scripts/instr.sh
 
 # Wall time per statement of each driver mode against raw pgx (raw pgxpool for the pgx-native
-# modes), client and server pinned to different CPUs, in five processes (about 6 minutes;
+# modes), client and server pinned to different CPUs, in five processes (about 4 minutes;
 # PROCS, ROUNDS, K and MODES: see integration/scripts/wall.sh).
 wall:
 	integration/scripts/wall.sh
