@@ -18,7 +18,8 @@ BENCHPKGS ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # Modules nested in the repository, each with a replace directive to the library: they need
-# what the library does not (XSAM/otelsql for the comparison, gonum/plot for the chart).
+# what the library does not (XSAM/otelsql and exaring/otelpgx for the comparison, gonum/plot for
+# the chart).
 NESTED := integration/instr examples/noisy-neighbor examples/shared-budget
 
 .PHONY: test unit lint fuzz bench demo instr wall shared deps
@@ -62,14 +63,16 @@ demo: deps
 	$(GO) run ./examples/demo
 	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"
 
-# Instructions per query for each driver mode, measured with callgrind (WORKLOAD=update: an Exec).
+# Instructions per query for each driver mode, database/sql and pgx-native, measured with
+# callgrind (WORKLOAD=update: an Exec; MODES, ROUNDS: see integration/scripts/instr.sh).
 # integration/instr is a module of its own, built here for the script.
 instr:
 	work="$$(mktemp -d)"; trap 'rm -rf "$$work"' EXIT; \
 	$(GO) build -C integration/instr -o "$$work/instr" . && INSTR_BIN="$$work/instr" integration/scripts/instr.sh
 
-# Wall time per statement of each driver mode against raw pgx, client and server pinned to
-# different CPUs, in five processes (about 3 minutes; PROCS, ROUNDS and K: see integration/scripts/wall.sh).
+# Wall time per statement of each driver mode against raw pgx (raw pgxpool for the pgx-native
+# modes), client and server pinned to different CPUs, in five processes (about 4 minutes;
+# PROCS, ROUNDS, K and MODES: see integration/scripts/wall.sh).
 wall:
 	integration/scripts/wall.sh
 

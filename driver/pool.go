@@ -92,14 +92,17 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if err != nil {
 		return errRows{err: err}, err
 	}
-	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc.Release)
+	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc, newPgxRows())
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
 // refused, is returned by the row's Scan.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	rows, err := p.Query(ctx, sql, args...)
-	return &pgxRow{rows: rows, err: err}
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return &pgxRow{rows: errRows{err: err}, err: err}
+	}
+	return p.run.queryRow(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc)
 }
 
 // Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
@@ -167,5 +170,5 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc.Release)
+	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc)
 }

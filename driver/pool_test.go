@@ -35,10 +35,11 @@ var (
 // fakeQuerier stands for a pgx connection: it records what is sent and answers with fake rows.
 type fakeQuerier struct {
 	sent      []string
-	rows      int  // rows each query returns
-	panicNext bool // the rows' Next panics
-	batches   int  // batches sent
-	copies    int  // copies sent
+	rows      int          // rows each query returns
+	panicNext bool         // the rows' Next panics
+	batches   int          // batches sent
+	copies    int          // copies sent
+	last      *fakePgxRows // the rows of the last query
 }
 
 func (f *fakeQuerier) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
@@ -48,7 +49,8 @@ func (f *fakeQuerier) Exec(_ context.Context, sql string, _ ...any) (pgconn.Comm
 
 func (f *fakeQuerier) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
 	f.sent = append(f.sent, sql)
-	return &fakePgxRows{left: f.rows, panicNext: f.panicNext}, nil
+	f.last = &fakePgxRows{left: f.rows, panicNext: f.panicNext}
+	return f.last, nil
 }
 
 func (f *fakeQuerier) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
@@ -98,7 +100,7 @@ func (r *fakeResults) Tx() pgx.Tx                       { return nil }
 
 // newTestRunner returns a runner over a core with rules (no server: statements are not
 // explained), and a release counter for the connection its statements hold.
-func newTestRunner(t *testing.T, rules string) (*runner, *int) {
+func newTestRunner(t *testing.T, rules string) (*runner, *releaseCount) {
 	t.Helper()
 	cc, err := pgx.ParseConfig("postgres://app@localhost/shop")
 	if err != nil {
@@ -114,8 +116,13 @@ func newTestRunner(t *testing.T, rules string) (*runner, *int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { co.close() })
-	return newRunner(co), new(int)
+	return newRunner(co), new(releaseCount)
 }
+
+// releaseCount counts the releases of a connection.
+type releaseCount int
+
+func (c *releaseCount) Release() { *c++ }
 
 const oneSlot = `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
 rules: [{budget: one, match: {app: x}}]
@@ -139,7 +146,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 2}
-	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
+	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +164,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 		t.Fatalf("closed twice: released %d, engine in flight %d", *released, r.c.engine.InFlight())
 	}
 	// Closed early: the same.
-	rows, err = r.query(ctx, q, nil, "select 1", "select 1", nil, func() { *released++ })
+	rows, err = r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,11 +176,12 @@ func TestPgxRowsEndOnce(t *testing.T) {
 }
 
 // TestPgxRowsPanicReleases: a panic in pgx's Next ends the statement: its slot and connection
-// come back.
+// come back, and a Close after leaves pgx's rows alone (their connection is no longer theirs).
 func TestPgxRowsPanicReleases(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
-	rows, err := r.query(ctx, &fakeQuerier{rows: 1, panicNext: true}, nil, "select 1", "select 1", nil, func() { *released++ })
+	q := &fakeQuerier{rows: 1, panicNext: true}
+	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +192,60 @@ func TestPgxRowsPanicReleases(t *testing.T) {
 	if inFlight(t, r) != 0 || *released != 1 {
 		t.Fatalf("after a panic: in flight %d, released %d", inFlight(t, r), *released)
 	}
+	rows.Close()
+	if q.last.closed || *released != 1 {
+		t.Fatalf("Close after the end: pgx's rows closed %v, released %d", q.last.closed, *released)
+	}
+}
+
+// reusedRowQuerier answers every query with the same one-row rows, allocating nothing.
+type reusedRowQuerier struct {
+	fakeQuerier
+	rows fakePgxRows
+}
+
+func (q *reusedRowQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	q.rows = fakePgxRows{left: 1}
+	return &q.rows, nil
+}
+
+// queryRowOutside runs a QueryRow as a caller outside the package sees it, whose row escapes:
+// not inlined, so the compiler cannot keep the row on the test's stack.
+//
+//go:noinline
+func queryRowOutside(ctx context.Context, r *runner, q querier, release releaser) pgx.Row {
+	return r.queryRow(ctx, q, nil, "select 1", "select 1", nil, release)
+}
+
+// TestPgxRowOneAllocation: a QueryRow and its Scan, admitted by a budget, cost one allocation
+// beyond pgx's: the row, which holds its rows.
+func TestPgxRowOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops sync.Pool entries at random")
+	}
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	var q querier = new(reusedRowQuerier)
+	var n int
+	// The caller's own: Scan's arguments, which escape through the row (as through pgx's).
+	row := new(pgxRow)
+	scanAllocs := testing.AllocsPerRun(100, func() {
+		row.rows, _ = q.Query(ctx, "select 1")
+		if err := row.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	})
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := queryRowOutside(ctx, r, q, released).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != scanAllocs+1 {
+		t.Fatalf("%v allocations per QueryRow, want %v (Scan's arguments) + 1", allocs, scanAllocs)
+	}
+	if inFlight(t, r) != 0 || int(*released) < 100 {
+		t.Fatalf("in flight %d, released %d", inFlight(t, r), *released)
+	}
 }
 
 // TestPgxRefusedSendsNothing: a refused Exec, Query, QueryRow or CopyFrom sends nothing,
@@ -192,7 +254,7 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
-	hold, err := r.query(ctx, q, nil, "select 1", "select 1", nil, nil)
+	hold, err := r.query(ctx, q, nil, "select 1", "select 1", nil, nil, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +262,7 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	if _, err := r.exec(ctx, q, nil, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("exec: %v", err)
 	}
-	rows, err := r.query(ctx, q, nil, "select 2", "select 2", nil, func() { *released++ })
+	rows, err := r.query(ctx, q, nil, "select 2", "select 2", nil, released, newPgxRows())
 	var be *BlockedError
 	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) || *released != 1 {
 		t.Fatalf("query: %v, rows %v, released %d", err, rows.Err(), *released)
@@ -231,7 +293,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("delete from t")
-	br := r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
+	br := r.sendBatch(ctx, q, nil, b, nil, released)
 	_, err1 := br.Exec()
 	_, err2 := br.Query()
 	err3 := br.QueryRow().Scan()
@@ -249,7 +311,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b = &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("select 2")
-	br = r.sendBatch(ctx, q, nil, b, nil, func() { *released++ })
+	br = r.sendBatch(ctx, q, nil, b, nil, released)
 	if q.batches != 1 || inFlight(t, r) != 1 {
 		t.Fatalf("admitted: sent %d, in flight %d", q.batches, inFlight(t, r))
 	}
@@ -288,8 +350,7 @@ func TestNewPoolBadInput(t *testing.T) {
 func TestPgxRowDriverBytes(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
-	rows, err := r.query(ctx, &fakeQuerier{rows: 1}, nil, "select 1", "select 1", nil, func() { *released++ })
-	row := &pgxRow{rows: rows, err: err}
+	row := r.queryRow(ctx, &fakeQuerier{rows: 1}, nil, "select 1", "select 1", nil, released)
 	if err := row.Scan(&pgtype.DriverBytes{}); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
 		t.Fatalf("scan: %v", err)
 	}

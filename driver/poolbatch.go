@@ -16,7 +16,7 @@ import (
 // outside one; see pgxTx.Prepare). release, if not nil, gives the connection back to the pool
 // when the batch ends. The batch is sent as queued (the sqlcommenter does not rewrite a batch).
 func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pgx.Batch, prepared map[string]string,
-	release func()) pgx.BatchResults {
+	release releaser) pgx.BatchResults {
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
@@ -29,7 +29,7 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 	if err := r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
 		r.batches.Put(eb)
 		if release != nil {
-			release()
+			release.Release()
 		}
 		return pgx.FailedBatchResults(b, blocked(err))
 	}
@@ -62,7 +62,7 @@ type pgxBatch struct {
 	ctx     context.Context
 	qctx    context.Context // what it runs under: ctx, or ctx with max_duration (batchOverrunContext)
 	cancel  func()          // releases qctx's timer; nil without max_duration
-	release func()
+	release releaser
 	tx      *pgxTx  // the transaction the batch began; nil if none
 	errs    []error // each statement's outcome as its result was read, for its span
 	next    int     // the next result to read
@@ -133,7 +133,7 @@ func (w *pgxBatch) end(err error) {
 			w.cancel()
 		}
 		if w.release != nil {
-			w.release()
+			w.release.Release()
 		}
 	}()
 	for i := w.next; i < len(w.errs); i++ {

@@ -32,12 +32,11 @@ func (c *PoolConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 }
 
 func (c *PoolConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.run.query(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil)
+	return c.run.query(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil, newPgxRows())
 }
 
 func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	rows, err := c.Query(ctx, sql, args...)
-	return &pgxRow{rows: rows, err: err}
+	return c.run.queryRow(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil)
 }
 
 func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {

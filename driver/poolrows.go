@@ -18,11 +18,12 @@ import (
 // they are used by one goroutine.
 //
 // Rows never closed would hold their statement's slots for good, as in the database/sql driver
-// (leak.go), and pgxpool sets no finalizer either: so each wrapper carries a cleanup that, once
-// the wrapper is garbage, ends the statement as Close would (counted in pgtraffic.rows.leaked,
+// (leak.go), and pgxpool sets no finalizer either: so the rows of a Query carry a cleanup that,
+// once they are garbage, ends the statement as Close would (counted in pgtraffic.rows.leaked,
 // with a warning). Ending it releases a pool connection too, which pgxpool destroys as it is
 // still busy, so the pool gets its capacity back; in a transaction the connection stays the
-// transaction's. The cleanup's argument is the pgxOpen, which must not point to the wrapper.
+// transaction's. The cleanup's argument is the pgxOpen, which must not point to the rows. A
+// QueryRow's rows have none: its Row must be scanned, as pgx's must, and Scan closes them.
 type pgxRows struct {
 	pgx.Rows
 	qctx context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
@@ -35,19 +36,20 @@ type pgxOpen struct {
 	x       *engine.Exec    // the statement; nil once ended
 	ctx     context.Context // the statement's, for Finish
 	cancel  func()          // releases qctx's timer; nil without max_duration
-	release func()          // gives the pool's connection back; nil in a transaction
+	release releaser        // gives the pool's connection back; nil in a transaction
 }
 
 var _ pgx.Rows = (*pgxRows)(nil)
 
-// newPgxRows returns the rows wrapper of statement x, with its leak cleanup attached.
-func newPgxRows(o *pgxOpen, qctx context.Context) *pgxRows {
-	w := &pgxRows{qctx: qctx, open: o}
-	runtime.AddCleanup(w, reclaimPgx, o)
+// newPgxRows returns the storage of a Query's rows, with the leak cleanup attached.
+func newPgxRows() *pgxRows {
+	w := &pgxRows{open: new(pgxOpen)}
+	runtime.AddCleanup(w, reclaimPgx, w.open)
 	return w
 }
 
-// reclaimPgx is a pgxRows' cleanup: it ends a statement whose rows were collected while open.
+// reclaimPgx is a Query's rows' cleanup: it ends a statement whose rows were collected while
+// open.
 func reclaimPgx(o *pgxOpen) {
 	if o.x == nil {
 		return // ended: nothing held
@@ -71,7 +73,7 @@ func (o *pgxOpen) end(err error) {
 			o.cancel()
 		}
 		if o.release != nil {
-			o.release()
+			o.release.Release()
 		}
 	}()
 	o.run.end(o.ctx, x, err)
@@ -94,7 +96,12 @@ func (r *pgxRows) Next() (more bool) {
 	return more
 }
 
+// Close closes pgx's rows and ends the statement. Once the rows ended it does nothing: pgx's
+// rows are closed (or their Next panicked), and their connection may be another statement's.
 func (r *pgxRows) Close() {
+	if r.open.x == nil {
+		return
+	}
 	done := false
 	defer func() {
 		if !done {
@@ -110,8 +117,10 @@ func (r *pgxRows) Close() {
 // pgxRow is QueryRow's row: the query ran (or was refused) when QueryRow was called; Scan
 // reads its first row and closes the rows, which ends the statement.
 type pgxRow struct {
-	rows pgx.Rows
+	rows pgx.Rows // &w, or the errRows of a query that did not run
 	err  error
+	w    pgxRows // the rows' storage (runner.queryRow)
+	o    pgxOpen // w.open's storage
 }
 
 var _ pgx.Row = (*pgxRow)(nil)

@@ -10,6 +10,11 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
+// releaser gives a pool's connection back when its statement, batch or transaction ends: the
+// *pgxpool.Conn it was acquired as (a fake in unit tests). An interface rather than a func: the
+// method value pc.Release would be an allocation per statement.
+type releaser interface{ Release() }
+
 // querier is where a pgx-native statement is sent: a *pgx.Conn acquired from the pool, or a
 // pgx.Tx. A fake in unit tests.
 type querier interface {
@@ -76,21 +81,21 @@ func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql 
 	return tag, err
 }
 
-// query runs a Query of sql on q, whose connection is conn, decided as text (see exec).
-// release, if not nil, gives the
-// connection back to the pool: it is called once, when the statement ends (refused, failed, or
-// its rows done).
+// query runs a Query of sql on q, whose connection is conn, decided as text (see exec), with
+// its rows in w (newPgxRows, or a QueryRow's). release, if not nil, gives the connection back to the
+// pool: once, when the statement ends (refused, failed, or its rows done).
 func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
-	release func()) (_ pgx.Rows, err error) {
+	release releaser, w *pgxRows) (_ pgx.Rows, err error) {
 	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		if release != nil {
-			release()
+			release.Release()
 		}
 		return errRows{err: err}, err
 	}
 	qctx, cancel := overrunContext(ctx, x) // max_duration: its rows are read under qctx too
-	w := newPgxRows(&pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}, qctx)
+	*w.open = pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}
+	w.Rows, w.qctx = nil, qctx
 	err = errPanicked // until q returns
 	defer func() {
 		if err != nil {
@@ -105,6 +110,16 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 	}
 	w.Rows = pr
 	return w, nil
+}
+
+// queryRow runs a QueryRow of sql on q (see query): the query runs now, its error or its
+// first row are the row's Scan's. The row and its rows are one allocation.
+func (r *runner) queryRow(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
+	release releaser) pgx.Row {
+	row := new(pgxRow)
+	row.w.open = &row.o
+	row.rows, row.err = r.query(ctx, q, conn, text, sql, args, release, &row.w)
+	return row
 }
 
 // outgoing is the text to send for sql, decided as text in x: a prepared statement's name is

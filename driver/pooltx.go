@@ -21,7 +21,7 @@ type pgxTx struct {
 	prepared map[string]string
 	// release gives the pool's connection back when the transaction ends; nil when the pool's
 	// own transaction (pgxpool.Tx) does, or for a nested one.
-	release func()
+	release releaser
 }
 
 var _ pgx.Tx = (*pgxTx)(nil)
@@ -50,7 +50,7 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 func (t *pgxTx) end() {
 	if r := t.release; r != nil {
 		t.release = nil
-		r()
+		r.Release()
 	}
 }
 
@@ -76,12 +76,11 @@ func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.run.query(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil)
+	return t.run.query(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil, newPgxRows())
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	rows, err := t.Query(ctx, sql, args...)
-	return &pgxRow{rows: rows, err: err}
+	return t.run.queryRow(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil)
 }
 
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {

@@ -4,9 +4,11 @@ go 1.26.0
 
 require (
 	github.com/XSAM/otelsql v0.44.0
+	github.com/exaring/otelpgx v0.13.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pgtraffic/pgtraffic v0.0.0
 	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
@@ -24,7 +26,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sync v0.25.0 // indirect

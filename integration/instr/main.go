@@ -1,81 +1,68 @@
-// Command instr runs a fixed number of single-row queries through one database/sql driver setup,
+// Command instr runs a fixed number of single-row queries through one driver set-up (a mode),
 // so that integration/scripts/instr.sh can count the client's instructions per query with callgrind.
 //
 // Each run opens one connection, runs a warm-up of queries, then runs -n queries of
-// `select $1::int + 1` with QueryRowContext(...).Scan and checks every answer (-workload update:
-// an update of one row of a table with ExecContext instead). Running it twice
-// under callgrind with different -n and dividing the difference in instructions by the difference
-// in n cancels start-up, the warm-up (parsing, statement preparation, the first EXPLAIN) and
-// shutdown, and leaves the client-side instructions of one query:
+// `select $1::int + 1` (QueryRow and Scan) and checks every answer (-workload update: an update
+// of one row of a table with Exec instead). Running it twice under callgrind with different -n
+// and dividing the difference in instructions by the difference in n cancels start-up, the
+// warm-up (parsing, statement preparation, the first EXPLAIN) and shutdown, and leaves the
+// client-side instructions of one query:
 //
 //	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 GOGC=off valgrind --tool=callgrind \
 //		instr -dsn "$DSN" -mode budget -n 2000
 //
-// Modes:
+// Modes (-list prints each with its base, the mode it is compared with), through database/sql:
 //
-//	pgx        database/sql with pgx's stdlib connector (stdlib.OpenDB): the baseline
-//	pgtraffic  pgtraffic with no rules
-//	budget     pgtraffic with an enforce budget that the statement's context tag selects, with
-//	           max_concurrent, server_share and burst_limit, so every statement is costed (its
-//	           EXPLAIN is cached after the first), admitted and released
-//	trace      pgtraffic with no rules and a recording OpenTelemetry tracer provider
+//	pgx        pgx's stdlib connector (stdlib.OpenDB): the base of the database/sql modes
+//	pgtraffic  pgtraffic's connector with no rules
+//	budget     pgtraffic's connector with an enforce budget that the statement's context tag
+//	           selects, with max_concurrent, server_share and burst_limit, so every statement
+//	           is costed (its EXPLAIN is cached after the first), admitted and released
+//	trace      pgtraffic's connector with no rules and a recording OpenTelemetry tracer provider
 //	otelsql    XSAM/otelsql around pgx's stdlib connector with the same tracer provider
 //
-// Every mode runs its queries with the same tagged context and the same connection (see
-// waitConn), so only the driver differs. The tracer provider samples every span and hands finished spans to a processor that drops them,
-// so the figures contain span creation, attributes and ending but no export.
+// and through pgx's native interface:
+//
+//	pgxpool    a *pgxpool.Pool: the base of the pgx-native modes
+//	pool       pgtraffic's *driver.Pool with no rules
+//	poolbudget pgtraffic's *driver.Pool with the budget mode's budget
+//	pooltrace  pgtraffic's *driver.Pool with no rules and the tracer provider
+//	otelpgx    a *pgxpool.Pool whose ConnConfig.Tracer is exaring/otelpgx's, with the same
+//	           tracer provider (and without otelpgx's span per acquisition from the pool)
+//
+// Every mode has one connection and runs its statements with the same context (see
+// statementContext) through the same connection type (see waitConn), so only the driver
+// differs. The tracer provider samples every span and hands finished spans to a processor
+// that drops them, so the figures contain span creation, attributes and ending but no export.
+// After the run the program checks that the mode took the path it claims (see handle.check).
 package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/XSAM/otelsql"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/pgtraffic/pgtraffic/driver"
-	"github.com/pgtraffic/pgtraffic/tagging"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // query is the measured statement of the select workload (the smallest statement, where the
-// driver's share is largest); update is the update workload's, an ExecContext on a table like
+// driver's share is largest); update is the update workload's, an Exec on a table like
 // TPC-B's statements (a table tag, a row count).
 const (
 	query  = "select $1::int + 1"
 	update = "update instr_counter set n = n + $1 where id = 1"
 )
 
-// budgetRules selects the budget through the context tag app=instr. The limits are far above
-// what one connection can use, so nothing is blocked, but server_share makes the budget need a
-// cost prediction and max_concurrent a concurrency slot: the full admission path.
-const budgetRules = `
-budgets:
-  - name: instr
-    mode: enforce
-    max_concurrent: 64
-    server_share: 0.5
-    burst_limit: 30s
-rules:
-  - budget: instr
-    match: {app: instr}
-`
-
-var modes = []string{"pgx", "pgtraffic", "budget", "trace", "otelsql"}
-
 func main() {
 	dsn := flag.String("dsn", os.Getenv("PGTRAFFIC_TEST_DSN"), "PostgreSQL DSN (default $PGTRAFFIC_TEST_DSN)")
-	mode := flag.String("mode", "pgx", "driver set-up: "+strings.Join(modes, ", "))
+	name := flag.String("mode", "pgx", "driver set-up: "+modeNames())
+	list := flag.Bool("list", false, "print each mode and its base, one a line, and exit")
 	n := flag.Int("n", 10000, "queries to run after the warm-up")
 	// The warm-up is long because of the runtime's type-switch and type-assertion caches
 	// (database/sql asserts driver interfaces on every query): a call site that misses its
@@ -84,142 +71,105 @@ func main() {
 	// queries miss is luck that differs between runs: by about a hundred instructions per
 	// query after 8,000 queries of warm-up, by a few tens after 30,000.
 	warmup := flag.Int("warmup", 30000, "queries to run before the measured ones")
-	workload := flag.String("workload", "select", "select (QueryRowContext of "+query+") or update (ExecContext of "+update+", on a temporary table)")
+	workload := flag.String("workload", "select", "select (QueryRow of "+query+") or update (Exec of "+update+", on a temporary table)")
 	flag.Parse()
-	if err := run(*dsn, *mode, *workload, *n, *warmup); err != nil {
+	if *list {
+		for _, m := range modes {
+			fmt.Println(m.name, m.base)
+		}
+		return
+	}
+	if err := run(*dsn, *name, *workload, *n, *warmup); err != nil {
 		fmt.Fprintln(os.Stderr, "instr:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dsn, mode, workload string, n, warmup int) error {
+func run(dsn, name, workload string, n, warmup int) error {
 	if dsn == "" {
 		return fmt.Errorf("no DSN: pass -dsn or set PGTRAFFIC_TEST_DSN")
 	}
 	if n < 0 || warmup < 0 {
 		return fmt.Errorf("-n and -warmup must not be negative")
 	}
-	db, conn, err := open(mode, dsn)
+	m, err := lookupMode(name)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	// One connection: every query reuses the same session and pgx statement cache.
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialWaiting(ctx, dial, network, addr)
+	}
+	ctx, parent := statementContext()
+	defer parent.End()
+	h, err := open(ctx, m, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.close()
 
-	ctx := tagging.With(context.Background(), "app", "instr")
-	work := queries
+	work := selectOne
 	switch workload {
 	case "select":
 	case "update":
 		// A temporary table: the one connection's own, gone when it closes.
-		if _, err := db.ExecContext(ctx, "create temporary table instr_counter (id int primary key, n bigint not null)"); err != nil {
+		if _, err := h.front.exec(ctx, "create temporary table instr_counter (id int primary key, n bigint not null)"); err != nil {
 			return err
 		}
-		if _, err := db.ExecContext(ctx, "insert into instr_counter values (1, 0)"); err != nil {
+		if _, err := h.front.exec(ctx, "insert into instr_counter values (1, 0)"); err != nil {
 			return err
 		}
-		work = updates
+		work = updateOne
 	default:
 		return fmt.Errorf("unknown workload %q (want select or update)", workload)
 	}
-	if err := work(ctx, db, 0, warmup); err != nil {
-		return fmt.Errorf("warm-up: %w", err)
+	for i := range warmup {
+		if err := work(ctx, h.front, i); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
 	}
-	if err := work(ctx, db, warmup, n); err != nil {
+	for i := warmup; i < warmup+n; i++ {
+		if err := work(ctx, h.front, i); err != nil {
+			return err
+		}
+	}
+	if err := h.check(warmup+n, 1); err != nil {
 		return err
 	}
-	if conn != nil {
-		return checkCounters(mode, conn.Snapshot().Counters)
+	if m.budget {
+		c := h.status.Snapshot().Counters
+		fmt.Fprintf(os.Stderr, "instr: %s: EXPLAIN calls %d, cache hits %d, failures %d\n",
+			m.name, c.ExplainCalls, c.ExplainCacheHits, c.ExplainFailures)
 	}
 	return nil
 }
 
-// queries runs n queries with arguments from, from+1, ... and checks each answer.
-func queries(ctx context.Context, db *sql.DB, from, n int) error {
-	for i := from; i < from+n; i++ {
-		var got int
-		if err := db.QueryRowContext(ctx, query, i).Scan(&got); err != nil {
-			return fmt.Errorf("query %d: %w", i, err)
-		}
-		if got != i+1 {
-			return fmt.Errorf("query %d: got %d, want %d", i, got, i+1)
-		}
-	}
-	return nil
-}
-
-// updates runs n updates of one row and checks that each changed it.
-func updates(ctx context.Context, db *sql.DB, from, n int) error {
-	for i := from; i < from+n; i++ {
-		res, err := db.ExecContext(ctx, update, 1)
-		if err != nil {
-			return fmt.Errorf("update %d: %w", i, err)
-		}
-		if rows, err := res.RowsAffected(); err != nil || rows != 1 {
-			return fmt.Errorf("update %d: %d rows affected (%v), want 1", i, rows, err)
-		}
-	}
-	return nil
-}
-
-// checkCounters makes sure the run measured the path it claims to: the budget mode must have
-// costed its statements from the cached EXPLAIN (a few calls at most: the first, and one per
-// plan-cache TTL on a slow run), and no mode may have blocked anything.
-func checkCounters(mode string, c driver.Counters) error {
-	if c.Blocked != 0 {
-		return fmt.Errorf("%s: %d statements blocked", mode, c.Blocked)
-	}
-	if mode != "budget" {
-		return nil
-	}
-	if c.ExplainCalls == 0 || c.ExplainCacheHits == 0 {
-		return fmt.Errorf("budget: statements were not costed (EXPLAIN calls %d, cache hits %d)", c.ExplainCalls, c.ExplainCacheHits)
-	}
-	if c.ExplainCalls > 10 {
-		return fmt.Errorf("budget: %d EXPLAIN calls; the plan cost should be cached", c.ExplainCalls)
-	}
-	fmt.Fprintf(os.Stderr, "instr: budget: EXPLAIN calls %d, cache hits %d, failures %d\n",
-		c.ExplainCalls, c.ExplainCacheHits, c.ExplainFailures)
-	return nil
-}
-
-// open returns the *sql.DB of mode, and its pgtraffic connector when it has one.
-func open(mode, dsn string) (*sql.DB, *driver.Connector, error) {
-	cc, err := pgx.ParseConfig(dsn)
+// selectOne runs the select workload's query with argument i and checks its answer.
+func selectOne(ctx context.Context, f front, i int) error {
+	got, err := f.queryInt(ctx, query, i)
 	if err != nil {
-		return nil, nil, err
+		return fmt.Errorf("query %d: %w", i, err)
 	}
-	dial := cc.DialFunc
-	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialWaiting(ctx, dial, network, addr)
+	if got != i+1 {
+		return fmt.Errorf("query %d: got %d, want %d", i, got, i+1)
 	}
-	switch mode {
-	case "pgx":
-		return stdlib.OpenDB(*cc), nil, nil
-	case "pgtraffic":
-		return openPgtraffic(cc)
-	case "budget":
-		cfg, err := driver.ParseConfig([]byte(budgetRules))
-		if err != nil {
-			return nil, nil, err
-		}
-		return openPgtraffic(cc, driver.WithConfig(cfg))
-	case "trace":
-		return openPgtraffic(cc, driver.WithTracerProvider(tracerProvider()))
-	case "otelsql":
-		return otelsql.OpenDB(stdlib.GetConnector(*cc), otelsql.WithTracerProvider(tracerProvider())), nil, nil
-	}
-	return nil, nil, fmt.Errorf("unknown mode %q (want one of %s)", mode, strings.Join(modes, ", "))
+	return nil
 }
 
-func openPgtraffic(cc *pgx.ConnConfig, opts ...driver.Option) (*sql.DB, *driver.Connector, error) {
-	c, err := driver.NewConnectorFromConfig(cc, opts...)
+// updateOne runs the update workload's update of one row and checks that it changed it.
+func updateOne(ctx context.Context, f front, i int) error {
+	rows, err := f.exec(ctx, update, 1)
 	if err != nil {
-		return nil, nil, err
+		return fmt.Errorf("update %d: %w", i, err)
 	}
-	return sql.OpenDB(c), c, nil
+	if rows != 1 {
+		return fmt.Errorf("update %d: %d rows affected, want 1", i, rows)
+	}
+	return nil
 }
 
 // waitConn is the connection every mode measures through. Each Read first waits in the kernel
@@ -276,19 +226,3 @@ func (c *waitConn) Read(b []byte) (int, error) {
 	syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&timeout)), 0, 0, 0)
 	return c.Conn.Read(b)
 }
-
-// tracerProvider records every span (AlwaysSample) and drops it when it ends.
-func tracerProvider() *sdktrace.TracerProvider {
-	return sdktrace.NewTracerProvider(
-		sdktrace.WithSampler(sdktrace.AlwaysSample()),
-		sdktrace.WithSpanProcessor(dropProcessor{}),
-	)
-}
-
-// dropProcessor is a span processor that discards every span: export is not what is measured.
-type dropProcessor struct{}
-
-func (dropProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (dropProcessor) OnEnd(sdktrace.ReadOnlySpan)                     {}
-func (dropProcessor) Shutdown(context.Context) error                  { return nil }
-func (dropProcessor) ForceFlush(context.Context) error                { return nil }

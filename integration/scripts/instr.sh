@@ -14,13 +14,16 @@
 # moves, the scheduler, timers and sysmon, is left out of the "busy" columns (see idle).
 #
 # Output, per mode: instructions per query from the totals, and "busy" per query without the
-# idle part (see idle), each also relative to pgx. The modes are measured in ROUNDS rounds (each
-# round every mode once, in order), and each figure is the median over the rounds, with its
-# range: the idle part of one run moves the total by hundreds of instructions, the busy figure
-# by tens. integration/PERFORMANCE.md describes the method and how steady it is.
+# idle part (see idle), each also relative to the mode's base (the program's -list: raw pgx for
+# the database/sql modes, raw pgxpool for the pgx-native ones; n/a when the base is not in
+# MODES). The modes are measured in ROUNDS rounds (each round every mode once, in order), and
+# each figure is the median over the rounds, with its range: the idle part of one run moves the
+# total by hundreds of instructions, the busy figure by tens. integration/PERFORMANCE.md
+# describes the method and how steady it is.
 #
-# Environment: MODES (default "pgx pgtraffic budget trace otelsql"), N1 (2000), N2 (12000),
-# ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an ExecContext of a
+# Environment: MODES (default every mode of the program, in its order: pgx pgtraffic budget trace
+# otelsql pgxpool pool poolbudget pooltrace otelpgx), N1 (2000), N2 (12000),
+# ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an Exec of a
 # one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
 # building ./integration/instr).
 set -euo pipefail
@@ -28,7 +31,6 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=integration/scripts/pgserver.sh
 source integration/scripts/pgserver.sh
 
-MODES="${MODES:-pgx pgtraffic budget trace otelsql}"
 N1="${N1:-2000}"
 N2="${N2:-12000}"
 ROUNDS="${ROUNDS:-3}"
@@ -56,8 +58,12 @@ trap cleanup EXIT
 bin="${INSTR_BIN:-}"
 if [[ -z "$bin" ]]; then
 	bin="$work/instr"
-	"$GO" build -o "$bin" ./integration/instr
+	"$GO" build -C integration/instr -o "$bin" . # a module of its own
 fi
+
+# Each mode and its base, one a line.
+bases="$("$bin" -list)"
+MODES="${MODES:-$(cut -d' ' -f1 <<<"$bases" | tr '\n' ' ')}"
 
 dsn="${PGTRAFFIC_TEST_DSN:-}"
 if [[ -z "$dsn" ]]; then
@@ -131,14 +137,18 @@ done
 
 # Per run: instructions per query from the totals (the headline figure) and from the totals less
 # the idle part ("busy", steadier); per mode the median over the rounds (the lower middle for an
-# even count) and the range; both again relative to the pgx mode's medians.
-printf '%s' "$results" | awk -v n1="$N1" -v n2="$N2" '
+# even count) and the range; both again relative to the medians of the mode's base.
+{
+	printf '%s\n' "$bases" | sed 's/^/base /'
+	printf '%s' "$results"
+} | awk -v n1="$N1" -v n2="$N2" '
 	function median(list,    a, n, i, j, t) {
 		n = split(list, a, " ")
 		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] + 0 < a[j-1] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 		lo = a[1]; hi = a[n]
 		return a[int((n + 1) / 2)]
 	}
+	$1 == "base" { base[$2] = $3; next }
 	{
 		if (!($1 in per)) order[++nm] = $1
 		per[$1] = per[$1] " " ($4 - $2) / (n2 - n1)
@@ -150,13 +160,13 @@ printf '%s' "$results" | awk -v n1="$N1" -v n2="$N2" '
 			mp[m] = median(per[m]); rp[m] = sprintf("%.0f-%.0f", lo, hi)
 			mb[m] = median(busy[m]); rb[m] = sprintf("%.0f-%.0f", lo, hi)
 		}
-		hasbase = ("pgx" in mp)
-		printf "%-10s %12s %13s %10s %12s %13s %12s\n", "mode", "instr/query", "(range)", "vs pgx",
-			"busy/query", "(range)", "busy vs pgx"
+		printf "%-10s %12s %13s %10s %12s %13s %12s  %s\n", "mode", "instr/query", "(range)", "vs base",
+			"busy/query", "(range)", "busy vs base", "base"
 		for (i = 1; i <= nm; i++) {
-			m = order[i]
-			d = hasbase ? sprintf("%+.0f", mp[m] - mp["pgx"]) : "n/a"
-			db = hasbase ? sprintf("%+.0f", mb[m] - mb["pgx"]) : "n/a"
-			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s\n", m, mp[m], rp[m], d, mb[m], rb[m], db
+			m = order[i]; b = base[m]
+			hasbase = (b in mp)
+			d = hasbase ? sprintf("%+.0f", mp[m] - mp[b]) : "n/a"
+			db = hasbase ? sprintf("%+.0f", mb[m] - mb[b]) : "n/a"
+			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s  %s\n", m, mp[m], rp[m], d, mb[m], rb[m], db, b
 		}
 	}'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# wall.sh measures the wall time per statement of each driver mode against raw pgx, with the
-# client and the server on different CPUs.
+# wall.sh measures the wall time per statement of each driver mode against its base (raw pgx
+# for the database/sql modes, raw pgxpool for the pgx-native ones), with the client and the
+# server on different CPUs.
 #
 # It runs TestOverheadRounds (integration/instr/overhead_test.go: every mode in interleaved rounds, so
 # that drift of a shared machine cancels) against a throwaway PostgreSQL started by
@@ -22,7 +23,8 @@
 # process's ratios (mean: of total times; median: of the per-round ratios).
 #
 # Environment: PROCS (default 5), ROUNDS (rounds per process, default 200), K (statements per
-# mode per round, default 100).
+# mode per round, default 100), MODES (default every mode of integration/instr; each mode's base
+# must be among them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=integration/scripts/pgserver.sh
@@ -31,6 +33,7 @@ source integration/scripts/pgserver.sh
 PROCS="${PROCS:-5}"
 ROUNDS="${ROUNDS:-200}"
 K="${K:-100}"
+MODES="${MODES:-}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
 
@@ -71,6 +74,7 @@ cd integration/instr
 for proc in $(seq "$PROCS"); do
 	echo "wall: process $proc/$PROCS" >&2
 	PGTRAFFIC_TEST_DSN="$dsn" PGTRAFFIC_OVERHEAD=1 PGTRAFFIC_OVERHEAD_ROUNDS="$ROUNDS" PGTRAFFIC_OVERHEAD_K="$K" \
+		PGTRAFFIC_OVERHEAD_MODES="$MODES" \
 		GOMAXPROCS=1 "${client_pin[@]}" "$work/integration.test" -test.run '^TestOverheadRounds$' -test.v -test.count=1 |
 		tee "$work/proc.$proc"
 done
@@ -91,7 +95,7 @@ cat "$work"/proc.* | awk -v procs="$PROCS" '
 		mean[k] = mean[k] " " $4; med[k] = med[k] " " $5; cpu[k] = cpu[k] " " $6
 	}
 	END {
-		printf "\nwall: median over %d processes of each process'"'"'s ratios to pgx\n", procs
+		printf "\nwall: median over %d processes of each process'"'"'s ratios to the mode'"'"'s base (pgx; pgxpool for the pgx-native modes)\n", procs
 		for (i = 1; i <= nw; i++) {
 			w = ws[i]
 			printf "\n%s\n%-10s %12s %12s %14s\n", w, "mode", "mean ratio", "median ratio", "cpu ns/st"
