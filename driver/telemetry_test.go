@@ -1053,24 +1053,24 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 		t.Fatal("the no-op global tracer provider was not recognised as recording nothing")
 	}
 	tel.tracer = tp.Tracer(instrumentationName)
-	eng := engine.New(engine.Options{})
+	eng := engine.New(engine.Options{Observer: tel})
 	defer eng.Close()
 	x := new(engine.Exec)
 	if err := eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
-	defer x.Finish(context.Background(), nil)
-	x.Observed = tel.Wants()&engine.WantSpans != 0 // as the engine asks its observer at Begin
-	if span := tel.startSpan(context.Background(), x, false); span.IsRecording() {
+	if x.Observed || x.Span != nil {
 		t.Fatal("a span started while no global provider is installed")
 	}
+	x.Finish(context.Background(), nil)
 	otel.SetTracerProvider(tp)
-	x.Observed = tel.Wants()&engine.WantSpans != 0
-	span := tel.startSpan(context.Background(), x, false)
-	if !span.IsRecording() {
+	if err := eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if span, ok := x.Span.(trace.Span); !x.Observed || !ok || !span.IsRecording() {
 		t.Fatal("no span after otel.SetTracerProvider")
 	}
-	span.End()
+	x.Finish(context.Background(), nil)
 	if len(exp.GetSpans()) != 1 {
 		t.Fatalf("exported %d spans", len(exp.GetSpans()))
 	}

@@ -200,6 +200,8 @@ type Exec struct {
 // sqlcommenter, the error of a refusal) and the observer (spans and metrics) read. The engine
 // writes it during Begin and Finish; the observer alone writes Span.
 type Result struct {
+	// Pattern is the statement's pattern; nil when nothing reads the statement (no rules in
+	// force, the observer wants nothing and the debug log is off).
 	Pattern *pattern.Pattern
 	// Tags are the statement's merged tags (built-in, comment, context; later wins). They are
 	// merged only when something reads them: routing the text afresh (a text whose route for
@@ -290,23 +292,29 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 // Finish. If code Begin calls panics (an observer, a logger, a query rewriter), Begin gives back
 // what it took before the panic goes on, and x needs no Finish.
 func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any) error {
-	p, text := e.texts.get(query, e.patterns)
+	st := e.state.Load()
+	var wants Wants
+	if e.obs != nil {
+		wants = e.obs.Wants()
+	}
+	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	// With no rules in force, telemetry idle and no debug log, nothing reads the statement: its
+	// pattern, its time and its tags are not looked up (Result.Pattern is nil).
+	read := !st.empty || wants != 0 || debug
+	var p *pattern.Pattern
+	var text *textEntry
+	if read {
+		p, text = e.texts.get(query, e.patterns)
+	}
 	x.reset(e, p)
+	x.Wants, x.Observed = wants, wants&WantSpans != 0
 	begun := false
 	defer func() {
 		if !begun {
 			x.unwind()
 		}
 	}()
-	st := e.state.Load()
-	if e.obs != nil {
-		x.Wants = e.obs.Wants()
-		x.Observed = x.Wants&WantSpans != 0
-	}
-	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	// With no rules in force, telemetry idle and no debug log, nothing reads the statement's time
-	// or tags: neither is read.
-	if !st.empty || x.Wants != 0 || debug {
+	if read {
 		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
 			return err
 		}
