@@ -44,9 +44,13 @@ type part struct {
 
 	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
 	// so a lost reply cannot count usage twice; acc collects the usage for the next one.
+	// Each covers the usage since its from: a report held back by failed syncs says how
+	// late it is (see report.late).
 	pendingSeq  uint64
 	pendingUsed float64
+	pendingFrom time.Time
 	accUsed     float64
+	accFrom     time.Time
 
 	grant       budget.Lease // the last lease from Redis
 	hasGrant    bool         // grant is set
@@ -151,7 +155,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 		}
 		p := c.parts[u.Key]
 		if p == nil {
-			p = &part{key: u.Key}
+			p = &part{key: u.Key, accFrom: now}
 			c.parts[u.Key] = p
 		}
 		if u.Offered > 0 && !math.IsInf(u.Offered, 1) {
@@ -249,9 +253,16 @@ func minTime(a, b time.Time) time.Time {
 
 // report is one partition's entry in a sync.
 type report struct {
-	p        *part
-	seq      uint64
-	used     float64
+	p    *part
+	seq  uint64
+	used float64
+	// late is how long after its due time the report is sent: it covers the usage since
+	// pendingFrom, and a report on time is sent within an interval of that. Redis counts
+	// the usage of a late report (held back while syncs failed) as if it had come on time,
+	// where the budget's global bucket was idle since (see sync.lua): counted as run at
+	// once when it arrives, the usage of an outage would fill every instance's bucket with
+	// its debt share after it.
+	late     time.Duration
 	demand   float64
 	want     int
 	applied  int
@@ -286,9 +297,10 @@ func (c *core) reports(now time.Time) [][]report {
 		if p.pendingSeq == 0 {
 			c.seq++
 			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
+			p.pendingFrom, p.accFrom = p.accFrom, now
 		}
 		cur = append(cur, report{
-			p: p, seq: p.pendingSeq, used: p.pendingUsed,
+			p: p, seq: p.pendingSeq, used: p.pendingUsed, late: max(0, now.Sub(p.pendingFrom)-c.interval),
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0,
@@ -401,9 +413,8 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 		if c.spec.Rate > 0 {
 			// The lease's share of the global debt: the local bucket starts at least that
 			// full, so that a burst that moved here from another instance, which used it,
-			// is not room twice. At most a full bucket: usage reported late (after an
-			// outage) lands in the global bucket at once, and a debt past the burst would
-			// stop the instances for the time it was really spread over.
+			// is not room twice. At most a full bucket: a debt past it would stop the
+			// instances for longer than a burst takes to drain.
 			p.grant.Debt = min(r.debt*r.lease.Rate/c.spec.Rate, p.grant.Burst)
 		}
 		copy(p.seen[1:], p.seen[:])

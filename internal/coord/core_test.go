@@ -516,3 +516,36 @@ func TestDemandIsEstimatedPerSync(t *testing.T) {
 		t.Fatalf("after a quiet interval: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
 	}
 }
+
+func TestLateReportSaysHowLate(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
+	send := func(at time.Duration) report {
+		t.Helper()
+		c.absorb(t0.Add(at), nil)
+		return c.reports(t0.Add(at))[0][0]
+	}
+	if r := send(0); r.late != 0 {
+		t.Fatalf("a first report is on time: late %v", r.late)
+	}
+	c.failed(t0, t0.Add(time.Millisecond))
+	if r := send(sec); r.late != 0 {
+		t.Fatalf("resent an interval after its usage began: late %v, want 0", r.late)
+	}
+	c.failed(t0.Add(sec), t0.Add(sec))
+	r := send(3 * sec)
+	if r.late != 2*sec {
+		t.Fatalf("resent 3 s after its usage began: late %v, want the 2 s past its due time", r.late)
+	}
+	c.applied(t0.Add(3*sec), t0.Add(3*sec), []report{r}, []result{{live: 1}})
+	// The usage gathered meanwhile began with the first report: due an interval after it.
+	c.absorb(t0.Add(3500*time.Millisecond), []budget.Usage{{Key: "", Used: 2, Offered: 1}})
+	r = send(4 * sec)
+	if r.used != 2 || r.late != 3*sec {
+		t.Fatalf("the usage held back since the first report: %+v, want 2 s used, 3 s late", r)
+	}
+	c.applied(t0.Add(4*sec), t0.Add(4*sec), []report{r}, []result{{live: 1}})
+	if r := send(5 * sec); r.late != 0 {
+		t.Fatalf("back on time: late %v", r.late)
+	}
+}

@@ -20,7 +20,10 @@
 //   - applies the execution seconds the instance used since its last report to the
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
 //     now) is known for status; a report counts once per sequence number, and an unanswered
-//     report is resent unchanged, so a lost reply never counts usage twice;
+//     report is resent unchanged, so a lost reply never counts usage twice. A report counts
+//     as run when it arrives, unless it comes late (held back by failed syncs, or by a Redis
+//     that hung): then as if it had come on time, where the global bucket was idle since
+//     (see "Cold start");
 //   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
 //     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
@@ -181,14 +184,19 @@
 //     starts at least that full: together the instances' buckets offer no more room than
 //     the global bucket has. In a steady state the local debts already add up to about the
 //     global debt and nothing changes; an instance joining a budget that others have run
-//     into debt waits for its share of it to drain. The cap at the burst is for usage that
-//     reaches Redis late (reports held back by an outage): it lands in the global bucket at
-//     once, as if it had all run at that moment, and a debt past the burst would stop every
-//     instance for as long as that usage was really spread over. Even capped, it costs
-//     something there: after an outage the held-back usage fills the instances' buckets, so
-//     they lose the room they had (a global debt past the burst cannot be ignored instead:
-//     at a cold start it is exactly the burst that must not be offered again; telling the
-//     two apart would need usage reports stamped with when the usage ran).
+//     into debt waits for its share of it to drain. The share is capped at the burst: a
+//     debt past it would stop every instance for longer than a burst takes to drain.
+//
+// Usage that reaches Redis late is not such a debt. During an outage every instance runs on
+// its lease, then on its even share, and reports what it ran when Redis is back; counted as
+// run at that moment, it would land in the global bucket at once, and its shares would fill
+// every instance's bucket until it drained, at the little rate the instances then leave
+// unused: for tens of seconds the budget would admit below its rate. So a report says how
+// late it is (how long after an interval of its usage it comes), and Redis counts it as if
+// it had come on time: its usage fills the time the global bucket was idle since, and only
+// what does not fit is debt. Where others kept the bucket busy meanwhile (an instance cut
+// off alone), the late usage is debt in full. A report on time counts at once: a cold
+// start's usage is debt, as it must be.
 //
 // The engine adds the other half: a statement of a pattern never seen to run reserves a
 // conservative share of the burst until it ends (see package engine).

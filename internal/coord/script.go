@@ -73,7 +73,7 @@ type reply struct {
 // for none) is when Redis must no longer act on the call.
 func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
 	keys := make([]string, len(reps))
-	args := make([]any, 0, 7+8*len(reps))
+	args := make([]any, 0, 7+9*len(reps))
 	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
@@ -84,7 +84,8 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 		if r.leave {
 			leave = 1
 		}
-		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected)
+		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected,
+			r.late.Microseconds())
 	}
 	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
 	if err != nil {

@@ -9,10 +9,11 @@
 -- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
 -- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
--- then for each partition 8 values:
+-- then for each partition 9 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
---           instances expected (the most the instance saw in the partition lately)
+--           instances expected (the most the instance saw in the partition lately),
+--           late µs (how long after it was due the report comes: syncs failed meanwhile)
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
 -- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
@@ -29,6 +30,14 @@
 -- intervals (each live instance syncs about once an interval). Then, for one lease duration, the capacity of the instances that were there and
 -- are not back is kept free for them. An instance that lapses while others sync normally has
 -- crashed: its capacity returns when its lease lapses.
+--
+-- Usage held back. The used seconds of a report count at once: as run when they arrive. A
+-- report that comes late (its instance could not sync, or Redis hung) counts as if it had
+-- come on time, late µs earlier: where the global bucket was idle since then, its usage
+-- fills that idle time, as it ran then, and does not become debt. Counted at its arrival, the
+-- usage that every instance ran during an outage would land at once as debt, and the
+-- instances' shares of it would fill their buckets for as long as it took to run it. A
+-- report on time counts at once, as before: a cold start's usage is debt.
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
 -- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
@@ -58,6 +67,8 @@ local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
 local max_debt = 3600 * 1000000
 -- The most instances a partition may count as lost.
 local max_lost = 100000
+-- The most a late report is counted back, µs.
+local max_late = max_debt
 
 -- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
 -- left}, or nil when it is not one this script could have written (not a msgpack array, a
@@ -100,7 +111,7 @@ end
 
 local out = {num(now), 0}
 for i, key in ipairs(KEYS) do
-  local a = 7 + (i - 1) * 8
+  local a = 7 + (i - 1) * 9
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -109,10 +120,12 @@ for i, key in ipairs(KEYS) do
   local inflight = tonumber(ARGV[a + 6])
   local leave = ARGV[a + 7] == '1'
   local expected = tonumber(ARGV[a + 8])
+  local late = tonumber(ARGV[a + 9])
+  if not within(late, 0, max_late) then late = 0 end
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
-  local tat, last, lost_until, lost_n = now, nil, 0, 0
+  local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local mine = nil
   local ids, others = {}, {}
   local gone, lapsed = 0, 0
@@ -120,7 +133,7 @@ for i, key in ipairs(KEYS) do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
       local x = tonumber(v)
-      if finite(x) then tat = math.min(math.max(x, now), now + max_debt) end
+      if finite(x) then tat = math.min(x, now + max_debt) end
     elseif f == 'last' then
       local x = tonumber(v)
       if within(x, 0, now) then last = x end
@@ -152,11 +165,17 @@ for i, key in ipairs(KEYS) do
   -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
   if seq ~= mine[1] then
-    if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
+    if used > 0 and rate > 0 then
+      local at = now - late -- when the report was due (see the top)
+      tat = math.max(tat or at, at) + used / rate * 1000000
+    end
     mine[1] = seq
   end
+  -- Kept as it is when it lies in the past (the bucket idle since), so that a late report
+  -- can still fill that idle time.
+  tat = tat or now
   local debt = 0
-  if rate > 0 then debt = rate * (tat - now) / 1000000 end
+  if rate > 0 then debt = rate * math.max(tat - now, 0) / 1000000 end
 
   -- The limits in force: while the instances disagree on the budget's limits (a rolling
   -- change of the rules), each enforces the smallest any of them holds, so that together

@@ -1,0 +1,352 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/redistest"
+)
+
+// A simulation in virtual time of instances sharing a rate budget: each instance is a real
+// Coordinator, its loop driven by the simulation rather than started, steering a real
+// budget.Budget whose workers run statements back to back and try a refused one again
+// after its RetryAfter (at least 20 ms, at most 200 ms), as the shared-budget experiment's
+// processes do. Redis is a real redis-server running the real sync script with one line
+// changed: Redis TIME is the simulation's clock. Nothing depends on the test machine's
+// speed, so a run is the same every time (TestVirtualSimIsDeterministic) and its figures can
+// be asserted.
+
+// The line of sync.lua that reads Redis's clock, and what the simulation puts in its place:
+// the clock passed after the script's own arguments.
+const (
+	redisTime   = "local t = redis.call('TIME')"
+	virtualTime = "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}"
+)
+
+// clockedRedis is a client on which the sync script reads the simulation's clock for Redis
+// TIME. While down, every call fails without running. The simulation's goroutine sets its
+// fields only between calls.
+type clockedRedis struct {
+	*redis.Client
+	script *redis.Script
+	now    func() time.Time
+	down   bool
+	lost   func() bool // whether the reply to a call that ran is lost; nil: none is
+}
+
+func newClockedRedis(t *testing.T, rc *redis.Client, now func() time.Time) *clockedRedis {
+	t.Helper()
+	if strings.Count(syncSource, redisTime) != 1 {
+		t.Fatalf("sync.lua no longer reads Redis TIME as %q", redisTime)
+	}
+	return &clockedRedis{Client: rc, script: redis.NewScript(strings.Replace(syncSource, redisTime, virtualTime, 1)), now: now}
+}
+
+var errSimDown = errors.New("sim: Redis unreachable")
+
+func (c *clockedRedis) run(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	if c.down {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(errSimDown)
+		return cmd
+	}
+	now := c.now()
+	args = append(slices.Clip(args), now.Unix(), now.Nanosecond()/1000)
+	cmd := c.script.Run(ctx, c.Client, keys, args...)
+	if c.lost != nil && c.lost() {
+		cmd.SetErr(context.DeadlineExceeded) // Redis ran it; the caller gave up on the reply
+	}
+	return cmd
+}
+
+func (c *clockedRedis) EvalSha(ctx context.Context, _ string, keys []string, args ...any) *redis.Cmd {
+	return c.run(ctx, keys, args)
+}
+
+func (c *clockedRedis) Eval(ctx context.Context, _ string, keys []string, args ...any) *redis.Cmd {
+	return c.run(ctx, keys, args)
+}
+
+// simConfig is one simulated run.
+type simConfig struct {
+	name      string // the budget's name: each run needs its own
+	instances int
+	workers   int // per instance
+	spec      Spec
+	interval  time.Duration
+	stmt      time.Duration // a statement's execution time, and its predicted cost
+	jitter    time.Duration // each statement runs up to this much longer, at random
+	duration  time.Duration
+	seed      uint64
+	down      func(at time.Duration) bool // whether Redis is unreachable at at; nil: never
+	lost      float64                     // the probability that a reply is lost
+	join      func(i int) time.Duration   // when instance i starts; nil: at once
+}
+
+// simResult is what a run admitted and saw.
+type simResult struct {
+	seconds [][]float64 // per instance, per 100 ms: execution seconds of the statements started in it
+	debt    []float64   // per 100 ms: the largest global debt an instance saw after a sync in it
+}
+
+const simBucket = 100 * time.Millisecond
+
+func bucketsOf(from, to time.Duration) (int, int) { return int(from / simBucket), int(to / simBucket) }
+
+// rate is the execution seconds admitted per second over [from, to), all instances.
+func (r simResult) rate(from, to time.Duration) float64 {
+	b0, b1 := bucketsOf(from, to)
+	s := 0.0
+	for _, per := range r.seconds {
+		for _, x := range per[b0:b1] {
+			s += x
+		}
+	}
+	return s / (to - from).Seconds()
+}
+
+// perInstance is each instance's admitted execution seconds over [from, to).
+func (r simResult) perInstance(from, to time.Duration) []float64 {
+	b0, b1 := bucketsOf(from, to)
+	out := make([]float64, len(r.seconds))
+	for i, per := range r.seconds {
+		for _, x := range per[b0:b1] {
+			out[i] += x
+		}
+	}
+	return out
+}
+
+// maxDebt is the largest global debt seen over [from, to).
+func (r simResult) maxDebt(from, to time.Duration) float64 {
+	b0, b1 := bucketsOf(from, to)
+	return slices.Max(r.debt[b0:b1])
+}
+
+// maxWindow is the most execution seconds admitted in a sliding second within [from, to).
+func (r simResult) maxWindow(from, to time.Duration) float64 {
+	b0, b1 := bucketsOf(from, to)
+	total := make([]float64, b1-b0)
+	for _, per := range r.seconds {
+		for b, x := range per[b0:b1] {
+			total[b] += x
+		}
+	}
+	most, per := 0.0, int(time.Second/simBucket)
+	for i := 0; i+per <= len(total); i++ {
+		s := 0.0
+		for _, x := range total[i : i+per] {
+			s += x
+		}
+		most = max(most, s)
+	}
+	return most
+}
+
+type simWorker struct {
+	next    time.Time
+	running bool
+	started time.Time
+	req     budget.Request
+}
+
+type simInst struct {
+	rng     *rand.Rand
+	c       *Coordinator
+	b       *budget.Budget
+	workers []simWorker
+	wake    time.Time
+	started bool
+}
+
+// simulate runs cfg in steps of a millisecond of virtual time.
+func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
+	t.Helper()
+	now := t0
+	clock := func() time.Time { return now }
+	cr := newClockedRedis(t, rc, clock)
+	rng := rand.New(rand.NewPCG(cfg.seed, 1))
+	if cfg.lost > 0 {
+		cr.lost = func() bool { return rng.Float64() < cfg.lost }
+	}
+	nb := int(cfg.duration / simBucket)
+	res := simResult{seconds: make([][]float64, cfg.instances), debt: make([]float64, nb)}
+	insts := make([]*simInst, cfg.instances)
+	for i := range insts {
+		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
+		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("v%02d", i), Logger: quiet,
+			Now: clock, Rand: r.Float64})
+		b := budget.New(budget.Spec{Rate: cfg.spec.Rate, Burst: cfg.spec.Burst, MaxConcurrent: cfg.spec.MaxConcurrent})
+		insts[i] = &simInst{rng: r, c: c, b: b, workers: make([]simWorker, cfg.workers)}
+		res.seconds[i] = make([]float64, nb)
+	}
+	spec := cfg.spec
+	spec.Name = cfg.name
+	ctx := context.Background()
+	order := make([]int, len(insts))
+	for i := range order {
+		order[i] = i
+	}
+	for el := time.Duration(0); el < cfg.duration; el += time.Millisecond {
+		now = t0.Add(el)
+		cr.down = cfg.down != nil && cfg.down(el)
+		bucket := int(el / simBucket)
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, i := range order {
+			in := insts[i]
+			if cfg.join != nil && el < cfg.join(i) {
+				continue
+			}
+			if !in.started {
+				in.started = true
+				h := in.c.Register(spec, in.b)
+				in.b.SetShared(now, h.Kick, min(cfg.interval/10, 100*time.Millisecond))
+				for w := range in.workers {
+					in.workers[w].next = now
+				}
+			}
+			for w := range in.workers {
+				wk := &in.workers[w]
+				for !wk.next.After(now) {
+					if wk.running {
+						actual := wk.next.Sub(wk.started).Seconds()
+						budget.Release(now, wk.req, actual)
+						wk.running = false
+						res.seconds[i][int(wk.started.Sub(t0)/simBucket)] += actual
+						continue // the next statement at once
+					}
+					reqs := []budget.Request{{Budget: in.b, Cost: cfg.stmt.Seconds()}}
+					if _, d := budget.Admit(now, reqs, nil); d != nil {
+						wk.next = now.Add(min(max(d.RetryAfter, 20*time.Millisecond), 200*time.Millisecond))
+						continue
+					}
+					wk.req, wk.running, wk.started = reqs[0], true, now
+					wk.next = now.Add(cfg.stmt + time.Duration(in.rng.Float64()*float64(cfg.jitter)))
+				}
+			}
+			kicked := false
+			select {
+			case <-in.c.kick:
+				kicked = true
+			default:
+			}
+			if kicked || !now.Before(in.wake) {
+				in.c.round(ctx, false)
+				in.wake = now.Add(in.c.wakeIn())
+				if st := in.c.Status(); len(st) == 1 {
+					res.debt[bucket] = max(res.debt[bucket], st[0].GlobalDebt)
+				}
+			}
+		}
+	}
+	return res
+}
+
+// simRedis is a redis-server for the simulations, which one test may share: each run uses
+// its own budget name.
+func simRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	return newClient(t, redistest.Need(t))
+}
+
+// equalDemand is eight instances of four workers each, offering far more than the budget
+// (0.5 execution seconds per second, a burst of 1 s) in 50 ms statements, as the
+// shared-budget experiment's equal scenario.
+func equalDemand(name string, seed uint64) simConfig {
+	return simConfig{name: name, instances: 8, workers: 4, spec: Spec{Rate: 0.5, Burst: 1},
+		interval: time.Second, stmt: 50 * time.Millisecond, jitter: 10 * time.Millisecond,
+		duration: 30 * time.Second, seed: seed}
+}
+
+func TestVirtualSimIsDeterministic(t *testing.T) {
+	rc := simRedis(t)
+	a := simulate(t, rc, equalDemand("det-a", 1))
+	b := simulate(t, rc, equalDemand("det-b", 1))
+	for i := range a.seconds {
+		if !slices.Equal(a.seconds[i], b.seconds[i]) {
+			t.Fatalf("instance %d admitted differently in two runs of one simulation", i)
+		}
+	}
+}
+
+// TestOutageUsageIsNotDebt stops Redis for 5 s (as the experiment's sigstop scenario): the
+// instances run on their leases, then on their even shares, within the budget. When Redis
+// is back, the usage they ran meanwhile must not become global debt, whose shares would fill
+// their buckets and hold the budget below its rate until it drained (at the rate the
+// instances leave unused: for tens of seconds).
+func TestOutageUsageIsNotDebt(t *testing.T) {
+	rc := simRedis(t)
+	const from, to = 15 * time.Second, 20 * time.Second
+	for _, stmt := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%v/seed=%d", stmt, seed), func(t *testing.T) {
+				cfg := equalDemand(fmt.Sprintf("outage-%v-%d", stmt, seed), seed)
+				cfg.stmt, cfg.duration = stmt, 40*time.Second
+				cfg.down = func(at time.Duration) bool { return at >= from && at < to }
+				r := simulate(t, rc, cfg)
+				after := r.rate(to, cfg.duration) / cfg.spec.Rate
+				debt := r.maxDebt(to, cfg.duration)
+				t.Logf("after the outage: %.3f of the rate; global debt at most %.3f", after, debt)
+				if after < 0.95 || after > 1.05 {
+					t.Errorf("after the outage the instances admitted %.3f of the rate, want within 5%%", after)
+				}
+				if debt > cfg.spec.Burst {
+					t.Errorf("after the outage the global debt reached %.3f, more than the burst %v", debt, cfg.spec.Burst)
+				}
+			})
+		}
+	}
+}
+
+// TestLateReportFillsOnlyIdleTime runs the script on the simulation's clock: a report that
+// comes late counts as if it had come on time only where the global bucket was idle since;
+// where others' usage kept it busy, it is debt in full.
+func TestLateReportFillsOnlyIdleTime(t *testing.T) {
+	rc := simRedis(t)
+	now := t0
+	cr := newClockedRedis(t, rc, func() time.Time { return now })
+	ctx := context.Background()
+	spec := Spec{Name: "late", Rate: 1, Burst: 10}
+	a, b := &part{key: "idle"}, &part{key: "busy"}
+	sync := func(id string, p *part, seq uint64, used float64, late time.Duration) float64 {
+		t.Helper()
+		rep, err := runSync(ctx, cr, id, spec, sec, 0, []report{{p: p, seq: seq, used: used, demand: 1, late: late}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.results[0].debt
+	}
+	sync("a", a, 1, 0, 0)
+	sync("a", b, 1, 0, 0)
+	now = t0.Add(10 * sec)
+	// Idle since t0: 3 s used, due 5 s ago, fit in the idle time.
+	if d := sync("a", a, 2, 3, 5*sec); d != 0 {
+		t.Fatalf("a late report into an idle bucket: debt %v, want 0", d)
+	}
+	if d := sync("a", a, 3, 3, 0); !near(d, 3) {
+		t.Fatalf("a report on time: debt %v, want the 3 s used", d)
+	}
+	// Busy: another instance's report on time came first and is debt; the late one adds to it.
+	if d := sync("b", b, 1, 4, 0); !near(d, 4) {
+		t.Fatalf("a report on time: debt %v, want 4", d)
+	}
+	if d := sync("a", b, 2, 3, 5*sec); !near(d, 7) {
+		t.Fatalf("a late report into a busy bucket: debt %v, want 4 + 3", d)
+	}
+	// A lateness out of range counts as none.
+	if d := sync("a", a, 4, 1, -sec); !near(d, 4) {
+		t.Fatalf("a negative lateness: debt %v, want 3 + 1", d)
+	}
+}
