@@ -106,7 +106,7 @@ func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 2})
 	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
 	alone := func(string) result {
-		return result{lease: budget.Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1}
+		return result{lease: budget.Lease{Rate: 1, Burst: 2}, debt: 1, hold: 1, target: 1, live: 1}
 	}
 	grantAll(c, t0, alone)
 	// Alone in the partition it is granted the whole burst, but others may be starting.
@@ -182,22 +182,36 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 	}
 }
 
-func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
+func TestLeaseCarriesTheDebtToHold(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
-	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true, Debt: 0.1}})
 	grantTwice(c, t0, func(string) result {
-		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, hold: 0.2, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
-		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
+		t.Fatalf("lease %+v: want debt 0.2, what Redis said to hold", got)
 	}
-	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
-	// no more.
+	// More than the burst fills the bucket, no more.
 	grantAll(c, t0.Add(sec), func(string) result {
-		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 3, hold: 3, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
 		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
+	}
+}
+
+func TestReportSaysWhatTheBucketHolds(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Debt: 0.3}})
+	if r := c.reports(t0)[0][0]; !near(r.held, 0.3) {
+		t.Fatalf("report held %v, want the 0.3 the bucket holds", r.held)
+	}
+	c.applied(t0, t0, c.reports(t0)[0], []result{{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, live: 4}})
+	c.pushes(t0)
+	// Not in the next usage (idle): drained at the lease's rate since.
+	c.absorb(t0.Add(sec), nil)
+	if r := c.reports(t0.Add(sec))[0][0]; !near(r.held, 0.05) {
+		t.Fatalf("a second later at 0.25/s: held %v, want 0.05", r.held)
 	}
 }
 
@@ -454,13 +468,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1), "0.125"}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := result{lease: budget.Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
-		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true}
+		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true, hold: 0.125}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -469,8 +483,8 @@ func TestDecodeResults(t *testing.T) {
 		{"x"},
 		{[]any{"0.5"}},
 		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(0), "1", "2", int64(4)}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)
@@ -517,7 +531,7 @@ func TestDemandIsEstimatedPerSync(t *testing.T) {
 	}
 }
 
-func TestLateReportSaysHowLate(t *testing.T) {
+func TestReportSaysWhenItsUsageRan(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
 	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
 	send := func(at time.Duration) report {
@@ -525,27 +539,27 @@ func TestLateReportSaysHowLate(t *testing.T) {
 		c.absorb(t0.Add(at), nil)
 		return c.reports(t0.Add(at))[0][0]
 	}
-	if r := send(0); r.late != 0 {
-		t.Fatalf("a first report is on time: late %v", r.late)
+	if r := send(0); r.age != 0 {
+		t.Fatalf("a report of usage that just began: age %v, want 0", r.age)
 	}
 	c.failed(t0, t0.Add(time.Millisecond))
-	if r := send(sec); r.late != 0 {
-		t.Fatalf("resent an interval after its usage began: late %v, want 0", r.late)
+	if r := send(sec); r.age != sec/2 {
+		t.Fatalf("an interval after its usage began: age %v, want the middle of the interval", r.age)
 	}
 	c.failed(t0.Add(sec), t0.Add(sec))
 	r := send(3 * sec)
-	if r.late != 2*sec {
-		t.Fatalf("resent 3 s after its usage began: late %v, want the 2 s past its due time", r.late)
+	if r.age != 5*sec/2 {
+		t.Fatalf("held back 3 s after its usage began: age %v, want 2.5 s, the middle of its first interval", r.age)
 	}
 	c.applied(t0.Add(3*sec), t0.Add(3*sec), []report{r}, []result{{live: 1}})
-	// The usage gathered meanwhile began with the first report: due an interval after it.
+	// The usage gathered meanwhile began with the first report.
 	c.absorb(t0.Add(3500*time.Millisecond), []budget.Usage{{Key: "", Used: 2, Offered: 1}})
 	r = send(4 * sec)
-	if r.used != 2 || r.late != 3*sec {
-		t.Fatalf("the usage held back since the first report: %+v, want 2 s used, 3 s late", r)
+	if r.used != 2 || r.age != 7*sec/2 {
+		t.Fatalf("the usage held back since the first report: %+v, want 2 s used, age 3.5 s", r)
 	}
 	c.applied(t0.Add(4*sec), t0.Add(4*sec), []report{r}, []result{{live: 1}})
-	if r := send(5 * sec); r.late != 0 {
-		t.Fatalf("back on time: late %v", r.late)
+	if r := send(5 * sec); r.age != sec/2 {
+		t.Fatalf("back on time: age %v, want half an interval", r.age)
 	}
 }

@@ -20,10 +20,10 @@
 //   - applies the execution seconds the instance used since its last report to the
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
 //     now) is known for status; a report counts once per sequence number, and an unanswered
-//     report is resent unchanged, so a lost reply never counts usage twice. A report counts
-//     as run when it arrives, unless it comes late (held back by failed syncs, or by a Redis
-//     that hung): then as if it had come on time, where the global bucket was idle since
-//     (see "Cold start");
+//     report is resent unchanged, so a lost reply never counts usage twice. A report's
+//     usage counts as run in the middle of the interval it covers (of its first interval
+//     when failed syncs held it back), where the global bucket was idle since (see "Cold
+//     start");
 //   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
 //     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
@@ -180,23 +180,31 @@
 //     the instances assumed before any were seen (budget ÷ fallback instances): a lone
 //     instance waits one interval for its full burst, but instances that start together do
 //     not each take the whole of it in turn.
-//   - A lease carries its share of the global debt (at most its burst) and the local bucket
-//     starts at least that full: together the instances' buckets offer no more room than
-//     the global bucket has. In a steady state the local debts already add up to about the
-//     global debt and nothing changes; an instance joining a budget that others have run
-//     into debt waits for its share of it to drain. The share is capped at the burst: a
-//     debt past it would stop every instance for longer than a burst takes to drain.
+//   - A lease carries its share of the global debt that no live instance's bucket holds,
+//     and the local bucket holds at least its own debt and that share from then on:
+//     together the instances' buckets offer no more room than the global bucket has. Each
+//     sync reports the local bucket's debt; Redis counts each instance's as reported,
+//     drained since at its lease's rate, and at most its lease's burst (a lease that
+//     shrank forgave the rest). In a steady state the local debts hold the global debt and
+//     nothing changes; an instance joining a budget whose debt another's shrunken lease
+//     forgave, or that instances which left or crashed ran up, waits for its share of it to
+//     drain. Only that share: a share of the whole global debt would fill each bucket with
+//     the instance's own usage a second time (the global bucket counts it when the report
+//     comes, after the local one did), and statements costing about a lease's burst would
+//     wait for their own cost twice, holding the budget below its rate. The share is capped
+//     at the burst: a debt past it would stop every instance for longer than a burst takes
+//     to drain.
 //
 // Usage that reaches Redis late is not such a debt. During an outage every instance runs on
 // its lease, then on its even share, and reports what it ran when Redis is back; counted as
 // run at that moment, it would land in the global bucket at once, and its shares would fill
 // every instance's bucket until it drained, at the little rate the instances then leave
 // unused: for tens of seconds the budget would admit below its rate. So a report says how
-// late it is (how long after an interval of its usage it comes), and Redis counts it as if
-// it had come on time: its usage fills the time the global bucket was idle since, and only
-// what does not fit is debt. Where others kept the bucket busy meanwhile (an instance cut
-// off alone), the late usage is debt in full. A report on time counts at once: a cold
-// start's usage is debt, as it must be.
+// long ago its usage counts as run: in the middle of the interval it covers, or, held back
+// by failed syncs, in the middle of its first interval, as if it had come on time. Its usage
+// fills the time the global bucket was idle since, and only what does not fit is debt;
+// where others kept the bucket busy meanwhile (an instance cut off alone), the late usage
+// is debt in full.
 //
 // The engine adds the other half: a statement of a pattern never seen to run reserves a
 // conservative share of the burst until it ends (see package engine).

@@ -73,7 +73,7 @@ type reply struct {
 // for none) is when Redis must no longer act on the call.
 func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
 	keys := make([]string, len(reps))
-	args := make([]any, 0, 7+9*len(reps))
+	args := make([]any, 0, 7+10*len(reps))
 	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
@@ -85,7 +85,7 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec,
 			leave = 1
 		}
 		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected,
-			r.late.Microseconds())
+			r.age.Microseconds(), ffmt(r.held))
 	}
 	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
 	if err != nil {
@@ -119,6 +119,7 @@ func (r *result) clamp(spec Spec, lease time.Duration) {
 	r.retake = min(r.retake, lease)
 	r.inForce = Limits{Rate: within(r.inForce.Rate, spec.Rate), Burst: within(r.inForce.Burst, spec.Burst),
 		MaxConcurrent: min(r.inForce.MaxConcurrent, spec.MaxConcurrent)}
+	r.hold = within(r.hold, spec.Burst)
 }
 
 // within is x in [0, hi], and 0 for NaN.
@@ -158,7 +159,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 12 {
+		if !ok || len(f) != 13 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -178,6 +179,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.retake = time.Duration(count(num(7))) * time.Microsecond
 		r.inForce = Limits{Rate: num(8), Burst: num(9), MaxConcurrent: count(num(10))}
 		r.differ = num(11) == 1
+		r.hold = num(12)
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

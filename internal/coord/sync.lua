@@ -9,19 +9,21 @@
 -- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
 -- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
--- then for each partition 9 values:
+-- then for each partition 10 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
 --           instances expected (the most the instance saw in the partition lately),
---           late µs (how long after it was due the report comes: syncs failed meanwhile)
+--           age µs (how long before now its usage counts as run; see below),
+--           local debt seconds (what the instance's bucket holds now)
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
 -- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
 -- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
 -- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
--- granted rate, expiry µs, left, max_concurrent, rate, burst}; left = 1 marks an instance
--- that left the partition, kept for a lease duration; the last three are the budget's
--- limits on that instance.
+-- granted rate, expiry µs, left, max_concurrent, rate, burst, local debt, its time µs};
+-- left = 1 marks an instance that left the partition, kept for a lease duration; the next
+-- three are the budget's limits on that instance, the last two what its bucket held as it
+-- reported (a share of debt it took on at that sync is in its next report).
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
@@ -31,18 +33,30 @@
 -- are not back is kept free for them. An instance that lapses while others sync normally has
 -- crashed: its capacity returns when its lease lapses.
 --
--- Usage held back. The used seconds of a report count at once: as run when they arrive. A
--- report that comes late (its instance could not sync, or Redis hung) counts as if it had
--- come on time, late µs earlier: where the global bucket was idle since then, its usage
--- fills that idle time, as it ran then, and does not become debt. Counted at its arrival, the
--- usage that every instance ran during an outage would land at once as debt, and the
--- instances' shares of it would fill their buckets for as long as it took to run it. A
--- report on time counts at once, as before: a cold start's usage is debt.
+-- When usage ran. The used seconds of a report count as run age µs ago: in the middle of
+-- the interval the report covers, or, for a report held back by failed syncs (its instance
+-- could not reach Redis, or Redis hung), in the middle of the first interval, as if it had
+-- come on time. Where the global bucket was idle since then, the usage fills that idle
+-- time, as it ran then, and only the rest is debt; where others' usage kept the bucket busy,
+-- it is debt in full. Counted as run when it arrives, the usage that every instance ran
+-- during an outage would land at once as debt, and the instances' shares of it would fill
+-- their buckets for as long as it took to run it.
+--
+-- The debt a lease carries. The global bucket counts each instance's usage, which that
+-- instance's own bucket holds too. Debt that no live instance's bucket holds (usage of an
+-- instance that left or crashed, or of a burst that moved: a lease that shrank forgave its
+-- debt down to its new burst) would be room twice, in the global bucket's stead; each lease
+-- carries its share of that debt, and the instance's bucket holds its own debt and that
+-- share from then on. Only that: a share of the whole global debt would fill a bucket with
+-- the instance's own usage again (the global bucket counts it when the report comes, after
+-- the local one did), and statements about as large as a lease's burst would wait for their
+-- own cost twice, holding the budget below its rate.
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
 -- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
--- in force, differ}}, retake being, for a starved instance, µs until another instance's
--- lease lapses (0: none, or not starved), differ 1 when instances disagree on the limits;
+-- in force, differ, hold}}, retake being, for a starved instance, µs until another
+-- instance's lease lapses (0: none, or not starved), differ 1 when instances disagree on the
+-- limits, hold the debt the instance's bucket must hold from now on (see above);
 -- numbers
 -- that may be fractional are strings, as Redis truncates Lua numbers to integers in replies.
 
@@ -67,8 +81,8 @@ local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
 local max_debt = 3600 * 1000000
 -- The most instances a partition may count as lost.
 local max_lost = 100000
--- The most a late report is counted back, µs.
-local max_late = max_debt
+-- The furthest back a report's usage counts as run, µs.
+local max_age = max_debt
 
 -- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
 -- left}, or nil when it is not one this script could have written (not a msgpack array, a
@@ -85,6 +99,9 @@ local function entry(v)
   e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
   if not (within(e[8], 0, math.huge) and within(e[9], 0, math.huge) and within(e[10], 0, math.huge)) then
     e[8], e[9], e[10] = nil, nil, nil -- no limits: an instance of an older version
+  end
+  if not (within(e[11], 0, math.huge) and within(e[12], 0, now)) then
+    e[11], e[12] = 0, now -- holds nothing: an instance of an older version
   end
   return e
 end
@@ -111,7 +128,7 @@ end
 
 local out = {num(now), 0}
 for i, key in ipairs(KEYS) do
-  local a = 7 + (i - 1) * 9
+  local a = 7 + (i - 1) * 10
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -120,8 +137,10 @@ for i, key in ipairs(KEYS) do
   local inflight = tonumber(ARGV[a + 6])
   local leave = ARGV[a + 7] == '1'
   local expected = tonumber(ARGV[a + 8])
-  local late = tonumber(ARGV[a + 9])
-  if not within(late, 0, max_late) then late = 0 end
+  local age = tonumber(ARGV[a + 9])
+  if not within(age, 0, max_age) then age = 0 end
+  local own = tonumber(ARGV[a + 10]) -- the instance's local debt
+  if not within(own, 0, math.huge) then own = 0 end
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
@@ -166,13 +185,13 @@ for i, key in ipairs(KEYS) do
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
   if seq ~= mine[1] then
     if used > 0 and rate > 0 then
-      local at = now - late -- when the report was due (see the top)
+      local at = now - age -- when it counts as run (see the top)
       tat = math.max(tat or at, at) + used / rate * 1000000
     end
     mine[1] = seq
   end
-  -- Kept as it is when it lies in the past (the bucket idle since), so that a late report
-  -- can still fill that idle time.
+  -- Kept as it is when it lies in the past (the bucket idle since), so that a report whose
+  -- usage ran then can still fill that idle time.
   tat = tat or now
   local debt = 0
   if rate > 0 then debt = rate * math.max(tat - now, 0) / 1000000 end
@@ -193,11 +212,11 @@ for i, key in ipairs(KEYS) do
   end
 
   local live = #ids
-  local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
+  local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
   local retake = 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
-    mine[8], mine[9], mine[10] = maxc, rate, burst
+    mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
@@ -236,6 +255,20 @@ for i, key in ipairs(KEYS) do
       end
       g_rate = math.max(0, math.min(t_rate, cap - held))
       g_burst = l_burst * g_rate / l_rate
+
+      -- The debt no live instance's bucket holds (see the top): each bucket holds its debt
+      -- as reported, drained since at its lease's rate, and at most its lease's burst (a
+      -- shrinking lease forgives the rest).
+      local owned = math.min(own, g_burst)
+      for _, f in ipairs(ids) do
+        local e = others[f]
+        if f ~= id then
+          local b = l_burst * e[5] / l_rate
+          owned = owned + math.min(math.max(0, e[11] - e[5] * (now - e[12]) / 1000000), b)
+        end
+      end
+      local unowned = math.max(0, debt - owned)
+      if unowned > 0 then hold = math.min(own + unowned * g_rate / l_rate, g_burst) end
     end
 
     local held_slots = 0
@@ -299,7 +332,7 @@ for i, key in ipairs(KEYS) do
     end
 
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
-    mine[8], mine[9], mine[10] = maxc, rate, burst
+    mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
@@ -315,6 +348,6 @@ for i, key in ipairs(KEYS) do
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
   out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake,
-    num(l_rate), num(l_burst), l_maxc, differ}
+    num(l_rate), num(l_burst), l_maxc, differ, num(hold)}
 end
 return out

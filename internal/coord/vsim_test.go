@@ -310,19 +310,19 @@ func TestOutageUsageIsNotDebt(t *testing.T) {
 	}
 }
 
-// TestLateReportFillsOnlyIdleTime runs the script on the simulation's clock: a report that
-// comes late counts as if it had come on time only where the global bucket was idle since;
-// where others' usage kept it busy, it is debt in full.
-func TestLateReportFillsOnlyIdleTime(t *testing.T) {
+// TestUsageFillsOnlyIdleTime runs the script on the simulation's clock: a report's usage
+// counts as run age ago only where the global bucket was idle since; where others' usage
+// kept it busy, it is debt in full.
+func TestUsageFillsOnlyIdleTime(t *testing.T) {
 	rc := simRedis(t)
 	now := t0
 	cr := newClockedRedis(t, rc, func() time.Time { return now })
 	ctx := context.Background()
-	spec := Spec{Name: "late", Rate: 1, Burst: 10}
+	spec := Spec{Name: "age", Rate: 1, Burst: 10}
 	a, b := &part{key: "idle"}, &part{key: "busy"}
-	sync := func(id string, p *part, seq uint64, used float64, late time.Duration) float64 {
+	sync := func(id string, p *part, seq uint64, used float64, age time.Duration) float64 {
 		t.Helper()
-		rep, err := runSync(ctx, cr, id, spec, sec, 0, []report{{p: p, seq: seq, used: used, demand: 1, late: late}})
+		rep, err := runSync(ctx, cr, id, spec, sec, 0, []report{{p: p, seq: seq, used: used, demand: 1, age: age}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,22 +331,115 @@ func TestLateReportFillsOnlyIdleTime(t *testing.T) {
 	sync("a", a, 1, 0, 0)
 	sync("a", b, 1, 0, 0)
 	now = t0.Add(10 * sec)
-	// Idle since t0: 3 s used, due 5 s ago, fit in the idle time.
+	// Idle since t0: 3 s used, run 5 s ago, fit in the idle time.
 	if d := sync("a", a, 2, 3, 5*sec); d != 0 {
-		t.Fatalf("a late report into an idle bucket: debt %v, want 0", d)
+		t.Fatalf("usage that ran in an idle bucket: debt %v, want 0", d)
 	}
 	if d := sync("a", a, 3, 3, 0); !near(d, 3) {
-		t.Fatalf("a report on time: debt %v, want the 3 s used", d)
+		t.Fatalf("usage that ran just now: debt %v, want the 3 s used", d)
 	}
-	// Busy: another instance's report on time came first and is debt; the late one adds to it.
+	// Busy: another instance's usage of just now came first and is debt; the older usage
+	// adds to it.
 	if d := sync("b", b, 1, 4, 0); !near(d, 4) {
-		t.Fatalf("a report on time: debt %v, want 4", d)
+		t.Fatalf("usage that ran just now: debt %v, want 4", d)
 	}
 	if d := sync("a", b, 2, 3, 5*sec); !near(d, 7) {
-		t.Fatalf("a late report into a busy bucket: debt %v, want 4 + 3", d)
+		t.Fatalf("older usage into a busy bucket: debt %v, want 4 + 3", d)
 	}
-	// A lateness out of range counts as none.
+	// An age out of range counts as none.
 	if d := sync("a", a, 4, 1, -sec); !near(d, 4) {
-		t.Fatalf("a negative lateness: debt %v, want 3 + 1", d)
+		t.Fatalf("a negative age: debt %v, want 3 + 1", d)
+	}
+}
+
+// TestDebtToHoldIsWhatNoBucketHolds runs the script on the simulation's clock: a lease
+// carries the share of the global debt that no live instance's bucket holds, and nothing of
+// the debt the buckets hold already.
+func TestDebtToHoldIsWhatNoBucketHolds(t *testing.T) {
+	rc := simRedis(t)
+	now := t0
+	cr := newClockedRedis(t, rc, func() time.Time { return now })
+	ctx := context.Background()
+	spec := Spec{Name: "hold", Rate: 1, Burst: 2}
+	parts := map[string]*part{"a": {}, "b": {}, "c": {}}
+	sync := func(id string, seq uint64, used, held float64, leave bool) result {
+		t.Helper()
+		rep, err := runSync(ctx, cr, id, spec, sec, 0,
+			[]report{{p: parts[id], seq: seq, used: used, demand: 10, held: held, leave: leave}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.results[0]
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		sync(id, 1, 0, 0, false)
+	}
+	// Each used 0.4 and its bucket holds it: no debt to take on.
+	for _, id := range []string{"a", "b"} {
+		if r := sync(id, 2, 0.4, 0.4, false); r.hold != 0 {
+			t.Fatalf("%s's own usage, in its bucket: hold %v, want 0 (global debt %v)", id, r.hold, r.debt)
+		}
+	}
+	// c ran 0.6 and left: no bucket holds that debt, and a and b share it by their rates,
+	// half each, on top of what their buckets hold.
+	sync("c", 2, 0.6, 0.6, true)
+	for _, id := range []string{"a", "b"} {
+		r := sync(id, 3, 0, 0.4, false)
+		if !near(r.lease.Rate, 0.5) || !near(r.hold, 0.7) || !near(r.debt, 1.4) {
+			t.Fatalf("%s: rate %v, hold %v, want 0.5 of the rate and 0.4 + 0.6/2 (global debt %v, want 1.4)",
+				id, r.lease.Rate, r.hold, r.debt)
+		}
+	}
+}
+
+// TestDebtShareIsNotUsageTwice runs equal demand in statements that cost about a lease's
+// burst (the budget's over the eight instances) or more: each instance admits one from a
+// nearly empty bucket. A lease's share of the global debt must not fill the bucket with
+// usage that is in it already (the global bucket counts an instance's usage again when its
+// report arrives, after the local bucket did): each instance would then wait for its own
+// usage twice, and the budget would run below its rate for good.
+func TestDebtShareIsNotUsageTwice(t *testing.T) {
+	rc := simRedis(t)
+	for _, stmt := range []time.Duration{50 * time.Millisecond, 130 * time.Millisecond, 200 * time.Millisecond} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%v/seed=%d", stmt, seed), func(t *testing.T) {
+				cfg := equalDemand(fmt.Sprintf("twice-%v-%d", stmt, seed), seed)
+				cfg.stmt, cfg.duration = stmt, 60*time.Second
+				r := simulate(t, rc, cfg)
+				got := r.rate(10*time.Second, cfg.duration) / cfg.spec.Rate
+				t.Logf("%.3f of the rate after 10 s; Jain %.3f", got, jain(r.perInstance(10*time.Second, cfg.duration)))
+				if got < 0.95 || got > 1.05 {
+					t.Errorf("the instances admitted %.3f of the rate, want within 5%%", got)
+				}
+			})
+		}
+	}
+}
+
+// TestLateJoinersGetNoRoomTwice runs one instance alone for 5 s, its bucket full at the
+// budget's rate, then seven more: the first's burst shrinks to its share and its debt is
+// forgiven down to it, while the global bucket stays full. The newcomers' buckets must start
+// with the debt no local bucket holds, or the burst that moved is room twice: in the second
+// after they join, the budget would admit its rate and most of its burst again.
+func TestLateJoinersGetNoRoomTwice(t *testing.T) {
+	rc := simRedis(t)
+	const join = 5 * time.Second
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := equalDemand(fmt.Sprintf("joiners-%d", seed), seed)
+			cfg.duration = 10 * time.Second
+			cfg.join = func(i int) time.Duration {
+				if i == 0 {
+					return 0
+				}
+				return join + time.Duration(i)*10*time.Millisecond
+			}
+			r := simulate(t, rc, cfg)
+			most, bound := r.maxWindow(join, cfg.duration), cfg.spec.Rate+cfg.spec.Burst/2
+			t.Logf("the most admitted in a second after the join: %.3f", most)
+			if most > bound {
+				t.Errorf("a second after the join admitted %.3f, more than the rate and half the burst (%v): the moved burst was room twice", most, bound)
+			}
+		})
 	}
 }
