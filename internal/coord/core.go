@@ -275,6 +275,9 @@ type report struct {
 	inflight int
 	leave    bool
 	expected int // instances seen lately; see part.expected
+	// recovering says that the previous sync failed: Redis keeps the capacity of the
+	// instances it lost free for them (see sync.lua).
+	recovering bool
 }
 
 // reports builds the partitions' entries of a sync at now, in chunks of at most
@@ -311,7 +314,7 @@ func (c *core) reports(now time.Time) [][]report {
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0,
-			expected: p.expected(now, expectWindow*c.interval, c.failing),
+			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
 		if len(cur) == maxPartitionsPerCall {
 			out, cur = append(out, cur), nil

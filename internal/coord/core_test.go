@@ -563,3 +563,20 @@ func TestReportSaysWhenItsUsageRan(t *testing.T) {
 		t.Fatalf("back on time: age %v, want half an interval", r.age)
 	}
 }
+
+func TestReportAfterAFailureIsRecovering(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1}})
+	if r := c.reports(t0)[0][0]; r.recovering {
+		t.Fatal("a first report is not recovering")
+	}
+	c.failed(t0, t0.Add(time.Millisecond))
+	r := c.reports(t0.Add(sec))[0][0]
+	if !r.recovering {
+		t.Fatal("the report after a failed sync must say so")
+	}
+	c.applied(t0.Add(sec), t0.Add(sec), []report{r}, []result{{live: 1}})
+	if r := c.reports(t0.Add(2 * sec))[0][0]; r.recovering {
+		t.Fatal("after a sync that went well, not recovering")
+	}
+}

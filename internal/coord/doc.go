@@ -111,10 +111,13 @@
 //     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
 //     sync (Redis hung). The script tells these from a crash by the partition itself: the hash
 //     is gone though the caller saw other instances lately (or at any time while it was
-//     failing), or nobody synced the partition for two intervals. Then for one lease
-//     duration it keeps the even share of the instances that were there and are not back
-//     free for them. An instance that lapses while others sync normally has crashed: its
-//     slots return exactly when its lease lapses. What remains possible after a restart:
+//     failing), or nobody synced the partition for two intervals, or the caller itself comes
+//     back from failed syncs (an outage too short for the partition to go unsynced for two
+//     intervals still lapses the leases of instances waiting for their retries, which
+//     are spread over up to 1.5 intervals). Then for one lease duration it keeps the even
+//     share of the instances that were there and are not back free for them. An instance
+//     that lapses while others sync normally has crashed: its slots return exactly when
+//     its lease lapses. What remains possible after a restart:
 //     leases granted before it that exceed the even share run beside the new ones until their
 //     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
 //     instance that leaves (Close) is recorded as gone, so others need not wait for it.

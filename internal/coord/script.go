@@ -73,19 +73,22 @@ type reply struct {
 // for none) is when Redis must no longer act on the call.
 func runSync(ctx context.Context, rc redis.Scripter, instance string, spec Spec, interval time.Duration, notAfter int64, reps []report) (reply, error) {
 	keys := make([]string, len(reps))
-	args := make([]any, 0, 7+10*len(reps))
+	args := make([]any, 0, 7+11*len(reps))
 	lease := leaseDuration(interval)
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), notAfter)
 	prefix := partitionPrefix(spec.Name)
 	for i, r := range reps {
 		keys[i] = prefix + partitionPart(r.p.key)
-		leave := 0
+		leave, recovering := 0, 0
 		if r.leave {
 			leave = 1
 		}
+		if r.recovering {
+			recovering = 1
+		}
 		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected,
-			r.age.Microseconds(), ffmt(r.held))
+			r.age.Microseconds(), ffmt(r.held), recovering)
 	}
 	v, err := syncScript.Run(ctx, rc, keys, args...).Slice()
 	if err != nil {

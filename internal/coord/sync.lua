@@ -9,15 +9,18 @@
 -- ARGV[6]   sync interval, ms (the odd slots rotate every ten; two without a sync is an outage)
 -- ARGV[7]   not after, µs of Redis TIME: a call that Redis runs later (it sat in the socket
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
--- then for each partition 10 values:
+-- then for each partition 11 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
 --           instances expected (the most the instance saw in the partition lately),
 --           age µs (how long before now its usage counts as run; see below),
---           local debt seconds (what the instance's bucket holds now)
+--           local debt seconds (what the instance's bucket holds now),
+--           recovering (1 or 0: the instance's previous sync failed)
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
--- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
+-- global debt = rate × max(0, tat − now)), "gf" and "gt" (the last time the bucket stood
+-- idle before usage that ran later, µs, from and to; see below), "last" (when anyone last
+-- synced it), while
 -- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
 -- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
 -- granted rate, expiry µs, left, max_concurrent, rate, burst, local debt, its time µs};
@@ -27,11 +30,15 @@
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
--- sync (Redis hung, or the network failed). Either way the partition shows it: the hash is
--- gone though the caller saw others lately (expected > 1), or nobody synced it for two
--- intervals (each live instance syncs about once an interval). Then, for one lease duration, the capacity of the instances that were there and
--- are not back is kept free for them. An instance that lapses while others sync normally has
--- crashed: its capacity returns when its lease lapses.
+-- sync (Redis hung, or the network failed). The partition shows it: the hash is gone though
+-- the caller saw others lately (expected > 1), or nobody synced it for two intervals (each
+-- live instance syncs about once an interval); or the caller comes back from failed syncs
+-- itself: the others may have failed too, and wait for their retries (spread over up to
+-- one and a half intervals) while their leases lapse, the outage too short for the
+-- partition to go unsynced for two intervals. Then, for one lease duration, the capacity of
+-- the instances that were there and are not back is kept free for them (none when all are
+-- there). An instance that lapses while others sync normally has crashed: its capacity
+-- returns when its lease lapses.
 --
 -- When usage ran. The used seconds of a report count as run age µs ago: in the middle of
 -- the interval the report covers, or, for a report held back by failed syncs (its instance
@@ -40,7 +47,11 @@
 -- time, as it ran then, and only the rest is debt; where others' usage kept the bucket busy,
 -- it is debt in full. Counted as run when it arrives, the usage that every instance ran
 -- during an outage would land at once as debt, and the instances' shares of it would fill
--- their buckets for as long as it took to run it.
+-- their buckets for as long as it took to run it. Reports do not arrive in the order their
+-- usage ran: after an outage some instances come back before others (their retries are
+-- spread), and their reports of usage that ran since move tat past the time the others'
+-- held-back usage ran. So the last idle stretch that usage which ran later skipped over
+-- ("gf" to "gt") is kept, and usage that ran during it fills it before it counts on tat.
 --
 -- The debt a lease carries. The global bucket counts each instance's usage, which that
 -- instance's own bucket holds too. Debt that no live instance's bucket holds (usage of an
@@ -128,7 +139,7 @@ end
 
 local out = {num(now), 0}
 for i, key in ipairs(KEYS) do
-  local a = 7 + (i - 1) * 10
+  local a = 7 + (i - 1) * 11
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -141,10 +152,12 @@ for i, key in ipairs(KEYS) do
   if not within(age, 0, max_age) then age = 0 end
   local own = tonumber(ARGV[a + 10]) -- the instance's local debt
   if not within(own, 0, math.huge) then own = 0 end
+  local recovering = ARGV[a + 11] == '1'
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
+  local gap_from, gap_to = 0, 0
   local mine = nil
   local ids, others = {}, {}
   local gone, lapsed = 0, 0
@@ -153,6 +166,12 @@ for i, key in ipairs(KEYS) do
     if f == 'tat' then
       local x = tonumber(v)
       if finite(x) then tat = math.min(x, now + max_debt) end
+    elseif f == 'gf' then
+      local x = tonumber(v)
+      if within(x, 0, now) then gap_from = x end
+    elseif f == 'gt' then
+      local x = tonumber(v)
+      if within(x, 0, now) then gap_to = x end
     elseif f == 'last' then
       local x = tonumber(v)
       if within(x, 0, now) then last = x end
@@ -186,7 +205,17 @@ for i, key in ipairs(KEYS) do
   if seq ~= mine[1] then
     if used > 0 and rate > 0 then
       local at = now - age -- when it counts as run (see the top)
-      tat = math.max(tat or at, at) + used / rate * 1000000
+      local w = used / rate * 1000000 -- the bucket's time it takes, µs
+      -- First into the idle stretch that usage which ran later skipped, where it ran then.
+      local from = math.max(gap_from, at)
+      if tat ~= nil and gap_to > from and gap_to <= tat then
+        local fill = math.min(w, gap_to - from)
+        gap_to, w = gap_to - fill, w - fill
+      end
+      if w > 0 then
+        if tat ~= nil and at > tat then gap_from, gap_to = tat, at end -- idle until at
+        tat = math.max(tat or at, at) + w
+      end
     end
     mine[1] = seq
   end
@@ -232,7 +261,7 @@ for i, key in ipairs(KEYS) do
     others[id] = {0, demand, want, 0, 0, 0}
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
-    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) then
+    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
       lost_until = now + ttl
       lost_n = math.max(lost_n, expected, n + gone + lapsed)
     end
@@ -337,6 +366,11 @@ for i, key in ipairs(KEYS) do
   end
 
   redis.call('HSET', key, 'tat', num(tat), 'last', num(now))
+  if gap_to > gap_from then
+    redis.call('HSET', key, 'gf', num(gap_from), 'gt', num(gap_to))
+  else
+    redis.call('HDEL', key, 'gf', 'gt')
+  end
   if lost_n > 0 then
     redis.call('HSET', key, 'lu', num(lost_until), 'ln', lost_n)
   elseif lost_until > 0 then

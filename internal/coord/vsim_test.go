@@ -96,6 +96,7 @@ type simConfig struct {
 type simResult struct {
 	seconds [][]float64 // per instance, per 100 ms: execution seconds of the statements started in it
 	debt    []float64   // per 100 ms: the largest global debt an instance saw after a sync in it
+	lease   []float64   // per 100 ms: the largest lease rate an instance held after a sync in it
 }
 
 const simBucket = 100 * time.Millisecond
@@ -179,7 +180,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 		cr.lost = func() bool { return rng.Float64() < cfg.lost }
 	}
 	nb := int(cfg.duration / simBucket)
-	res := simResult{seconds: make([][]float64, cfg.instances), debt: make([]float64, nb)}
+	res := simResult{seconds: make([][]float64, cfg.instances), debt: make([]float64, nb), lease: make([]float64, nb)}
 	insts := make([]*simInst, cfg.instances)
 	for i := range insts {
 		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
@@ -244,6 +245,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 				in.wake = now.Add(in.c.wakeIn())
 				if st := in.c.Status(); len(st) == 1 {
 					res.debt[bucket] = max(res.debt[bucket], st[0].GlobalDebt)
+					res.lease[bucket] = max(res.lease[bucket], st[0].Rate)
 				}
 			}
 		}
@@ -311,44 +313,62 @@ func TestOutageUsageIsNotDebt(t *testing.T) {
 }
 
 // TestUsageFillsOnlyIdleTime runs the script on the simulation's clock: a report's usage
-// counts as run age ago only where the global bucket was idle since; where others' usage
-// kept it busy, it is debt in full.
+// counts as run age ago, and where the global bucket stood idle then it fills that idle time
+// rather than becoming debt, even when usage that ran later was reported first; where
+// others' usage kept the bucket busy, it is debt.
 func TestUsageFillsOnlyIdleTime(t *testing.T) {
 	rc := simRedis(t)
 	now := t0
 	cr := newClockedRedis(t, rc, func() time.Time { return now })
 	ctx := context.Background()
 	spec := Spec{Name: "age", Rate: 1, Burst: 10}
-	a, b := &part{key: "idle"}, &part{key: "busy"}
-	sync := func(id string, p *part, seq uint64, used float64, age time.Duration) float64 {
+	seqs := map[string]uint64{}
+	sync := func(id, key string, used float64, age time.Duration) float64 {
 		t.Helper()
-		rep, err := runSync(ctx, cr, id, spec, sec, 0, []report{{p: p, seq: seq, used: used, demand: 1, age: age}})
+		seqs[id+key]++
+		rep, err := runSync(ctx, cr, id, spec, sec, 0,
+			[]report{{p: &part{key: key}, seq: seqs[id+key], used: used, demand: 1, age: age}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return rep.results[0].debt
 	}
-	sync("a", a, 1, 0, 0)
-	sync("a", b, 1, 0, 0)
-	now = t0.Add(10 * sec)
-	// Idle since t0: 3 s used, run 5 s ago, fit in the idle time.
-	if d := sync("a", a, 2, 3, 5*sec); d != 0 {
+	at := func(d time.Duration) { now = t0.Add(d) }
+	for _, key := range []string{"idle", "busy", "order"} {
+		at(0)
+		sync("a", key, 0, 0)
+	}
+
+	// Idle since t0: 3 s used that ran 5 s ago fit in the idle time; 3 s that ran just now
+	// are debt.
+	at(10 * sec)
+	if d := sync("a", "idle", 3, 5*sec); d != 0 {
 		t.Fatalf("usage that ran in an idle bucket: debt %v, want 0", d)
 	}
-	if d := sync("a", a, 3, 3, 0); !near(d, 3) {
+	if d := sync("a", "idle", 3, 0); !near(d, 3) {
 		t.Fatalf("usage that ran just now: debt %v, want the 3 s used", d)
 	}
-	// Busy: another instance's usage of just now came first and is debt; the older usage
-	// adds to it.
-	if d := sync("b", b, 1, 4, 0); !near(d, 4) {
-		t.Fatalf("usage that ran just now: debt %v, want 4", d)
-	}
-	if d := sync("a", b, 2, 3, 5*sec); !near(d, 7) {
-		t.Fatalf("older usage into a busy bucket: debt %v, want 4 + 3", d)
-	}
 	// An age out of range counts as none.
-	if d := sync("a", a, 4, 1, -sec); !near(d, 4) {
+	if d := sync("a", "idle", 1, -sec); !near(d, 4) {
 		t.Fatalf("a negative age: debt %v, want 3 + 1", d)
+	}
+
+	// Busy: b's 5 s, reported at 5 s, kept the bucket busy until 10 s; a's 3 s that ran
+	// from 5 s on are debt.
+	at(5 * sec)
+	sync("b", "busy", 5, 0)
+	at(10 * sec)
+	if d := sync("a", "busy", 3, 5*sec); !near(d, 3) {
+		t.Fatalf("usage that ran while the bucket was busy: debt %v, want 3", d)
+	}
+
+	// Out of order: c's 1 s, which ran just now, is reported before a's 3 s, which ran from
+	// 5 s on, while the bucket stood idle: only c's is debt.
+	if d := sync("c", "order", 1, 0); !near(d, 1) {
+		t.Fatalf("usage that ran just now: debt %v, want 1", d)
+	}
+	if d := sync("a", "order", 3, 5*sec); !near(d, 1) {
+		t.Fatalf("usage that ran in the idle time before, reported after: debt %v, want still 1", d)
 	}
 }
 
@@ -441,5 +461,78 @@ func TestLateJoinersGetNoRoomTwice(t *testing.T) {
 				t.Errorf("a second after the join admitted %.3f, more than the rate and half the burst (%v): the moved burst was room twice", most, bound)
 			}
 		})
+	}
+}
+
+// TestShortOutagesDoNotHandLeasesOut stops Redis for 1.5 s every 6 s: not long enough for
+// the partition to go unsynced for two intervals (what marks an outage to the script), long
+// enough, with the retries spread over 0.5 to 1.5 intervals after it, for leases to lapse in
+// Redis while their instances still wait to retry, running on their fallback shares. The
+// first instance back must not take those shares over as if their instances had crashed:
+// the budget would run far above its rate and then pay it back.
+func TestShortOutagesDoNotHandLeasesOut(t *testing.T) {
+	rc := simRedis(t)
+	const period, outage = 6 * time.Second, 1500 * time.Millisecond
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := equalDemand(fmt.Sprintf("short-%d", seed), seed)
+			cfg.duration = 60 * time.Second
+			cfg.down = func(at time.Duration) bool { return at > 5*time.Second && at%period < outage }
+			r := simulate(t, rc, cfg)
+			got := r.rate(10*time.Second, cfg.duration) / cfg.spec.Rate
+			most := r.maxWindow(10*time.Second, cfg.duration) / (cfg.spec.Rate + cfg.spec.Burst)
+			b0, b1 := bucketsOf(10*time.Second, cfg.duration)
+			t.Logf("%.3f of the rate; the largest second %.3f of rate + burst; the largest lease %.3f", got, most, slices.Max(r.lease[b0:b1]))
+			if got < 0.95 || got > 1.05 {
+				t.Errorf("the instances admitted %.3f of the rate, want within 5%%", got)
+			}
+			if most > 1 {
+				t.Errorf("a second admitted %.3f of rate + burst", most)
+			}
+		})
+	}
+}
+
+// TestRecoveringKeepsLapsedSharesFree runs the script on the simulation's clock: a, b and
+// c share a budget; c syncs throughout, b stops, and its lease lapses. If a comes back from
+// failed syncs then, b may be failing too and running on its fallback share: its share stays
+// free for a lease duration. If a's syncs went well, b has crashed, and its share is taken
+// up at once.
+func TestRecoveringKeepsLapsedSharesFree(t *testing.T) {
+	rc := simRedis(t)
+	now := t0
+	cr := newClockedRedis(t, rc, func() time.Time { return now })
+	ctx := context.Background()
+	spec := Spec{Name: "recovering", Rate: 1, Burst: 1}
+	for _, recovering := range []bool{true, false} {
+		key := fmt.Sprint(recovering)
+		seqs := map[string]uint64{}
+		sync := func(id string, at time.Duration, back bool) budget.Lease {
+			t.Helper()
+			now = t0.Add(at)
+			seqs[id]++
+			rep, err := runSync(ctx, cr, id, spec, sec, 0,
+				[]report{{p: &part{key: key}, seq: seqs[id], demand: 10, expected: 3, recovering: back}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep.results[0].lease
+		}
+		for _, at := range []time.Duration{0, sec} {
+			for _, id := range []string{"a", "b", "c"} {
+				sync(id, at, false)
+			}
+		}
+		for _, at := range []time.Duration{2 * sec, 3 * sec} {
+			sync("c", at, false)
+			if !recovering {
+				sync("a", at, false)
+			}
+		}
+		// b's lease lapsed 2.5 s after its last sync.
+		got := sync("a", 4*sec, recovering)
+		if want := map[bool]float64{true: 1.0 / 3, false: 0.5}[recovering]; !near(got.Rate, want) {
+			t.Errorf("recovering %v: a's rate %v, want %v", recovering, got.Rate, want)
+		}
 	}
 }
