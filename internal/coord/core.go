@@ -262,9 +262,9 @@ type report struct {
 	used float64
 	// age is how long before now the report's usage counts as run: in the middle of the
 	// interval it covers (since pendingFrom), or of the first interval when syncs failed
-	// for longer, as if it had come on time; Redis counts it there where the budget's
-	// global bucket was idle since (see sync.lua). Counted as run when it arrives, the
-	// usage of an outage would fill every instance's bucket with its debt share after it.
+	// for longer, as if it had come on time (see dueAfter); Redis counts it there where the
+	// budget's global bucket was idle since (see sync.lua). Counted as run when it arrives,
+	// the usage of an outage would fill every instance's bucket with its debt share after it.
 	age time.Duration
 	// held is what the local bucket holds of the global debt: its own debt, drained at its
 	// lease's rate since it was taken.
@@ -309,7 +309,7 @@ func (c *core) reports(now time.Time) [][]report {
 			p.pendingFrom, p.accFrom = p.accFrom, now
 		}
 		cur = append(cur, report{
-			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.interval/2),
+			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
 			held:   max(0, p.local-p.pushed.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
@@ -324,6 +324,21 @@ func (c *core) reports(now time.Time) [][]report {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// youngLease is how long a partition's reports count their usage as run when they arrive,
+// from its first lease: a cold start's usage is the debt that must not be offered again.
+const youngLease = 3
+
+// dueAfter is how long after its usage began a report of p made at now is due; a later report
+// counts its usage as run that much later than it began (see report.age). Half an interval:
+// in the middle of the interval it covers; a whole one, as run when it arrives, while p's
+// lease is young (a cold start) or p has none.
+func (c *core) dueAfter(p *part, now time.Time) time.Duration {
+	if !p.hasGrant || now.Sub(p.firstGrant) < youngLease*c.interval {
+		return c.interval
+	}
+	return c.interval / 2
 }
 
 // result is Redis's answer for one partition.

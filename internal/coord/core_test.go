@@ -532,35 +532,44 @@ func TestDemandIsEstimatedPerSync(t *testing.T) {
 }
 
 func TestReportSaysWhenItsUsageRan(t *testing.T) {
+	ms := func(d time.Duration) time.Time { return t0.Add(d) }
+	// Without a lease, or with a young one (a cold start), a report on time counts as run
+	// when it arrives; held back by failed syncs, as if it had come on time.
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
 	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
-	send := func(at time.Duration) report {
-		t.Helper()
-		c.absorb(t0.Add(at), nil)
-		return c.reports(t0.Add(at))[0][0]
-	}
-	if r := send(0); r.age != 0 {
+	if r := c.reports(t0)[0][0]; r.age != 0 {
 		t.Fatalf("a report of usage that just began: age %v, want 0", r.age)
 	}
-	c.failed(t0, t0.Add(time.Millisecond))
-	if r := send(sec); r.age != sec/2 {
+	c.failed(t0, ms(time.Millisecond))
+	if r := c.reports(ms(sec))[0][0]; r.age != 0 {
+		t.Fatalf("no lease, an interval after its usage began: age %v, want 0", r.age)
+	}
+	c.failed(ms(sec), ms(sec))
+	if r := c.reports(ms(3 * sec))[0][0]; r.age != 2*sec {
+		t.Fatalf("no lease, held back 3 s after its usage began: age %v, want the 2 s it is late", r.age)
+	}
+
+	// With a lease older than youngLease intervals: in the middle of the interval a report
+	// covers, or of its first interval when held back.
+	c = newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(ms(-10*sec), []budget.Usage{{Key: "", Offered: 1}})
+	ok := func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1}, live: 1} }
+	grantAll(c, ms(-10*sec), ok)
+	grantAll(c, ms(-sec), ok)
+	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
+	r := c.reports(t0)[0][0]
+	if r.age != sec/2 {
 		t.Fatalf("an interval after its usage began: age %v, want the middle of the interval", r.age)
 	}
-	c.failed(t0.Add(sec), t0.Add(sec))
-	r := send(3 * sec)
-	if r.age != 5*sec/2 {
-		t.Fatalf("held back 3 s after its usage began: age %v, want 2.5 s, the middle of its first interval", r.age)
+	c.failed(t0, t0)
+	if r := c.reports(ms(2 * sec))[0][0]; r.age != 5*sec/2 || r.used != 1 {
+		t.Fatalf("held back 3 s after its usage began: %+v, want age 2.5 s, the middle of its first interval", r)
 	}
-	c.applied(t0.Add(3*sec), t0.Add(3*sec), []report{r}, []result{{live: 1}})
-	// The usage gathered meanwhile began with the first report.
-	c.absorb(t0.Add(3500*time.Millisecond), []budget.Usage{{Key: "", Used: 2, Offered: 1}})
-	r = send(4 * sec)
-	if r.used != 2 || r.age != 7*sec/2 {
-		t.Fatalf("the usage held back since the first report: %+v, want 2 s used, age 3.5 s", r)
-	}
-	c.applied(t0.Add(4*sec), t0.Add(4*sec), []report{r}, []result{{live: 1}})
-	if r := send(5 * sec); r.age != sec/2 {
-		t.Fatalf("back on time: age %v, want half an interval", r.age)
+	c.applied(ms(2*sec), ms(2*sec), []report{r}, []result{{lease: budget.Lease{Rate: 1, Burst: 1}, live: 1}})
+	// The usage gathered meanwhile began with the held-back report.
+	c.absorb(ms(2500*time.Millisecond), []budget.Usage{{Key: "", Used: 2, Offered: 1}})
+	if r := c.reports(ms(3 * sec))[0][0]; r.used != 2 || r.age != 5*sec/2 {
+		t.Fatalf("the usage held back since the report at 0: %+v, want 2 s used, age 2.5 s", r)
 	}
 }
 

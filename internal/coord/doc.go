@@ -22,8 +22,9 @@
 //     now) is known for status; a report counts once per sequence number, and an unanswered
 //     report is resent unchanged, so a lost reply never counts usage twice. A report's
 //     usage counts as run in the middle of the interval it covers (of its first interval
-//     when failed syncs held it back), where the global bucket was idle since (see "Cold
-//     start");
+//     when failed syncs held it back), where the global bucket was idle since; while the
+//     partition's lease is young (three intervals from the first), as run when the report
+//     arrives (see "Cold start");
 //   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
 //     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
@@ -204,7 +205,9 @@
 // every instance's bucket until it drained, at the little rate the instances then leave
 // unused: for tens of seconds the budget would admit below its rate. So a report says how
 // long ago its usage counts as run: in the middle of the interval it covers, or, held back
-// by failed syncs, in the middle of its first interval, as if it had come on time. Its usage
+// by failed syncs, in the middle of its first interval, as if it had come on time (while a
+// partition's lease is young, the first three intervals, at the end of that interval: a cold
+// start's usage is exactly the debt that must not be offered again). Its usage
 // fills the time the global bucket was idle since, and only what does not fit is debt;
 // where others kept the bucket busy meanwhile (an instance cut off alone), the late usage
 // is debt in full.
