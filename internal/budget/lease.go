@@ -44,6 +44,9 @@ type Usage struct {
 	// Starved says a statement was refused, or waited, for want of credit or of a slot since
 	// the previous report.
 	Starved bool
+	// Debt is the partition's debt now, execution seconds: what its bucket holds of the
+	// usage that the budget's global bucket counts too.
+	Debt float64
 }
 
 // link is a shared budget's tie to its coordinator.
@@ -166,7 +169,7 @@ func (b *Budget) TakeUsage(now time.Time) []Usage {
 			continue
 		}
 		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
-			InFlight: s.inflight, Starved: p.starved}
+			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate)}
 		if u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.Starved {
 			out = append(out, u)
 		}

@@ -61,6 +61,10 @@ func TestSharedAdmitsWithinItsLease(t *testing.T) {
 	if len(u) != 1 || u[0].Offered < 0.4-1e-9 || u[0].Used != 0.2 || u[0].InFlight != 1 {
 		t.Fatalf("usage = %+v, want offered 0.4, used 0.2, 1 in flight", u)
 	}
+	// 0.2 drained at 0.25/s for 200ms, and the 0.1 just admitted.
+	if math.Abs(u[0].Debt-0.25) > 1e-9 {
+		t.Fatalf("usage debt = %v, want 0.25", u[0].Debt)
+	}
 	mustInvariants(t, b)
 }
 

@@ -37,16 +37,21 @@ type part struct {
 	offered  float64   // execution seconds offered since the last sync
 	peak     int       // slots wanted at once since the last sync
 	inflight int
-	starved  bool // refused or waited since the last sync
-	active   bool // reported since the last successful sync
-	fresh    bool // reported since the last sync attempt
-	idle     int  // syncs in a row with no usage
+	starved  bool      // refused or waited since the last sync
+	local    float64   // the local bucket's debt as last taken, execution seconds
+	localAt  time.Time // when
+	active   bool      // reported since the last successful sync
+	fresh    bool      // reported since the last sync attempt
+	idle     int       // syncs in a row with no usage
 
 	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
 	// so a lost reply cannot count usage twice; acc collects the usage for the next one.
+	// Each covers the usage since its from (see report.age).
 	pendingSeq  uint64
 	pendingUsed float64
+	pendingFrom time.Time
 	accUsed     float64
+	accFrom     time.Time
 
 	grant       budget.Lease // the last lease from Redis
 	hasGrant    bool         // grant is set
@@ -156,7 +161,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 		}
 		p := c.parts[u.Key]
 		if p == nil {
-			p = &part{key: u.Key}
+			p = &part{key: u.Key, accFrom: now}
 			c.parts[u.Key] = p
 		}
 		if u.Offered > 0 && !math.IsInf(u.Offered, 1) {
@@ -164,6 +169,9 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 		}
 		p.peak = max(p.peak, u.Wanted, u.InFlight)
 		p.inflight = max(u.InFlight, 0)
+		if u.Debt >= 0 && !math.IsInf(u.Debt, 1) {
+			p.local, p.localAt = u.Debt, now
+		}
 		p.fresh = true
 		p.starved = p.starved || u.Starved
 		p.active = true
@@ -254,15 +262,27 @@ func minTime(a, b time.Time) time.Time {
 
 // report is one partition's entry in a sync.
 type report struct {
-	p        *part
-	seq      uint64
-	used     float64
+	p    *part
+	seq  uint64
+	used float64
+	// age is how long before now the report's usage counts as run: in the middle of the
+	// interval it covers (since pendingFrom), or of the first interval when syncs failed
+	// for longer, as if it had come on time (see dueAfter); Redis counts it there where the
+	// budget's global bucket was idle since (see sync.lua). Counted as run when it arrives,
+	// the usage of an outage would fill every instance's bucket with its debt share after it.
+	age time.Duration
+	// held is what the local bucket holds of the global debt: its own debt, drained at its
+	// lease's rate since it was taken.
+	held     float64
 	demand   float64
 	want     int
 	applied  int
 	inflight int
 	leave    bool
 	expected int // instances seen lately; see part.expected
+	// recovering says that the previous sync failed: Redis keeps the capacity of the
+	// instances it lost free for them (see sync.lua).
+	recovering bool
 }
 
 // reports builds the partitions' entries of a sync at now, in chunks of at most
@@ -292,13 +312,15 @@ func (c *core) reports(now time.Time) [][]report {
 		if p.pendingSeq == 0 {
 			c.seq++
 			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
+			p.pendingFrom, p.accFrom = p.accFrom, now
 		}
 		cur = append(cur, report{
-			p: p, seq: p.pendingSeq, used: p.pendingUsed,
+			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
+			held:   max(0, p.local-p.pushed.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0,
-			expected: p.expected(now, expectWindow*c.interval, c.failing),
+			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
 		if len(cur) == maxPartitionsPerCall {
 			out, cur = append(out, cur), nil
@@ -308,6 +330,21 @@ func (c *core) reports(now time.Time) [][]report {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// youngLease is how long a partition's reports count their usage as run when they arrive,
+// from its first lease: a cold start's usage is the debt that must not be offered again.
+const youngLease = 3
+
+// dueAfter is how long after its usage began a report of p made at now is due; a later report
+// counts its usage as run that much later than it began (see report.age). Half an interval:
+// in the middle of the interval it covers; a whole one, as run when it arrives, while p's
+// lease is young (a cold start) or p has none.
+func (c *core) dueAfter(p *part, now time.Time) time.Duration {
+	if !p.hasGrant || now.Sub(p.firstGrant) < youngLease*c.interval {
+		return c.interval
+	}
+	return c.interval / 2
 }
 
 // result is Redis's answer for one partition.
@@ -320,6 +357,7 @@ type result struct {
 	retake      time.Duration // until another instance's lease lapses, if starved; 0: none
 	inForce     Limits        // the smallest limits of the instances in the partition
 	differ      bool          // the instances disagree on the limits
+	hold        float64       // the debt the local bucket must hold from now on (sync.lua)
 }
 
 // notAfter is the Redis time after which a call sent at now with deadline d must not act:
@@ -404,14 +442,11 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			// before any were seen.
 			p.grant.Burst = min(p.grant.Burst, c.spec.Burst/float64(c.fallbackN))
 		}
-		if c.spec.Rate > 0 {
-			// The lease's share of the global debt: the local bucket starts at least that
-			// full, so that a burst that moved here from another instance, which used it,
-			// is not room twice. At most a full bucket: usage reported late (after an
-			// outage) lands in the global bucket at once, and a debt past the burst would
-			// stop the instances for the time it was really spread over.
-			p.grant.Debt = min(r.debt*r.lease.Rate/c.spec.Rate, p.grant.Burst)
-		}
+		// The local bucket holds at least its own debt and the lease's share of the global
+		// debt that no instance's bucket holds, so that a burst that moved here from another
+		// instance, which used it, is not room twice (see sync.lua). At most a full bucket:
+		// a debt past it would stop the instances for longer than a burst takes to drain.
+		p.grant.Debt = min(r.hold, p.grant.Burst)
 		copy(p.seen[1:], p.seen[:])
 		p.seen[0] = sighting{now, r.live}
 		p.expires = sent.Add(leaseDuration(c.interval))

@@ -106,7 +106,7 @@ func TestFirstLeaseHasTheBurstOfTheAssumedInstances(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 2})
 	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
 	alone := func(string) result {
-		return result{lease: budget.Lease{Rate: 1, Burst: 2}, debt: 1, target: 1, live: 1}
+		return result{lease: budget.Lease{Rate: 1, Burst: 2}, debt: 1, hold: 1, target: 1, live: 1}
 	}
 	grantAll(c, t0, alone)
 	// Alone in the partition it is granted the whole burst, but others may be starting.
@@ -182,22 +182,36 @@ func TestFallbackBeforeAnySync(t *testing.T) {
 	}
 }
 
-func TestLeaseCarriesItsShareOfTheGlobalDebt(t *testing.T) {
+func TestLeaseCarriesTheDebtToHold(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
-	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true}})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Starved: true, Debt: 0.1}})
 	grantTwice(c, t0, func(string) result {
-		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 0.8, hold: 0.2, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(time.Millisecond)); !near(got.Debt, 0.2) {
-		t.Fatalf("lease %+v: want debt 0.2, a quarter of the global 0.8 for a quarter of the rate", got)
+		t.Fatalf("lease %+v: want debt 0.2, what Redis said to hold", got)
 	}
-	// A global debt past the burst (usage reported late, after an outage) fills the bucket,
-	// no more.
+	// More than the burst fills the bucket, no more.
 	grantAll(c, t0.Add(sec), func(string) result {
-		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 3, target: 0.25, live: 4}
+		return result{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, debt: 3, hold: 3, target: 0.25, live: 4}
 	})
 	if got := c.lease(c.parts[""], t0.Add(sec+time.Millisecond)); !near(got.Debt, 0.25) {
 		t.Fatalf("lease %+v: want debt 0.25, the lease's burst", got)
+	}
+}
+
+func TestReportSaysWhatTheBucketHolds(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1, Debt: 0.3}})
+	if r := c.reports(t0)[0][0]; !near(r.held, 0.3) {
+		t.Fatalf("report held %v, want the 0.3 the bucket holds", r.held)
+	}
+	c.applied(t0, t0, c.reports(t0)[0], []result{{lease: budget.Lease{Rate: 0.25, Burst: 0.25}, live: 4}})
+	c.pushes(t0)
+	// Not in the next usage (idle): drained at the lease's rate since.
+	c.absorb(t0.Add(sec), nil)
+	if r := c.reports(t0.Add(sec))[0][0]; !near(r.held, 0.05) {
+		t.Fatalf("a second later at 0.25/s: held %v, want 0.05", r.held)
 	}
 }
 
@@ -454,13 +468,13 @@ func TestHashTagAndKeys(t *testing.T) {
 }
 
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1)}}
+	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1), "0.125"}}
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := result{lease: budget.Lease{Rate: 0.5, Burst: 1, Slots: 2}, live: 3, debt: 0.25, target: 0.5, targetSlots: 2,
-		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true}
+		retake: 1500 * time.Microsecond, inForce: Limits{Rate: 1, Burst: 2, MaxConcurrent: 4}, differ: true, hold: 0.125}
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
@@ -469,8 +483,8 @@ func TestDecodeResults(t *testing.T) {
 		{"x"},
 		{[]any{"0.5"}},
 		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(0), "1", "2", int64(4)}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0)}},
+		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
+		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
 	} {
 		if _, err := decodeResults(bad, 1); err == nil {
 			t.Errorf("decodeResults(%v) accepted", bad)
@@ -514,5 +528,64 @@ func TestDemandIsEstimatedPerSync(t *testing.T) {
 	rep = c.reports(t0.Add(2 * sec))[0][0]
 	if !near(rep.demand, 0.5) || rep.want != 3 || rep.inflight != 0 {
 		t.Fatalf("after a quiet interval: demand %v, want %d, in flight %d", rep.demand, rep.want, rep.inflight)
+	}
+}
+
+func TestReportSaysWhenItsUsageRan(t *testing.T) {
+	ms := func(d time.Duration) time.Time { return t0.Add(d) }
+	// Without a lease, or with a young one (a cold start), a report on time counts as run
+	// when it arrives; held back by failed syncs, as if it had come on time.
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
+	if r := c.reports(t0)[0][0]; r.age != 0 {
+		t.Fatalf("a report of usage that just began: age %v, want 0", r.age)
+	}
+	c.failed(t0, ms(time.Millisecond))
+	if r := c.reports(ms(sec))[0][0]; r.age != 0 {
+		t.Fatalf("no lease, an interval after its usage began: age %v, want 0", r.age)
+	}
+	c.failed(ms(sec), ms(sec))
+	if r := c.reports(ms(3 * sec))[0][0]; r.age != 2*sec {
+		t.Fatalf("no lease, held back 3 s after its usage began: age %v, want the 2 s it is late", r.age)
+	}
+
+	// With a lease older than youngLease intervals: in the middle of the interval a report
+	// covers, or of its first interval when held back.
+	c = newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(ms(-10*sec), []budget.Usage{{Key: "", Offered: 1}})
+	ok := func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1}, live: 1} }
+	grantAll(c, ms(-10*sec), ok)
+	grantAll(c, ms(-sec), ok)
+	c.absorb(t0, []budget.Usage{{Key: "", Used: 1, Offered: 1}})
+	r := c.reports(t0)[0][0]
+	if r.age != sec/2 {
+		t.Fatalf("an interval after its usage began: age %v, want the middle of the interval", r.age)
+	}
+	c.failed(t0, t0)
+	if r := c.reports(ms(2 * sec))[0][0]; r.age != 5*sec/2 || r.used != 1 {
+		t.Fatalf("held back 3 s after its usage began: %+v, want age 2.5 s, the middle of its first interval", r)
+	}
+	c.applied(ms(2*sec), ms(2*sec), []report{r}, []result{{lease: budget.Lease{Rate: 1, Burst: 1}, live: 1}})
+	// The usage gathered meanwhile began with the held-back report.
+	c.absorb(ms(2500*time.Millisecond), []budget.Usage{{Key: "", Used: 2, Offered: 1}})
+	if r := c.reports(ms(3 * sec))[0][0]; r.used != 2 || r.age != 5*sec/2 {
+		t.Fatalf("the usage held back since the report at 0: %+v, want 2 s used, age 2.5 s", r)
+	}
+}
+
+func TestReportAfterAFailureIsRecovering(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	c.absorb(t0, []budget.Usage{{Key: "", Offered: 1}})
+	if r := c.reports(t0)[0][0]; r.recovering {
+		t.Fatal("a first report is not recovering")
+	}
+	c.failed(t0, t0.Add(time.Millisecond))
+	r := c.reports(t0.Add(sec))[0][0]
+	if !r.recovering {
+		t.Fatal("the report after a failed sync must say so")
+	}
+	c.applied(t0.Add(sec), t0.Add(sec), []report{r}, []result{{live: 1}})
+	if r := c.reports(t0.Add(2 * sec))[0][0]; r.recovering {
+		t.Fatal("after a sync that went well, not recovering")
 	}
 }

@@ -20,7 +20,11 @@
 //   - applies the execution seconds the instance used since its last report to the
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
 //     now) is known for status; a report counts once per sequence number, and an unanswered
-//     report is resent unchanged, so a lost reply never counts usage twice;
+//     report is resent unchanged, so a lost reply never counts usage twice. A report's
+//     usage counts as run in the middle of the interval it covers (of its first interval
+//     when failed syncs held it back), where the global bucket was idle since; while the
+//     partition's lease is young (three intervals from the first), as run when the report
+//     arrives (see "Cold start");
 //   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
 //     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
@@ -109,10 +113,13 @@
 //     share: Redis lost its memory (restart, failover), or the entry lapsed while nobody could
 //     sync (Redis hung). The script tells these from a crash by the partition itself: the hash
 //     is gone though the caller saw other instances lately (or at any time while it was
-//     failing), or nobody synced the partition for two intervals. Then for one lease
-//     duration it keeps the even share of the instances that were there and are not back
-//     free for them. An instance that lapses while others sync normally has crashed: its
-//     slots return exactly when its lease lapses. What remains possible after a restart:
+//     failing), or nobody synced the partition for two intervals, or the caller itself comes
+//     back from failed syncs (an outage too short for the partition to go unsynced for two
+//     intervals still lapses the leases of instances waiting for their retries, which
+//     are spread over up to 1.5 intervals). Then for one lease duration it keeps the even
+//     share of the instances that were there and are not back free for them. An instance
+//     that lapses while others sync normally has crashed: its slots return exactly when
+//     its lease lapses. What remains possible after a restart:
 //     leases granted before it that exceed the even share run beside the new ones until their
 //     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
 //     instance that leaves (Close) is recorded as gone, so others need not wait for it.
@@ -178,18 +185,33 @@
 //     the instances assumed before any were seen (budget ÷ fallback instances): a lone
 //     instance waits one interval for its full burst, but instances that start together do
 //     not each take the whole of it in turn.
-//   - A lease carries its share of the global debt (at most its burst) and the local bucket
-//     starts at least that full: together the instances' buckets offer no more room than
-//     the global bucket has. In a steady state the local debts already add up to about the
-//     global debt and nothing changes; an instance joining a budget that others have run
-//     into debt waits for its share of it to drain. The cap at the burst is for usage that
-//     reaches Redis late (reports held back by an outage): it lands in the global bucket at
-//     once, as if it had all run at that moment, and a debt past the burst would stop every
-//     instance for as long as that usage was really spread over. Even capped, it costs
-//     something there: after an outage the held-back usage fills the instances' buckets, so
-//     they lose the room they had (a global debt past the burst cannot be ignored instead:
-//     at a cold start it is exactly the burst that must not be offered again; telling the
-//     two apart would need usage reports stamped with when the usage ran).
+//   - A lease carries its share of the global debt that no live instance's bucket holds,
+//     and the local bucket holds at least its own debt and that share from then on:
+//     together the instances' buckets offer no more room than the global bucket has. Each
+//     sync reports the local bucket's debt; Redis counts each instance's as reported,
+//     drained since at its lease's rate, and at most its lease's burst (a lease that
+//     shrank forgave the rest). In a steady state the local debts hold the global debt and
+//     nothing changes; an instance joining a budget whose debt another's shrunken lease
+//     forgave, or that instances which left or crashed ran up, waits for its share of it to
+//     drain. Only that share: a share of the whole global debt would fill each bucket with
+//     the instance's own usage a second time (the global bucket counts it when the report
+//     comes, after the local one did), and statements costing about a lease's burst would
+//     wait for their own cost twice, holding the budget below its rate. The share is capped
+//     at the burst: a debt past it would stop every instance for longer than a burst takes
+//     to drain.
+//
+// Usage that reaches Redis late is not such a debt. During an outage every instance runs on
+// its lease, then on its even share, and reports what it ran when Redis is back; counted as
+// run at that moment, it would land in the global bucket at once, and its shares would fill
+// every instance's bucket until it drained, at the little rate the instances then leave
+// unused: for tens of seconds the budget would admit below its rate. So a report says how
+// long ago its usage counts as run: in the middle of the interval it covers, or, held back
+// by failed syncs, in the middle of its first interval, as if it had come on time (while a
+// partition's lease is young, the first three intervals, at the end of that interval: a cold
+// start's usage is exactly the debt that must not be offered again). Its usage
+// fills the time the global bucket was idle since, and only what does not fit is debt;
+// where others kept the bucket busy meanwhile (an instance cut off alone), the late usage
+// is debt in full.
 //
 // The engine adds the other half: a statement of a pattern never seen to run reserves a
 // conservative share of the burst until it ends (see package engine).

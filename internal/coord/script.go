@@ -94,7 +94,7 @@ type call struct {
 func runSync(ctx context.Context, rc redis.Scripter, instance string, interval time.Duration, cl call) (reply, error) {
 	spec, reps := cl.spec, cl.reps
 	keys := make([]string, len(reps), len(reps)+1)
-	args := make([]any, 0, 9+8*len(reps)+2*len(cl.publish))
+	args := make([]any, 0, 9+11*len(reps)+2*len(cl.publish))
 	lease := leaseDuration(interval)
 	var qfor int64
 	if cl.quarantines {
@@ -105,11 +105,15 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 	prefix := partitionPrefix(spec.Name)
 	for i, r := range reps {
 		keys[i] = prefix + partitionPart(r.p.key)
-		leave := 0
+		leave, recovering := 0, 0
 		if r.leave {
 			leave = 1
 		}
-		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected)
+		if r.recovering {
+			recovering = 1
+		}
+		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected,
+			r.age.Microseconds(), ffmt(r.held), recovering)
 	}
 	if cl.quarantines {
 		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))
@@ -155,6 +159,7 @@ func (r *result) clamp(spec Spec, lease time.Duration) {
 	r.retake = min(r.retake, lease)
 	r.inForce = Limits{Rate: within(r.inForce.Rate, spec.Rate), Burst: within(r.inForce.Burst, spec.Burst),
 		MaxConcurrent: min(r.inForce.MaxConcurrent, spec.MaxConcurrent)}
+	r.hold = within(r.hold, spec.Burst)
 }
 
 // within is x in [0, hi], and 0 for NaN.
@@ -204,7 +209,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 	out := make([]result, n)
 	for i, x := range v {
 		f, ok := x.([]any)
-		if !ok || len(f) != 12 {
+		if !ok || len(f) != 13 {
 			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
 		}
 		var err error
@@ -224,6 +229,7 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.retake = time.Duration(count(num(7))) * time.Microsecond
 		r.inForce = Limits{Rate: num(8), Burst: num(9), MaxConcurrent: count(num(10))}
 		r.differ = num(11) == 1
+		r.hold = num(12)
 		if err != nil {
 			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
 		}

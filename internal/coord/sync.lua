@@ -12,28 +12,61 @@
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
 -- ARGV[8]   the budget's quarantine for:, µs; 0: it shares no quarantines (no quarantine key)
 -- ARGV[9]   the most quarantines the quarantine hash may hold
--- then for each partition 8 values:
+-- then for each partition 11 values:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
---           instances expected (the most the instance saw in the partition lately)
+--           instances expected (the most the instance saw in the partition lately),
+--           age µs (how long before now its usage counts as run; see below),
+--           local debt seconds (what the instance's bucket holds now),
+--           recovering (1 or 0: the instance's previous sync failed)
 -- then for each quarantine the instance began since its last sync 2 values:
 --           fingerprint (16 lower-case hex digits), µs left
 --
 -- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
--- global debt = rate × max(0, tat − now)), "last" (when anyone last synced it), while
+-- global debt = rate × max(0, tat − now)), "gf" and "gt" (the last time the bucket stood
+-- idle before usage that ran later, µs, from and to; see below), "last" (when anyone last
+-- synced it), while
 -- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
 -- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
--- granted rate, expiry µs, left, max_concurrent, rate, burst}; left = 1 marks an instance
--- that left the partition, kept for a lease duration; the last three are the budget's
--- limits on that instance.
+-- granted rate, expiry µs, left, max_concurrent, rate, burst, local debt, its time µs};
+-- left = 1 marks an instance that left the partition, kept for a lease duration; the next
+-- three are the budget's limits on that instance, the last two what its bucket held as it
+-- reported (a share of debt it took on at that sync is in its next report).
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
--- sync (Redis hung, or the network failed). Either way the partition shows it: the hash is
--- gone though the caller saw others lately (expected > 1), or nobody synced it for two
--- intervals (each live instance syncs about once an interval). Then, for one lease duration, the capacity of the instances that were there and
--- are not back is kept free for them. An instance that lapses while others sync normally has
--- crashed: its capacity returns when its lease lapses.
+-- sync (Redis hung, or the network failed). The partition shows it: the hash is gone though
+-- the caller saw others lately (expected > 1), or nobody synced it for two intervals (each
+-- live instance syncs about once an interval); or the caller comes back from failed syncs
+-- itself: the others may have failed too, and wait for their retries (spread over up to
+-- one and a half intervals) while their leases lapse, the outage too short for the
+-- partition to go unsynced for two intervals. Then, for one lease duration, the capacity of
+-- the instances that were there and are not back is kept free for them (none when all are
+-- there). An instance that lapses while others sync normally has crashed: its capacity
+-- returns when its lease lapses.
+--
+-- When usage ran. The used seconds of a report count as run age µs ago: in the middle of
+-- the interval the report covers, or, for a report held back by failed syncs (its instance
+-- could not reach Redis, or Redis hung), in the middle of the first interval, as if it had
+-- come on time. Where the global bucket was idle since then, the usage fills that idle
+-- time, as it ran then, and only the rest is debt; where others' usage kept the bucket busy,
+-- it is debt in full. Counted as run when it arrives, the usage that every instance ran
+-- during an outage would land at once as debt, and the instances' shares of it would fill
+-- their buckets for as long as it took to run it. Reports do not arrive in the order their
+-- usage ran: after an outage some instances come back before others (their retries are
+-- spread), and their reports of usage that ran since move tat past the time the others'
+-- held-back usage ran. So the last idle stretch that usage which ran later skipped over
+-- ("gf" to "gt") is kept, and usage that ran during it fills it before it counts on tat.
+--
+-- The debt a lease carries. The global bucket counts each instance's usage, which that
+-- instance's own bucket holds too. Debt that no live instance's bucket holds (usage of an
+-- instance that left or crashed, or of a burst that moved: a lease that shrank forgave its
+-- debt down to its new burst) would be room twice, in the global bucket's stead; each lease
+-- carries its share of that debt, and the instance's bucket holds its own debt and that
+-- share from then on. Only that: a share of the whole global debt would fill a bucket with
+-- the instance's own usage again (the global bucket counts it when the report comes, after
+-- the local one did), and statements about as large as a lease's burst would wait for their
+-- own cost twice, holding the budget below its rate.
 --
 -- Shared quarantines. The quarantine hash (pgtraffic:{budget}:q:<after>:<for>) has one field
 -- per quarantined fingerprint, its value when the quarantine ends (µs of Redis TIME). The call
@@ -43,10 +76,11 @@
 --
 -- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
 -- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
--- in force, differ}, then, with a quarantine key, {fingerprint, µs left, ...}}, retake being,
--- for a starved instance, µs until another instance's lease lapses (0: none, or not
--- starved), differ 1 when instances disagree on the limits; numbers that may be fractional
--- are strings, as Redis truncates Lua numbers to integers in replies.
+-- in force, differ, hold}, then, with a quarantine key, {fingerprint, µs left, ...}}, retake
+-- being, for a starved instance, µs until another instance's lease lapses (0: none, or not
+-- starved), differ 1 when instances disagree on the limits, hold the debt the instance's
+-- bucket must hold from now on (see above); numbers that may be fractional are strings, as
+-- Redis truncates Lua numbers to integers in replies.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -74,6 +108,8 @@ local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
 local max_debt = 3600 * 1000000
 -- The most instances a partition may count as lost.
 local max_lost = 100000
+-- The furthest back a report's usage counts as run, µs.
+local max_age = max_debt
 
 -- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
 -- left}, or nil when it is not one this script could have written (not a msgpack array, a
@@ -90,6 +126,9 @@ local function entry(v)
   e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
   if not (within(e[8], 0, math.huge) and within(e[9], 0, math.huge) and within(e[10], 0, math.huge)) then
     e[8], e[9], e[10] = nil, nil, nil -- no limits: an instance of an older version
+  end
+  if not (within(e[11], 0, math.huge) and within(e[12], 0, now)) then
+    e[11], e[12] = 0, now -- holds nothing: an instance of an older version
   end
   return e
 end
@@ -117,7 +156,7 @@ end
 local out = {num(now), 0}
 for i = 1, nparts do
   local key = KEYS[i]
-  local a = head + (i - 1) * 8
+  local a = head + (i - 1) * 11
   local seq = tonumber(ARGV[a + 1])
   local used = tonumber(ARGV[a + 2])
   local demand = tonumber(ARGV[a + 3])
@@ -126,10 +165,16 @@ for i = 1, nparts do
   local inflight = tonumber(ARGV[a + 6])
   local leave = ARGV[a + 7] == '1'
   local expected = tonumber(ARGV[a + 8])
+  local age = tonumber(ARGV[a + 9])
+  if not within(age, 0, max_age) then age = 0 end
+  local own = tonumber(ARGV[a + 10]) -- the instance's local debt
+  if not within(own, 0, math.huge) then own = 0 end
+  local recovering = ARGV[a + 11] == '1'
 
   -- Read the partition, dropping instances whose lease has lapsed.
   local flat = redis.call('HGETALL', key)
-  local tat, last, lost_until, lost_n = now, nil, 0, 0
+  local tat, last, lost_until, lost_n = nil, nil, 0, 0
+  local gap_from, gap_to = 0, 0
   local mine = nil
   local ids, others = {}, {}
   local gone, lapsed = 0, 0
@@ -137,7 +182,13 @@ for i = 1, nparts do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
       local x = tonumber(v)
-      if finite(x) then tat = math.min(math.max(x, now), now + max_debt) end
+      if finite(x) then tat = math.min(x, now + max_debt) end
+    elseif f == 'gf' then
+      local x = tonumber(v)
+      if within(x, 0, now) then gap_from = x end
+    elseif f == 'gt' then
+      local x = tonumber(v)
+      if within(x, 0, now) then gap_to = x end
     elseif f == 'last' then
       local x = tonumber(v)
       if within(x, 0, now) then last = x end
@@ -169,11 +220,27 @@ for i = 1, nparts do
   -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
   if seq ~= mine[1] then
-    if used > 0 and rate > 0 then tat = tat + used / rate * 1000000 end
+    if used > 0 and rate > 0 then
+      local at = now - age -- when it counts as run (see the top)
+      local w = used / rate * 1000000 -- the bucket's time it takes, µs
+      -- First into the idle stretch that usage which ran later skipped, where it ran then.
+      local from = math.max(gap_from, at)
+      if tat ~= nil and gap_to > from and gap_to <= tat then
+        local fill = math.min(w, gap_to - from)
+        gap_to, w = gap_to - fill, w - fill
+      end
+      if w > 0 then
+        if tat ~= nil and at > tat then gap_from, gap_to = tat, at end -- idle until at
+        tat = math.max(tat or at, at) + w
+      end
+    end
     mine[1] = seq
   end
+  -- Kept as it is when it lies in the past (the bucket idle since), so that a report whose
+  -- usage ran then can still fill that idle time.
+  tat = tat or now
   local debt = 0
-  if rate > 0 then debt = rate * (tat - now) / 1000000 end
+  if rate > 0 then debt = rate * math.max(tat - now, 0) / 1000000 end
 
   -- The limits in force: while the instances disagree on the budget's limits (a rolling
   -- change of the rules), each enforces the smallest any of them holds, so that together
@@ -191,11 +258,11 @@ for i = 1, nparts do
   end
 
   local live = #ids
-  local g_rate, g_burst, g_slots, t_rate, t_slots = 0, 0, 0, 0, 0
+  local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
   local retake = 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
-    mine[8], mine[9], mine[10] = maxc, rate, burst
+    mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
@@ -211,7 +278,7 @@ for i = 1, nparts do
     others[id] = {0, demand, want, 0, 0, 0}
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
-    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) then
+    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
       lost_until = now + ttl
       lost_n = math.max(lost_n, expected, n + gone + lapsed)
     end
@@ -234,6 +301,20 @@ for i = 1, nparts do
       end
       g_rate = math.max(0, math.min(t_rate, cap - held))
       g_burst = l_burst * g_rate / l_rate
+
+      -- The debt no live instance's bucket holds (see the top): each bucket holds its debt
+      -- as reported, drained since at its lease's rate, and at most its lease's burst (a
+      -- shrinking lease forgives the rest).
+      local owned = math.min(own, g_burst)
+      for _, f in ipairs(ids) do
+        local e = others[f]
+        if f ~= id then
+          local b = l_burst * e[5] / l_rate
+          owned = owned + math.min(math.max(0, e[11] - e[5] * (now - e[12]) / 1000000), b)
+        end
+      end
+      local unowned = math.max(0, debt - owned)
+      if unowned > 0 then hold = math.min(own + unowned * g_rate / l_rate, g_burst) end
     end
 
     local held_slots = 0
@@ -297,11 +378,16 @@ for i = 1, nparts do
     end
 
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
-    mine[8], mine[9], mine[10] = maxc, rate, burst
+    mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
     redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
   redis.call('HSET', key, 'tat', num(tat), 'last', num(now))
+  if gap_to > gap_from then
+    redis.call('HSET', key, 'gf', num(gap_from), 'gt', num(gap_to))
+  else
+    redis.call('HDEL', key, 'gf', 'gt')
+  end
   if lost_n > 0 then
     redis.call('HSET', key, 'lu', num(lost_until), 'ln', lost_n)
   elseif lost_until > 0 then
@@ -313,7 +399,7 @@ for i = 1, nparts do
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
   out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake,
-    num(l_rate), num(l_burst), l_maxc, differ}
+    num(l_rate), num(l_burst), l_maxc, differ, num(hold)}
 end
 
 if qfor > 0 then
@@ -337,7 +423,7 @@ if qfor > 0 then
       ends[f], n = x, n + 1
     end
   end
-  for j = head + nparts * 8 + 1, #ARGV - 1, 2 do
+  for j = head + nparts * 11 + 1, #ARGV - 1, 2 do
     local f, left = ARGV[j], tonumber(ARGV[j + 1])
     if fingerprint(f) and within(left, 1, math.huge) then
       local x, known = now + math.min(left, qfor), ends[f] ~= nil
