@@ -101,7 +101,7 @@ func newLeaks(meter metric.Meter, log *slog.Logger) (*leaks, error) {
 // The warnings of a reclaimed statement, by front end.
 const (
 	leakedSQLRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed, but database/sql keeps the connection in use: close every *sql.Rows"
-	leakedPgxRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed and their pool connection destroyed: close every pgx.Rows"
+	leakedPgxRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed and, outside a transaction, their pool connection destroyed: close every pgx.Rows"
 )
 
 // report counts a reclaimed statement and logs msg.
