@@ -123,13 +123,42 @@ func Check(now time.Time, reqs []Request) *Denial {
 // its budget locked and, if all fit and take is set, charges them. The
 // coordinators of the shared budgets that refused are kicked once the
 // budgets are unlocked: a kick is the coordinator's code, not the budget's.
+//
+// Most statements select one enforce budget, and an admission of one request
+// is one budget's check and take under its own lock (reserveOne): no lock
+// order to work out, no earlier request of the same key to count.
 func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
+	if len(reqs) == 1 {
+		warns, d, kick := reqs[0].Budget.reserveOne(now, &reqs[0], warns, take)
+		if kick != nil {
+			kick()
+		}
+		return warns, d
+	}
 	var buf [8]func()
 	warns, worst, kicks := reserveLocked(now, reqs, warns, take, buf[:0])
 	for _, kick := range kicks {
 		kick()
 	}
 	return warns, worst
+}
+
+// reserveOne is reserve of the one request r, under b's lock: r is checked
+// and, if it fits and take is set, charged; a refusal taken for real is
+// noted, and its coordinator's kick returned for the caller to call once b
+// is unlocked.
+func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take bool) (_ []Warning, _ *Denial, kick func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := b.check(now, r, 0, 0)
+	switch {
+	case !take:
+	case d == nil:
+		warns = b.take(now, r, 0, warns)
+	default:
+		kick = b.refused(now, r, d.Reason, 0)
+	}
+	return warns, d, kick
 }
 
 // reserveLocked is reserve's work under the budgets' locks; it appends to
