@@ -29,6 +29,7 @@ type Budget struct {
 	mu       sync.Mutex // protects the fields below
 	keys     keys
 	text     limitText
+	unknown  float64 // the reservation for an unknown cost (Spec.unknownCost), once per spec
 	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
 	link     link    // a shared budget's coordinator (lease.go); zero in a local budget
 
@@ -39,7 +40,7 @@ type Budget struct {
 func New(spec Spec) *Budget {
 	spec = spec.normalize()
 	return &Budget{seq: lastSeq.Add(1), keys: keys{spec: spec, byKey: map[string]*state{}},
-		text: newLimitText(spec)}
+		text: newLimitText(spec), unknown: spec.unknownCost()}
 }
 
 // SetSpec applies a reloaded spec at now, keeping each key's debt (drained
@@ -54,7 +55,7 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 		return // a reload that left the budget as it was: no walk over its keys
 	}
 	b.keys.setSpec(now, spec)
-	b.text = newLimitText(spec)
+	b.text, b.unknown = newLimitText(spec), spec.unknownCost()
 }
 
 // Request is one budget's part of an admission.
@@ -277,7 +278,7 @@ func (b *Budget) reservation(r *Request, room float64) float64 {
 	if !r.Unknown {
 		return sanitizeCost(r.Cost)
 	}
-	c := b.keys.spec.unknownCost()
+	c := b.unknown
 	if room > 0 {
 		c = min(c, room)
 	}
