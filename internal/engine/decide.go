@@ -146,18 +146,27 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 // budget (for the status) and, when it wants them, for the observer: the two count alike.
 func (e *Engine) decisions(st *compiled, x *Exec, rt *route) {
 	for i, bi := range rt.budgets {
-		name := rt.names[i]
 		decision, counted, reason := DecisionAllow, budget.Admitted, ""
-		for _, w := range x.warned {
-			if w.budget == name {
-				decision, counted, reason = DecisionWarn, budget.Warned, w.reason
+		if len(x.warned) > 0 {
+			if r, ok := x.warnedBy(rt.names[i]); ok {
+				decision, counted, reason = DecisionWarn, budget.Warned, r
 			}
 		}
 		st.budgets[bi].b.Count(x.start, counted, reason)
 		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(name, decision, reason)
+			e.obs.Decision(rt.names[i], decision, reason)
 		}
 	}
+}
+
+// warnedBy reports the reason of budget's last warning about x, if it warned.
+func (x *Exec) warnedBy(budget string) (reason string, ok bool) {
+	for _, w := range x.warned {
+		if w.budget == budget {
+			reason, ok = w.reason, true
+		}
+	}
+	return reason, ok
 }
 
 // limitUnparsable is a guard's Limit text for a statement pg_query cannot parse: without a parse
