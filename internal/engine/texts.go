@@ -43,13 +43,14 @@ type savedRoute struct {
 	tags tagging.Tags
 	rt   route
 	// expires is when a rule lapses (its until) after the route was made, which may change
-	// it; zero when none will.
+	// it; zero when none will. lapses reports a non-zero expires.
 	expires time.Time
+	lapses  bool
 }
 
 // fresh reports whether s, saved under st, still holds at now.
 func (s *savedRoute) fresh(st *compiled, now time.Time) bool {
-	return s.gen == st.gen && (s.expires.IsZero() || now.Before(s.expires))
+	return s.gen == st.gen && (!s.lapses || now.Before(s.expires))
 }
 
 func newTextCache(max int) *textCache {
@@ -104,6 +105,7 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Ti
 		return
 	}
 	s := &savedRoute{gen: st.gen, tags: tags, rt: *rt, expires: st.nextLapse(now)}
+	s.lapses = !s.expires.IsZero()
 	s.rt.budgets = append([]int(nil), rt.budgets...)
 	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
 	s.rt.keys = append([]string(nil), rt.keys...)
