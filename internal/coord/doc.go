@@ -123,6 +123,11 @@
 //     leases granted before it that exceed the even share run beside the new ones until their
 //     holders resync (within 1.5 intervals): with uneven demand, about one extra burst. An
 //     instance that leaves (Close) is recorded as gone, so others need not wait for it.
+//   - A partition's hash gone (a restart, or a hang that outlasted its expiry: a hash
+//     expires two lease durations after its last sync, 5 s at the default interval): the
+//     hash made anew counts as idle for as long as a report's usage may count back, so that
+//     the usage the instances ran on their fallback shares meanwhile fills that time, as
+//     when the hash survives, rather than becoming debt at once.
 //   - Redis holds something the script did not write (another writer, a corrupted
 //     restore): every number read back is checked, in the script and again in Go. A
 //     non-finite or negative value, an entry that is not msgpack or expires beyond a lease
@@ -132,6 +137,12 @@
 //     records its instance's limits, and every instance divides the smallest limits among
 //     the live entries, so that together they hold the smaller limit and each keeps its
 //     even share of it. [Status] shows it (LimitsDiffer, LimitsInForce) until they agree.
+//
+// The coordinator logs through [Options].Logger: one line when Redis becomes unreachable and
+// one when it is back. go-redis logs some failures of its own ("failed to dial") through its
+// package logger, which only redis.SetLogger sets, for the whole process: a library must not
+// change that for the application, so pgtraffic leaves it alone, and an application that
+// wants those lines elsewhere (or nowhere) calls redis.SetLogger itself.
 //
 // # What the local budget must offer
 //

@@ -216,6 +216,13 @@ for i = 1, nparts do
     end
   end
   if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
+  -- A partition without a tat (new, expired, or lost in a restart) has stood idle for as
+  -- long as a report's usage may count back: usage that ran while Redis could not count it
+  -- fills that idle time. Set to now, it would count as run now, and after an outage at
+  -- least as long as the hash's expiry (a Redis stopped for 5 s) all the usage the
+  -- instances ran on their fallback shares would be debt, holding the budget below its
+  -- rate until it drained.
+  if tat == nil then tat = now - max_age end
 
   -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
@@ -225,20 +232,19 @@ for i = 1, nparts do
       local w = used / rate * 1000000 -- the bucket's time it takes, µs
       -- First into the idle stretch that usage which ran later skipped, where it ran then.
       local from = math.max(gap_from, at)
-      if tat ~= nil and gap_to > from and gap_to <= tat then
+      if gap_to > from and gap_to <= tat then
         local fill = math.min(w, gap_to - from)
         gap_to, w = gap_to - fill, w - fill
       end
       if w > 0 then
-        if tat ~= nil and at > tat then gap_from, gap_to = tat, at end -- idle until at
-        tat = math.max(tat or at, at) + w
+        if at > tat then gap_from, gap_to = tat, at end -- idle until at
+        tat = math.max(tat, at) + w
       end
     end
     mine[1] = seq
   end
-  -- Kept as it is when it lies in the past (the bucket idle since), so that a report whose
-  -- usage ran then can still fill that idle time.
-  tat = tat or now
+  -- tat is kept as it is when it lies in the past (the bucket idle since), so that a report
+  -- whose usage ran then can still fill that idle time.
   local debt = 0
   if rate > 0 then debt = rate * math.max(tat - now, 0) / 1000000 end
 
