@@ -266,3 +266,27 @@ func readTestEvents(stream []byte) (testEvents, error) {
 	r.other = other.String()
 	return r, nil
 }
+
+func TestRedirectPgxSuite(t *testing.T) {
+	const stdlibImport = "import \"github.com/jackc/pgx/v5/stdlib\"\n"
+	for _, tt := range []struct {
+		name, src, want string
+		counts          []int
+	}{
+		{"open", "db := stdlib.OpenDB(*config, opts...)", "db := pgtrafficOpenDB(t, *config, opts...)", []int{1, 0, 0}},
+		{"from pool is left", "db := stdlib.OpenDBFromPool(pool)", "db := stdlib.OpenDBFromPool(pool)", []int{0, 0, 0}},
+		{"sql.Open", `db, err := sql.Open("pgx", dsn)`, "db, err := pgtrafficSQLOpen(t, dsn)", []int{0, 1, 0}},
+		{"other driver name is left", `sql.Open(tt.driverName, dsn)`, `sql.Open(tt.driverName, dsn)`, []int{0, 0, 0}},
+		{"raw conn", "c := dc.(*stdlib.Conn).Conn()", "c := dc.(interface{ Conn() *pgx.Conn }).Conn()", []int{0, 0, 1}},
+		{"import kept in use", stdlibImport + "db := stdlib.OpenDB(*config)",
+			stdlibImport + "db := pgtrafficOpenDB(t, *config)\nvar _ = stdlib.OpenDB // the import's only use was redirected to pgtraffic\n",
+			[]int{1, 0, 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, counts := redirectPgxSuite([]byte(tt.src))
+			if string(got) != tt.want || !slices.Equal(counts, tt.counts) {
+				t.Errorf("redirectPgxSuite(%q) = %q, %v; want %q, %v", tt.src, got, counts, tt.want, tt.counts)
+			}
+		})
+	}
+}
