@@ -30,7 +30,8 @@ deps:
 	.ci/install-deps
 
 # Every test. Integration tests start their own throwaway PostgreSQL (internal/pgtest), or use
-# the server named by PGTRAFFIC_TEST_DSN; under CI=true a missing server fails them.
+# the server named by PGTRAFFIC_TEST_DSN; under CI=true a missing server fails them. They
+# include pgx's own database/sql suite run through pgtraffic (integration/TestPgxStdlibSuite).
 test: deps
 	$(GO) test $(RACE) -count=1 -timeout $(TESTTIMEOUT) ./...
 	for m in $(NESTED); do $(GO) test -C $$m $(RACE) -count=1 -timeout $(TESTTIMEOUT) ./...; done
