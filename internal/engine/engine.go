@@ -309,12 +309,14 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query strin
 	x.reset(e, p)
 	x.Wants, x.Observed = wants, wants&WantSpans != 0
 	begun := false
-	defer func() {
-		if !begun {
-			x.unwind()
-		}
-	}()
 	if read {
+		// What a statement read may take (budgets' holds, the observer's span) is given back if
+		// Begin does not succeed, a panic included. One that is not read takes nothing.
+		defer func() {
+			if !begun {
+				x.unwind()
+			}
+		}()
 		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
 			return err
 		}
