@@ -29,8 +29,8 @@ type pgxRows struct {
 	open *pgxOpen
 }
 
-// pgxOpen is the statement of a pgxRows or a pgxRow between its start (runner.open) and its
-// end: what ending it needs, and all the leak cleanup needs.
+// pgxOpen is a pgx-native statement (an Exec's, a pgxRows' or a pgxRow's) between its start
+// (runner.open) and its end: what ending it needs, and all a Query's leak cleanup needs.
 type pgxOpen struct {
 	run     *runner
 	x       *engine.Exec    // the statement; nil once ended

@@ -64,20 +64,15 @@ func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 // the text of the statement sql names when sql is the name of a statement prepared in a
 // transaction (see pgxTx.Prepare).
 func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
-	x, err := r.begin(ctx, conn, text, args)
+	var o pgxOpen
+	qctx, err := r.open(ctx, &o, conn, text, args, nil)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
-	err = errPanicked                      // until q returns: a panic finishes the statement with it
-	defer func() {
-		r.end(ctx, x, err)
-		if cancel != nil {
-			cancel()
-		}
-	}()
+	err = errPanicked // until q returns: a panic finishes the statement with it
+	defer func() { o.end(err) }()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(qctx, r.outgoing(ctx, x, text, sql), args...)
+	tag, err = q.Exec(qctx, r.outgoing(ctx, o.x, text, sql), args...)
 	err = overran(qctx, err)
 	return tag, err
 }
