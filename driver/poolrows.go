@@ -134,23 +134,19 @@ var _ pgx.Row = (*pgxRow)(nil)
 // error when it failed (matching ErrOverrun when max_duration cancelled it). pgx's Scan refuses
 // *pgtype.DriverBytes, whose bytes would outlive the connection given back here. A row with no
 // rows is a success for the statement's budgets and telemetry: the query ran.
-func (r *pgxRow) Scan(dest ...any) (err error) {
+func (r *pgxRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
-	err = errPanicked // until pgx's Scan returns: a panic ends the statement with it
-	defer func() {
-		outcome := err
-		if errors.Is(outcome, pgx.ErrNoRows) {
-			outcome = nil
-		}
-		r.open.end(outcome)
-	}()
-	err = r.row.Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return err // the query ran to its end: no overrun
+	outcome := errPanicked // until pgx's Scan returns: a panic ends the statement with it
+	defer func() { r.open.end(outcome) }()
+	err := r.row.Scan(dest...)
+	if err != nil && errors.Is(err, pgx.ErrNoRows) {
+		outcome = nil // the query ran to its end: a success, and no overrun
+		return err
 	}
 	err = overran(r.qctx, err)
+	outcome = err
 	return err
 }
 
