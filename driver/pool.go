@@ -96,11 +96,12 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
-// refused, is returned by the row's Scan.
+// refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
+// back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	pc, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return &pgxRow{rows: errRows{err: err}, err: err}
+		return &pgxRow{err: err}
 	}
 	return p.run.queryRow(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc)
 }

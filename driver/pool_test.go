@@ -53,6 +53,13 @@ func (f *fakeQuerier) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, 
 	return f.last, nil
 }
 
+func (f *fakeQuerier) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
+	f.sent = append(f.sent, sql)
+	row := &fakeRow{fakePgxRows{left: f.rows, panicNext: f.panicNext}}
+	f.last = &row.fakePgxRows
+	return row
+}
+
 func (f *fakeQuerier) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
 	f.batches++
 	return &fakeResults{}
@@ -90,11 +97,23 @@ func (r *fakePgxRows) RawValues() [][]byte    { return nil }
 func (r *fakePgxRows) Conn() *pgx.Conn        { return nil }
 func (r *fakePgxRows) TypeMap() *pgtype.Map   { return nil }
 
+// fakeRow is pgx's row over fake rows: Scan reads the first row and closes the rows, as pgx's
+// does.
+type fakeRow struct{ fakePgxRows }
+
+func (r *fakeRow) Scan(...any) error {
+	defer r.Close()
+	if !r.Next() {
+		return pgx.ErrNoRows
+	}
+	return nil
+}
+
 type fakeResults struct{ closed int }
 
 func (r *fakeResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, nil }
 func (r *fakeResults) Query() (pgx.Rows, error)         { return &fakePgxRows{}, nil }
-func (r *fakeResults) QueryRow() pgx.Row                { return &pgxRow{rows: &fakePgxRows{}} }
+func (r *fakeResults) QueryRow() pgx.Row                { return &batchRow{rows: &fakePgxRows{}} }
 func (r *fakeResults) Close() error                     { r.closed++; return nil }
 func (r *fakeResults) Tx() pgx.Tx                       { return nil }
 
@@ -198,15 +217,15 @@ func TestPgxRowsPanicReleases(t *testing.T) {
 	}
 }
 
-// reusedRowQuerier answers every query with the same one-row rows, allocating nothing.
+// reusedRowQuerier answers every QueryRow with the same one-row row, allocating nothing.
 type reusedRowQuerier struct {
 	fakeQuerier
-	rows fakePgxRows
+	row fakeRow
 }
 
-func (q *reusedRowQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	q.rows = fakePgxRows{left: 1}
-	return &q.rows, nil
+func (q *reusedRowQuerier) QueryRow(context.Context, string, ...any) pgx.Row {
+	q.row = fakeRow{fakePgxRows{left: 1}}
+	return &q.row
 }
 
 // queryRowOutside runs a QueryRow as a caller outside the package sees it, whose row escapes:
@@ -217,8 +236,13 @@ func queryRowOutside(ctx context.Context, r *runner, q querier, release releaser
 	return r.queryRow(ctx, q, nil, "select 1", "select 1", nil, release)
 }
 
+// pgxRowOutside is pgx's QueryRow as such a caller sees it: a row of unknown type.
+//
+//go:noinline
+func pgxRowOutside(ctx context.Context, q querier) pgx.Row { return q.QueryRow(ctx, "select 1") }
+
 // TestPgxRowOneAllocation: a QueryRow and its Scan, admitted by a budget, cost one allocation
-// beyond pgx's: the row, which holds its rows.
+// beyond pgx's: the row, which holds pgx's row and its statement.
 func TestPgxRowOneAllocation(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector drops sync.Pool entries at random")
@@ -227,11 +251,9 @@ func TestPgxRowOneAllocation(t *testing.T) {
 	ctx := tagging.With(context.Background(), "app", "x")
 	var q querier = new(reusedRowQuerier)
 	var n int
-	// The caller's own: Scan's arguments, which escape through the row (as through pgx's).
-	row := new(pgxRow)
+	// The caller's own: Scan's arguments, which escape through pgx's row.
 	scanAllocs := testing.AllocsPerRun(100, func() {
-		row.rows, _ = q.Query(ctx, "select 1")
-		if err := row.Scan(&n); err != nil {
+		if err := pgxRowOutside(ctx, q).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -267,9 +289,8 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) || *released != 1 {
 		t.Fatalf("query: %v, rows %v, released %d", err, rows.Err(), *released)
 	}
-	row := &pgxRow{rows: rows, err: err}
-	if err := row.Scan(); !errors.As(err, &be) {
-		t.Fatalf("row: %v", err)
+	if err := r.queryRow(ctx, q, nil, "select 2", "select 2", nil, released).Scan(); !errors.As(err, &be) || *released != 2 {
+		t.Fatalf("row: %v, released %d", err, *released)
 	}
 	if _, err := r.copyFrom(ctx, q, nil, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
 		t.Fatalf("copy: %v", err)
@@ -281,6 +302,9 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 		t.Fatalf("sent %q, copies %d", q.sent, q.copies)
 	}
 	hold.Close()
+	if *released != 2 {
+		t.Fatalf("released %d after the refusals, want 2", *released)
+	}
 }
 
 // TestPgxBatchRefusedFansOut: a refused batch sends nothing, every result returns the
@@ -345,16 +369,57 @@ func TestNewPoolBadInput(t *testing.T) {
 	}
 }
 
-// TestPgxRowDriverBytes: QueryRow refuses *pgtype.DriverBytes, as pgx's does (the bytes would
-// outlive the connection), and still ends the statement.
-func TestPgxRowDriverBytes(t *testing.T) {
-	r, released := newTestRunner(t, oneSlot)
-	ctx := tagging.With(context.Background(), "app", "x")
-	row := r.queryRow(ctx, &fakeQuerier{rows: 1}, nil, "select 1", "select 1", nil, released)
+// TestBatchRowDriverBytes: a batch's QueryRow refuses *pgtype.DriverBytes, as pgx's does (the
+// bytes would outlive the rows), and closes its rows. (The statement's row is pgx's own, whose
+// Scan refuses them: integration's TestPoolQueryRow.)
+func TestBatchRowDriverBytes(t *testing.T) {
+	rows := &fakePgxRows{left: 1}
+	row := &batchRow{rows: rows}
 	if err := row.Scan(&pgtype.DriverBytes{}); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
 		t.Fatalf("scan: %v", err)
 	}
-	if inFlight(t, r) != 0 || *released != 1 {
-		t.Fatalf("in flight %d, released %d", inFlight(t, r), *released)
+	if !rows.closed {
+		t.Fatal("the rows are left open")
+	}
+}
+
+// TestPgxRowEnds: a QueryRow's Scan ends its statement once, whatever pgx's Scan does: a row, no
+// row (pgx.ErrNoRows, returned as it is), or a panic, which gives back the slot and the
+// connection too.
+func TestPgxRowEnds(t *testing.T) {
+	r, released := newTestRunner(t, oneSlot)
+	ctx := tagging.With(context.Background(), "app", "x")
+	for i, tc := range []struct {
+		name      string
+		rows      int
+		panicNext bool
+		want      error
+	}{
+		{name: "row", rows: 1},
+		{name: "no row", rows: 0, want: pgx.ErrNoRows},
+		{name: "panic", rows: 1, panicNext: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQuerier{rows: tc.rows, panicNext: tc.panicNext}
+			row := r.queryRow(ctx, q, nil, "select 1", "select 1", nil, released)
+			if len(q.sent) != 1 || inFlight(t, r) != 1 || int(*released) != i {
+				t.Fatalf("before Scan: sent %q, in flight %d, released %d", q.sent, inFlight(t, r), *released)
+			}
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); (p != nil) != tc.panicNext {
+						t.Fatalf("panic %v", p)
+					}
+				}()
+				err = row.Scan()
+			}()
+			if err != tc.want {
+				t.Fatalf("Scan: %v, want %v", err, tc.want)
+			}
+			if inFlight(t, r) != 0 || int(*released) != i+1 || r.c.engine.InFlight() != 0 {
+				t.Fatalf("after Scan: in flight %d, released %d", inFlight(t, r), *released)
+			}
+		})
 	}
 }

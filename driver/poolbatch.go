@@ -2,9 +2,11 @@ package driver
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -108,7 +110,43 @@ func (r *batchRows) Err() error { return overran(r.qctx, r.Rows.Err()) }
 
 func (w *pgxBatch) QueryRow() pgx.Row {
 	rows, err := w.Query()
-	return &pgxRow{rows: rows, err: err}
+	return &batchRow{rows: rows, err: err}
+}
+
+// batchRow is the row of a batch's QueryRow: it reads the batch's rows (pgx has no public row
+// over given rows), which the batch ends when its results are closed.
+type batchRow struct {
+	rows pgx.Rows // the result's rows (pgx's, or batchRows under max_duration)
+	err  error
+}
+
+var _ pgx.Row = (*batchRow)(nil)
+
+// Scan scans the first row into dest, as pgx's Row does: pgx.ErrNoRows when there is none, the
+// result's error (a [*BlockedError] when the batch was refused) when it failed.
+func (r *batchRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	rows := r.rows
+	defer rows.Close()
+	for _, d := range dest {
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			// As pgx's Row: the bytes would outlive the rows, closed when Scan returns.
+			return errors.New("pgtraffic: cannot scan into *pgtype.DriverBytes from QueryRow")
+		}
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
 }
 
 // Close closes pgx's results (running the callbacks of the results not read), then finishes

@@ -22,15 +22,15 @@ import (
 // once they are garbage, ends the statement as Close would (counted in pgtraffic.rows.leaked,
 // with a warning). Ending it releases a pool connection too, which pgxpool destroys as it is
 // still busy, so the pool gets its capacity back; in a transaction the connection stays the
-// transaction's. The cleanup's argument is the pgxOpen, which must not point to the rows. A
-// QueryRow's rows have none: its Row must be scanned, as pgx's must, and Scan closes them.
+// transaction's. The cleanup's argument is the pgxOpen, which must not point to the rows.
 type pgxRows struct {
 	pgx.Rows
 	qctx context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
 	open *pgxOpen
 }
 
-// pgxOpen is a pgxRows' statement between its start and its end: what the leak cleanup needs.
+// pgxOpen is a pgx-native statement (an Exec's, a pgxRows' or a pgxRow's) between its start
+// (runner.open) and its end: what ending it needs, and all a Query's leak cleanup needs.
 type pgxOpen struct {
 	run     *runner
 	x       *engine.Exec    // the statement; nil once ended
@@ -114,42 +114,40 @@ func (r *pgxRows) Close() {
 	done = true
 }
 
-// pgxRow is QueryRow's row: the query ran (or was refused) when QueryRow was called; Scan
-// reads its first row and closes the rows, which ends the statement.
+// pgxRow is the row of a QueryRow: pgx's own row, sent on the statement's connection under
+// its max_duration context, whose Scan also ends the statement, once: finishes it, gives its
+// pool connection back, stops its timer. As pgx's row, it must be scanned: until then the
+// statement holds its budgets' slots and its connection, and unlike a Query's rows it has no
+// cleanup to give them back (it would cost a second allocation per QueryRow). The row of a
+// statement that was not sent (refused, or no connection) returns why from Scan. Like pgx's
+// row it is used by one goroutine.
 type pgxRow struct {
-	rows pgx.Rows // &w, or the errRows of a query that did not run
-	err  error
-	w    pgxRows // the rows' storage (runner.queryRow)
-	o    pgxOpen // w.open's storage
+	row  pgx.Row         // pgx's; nil when err is set
+	err  error           // why nothing was sent: a *BlockedError, or the pool's Acquire error
+	qctx context.Context // what it runs under (overrunContext)
+	open pgxOpen
 }
 
 var _ pgx.Row = (*pgxRow)(nil)
 
-// Scan scans the first row into dest, as pgx's Row does: pgx.ErrNoRows when there is none, the
-// query's error (a [*BlockedError] when it was refused) when it failed.
+// Scan is pgx's Scan: the first row into dest, pgx.ErrNoRows when there is none, the query's
+// error when it failed (matching ErrOverrun when max_duration cancelled it). pgx's Scan refuses
+// *pgtype.DriverBytes, whose bytes would outlive the connection given back here. A row with no
+// rows is a success for the statement's budgets and telemetry: the query ran.
 func (r *pgxRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
-	rows := r.rows
-	defer rows.Close()
-	for _, d := range dest {
-		if _, ok := d.(*pgtype.DriverBytes); ok {
-			// As pgx's Row: the bytes would outlive the connection, released when Scan returns.
-			return errors.New("pgtraffic: cannot scan into *pgtype.DriverBytes from QueryRow")
-		}
-	}
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
+	outcome := errPanicked // until pgx's Scan returns: a panic ends the statement with it
+	defer func() { r.open.end(outcome) }()
+	err := r.row.Scan(dest...)
+	if err != nil && errors.Is(err, pgx.ErrNoRows) {
+		outcome = nil // the query ran to its end: a success, and no overrun
 		return err
 	}
-	rows.Close()
-	return rows.Err()
+	err = overran(r.qctx, err)
+	outcome = err
+	return err
 }
 
 // errRows are the rows of a query that did not run: every method reports err, as pgxpool's

@@ -20,6 +20,7 @@ type releaser interface{ Release() }
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
@@ -63,38 +64,46 @@ func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 // the text of the statement sql names when sql is the name of a statement prepared in a
 // transaction (see pgxTx.Prepare).
 func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
-	x, err := r.begin(ctx, conn, text, args)
+	var o pgxOpen
+	qctx, err := r.open(ctx, &o, conn, text, args, nil)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
-	err = errPanicked                      // until q returns: a panic finishes the statement with it
-	defer func() {
-		r.end(ctx, x, err)
-		if cancel != nil {
-			cancel()
-		}
-	}()
+	err = errPanicked // until q returns: a panic finishes the statement with it
+	defer func() { o.end(err) }()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(qctx, r.outgoing(ctx, x, text, sql), args...)
+	tag, err = q.Exec(qctx, r.outgoing(ctx, o.x, text, sql), args...)
 	err = overran(qctx, err)
 	return tag, err
 }
 
-// query runs a Query of sql on q, whose connection is conn, decided as text (see exec), with
-// its rows in w (newPgxRows, or a QueryRow's). release, if not nil, gives the connection back to the
-// pool: once, when the statement ends (refused, failed, or its rows done).
-func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
-	release releaser, w *pgxRows) (_ pgx.Rows, err error) {
+// open begins the statement text with args, to be sent on conn (see begin), into o, and returns
+// the context it runs under (overrunContext: its rows are read under it too). release, if not
+// nil, gives the connection back to the pool: once, when the statement ends (o.end), or now if
+// it is refused (then the error, and nothing may be sent).
+func (r *runner) open(ctx context.Context, o *pgxOpen, conn *pgx.Conn, text string, args []any,
+	release releaser) (qctx context.Context, err error) {
 	x, err := r.begin(ctx, conn, text, args)
 	if err != nil {
 		if release != nil {
 			release.Release()
 		}
+		return nil, err
+	}
+	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
+	*o = pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}
+	return qctx, nil
+}
+
+// query runs a Query of sql on q, whose connection is conn, decided as text (see exec), with
+// its rows in w (newPgxRows). release, if not nil, gives the connection back to the pool (see
+// open).
+func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
+	release releaser, w *pgxRows) (_ pgx.Rows, err error) {
+	qctx, err := r.open(ctx, w.open, conn, text, args, release)
+	if err != nil {
 		return errRows{err: err}, err
 	}
-	qctx, cancel := overrunContext(ctx, x) // max_duration: its rows are read under qctx too
-	*w.open = pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}
 	w.Rows, w.qctx = nil, qctx
 	err = errPanicked // until q returns
 	defer func() {
@@ -103,7 +112,7 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 		}
 	}()
 	var pr pgx.Rows
-	pr, err = q.Query(qctx, r.outgoing(ctx, x, text, sql), args...)
+	pr, err = q.Query(qctx, r.outgoing(ctx, w.open.x, text, sql), args...)
 	if err != nil {
 		err = overran(qctx, err)
 		return errRows{err: err}, err
@@ -112,13 +121,25 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 	return w, nil
 }
 
-// queryRow runs a QueryRow of sql on q (see query): the query runs now, its error or its
-// first row are the row's Scan's. The row and its rows are one allocation.
+// queryRow runs a QueryRow of sql on q (see query) with pgx's own QueryRow, whose row's Scan
+// ends the statement (pgxRow). The row is the one allocation.
 func (r *runner) queryRow(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
 	release releaser) pgx.Row {
 	row := new(pgxRow)
-	row.w.open = &row.o
-	row.rows, row.err = r.query(ctx, q, conn, text, sql, args, release, &row.w)
+	qctx, err := r.open(ctx, &row.open, conn, text, args, release)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	row.qctx = qctx
+	sent := false
+	defer func() {
+		if !sent {
+			row.open.end(errPanicked) // pgx's QueryRow panicked
+		}
+	}()
+	row.row = q.QueryRow(qctx, r.outgoing(ctx, row.open.x, text, sql), args...)
+	sent = true
 	return row
 }
 

@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
@@ -90,6 +92,65 @@ rules: [{budget: all, match: {app: t}}]
 	if s := p.Stat(); s.AcquiredConns() != 0 {
 		t.Fatalf("connections still acquired: %d", s.AcquiredConns())
 	}
+}
+
+// TestPoolQueryRow: a QueryRow's Scan gives back the statement's slot and the pool's connection
+// whatever it returns: a row, pgx.ErrNoRows, the query's error, or pgx's refusal of
+// *pgtype.DriverBytes; on an acquired connection and in a transaction alike.
+func TestPoolQueryRow(t *testing.T) {
+	p, _ := openPool(t, `budgets: [{name: all, mode: enforce, max_concurrent: 1}]
+rules: [{budget: all, match: {app: t}}]
+`)
+	ctx := tagging.With(context.Background(), "app", "t")
+	check := func(name string) {
+		t.Helper()
+		if b := poolBudget(t, p, "all"); b.InFlight != 0 {
+			t.Fatalf("%s: %d in flight", name, b.InFlight)
+		}
+		if s := p.Stat(); s.AcquiredConns() != 0 {
+			t.Fatalf("%s: %d connections acquired", name, s.AcquiredConns())
+		}
+	}
+	var n int
+	if err := p.QueryRow(ctx, "select 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("row: %d %v", n, err)
+	}
+	check("row")
+	if err := p.QueryRow(ctx, "select 1 where false").Scan(&n); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("no row: %v", err)
+	}
+	check("no row")
+	if err := p.QueryRow(ctx, "select 1/0").Scan(&n); err == nil {
+		t.Fatal("division by zero: no error")
+	}
+	check("error")
+	if err := p.QueryRow(ctx, "select 'x'::bytea").Scan(&pgtype.DriverBytes{}); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
+		t.Fatalf("DriverBytes: %v", err)
+	}
+	check("DriverBytes")
+
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "select 2").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("acquired: %d %v", n, err)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "select 3").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("tx: %d %v", n, err)
+	}
+	if err := tx.QueryRow(ctx, "select 4").Scan(&n); err != nil || n != 4 {
+		t.Fatalf("tx, second: %d %v", n, err) // the first row's Scan left the connection usable
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Release()
+	check("acquired")
 }
 
 // TestPoolMaxConcurrentOnServer: under a max_concurrent: 2 budget, N goroutines running

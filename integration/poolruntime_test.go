@@ -13,7 +13,7 @@ import (
 )
 
 // TestPoolMaxDuration: the pgx-native pool cancels a statement past its budget's max_duration,
-// an Exec and a query whose rows are still being read alike, and leaves others alone.
+// an Exec, a QueryRow and a query whose rows are still being read alike, and leaves others alone.
 func TestPoolMaxDuration(t *testing.T) {
 	p, dsn := openPool(t, `
 budgets:
@@ -46,6 +46,11 @@ rules:
 	}
 	check("rows", err, time.Since(start))
 
+	start = time.Now()
+	var slept string
+	err = p.QueryRow(reports, "select pg_sleep(5)::text").Scan(&slept)
+	check("row", err, time.Since(start))
+
 	// A batch runs under its statements' smallest bound, its results included. The server sends
 	// a pipelined batch's results at its end, so the first result waits for the sleep too.
 	start = time.Now()
@@ -59,9 +64,9 @@ rules:
 	check("batch", err, time.Since(start))
 	check("batch's second result", err2, time.Since(start))
 	check("batch's Close", err3, time.Since(start))
-	if n := poolBudget(t, p, "bounded").BlockedBy["max_duration"]; n != 4 {
-		// exec, rows, and the batch's two statements
-		t.Errorf("max_duration blocks counted: %d, want 4", n)
+	if n := poolBudget(t, p, "bounded").BlockedBy["max_duration"]; n != 5 {
+		// exec, rows, row, and the batch's two statements
+		t.Errorf("max_duration blocks counted: %d, want 5", n)
 	}
 	raw := openRaw(t, dsn)
 	var n int
