@@ -42,18 +42,6 @@ func newRunner(c *core) *runner {
 	}
 }
 
-// begin begins the statement query with args, to be sent on conn (nil: no EXPLAIN), in a
-// ticket of r's. On nil the caller must end it, on every path; on an error the ticket is back
-// and nothing may be sent.
-func (r *runner) begin(ctx context.Context, conn *pgx.Conn, query string, args []any) (*engine.Exec, error) {
-	x := r.execs.Get().(*engine.Exec)
-	if err := r.c.engine.Begin(ctx, x, conn, query, args); err != nil {
-		r.execs.Put(x)
-		return nil, blocked(err)
-	}
-	return x, nil
-}
-
 // end finishes x with the statement's outcome and takes the ticket back.
 func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 	x.Finish(ctx, err)
@@ -77,18 +65,20 @@ func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql 
 	return tag, err
 }
 
-// open begins the statement text with args, to be sent on conn (see begin), into o, and returns
-// the context it runs under (overrunContext: its rows are read under it too). release, if not
-// nil, gives the connection back to the pool: once, when the statement ends (o.end), or now if
-// it is refused (then the error, and nothing may be sent).
+// open begins the statement text with args, to be sent on conn (nil: no EXPLAIN), in a ticket
+// of r's kept in o, and returns the context it runs under (overrunContext: its rows are read
+// under it too). release, if not nil, gives the connection back to the pool: once, when the
+// statement ends (o.end), or now if it is refused. On nil the caller must end o on every path;
+// on an error the ticket is back and nothing may be sent.
 func (r *runner) open(ctx context.Context, o *pgxOpen, conn *pgx.Conn, text string, args []any,
 	release releaser) (qctx context.Context, err error) {
-	x, err := r.begin(ctx, conn, text, args)
-	if err != nil {
+	x := r.execs.Get().(*engine.Exec)
+	if err := r.c.engine.Begin(ctx, x, conn, text, args); err != nil {
+		r.execs.Put(x)
 		if release != nil {
 			release.Release()
 		}
-		return nil, err
+		return nil, blocked(err)
 	}
 	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
 	*o = pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}
@@ -155,17 +145,20 @@ func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string)
 // copyFrom runs a CopyFrom on q, whose connection is conn. The engine decides it as the
 // statement COPY <table> FROM STDIN, which pg_query identifies as kind copy with its table:
 // so it carries the built-in tags statement=copy and table=<name>, its cost is learned per
-// table, and until known it is reserved as any unknown cost is (EXPLAIN cannot cost a COPY).
+// table, until known it is reserved as any unknown cost is (EXPLAIN cannot cost a COPY), and
+// it runs under its budgets' max_duration as any statement does.
 func (r *runner) copyFrom(ctx context.Context, q querier, conn *pgx.Conn, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (_ int64, err error) {
-	x, err := r.begin(ctx, conn, copyText(table), nil)
+	var o pgxOpen
+	qctx, err := r.open(ctx, &o, conn, copyText(table), nil, nil)
 	if err != nil {
 		return 0, err
 	}
 	err = errPanicked // until q returns
-	defer func() { r.end(ctx, x, err) }()
+	defer func() { o.end(err) }()
 	var n int64
-	n, err = q.CopyFrom(ctx, table, columns, src)
+	n, err = q.CopyFrom(qctx, table, columns, src)
+	err = overran(qctx, err)
 	return n, err
 }
 
