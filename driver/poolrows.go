@@ -8,8 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // pgxRows are the rows of a pgx-native query: pgx's rows, whose statement is finished, and whose
@@ -33,7 +31,7 @@ type pgxRows struct {
 // (runner.open) and its end: what ending it needs, and all a Query's leak cleanup needs.
 type pgxOpen struct {
 	run     *runner
-	x       *engine.Exec    // the statement; nil once ended
+	t       *ticket         // the statement's ticket; nil once ended
 	ctx     context.Context // the statement's, for Finish
 	cancel  func()          // releases qctx's timer; nil without max_duration
 	release releaser        // gives the pool's connection back; nil in a transaction
@@ -51,7 +49,7 @@ func newPgxRows() *pgxRows {
 // reclaimPgx is a Query's rows' cleanup: it ends a statement whose rows were collected while
 // open.
 func reclaimPgx(o *pgxOpen) {
-	if o.x == nil {
+	if o.t == nil {
 		return // ended: nothing held
 	}
 	// Reported before the slots come back, so that whoever sees them back also sees the report.
@@ -62,12 +60,14 @@ func reclaimPgx(o *pgxOpen) {
 // end finishes the statement with err and releases its connection, the first time only.
 func (r *pgxRows) end(err error) { r.open.end(err) }
 
+// Once ended it keeps nothing of the statement's: a row stays in its ticket's slab for a while
+// (ticket.row), and must not keep its caller's context.
 func (o *pgxOpen) end(err error) {
-	x := o.x
-	if x == nil {
+	t := o.t
+	if t == nil {
 		return
 	}
-	o.x = nil
+	o.t = nil
 	defer func() {
 		if o.cancel != nil {
 			o.cancel()
@@ -75,8 +75,9 @@ func (o *pgxOpen) end(err error) {
 		if o.release != nil {
 			o.release.Release()
 		}
+		*o = pgxOpen{}
 	}()
-	o.run.end(o.ctx, x, err)
+	o.run.end(o.ctx, t, err)
 }
 
 // Err is the rows' error, matching ErrOverrun when max_duration cancelled them.
@@ -99,7 +100,7 @@ func (r *pgxRows) Next() (more bool) {
 // Close closes pgx's rows and ends the statement. Once the rows ended it does nothing: pgx's
 // rows are closed (or their Next panicked), and their connection may be another statement's.
 func (r *pgxRows) Close() {
-	if r.open.x == nil {
+	if r.open.t == nil {
 		return
 	}
 	done := false
@@ -138,8 +139,14 @@ func (r *pgxRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
+	if r.open.t == nil {
+		return r.row.Scan(dest...) // scanned before: pgx's answer; the statement has ended
+	}
 	outcome := errPanicked // until pgx's Scan returns: a panic ends the statement with it
-	defer func() { r.open.end(outcome) }()
+	defer func() {
+		r.open.end(outcome)
+		r.qctx = nil // the row stays in its slab a while: let the caller's context go
+	}()
 	err := r.row.Scan(dest...)
 	if err != nil && errors.Is(err, pgx.ErrNoRows) {
 		outcome = nil // the query ran to its end: a success, and no overrun

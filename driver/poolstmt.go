@@ -31,21 +31,47 @@ type querier interface {
 // per-connection state to keep one in). Safe for concurrent use.
 type runner struct {
 	c       *core
-	execs   sync.Pool // *engine.Exec, finished
+	tickets sync.Pool // *ticket, finished
 	batches sync.Pool // *engine.Batch, finished
 }
 
 func newRunner(c *core) *runner {
 	return &runner{c: c,
-		execs:   sync.Pool{New: func() any { return new(engine.Exec) }},
+		tickets: sync.Pool{New: func() any { return new(ticket) }},
 		batches: sync.Pool{New: func() any { return new(engine.Batch) }},
 	}
 }
 
-// end finishes x with the statement's outcome and takes the ticket back.
-func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
-	x.Finish(ctx, err)
-	r.execs.Put(x)
+// ticket is one statement's engine ticket, kept by the runner for the next statement, and the
+// storage of the rows its QueryRow hands out. pgxpool hands out its rows from slabs kept per
+// connection, so that a QueryRow allocates nothing; pgxpool keeps nothing of ours per
+// connection, so the slabs are kept in the tickets.
+type ticket struct {
+	x    engine.Exec
+	rows []pgxRow // the rest of a slab: each row is handed out once, never reused
+}
+
+// rowSlab is how many rows a ticket's slab holds: one allocation per rowSlab QueryRows, and
+// a row kept by its caller keeps at most its slab.
+const rowSlab = 32
+
+// row returns a row of t's slab, never handed out before.
+func (t *ticket) row() *pgxRow {
+	if len(t.rows) == 0 {
+		t.rows = make([]pgxRow, rowSlab)
+	}
+	row := &t.rows[0]
+	t.rows = t.rows[1:]
+	return row
+}
+
+// ticket returns a finished ticket, for open.
+func (r *runner) ticket() *ticket { return r.tickets.Get().(*ticket) }
+
+// end finishes t's statement with its outcome and takes the ticket back.
+func (r *runner) end(ctx context.Context, t *ticket, err error) {
+	t.x.Finish(ctx, err)
+	r.tickets.Put(t)
 }
 
 // exec runs an Exec of sql on q, whose connection is conn, decided as text: sql itself, or
@@ -53,35 +79,34 @@ func (r *runner) end(ctx context.Context, x *engine.Exec, err error) {
 // transaction (see pgxTx.Prepare).
 func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
 	var o pgxOpen
-	qctx, err := r.open(ctx, &o, conn, text, args, nil)
+	qctx, err := r.open(ctx, r.ticket(), &o, conn, text, args, nil)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	err = errPanicked // until q returns: a panic finishes the statement with it
 	defer func() { o.end(err) }()
 	var tag pgconn.CommandTag
-	tag, err = q.Exec(qctx, r.outgoing(ctx, o.x, text, sql), args...)
+	tag, err = q.Exec(qctx, r.outgoing(ctx, &o.t.x, text, sql), args...)
 	err = overran(qctx, err)
 	return tag, err
 }
 
-// open begins the statement text with args, to be sent on conn (nil: no EXPLAIN), in a ticket
-// of r's kept in o, and returns the context it runs under (overrunContext: its rows are read
-// under it too). release, if not nil, gives the connection back to the pool: once, when the
-// statement ends (o.end), or now if it is refused. On nil the caller must end o on every path;
-// on an error the ticket is back and nothing may be sent.
-func (r *runner) open(ctx context.Context, o *pgxOpen, conn *pgx.Conn, text string, args []any,
+// open begins the statement text with args, to be sent on conn (nil: no EXPLAIN), in t (see
+// runner.ticket), kept in o, and returns the context it runs under (overrunContext: its rows
+// are read under it too). release, if not nil, gives the connection back to the pool: once,
+// when the statement ends (o.end), or now if it is refused. On nil the caller must end o on
+// every path; on an error t is back and nothing may be sent.
+func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, conn *pgx.Conn, text string, args []any,
 	release releaser) (qctx context.Context, err error) {
-	x := r.execs.Get().(*engine.Exec)
-	if err := r.c.engine.Begin(ctx, x, conn, text, args); err != nil {
-		r.execs.Put(x)
+	if err := r.c.engine.Begin(ctx, &t.x, conn, text, args); err != nil {
+		r.tickets.Put(t)
 		if release != nil {
 			release.Release()
 		}
 		return nil, blocked(err)
 	}
-	qctx, cancel := overrunContext(ctx, x) // max_duration: cancelled on the server past it
-	*o = pgxOpen{run: r, x: x, ctx: ctx, cancel: cancel, release: release}
+	qctx, cancel := overrunContext(ctx, &t.x) // max_duration: cancelled on the server past it
+	*o = pgxOpen{run: r, t: t, ctx: ctx, cancel: cancel, release: release}
 	return qctx, nil
 }
 
@@ -90,7 +115,7 @@ func (r *runner) open(ctx context.Context, o *pgxOpen, conn *pgx.Conn, text stri
 // open).
 func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
 	release releaser, w *pgxRows) (_ pgx.Rows, err error) {
-	qctx, err := r.open(ctx, w.open, conn, text, args, release)
+	qctx, err := r.open(ctx, r.ticket(), w.open, conn, text, args, release)
 	if err != nil {
 		return errRows{err: err}, err
 	}
@@ -102,7 +127,7 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 		}
 	}()
 	var pr pgx.Rows
-	pr, err = q.Query(qctx, r.outgoing(ctx, w.open.x, text, sql), args...)
+	pr, err = q.Query(qctx, r.outgoing(ctx, &w.open.t.x, text, sql), args...)
 	if err != nil {
 		err = overran(qctx, err)
 		return errRows{err: err}, err
@@ -112,11 +137,12 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 }
 
 // queryRow runs a QueryRow of sql on q (see query) with pgx's own QueryRow, whose row's Scan
-// ends the statement (pgxRow). The row is the one allocation.
+// ends the statement (pgxRow). The row comes from the ticket's slab (ticket.row).
 func (r *runner) queryRow(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
 	release releaser) pgx.Row {
-	row := new(pgxRow)
-	qctx, err := r.open(ctx, &row.open, conn, text, args, release)
+	t := r.ticket()
+	row := t.row()
+	qctx, err := r.open(ctx, t, &row.open, conn, text, args, release)
 	if err != nil {
 		row.err = err
 		return row
@@ -128,7 +154,7 @@ func (r *runner) queryRow(ctx context.Context, q querier, conn *pgx.Conn, text, 
 			row.open.end(errPanicked) // pgx's QueryRow panicked
 		}
 	}()
-	row.row = q.QueryRow(qctx, r.outgoing(ctx, row.open.x, text, sql), args...)
+	row.row = q.QueryRow(qctx, r.outgoing(ctx, &row.open.t.x, text, sql), args...)
 	sent = true
 	return row
 }
@@ -150,7 +176,7 @@ func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string)
 func (r *runner) copyFrom(ctx context.Context, q querier, conn *pgx.Conn, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (_ int64, err error) {
 	var o pgxOpen
-	qctx, err := r.open(ctx, &o, conn, copyText(table), nil, nil)
+	qctx, err := r.open(ctx, r.ticket(), &o, conn, copyText(table), nil, nil)
 	if err != nil {
 		return 0, err
 	}
