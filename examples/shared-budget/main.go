@@ -281,13 +281,17 @@ func (e *env) run(c config, s scenario) (result, error) {
 		kids[i] = k
 	}
 
-	var chaosTime time.Time
+	// The chaos lasts from chaosTime to chaosEnd: chaosFor for a scenario that undoes it (a
+	// stopped Redis resumed), else as long as its action takes (a restart ends when the new
+	// redis-server answers; a kill at once).
+	var chaosTime, chaosEnd time.Time
 	var chaosErr error
 	var wg sync.WaitGroup
 	if s.chaos != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { chaosEnd = time.Now() }()
 			time.Sleep(time.Until(start.Add(c.chaosAt)))
 			chaosTime = time.Now()
 			if chaosErr = s.chaos(e, kids); chaosErr != nil || s.undo == nil {
@@ -319,7 +323,7 @@ func (e *env) run(c config, s scenario) (result, error) {
 	if chaosErr != nil {
 		return result{}, chaosErr
 	}
-	r := analyse(c, s, start.Add(c.warmup), end, chaosTime, reports, samples)
+	r := analyse(c, s, start.Add(c.warmup), end, chaosTime, chaosEnd, reports, samples)
 	if calls, err := scriptCalls(e.redis.Addr); err == nil {
 		r.callsPerProc = float64(calls) / float64(s.procs) / time.Since(spawned).Seconds()
 	}

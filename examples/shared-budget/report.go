@@ -36,7 +36,7 @@ type result struct {
 
 // analyse turns the children's records and the samples of one run into figures over
 // [from, end).
-func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childReport, samples []sample) result {
+func analyse(c config, s scenario, from, end, chaosAt, chaosEnd time.Time, reps []childReport, samples []sample) result {
 	r := result{scenario: s.name, slots: s.slots, procs: s.procs, jain: math.NaN(), smallBig: math.NaN(),
 		during: math.NaN(), after: math.NaN(), recovered: -1, usual: -1}
 	b0, b1 := from.UnixNano()/int64(bucket), end.UnixNano()/int64(bucket)
@@ -82,7 +82,7 @@ func analyse(c config, s scenario, from, end, chaosAt time.Time, reps []childRep
 		}
 	}
 	if !chaosAt.IsZero() {
-		calm := chaosAt.Add(c.chaosFor + 3*time.Second)
+		calm := chaosEnd.Add(3 * time.Second)
 		r.during = rateOver(total, b0, chaosAt, calm)
 		r.after = rateOver(total, b0, calm, end)
 		if s.name == "kill" {
