@@ -41,9 +41,9 @@ func emptyRestart(rc *redis.Client, name string, from, outage time.Duration) fun
 // TestEmptyRestartAfterWindow measures, in virtual time, the aggregate admitted rate of eight
 // instances of equal demand in windows after an empty restart of Redis at 15 s (Redis
 // unreachable for the outage, then every key of the budget gone), against the same seeds
-// with no restart (outage -1ns). The windows are relative to the restart: [8s,15s) is the
-// shared-budget experiment's "after" window of its restart scenario (report.go: from the
-// chaos plus chaos-for, 5 s, plus 3 s, to the end of the 30 s run). An empty restart must
+// with no restart (outage -1ns). The windows are relative to the restart: [8s,15s) is what
+// the shared-budget experiment measured as the "after" window of its restart scenario until
+// it timed a restart's chaos by the restart itself (it now starts 3 s after it). An empty restart must
 // cost nothing there: each seed's after window may differ from the same seed's without a
 // restart by at most the resolution of the window, and the mean over seeds by less than 2.5%.
 // PGTRAFFIC_RESTART_SEEDS sets the number of seeds (default 4).
