@@ -119,7 +119,8 @@ func (r *pgxRows) Close() {
 // its max_duration context, whose Scan also ends the statement, once: finishes it, gives its
 // pool connection back, stops its timer. As pgx's row, it must be scanned: until then the
 // statement holds its budgets' slots and its connection, and unlike a Query's rows it has no
-// cleanup to give them back (it would cost a second allocation per QueryRow). The row of a
+// cleanup to give them back (a cleanup is an allocation per row, which the rows' slabs exist to
+// spare: ticket.row). The row of a
 // statement that was not sent (refused, or no connection) returns why from Scan. Like pgx's
 // row it is used by one goroutine.
 type pgxRow struct {
