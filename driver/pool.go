@@ -75,12 +75,7 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	defer pc.Release()
-	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, sql, args)
+	return p.run.exec(ctx, p.dest(), sql, sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -88,22 +83,14 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return errRows{err: err}, err
-	}
-	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc, newPgxRows())
+	return p.run.query(ctx, p.dest(), sql, sql, args, newPgxRows())
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return &pgxRow{err: err}
-	}
-	return p.run.queryRow(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc)
+	return p.run.queryRow(ctx, p.dest(), sql, sql, args)
 }
 
 // Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
@@ -126,6 +113,9 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	}
 	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
+
+// dest is where the pool's statements run: on a connection each takes once it is admitted.
+func (p *Pool) dest() dest { return dest{pool: poolConns{p.pool}} }
 
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
@@ -152,12 +142,7 @@ func (p *Pool) Close() {
 // budgets' slots and buckets, its cost learned per table. A refused copy returns a
 // [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer pc.Release()
-	return p.run.copyFrom(ctx, pc.Conn(), pc.Conn(), table, columns, src)
+	return p.run.copyFrom(ctx, p.dest(), table, columns, src)
 }
 
 // SendBatch sends the batch's statements in one round trip, once the engine admits the batch
@@ -167,9 +152,5 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc)
+	return p.run.sendBatch(ctx, p.dest(), b, nil)
 }

@@ -28,23 +28,23 @@ func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
 }
 
 func (c *PoolConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.run.exec(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args)
+	return c.run.exec(ctx, held(c.pc.Conn()), sql, sql, args)
 }
 
 func (c *PoolConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.run.query(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil, newPgxRows())
+	return c.run.query(ctx, held(c.pc.Conn()), sql, sql, args, newPgxRows())
 }
 
 func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.run.queryRow(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil)
+	return c.run.queryRow(ctx, held(c.pc.Conn()), sql, sql, args)
 }
 
 func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return c.run.sendBatch(ctx, c.pc.Conn(), c.pc.Conn(), b, nil, nil)
+	return c.run.sendBatch(ctx, held(c.pc.Conn()), b, nil)
 }
 
 func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return c.run.copyFrom(ctx, c.pc.Conn(), c.pc.Conn(), table, columns, src)
+	return c.run.copyFrom(ctx, held(c.pc.Conn()), table, columns, src)
 }
 
 // Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.

@@ -153,6 +153,14 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
 		}
+		// Statements wait only under max_wait, at most max_queue of them per value.
+		maxWait := time.Duration(b.MaxWait)
+		if maxWait > 0 {
+			spec.MaxQueue = queueBoundTODO(&b)
+		}
+		if spec.MaxQueue == 0 {
+			maxWait = 0 // max_queue: 0 lets none wait
+		}
 		bb, ok := e.life.budgets[b.Name]
 		if ok {
 			bb.SetSpec(e.now(), spec)
@@ -168,7 +176,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			per:         b.Per,
 			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
 			explain:     parseExplain(b.Explain),
-			maxWait:     time.Duration(b.MaxWait),
+			maxWait:     maxWait,
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),
@@ -266,4 +274,11 @@ func formatThreshold(metric string, value, threshold float64) string {
 			time.Duration(threshold*float64(time.Second)).Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%s=%g, threshold %g", metric, value, threshold)
+}
+
+func queueBoundTODO(b *rules.Budget) int {
+	if b.MaxConcurrent != nil && *b.MaxConcurrent > 0 {
+		return *b.MaxConcurrent
+	}
+	return 8
 }
