@@ -22,7 +22,7 @@ var fullWant = &Config{
 		{
 			Name: "reporting", Mode: ModeEnforce, MaxConcurrent: new(4),
 			PerQueryLimit: Duration(2 * time.Second), ServerShare: new(float64(0.25)), BurstLimit: Duration(10 * time.Second),
-			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), Explain: ExplainPattern,
+			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), MaxQueue: new(6), Explain: ExplainPattern,
 			ThrottleWhen: map[string]float64{"active_queries": 50, "replication_lag": 5, "custom.locks": 20},
 		},
 		{
