@@ -22,10 +22,12 @@ import (
 // pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
 // the end, Row.Scan returns, or the batch's results are closed.
 //
-// [Pool.Acquire] hands out a [*PoolConn], a connection whose statements are controlled too.
-// A Pool is safe for concurrent use. Close it to close its connections and stop what it
-// started (the rules watcher and the health sampler). [Pool.Raw] is the pgxpool underneath,
-// for what traffic control does not cover; statements sent through it bypass control.
+// [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
+// connections whose statements are controlled too. Ping, Stat, [Pool.Config] and [Pool.Reset]
+// are pgxpool's, not decided. A Pool is safe for concurrent use. Close it to close its
+// connections and stop what it started (the rules watcher and the health sampler). [Pool.Raw]
+// is the pgxpool underneath, for code that needs pgxpool's own type; statements sent through
+// it bypass control.
 type Pool struct {
 	*core
 	run  *runner
@@ -123,9 +125,24 @@ func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
 // Stat returns the pgxpool's statistics.
 func (p *Pool) Stat() *pgxpool.Stat { return p.pool.Stat() }
 
-// Raw returns the *pgxpool.Pool underneath, for what Pool does not offer (LISTEN on an
-// acquired connection, the pool's Config, Reset). Statements sent through it bypass traffic
-// control. Do not close it: close the Pool.
+// Config returns a copy of the pgxpool configuration the pool was made with, as pgxpool's
+// Config does: changing it changes neither the pool nor the next call's copy. It holds
+// pgxpool's settings (connection, pool sizes, hooks), not the traffic-control rules: those
+// are in Snapshot and changed with SetConfig.
+func (p *Pool) Config() *pgxpool.Config { return p.pool.Config() }
+
+// Reset closes all the pool's connections but leaves the pool open, as pgxpool's Reset does:
+// the idle ones at once, those in use when they are released. Use it after an error that
+// disrupts every connection (a network interruption, a server restart or failover). It is
+// not decided and changes no budget: statements in flight hold their slots until they end as
+// usual, and the rules, budgets and learned costs are kept.
+func (p *Pool) Reset() { p.pool.Reset() }
+
+// Raw returns the *pgxpool.Pool underneath, for code that needs the pgxpool type itself (a
+// library that takes a *pgxpool.Pool or a *pgxpool.Conn). Statements sent through it, or
+// through connections acquired from it, bypass traffic control: for LISTEN/NOTIFY, acquire
+// with [Pool.Acquire] or [Pool.AcquireFunc] and use [PoolConn.Conn]. Do not close it: close
+// the Pool.
 func (p *Pool) Raw() *pgxpool.Pool { return p.pool }
 
 // Close closes the pool's connections, waiting for those in use to be released, and stops the

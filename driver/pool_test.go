@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -468,5 +469,35 @@ func TestPgxRowEnds(t *testing.T) {
 				t.Fatalf("after a second Scan: in flight %d, released %d", inFlight(t, r), *released)
 			}
 		})
+	}
+}
+
+// TestPoolHasPgxpoolMethods: every exported method of *pgxpool.Pool is a method of *Pool with
+// the same signature, a *pgxpool.Conn being a *PoolConn, so code written for pgxpool compiles
+// against a Pool.
+func TestPoolHasPgxpoolMethods(t *testing.T) {
+	ours := reflect.TypeFor[*Pool]()
+	theirs := reflect.TypeFor[*pgxpool.Pool]()
+	sig := func(m reflect.Method) string { // the signature without the receiver
+		var in, out []string
+		for i := 1; i < m.Type.NumIn(); i++ {
+			in = append(in, m.Type.In(i).String())
+		}
+		for i := range m.Type.NumOut() {
+			out = append(out, m.Type.Out(i).String())
+		}
+		s := "(" + strings.Join(in, ", ") + ") (" + strings.Join(out, ", ") + ")"
+		return strings.ReplaceAll(s, "*pgxpool.Conn", "*driver.PoolConn")
+	}
+	for i := range theirs.NumMethod() {
+		m := theirs.Method(i)
+		o, ok := ours.MethodByName(m.Name)
+		if !ok {
+			t.Errorf("*Pool has no %s", m.Name)
+			continue
+		}
+		if sig(o) != sig(m) {
+			t.Errorf("%s: %s, pgxpool's %s", m.Name, sig(o), sig(m))
+		}
 	}
 }
