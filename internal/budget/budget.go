@@ -398,6 +398,7 @@ type Snapshot struct {
 	Debt     float64 // execution seconds, summed over keys, drained to the snapshot's time
 	MaxDebt  float64 // the largest debt of one key
 	InFlight int     // queries admitted and not yet released, summed over keys
+	Waiting  int     // statements waiting in the budget's queues (queue.go), summed over keys
 	Keys     int     // per-key states held
 	Evicted  uint64  // key states evicted to make room
 	// Decisions are the statements' decisions that the engine counted with [Budget.Count].
@@ -420,7 +421,7 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
-	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted}
+	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Waiting: b.waiters, Keys: k.count(), Evicted: k.evicted}
 	if s := k.unkeyed; s != nil {
 		snap.addDebt(s.DebtAt(now, k.rate(s)))
 	}

@@ -88,7 +88,7 @@ func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
 	}
 	k.shared = kick != nil
 	k.setSpec(now, k.spec) // the idle order under the new rates
-	b.wakeAll() // a new lease may be a waiter's room
+	b.wakeAll()            // a new lease may be a waiter's room
 }
 
 // SetLease makes lease the limits of key's partition from now on. Its debt so

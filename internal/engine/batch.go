@@ -52,8 +52,8 @@ type batchWork struct {
 	warns  []budget.Warning
 	claim  claim         // its admission (admission.go)
 	waiter budget.Waiter // its place in the budgets' queues while it waits
-	texts  []*textEntry // each statement's text cache entry, while BeginBatch runs
-	routes []*route     // each statement's route (nil: not routed), while BeginBatch runs
+	texts  []*textEntry  // each statement's text cache entry, while BeginBatch runs
+	routes []*route      // each statement's route (nil: not routed), while BeginBatch runs
 }
 
 // BeginBatch decides the batch of queries (with their args: args[i] are query i's, as Begin

@@ -156,7 +156,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		// Statements wait only under max_wait, at most max_queue of them per value.
 		maxWait := time.Duration(b.MaxWait)
 		if maxWait > 0 {
-			spec.MaxQueue = queueBoundTODO(&b)
+			spec.MaxQueue = b.QueueBound()
 		}
 		if spec.MaxQueue == 0 {
 			maxWait = 0 // max_queue: 0 lets none wait
@@ -274,11 +274,4 @@ func formatThreshold(metric string, value, threshold float64) string {
 			time.Duration(threshold*float64(time.Second)).Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%s=%g, threshold %g", metric, value, threshold)
-}
-
-func queueBoundTODO(b *rules.Budget) int {
-	if b.MaxConcurrent != nil && *b.MaxConcurrent > 0 {
-		return *b.MaxConcurrent
-	}
-	return 8
 }
