@@ -163,6 +163,9 @@ func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	d := b.check(now, r, 0, 0)
+	if d != nil && r.Waiter != nil {
+		b.noteWhy(r, d)
+	}
 	switch {
 	case !take:
 	case d == nil:
@@ -194,6 +197,9 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 		d := r.Budget.check(now, r, slots, cost)
 		if d == nil {
 			continue
+		}
+		if r.Waiter != nil {
+			r.Budget.noteWhy(r, d)
 		}
 		d.Index = i
 		if take {
@@ -252,24 +258,14 @@ func worse(a, b *Denial) bool {
 // check checks r against b at now, given the slots and cost that earlier
 // requests of the admission take from the same key: nil if r fits, else why
 // not (allocated only then). The caller holds b.mu.
+//
+// While others wait for r's key before it, r is refused as they are (queue.go).
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	if b.waiters > 0 {
 		if d := b.queued(r); d != nil {
 			return d
 		}
-		if r.Waiter != nil {
-			d := b.checkRoom(now, r, slots, extra)
-			if d != nil {
-				b.noteWhy(r, d)
-			}
-			return d
-		}
 	}
-	return b.checkRoom(now, r, slots, extra)
-}
-
-// checkRoom is check without the queue: whether r fits b's limits at now.
-func (b *Budget) checkRoom(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
 	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}

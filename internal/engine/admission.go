@@ -85,16 +85,20 @@ func (c *claim) leave() {
 // (c.reqs are then held when c.take), the *Denial that refuses it (recorded by refuse), or
 // ctx's error when ctx ends while it waits; waited reports a wait.
 func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.Time) (waited bool, err error) {
+	o, d, how := e.try(st, c, start)
+	if d == nil {
+		return false, nil
+	}
+	return e.await(ctx, st, c, start, o, d, how)
+}
+
+// await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
+// queues for what may lift the refusal (how) and tries again, until admitted or refused.
+func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.Time, o owner, d *Denial,
+	how wake) (waited bool, err error) {
 	defer c.leave() // on every path, a panic in an observer or a logger included
-	var deadline time.Time
-	for now := start; ; now = e.now() {
-		o, d, how := e.try(st, c, now)
-		if d == nil {
-			return waited, nil
-		}
-		if deadline.IsZero() {
-			deadline = start.Add(o.bs.maxWait)
-		}
+	deadline := start.Add(o.bs.maxWait)
+	for now := start; ; {
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)
 			return waited, d
@@ -106,7 +110,11 @@ func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.T
 				return waited, d
 			}
 			waited = true
-			continue // a slot released before it joined woke nobody: try once more now
+			// A slot released before it joined woke nobody: try once more now.
+			if now, o, d, how = e.retry(st, c); d == nil {
+				return waited, nil
+			}
+			continue
 		}
 		var timer <-chan time.Time
 		var sampled <-chan struct{}
@@ -131,7 +139,17 @@ func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.T
 		case <-timer:
 		case <-sampled:
 		}
+		if now, o, d, how = e.retry(st, c); d == nil {
+			return waited, nil
+		}
 	}
+}
+
+// retry is a waiting claim's next try, at the time now.
+func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake) {
+	now = e.now()
+	o, d, how = e.try(st, c, now)
+	return now, o, d, how
 }
 
 // mayWait reports whether c, refused by d of owner o at now, may wait for what may lift it,
