@@ -28,16 +28,7 @@ func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared m
 		}
 	}
 	eb := r.batches.Get().(*engine.Batch)
-	var release releaser
-	q, err := d.q, error(nil)
-	if d.pool == nil {
-		err = r.c.engine.BeginBatch(ctx, eb, d.conn, queries, args)
-		if q == nil {
-			q = d.conn
-		}
-	} else {
-		q, release, err = r.acquireBatch(ctx, eb, d.pool, queries, args)
-	}
+	q, release, err := d.begin(ctx, &batchDecision{e: r.c.engine, b: eb, queries: queries, args: args})
 	if err != nil {
 		r.batches.Put(eb)
 		return pgx.FailedBatchResults(b, blocked(err))
@@ -61,40 +52,24 @@ func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared m
 	return w
 }
 
-// acquireBatch decides the batch eb of queries with args and takes its connection from pool,
-// as acquire does a statement's: the decision first unless a statement's cost needs an EXPLAIN.
-// On nil eb must be finished.
-func (r *runner) acquireBatch(ctx context.Context, eb *engine.Batch, pool connPool, queries []string, args [][]any) (
-	q querier, release releaser, err error) {
-	err = r.c.engine.BeginBatchBeforeConn(ctx, eb, queries, args)
-	if err == engine.ErrNeedConn {
-		var conn *pgx.Conn
-		if q, conn, release, err = pool.acquire(ctx); err != nil {
-			return nil, nil, err
-		}
-		if err = r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
-			release.Release()
-			return nil, nil, err
-		}
-		return q, release, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	acquired := false
-	defer func() {
-		if !acquired {
-			eb.Abandon(ctx, err) // no connection (or the pool's hook panicked): nothing ran
-		}
-	}()
-	err = errPanicked
-	if q, _, release, err = pool.acquire(ctx); err != nil {
-		return nil, nil, err
-	}
-	acquired = true
-	eb.Acquired() // the wait for the pool is not the batch's cost
-	return q, release, nil
+// batchDecision is a batch's decision (see decision): the engine's BeginBatch of queries with
+// args into b.
+type batchDecision struct {
+	e       *engine.Engine
+	b       *engine.Batch
+	queries []string
+	args    [][]any
 }
+
+func (d *batchDecision) begin(ctx context.Context, conn *pgx.Conn) error {
+	if conn == nil {
+		return d.e.BeginBatchBeforeConn(ctx, d.b, d.queries, d.args)
+	}
+	return d.e.BeginBatch(ctx, d.b, conn, d.queries, d.args)
+}
+
+func (d *batchDecision) acquired()                              { d.b.Acquired() }
+func (d *batchDecision) abandon(ctx context.Context, err error) { d.b.Abandon(ctx, err) }
 
 // pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool
 // connection is released, once, when they are closed. Like pgx's results they are used by one

@@ -69,7 +69,7 @@ type runner struct {
 
 func newRunner(c *core) *runner {
 	return &runner{c: c,
-		tickets: sync.Pool{New: func() any { return new(ticket) }},
+		tickets: sync.Pool{New: func() any { return &ticket{e: c.engine} }},
 		batches: sync.Pool{New: func() any { return new(engine.Batch) }},
 	}
 }
@@ -81,7 +81,30 @@ func newRunner(c *core) *runner {
 type ticket struct {
 	x    engine.Exec
 	rows []pgxRow // the rest of a slab: each row is handed out once, never reused
+	// e, text and args are what its decision needs (ticket.begin); args only while it is made.
+	e    *engine.Engine
+	text string
+	args []any
 }
+
+// decision is a statement's or a batch's decision, as runner.open makes it: begun on its
+// connection, or before it has one (conn nil: the engine's BeginBeforeConn), and then told that
+// the connection came, or that none could be had.
+type decision interface {
+	begin(ctx context.Context, conn *pgx.Conn) error
+	acquired()
+	abandon(ctx context.Context, err error)
+}
+
+func (t *ticket) begin(ctx context.Context, conn *pgx.Conn) error {
+	if conn == nil {
+		return t.e.BeginBeforeConn(ctx, &t.x, t.text, t.args)
+	}
+	return t.e.Begin(ctx, &t.x, conn, t.text, t.args)
+}
+
+func (t *ticket) acquired()                              { t.x.Acquired() }
+func (t *ticket) abandon(ctx context.Context, err error) { t.x.Abandon(ctx, err) }
 
 // rowSlab is how many rows a ticket's slab holds: one allocation per rowSlab QueryRows, and
 // a row kept by its caller keeps at most its slab.
@@ -129,15 +152,9 @@ func (r *runner) exec(ctx context.Context, d dest, text, sql string, args []any)
 // held and nothing may be sent.
 func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, d dest, text string, args []any) (
 	q querier, qctx context.Context, err error) {
-	var release releaser
-	if d.pool == nil {
-		q, err = d.q, r.c.engine.Begin(ctx, &t.x, d.conn, text, args)
-		if q == nil {
-			q = d.conn
-		}
-	} else {
-		q, release, err = r.acquire(ctx, &t.x, d.pool, text, args)
-	}
+	t.text, t.args = text, args
+	q, release, err := d.begin(ctx, t)
+	t.args = nil // the engine keeps no reference, nor does the ticket
 	if err != nil {
 		r.tickets.Put(t)
 		return nil, nil, blocked(err)
@@ -147,21 +164,28 @@ func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, d dest, text s
 	return q, qctx, nil
 }
 
-// acquire decides x, the statement text with args, and takes its connection from pool: first
-// the decision, then the connection, whenever the decision needs no EXPLAIN; so a refused
-// statement takes no connection, and one waiting for capacity (max_wait) holds none. The
-// admitted statement keeps its slots while it waits for the pool; if it gets no connection its
-// slots go back at no cost. Only a statement whose cost needs an EXPLAIN on its connection
-// takes the connection first, and gives it back at once if refused. On nil x must be finished.
-func (r *runner) acquire(ctx context.Context, x *engine.Exec, pool connPool, text string, args []any) (
-	q querier, release releaser, err error) {
-	err = r.c.engine.BeginBeforeConn(ctx, x, text, args)
+// begin makes dec's decision for a statement or batch at d, and returns where to send it and,
+// when it took a connection from the pool, what gives it back. On a held connection it is
+// decided there. A statement of the pool is decided before it takes a connection whenever the
+// decision needs no EXPLAIN: so a refused statement takes no connection, and one waiting for
+// capacity (max_wait) holds none; once admitted it keeps its slots while it waits for the pool,
+// and if it gets no connection they go back at no cost. Only a statement whose cost needs an
+// EXPLAIN on its connection takes the connection first, and gives it back at once if refused.
+// On nil the decision must be finished.
+func (d dest) begin(ctx context.Context, dec decision) (q querier, release releaser, err error) {
+	if d.pool == nil {
+		if q = d.q; q == nil {
+			q = d.conn
+		}
+		return q, nil, dec.begin(ctx, d.conn)
+	}
+	err = dec.begin(ctx, nil)
 	if err == engine.ErrNeedConn {
 		var conn *pgx.Conn
-		if q, conn, release, err = pool.acquire(ctx); err != nil {
+		if q, conn, release, err = d.pool.acquire(ctx); err != nil {
 			return nil, nil, err
 		}
-		if err = r.c.engine.Begin(ctx, x, conn, text, args); err != nil {
+		if err = dec.begin(ctx, conn); err != nil {
 			release.Release()
 			return nil, nil, err
 		}
@@ -173,15 +197,15 @@ func (r *runner) acquire(ctx context.Context, x *engine.Exec, pool connPool, tex
 	acquired := false
 	defer func() {
 		if !acquired {
-			x.Abandon(ctx, err) // no connection (or the pool's hook panicked): nothing ran
+			dec.abandon(ctx, err) // no connection (or the pool's hook panicked): nothing ran
 		}
 	}()
 	err = errPanicked
-	if q, _, release, err = pool.acquire(ctx); err != nil {
+	if q, _, release, err = d.pool.acquire(ctx); err != nil {
 		return nil, nil, err
 	}
 	acquired = true
-	x.Acquired() // the wait for the pool is not the statement's cost
+	dec.acquired() // the wait for the pool is not the statement's cost
 	return q, release, nil
 }
 

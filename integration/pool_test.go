@@ -158,7 +158,7 @@ rules: [{budget: all, match: {app: t}}]
 // pg_stat_activity on a connection of the test's own.
 func TestPoolMaxConcurrentOnServer(t *testing.T) {
 	const limit, workers = 2, 8
-	p, dsn := openPool(t, `budgets: [{name: slow, mode: enforce, max_concurrent: 2, max_wait: 30s}]
+	p, dsn := openPool(t, `budgets: [{name: slow, mode: enforce, max_concurrent: 2, max_wait: 30s, max_queue: 8}]
 rules: [{budget: slow, match: {app: batch}}]
 `)
 	watch, err := pgx.Connect(context.Background(), dsn)
