@@ -139,7 +139,7 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 		t.Fatal("admitted without a lease")
 	}
 	var w Waiter
-	if Join(&w, req, d, false) != -1 {
+	if Join(&w, req, d) != -1 {
 		t.Fatal("could not join")
 	}
 	select {

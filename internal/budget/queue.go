@@ -59,17 +59,16 @@ type queue struct {
 }
 
 // Join puts w at the back of the queue of each request's budget and key whose Spec lets
-// statements wait (MaxQueue > 0), or of every request's when unbounded (a job's Wait, which
-// holds no connection), all or nothing, and marks those requests as w's. why is the denial
+// statements wait (MaxQueue > 0), all or nothing, and marks those requests as w's. why is the denial
 // that made w wait: what a request arriving behind w is told while w is first. It returns -1
 // when w joined, or the index of a request whose queue is full (then w joined none).
-func Join(w *Waiter, reqs []Request, why *Denial, unbounded bool) (refused int) {
+func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 	for i := range reqs {
 		b := reqs[i].Budget
-		if bound := b.keys.spec.MaxQueue; !unbounded && bound > 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
+		if bound := b.keys.spec.MaxQueue; bound > 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
 			return i
 		}
 	}
@@ -77,7 +76,7 @@ func Join(w *Waiter, reqs []Request, why *Denial, unbounded bool) (refused int) 
 	w.seq = arrivals.Add(1)
 	for i := range reqs {
 		r := &reqs[i]
-		if !unbounded && r.Budget.keys.spec.MaxQueue == 0 {
+		if r.Budget.keys.spec.MaxQueue == 0 {
 			continue
 		}
 		r.Waiter = w

@@ -29,7 +29,7 @@ func TestQueueAdmitsInArrivalOrder(t *testing.T) {
 		if i > 0 && !d.Queued {
 			t.Fatalf("waiter %d arrived behind %d others and was not told so: %+v", i, i, d)
 		}
-		if Join(&ws[i], reqs[i], d, false) != -1 {
+		if Join(&ws[i], reqs[i], d) != -1 {
 			t.Fatalf("waiter %d could not join", i)
 		}
 	}
@@ -79,7 +79,7 @@ func TestQueueNewcomerWaitsBehind(t *testing.T) {
 	var w Waiter
 	req := []Request{{Budget: b}}
 	_, d := Admit(at(0), req, nil)
-	Join(&w, req, d, false)
+	Join(&w, req, d)
 	Release(at(1), Request{Budget: b}, 1)
 	if !woken(&w) {
 		t.Fatal("a release did not wake the first waiter")
@@ -91,14 +91,14 @@ func TestQueueNewcomerWaitsBehind(t *testing.T) {
 	}
 	// The queue (max 1) is full: a second waiter cannot join.
 	var w2 Waiter
-	if Join(&w2, []Request{{Budget: b}}, d, false) != 0 {
+	if Join(&w2, []Request{{Budget: b}}, d) != 0 {
 		t.Fatal("joined a full queue")
 	}
-	// A job's Wait holds no connection and queues past the bound.
+	b.SetSpec(at(1), Spec{MaxConcurrent: 1, MaxQueue: 2}) // a reload makes room for one more
 	r3 := []Request{{Budget: b}}
 	var w3 Waiter
-	if Join(&w3, r3, d, true) != -1 {
-		t.Fatal("an unbounded waiter could not join")
+	if Join(&w3, r3, d) != -1 {
+		t.Fatal("could not join a queue with room")
 	}
 	if _, d := Admit(at(1), req, nil); d != nil {
 		t.Fatalf("the first waiter was refused a free slot: %+v", d)
@@ -123,9 +123,9 @@ func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {
 	r2 := []Request{{Budget: b}, {Budget: a}}
 	var w1, w2 Waiter
 	_, d := Admit(at(0), r1, nil)
-	Join(&w1, r1, d, false)
+	Join(&w1, r1, d)
 	_, d = Admit(at(0), r2, nil)
-	Join(&w2, r2, d, false)
+	Join(&w2, r2, d)
 	Release(at(1), Request{Budget: a}, 1)
 	Release(at(1), Request{Budget: b}, 1)
 	if _, d := Admit(at(1), r2, nil); d == nil {

@@ -7,8 +7,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
-// Admission. A statement, a pgx batch and a job's Check or Wait are admitted by one function,
-// admit: the same checks in the same order (health thresholds, zero limits, quarantined
+// Admission. A statement, a pgx batch and a job's Check are admitted by one function, admit
+// (a job's Wait checks until Check passes: check.go): the same checks in the same order (health thresholds, zero limits, quarantined
 // patterns, then the enforce budgets' slots and buckets, all or nothing), one way to wait (a
 // place in the budgets' queues, admitted in arrival order: internal/budget's queue.go), and
 // one place that records a refusal (refuse).
@@ -41,7 +41,7 @@ type claim struct {
 	// health, closed and quarantine say whether an owner may be throttled, closed by a zero
 	// limit or have a quarantined pattern: the checks the claim needs.
 	health, closed, quarantine bool
-	take                       bool // take the holds; Check and Wait take nothing
+	take                       bool // take the holds; Check takes nothing
 	patience                   patience
 	w                          *budget.Waiter // its place in the queues, kept with its Exec or Batch
 	warns                      []budget.Warning
@@ -53,7 +53,6 @@ type patience uint8
 const (
 	noWait  patience = iota // Check: refused at once
 	maxWait                 // a statement or batch: up to the refusing budget's max_wait, in a bounded queue
-	always                  // Wait: until its context ends, in a queue without bound (it holds no connection)
 )
 
 // wake is what may lift a refusal: the event a waiting claim waits for.
@@ -105,7 +104,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 		}
 		if !c.w.Waiting() {
 			why := budget.Denial{Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
-			if budget.Join(c.w, c.reqs, &why, c.patience == always) >= 0 {
+			if budget.Join(c.w, c.reqs, &why) >= 0 {
 				e.refuse(now, c, o, d) // its queue is full
 				return waited, d
 			}
@@ -121,7 +120,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 		switch {
 		case how == wakeAt:
 			timer = e.after(d.RetryAfter) // mayWait saw it fits the deadline
-		case c.patience == maxWait:
+		default:
 			timer = e.after(deadline.Sub(now)) // its max_wait ends: refused then
 		}
 		if how == wakeHealth {
@@ -158,8 +157,6 @@ func (c *claim) mayWait(ctx context.Context, o owner, d *Denial, how wake, now, 
 	switch {
 	case how == wakeNever || c.patience == noWait:
 		return false
-	case c.patience == always:
-		return true
 	case o.bs.maxWait <= 0 || !now.Before(deadline):
 		return false
 	case how == wakeAt:
@@ -247,7 +244,7 @@ func (e *Engine) quarantineOf(st *compiled, rt *route, x *Exec, i int, now time.
 
 // refuse records that d, of owner o's budget, refuses c at now: each of its statements is one
 // block of the budget, in its counts and in the recent refusals (as the observer counts each),
-// and the refusal is logged once. Check and Wait refuse no statement: nothing is recorded.
+// and the refusal is logged once. Check refuses no statement: nothing is recorded.
 func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
 	if !c.take {
 		return

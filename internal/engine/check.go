@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"math/rand/v2"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -20,21 +22,6 @@ const nominalCost = 0.001
 // whether others wait for them first. It routes like a statement (built-in and context tags;
 // the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial.
 func (e *Engine) Check(ctx context.Context) error {
-	return e.check(ctx, noWait)
-}
-
-// Wait blocks until Check passes or ctx ends (then it returns ctx's error). It waits as a
-// statement waits, in its budgets' queues and in arrival order, woken the moment there may be
-// room, but without a bound on the queue or on the wait: a job that waits before a chunk holds
-// no connection. Its turn passes as soon as Check does: it takes nothing, so the next waiter's
-// turn follows at once.
-func (e *Engine) Wait(ctx context.Context) error {
-	return e.check(ctx, always)
-}
-
-// check is Check (noWait) and Wait (always): the admission of a nominal statement with ctx's
-// tags that takes nothing.
-func (e *Engine) check(ctx context.Context, p patience) error {
 	st := e.state.Load()
 	if st.rules == nil {
 		return nil
@@ -54,7 +41,30 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 		reqs[i] = r
 	}
 	c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
-		quarantine: false, patience: p, w: &x.s.waiter}
+		patience: noWait, w: &x.s.waiter}
 	_, err := e.admit(ctx, st, c, x.start)
 	return err
+}
+
+// Wait blocks until Check passes or ctx ends (then it returns ctx's error). Between checks it
+// waits about the denial's retry hint with jitter, growing with each attempt, so that many
+// waiting jobs do not all rush in the moment a metric drops. It takes no place in the budgets'
+// queues: it takes nothing, so its order among statements means nothing, and Check already
+// refuses it while statements wait for the same budget and value (they come first).
+func (e *Engine) Wait(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := e.Check(ctx)
+		if err == nil {
+			return nil
+		}
+		base := e.state.Load().healthInterval
+		if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {
+			base = d.RetryAfter
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.after(health.Backoff(attempt, base, rand.Float64())):
+		}
+	}
 }
