@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/driver"
@@ -91,10 +92,13 @@ type armResult struct {
 	start, end    time.Duration // since the experiment began; for merged runs, of the first and last
 	measured      time.Duration // time measured: end - start, or the runs' sum
 	critical      []sample
+	checkouts     int64         // checkout statements measured (critical may not hold them all yet)
 	noiseDone     int64         // reports completed
 	noiseRefused  int64         // reports refused by the budget (each retry counts)
 	noiseTimedOut int64         // reports cancelled by statement_timeout
 	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
+	noiseHeld     int           // connections the report workers hold now
+	noisePeak     int           // the most connections the report workers held at once
 	noiseStarts   []time.Duration
 	noiseFinishes []time.Duration
 }
@@ -121,6 +125,8 @@ func (r *results) arm(name string) *armResult {
 		m.noiseRefused += p.noiseRefused
 		m.noiseTimedOut += p.noiseTimedOut
 		m.noiseBusy += p.noiseBusy
+		m.noisePeak = max(m.noisePeak, p.noisePeak)
+		m.checkouts += p.checkouts
 		m.noiseStarts = append(m.noiseStarts, p.noiseStarts...)
 		m.noiseFinishes = append(m.noiseFinishes, p.noiseFinishes...)
 	}
@@ -194,6 +200,11 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 				})
 			}
 		}
+		if ex.f.untilShown {
+			for !ex.shown(p) && sleepCtx(armCtx, 10*time.Millisecond) {
+			}
+			stop()
+		}
 		<-armCtx.Done()
 		stop()
 		ex.mu.Lock()
@@ -206,12 +217,12 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if ctx.Err() != nil {
 			break
 		}
-		// Checkout workers may still be adding this run's last samples.
+		// Checkout workers may still be adding this run's last samples (but have counted them).
 		ex.mu.Lock()
-		n, st := len(p.critical), p.stats()
+		n, st := p.checkouts, p.stats()
 		ex.mu.Unlock()
-		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out\n",
-			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut)
+		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out, at most %2d connections held by reports\n",
+			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut, p.noisePeak)
 	}
 	cancel()
 	critical.Wait()
@@ -219,6 +230,28 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		return nil, firstErr
 	}
 	return res, nil
+}
+
+// shown reports whether the run p has shown what its arm stands for: 100 checkout statements
+// measured and, beside them, a report completed (uncontrolled: while another report also held
+// a connection), refused by the budget (pgtraffic) or cancelled by statement_timeout (timeout).
+func (ex *experiment) shown(p *armResult) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if p.checkouts < 100 {
+		return false
+	}
+	switch p.name {
+	case armUncontrolled:
+		return p.noiseDone > 0 && p.noisePeak > 1
+	case armOneConn:
+		return p.noiseDone > 0
+	case armTimeout:
+		return p.noiseTimedOut > 0
+	case armPgtraffic:
+		return p.noiseRefused > 0
+	}
+	return true
 }
 
 // quiesce waits, for up to 30 s, until the server runs no report.
@@ -283,6 +316,9 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 		if cur != nil && at < cur.start {
 			cur = nil
 		}
+		if cur != nil {
+			cur.checkouts++
+		}
 		ex.mu.Unlock()
 		if cur != owner {
 			flush()
@@ -305,6 +341,11 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 // refused by the budget is retried with a growing back-off, never before the RetryAfter the
 // budget gave, as a well behaved batch job does; one refused as never fitting (per_query_limit)
 // is skipped after the same back-off. One cancelled by statement_timeout is given up at once.
+//
+// The worker holds a connection from when it has one (its statement call starts then) until it
+// hands it back; the arm counts how many the workers hold at once. A report's execution clock
+// starts when pgx sends it ([execTracer]): not while the worker waits for a connection (the
+// one-conn arm, the shared pool) nor while the budget makes it wait for its turn (max_wait).
 func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
@@ -312,8 +353,6 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 	for i := w; ctx.Err() == nil; i++ {
 		q := reports[i%len(reports)]
 		for ctx.Err() == nil {
-			// The report's clock starts once it has a connection: in the one-conn arm the
-			// workers queue for it, and waiting costs the server nothing.
 			conn, err := db.Conn(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -321,10 +360,17 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 				}
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
-			start := time.Now()
-			err = drain(ctx, conn, q)
+			ex.mu.Lock()
+			p.noiseHeld++
+			p.noisePeak = max(p.noisePeak, p.noiseHeld)
+			ex.mu.Unlock()
+			clock := &execClock{sql: q}
+			err = drain(context.WithValue(ctx, execClockKey{}, clock), conn, q)
 			end := time.Now()
 			err = errors.Join(err, conn.Close())
+			ex.mu.Lock()
+			p.noiseHeld--
+			ex.mu.Unlock()
 			var be *driver.BlockedError
 			if errors.As(err, &be) {
 				ex.mu.Lock()
@@ -345,6 +391,9 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 			if err != nil && !timedOut && ctx.Err() == nil {
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
+			if clock.start.IsZero() {
+				break // ctx ended before the report was sent (while it waited for its turn)
+			}
 			// A report cut off at the end of the arm, or by statement_timeout, still loaded
 			// the server until then.
 			ex.mu.Lock()
@@ -354,8 +403,8 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 			case timedOut:
 				p.noiseTimedOut++
 			}
-			p.noiseBusy += end.Sub(start)
-			p.noiseStarts = append(p.noiseStarts, start.Sub(ex.t0))
+			p.noiseBusy += end.Sub(clock.start)
+			p.noiseStarts = append(p.noiseStarts, clock.start.Sub(ex.t0))
 			p.noiseFinishes = append(p.noiseFinishes, end.Sub(ex.t0))
 			ex.mu.Unlock()
 			break
@@ -363,6 +412,29 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 	}
 	return nil
 }
+
+// execClock is a report's execution clock: start is when pgx sent the statement sql, zero
+// until then. It travels in the statement's context, under execClockKey.
+type execClock struct {
+	sql   string
+	start time.Time
+}
+
+type execClockKey struct{}
+
+// execTracer is a pgx tracer that starts the execution clock in a statement's context when
+// pgx sends that statement; the EXPLAIN pgtraffic may run first to predict its cost is another
+// text and leaves the clock alone. pgx calls it on the goroutine of the statement's caller.
+type execTracer struct{}
+
+func (execTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if c, ok := ctx.Value(execClockKey{}).(*execClock); ok && c.start.IsZero() && data.SQL == c.sql {
+		c.start = time.Now()
+	}
+	return ctx
+}
+
+func (execTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // isQueryCanceled reports whether the server cancelled the statement (SQLSTATE 57014), as
 // statement_timeout does.
@@ -382,12 +454,14 @@ func drain(ctx context.Context, conn *sql.Conn, q string) error {
 	return errors.Join(rows.Err(), rows.Close())
 }
 
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept for d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
 }
