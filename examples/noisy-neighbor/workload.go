@@ -217,7 +217,12 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if ctx.Err() != nil {
 			break
 		}
-		// Checkout workers may still be adding this run's last samples (but have counted them).
+		// Checkout workers add this run's last samples at their next statement, which may
+		// wait for a connection: give them up to 2 s (the line's p99 needs them, the table's
+		// gets them all in the end).
+		for wait := 0; wait < 100 && !ex.flushed(p); wait++ {
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
 		ex.mu.Lock()
 		n, st := p.checkouts, p.stats()
 		ex.mu.Unlock()
@@ -230,6 +235,13 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		return nil, firstErr
 	}
 	return res, nil
+}
+
+// flushed reports whether the checkout workers have added all the run p's samples.
+func (ex *experiment) flushed(p *armResult) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return int64(len(p.critical)) == p.checkouts
 }
 
 // shown reports whether the run p has shown what its arm stands for: 100 checkout statements
