@@ -136,9 +136,10 @@
 // CopyFrom is the statement COPY <table> FROM STDIN, tagged statement=copy and table=<name>,
 // its cost learned per table; it has no query_name (sqlc's :copyfrom passes no text to carry one),
 // so a rule selects it by statement and table. Close rows and batch results: their budget slots (and pgxpool's
-// connection) are held until then. [Pool.Acquire] hands out a controlled connection.
-// [Pool.Raw], and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements
-// sent through them bypass traffic control.
+// connection) are held until then. [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle]
+// hand out controlled connections; [Pool.Config] and [Pool.Reset] are pgxpool's. [Pool.Raw],
+// and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements sent
+// through them bypass traffic control.
 //
 // # pgx-only features under database/sql
 //

@@ -22,10 +22,12 @@ import (
 // pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
 // the end, Row.Scan returns, or the batch's results are closed.
 //
-// [Pool.Acquire] hands out a [*PoolConn], a connection whose statements are controlled too.
-// A Pool is safe for concurrent use. Close it to close its connections and stop what it
-// started (the rules watcher and the health sampler). [Pool.Raw] is the pgxpool underneath,
-// for what traffic control does not cover; statements sent through it bypass control.
+// [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
+// connections whose statements are controlled too. Ping, Stat, [Pool.Config] and [Pool.Reset]
+// are pgxpool's, not decided. A Pool is safe for concurrent use. Close it to close its
+// connections and stop what it started (the rules watcher and the health sampler). [Pool.Raw]
+// is the pgxpool underneath, for code that needs pgxpool's own type; statements sent through
+// it bypass control.
 type Pool struct {
 	*core
 	run  *runner
@@ -75,12 +77,7 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	defer pc.Release()
-	return p.run.exec(ctx, pc.Conn(), pc.Conn(), sql, sql, args)
+	return p.run.exec(ctx, p.dest(), sql, sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -88,22 +85,14 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return errRows{err: err}, err
-	}
-	return p.run.query(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc, newPgxRows())
+	return p.run.query(ctx, p.dest(), sql, sql, args, newPgxRows())
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return &pgxRow{err: err}
-	}
-	return p.run.queryRow(ctx, pc.Conn(), pc.Conn(), sql, sql, args, pc)
+	return p.run.queryRow(ctx, p.dest(), sql, sql, args)
 }
 
 // Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
@@ -127,15 +116,33 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
 
+// dest is where the pool's statements run: on a connection each takes once it is admitted.
+func (p *Pool) dest() dest { return dest{pool: poolConns{p.pool}} }
+
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
 
 // Stat returns the pgxpool's statistics.
 func (p *Pool) Stat() *pgxpool.Stat { return p.pool.Stat() }
 
-// Raw returns the *pgxpool.Pool underneath, for what Pool does not offer (LISTEN on an
-// acquired connection, the pool's Config, Reset). Statements sent through it bypass traffic
-// control. Do not close it: close the Pool.
+// Config returns a copy of the pgxpool configuration the pool was made with, as pgxpool's
+// Config does: changing it changes neither the pool nor the next call's copy. It holds
+// pgxpool's settings (connection, pool sizes, hooks), not the traffic-control rules: those
+// are in Snapshot and changed with SetConfig.
+func (p *Pool) Config() *pgxpool.Config { return p.pool.Config() }
+
+// Reset closes all the pool's connections but leaves the pool open, as pgxpool's Reset does:
+// the idle ones at once, those in use when they are released. Use it after an error that
+// disrupts every connection (a network interruption, a server restart or failover). It is
+// not decided and changes no budget: statements in flight hold their slots until they end as
+// usual, and the rules, budgets and learned costs are kept.
+func (p *Pool) Reset() { p.pool.Reset() }
+
+// Raw returns the *pgxpool.Pool underneath, for code that needs the pgxpool type itself (a
+// library that takes a *pgxpool.Pool or a *pgxpool.Conn). Statements sent through it, or
+// through connections acquired from it, bypass traffic control: for LISTEN/NOTIFY, acquire
+// with [Pool.Acquire] or [Pool.AcquireFunc] and use [PoolConn.Conn]. Do not close it: close
+// the Pool.
 func (p *Pool) Raw() *pgxpool.Pool { return p.pool }
 
 // Close closes the pool's connections, waiting for those in use to be released, and stops the
@@ -152,12 +159,7 @@ func (p *Pool) Close() {
 // budgets' slots and buckets, its cost learned per table. A refused copy returns a
 // [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer pc.Release()
-	return p.run.copyFrom(ctx, pc.Conn(), pc.Conn(), table, columns, src)
+	return p.run.copyFrom(ctx, p.dest(), table, columns, src)
 }
 
 // SendBatch sends the batch's statements in one round trip, once the engine admits the batch
@@ -167,9 +169,5 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	pc, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return p.run.sendBatch(ctx, pc.Conn(), pc.Conn(), b, nil, pc)
+	return p.run.sendBatch(ctx, p.dest(), b, nil)
 }

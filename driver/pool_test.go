@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -143,6 +144,24 @@ type releaseCount int
 
 func (c *releaseCount) Release() { *c++ }
 
+// fakePool stands for the pool a statement takes its connection from once admitted: each
+// acquisition hands out q and is counted, each release is counted in released.
+type fakePool struct {
+	q        querier
+	released *releaseCount
+	acquired int
+}
+
+func (p *fakePool) acquire(context.Context) (querier, *pgx.Conn, releaser, error) {
+	p.acquired++
+	return p.q, nil, p.released, nil
+}
+
+// pooled is the destination of a statement of a pool whose connections are q.
+func pooled(q querier, released *releaseCount) dest {
+	return dest{pool: &fakePool{q: q, released: released}}
+}
+
 const oneSlot = `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
 rules: [{budget: one, match: {app: x}}]
 guards: {require_where: enforce}
@@ -165,7 +184,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 2}
-	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
+	rows, err := r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +202,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 		t.Fatalf("closed twice: released %d, engine in flight %d", *released, r.c.engine.InFlight())
 	}
 	// Closed early: the same.
-	rows, err = r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
+	rows, err = r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +219,7 @@ func TestPgxRowsPanicReleases(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 1, panicNext: true}
-	rows, err := r.query(ctx, q, nil, "select 1", "select 1", nil, released, newPgxRows())
+	rows, err := r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +251,8 @@ func (q *reusedRowQuerier) QueryRow(context.Context, string, ...any) pgx.Row {
 // not inlined, so the compiler cannot keep the row on the test's stack.
 //
 //go:noinline
-func queryRowOutside(ctx context.Context, r *runner, q querier, release releaser) pgx.Row {
-	return r.queryRow(ctx, q, nil, "select 1", "select 1", nil, release)
+func queryRowOutside(ctx context.Context, r *runner, d dest) pgx.Row {
+	return r.queryRow(ctx, d, "select 1", "select 1", nil)
 }
 
 // pgxRowOutside is pgx's QueryRow as such a caller sees it: a row of unknown type.
@@ -258,8 +277,9 @@ func TestPgxRowAllocation(t *testing.T) {
 		}
 	})
 	const runs = 10 * rowSlab
+	d := pooled(q, released)
 	allocs := testing.AllocsPerRun(runs, func() {
-		if err := queryRowOutside(ctx, r, q, released).Scan(&n); err != nil {
+		if err := queryRowOutside(ctx, r, d).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -272,40 +292,54 @@ func TestPgxRowAllocation(t *testing.T) {
 	}
 }
 
-// TestPgxRefusedSendsNothing: a refused Exec, Query, QueryRow or CopyFrom sends nothing,
-// returns the *BlockedError and releases the connection once.
+// TestPgxRefusedSendsNothing: a refused Exec, Query, QueryRow, CopyFrom or batch of the pool
+// sends nothing, returns the *BlockedError and never takes a connection: the pool decides before
+// it acquires.
 func TestPgxRefusedSendsNothing(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
-	hold, err := r.query(ctx, q, nil, "select 1", "select 1", nil, nil, newPgxRows())
+	pool := &fakePool{q: q, released: released}
+	d := dest{pool: pool}
+	hold, err := r.query(ctx, d, "select 1", "select 1", nil, newPgxRows())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if pool.acquired != 1 {
+		t.Fatalf("an admitted query took %d connections", pool.acquired)
+	}
 	q.sent = nil
-	if _, err := r.exec(ctx, q, nil, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
+	if _, err := r.exec(ctx, d, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("exec: %v", err)
 	}
-	rows, err := r.query(ctx, q, nil, "select 2", "select 2", nil, released, newPgxRows())
+	rows, err := r.query(ctx, d, "select 2", "select 2", nil, newPgxRows())
 	var be *BlockedError
-	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) || *released != 1 {
-		t.Fatalf("query: %v, rows %v, released %d", err, rows.Err(), *released)
+	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) {
+		t.Fatalf("query: %v, rows %v", err, rows.Err())
 	}
-	if err := r.queryRow(ctx, q, nil, "select 2", "select 2", nil, released).Scan(); !errors.As(err, &be) || *released != 2 {
-		t.Fatalf("row: %v, released %d", err, *released)
+	if err := r.queryRow(ctx, d, "select 2", "select 2", nil).Scan(); !errors.As(err, &be) {
+		t.Fatalf("row: %v", err)
 	}
-	if _, err := r.copyFrom(ctx, q, nil, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
+	if _, err := r.copyFrom(ctx, d, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
 		t.Fatalf("copy: %v", err)
 	}
-	if _, err := r.exec(context.Background(), q, nil, "delete from t", "delete from t", nil); !errors.Is(err, ErrBlocked) {
+	b := &pgx.Batch{}
+	b.Queue("select 3")
+	if err := r.sendBatch(ctx, d, b, nil).Close(); !errors.As(err, &be) {
+		t.Fatalf("batch: %v", err)
+	}
+	if _, err := r.exec(context.Background(), d, "delete from t", "delete from t", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("guard: %v", err)
 	}
-	if len(q.sent) != 0 || q.copies != 0 {
-		t.Fatalf("sent %q, copies %d", q.sent, q.copies)
+	if len(q.sent) != 0 || q.copies != 0 || q.batches != 0 {
+		t.Fatalf("sent %q, copies %d, batches %d", q.sent, q.copies, q.batches)
+	}
+	if pool.acquired != 1 || *released != 0 {
+		t.Fatalf("refused statements took connections: acquired %d, released %d", pool.acquired, *released)
 	}
 	hold.Close()
-	if *released != 2 {
-		t.Fatalf("released %d after the refusals, want 2", *released)
+	if *released != 1 {
+		t.Fatalf("released %d after the admitted query closed, want 1", *released)
 	}
 }
 
@@ -319,7 +353,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("delete from t")
-	br := r.sendBatch(ctx, q, nil, b, nil, released)
+	br := r.sendBatch(ctx, pooled(q, released), b, nil)
 	_, err1 := br.Exec()
 	_, err2 := br.Query()
 	err3 := br.QueryRow().Scan()
@@ -330,14 +364,14 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 			t.Fatalf("result %d: %v", i, err)
 		}
 	}
-	if q.batches != 0 || *released != 1 {
+	if q.batches != 0 || *released != 0 {
 		t.Fatalf("batches sent %d, released %d", q.batches, *released)
 	}
 
 	b = &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("select 2")
-	br = r.sendBatch(ctx, q, nil, b, nil, released)
+	br = r.sendBatch(ctx, pooled(q, released), b, nil)
 	if q.batches != 1 || inFlight(t, r) != 1 {
 		t.Fatalf("admitted: sent %d, in flight %d", q.batches, inFlight(t, r))
 	}
@@ -348,7 +382,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	br.Close()
-	if inFlight(t, r) != 0 || *released != 2 || r.c.engine.InFlight() != 0 {
+	if inFlight(t, r) != 0 || *released != 1 || r.c.engine.InFlight() != 0 {
 		t.Fatalf("closed: in flight %d, released %d", inFlight(t, r), *released)
 	}
 }
@@ -403,7 +437,7 @@ func TestPgxRowEnds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQuerier{rows: tc.rows, panicNext: tc.panicNext}
-			row := r.queryRow(ctx, q, nil, "select 1", "select 1", nil, released)
+			row := r.queryRow(ctx, pooled(q, released), "select 1", "select 1", nil)
 			if len(q.sent) != 1 || inFlight(t, r) != 1 || int(*released) != i {
 				t.Fatalf("before Scan: sent %q, in flight %d, released %d", q.sent, inFlight(t, r), *released)
 			}
@@ -435,5 +469,35 @@ func TestPgxRowEnds(t *testing.T) {
 				t.Fatalf("after a second Scan: in flight %d, released %d", inFlight(t, r), *released)
 			}
 		})
+	}
+}
+
+// TestPoolHasPgxpoolMethods: every exported method of *pgxpool.Pool is a method of *Pool with
+// the same signature, a *pgxpool.Conn being a *PoolConn, so code written for pgxpool compiles
+// against a Pool.
+func TestPoolHasPgxpoolMethods(t *testing.T) {
+	ours := reflect.TypeFor[*Pool]()
+	theirs := reflect.TypeFor[*pgxpool.Pool]()
+	sig := func(m reflect.Method) string { // the signature without the receiver
+		var in, out []string
+		for i := 1; i < m.Type.NumIn(); i++ {
+			in = append(in, m.Type.In(i).String())
+		}
+		for i := range m.Type.NumOut() {
+			out = append(out, m.Type.Out(i).String())
+		}
+		s := "(" + strings.Join(in, ", ") + ") (" + strings.Join(out, ", ") + ")"
+		return strings.ReplaceAll(s, "*pgxpool.Conn", "*driver.PoolConn")
+	}
+	for i := range theirs.NumMethod() {
+		m := theirs.Method(i)
+		o, ok := ours.MethodByName(m.Name)
+		if !ok {
+			t.Errorf("*Pool has no %s", m.Name)
+			continue
+		}
+		if sig(o) != sig(m) {
+			t.Errorf("%s: %s, pgxpool's %s", m.Name, sig(o), sig(m))
+		}
 	}
 }

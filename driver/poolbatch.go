@@ -11,14 +11,14 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// sendBatch sends b on q, whose connection is conn, once the engine admits it whole
-// (engine.BeginBatch): a refused batch sends nothing and every result returns the
-// [*BlockedError]; an admitted one holds its budgets' slots until its results are closed.
-// prepared maps the names of statements prepared in the transaction to their texts (nil
-// outside one; see pgxTx.Prepare). release, if not nil, gives the connection back to the pool
-// when the batch ends. The batch is sent as queued (the sqlcommenter does not rewrite a batch).
-func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pgx.Batch, prepared map[string]string,
-	release releaser) pgx.BatchResults {
+// sendBatch sends b at d once the engine admits it whole (engine.BeginBatch): a refused batch
+// sends nothing and every result returns the [*BlockedError]; an admitted one holds its
+// budgets' slots until its results are closed. prepared maps the names of statements prepared
+// in the transaction to their texts (nil outside one; see pgxTx.Prepare). A batch of the pool
+// is decided before it takes a connection, as a statement is (runner.acquire), and gives the
+// connection back when it ends. The batch is sent as queued (the sqlcommenter does not rewrite
+// a batch).
+func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared map[string]string) pgx.BatchResults {
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
@@ -28,11 +28,18 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 		}
 	}
 	eb := r.batches.Get().(*engine.Batch)
-	if err := r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
-		r.batches.Put(eb)
-		if release != nil {
-			release.Release()
+	var release releaser
+	q, err := d.q, error(nil)
+	if d.pool == nil {
+		err = r.c.engine.BeginBatch(ctx, eb, d.conn, queries, args)
+		if q == nil {
+			q = d.conn
 		}
+	} else {
+		q, release, err = r.acquireBatch(ctx, eb, d.pool, queries, args)
+	}
+	if err != nil {
+		r.batches.Put(eb)
 		return pgx.FailedBatchResults(b, blocked(err))
 	}
 	qctx, cancel := batchOverrunContext(ctx, eb) // max_duration: its results are read under qctx
@@ -52,6 +59,41 @@ func (r *runner) sendBatch(ctx context.Context, q querier, conn *pgx.Conn, b *pg
 		w.release = nil
 	}
 	return w
+}
+
+// acquireBatch decides the batch eb of queries with args and takes its connection from pool,
+// as acquire does a statement's: the decision first unless a statement's cost needs an EXPLAIN.
+// On nil eb must be finished.
+func (r *runner) acquireBatch(ctx context.Context, eb *engine.Batch, pool connPool, queries []string, args [][]any) (
+	q querier, release releaser, err error) {
+	err = r.c.engine.BeginBatchBeforeConn(ctx, eb, queries, args)
+	if err == engine.ErrNeedConn {
+		var conn *pgx.Conn
+		if q, conn, release, err = pool.acquire(ctx); err != nil {
+			return nil, nil, err
+		}
+		if err = r.c.engine.BeginBatch(ctx, eb, conn, queries, args); err != nil {
+			release.Release()
+			return nil, nil, err
+		}
+		return q, release, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	acquired := false
+	defer func() {
+		if !acquired {
+			eb.Abandon(ctx, err) // no connection (or the pool's hook panicked): nothing ran
+		}
+	}()
+	err = errPanicked
+	if q, _, release, err = pool.acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	acquired = true
+	eb.Acquired() // the wait for the pool is not the batch's cost
+	return q, release, nil
 }
 
 // pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool

@@ -8,7 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PoolConn is a connection acquired from a [Pool] with [Pool.Acquire]: its statements (Exec,
+// PoolConn is a connection acquired from a [Pool] with [Pool.Acquire], [Pool.AcquireFunc] or
+// [Pool.AcquireAllIdle]: its statements (Exec,
 // Query, QueryRow, SendBatch, CopyFrom, and those of its transactions) are controlled as the
 // pool's are, on this connection. Release it when done. Like pgxpool's connections it is used by
 // one goroutine at a time. Conn is the *pgx.Conn underneath, for LISTEN/NOTIFY and other
@@ -27,24 +28,52 @@ func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
 	return &PoolConn{pc: pc, run: p.run}, nil
 }
 
+// AcquireFunc acquires a connection from the pool, calls f with it and releases it when f
+// returns, on every path, a panic in f included; it returns f's error, or Acquire's. The
+// statements f runs on the [*PoolConn] (Exec, Query, QueryRow, SendBatch, CopyFrom, and those
+// of its transactions) are controlled as [Pool.Acquire]'s; those sent through its Conn bypass
+// control. Acquiring is not decided. Close rows and batch results before f returns.
+func (p *Pool) AcquireFunc(ctx context.Context, f func(*PoolConn) error) error {
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return f(c)
+}
+
+// AcquireAllIdle acquires, at once, every connection idle in the pool, as pgxpool's
+// AcquireAllIdle does (for health checks and keep-alives; it does not update the pool's
+// acquire statistics), and returns them as [*PoolConn]s whose statements are controlled as
+// [Pool.Acquire]'s; those sent through their Conn bypass control. Acquiring is not decided, and
+// a ping or keep-alive sent as a statement is decided as any other. Release each one.
+func (p *Pool) AcquireAllIdle(ctx context.Context) []*PoolConn {
+	pcs := p.pool.AcquireAllIdle(ctx)
+	conns := make([]*PoolConn, len(pcs))
+	for i, pc := range pcs {
+		conns[i] = &PoolConn{pc: pc, run: p.run}
+	}
+	return conns
+}
+
 func (c *PoolConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.run.exec(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args)
+	return c.run.exec(ctx, held(c.pc.Conn()), sql, sql, args)
 }
 
 func (c *PoolConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.run.query(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil, newPgxRows())
+	return c.run.query(ctx, held(c.pc.Conn()), sql, sql, args, newPgxRows())
 }
 
 func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.run.queryRow(ctx, c.pc.Conn(), c.pc.Conn(), sql, sql, args, nil)
+	return c.run.queryRow(ctx, held(c.pc.Conn()), sql, sql, args)
 }
 
 func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return c.run.sendBatch(ctx, c.pc.Conn(), c.pc.Conn(), b, nil, nil)
+	return c.run.sendBatch(ctx, held(c.pc.Conn()), b, nil)
 }
 
 func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return c.run.copyFrom(ctx, c.pc.Conn(), c.pc.Conn(), table, columns, src)
+	return c.run.copyFrom(ctx, held(c.pc.Conn()), table, columns, src)
 }
 
 // Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.

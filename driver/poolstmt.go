@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -25,9 +26,40 @@ type querier interface {
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
-// runner puts the statements of a [Pool] and of its transactions through the
-// engine: each is begun on the connection it will run on, sent through a querier, and finished
-// when it completes. It keeps the engine's per-statement tickets for reuse (pgxpool has no
+// connPool is where a statement of the [Pool] takes its connection once it is admitted: the
+// *pgxpool.Pool (poolConns), a fake in unit tests. The connection is sent to through q, explained
+// on through conn, and given back through release.
+type connPool interface {
+	acquire(ctx context.Context) (q querier, conn *pgx.Conn, release releaser, err error)
+}
+
+// poolConns is a *pgxpool.Pool as a connPool.
+type poolConns struct{ p *pgxpool.Pool }
+
+func (c poolConns) acquire(ctx context.Context) (querier, *pgx.Conn, releaser, error) {
+	pc, err := c.p.Acquire(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pc.Conn(), pc.Conn(), pc, nil
+}
+
+// dest is where a statement runs: on a connection its caller holds (a [PoolConn]'s, a
+// transaction's: conn, and q when the statement is sent through something else, a pgx.Tx), or
+// on one it takes from the pool once it is admitted (pool), which it gives back when it ends.
+type dest struct {
+	pool connPool  // nil when the connection is held
+	q    querier   // where a held connection's statement is sent; nil: conn
+	conn *pgx.Conn // the held connection, for EXPLAIN; nil in unit tests (no EXPLAIN)
+}
+
+// held is the destination of a statement on conn, held by its caller.
+func held(conn *pgx.Conn) dest { return dest{conn: conn} }
+
+// runner puts the statements of a [Pool] and of its transactions through the engine: each is
+// decided, then sent through a querier, and finished when it completes. A statement of the
+// pool itself is decided before it takes a connection from the pool (runner.acquire), so that a
+// refused statement never waits for one and a statement waiting for capacity holds none. It keeps the engine's per-statement tickets for reuse (pgxpool has no
 // per-connection state to keep one in). Safe for concurrent use.
 type runner struct {
 	c       *core
@@ -74,12 +106,11 @@ func (r *runner) end(ctx context.Context, t *ticket, err error) {
 	r.tickets.Put(t)
 }
 
-// exec runs an Exec of sql on q, whose connection is conn, decided as text: sql itself, or
-// the text of the statement sql names when sql is the name of a statement prepared in a
-// transaction (see pgxTx.Prepare).
-func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
+// exec runs an Exec of sql at d, decided as text: sql itself, or the text of the statement sql
+// names when sql is the name of a statement prepared in a transaction (see pgxTx.Prepare).
+func (r *runner) exec(ctx context.Context, d dest, text, sql string, args []any) (_ pgconn.CommandTag, err error) {
 	var o pgxOpen
-	qctx, err := r.open(ctx, r.ticket(), &o, conn, text, args, nil)
+	q, qctx, err := r.open(ctx, r.ticket(), &o, d, text, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -91,31 +122,72 @@ func (r *runner) exec(ctx context.Context, q querier, conn *pgx.Conn, text, sql 
 	return tag, err
 }
 
-// open begins the statement text with args, to be sent on conn (nil: no EXPLAIN), in t (see
-// runner.ticket), kept in o, and returns the context it runs under (overrunContext: its rows
-// are read under it too). release, if not nil, gives the connection back to the pool: once,
-// when the statement ends (o.end), or now if it is refused. On nil the caller must end o on
-// every path; on an error t is back and nothing may be sent.
-func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, conn *pgx.Conn, text string, args []any,
-	release releaser) (qctx context.Context, err error) {
-	if err := r.c.engine.Begin(ctx, &t.x, conn, text, args); err != nil {
-		r.tickets.Put(t)
-		if release != nil {
-			release.Release()
+// open begins the statement text with args at d in t (see runner.ticket), kept in o, and returns
+// where to send it and the context it runs under (overrunContext: its rows are read under it
+// too). A statement that takes its connection from the pool gives it back once, when it ends
+// (o.end). On nil the caller must end o on every path; on an error t is back, no connection is
+// held and nothing may be sent.
+func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, d dest, text string, args []any) (
+	q querier, qctx context.Context, err error) {
+	var release releaser
+	if d.pool == nil {
+		q, err = d.q, r.c.engine.Begin(ctx, &t.x, d.conn, text, args)
+		if q == nil {
+			q = d.conn
 		}
-		return nil, blocked(err)
+	} else {
+		q, release, err = r.acquire(ctx, &t.x, d.pool, text, args)
+	}
+	if err != nil {
+		r.tickets.Put(t)
+		return nil, nil, blocked(err)
 	}
 	qctx, cancel := overrunContext(ctx, &t.x) // max_duration: cancelled on the server past it
 	*o = pgxOpen{run: r, t: t, ctx: ctx, cancel: cancel, release: release}
-	return qctx, nil
+	return q, qctx, nil
 }
 
-// query runs a Query of sql on q, whose connection is conn, decided as text (see exec), with
-// its rows in w (newPgxRows). release, if not nil, gives the connection back to the pool (see
-// open).
-func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
-	release releaser, w *pgxRows) (_ pgx.Rows, err error) {
-	qctx, err := r.open(ctx, r.ticket(), w.open, conn, text, args, release)
+// acquire decides x, the statement text with args, and takes its connection from pool: first
+// the decision, then the connection, whenever the decision needs no EXPLAIN; so a refused
+// statement takes no connection, and one waiting for capacity (max_wait) holds none. The
+// admitted statement keeps its slots while it waits for the pool; if it gets no connection its
+// slots go back at no cost. Only a statement whose cost needs an EXPLAIN on its connection
+// takes the connection first, and gives it back at once if refused. On nil x must be finished.
+func (r *runner) acquire(ctx context.Context, x *engine.Exec, pool connPool, text string, args []any) (
+	q querier, release releaser, err error) {
+	err = r.c.engine.BeginBeforeConn(ctx, x, text, args)
+	if err == engine.ErrNeedConn {
+		var conn *pgx.Conn
+		if q, conn, release, err = pool.acquire(ctx); err != nil {
+			return nil, nil, err
+		}
+		if err = r.c.engine.Begin(ctx, x, conn, text, args); err != nil {
+			release.Release()
+			return nil, nil, err
+		}
+		return q, release, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	acquired := false
+	defer func() {
+		if !acquired {
+			x.Abandon(ctx, err) // no connection (or the pool's hook panicked): nothing ran
+		}
+	}()
+	err = errPanicked
+	if q, _, release, err = pool.acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	acquired = true
+	x.Acquired() // the wait for the pool is not the statement's cost
+	return q, release, nil
+}
+
+// query runs a Query of sql at d, decided as text (see exec), with its rows in w (newPgxRows).
+func (r *runner) query(ctx context.Context, d dest, text, sql string, args []any, w *pgxRows) (_ pgx.Rows, err error) {
+	q, qctx, err := r.open(ctx, r.ticket(), w.open, d, text, args)
 	if err != nil {
 		return errRows{err: err}, err
 	}
@@ -136,13 +208,12 @@ func (r *runner) query(ctx context.Context, q querier, conn *pgx.Conn, text, sql
 	return w, nil
 }
 
-// queryRow runs a QueryRow of sql on q (see query) with pgx's own QueryRow, whose row's Scan
+// queryRow runs a QueryRow of sql at d (see query) with pgx's own QueryRow, whose row's Scan
 // ends the statement (pgxRow). The row comes from the ticket's slab (ticket.row).
-func (r *runner) queryRow(ctx context.Context, q querier, conn *pgx.Conn, text, sql string, args []any,
-	release releaser) pgx.Row {
+func (r *runner) queryRow(ctx context.Context, d dest, text, sql string, args []any) pgx.Row {
 	t := r.ticket()
 	row := t.row()
-	qctx, err := r.open(ctx, t, &row.open, conn, text, args, release)
+	q, qctx, err := r.open(ctx, t, &row.open, d, text, args)
 	if err != nil {
 		row.err = err
 		return row
@@ -168,15 +239,15 @@ func (r *runner) outgoing(ctx context.Context, x *engine.Exec, text, sql string)
 	return r.c.intr.outgoing(ctx, x, sql)
 }
 
-// copyFrom runs a CopyFrom on q, whose connection is conn. The engine decides it as the
-// statement COPY <table> FROM STDIN, which pg_query identifies as kind copy with its table:
-// so it carries the built-in tags statement=copy and table=<name>, its cost is learned per
-// table, until known it is reserved as any unknown cost is (EXPLAIN cannot cost a COPY), and
-// it runs under its budgets' max_duration as any statement does.
-func (r *runner) copyFrom(ctx context.Context, q querier, conn *pgx.Conn, table pgx.Identifier, columns []string,
+// copyFrom runs a CopyFrom at d. The engine decides it as the statement COPY <table> FROM
+// STDIN, which pg_query identifies as kind copy with its table: so it carries the built-in tags
+// statement=copy and table=<name>, its cost is learned per table, until known it is reserved as
+// any unknown cost is (EXPLAIN cannot cost a COPY), and it runs under its budgets' max_duration
+// as any statement does.
+func (r *runner) copyFrom(ctx context.Context, d dest, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (_ int64, err error) {
 	var o pgxOpen
-	qctx, err := r.open(ctx, r.ticket(), &o, conn, copyText(table), nil, nil)
+	q, qctx, err := r.open(ctx, r.ticket(), &o, d, copyText(table), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -47,6 +47,9 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
+// dest is where the transaction's statements run: its connection, sent to through pgx's Tx.
+func (t *pgxTx) dest() dest { return dest{q: t.Tx, conn: t.Tx.Conn()} }
+
 func (t *pgxTx) end() {
 	if r := t.release; r != nil {
 		t.release = nil
@@ -72,21 +75,21 @@ func (t *pgxTx) text(sql string) string {
 }
 
 func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.run.exec(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args)
+	return t.run.exec(ctx, t.dest(), t.text(sql), sql, args)
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.run.query(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil, newPgxRows())
+	return t.run.query(ctx, t.dest(), t.text(sql), sql, args, newPgxRows())
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.run.queryRow(ctx, t.Tx, t.Tx.Conn(), t.text(sql), sql, args, nil)
+	return t.run.queryRow(ctx, t.dest(), t.text(sql), sql, args)
 }
 
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return t.run.copyFrom(ctx, t.Tx, t.Tx.Conn(), table, columns, src)
+	return t.run.copyFrom(ctx, t.dest(), table, columns, src)
 }
 
 func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.run.sendBatch(ctx, t.Tx, t.Tx.Conn(), b, t.prepared, nil)
+	return t.run.sendBatch(ctx, t.dest(), b, t.prepared)
 }

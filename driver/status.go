@@ -58,6 +58,7 @@ type BudgetStatus struct {
 	MaxDebt   float64           `json:"max_debt_s"`
 	Burst     float64           `json:"burst_limit_s,omitempty"`
 	InFlight  int               `json:"in_flight"`
+	Waiting   int               `json:"waiting"` // statements waiting for capacity (max_wait)
 	Keys      int               `json:"keys"`
 	Admitted  uint64            `json:"admitted"`
 	Warned    uint64            `json:"warned"`
@@ -184,7 +185,7 @@ func (c *core) Snapshot() Snapshot {
 		d := &b.Decisions
 		bs := BudgetStatus{
 			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,
-			InFlight: b.InFlight, Keys: b.Keys, Admitted: d.Admitted, Warned: d.Warned, Blocked: d.Blocked,
+			InFlight: b.InFlight, Waiting: b.Waiting, Keys: b.Keys, Admitted: d.Admitted, Warned: d.Warned, Blocked: d.Blocked,
 			WarnedBy: d.WarnedBy, BlockedBy: d.BlockedBy, History: make([]SampleStatus, 0, len(d.History)),
 		}
 		for _, h := range d.History {

@@ -512,3 +512,258 @@ guards: {require_where: enforce}
 		t.Fatalf("acquired %d after Release", s.AcquiredConns())
 	}
 }
+
+// blockAll is a rules file whose enforce budget admits nothing tagged app=x: a statement
+// refused with a *BlockedError shows it went through traffic control.
+const blockAll = `budgets: [{name: none, mode: enforce, max_concurrent: 0}]
+rules: [{budget: none, match: {app: x}}]
+`
+
+// warmPool opens n connections in p at once and releases them, leaving n idle; it returns
+// their backend pids.
+func warmPool(t *testing.T, p *driver.Pool, n int) map[uint32]bool {
+	t.Helper()
+	ctx := context.Background()
+	pids := map[uint32]bool{}
+	var conns []*driver.PoolConn
+	for range n {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		pids[backendPID(t, c)] = true
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	if got := p.Stat().IdleConns(); got != int32(n) {
+		t.Fatalf("%d idle after warming, want %d", got, n)
+	}
+	return pids
+}
+
+// releaseLater returns a func releasing c once, also called when the test ends (before the
+// pool's Close, which would wait for c) if a failure stopped the test first.
+func releaseLater(t *testing.T, c *driver.PoolConn) func() {
+	var once sync.Once
+	release := func() { once.Do(c.Release) }
+	t.Cleanup(release)
+	return release
+}
+
+// backendPID is the server process of c, asked with an untagged (so undecided) statement.
+func backendPID(t *testing.T, c *driver.PoolConn) uint32 {
+	t.Helper()
+	var pid uint32
+	if err := c.QueryRow(context.Background(), "select pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestPoolAcquireFunc: the statements f runs on the connection AcquireFunc gives it are
+// controlled, f's error is returned, and the connection is released after f returns, returns
+// an error or panics; an acquire that fails does not call f.
+func TestPoolAcquireFunc(t *testing.T) {
+	p, _ := openPool(t, blockAll)
+	ctx := tagging.With(context.Background(), "app", "x")
+	var last *driver.PoolConn // the connection f was given, released here if AcquireFunc leaked it
+	acquired := func(name string, want int32) {
+		t.Helper()
+		if got := p.Stat().AcquiredConns(); got != want {
+			if want == 0 && last != nil {
+				last.Release() // so that the pool's Close does not wait for it
+			}
+			t.Fatalf("%s: %d connections acquired, want %d", name, got, want)
+		}
+	}
+	calls := 0
+	if err := p.AcquireFunc(ctx, func(c *driver.PoolConn) error {
+		calls++
+		last = c
+		acquired("in f", 1)
+		_, err := c.Exec(ctx, "select 1")
+		asBlocked(t, err)
+		var n int
+		asBlocked(t, c.QueryRow(ctx, "select 1").Scan(&n))
+		if err := c.QueryRow(context.Background(), "select 2").Scan(&n); err != nil || n != 2 {
+			t.Fatalf("untagged statement: %d %v", n, err) // the connection itself works
+		}
+		return nil
+	}); err != nil || calls != 1 {
+		t.Fatalf("AcquireFunc: %v, f called %d times", err, calls)
+	}
+	acquired("after f", 0)
+
+	errF := errors.New("f failed")
+	if err := p.AcquireFunc(ctx, func(c *driver.PoolConn) error {
+		last = c
+		_, err := c.Exec(ctx, "select 1")
+		asBlocked(t, err)
+		return errF
+	}); !errors.Is(err, errF) {
+		t.Fatalf("AcquireFunc returned %v, want f's error", err)
+	}
+	acquired("after f's error", 0)
+
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		_ = p.AcquireFunc(ctx, func(c *driver.PoolConn) error {
+			last = c
+			acquired("before the panic", 1)
+			panic("boom")
+		})
+		return nil
+	}()
+	if recovered != "boom" {
+		t.Fatalf("recovered %v, want f's panic", recovered)
+	}
+	acquired("after f's panic", 0)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	calls = 0
+	if err := p.AcquireFunc(cancelled, func(*driver.PoolConn) error { calls++; return nil }); !errors.Is(err, context.Canceled) || calls != 0 {
+		t.Fatalf("cancelled acquire: %v, f called %d times", err, calls)
+	}
+	if b := poolBudget(t, p, "none"); b.InFlight != 0 || b.Admitted != 0 || b.Blocked != 3 {
+		t.Fatalf("budget %+v", b)
+	}
+}
+
+// TestPoolAcquireAllIdle: AcquireAllIdle takes every idle connection, as many as pgxpool counts
+// idle, and their statements are controlled.
+func TestPoolAcquireAllIdle(t *testing.T) {
+	p, _ := openPool(t, blockAll)
+	ctx := tagging.With(context.Background(), "app", "x")
+	if conns := p.AcquireAllIdle(ctx); len(conns) != 0 {
+		t.Fatalf("%d connections from an empty pool", len(conns))
+	}
+	warmed := warmPool(t, p, 3)
+	idle := p.Stat().IdleConns()
+	conns := p.AcquireAllIdle(ctx)
+	var release []func()
+	for _, c := range conns {
+		release = append(release, releaseLater(t, c))
+	}
+	if len(conns) != int(idle) || len(conns) != 3 {
+		t.Fatalf("%d connections, pgxpool counted %d idle", len(conns), idle)
+	}
+	if s := p.Stat(); s.AcquiredConns() != 3 || s.IdleConns() != 0 {
+		t.Fatalf("acquired %d, idle %d after AcquireAllIdle", s.AcquiredConns(), s.IdleConns())
+	}
+	seen := map[uint32]bool{}
+	for _, c := range conns {
+		_, err := c.Exec(ctx, "select 1")
+		asBlocked(t, err)
+		rows, err := c.Query(ctx, "select 1")
+		asBlocked(t, err)
+		rows.Close()
+		pid := backendPID(t, c)
+		if !warmed[pid] || seen[pid] {
+			t.Fatalf("pid %d: not one of the idle connections %v, or twice", pid, warmed)
+		}
+		seen[pid] = true
+	}
+	for _, r := range release {
+		r()
+	}
+	if s := p.Stat(); s.AcquiredConns() != 0 || s.IdleConns() != 3 {
+		t.Fatalf("acquired %d, idle %d after Release", s.AcquiredConns(), s.IdleConns())
+	}
+	if b := poolBudget(t, p, "none"); b.InFlight != 0 || b.Blocked != 6 {
+		t.Fatalf("budget %+v", b)
+	}
+}
+
+// TestPoolConfig: Config is the pool's pgxpool configuration, and a copy: changing it changes
+// neither the pool nor the next copy.
+func TestPoolConfig(t *testing.T) {
+	p, _ := openPool(t, blockAll)
+	cfg := p.Config()
+	if cfg == nil || cfg.ConnConfig == nil {
+		t.Fatal("no config")
+	}
+	want := cfg.MaxConns
+	if want != p.Stat().MaxConns() {
+		t.Fatalf("Config().MaxConns %d, the pool's %d", want, p.Stat().MaxConns())
+	}
+	if want != p.Raw().Config().MaxConns || cfg.ConnConfig.Database != p.Raw().Config().ConnConfig.Database {
+		t.Fatalf("Config() is not the pool's: %+v", cfg)
+	}
+	database := cfg.ConnConfig.Database
+	cfg.MaxConns = want + 7
+	cfg.ConnConfig.Database = "elsewhere"
+	again := p.Config()
+	if again == cfg || again.MaxConns != want || again.ConnConfig.Database != database {
+		t.Fatalf("a change to Config's result reached the pool: MaxConns %d, database %q", again.MaxConns, again.ConnConfig.Database)
+	}
+	if p.Stat().MaxConns() != want {
+		t.Fatalf("the pool's MaxConns is %d after a change to a copy", p.Stat().MaxConns())
+	}
+}
+
+// TestPoolReset: Reset closes the idle connections at once (on the server too) and one in use
+// when it is released; the next acquire opens a new connection, and the pool is still
+// controlled.
+func TestPoolReset(t *testing.T) {
+	p, dsn := openPool(t, blockAll)
+	ctx := context.Background()
+	warmed := warmPool(t, p, 2)
+	inUse, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseInUse := releaseLater(t, inUse)
+	inUsePID := backendPID(t, inUse)
+	if s := p.Stat(); s.TotalConns() != 2 || s.AcquiredConns() != 1 {
+		t.Fatalf("total %d, acquired %d before Reset", s.TotalConns(), s.AcquiredConns())
+	}
+	p.Reset()
+	if s := p.Stat(); s.TotalConns() != 1 || s.IdleConns() != 0 {
+		t.Fatalf("total %d, idle %d after Reset, want the one in use only", s.TotalConns(), s.IdleConns())
+	}
+	if got := backendPID(t, inUse); got != inUsePID {
+		t.Fatalf("the connection in use changed: pid %d, was %d", got, inUsePID)
+	}
+	releaseInUse()
+	if s := p.Stat(); s.TotalConns() != 0 {
+		t.Fatalf("total %d after the connection in use was released", s.TotalConns())
+	}
+	// The old backends, the released one's too, go away on the server.
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	old := []uint32{inUsePID}
+	for pid := range warmed {
+		old = append(old, pid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := watch.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = any($1)", old).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the reset connections %v still on the server", n, old)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	err = p.AcquireFunc(ctx, func(c *driver.PoolConn) error {
+		if pid := backendPID(t, c); warmed[pid] || pid == inUsePID {
+			t.Fatalf("pid %d after Reset is an old connection's", pid)
+		}
+		_, err := c.Exec(tagging.With(ctx, "app", "x"), "select 1")
+		asBlocked(t, err)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

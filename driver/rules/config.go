@@ -18,6 +18,10 @@ const (
 	DefaultHealthInterval = healthmetric.DefaultInterval
 )
 
+// DefaultMaxQueue is [Budget.MaxQueue] when it is omitted and the budget has no max_concurrent
+// above 0 (with one, the default is max_concurrent): see [Budget.QueueBound].
+const DefaultMaxQueue = 8
+
 // Config is a complete rules file: how much the server can take, which budgets exist, which
 // queries each budget governs, and the static guards.
 //
@@ -131,6 +135,14 @@ type Budget struct {
 	// waiting.
 	MaxWait Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
 
+	// MaxQueue is how many statements may wait at once under MaxWait, per budget and per
+	// value of Per. Statements waiting for capacity wait in a queue per budget and value and
+	// are admitted in arrival order; a statement that finds the queue full is refused at
+	// once, with a RetryAfter. nil means the default (see [Budget.QueueBound]):
+	// MaxConcurrent when that is set above 0, else [DefaultMaxQueue]. 0 lets no statement
+	// wait: each is refused at once, as without MaxWait. It needs MaxWait.
+	MaxQueue *int `yaml:"max_queue,omitempty" json:"max_queue,omitempty"`
+
 	// ThrottleWhen maps health metrics (the Metric constants, or custom.<name>) to
 	// thresholds: while any is reached the budget admits nothing. replication_lag is in
 	// seconds. For an enforce budget a sample older than three health intervals counts as
@@ -159,6 +171,26 @@ type Budget struct {
 	// Quarantine, when set, refuses for a while the patterns that keep overrunning: see
 	// [Quarantine]. It needs MaxDuration or PerQueryLimit, whose overruns it counts.
 	Quarantine *Quarantine `yaml:"quarantine,omitempty" json:"quarantine,omitempty"`
+}
+
+// QueueBound returns how many statements may wait at once under the budget's max_wait, per
+// value of Per: MaxQueue when it is set, else MaxConcurrent when that is set above 0, else
+// [DefaultMaxQueue].
+//
+// The default follows max_concurrent because under database/sql a waiting statement holds its
+// pool connection: one budget's statements hold at most max_concurrent + max_queue
+// connections, which the default makes 2 × max_concurrent. A queue longer than the slots
+// mostly fills with statements that wait out their max_wait anyway, since each slot admits
+// one waiter per statement time. For a budget with no max_concurrent, 8 keeps the waiters
+// below a typical application pool.
+func (b *Budget) QueueBound() int {
+	switch {
+	case b.MaxQueue != nil:
+		return *b.MaxQueue
+	case b.MaxConcurrent != nil && *b.MaxConcurrent > 0:
+		return *b.MaxConcurrent
+	}
+	return DefaultMaxQueue
 }
 
 // Quarantine is a budget's quarantine: a pattern (a fingerprint) whose statements overran the
@@ -285,6 +317,7 @@ func (c *Config) Clone() *Config {
 		b := &out.Budgets[i]
 		b.ThrottleWhen = maps.Clone(b.ThrottleWhen)
 		b.MaxConcurrent = clonePtr(b.MaxConcurrent)
+		b.MaxQueue = clonePtr(b.MaxQueue)
 		b.ServerShare = clonePtr(b.ServerShare)
 		b.Quarantine = clonePtr(b.Quarantine)
 	}
@@ -300,8 +333,9 @@ func (c *Config) Clone() *Config {
 
 // WithDefaults returns a deep copy of c with every default made explicit: server_cores 1,
 // health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s where a
-// share is set, guard mode off. Empty maps and slices become nil, so that equal configs are
-// reflect.DeepEqual. It does not validate; call it on a valid config.
+// share is set, max_queue [Budget.QueueBound] where max_wait is set, guard mode off. Empty
+// maps and slices become nil, so that equal configs are reflect.DeepEqual. It does not
+// validate; call it on a valid config.
 func (c *Config) WithDefaults() *Config {
 	out := c.Clone()
 	out.fillDefaults()
@@ -330,6 +364,9 @@ func (c *Config) fillDefaults() {
 		}
 		if b.BurstLimit == 0 && b.ServerShare != nil && *b.ServerShare > 0 {
 			b.BurstLimit = defaultBurst(*b.ServerShare, c.ServerCores)
+		}
+		if b.MaxQueue == nil && b.MaxWait > 0 {
+			b.MaxQueue = new(b.QueueBound())
 		}
 		b.ThrottleWhen = nilIfEmpty(b.ThrottleWhen)
 	}

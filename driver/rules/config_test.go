@@ -46,6 +46,17 @@ func TestValidateInCode(t *testing.T) {
 		}},
 		{"name with spaces", Config{Budgets: []Budget{{Name: " a"}}}, []string{`budgets[0].name: leading or trailing spaces or control characters in " a"`}},
 		{"burst without share", Config{Budgets: []Budget{{Name: "a", BurstLimit: Duration(time.Second)}}}, []string{"budgets[0].burst_limit: needs server_share (the rate the bucket drains at)"}},
+		{"max_queue", Config{Budgets: []Budget{
+			{Name: "a", MaxWait: Duration(time.Second), MaxQueue: new(0)},
+			{Name: "b", MaxWait: Duration(time.Second), MaxQueue: new(-1)},
+			{Name: "c", MaxConcurrent: new(2), MaxQueue: new(4)},
+			{Name: "d", MaxQueue: new(-2)},
+		}}, []string{
+			"budgets[1].max_queue: must be >= 0, got -1",
+			"budgets[2].max_queue: has no effect without max_wait (only statements that may wait are queued)",
+			"budgets[3].max_queue: must be >= 0, got -2",
+			"budgets[3].max_queue: has no effect without max_wait (only statements that may wait are queued)",
+		}},
 		{"duplicate names", Config{Budgets: []Budget{a, a, a}}, []string{
 			`budgets[1].name: duplicate budget name "a" (also budgets[0])`,
 			`budgets[2].name: duplicate budget name "a" (also budgets[0])`,
@@ -97,9 +108,14 @@ func TestValidateInCode(t *testing.T) {
 func TestWithDefaults(t *testing.T) {
 	in := &Config{
 		ServerCores: 4,
-		Budgets:     []Budget{{Name: "a", ServerShare: new(float64(0.5))}, {Name: "b", ServerShare: new(float64(1e-12)), Mode: ModeOff}},
-		Rules:       []Rule{},
-		Guards:      Guards{RequireWhere: Guard{Mode: ModeEnforce, Match: map[string]string{}}},
+		Budgets: []Budget{
+			{Name: "a", ServerShare: new(float64(0.5))}, {Name: "b", ServerShare: new(float64(1e-12)), Mode: ModeOff},
+			{Name: "c", MaxConcurrent: new(3), MaxWait: Duration(time.Second)},
+			{Name: "d", MaxWait: Duration(time.Second)},
+			{Name: "e", MaxConcurrent: new(3)},
+		},
+		Rules:  []Rule{},
+		Guards: Guards{RequireWhere: Guard{Mode: ModeEnforce, Match: map[string]string{}}},
 	}
 	got := in.WithDefaults()
 	want := &Config{
@@ -107,13 +123,16 @@ func TestWithDefaults(t *testing.T) {
 		Budgets: []Budget{
 			{Name: "a", Mode: ModeWarn, ServerShare: new(float64(0.5)), BurstLimit: Duration(2 * time.Second), Explain: ExplainAuto},
 			{Name: "b", Mode: ModeOff, ServerShare: new(float64(1e-12)), BurstLimit: 1, Explain: ExplainAuto},
+			{Name: "c", Mode: ModeWarn, MaxConcurrent: new(3), MaxWait: Duration(time.Second), MaxQueue: new(3), Explain: ExplainAuto},
+			{Name: "d", Mode: ModeWarn, MaxWait: Duration(time.Second), MaxQueue: new(DefaultMaxQueue), Explain: ExplainAuto},
+			{Name: "e", Mode: ModeWarn, MaxConcurrent: new(3), Explain: ExplainAuto},
 		},
 		Guards: Guards{RequireWhere: Guard{Mode: ModeEnforce}, BlockTruncate: Guard{Mode: ModeOff}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %#v\nwant %#v", got, want)
 	}
-	if in.Budgets[0].Mode != "" || in.Rules == nil {
+	if in.Budgets[0].Mode != "" || in.Budgets[2].MaxQueue != nil || in.Rules == nil {
 		t.Errorf("WithDefaults modified its receiver")
 	}
 	if again := got.WithDefaults(); !reflect.DeepEqual(again, got) {
@@ -121,11 +140,39 @@ func TestWithDefaults(t *testing.T) {
 	}
 }
 
+// TestQueueBound: an explicit max_queue, else max_concurrent above 0, else DefaultMaxQueue.
+func TestQueueBound(t *testing.T) {
+	tests := []struct {
+		name string
+		b    Budget
+		want int
+	}{
+		{"nothing set", Budget{}, DefaultMaxQueue},
+		{"max_concurrent", Budget{MaxConcurrent: new(3)}, 3},
+		{"max_concurrent 0", Budget{MaxConcurrent: new(0)}, DefaultMaxQueue},
+		{"max_concurrent above the default", Budget{MaxConcurrent: new(50)}, 50},
+		{"explicit", Budget{MaxConcurrent: new(3), MaxQueue: new(5)}, 5},
+		{"explicit 0", Budget{MaxConcurrent: new(3), MaxQueue: new(0)}, 0},
+		{"explicit, no max_concurrent", Budget{MaxQueue: new(1)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.b.QueueBound(); got != tt.want {
+				t.Errorf("QueueBound() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if DefaultMaxQueue != 8 {
+		t.Errorf("DefaultMaxQueue = %d; the documentation says 8", DefaultMaxQueue)
+	}
+}
+
 func TestCloneIsDeep(t *testing.T) {
-	orig := fullWant.Clone()
+	orig := parseFile(t, "testdata/full.yaml") // shares no pointer with fullWant
 	c := orig.Clone()
 	c.HealthQueries["locks"] = "x"
 	c.Budgets[0].ThrottleWhen["active_queries"] = 1
+	*c.Budgets[0].MaxQueue = 99
 	c.Budgets[1].Name = "x"
 	c.Rules[0].Match["app"] = "x"
 	c.Guards.BlockTruncate.Match["app"] = "x"

@@ -27,6 +27,7 @@
 //	                           # a statement predicted above it never fits: refused, per_query_limit
 //	    warning_threshold: 0.8 # warn (even in enforce mode) when a limit is 80% full
 //	    max_wait: 200ms        # wait up to this long for capacity before blocking
+//	    max_queue: 2           # statements waiting at once (default max_concurrent, else 8)
 //	    explain: auto          # auto (default) | pattern | call: when EXPLAIN runs
 //	    max_duration: 30s      # cancel an admitted statement still running (rows included) after 30s
 //	    quarantine:            # refuse for 10m a pattern that overran 3 times within 10m
@@ -72,6 +73,18 @@
 // Omitted limits are unlimited. An explicit zero blocks: max_concurrent: 0 refuses every
 // statement its rules select (reason concurrency) and server_share: 0 likewise (reason budget),
 // both with a zero RetryAfter, since waiting cannot help.
+//
+// An enforce budget with max_wait lets a statement it cannot admit at once wait up to max_wait
+// for capacity. Waiting statements queue per budget and per value of per, and are admitted in
+// arrival order; max_queue bounds how many wait at once, and a statement that finds the queue
+// full is refused at once, with a RetryAfter. max_queue: 0 lets none wait (each is refused at
+// once, as without max_wait); max_queue without max_wait is an error. Omitted, max_queue is the
+// budget's max_concurrent, or [DefaultMaxQueue] (8) for a budget without one
+// ([Budget.QueueBound]): under database/sql a waiting statement holds its pool connection, so
+// one budget's statements hold at most max_concurrent + max_queue connections, by default
+// 2 × max_concurrent. A longer queue mostly fills with statements that wait out their max_wait
+// anyway, since each slot admits one waiter per statement time; without max_concurrent, 8
+// keeps the waiters below a typical application pool.
 //
 // # Incident runbook
 //
@@ -176,14 +189,16 @@
 // A [Config] built in code gets the same checks from [Config.Validate], with the same field
 // paths and no line numbers. In code, a zero field means "omitted": no limit, or the default;
 // the limits where zero blocks, [Budget.MaxConcurrent] and [Budget.ServerShare], are pointers,
-// nil when omitted (MaxConcurrent: new(0) blocks). In a file an explicit zero is rejected where
+// nil when omitted (MaxConcurrent: new(0) blocks), and so is [Budget.MaxQueue], where zero lets
+// no statement wait and nil means the default. In a file an explicit zero is rejected where
 // it would mean "no limit" (per_query_limit: 0s, max_duration: 0s, ...), because a reader could
 // take it for "nothing allowed".
 //
 // # Defaults
 //
 // [Parse] returns a config with defaults filled in ([Config.WithDefaults]): server_cores 1,
-// health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s, guard
-// mode off; with a coordination section, sync_interval 1s, fallback_instances 10 and shared
-// true. Validate never modifies its receiver.
+// health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s,
+// max_queue max_concurrent or 8 where max_wait is set, guard mode off; with a coordination
+// section, sync_interval 1s, fallback_instances 10 and shared true. Validate never modifies its
+// receiver.
 package rules

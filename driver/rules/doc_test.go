@@ -37,7 +37,7 @@ lines:
 	if len(cfg.Budgets) != 3 || len(cfg.Rules) != 5 || cfg.Rules[4].Until.IsZero() || cfg.Guards.BlockTruncate.Match["app"] != "web" {
 		t.Errorf("parsed %d budgets, %d rules, block_truncate %+v", len(cfg.Budgets), len(cfg.Rules), cfg.Guards.BlockTruncate)
 	}
-	if b := cfg.Budgets[0]; *b.MaxConcurrent != 4 || b.Explain != ExplainAuto || b.BurstLimit.String() != "10s" ||
+	if b := cfg.Budgets[0]; *b.MaxConcurrent != 4 || b.MaxQueue == nil || *b.MaxQueue != 2 || b.Explain != ExplainAuto || b.BurstLimit.String() != "10s" ||
 		b.MaxDuration.String() != "30s" || b.Quarantine == nil || b.Quarantine.After != 3 {
 		t.Errorf("reporting budget: %+v", b)
 	}

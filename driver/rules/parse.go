@@ -355,6 +355,8 @@ func (d *decoder) budget(n *yaml.Node, path string, b *Budget) {
 			b.Per = d.str(v, path)
 		case "max_wait":
 			b.MaxWait = d.duration(v, path)
+		case "max_queue":
+			b.MaxQueue = new(d.int(v, path))
 		case "throttle_when":
 			b.ThrottleWhen = map[string]float64{}
 			d.fields(v, path, nil, func(key, path string, v *yaml.Node) {

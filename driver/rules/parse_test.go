@@ -22,7 +22,7 @@ var fullWant = &Config{
 		{
 			Name: "reporting", Mode: ModeEnforce, MaxConcurrent: new(4),
 			PerQueryLimit: Duration(2 * time.Second), ServerShare: new(float64(0.25)), BurstLimit: Duration(10 * time.Second),
-			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), Explain: ExplainPattern,
+			WarningThreshold: 0.8, MaxWait: Duration(250 * time.Millisecond), MaxQueue: new(6), Explain: ExplainPattern,
 			ThrottleWhen: map[string]float64{"active_queries": 50, "replication_lag": 5, "custom.locks": 20},
 		},
 		{
@@ -145,6 +145,22 @@ func TestParseDefaults(t *testing.T) {
 			Rules:   []Rule{{Budget: "a", Match: map[string]string{"route": "/api/export", "v": "v1.2/beta"}}},
 			Guards:  Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
 		}},
+		{"max_queue defaults", "budgets:\n" +
+			"- {name: a, max_concurrent: 3, max_wait: 1s}\n" +
+			"- {name: b, max_wait: 1s}\n" +
+			"- {name: c, max_concurrent: 0, max_wait: 1s}\n" +
+			"- {name: d, max_concurrent: 3, max_wait: 1s, max_queue: 0}\n" +
+			"- {name: e, max_concurrent: 3, max_wait: 1s, max_queue: 20}\n" +
+			"- {name: f, max_wait: 1s, max_queue: ~}\n" +
+			"- {name: g, max_concurrent: 3}\n", queueDefaults},
+		{"max_queue defaults in JSON", `{"budgets": [
+			{"name": "a", "max_concurrent": 3, "max_wait": "1s"},
+			{"name": "b", "max_wait": "1s"},
+			{"name": "c", "max_concurrent": 0, "max_wait": "1s"},
+			{"name": "d", "max_concurrent": 3, "max_wait": "1s", "max_queue": 0},
+			{"name": "e", "max_concurrent": 3, "max_wait": "1s", "max_queue": 20},
+			{"name": "f", "max_wait": "1s", "max_queue": null},
+			{"name": "g", "max_concurrent": 3}]}`, queueDefaults},
 		{"JSON with tabs", "{\n\t\"server_cores\": 4,\n\t\"budgets\": [\n\t\t{\"name\": \"a\", \"per_query_limit\": \"1m\"}\n\t]\n}", &Config{
 			ServerCores: 4, HealthInterval: Duration(time.Second),
 			Budgets: []Budget{{Name: "a", Mode: ModeWarn, PerQueryLimit: Duration(time.Minute), Explain: ExplainAuto}},
@@ -161,6 +177,44 @@ func TestParseDefaults(t *testing.T) {
 				t.Errorf("got  %#v\nwant %#v", got, tt.want)
 			}
 		})
+	}
+}
+
+// queueDefaults is what both files of TestParseDefaults' max_queue cases parse to: an omitted
+// max_queue is max_concurrent, or DefaultMaxQueue without one above 0, where max_wait is set.
+var queueDefaults = &Config{
+	ServerCores: 1, HealthInterval: Duration(time.Second),
+	Budgets: []Budget{
+		{Name: "a", Mode: ModeWarn, MaxConcurrent: new(3), MaxWait: Duration(time.Second), MaxQueue: new(3), Explain: ExplainAuto},
+		{Name: "b", Mode: ModeWarn, MaxWait: Duration(time.Second), MaxQueue: new(8), Explain: ExplainAuto},
+		{Name: "c", Mode: ModeWarn, MaxConcurrent: new(0), MaxWait: Duration(time.Second), MaxQueue: new(8), Explain: ExplainAuto},
+		{Name: "d", Mode: ModeWarn, MaxConcurrent: new(3), MaxWait: Duration(time.Second), MaxQueue: new(0), Explain: ExplainAuto},
+		{Name: "e", Mode: ModeWarn, MaxConcurrent: new(3), MaxWait: Duration(time.Second), MaxQueue: new(20), Explain: ExplainAuto},
+		{Name: "f", Mode: ModeWarn, MaxWait: Duration(time.Second), MaxQueue: new(8), Explain: ExplainAuto},
+		{Name: "g", Mode: ModeWarn, MaxConcurrent: new(3), Explain: ExplainAuto},
+	},
+	Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+}
+
+// TestParseQueueBound: in a parsed file, QueueBound is the explicit max_queue or its default,
+// in YAML and in JSON.
+func TestParseQueueBound(t *testing.T) {
+	for _, in := range []string{
+		"budgets:\n- {name: a, max_concurrent: 3, max_wait: 1s}\n- {name: b, max_wait: 1s}\n- {name: c, max_wait: 1s, max_queue: 0}\n- {name: d, max_concurrent: 30, max_wait: 1s, max_queue: 2}\n",
+		`{"budgets": [{"name": "a", "max_concurrent": 3, "max_wait": "1s"}, {"name": "b", "max_wait": "1s"},
+			{"name": "c", "max_wait": "1s", "max_queue": 0}, {"name": "d", "max_concurrent": 30, "max_wait": "1s", "max_queue": 2}]}`,
+	} {
+		cfg, err := Parse([]byte(in))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", in, err)
+		}
+		var got []int
+		for i := range cfg.Budgets {
+			got = append(got, cfg.Budgets[i].QueueBound())
+		}
+		if want := []int{3, DefaultMaxQueue, 0, 2}; !reflect.DeepEqual(got, want) {
+			t.Errorf("Parse(%s): QueueBound %v, want %v", in, got, want)
+		}
 	}
 }
 
@@ -236,6 +290,16 @@ func TestParseErrors(t *testing.T) {
 		{"null health query", "health_queries:\n  load:\n", `pgtraffic: rules line 2: health_queries.load: expected a string, got null`},
 		{"bad mode", head + "    mode: enfoce\n", `pgtraffic: rules line 3: budgets[0].mode: unknown mode "enfoce" (want enforce, warn or off)`},
 		{"negative concurrency", head + "    max_concurrent: -1\n", `pgtraffic: rules line 3: budgets[0].max_concurrent: must be >= 0 (0 admits nothing; omit it for no limit), got -1`},
+		{"negative max_queue", head + "    max_wait: 1s\n    max_queue: -1\n", `pgtraffic: rules line 4: budgets[0].max_queue: must be >= 0, got -1`},
+		{"max_queue without max_wait", head + "    max_concurrent: 2\n    max_queue: 4\n", `pgtraffic: rules line 4: budgets[0].max_queue: has no effect without max_wait (only statements that may wait are queued)`},
+		{"max_queue with a zero max_wait", head + "    max_wait: 0s\n    max_queue: 0\n", `pgtraffic: rules line 4: budgets[0].max_queue: has no effect without max_wait (only statements that may wait are queued)`},
+		{"max_queue not a number", head + "    max_wait: 1s\n    max_queue: lots\n", `pgtraffic: rules line 4: budgets[0].max_queue: expected an integer, got "lots"`},
+		{"float max_queue", head + "    max_wait: 1s\n    max_queue: 2.5\n", `pgtraffic: rules line 4: budgets[0].max_queue: expected an integer, got "2.5"`},
+		{"max_queue as a list", head + "    max_wait: 1s\n    max_queue: [4]\n", `pgtraffic: rules line 4: budgets[0].max_queue: expected an integer, got a list`},
+		{"max_queue past an int", head + "    max_wait: 1s\n    max_queue: 99999999999999999999\n", `pgtraffic: rules line 4: budgets[0].max_queue: expected an integer, got "99999999999999999999"`},
+		{"negative max_queue in JSON", "{\"budgets\": [\n  {\"name\": \"a\", \"max_wait\": \"1s\",\n   \"max_queue\": -1}]}", `pgtraffic: rules line 3: budgets[0].max_queue: must be >= 0, got -1`},
+		{"JSON max_queue without max_wait", "{\"budgets\": [\n  {\"name\": \"a\",\n   \"max_queue\": 4}]}", `pgtraffic: rules line 3: budgets[0].max_queue: has no effect without max_wait (only statements that may wait are queued)`},
+		{"JSON max_queue as a string", "{\"budgets\": [\n  {\"name\": \"a\", \"max_wait\": \"1s\",\n   \"max_queue\": \"4\"}]}", `pgtraffic: rules line 3: budgets[0].max_queue: expected an integer, got "4"`},
 		{"share above 1", head + "    server_share: 1.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got 1.5`},
 		{"negative share", head + "    server_share: -0.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got -0.5`},
 		{"burst with zero share", head + "    server_share: 0\n    burst_limit: 5s\n", `pgtraffic: rules line 4: budgets[0].burst_limit: needs server_share (the rate the bucket drains at)`},
@@ -393,6 +457,7 @@ func FuzzParse(f *testing.F) {
 		"budgets: [{name: a}]\nrules: [{budget: a, match: {ip: \"::ffff:1.2.3.0/120\"}}]",
 		"guards: {require_where: {mode: warn, match: {app: x}}}",
 		"budgets: [{name: a, throttle_when: {replication_lag: 1m}}]",
+		"budgets: [{name: a, max_concurrent: 2, max_wait: 1s, max_queue: 0}, {name: b, max_wait: 1s}]",
 		"a: &a [*a]", "budgets: &b [*b]", "{\"budgets\": [{\"name\": \"\\u0000\"}]}",
 		"{\"budgets\": []}\n}", "{}{}", "budgets:\n  - name: a\xff\n", "server_cores: 1\n\x00", "\xef\xbb\xbf{}",
 		"coordination: {redis: \"redis://:pw@h:1/0\", sync_interval: 1s, fallback_instances: 3}\nbudgets: [{name: a, shared: false}]",

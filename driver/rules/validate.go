@@ -150,6 +150,14 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 		p.add(path+".per", "must be a tag key, got %s", quoteShort(b.Per))
 	}
 	p.durationField(path, "max_wait", b.MaxWait, false)
+	if q := b.MaxQueue; q != nil {
+		if *q < 0 {
+			p.add(path+".max_queue", "must be >= 0, got %d", *q)
+		}
+		if b.MaxWait == 0 {
+			p.add(path+".max_queue", "has no effect without max_wait (only statements that may wait are queued)")
+		}
+	}
 	// Sorted for the order of messages; most budgets have no throttle_when, and sorting
 	// allocates even for none.
 	if len(b.ThrottleWhen) > 0 {

@@ -32,6 +32,10 @@ type Budget struct {
 	unknown  float64 // the reservation for an unknown cost (Spec.unknownCost), once per spec
 	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
 	link     link    // a shared budget's coordinator (lease.go); zero in a local budget
+	// queues are the statements waiting for room, per key (queue.go); waiters counts them all,
+	// so that an admission with nobody waiting looks no further.
+	queues  map[string]*queue
+	waiters int
 
 	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
@@ -68,6 +72,9 @@ type Request struct {
 	// the budget's reservation for an unknown cost instead (spec.go). Once admitted, Cost
 	// holds what was reserved, which Release trues up.
 	Unknown bool
+	// Waiter is the waiter that queued for this request (queue.go); nil for one that did not
+	// wait. While others wait for its key before it, it is refused.
+	Waiter *Waiter
 }
 
 // Denial says which request refused an admission and why.
@@ -82,6 +89,10 @@ type Denial struct {
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
+	// Queued says the request was refused because others wait for its key before it (see
+	// queue.go): Reason and Limit say what the first of them waits for, and RetryAfter is a
+	// hint. Joining the queue behind them is the way in.
+	Queued bool
 }
 
 // Warning reports a request whose budget is close to, or past, a limit after
@@ -242,6 +253,23 @@ func worse(a, b *Denial) bool {
 // requests of the admission take from the same key: nil if r fits, else why
 // not (allocated only then). The caller holds b.mu.
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
+	if b.waiters > 0 {
+		if d := b.queued(r); d != nil {
+			return d
+		}
+		if r.Waiter != nil {
+			d := b.checkRoom(now, r, slots, extra)
+			if d != nil {
+				b.noteWhy(r, d)
+			}
+			return d
+		}
+	}
+	return b.checkRoom(now, r, slots, extra)
+}
+
+// checkRoom is check without the queue: whether r fits b's limits at now.
+func (b *Budget) checkRoom(now time.Time, r *Request, slots int, extra float64) *Denial {
 	sp := &b.keys.spec
 	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
@@ -347,6 +375,9 @@ func Release(now time.Time, r Request, actual float64) {
 		} else {
 			b.meanHold += 0.1 * (actual - b.meanHold)
 		}
+		if b.waiters > 0 {
+			b.wakeFirst(r.Key) // the slot, and any refund, may be the first waiter's room
+		}
 	}
 }
 
@@ -367,6 +398,7 @@ type Snapshot struct {
 	Debt     float64 // execution seconds, summed over keys, drained to the snapshot's time
 	MaxDebt  float64 // the largest debt of one key
 	InFlight int     // queries admitted and not yet released, summed over keys
+	Waiting  int     // statements waiting in the budget's queues (queue.go), summed over keys
 	Keys     int     // per-key states held
 	Evicted  uint64  // key states evicted to make room
 	// Decisions are the statements' decisions that the engine counted with [Budget.Count].
@@ -389,7 +421,7 @@ func (b *Budget) Snapshot(now time.Time) Snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
-	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Keys: k.count(), Evicted: k.evicted}
+	snap := Snapshot{Spec: k.spec, InFlight: k.inflight, Waiting: b.waiters, Keys: k.count(), Evicted: k.evicted}
 	if s := k.unkeyed; s != nil {
 		snap.addDebt(s.DebtAt(now, k.rate(s)))
 	}

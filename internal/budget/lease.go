@@ -53,7 +53,6 @@ type Usage struct {
 type link struct {
 	kick  func()        // asks the coordinator for an early sync; nil in a local budget
 	retry time.Duration // RetryAfter of a key without credit: when its lease may arrive
-	wake  chan struct{} // made by a refusal, closed by the next SetLease (see Changed)
 }
 
 // part is one key's partition of a shared budget: its lease and what it reports at the next
@@ -89,34 +88,7 @@ func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
 	}
 	k.shared = kick != nil
 	k.setSpec(now, k.spec) // the idle order under the new rates
-	b.wakeWaiters()
-}
-
-// Changed returns a channel closed when a shared budget's lease changes after its last
-// refusal: a statement refused for want of its lease (and waiting, max_wait) selects on it to
-// try again at once. It is already closed when a lease changed since that refusal, so a lease
-// that arrives between a refusal and the call is not missed. Nil in a local budget.
-func (b *Budget) Changed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.keys.shared {
-		return nil
-	}
-	if b.link.wake == nil {
-		return closed
-	}
-	return b.link.wake
-}
-
-// closed is a closed channel: Changed's answer when a lease changed since the last refusal.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// wakeWaiters closes the Changed channel. The caller holds b.mu.
-func (b *Budget) wakeWaiters() {
-	if b.link.wake != nil {
-		close(b.link.wake)
-		b.link.wake = nil
-	}
+	b.wakeAll()            // a new lease may be a waiter's room
 }
 
 // SetLease makes lease the limits of key's partition from now on. Its debt so
@@ -154,7 +126,7 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, lease.Rate))
 		heap.Fix(&k.idle, s.idx)
 	}
-	b.wakeWaiters()
+	b.wakeAll() // a new lease may be a waiter's room
 }
 
 // TakeUsage returns the usage of every partition active since the previous call and resets
@@ -240,9 +212,6 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (k
 	s := k.lookup(r.Key)
 	if s == nil {
 		s = k.insert(r.Key, now) // a new partition: the coordinator learns of it at its next sync
-	}
-	if b.link.wake == nil {
-		b.link.wake = make(chan struct{})
 	}
 	p := s.part
 	p.offered += sanitizeCost(r.Cost)

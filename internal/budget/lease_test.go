@@ -132,31 +132,31 @@ func TestSetLeaseRaisesDebtToItsShareOfTheGlobalDebt(t *testing.T) {
 }
 
 func TestSetLeaseWakesWaiters(t *testing.T) {
-	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil {
+	b, _ := newShared(Spec{Rate: 1, Burst: 1, MaxQueue: 4})
+	req := []Request{{Budget: b, Cost: 0.1}}
+	_, d := Admit(at(0), req, nil)
+	if d == nil {
 		t.Fatal("admitted without a lease")
 	}
-	ch := b.Changed()
+	var w Waiter
+	if Join(&w, req, d, false) != -1 {
+		t.Fatal("could not join")
+	}
 	select {
-	case <-ch:
-		t.Fatal("closed before any lease")
+	case <-w.Wake():
+		t.Fatal("woken before any lease")
 	default:
 	}
 	b.SetLease(at(0), "", Lease{Rate: 1, Burst: 1})
 	select {
-	case <-ch:
+	case <-w.Wake():
 	default:
-		t.Fatal("SetLease did not close the Changed channel")
+		t.Fatal("SetLease did not wake the first waiter")
 	}
-	// A waiter that asks only now, after the lease came, must not wait for the next one.
-	select {
-	case <-b.Changed():
-	default:
-		t.Fatal("Changed is open though a lease came after the last refusal")
+	if _, d := Admit(at(0), req, nil); d != nil {
+		t.Fatalf("the first waiter was refused under its new lease: %+v", d)
 	}
-	if New(Spec{Rate: 1}).Changed() != nil {
-		t.Error("a local budget's Changed channel is not nil")
-	}
+	Leave(&w, req)
 }
 
 func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {

@@ -44,6 +44,9 @@ type Spec struct {
 	WarningThreshold float64
 	// MaxKeys bounds the number of per-key states; 0 is [DefaultMaxKeys].
 	MaxKeys int
+	// MaxQueue is how many statements may wait for one key's room at once (queue.go); 0:
+	// none waits.
+	MaxQueue int
 }
 
 // normalize returns s with invalid values replaced by their documented
@@ -68,6 +71,7 @@ func (s Spec) normalize() Spec {
 	if s.MaxKeys <= 0 {
 		s.MaxKeys = DefaultMaxKeys
 	}
+	s.MaxQueue = max(s.MaxQueue, 0)
 	return s
 }
 

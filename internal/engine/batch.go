@@ -47,19 +47,13 @@ type batchWork struct {
 	// enforce budgets' (admitted together) and then the warn budgets' that had room. owners[i]
 	// says whose holds[i] is.
 	holds  []budget.Request
-	owners []batchOwner
+	owners []owner
 	held   int // holds[:held] are taken from their budgets
 	warns  []budget.Warning
-	texts  []*textEntry // each statement's text cache entry, while BeginBatch runs
-	routes []*route     // each statement's route (nil: not routed), while BeginBatch runs
-}
-
-// batchOwner is what a request of a batch answers to: its budget, the rule that first selected
-// it, and the first statement routed to it (the one a denial or a warning names).
-type batchOwner struct {
-	bs   *budgetState
-	rule int
-	stmt int
+	claim  claim         // its admission (admission.go)
+	waiter budget.Waiter // its place in the budgets' queues while it waits
+	texts  []*textEntry  // each statement's text cache entry, while BeginBatch runs
+	routes []*route      // each statement's route (nil: not routed), while BeginBatch runs
 }
 
 // BeginBatch decides the batch of queries (with their args: args[i] are query i's, as Begin
@@ -73,6 +67,20 @@ type batchOwner struct {
 // ended while waiting for capacity. On an error nothing is held and b needs no Finish; a panic
 // in code BeginBatch calls (an observer, a logger) gives back what it took.
 func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queries []string, args [][]any) error {
+	return e.beginBatch(ctx, b, conn, false, queries, args)
+}
+
+// BeginBatchBeforeConn is BeginBatch for a batch that has no connection yet, as
+// BeginBeforeConn is Begin for a statement: when a statement's cost needs an EXPLAIN it takes
+// nothing and returns ErrNeedConn; once it admits the batch the front end acquires the
+// connection and calls [Batch.Acquired], or [Batch.Abandon] if it cannot.
+func (e *Engine) BeginBatchBeforeConn(ctx context.Context, b *Batch, queries []string, args [][]any) error {
+	return e.beginBatch(ctx, b, nil, true, queries, args)
+}
+
+// beginBatch is BeginBatch (later false) and BeginBatchBeforeConn.
+func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, later bool, queries []string,
+	args [][]any) error {
 	b.reset(e, len(queries))
 	begun := false
 	defer func() {
@@ -85,6 +93,7 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queri
 		x := &b.Execs[i]
 		p, text := e.texts.get(q, e.patterns)
 		x.reset(e, p)
+		x.later = later
 		b.texts = append(b.texts, text)
 		if e.obs != nil {
 			x.Wants = e.obs.Wants()
@@ -112,7 +121,9 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queri
 			qargs = args[i]
 		}
 		if err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err != nil {
-			b.refused(ctx, err)
+			if err != ErrNeedConn { // else nothing was decided: BeginBatch follows with the connection
+				b.refused(ctx, err)
+			}
 			return err
 		}
 	}
@@ -177,7 +188,11 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	}
 	x.Budgets = rt.names
 	if rt.needCost {
-		x.Predicted, x.PlanCost, _ = e.predict(ctx, x, conn, query, args, rt.explain)
+		var later bool
+		x.Predicted, x.PlanCost, _, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		if later {
+			return ErrNeedConn
+		}
 		x.Costed = true
 	}
 	for j, bi := range rt.budgets {
@@ -197,12 +212,11 @@ func (b *Batch) add(bs *budgetState, rule, i int, key string, cost float64) {
 		}
 	}
 	b.holds = append(b.holds, budget.Request{Budget: bs.b, Key: key, Cost: cost})
-	b.owners = append(b.owners, batchOwner{bs: bs, rule: rule, stmt: i})
+	b.owners = append(b.owners, owner{bs: bs, rule: rule, stmt: i})
 }
 
-// admitBatch admits b's union: its enforce requests together, all or nothing, trying again
-// while the denial's wait fits its budget's max_wait and ctx's deadline, as enforce does for
-// a statement; then its warn requests one by one, as warnBudgets does. On success b.holds are
+// admitBatch admits b's union: its enforce requests together, all or nothing, as a statement's
+// are (admit); then its warn requests one by one, as warnBudgets does. On success b.holds are
 // the batch's holds.
 func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	// The enforce requests first: Admit takes them as one.
@@ -214,25 +228,17 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 			n++
 		}
 	}
-	deadline := time.Time{}
-	for now := b.start; ; now = e.now() {
-		o, d, wait := e.admitBatchAt(st, b, n, now)
-		if d == nil {
-			break
-		}
-		if deadline.IsZero() {
-			deadline = b.start.Add(o.bs.maxWait)
-		}
-		if o.bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
-			e.refuseBatch(now, b, o, d)
-			return d
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.after(wait):
-		case <-o.bs.b.Changed(): // a shared budget's new lease may be room: nil for a local one
-		}
+	quarantine := false
+	for _, rt := range b.routes {
+		quarantine = quarantine || rt != nil && rt.quarantine
+	}
+	c := &b.claim
+	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
+		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
+	_, err := e.admit(ctx, st, c, b.start)
+	b.warns = c.warns
+	if err != nil {
+		return err
 	}
 	b.held = n
 	// Then each warn budget on its own, as warnBudgets does: one that would block warns, and
@@ -264,70 +270,6 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	}
 	b.holds, b.owners = b.holds[:b.held], b.owners[:b.held]
 	return nil
-}
-
-// refuseBatch records that d, of o's budget, refuses every statement of b at now: each is one
-// block of the budget, in its counts and in the recent refusals, as the observer counts each
-// (Batch.refused).
-func (e *Engine) refuseBatch(now time.Time, b *Batch, o batchOwner, d *Denial) {
-	for i := range b.Execs {
-		o.bs.b.Count(now, budget.Blocked, d.Reason)
-		e.recordBlock(now, d, b.Execs[i].Pattern)
-	}
-	e.logDecision(d.Budget, DecisionBlock, d, b.Execs[o.stmt].Pattern)
-}
-
-// admitBatchAt checks b's n enforce budgets as admit does a statement's (health, a zero limit,
-// a quarantined pattern of any statement) and admits their requests (b.holds[:n], which hold
-// nothing yet) at now, all or nothing. On a denial it returns the denying request's owner (for
-// a quarantine, the budget with the quarantined statement), the denial and the wait before a
-// retry could fit (0 when none can).
-func (e *Engine) admitBatchAt(st *compiled, b *Batch, n int, now time.Time) (batchOwner, *Denial, time.Duration) {
-	for _, o := range b.owners[:n] {
-		if d := e.healthDenial(st, o.bs, o.rule, &b.Execs[o.stmt], now); d != nil {
-			return o, d, d.RetryAfter
-		}
-	}
-	for _, o := range b.owners[:n] {
-		if d := o.bs.closedDenial(st, o.rule, &b.Execs[o.stmt]); d != nil {
-			return o, d, 0 // never retried
-		}
-	}
-	for i, rt := range b.routes {
-		if rt == nil || !rt.quarantine {
-			continue
-		}
-		for j, bi := range rt.budgets {
-			if bs := st.budgets[bi]; bs.mode == modeEnforce {
-				if d := e.quarantineDenial(st, bs, rt.ruleOf[j], &b.Execs[i], now); d != nil {
-					// As for a closed budget: refused at once, not retried.
-					return batchOwner{bs: bs, rule: rt.ruleOf[j], stmt: i}, d, 0
-				}
-			}
-		}
-	}
-	if n == 0 {
-		return batchOwner{}, nil, 0
-	}
-	warns, den := budget.Admit(now, b.holds[:n], b.warns[:0])
-	b.warns = warns
-	if den != nil {
-		o := b.owners[den.Index]
-		d := &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
-			Fingerprint: b.Execs[o.stmt].Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-		wait := den.RetryAfter
-		if den.Reason == ReasonPerQuery {
-			wait = 0 // waiting cannot make a batch cheaper
-		} else if wait <= 0 {
-			wait = minRetry
-		}
-		return o, d, wait
-	}
-	for _, w := range warns {
-		o := b.owners[w.Index]
-		e.thresholdWarn(&b.Execs[o.stmt], o.bs, st.ruleName[o.rule], w)
-	}
-	return batchOwner{}, nil, 0
 }
 
 // refused marks every statement of b blocked by err (a guard's or a budget's denial, or ctx's
@@ -403,6 +345,43 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		}
 		if x.Wants&(WantSpans|WantDuration) != 0 {
 			e.obs.Finished(ctx, x, err, took)
+		}
+		x.Span = nil
+	}
+}
+
+// Acquired tells b, admitted by BeginBatchBeforeConn, that its connection is acquired: its
+// clock restarts, as Exec.Acquired does a statement's.
+func (b *Batch) Acquired() {
+	if b.start.IsZero() {
+		return
+	}
+	b.start = b.e.now()
+	for i := range b.Execs {
+		if x := &b.Execs[i]; !x.start.IsZero() {
+			x.start = b.start
+		}
+	}
+}
+
+// Abandon ends b, admitted by BeginBatchBeforeConn, when no connection could be acquired for
+// it: as Exec.Abandon, its holds go back at no cost, nothing is learned, and each statement's
+// observer is told that it ended with err. Call it instead of Finish.
+func (b *Batch) Abandon(ctx context.Context, err error) {
+	e := b.e
+	e.inFlight.Add(-int64(len(b.Execs)))
+	if b.start.IsZero() {
+		return
+	}
+	now := e.now()
+	for _, r := range b.holds[:b.held] {
+		budget.Release(now, r, 0) // the batch never ran: released at no cost
+	}
+	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	for i := range b.Execs {
+		x := &b.Execs[i]
+		if x.Wants&(WantSpans|WantDuration) != 0 {
+			e.obs.Finished(ctx, x, err, now.Sub(b.start))
 		}
 		x.Span = nil
 	}

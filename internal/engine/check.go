@@ -2,10 +2,8 @@ package engine
 
 import (
 	"context"
-	"math/rand/v2"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -18,10 +16,25 @@ var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: pattern.KindOther}
 const nominalCost = 0.001
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
-// budgets its tags select: health thresholds, concurrency and bucket room. It routes like a
-// statement (built-in and context tags; the statement's own tags are unknown) and takes
-// nothing. It returns nil or a *Denial.
+// budgets its tags select: health thresholds, zero limits, concurrency and bucket room, and
+// whether others wait for them first. It routes like a statement (built-in and context tags;
+// the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial.
 func (e *Engine) Check(ctx context.Context) error {
+	return e.check(ctx, noWait)
+}
+
+// Wait blocks until Check passes or ctx ends (then it returns ctx's error). It waits as a
+// statement waits, in its budgets' queues and in arrival order, woken the moment there may be
+// room, but without a bound on the queue or on the wait: a job that waits before a chunk holds
+// no connection. Its turn passes as soon as Check does: it takes nothing, so the next waiter's
+// turn follows at once.
+func (e *Engine) Wait(ctx context.Context) error {
+	return e.check(ctx, always)
+}
+
+// check is Check (noWait) and Wait (always): the admission of a nominal statement with ctx's
+// tags that takes nothing.
+func (e *Engine) check(ctx context.Context, p patience) error {
 	st := e.state.Load()
 	if st.rules == nil {
 		return nil
@@ -30,44 +43,18 @@ func (e *Engine) Check(ctx context.Context) error {
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
 	st.route(x.Tags, rt, nil, x.start)
-	for i, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
-				return d
-			}
-			if d := e.healthDenial(st, bs, rt.ruleOf[i], x, x.start); d != nil {
-				return d
-			}
-		}
-	}
-	// Each budget on its own: a job waits for the first that refuses.
+	// The nominal statement costs nominalCost, or a budget's per_query_limit where that is
+	// smaller: Check asks about room, and a job's statements are not this one.
+	reqs := make([]budget.Request, len(rt.reqs))
 	for i, r := range rt.reqs {
 		r.Cost = nominalCost
-		if den := budget.Check(x.start, []budget.Request{r}); den != nil && den.Reason != ReasonPerQuery {
-			bs, rule := e.enforced(st, rt, i)
-			return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		if pq := rt.owners[i].bs.perQuery.Seconds(); pq > 0 {
+			r.Cost = min(r.Cost, pq)
 		}
+		reqs[i] = r
 	}
-	return nil
-}
-
-// Wait blocks until Check passes or ctx ends (then it returns ctx's error). Between checks it
-// waits about the denial's retry hint with jitter, growing with each attempt, so that many
-// waiting jobs do not all rush in the moment a metric drops.
-func (e *Engine) Wait(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
-		err := e.Check(ctx)
-		if err == nil {
-			return nil
-		}
-		base := e.state.Load().healthInterval
-		if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {
-			base = d.RetryAfter
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.after(health.Backoff(attempt, base, rand.Float64())):
-		}
-	}
+	c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
+		quarantine: false, patience: p, w: &x.s.waiter}
+	_, err := e.admit(ctx, st, c, x.start)
+	return err
 }

@@ -153,6 +153,14 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
 		}
+		// Statements wait only under max_wait, at most max_queue of them per value.
+		maxWait := time.Duration(b.MaxWait)
+		if maxWait > 0 {
+			spec.MaxQueue = b.QueueBound()
+		}
+		if spec.MaxQueue == 0 {
+			maxWait = 0 // max_queue: 0 lets none wait
+		}
 		bb, ok := e.life.budgets[b.Name]
 		if ok {
 			bb.SetSpec(e.now(), spec)
@@ -168,7 +176,7 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 			per:         b.Per,
 			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
 			explain:     parseExplain(b.Explain),
-			maxWait:     time.Duration(b.MaxWait),
+			maxWait:     maxWait,
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),

@@ -30,9 +30,6 @@ func guardBypassed(ctx context.Context) bool {
 	return v
 }
 
-// minRetry is the retry hint when a limit gives none (concurrency) and the pause of a max_wait loop.
-const minRetry = 10 * time.Millisecond
-
 // route is what the rule set makes of one statement's tags: the budgets it selects (not off),
 // the rule that selected each, and each one's per-tag value.
 type route struct {
@@ -40,8 +37,10 @@ type route struct {
 	ruleOf  []int    // the rule that selected each
 	keys    []string // each one's per-tag value; "" when it has no per
 	names   []string // each one's name (Exec.Budgets)
-	// reqs are the admission requests of the enforce budgets among them, without their cost.
+	// reqs are the admission requests of the enforce budgets among them, without their cost,
+	// and owners what each answers to.
 	reqs     []budget.Request
+	owners   []owner
 	needCost bool // a selected budget needs a cost prediction
 	explain  explainMode
 	warn     bool // a selected budget is in warn mode
@@ -57,7 +56,8 @@ type route struct {
 
 // route matches tags against st's rules in force at now into rt, reusing its storage.
 func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.Time) []int {
-	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0]}
+	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0],
+		owners: rt.owners[:0]}
 	if st.rules == nil {
 		return ruleBuf
 	}
@@ -78,6 +78,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		rt.names = append(rt.names, bs.name)
 		if bs.mode == modeEnforce {
 			rt.reqs = append(rt.reqs, budget.Request{Budget: bs.b, Key: key})
+			rt.owners = append(rt.owners, owner{bs: bs, rule: r})
 		}
 		rt.warn = rt.warn || bs.mode == modeWarn
 		rt.health = rt.health || (bs.mode == modeEnforce && len(bs.throttle) > 0)
@@ -110,7 +111,11 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	x.Budgets = rt.names
 	if rt.needCost {
-		x.Predicted, x.PlanCost, slow = e.predict(ctx, x, conn, query, args, rt.explain)
+		var later bool
+		x.Predicted, x.PlanCost, slow, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		if later {
+			return false, ErrNeedConn
+		}
 		x.Costed = true
 	}
 	// Enforce budgets are admitted together, all or nothing, possibly waiting up to max_wait: their
@@ -124,7 +129,11 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		r.Cost, r.Unknown = x.Predicted, x.untrained
 		x.holds = append(x.holds, r)
 	}
-	waited, err := e.enforce(ctx, st, x, rt)
+	c := &x.s.claim
+	*c = claim{x: x, rt: rt, reqs: x.holds, owners: rt.owners, health: rt.health, closed: rt.closed,
+		quarantine: rt.quarantine, take: true, patience: maxWait, w: &x.s.waiter, warns: x.s.warns}
+	waited, err := e.admit(ctx, st, c, x.start)
+	x.s.warns = c.warns
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -199,110 +208,6 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		}
 	}
 	return nil
-}
-
-// enforce admits x's enforce budgets (health thresholds first), trying again while the
-// denial's wait fits its budget's max_wait and ctx's deadline. It returns the *Denial that
-// blocks x, or ctx's error if ctx ends while waiting; waited reports a wait.
-func (e *Engine) enforce(ctx context.Context, st *compiled, x *Exec, rt *route) (waited bool, err error) {
-	deadline := time.Time{}
-	for now := x.start; ; now = e.now() {
-		bs, d, wait := e.admit(st, x, rt, now)
-		if d == nil {
-			return waited, nil
-		}
-		if deadline.IsZero() {
-			deadline = x.start.Add(bs.maxWait)
-		}
-		if bs.maxWait <= 0 || wait <= 0 || now.Add(wait).After(deadline) || ctxEndsBefore(ctx, now.Add(wait)) {
-			e.refuse(now, x, bs, d)
-			return waited, d
-		}
-		select {
-		case <-ctx.Done():
-			return waited, ctx.Err()
-		case <-e.after(wait):
-		case <-bs.b.Changed(): // a shared budget's new lease may be room: nil for a local one
-		}
-		waited = true
-	}
-}
-
-// refuse records that d of budget bs blocks x at now.
-func (e *Engine) refuse(now time.Time, x *Exec, bs *budgetState, d *Denial) {
-	x.Decision, x.Reason = DecisionBlock, d.Reason
-	bs.b.Count(now, budget.Blocked, d.Reason)
-	e.recordBlock(now, d, x.Pattern)
-	e.logDecision(d.Budget, DecisionBlock, d, x.Pattern)
-}
-
-// admit checks health and admits x's enforce requests (x.holds, which hold nothing yet) at now,
-// all or nothing. On a denial it returns the denying budget, the denial and the wait before a
-// retry could fit (0 when none can).
-func (e *Engine) admit(st *compiled, x *Exec, rt *route, now time.Time) (*budgetState, *Denial, time.Duration) {
-	if rt.health {
-		for i, bi := range rt.budgets {
-			if bs := st.budgets[bi]; bs.mode == modeEnforce {
-				if d := e.healthDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
-					return bs, d, d.RetryAfter
-				}
-			}
-		}
-	}
-	if rt.closed {
-		for i, bi := range rt.budgets {
-			if bs := st.budgets[bi]; bs.mode == modeEnforce {
-				if d := bs.closedDenial(st, rt.ruleOf[i], x); d != nil {
-					return bs, d, 0
-				}
-			}
-		}
-	}
-	if rt.quarantine {
-		for i, bi := range rt.budgets {
-			if bs := st.budgets[bi]; bs.mode == modeEnforce {
-				if d := e.quarantineDenial(st, bs, rt.ruleOf[i], x, now); d != nil {
-					return bs, d, 0
-				}
-			}
-		}
-	}
-	reqs := x.holds
-	if len(reqs) == 0 {
-		return nil, nil, 0
-	}
-	warns, den := budget.Admit(now, reqs, x.s.warns[:0])
-	x.s.warns = warns
-	if den != nil {
-		bs, rule := e.enforced(st, rt, den.Index)
-		d := &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason,
-			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
-		wait := den.RetryAfter
-		if den.Reason == ReasonPerQuery {
-			wait = 0 // waiting cannot make a statement cheaper
-		} else if wait <= 0 {
-			wait = minRetry
-		}
-		return bs, d, wait
-	}
-	for _, w := range warns {
-		bs, rule := e.enforced(st, rt, w.Index)
-		e.thresholdWarn(x, bs, st.ruleName[rule], w)
-	}
-	return nil, nil, 0
-}
-
-// enforced returns the budget and rule of the i-th enforce request of rt.
-func (e *Engine) enforced(st *compiled, rt *route, i int) (*budgetState, int) {
-	for j, bi := range rt.budgets {
-		if bs := st.budgets[bi]; bs.mode == modeEnforce {
-			if i == 0 {
-				return bs, rt.ruleOf[j]
-			}
-			i--
-		}
-	}
-	panic("engine: request index out of range")
 }
 
 // warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
@@ -385,9 +290,10 @@ var localOnly = health.NewSampler(health.Options{})
 
 // predict returns the predicted execution seconds and the planner cost it used (0 if none), and
 // whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
-// fail the statement.
+// fail the statement. needConn reports, for a statement with no connection yet (x.later), that
+// it would EXPLAIN: nothing else is returned or counted.
 func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any,
-	mode explainMode) (seconds, planCost float64, sent bool) {
+	mode explainMode) (seconds, planCost float64, sent, needConn bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
@@ -396,10 +302,13 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query str
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
-		return pred.Seconds, pred.PlanCost, false
+		return pred.Seconds, pred.PlanCost, false, false
 	}
 	planCost = 0
 	if p.Explainable {
+		if conn == nil && x.later {
+			return 0, 0, false, true
+		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
 		}
@@ -428,10 +337,10 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query str
 	}
 	if planCost == 0 {
 		// Not explained: the first prediction stands (the cached plan cost while fresh, else history).
-		return pred.Seconds, pred.PlanCost, sent
+		return pred.Seconds, pred.PlanCost, sent, false
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
-	return pred.Seconds, planCost, sent
+	return pred.Seconds, planCost, sent, false
 }
 
 func ctxEndsBefore(ctx context.Context, t time.Time) bool {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -228,6 +229,8 @@ type work struct {
 	e     *Engine
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
+	// later: the statement has no connection yet (BeginBeforeConn).
+	later bool
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
@@ -248,10 +251,12 @@ type work struct {
 
 // scratch is the storage an Exec decides in, kept from one statement to the next.
 type scratch struct {
-	tags  []ruleset.KV
-	rules []int
-	rt    route
-	warns []budget.Warning
+	tags   []ruleset.KV
+	rules  []int
+	rt     route
+	warns  []budget.Warning
+	claim  claim         // its admission (admission.go)
+	waiter budget.Waiter // its place in the budgets' queues while it waits
 }
 
 // reset readies x for a statement of p: a new Result, and the work's per-statement fields
@@ -292,6 +297,31 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 // Finish. If code Begin calls panics (an observer, a logger, a query rewriter), Begin gives back
 // what it took before the panic goes on, and x needs no Finish.
 func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any) error {
+	return e.begin(ctx, x, conn, false, query, args)
+}
+
+// ErrNeedConn is BeginBeforeConn's and BeginBatchBeforeConn's answer for a statement whose cost
+// needs an EXPLAIN on its connection: nothing was decided or taken.
+var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on its connection")
+
+// BeginBeforeConn is Begin for a statement that has no connection yet: the pgx-native pool
+// decides a statement before it takes a connection from the pool, so that a refused statement
+// never waits for one and a statement waiting for capacity holds none. It decides as Begin does,
+// except when the statement's cost needs an EXPLAIN (a pattern not yet costed under a budget
+// with a bucket or a per_query_limit, explain: call): then it takes nothing and returns
+// ErrNeedConn, and the front end acquires the connection and calls Begin with it.
+//
+// Once it admits the statement the front end acquires the connection, still holding the
+// statement's slots, and then calls [Exec.Acquired], so that the wait for the pool is not
+// counted as the statement's cost; if the acquisition fails it calls [Exec.Abandon] instead of
+// Finish.
+func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) error {
+	return e.begin(ctx, x, nil, true, query, args)
+}
+
+// begin is Begin (later false) and BeginBeforeConn (later: conn is nil, and comes after the
+// decision).
+func (e *Engine) begin(ctx context.Context, x *Exec, conn *pgx.Conn, later bool, query string, args []any) error {
 	st := e.state.Load()
 	var wants Wants
 	if e.obs != nil {
@@ -307,7 +337,7 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query strin
 		p, text = e.texts.get(query, e.patterns)
 	}
 	x.reset(e, p)
-	x.Wants, x.Observed = wants, wants&WantSpans != 0
+	x.Wants, x.Observed, x.later = wants, wants&WantSpans != 0, later
 	begun := false
 	if read {
 		// What a statement read may take (budgets' holds, the observer's span) is given back if
@@ -355,6 +385,9 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		return nil
 	}
 	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	if err == ErrNeedConn {
+		return err // nothing decided: Begin follows with the connection
+	}
 	if err != nil {
 		if e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
@@ -411,6 +444,37 @@ func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text
 // it after an EXPLAIN or a wait for capacity). It is the zero Time when nothing read the clock
 // at Begin: no rules were in force and telemetry was idle.
 func (x *Exec) Start() time.Time { return x.start }
+
+// Acquired tells x, admitted by BeginBeforeConn, that its connection is acquired: its clock
+// restarts, so that the wait for the pool is not counted as its cost or against its
+// max_duration.
+func (x *Exec) Acquired() {
+	if !x.start.IsZero() {
+		x.start = x.e.now()
+	}
+}
+
+// Abandon ends x, admitted by BeginBeforeConn, when no connection could be acquired for it
+// (err, the pool's error: the caller's context ended, the pool closed): it gives back its
+// slots and the cost it reserved, learns nothing, and tells the observer that it ended with
+// err. Call it instead of Finish.
+func (x *Exec) Abandon(ctx context.Context, err error) {
+	e := x.e
+	e.inFlight.Add(-1)
+	if x.start.IsZero() {
+		x.Span = nil
+		return
+	}
+	now := e.now()
+	for _, r := range x.holds {
+		budget.Release(now, r, 0) // the statement never ran: released at no cost
+	}
+	x.holds = x.holds[:0]
+	if x.Wants&(WantSpans|WantDuration) != 0 {
+		e.obs.Finished(ctx, x, err, now.Sub(x.start))
+	}
+	x.Span = nil
+}
 
 // Finish ends the statement that x's Begin admitted, once it has completed: it releases the
 // statement's holds, trues its debt up to the actual time, trains the cost model and tells the

@@ -300,6 +300,9 @@ guards:
 	}
 }
 
+// TestMaxWait: a statement refused for a slot waits for it under max_wait and is admitted the
+// moment one is released (no clock advance, no polling); one still refused when its max_wait
+// ends is refused then, and not before; a context that ends stops the wait with its error.
 func TestMaxWait(t *testing.T) {
 	e, clk := newEngine(t, `
 budgets:
@@ -320,35 +323,127 @@ rules:
 		}
 		done <- err
 	}()
-	<-clk.waiting       // the second statement waits for a slot
-	x1.Finish(ctx, nil) // frees the slot: the waiter gets it when its timer fires
-	clk.advance(time.Second)
+	<-clk.waiting // the second statement waits for a slot (its max_wait timer is set)
+	select {
+	case err := <-done:
+		t.Fatalf("the waiter did not wait: %v", err)
+	default:
+	}
+	x1.Finish(ctx, nil) // frees the slot: the waiter takes it at once, the clock unmoved
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
-	// A wait longer than max_wait blocks at once.
+
+	// A slot that stays taken: refused when max_wait ends, and not a moment before.
 	x1, _ = begin(e, ctx, "select 1")
 	go func() {
 		_, err := begin(e, ctx, "select 1")
 		done <- err
 	}()
-	for range 3 { // three retries of about a second each pass max_wait
-		select {
-		case <-clk.waiting:
-			clk.advance(time.Second)
-		case err := <-done:
-			if d := denial(t, err); d.Reason != ReasonConcurrency {
-				t.Fatalf("after max_wait: %+v", d)
-			}
-		}
+	<-clk.waiting
+	clk.advance(1999 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("refused before max_wait ended: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.advance(time.Millisecond)
+	if d := denial(t, <-done); d.Reason != ReasonConcurrency {
+		t.Fatalf("after max_wait: %+v", d)
 	}
 	// A cancelled context ends the wait with its error.
 	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := begin(e, cctx, "select 1")
+		done <- err
+	}()
+	<-clk.waiting
 	cancel()
-	if _, err := begin(e, cctx, "select 1"); !errors.Is(err, context.Canceled) {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 	x1.Finish(ctx, nil)
+	if n := e.state.Load().budgets[0].b.Waiting(""); n != 0 {
+		t.Fatalf("%d statements still queued after every waiter left", n)
+	}
+}
+
+// TestMaxWaitArrivalOrder: six statements waiting for one slot are admitted in the order they
+// arrived, each the moment the one before it ends.
+func TestMaxWaitArrivalOrder(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 10s, max_queue: 6}
+rules:
+  - {budget: q, match: {app: q}}
+`)
+	ctx := tagging.With(context.Background(), "app", "q")
+	hold, err := begin(e, ctx, "select 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.state.Load().budgets[0].b
+	admitted := make(chan int)
+	finish := make(chan struct{})
+	for i := range 6 {
+		go func() {
+			x, err := begin(e, ctx, "select 1")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				admitted <- -1
+				return
+			}
+			admitted <- i
+			<-finish
+			x.Finish(ctx, nil)
+		}()
+		<-clk.waiting // it joined the queue and set its timer before the next one arrives
+		if n := b.Waiting(""); n != i+1 {
+			t.Fatalf("%d waiting after %d arrived", n, i+1)
+		}
+	}
+	hold.Finish(ctx, nil)
+	var order []int
+	for range 6 {
+		order = append(order, <-admitted)
+		finish <- struct{}{}
+	}
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("admitted in order %v, want arrival order", order)
+		}
+	}
+}
+
+// TestMaxQueueFullRefusesAtOnce: with max_queue waiting, the next statement is refused at
+// once, with a RetryAfter, while the queued one still waits.
+func TestMaxQueueFullRefusesAtOnce(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 5s}
+rules:
+  - {budget: q, match: {app: q}}
+`)
+	ctx := tagging.With(context.Background(), "app", "q")
+	hold, _ := begin(e, ctx, "select 1")
+	done := make(chan error, 1)
+	go func() {
+		x, err := begin(e, ctx, "select 1")
+		if err == nil {
+			x.Finish(ctx, nil)
+		}
+		done <- err
+	}()
+	<-clk.waiting
+	// max_queue defaults to max_concurrent (1): the queue is full.
+	_, err := begin(e, ctx, "select 1")
+	if d := denial(t, err); d.Reason != ReasonConcurrency || d.RetryAfter <= 0 {
+		t.Fatalf("a statement finding the queue full: %+v", d)
+	}
+	hold.Finish(ctx, nil)
+	if err := <-done; err != nil {
+		t.Fatalf("the queued statement: %v", err)
+	}
 }
 
 func TestReloadKeepsState(t *testing.T) {

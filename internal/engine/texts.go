@@ -109,9 +109,10 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Ti
 	s.rt.budgets = append([]int(nil), rt.budgets...)
 	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
 	s.rt.keys = append([]string(nil), rt.keys...)
-	// names and reqs too: rt's storage is an Exec's scratch, which its next statement reuses
+	// names, reqs and owners too: rt's storage is an Exec's scratch, which its next statement reuses
 	// for its own route.
 	s.rt.names = append([]string(nil), rt.names...)
 	s.rt.reqs = append([]budget.Request(nil), rt.reqs...)
+	s.rt.owners = append([]owner(nil), rt.owners...)
 	t.route.Store(s)
 }

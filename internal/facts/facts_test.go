@@ -55,6 +55,7 @@ var defaults = []struct {
 	{"driver/rules.DefaultServerCores", false},
 	{"driver/rules.DefaultSyncInterval", false},
 	{"driver/rules.DefaultFallbackInstances", false},
+	{"driver/rules.DefaultMaxQueue", false},
 	{"internal/health/healthmetric.DefaultInterval", false},
 	{"internal/budget.DefaultMaxKeys", true},
 	{"internal/budget.DefaultBurstWindow", false},

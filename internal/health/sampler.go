@@ -120,7 +120,23 @@ type config struct {
 // snapshot is an immutable set of readings, one per configured metric.
 type snapshot struct {
 	readings map[string]reading
+	// replaced is closed when the next snapshot replaces this one (see Published).
+	replaced chan struct{}
 }
+
+// store publishes readings as the new snapshot and closes the old one's replaced channel, so
+// that a statement waiting for health tries again the moment a sample arrives. The caller
+// holds s.mu (or owns s alone).
+func (s *Sampler) store(readings map[string]reading) {
+	old := s.snap.Swap(&snapshot{readings: readings, replaced: make(chan struct{})})
+	if old != nil {
+		close(old.replaced)
+	}
+}
+
+// Published returns a channel closed when the next snapshot of readings is published: a
+// statement that health throttles waits on it (and its max_wait) to try again at once.
+func (s *Sampler) Published() <-chan struct{} { return s.snap.Load().replaced }
 
 // reading is one metric's state in a snapshot.
 type reading struct {
@@ -183,7 +199,7 @@ func NewSampler(o Options) *Sampler {
 		s.now = time.Now
 	}
 	s.life, s.kill = context.WithCancel(context.Background())
-	s.snap.Store(&snapshot{readings: map[string]reading{}})
+	s.store(map[string]reading{})
 	s.SetMetrics(o.Metrics, o.Queries)
 	return s
 }
@@ -273,7 +289,7 @@ func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 	for m, why := range bad {
 		next[m] = reading{err: why, staleLogged: new(atomic.Bool)}
 	}
-	s.snap.Store(&snapshot{readings: next})
+	s.store(next)
 }
 
 // buildConfig resolves metric names to SQL; bad maps each metric that cannot
@@ -555,7 +571,7 @@ func (s *Sampler) publish(results []result) {
 		r.value, r.at, r.good, r.err = res.value, res.at, true, ""
 		next[res.metric] = r
 	}
-	s.snap.Store(&snapshot{readings: next})
+	s.store(next)
 	s.mu.Unlock()
 
 	for _, e := range logs {

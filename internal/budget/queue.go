@@ -1,0 +1,184 @@
+package budget
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// Waiting. A statement that a budget cannot admit yet may wait for room in a queue per budget
+// and key, and is admitted in arrival order: while anyone waits for a key, [Admit] refuses every
+// request for that key but the first waiter's (a newcomer is told why the first waits, and may
+// join the queue behind it), so a statement arriving later never takes the room an earlier one
+// waits for. A statement that asks several budgets at once waits in each of their queues and
+// is admitted only when it is first in all of them, all or nothing as ever. Queues are ordered
+// by one arrival count across every budget, so the earliest waiter of all is first in each of
+// its queues: no two waiters can each hold up the other (no deadlock), and no waiter is passed
+// over for ever (no starvation). The price is that a waiter first in one queue but not in
+// another holds up its first queue until it is admitted or leaves.
+//
+// A waiter tries again when its [Waiter.Wake] channel receives: when it becomes first, when a
+// slot of its key is released, and when a shared budget's lease changes. Room made by the
+// bucket draining is not signalled: the first waiter knows from its denial's RetryAfter when
+// it fits, and sleeps until then.
+
+// arrivals numbers waiters in the order they join their queues, across every budget.
+var arrivals atomic.Uint64
+
+// Waiter is one admission waiting for room in the queues of its budgets and keys, from
+// [Join] to [Leave]. The zero value is ready for Join; a Waiter is used by one goroutine and
+// may be reused once it left.
+type Waiter struct {
+	seq  uint64        // its place in arrival order; 0 while in no queue
+	wake chan struct{} // buffered(1): try again
+}
+
+// Waiting reports whether w is in a queue (between Join and Leave).
+func (w *Waiter) Waiting() bool { return w.seq != 0 }
+
+// Wake returns the channel that receives when w should try to be admitted again.
+func (w *Waiter) Wake() <-chan struct{} {
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	return w.wake
+}
+
+// signal asks w to try again; a signal already pending covers this one.
+func (w *Waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queue is one key's waiters, in arrival order, and why the first of them waits: what a
+// request arriving behind them is told.
+type queue struct {
+	ws  []*Waiter
+	why Denial
+}
+
+// Join puts w at the back of the queue of each request's budget and key whose Spec lets
+// statements wait (MaxQueue > 0), or of every request's when unbounded (a job's Wait, which
+// holds no connection), all or nothing, and marks those requests as w's. why is the denial
+// that made w wait: what a request arriving behind w is told while w is first. It returns -1
+// when w joined, or the index of a request whose queue is full (then w joined none).
+func Join(w *Waiter, reqs []Request, why *Denial, unbounded bool) (refused int) {
+	var buf [8]*Budget
+	locked := lockAll(buf[:0], reqs)
+	defer unlockAll(locked)
+	for i := range reqs {
+		b := reqs[i].Budget
+		if bound := b.keys.spec.MaxQueue; !unbounded && bound > 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
+			return i
+		}
+	}
+	w.Wake() // made before it can be signalled
+	w.seq = arrivals.Add(1)
+	for i := range reqs {
+		r := &reqs[i]
+		if !unbounded && r.Budget.keys.spec.MaxQueue == 0 {
+			continue
+		}
+		r.Waiter = w
+		b := r.Budget
+		if slices.Contains(b.queues[r.Key].waiters(), w) {
+			continue // a second request of the same budget and key
+		}
+		if b.queues == nil {
+			b.queues = map[string]*queue{}
+		}
+		q := b.queues[r.Key]
+		if q == nil {
+			q = &queue{why: *why}
+			q.why.Index = 0
+			b.queues[r.Key] = q
+		}
+		q.ws = append(q.ws, w)
+		b.waiters++
+	}
+	return -1
+}
+
+// Leave takes w out of every queue it joined through reqs, and tells the waiter now first in
+// each to try: the room w waited for may be theirs. The requests are w's no longer.
+func Leave(w *Waiter, reqs []Request) {
+	if w.seq == 0 {
+		return
+	}
+	var buf [8]*Budget
+	locked := lockAll(buf[:0], reqs)
+	defer unlockAll(locked)
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Waiter != w {
+			continue
+		}
+		r.Waiter = nil
+		b := r.Budget
+		q := b.queues[r.Key]
+		j := slices.Index(q.waiters(), w)
+		if j < 0 {
+			continue // a second request of the same budget and key
+		}
+		q.ws = slices.Delete(q.ws, j, j+1)
+		b.waiters--
+		switch {
+		case len(q.ws) == 0:
+			delete(b.queues, r.Key)
+		case j == 0:
+			q.ws[0].signal()
+		}
+	}
+	w.seq = 0
+}
+
+// Waiting reports how many statements wait for key's room in b.
+func (b *Budget) Waiting(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queues[key].waiters())
+}
+
+func (q *queue) waiters() []*Waiter {
+	if q == nil {
+		return nil
+	}
+	return q.ws
+}
+
+// queued is the denial of r while others wait for r's key before it: what the first waits
+// for. nil when nobody waits or r's waiter is first. The caller holds b.mu.
+func (b *Budget) queued(r *Request) *Denial {
+	q := b.queues[r.Key]
+	if q == nil || q.ws[0] == r.Waiter {
+		return nil
+	}
+	d := q.why
+	d.Queued = true
+	return &d
+}
+
+// noteWhy records d, the denial of the waiter first for r's key, as what those arriving behind
+// it are told. The caller holds b.mu.
+func (b *Budget) noteWhy(r *Request, d *Denial) {
+	if q := b.queues[r.Key]; q != nil && q.ws[0] == r.Waiter {
+		q.why = *d
+		q.why.Index = 0
+	}
+}
+
+// wakeFirst tells the first waiter for key, if any, to try again. The caller holds b.mu.
+func (b *Budget) wakeFirst(key string) {
+	if q := b.queues[key]; q != nil {
+		q.ws[0].signal()
+	}
+}
+
+// wakeAll tells the first waiter of every key to try again (a shared budget's leases changed).
+// The caller holds b.mu.
+func (b *Budget) wakeAll() {
+	for _, q := range b.queues {
+		q.ws[0].signal()
+	}
+}

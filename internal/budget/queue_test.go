@@ -1,0 +1,144 @@
+package budget
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// woken reports whether w's wake channel has a signal, taking it.
+func woken(w *Waiter) bool {
+	select {
+	case <-w.Wake():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestQueueAdmitsInArrivalOrder(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 8})
+	admit1(t, at(0), b, "", 0)
+	ws := make([]Waiter, 6)
+	reqs := make([][]Request, len(ws))
+	for i := range ws {
+		reqs[i] = []Request{{Budget: b}}
+		_, d := Admit(at(0), reqs[i], nil)
+		if d == nil || d.Reason != ReasonConcurrency {
+			t.Fatalf("waiter %d: denial %+v, want concurrency", i, d)
+		}
+		if i > 0 && !d.Queued {
+			t.Fatalf("waiter %d arrived behind %d others and was not told so: %+v", i, i, d)
+		}
+		if Join(&ws[i], reqs[i], d, false) != -1 {
+			t.Fatalf("waiter %d could not join", i)
+		}
+	}
+	if n := b.Waiting(""); n != 6 {
+		t.Fatalf("Waiting = %d, want 6", n)
+	}
+	Release(at(1), Request{Budget: b}, 1) // the first slot frees
+	var order []int
+	for range ws {
+		// Every waiter tries; only the first is admitted, whatever the order they try in.
+		admitted := -1
+		for _, i := range rand.Perm(len(ws)) {
+			if ws[i].seq == 0 {
+				continue // admitted and gone
+			}
+			if _, d := Admit(at(1), reqs[i], nil); d == nil {
+				if admitted >= 0 {
+					t.Fatalf("two waiters admitted for one slot: %d and %d", admitted, i)
+				}
+				admitted = i
+			}
+		}
+		if admitted < 0 {
+			t.Fatalf("nobody admitted into a free slot; order so far %v", order)
+		}
+		order = append(order, admitted)
+		Leave(&ws[admitted], reqs[admitted])
+		for _, i := range order {
+			_ = woken(&ws[i])
+		}
+		// The next waiter is woken once a slot frees.
+		Release(at(2), Request{Budget: b}, 1)
+	}
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("admitted in order %v, want arrival order", order)
+		}
+	}
+	if n := b.Waiting(""); n != 0 || b.waiters != 0 || len(b.queues) != 0 {
+		t.Fatalf("queues not empty after all left: %d waiting, %d counted, %d queues", n, b.waiters, len(b.queues))
+	}
+}
+
+func TestQueueNewcomerWaitsBehind(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 1})
+	admit1(t, at(0), b, "", 0)
+	var w Waiter
+	req := []Request{{Budget: b}}
+	_, d := Admit(at(0), req, nil)
+	Join(&w, req, d, false)
+	Release(at(1), Request{Budget: b}, 1)
+	if !woken(&w) {
+		t.Fatal("a release did not wake the first waiter")
+	}
+	// The slot is free but the waiter has not taken it yet: a newcomer may not.
+	_, d = Admit(at(1), []Request{{Budget: b}}, nil)
+	if d == nil || !d.Queued || d.Reason != ReasonConcurrency {
+		t.Fatalf("a newcomer took the first waiter's slot: %+v", d)
+	}
+	// The queue (max 1) is full: a second waiter cannot join.
+	var w2 Waiter
+	if Join(&w2, []Request{{Budget: b}}, d, false) != 0 {
+		t.Fatal("joined a full queue")
+	}
+	// A job's Wait holds no connection and queues past the bound.
+	r3 := []Request{{Budget: b}}
+	var w3 Waiter
+	if Join(&w3, r3, d, true) != -1 {
+		t.Fatal("an unbounded waiter could not join")
+	}
+	if _, d := Admit(at(1), req, nil); d != nil {
+		t.Fatalf("the first waiter was refused a free slot: %+v", d)
+	}
+	Leave(&w, req)
+	if !woken(&w3) {
+		t.Fatal("leaving did not wake the next waiter")
+	}
+	Leave(&w3, r3)
+	if b.waiters != 0 {
+		t.Fatalf("%d waiters counted after all left", b.waiters)
+	}
+}
+
+func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {
+	// Two waiters ask for A and B in opposite orders: the earlier is first in both queues.
+	a := New(Spec{MaxConcurrent: 1, MaxQueue: 4})
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 4})
+	admit1(t, at(0), a, "", 0)
+	admit1(t, at(0), b, "", 0)
+	r1 := []Request{{Budget: a}, {Budget: b}}
+	r2 := []Request{{Budget: b}, {Budget: a}}
+	var w1, w2 Waiter
+	_, d := Admit(at(0), r1, nil)
+	Join(&w1, r1, d, false)
+	_, d = Admit(at(0), r2, nil)
+	Join(&w2, r2, d, false)
+	Release(at(1), Request{Budget: a}, 1)
+	Release(at(1), Request{Budget: b}, 1)
+	if _, d := Admit(at(1), r2, nil); d == nil {
+		t.Fatal("the later waiter was admitted before the earlier one")
+	}
+	if _, d := Admit(at(1), r1, nil); d != nil {
+		t.Fatalf("the earlier waiter, first in both queues, was refused: %+v", d)
+	}
+	Leave(&w1, r1)
+	Release(at(2), Request{Budget: a}, 1)
+	Release(at(2), Request{Budget: b}, 1)
+	if _, d := Admit(at(2), r2, nil); d != nil {
+		t.Fatalf("the later waiter was refused once first: %+v", d)
+	}
+	Leave(&w2, r2)
+}

@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+)
+
+// Admission. A statement, a pgx batch and a job's Check or Wait are admitted by one function,
+// admit: the same checks in the same order (health thresholds, zero limits, quarantined
+// patterns, then the enforce budgets' slots and buckets, all or nothing), one way to wait (a
+// place in the budgets' queues, admitted in arrival order: internal/budget's queue.go), and
+// one place that records a refusal (refuse).
+//
+// A statement waits only under a budget with max_wait, for what waiting can give: a slot, room
+// in the bucket, a healthy sample. It joins the queue of each of its budgets that lets
+// statements wait (max_wait, at most max_queue waiting per budget and per value), the first
+// time it is refused, and tries again when it is woken: when it becomes first, when a slot of
+// its key is released, when a shared budget's lease changes, when a health sample arrives, or
+// when its bucket has drained enough (a timer at the denial's exact RetryAfter). A refusal
+// that waiting cannot lift (a zero limit, a quarantine, a per_query_limit) is final at once.
+
+// owner is what an admission's request answers to: its enforce budget, the rule that selected
+// it, and the statement a denial names (the index of a batch's statement; 0 for one statement).
+type owner struct {
+	bs   *budgetState
+	rule int
+	stmt int
+}
+
+// claim is one admission: what a statement (x, routed to rt), a batch (b) or a job's Check asks
+// of its enforce budgets. It lives in its Exec's or Batch's storage, reused from one admission
+// to the next.
+type claim struct {
+	x      *Exec            // the statement (Check's stand-in for a job's); nil for a batch
+	rt     *route           // x's route
+	b      *Batch           // the batch; nil for a statement
+	reqs   []budget.Request // one per enforce budget and key; they hold nothing until admitted
+	owners []owner          // owners[i] answers for reqs[i]
+	// health, closed and quarantine say whether an owner may be throttled, closed by a zero
+	// limit or have a quarantined pattern: the checks the claim needs.
+	health, closed, quarantine bool
+	take                       bool // take the holds; Check and Wait take nothing
+	patience                   patience
+	w                          *budget.Waiter // its place in the queues, kept with its Exec or Batch
+	warns                      []budget.Warning
+}
+
+// patience is how long a claim may wait for capacity.
+type patience uint8
+
+const (
+	noWait  patience = iota // Check: refused at once
+	maxWait                 // a statement or batch: up to the refusing budget's max_wait, in a bounded queue
+	always                  // Wait: until its context ends, in a queue without bound (it holds no connection)
+)
+
+// wake is what may lift a refusal: the event a waiting claim waits for.
+type wake uint8
+
+const (
+	wakeNever  wake = iota // a zero limit, a quarantine, a per_query_limit: waiting cannot help
+	wakeTurn               // a slot, or its turn in the queue: a release, a lease, a waiter leaving
+	wakeAt                 // room in the bucket: exactly at the denial's RetryAfter
+	wakeHealth             // a health sample below the threshold
+)
+
+// exec is the statement that owner o's denial names.
+func (c *claim) exec(o owner) *Exec {
+	if c.b != nil {
+		return &c.b.Execs[o.stmt]
+	}
+	return c.x
+}
+
+// leave takes the claim out of the queues it waits in, if any.
+func (c *claim) leave() {
+	if c.w.Waiting() {
+		budget.Leave(c.w, c.reqs)
+	}
+}
+
+// admit admits c at now = start, waiting as its patience allows. It returns nil once admitted
+// (c.reqs are then held when c.take), the *Denial that refuses it (recorded by refuse), or
+// ctx's error when ctx ends while it waits; waited reports a wait.
+func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.Time) (waited bool, err error) {
+	defer c.leave() // on every path, a panic in an observer or a logger included
+	var deadline time.Time
+	for now := start; ; now = e.now() {
+		o, d, how := e.try(st, c, now)
+		if d == nil {
+			return waited, nil
+		}
+		if deadline.IsZero() {
+			deadline = start.Add(o.bs.maxWait)
+		}
+		if !c.mayWait(ctx, o, d, how, now, deadline) {
+			e.refuse(now, c, o, d)
+			return waited, d
+		}
+		if !c.w.Waiting() {
+			why := budget.Denial{Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
+			if budget.Join(c.w, c.reqs, &why, c.patience == always) >= 0 {
+				e.refuse(now, c, o, d) // its queue is full
+				return waited, d
+			}
+			waited = true
+			continue // a slot released before it joined woke nobody: try once more now
+		}
+		var timer <-chan time.Time
+		var sampled <-chan struct{}
+		switch {
+		case how == wakeAt:
+			timer = e.after(d.RetryAfter) // mayWait saw it fits the deadline
+		case c.patience == maxWait:
+			timer = e.after(deadline.Sub(now)) // its max_wait ends: refused then
+		}
+		if how == wakeHealth {
+			if s := e.sampler(); s != nil {
+				sampled = s.Published()
+			}
+			if timer == nil || d.RetryAfter < deadline.Sub(now) {
+				timer = e.after(d.RetryAfter) // a stale or missing sample is retried at the interval
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return waited, ctx.Err()
+		case <-c.w.Wake():
+		case <-timer:
+		case <-sampled:
+		}
+	}
+}
+
+// mayWait reports whether c, refused by d of owner o at now, may wait for what may lift it,
+// how, before its deadline (its max_wait from the start) and ctx's.
+func (c *claim) mayWait(ctx context.Context, o owner, d *Denial, how wake, now, deadline time.Time) bool {
+	switch {
+	case how == wakeNever || c.patience == noWait:
+		return false
+	case c.patience == always:
+		return true
+	case o.bs.maxWait <= 0 || !now.Before(deadline):
+		return false
+	case how == wakeAt:
+		// The bucket's RetryAfter is exact: a wait past the deadline would be refused anyway.
+		at := now.Add(d.RetryAfter)
+		return !at.After(deadline) && !ctxEndsBefore(ctx, at)
+	}
+	return true
+}
+
+// try checks c at now: health, zero limits, quarantines, then its budgets, taking its holds
+// when c.take and all admit. On a refusal it returns the refusing owner, the denial and what
+// may lift it; on admission, warnings of limits nearly full are noted.
+func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wake) {
+	if c.health {
+		for _, o := range c.owners {
+			if d := e.healthDenial(st, o.bs, o.rule, c.exec(o), now); d != nil {
+				return o, d, wakeHealth
+			}
+		}
+	}
+	if c.closed {
+		for _, o := range c.owners {
+			if d := o.bs.closedDenial(st, o.rule, c.exec(o)); d != nil {
+				return o, d, wakeNever
+			}
+		}
+	}
+	if c.quarantine {
+		if c.b == nil {
+			if o, d := e.quarantineOf(st, c.rt, c.x, 0, now); d != nil {
+				return o, d, wakeNever
+			}
+		} else {
+			for i, rt := range c.b.routes {
+				if rt == nil || !rt.quarantine {
+					continue
+				}
+				if o, d := e.quarantineOf(st, rt, &c.b.Execs[i], i, now); d != nil {
+					return o, d, wakeNever
+				}
+			}
+		}
+	}
+	if len(c.reqs) == 0 {
+		return owner{}, nil, wakeNever
+	}
+	var den *budget.Denial
+	if c.take {
+		c.warns, den = budget.Admit(now, c.reqs, c.warns[:0])
+	} else {
+		den = budget.Check(now, c.reqs)
+	}
+	if den != nil {
+		o := c.owners[den.Index]
+		x := c.exec(o)
+		d := &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
+			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		switch {
+		case den.Reason == ReasonPerQuery && !den.Queued:
+			return o, d, wakeNever // waiting cannot make a statement cheaper
+		case den.Queued || den.Reason == ReasonConcurrency:
+			return o, d, wakeTurn
+		}
+		return o, d, wakeAt
+	}
+	for _, w := range c.warns {
+		o := c.owners[w.Index]
+		e.thresholdWarn(c.exec(o), o.bs, st.ruleName[o.rule], w)
+	}
+	return owner{}, nil, wakeNever
+}
+
+// quarantineOf returns the owner and denial of the first of rt's enforce budgets that has x
+// (statement i of its claim) quarantined at now, if any.
+func (e *Engine) quarantineOf(st *compiled, rt *route, x *Exec, i int, now time.Time) (owner, *Denial) {
+	for _, o := range rt.owners {
+		if d := e.quarantineDenial(st, o.bs, o.rule, x, now); d != nil {
+			o.stmt = i
+			return o, d
+		}
+	}
+	return owner{}, nil
+}
+
+// refuse records that d, of owner o's budget, refuses c at now: each of its statements is one
+// block of the budget, in its counts and in the recent refusals (as the observer counts each),
+// and the refusal is logged once. Check and Wait refuse no statement: nothing is recorded.
+func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
+	if !c.take {
+		return
+	}
+	if c.b == nil {
+		c.x.Decision, c.x.Reason = DecisionBlock, d.Reason
+		o.bs.b.Count(now, budget.Blocked, d.Reason)
+		e.recordBlock(now, d, c.x.Pattern)
+	} else {
+		for i := range c.b.Execs {
+			o.bs.b.Count(now, budget.Blocked, d.Reason)
+			e.recordBlock(now, d, c.b.Execs[i].Pattern)
+		}
+	}
+	e.logDecision(d.Budget, DecisionBlock, d, c.exec(o).Pattern)
+}
