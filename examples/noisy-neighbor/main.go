@@ -12,7 +12,8 @@
 //     budget's per_query_limit;
 //  5. pgtraffic: the reports on the checkout's own pool, a *sql.DB from one pgtraffic connector
 //     sized as an application sizes it (a few connections above the checkout workers), under
-//     the budget of [budgetRules].
+//     the budget of [budgetRules]; a report worker asks the connector's Check before it takes
+//     a connection, as a batch job on database/sql does.
 //
 // Each round runs every arm once, in an order that rotates from round to round (-rounds), and
 // each arm's figures merge its rounds, so that load from other programs on the machine falls on
@@ -274,7 +275,7 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 		{name: armUncontrolled, reports: uncontrolled},
 		{name: armOneConn, reports: oneConn},
 		{name: armTimeout, reports: timeout},
-		{name: armPgtraffic, reports: db},
+		{name: armPgtraffic, reports: db, check: c.Check},
 	}
 	fmt.Fprintf(w, "running %d round(s) of %d arms of %v: %d checkout workers on a pool of %d connections, %d reporting workers\n",
 		f.rounds, len(arms), f.phase, f.workers, f.poolSize(), f.noise)
@@ -293,6 +294,9 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 	for _, b := range c.Snapshot().Budgets {
 		fmt.Fprintf(w, "\nbudget %s (%s, max_concurrent %d, per_query_limit %v, server_share %g, burst_limit %v, max_wait %v): admitted %d reports, refused %d\n",
 			b.Name, b.Mode, f.maxConcurrent, f.perQuery, f.share, f.burst, f.maxWait, b.Admitted, b.Blocked)
+	}
+	if p := res.arm(armPgtraffic); p != nil {
+		fmt.Fprintf(w, "pgtraffic arm: the report workers' Check was denied %d times, each time before they took a connection\n", p.noiseChecked)
 	}
 
 	if err := writeChart(f.out, res, f.window); err != nil {

@@ -72,11 +72,14 @@ const (
 // armNames are the arms in the order the table and the chart list them.
 var armNames = []string{armSolo, armUncontrolled, armOneConn, armTimeout, armPgtraffic}
 
-// armSpec is one run of an arm: the *sql.DB the reports run on (nil: no reports).
+// armSpec is one run of an arm: the *sql.DB the reports run on (nil: no reports), and, in the
+// pgtraffic arm, the connector's Check, which a report worker asks before it takes a
+// connection (nil: it takes one at once).
 type armSpec struct {
 	name    string
 	round   int
 	reports *sql.DB
+	check   func(context.Context) error
 }
 
 // sample is one completed checkout statement: when it started (since the experiment began)
@@ -95,6 +98,7 @@ type armResult struct {
 	checkouts     int64         // checkout statements measured (critical may not hold them all yet)
 	noiseDone     int64         // reports completed
 	noiseRefused  int64         // reports refused by the budget (each retry counts)
+	noiseChecked  int64         // checks denied before a report took a connection (pgtraffic)
 	noiseTimedOut int64         // reports cancelled by statement_timeout
 	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
 	noiseHeld     int           // connections the report workers hold now
@@ -123,6 +127,7 @@ func (r *results) arm(name string) *armResult {
 		m.critical = append(m.critical, p.critical...)
 		m.noiseDone += p.noiseDone
 		m.noiseRefused += p.noiseRefused
+		m.noiseChecked += p.noiseChecked
 		m.noiseTimedOut += p.noiseTimedOut
 		m.noiseBusy += p.noiseBusy
 		m.noisePeak = max(m.noisePeak, p.noisePeak)
@@ -194,7 +199,7 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if spec.reports != nil {
 			for w := range ex.f.noise {
 				noise.Go(func() {
-					if err := ex.report(armCtx, p, spec.reports, w); err != nil {
+					if err := ex.report(armCtx, p, spec.reports, spec.check, w); err != nil {
 						fail(err)
 					}
 				})
@@ -354,17 +359,39 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 // budget gave, as a well behaved batch job does; one refused as never fitting (per_query_limit)
 // is skipped after the same back-off. One cancelled by statement_timeout is given up at once.
 //
+// With check (the pgtraffic arm), the worker asks the budget before it takes a connection, as
+// a batch job on database/sql does: under database/sql the engine decides a statement on the
+// connection database/sql hands it, so a report refused at once (its budget's queue full)
+// still holds one of the application's connections for its decision. A denied check is backed
+// off as a refusal is, holding no connection; a check that passes takes nothing, so the report
+// may still wait for its turn (max_wait) or be refused.
+//
 // The worker holds a connection from when it has one (its statement call starts then) until it
 // hands it back; the arm counts how many the workers hold at once. A report's execution clock
 // starts when pgx sends it ([execTracer]): not while the worker waits for a connection (the
 // one-conn arm, the shared pool) nor while the budget makes it wait for its turn (max_wait).
-func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w int) error {
+func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, check func(context.Context) error, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
 	blocks := 0 // consecutive refusals
 	for i := w; ctx.Err() == nil; i++ {
 		q := reports[i%len(reports)]
 		for ctx.Err() == nil {
+			if check != nil {
+				var be *driver.BlockedError
+				if err := check(ctx); errors.As(err, &be) {
+					ex.mu.Lock()
+					p.noiseChecked++
+					ex.mu.Unlock()
+					sleepCtx(ctx, backoff(be, &blocks, rng))
+					continue
+				} else if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("noisy-neighbor: report: %w", err)
+				}
+			}
 			conn, err := db.Conn(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -388,11 +415,7 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 				ex.mu.Lock()
 				p.noiseRefused++
 				ex.mu.Unlock()
-				// Back off exponentially from 50 ms (to 800 ms) while refused, and never retry
-				// before RetryAfter; the jitter keeps the workers from retrying in step.
-				wait := max(be.RetryAfter, min(50*time.Millisecond<<blocks, 800*time.Millisecond))
-				blocks++
-				sleepCtx(ctx, wait+time.Duration(rng.Int64N(int64(wait/2)+1)))
+				sleepCtx(ctx, backoff(be, &blocks, rng))
 				if be.Reason == driver.ReasonPerQuery {
 					break // predicted larger than the budget allows: it never fits, so move on
 				}
@@ -423,6 +446,15 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 		}
 	}
 	return nil
+}
+
+// backoff is how long a report worker waits after its blocks-th refusal (or denied check) in a
+// row, be: exponentially from 50 ms (to 800 ms), never less than be's RetryAfter, and a jitter
+// of up to half that, which keeps the workers from retrying in step. It counts the refusal.
+func backoff(be *driver.BlockedError, blocks *int, rng *rand.Rand) time.Duration {
+	wait := max(be.RetryAfter, min(50*time.Millisecond<<*blocks, 800*time.Millisecond))
+	*blocks++
+	return wait + time.Duration(rng.Int64N(int64(wait/2)+1))
 }
 
 // execClock is a report's execution clock: start is when pgx sent the statement sql, zero
