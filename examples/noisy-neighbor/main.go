@@ -10,16 +10,18 @@
 //     (SetMaxOpenConns(1));
 //  4. timeout: the reports on their own *sql.DB whose connections set statement_timeout to the
 //     budget's per_query_limit;
-//  5. pgtraffic: the reports through the checkout's pgtraffic connector, under the budget of
-//     [budgetRules].
+//  5. pgtraffic: the reports on the checkout's own pool, a *sql.DB from one pgtraffic connector
+//     sized as an application sizes it (a few connections above the checkout workers), under
+//     the budget of [budgetRules]; a report worker asks the connector's Check before it takes
+//     a connection, as a batch job on database/sql does.
 //
 // Each round runs every arm once, in an order that rotates from round to round (-rounds), and
 // each arm's figures merge its rounds, so that load from other programs on the machine falls on
 // all arms alike instead of on whichever happened to run when it came.
 //
 // It prints one table (per arm: the checkout throughput and p99, the p99 over the solo p99, the
-// reports completed and their execution seconds per second, also as a part of the budget's
-// share), checks the targets and writes a PNG chart of the checkout latency over time.
+// reports completed, the most connections the reports held at once, and their execution seconds
+// per second, also as a part of the budget's share), checks the targets and writes a PNG chart of the checkout latency over time.
 //
 //	go run ./examples/noisy-neighbor -out noisy-neighbor.png
 //
@@ -49,7 +51,8 @@ import (
 )
 
 // budgetRules is the reporting budget, filled in from the flags. By default: one report at a
-// time; none predicted above 1 s; and in the long run 15% of one core's execution time (the
+// time, the others waiting up to 2 s for their turn (max_wait) rather than being refused at
+// once; none predicted above 1 s; and in the long run 15% of one core's execution time (the
 // bucket drains 150 ms of execution per second), with a bucket of 1 s. burst_limit must exceed
 // the largest report's predicted cost, which grows on a loaded machine: a report predicted above
 // it never fits and is refused outright (per_query_limit), and the reports would get none of
@@ -63,6 +66,7 @@ budgets:
     per_query_limit: %s
     server_share: %g
     burst_limit: %s
+    max_wait: %s
 rules:
   - budget: reporting
     match: {app: reporting}
@@ -92,12 +96,29 @@ type flags struct {
 	perQuery      time.Duration
 	share         float64
 	burst         time.Duration
+	maxWait       time.Duration
 	parallel      bool
+
+	// untilShown (tests only) ends each arm as soon as it has shown what it stands for (see
+	// [armShown]), phase becoming only the limit, so that a slow machine takes longer instead
+	// of failing.
+	untilShown bool
 }
 
 // rules is the rules file of the reporting budget.
 func (f flags) rules() string {
-	return fmt.Sprintf(budgetRules, f.maxConcurrent, f.perQuery, f.share, f.burst)
+	return fmt.Sprintf(budgetRules, f.maxConcurrent, f.perQuery, f.share, f.burst, f.maxWait)
+}
+
+// poolSize is the number of connections of the application's pool, which the checkout workers
+// and the pgtraffic arm's reports share: -pool, or the checkout workers plus what the budget
+// lets the reports hold at once under database/sql, max_concurrent running and as many again
+// waiting (max_queue, whose default is max_concurrent).
+func (f flags) poolSize() int {
+	if f.pool > 0 {
+		return f.pool
+	}
+	return f.workers + 2*f.maxConcurrent
 }
 
 func main() {
@@ -107,7 +128,7 @@ func main() {
 	flag.DurationVar(&f.settle, "settle", time.Second, "pause between arms, unmeasured, once the server runs no report, so one arm's stragglers do not count in the next")
 	flag.IntVar(&f.workers, "workers", 4, "closed-loop workers of the critical (checkout) workload")
 	flag.DurationVar(&f.think, "think", 0, "pause of each checkout worker between statements (0: none, the workers saturate the CPU themselves)")
-	flag.IntVar(&f.pool, "pool", 0, "connections in the pgtraffic pool that the checkout and the pgtraffic arm's reports share (0: one per worker, so they meet only on the server)")
+	flag.IntVar(&f.pool, "pool", 0, "connections in the application's pool that the checkout and the pgtraffic arm's reports share (0: -workers + 2 × -max-concurrent)")
 	flag.IntVar(&f.noise, "noise", 8, "concurrent workers of the noisy (reporting) workload")
 	flag.IntVar(&f.orders, "orders", 250_000, "rows of the orders table the reporting queries scan")
 	flag.IntVar(&f.accounts, "accounts", 100_000, "rows of the accounts table the checkout workload reads and updates")
@@ -117,6 +138,7 @@ func main() {
 	flag.DurationVar(&f.perQuery, "per-query", time.Second, "the reporting budget's per_query_limit, and the timeout arm's statement_timeout")
 	flag.Float64Var(&f.share, "share", 0.15, "the reporting budget's server_share")
 	flag.DurationVar(&f.burst, "burst", time.Second, "the reporting budget's burst_limit")
+	flag.DurationVar(&f.maxWait, "max-wait", 2*time.Second, "the reporting budget's max_wait: how long a report waits for its turn before it is refused")
 	flag.BoolVar(&f.parallel, "parallel", false, "let PostgreSQL run the reports with parallel workers (see README)")
 	flag.Parse()
 	if err := f.validate(); err != nil {
@@ -157,6 +179,8 @@ func (f flags) validate() error {
 		return errors.New("noisy-neighbor: -share must be in (0, 1]")
 	case f.burst < time.Millisecond:
 		return errors.New("noisy-neighbor: -burst must be at least 1ms")
+	case f.maxWait < 0:
+		return errors.New("noisy-neighbor: -max-wait must not be negative")
 	case f.out == "":
 		return errors.New("noisy-neighbor: -out must name a file")
 	}
@@ -166,6 +190,8 @@ func (f flags) validate() error {
 // run runs the experiment, printing its progress, table and verdicts to w, and returns its
 // results.
 func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
+	// Other programs' load shrinks every ratio: the solo p99 carries it too.
+	laStart := loadAverage()
 	dsn, stop, err := pgtest.EnvOrStart()
 	if err != nil {
 		return nil, err
@@ -185,20 +211,22 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 	}
 	// Only blocks are logged, as warnings; the table counts them, so the log stays quiet.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(quiet))
+	// Every connection carries the tracer that starts a report's execution clock.
+	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(quiet),
+		driver.WithPgxOptions(stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
+			cc.Tracer = execTracer{}
+			return nil
+		})))
 	if err != nil {
 		return nil, err
 	}
+	// The application's pool, sized as an application sizes it: a few connections above its
+	// checkout workers, kept open so that no arm pays for new ones. The pgtraffic arm's reports
+	// share it: the budget must keep them from taking the checkout's connections.
 	db := sql.OpenDB(c)
 	defer db.Close()
-	// By default a pool with room for every worker, kept open, so that no arm pays for new
-	// connections and the workloads meet only on the server.
-	conns := f.workers + f.noise + 2
-	if f.pool > 0 {
-		conns = f.pool
-	}
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
+	db.SetMaxOpenConns(f.poolSize())
+	db.SetMaxIdleConns(f.poolSize())
 
 	// The other arms' reports bypass pgtraffic: plain pgx pools, as a team without it has.
 	plain := func(open int, params map[string]string) (*sql.DB, error) {
@@ -209,6 +237,7 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 		for k, v := range params {
 			pc.RuntimeParams[k] = v
 		}
+		pc.Tracer = execTracer{}
 		pdb := stdlib.OpenDB(*pc)
 		pdb.SetMaxOpenConns(open)
 		pdb.SetMaxIdleConns(open)
@@ -246,28 +275,28 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 		{name: armUncontrolled, reports: uncontrolled},
 		{name: armOneConn, reports: oneConn},
 		{name: armTimeout, reports: timeout},
-		{name: armPgtraffic, reports: db},
+		{name: armPgtraffic, reports: db, check: c.Check},
 	}
-	fmt.Fprintf(w, "running %d round(s) of %d arms of %v: %d checkout workers, %d reporting workers\n",
-		f.rounds, len(arms), f.phase, f.workers, f.noise)
+	fmt.Fprintf(w, "running %d round(s) of %d arms of %v: %d checkout workers on a pool of %d connections, %d reporting workers\n",
+		f.rounds, len(arms), f.phase, f.workers, f.poolSize(), f.noise)
 	res, err := newExperiment(db, admin, f, w).run(ctx, schedule(arms, f.rounds))
 	if err != nil {
 		return nil, err
 	}
 
 	fmt.Fprintln(w)
-	// Other programs' load shrinks every ratio: the solo p99 carries it too. (Linux only.)
-	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if avg := strings.Fields(string(la)); len(avg) >= 3 {
-			fmt.Fprintf(w, "load average at the end (1, 5, 15 min): %s\n", strings.Join(avg[:3], " "))
-		}
+	if la := loadAverage(); la != "" {
+		fmt.Fprintf(w, "load average at the start (1, 5, 15 min): %s; at the end: %s\n", laStart, la)
 	}
-	printTable(w, res, f.share)
+	printTable(w, res, f.share, f.poolSize())
 	fmt.Fprintln(w)
 	printTargets(w, res, f.share, f.burst, f.phase)
 	for _, b := range c.Snapshot().Budgets {
-		fmt.Fprintf(w, "\nbudget %s (%s, max_concurrent %d, per_query_limit %v, server_share %g, burst_limit %v): admitted %d reports\n",
-			b.Name, b.Mode, f.maxConcurrent, f.perQuery, f.share, f.burst, b.Admitted)
+		fmt.Fprintf(w, "\nbudget %s (%s, max_concurrent %d, per_query_limit %v, server_share %g, burst_limit %v, max_wait %v): admitted %d reports, refused %d\n",
+			b.Name, b.Mode, f.maxConcurrent, f.perQuery, f.share, f.burst, f.maxWait, b.Admitted, b.Blocked)
+	}
+	if p := res.arm(armPgtraffic); p != nil {
+		fmt.Fprintf(w, "pgtraffic arm: the report workers' Check was denied %d times, each time before they took a connection\n", p.noiseChecked)
 	}
 
 	if err := writeChart(f.out, res, f.window); err != nil {
@@ -289,6 +318,19 @@ func schedule(arms []armSpec, rounds int) []armSpec {
 		}
 	}
 	return out
+}
+
+// loadAverage returns the machine's load averages over 1, 5 and 15 minutes, or "" where
+// /proc/loadavg does not tell them (Linux only).
+func loadAverage() string {
+	la, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if avg := strings.Fields(string(la)); len(avg) >= 3 {
+		return strings.Join(avg[:3], " ")
+	}
+	return ""
 }
 
 // withRuntimeParam adds a run-time parameter to a PostgreSQL URL or keyword/value DSN.

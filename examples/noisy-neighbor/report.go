@@ -76,21 +76,22 @@ func (r *results) best() *armResult {
 	return b
 }
 
-// printTable prints one row per arm. share is the reports' server_share × server_cores (the
+// printTable prints one row per arm; pool is the size of the application's pool. share is the reports' server_share × server_cores (the
 // experiment's server_cores is 1): the execution seconds per second the budget gives them.
-func printTable(w io.Writer, r *results, share float64) {
+func printTable(w io.Writer, r *results, share float64, pool int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arm\tcheckout/s\tp99\tp99/solo\treports done\trefused\ttimed out\treport s/s\tof share\t")
+	fmt.Fprintln(tw, "arm\tcheckout/s\tp99\tp99/solo\treports done\trefused\ttimed out\treport conns\treport s/s\tof share\t")
 	for _, p := range r.arms() {
 		s := p.stats()
 		if p.name == armSolo {
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f×\t-\t-\t-\t-\t-\t\n", p.name, s.perSecond, ms(s.p99), r.ratio(p))
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f×\t-\t-\t-\t-\t-\t-\t\n", p.name, s.perSecond, ms(s.p99), r.ratio(p))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f×\t%d\t%d\t%d\t%.2f\t%.0f%%\t\n",
-			p.name, s.perSecond, ms(s.p99), r.ratio(p), p.noiseDone, p.noiseRefused, p.noiseTimedOut, s.load, 100*s.load/share)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f×\t%d\t%d\t%d\t%d\t%.2f\t%.0f%%\t\n",
+			p.name, s.perSecond, ms(s.p99), r.ratio(p), p.noiseDone, p.noiseRefused, p.noiseTimedOut, p.noisePeak, s.load, 100*s.load/share)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "report conns: the most connections the report workers held at once (pgtraffic: of the application's pool, %d)\n", pool)
 	fmt.Fprintf(w, "report s/s: the reports' execution seconds per second (reports running at once, on average); of share: that over the budget's share, %g\n", share)
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/driver"
@@ -71,11 +72,14 @@ const (
 // armNames are the arms in the order the table and the chart list them.
 var armNames = []string{armSolo, armUncontrolled, armOneConn, armTimeout, armPgtraffic}
 
-// armSpec is one run of an arm: the *sql.DB the reports run on (nil: no reports).
+// armSpec is one run of an arm: the *sql.DB the reports run on (nil: no reports), and, in the
+// pgtraffic arm, the connector's Check, which a report worker asks before it takes a
+// connection (nil: it takes one at once).
 type armSpec struct {
 	name    string
 	round   int
 	reports *sql.DB
+	check   func(context.Context) error
 }
 
 // sample is one completed checkout statement: when it started (since the experiment began)
@@ -91,10 +95,14 @@ type armResult struct {
 	start, end    time.Duration // since the experiment began; for merged runs, of the first and last
 	measured      time.Duration // time measured: end - start, or the runs' sum
 	critical      []sample
+	checkouts     int64         // checkout statements measured (critical may not hold them all yet)
 	noiseDone     int64         // reports completed
 	noiseRefused  int64         // reports refused by the budget (each retry counts)
+	noiseChecked  int64         // checks denied before a report took a connection (pgtraffic)
 	noiseTimedOut int64         // reports cancelled by statement_timeout
 	noiseBusy     time.Duration // execution time of the reports, summed (cut-off ones included)
+	noiseHeld     int           // connections the report workers hold now
+	noisePeak     int           // the most connections the report workers held at once
 	noiseStarts   []time.Duration
 	noiseFinishes []time.Duration
 }
@@ -119,8 +127,11 @@ func (r *results) arm(name string) *armResult {
 		m.critical = append(m.critical, p.critical...)
 		m.noiseDone += p.noiseDone
 		m.noiseRefused += p.noiseRefused
+		m.noiseChecked += p.noiseChecked
 		m.noiseTimedOut += p.noiseTimedOut
 		m.noiseBusy += p.noiseBusy
+		m.noisePeak = max(m.noisePeak, p.noisePeak)
+		m.checkouts += p.checkouts
 		m.noiseStarts = append(m.noiseStarts, p.noiseStarts...)
 		m.noiseFinishes = append(m.noiseFinishes, p.noiseFinishes...)
 	}
@@ -188,11 +199,16 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if spec.reports != nil {
 			for w := range ex.f.noise {
 				noise.Go(func() {
-					if err := ex.report(armCtx, p, spec.reports, w); err != nil {
+					if err := ex.report(armCtx, p, spec.reports, spec.check, w); err != nil {
 						fail(err)
 					}
 				})
 			}
+		}
+		if ex.f.untilShown {
+			for !ex.shown(p) && sleepCtx(armCtx, 10*time.Millisecond) {
+			}
+			stop()
 		}
 		<-armCtx.Done()
 		stop()
@@ -206,12 +222,17 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		if ctx.Err() != nil {
 			break
 		}
-		// Checkout workers may still be adding this run's last samples.
+		// Checkout workers add this run's last samples at their next statement, which may
+		// wait for a connection: give them up to 2 s (the line's p99 needs them, the table's
+		// gets them all in the end).
+		for wait := 0; wait < 100 && !ex.flushed(p); wait++ {
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
 		ex.mu.Lock()
-		n, st := len(p.critical), p.stats()
+		n, st := p.checkouts, p.stats()
 		ex.mu.Unlock()
-		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out\n",
-			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut)
+		fmt.Fprintf(ex.out, "  round %d %-12s %6d checkout statements (p99 %7s), %3d reports completed, %4d refused, %3d timed out, at most %2d connections held by reports\n",
+			spec.round, p.name, n, ms(st.p99), p.noiseDone, p.noiseRefused, p.noiseTimedOut, p.noisePeak)
 	}
 	cancel()
 	critical.Wait()
@@ -219,6 +240,35 @@ func (ex *experiment) run(ctx context.Context, specs []armSpec) (*results, error
 		return nil, firstErr
 	}
 	return res, nil
+}
+
+// flushed reports whether the checkout workers have added all the run p's samples.
+func (ex *experiment) flushed(p *armResult) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return int64(len(p.critical)) == p.checkouts
+}
+
+// shown reports whether the run p has shown what its arm stands for: 100 checkout statements
+// measured and, beside them, a report completed (uncontrolled: while another report also held
+// a connection), refused by the budget (pgtraffic) or cancelled by statement_timeout (timeout).
+func (ex *experiment) shown(p *armResult) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if p.checkouts < 100 {
+		return false
+	}
+	switch p.name {
+	case armUncontrolled:
+		return p.noiseDone > 0 && p.noisePeak > 1
+	case armOneConn:
+		return p.noiseDone > 0
+	case armTimeout:
+		return p.noiseTimedOut > 0
+	case armPgtraffic:
+		return p.noiseRefused > 0
+	}
+	return true
 }
 
 // quiesce waits, for up to 30 s, until the server runs no report.
@@ -283,6 +333,9 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 		if cur != nil && at < cur.start {
 			cur = nil
 		}
+		if cur != nil {
+			cur.checkouts++
+		}
 		ex.mu.Unlock()
 		if cur != owner {
 			flush()
@@ -305,15 +358,40 @@ func (ex *experiment) checkout(ctx context.Context, seed uint64) error {
 // refused by the budget is retried with a growing back-off, never before the RetryAfter the
 // budget gave, as a well behaved batch job does; one refused as never fitting (per_query_limit)
 // is skipped after the same back-off. One cancelled by statement_timeout is given up at once.
-func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w int) error {
+//
+// With check (the pgtraffic arm), the worker asks the budget before it takes a connection, as
+// a batch job on database/sql does: under database/sql the engine decides a statement on the
+// connection database/sql hands it, so a report refused at once (its budget's queue full)
+// still holds one of the application's connections for its decision. A denied check is backed
+// off as a refusal is, holding no connection; a check that passes takes nothing, so the report
+// may still wait for its turn (max_wait) or be refused.
+//
+// The worker holds a connection from when it has one (its statement call starts then) until it
+// hands it back; the arm counts how many the workers hold at once. A report's execution clock
+// starts when pgx sends it ([execTracer]): not while the worker waits for a connection (the
+// one-conn arm, the shared pool) nor while the budget makes it wait for its turn (max_wait).
+func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, check func(context.Context) error, w int) error {
 	ctx = tagging.With(ctx, "app", "reporting")
 	rng := rand.New(rand.NewPCG(uint64(w), 0xb16))
 	blocks := 0 // consecutive refusals
 	for i := w; ctx.Err() == nil; i++ {
 		q := reports[i%len(reports)]
 		for ctx.Err() == nil {
-			// The report's clock starts once it has a connection: in the one-conn arm the
-			// workers queue for it, and waiting costs the server nothing.
+			if check != nil {
+				var be *driver.BlockedError
+				if err := check(ctx); errors.As(err, &be) {
+					ex.mu.Lock()
+					p.noiseChecked++
+					ex.mu.Unlock()
+					sleepCtx(ctx, backoff(be, &blocks, rng))
+					continue
+				} else if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("noisy-neighbor: report: %w", err)
+				}
+			}
 			conn, err := db.Conn(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -321,20 +399,23 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 				}
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
-			start := time.Now()
-			err = drain(ctx, conn, q)
+			ex.mu.Lock()
+			p.noiseHeld++
+			p.noisePeak = max(p.noisePeak, p.noiseHeld)
+			ex.mu.Unlock()
+			clock := &execClock{sql: q}
+			err = drain(context.WithValue(ctx, execClockKey{}, clock), conn, q)
 			end := time.Now()
 			err = errors.Join(err, conn.Close())
+			ex.mu.Lock()
+			p.noiseHeld--
+			ex.mu.Unlock()
 			var be *driver.BlockedError
 			if errors.As(err, &be) {
 				ex.mu.Lock()
 				p.noiseRefused++
 				ex.mu.Unlock()
-				// Back off exponentially from 50 ms (to 800 ms) while refused, and never retry
-				// before RetryAfter; the jitter keeps the workers from retrying in step.
-				wait := max(be.RetryAfter, min(50*time.Millisecond<<blocks, 800*time.Millisecond))
-				blocks++
-				sleepCtx(ctx, wait+time.Duration(rng.Int64N(int64(wait/2)+1)))
+				sleepCtx(ctx, backoff(be, &blocks, rng))
 				if be.Reason == driver.ReasonPerQuery {
 					break // predicted larger than the budget allows: it never fits, so move on
 				}
@@ -345,6 +426,9 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 			if err != nil && !timedOut && ctx.Err() == nil {
 				return fmt.Errorf("noisy-neighbor: report: %w", err)
 			}
+			if clock.start.IsZero() {
+				break // ctx ended before the report was sent (while it waited for its turn)
+			}
 			// A report cut off at the end of the arm, or by statement_timeout, still loaded
 			// the server until then.
 			ex.mu.Lock()
@@ -354,8 +438,8 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 			case timedOut:
 				p.noiseTimedOut++
 			}
-			p.noiseBusy += end.Sub(start)
-			p.noiseStarts = append(p.noiseStarts, start.Sub(ex.t0))
+			p.noiseBusy += end.Sub(clock.start)
+			p.noiseStarts = append(p.noiseStarts, clock.start.Sub(ex.t0))
 			p.noiseFinishes = append(p.noiseFinishes, end.Sub(ex.t0))
 			ex.mu.Unlock()
 			break
@@ -363,6 +447,38 @@ func (ex *experiment) report(ctx context.Context, p *armResult, db *sql.DB, w in
 	}
 	return nil
 }
+
+// backoff is how long a report worker waits after its blocks-th refusal (or denied check) in a
+// row, be: exponentially from 50 ms (to 800 ms), never less than be's RetryAfter, and a jitter
+// of up to half that, which keeps the workers from retrying in step. It counts the refusal.
+func backoff(be *driver.BlockedError, blocks *int, rng *rand.Rand) time.Duration {
+	wait := max(be.RetryAfter, min(50*time.Millisecond<<*blocks, 800*time.Millisecond))
+	*blocks++
+	return wait + time.Duration(rng.Int64N(int64(wait/2)+1))
+}
+
+// execClock is a report's execution clock: start is when pgx sent the statement sql, zero
+// until then. It travels in the statement's context, under execClockKey.
+type execClock struct {
+	sql   string
+	start time.Time
+}
+
+type execClockKey struct{}
+
+// execTracer is a pgx tracer that starts the execution clock in a statement's context when
+// pgx sends that statement; the EXPLAIN pgtraffic may run first to predict its cost is another
+// text and leaves the clock alone. pgx calls it on the goroutine of the statement's caller.
+type execTracer struct{}
+
+func (execTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if c, ok := ctx.Value(execClockKey{}).(*execClock); ok && c.start.IsZero() && data.SQL == c.sql {
+		c.start = time.Now()
+	}
+	return ctx
+}
+
+func (execTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // isQueryCanceled reports whether the server cancelled the statement (SQLSTATE 57014), as
 // statement_timeout does.
@@ -382,12 +498,14 @@ func drain(ctx context.Context, conn *sql.Conn, q string) error {
 	return errors.Join(rows.Err(), rows.Close())
 }
 
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept for d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
 }
