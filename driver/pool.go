@@ -16,11 +16,15 @@ import (
 // surface (Exec, Query, QueryRow, SendBatch, CopyFrom, Begin), so it satisfies sqlc's pgx/v5
 // DBTX, and the [Connector]'s calls (Check, Wait, Snapshot, Handler, SetConfig).
 //
-// Each statement is decided on the connection it will run on: the pool's connection is
-// acquired first, the engine decides (EXPLAIN, when a budget needs a cost, runs there), and
-// the statement is sent on that connection or, if refused, the connection goes back to the
-// pool unused. Its budget slots are held until Exec returns, the rows are closed or read to
-// the end, Row.Scan returns, or the batch's results are closed.
+// Each statement (and batch) is decided before it takes a connection from the pool, whenever
+// its decision needs no EXPLAIN: a refused statement is refused at once and never waits for or
+// takes a connection, and a statement waiting for capacity (max_wait) holds none. Once admitted
+// it keeps its budget slots while it waits for a connection; the wait for the pool is not
+// counted as its cost, and if no connection comes (its context ends) the slots go back at no
+// cost. Only a statement whose cost needs an EXPLAIN on its connection (a pattern not yet
+// costed under a budget with a bucket or a per_query_limit, explain: call) takes the connection
+// first and gives it back at once if refused. Its budget slots are held until Exec returns, the
+// rows are closed or read to the end, Row.Scan returns, or the batch's results are closed.
 //
 // [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
 // connections whose statements are controlled too. Ping, Stat, [Pool.Config] and [Pool.Reset]
