@@ -212,9 +212,7 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 	}
 	if den != nil {
 		o := c.owners[den.Index]
-		x := c.exec(o)
-		d := &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
-			Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter}
+		d := o.bs.denial(st, o.rule, c.exec(o), den)
 		switch {
 		case den.Reason == ReasonPerQuery && !den.Queued:
 			return o, d, wakeNever // waiting cannot make a statement cheaper
@@ -228,6 +226,12 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 		e.thresholdWarn(c.exec(o), o.bs, st.ruleName[o.rule], w)
 	}
 	return owner{}, nil, wakeNever
+}
+
+// denial is bs's refusal of x, selected by rule, for den, its budget's denial.
+func (bs *budgetState) denial(st *compiled, rule int, x *Exec, den *budget.Denial) *Denial {
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason, Fingerprint: x.Pattern.Fingerprint,
+		Limit: den.Limit, RetryAfter: den.RetryAfter}
 }
 
 // quarantineOf returns the owner and denial of the first of rt's enforce budgets that has x

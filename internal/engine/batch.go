@@ -258,8 +258,7 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		ws, den := budget.Admit(now, b.holds[k:k+1], b.warns[:0])
 		b.warns = ws
 		if den != nil {
-			x.warnBudget(e, o.bs.name, &Denial{Budget: o.bs.name, Rule: st.ruleName[o.rule], Reason: den.Reason,
-				Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter})
+			x.warnBudget(e, o.bs.name, o.bs.denial(st, o.rule, x, den))
 			continue
 		}
 		b.holds[b.held], b.owners[b.held] = r, o

@@ -230,8 +230,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted, Unknown: x.untrained}}
 		warn, den := budget.Admit(now, req[:], x.s.warns[:0])
 		if den != nil {
-			x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: den.Reason,
-				Fingerprint: x.Pattern.Fingerprint, Limit: den.Limit, RetryAfter: den.RetryAfter})
+			x.warnBudget(e, bs.name, bs.denial(st, rule, x, den))
 			continue
 		}
 		x.holds = append(x.holds, req[0])
