@@ -130,8 +130,11 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.holds = append(x.holds, r)
 	}
 	c := &x.s.claim
-	*c = claim{x: x, rt: rt, reqs: x.holds, owners: rt.owners, health: rt.health, closed: rt.closed,
-		quarantine: rt.quarantine, take: true, patience: maxWait, w: &x.s.waiter, warns: x.s.warns}
+	if c.x != x { // the first statement of this Exec: what every one of its claims shares
+		*c = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
+	}
+	c.rt, c.reqs, c.owners, c.warns = rt, x.holds, rt.owners, x.s.warns
+	c.health, c.closed, c.quarantine = rt.health, rt.closed, rt.quarantine
 	waited, err := e.admit(ctx, st, c, x.start)
 	x.s.warns = c.warns
 	if err != nil {
