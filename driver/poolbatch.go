@@ -15,7 +15,7 @@ import (
 // sends nothing and every result returns the [*BlockedError]; an admitted one holds its
 // budgets' slots until its results are closed. prepared maps the names of statements prepared
 // in the transaction to their texts (nil outside one; see pgxTx.Prepare). A batch of the pool
-// is decided before it takes a connection, as a statement is (runner.acquire), and gives the
+// is decided before it takes a connection, as a statement is (dest.begin), and gives the
 // connection back when it ends. The batch is sent as queued (the sqlcommenter does not rewrite
 // a batch).
 func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared map[string]string) pgx.BatchResults {

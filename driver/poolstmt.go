@@ -58,9 +58,10 @@ func held(conn *pgx.Conn) dest { return dest{conn: conn} }
 
 // runner puts the statements of a [Pool] and of its transactions through the engine: each is
 // decided, then sent through a querier, and finished when it completes. A statement of the
-// pool itself is decided before it takes a connection from the pool (runner.acquire), so that a
-// refused statement never waits for one and a statement waiting for capacity holds none. It keeps the engine's per-statement tickets for reuse (pgxpool has no
-// per-connection state to keep one in). Safe for concurrent use.
+// pool itself is decided before it takes a connection from the pool (dest.begin), so that a
+// refused statement never waits for one and a statement waiting for capacity holds none. It
+// keeps the engine's per-statement tickets for reuse (pgxpool has no per-connection state to
+// keep one in). Safe for concurrent use.
 type runner struct {
 	c       *core
 	tickets sync.Pool // *ticket, finished
@@ -154,7 +155,7 @@ func (r *runner) open(ctx context.Context, t *ticket, o *pgxOpen, d dest, text s
 	q querier, qctx context.Context, err error) {
 	t.text, t.args = text, args
 	q, release, err := d.begin(ctx, t)
-	t.args = nil // the engine keeps no reference, nor does the ticket
+	t.text, t.args = "", nil // the engine keeps no reference, nor does the ticket
 	if err != nil {
 		r.tickets.Put(t)
 		return nil, nil, blocked(err)

@@ -115,27 +115,24 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 			}
 			continue
 		}
-		var timer <-chan time.Time
+		// Until its max_wait ends (refused then), or the bucket's exact RetryAfter (mayWait saw it
+		// fits the deadline); for health, a stale or missing sample is retried at the interval.
+		wait := deadline.Sub(now)
 		var sampled <-chan struct{}
-		switch {
-		case how == wakeAt:
-			timer = e.after(d.RetryAfter) // mayWait saw it fits the deadline
-		default:
-			timer = e.after(deadline.Sub(now)) // its max_wait ends: refused then
-		}
-		if how == wakeHealth {
+		switch how {
+		case wakeAt:
+			wait = d.RetryAfter
+		case wakeHealth:
+			wait = min(wait, d.RetryAfter)
 			if s := e.sampler(); s != nil {
 				sampled = s.Published()
-			}
-			if timer == nil || d.RetryAfter < deadline.Sub(now) {
-				timer = e.after(d.RetryAfter) // a stale or missing sample is retried at the interval
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return waited, ctx.Err()
 		case <-c.w.Wake():
-		case <-timer:
+		case <-e.after(wait):
 		case <-sampled:
 		}
 		if now, o, d, how = e.retry(st, c); d == nil {
