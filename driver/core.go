@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 )
 
 // core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
@@ -18,6 +19,7 @@ import (
 // each is written once. It is safe for concurrent use once built.
 type core struct {
 	engine *engine.Engine
+	rt     *runtime.Runtime // the engine's rules, watcher, health sampler and coordinator
 	tel    *telemetry
 	intr   *interceptor // the engine and the switches every statement reads
 	log    *slog.Logger
@@ -44,21 +46,24 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		User:             cc.User,
 		Database:         cc.Database,
 		ApplicationName:  cc.RuntimeParams["application_name"],
+		Observer:         tel.observer(),
+	})
+	c.rt = runtime.New(c.engine, runtime.Options{
+		Logger: o.logger,
 		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
 			// The sampler's own connection, never one of the application's pool.
 			return pgx.ConnectConfig(ctx, healthConfig.Copy())
 		},
-		Observer: tel.observer(),
-		Redis:    o.redis,
+		Redis: o.redis,
 	})
 	switch {
 	case o.config != nil:
-		err = c.engine.SetConfig(o.config)
+		err = c.rt.SetConfig(o.config)
 	case o.rulesFile != "":
-		err = c.engine.WatchFile(o.rulesFile, o.maxRulesFileSize)
+		err = c.rt.WatchFile(o.rulesFile, o.maxRulesFileSize)
 	}
 	if err == nil {
-		err = tel.attach(c.engine) // the gauges' callback; close unregisters it
+		err = tel.attach(c.rt) // the gauges' callback; close unregisters it
 	}
 	var lk *leaks
 	if err == nil {
@@ -73,8 +78,8 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 }
 
 // close stops everything newCore started.
-func (c *core) close() error { return errors.Join(c.tel.close(), c.engine.Close()) }
+func (c *core) close() error { return errors.Join(c.tel.close(), c.rt.Close()) }
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay.
-func (c *core) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }
+func (c *core) SetConfig(cfg *Config) error { return c.rt.SetConfig(cfg) }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -185,10 +186,11 @@ func telemetryError(err error) error { return fmt.Errorf("pgtraffic: telemetry: 
 
 func (t *telemetry) observer() engine.Observer { return t }
 
-// attach registers the callback that observes e's gauges and counters, once per connector. It
-// reads only atomics and the budgets' snapshots (O(keys) per budget under each budget's lock:
-// fine at scrape rate).
-func (t *telemetry) attach(e *engine.Engine) error {
+// attach registers the callback that observes the gauges and counters of rt and its engine,
+// once per connector. It reads only atomics and the budgets' snapshots (O(keys) per budget
+// under each budget's lock: fine at scrape rate).
+func (t *telemetry) attach(rt *runtime.Runtime) error {
+	e := rt.Engine()
 	ob := &observables{m: t.meter}
 	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
 	debt := fg(metricBudgetDebt, "s", "Execution seconds owed by the budget's buckets, summed over keys.")
@@ -208,7 +210,7 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		return telemetryError(err)
 	}
 	observe := func(_ context.Context, o metric.Observer) error {
-		coordInst.observe(o, e)
+		coordInst.observe(o, rt)
 		for _, b := range e.Budgets() {
 			attrs := metric.WithAttributes(attribute.String(attrBudget, b.Name))
 			o.ObserveFloat64(debt, b.Debt, attrs)
@@ -224,10 +226,10 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
 		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
 		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
-		if n, ok := e.HealthErrors(); ok {
+		if n, ok := rt.HealthErrors(); ok {
 			o.ObserveInt64(healthErrors, clampInt64(n))
 		}
-		if n, ok := e.HealthSamples(); ok {
+		if n, ok := rt.HealthSamples(); ok {
 			o.ObserveInt64(healthSamples, clampInt64(n))
 		}
 		return nil

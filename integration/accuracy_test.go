@@ -18,6 +18,7 @@ import (
 	pgtdriver "github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -234,8 +235,9 @@ rules:
 		b.Fatal(err)
 	}
 	eng := engine.New(engine.Options{Logger: (&lockedBuffer{}).logger()})
-	defer eng.Close()
-	if err := eng.SetConfig(rules); err != nil {
+	rt := runtime.New(eng, runtime.Options{})
+	defer rt.Close()
+	if err := rt.SetConfig(rules); err != nil {
 		b.Fatal(err)
 	}
 	pc, err := pgx.ParseConfig(dsn)

@@ -124,7 +124,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 			wait = d.RetryAfter
 		case wakeHealth:
 			wait = min(wait, d.RetryAfter)
-			if s := e.sampler(); s != nil {
+			if s := e.health.Load(); s != nil {
 				sampled = s.Published()
 			}
 		}

@@ -178,7 +178,7 @@ rules:
 		var b Batch
 		done <- e.BeginBatch(cctx, &b, nil, []string{"select 2", "select 3"}, nil)
 	}()
-	<-clk.waiting // the batch waits
+	<-clk.Set() // the batch waits
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)

@@ -266,7 +266,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	if len(bs.throttle) == 0 {
 		return nil
 	}
-	sampler := e.sampler()
+	sampler := e.health.Load()
 	if sampler == nil {
 		if _, ok := bs.throttle[rules.MetricInFlight]; !ok || len(bs.throttle) != 1 {
 			return nil

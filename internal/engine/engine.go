@@ -11,11 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -52,24 +51,16 @@ type Options struct {
 	// Connection metadata, the built-in tags of every statement.
 	User, Database, ApplicationName string
 
-	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
-	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
-
 	// Observer, when set, sees every statement's decision and completion (telemetry).
 	Observer Observer
-
-	// Redis, when set, is the client shared budgets coordinate through, instead of one made
-	// from the coordination section's URL (coord.go). Instance names this engine in Redis
-	// (tests: two engines in one process); a random id when empty.
-	Redis    redis.UniversalClient
-	Instance string
 }
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 //
-// Its fields are in two parts (see the package documentation): what a statement reads, each
-// immutable, atomic or behind a lock of its own that is held only for a few steps; and what runs
-// beside the statements, which changes what they read (lifecycle.go).
+// What a statement reads is immutable, atomic or behind a lock of its own that is held only for
+// a few steps. What changes it (a reload, the health sampler, the coordinator) runs beside the
+// statements, in the package that owns their lifecycles, through Compile and Install,
+// SetHealth and the quarantine exchange (quarantine.go).
 type Engine struct {
 	log      *slog.Logger
 	obs      Observer
@@ -89,15 +80,10 @@ type Engine struct {
 	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
 	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
-	// (health.go). Statements load it; a reload replaces it.
-	health atomic.Pointer[sampling]
-
-	healthConnect func(ctx context.Context) (*pgx.Conn, error)
-	redis         redis.UniversalClient
-	instance      string
-	// coordinator is the running coordinator, for the status; nil without one (coord.go).
-	coordinator atomic.Pointer[coord.Coordinator]
-	life        lifecycle // reloads and Close (lifecycle.go)
+	// (SetHealth). Statements load it.
+	health atomic.Pointer[health.Sampler]
+	gens   atomic.Uint64 // numbers the Compiles (Rules.Gen)
+	reg    registry      // the budgets by name, across reloads (compile.go)
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -125,18 +111,14 @@ func New(o Options) *Engine {
 		size = pattern.DefaultMaxEntries
 	}
 	e := &Engine{
-		log:           o.Logger,
-		now:           o.Now,
-		after:         o.After,
-		patterns:      pattern.NewCache(size),
-		texts:         newTextCache(size),
-		model:         cost.NewModel(size),
-		obs:           o.Observer,
-		maxKeys:       o.MaxBuckets,
-		healthConnect: o.HealthConnect,
-		redis:         o.Redis,
-		instance:      o.Instance,
-		life:          lifecycle{budgets: map[string]*budget.Budget{}},
+		log:      o.Logger,
+		now:      o.Now,
+		after:    o.After,
+		patterns: pattern.NewCache(size),
+		texts:    newTextCache(size),
+		model:    cost.NewModel(size),
+		obs:      o.Observer,
+		maxKeys:  o.MaxBuckets,
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -151,6 +133,10 @@ func New(o Options) *Engine {
 	e.state.Store(&compiled{empty: true})
 	return e
 }
+
+// SetHealth makes s the health sampler that throttle_when reads from the next statement on;
+// nil: none (only in_flight, a local count, is evaluated).
+func (e *Engine) SetHealth(s *health.Sampler) { e.health.Store(s) }
 
 // PatternStats reports pattern lookups answered from cache (the text cache in front of the
 // pattern cache included), misses (each one pg_query parse) and the cached patterns.

@@ -53,7 +53,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(300 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
 	x.Finish(ctx, fmt.Errorf("timeout: %w", ErrOverrun))
 	if x.Decision != DecisionBlock || x.Reason != ReasonMaxDuration {
 		t.Errorf("decision %s, reason %s", x.Decision, x.Reason)
@@ -66,7 +66,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(150 * time.Millisecond)
+	clk.Advance(150 * time.Millisecond)
 	x.Finish(ctx, nil)
 	for _, want := range []string{"short/block/max_duration", "seen/warn/max_duration"} {
 		if !slices.Contains(obs.decisions, want) {

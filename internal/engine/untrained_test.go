@@ -77,14 +77,14 @@ func TestColdStartGenerousBudgetRefusesNothing(t *testing.T) {
 					}
 					xs = append(xs, x)
 				}
-				clk.advance(c.took)
+				clk.Advance(c.took)
 				for _, x := range xs {
 					x.Finish(ctx, nil)
 				}
 			}
 			// Trued up: the debt is what ran, less what drained while each batch ran (share 1;
 			// the batches follow one another at once).
-			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.now())
+			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.Now())
 			if snap.InFlight != 0 || snap.Decisions.Blocked != 0 || snap.Decisions.Admitted != uint64(c.requests*c.patterns) {
 				t.Fatalf("budget after the cold start: %+v", snap)
 			}
@@ -136,8 +136,8 @@ func TestHungFirstStatementDoesNotSayNeverFits(t *testing.T) {
 	var b begun
 	select {
 	case b = <-ch:
-	case <-clk.waiting: // it waits for the first one
-		clk.advance(time.Second) // burst ÷ rate: 0.5 ÷ 0.5
+	case <-clk.Set(): // it waits for the first one
+		clk.Advance(time.Second) // burst ÷ rate: 0.5 ÷ 0.5
 		b = <-ch
 	}
 	if b.err != nil {
