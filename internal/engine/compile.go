@@ -172,6 +172,7 @@ type registry struct {
 // name are found in the rules in force and keep their state, and their new limits wait for
 // Install. An invalid cfg is an error naming the problem.
 func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
+	gen := e.gens.Add(1) // first: the order of the calls, whatever each then waits for
 	if cfg == nil {
 		cfg = &rules.Config{}
 	}
@@ -186,7 +187,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 	e.reg.mu.Lock()
 	base, inForce := e.reg.version, e.reg.budgets
 	e.reg.mu.Unlock() // inForce is never changed, only replaced (Install)
-	c := &compiled{gen: e.gens.Add(1), healthInterval: time.Duration(cfg.HealthInterval)}
+	c := &compiled{gen: gen, healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
 		c.healthInterval = rules.DefaultHealthInterval
 	}

@@ -160,7 +160,6 @@ func quarantineSpec(q *rules.Quarantine) coord.QuarantineSpec {
 	return coord.QuarantineSpec{After: q.After, For: time.Duration(q.For)}
 }
 
-
 // Coordination reports the shared budgets as this instance sees them (leases, global debt,
 // instances, sync counters), sorted by name; nil without a coordination section.
 func (r *Runtime) Coordination() []coord.Status {

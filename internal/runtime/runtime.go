@@ -108,8 +108,8 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 
 // stopped is what an install replaced, to be stopped once r.mu is released.
 type stopped struct {
-	superseded bool         // a later SetConfig was installed first: nothing done
-	co         coordination // a coordinator replaced or removed
+	superseded bool            // a later SetConfig was installed first: nothing done
+	co         coordination    // a coordinator replaced or removed
 	sampler    *health.Sampler // a sampler replaced or no longer needed
 }
 
