@@ -178,7 +178,7 @@ rules:
 		var b Batch
 		done <- e.BeginBatch(cctx, &b, nil, []string{"select 2", "select 3"}, nil)
 	}()
-	<-clk.Set() // the batch waits
+	waiting(t, clk, done) // the batch waits
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)

@@ -283,12 +283,7 @@ rules:
 		}
 		done <- err
 	}()
-	<-clk.Set() // the second statement waits for a slot (its max_wait timer is set)
-	select {
-	case err := <-done:
-		t.Fatalf("the waiter did not wait: %v", err)
-	default:
-	}
+	waiting(t, clk, done) // the second statement waits for a slot (its max_wait timer is set)
 	x1.Finish(ctx, nil) // frees the slot: the waiter takes it at once, the clock unmoved
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
@@ -300,7 +295,7 @@ rules:
 		_, err := begin(e, ctx, "select 1")
 		done <- err
 	}()
-	<-clk.Set()
+	waiting(t, clk, done)
 	clk.Advance(1999 * time.Millisecond)
 	select {
 	case err := <-done:
@@ -317,7 +312,7 @@ rules:
 		_, err := begin(e, cctx, "select 1")
 		done <- err
 	}()
-	<-clk.Set()
+	waiting(t, clk, done)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
@@ -325,6 +320,19 @@ rules:
 	x1.Finish(ctx, nil)
 	if n := e.state.Load().budgets[0].b.Waiting(""); n != 0 {
 		t.Fatalf("%d statements still queued after every waiter left", n)
+	}
+}
+
+// waiting returns once a statement sets its wait's timer, and fails the test if the statement
+// ends (done) first: it did not wait.
+func waiting(t *testing.T, clk *fakeclock.Clock, done <-chan error) {
+	t.Helper()
+	select {
+	case <-clk.Set():
+	case err := <-done:
+		t.Fatalf("the statement did not wait: %v", err)
+	case <-time.After(10 * time.Second): // a watchdog only
+		t.Fatal("the statement neither waited nor ended")
 	}
 }
 
@@ -344,20 +352,20 @@ rules:
 	}
 	b := e.state.Load().budgets[0].b
 	admitted := make(chan int)
+	refused := make(chan error, 6)
 	finish := make(chan struct{})
 	for i := range 6 {
 		go func() {
 			x, err := begin(e, ctx, "select 1")
 			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				admitted <- -1
+				refused <- err
 				return
 			}
 			admitted <- i
 			<-finish
 			x.Finish(ctx, nil)
 		}()
-		<-clk.Set() // it joined the queue and set its timer before the next one arrives
+		waiting(t, clk, refused) // it joined the queue and set its timer before the next one arrives
 		if n := b.Waiting(""); n != i+1 {
 			t.Fatalf("%d waiting after %d arrived", n, i+1)
 		}
@@ -394,7 +402,7 @@ rules:
 		}
 		done <- err
 	}()
-	<-clk.Set()
+	waiting(t, clk, done)
 	// max_queue defaults to max_concurrent (1): the queue is full.
 	_, err := begin(e, ctx, "select 1")
 	if d := denial(t, err); d.Reason != ReasonConcurrency || d.RetryAfter <= 0 {
