@@ -284,7 +284,7 @@ rules:
 		done <- err
 	}()
 	waiting(t, clk, done) // the second statement waits for a slot (its max_wait timer is set)
-	x1.Finish(ctx, nil) // frees the slot: the waiter takes it at once, the clock unmoved
+	x1.Finish(ctx, nil)   // frees the slot: the waiter takes it at once, the clock unmoved
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
