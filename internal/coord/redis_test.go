@@ -522,12 +522,14 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	c.Register(spec, local)
 	mustSync(t, c)
 	for _, k := range keys {
-		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+		// Alone, the instance holds every slot: its demand and the headroom.
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != spec.MaxConcurrent {
 			t.Fatalf("partition %s: %+v", k, l)
 		}
 	}
-	if n := rc.DBSize(ctx).Val(); n != int64(len(keys)) {
-		t.Fatalf("%d keys for %d partitions", n, len(keys))
+	// The unkeyed partition is leased too, from the start.
+	if n := rc.DBSize(ctx).Val(); n != int64(len(keys))+1 {
+		t.Fatalf("%d keys for %d partitions and the unkeyed one", n, len(keys))
 	}
 	// The instance goes away without a word: every key expires on its own.
 	waitFor(t, "the keys to expire", func() bool { return rc.DBSize(ctx).Val() == 0 })
@@ -641,11 +643,11 @@ func TestManyTenantsSyncWithinTheInterval(t *testing.T) {
 		}
 		t.Logf("sync %d of %d partitions: %v", i, len(keys), time.Since(start))
 	}
-	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys) {
+	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys)+1 {
 		t.Fatalf("status %+v", st)
 	}
 	for _, k := range keys {
-		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != spec.MaxConcurrent {
 			t.Fatalf("partition %s: %+v", k, l)
 		}
 	}

@@ -153,6 +153,19 @@ local function fill(cap, demands, n)
   return share, math.max(left, 0)
 end
 
+-- rank_of is an instance's draw for the odd slots in this ten-interval epoch, the same for
+-- every partition of the call.
+local epoch = tostring(math.floor(now / (10 * period)))
+local ranks = {}
+local function rank_of(f)
+  local r = ranks[f]
+  if r == nil then
+    r = redis.sha1hex(f .. '@' .. epoch)
+    ranks[f] = r
+  end
+  return r
+end
+
 local out = {num(now), 0}
 for i = 1, nparts do
   local key = KEYS[i]
@@ -265,7 +278,7 @@ for i = 1, nparts do
 
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
-  local retake = 0
+  local retake, yield = 0, 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
@@ -325,10 +338,12 @@ for i = 1, nparts do
 
     local held_slots = 0
     if maxc > 0 then
-      -- Whole slots, max-min fair by slots wanted; an idle instance holds none. When the
-      -- slots do not divide evenly, the odd ones go round the instances in turn, ten sync
-      -- intervals each: with fewer slots than instances each gets its turn, and a handover
-      -- (which idles the slot until the old holder's next report) stays rare.
+      -- Whole slots: first max-min fair by slots wanted, then what no instance wants spread
+      -- evenly as headroom, so that a rise in demand finds slots at once instead of at the
+      -- next sync (see doc.go, "Slots with headroom"). Odd slots, of demand and then of
+      -- headroom, go round the instances, ten sync intervals each: with fewer slots than
+      -- instances each gets its turn, and a handover (which idles the slot until the old
+      -- holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
       local cap = l_maxc - missing * math.floor(l_maxc / known)
@@ -338,20 +353,43 @@ for i = 1, nparts do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
       end
-      if spare > 0 then
-        -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
-        -- hashing): every caller ranks alike, and an instance that comes or goes moves only
-        -- its own odd slot, never the others'.
-        local epoch = tostring(math.floor(now / (10 * period)))
-        local rank, order = {}, {}
-        for k = 1, n do
-          rank[k] = redis.sha1hex(ids[k] .. '@' .. epoch)
-          order[k] = k
+      -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
+      -- hashing): every caller ranks alike, and an instance that comes or goes moves only its
+      -- own odd slot, never the others'. Drawn only when there are odd slots to hand out.
+      local order = nil
+      local function ranked()
+        if order == nil then
+          local rank = {}
+          order = {}
+          for k = 1, n do
+            rank[k] = rank_of(ids[k])
+            order[k] = k
+          end
+          table.sort(order, function(a, b) return rank[a] < rank[b] end)
         end
-        table.sort(order, function(a, b) return rank[a] < rank[b] end)
-        for _, k in ipairs(order) do
-          if spare <= 0 then break end
+        return order
+      end
+      if spare > 0 then
+        for k = 1, n do
           if w[k] > target[k] then
+            for _, j in ipairs(ranked()) do
+              if spare <= 0 then break end
+              if w[j] > target[j] then
+                target[j] = target[j] + 1
+                spare = spare - 1
+              end
+            end
+            break
+          end
+        end
+      end
+      if spare > 0 then
+        local each = math.floor(spare / n)
+        for k = 1, n do target[k] = target[k] + each end
+        spare = spare - each * n
+        if spare > 0 then
+          for _, k in ipairs(ranked()) do
+            if spare <= 0 then break end
             target[k] = target[k] + 1
             spare = spare - 1
           end
@@ -366,6 +404,18 @@ for i = 1, nparts do
       end
       g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
+      -- An instance that gives slots back while another wants more than it holds confirms
+      -- at once that it applied its smaller grant: until it reports, Redis counts its
+      -- earlier, larger one as held.
+      if applied > g_slots then
+        for k = 1, n do
+          local e = others[ids[k]]
+          if k ~= me and e[3] > e[4] then
+            yield = 1
+            break
+          end
+        end
+      end
     end
 
     -- A starved instance (it wants more than it was granted) learns when the first lease of
@@ -383,6 +433,7 @@ for i = 1, nparts do
       end
     end
 
+    if yield == 1 then retake = 1 end
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
     redis.call('HSET', key, id, cmsgpack.pack(mine))
