@@ -404,13 +404,12 @@ for i = 1, nparts do
       end
       g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
-      -- An instance that gives slots back while another wants more than it holds confirms
+      -- An instance that gives slots back while another holds less than its target confirms
       -- at once that it applied its smaller grant: until it reports, Redis counts its
-      -- earlier, larger one as held.
+      -- earlier, larger one as held, and the other waits for it.
       if applied > g_slots then
         for k = 1, n do
-          local e = others[ids[k]]
-          if k ~= me and e[3] > e[4] then
+          if k ~= me and others[ids[k]][4] < target[k] then
             yield = 1
             break
           end
