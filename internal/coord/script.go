@@ -2,9 +2,9 @@ package coord
 
 import (
 	"context"
-	"encoding/binary"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"

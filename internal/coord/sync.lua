@@ -74,13 +74,15 @@
 -- bound), drops the fields that ended or that this script could not have written, and returns
 -- every quarantine in force. The hash expires when its last quarantine ends.
 --
--- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
--- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
--- in force, differ, hold}, then, with a quarantine key, {fingerprint, µs left, ...}}, retake
--- being, for a starved instance, µs until another instance's lease lapses (0: none, or not
--- starved), differ 1 when instances disagree on the limits, hold the debt the instance's
--- bucket must hold from now on (see above); numbers that may be fractional are strings, as
--- Redis truncates Lua numbers to integers in replies.
+-- Returns {now µs (a string), stale (1 or 0), then one string of each partition's results,
+-- 13 little-endian doubles each: {rate, burst, slots, live instances, global debt, target
+-- rate, target slots, retake, rate, burst and max_concurrent in force, differ, hold}, then,
+-- with a quarantine key, {fingerprint, µs left, ...}}. retake is, for a starved instance, µs
+-- until another instance's lease lapses, or 1 for an instance that gives slots back while
+-- another holds less than its target: it confirms at once, as Redis counts its earlier,
+-- larger limit as held until it reports the smaller one (0: neither); differ is 1 when
+-- instances disagree on the limits, hold the debt the instance's bucket must hold from now
+-- on (see above).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
