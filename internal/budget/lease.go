@@ -130,15 +130,18 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 }
 
 // TakeUsage returns the usage of every partition active since the previous call and resets
-// its counters. O(number of keys), once per sync.
+// its counters. O(number of keys), once per sync, a chunk of keys per hold of the lock as
+// [Budget.Snapshot] reads them: a budget keyed per tenant may hold a hundred thousand keys,
+// and building a sync must not keep its statements waiting. A key added during the walk may
+// be left for the next call, which reports its counters then.
 func (b *Budget) TakeUsage(now time.Time) []Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Usage
-	for _, s := range b.keys.all() {
+	take := func(s *state) {
 		p := s.part
 		if p == nil {
-			continue
+			return
 		}
 		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
 			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate)}
@@ -146,6 +149,17 @@ func (b *Budget) TakeUsage(now time.Time) []Usage {
 			out = append(out, u)
 		}
 		*p = part{lease: p.lease, wanted: s.inflight}
+	}
+	if s := b.keys.unkeyed; s != nil {
+		take(s)
+	}
+	n := 0
+	// As in Snapshot, ranging over the map across the unlocked pauses is sound.
+	for _, s := range b.keys.byKey {
+		take(s)
+		if n++; n%scrapeChunk == 0 {
+			b.pause()
+		}
 	}
 	return out
 }
