@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -48,8 +50,9 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 			// The sampler's own connection, never one of the application's pool.
 			return pgx.ConnectConfig(ctx, healthConfig.Copy())
 		},
-		Observer: tel.observer(),
-		Redis:    o.redis,
+		HealthDatabase: healthDatabase(cc),
+		Observer:       tel.observer(),
+		Redis:          o.redis,
 	})
 	switch {
 	case o.config != nil:
@@ -70,6 +73,20 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	}
 	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
 	return c, nil
+}
+
+// healthDatabase identifies the database cc reaches, for the health sampler election: the
+// user, every host and port tried, and the database name; never the password. Instances that
+// reach it under other names (an IP and a host name) elect apart, which costs one health query
+// more per interval, never a sample of another database.
+func healthDatabase(cc *pgx.ConnConfig) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s@%s:%d", cc.User, cc.Host, cc.Port)
+	for _, f := range cc.Fallbacks {
+		fmt.Fprintf(&b, ",%s:%d", f.Host, f.Port)
+	}
+	fmt.Fprintf(&b, "/%s", cc.Database)
+	return b.String()
 }
 
 // close stops everything newCore started.

@@ -54,6 +54,10 @@ type Options struct {
 
 	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
 	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
+	// HealthDatabase identifies the database the sampler reads, without secrets (e.g.
+	// user@host:port/dbname): with a coordination section, instances whose identities are
+	// equal elect one sampler (election.go). Empty: each samples for itself.
+	HealthDatabase string
 
 	// Observer, when set, sees every statement's decision and completion (telemetry).
 	Observer Observer
@@ -95,6 +99,8 @@ type Engine struct {
 	healthConnect func(ctx context.Context) (*pgx.Conn, error)
 	redis         redis.UniversalClient
 	instance      string
+	// healthDatabase is Options.HealthDatabase: what the sampler election is keyed by.
+	healthDatabase string
 	// coordinator is the running coordinator, for the status; nil without one (coord.go).
 	coordinator atomic.Pointer[coord.Coordinator]
 	life        lifecycle // reloads and Close (lifecycle.go)
@@ -137,6 +143,8 @@ func New(o Options) *Engine {
 		redis:         o.Redis,
 		instance:      o.Instance,
 		life:          lifecycle{budgets: map[string]*budget.Budget{}},
+
+		healthDatabase: o.HealthDatabase,
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{

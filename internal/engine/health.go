@@ -14,6 +14,8 @@ type sampling struct {
 	s                   *health.Sampler
 	interval            time.Duration // the interval s was built with
 	errBase, sampleBase uint64
+	sharedBase          uint64
+	electionBase        uint64
 }
 
 // sampler returns the health sampler in use; nil while none was ever started.
@@ -30,6 +32,9 @@ func (e *Engine) sampler() *health.Sampler {
 func (e *Engine) configureHealth(cfg *rules.Config, interval time.Duration) {
 	metrics := healthMetrics(cfg)
 	h := e.health.Load()
+	if h != nil {
+		h.s.SetElection(e.election())
+	}
 	if len(metrics) == 0 || e.healthConnect == nil || e.life.closed {
 		if h != nil {
 			h.s.SetMetrics(nil, nil) // closes its connection
@@ -48,10 +53,12 @@ func (e *Engine) configureHealth(cfg *rules.Config, interval time.Duration) {
 		Queries:  cfg.HealthQueries,
 		Logger:   e.log,
 		Now:      e.now,
+		Election: e.election(),
 	})}
 	if h != nil {
 		h.s.Close() // its counts are final once closed
 		next.errBase, next.sampleBase = h.errBase+h.s.Errors(), h.sampleBase+h.s.Samples()
+		next.sharedBase, next.electionBase = h.sharedBase+h.s.Shared(), h.electionBase+h.s.Elections()
 	}
 	e.health.Store(next)
 	next.s.Start()
@@ -77,4 +84,26 @@ func (e *Engine) HealthSamples() (n uint64, ok bool) {
 		return 0, false
 	}
 	return h.sampleBase + h.s.Samples(), true
+}
+
+// HealthShared reports how many health readings were adopted from the elected sampler of this
+// database through Redis, across sampler rebuilds (pgtraffic.health.shared_samples). ok is
+// false while no sampler was ever started.
+func (e *Engine) HealthShared() (n uint64, ok bool) {
+	h := e.health.Load()
+	if h == nil {
+		return 0, false
+	}
+	return h.sharedBase + h.s.Shared(), true
+}
+
+// HealthElections reports how many times this engine's sampler became or stopped being its
+// database's elected sampler, across sampler rebuilds (pgtraffic.health.elections). ok is
+// false while no sampler was ever started.
+func (e *Engine) HealthElections() (n uint64, ok bool) {
+	h := e.health.Load()
+	if h == nil {
+		return 0, false
+	}
+	return h.electionBase + h.s.Elections(), true
 }

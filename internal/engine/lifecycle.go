@@ -22,7 +22,8 @@ type lifecycle struct {
 	// budgets by name: kept across reloads so debt and in-flight counts survive.
 	budgets map[string]*budget.Budget
 	watcher *watcher
-	co      coordination // shared budgets (coord.go)
+	co      coordination   // shared budgets (coord.go)
+	elect   healthElection // the health sampler's election (election.go)
 }
 
 // SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
@@ -55,7 +56,9 @@ func (e *Engine) SetConfig(cfg *rules.Config) error {
 	}
 	e.state.Store(c)
 	e.stats.Reloads.Add(1)
+	replaced := e.elect(cfg)
 	e.configureHealth(cfg, c.healthInterval)
+	e.closeElection(replaced) // the sampler uses the new one from its next round
 	return nil
 }
 
@@ -78,24 +81,25 @@ func (l *lifecycle) setWatcher(w *watcher) error {
 
 // shut marks the engine closed and hands over what Close must stop; ok is false if it was
 // closed already.
-func (e *Engine) shut() (w *watcher, co coordination, h *sampling, ok bool) {
+func (e *Engine) shut() (w *watcher, co coordination, h *sampling, el healthElection, ok bool) {
 	e.life.mu.Lock()
 	defer e.life.mu.Unlock()
 	if e.life.closed {
-		return nil, coordination{}, nil, false
+		return nil, coordination{}, nil, healthElection{}, false
 	}
 	e.life.closed = true
-	w, co = e.life.watcher, e.life.co
-	e.life.watcher, e.life.co = nil, coordination{}
+	w, co, el = e.life.watcher, e.life.co, e.life.elect
+	e.life.watcher, e.life.co, e.life.elect = nil, coordination{}, healthElection{}
 	e.coordinator.Store(nil)
-	return w, co, e.health.Load(), true
+	return w, co, e.health.Load(), el, true
 }
 
-// Close stops the rules-file watcher, the coordinator (telling Redis, within closeWithin, that
-// this instance leaves) and the health sampler, holding no lock while it waits for them.
-// Statements may still run after it, under the rules in force, with every budget local.
+// Close stops the rules-file watcher, the health sampler (which hands its election's lease
+// over), the coordinator (telling Redis, within closeWithin, that this instance leaves),
+// holding no lock while it waits for them. Statements may still run after it, under the rules
+// in force, with every budget local.
 func (e *Engine) Close() error {
-	w, co, h, ok := e.shut()
+	w, co, h, el, ok := e.shut()
 	if !ok {
 		return nil
 	}
@@ -103,11 +107,12 @@ func (e *Engine) Close() error {
 	if w != nil {
 		errs = append(errs, w.close()) // its reload in progress, if any, returns first
 	}
+	if h != nil {
+		errs = append(errs, h.s.Close()) // before its election's client closes
+	}
+	e.closeElection(el.el)
 	if co.c != nil {
 		e.stopCoordination(co)
-	}
-	if h != nil {
-		errs = append(errs, h.s.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -260,7 +260,7 @@ func (s *Sampler) Close() error {
 	}
 	if b, el := s.sess.leading(); el != nil {
 		// Hand the lease over now rather than when it lapses.
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.electTimeout())
 		_ = el.Resign(ctx, b) // it lapses anyway
 		cancel()
 	}
