@@ -327,3 +327,38 @@ func TestSetMetricsDoesNotWaitForARound(t *testing.T) {
 	close(release)
 	<-done
 }
+
+// TestFollowerRidesOutAFailedVote: one failed election call is no outage; a follower whose
+// sample is young keeps it and polls again, and samples for itself only once its readings are
+// LeaseIntervals intervals old, before they would go stale.
+func TestFollowerRidesOutAFailedVote(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	bb := &ballotBox{clock: clock}
+	var dA, dB atomic.Int32
+	a, _ := electedSampler(t, clock, bb.voter("a"), &dA)
+	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)
+	_, _ = a.round(context.Background(), true) // the lead
+	bb.mu.Lock()
+	bb.published = []Shared{{Metric: healthmetric.ActiveQueries, Value: 1}} // as if it read 1
+	bb.mu.Unlock()
+	if _, err := b.round(context.Background(), true); err != nil || dB.Load() != 0 {
+		t.Fatalf("follower round: %v, %d dials", err, dB.Load())
+	}
+	bb.mu.Lock()
+	bb.fail = errors.New("i/o timeout")
+	bb.mu.Unlock()
+	for clock.Now().Sub(t0) < LeaseIntervals*time.Second {
+		next, _ := b.round(context.Background(), true)
+		if dB.Load() != 0 {
+			t.Fatalf("the follower sampled for itself %v after its last good vote", clock.Now().Sub(t0))
+		}
+		if next != time.Second/4 {
+			t.Errorf("after a failed vote the follower polls in %v, want a quarter interval", next)
+		}
+		clock.Add(next)
+	}
+	_, _ = b.round(context.Background(), true)
+	if dB.Load() != 1 {
+		t.Errorf("%d dials once the follower's sample was %v old, want it to sample for itself", dB.Load(), clock.Now().Sub(t0))
+	}
+}

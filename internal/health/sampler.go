@@ -135,6 +135,7 @@ type turn struct {
 	// when it held none.
 	lead     Ballot
 	el       Election
+	follows  bool   // the last vote answered, and made this sampler a follower
 	electErr string // the election error last logged, "" while the election answers
 }
 
@@ -446,9 +447,9 @@ func (s *Sampler) config() *config {
 // would turn every follower into a sampler.
 const minElectTimeout = 50 * time.Millisecond
 
-// electTimeout bounds each election call: half a read's timeout, so that a
-// hung Redis still leaves the round time to read the server itself.
-func (s *Sampler) electTimeout() time.Duration { return max(s.timeout/2, minElectTimeout) }
+// electTimeout bounds each election call as a read is bounded: a hung Redis
+// still leaves the round time to read the server itself.
+func (s *Sampler) electTimeout() time.Duration { return max(s.timeout, minElectTimeout) }
 
 // round runs one round and returns when the next is due (0: when woken). With
 // force it connects even while the reconnect backoff runs. With an election,
@@ -475,6 +476,11 @@ func (s *Sampler) round(ctx context.Context, force bool) (next time.Duration, er
 	lead := false
 	if el != nil {
 		v, ok := s.vote(ctx, t, el, b)
+		if !ok && t.follows && s.fresh(cfg, LeaseIntervals*s.interval) {
+			// One failed call is no outage: a follower whose sample is young polls again
+			// soon, and samples for itself only before its readings would go stale.
+			return s.interval / 4, nil
+		}
 		if ok && !v.Lead {
 			// A follower reads nothing from the server: its connection is not needed.
 			if err := t.closeConn(); err != nil {
@@ -515,11 +521,23 @@ func (s *Sampler) vote(ctx context.Context, t *turn, el Election, b Ballot) (v V
 		s.elections.Add(1)
 		s.log.Debug("health: sampler election changed", "lead", v.Lead)
 	}
-	t.lead, t.el = Ballot{}, nil
+	t.lead, t.el, t.follows = Ballot{}, nil, !v.Lead
 	if v.Lead {
 		t.lead, t.el = b, el
 	}
 	return v, true
+}
+
+// fresh reports whether every metric of cfg has a good reading younger than age.
+func (s *Sampler) fresh(cfg *config, age time.Duration) bool {
+	readings, now := s.snap.Load().readings, s.now()
+	for _, m := range cfg.order {
+		r, ok := readings[m]
+		if !ok || !r.good || r.err != "" || now.Sub(r.at) >= age {
+			return false
+		}
+	}
+	return true
 }
 
 // resign gives up the lease t holds, within the election timeout; an error
