@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -80,13 +81,13 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 // reach it under other names (an IP and a host name) elect apart, which costs one health query
 // more per interval, never a sample of another database.
 func healthDatabase(cc *pgx.ConnConfig) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s@%s:%d", cc.User, cc.Host, cc.Port)
-	for _, f := range cc.Fallbacks {
-		fmt.Fprintf(&b, ",%s:%d", f.Host, f.Port)
+	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
+	for _, f := range cc.Fallbacks { // one per host and TLS mode tried
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
 	}
-	fmt.Fprintf(&b, "/%s", cc.Database)
-	return b.String()
+	return cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
 }
 
 // close stops everything newCore started.
