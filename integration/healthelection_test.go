@@ -179,8 +179,21 @@ rules:
 		t.Errorf("the instances counted %d local samples, the server %d queries", local, queries)
 	}
 
-	// The lead closes: another takes over, and no instance sees a stale sample meanwhile.
-	takeover, stale := handover(t, ins, lead, ctx, func() { ins[lead].close() })
+	// The lead closes: it resigns its lease on the way, another takes over, and no instance
+	// sees a stale sample meanwhile.
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	leaseKey := electionKey(t, rc, ":lease")
+	takeover, stale := handover(t, ins, lead, ctx, func() {
+		holder, err := rc.Get(context.Background(), leaseKey).Result()
+		if err != nil {
+			t.Fatalf("the lease before the close: %v", err)
+		}
+		ins[lead].close()
+		if now, _ := rc.Get(context.Background(), leaseKey).Result(); now == holder {
+			t.Errorf("the closed lead %q still holds the lease", holder)
+		}
+	})
 	t.Logf("closed lead: another took over after %v (%.1f intervals); %d checks refused as stale",
 		takeover.Round(time.Millisecond), float64(takeover)/float64(electionInterval), stale)
 	if stale != 0 {
@@ -209,6 +222,76 @@ rules:
 	if stale != 0 {
 		t.Errorf("%d checks refused while a lapsed lease was taken over; want none", stale)
 	}
+}
+
+// electionKey is the one election key of Redis ending in suffix (":lease" or ":sample").
+func electionKey(t *testing.T, rc *redis.Client, suffix string) string {
+	t.Helper()
+	var key string
+	waitFor(t, healthSettle, "the election's "+suffix+" key", func() (bool, string) {
+		keys, err := rc.Keys(context.Background(), "pgtraffic:{health:*}"+suffix).Result()
+		if len(keys) == 1 {
+			key = keys[0]
+		}
+		return len(keys) == 1, fmt.Sprint(keys, err)
+	})
+	return key
+}
+
+// TestHealthSamplerWithoutRedis: while Redis is down every instance samples for itself; once
+// it is back (empty, after a restart) they elect one sampler again.
+func TestHealthSamplerWithoutRedis(t *testing.T) {
+	srv := redistest.Need(t)
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("create sequence health_probe"); err != nil {
+		t.Fatal(err)
+	}
+	ins := openElected(t, srv, dsn, fmt.Sprintf(`
+coordination: {sync_interval: 200ms}
+health_interval: %s
+health_queries: {probe: "select 0 * nextval('health_probe')"}
+budgets:
+  - {name: guarded, mode: enforce, throttle_when: {custom.probe: 1}}
+rules:
+  - {budget: guarded, match: {app: guarded}}
+`, electionInterval), 3)
+	// samplersOver counts the instances that sampled over n intervals, and the server's queries.
+	samplersOver := func(n int) (samplers int, queries int64) {
+		p0, l0 := probes(t, admin), samplingCounts(t, ins)
+		time.Sleep(time.Duration(n) * electionInterval)
+		p1, l1 := probes(t, admin), samplingCounts(t, ins)
+		for i := range l1 {
+			if l1[i] > l0[i] {
+				samplers++
+			}
+		}
+		return samplers, p1 - p0
+	}
+	waitFor(t, healthSettle, "one sampler", func() (bool, string) {
+		n, q := samplersOver(5)
+		return n == 1, fmt.Sprintf("%d samplers, %d queries", n, q)
+	})
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * electionInterval) // the followers' samples age past two intervals
+	n, q := samplersOver(10)
+	t.Logf("Redis down: %d instances sampled, %d health queries in 10 intervals", n, q)
+	if n != len(ins) {
+		t.Errorf("while Redis was down %d of %d instances sampled for themselves", n, len(ins))
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, healthSettle, "one sampler again after Redis's return", func() (bool, string) {
+		n, q := samplersOver(5)
+		return n == 1, fmt.Sprintf("%d samplers, %d queries", n, q)
+	})
 }
 
 // handover runs kill on the lead ins[lead] and returns how long until another instance

@@ -361,4 +361,11 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 	if dB.Load() != 1 {
 		t.Errorf("%d dials once the follower's sample was %v old, want it to sample for itself", dB.Load(), clock.Now().Sub(t0))
 	}
+	// From then on it samples every interval until a vote answers, its own fresh readings
+	// notwithstanding (as if its read had succeeded).
+	seed(t, b, healthmetric.ActiveQueries, 1, clock.Now())
+	next, _ := b.round(context.Background(), true)
+	if dB.Load() != 2 || next != time.Second {
+		t.Errorf("next round without an election: %d dials in all, next in %v; want 2 and an interval", dB.Load(), next)
+	}
 }

@@ -481,6 +481,9 @@ func (s *Sampler) round(ctx context.Context, force bool) (next time.Duration, er
 			// soon, and samples for itself only before its readings would go stale.
 			return s.interval / 4, nil
 		}
+		if !ok {
+			t.follows = false // from now on it samples every interval, until a vote answers
+		}
 		if ok && !v.Lead {
 			// A follower reads nothing from the server: its connection is not needed.
 			if err := t.closeConn(); err != nil {
