@@ -24,7 +24,8 @@ const LeaseIntervals = 2
 //
 // Everything an Election returns is untrusted (it comes from Redis): the sampler validates
 // every published reading and treats what it cannot trust as stale, never as healthy.
-// Implementations bound each call by ctx and must be safe for concurrent use.
+// Implementations bound each call by ctx, must be safe for concurrent use, and must be
+// comparable (a pointer): the sampler tells a new election from the one it voted in.
 type Election interface {
 	// Elect renews the lease of b.Set or takes it when it is free. When another instance holds
 	// it, the vote carries the sample that instance last published. An error means the
