@@ -65,9 +65,24 @@ type electionResult struct {
 	refused   int     // checks refused by the surviving processes
 }
 
-func (r electionResult) ok() bool {
-	return float64(r.queries) <= r.intervals+1 && r.samplers == 1 && r.takeover > 0 && r.takeover <= 3 &&
-		r.peak <= 2 && r.refused == 0
+// missed names the targets r missed.
+func (r electionResult) missed() []string {
+	var out []string
+	for _, m := range []struct {
+		ok   bool
+		name string
+	}{
+		{float64(r.queries) <= r.intervals+1, "queries/interval"},
+		{r.samplers == 1, "samplers"},
+		{r.takeover > 0 && r.takeover <= 3, "takeover"},
+		{r.peak <= 2, "peak"},
+		{r.refused == 0, "refused"},
+	} {
+		if !m.ok {
+			out = append(out, m.name)
+		}
+	}
+	return out
 }
 
 // runElection runs the election scenario c.runs times and prints its table.
@@ -90,8 +105,8 @@ func runElection(c config, e *env) error {
 	fmt.Println("     <= 1              1         <= 3                  <= 2                   0")
 	for _, r := range results {
 		verdict := "met"
-		if !r.ok() {
-			verdict = "MISSED"
+		if m := r.missed(); len(m) > 0 {
+			verdict = "MISSED: " + strings.Join(m, ", ")
 		}
 		fmt.Printf("%-4d %-17.2f %-9d %-21.1f %-22d %-8d %s\n", r.run, float64(r.queries)/r.intervals, r.samplers,
 			r.takeover, r.peak, r.refused, verdict)
