@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,7 +57,8 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 			// The sampler's own connection, never one of the application's pool.
 			return pgx.ConnectConfig(ctx, healthConfig.Copy())
 		},
-		Redis: o.redis,
+		HealthDatabase: healthDatabase(cc),
+		Redis:          o.redis,
 	})
 	switch {
 	case o.config != nil:
@@ -75,6 +79,20 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	}
 	c.intr = &interceptor{engine: c.engine, commenter: o.sqlCommenter, leaks: lk}
 	return c, nil
+}
+
+// healthDatabase identifies the database cc reaches, for the health sampler election: the
+// user, every host and port tried, and the database name; never the password. Instances that
+// reach it under other names (an IP and a host name) elect apart, which costs one health query
+// more per interval, never a sample of another database.
+func healthDatabase(cc *pgx.ConnConfig) string {
+	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
+	for _, f := range cc.Fallbacks { // one per host and TLS mode tried
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
 }
 
 // close stops everything newCore started.

@@ -72,6 +72,8 @@ const (
 	metricReloadFailures  = "pgtraffic.rules.reload_failures"
 	metricHealthErrors    = "pgtraffic.health.errors"
 	metricHealthSamples   = "pgtraffic.health.samples"
+	metricHealthShared    = "pgtraffic.health.shared_samples"
+	metricHealthElections = "pgtraffic.health.elections"
 	metricRowsLeaked      = "pgtraffic.rows.leaked"
 
 	metricLeaseRate    = "pgtraffic.coordination.lease.rate"
@@ -205,6 +207,8 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 	reloadFailures := ic(metricReloadFailures, "{reload}", "Rules-file changes rejected; the last good rules stayed.")
 	healthErrors := ic(metricHealthErrors, "{error}", "Failed health reads and connects.")
 	healthSamples := ic(metricHealthSamples, "{sample}", "Successful health metric reads.")
+	healthShared := ic(metricHealthShared, "{sample}", "Health readings taken from the sampler elected for the database, through Redis.")
+	healthElections := ic(metricHealthElections, "{election}", "Times this instance became or stopped being the health sampler elected for its database.")
 	coordInst, coordObs := newCoordInstruments(ob)
 	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
@@ -232,10 +236,17 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		if n, ok := rt.HealthSamples(); ok {
 			o.ObserveInt64(healthSamples, clampInt64(n))
 		}
+		if n, ok := e.HealthShared(); ok {
+			o.ObserveInt64(healthShared, clampInt64(n))
+		}
+		if n, ok := e.HealthElections(); ok {
+			o.ObserveInt64(healthElections, clampInt64(n))
+		}
 		return nil
 	}
 	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
-		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)...)
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples,
+		healthShared, healthElections)...)
 	if err != nil {
 		return telemetryError(err)
 	}

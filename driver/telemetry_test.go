@@ -1334,6 +1334,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.explain.calls", "pgtraffic.explain.failures",
 		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
 		"pgtraffic.health.errors", "pgtraffic.health.samples",
+		"pgtraffic.health.shared_samples", "pgtraffic.health.elections",
 		"pgtraffic.rows.leaked",
 		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
 		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",

@@ -128,7 +128,7 @@ func TestRecoveryAfterOutage(t *testing.T) {
 	defer s.Close()
 	// The loop's rounds, one per interval, until a connect is attempted after the server's return.
 	for clock.Now().Before(back.Add(time.Minute)) {
-		_ = s.round(context.Background(), false)
+		_, _ = s.round(context.Background(), false)
 		if n := len(dials); n > 0 && !dials[n-1].Before(back) {
 			break
 		}

@@ -5,7 +5,7 @@
 //
 // A [Sampler] belongs to one connector. It reads the configured metrics on
 // its own dedicated connection (never one of the application's pool) once
-// per interval, from a single goroutine driven by a [time.Ticker], and
+// per interval, from a single goroutine driven by a [time.Timer], and
 // publishes each round as an immutable snapshot behind an atomic pointer.
 // Checks ([Sampler.Evaluate], [Sampler.Value]) read that snapshot and never
 // wait for I/O, so the hot path pays a map lookup per threshold.
@@ -15,6 +15,27 @@
 // bounded by a timeout; a failed connect is retried with exponential
 // backoff capped at four intervals (at least a second), so that throttling
 // on stale health lifts within a few intervals of the server's return.
+//
+// # One sampler per database
+//
+// With an [Election] (the engine passes one built on Redis when the rules have a
+// coordination section), the samplers of every instance that reads the same database with
+// the same metric set (the same metrics, queries and interval: [Ballot]) share one: each
+// round first votes. The instance holding the lease ([LeaseIntervals] intervals long,
+// renewed by each of its rounds) samples and publishes its readings; the others read them
+// instead of the server, keep no connection open, and poll again an eighth of an interval
+// after the lead's next sample is due (every quarter interval once it is overdue). A lead
+// that closes resigns, and the next poll elects another; a lead that dies is replaced once
+// its lease lapses, within LeaseIntervals intervals and a quarter, before the followers'
+// readings turn stale. When the election cannot be held (Redis unreachable) a follower whose
+// readings are still young polls again, and otherwise every sampler reads the server itself.
+//
+// What an election returns is untrusted: a reading that is missing, failed, out of its
+// metric's range, dated in the future or older than [StaleIntervals] intervals is published
+// as a failed read, so it counts as stale (exceeded for enforce budgets), never as healthy.
+// A well-formed, fresh, plausible forgery cannot be told from a true sample: whoever can
+// write the election's store can make followers read a healthy database, but no limit other
+// than the health thresholds depends on it, and [healthmetric.InFlight] is never shared.
 //
 // # Metrics
 //

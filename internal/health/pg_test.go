@@ -315,7 +315,7 @@ func TestPGCustomQueries(t *testing.T) {
 		}
 	})
 	t.Run("a shape error keeps the connection", func(t *testing.T) {
-		if s.sess.conn == nil || s.sess.conn.IsClosed() {
+		if s.sess.t.conn == nil || s.sess.t.conn.IsClosed() {
 			t.Error("the connection was dropped after shape errors")
 		}
 	})
@@ -342,10 +342,10 @@ func TestPGReadTimeout(t *testing.T) {
 	serverCanceled := strings.Contains(err.Error(), "SQLSTATE 57014")
 	var pid uint32
 	if serverCanceled {
-		if s.sess.conn == nil || s.sess.conn.IsClosed() {
+		if s.sess.t.conn == nil || s.sess.t.conn.IsClosed() {
 			t.Fatal("the connection was dropped after the server canceled the statement")
 		}
-		pid = s.sess.conn.PgConn().PID()
+		pid = s.sess.t.conn.PgConn().PID()
 	} else {
 		t.Logf("the client deadline fired first: %v", err)
 	}
@@ -353,7 +353,7 @@ func TestPGReadTimeout(t *testing.T) {
 	if v := sampled(t, s, "custom.fast"); v != 5 {
 		t.Errorf("custom.fast = %v, want 5", v)
 	}
-	if got := s.sess.conn.PgConn().PID(); serverCanceled && got != pid {
+	if got := s.sess.t.conn.PgConn().PID(); serverCanceled && got != pid {
 		t.Errorf("reconnected after a server-side timeout (pid %d, then %d)", pid, got)
 	}
 }

@@ -131,7 +131,7 @@ func TestConnectFailure(t *testing.T) {
 	}
 
 	// The loop's rounds wait out the backoff (at least half an interval)...
-	if err := s.round(context.Background(), false); !errors.Is(err, errWaiting) {
+	if _, err := s.round(context.Background(), false); !errors.Is(err, errWaiting) {
 		t.Errorf("round during backoff = %v, want errWaiting", err)
 	}
 	if n := dials.Load(); n != 1 {
@@ -139,7 +139,7 @@ func TestConnectFailure(t *testing.T) {
 	}
 	// ...then try again; SampleOnce does not wait.
 	clock.Add(time.Second)
-	if err := s.round(context.Background(), false); !errors.Is(err, boom) {
+	if _, err := s.round(context.Background(), false); !errors.Is(err, boom) {
 		t.Errorf("round after backoff = %v, want the connect error", err)
 	}
 	if err := s.SampleOnce(context.Background()); !errors.Is(err, boom) {
@@ -154,8 +154,8 @@ func TestConnectFailure(t *testing.T) {
 	if n := logs.count("connect failed"); n != 1 {
 		t.Errorf("the same connect error was logged %d times, want once:\n%s", n, logs)
 	}
-	if s.sess.failures != 3 {
-		t.Errorf("consecutive failures = %d, want 3", s.sess.failures)
+	if s.sess.t.failures != 3 {
+		t.Errorf("consecutive failures = %d, want 3", s.sess.t.failures)
 	}
 }
 

@@ -16,11 +16,14 @@ type sampling struct {
 	s                   *health.Sampler // nil while no budget uses a sampled metric
 	interval            time.Duration   // the interval s was built with
 	errBase, sampleBase uint64
+	sharedBase          uint64
+	electionBase        uint64
 }
 
 // retired is h's counts without its sampler, which its caller closes.
 func (h *sampling) retired() *sampling {
-	return &sampling{errBase: h.errBase + h.s.Errors(), sampleBase: h.sampleBase + h.s.Samples()}
+	return &sampling{errBase: h.errBase + h.s.Errors(), sampleBase: h.sampleBase + h.s.Samples(),
+		sharedBase: h.sharedBase + h.s.Shared(), electionBase: h.electionBase + h.s.Elections()}
 }
 
 // configureHealth starts, reconfigures or stops the health sampler for cfg, and hands it to the
@@ -32,7 +35,8 @@ func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (re
 	h := r.health
 	if h != nil && h.s != nil {
 		if len(metrics) > 0 && r.healthConnect != nil && !r.closed && h.interval == interval {
-			h.s.SetMetrics(metrics, cfg.HealthQueries) // a set that is not empty: nothing to close
+			h.s.SetMetrics(metrics, cfg.HealthQueries)
+			h.s.SetElection(r.election())
 			h.s.Start()
 			return nil
 		}
@@ -50,9 +54,10 @@ func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (re
 		Queries:  cfg.HealthQueries,
 		Logger:   r.log,
 		Now:      r.now,
+		Election: r.election(),
 	})}
 	if h != nil {
-		next.errBase, next.sampleBase = h.errBase, h.sampleBase
+		next.errBase, next.sampleBase, next.sharedBase, next.electionBase = h.errBase, h.sampleBase, h.sharedBase, h.electionBase
 	}
 	r.health = next
 	r.e.SetHealth(next.s)
@@ -109,4 +114,32 @@ func (r *Runtime) HealthSamples() (n uint64, ok bool) {
 		return h.sampleBase, true
 	}
 	return h.sampleBase + h.s.Samples(), true
+}
+
+// HealthShared reports how many health readings were adopted from the elected sampler of this
+// database through Redis, across sampler rebuilds (pgtraffic.health.shared_samples). ok is
+// false while no sampler was ever started.
+func (r *Runtime) HealthShared() (n uint64, ok bool) {
+	h := r.sampler()
+	if h == nil {
+		return 0, false
+	}
+	if h.s == nil {
+		return h.sharedBase, true
+	}
+	return h.sharedBase + h.s.Shared(), true
+}
+
+// HealthElections reports how many times this instance's sampler became or stopped being its
+// database's elected sampler, across sampler rebuilds (pgtraffic.health.elections). ok is false
+// while no sampler was ever started.
+func (r *Runtime) HealthElections() (n uint64, ok bool) {
+	h := r.sampler()
+	if h == nil {
+		return 0, false
+	}
+	if h.s == nil {
+		return h.electionBase, true
+	}
+	return h.electionBase + h.s.Elections(), true
 }

@@ -26,6 +26,10 @@ type Options struct {
 
 	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
 	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
+	// HealthDatabase identifies the database the sampler reads, without secrets (e.g.
+	// user@host:port/dbname): with a coordination section, instances whose identities are
+	// equal elect one sampler (election.go). Empty: each samples for itself.
+	HealthDatabase string
 
 	// Redis, when set, is the client shared budgets coordinate through, instead of one made
 	// from the coordination section's URL (coord.go). Instance names this instance in Redis
@@ -38,13 +42,14 @@ type Options struct {
 // engine, watches the rules file, and starts, reconfigures and stops the health sampler and
 // the coordinator of shared budgets. It is safe for concurrent use.
 type Runtime struct {
-	e             *engine.Engine
-	log           *slog.Logger
-	now           func() time.Time
-	after         func(time.Duration) <-chan time.Time
-	healthConnect func(ctx context.Context) (*pgx.Conn, error)
-	redis         redis.UniversalClient
-	instance      string
+	e              *engine.Engine
+	log            *slog.Logger
+	now            func() time.Time
+	after          func(time.Duration) <-chan time.Time
+	healthConnect  func(ctx context.Context) (*pgx.Conn, error)
+	healthDatabase string
+	redis          redis.UniversalClient
+	instance       string
 
 	// mu serialises the installs of rules and Close, and protects the fields below. It is held
 	// for in-memory steps only: never across a compile, a file read, Redis or the database
@@ -53,8 +58,9 @@ type Runtime struct {
 	closed    bool
 	installed uint64 // Gen of the rules last installed
 	watcher   *watcher
-	co        coordination // shared budgets (coord.go)
-	health    *sampling    // the health sampler; nil until a budget uses a sampled metric (health.go)
+	co        coordination   // shared budgets (coord.go)
+	vote      healthElection // the health sampler's election (election.go)
+	health    *sampling      // the health sampler; nil until a budget uses a sampled metric (health.go)
 }
 
 // New returns the runtime of e, with no rules in force.
@@ -69,7 +75,7 @@ func New(e *engine.Engine, o Options) *Runtime {
 		o.After = time.After
 	}
 	return &Runtime{e: e, log: o.Logger, now: o.Now, after: o.After, healthConnect: o.HealthConnect,
-		redis: o.Redis, instance: o.Instance}
+		healthDatabase: o.HealthDatabase, redis: o.Redis, instance: o.Instance}
 }
 
 // Engine is the engine r configures.
@@ -110,18 +116,22 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 type stopped struct {
 	superseded bool            // a later SetConfig was installed first: nothing done
 	co         coordination    // a coordinator replaced or removed
+	election   *coord.Election // a health sampler election replaced or removed
 	sampler    *health.Sampler // a sampler replaced or no longer needed
 }
 
-// run stops what s holds.
+// run stops what s holds: the sampler first, which hands its election's lease over, then the
+// election's client, then the coordinator.
 func (s stopped) run(r *Runtime) error {
+	var err error
+	if s.sampler != nil {
+		err = s.sampler.Close()
+	}
+	r.closeElection(s.election)
 	if s.co.c != nil {
 		r.stopCoordination(s.co)
 	}
-	if s.sampler != nil {
-		return s.sampler.Close()
-	}
-	return nil
+	return err
 }
 
 // install puts compiled, built from cfg, in force, unless a later SetConfig's rules are in
@@ -141,6 +151,7 @@ func (r *Runtime) install(cfg *rules.Config, compiled *engine.Rules) (installed 
 	}
 	r.e.Install(compiled)
 	r.installed = compiled.Gen()
+	stop.election = r.elect(cfg) // the sampler takes the new one from its next round
 	stop.sampler = r.configureHealth(cfg, compiled.HealthInterval())
 	return true, stop, nil
 }
@@ -170,16 +181,17 @@ func (r *Runtime) shut() (w *watcher, stop stopped, ok bool) {
 		return nil, stopped{}, false
 	}
 	r.closed = true
-	w, stop.co = r.watcher, r.co
+	w, stop.co, stop.election = r.watcher, r.co, r.vote.el
 	if r.health != nil {
 		stop.sampler = r.health.s // its counts stay readable: Close keeps them
 	}
-	r.watcher, r.co = nil, coordination{}
+	r.watcher, r.co, r.vote = nil, coordination{}, healthElection{}
 	return w, stop, true
 }
 
-// Close stops the rules-file watcher, the coordinator (telling Redis, within closeWithin, that
-// this instance leaves) and the health sampler, holding no lock while it waits for them.
+// Close stops the rules-file watcher, the health sampler (which hands its election's lease
+// over) and the coordinator (telling Redis, within closeWithin, that this instance leaves),
+// holding no lock while it waits for them.
 // Statements may still run after it, under the rules in force, with every budget local.
 func (r *Runtime) Close() error {
 	w, stop, ok := r.shut()
