@@ -64,7 +64,7 @@ var defaults = []struct {
 	{"internal/pattern.defaultMaxBytes", true},
 	{"internal/cost.DefaultGlobalK", true},
 	{"internal/cost.PlanTTL", true},
-	{"internal/engine.closeWithin", true},
+	{"internal/runtime.closeWithin", true},
 }
 
 // otherValueFacts are named constants that share a default's value but are facts of their own.
