@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // minHealthInterval keeps a typo (1us) from turning the sampler into a load generator.
@@ -127,7 +127,7 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	if b.BurstLimit > 0 && !(share > 0) {
 		p.add(path+".burst_limit", "needs server_share (the rate the bucket drains at)")
 	}
-	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(budget.DefaultBurstWindow) > math.MaxInt64 {
+	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(vocab.DefaultBurstWindow) > math.MaxInt64 {
 		p.add(path+".server_share", "server_share × server_cores is too large for a default burst_limit")
 	}
 	p.durationField(path, "max_duration", b.MaxDuration, true)

@@ -23,8 +23,8 @@ const module = "github.com/pgtraffic/pgtraffic"
 // code: every Reason* constant of reasonPackages, every string constant of namePackages, and
 // namedStrings.
 var (
-	reasonPackages = []string{"driver/rules", "internal/budget"}
-	namePackages   = []string{"internal/health/healthmetric"}
+	reasonPackages = []string{"driver/rules/vocab"}
+	namePackages   = []string{"driver/rules/vocab"}
 	namedStrings   = []string{"internal/health.ApplicationName"}
 )
 
@@ -56,9 +56,9 @@ var defaults = []struct {
 	{"driver/rules.DefaultSyncInterval", false},
 	{"driver/rules.DefaultFallbackInstances", false},
 	{"driver/rules.DefaultMaxQueue", false},
-	{"internal/health/healthmetric.DefaultInterval", false},
+	{"driver/rules/vocab.DefaultHealthInterval", false},
 	{"internal/budget.DefaultMaxKeys", true},
-	{"internal/budget.DefaultBurstWindow", false},
+	{"driver/rules/vocab.DefaultBurstWindow", false},
 	{"internal/budget.defaultHold", false},
 	{"internal/pattern.DefaultMaxEntries", true},
 	{"internal/pattern.defaultMaxBytes", true},
@@ -92,7 +92,7 @@ func (m *mod) checkStrings(t *testing.T) {
 		if !ok || v.Kind() != constant.String {
 			t.Fatalf("%s: not a string constant", key)
 		}
-		// Of a constant and the ones referring to it (rules.ReasonBudget = budget.ReasonBudget),
+		// Of a constant and the ones referring to it (driver.ReasonBudget = vocab.ReasonBudget),
 		// name the definition.
 		if def, seen := watched[constant.StringVal(v)]; !seen || !m.isLiteral(def) {
 			watched[constant.StringVal(v)] = key

@@ -18,16 +18,16 @@
 //
 // # Metrics
 //
-//   - [healthmetric.ActiveQueries]: client backends in state 'active' in pg_stat_activity,
+//   - [vocab.MetricActiveQueries]: client backends in state 'active' in pg_stat_activity,
 //     the sampler's own backend excluded. The sampling role needs
 //     pg_read_all_stats (or pg_monitor) to see other roles' backends.
-//   - [healthmetric.ReplicationLag]: on a standby, seconds since the last replayed
+//   - [vocab.MetricReplicationLag]: on a standby, seconds since the last replayed
 //     transaction committed on the primary, or 0 when everything received has
 //     been replayed; on a primary, the largest replay_lag in
 //     pg_stat_replication, or 0 when there is none.
-//   - [healthmetric.InFlight]: the connector's own queries in flight; not sampled, the
+//   - [vocab.MetricInFlight]: the connector's own queries in flight; not sampled, the
 //     caller passes it to [Sampler.Evaluate].
-//   - [healthmetric.CustomPrefix] + name: a configured query returning one row with one
+//   - [vocab.MetricCustomPrefix] + name: a configured query returning one row with one
 //     numeric column (int2, int4, int8, float4, float8 or numeric).
 //
 // # Staleness
