@@ -26,8 +26,8 @@ type decoder struct {
 }
 
 // tagNames maps each struct type of a [Config] to the names its fields' yaml tags give, in field
-// order (a test checks that the json tags agree).
-var tagNames = structTags(configType)
+// order (a test checks that the json tags agree), and tagOffsets to the fields' offsets.
+var tagNames, tagOffsets = structTags(configType)
 
 var (
 	configType       = reflect.TypeFor[Config]()
@@ -38,26 +38,28 @@ var (
 	thresholdsType   = reflect.TypeFor[map[string]float64]() // Budget.ThrottleWhen
 )
 
-// structTags returns the tag names of struct type t and of every struct type its fields hold.
-func structTags(t reflect.Type) map[reflect.Type][]string {
-	out := map[reflect.Type][]string{}
+// structTags returns the tag names and the offsets of the fields of struct type t and of every
+// struct type its fields hold.
+func structTags(t reflect.Type) (map[reflect.Type][]string, map[reflect.Type][]uintptr) {
+	names, offsets := map[reflect.Type][]string{}, map[reflect.Type][]uintptr{}
 	var add func(t reflect.Type)
 	add = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 			t = t.Elem()
 		}
-		if _, done := out[t]; done || t.Kind() != reflect.Struct || t == timeType {
+		if _, done := names[t]; done || t.Kind() != reflect.Struct || t == timeType {
 			return
 		}
-		names := make([]string, t.NumField())
-		out[t] = names
-		for i := range names {
-			names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-			add(t.Field(i).Type)
+		names[t], offsets[t] = make([]string, t.NumField()), make([]uintptr, t.NumField())
+		for i := range t.NumField() {
+			f := t.Field(i)
+			names[t][i], _, _ = strings.Cut(f.Tag.Get("yaml"), ",")
+			offsets[t][i] = f.Offset
+			add(f.Type)
 		}
 	}
 	add(t)
-	return out
+	return names, offsets
 }
 
 // value decodes n, the value written at at, into v, as v's type says.

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -149,10 +150,8 @@ const maxAliasChain = 8
 func (f field) member(s, p any) field {
 	t := reflect.TypeOf(s).Elem()
 	off := reflect.ValueOf(p).Pointer() - reflect.ValueOf(s).Pointer()
-	for i := range t.NumField() {
-		if t.Field(i).Offset == off {
-			return f.key(tagNames[t][i])
-		}
+	if i := slices.Index(tagOffsets[t], off); i >= 0 {
+		return f.key(tagNames[t][i])
 	}
 	panic("rules: not a field of " + t.Name())
 }
