@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,23 @@ func TestJSONErrorsNameTheirLine(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// JSON's escaped slash, which some encoders write for every /, reads as the slash: YAML has no
+// such escape.
+func TestJSONEscapedSlash(t *testing.T) {
+	cfg, err := Parse([]byte(`{"budgets": [{"name": "a"}],
+"rules": [{"budget": "a", "match": {"route": "\/api\/export", "path": "c:\\\/x", "q": "\\\\\/"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"route": "/api/export", "path": `c:\/x`, "q": `\\/`}
+	if got := cfg.Rules[0].Match; !reflect.DeepEqual(got, want) {
+		t.Errorf("match %q, want %q", got, want)
+	}
+	// Not JSON: YAML reads \/ as the error it is there.
+	if _, err := Parse([]byte("budgets: [{name: \"a\\/b\"}]\n")); err == nil {
+		t.Error("YAML with \\/ accepted")
 	}
 }

@@ -1,6 +1,9 @@
 // Package health samples PostgreSQL server health for pgtraffic's
 // throttle_when budgets: the Vitess-throttler half of traffic control.
 //
+// It may import pgx, for its dedicated connection, and driver/rules/vocab (the metric names, the
+// default interval); nothing else of pgtraffic's: the engine hands it its settings.
+//
 // # Sampling
 //
 // A [Sampler] belongs to one connector. It reads the configured metrics on

@@ -1,13 +1,3 @@
-// Package vocab defines the words and defaults of a rules file that pgtraffic's layers share:
-// the reasons a statement is refused or warned about, the health metrics a budget's
-// throttle_when may name, and the defaults that both the rules config and an internal core
-// apply.
-//
-// It imports nothing but the standard library's time, so that every layer may import it: the
-// budget and health cores, which must not import the rules config (it needs a YAML library);
-// and the public rules config, which imports nothing of pgtraffic's internals. This is the one
-// definition of each value below; the public names that users write in code, driver's Reason
-// constants and the rules package's Metric constants and defaults, are declared as these.
 package vocab
 
 import "time"
