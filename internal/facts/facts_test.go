@@ -1,6 +1,3 @@
-// Package facts holds no code: its test reads the module's non-test Go files and fails when a
-// fact that must have one definition (a reason string, a health metric name, a default) is
-// spelled as a literal in more than one place.
 package facts
 
 import (
@@ -20,12 +17,14 @@ import (
 const module = "github.com/pgtraffic/pgtraffic"
 
 // The constants whose string values must be spelled as a literal exactly once in non-test
-// code: every Reason* constant of reasonPackages, every string constant of namePackages, and
-// namedStrings.
+// code: every Reason* constant of reasonPackages, every string constant of namePackages, the
+// constants of telemetryPackages named with one of its prefixes (metric and attribute names),
+// and namedStrings.
 var (
-	reasonPackages = []string{"driver/rules/vocab"}
-	namePackages   = []string{"driver/rules/vocab"}
-	namedStrings   = []string{"internal/health.ApplicationName"}
+	reasonPackages    = []string{"driver/rules/vocab"}
+	namePackages      = []string{"driver/rules/vocab"}
+	telemetryPackages = map[string][]string{"driver": {"metric", "attr", "event"}}
+	namedStrings      = []string{"internal/health.ApplicationName"}
 )
 
 // otherStringFacts counts, per file, the literals whose text equals a watched string but that
@@ -104,6 +103,14 @@ func (m *mod) checkStrings(t *testing.T) {
 	for _, dir := range namePackages {
 		for _, key := range m.constsOf(dir) {
 			if v, _, ok := m.eval(m.consts[key], map[string]bool{}); ok && v.Kind() == constant.String {
+				add(key)
+			}
+		}
+	}
+	for dir, prefixes := range telemetryPackages {
+		for _, key := range m.constsOf(dir) {
+			name := key[len(dir)+1:]
+			if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 				add(key)
 			}
 		}
