@@ -140,14 +140,12 @@ func (c *Config) validateCoordination(p *problems) {
 				p.add(at.member(co, &co.Redis), "%s (the value is not shown: it may hold a password)", problem)
 			}
 		}
-		interval := at.member(co, &co.SyncInterval)
-		p.durationField(interval, co.SyncInterval, true)
+		p.durationField(at, co, &co.SyncInterval, true)
 		if d := time.Duration(co.SyncInterval); d != 0 && (d < MinSyncInterval || d > MaxSyncInterval) {
-			p.add(interval, "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
+			p.add(at.member(co, &co.SyncInterval), "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
 		}
-		fallback := at.member(co, &co.FallbackInstances)
-		if co.FallbackInstances < 0 || co.FallbackInstances == 0 && p.explicit(fallback) {
-			p.add(fallback, "must be > 0 (omit it for the default), got %d", co.FallbackInstances)
+		if co.FallbackInstances < 0 || co.FallbackInstances == 0 && p.explicit(at, co, &co.FallbackInstances) {
+			p.add(at.member(co, &co.FallbackInstances), "must be > 0 (omit it for the default), got %d", co.FallbackInstances)
 		}
 	}
 	for i := range c.Budgets {

@@ -76,13 +76,14 @@ func (p *problems) line(at field) int {
 	return 0
 }
 
-// explicit reports whether at was written in the file, with a value other than null (always
-// false for a config built in code).
-func (p *problems) explicit(at field) bool {
+// explicit reports whether the field of struct *s at address f, which is at at, was written in
+// the file, with a value other than null (always false for a config built in code). It names
+// the field only when there is a file to look in.
+func (p *problems) explicit(at field, s, f any) bool {
 	if p.root == nil {
 		return false
 	}
-	_, ok := at.find(p.root)
+	_, ok := at.member(s, f).find(p.root)
 	return ok
 }
 

@@ -28,13 +28,12 @@ func (c *Config) Validate() error {
 // fields were written explicitly, and where.
 func (c *Config) validate(p *problems) {
 	top := field{}
-	if cores := top.member(c, &c.ServerCores); !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit(cores) {
-		p.add(cores, "must be a number > 0, got %v", c.ServerCores)
+	if !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit(top, c, &c.ServerCores) {
+		p.add(top.member(c, &c.ServerCores), "must be a number > 0, got %v", c.ServerCores)
 	}
-	interval := top.member(c, &c.HealthInterval)
-	p.durationField(interval, c.HealthInterval, true)
+	p.durationField(top, c, &c.HealthInterval, true)
 	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
-		p.add(interval, "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
+		p.add(top.member(c, &c.HealthInterval), "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.HealthQueries)) {
 		at := top.member(c, &c.HealthQueries).key(name)
@@ -53,8 +52,9 @@ func (c *Config) validate(p *problems) {
 	// first indexes the budgets by name (the first of each name), so that checking a rule's
 	// budget is a map probe: a config may hold a budget per tenant, tens of thousands of them.
 	first := make(map[string]int, len(c.Budgets))
+	budgets := top.member(c, &c.Budgets)
 	for i := range c.Budgets {
-		c.validateBudget(p, i, cores, first)
+		c.validateBudget(p, budgets.index(i), i, cores, first)
 	}
 	for i := range c.Rules {
 		c.validateRule(p, i, first)
@@ -97,22 +97,21 @@ func (gs *Guards) validate(p *problems, at field) {
 	}
 }
 
-// validateBudget checks budget i and adds its name to first. Fields are built only for a
-// problem or to ask whether a zero was written: a config may hold many budgets.
-func (c *Config) validateBudget(p *problems, i int, cores float64, first map[string]int) {
+// validateBudget checks budget i, which is at at, and adds its name to first. Its fields are
+// named only for a problem or to ask whether a zero was written: a config may hold many budgets.
+func (c *Config) validateBudget(p *problems, at field, i int, cores float64, first map[string]int) {
 	b := &c.Budgets[i]
-	at := field{}.member(c, &c.Budgets).index(i)
 	j, dup := first[b.Name]
 	if !dup {
 		first[b.Name] = i
 	}
-	switch name := at.member(b, &b.Name); {
+	switch {
 	case b.Name == "":
-		p.add(name, "required")
+		p.add(at.member(b, &b.Name), "required")
 	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
-		p.add(name, "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
+		p.add(at.member(b, &b.Name), "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
 	case dup:
-		p.add(name, "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
+		p.add(at.member(b, &b.Name), "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
 	}
 	if !b.Mode.valid() {
 		p.add(at.member(b, &b.Mode), "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
@@ -120,10 +119,10 @@ func (c *Config) validateBudget(p *problems, i int, cores float64, first map[str
 	b.validateLimits(p, at, cores)
 	b.validateOverruns(p, at)
 	if !finite(b.WarningThreshold) || b.WarningThreshold < 0 || b.WarningThreshold >= 1 ||
-		b.WarningThreshold == 0 && p.explicit(at.member(b, &b.WarningThreshold)) {
+		b.WarningThreshold == 0 && p.explicit(at, b, &b.WarningThreshold) {
 		p.add(at.member(b, &b.WarningThreshold), "must be in (0, 1), got %v", b.WarningThreshold)
 	}
-	if b.Per == "" && p.explicit(at.member(b, &b.Per)) || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
+	if b.Per == "" && p.explicit(at, b, &b.Per) || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
 		p.add(at.member(b, &b.Per), "must be a tag key, got %s", quoteShort(b.Per))
 	}
 	b.validateWaiting(p, at)
@@ -144,7 +143,7 @@ func (b *Budget) validateLimits(p *problems, at field, cores float64) {
 	if m := b.MaxConcurrent; m != nil && *m < 0 {
 		p.add(at.member(b, &b.MaxConcurrent), "must be >= 0 (0 admits nothing; omit it for no limit), got %d", *m)
 	}
-	p.durationField(at.member(b, &b.PerQueryLimit), b.PerQueryLimit, true)
+	p.durationField(at, b, &b.PerQueryLimit, true)
 	share := 0.0
 	if b.ServerShare != nil {
 		share = *b.ServerShare
@@ -152,7 +151,7 @@ func (b *Budget) validateLimits(p *problems, at field, cores float64) {
 			p.add(at.member(b, &b.ServerShare), "must be in [0, 1], got %v", share)
 		}
 	}
-	p.durationField(at.member(b, &b.BurstLimit), b.BurstLimit, true)
+	p.durationField(at, b, &b.BurstLimit, true)
 	if b.BurstLimit > 0 && !(share > 0) {
 		p.add(at.member(b, &b.BurstLimit), "needs server_share (the rate the bucket drains at)")
 	}
@@ -163,7 +162,7 @@ func (b *Budget) validateLimits(p *problems, at field, cores float64) {
 
 // validateOverruns checks max_duration and the quarantine that counts its overruns.
 func (b *Budget) validateOverruns(p *problems, at field) {
-	p.durationField(at.member(b, &b.MaxDuration), b.MaxDuration, true)
+	p.durationField(at, b, &b.MaxDuration, true)
 	q := b.Quarantine
 	if q == nil {
 		return
@@ -182,7 +181,7 @@ func (b *Budget) validateOverruns(p *problems, at field) {
 
 // validateWaiting checks max_wait and the queue of the statements waiting under it.
 func (b *Budget) validateWaiting(p *problems, at field) {
-	p.durationField(at.member(b, &b.MaxWait), b.MaxWait, false)
+	p.durationField(at, b, &b.MaxWait, false)
 	q := b.MaxQueue
 	if q == nil {
 		return
@@ -214,16 +213,17 @@ func (c *Config) validateThrottle(p *problems, b *Budget, at field) {
 	}
 }
 
-// durationField checks that duration d, at at, is not negative and, when zero would read as
-// "no limit" but was written explicitly (positive), not zero either.
-func (p *problems) durationField(at field, d Duration, positive bool) {
+// durationField checks that the duration field of struct *s at address d, which is at at, is not
+// negative and, when zero would read as "no limit" but was written explicitly (positive), not
+// zero either. The field is named only for a problem, or to ask whether a zero was written.
+func (p *problems) durationField(at field, s any, d *Duration, positive bool) {
 	switch {
-	case d > 0 || d == 0 && (!positive || p.root == nil):
+	case *d > 0 || *d == 0 && (!positive || p.root == nil):
 		// the common case
-	case d < 0:
-		p.add(at, "must not be negative, got %v", d)
-	case d == 0 && p.explicit(at):
-		p.add(at, "must be > 0 (omit it for the default), got 0")
+	case *d < 0:
+		p.add(at.member(s, d), "must not be negative, got %v", *d)
+	case p.explicit(at, s, d):
+		p.add(at.member(s, d), "must be > 0 (omit it for the default), got 0")
 	}
 }
 
