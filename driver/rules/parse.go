@@ -2,7 +2,6 @@ package rules
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,33 +28,13 @@ func Parse(data []byte) (cfg *Config, err error) {
 			cfg, err = nil, &Error{Line: 1, Msg: "cannot parse the file (an internal error: please report it)"}
 		}
 	}()
-	root, err := yamlTree(jsonSlashes(data))
-	if err != nil {
-		return nil, err
+	root, ok := jsonTree(data)
+	if !ok {
+		if root, err = yamlTree(data); err != nil {
+			return nil, err
+		}
 	}
 	return decode(root)
-}
-
-// jsonSlashes returns data with JSON's escaped slash (\/), which YAML's double-quoted strings
-// lack and some JSON encoders write for every /, turned into the slash it stands for, when
-// data is a JSON document; otherwise data itself. It moves no line: a problem names the same
-// line either way. In valid JSON a backslash occurs only within a string, where it escapes the
-// byte after it, so pairs are read without tracking strings.
-func jsonSlashes(data []byte) []byte {
-	if !bytes.Contains(data, []byte(`\/`)) || !json.Valid(data) {
-		return data
-	}
-	out := make([]byte, 0, len(data))
-	for i := 0; i < len(data); i++ {
-		if data[i] == '\\' && i+1 < len(data) {
-			i++
-			if data[i] != '/' {
-				out = append(out, '\\')
-			}
-		}
-		out = append(out, data[i])
-	}
-	return out
 }
 
 // decode builds a Config from a file's root node, checks it and fills in its defaults.
