@@ -15,11 +15,13 @@ import (
 // value is read as its field's Go type says. The tags are the one definition of the field
 // names; nothing here names a field.
 //
-// It walks the tree itself rather than through the YAML library's decoding (yaml.Node.Decode),
-// which has no strictness below the top (KnownFields is the yaml.Decoder's alone), stops at the
-// first mapping it cannot decode, and names a line but not the field path. The rules file also
-// reads a few values its own way: a duration is never a bare number, a match value is any
-// scalar's text, a null is an omitted field, and nothing under coordination is quoted.
+// It walks the tree itself rather than through the YAML library's decoding. The library is
+// strict only through yaml.Decoder's KnownFields(true), which decodes the text, not a tree: the
+// tree kept to give a problem its line would be parsed a second time, and the JSON reader's
+// tree (json.go) not decoded at all. Its errors name a line and a Go type, not the field path in
+// rules-file spelling that every message here names. The rules file also reads a few values its
+// own way: a duration is never a bare number, a match value is any scalar's text, a null is an
+// omitted field, and nothing under coordination is quoted.
 type decoder struct {
 	problems
 	quiet bool // within coordination: no value or unknown key is quoted, as any may be a password
