@@ -79,6 +79,14 @@ var layerRules = []struct {
 		},
 	},
 	{
+		name:   "the engine decides: it imports no file watcher, Redis client or PostgreSQL driver",
+		covers: func(rel string) bool { return rel == "internal/engine" },
+		allowed: func(dep string) bool {
+			return !strings.HasPrefix(dep, "github.com/fsnotify/") && !strings.HasPrefix(dep, "github.com/redis/") &&
+				!strings.HasPrefix(dep, "github.com/jackc/")
+		},
+	},
+	{
 		name:   "the budget core imports nothing of ours but the vocabulary, and no YAML or network library",
 		covers: func(rel string) bool { return rel == "internal/budget" },
 		allowed: func(dep string) bool {
