@@ -3,6 +3,8 @@ package budget
 import (
 	"container/heap"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // A shared budget is a budget whose limits hold across every instance of an
@@ -220,7 +222,7 @@ func (b *Budget) retryAfter(s *state, now time.Time, rate, burst, need float64) 
 // which the caller calls once b is unlocked; nil in a local budget. The caller holds b.mu.
 func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (kick func()) {
 	k := &b.keys
-	if !k.shared || reason == ReasonPerQuery {
+	if !k.shared || reason == vocab.ReasonPerQuery {
 		return nil
 	}
 	s := k.lookup(r.Key)
@@ -230,7 +232,7 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (k
 	p := s.part
 	p.offered += sanitizeCost(r.Cost)
 	p.starved = true
-	if reason == ReasonConcurrency {
+	if reason == vocab.ReasonConcurrency {
 		// Every statement refused since the last report wanted a slot beside those in
 		// flight: a burst of N asks for N slots at once, not one more per sync. A caller
 		// that retries counts again, so the count stops at the budget's own limit.

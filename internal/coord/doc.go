@@ -1,6 +1,10 @@
 // Package coord makes a budget's limits hold across every instance of an application,
 // through Redis, while each statement's decision stays local: "shared budgets".
 //
+// It may import internal/budget (whose leases it keeps in step; the budget knows nothing of it),
+// driver/rules and driver/rules/vocab (the coordination settings and the reasons), and go-redis;
+// nothing of the engine or the front ends.
+//
 // # Capacity leases
 //
 // Redis is the single source of truth and its TIME the only clock. For each shared budget,

@@ -1,6 +1,9 @@
 // Package cost predicts how many execution seconds a statement will cost before it is sent, and
 // runs the EXPLAIN that the prediction starts from.
 //
+// It imports pgx (pgconn), to run EXPLAIN on the statement's own connection, and nothing of
+// pgtraffic's.
+//
 // Only statements that match a budget needing a cost come here (design step 5); everything else
 // takes the fast path and never touches this package.
 //

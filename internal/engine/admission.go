@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -211,9 +213,9 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 		o := c.owners[den.Index]
 		d := o.bs.denial(st, o.rule, c.exec(o), den)
 		switch {
-		case den.Reason == ReasonPerQuery && !den.Queued:
+		case den.Reason == vocab.ReasonPerQuery && !den.Queued:
 			return o, d, wakeNever // waiting cannot make a statement cheaper
-		case den.Queued || den.Reason == ReasonConcurrency:
+		case den.Queued || den.Reason == vocab.ReasonConcurrency:
 			return o, d, wakeTurn
 		}
 		return o, d, wakeAt

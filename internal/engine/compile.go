@@ -11,17 +11,6 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
 
-// Reasons, as defined once in driver/rules (reason.go).
-const (
-	ReasonConcurrency = rules.ReasonConcurrency
-	ReasonPerQuery    = rules.ReasonPerQuery
-	ReasonBudget      = rules.ReasonBudget
-	ReasonGuard       = rules.ReasonGuard
-	ReasonHealth      = rules.ReasonHealth
-	ReasonQuarantine  = rules.ReasonQuarantine
-	ReasonMaxDuration = rules.ReasonMaxDuration
-)
-
 // Guard names, as reported in BlockedError.Budget and .Rule.
 const (
 	GuardRequireWhere  = "require_where"

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
@@ -194,20 +196,20 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
 			continue
 		}
-		d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+		d := &Denial{Budget: g.name, Rule: g.name, Reason: vocab.ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
 		if !p.Parsed {
 			d.Limit = limitUnparsable // say why: the statement may well have a WHERE
 		}
 		if g.mode == modeEnforce {
-			x.Decision, x.Reason = DecisionBlock, ReasonGuard
+			x.Decision, x.Reason = DecisionBlock, vocab.ReasonGuard
 			e.recordBlock(x.start, d, p)
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d
 		}
-		x.Decision, x.Reason = DecisionWarn, ReasonGuard
+		x.Decision, x.Reason = DecisionWarn, vocab.ReasonGuard
 		e.noteWarn(g.name, d, p)
 		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
+			e.obs.Decision(g.name, DecisionWarn, vocab.ReasonGuard)
 		}
 	}
 	return nil
@@ -252,12 +254,9 @@ func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 
 type budgetWarn struct{ budget, reason string }
 
-// ReasonWarningThreshold is the reason of a warning that a limit is nearly full.
-const ReasonWarningThreshold = rules.ReasonWarningThreshold
-
 // thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
 func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {
-	x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: ReasonWarningThreshold,
+	x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: vocab.ReasonWarningThreshold,
 		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)})
 }
 
@@ -283,7 +282,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	} else if th, ok := bs.throttle[metric]; ok {
 		limit = formatThreshold(metric, value, th)
 	}
-	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: vocab.ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
 		Limit: limit, RetryAfter: st.healthInterval}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
@@ -132,7 +134,7 @@ rules:
 	}
 	// b is full: the heavy statement is refused and takes nothing from a.
 	_, err = begin(e, heavy, "select 1")
-	if d := denial(t, err); d.Budget != "b" || d.Reason != ReasonConcurrency || d.Rule != "app=x,kind=heavy" || d.RetryAfter <= 0 {
+	if d := denial(t, err); d.Budget != "b" || d.Reason != vocab.ReasonConcurrency || d.Rule != "app=x,kind=heavy" || d.RetryAfter <= 0 {
 		t.Fatalf("denial %+v", d)
 	}
 	if bs := e.Budgets()[0]; bs.InFlight != 1 {
@@ -175,7 +177,7 @@ rules:
 		}
 		admitted++
 	}
-	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+	if d == nil || d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 		t.Fatalf("bucket never blocked; admitted %d, denial %+v", admitted, d)
 	}
 	clk.Advance(d.RetryAfter)
@@ -200,7 +202,7 @@ rules:
 	if err != nil {
 		t.Fatalf("warn mode blocked: %v", err)
 	}
-	if x2.Decision != DecisionWarn || x2.Reason != ReasonConcurrency {
+	if x2.Decision != DecisionWarn || x2.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("decision %s/%s", x2.Decision, x2.Reason)
 	}
 	x1.Finish(ctx, nil)
@@ -254,7 +256,7 @@ guards:
 			}
 			continue
 		}
-		if d := denial(t, err); d.Reason != ReasonGuard || d.Rule != tc.block {
+		if d := denial(t, err); d.Reason != vocab.ReasonGuard || d.Rule != tc.block {
 			t.Errorf("%q: %+v", tc.q, d)
 		}
 	}
@@ -303,7 +305,7 @@ rules:
 	case <-time.After(20 * time.Millisecond):
 	}
 	clk.Advance(time.Millisecond)
-	if d := denial(t, <-done); d.Reason != ReasonConcurrency {
+	if d := denial(t, <-done); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("after max_wait: %+v", d)
 	}
 	// A cancelled context ends the wait with its error.
@@ -405,7 +407,7 @@ rules:
 	waiting(t, clk, done)
 	// max_queue defaults to max_concurrent (1): the queue is full.
 	_, err := begin(e, ctx, "select 1")
-	if d := denial(t, err); d.Reason != ReasonConcurrency || d.RetryAfter <= 0 {
+	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency || d.RetryAfter <= 0 {
 		t.Fatalf("a statement finding the queue full: %+v", d)
 	}
 	hold.Finish(ctx, nil)
@@ -497,7 +499,7 @@ rules:
 		t.Fatal(err)
 	}
 	x, _ := begin(e, ctx, "select 1")
-	if d := denial(t, e.Check(ctx)); d.Reason != ReasonConcurrency {
+	if d := denial(t, e.Check(ctx)); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("%+v", d)
 	}
 	if err := e.Check(context.Background()); err != nil {

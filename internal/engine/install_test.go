@@ -9,6 +9,8 @@ import (
 	"time"
 	"weak"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
@@ -62,7 +64,7 @@ func TestReloadDoesNotHoldStatements(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if d := denial(t, err); d.Reason != ReasonGuard {
+		if d := denial(t, err); d.Reason != vocab.ReasonGuard {
 			t.Fatalf("denial %+v, want the require_where guard's", d)
 		}
 	case <-time.After(10 * time.Second): // a watchdog only: the statement returns at once when right

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -55,10 +57,10 @@ rules:
 	}
 	clk.Advance(300 * time.Millisecond)
 	x.Finish(ctx, fmt.Errorf("timeout: %w", ErrOverrun))
-	if x.Decision != DecisionBlock || x.Reason != ReasonMaxDuration {
+	if x.Decision != DecisionBlock || x.Reason != vocab.ReasonMaxDuration {
 		t.Errorf("decision %s, reason %s", x.Decision, x.Reason)
 	}
-	if b := e.RecentBlocks(); len(b) != 1 || b[0].Budget != "short" || b[0].Reason != ReasonMaxDuration {
+	if b := e.RecentBlocks(); len(b) != 1 || b[0].Budget != "short" || b[0].Reason != vocab.ReasonMaxDuration {
 		t.Errorf("recent blocks %+v", b)
 	}
 

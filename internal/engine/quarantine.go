@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"slices"
 	"strings"
 	"sync"
@@ -244,7 +245,7 @@ func (e *Engine) quarantineDenial(st *compiled, bs *budgetState, rule int, x *Ex
 	if !ok {
 		return nil
 	}
-	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonQuarantine, Fingerprint: x.Pattern.Fingerprint,
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: vocab.ReasonQuarantine, Fingerprint: x.Pattern.Fingerprint,
 		Limit: "quarantined until " + until.UTC().Format(time.RFC3339), RetryAfter: until.Sub(now)}
 }
 

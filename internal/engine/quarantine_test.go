@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
@@ -46,7 +48,7 @@ func TestQuarantine(t *testing.T) {
 	}
 	overrun(t, e, clk, ctx, slow)
 	d := denial(t, run(e, clk, ctx, slow, 0))
-	if d.Reason != ReasonQuarantine || d.Budget != "r" || d.RetryAfter != 30*time.Second {
+	if d.Reason != vocab.ReasonQuarantine || d.Budget != "r" || d.RetryAfter != 30*time.Second {
 		t.Fatalf("denial %+v", d)
 	}
 	if err := run(e, clk, ctx, "select 1", 0); err != nil {
@@ -105,7 +107,7 @@ rules:
 	if err := run(e, clk, ctx, "select 2", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := denial(t, run(e, clk, ctx, "select 2", 0)); d.Reason != ReasonQuarantine {
+	if d := denial(t, run(e, clk, ctx, "select 2", 0)); d.Reason != vocab.ReasonQuarantine {
 		t.Fatalf("denial %+v", d)
 	}
 }
@@ -163,7 +165,7 @@ func TestQuarantineShared(t *testing.T) {
 		}
 	}
 	d := denial(t, run(e, clk, ctx, other, 0))
-	if d.Reason != ReasonQuarantine || d.Fingerprint != op.Fingerprint || d.RetryAfter != 20*time.Second {
+	if d.Reason != vocab.ReasonQuarantine || d.Fingerprint != op.Fingerprint || d.RetryAfter != 20*time.Second {
 		t.Fatalf("denial %+v", d)
 	}
 	for _, x := range e.Quarantines() {

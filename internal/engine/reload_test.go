@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -51,7 +53,7 @@ budgets:
 		x.Finish(ctx, nil)
 		t.Fatal("a budget removed and re-added lost its in-flight count: max_concurrent 1 admitted two")
 	}
-	if d := denial(t, err); d.Reason != ReasonConcurrency {
+	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("want a concurrency denial, got %v", d)
 	}
 	clk.Advance(900 * time.Millisecond)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -111,7 +113,7 @@ func TestColdStartTightBudgetWaitsForRoom(t *testing.T) {
 			defer x.Finish(ctx, nil)
 			continue
 		}
-		if d := denial(t, err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		if d := denial(t, err); d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 			t.Fatalf("a statement of unknown cost refused with %+v, want reason budget and a RetryAfter", d)
 		}
 	}
@@ -141,7 +143,7 @@ func TestHungFirstStatementDoesNotSayNeverFits(t *testing.T) {
 		b = <-ch
 	}
 	if b.err != nil {
-		if d := denial(t, b.err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		if d := denial(t, b.err); d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 			t.Fatalf("behind a hung first statement: %+v, want admitted or reason budget with a RetryAfter", d)
 		}
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 func TestBackoff(t *testing.T) {
@@ -29,8 +29,8 @@ func TestBackoff(t *testing.T) {
 		{"cap holds", 50, i, 0.5, 3 * i},
 		{"cap holds for huge attempts", math.MaxInt, i, 0, 2 * i},
 		{"negative attempt is the first", -3, i, 0, i / 2},
-		{"zero interval means the default", 0, 0, 0, healthmetric.DefaultInterval / 2},
-		{"negative interval means the default", 1, -i, 0, healthmetric.DefaultInterval},
+		{"zero interval means the default", 0, 0, 0, vocab.DefaultHealthInterval / 2},
+		{"negative interval means the default", 1, -i, 0, vocab.DefaultHealthInterval},
 		{"NaN rnd counts as 0", 0, i, math.NaN(), i / 2},
 		{"negative rnd clamps to 0", 0, i, -1, i / 2},
 		{"rnd of 1 or more clamps below the ceiling", 0, i, 7, i - 1},
@@ -121,7 +121,7 @@ func TestRecoveryAfterOutage(t *testing.T) {
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 		},
 		Interval: interval,
-		Metrics:  []string{healthmetric.ActiveQueries},
+		Metrics:  []string{vocab.MetricActiveQueries},
 		Logger:   log,
 		Now:      clock.Now,
 	})
@@ -161,7 +161,7 @@ func FuzzBackoff(f *testing.F) {
 		iv := time.Duration(interval)
 		d := Backoff(attempt, iv, rnd)
 		if iv <= 0 {
-			iv = healthmetric.DefaultInterval
+			iv = vocab.DefaultHealthInterval
 		}
 		if d < iv/2 {
 			t.Fatalf("Backoff(%d, %v, %v) = %v, below half an interval", attempt, iv, rnd, d)

@@ -1,6 +1,9 @@
 // Package health samples PostgreSQL server health for pgtraffic's
 // throttle_when budgets: the Vitess-throttler half of traffic control.
 //
+// It may import pgx, for its dedicated connection, and driver/rules/vocab (the metric names, the
+// default interval); nothing else of pgtraffic's: the engine hands it its settings.
+//
 // # Sampling
 //
 // A [Sampler] belongs to one connector. It reads the configured metrics on
@@ -35,20 +38,20 @@
 // as a failed read, so it counts as stale (exceeded for enforce budgets), never as healthy.
 // A well-formed, fresh, plausible forgery cannot be told from a true sample: whoever can
 // write the election's store can make followers read a healthy database, but no limit other
-// than the health thresholds depends on it, and [healthmetric.InFlight] is never shared.
+// than the health thresholds depends on it, and [vocab.MetricInFlight] is never shared.
 //
 // # Metrics
 //
-//   - [healthmetric.ActiveQueries]: client backends in state 'active' in pg_stat_activity,
+//   - [vocab.MetricActiveQueries]: client backends in state 'active' in pg_stat_activity,
 //     the sampler's own backend excluded. The sampling role needs
 //     pg_read_all_stats (or pg_monitor) to see other roles' backends.
-//   - [healthmetric.ReplicationLag]: on a standby, seconds since the last replayed
+//   - [vocab.MetricReplicationLag]: on a standby, seconds since the last replayed
 //     transaction committed on the primary, or 0 when everything received has
 //     been replayed; on a primary, the largest replay_lag in
 //     pg_stat_replication, or 0 when there is none.
-//   - [healthmetric.InFlight]: the connector's own queries in flight; not sampled, the
+//   - [vocab.MetricInFlight]: the connector's own queries in flight; not sampled, the
 //     caller passes it to [Sampler.Evaluate].
-//   - [healthmetric.CustomPrefix] + name: a configured query returning one row with one
+//   - [vocab.MetricCustomPrefix] + name: a configured query returning one row with one
 //     numeric column (int2, int4, int8, float4, float8 or numeric).
 //
 // # Staleness

@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // LeaseIntervals is how many sampling intervals an election's lease lasts without renewal: the
@@ -74,8 +74,8 @@ type Shared struct {
 // maxPlausible bounds a published value of the metrics whose range the sampler knows: more
 // backends than PostgreSQL can have, or a lag of centuries, is not a reading but a forgery.
 var maxPlausible = map[string]float64{
-	healthmetric.ActiveQueries:  1 << 20,
-	healthmetric.ReplicationLag: 1e10,
+	vocab.MetricActiveQueries:  1 << 20,
+	vocab.MetricReplicationLag: 1e10,
 }
 
 // setKey is the Ballot.Set of the metric set defs read every interval.
@@ -144,7 +144,7 @@ func plausible(metric string, v float64) bool {
 		return false
 	}
 	if hi, ok := maxPlausible[metric]; ok {
-		return v >= 0 && v <= hi && (metric != healthmetric.ActiveQueries || v == math.Trunc(v))
+		return v >= 0 && v <= hi && (metric != vocab.MetricActiveQueries || v == math.Trunc(v))
 	}
 	return true
 }

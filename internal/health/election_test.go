@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // ballotBox is an in-memory election shared by the samplers of a test, on the test's clock:
@@ -115,7 +115,7 @@ func electedSampler(t *testing.T, clock *fakeClock, el Election, dials *atomic.I
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 		},
 		Interval: time.Second,
-		Metrics:  []string{healthmetric.ActiveQueries},
+		Metrics:  []string{vocab.MetricActiveQueries},
 		Logger:   log,
 		Now:      clock.Now,
 		Election: el,
@@ -128,17 +128,17 @@ func electedSampler(t *testing.T, clock *fakeClock, el Election, dials *atomic.I
 // lead's published reading, dated by its age, and counts it as shared, once per sample.
 func TestFollowerAdoptsThePublishedSample(t *testing.T) {
 	clock := &fakeClock{t: t0}
-	el := &fixed{Vote{Published: []Shared{{Metric: healthmetric.ActiveQueries, Value: 9, Age: 300 * time.Millisecond}}}}
+	el := &fixed{Vote{Published: []Shared{{Metric: vocab.MetricActiveQueries, Value: 9, Age: 300 * time.Millisecond}}}}
 	var dials atomic.Int32
 	s, _ := electedSampler(t, clock, el, &dials)
 	if err := s.SampleOnce(context.Background()); err != nil {
 		t.Fatalf("SampleOnce as a follower: %v", err)
 	}
-	v, at, ok := s.Value(healthmetric.ActiveQueries)
+	v, at, ok := s.Value(vocab.MetricActiveQueries)
 	if !ok || v != 9 || !at.Equal(t0.Add(-300*time.Millisecond)) {
 		t.Errorf("Value = (%v, %v, %v), want 9 read 300ms before now", v, at, ok)
 	}
-	if m, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{healthmetric.ActiveQueries: 8}, 0, true); m != healthmetric.ActiveQueries || !exceeded || stale {
+	if m, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); m != vocab.MetricActiveQueries || !exceeded || stale {
 		t.Errorf("Evaluate = %s exceeded=%v stale=%v, want active_queries exceeded and fresh", m, exceeded, stale)
 	}
 	// The same sample read again (the lead has not published since) is not counted twice.
@@ -150,9 +150,9 @@ func TestFollowerAdoptsThePublishedSample(t *testing.T) {
 	}
 	// A newer sample, an interval later, is.
 	clock.Add(time.Second)
-	el.v.Published[0] = Shared{Metric: healthmetric.ActiveQueries, Value: 2, Age: 100 * time.Millisecond}
+	el.v.Published[0] = Shared{Metric: vocab.MetricActiveQueries, Value: 2, Age: 100 * time.Millisecond}
 	_ = s.SampleOnce(context.Background())
-	if v, _, _ := s.Value(healthmetric.ActiveQueries); v != 2 || s.Shared() != 2 {
+	if v, _, _ := s.Value(vocab.MetricActiveQueries); v != 2 || s.Shared() != 2 {
 		t.Errorf("after a new sample: value %v, shared %d; want 2, 2", v, s.Shared())
 	}
 }
@@ -162,7 +162,7 @@ func TestFollowerAdoptsThePublishedSample(t *testing.T) {
 // an enforce budget counts as exceeded: a forged sample can throttle, never admit, unless it
 // is a well-formed, fresh, plausible reading (see the package documentation).
 func TestForgedSampleNeverAdmits(t *testing.T) {
-	aq := healthmetric.ActiveQueries
+	aq := vocab.MetricActiveQueries
 	for _, tc := range []struct {
 		name string
 		v    Vote
@@ -230,7 +230,7 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 		t.Errorf("publishes: lead %d, follower %d; want 2 and 0", bb.count("a", "publish"), bb.count("b", "publish"))
 	}
 	// The lead cannot connect: what it publishes says so, and followers' metric is stale too.
-	if _, _, exceeded, stale := ss[1].Evaluate(clock.Now(), map[string]float64{healthmetric.ActiveQueries: 8}, 0, true); !exceeded || !stale {
+	if _, _, exceeded, stale := ss[1].Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); !exceeded || !stale {
 		t.Errorf("follower of a lead that cannot connect: exceeded=%v stale=%v, want both", exceeded, stale)
 	}
 	if ss[0].Elections() != 1 || ss[1].Elections() != 0 {
@@ -311,7 +311,7 @@ func TestSetMetricsDoesNotWaitForARound(t *testing.T) {
 			}
 			return nil, errors.New("refused")
 		},
-		Metrics: []string{healthmetric.ActiveQueries},
+		Metrics: []string{vocab.MetricActiveQueries},
 	})
 	defer s.Close()
 	done := make(chan struct{})
@@ -339,7 +339,7 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)
 	_, _ = a.round(context.Background(), true) // the lead
 	bb.mu.Lock()
-	bb.published = []Shared{{Metric: healthmetric.ActiveQueries, Value: 1}} // as if it read 1
+	bb.published = []Shared{{Metric: vocab.MetricActiveQueries, Value: 1}} // as if it read 1
 	bb.mu.Unlock()
 	if _, err := b.round(context.Background(), true); err != nil || dB.Load() != 0 {
 		t.Fatalf("follower round: %v, %d dials", err, dB.Load())
@@ -363,7 +363,7 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 	}
 	// From then on it samples every interval until a vote answers, its own fresh readings
 	// notwithstanding (as if its read had succeeded).
-	seed(t, b, healthmetric.ActiveQueries, 1, clock.Now())
+	seed(t, b, vocab.MetricActiveQueries, 1, clock.Now())
 	next, _ := b.round(context.Background(), true)
 	if dB.Load() != 2 || next != time.Second {
 		t.Errorf("next round without an election: %d dials in all, next in %v; want 2 and an interval", dB.Load(), next)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // Integration tests against a real PostgreSQL. They do not run in parallel:
@@ -102,8 +102,8 @@ func healthBackends(t *testing.T, conn *pgx.Conn) []int32 {
 
 func TestPGActiveQueries(t *testing.T) {
 	dsn := pgtest.Shared(t).DSN
-	s, _ := pgSampler(t, dsn, Options{Metrics: []string{healthmetric.ActiveQueries}})
-	if base := sampled(t, s, healthmetric.ActiveQueries); base >= 8 {
+	s, _ := pgSampler(t, dsn, Options{Metrics: []string{vocab.MetricActiveQueries}})
+	if base := sampled(t, s, vocab.MetricActiveQueries); base >= 8 {
 		t.Fatalf("active_queries = %v before the load, want < 8", base)
 	}
 
@@ -121,12 +121,12 @@ func TestPGActiveQueries(t *testing.T) {
 			}
 		})
 	}
-	th := map[string]float64{healthmetric.ActiveQueries: sleepers}
+	th := map[string]float64{vocab.MetricActiveQueries: sleepers}
 	eventually(t, 3*time.Second, "active_queries >= 8 while 8 sessions sleep", func() (bool, string) {
-		v := sampled(t, s, healthmetric.ActiveQueries)
+		v := sampled(t, s, vocab.MetricActiveQueries)
 		return v >= sleepers, fmt.Sprint(v)
 	})
-	if m, v, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); m != healthmetric.ActiveQueries || !exceeded || stale || v < sleepers {
+	if m, v, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); m != vocab.MetricActiveQueries || !exceeded || stale || v < sleepers {
 		t.Errorf("Evaluate under load = (%q, %v, %v, %v), want active_queries exceeded", m, v, exceeded, stale)
 	}
 	wg.Wait()
@@ -135,7 +135,7 @@ func TestPGActiveQueries(t *testing.T) {
 		t.Fatalf("sleeper: %v", err)
 	}
 	eventually(t, 5*time.Second, "active_queries falls back after the sleepers end", func() (bool, string) {
-		v := sampled(t, s, healthmetric.ActiveQueries)
+		v := sampled(t, s, vocab.MetricActiveQueries)
 		return v < 2, fmt.Sprint(v)
 	})
 	if _, _, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); exceeded || stale {
@@ -182,9 +182,9 @@ func TestPGReplicationLag(t *testing.T) {
 		err := sconn.QueryRow(ctx, "select to_regclass('lag_probe') is not null").Scan(&ok)
 		return err == nil && ok, fmt.Sprint(ok, err)
 	})
-	ss, _ := pgSampler(t, standby.DSN, Options{Metrics: []string{healthmetric.ReplicationLag}})
+	ss, _ := pgSampler(t, standby.DSN, Options{Metrics: []string{vocab.MetricReplicationLag}})
 	eventually(t, 10*time.Second, "the standby catches up (lag 0)", func() (bool, string) {
-		v := sampled(t, ss, healthmetric.ReplicationLag)
+		v := sampled(t, ss, vocab.MetricReplicationLag)
 		return v == 0, fmt.Sprint(v)
 	})
 
@@ -224,13 +224,13 @@ func TestPGReplicationLag(t *testing.T) {
 	}()
 	var lag float64
 	eventually(t, 8*time.Second, "replication lag grows above 1s while replay is paused", func() (bool, string) {
-		lag = sampled(t, ss, healthmetric.ReplicationLag)
+		lag = sampled(t, ss, vocab.MetricReplicationLag)
 		return lag > 1, fmt.Sprint(lag)
 	})
 	if err := stopWriter(); err != nil {
 		t.Fatalf("writer: %v", err)
 	}
-	if m, v, exceeded, stale := ss.Evaluate(time.Now(), map[string]float64{healthmetric.ReplicationLag: 1}, 0, true); m != healthmetric.ReplicationLag || !exceeded || stale || v <= 1 {
+	if m, v, exceeded, stale := ss.Evaluate(time.Now(), map[string]float64{vocab.MetricReplicationLag: 1}, 0, true); m != vocab.MetricReplicationLag || !exceeded || stale || v <= 1 {
 		t.Errorf("Evaluate while lagging = (%q, %v, %v, %v), want replication_lag exceeded", m, v, exceeded, stale)
 	}
 
@@ -238,13 +238,13 @@ func TestPGReplicationLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "replication lag returns to 0 after replay resumes", func() (bool, string) {
-		v := sampled(t, ss, healthmetric.ReplicationLag)
+		v := sampled(t, ss, vocab.MetricReplicationLag)
 		return v < 0.1, fmt.Sprint(v)
 	})
 
 	// The primary form: the largest replay_lag of its standbys.
-	ps, _ := pgSampler(t, primary.DSN, Options{Metrics: []string{healthmetric.ReplicationLag}})
-	if v := sampled(t, ps, healthmetric.ReplicationLag); v < 0 || v > 60 {
+	ps, _ := pgSampler(t, primary.DSN, Options{Metrics: []string{vocab.MetricReplicationLag}})
+	if v := sampled(t, ps, vocab.MetricReplicationLag); v < 0 || v > 60 {
 		t.Errorf("replication_lag on the primary = %v, want a number in [0, 60]", v)
 	}
 	t.Logf("peak standby lag seen %.2fs", lag)
@@ -362,7 +362,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	// Its own database, so that backends are counted by datname.
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	conn := pgConnect(t, dsn)
-	s, logs := pgSampler(t, dsn, Options{Interval: 100 * time.Millisecond, Metrics: []string{healthmetric.ActiveQueries}})
+	s, logs := pgSampler(t, dsn, Options{Interval: 100 * time.Millisecond, Metrics: []string{vocab.MetricActiveQueries}})
 	if pids := healthBackends(t, conn); len(pids) != 0 {
 		t.Fatalf("a sampler that was not started opened backends %v", pids)
 	}
@@ -380,7 +380,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	})
 	start := time.Now()
 	eventually(t, 2*time.Second, "the loop samples every interval", func() (bool, string) {
-		_, at, ok := s.Value(healthmetric.ActiveQueries)
+		_, at, ok := s.Value(vocab.MetricActiveQueries)
 		return ok && at.After(start), fmt.Sprint(at)
 	})
 
@@ -393,7 +393,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 		// SampleOnce from another goroutine takes turns with the loop.
 		_ = s.SampleOnce(context.Background())
 		pids := healthBackends(t, conn)
-		_, at, ok := s.Value(healthmetric.ActiveQueries)
+		_, at, ok := s.Value(vocab.MetricActiveQueries)
 		return len(pids) == 1 && pids[0] != pid && ok && at.After(killed), fmt.Sprint(pids, at)
 	})
 	if s.Errors() == 0 {
@@ -416,7 +416,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	}
 
 	// A reload that needs health metrics again reconnects at once.
-	s.SetMetrics([]string{healthmetric.ActiveQueries}, nil)
+	s.SetMetrics([]string{vocab.MetricActiveQueries}, nil)
 	eventually(t, 5*time.Second, "the loop reconnects after a reload", func() (bool, string) {
 		pids := healthBackends(t, conn)
 		return len(pids) == 1, fmt.Sprint(pids)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 const (
@@ -43,7 +43,7 @@ type Options struct {
 	// pgx.ConnectConfig with the connector's config. The sampler bounds ctx
 	// and then names the session [ApplicationName].
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// Interval between sampling rounds; default [healthmetric.DefaultInterval]. Choose it
+	// Interval between sampling rounds; default [vocab.DefaultHealthInterval]. Choose it
 	// to oversample the thresholds (1-2s for a 5s replication lag limit).
 	Interval time.Duration
 	// Timeout bounds each read; default Interval/2, so that one slow read
@@ -51,10 +51,10 @@ type Options struct {
 	// busy to answer a catalog query within half an interval reads as stale.
 	// A connect is allowed max(Timeout, 5s).
 	Timeout time.Duration
-	// Metrics to sample: [healthmetric.ActiveQueries], [healthmetric.ReplicationLag] and
-	// [healthmetric.CustomPrefix]+name; [healthmetric.InFlight] is accepted and ignored.
+	// Metrics to sample: [vocab.MetricActiveQueries], [vocab.MetricReplicationLag] and
+	// [vocab.MetricCustomPrefix]+name; [vocab.MetricInFlight] is accepted and ignored.
 	Metrics []string
-	// Queries maps a custom metric's name (without [healthmetric.CustomPrefix]) to its SQL.
+	// Queries maps a custom metric's name (without [vocab.MetricCustomPrefix]) to its SQL.
 	Queries map[string]string
 	// Logger receives read failures, staleness and recoveries, each once per
 	// change; default slog.Default().
@@ -217,7 +217,7 @@ func NewSampler(o Options) *Sampler {
 		election: o.Election,
 	}
 	if s.interval <= 0 {
-		s.interval = healthmetric.DefaultInterval
+		s.interval = vocab.DefaultHealthInterval
 	}
 	if s.timeout <= 0 {
 		s.timeout = s.interval / 2
@@ -347,13 +347,13 @@ func buildConfig(metrics []string, queries map[string]string, interval time.Dura
 	bad = map[string]string{}
 	for _, m := range metrics {
 		switch {
-		case m == healthmetric.InFlight:
-		case m == healthmetric.ActiveQueries:
+		case m == vocab.MetricInFlight:
+		case m == vocab.MetricActiveQueries:
 			cfg.defs[m] = activeQueriesSQL
-		case m == healthmetric.ReplicationLag:
+		case m == vocab.MetricReplicationLag:
 			cfg.defs[m] = replicationLagSQL
-		case strings.HasPrefix(m, healthmetric.CustomPrefix):
-			name := strings.TrimPrefix(m, healthmetric.CustomPrefix)
+		case strings.HasPrefix(m, vocab.MetricCustomPrefix):
+			name := strings.TrimPrefix(m, vocab.MetricCustomPrefix)
 			if q := queries[name]; strings.TrimSpace(q) != "" {
 				cfg.defs[m] = q
 			} else {
@@ -600,7 +600,7 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := readNumber(rctx, conn, sql)
 		cancel()
-		if m == healthmetric.ReplicationLag && errors.Is(err, errNull) {
+		if m == vocab.MetricReplicationLag && errors.Is(err, errNull) {
 			err = errLagUnknown
 		}
 		if ctx.Err() != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 func TestNewSamplerDefaults(t *testing.T) {
@@ -44,22 +44,22 @@ func TestNewSamplerDefaults(t *testing.T) {
 func TestSetMetrics(t *testing.T) {
 	log, logs := newLogger()
 	s := NewSampler(Options{
-		Metrics: []string{healthmetric.ActiveQueries, "custom.a", "custom.b"},
+		Metrics: []string{vocab.MetricActiveQueries, "custom.a", "custom.b"},
 		Queries: map[string]string{"a": "select 1", "b": "select 2"},
 		Logger:  log,
 	})
 	defer s.Close()
-	seed(t, s, healthmetric.ActiveQueries, 3, t0)
+	seed(t, s, vocab.MetricActiveQueries, 3, t0)
 	seed(t, s, "custom.a", 1, t0)
 	seed(t, s, "custom.b", 2, t0)
 
 	// Reload: custom.a keeps its query, custom.b's changes, replication_lag is
 	// new, active_queries goes; two names cannot be read.
 	s.SetMetrics(
-		[]string{"custom.a", "custom.b", healthmetric.ReplicationLag, healthmetric.InFlight, "custom.missing", "load_average"},
+		[]string{"custom.a", "custom.b", vocab.MetricReplicationLag, vocab.MetricInFlight, "custom.missing", "load_average"},
 		map[string]string{"a": "select 1", "b": "select 3"},
 	)
-	if got, want := s.config().order, []string{"custom.a", "custom.b", healthmetric.ReplicationLag}; !slices.Equal(got, want) {
+	if got, want := s.config().order, []string{"custom.a", "custom.b", vocab.MetricReplicationLag}; !slices.Equal(got, want) {
 		t.Errorf("sampled metrics = %v, want %v", got, want)
 	}
 	for _, tt := range []struct {
@@ -67,10 +67,10 @@ func TestSetMetrics(t *testing.T) {
 		ok     bool
 		v      float64
 	}{
-		{"custom.a", true, 1},                   // same query: the reading survives
-		{"custom.b", false, 0},                  // a different query is a different metric
-		{healthmetric.ActiveQueries, false, 0},  // no longer configured
-		{healthmetric.ReplicationLag, false, 0}, // not read yet
+		{"custom.a", true, 1},                  // same query: the reading survives
+		{"custom.b", false, 0},                 // a different query is a different metric
+		{vocab.MetricActiveQueries, false, 0},  // no longer configured
+		{vocab.MetricReplicationLag, false, 0}, // not read yet
 	} {
 		if v, _, ok := s.Value(tt.metric); ok != tt.ok || v != tt.v {
 			t.Errorf("Value(%s) = (%v, %v), want (%v, %v)", tt.metric, v, ok, tt.v, tt.ok)
@@ -113,7 +113,7 @@ func TestConnectFailure(t *testing.T) {
 			return nil, boom
 		},
 		Interval: time.Second,
-		Metrics:  []string{healthmetric.ActiveQueries, healthmetric.ReplicationLag},
+		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag},
 		Logger:   log,
 		Now:      clock.Now,
 	})
@@ -123,7 +123,7 @@ func TestConnectFailure(t *testing.T) {
 	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "health: connect: ") {
 		t.Fatalf("SampleOnce = %v, want the connect error prefixed with health: connect:", err)
 	}
-	if _, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{healthmetric.ActiveQueries: 8}, 0, true); !exceeded || !stale {
+	if _, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); !exceeded || !stale {
 		t.Errorf("after a failed connect: exceeded=%v stale=%v, want both", exceeded, stale)
 	}
 	if !strings.Contains(logs.String(), `reason="last read failed: not connected"`) {
@@ -161,7 +161,7 @@ func TestConnectFailure(t *testing.T) {
 
 func TestNilConnect(t *testing.T) {
 	log, _ := newLogger()
-	s := NewSampler(Options{Metrics: []string{healthmetric.ActiveQueries}, Logger: log})
+	s := NewSampler(Options{Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
 	defer s.Close()
 	if err := s.SampleOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "Options.Connect is nil") {
 		t.Errorf("SampleOnce without Connect = %v", err)
@@ -176,7 +176,7 @@ func TestOpensNothingWithoutMetrics(t *testing.T) {
 			dials.Add(1)
 			return nil, errors.New("should not dial")
 		},
-		Metrics: []string{healthmetric.InFlight}, // not sampled
+		Metrics: []string{vocab.MetricInFlight}, // not sampled
 		Logger:  log,
 	})
 	s.Start()
@@ -213,7 +213,7 @@ func TestLoopDialsAndCloseStopsIt(t *testing.T) {
 			return nil, ctx.Err()
 		},
 		Interval: time.Hour, // only the start-up round can dial
-		Metrics:  []string{healthmetric.ActiveQueries},
+		Metrics:  []string{vocab.MetricActiveQueries},
 		Logger:   log,
 	})
 	s.Start()

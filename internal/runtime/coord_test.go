@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -144,7 +145,7 @@ rules:
 	}
 	overrun(t, r.e, clk, ctx, "select pg_sleep(5)")
 	overrun(t, r.e, clk, ctx, "select pg_sleep(5)")
-	if d := denial(t, run(r.e, clk, ctx, "select pg_sleep(5)", 0)); d.Reason != engine.ReasonQuarantine {
+	if d := denial(t, run(r.e, clk, ctx, "select pg_sleep(5)", 0)); d.Reason != vocab.ReasonQuarantine {
 		t.Fatalf("denial %+v", d)
 	}
 	if err := run(r.e, clk, ctx, "select 1", 0); err != nil {
