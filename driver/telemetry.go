@@ -236,10 +236,10 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		if n, ok := rt.HealthSamples(); ok {
 			o.ObserveInt64(healthSamples, clampInt64(n))
 		}
-		if n, ok := e.HealthShared(); ok {
+		if n, ok := rt.HealthShared(); ok {
 			o.ObserveInt64(healthShared, clampInt64(n))
 		}
-		if n, ok := e.HealthElections(); ok {
+		if n, ok := rt.HealthElections(); ok {
 			o.ObserveInt64(healthElections, clampInt64(n))
 		}
 		return nil
