@@ -2,7 +2,6 @@ package driver
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
 )
 
@@ -53,10 +53,8 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	})
 	c.rt = runtime.New(c.engine, runtime.Options{
 		Logger: o.logger,
-		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
-			// The sampler's own connection, never one of the application's pool.
-			return pgx.ConnectConfig(ctx, healthConfig.Copy())
-		},
+		// The sampler's own connection, never one of the application's pool.
+		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),
 		Redis:          o.redis,
 	})

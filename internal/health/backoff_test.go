@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
@@ -116,7 +114,7 @@ func TestRecoveryAfterOutage(t *testing.T) {
 	back := t0.Add(40 * time.Second)
 	var dials []time.Time // read and written by the test's goroutine only (rounds run on it)
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			dials = append(dials, clock.Now())
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 		},

@@ -7,8 +7,8 @@
 // # Sampling
 //
 // A [Sampler] belongs to one connector. It reads the configured metrics on
-// its own dedicated connection (never one of the application's pool) once
-// per interval, from a single goroutine driven by a [time.Timer], and
+// its own dedicated connection (never one of the application's pool), a
+// [Conn] that [Options.Connect] opens, once per interval, from a single goroutine driven by a [time.Timer], and
 // publishes each round as an immutable snapshot behind an atomic pointer.
 // Checks ([Sampler.Evaluate], [Sampler.Value]) read that snapshot and never
 // wait for I/O, so the hot path pays a map lookup per threshold.
@@ -52,7 +52,7 @@
 //   - [vocab.MetricInFlight]: the connector's own queries in flight; not sampled, the
 //     caller passes it to [Sampler.Evaluate].
 //   - [vocab.MetricCustomPrefix] + name: a configured query returning one row with one
-//     numeric column (int2, int4, int8, float4, float8 or numeric).
+//     numeric column ([Conn.ReadNumber]).
 //
 // # Staleness
 //
@@ -67,4 +67,12 @@
 // Batch jobs that wait for health to recover sleep [Backoff] between
 // checks: about one interval, growing to four, with jitter, so that many
 // waiting jobs do not all rush in the moment a metric drops.
+//
+// # Imports
+//
+// Its one job is to keep the health sample that throttle checks read. It imports the
+// standard library and driver/rules/vocab (the metric names), and no database driver or network
+// client: the connection is a [Conn] and the election an [Election], both handed in, so that
+// the engine, which reads the sample, knows no driver either. Package pgxconn implements Conn
+// with pgx; package coord implements Election on Redis.
 package health

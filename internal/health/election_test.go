@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
@@ -110,7 +108,7 @@ func electedSampler(t *testing.T, clock *fakeClock, el Election, dials *atomic.I
 	t.Helper()
 	log, logs := newLogger()
 	s := NewSampler(Options{
-		Connect: func(context.Context) (*pgx.Conn, error) {
+		Connect: func(context.Context) (Conn, error) {
 			dials.Add(1)
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 		},
@@ -301,7 +299,7 @@ func TestSetMetricsDoesNotWaitForARound(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var connecting atomic.Bool
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			connecting.Store(true)
 			defer connecting.Store(false)
 			close(entered)

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
@@ -39,10 +37,10 @@ var errWaiting = errors.New("health: waiting to reconnect")
 
 // Options configures a [Sampler]. Every field but Connect has a default.
 type Options struct {
-	// Connect opens the dedicated connection; the engine passes
-	// pgx.ConnectConfig with the connector's config. The sampler bounds ctx
+	// Connect opens the dedicated connection; the driver passes one that opens a pgx
+	// connection with the connector's config (package pgxconn). The sampler bounds ctx
 	// and then names the session [ApplicationName].
-	Connect func(ctx context.Context) (*pgx.Conn, error)
+	Connect func(ctx context.Context) (Conn, error)
 	// Interval between sampling rounds; default [vocab.DefaultHealthInterval]. Choose it
 	// to oversample the thresholds (1-2s for a 5s replication lag limit).
 	Interval time.Duration
@@ -86,7 +84,7 @@ type Options struct {
 // safe for concurrent use. [Sampler.Close] releases the goroutine and the
 // connection.
 type Sampler struct {
-	connect        func(context.Context) (*pgx.Conn, error)
+	connect        func(context.Context) (Conn, error)
 	interval       time.Duration
 	timeout        time.Duration
 	connectTimeout time.Duration
@@ -128,7 +126,7 @@ type session struct {
 
 // turn is what a round owns while it runs.
 type turn struct {
-	conn     *pgx.Conn
+	conn     Conn
 	failures int       // consecutive failed connects
 	retryAt  time.Time // no loop round connects before this
 	// lead is the ballot this sampler held the lease of at its last round, through el; zero
@@ -598,9 +596,9 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 		sql := cfg.defs[m]
 		at := s.now()
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
-		v, err := readNumber(rctx, conn, sql)
+		v, err := conn.ReadNumber(rctx, sql)
 		cancel()
-		if m == vocab.MetricReplicationLag && errors.Is(err, errNull) {
+		if m == vocab.MetricReplicationLag && errors.Is(err, ErrNull) {
 			err = errLagUnknown
 		}
 		if ctx.Err() != nil {
@@ -632,7 +630,7 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 
 // open returns the open connection, or opens one. A failed connect
 // marks every metric failed and schedules the next attempt.
-func (s *Sampler) open(ctx context.Context, t *turn, force bool, cfg *config) (*pgx.Conn, error) {
+func (s *Sampler) open(ctx context.Context, t *turn, force bool, cfg *config) (Conn, error) {
 	if t.conn != nil && !t.conn.IsClosed() {
 		return t.conn, nil
 	}
@@ -663,7 +661,7 @@ func (s *Sampler) open(ctx context.Context, t *turn, force bool, cfg *config) (*
 }
 
 // dial opens and names the dedicated connection.
-func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
+func (s *Sampler) dial(ctx context.Context) (Conn, error) {
 	if s.connect == nil {
 		return nil, errors.New("health: Options.Connect is nil")
 	}
@@ -674,7 +672,7 @@ func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	ms := max(1, (s.timeout - s.timeout/3).Milliseconds())
-	if _, err := conn.Exec(ctx, setupSQL, ApplicationName, strconv.FormatInt(ms, 10)); err != nil {
+	if err := conn.Exec(ctx, setupSQL, ApplicationName, strconv.FormatInt(ms, 10)); err != nil {
 		closeConn(conn)
 		return nil, err
 	}
@@ -707,7 +705,7 @@ func (ss *session) take(ctx context.Context) (*turn, error) {
 // is closed (outside the lock) if a close was asked for meanwhile.
 func (ss *session) give(t *turn) {
 	ss.mu.Lock()
-	var stale *pgx.Conn
+	var stale Conn
 	if ss.closing {
 		stale, t.conn, ss.closing = t.conn, nil, false
 	}
@@ -758,7 +756,7 @@ func (t *turn) closeConn() error {
 	return err
 }
 
-func closeConn(conn *pgx.Conn) error {
+func closeConn(conn Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	return conn.Close(ctx)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
@@ -105,7 +103,7 @@ func TestConnectFailure(t *testing.T) {
 	var dials atomic.Int32
 	boom := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			dials.Add(1)
 			if _, ok := ctx.Deadline(); !ok {
 				t.Error("connect context has no deadline")
@@ -172,7 +170,7 @@ func TestOpensNothingWithoutMetrics(t *testing.T) {
 	var dials atomic.Int32
 	log, _ := newLogger()
 	s := NewSampler(Options{
-		Connect: func(context.Context) (*pgx.Conn, error) {
+		Connect: func(context.Context) (Conn, error) {
 			dials.Add(1)
 			return nil, errors.New("should not dial")
 		},
@@ -204,7 +202,7 @@ func TestLoopDialsAndCloseStopsIt(t *testing.T) {
 	log, _ := newLogger()
 	dialed := make(chan struct{}, 1)
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			select {
 			case dialed <- struct{}{}:
 			default:

@@ -5,5 +5,6 @@
 // in-memory steps only, never across a compile, a file read, Redis or the database.
 //
 // It may import the engine and the packages the engine is made of (budget, health, coord),
-// driver/rules, fsnotify, go-redis and pgx; only the driver imports it.
+// driver/rules, fsnotify and go-redis, never a database driver (the driver hands it the
+// health sampler's connection as a health.Conn); only the driver imports it.
 package runtime

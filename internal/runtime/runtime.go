@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
@@ -25,7 +24,7 @@ type Options struct {
 	After func(d time.Duration) <-chan time.Time
 
 	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
-	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
+	HealthConnect func(ctx context.Context) (health.Conn, error)
 	// HealthDatabase identifies the database the sampler reads, without secrets (e.g.
 	// user@host:port/dbname): with a coordination section, instances whose identities are
 	// equal elect one sampler (election.go). Empty: each samples for itself.
@@ -46,7 +45,7 @@ type Runtime struct {
 	log            *slog.Logger
 	now            func() time.Time
 	after          func(time.Duration) <-chan time.Time
-	healthConnect  func(ctx context.Context) (*pgx.Conn, error)
+	healthConnect  func(ctx context.Context) (health.Conn, error)
 	healthDatabase string
 	redis          redis.UniversalClient
 	instance       string
