@@ -110,7 +110,7 @@ func (c *conn) beginExec(ctx context.Context, x *engine.Exec, query string, args
 		vals = append(vals, args[i].Value)
 	}
 	c.args = vals
-	err := c.intr.engine.Begin(ctx, x, c.pgx, query, vals)
+	err := c.intr.engine.Begin(ctx, x, explainOn(c.pgx), query, vals)
 	clear(vals) // the engine keeps no reference: let the values go until the next statement
 	if err != nil {
 		return blocked(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtraffic/pgtraffic/internal/cost/pgxexplain"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
@@ -99,3 +100,12 @@ func (c *core) close() error { return errors.Join(c.tel.close(), c.rt.Close()) }
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay.
 func (c *core) SetConfig(cfg *Config) error { return c.rt.SetConfig(cfg) }
+
+// explainOn is conn, the connection a statement will run on, as the engine takes it (for
+// EXPLAIN); nil when there is none.
+func explainOn(conn *pgx.Conn) engine.Conn {
+	if conn == nil {
+		return nil
+	}
+	return pgxexplain.On(conn)
+}

@@ -65,7 +65,7 @@ func (d *batchDecision) begin(ctx context.Context, conn *pgx.Conn) error {
 	if conn == nil {
 		return d.e.BeginBatchBeforeConn(ctx, d.b, d.queries, d.args)
 	}
-	return d.e.BeginBatch(ctx, d.b, conn, d.queries, d.args)
+	return d.e.BeginBatch(ctx, d.b, explainOn(conn), d.queries, d.args)
 }
 
 func (d *batchDecision) acquired()                              { d.b.Acquired() }

@@ -101,7 +101,7 @@ func (t *ticket) begin(ctx context.Context, conn *pgx.Conn) error {
 	if conn == nil {
 		return t.e.BeginBeforeConn(ctx, &t.x, t.text, t.args)
 	}
-	return t.e.Begin(ctx, &t.x, conn, t.text, t.args)
+	return t.e.Begin(ctx, &t.x, explainOn(conn), t.text, t.args)
 }
 
 func (t *ticket) acquired()                              { t.x.Acquired() }

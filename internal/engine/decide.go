@@ -9,8 +9,6 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
@@ -100,7 +98,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 // decide runs guards, rules, health, cost and admission for x. On success the statement's holds
 // are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
 // waited for capacity, so the statement's clock restarts.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *pgx.Conn, query string,
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn Conn, query string,
 	args []any) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
@@ -293,7 +291,7 @@ var localOnly = health.NewSampler(health.Options{})
 // whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
 // fail the statement. needConn reports, for a statement with no connection yet (x.later), that
 // it would EXPLAIN: nothing else is returned or counted.
-func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any,
+func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, args []any,
 	mode explainMode) (seconds, planCost float64, sent, needConn bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
@@ -315,7 +313,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query str
 		}
 		if conn != nil {
 			t0 := e.now()
-			c, err := cost.Explain(ctx, conn, query, args)
+			c, err := conn.Explain(ctx, query, args)
 			switch {
 			case errors.Is(err, cost.ErrNotSent):
 				// Nothing reached the server (an aborted transaction, a busy connection): no call

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
@@ -256,15 +254,24 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
+// Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
+// statement there for its planner cost, never to send it. It returns the plan's total cost in
+// planner units; an error wrapping [cost.ErrNotSent] means nothing reached the server. The
+// front end implements it over its driver's connection (internal/cost/pgxexplain).
+type Conn interface {
+	Explain(ctx context.Context, query string, args []any) (float64, error)
+}
+
 // Begin decides whether a statement may run, into x (see [Exec] for the lifecycle). It is the
 // engine's one entry point for every front end.
 //
 //   - ctx is the caller's context: its tags (tagging) route the statement, its end stops a wait
 //     for capacity, and it bounds the EXPLAIN.
-//   - conn is the connection the statement will run on: (*stdlib.Conn).Conn() under
-//     database/sql, (*pgxpool.Conn).Conn() or a pgx.Tx's Conn() under pgxpool. The front end
-//     holds it, so nothing else uses it while Begin runs; Begin uses it only for EXPLAIN. nil
-//     means no EXPLAIN: the cost is predicted from history.
+//   - conn is the connection the statement will run on, as a [Conn] (the driver's
+//     pgxexplain.On of (*stdlib.Conn).Conn() under database/sql, of (*pgxpool.Conn).Conn() or a
+//     pgx.Tx's Conn() under pgxpool). The front end holds it, so nothing else uses it while
+//     Begin runs; Begin uses it only for EXPLAIN. nil means no EXPLAIN: the cost is predicted
+//     from history.
 //   - query is the statement's SQL text, as the front end will send it (not a prepared
 //     statement's name).
 //   - args are its arguments as Go values, as pgx's Query takes them: leading pgx options
@@ -272,17 +279,17 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 //     would honour them. Begin reads them only during the call and keeps no reference: the front
 //     end may reuse the slice when it returns.
 //
-// When a budget of the statement needs a planner cost, Begin runs EXPLAIN (FORMAT JSON) of the
-// statement with its arguments on conn (see cost.Explain): never executed, in a savepoint when
-// conn is in a transaction, nothing sent when conn is busy, closed or in an aborted transaction.
-// A failed EXPLAIN falls back to history and never fails the statement.
+// When a budget of the statement needs a planner cost, Begin asks conn to EXPLAIN the statement
+// with its arguments (pgxexplain.Explain: never executed, in a savepoint when conn is in a
+// transaction, nothing sent when conn is busy, closed or in an aborted transaction). A failed
+// EXPLAIN falls back to history and never fails the statement.
 //
 // Begin returns nil when the statement may run (then x must be finished with Finish when it
 // completes), a *Denial when it is blocked (nothing may be sent), or ctx's error when ctx ended
 // while waiting for capacity. On an error nothing has been taken from any budget and x needs no
 // Finish. If code Begin calls panics (an observer, a logger, a query rewriter), Begin gives back
 // what it took before the panic goes on, and x needs no Finish.
-func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any) error {
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) error {
 	return e.begin(ctx, x, conn, false, query, args)
 }
 
@@ -307,7 +314,7 @@ func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, arg
 
 // begin is Begin (later false) and BeginBeforeConn (later: conn is nil, and comes after the
 // decision).
-func (e *Engine) begin(ctx context.Context, x *Exec, conn *pgx.Conn, later bool, query string, args []any) error {
+func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, query string, args []any) error {
 	st := e.state.Load()
 	var wants Wants
 	if e.obs != nil {
@@ -362,7 +369,7 @@ func (x *Exec) unwind() {
 // decideStatement is Begin's work for a statement that something reads: it starts the
 // statement's clock, merges its tags when they are read, and decides it under st's rules.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	conn *pgx.Conn, query string, args []any) error {
+	conn Conn, query string, args []any) error {
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}

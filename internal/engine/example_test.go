@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -30,7 +28,7 @@ rules:
 	}
 	e.Install(r)
 	ctx := context.Background()
-	var conn *pgx.Conn            // the statement's own connection: (*stdlib.Conn).Conn(), (*pgxpool.Conn).Conn()
+	var conn engine.Conn          // the statement's own connection, for EXPLAIN (nil: none)
 	var first, second engine.Exec // a front end keeps one per connection and reuses it
 
 	if err := e.Begin(ctx, &first, conn, "select * from orders where id = $1", []any{42}); err != nil {

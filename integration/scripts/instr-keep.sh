@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# instr.sh measures the CPU instructions each driver mode spends per query, with callgrind.
+#
+# It builds ./integration/instr (flags -dsn, -mode, -n: run n queries of "select $1::int + 1"
+# after a warm-up), starts a throwaway PostgreSQL (internal/pgtest/cmd/pgtest) unless
+# PGTRAFFIC_TEST_DSN names one, and runs the program under callgrind for N1 and N2 queries per
+# mode. The difference (I(N2) - I(N1)) / (N2 - N1) cancels start-up, warm-up and shutdown and
+# leaves the client-side instructions per query.
+#
+# Only the client is measured: the server is a separate process that valgrind does not trace.
+# The Go runtime runs with one P (GOMAXPROCS=1), without GC and without async preemption, so
+# that counts depend on the work done rather than on timing; the program waits for each answer
+# before reading it (no read parks) and warms up long (see integration/instr). What timing still
+# moves, the scheduler, timers and sysmon, is left out of the "busy" columns (see idle).
+#
+# Output, per mode: instructions per query from the totals, and "busy" per query without the
+# idle part (see idle), each also relative to the mode's base (the program's -list: raw pgx for
+# the database/sql modes, raw pgxpool for the pgx-native ones; n/a when the base is not in
+# MODES). The modes are measured in ROUNDS rounds (each round every mode once, in order), and
+# each figure is the median over the rounds, with its range: the idle part of one run moves the
+# total by hundreds of instructions, the busy figure by tens. integration/PERFORMANCE.md
+# describes the method and how steady it is.
+#
+# Environment: MODES (default every mode of the program, in its order: pgx pgtraffic budget trace
+# otelsql pgxpool pool poolbudget pooltrace otelpgx), N1 (2000), N2 (12000),
+# ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an Exec of a
+# one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
+# building ./integration/instr).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=integration/scripts/pgserver.sh
+source integration/scripts/pgserver.sh
+
+N1="${N1:-2000}"
+N2="${N2:-12000}"
+ROUNDS="${ROUNDS:-3}"
+WORKLOAD="${WORKLOAD:-select}"
+GO="${GO:-go}"
+export CGO_ENABLED=1
+
+if ! command -v valgrind >/dev/null; then
+	echo "instr: valgrind not found; install it (Debian: apt-get install -y valgrind)" >&2
+	exit 1
+fi
+if ((N2 <= N1)); then
+	echo "instr: N2 ($N2) must be greater than N1 ($N1)" >&2
+	exit 1
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+	stop_pgserver
+	echo "KEPT $work" >&2
+}
+trap cleanup EXIT
+
+bin="${INSTR_BIN:-}"
+if [[ -z "$bin" ]]; then
+	bin="$work/instr"
+	"$GO" build -C integration/instr -o "$bin" . # a module of its own
+fi
+
+# Each mode and its base, one a line.
+bases="$("$bin" -list)"
+MODES="${MODES:-$(cut -d' ' -f1 <<<"$bases" | tr '\n' ' ')}"
+
+dsn="${PGTRAFFIC_TEST_DSN:-}"
+if [[ -z "$dsn" ]]; then
+	start_pgserver "$work"
+fi
+
+# idle FILE prints the instructions a callgrind file spends in the Go scheduler, the network
+# poller, timers, system-call bookkeeping and the runtime's monitor thread (sysmon): their self
+# counts, and the clock reads they make. How often these run depends on timing (how long each
+# system call took, when sysmon woke) rather than on the work the client does, and they moved
+# the total by hundreds of instructions per query between runs. No driver mode calls them
+# itself. (With callgrind's caller tree: each block lists a function's callers, "<", then the
+# function, "*"; recursion levels are named func'N.)
+idle() {
+	callgrind_annotate --threshold=100 --tree=caller --auto=no "$1" 2>/dev/null | awk '
+		function name(line,    f) {
+			f = line; sub(/ \[[^]]*\]$/, "", f); sub(/ \([0-9,]+x\)$/, "", f); sub(/^.*[<*] +/, "", f)
+			sub(/^[^:]*:/, "", f); sub(/\047[0-9]+$/, "", f)
+			return f
+		}
+		function count(line,    n) { n = line; sub(/^ +/, "", n); sub(/ .*/, "", n); gsub(",", "", n); return n + 0 }
+		function isidle(f) {
+			return f ~ /^runtime\.(netpoll.*|findRunnable|stealWork|schedule|execute|park_m|gopark|goready|ready|wakep|pidle(get|put)|runq(get|put|grab|steal)|sysmon|retake|preemptone|casgstatus|castogscanstatus|casfrom_Gscanstatus|mcall|procyield.*|osyield.*|usleep.*|futex.*|note(sleep|wakeup)|notetsleep.*|sema(sleep|wakeup)|startm|stopm|handoffp|mPark|acquirep.*|releasep.*|wirep|check(RunqsNoP|TimersNoP|IdleGCNoP|dead)|incidlelocked|resetspinning|injectglist|setBlockOnExitSyscall|lock2|unlock2|reentersyscall|entersyscall|exitsyscall.*|gcTrigger\.test)$/ ||
+				f ~ /^runtime\.\((\*timers?|\*limiterEvent|\*m)\)\./ || f ~ /^runtime\.\(\*gcControllerState\)\.(releaseNextGCMarkWorker|findRunnableGCWorker)$/ ||
+				f ~ /^internal\/poll\.(runtime_pollWait|\(\*pollDesc\)\.)/
+		}
+		/^ *[0-9,]+ \(.*\)  < / { if (isidle(name($0))) fromidle += count($0); next }
+		/^ *[0-9,]+ \(.*\)  \* / {
+			f = name($0)
+			if (isidle(f)) s += count($0)
+			else if (f ~ /^runtime\.nanotime1/) s += fromidle
+			fromidle = 0
+			next
+		}
+		/^$/ { fromidle = 0 }
+		END { print s + 0 }'
+}
+
+# instructions MODE N prints, for one run of N queries, the total instruction count and its
+# idle part (see idle).
+instructions() {
+	local mode=$1 n=$2 out="$work/callgrind.$1.$2"
+	# cpu.rdtscp=off: where valgrind's CPUID advertises RDTSCP, the runtime's cputicks would use
+	# it and valgrind dies with SIGILL on the unhandled instruction; RDTSC works.
+	if ! GODEBUG="${GODEBUG:+$GODEBUG,}asyncpreemptoff=1,cpu.rdtscp=off" GOMAXPROCS=1 GOGC=off \
+		valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" -workload "$WORKLOAD" >"$work/run.log" 2>&1; then
+		echo "instr: $mode -n $n failed:" >&2
+		tail -n 40 "$work/run.log" >&2
+		return 1
+	fi
+	# "summary:" in current callgrind output, "totals:" in older versions.
+	local total
+	total="$(awk '/^(summary|totals):/ { print $2; exit }' "$out")"
+	if [[ -z "$total" ]]; then
+		echo "instr: no instruction total in $out" >&2
+		return 1
+	fi
+	echo "$total $(idle "$out")"
+}
+
+results=""
+for round in $(seq "$ROUNDS"); do
+	for mode in $MODES; do
+		echo "instr: round $round/$ROUNDS: $mode: callgrind with $N1 and $N2 queries..." >&2
+		r1="$(instructions "$mode" "$N1")"
+		r2="$(instructions "$mode" "$N2")"
+		results+="$mode $r1 $r2"$'\n'
+	done
+done
+
+# Per run: instructions per query from the totals (the headline figure) and from the totals less
+# the idle part ("busy", steadier); per mode the median over the rounds (the lower middle for an
+# even count) and the range; both again relative to the medians of the mode's base.
+{
+	printf '%s\n' "$bases" | sed 's/^/base /'
+	printf '%s' "$results"
+} | awk -v n1="$N1" -v n2="$N2" '
+	function median(list,    a, n, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] + 0 < a[j-1] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		lo = a[1]; hi = a[n]
+		return a[int((n + 1) / 2)]
+	}
+	$1 == "base" { base[$2] = $3; next }
+	{
+		if (!($1 in per)) order[++nm] = $1
+		per[$1] = per[$1] " " ($4 - $2) / (n2 - n1)
+		busy[$1] = busy[$1] " " (($4 - $5) - ($2 - $3)) / (n2 - n1)
+	}
+	END {
+		for (i = 1; i <= nm; i++) {
+			m = order[i]
+			mp[m] = median(per[m]); rp[m] = sprintf("%.0f-%.0f", lo, hi)
+			mb[m] = median(busy[m]); rb[m] = sprintf("%.0f-%.0f", lo, hi)
+		}
+		printf "%-10s %12s %13s %10s %12s %13s %12s  %s\n", "mode", "instr/query", "(range)", "vs base",
+			"busy/query", "(range)", "busy vs base", "base"
+		for (i = 1; i <= nm; i++) {
+			m = order[i]; b = base[m]
+			hasbase = (b in mp)
+			d = hasbase ? sprintf("%+.0f", mp[m] - mp[b]) : "n/a"
+			db = hasbase ? sprintf("%+.0f", mb[m] - mb[b]) : "n/a"
+			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s  %s\n", m, mp[m], rp[m], d, mb[m], rb[m], db, b
+		}
+	}'
