@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 func TestBackoff(t *testing.T) {
@@ -110,7 +111,7 @@ func TestReconnectDelay(t *testing.T) {
 func TestRecoveryAfterOutage(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	log, _ := newLogger()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	back := t0.Add(40 * time.Second)
 	var dials []time.Time // read and written by the test's goroutine only (rounds run on it)
 	s := NewSampler(Options{
@@ -130,7 +131,7 @@ func TestRecoveryAfterOutage(t *testing.T) {
 		if n := len(dials); n > 0 && !dials[n-1].Before(back) {
 			break
 		}
-		clock.Add(interval)
+		clock.Advance(interval)
 	}
 	first := dials[len(dials)-1]
 	if first.Before(back) {

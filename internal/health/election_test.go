@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 // ballotBox is an in-memory election shared by the samplers of a test, on the test's clock:
 // the Redis one's rules without Redis. Safe for concurrent use.
 type ballotBox struct {
-	clock *fakeClock
+	clock *fakeclock.Clock
 
 	mu        sync.Mutex // protects the fields below
 	holder    string
@@ -104,7 +105,7 @@ func (f *fixed) Resign(context.Context, Ballot) error            { return nil }
 
 // electedSampler is a sampler of active_queries at interval 1s on clock, voting through el,
 // whose connects fail and are counted by dials.
-func electedSampler(t *testing.T, clock *fakeClock, el Election, dials *atomic.Int32) (*Sampler, *logBuffer) {
+func electedSampler(t *testing.T, clock *fakeclock.Clock, el Election, dials *atomic.Int32) (*Sampler, *logBuffer) {
 	t.Helper()
 	log, logs := newLogger()
 	s := NewSampler(Options{
@@ -125,7 +126,7 @@ func electedSampler(t *testing.T, clock *fakeClock, el Election, dials *atomic.I
 // TestFollowerAdoptsThePublishedSample: a follower reads nothing from the server; it takes the
 // lead's published reading, dated by its age, and counts it as shared, once per sample.
 func TestFollowerAdoptsThePublishedSample(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	el := &fixed{Vote{Published: []Shared{{Metric: vocab.MetricActiveQueries, Value: 9, Age: 300 * time.Millisecond}}}}
 	var dials atomic.Int32
 	s, _ := electedSampler(t, clock, el, &dials)
@@ -140,14 +141,14 @@ func TestFollowerAdoptsThePublishedSample(t *testing.T) {
 		t.Errorf("Evaluate = %s exceeded=%v stale=%v, want active_queries exceeded and fresh", m, exceeded, stale)
 	}
 	// The same sample read again (the lead has not published since) is not counted twice.
-	clock.Add(250 * time.Millisecond)
+	clock.Advance(250 * time.Millisecond)
 	el.v.Published[0].Age += 250 * time.Millisecond
 	_ = s.SampleOnce(context.Background())
 	if d, sh, n := dials.Load(), s.Shared(), s.Samples(); d != 0 || sh != 1 || n != 0 {
 		t.Errorf("dials, shared, samples = %d, %d, %d; want 0, 1, 0", d, sh, n)
 	}
 	// A newer sample, an interval later, is.
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	el.v.Published[0] = Shared{Metric: vocab.MetricActiveQueries, Value: 2, Age: 100 * time.Millisecond}
 	_ = s.SampleOnce(context.Background())
 	if v, _, _ := s.Value(vocab.MetricActiveQueries); v != 2 || s.Shared() != 2 {
@@ -178,7 +179,7 @@ func TestForgedSampleNeverAdmits(t *testing.T) {
 		{"huge", Vote{Published: []Shared{{Metric: aq, Value: 1e300}}}, "out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := &fakeClock{t: t0}
+			clock := fakeclock.New()
 			var dials atomic.Int32
 			s, logs := electedSampler(t, clock, &fixed{Vote{Published: []Shared{{Metric: aq, Value: 20}}}}, &dials)
 			_ = s.SampleOnce(context.Background()) // a true, unhealthy reading first
@@ -205,7 +206,7 @@ func TestForgedSampleNeverAdmits(t *testing.T) {
 // that connects and publishes) and followers; when the election cannot be held each samples
 // for itself, and when the lead closes it resigns, so the next vote elects another.
 func TestOneLeadAmongSamplers(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	bb := &ballotBox{clock: clock}
 	var dials [3]atomic.Int32
 	var ss [3]*Sampler
@@ -267,7 +268,7 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 // TestLapsedLeaseIsTakenOver: a lead that stops renewing (it died) is replaced once its lease
 // lapses, LeaseIntervals intervals after its last vote, at a follower's next poll.
 func TestLapsedLeaseIsTakenOver(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	bb := &ballotBox{clock: clock}
 	var dA, dB atomic.Int32
 	a, _ := electedSampler(t, clock, bb.voter("a"), &dA)
@@ -280,7 +281,7 @@ func TestLapsedLeaseIsTakenOver(t *testing.T) {
 	// a dies: b polls on its schedule until it leads.
 	var waited time.Duration
 	for dB.Load() == 0 && waited < time.Minute {
-		clock.Add(next)
+		clock.Advance(next)
 		waited += next
 		next, _ = b.round(context.Background(), true)
 	}
@@ -330,7 +331,7 @@ func TestSetMetricsDoesNotWaitForARound(t *testing.T) {
 // sample is young keeps it and polls again, and samples for itself only once its readings are
 // LeaseIntervals intervals old, before they would go stale.
 func TestFollowerRidesOutAFailedVote(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	bb := &ballotBox{clock: clock}
 	var dA, dB atomic.Int32
 	a, _ := electedSampler(t, clock, bb.voter("a"), &dA)
@@ -353,7 +354,7 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 		if next != time.Second/4 {
 			t.Errorf("after a failed vote the follower polls in %v, want a quarter interval", next)
 		}
-		clock.Add(next)
+		clock.Advance(next)
 	}
 	_, _ = b.round(context.Background(), true)
 	if dB.Load() != 1 {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 // logBuffer captures a logger's output for assertions; safe for concurrent use.
@@ -48,25 +50,7 @@ func newLogger() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 
-// fakeClock is an injected clock; safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex // protects t
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+var t0 = fakeclock.Start // where every fake clock starts
 
 // seed publishes a good reading of metric, as a round would.
 func seed(tb testing.TB, s *Sampler, metric string, v float64, at time.Time) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 func TestNewSamplerDefaults(t *testing.T) {
@@ -99,7 +100,7 @@ func TestSetMetrics(t *testing.T) {
 
 func TestConnectFailure(t *testing.T) {
 	log, logs := newLogger()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	var dials atomic.Int32
 	boom := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	s := NewSampler(Options{
@@ -136,7 +137,7 @@ func TestConnectFailure(t *testing.T) {
 		t.Errorf("%d dials during backoff, want 1", n)
 	}
 	// ...then try again; SampleOnce does not wait.
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	if _, err := s.round(context.Background(), false); !errors.Is(err, boom) {
 		t.Errorf("round after backoff = %v, want the connect error", err)
 	}
