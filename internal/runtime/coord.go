@@ -41,38 +41,55 @@ func (r *Runtime) checkCoordination(cfg *rules.Config) error {
 	return nil
 }
 
-// coordinate starts, changes or stops the coordination for cfg, compiled as compiled: each
-// shared budget is registered (its rate and max_concurrent become its leases, its quarantines
-// are shared), each budget no longer shared is made local again. A budget with neither leases
-// nor a quarantine (a per_query_limit or max_duration alone hold per statement) has nothing to
-// share and stays local. A new coordinator starts at once and never fails for want of Redis:
-// its budgets run on their fallback share and it keeps trying. It returns the coordinator it
-// replaced, for the caller to stop once r.mu is released; r.mu must be held. Nothing here waits
-// for Redis.
+// coordinate starts, changes or stops the coordination for cfg, compiled as compiled: the
+// coordinator follows cfg's section (switchCoordinator), and each budget is shared or made
+// local again (share). It returns the coordinator it replaced, for the caller to stop once r.mu
+// is released; r.mu must be held. Nothing here waits for Redis.
 func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coordination, err error) {
-	now := r.now()
+	if old, err = r.switchCoordinator(cfg); err != nil {
+		return old, err
+	}
+	r.share(cfg, compiled)
+	return old, nil
+}
+
+// switchCoordinator replaces or stops the coordinator when cfg's coordination section is not
+// the one it was built from, and starts one when cfg has a section and none runs. A new
+// coordinator starts at once and never fails for want of Redis: its budgets run on their
+// fallback share and it keeps trying.
+func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err error) {
 	co := &r.co
 	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || r.closed) {
 		old, *co = *co, coordination{}
 	}
-	if cfg.Coordination != nil && co.c == nil && !r.closed {
-		sec := *cfg.Coordination
-		id := r.instance
-		if old.c != nil {
-			// The old coordinator says goodbye under its own name once r.mu is released: the new
-			// one must not be mistaken for it.
-			id = ""
-		}
-		c, err := coord.New(coord.Options{Client: r.redis, URL: sec.Redis, Interval: time.Duration(sec.SyncInterval),
-			FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
-			Quarantines: quarantines{r.e}})
-		if err != nil {
-			return old, err
-		}
-		co.section, co.c = sec, c
-		co.shared = map[string]*shared{}
-		co.c.Start()
+	if cfg.Coordination == nil || co.c != nil || r.closed {
+		return old, nil
 	}
+	sec := *cfg.Coordination
+	id := r.instance
+	if old.c != nil {
+		// The old coordinator says goodbye under its own name once r.mu is released: the new
+		// one must not be mistaken for it.
+		id = ""
+	}
+	c, err := coord.New(coord.Options{Client: r.redis, URL: sec.Redis, Interval: time.Duration(sec.SyncInterval),
+		FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
+		Quarantines: quarantines{r.e}})
+	if err != nil {
+		return old, err
+	}
+	co.section, co.c, co.shared = sec, c, map[string]*shared{}
+	co.c.Start()
+	return old, nil
+}
+
+// share registers each shared budget of cfg with the coordinator (its rate and max_concurrent
+// become its leases, its quarantines are shared) and makes each budget no longer shared local
+// again. A budget with neither leases nor a quarantine (a per_query_limit or max_duration alone
+// hold per statement) has nothing to share and stays local.
+func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
+	now := r.now()
+	co := &r.co
 	keep := map[string]bool{}
 	for i := range cfg.Budgets {
 		rb := &cfg.Budgets[i]
@@ -111,7 +128,6 @@ func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coo
 			delete(co.shared, name)
 		}
 	}
-	return old, nil
 }
 
 // unshare stops coordinating s's budget: its limits are local again and its quarantines no
