@@ -53,7 +53,6 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		Observer:         tel.observer(),
 	})
 	c.rt = runtime.New(c.engine, runtime.Options{
-		Logger: o.logger,
 		// The sampler's own connection, never one of the application's pool.
 		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),

@@ -230,17 +230,11 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
 		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
 		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
-		if n, ok := rt.HealthErrors(); ok {
-			o.ObserveInt64(healthErrors, clampInt64(n))
-		}
-		if n, ok := rt.HealthSamples(); ok {
-			o.ObserveInt64(healthSamples, clampInt64(n))
-		}
-		if n, ok := rt.HealthShared(); ok {
-			o.ObserveInt64(healthShared, clampInt64(n))
-		}
-		if n, ok := rt.HealthElections(); ok {
-			o.ObserveInt64(healthElections, clampInt64(n))
+		if h, ok := rt.Health(); ok {
+			o.ObserveInt64(healthErrors, clampInt64(h.Errors))
+			o.ObserveInt64(healthSamples, clampInt64(h.Samples))
+			o.ObserveInt64(healthShared, clampInt64(h.Shared))
+			o.ObserveInt64(healthElections, clampInt64(h.Elections))
 		}
 		return nil
 	}

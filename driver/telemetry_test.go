@@ -273,7 +273,7 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 		Logger: o.logger, Now: h.clock.Now, User: cc.User, Database: cc.Database,
 		Observer: h.tel.observer(),
 	})
-	h.rt = runtime.New(h.eng, runtime.Options{Logger: o.logger, Now: h.clock.Now})
+	h.rt = runtime.New(h.eng, runtime.Options{})
 	if rules != "" {
 		cfg, err := ParseConfig([]byte(rules))
 		if err != nil {

@@ -132,6 +132,14 @@ func New(o Options) *Engine {
 	return e
 }
 
+// Clock is e's clock (Options.Now and Options.After), for what runs beside the statements.
+func (e *Engine) Clock() (now func() time.Time, after func(time.Duration) <-chan time.Time) {
+	return e.now, e.after
+}
+
+// Logger is e's logger (Options.Logger).
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
 // SetHealth makes s the health sampler that throttle_when reads from the next statement on;
 // nil: none (only in_flight, a local count, is evaluated).
 func (e *Engine) SetHealth(s *health.Sampler) { e.health.Store(s) }

@@ -80,7 +80,7 @@ budgets:
   - {name: a, mode: enforce, max_concurrent: 10, max_wait: 1h}
 rules:
   - {budget: a, match: {app: x}}
-`, func(o *Options) { o.Now = time.Now })
+`, func(o *engine.Options) { o.Now = time.Now })
 	ctx := tagging.With(context.Background(), "app", "x")
 	x := new(engine.Exec)
 	if err := r.e.Begin(ctx, x, nil, "select 1", nil); err != nil {

@@ -13,18 +13,34 @@ import (
 // (when health_interval changed, or when no budget used a sampled metric for a while): a
 // metrics callback never sees a replaced sampler's counts twice, so its counters never reset.
 type sampling struct {
-	s                   *health.Sampler // nil while no budget uses a sampled metric
-	interval            time.Duration   // the interval s was built with
-	errBase, sampleBase uint64
-	sharedBase          uint64
-	electionBase        uint64
+	s        *health.Sampler // nil while no budget uses a sampled metric
+	interval time.Duration   // the interval s was built with
+	base     HealthCounts    // the counts of the samplers replaced
+}
+
+// HealthCounts are the health sampler's event counts, across the samplers a reload replaced
+// (the telemetry's pgtraffic.health.* counters, which never reset).
+type HealthCounts struct {
+	Errors    uint64 // failed health reads and connects
+	Samples   uint64 // health queries this instance ran that succeeded
+	Shared    uint64 // readings adopted from the sampler elected for the database, through Redis
+	Elections uint64 // times this instance became or stopped being that sampler
+}
+
+// counts is h's counts: its base plus its sampler's.
+func (h *sampling) counts() HealthCounts {
+	c := h.base
+	if h.s != nil {
+		c.Errors += h.s.Errors()
+		c.Samples += h.s.Samples()
+		c.Shared += h.s.Shared()
+		c.Elections += h.s.Elections()
+	}
+	return c
 }
 
 // retired is h's counts without its sampler, which its caller closes.
-func (h *sampling) retired() *sampling {
-	return &sampling{errBase: h.errBase + h.s.Errors(), sampleBase: h.sampleBase + h.s.Samples(),
-		sharedBase: h.sharedBase + h.s.Shared(), electionBase: h.electionBase + h.s.Elections()}
-}
+func (h *sampling) retired() *sampling { return &sampling{base: h.counts()} }
 
 // configureHealth starts, reconfigures or stops the health sampler for cfg, and hands it to the
 // engine. No sampler runs, and no connection is open, while no budget uses a sampled metric.
@@ -57,7 +73,7 @@ func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (re
 		Election: r.election(),
 	})}
 	if h != nil {
-		next.errBase, next.sampleBase, next.sharedBase, next.electionBase = h.errBase, h.sampleBase, h.sharedBase, h.electionBase
+		next.base = h.base
 	}
 	r.health = next
 	r.e.SetHealth(next.s)
@@ -89,57 +105,12 @@ func (r *Runtime) sampler() *sampling {
 	return r.health
 }
 
-// HealthErrors reports how many health reads and connects have failed (the telemetry's
-// pgtraffic.health.errors counter), including those of samplers replaced when health_interval
-// changed, so the counter never resets. ok is false while no sampler was ever started.
-func (r *Runtime) HealthErrors() (n uint64, ok bool) {
+// Health reports the health sampler's counts; ok is false while no sampler was ever started.
+// It holds the runtime's lock for a few steps, never across I/O: safe from a metrics callback.
+func (r *Runtime) Health() (c HealthCounts, ok bool) {
 	h := r.sampler()
 	if h == nil {
-		return 0, false
+		return HealthCounts{}, false
 	}
-	if h.s == nil {
-		return h.errBase, true
-	}
-	return h.errBase + h.s.Errors(), true
-}
-
-// HealthSamples reports how many health metric reads succeeded, across sampler rebuilds (the
-// telemetry's pgtraffic.health.samples counter). ok is false while no sampler was ever started.
-func (r *Runtime) HealthSamples() (n uint64, ok bool) {
-	h := r.sampler()
-	if h == nil {
-		return 0, false
-	}
-	if h.s == nil {
-		return h.sampleBase, true
-	}
-	return h.sampleBase + h.s.Samples(), true
-}
-
-// HealthShared reports how many health readings were adopted from the elected sampler of this
-// database through Redis, across sampler rebuilds (pgtraffic.health.shared_samples). ok is
-// false while no sampler was ever started.
-func (r *Runtime) HealthShared() (n uint64, ok bool) {
-	h := r.sampler()
-	if h == nil {
-		return 0, false
-	}
-	if h.s == nil {
-		return h.sharedBase, true
-	}
-	return h.sharedBase + h.s.Shared(), true
-}
-
-// HealthElections reports how many times this instance's sampler became or stopped being its
-// database's elected sampler, across sampler rebuilds (pgtraffic.health.elections). ok is false
-// while no sampler was ever started.
-func (r *Runtime) HealthElections() (n uint64, ok bool) {
-	h := r.sampler()
-	if h == nil {
-		return 0, false
-	}
-	if h.s == nil {
-		return h.electionBase, true
-	}
-	return h.electionBase + h.s.Elections(), true
+	return h.counts(), true
 }

@@ -18,16 +18,15 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newRuntime is a runtime and its engine on a fake clock, with rulesText in force when it is
-// not empty; o adjusts the options of both (the engine's clock is the runtime's).
-func newRuntime(t testing.TB, rulesText string, o ...func(*Options)) (*Runtime, *fakeclock.Clock) {
+// not empty; o adjusts the engine's options (its clock and logger are the runtime's).
+func newRuntime(t testing.TB, rulesText string, o ...func(*engine.Options)) (*Runtime, *fakeclock.Clock) {
 	t.Helper()
 	clk := fakeclock.New()
-	opts := Options{Logger: quiet, Now: clk.Now, After: clk.After}
+	opts := engine.Options{Logger: quiet, Now: clk.Now, After: clk.After}
 	for _, f := range o {
 		f(&opts)
 	}
-	e := engine.New(engine.Options{Logger: opts.Logger, Now: opts.Now, After: opts.After})
-	r := New(e, opts)
+	r := New(engine.New(opts), Options{})
 	t.Cleanup(func() { r.Close() })
 	if rulesText != "" {
 		cfg, err := rules.Parse([]byte(rulesText))

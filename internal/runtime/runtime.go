@@ -16,13 +16,8 @@ import (
 )
 
 // Options configure a Runtime.
+// The runtime logs to the engine's logger and keeps the engine's clock (engine.Options).
 type Options struct {
-	Logger *slog.Logger
-	// Now and After are the clock, the engine's (engine.Options): nil means time.Now and
-	// time.After.
-	Now   func() time.Time
-	After func(d time.Duration) <-chan time.Time
-
 	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
 	HealthConnect func(ctx context.Context) (health.Conn, error)
 	// HealthDatabase identifies the database the sampler reads, without secrets (e.g.
@@ -64,16 +59,8 @@ type Runtime struct {
 
 // New returns the runtime of e, with no rules in force.
 func New(e *engine.Engine, o Options) *Runtime {
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.After == nil {
-		o.After = time.After
-	}
-	return &Runtime{e: e, log: o.Logger, now: o.Now, after: o.After, healthConnect: o.HealthConnect,
+	now, after := e.Clock()
+	return &Runtime{e: e, log: e.Logger(), now: now, after: after, healthConnect: o.HealthConnect,
 		healthDatabase: o.HealthDatabase, redis: o.Redis, instance: o.Instance}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
@@ -22,7 +23,7 @@ func TestReloadHoldsNoLockAcrossCompile(t *testing.T) {
 	var armed atomic.Bool
 	inCompile, release := make(chan struct{}), make(chan struct{})
 	var releaseOnce sync.Once
-	r, _ := newRuntime(t, "budgets:\n  - {name: a, max_concurrent: 1}\n", func(o *Options) {
+	r, _ := newRuntime(t, "budgets:\n  - {name: a, max_concurrent: 1}\n", func(o *engine.Options) {
 		o.Now = func() time.Time {
 			if armed.CompareAndSwap(true, false) {
 				close(inCompile)
@@ -50,7 +51,7 @@ func TestReloadHoldsNoLockAcrossCompile(t *testing.T) {
 		r.Budgets()
 		r.Coordination()
 		r.Instance()
-		r.HealthErrors()
+		r.Health()
 		done <- r.SetConfig(fast)
 	}()
 	select {
@@ -78,7 +79,7 @@ func TestReloadHoldsNoLockAcrossRedis(t *testing.T) {
 	srv := redistest.Need(t)
 	local := "budgets:\n  - {name: a, mode: enforce, max_concurrent: 4}\nrules:\n  - {budget: a, match: {statement: select}}\n"
 	r, _ := newRuntime(t, "coordination: {redis: \""+srv.URL+"\", sync_interval: 100ms}\n"+local,
-		func(o *Options) { o.Now, o.After = time.Now, time.After })
+		func(o *engine.Options) { o.Now, o.After = time.Now, time.After })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if x, err := begin(r.e, context.Background(), "select 1"); err == nil {
 			x.Finish(context.Background(), nil) // a partition to sync

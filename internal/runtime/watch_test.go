@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
@@ -64,7 +65,7 @@ func newWatchHarness(t *testing.T, path string) *watchHarness {
 func newWatchRuntime(t *testing.T) *watchHarness {
 	t.Helper()
 	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
-	h.r, h.clk = newRuntime(t, "", func(o *Options) { o.Logger = slog.New(reloadLog{h.reloaded, h.failed}) })
+	h.r, h.clk = newRuntime(t, "", func(o *engine.Options) { o.Logger = slog.New(reloadLog{h.reloaded, h.failed}) })
 	return h
 }
 
