@@ -19,7 +19,11 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-const electionInterval = 200 * time.Millisecond
+// electionInterval is the tests' health_interval. A follower that takes over from a crashed
+// sampler must connect before the last sample goes stale (within half an interval of margin, see
+// the health package): an interval long against a connect on a loaded machine under the race
+// detector (a few hundred milliseconds), as health_interval is in production (1s).
+const electionInterval = 600 * time.Millisecond
 
 // electedInstance is one connector of an election test: an instance with its own Redis client
 // (so that a test can cut it off, as a crash would) and its own metrics.

@@ -19,9 +19,10 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
-// minDeadline is the shortest time a sync may take before it counts as failed: shorter
-// than the round trip of a loaded Redis, it would fail healthy syncs.
-const minDeadline = 50 * time.Millisecond
+// minDeadline is the shortest time a script call may take before it counts as failed: shorter
+// than the round trip of a loaded Redis, or of a client on a loaded machine, it would fail
+// healthy syncs and put the budgets on their fallback share.
+const minDeadline = 100 * time.Millisecond
 
 // errBusy fails a sync while the previous call is still stuck in the client: at most one
 // call per coordinator is ever outstanding, however long Redis hangs.
