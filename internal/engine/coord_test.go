@@ -86,7 +86,7 @@ rules:
 `, func(o *Options) { o.Now = time.Now })
 	ctx := tagging.With(context.Background(), "app", "x")
 	x := new(Exec)
-	if err := e.Begin(ctx, x, nil, "select 1", nil); err != nil {
+	if _, err := e.Begin(ctx, x, nil, "select 1", nil); err != nil {
 		t.Fatalf("the waiting statement: %v", err)
 	}
 	x.Finish(ctx, nil)
