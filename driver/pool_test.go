@@ -501,3 +501,33 @@ func TestPoolHasPgxpoolMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestPgxExplainedRefusedGivesConnectionBack: a statement whose cost needs an EXPLAIN takes its
+// connection before it is decided, and gives it back, once, when it is refused there; admitted,
+// it keeps it until it ends.
+func TestPgxExplainedRefusedGivesConnectionBack(t *testing.T) {
+	r, released := newTestRunner(t, `budgets: [{name: one, mode: enforce, max_concurrent: 1, server_share: 1}]
+rules: [{budget: one, match: {app: x}}]
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := &fakeQuerier{}
+	pool := &fakePool{q: q, released: released}
+	d := dest{pool: pool}
+	hold, err := r.query(ctx, d, "select * from a where id = $1", []any{1}) // never costed: explained
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool.acquired != 1 || *released != 0 {
+		t.Fatalf("admitted: acquired %d, released %d", pool.acquired, *released)
+	}
+	if _, err := r.exec(ctx, d, "select * from b where id = $1", []any{1}); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("exec while the slot is held: %v", err)
+	}
+	if pool.acquired != 2 || *released != 1 || len(q.sent) != 1 {
+		t.Fatalf("refused after its EXPLAIN: acquired %d, released %d, sent %q", pool.acquired, *released, q.sent)
+	}
+	hold.Close()
+	if *released != 2 || inFlight(t, r) != 0 {
+		t.Fatalf("closed: released %d, in flight %d", *released, inFlight(t, r))
+	}
+}

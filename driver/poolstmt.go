@@ -73,8 +73,9 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 // EXPLAIN on it, and decides it there (begin); the connection goes back at once if begin refuses
 // it (or panics).
 func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.Conn) error) (
-	q querier, release releaser, err error) {
-	if q, release, err = pool.acquire(ctx); err != nil {
+	querier, releaser, error) {
+	q, release, err := pool.acquire(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	decided := false
@@ -84,7 +85,7 @@ func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.C
 		}
 	}()
 	conn, _ := q.(*pgx.Conn) // a fake in unit tests: no EXPLAIN
-	if err = begin(conn); err != nil {
+	if err := begin(conn); err != nil {
 		return nil, nil, err
 	}
 	decided = true
