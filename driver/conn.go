@@ -102,7 +102,7 @@ func (c *conn) values(args []driver.NamedValue) []any {
 // run runs query with args on this connection in o (interceptor.run).
 func (c *conn) run(ctx context.Context, o *openStmt, query string, args []driver.NamedValue, rows bool,
 	send func(q querier, qctx context.Context) error) error {
-	err := c.intr.run(ctx, o, dest{conn: c.pgx}, query, c.values(args), rows, send)
+	err := c.intr.run(ctx, o, &dest{conn: c.pgx}, query, c.values(args), rows, send)
 	clear(c.args) // the engine keeps no reference: let the values go until the next statement
 	return err
 }

@@ -121,7 +121,7 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 }
 
 // dest is where the pool's statements run: on a connection each takes once it is admitted.
-func (p *Pool) dest() dest { return dest{pool: poolConns{p.pool}} }
+func (p *Pool) dest() *dest { return &dest{pool: poolConns{p.pool}} }
 
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }

@@ -158,8 +158,8 @@ func (p *fakePool) acquire(context.Context) (querier, releaser, error) {
 }
 
 // pooled is the destination of a statement of a pool whose connections are q.
-func pooled(q querier, released *releaseCount) dest {
-	return dest{pool: &fakePool{q: q, released: released}}
+func pooled(q querier, released *releaseCount) *dest {
+	return &dest{pool: &fakePool{q: q, released: released}}
 }
 
 const oneSlot = `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
@@ -251,7 +251,7 @@ func (q *reusedRowQuerier) QueryRow(context.Context, string, ...any) pgx.Row {
 // not inlined, so the compiler cannot keep the row on the test's stack.
 //
 //go:noinline
-func queryRowOutside(ctx context.Context, r *runner, d dest) pgx.Row {
+func queryRowOutside(ctx context.Context, r *runner, d *dest) pgx.Row {
 	return r.queryRow(ctx, d, "select 1", nil)
 }
 
@@ -300,7 +300,7 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
 	pool := &fakePool{q: q, released: released}
-	d := dest{pool: pool}
+	d := &dest{pool: pool}
 	hold, err := r.query(ctx, d, "select 1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -512,7 +512,7 @@ rules: [{budget: one, match: {app: x}}]
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
 	pool := &fakePool{q: q, released: released}
-	d := dest{pool: pool}
+	d := &dest{pool: pool}
 	hold, err := r.query(ctx, d, "select * from a where id = $1", []any{1}) // never costed: explained
 	if err != nil {
 		t.Fatal(err)

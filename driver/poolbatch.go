@@ -15,10 +15,10 @@ import (
 // sends nothing and every result returns the [*BlockedError]; an admitted one holds its
 // budgets' slots until its results are closed. A statement queued by the name of one prepared
 // in d's transaction is decided as its text (see pgxTx.Prepare). A batch of the pool is
-// decided before it takes a connection, as a statement is (interceptor.take), and gives the
+// decided before it takes a connection, as a statement is (interceptor.run), and gives the
 // connection back when it ends. The batch is sent as queued (the sqlcommenter does not rewrite
 // a batch).
-func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch) pgx.BatchResults {
+func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.BatchResults {
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
@@ -49,10 +49,10 @@ func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch) pgx.BatchR
 	return w
 }
 
-// beginBatch decides the batch of queries with args into eb at d, as interceptor.begin decides
+// beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
 // a statement, and returns where to send it and, when it took a connection from the pool, what
 // gives it back. On nil eb must be finished.
-func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d dest, queries []string, args [][]any) (
+func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
 	q querier, release releaser, err error) {
 	e := r.c.engine
 	if d.pool == nil {

@@ -77,7 +77,7 @@ func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns [
 }
 
 // dest is where the connection's statements run: on it.
-func (c *PoolConn) dest() dest { return dest{conn: c.pc.Conn()} }
+func (c *PoolConn) dest() *dest { return &dest{conn: c.pc.Conn()} }
 
 // Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.
 func (c *PoolConn) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -126,7 +126,7 @@ func (t *ticket) row() *pgxRow {
 func (r *runner) ticket() *ticket { return r.tickets.Get().(*ticket) }
 
 // exec runs an Exec of sql at d.
-func (r *runner) exec(ctx context.Context, d dest, sql string, args []any) (tag pgconn.CommandTag, err error) {
+func (r *runner) exec(ctx context.Context, d *dest, sql string, args []any) (tag pgconn.CommandTag, err error) {
 	o := openStmt{t: r.ticket()}
 	text := d.text(sql)
 	err = r.c.intr.run(ctx, &o, d, text, args, false, func(q querier, qctx context.Context) (err error) {
@@ -137,7 +137,7 @@ func (r *runner) exec(ctx context.Context, d dest, sql string, args []any) (tag 
 }
 
 // query runs a Query of sql at d; its rows finish the statement when they end.
-func (r *runner) query(ctx context.Context, d dest, sql string, args []any) (pgx.Rows, error) {
+func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pgx.Rows, error) {
 	w := newPgxRows(r.c.intr.leaks)
 	w.open.t = r.ticket()
 	text := d.text(sql)
@@ -154,7 +154,7 @@ func (r *runner) query(ctx context.Context, d dest, sql string, args []any) (pgx
 
 // queryRow runs a QueryRow of sql at d with pgx's own QueryRow, whose row's Scan finishes the
 // statement (pgxRow). The row comes from the ticket's slab (ticket.row).
-func (r *runner) queryRow(ctx context.Context, d dest, sql string, args []any) pgx.Row {
+func (r *runner) queryRow(ctx context.Context, d *dest, sql string, args []any) pgx.Row {
 	t := r.ticket()
 	row := t.row()
 	row.open.t = t
@@ -166,10 +166,10 @@ func (r *runner) queryRow(ctx context.Context, d dest, sql string, args []any) p
 	return row
 }
 
-// outgoing is the text to send for sql, decided as text in o: a prepared statement's name is
-// sent as it is (a comment would make it another name).
+// outgoing is the text to send for sql, decided as text in o (interceptor.outgoing): a
+// prepared statement's name is sent as it is (a comment would make it another name).
 func (r *runner) outgoing(o *openStmt, text, sql string) string {
-	if text != sql {
+	if !r.c.intr.commenter || text != sql { // the commenter is off: compare no texts
 		return sql
 	}
 	return r.c.intr.outgoing(o, sql)
@@ -180,7 +180,7 @@ func (r *runner) outgoing(o *openStmt, text, sql string) string {
 // statement=copy and table=<name>, its cost is learned per table, until known it is reserved as
 // any unknown cost is (EXPLAIN cannot cost a COPY), and it runs under its budgets' max_duration
 // as any statement does.
-func (r *runner) copyFrom(ctx context.Context, d dest, table pgx.Identifier, columns []string,
+func (r *runner) copyFrom(ctx context.Context, d *dest, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (n int64, err error) {
 	o := openStmt{t: r.ticket()}
 	err = r.c.intr.run(ctx, &o, d, copyText(table), nil, false, func(q querier, qctx context.Context) (err error) {

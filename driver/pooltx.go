@@ -49,7 +49,7 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 
 // dest is where the transaction's statements run: its connection, sent to through pgx's Tx,
 // with the names of the statements prepared in it.
-func (t *pgxTx) dest() dest { return dest{q: t.Tx, conn: t.Tx.Conn(), prepared: t.prepared} }
+func (t *pgxTx) dest() *dest { return &dest{q: t.Tx, conn: t.Tx.Conn(), prepared: t.prepared} }
 
 func (t *pgxTx) end() {
 	if r := t.release; r != nil {

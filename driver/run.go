@@ -109,7 +109,7 @@ type dest struct {
 }
 
 // held is where a statement on d's held connection is sent.
-func (d dest) held() querier {
+func (d *dest) held() querier {
 	if d.q != nil {
 		return d.q
 	}
@@ -118,7 +118,7 @@ func (d dest) held() querier {
 
 // text is the text sql is decided as: the statement's text when sql names one prepared in the
 // transaction, else sql itself.
-func (d dest) text(sql string) string {
+func (d *dest) text(sql string) string {
 	if len(d.prepared) > 0 {
 		if text, ok := d.prepared[sql]; ok {
 			return text
@@ -128,17 +128,47 @@ func (d dest) text(sql string) string {
 }
 
 // run runs one statement, text with args, in o (whose ticket the caller sets): it begins it at
-// d, sends it with send (to q, under qctx: its context, bounded by its max_duration), and
-// finishes it with send's outcome; unless rows carry it on (rows, and send succeeded), which
-// finish it when they end. A panic in send finishes it with errPanicked. It returns begin's
-// refusal (a [*BlockedError]; nothing was sent) or send's error, made to match ErrOverrun
-// when the statement's max_duration ended it.
-func (i *interceptor) run(ctx context.Context, o *openStmt, d dest, text string, args []any, rows bool,
+// d, sends it with send (to q, under qctx: the caller's context, bounded by the statement's
+// max_duration), and finishes it with send's outcome; unless rows carry it on (rows, and send
+// succeeded), which finish it when they end. A panic in send finishes it with errPanicked. It
+// returns the refusal (a [*BlockedError]: nothing was sent, o's ticket is back) or send's
+// error, made to match ErrOverrun when the statement's max_duration ended it.
+//
+// The engine decides the statement on d's held connection, or, for a statement of the pool,
+// before it takes a connection whenever the decision needs no EXPLAIN: so a refused statement
+// never waits for a connection, and one waiting for capacity (max_wait) holds none; once
+// admitted it keeps its slots while it waits for the pool (acquireAdmitted). A statement whose
+// cost needs an EXPLAIN on its connection takes the connection first (acquireExplained).
+func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
-	q, err := i.begin(ctx, o, d, text, args)
-	if err != nil {
-		return err
+	x := &o.t.x
+	var q querier
+	var sctx context.Context // the context Begin returns, for Finish
+	if d.pool == nil {
+		q = d.held()
+		sctx, err = i.engine.Begin(ctx, x, d.conn, text, args)
+	} else {
+		sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
+		switch err {
+		case nil:
+			q, o.release, err = acquireAdmitted(sctx, d.pool, x)
+		case engine.ErrNeedConn:
+			q, o.release, err = acquireExplained(ctx, d.pool, func(conn *pgx.Conn) (err error) {
+				sctx, err = i.engine.Begin(ctx, x, conn, text, args)
+				return err
+			})
+		}
 	}
+	if err != nil {
+		o.t.done()
+		o.t = nil
+		return blocked(err)
+	}
+	o.ctx = sctx
+	// It runs under the caller's context, as without pgtraffic (a tracer of pgx's sees the
+	// caller's span as its parent), bounded by max_duration: cancelled on the server past it.
+	o.qctx, o.cancel = overrunContext(ctx, x)
+
 	err = errPanicked // until send returns: a panic finishes the statement with it
 	defer func() {
 		if err != nil || !rows {
@@ -147,50 +177,4 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d dest, text string,
 	}()
 	err = overran(o.qctx, send(q, o.qctx))
 	return err
-}
-
-// begin begins the statement text with args in o at d and returns where to send it: the
-// engine decides it on d's held connection, or, for a statement of the pool, before it takes
-// its connection (take). On an error nothing is held, o's ticket is given back, and nothing may
-// be sent.
-func (i *interceptor) begin(ctx context.Context, o *openStmt, d dest, text string, args []any) (q querier, err error) {
-	x := &o.t.x
-	var sctx context.Context
-	if d.pool == nil {
-		q = d.held()
-		sctx, err = i.engine.Begin(ctx, x, d.conn, text, args)
-	} else {
-		sctx, q, o.release, err = i.take(ctx, x, d.pool, text, args)
-	}
-	if err != nil {
-		o.t.done()
-		o.t = nil
-		return nil, blocked(err)
-	}
-	o.ctx = sctx
-	// It runs under the caller's context, as without pgtraffic (a tracer of pgx's sees the
-	// caller's span as its parent), bounded by max_duration: cancelled on the server past it.
-	o.qctx, o.cancel = overrunContext(ctx, x)
-	return q, nil
-}
-
-// take decides x, the statement text with args, for pool, and takes its connection: before it
-// takes one whenever the decision needs no EXPLAIN, so that a refused statement never waits
-// for a connection and one waiting for capacity (max_wait) holds none; once admitted it keeps
-// its slots while it waits for the pool (acquireAdmitted). A statement whose cost needs an
-// EXPLAIN on its connection takes the connection first (acquireExplained). On nil the
-// statement must be finished, with the context take returns.
-func (i *interceptor) take(ctx context.Context, x *engine.Exec, pool connPool, text string, args []any) (
-	sctx context.Context, q querier, release releaser, err error) {
-	sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
-	switch err {
-	case nil:
-		q, release, err = acquireAdmitted(sctx, pool, x)
-	case engine.ErrNeedConn:
-		q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
-			sctx, err = i.engine.Begin(ctx, x, conn, text, args)
-			return err
-		})
-	}
-	return sctx, q, release, err
 }

@@ -318,8 +318,8 @@ func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) 
 	return t.tracer.Start(ctx, spanName(x), clientKind)
 }
 
-// Started starts x's span and returns ctx carrying it, as otelpgx's TraceQueryStart does: the
-// statement runs under it, and Finished gets it back (engine.Observer).
+// Started starts x's span and returns ctx carrying it, as otelpgx's TraceQueryStart does; the
+// front end keeps it with the statement, and Finished gets it back (engine.Observer).
 func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context {
 	if !x.Observed {
 		return ctx // no span (Finished finds none to end)
