@@ -11,8 +11,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// interceptor holds what every connection of a connector shares: the engine that decides each
-// statement and the sqlcommenter-out switch.
+// interceptor holds what every statement of a front end shares (a connector's connections, a
+// pool's statements): the engine that decides each statement, the sqlcommenter-out switch and
+// the leak reports. Its run (run.go) runs each statement.
 type interceptor struct {
 	engine    *engine.Engine
 	commenter bool
@@ -88,7 +89,7 @@ func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
 
 // values returns the values of args, in c.args: database/sql passes them in order, and their
 // names are not used (pgx sends arguments positionally, and so does the engine's EXPLAIN).
-// The caller clears them once the statement is decided, so that the connection does not keep
+// The caller clears them once the statement has run, so that the connection does not keep
 // them until its next statement.
 func (c *conn) values(args []driver.NamedValue) []any {
 	vals := c.args[:0]
@@ -99,13 +100,8 @@ func (c *conn) values(args []driver.NamedValue) []any {
 	return vals
 }
 
-// run runs query with args on this connection in o (interceptor.run).
-func (c *conn) run(ctx context.Context, o *openStmt, query string, args []driver.NamedValue, rows bool,
-	send func(q querier, qctx context.Context) error) error {
-	err := c.intr.run(ctx, o, &dest{conn: c.pgx}, query, c.values(args), rows, send)
-	clear(c.args) // the engine keeps no reference: let the values go until the next statement
-	return err
-}
+// dest is where the connection's statements run: on it.
+func (c *conn) dest() *dest { return &dest{conn: c.pgx} }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	return c.exec(ctx, query, args, nil)
@@ -116,7 +112,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue, prepared driver.Stmt) (
 	res driver.Result, err error) {
 	o := openStmt{t: &c.ticket}
-	err = c.run(ctx, &o, query, args, false, func(_ querier, qctx context.Context) (err error) {
+	err = c.intr.run(ctx, &o, c.dest(), query, c.values(args), false, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
 			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, query), args)
 			return err
@@ -128,6 +124,7 @@ func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue,
 		res, err = ec.ExecContext(qctx, args)
 		return err
 	})
+	clear(c.args) // the engine keeps no reference: let the values go until the next statement
 	return res, err
 }
 
@@ -141,7 +138,7 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 	driver.Rows, error) {
 	w := c.wrapper()
 	defer w.free()
-	err := c.run(ctx, w.open, query, args, true, func(_ querier, qctx context.Context) (err error) {
+	err := c.intr.run(ctx, w.open, c.dest(), query, c.values(args), true, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
 			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, query), args)
 			return err
@@ -153,6 +150,7 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 		w.Rows, err = qc.QueryContext(qctx, args)
 		return err
 	})
+	clear(c.args)
 	if err != nil {
 		return nil, err
 	}

@@ -68,14 +68,13 @@ func (o *openStmt) finish(err error) {
 	}
 	t, cancel, release := o.t, o.cancel, o.release
 	*o = openStmt{leaks: o.leaks}
-	defer func() { // even if the observer panics in Finish
-		if cancel != nil {
-			cancel()
-		}
-		if release != nil {
-			release.Release()
-		}
-	}()
+	// Deferred, so that they are given back even if the observer panics in Finish.
+	if release != nil {
+		defer release.Release()
+	}
+	if cancel != nil {
+		defer cancel()
+	}
 	t.x.Finish(ctx, err)
 	t.done()
 }
@@ -153,10 +152,7 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 		case nil:
 			q, o.release, err = acquireAdmitted(sctx, d.pool, x)
 		case engine.ErrNeedConn:
-			q, o.release, err = acquireExplained(ctx, d.pool, func(conn *pgx.Conn) (err error) {
-				sctx, err = i.engine.Begin(ctx, x, conn, text, args)
-				return err
-			})
+			sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
 		}
 	}
 	if err != nil {
@@ -177,4 +173,15 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	}()
 	err = overran(o.qctx, send(q, o.qctx))
 	return err
+}
+
+// explained takes a connection from pool for x, whose cost needs an EXPLAIN on it, and decides
+// x there (acquireExplained), returning the context Begin returned.
+func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Exec, text string, args []any) (
+	sctx context.Context, q querier, release releaser, err error) {
+	q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
+		sctx, err = i.engine.Begin(ctx, x, conn, text, args)
+		return err
+	})
+	return sctx, q, release, err
 }
