@@ -16,6 +16,10 @@ BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
 BENCHPKGS ?= ./...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
+# The most decision paths a library function may have (cyclomatic complexity): a function past
+# it does more than one thing. Tests and examples are not library code.
+MAXCYCLO ?= 25
 
 # Modules nested in the repository, each with a replace directive to the library: they need
 # what the library does not (XSAM/otelsql and exaring/otelpgx for the comparison, gonum/plot for
@@ -47,6 +51,8 @@ lint:
 	for m in $(NESTED); do $(GO) vet -C $$m ./...; done
 	$(GO) run $(STATICCHECK) ./...
 	for m in $(NESTED); do (cd $$m && $(GO) run $(STATICCHECK) ./...); done
+	@out="$$($(GO) run $(GOCYCLO) -over $(MAXCYCLO) -ignore '_test\.go$$|^examples/' . 2>&1)" && exit 0; \
+	echo "gocyclo: these functions are above complexity $(MAXCYCLO) (split them by concept), or gocyclo failed:"; echo "$$out"; exit 1
 
 # Each Fuzz function in FUZZPKGS for FUZZTIME (FUZZMINIMIZETIME bounds the shrinking of each new input).
 fuzz:

@@ -2,14 +2,19 @@ package driver
 
 import (
 	"cmp"
-	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtraffic/pgtraffic/internal/cost/pgxexplain"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 )
 
 // core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
@@ -18,6 +23,7 @@ import (
 // each is written once. It is safe for concurrent use once built.
 type core struct {
 	engine *engine.Engine
+	rt     *runtime.Runtime // the engine's rules, watcher, health sampler and coordinator
 	tel    *telemetry
 	intr   *interceptor // the engine and the switches every statement reads
 	log    *slog.Logger
@@ -44,21 +50,22 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		User:             cc.User,
 		Database:         cc.Database,
 		ApplicationName:  cc.RuntimeParams["application_name"],
-		HealthConnect: func(ctx context.Context) (*pgx.Conn, error) {
-			// The sampler's own connection, never one of the application's pool.
-			return pgx.ConnectConfig(ctx, healthConfig.Copy())
-		},
-		Observer: tel.observer(),
-		Redis:    o.redis,
+		Observer:         tel.observer(),
+	})
+	c.rt = runtime.New(c.engine, runtime.Options{
+		// The sampler's own connection, never one of the application's pool.
+		HealthConnect:  pgxconn.Connector(healthConfig),
+		HealthDatabase: healthDatabase(cc),
+		Redis:          o.redis,
 	})
 	switch {
 	case o.config != nil:
-		err = c.engine.SetConfig(o.config)
+		err = c.rt.SetConfig(o.config)
 	case o.rulesFile != "":
-		err = c.engine.WatchFile(o.rulesFile, o.maxRulesFileSize)
+		err = c.rt.WatchFile(o.rulesFile, o.maxRulesFileSize)
 	}
 	if err == nil {
-		err = tel.attach(c.engine) // the gauges' callback; close unregisters it
+		err = tel.attach(c.rt) // the gauges' callback; close unregisters it
 	}
 	var lk *leaks
 	if err == nil {
@@ -72,9 +79,32 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	return c, nil
 }
 
+// healthDatabase identifies the database cc reaches, for the health sampler election: the
+// user, every host and port tried, and the database name; never the password. Instances that
+// reach it under other names (an IP and a host name) elect apart, which costs one health query
+// more per interval, never a sample of another database.
+func healthDatabase(cc *pgx.ConnConfig) string {
+	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
+	for _, f := range cc.Fallbacks { // one per host and TLS mode tried
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
+}
+
 // close stops everything newCore started.
-func (c *core) close() error { return errors.Join(c.tel.close(), c.engine.Close()) }
+func (c *core) close() error { return errors.Join(c.tel.close(), c.rt.Close()) }
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay.
-func (c *core) SetConfig(cfg *Config) error { return c.engine.SetConfig(cfg) }
+func (c *core) SetConfig(cfg *Config) error { return c.rt.SetConfig(cfg) }
+
+// explainOn is conn, the connection a statement will run on, as the engine takes it (for
+// EXPLAIN); nil when there is none.
+func explainOn(conn *pgx.Conn) engine.Conn {
+	if conn == nil {
+		return nil
+	}
+	return pgxexplain.On(conn)
+}

@@ -1,6 +1,11 @@
 // Package driver is pgtraffic's client-side traffic control for PostgreSQL, with two front ends:
 // a database/sql driver ([Open], [NewConnector]) and a pgx-native pool ([NewPool]).
 //
+// It may import the layers below it (the engine and its runtime, the rules config in driver/rules
+// and driver/rules/vocab, tagging, internal/health and internal/bounded) and the libraries of its
+// two front ends: pgx with pgconn, pgtype, pgxpool and stdlib (no other package imports stdlib or
+// database/sql/driver), go-redis for [WithRedisClient], and OpenTelemetry.
+//
 // The first wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]), the second a
 // [github.com/jackc/pgx/v5/pgxpool.Pool]; both decide alike. Before a statement is
 // sent it is identified (a pg_query fingerprint), tagged (built-in metadata, sqlcommenter comments

@@ -5,22 +5,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// Reasons a statement is blocked, as found in [BlockedError.Reason]. They are defined in package
-// [rules], next to the limits they name.
+// Reasons a statement is blocked, as found in [BlockedError.Reason]. Their values are defined in
+// package [vocab], which the budget core shares.
 const (
-	ReasonConcurrency = rules.ReasonConcurrency // the budget's max_concurrent statements are in flight
-	ReasonPerQuery    = rules.ReasonPerQuery    // the statement's predicted cost exceeds per_query_limit
-	ReasonBudget      = rules.ReasonBudget      // the budget's bucket (server_share, burst_limit) has no room
-	ReasonGuard       = rules.ReasonGuard       // a query guard (require_where, block_truncate) refused it
-	ReasonHealth      = rules.ReasonHealth      // a throttle_when health threshold is exceeded
-	ReasonQuarantine  = rules.ReasonQuarantine  // its pattern is quarantined: it kept overrunning
+	ReasonConcurrency = vocab.ReasonConcurrency // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = vocab.ReasonPerQuery    // the statement's predicted cost exceeds per_query_limit
+	ReasonBudget      = vocab.ReasonBudget      // the budget's bucket (server_share, burst_limit) has no room
+	ReasonGuard       = vocab.ReasonGuard       // a query guard (require_where, block_truncate) refused it
+	ReasonHealth      = vocab.ReasonHealth      // a throttle_when health threshold is exceeded
+	ReasonQuarantine  = vocab.ReasonQuarantine  // its pattern is quarantined: it kept overrunning
 	// ReasonMaxDuration is the pgtraffic.reason of a statement cancelled (or, in warn mode,
 	// warned about) for running past its budget's max_duration; it is never a BlockedError's.
-	ReasonMaxDuration = rules.ReasonMaxDuration
+	ReasonMaxDuration = vocab.ReasonMaxDuration
 )
 
 // ErrOverrun is what the error of a statement that ran past its budget's max_duration matches

@@ -56,14 +56,14 @@ func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, quer
 	q querier, release releaser, err error) {
 	e := r.c.engine
 	if d.pool == nil {
-		return d.held(), nil, e.BeginBatch(ctx, eb, d.conn, queries, args)
+		return d.held(), nil, e.BeginBatch(ctx, eb, explainOn(d.conn), queries, args)
 	}
 	switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
 	case nil:
 		return acquireAdmitted(ctx, d.pool, eb)
 	case engine.ErrNeedConn:
 		return acquireExplained(ctx, d.pool, func(conn *pgx.Conn) error {
-			return e.BeginBatch(ctx, eb, conn, queries, args)
+			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)
 		})
 	}
 	return nil, nil, err

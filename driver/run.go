@@ -145,7 +145,7 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	var sctx context.Context // the context Begin returns, for Finish
 	if d.pool == nil {
 		q = d.held()
-		sctx, err = i.engine.Begin(ctx, x, d.conn, text, args)
+		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
 	} else {
 		sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
 		switch err {
@@ -180,7 +180,7 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Exec, text string, args []any) (
 	sctx context.Context, q querier, release releaser, err error) {
 	q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
-		sctx, err = i.engine.Begin(ctx, x, conn, text, args)
+		sctx, err = i.engine.Begin(ctx, x, explainOn(conn), text, args)
 		return err
 	})
 	return sctx, q, release, err

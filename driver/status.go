@@ -180,8 +180,8 @@ func (c *core) Snapshot() Snapshot {
 	for _, r := range e.RuleExpiries() {
 		s.RuleExpiries = append(s.RuleExpiries, RuleExpiryStatus{Budget: r.Budget, Rule: r.Rule, Until: r.Until})
 	}
-	instance := e.Instance()
-	for _, b := range e.Budgets() {
+	instance := c.rt.Instance()
+	for _, b := range c.rt.Budgets() {
 		d := &b.Decisions
 		bs := BudgetStatus{
 			Name: b.Name, Mode: b.Mode, Debt: b.Debt, MaxDebt: b.MaxDebt, Burst: b.Spec.Burst,

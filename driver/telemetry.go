@@ -20,6 +20,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -71,6 +72,8 @@ const (
 	metricReloadFailures  = "pgtraffic.rules.reload_failures"
 	metricHealthErrors    = "pgtraffic.health.errors"
 	metricHealthSamples   = "pgtraffic.health.samples"
+	metricHealthShared    = "pgtraffic.health.shared_samples"
+	metricHealthElections = "pgtraffic.health.elections"
 	metricRowsLeaked      = "pgtraffic.rows.leaked"
 
 	metricLeaseRate    = "pgtraffic.coordination.lease.rate"
@@ -185,10 +188,11 @@ func telemetryError(err error) error { return fmt.Errorf("pgtraffic: telemetry: 
 
 func (t *telemetry) observer() engine.Observer { return t }
 
-// attach registers the callback that observes e's gauges and counters, once per connector. It
-// reads only atomics and the budgets' snapshots (O(keys) per budget under each budget's lock:
-// fine at scrape rate).
-func (t *telemetry) attach(e *engine.Engine) error {
+// attach registers the callback that observes the gauges and counters of rt and its engine,
+// once per connector. It reads only atomics and the budgets' snapshots (O(keys) per budget
+// under each budget's lock: fine at scrape rate).
+func (t *telemetry) attach(rt *runtime.Runtime) error {
+	e := rt.Engine()
 	ob := &observables{m: t.meter}
 	fg, ig, ic := ob.floatGauge, ob.intGauge, ob.counter
 	debt := fg(metricBudgetDebt, "s", "Execution seconds owed by the budget's buckets, summed over keys.")
@@ -203,12 +207,14 @@ func (t *telemetry) attach(e *engine.Engine) error {
 	reloadFailures := ic(metricReloadFailures, "{reload}", "Rules-file changes rejected; the last good rules stayed.")
 	healthErrors := ic(metricHealthErrors, "{error}", "Failed health reads and connects.")
 	healthSamples := ic(metricHealthSamples, "{sample}", "Successful health metric reads.")
+	healthShared := ic(metricHealthShared, "{sample}", "Health readings taken from the sampler elected for the database, through Redis.")
+	healthElections := ic(metricHealthElections, "{election}", "Times this instance became or stopped being the health sampler elected for its database.")
 	coordInst, coordObs := newCoordInstruments(ob)
 	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
 	}
 	observe := func(_ context.Context, o metric.Observer) error {
-		coordInst.observe(o, e)
+		coordInst.observe(o, rt)
 		for _, b := range e.Budgets() {
 			attrs := metric.WithAttributes(attribute.String(attrBudget, b.Name))
 			o.ObserveFloat64(debt, b.Debt, attrs)
@@ -224,16 +230,17 @@ func (t *telemetry) attach(e *engine.Engine) error {
 		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
 		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
 		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
-		if n, ok := e.HealthErrors(); ok {
-			o.ObserveInt64(healthErrors, clampInt64(n))
-		}
-		if n, ok := e.HealthSamples(); ok {
-			o.ObserveInt64(healthSamples, clampInt64(n))
+		if h, ok := rt.Health(); ok {
+			o.ObserveInt64(healthErrors, clampInt64(h.Errors))
+			o.ObserveInt64(healthSamples, clampInt64(h.Samples))
+			o.ObserveInt64(healthShared, clampInt64(h.Shared))
+			o.ObserveInt64(healthElections, clampInt64(h.Elections))
 		}
 		return nil
 	}
 	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
-		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples)...)
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples,
+		healthShared, healthElections)...)
 	if err != nil {
 		return telemetryError(err)
 	}

@@ -1,7 +1,7 @@
 package driver
 
 import (
-	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -33,9 +33,9 @@ func newCoordInstruments(ob *observables) (*coordInstruments, []metric.Observabl
 		c.syncs, c.failures}
 }
 
-// observe reports every shared budget of e.
-func (c *coordInstruments) observe(o metric.Observer, e *engine.Engine) {
-	for _, s := range e.Coordination() {
+// observe reports every shared budget of rt.
+func (c *coordInstruments) observe(o metric.Observer, rt *runtime.Runtime) {
+	for _, s := range rt.Coordination() {
 		attrs := metric.WithAttributes(attribute.String(attrBudget, s.Name))
 		o.ObserveFloat64(c.rate, s.Rate, attrs)
 		o.ObserveFloat64(c.burst, s.Burst, attrs)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -208,6 +209,7 @@ type telHarness struct {
 	db     *sql.DB
 	conn   *Connector
 	eng    *engine.Engine
+	rt     *runtime.Runtime
 	tel    *telemetry
 	spans  *tracetest.InMemoryExporter
 	tp     *sdktrace.TracerProvider
@@ -271,20 +273,21 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 		Logger: o.logger, Now: h.clock.Now, User: cc.User, Database: cc.Database,
 		Observer: h.tel.observer(),
 	})
+	h.rt = runtime.New(h.eng, runtime.Options{})
 	if rules != "" {
 		cfg, err := ParseConfig([]byte(rules))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.eng.SetConfig(cfg); err != nil {
+		if err := h.rt.SetConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := h.tel.attach(h.eng); err != nil {
+	if err := h.tel.attach(h.rt); err != nil {
 		t.Fatal(err)
 	}
 	intr := &interceptor{engine: h.eng, commenter: o.sqlCommenter}
-	h.conn = &Connector{core: &core{engine: h.eng, intr: intr, tel: h.tel}, pgx: telConnector{sent: h.sent}}
+	h.conn = &Connector{core: &core{engine: h.eng, rt: h.rt, intr: intr, tel: h.tel}, pgx: telConnector{sent: h.sent}}
 	h.db = sql.OpenDB(h.conn)
 	t.Cleanup(func() {
 		h.db.Close()
@@ -537,7 +540,6 @@ func TestSpansUseGlobalProviderByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := engine.New(engine.Options{Observer: tel.observer()})
-	defer eng.Close()
 	x := new(engine.Exec)
 	ctx, err := eng.Begin(context.Background(), x, nil, "SELECT 1 FROM t", nil)
 	if err != nil {
@@ -687,7 +689,7 @@ func TestGaugesStopAfterClose(t *testing.T) {
 		t.Fatal("no pgtraffic.budget.debt before close")
 	}
 	// Attaching twice keeps one callback: a scrape must not see each budget twice.
-	if err := h.tel.attach(h.eng); err != nil {
+	if err := h.tel.attach(h.rt); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.metrics(t)["pgtraffic.budget.debt"].Data.(metricdata.Gauge[float64]).DataPoints); n != 3 {
@@ -979,7 +981,6 @@ func newTelBench(b *testing.B, tp trace.TracerProvider) func() {
 		b.Fatal(err)
 	}
 	eng := engine.New(engine.Options{Observer: tel.observer(), Logger: slog.New(slog.DiscardHandler)})
-	b.Cleanup(func() { eng.Close() })
 	c := &conn{parent: telDiscard{&telConn{}}, intr: &interceptor{engine: eng}}
 	ctx := tagging.With(context.Background(), "app", "web")
 	const q = "SELECT id FROM orders WHERE id = $1"
@@ -1055,7 +1056,6 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	}
 	tel.tracer = tp.Tracer(instrumentationName)
 	eng := engine.New(engine.Options{Observer: tel})
-	defer eng.Close()
 	x := new(engine.Exec)
 	ctx, err := eng.Begin(context.Background(), x, nil, "select 1", nil)
 	if err != nil {
@@ -1336,6 +1336,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.explain.calls", "pgtraffic.explain.failures",
 		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
 		"pgtraffic.health.errors", "pgtraffic.health.samples",
+		"pgtraffic.health.shared_samples", "pgtraffic.health.elections",
 		"pgtraffic.rows.leaked",
 		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
 		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",
@@ -1355,7 +1356,7 @@ func TestTelemetryNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tel.attach(engine.New(engine.Options{Observer: tel.observer()})); err != nil {
+	if err := tel.attach(runtime.New(engine.New(engine.Options{Observer: tel.observer()}), runtime.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	defer tel.close()

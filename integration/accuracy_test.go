@@ -16,9 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	pgtdriver "github.com/pgtraffic/pgtraffic/driver"
-	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/cost/pgxexplain"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -234,8 +235,9 @@ rules:
 		b.Fatal(err)
 	}
 	eng := engine.New(engine.Options{Logger: (&lockedBuffer{}).logger()})
-	defer eng.Close()
-	if err := eng.SetConfig(rules); err != nil {
+	rt := runtime.New(eng, runtime.Options{})
+	defer rt.Close()
+	if err := rt.SetConfig(rules); err != nil {
 		b.Fatal(err)
 	}
 	pc, err := pgx.ParseConfig(dsn)
@@ -271,12 +273,12 @@ rules:
 			}
 			// The global-k baseline needs this call's plan cost whatever the explain mode; it is
 			// read before Begin so that the engine's clock does not include it.
-			plan, err := cost.Explain(ctx, sc.Conn(), q.sql, vals)
+			plan, err := pgxexplain.Explain(ctx, sc.Conn(), q.sql, vals)
 			if err != nil {
 				return fmt.Errorf("%s: explain: %w", q.name, err)
 			}
 			x := new(engine.Exec)
-			xctx, err := eng.Begin(ctx, x, sc.Conn(), q.sql, vals)
+			xctx, err := eng.Begin(ctx, x, pgxexplain.On(sc.Conn()), q.sql, vals)
 			if err != nil {
 				return fmt.Errorf("%s: %w", q.name, err)
 			}

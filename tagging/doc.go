@@ -1,6 +1,9 @@
 // Package tagging attaches key/value tags to database work, so that pgtraffic
 // can match queries against the rules and budgets of a rules file.
 //
+// It imports only internal/bounded and the standard library: it knows nothing of the driver, the
+// rules or the engine.
+//
 // A tag is a pair of strings such as app=reporting or tenant=42. Tags reach
 // the pgtraffic driver in two ways: on the [context.Context] passed to
 // QueryContext, ExecContext and friends, and as a [sqlcommenter] comment at the

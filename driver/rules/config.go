@@ -7,15 +7,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // Defaults of [Config.ServerCores] and [Config.HealthInterval] (1 and 1s), which
 // [Config.WithDefaults] makes explicit. The health interval is the sampler's own default.
 const (
 	DefaultServerCores    = 1
-	DefaultHealthInterval = healthmetric.DefaultInterval
+	DefaultHealthInterval = vocab.DefaultHealthInterval
 )
 
 // DefaultMaxQueue is [Budget.MaxQueue] when it is omitted and the budget has no max_concurrent
@@ -77,13 +76,13 @@ const (
 	ExplainCall    = "call"    // every execution
 )
 
-// Health metrics that [Budget.ThrottleWhen] may name. Their one definition is internal (the
-// sampler shares it); these are the names to use in code.
+// Health metrics that [Budget.ThrottleWhen] may name, as defined in package [vocab], which the
+// health sampler shares.
 const (
-	MetricActiveQueries  = healthmetric.ActiveQueries  // backends active in pg_stat_activity
-	MetricReplicationLag = healthmetric.ReplicationLag // seconds; a duration such as "5s" in a file
-	MetricInFlight       = healthmetric.InFlight       // this connector's own queries in flight
-	CustomMetricPrefix   = healthmetric.CustomPrefix   // custom.<name>, a query in Config.HealthQueries
+	MetricActiveQueries  = vocab.MetricActiveQueries  // backends active in pg_stat_activity
+	MetricReplicationLag = vocab.MetricReplicationLag // seconds; a duration such as "5s" in a file
+	MetricInFlight       = vocab.MetricInFlight       // this connector's own queries in flight
+	CustomMetricPrefix   = vocab.MetricCustomPrefix   // custom.<name>, a query in Config.HealthQueries
 )
 
 // Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —
@@ -382,10 +381,10 @@ func (c *Config) fillDefaults() {
 	c.coordinationDefaults()
 }
 
-// defaultBurst is share × cores × 1s (the budget's [budget.DefaultBurstWindow]), at least 1ns
+// defaultBurst is share × cores × 1s ([vocab.DefaultBurstWindow]), at least 1ns
 // so that a tiny share still has a bucket.
 func defaultBurst(share, cores float64) Duration {
-	d := math.Round(share * cores * float64(budget.DefaultBurstWindow))
+	d := math.Round(share * cores * float64(vocab.DefaultBurstWindow))
 	switch {
 	case d < 1:
 		return 1

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Limits of [Coordination.SyncInterval].
@@ -136,58 +134,25 @@ func databaseNumber(s string) bool {
 // validateCoordination checks the coordination section and the budgets' shared flags.
 func (c *Config) validateCoordination(p *problems) {
 	if co := c.Coordination; co != nil {
+		at := field{}.member(c, &c.Coordination)
 		if co.Redis != "" {
 			if problem := redisURLProblem(co.Redis); problem != "" {
-				p.add("coordination.redis", "%s (the value is not shown: it may hold a password)", problem)
+				p.add(at.member(co, &co.Redis), "%s (the value is not shown: it may hold a password)", problem)
 			}
 		}
-		p.durationField("coordination", "sync_interval", co.SyncInterval, true)
+		p.durationField(at, co, &co.SyncInterval, true)
 		if d := time.Duration(co.SyncInterval); d != 0 && (d < MinSyncInterval || d > MaxSyncInterval) {
-			p.add("coordination.sync_interval", "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
+			p.add(at.member(co, &co.SyncInterval), "must be between %v and %v, got %v", MinSyncInterval, MaxSyncInterval, co.SyncInterval)
 		}
-		if co.FallbackInstances < 0 || co.FallbackInstances == 0 && p.explicit("coordination.fallback_instances") {
-			p.add("coordination.fallback_instances", "must be > 0 (omit it for the default), got %d", co.FallbackInstances)
+		if co.FallbackInstances < 0 || co.FallbackInstances == 0 && p.explicit(at, co, &co.FallbackInstances) {
+			p.add(at.member(co, &co.FallbackInstances), "must be > 0 (omit it for the default), got %d", co.FallbackInstances)
 		}
 	}
 	for i := range c.Budgets {
-		if s := c.Budgets[i].Shared; s != nil && *s && c.Coordination == nil {
-			p.add(indexPath("budgets", i)+".shared", "needs a coordination section (where the instances share it)")
+		if b := &c.Budgets[i]; b.Shared != nil && *b.Shared && c.Coordination == nil {
+			p.add(field{}.member(c, &c.Budgets).index(i).member(b, &b.Shared), "needs a coordination section (where the instances share it)")
 		}
 	}
-}
-
-// coordination decodes the coordination section.
-func (d *decoder) coordination(n *yaml.Node, path string) *Coordination {
-	co := &Coordination{}
-	d.quiet = true
-	defer func() { d.quiet = false }()
-	d.fields(n, path, coordinationFields, func(key, path string, v *yaml.Node) {
-		switch key {
-		case "redis":
-			co.Redis = d.str(v, path)
-		// The values are not quoted in errors: a URL pasted on the wrong line would be.
-		case "sync_interval":
-			dur, err := time.ParseDuration(v.Value)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				d.addLine(v.Line, path, "expected a duration such as 1s")
-			}
-			co.SyncInterval = Duration(dur)
-		case "fallback_instances":
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&co.FallbackInstances) != nil {
-				d.addLine(v.Line, path, "expected an integer")
-			}
-		}
-	})
-	return co
-}
-
-// boolean decodes true or false.
-func (d *decoder) boolean(n *yaml.Node, path string) *bool {
-	var v bool
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
-		d.addLine(n.Line, path, "expected true or false, got %s", d.describe(n))
-	}
-	return &v
 }
 
 // IsShared reports whether budget b of c is shared across instances: when c has a

@@ -2,6 +2,9 @@
 // them, health throttling, static guards and the coordination that shares budgets across an
 // application's instances — and parses it strictly from YAML or JSON.
 //
+// It imports only [vocab] and the YAML library (go.yaml.in/yaml/v3): nothing under internal/ and
+// no network client, so that code that builds a config pulls in nothing else of pgtraffic's.
+//
 // # A rules file
 //
 // Every field, with what it means (each is documented where [Config], [Budget], [Rule] and

@@ -51,38 +51,39 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 const maxErrors = 20
 
 // problems collects errors. root is the decoded file (nil for a config built in code): checks
-// made after decoding find the line of a field by walking it along the field's path (see
-// lines.go), which costs nothing until a problem is found.
+// made after decoding find the line of a field in it (see [field.find]), which costs nothing
+// until a problem is found.
 type problems struct {
 	root *yaml.Node
 	errs []*Error
 }
 
-func (p *problems) addLine(line int, field, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *problems) addLine(line int, at field, format string, args ...any) {
+	p.errs = append(p.errs, &Error{Line: line, Field: at.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
-// add reports a problem at field, on the line of field or of its nearest written parent.
-func (p *problems) add(field, format string, args ...any) {
-	p.addLine(p.line(field), field, format, args...)
+// add reports a problem at field at, on the line of at or of its nearest written parent.
+func (p *problems) add(at field, format string, args ...any) {
+	p.addLine(p.line(at), at, format, args...)
 }
 
-func (p *problems) line(field string) int {
-	for f := field; f != "" && p.root != nil; f = parentPath(f) {
-		if l, ok := findLine(p.root, f); ok {
+func (p *problems) line(at field) int {
+	for ; at.n > 0 && p.root != nil; at = at.parent() {
+		if l, ok := at.find(p.root); ok {
 			return l
 		}
 	}
 	return 0
 }
 
-// explicit reports whether field was written in the file, with a value other than null
-// (always false for a config built in code).
-func (p *problems) explicit(field string) bool {
+// explicit reports whether the field of struct *s at address f, which is at at, was written in
+// the file, with a value other than null (always false for a config built in code). It names
+// the field only when there is a file to look in.
+func (p *problems) explicit(at field, s, f any) bool {
 	if p.root == nil {
 		return false
 	}
-	_, ok := findLine(p.root, field)
+	_, ok := at.member(s, f).find(p.root)
 	return ok
 }
 
@@ -105,37 +106,6 @@ func (p *problems) err() error {
 	}
 	return errors.Join(errs...)
 }
-
-// parentPath strips the last element of a field path: "a.b[2]" → "a.b" → "a" → "".
-func parentPath(f string) string {
-	if strings.HasSuffix(f, "]") {
-		if i := strings.LastIndexByte(f, '['); i >= 0 {
-			return f[:i]
-		}
-	}
-	if i := strings.LastIndexByte(f, '.'); i >= 0 {
-		return f[:i]
-	}
-	return ""
-}
-
-// keyPath appends a map key to a field path, quoting keys that would not read as one
-// element of a path or are long (see [quoteShort]).
-func keyPath(parent, key string) string {
-	simple := key != "" && len(key) <= maxQuoted
-	for _, c := range key {
-		if !(c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			simple = false
-			break
-		}
-	}
-	if simple {
-		return parent + "." + key
-	}
-	return parent + "[" + quoteShort(key) + "]"
-}
-
-func indexPath(parent string, i int) string { return parent + "[" + strconv.Itoa(i) + "]" }
 
 // maxQuoted bounds the bytes of file text that one message quotes.
 const maxQuoted = 32

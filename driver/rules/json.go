@@ -11,7 +11,7 @@ import (
 // jsonTree reads a JSON file into the node tree the YAML parser builds for it (JSON is YAML),
 // for [Parse] to decode as it decodes any file: the same checks, messages and line numbers.
 // It exists because the YAML parser is slow on a file of a budget per tenant, which is usually
-// generated, and JSON. ok is false when data is not valid UTF-8 JSON: the YAML parser then
+// generated, and JSON (integration/PERFORMANCE.md measures both readers on such a file). ok is false when data is not valid UTF-8 JSON: the YAML parser then
 // reads it and names the line of the problem.
 //
 // Lines are counted as the YAML parser counts them (\n, \r\n, a lone \r, and NEL, LS and PS

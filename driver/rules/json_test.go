@@ -157,3 +157,21 @@ func sameTree(a, b *yaml.Node, at string) string {
 func describeNode(n *yaml.Node) string {
 	return fmt.Sprintf("%s %q line %d style %d len %d", n.ShortTag(), n.Value, n.Line, n.Style, len(n.Content))
 }
+
+// JSON's escaped slash, which some encoders write for every /, reads as the slash: YAML has no
+// such escape.
+func TestJSONEscapedSlash(t *testing.T) {
+	cfg, err := Parse([]byte(`{"budgets": [{"name": "a"}],
+"rules": [{"budget": "a", "match": {"route": "\/api\/export", "path": "c:\\\/x", "q": "\\\\\/"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"route": "/api/export", "path": `c:\/x`, "q": `\\/`}
+	if got := cfg.Rules[0].Match; !reflect.DeepEqual(got, want) {
+		t.Errorf("match %q, want %q", got, want)
+	}
+	// Not JSON: YAML reads \/ as the error it is there.
+	if _, err := Parse([]byte("budgets: [{name: \"a\\/b\"}]\n")); err == nil {
+		t.Error("YAML with \\/ accepted")
+	}
+}

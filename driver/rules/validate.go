@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // minHealthInterval keeps a typo (1us) from turning the sampler into a load generator.
@@ -24,23 +24,24 @@ func (c *Config) Validate() error {
 	return p.err()
 }
 
-// validate adds c's problems to p. p.lines, when set, tells which fields a file wrote
-// explicitly, and where.
+// validate adds c's problems to p. p.root, when set, is the parsed file: it tells which
+// fields were written explicitly, and where.
 func (c *Config) validate(p *problems) {
-	if !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit("server_cores") {
-		p.add("server_cores", "must be a number > 0, got %v", c.ServerCores)
+	top := field{}
+	if !finite(c.ServerCores) || c.ServerCores < 0 || c.ServerCores == 0 && p.explicit(top, c, &c.ServerCores) {
+		p.add(top.member(c, &c.ServerCores), "must be a number > 0, got %v", c.ServerCores)
 	}
-	p.durationField("", "health_interval", c.HealthInterval, true)
+	p.durationField(top, c, &c.HealthInterval, true)
 	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
-		p.add("health_interval", "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
+		p.add(top.member(c, &c.HealthInterval), "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.HealthQueries)) {
-		path := keyPath("health_queries", name)
+		at := top.member(c, &c.HealthQueries).key(name)
 		if !validMetricName(name) {
-			p.add(path, "a health query name needs letters, digits, '_' or '-' only")
+			p.add(at, "a health query name needs letters, digits, '_' or '-' only")
 		}
 		if strings.TrimSpace(c.HealthQueries[name]) == "" {
-			p.add(path, "empty query")
+			p.add(at, "empty query")
 		}
 	}
 
@@ -51,164 +52,187 @@ func (c *Config) validate(p *problems) {
 	// first indexes the budgets by name (the first of each name), so that checking a rule's
 	// budget is a map probe: a config may hold a budget per tenant, tens of thousands of them.
 	first := make(map[string]int, len(c.Budgets))
+	budgets := top.member(c, &c.Budgets)
 	for i := range c.Budgets {
-		c.validateBudget(p, i, cores, first)
+		c.validateBudget(p, budgets.index(i), i, cores, first)
 	}
-
 	for i := range c.Rules {
-		r := &c.Rules[i]
-		_, known := first[r.Budget]
-		if r.Budget != "" && known && len(r.Match) > 0 && validMatch(r.Match) {
-			continue // the common case, checked without building a path
-		}
-		path := indexPath("rules", i)
-		switch {
-		case r.Budget == "":
-			p.add(path+".budget", "required")
-		case !known:
-			p.add(path+".budget", "unknown budget %s", quoteShort(r.Budget))
-		}
-		if len(r.Match) == 0 {
-			p.add(path+".match", "required: a rule must match at least one tag")
-		}
-		validateMatch(p, path+".match", r.Match)
+		c.validateRule(p, i, first)
 	}
-
-	for _, g := range []struct {
-		path  string
-		guard *Guard
-	}{
-		{"guards.require_where", &c.Guards.RequireWhere},
-		{"guards.block_truncate", &c.Guards.BlockTruncate},
-	} {
-		if !g.guard.Mode.valid() {
-			p.add(g.path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(g.guard.Mode)))
-		}
-		if g.guard.Mode == "" && len(g.guard.Match) > 0 {
-			p.add(g.path+".mode", "required with match (a guard without a mode is off)")
-		}
-		validateMatch(p, g.path+".match", g.guard.Match)
-	}
+	c.Guards.validate(p, top.member(c, &c.Guards))
 	c.validateCoordination(p)
 }
 
-// validateBudget checks budget i and adds its name to first. Field paths are built only for
-// a problem or to ask whether a zero was written: a config may hold many budgets.
-func (c *Config) validateBudget(p *problems, i int, cores float64, first map[string]int) {
+// validateRule checks rule i against the budgets indexed in first.
+func (c *Config) validateRule(p *problems, i int, first map[string]int) {
+	r := &c.Rules[i]
+	_, known := first[r.Budget]
+	if r.Budget != "" && known && len(r.Match) > 0 && validMatch(r.Match) {
+		return // the common case, checked without building a field
+	}
+	at := field{}.member(c, &c.Rules).index(i)
+	switch {
+	case r.Budget == "":
+		p.add(at.member(r, &r.Budget), "required")
+	case !known:
+		p.add(at.member(r, &r.Budget), "unknown budget %s", quoteShort(r.Budget))
+	}
+	if len(r.Match) == 0 {
+		p.add(at.member(r, &r.Match), "required: a rule must match at least one tag")
+	}
+	validateMatch(p, at.member(r, &r.Match), r.Match)
+}
+
+func (gs *Guards) validate(p *problems, at field) {
+	for _, g := range []*Guard{&gs.RequireWhere, &gs.BlockTruncate} {
+		at := at.member(gs, g)
+		mode := at.member(g, &g.Mode)
+		if !g.Mode.valid() {
+			p.add(mode, "unknown mode %s (want enforce, warn or off)", quoteShort(string(g.Mode)))
+		}
+		if g.Mode == "" && len(g.Match) > 0 {
+			p.add(mode, "required with match (a guard without a mode is off)")
+		}
+		validateMatch(p, at.member(g, &g.Match), g.Match)
+	}
+}
+
+// validateBudget checks budget i, which is at at, and adds its name to first. Its fields are
+// named only for a problem or to ask whether a zero was written: a config may hold many budgets.
+func (c *Config) validateBudget(p *problems, at field, i int, cores float64, first map[string]int) {
 	b := &c.Budgets[i]
-	path := indexPath("budgets", i)
 	j, dup := first[b.Name]
 	if !dup {
 		first[b.Name] = i
 	}
 	switch {
 	case b.Name == "":
-		p.add(path+".name", "required")
+		p.add(at.member(b, &b.Name), "required")
 	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
-		p.add(path+".name", "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
+		p.add(at.member(b, &b.Name), "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
 	case dup:
-		p.add(path+".name", "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
+		p.add(at.member(b, &b.Name), "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
 	}
 	if !b.Mode.valid() {
-		p.add(path+".mode", "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
+		p.add(at.member(b, &b.Mode), "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
 	}
-	if m := b.MaxConcurrent; m != nil && *m < 0 {
-		p.add(path+".max_concurrent", "must be >= 0 (0 admits nothing; omit it for no limit), got %d", *m)
-	}
-	p.durationField(path, "per_query_limit", b.PerQueryLimit, true)
-	share := 0.0
-	if b.ServerShare != nil {
-		share = *b.ServerShare
-		if !finite(share) || share < 0 || share > 1 {
-			p.add(path+".server_share", "must be in [0, 1], got %v", share)
-		}
-	}
-	p.durationField(path, "burst_limit", b.BurstLimit, true)
-	if b.BurstLimit > 0 && !(share > 0) {
-		p.add(path+".burst_limit", "needs server_share (the rate the bucket drains at)")
-	}
-	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(budget.DefaultBurstWindow) > math.MaxInt64 {
-		p.add(path+".server_share", "server_share × server_cores is too large for a default burst_limit")
-	}
-	p.durationField(path, "max_duration", b.MaxDuration, true)
-	if q := b.Quarantine; q != nil {
-		if q.After < 1 {
-			p.add(path+".quarantine.after", "must be at least 1, got %d", q.After)
-		}
-		if q.For <= 0 {
-			p.add(path+".quarantine.for", "must be a duration > 0, got %v", q.For)
-		}
-		if b.MaxDuration <= 0 && b.PerQueryLimit <= 0 {
-			p.add(path+".quarantine", "needs max_duration or per_query_limit (the overruns it counts)")
-		}
-	}
+	b.validateLimits(p, at, cores)
+	b.validateOverruns(p, at)
 	if !finite(b.WarningThreshold) || b.WarningThreshold < 0 || b.WarningThreshold >= 1 ||
-		b.WarningThreshold == 0 && p.explicit(path+".warning_threshold") {
-		p.add(path+".warning_threshold", "must be in (0, 1), got %v", b.WarningThreshold)
+		b.WarningThreshold == 0 && p.explicit(at, b, &b.WarningThreshold) {
+		p.add(at.member(b, &b.WarningThreshold), "must be in (0, 1), got %v", b.WarningThreshold)
 	}
-	if b.Per == "" && p.explicit(path+".per") || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
-		p.add(path+".per", "must be a tag key, got %s", quoteShort(b.Per))
+	if b.Per == "" && p.explicit(at, b, &b.Per) || b.Per != "" && strings.TrimSpace(b.Per) != b.Per {
+		p.add(at.member(b, &b.Per), "must be a tag key, got %s", quoteShort(b.Per))
 	}
-	p.durationField(path, "max_wait", b.MaxWait, false)
-	if q := b.MaxQueue; q != nil {
-		if *q < 0 {
-			p.add(path+".max_queue", "must be >= 0, got %d", *q)
-		}
-		if b.MaxWait == 0 {
-			p.add(path+".max_queue", "has no effect without max_wait (only statements that may wait are queued)")
-		}
-	}
-	// Sorted for the order of messages; most budgets have no throttle_when, and sorting
-	// allocates even for none.
+	b.validateWaiting(p, at)
+	// Most budgets have no throttle_when, and sorting allocates even for none.
 	if len(b.ThrottleWhen) > 0 {
-		for _, key := range slices.Sorted(maps.Keys(b.ThrottleWhen)) {
-			kp := keyPath(path+".throttle_when", key)
-			switch name, custom := strings.CutPrefix(key, CustomMetricPrefix); {
-			case key == MetricActiveQueries || key == MetricReplicationLag || key == MetricInFlight:
-			case custom:
-				if _, ok := c.HealthQueries[name]; !ok {
-					p.add(kp, "no health query named %s in health_queries", quoteShort(name))
-				}
-			default:
-				p.add(kp, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
-			}
-			if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
-				p.add(kp, "must be a number >= 0, got %v", v)
-			}
-		}
+		c.validateThrottle(p, b, at.member(b, &b.ThrottleWhen))
 	}
 	switch b.Explain {
 	case "", ExplainAuto, ExplainPattern, ExplainCall:
 	default:
-		p.add(path+".explain", "unknown value %s (want auto, pattern or call)", quoteShort(b.Explain))
+		p.add(at.member(b, &b.Explain), "unknown value %s (want auto, pattern or call)", quoteShort(b.Explain))
 	}
 }
 
-// durationField checks that field d of parent (a path, "" for the top level) is not negative
-// and, when zero would read as "no limit" but was written explicitly (positive), not zero
-// either.
-func (p *problems) durationField(parent, field string, d Duration, positive bool) {
-	if d > 0 || d == 0 && (!positive || p.root == nil) {
-		return // the common case, checked without building a path
+// validateLimits checks the limits a budget admits a statement by: its concurrency, the cost
+// of one statement and its bucket.
+func (b *Budget) validateLimits(p *problems, at field, cores float64) {
+	if m := b.MaxConcurrent; m != nil && *m < 0 {
+		p.add(at.member(b, &b.MaxConcurrent), "must be >= 0 (0 admits nothing; omit it for no limit), got %d", *m)
 	}
-	path := field
-	if parent != "" {
-		path = parent + "." + field
+	p.durationField(at, b, &b.PerQueryLimit, true)
+	share := 0.0
+	if b.ServerShare != nil {
+		share = *b.ServerShare
+		if !finite(share) || share < 0 || share > 1 {
+			p.add(at.member(b, &b.ServerShare), "must be in [0, 1], got %v", share)
+		}
 	}
+	p.durationField(at, b, &b.BurstLimit, true)
+	if b.BurstLimit > 0 && !(share > 0) {
+		p.add(at.member(b, &b.BurstLimit), "needs server_share (the rate the bucket drains at)")
+	}
+	if share > 0 && share <= 1 && b.BurstLimit == 0 && share*cores*float64(vocab.DefaultBurstWindow) > math.MaxInt64 {
+		p.add(at.member(b, &b.ServerShare), "server_share × server_cores is too large for a default burst_limit")
+	}
+}
+
+// validateOverruns checks max_duration and the quarantine that counts its overruns.
+func (b *Budget) validateOverruns(p *problems, at field) {
+	p.durationField(at, b, &b.MaxDuration, true)
+	q := b.Quarantine
+	if q == nil {
+		return
+	}
+	qf := at.member(b, &b.Quarantine)
+	if q.After < 1 {
+		p.add(qf.member(q, &q.After), "must be at least 1, got %d", q.After)
+	}
+	if q.For <= 0 {
+		p.add(qf.member(q, &q.For), "must be a duration > 0, got %v", q.For)
+	}
+	if b.MaxDuration <= 0 && b.PerQueryLimit <= 0 {
+		p.add(qf, "needs max_duration or per_query_limit (the overruns it counts)")
+	}
+}
+
+// validateWaiting checks max_wait and the queue of the statements waiting under it.
+func (b *Budget) validateWaiting(p *problems, at field) {
+	p.durationField(at, b, &b.MaxWait, false)
+	q := b.MaxQueue
+	if q == nil {
+		return
+	}
+	if *q < 0 {
+		p.add(at.member(b, &b.MaxQueue), "must be >= 0, got %d", *q)
+	}
+	if b.MaxWait == 0 {
+		p.add(at.member(b, &b.MaxQueue), "has no effect without max_wait (only statements that may wait are queued)")
+	}
+}
+
+// validateThrottle checks budget b's throttle_when, at at, against c's health queries.
+func (c *Config) validateThrottle(p *problems, b *Budget, at field) {
+	for _, key := range slices.Sorted(maps.Keys(b.ThrottleWhen)) {
+		kf := at.key(key)
+		switch name, custom := strings.CutPrefix(key, CustomMetricPrefix); {
+		case key == MetricActiveQueries || key == MetricReplicationLag || key == MetricInFlight:
+		case custom:
+			if _, ok := c.HealthQueries[name]; !ok {
+				p.add(kf, "no health query named %s in health_queries", quoteShort(name))
+			}
+		default:
+			p.add(kf, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
+		}
+		if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
+			p.add(kf, "must be a number >= 0, got %v", v)
+		}
+	}
+}
+
+// durationField checks that the duration field of struct *s at address d, which is at at, is not
+// negative and, when zero would read as "no limit" but was written explicitly (positive), not
+// zero either. The field is named only for a problem, or to ask whether a zero was written.
+func (p *problems) durationField(at field, s any, d *Duration, positive bool) {
 	switch {
-	case d < 0:
-		p.add(path, "must not be negative, got %v", d)
-	case d == 0 && p.explicit(path):
-		p.add(path, "must be > 0 (omit it for the default), got 0")
+	case *d > 0 || *d == 0 && (!positive || p.root == nil):
+		// the common case
+	case *d < 0:
+		p.add(at.member(s, d), "must not be negative, got %v", *d)
+	case p.explicit(at, s, d):
+		p.add(at.member(s, d), "must be > 0 (omit it for the default), got 0")
 	}
 }
 
-func validateMatch(p *problems, path string, m map[string]string) {
+func validateMatch(p *problems, at field, m map[string]string) {
 	if validMatch(m) {
 		return // the common case, checked without sorting: a file may hold many rules
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		kp := keyPath(path, k)
+		kp := at.key(k)
 		if k == "" {
 			p.add(kp, "empty tag key")
 		}

@@ -16,7 +16,9 @@
 //   - sigstop: equal, with redis-server stopped (SIGSTOP) for 5 s mid-run;
 //   - restart: equal, with redis-server killed (SIGKILL) and started again, empty;
 //   - kill: slots, with one process killed (SIGKILL) mid-run: its slots must come back
-//     within 3 sync intervals.
+//     within 3 sync intervals;
+//   - election: one health sampler for every process, and another after it is killed
+//     (election.go).
 //
 // Each scenario runs -runs times and the table shows every run, each checked against the
 // targets; the chart shows the median run (by aggregate rate).
@@ -128,6 +130,12 @@ func main() {
 		}
 		return
 	}
+	if *electionChild {
+		if err := runElectionChild(c.childFlags, *electionStatus); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if err := runParent(c); err != nil {
 		log.Fatal(err)
 	}
@@ -183,7 +191,14 @@ func runParent(c config) error {
 		every = append(every, runs...)
 		results = append(results, median(slices.Clone(runs)))
 	}
-	printTable(os.Stdout, c, every)
+	if len(every) > 0 {
+		printTable(os.Stdout, c, every)
+	}
+	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "election") {
+		if err := runElection(c, e); err != nil {
+			return err
+		}
+	}
 	if c.chart != "" {
 		return writeChart(c.chart, c, results)
 	}

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"testing"
 	"time"
@@ -13,18 +14,18 @@ func TestAllOrNothing(t *testing.T) {
 		cost   float64
 		want   string
 	}{
-		{"concurrency", Spec{MaxConcurrent: 1}, 1, ReasonConcurrency},
-		{"per query limit", Spec{PerQueryLimit: 0.5}, 1, ReasonPerQuery},
-		{"bucket", Spec{Rate: 1, Burst: 2}, 1.5, ReasonBudget},
+		{"concurrency", Spec{MaxConcurrent: 1}, 1, vocab.ReasonConcurrency},
+		{"per query limit", Spec{PerQueryLimit: 0.5}, 1, vocab.ReasonPerQuery},
+		{"bucket", Spec{Rate: 1, Burst: 2}, 1.5, vocab.ReasonBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b1 := New(Spec{Rate: 1, Burst: 10, MaxConcurrent: 5})
 			b2 := New(tt.second)
-			if tt.want == ReasonConcurrency {
+			if tt.want == vocab.ReasonConcurrency {
 				admit1(t, at(0), b2, "k", 0)
 			}
-			if tt.want == ReasonBudget {
+			if tt.want == vocab.ReasonBudget {
 				charge(t, at(0), b2, "k", 1)
 			}
 			before := b2.Snapshot(at(0))
@@ -69,14 +70,14 @@ func TestDenialChoice(t *testing.T) {
 func TestTooBigForBurst(t *testing.T) {
 	b := New(Spec{Rate: 1, Burst: 2})
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 2.5}}, nil)
-	want := Denial{Reason: ReasonPerQuery, Limit: "burst_limit=2s (a predicted 2.5s never fits)"}
+	want := Denial{Reason: vocab.ReasonPerQuery, Limit: "burst_limit=2s (a predicted 2.5s never fits)"}
 	if d == nil || *d != want {
 		t.Fatalf("denial = %+v, want %+v", d, want)
 	}
 	// Two requests for the same key that only together exceed the burst.
 	_, d = Admit(at(0), []Request{{Budget: b, Cost: 1.5}, {Budget: b, Cost: 1}}, nil)
-	if d == nil || d.Index != 1 || d.Reason != ReasonPerQuery {
-		t.Fatalf("denial = %+v, want index 1 %s", d, ReasonPerQuery)
+	if d == nil || d.Index != 1 || d.Reason != vocab.ReasonPerQuery {
+		t.Fatalf("denial = %+v, want index 1 %s", d, vocab.ReasonPerQuery)
 	}
 }
 
@@ -84,7 +85,7 @@ func TestDuplicateRequestsAddUp(t *testing.T) {
 	b := New(Spec{Rate: 1, Burst: 10, MaxConcurrent: 2})
 	// Slots: two requests of the same key need two free slots.
 	admit1(t, at(0), b, "k", 1)
-	if d := Check(at(0), []Request{{Budget: b, Key: "k"}, {Budget: b, Key: "k"}}); d == nil || d.Reason != ReasonConcurrency {
+	if d := Check(at(0), []Request{{Budget: b, Key: "k"}, {Budget: b, Key: "k"}}); d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Errorf("two slots with one free: %+v", d)
 	}
 	// Different keys of one budget are independent, and it is locked once.
@@ -107,11 +108,11 @@ func TestWarnings(t *testing.T) {
 	}{
 		{"below threshold", Spec{Rate: 1, Burst: 10, WarningThreshold: 0.8}, 0, Request{Cost: 7}, nil},
 		{"bucket at threshold", Spec{Rate: 1, Burst: 10, WarningThreshold: 0.8}, 5, Request{Cost: 3},
-			[]Warning{{Reason: ReasonBudget, Fill: 0.8, Limit: "burst_limit=10s"}}},
+			[]Warning{{Reason: vocab.ReasonBudget, Fill: 0.8, Limit: "burst_limit=10s"}}},
 		{"concurrency", Spec{MaxConcurrent: 1, WarningThreshold: 0.9}, 0, Request{},
-			[]Warning{{Reason: ReasonConcurrency, Fill: 1, Limit: "max_concurrent=1"}}},
+			[]Warning{{Reason: vocab.ReasonConcurrency, Fill: 1, Limit: "max_concurrent=1"}}},
 		{"per query limit", Spec{PerQueryLimit: 2, WarningThreshold: 0.5}, 0, Request{Cost: 1.5},
-			[]Warning{{Reason: ReasonPerQuery, Fill: 0.75, Limit: "per_query_limit=2s"}}},
+			[]Warning{{Reason: vocab.ReasonPerQuery, Fill: 0.75, Limit: "per_query_limit=2s"}}},
 		{"threshold off", Spec{MaxConcurrent: 1}, 0, Request{}, nil},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"runtime"
 	"slices"
@@ -80,12 +81,12 @@ type Request struct {
 // Denial says which request refused an admission and why.
 type Denial struct {
 	Index  int    // into the requests passed to Admit
-	Reason string // ReasonConcurrency, ReasonPerQuery or ReasonBudget
+	Reason string // vocab.ReasonConcurrency, vocab.ReasonPerQuery or vocab.ReasonBudget
 	// RetryAfter is how long to wait before the request could be admitted.
-	// For ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
+	// For vocab.ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
 	// other traffic, and one nanosecond earlier does not. For
-	// ReasonConcurrency it is a hint: the mean hold time over the slots,
-	// within [1ms, 1s]. For ReasonPerQuery it is 0: do not retry.
+	// vocab.ReasonConcurrency it is a hint: the mean hold time over the slots,
+	// within [1ms, 1s]. For vocab.ReasonPerQuery it is 0: do not retry.
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
@@ -99,7 +100,7 @@ type Denial struct {
 // the admission.
 type Warning struct {
 	Index  int     // into the requests passed to Admit
-	Reason string  // the fullest limit: ReasonConcurrency, ReasonPerQuery or ReasonBudget
+	Reason string  // the fullest limit: vocab.ReasonConcurrency, vocab.ReasonPerQuery or vocab.ReasonBudget
 	Fill   float64 // usage / limit after admission, e.g. 0.85
 	Limit  string  // as in Denial
 }
@@ -113,9 +114,9 @@ type Warning struct {
 // On success it returns warns with a [Warning] appended for each request
 // whose limit is at or above its WarningThreshold; pass a reused slice to
 // avoid allocating. On refusal it returns the denial: one that can never fit
-// (ReasonPerQuery) if any, else the one with the longest RetryAfter, since
+// (vocab.ReasonPerQuery) if any, else the one with the longest RetryAfter, since
 // the caller must wait for all of them. A request whose Cost exceeds its
-// budget's Burst never fits either: it is denied with ReasonPerQuery.
+// budget's Burst never fits either: it is denied with vocab.ReasonPerQuery.
 //
 // The same budget may appear in several requests; for the same key their
 // slots and costs add up. An admission sets each request's Cost to what it
@@ -248,7 +249,7 @@ func unlockAll(locked []*Budget) {
 // worse reports whether a should be reported instead of b: a refusal that
 // never fits first, then the longest wait.
 func worse(a, b *Denial) bool {
-	aNever, bNever := a.Reason == ReasonPerQuery, b.Reason == ReasonPerQuery
+	aNever, bNever := a.Reason == vocab.ReasonPerQuery, b.Reason == vocab.ReasonPerQuery
 	if aNever != bNever {
 		return aNever
 	}
@@ -268,12 +269,12 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	}
 	sp := &b.keys.spec
 	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
-		return &Denial{Reason: ReasonPerQuery, Limit: b.text.perQuery}
+		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.perQuery}
 	}
 	need := b.reservation(r, math.Inf(1)) + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
-		return &Denial{Reason: ReasonPerQuery, Limit: b.text.neverFits(need)}
+		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.neverFits(need)}
 	}
 	s := b.keys.lookup(r.Key)
 	rate, burst, maxConcurrent := b.keys.limits(s)
@@ -283,13 +284,13 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
 	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
-		return &Denial{Reason: ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
+		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if r.Unknown {
 		need = b.reservation(r, burst-s.Debt-extra) + extra
 	}
 	if sp.Rate > 0 && s.Debt+need > withSlack(burst) && !emptyFits(s.Debt, rate) {
-		return &Denial{Reason: ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
+		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
 }
@@ -333,17 +334,17 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {
 		if f := float64(s.inflight) / float64(max(maxConcurrent, 1)); f > fill {
-			fill, reason, limit = f, ReasonConcurrency, b.text.concurrency
+			fill, reason, limit = f, vocab.ReasonConcurrency, b.text.concurrency
 		}
 	}
 	if sp.PerQueryLimit > 0 {
 		if f := cost / sp.PerQueryLimit; f > fill {
-			fill, reason, limit = f, ReasonPerQuery, b.text.perQuery
+			fill, reason, limit = f, vocab.ReasonPerQuery, b.text.perQuery
 		}
 	}
 	if sp.Rate > 0 && burst > 0 {
 		if f := s.Debt / burst; f > fill {
-			fill, reason, limit = f, ReasonBudget, b.text.burst
+			fill, reason, limit = f, vocab.ReasonBudget, b.text.burst
 		}
 	}
 	if fill >= sp.WarningThreshold {
@@ -377,7 +378,7 @@ func Release(now time.Time, r Request, actual float64) {
 	}
 }
 
-// concurrencyHint is [Denial.RetryAfter] for ReasonConcurrency. Only a hint:
+// concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency. Only a hint:
 // slots free when queries finish, which nothing here can predict.
 func (b *Budget) concurrencyHint() time.Duration {
 	d := defaultHold

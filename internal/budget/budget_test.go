@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func TestBurst(t *testing.T) {
 	if d == nil {
 		t.Fatal("11th second of debt admitted past burst_limit=10s")
 	}
-	want := Denial{Index: 0, Reason: ReasonBudget, RetryAfter: time.Second, Limit: "burst_limit=10s"}
+	want := Denial{Index: 0, Reason: vocab.ReasonBudget, RetryAfter: time.Second, Limit: "burst_limit=10s"}
 	if *d != want {
 		t.Errorf("denial = %+v, want %+v", *d, want)
 	}
@@ -138,7 +139,7 @@ func TestRetryAfterExact(t *testing.T) {
 			now := at(tt.elapsed)
 			req := []Request{{Budget: b, Key: "k", Cost: tt.cost}}
 			_, d := Admit(now, req, nil)
-			if d == nil || d.Reason != ReasonBudget {
+			if d == nil || d.Reason != vocab.ReasonBudget {
 				t.Fatalf("Admit = %+v, want a budget denial", d)
 			}
 			ideal := (tt.debt - tt.rate*tt.elapsed + tt.cost - tt.burst) / tt.rate
@@ -196,7 +197,7 @@ func TestConcurrencySlots(t *testing.T) {
 	admit1(t, at(0), b, "a", 0)
 	admit1(t, at(0), b, "a", 0)
 	_, d := Admit(at(0), []Request{{Budget: b, Key: "a"}}, nil)
-	want := Denial{Reason: ReasonConcurrency, RetryAfter: defaultHold, Limit: "max_concurrent=2"}
+	want := Denial{Reason: vocab.ReasonConcurrency, RetryAfter: defaultHold, Limit: "max_concurrent=2"}
 	if d == nil || *d != want {
 		t.Fatalf("third slot: denial %+v, want %+v", d, want)
 	}
@@ -237,7 +238,7 @@ func TestSetSpecKeepsState(t *testing.T) {
 		t.Fatalf("after reload: %+v, want max debt 3, 1 in flight, 2 keys", s)
 	}
 	// b's slot survives the reload and counts against the new limit.
-	if _, d := Admit(at(4), []Request{{Budget: b, Key: "b"}}, nil); d == nil || d.Reason != ReasonConcurrency {
+	if _, d := Admit(at(4), []Request{{Budget: b, Key: "b"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Errorf("b over new max_concurrent=1: %+v", d)
 	}
 	Release(at(4), Request{Budget: b, Key: "b", Cost: 1}, 1)

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"maps"
 	"testing"
 	"time"
@@ -18,13 +19,13 @@ func TestDecisionCounts(t *testing.T) {
 	for range 3 {
 		b.Count(when(0, 1), Admitted, "")
 	}
-	b.Count(when(0, 2), Blocked, ReasonConcurrency)
-	b.Count(when(0, 9), Warned, ReasonBudget)
+	b.Count(when(0, 2), Blocked, vocab.ReasonConcurrency)
+	b.Count(when(0, 9), Warned, vocab.ReasonBudget)
 	// Intervals 1 and 2 see nothing; interval 3 is read in the middle and counted after.
 	charge(t, when(3, 0), b, "", 2)
 	b.Snapshot(when(3, 1))
-	b.Count(when(3, 2), Blocked, ReasonBudget)
-	b.Count(when(3, 2), Blocked, ReasonConcurrency)
+	b.Count(when(3, 2), Blocked, vocab.ReasonBudget)
+	b.Count(when(3, 2), Blocked, vocab.ReasonConcurrency)
 	b.Count(when(4, 0), Admitted, "")
 
 	d := b.Snapshot(when(4, 5)).Decisions
@@ -32,10 +33,10 @@ func TestDecisionCounts(t *testing.T) {
 		t.Errorf("totals %d/%d/%d, want 4 admitted (Admit counts none), 1 warned, 3 blocked",
 			d.Admitted, d.Warned, d.Blocked)
 	}
-	if want := map[string]uint64{ReasonConcurrency: 2, ReasonBudget: 1}; !maps.Equal(d.BlockedBy, want) {
+	if want := map[string]uint64{vocab.ReasonConcurrency: 2, vocab.ReasonBudget: 1}; !maps.Equal(d.BlockedBy, want) {
 		t.Errorf("blocked by reason %v, want %v", d.BlockedBy, want)
 	}
-	if want := map[string]uint64{ReasonBudget: 1}; !maps.Equal(d.WarnedBy, want) {
+	if want := map[string]uint64{vocab.ReasonBudget: 1}; !maps.Equal(d.WarnedBy, want) {
 		t.Errorf("warned by reason %v, want %v", d.WarnedBy, want)
 	}
 	if len(d.History) != HistoryLen {

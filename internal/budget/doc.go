@@ -2,6 +2,10 @@
 // buckets, concurrency limits and per-query limits, checked all-or-nothing
 // across every budget a query matches.
 //
+// It imports nothing of pgtraffic's but the vocabulary, driver/rules/vocab (the reasons it
+// refuses for, its default burst window), and no YAML or network library: a plain core that the
+// layers above wrap.
+//
 // # Units
 //
 // Every cost is a float64 number of execution seconds: the time one backend

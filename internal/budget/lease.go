@@ -3,6 +3,8 @@ package budget
 import (
 	"container/heap"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // A shared budget is a budget whose limits hold across every instance of an
@@ -130,15 +132,18 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 }
 
 // TakeUsage returns the usage of every partition active since the previous call and resets
-// its counters. O(number of keys), once per sync.
+// its counters. O(number of keys), once per sync, a chunk of keys per hold of the lock as
+// [Budget.Snapshot] reads them: a budget keyed per tenant may hold a hundred thousand keys,
+// and building a sync must not keep its statements waiting. A key added during the walk may
+// be left for the next call, which reports its counters then.
 func (b *Budget) TakeUsage(now time.Time) []Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Usage
-	for _, s := range b.keys.all() {
+	take := func(s *state) {
 		p := s.part
 		if p == nil {
-			continue
+			return
 		}
 		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
 			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate)}
@@ -146,6 +151,17 @@ func (b *Budget) TakeUsage(now time.Time) []Usage {
 			out = append(out, u)
 		}
 		*p = part{lease: p.lease, wanted: s.inflight}
+	}
+	if s := b.keys.unkeyed; s != nil {
+		take(s)
+	}
+	n := 0
+	// As in Snapshot, ranging over the map across the unlocked pauses is sound.
+	for _, s := range b.keys.byKey {
+		take(s)
+		if n++; n%scrapeChunk == 0 {
+			b.pause()
+		}
 	}
 	return out
 }
@@ -206,7 +222,7 @@ func (b *Budget) retryAfter(s *state, now time.Time, rate, burst, need float64) 
 // which the caller calls once b is unlocked; nil in a local budget. The caller holds b.mu.
 func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (kick func()) {
 	k := &b.keys
-	if !k.shared || reason == ReasonPerQuery {
+	if !k.shared || reason == vocab.ReasonPerQuery {
 		return nil
 	}
 	s := k.lookup(r.Key)
@@ -216,7 +232,7 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (k
 	p := s.part
 	p.offered += sanitizeCost(r.Cost)
 	p.starved = true
-	if reason == ReasonConcurrency {
+	if reason == vocab.ReasonConcurrency {
 		// Every statement refused since the last report wanted a slot beside those in
 		// flight: a burst of N asks for N slots at once, not one more per sync. A caller
 		// that retries counts again, so the count stops at the budget's own limit.

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func newShared(spec Spec) (*Budget, *int) {
 func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
 	b, kicks := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 4})
 	_, d := Admit(at(0), []Request{{Budget: b, Key: "t1", Cost: 0.1}}, nil)
-	if d == nil || d.Reason != ReasonConcurrency {
+	if d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("no lease: got %+v, want a concurrency refusal (no slot)", d)
 	}
 	if *kicks != 1 {
@@ -36,7 +37,7 @@ func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
 func TestSharedNoCreditRetriesAtTheHint(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1})
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
-	if d == nil || d.Reason != ReasonBudget || d.RetryAfter != 50*time.Millisecond {
+	if d == nil || d.Reason != vocab.ReasonBudget || d.RetryAfter != 50*time.Millisecond {
 		t.Fatalf("got %+v, want a budget refusal with RetryAfter 50ms", d)
 	}
 }
@@ -46,7 +47,7 @@ func TestSharedAdmitsWithinItsLease(t *testing.T) {
 	b.SetLease(at(0), "", Lease{Rate: 0.25, Burst: 0.25})
 	charge(t, at(0), b, "", 0.2)
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil)
-	if d == nil || d.Reason != ReasonBudget {
+	if d == nil || d.Reason != vocab.ReasonBudget {
 		t.Fatalf("past the lease's burst: got %+v, want a budget refusal", d)
 	}
 	// 0.05 over the lease's 0.25 drains at its rate 0.25/s: 200ms.
@@ -72,7 +73,7 @@ func TestSharedSlotsComeFromTheLease(t *testing.T) {
 	b, _ := newShared(Spec{MaxConcurrent: 10})
 	b.SetLease(at(0), "k", Lease{Slots: 1})
 	admit1(t, at(0), b, "k", 0)
-	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != ReasonConcurrency {
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("second statement with one slot: got %+v, want a concurrency refusal", d)
 	}
 	if u := b.TakeUsage(at(0)); len(u) != 1 || u[0].Wanted != 2 || u[0].InFlight != 1 {
@@ -91,7 +92,7 @@ func TestSharedEmptyBucketAdmitsAStatementLargerThanItsLease(t *testing.T) {
 		t.Fatalf("got %+v, want a refusal until the 0.4 left is gone at 0.1/s (4s)", d)
 	}
 	admit1(t, at(5), b, "", 0.5)
-	if _, d := Admit(at(5), []Request{{Budget: b, Cost: 1.5}}, nil); d == nil || d.Reason != ReasonPerQuery {
+	if _, d := Admit(at(5), []Request{{Budget: b, Cost: 1.5}}, nil); d == nil || d.Reason != vocab.ReasonPerQuery {
 		t.Fatalf("larger than the budget's burst: got %+v, want per_query_limit", d)
 	}
 }
@@ -119,7 +120,7 @@ func TestSetLeaseRaisesDebtToItsShareOfTheGlobalDebt(t *testing.T) {
 	if got := b.Snapshot(at(0)).Debt; math.Abs(got-0.2) > 1e-9 {
 		t.Fatalf("debt = %v, want the lease's share 0.2", got)
 	}
-	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil || d.Reason != ReasonBudget {
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 0.1}}, nil); d == nil || d.Reason != vocab.ReasonBudget {
 		t.Fatalf("0.1 over a debt of 0.2 in a bucket of 0.25: got %+v, want a budget refusal", d)
 	}
 	// A floor, not a charge: a larger local debt stays as it is.

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math/rand/v2"
 	"testing"
 )
@@ -23,7 +24,7 @@ func TestQueueAdmitsInArrivalOrder(t *testing.T) {
 	for i := range ws {
 		reqs[i] = []Request{{Budget: b}}
 		_, d := Admit(at(0), reqs[i], nil)
-		if d == nil || d.Reason != ReasonConcurrency {
+		if d == nil || d.Reason != vocab.ReasonConcurrency {
 			t.Fatalf("waiter %d: denial %+v, want concurrency", i, d)
 		}
 		if i > 0 && !d.Queued {
@@ -86,7 +87,7 @@ func TestQueueNewcomerWaitsBehind(t *testing.T) {
 	}
 	// The slot is free but the waiter has not taken it yet: a newcomer may not.
 	_, d = Admit(at(1), []Request{{Budget: b}}, nil)
-	if d == nil || !d.Queued || d.Reason != ReasonConcurrency {
+	if d == nil || !d.Queued || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("a newcomer took the first waiter's slot: %+v", d)
 	}
 	// The queue (max 1) is full: a second waiter cannot join.

@@ -146,3 +146,58 @@ func TestSetSpecUnchangedWalksNoKeys(t *testing.T) {
 		t.Errorf("a changed spec left the key at debt %v as of %v, want 3 as of 1s", s.Debt, s.Last.Sub(t0))
 	}
 }
+
+// TestTakeUsageLetsStatementsIn: building a sync of a shared budget with 100,000 active
+// partitions (its usage taken per key) releases the budget's lock every scrapeChunk keys,
+// and a statement is admitted in such a pause; every key's usage is still taken once.
+func TestTakeUsageLetsStatementsIn(t *testing.T) {
+	const n = 100_000
+	b := New(Spec{MaxConcurrent: 4, MaxKeys: 2 * n})
+	b.SetShared(t0, func() {}, time.Millisecond)
+	keys := benchKeys(n)
+	for _, k := range keys {
+		b.SetLease(t0, k, Lease{Slots: 1})
+		r := Request{Budget: b, Key: k}
+		if _, d := Admit(t0, []Request{r}, nil); d != nil {
+			t.Fatalf("denied: %+v", *d)
+		}
+		Release(t0, r, 0)
+	}
+	pauses, admitted := 0, false
+	testHookPause = func() {
+		if pauses++; pauses != 1 {
+			return
+		}
+		done := make(chan *Denial)
+		go func() {
+			r := Request{Budget: b, Key: keys[0]}
+			_, d := Admit(t0, []Request{r}, nil)
+			if d == nil {
+				Release(t0, r, 0)
+			}
+			done <- d
+		}()
+		if d := <-done; d != nil {
+			t.Errorf("admission in a pause of TakeUsage denied: %+v", *d)
+		}
+		admitted = true
+	}
+	t.Cleanup(func() { testHookPause = nil })
+	us := b.TakeUsage(t0)
+	if !admitted {
+		t.Fatal("no statement was admitted while the usage was taken")
+	}
+	if want := n / scrapeChunk; pauses < want {
+		t.Errorf("%d pauses taking the usage of %d keys, want at least %d", pauses, n, want)
+	}
+	seen := map[string]bool{}
+	for _, u := range us {
+		if seen[u.Key] {
+			t.Fatalf("key %q taken twice", u.Key)
+		}
+		seen[u.Key] = true
+	}
+	if len(seen) < n {
+		t.Errorf("usage of %d keys taken, want %d", len(seen), n)
+	}
+}

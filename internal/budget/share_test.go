@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // TestShareDelivered: under sustained demand a budget throttles but does not
@@ -50,7 +52,7 @@ func TestShareDelivered(t *testing.T) {
 					continue
 				}
 				if _, d := Admit(t0.Add(now), []Request{req}, nil); d != nil {
-					if d.Reason == ReasonPerQuery {
+					if d.Reason == vocab.ReasonPerQuery {
 						t.Fatalf("refused as never fitting: %+v", d)
 					}
 					next[w] = now + max(d.RetryAfter, time.Millisecond)
@@ -72,7 +74,7 @@ func TestShareDelivered(t *testing.T) {
 func TestNeverFitsSaysSo(t *testing.T) {
 	b := New(Spec{Rate: 0.15, Burst: 0.5})
 	_, d := Admit(t0, []Request{{Budget: b, Cost: 0.8}}, nil)
-	want := Denial{Reason: ReasonPerQuery, Limit: "burst_limit=500ms (a predicted 800ms never fits)"}
+	want := Denial{Reason: vocab.ReasonPerQuery, Limit: "burst_limit=500ms (a predicted 800ms never fits)"}
 	if d == nil || *d != want {
 		t.Fatalf("denial %+v, want %+v", d, want)
 	}

@@ -5,23 +5,12 @@ import (
 	"math"
 	"strconv"
 	"time"
-)
 
-// Reasons a request is denied or warned about. They equal the driver's
-// ReasonConcurrency, ReasonPerQuery and ReasonBudget.
-const (
-	ReasonConcurrency = "concurrency"
-	ReasonPerQuery    = "per_query_limit"
-	ReasonBudget      = "budget"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // DefaultMaxKeys bounds the per-key state table when [Spec.MaxKeys] is 0.
 const DefaultMaxKeys = 100_000
-
-// DefaultBurstWindow sizes the bucket of a [Spec] with a Rate and no Burst: it holds this long
-// of the Rate. The rules file's default burst_limit (server_share × server_cores × 1s) is the
-// same.
-const DefaultBurstWindow = time.Second
 
 // Spec is the configuration of one budget. Zero values mean "unlimited" or
 // "off" as noted on each field; [New] and [Budget.SetSpec] normalise invalid
@@ -37,7 +26,7 @@ type Spec struct {
 	// (server_share × server_cores); 0 means no bucket.
 	Rate float64
 	// Burst is the bucket size in execution seconds (burst_limit). With a
-	// Rate and no Burst it defaults to Rate × [DefaultBurstWindow].
+	// Rate and no Burst it defaults to Rate × [vocab.DefaultBurstWindow].
 	Burst float64
 	// WarningThreshold in (0, 1] asks for a [Warning] when an admission
 	// leaves any limit at least this full; 0 is off.
@@ -63,7 +52,7 @@ func (s Spec) normalize() Spec {
 	if s.Rate == 0 {
 		s.Burst = 0
 	} else if !(s.Burst > 0) {
-		s.Burst = s.Rate * DefaultBurstWindow.Seconds()
+		s.Burst = s.Rate * vocab.DefaultBurstWindow.Seconds()
 	}
 	if !(s.WarningThreshold > 0 && s.WarningThreshold <= 1) {
 		s.WarningThreshold = 0

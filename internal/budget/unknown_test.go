@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"testing"
 )
@@ -65,7 +66,7 @@ func TestUnknownCostNeverNeverFits(t *testing.T) {
 				admitted++
 				continue
 			}
-			if d.Reason == ReasonPerQuery || d.RetryAfter <= 0 {
+			if d.Reason == vocab.ReasonPerQuery || d.RetryAfter <= 0 {
 				t.Fatalf("%+v: an unknown cost refused with %+v; want a wait for room", spec, *d)
 			}
 		}
@@ -81,7 +82,7 @@ func TestUnknownCostNeverNeverFits(t *testing.T) {
 func TestUnknownCostGuessAbovePerQueryLimit(t *testing.T) {
 	b := New(Spec{Rate: 1, Burst: 10, PerQueryLimit: 2})
 	_, d := Admit(at(0), []Request{{Budget: b, Cost: 5, Unknown: true}}, nil)
-	if d == nil || d.Reason != ReasonPerQuery || d.RetryAfter != 0 {
+	if d == nil || d.Reason != vocab.ReasonPerQuery || d.RetryAfter != 0 {
 		t.Fatalf("denial %+v, want per_query_limit", d)
 	}
 }
@@ -105,7 +106,7 @@ func TestUnknownCostCutToRoom(t *testing.T) {
 	full := New(Spec{Rate: 1, Burst: 1})
 	charge(t, at(0), full, "", 1)
 	_, d := Admit(at(0), []Request{{Budget: full, Unknown: true}}, nil)
-	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+	if d == nil || d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 		t.Fatalf("a full bucket: %+v, want a wait for room", d)
 	}
 }

@@ -153,6 +153,9 @@ type Handle struct {
 // share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local}
+	if local != nil {
+		e.core.keepUnkeyed(c.now())
+	}
 	c.mu.Lock()
 	c.budgets[spec.Name] = e
 	c.mu.Unlock()
@@ -305,7 +308,11 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		due := force || e.core.due(now, kicked)
 		var chunks [][]report
 		if due {
-			chunks = e.core.reports(now)
+			if force || e.core.regular(now) {
+				chunks = e.core.reports(now)
+			} else {
+				chunks = e.core.earlyReports(now)
+			}
 			if len(chunks) == 0 {
 				e.core.nothingToSync(now)
 			}

@@ -43,6 +43,10 @@ type part struct {
 	active   bool      // reported since the last successful sync
 	fresh    bool      // reported since the last sync attempt
 	idle     int       // syncs in a row with no usage
+	last     time.Time // when it was last reported: its demand is estimated over the time since
+	// keep holds the partition while the budget is registered, idle or not: the unkeyed
+	// partition of a budget, leased before its first statement (see core.keepUnkeyed).
+	keep bool
 
 	// The usage report: pending (seq > 0) is resent unchanged until Redis acknowledges it,
 	// so a lost reply cannot count usage twice; acc collects the usage for the next one.
@@ -121,6 +125,7 @@ type core struct {
 	anyNew   bool      // a partition has no lease yet
 	anyShort bool      // a starved partition may gain from an early sync (part.short)
 	kicked   bool      // the local budget asked for an early sync since the last one
+	partial  bool      // the sync being made is an early one, of the partitions that asked
 
 	// Redis's clock as of the last reply, so that a call can tell Redis when it is too old
 	// to act on: redisAt µs of Redis TIME at localAt on ours.
@@ -205,6 +210,9 @@ func (c *core) due(now time.Time, kicked bool) bool {
 	return false
 }
 
+// regular reports whether the regular sync, of every partition, is due at now.
+func (c *core) regular(now time.Time) bool { return !now.Before(c.next) }
+
 // retakeDue reports whether a starved partition waits for a lease that has lapsed by now.
 func (c *core) retakeDue(now time.Time) bool {
 	if c.failing {
@@ -285,18 +293,37 @@ type report struct {
 	recovering bool
 }
 
-// reports builds the partitions' entries of a sync at now, in chunks of at most
-// maxPartitionsPerCall. A partition idle for idleSyncs syncs is left. A budget with shared
-// quarantines syncs even with no partition to report: its one chunk is then empty.
-func (c *core) reports(now time.Time) [][]report {
-	dt := c.interval
-	if !c.last.IsZero() && now.After(c.last) {
-		dt = now.Sub(c.last)
-	}
-	c.last, c.kicked = now, false
+// reports builds the partitions' entries of a regular sync at now, in chunks of at most
+// maxPartitionsPerCall: every partition. A partition idle for idleSyncs syncs is left. A
+// budget with shared quarantines syncs even with no partition to report: its one chunk is
+// then empty.
+func (c *core) reports(now time.Time) [][]report { return c.build(now, false) }
+
+// earlyReports builds the entries of an early sync at now: only the partitions that asked for
+// it (wantsEarly). A budget of a hundred thousand tenants must not sync them all each time a
+// new tenant appears, or a starved one asks.
+func (c *core) earlyReports(now time.Time) [][]report { return c.build(now, true) }
+
+// wantsEarly reports whether p takes part in an early sync at now: it has no lease yet, it is
+// starved and may gain (part.short), another instance's lease it waits for has lapsed, or
+// Redis asked it to confirm a smaller grant (see retake).
+func (c *core) wantsEarly(p *part, now time.Time) bool {
+	return !p.hasGrant || p.starved && p.short(c.spec.MaxConcurrent) || !p.retake.IsZero() && !now.Before(p.retake)
+}
+
+func (c *core) build(now time.Time, early bool) [][]report {
+	c.last, c.kicked, c.partial = now, false, early
 	var out [][]report
 	var cur []report
 	for _, p := range c.parts {
+		if early && !c.wantsEarly(p, now) {
+			continue
+		}
+		dt := c.interval
+		if !p.last.IsZero() && now.After(p.last) {
+			dt = now.Sub(p.last)
+		}
+		p.last = now
 		if p.active {
 			p.idle = 0
 		} else {
@@ -319,17 +346,29 @@ func (c *core) reports(now time.Time) [][]report {
 			held:   max(0, p.local-p.pushed.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
 			applied: p.pushed.Slots, inflight: p.inflight,
-			leave:    p.idle > idleSyncs && p.inflight == 0,
+			leave:    p.idle > idleSyncs && p.inflight == 0 && !p.keep,
 			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
 		if len(cur) == maxPartitionsPerCall {
 			out, cur = append(out, cur), nil
 		}
 	}
-	if len(cur) > 0 || len(out) == 0 && c.spec.Quarantine != (QuarantineSpec{}) {
+	if len(cur) > 0 || len(out) == 0 && c.spec.Quarantine != (QuarantineSpec{}) && (!early || len(c.publish) > 0) {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// keepUnkeyed makes the unkeyed partition ("") known before any statement and keeps it while
+// the budget is registered: a budget without a per tag has only that partition, and its first
+// sync, made at once, leases it before its first statement (one instance alone holds the
+// whole budget), rather than after it was refused for want of a lease. Idle, it still renews
+// its lease (one call per interval), so that a burst after a quiet spell finds its headroom.
+func (c *core) keepUnkeyed(now time.Time) {
+	if c.parts[""] == nil {
+		c.parts[""] = &part{key: "", accFrom: now, keep: true}
+		c.anyNew = true
+	}
 }
 
 // youngLease is how long a partition's reports count their usage as run when they arrive,
@@ -413,7 +452,9 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 	c.failing = false
 	c.lastOK = now
 	c.latency = now.Sub(sent)
-	c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+	if !c.partial {
+		c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+	}
 	live := 0
 	for i := range reps {
 		live = max(live, res[i].live)
@@ -564,7 +605,9 @@ func (c *core) status(now time.Time) Status {
 // nothingToSync records a due sync with no partition to report: nothing to ask Redis.
 func (c *core) nothingToSync(now time.Time) {
 	c.last = now
-	c.next = now.Add(c.interval)
+	if !c.partial {
+		c.next = now.Add(c.interval)
+	}
 }
 
 // leaveAll builds reports that leave every partition, for a coordinator that closes.

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"strings"
@@ -467,8 +468,19 @@ func TestHashTagAndKeys(t *testing.T) {
 	}
 }
 
+// packResults is what the script returns for results of 13 numbers each.
+func packResults(rs ...[]float64) string {
+	var b []byte
+	for _, r := range rs {
+		for _, x := range r {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+		}
+	}
+	return string(b)
+}
+
 func TestDecodeResults(t *testing.T) {
-	good := []any{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(1500), "1", "2", int64(4), int64(1), "0.125"}}
+	good := packResults([]float64{0.5, 1, 2, 3, 0.25, 0.5, 2, 1500, 1, 2, 4, 1, 0.125})
 	res, err := decodeResults(good, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -478,22 +490,32 @@ func TestDecodeResults(t *testing.T) {
 	if res[0] != want {
 		t.Fatalf("decoded %+v, want %+v", res[0], want)
 	}
-	for _, bad := range [][]any{
-		{},
-		{"x"},
-		{[]any{"0.5"}},
-		{[]any{"0.5", "1", int64(2), int64(3), "0.25", "0.5", int64(2), int64(0), "1", "2", int64(4)}},
-		{[]any{"nan?", "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
-		{[]any{1.5, "1", int64(2), int64(3), "0", "0", int64(0), int64(0), "1", "2", int64(4), int64(0), "0"}},
-	} {
+	for _, bad := range []string{"", "x", good[:len(good)-1], good + good} {
 		if _, err := decodeResults(bad, 1); err == nil {
-			t.Errorf("decodeResults(%v) accepted", bad)
+			t.Errorf("decodeResults(%q) accepted", bad)
+		}
+	}
+	// Any bytes are numbers: NaN and infinities come out of the clamp within the budget.
+	nan := packResults([]float64{math.NaN(), math.Inf(1), math.Inf(1), math.NaN(), math.Inf(1), math.NaN(),
+		math.Inf(-1), math.Inf(1), math.NaN(), math.Inf(1), math.Inf(1), math.NaN(), math.Inf(1)})
+	res, err = decodeResults(nan, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{Rate: 1, Burst: 2, MaxConcurrent: 4}
+	res[0].clamp(spec, 2500*time.Millisecond)
+	if l := res[0].lease; l.Rate != 0 || l.Burst != 2 || l.Slots != 4 || res[0].retake != 2500*time.Millisecond || res[0].hold != 2 {
+		t.Errorf("a forged result, clamped: %+v", res[0])
+	}
+	for _, bad := range [][]any{{"1", int64(0)}, {"1", int64(0), []any{}}, {"1", int64(0), good, good}} {
+		if _, err := decodeReply(bad, 1, nil); err == nil {
+			t.Errorf("decodeReply(%v) accepted", bad)
 		}
 	}
 	if r, err := decodeReply([]any{"123", int64(1)}, 1, nil); !errors.Is(err, errStale) || r.now != 123 {
 		t.Errorf("a stale reply: %+v, %v", r, err)
 	}
-	if r, err := decodeReply(append([]any{"7", int64(0)}, good...), 1, nil); err != nil || r.now != 7 || r.results[0] != want {
+	if r, err := decodeReply([]any{"7", int64(0), good}, 1, nil); err != nil || r.now != 7 || r.results[0] != want {
 		t.Errorf("a reply: %+v, %v", r, err)
 	}
 }

@@ -1,6 +1,10 @@
 // Package coord makes a budget's limits hold across every instance of an application,
 // through Redis, while each statement's decision stays local: "shared budgets".
 //
+// It may import internal/budget (whose leases it keeps in step; the budget knows nothing of it),
+// driver/rules and driver/rules/vocab (the coordination settings and the reasons), and go-redis;
+// nothing of the engine or the front ends.
+//
 // # Capacity leases
 //
 // Redis is the single source of truth and its TIME the only clock. For each shared budget,
@@ -27,11 +31,11 @@
 //     arrives (see "Cold start");
 //   - drops the instances whose lease lapsed (leases last 2.5 intervals; see below);
 //   - computes max-min fair (water-filling) targets over the live instances from their demand:
-//     rate from offered execution seconds per second, slots from slots wanted. Rate nobody
-//     asked for is spread evenly, so a rise in demand is served before the next sync; idle
-//     instances hold no slots. Max-min rather than proportional: demand counts refused
-//     statements, which a retry loop inflates, and proportional shares would hand the budget
-//     to the most insistent instance; max-min gives each instance its demand or an even
+//     rate from offered execution seconds per second, slots from slots wanted. Rate and
+//     slots nobody asked for are spread evenly as headroom, so a rise in demand is served
+//     before the next sync (see "Slots with headroom"). Max-min rather than proportional:
+//     demand counts refused statements, which a retry loop inflates, and proportional
+//     shares would hand the budget to the most insistent instance; max-min gives each instance its demand or an even
 //     split, whichever is smaller, so a 10:1 demand does not starve the small one.
 //   - grants min(target, capacity − what the others hold), so that the grants in Redis never
 //     sum above rate, burst (b_i = burst × r_i / rate) or max_concurrent: an instance whose
@@ -52,6 +56,33 @@
 // live instance. Each hash expires a few intervals after its last instance left (or its debt
 // drained), so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
 // 100,000 small hashes only while they are all active.
+//
+// # Slots with headroom
+//
+// A max_concurrent lease is the instance's demand (the most statements that wanted a slot at
+// once since its last sync, falling slowly) plus an even share of the slots no instance
+// wants, the odd ones going round by rank as above. Alone, an instance holds the whole
+// budget: it refuses nothing that the same budget process-local would admit. With N
+// instances, let D be the slots they wanted at their last syncs and d_i this instance's part
+// of it: once the grants have settled, it holds d_i + (L − D)/N (rounded, for a limit L), so
+// a statement is refused for want of a slot only when its instance's demand has grown by more
+// than (L − D)/N since its last sync. When the instances grow alike, that is only at the
+// limit; when one grows alone, the fleet then wants at least L − (N − 1)(L − D)/N slots (the
+// others' demand, its own and its headroom): it is within N − 1 shares of the headroom of the
+// limit, each share less than the growth that instance made within one sync.
+// The others' next regular syncs, within an interval, hand it their headroom: a starved
+// instance syncs early (a quarter interval after its last) until it holds its target, and an
+// instance that gives slots back while another holds less than its target confirms at once
+// that it applied its smaller limit (Redis counts its larger one as held until it reports).
+// An instance joining holders of the whole budget waits for their next syncs the same way.
+// The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
+// hold.
+//
+// A budget without a per tag has one partition, "", which is leased when the budget is
+// registered (before its first statement) and kept while it is, idle or not: one call per
+// interval even while idle, so that a burst after a quiet spell finds its headroom. Keyed
+// partitions come and go with their values, and a new one's first statements wait for its
+// first lease (an early sync a tenth of an interval after the last).
 //
 // # Lease duration
 //
@@ -75,7 +106,11 @@
 // yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
 // target, or wanting more slots at once than its last sync reported while it holds fewer
 // than max_concurrent (a burst on an instance with room). A starved partition at the fair
-// share of the demand Redis knows does not sync early: there is nothing to gain. Each script call of a sync (one per 256 partitions) is bounded by a deadline of a
+// share of the demand Redis knows does not sync early: there is nothing to gain. An early
+// sync carries only the partitions that asked for it (new, starved below their share, waiting
+// for a lapse, or confirming a smaller grant): a budget of a hundred thousand tenants does
+// not sync them all each time one of them appears. Each script call of a sync (one per 256
+// partitions) is bounded by a deadline of a
 // quarter interval (at least 50ms), so that a budget with tens of thousands of active
 // partitions syncs against a healthy Redis; a call that overruns it is abandoned even if
 // the client ignores contexts, and no second call starts until it returns.

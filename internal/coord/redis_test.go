@@ -522,12 +522,14 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	c.Register(spec, local)
 	mustSync(t, c)
 	for _, k := range keys {
-		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+		// Alone, the instance holds every slot: its demand and the headroom.
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != spec.MaxConcurrent {
 			t.Fatalf("partition %s: %+v", k, l)
 		}
 	}
-	if n := rc.DBSize(ctx).Val(); n != int64(len(keys)) {
-		t.Fatalf("%d keys for %d partitions", n, len(keys))
+	// The unkeyed partition is leased too, from the start.
+	if n := rc.DBSize(ctx).Val(); n != int64(len(keys))+1 {
+		t.Fatalf("%d keys for %d partitions and the unkeyed one", n, len(keys))
 	}
 	// The instance goes away without a word: every key expires on its own.
 	waitFor(t, "the keys to expire", func() bool { return rc.DBSize(ctx).Val() == 0 })
@@ -616,37 +618,59 @@ func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
 	}
 }
 
-// manyTenants is issue 21's finding 7: the active partitions of a `per: tenant` budget.
-const manyTenants = 20_000
+// manyTenants is the active partitions of a `per: tenant` budget that one Redis serves.
+const manyTenants = 100_000
 
-// TestManyTenantsSyncWithinTheInterval syncs 20,000 active partitions of one budget against
+// TestManyTenantsSyncWithinTheInterval syncs 100,000 active partitions of one budget against
 // a healthy Redis: every sync succeeds (each script call has its own deadline; one deadline
-// over all of them failed), and the leases are set.
+// over all of them failed), the leases are set, Redis holds one small hash per partition,
+// and the hashes expire once the instance is gone. The time each sync took is logged (and
+// recorded in integration/PERFORMANCE.md), not asserted: it follows the machine's load.
 func TestManyTenantsSyncWithinTheInterval(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("100,000 partitions: not under -short, nor under the race detector, which slows the client past a script call's deadline; the pass without it runs this test")
+	}
 	rc := newClient(t, redistest.Need(t))
+	ctx := context.Background()
 	keys := make([]string, manyTenants)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%d", i)
 	}
 	spec := Spec{Name: "tenants", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	local := newFakeLocal(1, 1, keys...)
-	// A long interval gives each call a deadline that the race detector on a loaded machine
-	// leaves room for; the whole sync takes far longer than one such deadline.
-	c := newCoord(t, Options{Client: rc, Interval: 2 * time.Second, Logger: quiet})
+	const interval = time.Second
+	c := newCoord(t, Options{Client: rc, Interval: interval, Logger: quiet})
 	c.Register(spec, local)
 	for i := range 3 {
 		start := time.Now()
-		if err := c.Sync(context.Background()); err != nil {
+		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("sync %d of %d partitions: %v", i, len(keys), err)
 		}
 		t.Logf("sync %d of %d partitions: %v", i, len(keys), time.Since(start))
 	}
-	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys) {
+	if st := c.Status()[0]; st.Failures != 0 || st.Partitions != len(keys)+1 {
 		t.Fatalf("status %+v", st)
 	}
 	for _, k := range keys {
-		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != 1 {
+		if l := local.lease(k); !near(l.Rate, 1) || l.Slots != spec.MaxConcurrent {
 			t.Fatalf("partition %s: %+v", k, l)
+		}
+	}
+	var used int64
+	if info, err := rc.Info(ctx, "memory").Result(); err == nil {
+		if i := strings.Index(info, "used_memory:"); i >= 0 {
+			fmt.Sscanf(info[i:], "used_memory:%d", &used)
+		}
+	}
+	n := rc.DBSize(ctx).Val()
+	t.Logf("Redis: %d keys, %.1f MB used (%.0f bytes per partition)", n, float64(used)/1e6, float64(used)/float64(n))
+	if n != int64(len(keys))+1 {
+		t.Fatalf("%d keys for %d partitions and the unkeyed one", n, len(keys))
+	}
+	for _, k := range []string{keys[0], keys[len(keys)-1]} {
+		ttl := rc.PTTL(ctx, PartitionKey(spec.Name, k)).Val()
+		if ttl <= 0 || ttl > 2*leaseDuration(interval)+time.Second {
+			t.Errorf("partition %s expires in %v, want within two lease durations", k, ttl)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -187,40 +188,46 @@ func decodeReply(v []any, n int, q *QuarantineSpec) (reply, error) {
 	if r.stale {
 		return r, errStale
 	}
-	v = v[2:]
+	want := 3
 	if q != nil {
-		if len(v) != n+1 {
-			return reply{}, fmt.Errorf("coord: sync script returned %d results for %d partitions and the quarantines", len(v), n)
-		}
-		r.quarantines, r.ignored = decodeQuarantines(v[n], *q)
-		v = v[:n]
+		want = 4
 	}
-	r.results, err = decodeResults(v, n)
+	if len(v) != want {
+		return reply{}, fmt.Errorf("coord: sync script returned %d values, want %d", len(v), want)
+	}
+	if q != nil {
+		r.quarantines, r.ignored = decodeQuarantines(v[3], *q)
+	}
+	blob, ok := v[2].(string)
+	if !ok {
+		return reply{}, fmt.Errorf("coord: sync script results: unexpected %T", v[2])
+	}
+	r.results, err = decodeResults(blob, n)
 	return r, err
 }
 
 // ffmt writes a float exactly, as Lua's tonumber reads it.
 func ffmt(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-func decodeResults(v []any, n int) ([]result, error) {
-	if len(v) != n {
-		return nil, fmt.Errorf("coord: sync script returned %d results for %d partitions", len(v), n)
+// resultFields is how many numbers the script returns per partition, each a little-endian
+// float64 (sync.lua's result_format).
+const resultFields = 13
+
+// decodeResults reads n partitions' results from the script's string of them. Any bit
+// pattern is some float64: the clamp that follows bounds what Redis could have forged.
+func decodeResults(blob string, n int) ([]result, error) {
+	if len(blob) != n*resultFields*8 {
+		return nil, fmt.Errorf("coord: sync script returned %d bytes of results for %d partitions", len(blob), n)
 	}
 	out := make([]result, n)
-	for i, x := range v {
-		f, ok := x.([]any)
-		if !ok || len(f) != 13 {
-			return nil, fmt.Errorf("coord: sync script result %d: unexpected %T", i, x)
-		}
-		var err error
-		r := &out[i]
+	for i := range out {
+		f := blob[i*resultFields*8:]
 		num := func(j int) float64 {
-			var v float64
-			if err == nil {
-				v, err = parseNum(f[j])
-			}
-			return v
+			var b [8]byte
+			copy(b[:], f[j*8:j*8+8])
+			return math.Float64frombits(binary.LittleEndian.Uint64(b[:]))
 		}
+		r := &out[i]
 		r.lease = budget.Lease{Rate: num(0), Burst: num(1), Slots: count(num(2))}
 		r.live = count(num(3))
 		r.debt = num(4)
@@ -230,9 +237,6 @@ func decodeResults(v []any, n int) ([]result, error) {
 		r.inForce = Limits{Rate: num(8), Burst: num(9), MaxConcurrent: count(num(10))}
 		r.differ = num(11) == 1
 		r.hold = num(12)
-		if err != nil {
-			return nil, fmt.Errorf("coord: sync script result %d: %w", i, err)
-		}
 	}
 	return out, nil
 }

@@ -74,13 +74,15 @@
 -- bound), drops the fields that ended or that this script could not have written, and returns
 -- every quarantine in force. The hash expires when its last quarantine ends.
 --
--- Returns {now µs, stale (1 or 0), then for each partition {rate, burst, slots, live
--- instances, global debt, target rate, target slots, retake, rate, burst and max_concurrent
--- in force, differ, hold}, then, with a quarantine key, {fingerprint, µs left, ...}}, retake
--- being, for a starved instance, µs until another instance's lease lapses (0: none, or not
--- starved), differ 1 when instances disagree on the limits, hold the debt the instance's
--- bucket must hold from now on (see above); numbers that may be fractional are strings, as
--- Redis truncates Lua numbers to integers in replies.
+-- Returns {now µs (a string), stale (1 or 0), then one string of each partition's results,
+-- 13 little-endian doubles each: {rate, burst, slots, live instances, global debt, target
+-- rate, target slots, retake, rate, burst and max_concurrent in force, differ, hold}, then,
+-- with a quarantine key, {fingerprint, µs left, ...}}. retake is, for a starved instance, µs
+-- until another instance's lease lapses, or 1 for an instance that gives slots back while
+-- another holds less than its target: it confirms at once, as Redis counts its earlier,
+-- larger limit as held until it reports the smaller one (0: neither); differ is 1 when
+-- instances disagree on the limits, hold the debt the instance's bucket must hold from now
+-- on (see above).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -153,7 +155,24 @@ local function fill(cap, demands, n)
   return share, math.max(left, 0)
 end
 
-local out = {num(now), 0}
+-- rank_of is an instance's draw for the odd slots in this ten-interval epoch, the same for
+-- every partition of the call.
+local epoch = tostring(math.floor(now / (10 * period)))
+local ranks = {}
+local function rank_of(f)
+  local r = ranks[f]
+  if r == nil then
+    r = redis.sha1hex(f .. '@' .. epoch)
+    ranks[f] = r
+  end
+  return r
+end
+
+-- Each partition's result is 13 little-endian doubles, all of them in one string: formatting
+-- numbers as text in Lua, and a reply of thirteen values per partition, cost more than the
+-- partition's own work.
+local result_format = '<ddddddddddddd'
+local out, results = {num(now), 0}, {}
 for i = 1, nparts do
   local key = KEYS[i]
   local a = head + (i - 1) * 11
@@ -172,38 +191,47 @@ for i = 1, nparts do
   local recovering = ARGV[a + 11] == '1'
 
   -- Read the partition, dropping instances whose lease has lapsed.
+  -- Each partition costs one HGETALL, one HSET, one PEXPIRE and, when something is to go,
+  -- one HDEL: a budget of a hundred thousand active tenants makes as many partition syncs
+  -- per instance and interval, each a handful of microseconds of Redis's one thread.
   local flat = redis.call('HGETALL', key)
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local gap_from, gap_to = 0, 0
+  local had_gap, had_lost = false, false
   local mine = nil
   local ids, others = {}, {}
   local gone, lapsed = 0, 0
+  local dels = {}
   for j = 1, #flat, 2 do
     local f, v = flat[j], flat[j + 1]
     if f == 'tat' then
       local x = tonumber(v)
       if finite(x) then tat = math.min(x, now + max_debt) end
     elseif f == 'gf' then
+      had_gap = true
       local x = tonumber(v)
       if within(x, 0, now) then gap_from = x end
     elseif f == 'gt' then
+      had_gap = true
       local x = tonumber(v)
       if within(x, 0, now) then gap_to = x end
     elseif f == 'last' then
       local x = tonumber(v)
       if within(x, 0, now) then last = x end
     elseif f == 'lu' then
+      had_lost = true
       local x = tonumber(v)
       if within(x, 0, now + ttl) then lost_until = x end
     elseif f == 'ln' then
+      had_lost = true
       local x = tonumber(v)
       if within(x, 0, max_lost) then lost_n = math.floor(x) end
     else
       local e = entry(v)
       if e == nil then
-        redis.call('HDEL', key, f)
+        dels[#dels + 1] = f
       elseif e[6] <= now then
-        redis.call('HDEL', key, f)
+        dels[#dels + 1] = f
         if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif e[7] == 1 and f ~= id then
         gone = gone + 1
@@ -265,11 +293,10 @@ for i = 1, nparts do
 
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
-  local retake = 0
+  local retake, yield = 0, 0
   if leave then
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
-    redis.call('HSET', key, id, cmsgpack.pack(mine))
   else
     live = live + 1
     -- Every caller orders the instances alike (by id), so that the odd slots go round the
@@ -325,10 +352,12 @@ for i = 1, nparts do
 
     local held_slots = 0
     if maxc > 0 then
-      -- Whole slots, max-min fair by slots wanted; an idle instance holds none. When the
-      -- slots do not divide evenly, the odd ones go round the instances in turn, ten sync
-      -- intervals each: with fewer slots than instances each gets its turn, and a handover
-      -- (which idles the slot until the old holder's next report) stays rare.
+      -- Whole slots: first max-min fair by slots wanted, then what no instance wants spread
+      -- evenly as headroom, so that a rise in demand finds slots at once instead of at the
+      -- next sync (see doc.go, "Slots with headroom"). Odd slots, of demand and then of
+      -- headroom, go round the instances, ten sync intervals each: with fewer slots than
+      -- instances each gets its turn, and a handover (which idles the slot until the old
+      -- holder's next report) stays rare.
       local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
       local cap = l_maxc - missing * math.floor(l_maxc / known)
@@ -338,20 +367,43 @@ for i = 1, nparts do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
       end
-      if spare > 0 then
-        -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
-        -- hashing): every caller ranks alike, and an instance that comes or goes moves only
-        -- its own odd slot, never the others'.
-        local epoch = tostring(math.floor(now / (10 * period)))
-        local rank, order = {}, {}
-        for k = 1, n do
-          rank[k] = redis.sha1hex(ids[k] .. '@' .. epoch)
-          order[k] = k
+      -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
+      -- hashing): every caller ranks alike, and an instance that comes or goes moves only its
+      -- own odd slot, never the others'. Drawn only when there are odd slots to hand out.
+      local order = nil
+      local function ranked()
+        if order == nil then
+          local rank = {}
+          order = {}
+          for k = 1, n do
+            rank[k] = rank_of(ids[k])
+            order[k] = k
+          end
+          table.sort(order, function(a, b) return rank[a] < rank[b] end)
         end
-        table.sort(order, function(a, b) return rank[a] < rank[b] end)
-        for _, k in ipairs(order) do
-          if spare <= 0 then break end
+        return order
+      end
+      if spare > 0 then
+        for k = 1, n do
           if w[k] > target[k] then
+            for _, j in ipairs(ranked()) do
+              if spare <= 0 then break end
+              if w[j] > target[j] then
+                target[j] = target[j] + 1
+                spare = spare - 1
+              end
+            end
+            break
+          end
+        end
+      end
+      if spare > 0 then
+        local each = math.floor(spare / n)
+        for k = 1, n do target[k] = target[k] + each end
+        spare = spare - each * n
+        if spare > 0 then
+          for _, k in ipairs(ranked()) do
+            if spare <= 0 then break end
             target[k] = target[k] + 1
             spare = spare - 1
           end
@@ -366,6 +418,17 @@ for i = 1, nparts do
       end
       g_slots = math.max(0, math.min(t_slots, cap - held))
       held_slots = math.max(g_slots, applied, inflight)
+      -- An instance that gives slots back while another holds less than its target confirms
+      -- at once that it applied its smaller grant: until it reports, Redis counts its
+      -- earlier, larger one as held, and the other waits for it.
+      if applied > g_slots then
+        for k = 1, n do
+          if k ~= me and others[ids[k]][4] < target[k] then
+            yield = 1
+            break
+          end
+        end
+      end
     end
 
     -- A starved instance (it wants more than it was granted) learns when the first lease of
@@ -383,30 +446,34 @@ for i = 1, nparts do
       end
     end
 
+    if yield == 1 then retake = 1 end
     mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
-    redis.call('HSET', key, id, cmsgpack.pack(mine))
   end
 
-  redis.call('HSET', key, 'tat', num(tat), 'last', num(now))
+  local sets = {id, cmsgpack.pack(mine), 'tat', num(tat), 'last', num(now)}
   if gap_to > gap_from then
-    redis.call('HSET', key, 'gf', num(gap_from), 'gt', num(gap_to))
-  else
-    redis.call('HDEL', key, 'gf', 'gt')
+    sets[7], sets[8], sets[9], sets[10] = 'gf', num(gap_from), 'gt', num(gap_to)
+  elseif had_gap then
+    dels[#dels + 1], dels[#dels + 2] = 'gf', 'gt'
   end
   if lost_n > 0 then
-    redis.call('HSET', key, 'lu', num(lost_until), 'ln', lost_n)
-  elseif lost_until > 0 then
-    redis.call('HDEL', key, 'lu', 'ln')
+    local k = #sets
+    sets[k + 1], sets[k + 2], sets[k + 3], sets[k + 4] = 'lu', num(lost_until), 'ln', lost_n
+  elseif had_lost then
+    dels[#dels + 1], dels[#dels + 2] = 'lu', 'ln'
   end
+  redis.call('HSET', key, unpack(sets))
+  if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
   -- Memory stays bounded: a partition lives while an instance takes part in it or its
   -- debt has not drained (at most an hour of it), then expires whole.
   local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
   redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
 
-  out[i + 2] = {num(g_rate), num(g_burst), g_slots, live, num(debt), num(t_rate), t_slots, retake,
-    num(l_rate), num(l_burst), l_maxc, differ, num(hold)}
+  results[i] = struct.pack(result_format, g_rate, g_burst, g_slots, live, debt, t_rate, t_slots, retake,
+    l_rate, l_burst, l_maxc, differ, hold)
 end
+out[3] = table.concat(results)
 
 if qfor > 0 then
   local key = KEYS[#KEYS]
@@ -447,6 +514,6 @@ if qfor > 0 then
     last = math.max(last, x)
   end
   if n > 0 then redis.call('PEXPIRE', key, math.ceil((last - now) / 1000) + 1) end
-  out[nparts + 3] = list
+  out[4] = list
 end
 return out

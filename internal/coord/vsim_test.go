@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +50,7 @@ type clockedRedis struct {
 	*redis.Client
 	script *redis.Script
 	now    func() time.Time
-	down   bool
+	down   atomic.Bool // the sim loop sets it; an abandoned call reads it from its own goroutine
 	lost   func() bool // whether the reply to a call that ran is lost; nil: none is
 }
 
@@ -68,7 +70,7 @@ func newClockedRedis(t *testing.T, rc *redis.Client, now func() time.Time) *cloc
 var errSimDown = errors.New("sim: Redis unreachable")
 
 func (c *clockedRedis) run(ctx context.Context, keys []string, args []any) *redis.Cmd {
-	if c.down {
+	if c.down.Load() {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(errSimDown)
 		return cmd
@@ -191,12 +193,19 @@ type simInst struct {
 // simulate runs cfg in steps of a millisecond of virtual time.
 func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 	t.Helper()
-	now := t0
-	clock := func() time.Time { return now }
+	// The virtual time, read also by a call that was abandoned and still runs.
+	var vt atomic.Int64
+	clock := func() time.Time { return t0.Add(time.Duration(vt.Load())) }
 	cr := newClockedRedis(t, rc, clock)
 	rng := rand.New(rand.NewPCG(cfg.seed, 1))
 	if cfg.lost > 0 {
-		cr.lost = func() bool { return rng.Float64() < cfg.lost }
+		lostRng := rand.New(rand.NewPCG(cfg.seed, 0)) // its own: an abandoned call draws from its goroutine
+		var mu sync.Mutex
+		cr.lost = func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return lostRng.Float64() < cfg.lost
+		}
 	}
 	nb := int(cfg.duration / simBucket)
 	res := simResult{seconds: make([][]float64, cfg.instances), debt: make([]float64, nb), lease: make([]float64, nb)}
@@ -217,8 +226,9 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 		order[i] = i
 	}
 	for el := time.Duration(0); el < cfg.duration; el += time.Millisecond {
-		now = t0.Add(el)
-		cr.down = cfg.down != nil && cfg.down(el)
+		vt.Store(int64(el))
+		now := t0.Add(el)
+		cr.down.Store(cfg.down != nil && cfg.down(el))
 		bucket := int(el / simBucket)
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, i := range order {

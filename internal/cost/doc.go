@@ -1,5 +1,8 @@
-// Package cost predicts how many execution seconds a statement will cost before it is sent, and
-// runs the EXPLAIN that the prediction starts from.
+// Package cost predicts how many execution seconds a statement will cost before it is sent,
+// from the planner cost an EXPLAIN gave (package pgxexplain runs it on the statement's own
+// connection) and from what the pattern's executions took.
+//
+// It imports the standard library only: no database driver.
 //
 // Only statements that match a budget needing a cost come here (design step 5); everything else
 // takes the fast path and never touches this package.
@@ -49,11 +52,4 @@
 // trips, where an EXPLAIN per call is cheap insurance. One call to Predict answers the cached
 // plan cost, the prediction and the volatility check together, under one lock, without
 // allocating.
-//
-// # Running EXPLAIN safely
-//
-// [Explain] runs EXPLAIN of the caller's statement with the caller's arguments on the caller's
-// connection, and never changes the caller's session or transaction (a savepoint guards it inside
-// a transaction). Every failure is the caller's cue to fall back to history; the caller's
-// statement is never failed or altered by it.
 package cost

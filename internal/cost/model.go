@@ -2,6 +2,7 @@ package cost
 
 import (
 	"cmp"
+	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -330,3 +331,8 @@ func (m *Model) Top(n int) []PatternStats {
 	})
 	return slices.Clone(all[:min(n, len(all))])
 }
+
+// ErrNotSent is wrapped by every error of an EXPLAIN that reached no server (an aborted
+// transaction, a busy or closed connection, arguments that cannot be encoded): the engine then
+// counts no EXPLAIN call. Any other error means an EXPLAIN was sent and failed.
+var ErrNotSent = errors.New("cost: explain not sent")

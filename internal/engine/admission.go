@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -124,7 +126,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 			wait = d.RetryAfter
 		case wakeHealth:
 			wait = min(wait, d.RetryAfter)
-			if s := e.sampler(); s != nil {
+			if s := e.health.Load(); s != nil {
 				sampled = s.Published()
 			}
 		}
@@ -211,9 +213,9 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 		o := c.owners[den.Index]
 		d := o.bs.denial(st, o.rule, c.exec(o), den)
 		switch {
-		case den.Reason == ReasonPerQuery && !den.Queued:
+		case den.Reason == vocab.ReasonPerQuery && !den.Queued:
 			return o, d, wakeNever // waiting cannot make a statement cheaper
-		case den.Queued || den.Reason == ReasonConcurrency:
+		case den.Queued || den.Reason == vocab.ReasonConcurrency:
 			return o, d, wakeTurn
 		}
 		return o, d, wakeAt

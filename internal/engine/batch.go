@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -70,7 +68,7 @@ type batchWork struct {
 // batch (nothing may be sent: every statement's Result is the block), or ctx's error when ctx
 // ended while waiting for capacity. On an error nothing is held and b needs no Finish; a panic
 // in code BeginBatch calls (an observer, a logger) gives back what it took.
-func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, queries []string, args [][]any) error {
+func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn Conn, queries []string, args [][]any) error {
 	return e.beginBatch(ctx, b, conn, false, queries, args)
 }
 
@@ -83,7 +81,7 @@ func (e *Engine) BeginBatchBeforeConn(ctx context.Context, b *Batch, queries []s
 }
 
 // beginBatch is BeginBatch (later false) and BeginBatchBeforeConn.
-func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn *pgx.Conn, later bool, queries []string,
+func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool, queries []string,
 	args [][]any) error {
 	b.reset(e, len(queries))
 	begun := false
@@ -179,7 +177,7 @@ func (b *Batch) reset(e *Engine, n int) {
 // batchStatement guards and costs statement i of b, routed to rt, and adds its budgets to b's
 // union: its enforce budgets' requests to b.holds at its predicted cost. Its warn budgets are
 // added too, admitted after the enforce ones (admitBatch).
-func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i int, rt *route, conn *pgx.Conn,
+func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i int, rt *route, conn Conn,
 	query string, args []any) error {
 	x := &b.Execs[i]
 	p := x.Pattern

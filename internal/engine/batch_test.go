@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -37,7 +39,7 @@ rules:
 	if n := budgetInFlight(t, e, "a"); n != 1 {
 		t.Fatalf("a in flight %d, want 1", n)
 	}
-	if _, err := begin(e, ctx, "select 4"); denial(t, err).Reason != ReasonConcurrency {
+	if _, err := begin(e, ctx, "select 4"); denial(t, err).Reason != vocab.ReasonConcurrency {
 		t.Fatal("the batch should hold a's only slot")
 	}
 	for i := range b.Execs {
@@ -77,14 +79,14 @@ rules:
 	}
 	var b Batch
 	err = e.BeginBatch(ctx, &b, nil, []string{"select 1", "select * from big", "select 2"}, nil)
-	if d := denial(t, err); d.Budget != "b" || d.Reason != ReasonConcurrency {
+	if d := denial(t, err); d.Budget != "b" || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("denial %+v", d)
 	}
 	if a := budgetInFlight(t, e, "a"); a != 0 {
 		t.Fatalf("a in flight %d after a refused batch", a)
 	}
 	for i := range b.Execs {
-		if x := &b.Execs[i]; x.Decision != DecisionBlock || x.Reason != ReasonConcurrency {
+		if x := &b.Execs[i]; x.Decision != DecisionBlock || x.Reason != vocab.ReasonConcurrency {
 			t.Fatalf("statement %d: %s %s", i, x.Decision, x.Reason)
 		}
 	}
@@ -111,7 +113,7 @@ guards: {require_where: enforce}
 	ctx := tagging.With(context.Background(), "app", "x")
 	var b Batch
 	err := e.BeginBatch(ctx, &b, nil, []string{"insert into t values (1)", "delete from t", "select 1"}, nil)
-	if d := denial(t, err); d.Reason != ReasonGuard {
+	if d := denial(t, err); d.Reason != vocab.ReasonGuard {
 		t.Fatalf("denial %+v", d)
 	}
 	for i := range b.Execs {
@@ -153,7 +155,7 @@ rules:
 	}
 	b.Finish(ctx, nil)
 	err := e.BeginBatch(ctx, &b, nil, []string{q, q}, nil)
-	if d := denial(t, err); d.Reason != ReasonPerQuery {
+	if d := denial(t, err); d.Reason != vocab.ReasonPerQuery {
 		t.Fatalf("two statements of 300ms under a 500ms limit: %+v", d)
 	}
 }
@@ -178,7 +180,7 @@ rules:
 		var b Batch
 		done <- e.BeginBatch(cctx, &b, nil, []string{"select 2", "select 3"}, nil)
 	}()
-	<-clk.waiting // the batch waits
+	waiting(t, clk, done) // the batch waits
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
@@ -250,12 +252,12 @@ rules:
 		t.Fatal(err)
 	}
 	var b Batch
-	if d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select 1", "select 2", "select * from t"}, nil)); d.Reason != ReasonConcurrency {
+	if d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select 1", "select 2", "select * from t"}, nil)); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("denial %+v", d)
 	}
 	hold.Finish(ctx, nil)
 	admitted, blocked, by := decisionsOf(t, e, "a")
-	if obs.blocked != 3 || admitted != 1 || blocked != 3 || by[ReasonConcurrency] != 3 {
+	if obs.blocked != 3 || admitted != 1 || blocked != 3 || by[vocab.ReasonConcurrency] != 3 {
 		t.Errorf("observer told of %d blocks; budget admitted %d, blocked %d %v: want 3 blocks in both", obs.blocked,
 			admitted, blocked, by)
 	}
@@ -285,7 +287,7 @@ rules:
 	ctx := context.Background()
 	var b Batch
 	d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select 1", "select * from audit"}, nil))
-	if d.Budget != "frozen" || d.Reason != ReasonConcurrency {
+	if d.Budget != "frozen" || d.Reason != vocab.ReasonConcurrency {
 		t.Errorf("zero limit: denial %+v", d)
 	}
 	if _, blocked, _ := decisionsOf(t, e, "frozen"); blocked != 2 {
@@ -295,7 +297,7 @@ rules:
 	if err := e.BeginBatch(ctx, &b, nil, []string{"select * from notes", "select 2"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if x := &b.Execs[0]; x.Decision != DecisionWarn || x.Reason != ReasonBudget {
+	if x := &b.Execs[0]; x.Decision != DecisionWarn || x.Reason != vocab.ReasonBudget {
 		t.Errorf("warn zero limit: statement 0 %s %s, want a budget warning", x.Decision, x.Reason)
 	}
 	b.Finish(ctx, nil)
@@ -303,7 +305,7 @@ rules:
 	rctx := tagging.With(ctx, "app", "r")
 	overrun(t, e, clk, rctx, "select pg_sleep(5)")
 	d = denial(t, e.BeginBatch(rctx, &b, nil, []string{"select 1", "select pg_sleep(5)"}, nil))
-	if d.Budget != "r" || d.Reason != ReasonQuarantine || d.RetryAfter <= 0 {
+	if d.Budget != "r" || d.Reason != vocab.ReasonQuarantine || d.RetryAfter <= 0 {
 		t.Errorf("quarantine: denial %+v", d)
 	}
 	if err := e.BeginBatch(rctx, &b, nil, []string{"select 1", "select 2"}, nil); err != nil {

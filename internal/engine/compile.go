@@ -2,25 +2,13 @@ package engine
 
 import (
 	"fmt"
-	"slices"
-	"sort"
+	"sync"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
-)
-
-// Reasons, as defined once in driver/rules (reason.go).
-const (
-	ReasonConcurrency = rules.ReasonConcurrency
-	ReasonPerQuery    = rules.ReasonPerQuery
-	ReasonBudget      = rules.ReasonBudget
-	ReasonGuard       = rules.ReasonGuard
-	ReasonHealth      = rules.ReasonHealth
-	ReasonQuarantine  = rules.ReasonQuarantine
-	ReasonMaxDuration = rules.ReasonMaxDuration
 )
 
 // Guard names, as reported in BlockedError.Budget and .Rule.
@@ -131,18 +119,70 @@ func (g *guardState) matches(tags []ruleset.KV) bool {
 	return len(g.scope.Match(tags, buf[:0])) > 0
 }
 
-// compile builds the immutable state of cfg. e.life.mu must be held (it updates
-// e.life.budgets).
-func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
+// Rules is a compiled rule set, ready for [Engine.Install]: one immutable version of a
+// Config, with what installing it changes in the budgets it keeps.
+type Rules struct {
+	c      *compiled
+	base   uint64           // the registry's version the budgets were resolved against
+	byName map[string]named // the budgets by name
+	quar   []rules.Budget   // the budgets' quarantine settings, for the quarantine table
+}
+
+// named is one budget of a Rules: its state, and the limits it takes at Install.
+type named struct {
+	b    *budget.Budget
+	spec budget.Spec
+}
+
+// Gen orders compiled rule sets: a later Compile has a greater Gen.
+func (r *Rules) Gen() uint64 { return r.c.gen }
+
+// Budget returns the budget named name of r and its limits; nil if r has none. It is the one
+// in force when r keeps it, so that its state (debt, statements in flight) carries over.
+func (r *Rules) Budget(name string) (*budget.Budget, budget.Spec) {
+	n := r.byName[name]
+	return n.b, n.spec
+}
+
+// HealthInterval is r's health_interval, its default when the Config leaves it out.
+func (r *Rules) HealthInterval() time.Duration { return r.c.healthInterval }
+
+// registry is the budgets by name, kept across reloads so that debt and in-flight counts
+// survive. Compile reads it and Install replaces it, each under mu for a few map operations:
+// never across a compile.
+type registry struct {
+	mu      sync.Mutex
+	version uint64 // counts the Installs
+	budgets map[string]*budget.Budget
+}
+
+// Compile validates cfg and builds its immutable rule set, to be put in force by Install. It
+// holds no lock while it compiles, and changes nothing a statement reads: budgets that keep their
+// name are found in the rules in force and keep their state, and their new limits wait for
+// Install. An invalid cfg is an error naming the problem.
+func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
+	gen := e.gens.Add(1) // first: the order of the calls, whatever each then waits for
+	if cfg == nil {
+		cfg = &rules.Config{}
+	}
+	// Validated even when it comes from rules.Parse, which validated it: a Config is plain data
+	// that the caller may have changed since, and a mark of "validated" would go stale.
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := e.now()
+	warnAllLapsed(e.log, cfg, now)
 	cores := serverCores(cfg)
-	e.life.gen++
-	c := &compiled{gen: e.life.gen, healthInterval: time.Duration(cfg.HealthInterval)}
+	e.reg.mu.Lock()
+	base, inForce := e.reg.version, e.reg.budgets
+	e.reg.mu.Unlock() // inForce is never changed, only replaced (Install)
+	c := &compiled{gen: gen, healthInterval: time.Duration(cfg.HealthInterval)}
 	if c.healthInterval <= 0 {
 		c.healthInterval = rules.DefaultHealthInterval
 	}
+	r := &Rules{c: c, base: base, quar: cfg.Budgets, byName: make(map[string]named, len(cfg.Budgets))}
 	// Sized up front: a config may hold a budget per tenant.
 	index := make(map[string]int, len(cfg.Budgets))
-	keep := make(map[string]*budget.Budget, len(cfg.Budgets))
 	c.budgets = make([]*budgetState, 0, len(cfg.Budgets))
 	for i, b := range cfg.Budgets {
 		spec := budget.Spec{
@@ -161,13 +201,11 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		if spec.MaxQueue == 0 {
 			maxWait = 0 // max_queue: 0 lets none wait
 		}
-		bb, ok := e.life.budgets[b.Name]
-		if ok {
-			bb.SetSpec(e.now(), spec)
-		} else {
+		bb, ok := inForce[b.Name]
+		if !ok {
 			bb = budget.New(spec)
 		}
-		keep[b.Name] = bb
+		r.byName[b.Name] = named{bb, spec}
 		index[b.Name] = i
 		c.budgets = append(c.budgets, &budgetState{
 			name:        b.Name,
@@ -225,20 +263,46 @@ func (e *Engine) compile(cfg *rules.Config) (*compiled, error) {
 		c.guards = append(c.guards, gs)
 	}
 	c.empty = c.rules == nil && len(c.guards) == 0
-	// A removed budget whose statements still hold slots, or whose debt has not drained, stays
-	// in e.life.budgets (not in force) so that a later reload re-adding it finds its state; its
-	// statements release into it meanwhile. A reload that finds it idle forgets it.
+	return r, nil
+}
+
+// Current reports whether r's budgets were resolved against the rules in force: false once
+// another Install came between r's Compile and now, when r must be compiled again to keep the
+// state of the budgets that Install added.
+func (e *Engine) Current(r *Rules) bool {
+	e.reg.mu.Lock()
+	defer e.reg.mu.Unlock()
+	return r.base == e.reg.version
+}
+
+// Install puts r in force for the next statement: the kept budgets take their new limits and
+// r's rules are swapped in. Its caller serialises Installs, and installs only a Current r.
+// Statements are not held up: they read the rules in force until the swap.
+//
+// A removed budget whose statements still hold slots, or whose debt has not drained, stays in
+// the registry (not in force) so that a later reload re-adding it finds its state; its
+// statements release into it meanwhile. A reload that finds it idle forgets it.
+func (e *Engine) Install(r *Rules) {
 	now := e.now()
-	for name, bb := range e.life.budgets {
+	keep := make(map[string]*budget.Budget, len(r.byName))
+	for name, n := range r.byName {
+		n.b.SetSpec(now, n.spec) // a new budget's is the one it was made with
+		keep[name] = n.b
+	}
+	e.reg.mu.Lock()
+	for name, bb := range e.reg.budgets {
 		if _, ok := keep[name]; !ok {
 			if s := bb.Snapshot(now); s.InFlight > 0 || s.Debt > 0 {
 				keep[name] = bb
 			}
 		}
 	}
-	e.life.budgets = keep
-	e.quarantined.configure(cfg.Budgets)
-	return c, nil
+	e.reg.budgets = keep
+	e.reg.version++
+	e.reg.mu.Unlock()
+	e.quarantined.configure(r.quar)
+	e.state.Store(r.c)
+	e.stats.Reloads.Add(1)
 }
 
 // serverCores is cfg's server_cores, or its default when cfg leaves it out: a Config built in
@@ -248,23 +312,6 @@ func serverCores(cfg *rules.Config) float64 {
 		return cfg.ServerCores
 	}
 	return rules.DefaultServerCores
-}
-
-// healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).
-func healthMetrics(cfg *rules.Config) []string {
-	var out []string
-	for _, b := range cfg.Budgets {
-		if parseMode(b.Mode) == modeOff {
-			continue
-		}
-		for k := range b.ThrottleWhen {
-			if k != rules.MetricInFlight && !slices.Contains(out, k) {
-				out = append(out, k)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func formatThreshold(metric string, value, threshold float64) string {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -98,7 +98,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 // decide runs guards, rules, health, cost and admission for x. On success the statement's holds
 // are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
 // waited for capacity, so the statement's clock restarts.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn *pgx.Conn, query string,
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn Conn, query string,
 	args []any) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
@@ -194,20 +194,20 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
 			continue
 		}
-		d := &Denial{Budget: g.name, Rule: g.name, Reason: ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
+		d := &Denial{Budget: g.name, Rule: g.name, Reason: vocab.ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
 		if !p.Parsed {
 			d.Limit = limitUnparsable // say why: the statement may well have a WHERE
 		}
 		if g.mode == modeEnforce {
-			x.Decision, x.Reason = DecisionBlock, ReasonGuard
+			x.Decision, x.Reason = DecisionBlock, vocab.ReasonGuard
 			e.recordBlock(x.start, d, p)
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d
 		}
-		x.Decision, x.Reason = DecisionWarn, ReasonGuard
+		x.Decision, x.Reason = DecisionWarn, vocab.ReasonGuard
 		e.noteWarn(g.name, d, p)
 		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(g.name, DecisionWarn, ReasonGuard)
+			e.obs.Decision(g.name, DecisionWarn, vocab.ReasonGuard)
 		}
 	}
 	return nil
@@ -252,12 +252,9 @@ func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 
 type budgetWarn struct{ budget, reason string }
 
-// ReasonWarningThreshold is the reason of a warning that a limit is nearly full.
-const ReasonWarningThreshold = rules.ReasonWarningThreshold
-
 // thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
 func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {
-	x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: ReasonWarningThreshold,
+	x.warnBudget(e, bs.name, &Denial{Budget: bs.name, Rule: rule, Reason: vocab.ReasonWarningThreshold,
 		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)})
 }
 
@@ -266,7 +263,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	if len(bs.throttle) == 0 {
 		return nil
 	}
-	sampler := e.sampler()
+	sampler := e.health.Load()
 	if sampler == nil {
 		if _, ok := bs.throttle[rules.MetricInFlight]; !ok || len(bs.throttle) != 1 {
 			return nil
@@ -283,7 +280,7 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	} else if th, ok := bs.throttle[metric]; ok {
 		limit = formatThreshold(metric, value, th)
 	}
-	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: vocab.ReasonHealth, Fingerprint: x.Pattern.Fingerprint,
 		Limit: limit, RetryAfter: st.healthInterval}
 }
 
@@ -294,7 +291,7 @@ var localOnly = health.NewSampler(health.Options{})
 // whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
 // fail the statement. needConn reports, for a statement with no connection yet (x.later), that
 // it would EXPLAIN: nothing else is returned or counted.
-func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any,
+func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, args []any,
 	mode explainMode) (seconds, planCost float64, sent, needConn bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
@@ -316,7 +313,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn *pgx.Conn, query str
 		}
 		if conn != nil {
 			t0 := e.now()
-			c, err := cost.Explain(ctx, conn, query, args)
+			c, err := conn.Explain(ctx, query, args)
 			switch {
 			case errors.Is(err, cost.ErrNotSent):
 				// Nothing reached the server (an aborted transaction, a busy connection): no call

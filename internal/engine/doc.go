@@ -1,9 +1,16 @@
 // Package engine is pgtraffic's decision core: for every statement it finds the pattern, merges
 // the tags and matches the rule set, predicts the cost when a budget needs it, and admits, warns
-// about or blocks the statement. Time comes from one injected clock ([Options.Now],
-// [Options.After]). The layers point down:
+// about or blocks the statement. It decides over one immutable compiled rule set at a time; the
+// health sampler and the coordinator of shared budgets reach it through what it is handed
+// (SetHealth, ShareQuarantines, AddQuarantines, and each budget's leases). Time comes from one
+// injected clock ([Options.Now], [Options.After]). The layers point down:
 //
-//	driver (the front ends) → engine → pattern, guard, ruleset, cost, budget, health, coord
+//	driver (the front ends) → runtime (rules file, sampler, coordinator) → engine
+//	engine → pattern, guard, ruleset, cost, budget, health
+//
+// It may import those packages, driver/rules and tagging; it knows no front end, no database
+// driver (a statement's connection is a [Conn], which EXPLAINs), no file watcher and no Redis
+// client.
 //
 // # The path of one statement
 //
@@ -15,6 +22,8 @@
 //	engine.go     Begin: built-in, comment and context tags merged when something reads them
 //	decide.go     route (ruleset), guards, cost (cost.Model, EXPLAIN), health, admission; a
 //	              pattern never seen has an unknown cost, reserved conservatively until it ends
+//	admission.go  the one admission of statements, batches and Check: zero limits, health,
+//	              quarantine and budgets, all-or-nothing, waiting in the budgets' queues
 //	budget        all-or-nothing admission in the enforce budgets, each behind its own lock
 //	blocks.go     a refusal recorded for the status; log.go: warn and block logs, rate-limited
 //	engine.go     Finish: holds released, debt trued up, the cost model trained
@@ -31,12 +40,10 @@
 //
 // The statement reads the rules in force as one immutable value, swapped atomically.
 //
-// # Beside the statements
+// # New rules
 //
-// What changes what statements read runs beside them, and holds no lock a statement takes
-// across a compile, a file read or a network call (lifecycle.go): [Engine.SetConfig] compiles
-// the rules (compile.go) and swaps them in, and it starts, reconfigures and stops the health
-// sampler (health.go) and the coordinator of shared budgets (coord.go); the rules-file watcher
-// (watch.go) calls SetConfig; [Engine.Close] stops them all. snapshot.go and check.go read the
-// budgets for the status and for batch jobs.
+// [Engine.Compile] builds a Config's rule set without holding a lock and without changing what
+// statements read; [Engine.Install] puts it in force: the budgets that keep their name keep
+// their state, and take their new limits. Whoever installs serialises the Installs (the
+// runtime does). snapshot.go and check.go read the budgets for the status and for batch jobs.
 package engine

@@ -10,12 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -52,24 +49,16 @@ type Options struct {
 	// Connection metadata, the built-in tags of every statement.
 	User, Database, ApplicationName string
 
-	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
-	HealthConnect func(ctx context.Context) (*pgx.Conn, error)
-
 	// Observer, when set, sees every statement's decision and completion (telemetry).
 	Observer Observer
-
-	// Redis, when set, is the client shared budgets coordinate through, instead of one made
-	// from the coordination section's URL (coord.go). Instance names this engine in Redis
-	// (tests: two engines in one process); a random id when empty.
-	Redis    redis.UniversalClient
-	Instance string
 }
 
 // Engine decides, for each statement, whether it may run. It is safe for concurrent use.
 //
-// Its fields are in two parts (see the package documentation): what a statement reads, each
-// immutable, atomic or behind a lock of its own that is held only for a few steps; and what runs
-// beside the statements, which changes what they read (lifecycle.go).
+// What a statement reads is immutable, atomic or behind a lock of its own that is held only for
+// a few steps. What changes it (a reload, the health sampler, the coordinator) runs beside the
+// statements, in the package that owns their lifecycles, through Compile and Install,
+// SetHealth and the quarantine exchange (quarantine.go).
 type Engine struct {
 	log      *slog.Logger
 	obs      Observer
@@ -89,15 +78,10 @@ type Engine struct {
 	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
 	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
-	// (health.go). Statements load it; a reload replaces it.
-	health atomic.Pointer[sampling]
-
-	healthConnect func(ctx context.Context) (*pgx.Conn, error)
-	redis         redis.UniversalClient
-	instance      string
-	// coordinator is the running coordinator, for the status; nil without one (coord.go).
-	coordinator atomic.Pointer[coord.Coordinator]
-	life        lifecycle // reloads and Close (lifecycle.go)
+	// (SetHealth). Statements load it.
+	health atomic.Pointer[health.Sampler]
+	gens   atomic.Uint64 // numbers the Compiles (Rules.Gen)
+	reg    registry      // the budgets by name, across reloads (compile.go)
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -125,18 +109,14 @@ func New(o Options) *Engine {
 		size = pattern.DefaultMaxEntries
 	}
 	e := &Engine{
-		log:           o.Logger,
-		now:           o.Now,
-		after:         o.After,
-		patterns:      pattern.NewCache(size),
-		texts:         newTextCache(size),
-		model:         cost.NewModel(size),
-		obs:           o.Observer,
-		maxKeys:       o.MaxBuckets,
-		healthConnect: o.HealthConnect,
-		redis:         o.Redis,
-		instance:      o.Instance,
-		life:          lifecycle{budgets: map[string]*budget.Budget{}},
+		log:      o.Logger,
+		now:      o.Now,
+		after:    o.After,
+		patterns: pattern.NewCache(size),
+		texts:    newTextCache(size),
+		model:    cost.NewModel(size),
+		obs:      o.Observer,
+		maxKeys:  o.MaxBuckets,
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
@@ -151,6 +131,18 @@ func New(o Options) *Engine {
 	e.state.Store(&compiled{empty: true})
 	return e
 }
+
+// Clock is e's clock (Options.Now and Options.After), for what runs beside the statements.
+func (e *Engine) Clock() (now func() time.Time, after func(time.Duration) <-chan time.Time) {
+	return e.now, e.after
+}
+
+// Logger is e's logger (Options.Logger).
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
+// SetHealth makes s the health sampler that throttle_when reads from the next statement on;
+// nil: none (only in_flight, a local count, is evaluated).
+func (e *Engine) SetHealth(s *health.Sampler) { e.health.Store(s) }
 
 // PatternStats reports pattern lookups answered from cache (the text cache in front of the
 // pattern cache included), misses (each one pg_query parse) and the cached patterns.
@@ -270,15 +262,24 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
+// Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
+// statement there for its planner cost, never to send it. It returns the plan's total cost in
+// planner units; an error wrapping [cost.ErrNotSent] means nothing reached the server. The
+// front end implements it over its driver's connection (internal/cost/pgxexplain).
+type Conn interface {
+	Explain(ctx context.Context, query string, args []any) (float64, error)
+}
+
 // Begin decides whether a statement may run, into x (see [Exec] for the lifecycle). It is the
 // engine's one entry point for every front end.
 //
 //   - ctx is the caller's context: its tags (tagging) route the statement, its end stops a wait
 //     for capacity, and it bounds the EXPLAIN.
-//   - conn is the connection the statement will run on: (*stdlib.Conn).Conn() under
-//     database/sql, (*pgxpool.Conn).Conn() or a pgx.Tx's Conn() under pgxpool. The front end
-//     holds it, so nothing else uses it while Begin runs; Begin uses it only for EXPLAIN. nil
-//     means no EXPLAIN: the cost is predicted from history.
+//   - conn is the connection the statement will run on, as a [Conn] (the driver's
+//     pgxexplain.On of (*stdlib.Conn).Conn() under database/sql, of (*pgxpool.Conn).Conn() or a
+//     pgx.Tx's Conn() under pgxpool). The front end holds it, so nothing else uses it while
+//     Begin runs; Begin uses it only for EXPLAIN. nil means no EXPLAIN: the cost is predicted
+//     from history.
 //   - query is the statement's SQL text, as the front end will send it (not a prepared
 //     statement's name).
 //   - args are its arguments as Go values, as pgx's Query takes them: leading pgx options
@@ -286,10 +287,10 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 //     would honour them. Begin reads them only during the call and keeps no reference: the front
 //     end may reuse the slice when it returns.
 //
-// When a budget of the statement needs a planner cost, Begin runs EXPLAIN (FORMAT JSON) of the
-// statement with its arguments on conn (see cost.Explain): never executed, in a savepoint when
-// conn is in a transaction, nothing sent when conn is busy, closed or in an aborted transaction.
-// A failed EXPLAIN falls back to history and never fails the statement.
+// When a budget of the statement needs a planner cost, Begin asks conn to EXPLAIN the statement
+// with its arguments (pgxexplain.Explain: never executed, in a savepoint when conn is in a
+// transaction, nothing sent when conn is busy, closed or in an aborted transaction). A failed
+// EXPLAIN falls back to history and never fails the statement.
 //
 // Begin returns nil when the statement may run (then x must be finished with Finish when it
 // completes), a *Denial when it is blocked (nothing may be sent), or ctx's error when ctx ended
@@ -301,7 +302,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 // returned (carrying the statement's span), as a pgx QueryTracer's TraceQueryStart returns
 // one. The front end passes it to Finish, which hands it back to the observer, as pgx hands
 // TraceQueryStart's context to TraceQueryEnd: the statement's telemetry travels in it.
-func (e *Engine) Begin(ctx context.Context, x *Exec, conn *pgx.Conn, query string, args []any) (context.Context, error) {
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
 	return e.begin(ctx, x, conn, false, query, args)
 }
 
@@ -326,7 +327,7 @@ func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, arg
 
 // begin is Begin (later false) and BeginBeforeConn (later: conn is nil, and comes after the
 // decision).
-func (e *Engine) begin(ctx context.Context, x *Exec, conn *pgx.Conn, later bool, query string, args []any) (
+func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, query string, args []any) (
 	context.Context, error) {
 	st := e.state.Load()
 	var wants Wants
@@ -381,7 +382,7 @@ func (x *Exec) unwind() {
 // decideStatement is Begin's work for a statement that something reads: it starts the
 // statement's clock, merges its tags when they are read, and decides it under st's rules.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	conn *pgx.Conn, query string, args []any) error {
+	conn Conn, query string, args []any) error {
 	if !st.empty || x.Wants != 0 {
 		x.start = e.now()
 	}

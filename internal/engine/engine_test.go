@@ -11,70 +11,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
-	"github.com/pgtraffic/pgtraffic/internal/redistest"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // clock is a settable fake clock with fake timers: nothing in these tests waits in real time.
-type clock struct {
-	mu      sync.Mutex
-	t       time.Time
-	timers  []fakeTimer
-	waiting chan struct{} // receives when a timer is set
-}
-
-type fakeTimer struct {
-	at time.Time
-	c  chan time.Time
-}
-
-func newClock() *clock {
-	return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), waiting: make(chan struct{}, 100)}
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// after is the fake time.After: its channel receives once advance passes d from now.
-func (c *clock) after(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, fakeTimer{c.t.Add(d), ch})
-	select {
-	case c.waiting <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if tm.at.After(c.t) {
-			kept = append(kept, tm)
-			continue
-		}
-		tm.c <- c.t
-	}
-	c.timers = kept
-}
-
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newEngine(t testing.TB, rulesText string, o ...func(*Options)) (*Engine, *clock) {
+func newEngine(t testing.TB, rulesText string, o ...func(*Options)) (*Engine, *fakeclock.Clock) {
 	t.Helper()
-	clk := newClock()
-	opts := Options{Logger: quiet, Now: clk.now, After: clk.after, User: "app", Database: "shop"}
+	clk := fakeclock.New()
+	opts := Options{Logger: quiet, Now: clk.Now, After: clk.After, User: "app", Database: "shop"}
 	for _, f := range o {
 		f(&opts)
 	}
@@ -84,21 +37,30 @@ func newEngine(t testing.TB, rulesText string, o ...func(*Options)) (*Engine, *c
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.SetConfig(cfg); err != nil {
+		if err := e.setConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { e.Close() })
 	return e, clk
 }
 
+// setConfig puts cfg in force as the runtime does: Compile, then Install.
+func (e *Engine) setConfig(cfg *rules.Config) error {
+	r, err := e.Compile(cfg)
+	if err != nil {
+		return err
+	}
+	e.Install(r)
+	return nil
+}
+
 // run begins a statement and, if admitted, finishes it after d of fake time.
-func run(e *Engine, clk *clock, ctx context.Context, query string, d time.Duration) error {
+func run(e *Engine, clk *fakeclock.Clock, ctx context.Context, query string, d time.Duration) error {
 	x, err := begin(e, ctx, query)
 	if err != nil {
 		return err
 	}
-	clk.advance(d)
+	clk.Advance(d)
 	x.Finish(ctx, nil)
 	return nil
 }
@@ -172,7 +134,7 @@ rules:
 	}
 	// b is full: the heavy statement is refused and takes nothing from a.
 	_, err = begin(e, heavy, "select 1")
-	if d := denial(t, err); d.Budget != "b" || d.Reason != ReasonConcurrency || d.Rule != "app=x,kind=heavy" || d.RetryAfter <= 0 {
+	if d := denial(t, err); d.Budget != "b" || d.Reason != vocab.ReasonConcurrency || d.Rule != "app=x,kind=heavy" || d.RetryAfter <= 0 {
 		t.Fatalf("denial %+v", d)
 	}
 	if bs := e.Budgets()[0]; bs.InFlight != 1 {
@@ -215,10 +177,10 @@ rules:
 		}
 		admitted++
 	}
-	if d == nil || d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+	if d == nil || d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 		t.Fatalf("bucket never blocked; admitted %d, denial %+v", admitted, d)
 	}
-	clk.advance(d.RetryAfter)
+	clk.Advance(d.RetryAfter)
 	if err := run(e, clk, ctx, q, 300*time.Millisecond); err != nil {
 		t.Fatalf("after RetryAfter: %v", err)
 	}
@@ -240,7 +202,7 @@ rules:
 	if err != nil {
 		t.Fatalf("warn mode blocked: %v", err)
 	}
-	if x2.Decision != DecisionWarn || x2.Reason != ReasonConcurrency {
+	if x2.Decision != DecisionWarn || x2.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("decision %s/%s", x2.Decision, x2.Reason)
 	}
 	x1.Finish(ctx, nil)
@@ -294,7 +256,7 @@ guards:
 			}
 			continue
 		}
-		if d := denial(t, err); d.Reason != ReasonGuard || d.Rule != tc.block {
+		if d := denial(t, err); d.Reason != vocab.ReasonGuard || d.Rule != tc.block {
 			t.Errorf("%q: %+v", tc.q, d)
 		}
 	}
@@ -323,13 +285,8 @@ rules:
 		}
 		done <- err
 	}()
-	<-clk.waiting // the second statement waits for a slot (its max_wait timer is set)
-	select {
-	case err := <-done:
-		t.Fatalf("the waiter did not wait: %v", err)
-	default:
-	}
-	x1.Finish(ctx, nil) // frees the slot: the waiter takes it at once, the clock unmoved
+	waiting(t, clk, done) // the second statement waits for a slot (its max_wait timer is set)
+	x1.Finish(ctx, nil)   // frees the slot: the waiter takes it at once, the clock unmoved
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
@@ -340,15 +297,15 @@ rules:
 		_, err := begin(e, ctx, "select 1")
 		done <- err
 	}()
-	<-clk.waiting
-	clk.advance(1999 * time.Millisecond)
+	waiting(t, clk, done)
+	clk.Advance(1999 * time.Millisecond)
 	select {
 	case err := <-done:
 		t.Fatalf("refused before max_wait ended: %v", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	clk.advance(time.Millisecond)
-	if d := denial(t, <-done); d.Reason != ReasonConcurrency {
+	clk.Advance(time.Millisecond)
+	if d := denial(t, <-done); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("after max_wait: %+v", d)
 	}
 	// A cancelled context ends the wait with its error.
@@ -357,7 +314,7 @@ rules:
 		_, err := begin(e, cctx, "select 1")
 		done <- err
 	}()
-	<-clk.waiting
+	waiting(t, clk, done)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
@@ -365,6 +322,19 @@ rules:
 	x1.Finish(ctx, nil)
 	if n := e.state.Load().budgets[0].b.Waiting(""); n != 0 {
 		t.Fatalf("%d statements still queued after every waiter left", n)
+	}
+}
+
+// waiting returns once a statement sets its wait's timer, and fails the test if the statement
+// ends (done) first: it did not wait.
+func waiting(t *testing.T, clk *fakeclock.Clock, done <-chan error) {
+	t.Helper()
+	select {
+	case <-clk.Set():
+	case err := <-done:
+		t.Fatalf("the statement did not wait: %v", err)
+	case <-time.After(10 * time.Second): // a watchdog only
+		t.Fatal("the statement neither waited nor ended")
 	}
 }
 
@@ -384,20 +354,20 @@ rules:
 	}
 	b := e.state.Load().budgets[0].b
 	admitted := make(chan int)
+	refused := make(chan error, 6)
 	finish := make(chan struct{})
 	for i := range 6 {
 		go func() {
 			x, err := begin(e, ctx, "select 1")
 			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				admitted <- -1
+				refused <- err
 				return
 			}
 			admitted <- i
 			<-finish
 			x.Finish(ctx, nil)
 		}()
-		<-clk.waiting // it joined the queue and set its timer before the next one arrives
+		waiting(t, clk, refused) // it joined the queue and set its timer before the next one arrives
 		if n := b.Waiting(""); n != i+1 {
 			t.Fatalf("%d waiting after %d arrived", n, i+1)
 		}
@@ -434,10 +404,10 @@ rules:
 		}
 		done <- err
 	}()
-	<-clk.waiting
+	waiting(t, clk, done)
 	// max_queue defaults to max_concurrent (1): the queue is full.
 	_, err := begin(e, ctx, "select 1")
-	if d := denial(t, err); d.Reason != ReasonConcurrency || d.RetryAfter <= 0 {
+	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency || d.RetryAfter <= 0 {
 		t.Fatalf("a statement finding the queue full: %+v", d)
 	}
 	hold.Finish(ctx, nil)
@@ -465,14 +435,14 @@ budgets:
 rules:
   - {budget: keep, match: {app: k}}
 `))
-	if err := e.SetConfig(cfg); err != nil {
+	if err := e.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := begin(e, ctx, "select 1"); err == nil {
 		t.Fatal("the in-flight count was lost on reload")
 	}
 	x.Finish(ctx, nil)
-	if err := e.SetConfig(&rules.Config{Rules: []rules.Rule{{Budget: "nope", Match: map[string]string{"a": "b"}}}}); err == nil {
+	if err := e.setConfig(&rules.Config{Rules: []rules.Rule{{Budget: "nope", Match: map[string]string{"a": "b"}}}}); err == nil {
 		t.Fatal("a rule naming an unknown budget must be refused")
 	}
 	if len(e.Budgets()) != 1 || e.Budgets()[0].Name != "keep" {
@@ -499,7 +469,7 @@ rules:
 	for range 100 {
 		run(e, clk, ctx, "select 1", time.Millisecond)
 	}
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	run(e, clk, ctx, "select 1", time.Millisecond)
 	hold.Finish(ctx, nil)
 	mu.Lock()
@@ -529,7 +499,7 @@ rules:
 		t.Fatal(err)
 	}
 	x, _ := begin(e, ctx, "select 1")
-	if d := denial(t, e.Check(ctx)); d.Reason != ReasonConcurrency {
+	if d := denial(t, e.Check(ctx)); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("%+v", d)
 	}
 	if err := e.Check(context.Background()); err != nil {
@@ -590,14 +560,17 @@ func BenchmarkDecisionPath(b *testing.B) {
 			}
 		})
 	}
-	// The same statement through the same budget shared through Redis (within 10% of the
-	// local one is the target): the decision is local; only its limits come from a lease.
+	// The same statement through the same budget, shared: its limits come from a lease (as the
+	// coordinator grants them) and the decision stays local (within 10% of the local one is the
+	// target). The coordinator's own work runs beside the statements, not in this loop.
 	b.Run("rules=10/shared", func(b *testing.B) {
-		srv := redistest.Need(b)
-		e := benchEngine(b, "coordination: {redis: \""+srv.URL+"\"}\n"+rulesN(10))
+		e := benchEngine(b, rulesN(10))
+		hot := e.state.Load().budgets[0].b
+		now := e.now()
+		hot.SetShared(now, func() {}, time.Second)
+		hot.SetLease(now, "", budget.Lease{Rate: 1, Burst: 1_000_000, Slots: 1_000_000})
 		ctx := tagging.With(context.Background(), "app", "bench", "tenant", "zz")
 		q := "select * from orders where id = $1"
-		waitForLease(b, e, ctx, q)
 		warm(b, e, ctx, q)
 		x := new(Exec)
 		b.ReportAllocs()
@@ -678,22 +651,6 @@ func BenchmarkNoRules(b *testing.B) {
 // warm caches a plan cost for the statement, as a prior EXPLAIN would have, and runs it until
 // its pattern is warm (training sampled).
 // waitForLease runs q until a shared budget's first lease admits it.
-func waitForLease(b *testing.B, e *Engine, ctx context.Context, q string) {
-	deadline := time.Now().Add(10 * time.Second)
-	x := new(Exec)
-	for {
-		_, err := e.Begin(ctx, x, nil, q, nil)
-		if err == nil {
-			x.Finish(ctx, nil)
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no lease after 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func warm(b *testing.B, e *Engine, ctx context.Context, q string) {
 	x := new(Exec)
 	p, _ := e.patterns.Get(q)
@@ -820,7 +777,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err := e.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	x4, err := begin(e, y, q)
@@ -862,19 +819,19 @@ rules:
 		defer x.Finish(ctx, nil)
 		return x.PlanCost
 	}
-	e.model.PutPlan(clk.now(), p.FingerprintID, 8.3)
+	e.model.PutPlan(clk.Now(), p.FingerprintID, 8.3)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v, want 8.3 from the plan cache", got)
 	}
-	clk.advance(cost.PlanTTL - time.Second)
+	clk.Advance(cost.PlanTTL - time.Second)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v before the TTL, want 8.3", got)
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	if got := planCost(); got != 0 {
 		t.Fatalf("plan cost %v after the TTL, want none (no connection to EXPLAIN on)", got)
 	}
-	e.model.PutPlan(clk.now(), p.FingerprintID, 12)
+	e.model.PutPlan(clk.Now(), p.FingerprintID, 12)
 	if got := planCost(); got != 12 {
 		t.Fatalf("plan cost %v, want the cache's new 12", got)
 	}
@@ -923,13 +880,13 @@ rules:
   - {budget: b, match: {statement: select}}
 `
 	e, clk := newEngine(t, rulesText)
-	clk.advance(time.Hour)
-	begun := clk.now()
+	clk.Advance(time.Hour)
+	begun := clk.Now()
 	x, err := begin(e, context.Background(), "select 1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(3 * time.Second)
+	clk.Advance(3 * time.Second)
 	if got := x.Start(); !got.Equal(begun) {
 		t.Errorf("Start() = %v after 3s, want %v (when Begin ran)", got, begun)
 	}
@@ -946,12 +903,11 @@ rules:
 	x.Finish(context.Background(), nil)
 
 	real := New(Options{Logger: quiet})
-	t.Cleanup(func() { real.Close() })
 	cfg, err := rules.Parse([]byte(rulesText))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := real.SetConfig(cfg); err != nil {
+	if err := real.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now()

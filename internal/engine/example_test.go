@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -15,7 +13,6 @@ import (
 // statement is not really sent: conn is nil, so no EXPLAIN runs either).
 func ExampleEngine_Begin() {
 	e := engine.New(engine.Options{})
-	defer e.Close()
 	cfg, err := rules.Parse([]byte(`
 budgets:
   - {name: one, mode: enforce, max_concurrent: 1}
@@ -25,11 +22,13 @@ rules:
 	if err != nil {
 		panic(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	r, err := e.Compile(cfg) // what the runtime does with each rules file
+	if err != nil {
 		panic(err)
 	}
+	e.Install(r)
 	ctx := context.Background()
-	var conn *pgx.Conn            // the statement's own connection: (*stdlib.Conn).Conn(), (*pgxpool.Conn).Conn()
+	var conn engine.Conn          // the statement's own connection, for EXPLAIN (nil: none)
 	var first, second engine.Exec // a front end keeps one per connection and reuses it
 
 	// The statement runs under the context Begin returns (it carries the observer's span) and

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/pgtraffic/pgtraffic/driver/rules"
+import (
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+)
 
 // A zero limit (max_concurrent: 0, server_share: 0) closes its budget: it admits nothing, so that
 // a rule to it blocks what the rule matches. internal/budget reads a zero as "no limit", so a
@@ -11,9 +14,9 @@ import "github.com/pgtraffic/pgtraffic/driver/rules"
 func closedBy(b *rules.Budget) *Denial {
 	switch {
 	case b.MaxConcurrent != nil && *b.MaxConcurrent == 0:
-		return &Denial{Budget: b.Name, Reason: ReasonConcurrency, Limit: "max_concurrent=0"}
+		return &Denial{Budget: b.Name, Reason: vocab.ReasonConcurrency, Limit: "max_concurrent=0"}
 	case b.ServerShare != nil && *b.ServerShare == 0:
-		return &Denial{Budget: b.Name, Reason: ReasonBudget, Limit: "server_share=0"}
+		return &Denial{Budget: b.Name, Reason: vocab.ReasonBudget, Limit: "server_share=0"}
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -26,8 +28,8 @@ rules:
 	for _, tt := range []struct {
 		app, budget, reason, limit string
 	}{
-		{"a", "closed", ReasonConcurrency, "max_concurrent=0"},
-		{"b", "dry", ReasonBudget, "server_share=0"},
+		{"a", "closed", vocab.ReasonConcurrency, "max_concurrent=0"},
+		{"b", "dry", vocab.ReasonBudget, "server_share=0"},
 	} {
 		ctx := tagging.With(context.Background(), "app", tt.app)
 		d := denial(t, run(e, clk, ctx, "select 1", time.Millisecond))

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
@@ -62,7 +64,7 @@ var decisionMessages = map[[2]bool]string{
 
 func (e *Engine) noteWarn(budgetName string, d *Denial, p *pattern.Pattern) {
 	e.stats.Warned.Add(1)
-	if d.Reason != ReasonWarningThreshold { // a would-be refusal, for the status
+	if d.Reason != vocab.ReasonWarningThreshold { // a would-be refusal, for the status
 		e.blocks.add(e.now(), budgetName, DecisionWarn, d.Reason, p)
 	}
 	e.logDecision(budgetName, DecisionWarn, d, p)
@@ -75,7 +77,7 @@ func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.
 	if !ok {
 		return
 	}
-	msg := decisionMessages[[2]bool{decision == DecisionBlock, d.Reason == ReasonGuard}]
+	msg := decisionMessages[[2]bool{decision == DecisionBlock, d.Reason == vocab.ReasonGuard}]
 	attrs := []slog.Attr{
 		slog.String("budget", budgetName),
 		slog.String("decision", decision),

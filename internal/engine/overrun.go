@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -50,23 +52,23 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 	cancelled := x.bound != nil && errors.Is(err, ErrOverrun)
 	if cancelled {
 		bs := x.bound
-		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
+		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 			Limit: "max_duration=" + bs.maxDuration.String()}
-		x.Decision, x.Reason = DecisionBlock, ReasonMaxDuration
-		bs.b.Count(now, budget.Blocked, ReasonMaxDuration) // as the decisions metric counts it
+		x.Decision, x.Reason = DecisionBlock, vocab.ReasonMaxDuration
+		bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		e.recordBlock(now, d, x.Pattern)
 		e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
 		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(bs.name, DecisionBlock, ReasonMaxDuration)
+			e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
 		}
 	}
 	if bs := x.warnBound; bs != nil && took > x.warnAfter {
-		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
+		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 			Limit: "max_duration=" + bs.maxDuration.String()}
-		bs.b.Count(now, budget.Warned, ReasonMaxDuration) // as the decisions metric counts it
+		bs.b.Count(now, budget.Warned, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		x.warnBudget(e, bs.name, d)
 		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(bs.name, DecisionWarn, ReasonMaxDuration)
+			e.obs.Decision(bs.name, DecisionWarn, vocab.ReasonMaxDuration)
 		}
 	}
 	return cancelled

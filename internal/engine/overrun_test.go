@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -53,12 +55,12 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(300 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
 	x.Finish(ctx, fmt.Errorf("timeout: %w", ErrOverrun))
-	if x.Decision != DecisionBlock || x.Reason != ReasonMaxDuration {
+	if x.Decision != DecisionBlock || x.Reason != vocab.ReasonMaxDuration {
 		t.Errorf("decision %s, reason %s", x.Decision, x.Reason)
 	}
-	if b := e.RecentBlocks(); len(b) != 1 || b[0].Budget != "short" || b[0].Reason != ReasonMaxDuration {
+	if b := e.RecentBlocks(); len(b) != 1 || b[0].Budget != "short" || b[0].Reason != vocab.ReasonMaxDuration {
 		t.Errorf("recent blocks %+v", b)
 	}
 
@@ -66,7 +68,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(150 * time.Millisecond)
+	clk.Advance(150 * time.Millisecond)
 	x.Finish(ctx, nil)
 	for _, want := range []string{"short/block/max_duration", "seen/warn/max_duration"} {
 		if !slices.Contains(obs.decisions, want) {

@@ -1,13 +1,13 @@
 package engine
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
@@ -148,39 +148,42 @@ func (q *quarantines) entry(now time.Time, k quarantineKey) *quarantineEntry {
 	return en
 }
 
-// AddQuarantines takes the quarantines in force across the instances sharing a budget, read
-// from Redis at now under the settings spec.Quarantine (coord.Quarantines). Each extends the
-// pattern's quarantine here to its end; those read under settings that are no longer the
-// budget's (a reload since the sync was sent) are dropped.
-func (q *quarantines) AddQuarantines(now time.Time, spec coord.Spec, qs []coord.Quarantined) {
+// Quarantined is a pattern quarantined in a shared budget until Until, as another instance
+// published it.
+type Quarantined struct {
+	Fingerprint uint64 // pg_query's fingerprint (pattern.Pattern.FingerprintID)
+	Until       time.Time
+}
+
+// ShareQuarantines sets (publish non-nil) or clears how the new quarantines of budget are
+// published to the other instances sharing it. publish is called outside every lock of the
+// engine.
+func (e *Engine) ShareQuarantines(budget string, publish func(fp uint64, until time.Time)) {
+	e.quarantined.share(budget, publish)
+}
+
+// AddQuarantines takes the quarantines in force across the instances sharing budget, read at
+// now under the quarantine settings settings. Each extends the pattern's quarantine here to its
+// end; those read under settings that are no longer the budget's (a reload since they were
+// read) are dropped. It is safe for concurrent use.
+func (e *Engine) AddQuarantines(now time.Time, budget string, settings rules.Quarantine, qs []Quarantined) {
+	q := &e.quarantined
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if cur, ok := q.specs[spec.Name]; !ok || cur != fromCoord(spec.Quarantine) {
+	if cur, ok := q.specs[budget]; !ok || cur != settings {
 		return
 	}
 	for _, r := range qs {
 		if !now.Before(r.Until) {
 			continue
 		}
-		if en := q.entry(now, quarantineKey{spec.Name, r.Fingerprint}); en != nil && r.Until.After(en.until) {
+		if en := q.entry(now, quarantineKey{budget, r.Fingerprint}); en != nil && r.Until.After(en.until) {
 			// This instance's own quarantine comes back a little later than it began here (the
 			// sync's round trip): it stays this instance's.
 			en.remote = en.remote || !now.Before(en.until)
 			en.until = r.Until
 		}
 	}
-}
-
-// coordQuarantine and fromCoord convert a budget's quarantine settings for package coord.
-func coordQuarantine(q *rules.Quarantine) coord.QuarantineSpec {
-	if q == nil {
-		return coord.QuarantineSpec{}
-	}
-	return coord.QuarantineSpec{After: q.After, For: time.Duration(q.For)}
-}
-
-func fromCoord(q coord.QuarantineSpec) rules.Quarantine {
-	return rules.Quarantine{After: q.After, For: rules.Duration(q.For)}
 }
 
 // prune forgets the entries with neither a quarantine nor a strike in force at now.
@@ -242,7 +245,7 @@ func (e *Engine) quarantineDenial(st *compiled, bs *budgetState, rule int, x *Ex
 	if !ok {
 		return nil
 	}
-	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: ReasonQuarantine, Fingerprint: x.Pattern.Fingerprint,
+	return &Denial{Budget: bs.name, Rule: st.ruleName[rule], Reason: vocab.ReasonQuarantine, Fingerprint: x.Pattern.Fingerprint,
 		Limit: "quarantined until " + until.UTC().Format(time.RFC3339), RetryAfter: until.Sub(now)}
 }
 

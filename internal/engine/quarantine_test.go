@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
-	"github.com/pgtraffic/pgtraffic/internal/coord"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -20,13 +22,13 @@ rules:
 `
 
 // overrun begins q and finishes it as cancelled past its max_duration.
-func overrun(t *testing.T, e *Engine, clk *clock, ctx context.Context, q string) {
+func overrun(t *testing.T, e *Engine, clk *fakeclock.Clock, ctx context.Context, q string) {
 	t.Helper()
 	x, err := begin(e, ctx, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(300 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
 	x.Finish(ctx, fmt.Errorf("timeout: %w", ErrOverrun))
 }
 
@@ -39,14 +41,14 @@ func TestQuarantine(t *testing.T) {
 	const slow = "select pg_sleep(5)"
 
 	overrun(t, e, clk, ctx, slow)
-	clk.advance(31 * time.Second) // the first strike leaves the window
+	clk.Advance(31 * time.Second) // the first strike leaves the window
 	overrun(t, e, clk, ctx, slow)
 	if err := run(e, clk, ctx, slow, 0); err != nil {
 		t.Fatalf("quarantined after one strike in the window: %v", err)
 	}
 	overrun(t, e, clk, ctx, slow)
 	d := denial(t, run(e, clk, ctx, slow, 0))
-	if d.Reason != ReasonQuarantine || d.Budget != "r" || d.RetryAfter != 30*time.Second {
+	if d.Reason != vocab.ReasonQuarantine || d.Budget != "r" || d.RetryAfter != 30*time.Second {
 		t.Fatalf("denial %+v", d)
 	}
 	if err := run(e, clk, ctx, "select 1", 0); err != nil {
@@ -54,14 +56,14 @@ func TestQuarantine(t *testing.T) {
 	}
 	q := e.Quarantines()
 	if len(q) != 1 || q[0].Budget != "r" || q[0].Fingerprint != d.Fingerprint || q[0].Query != "select pg_sleep($1)" ||
-		!q[0].Until.Equal(clk.now().Add(30*time.Second)) {
+		!q[0].Until.Equal(clk.Now().Add(30*time.Second)) {
 		t.Fatalf("Quarantines %+v", q)
 	}
-	clk.advance(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	if d := denial(t, run(e, clk, ctx, slow, 0)); d.RetryAfter != 20*time.Second {
 		t.Fatalf("RetryAfter %v, want 20s", d.RetryAfter)
 	}
-	clk.advance(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	if err := run(e, clk, ctx, slow, 0); err != nil || len(e.Quarantines()) != 0 {
 		t.Fatalf("after the window: %v, %v", err, e.Quarantines())
 	}
@@ -74,7 +76,7 @@ func TestQuarantine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.SetConfig(cfg); err != nil {
+		if err := e.setConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,7 +107,7 @@ rules:
 	if err := run(e, clk, ctx, "select 2", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := denial(t, run(e, clk, ctx, "select 2", 0)); d.Reason != ReasonQuarantine {
+	if d := denial(t, run(e, clk, ctx, "select 2", 0)); d.Reason != vocab.ReasonQuarantine {
 		t.Fatalf("denial %+v", d)
 	}
 }
@@ -133,37 +135,37 @@ func TestQuarantineShared(t *testing.T) {
 	}
 	overrun(t, e, clk, ctx, slow)
 	fp := pattern.Analyze(slow)
-	if len(pub) != 1 || pub[0].fp != fp.FingerprintID || !pub[0].until.Equal(clk.now().Add(30*time.Second)) {
+	if len(pub) != 1 || pub[0].fp != fp.FingerprintID || !pub[0].until.Equal(clk.Now().Add(30*time.Second)) {
 		t.Fatalf("published %v, want %x until now + 30s once", pub, fp.FingerprintID)
 	}
 	if q := e.Quarantines(); len(q) != 1 || q[0].Remote {
 		t.Fatalf("Quarantines %+v, want this instance's own", q)
 	}
 	// Its own quarantine coming back from Redis a little later stays its own.
-	spec := coord.Spec{Name: "r", Quarantine: coord.QuarantineSpec{After: 2, For: 30 * time.Second}}
-	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: fp.FingerprintID, Until: clk.now().Add(30*time.Second + time.Millisecond)}})
+	settings := rules.Quarantine{After: 2, For: rules.Duration(30 * time.Second)}
+	e.AddQuarantines(clk.Now(), "r", settings, []Quarantined{{Fingerprint: fp.FingerprintID, Until: clk.Now().Add(30*time.Second + time.Millisecond)}})
 	if q := e.Quarantines(); len(q) != 1 || q[0].Remote {
 		t.Fatalf("Quarantines %+v after its own came back", q)
 	}
 
 	// Another instance's, for a pattern never met here.
 	op := pattern.Analyze(other)
-	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	e.AddQuarantines(clk.Now(), "r", settings, []Quarantined{{Fingerprint: op.FingerprintID, Until: clk.Now().Add(20 * time.Second)}})
 	// Ignored: other settings; ended.
-	e.quarantined.AddQuarantines(clk.now(), coord.Spec{Name: "r", Quarantine: coord.QuarantineSpec{After: 3, For: 30 * time.Second}},
-		[]coord.Quarantined{{Fingerprint: 7, Until: clk.now().Add(10 * time.Second)}})
-	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: 8, Until: clk.now()}})
+	e.AddQuarantines(clk.Now(), "r", rules.Quarantine{After: 3, For: rules.Duration(30 * time.Second)},
+		[]Quarantined{{Fingerprint: 7, Until: clk.Now().Add(10 * time.Second)}})
+	e.AddQuarantines(clk.Now(), "r", settings, []Quarantined{{Fingerprint: 8, Until: clk.Now()}})
 	q := e.Quarantines()
 	if len(q) != 2 {
 		t.Fatalf("Quarantines %+v, want this instance's and the other's", q)
 	}
 	for _, x := range q {
-		if x.Fingerprint == op.Fingerprint && (!x.Remote || x.Query != "" || !x.Until.Equal(clk.now().Add(20*time.Second))) {
+		if x.Fingerprint == op.Fingerprint && (!x.Remote || x.Query != "" || !x.Until.Equal(clk.Now().Add(20*time.Second))) {
 			t.Fatalf("the other instance's quarantine listed as %+v", x)
 		}
 	}
 	d := denial(t, run(e, clk, ctx, other, 0))
-	if d.Reason != ReasonQuarantine || d.Fingerprint != op.Fingerprint || d.RetryAfter != 20*time.Second {
+	if d.Reason != vocab.ReasonQuarantine || d.Fingerprint != op.Fingerprint || d.RetryAfter != 20*time.Second {
 		t.Fatalf("denial %+v", d)
 	}
 	for _, x := range e.Quarantines() {
@@ -177,12 +179,12 @@ func TestQuarantineShared(t *testing.T) {
 	if len(pub) != 1 {
 		t.Errorf("republished a quarantine learnt from Redis: %v", pub)
 	}
-	clk.advance(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	if err := run(e, clk, ctx, other, 0); err != nil {
 		t.Fatalf("after the other instance's quarantine ended: %v", err)
 	}
 
-	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	e.AddQuarantines(clk.Now(), "r", settings, []Quarantined{{Fingerprint: op.FingerprintID, Until: clk.Now().Add(20 * time.Second)}})
 	cfg, err := rules.Parse([]byte(`
 budgets:
   - {name: r, mode: enforce, max_duration: 300ms, quarantine: {after: 3, for: 30s}}
@@ -192,35 +194,14 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err := e.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if q := e.Quarantines(); len(q) != 0 {
 		t.Fatalf("a reload changing the settings left %+v", q)
 	}
-	e.quarantined.AddQuarantines(clk.now(), spec, []coord.Quarantined{{Fingerprint: op.FingerprintID, Until: clk.now().Add(20 * time.Second)}})
+	e.AddQuarantines(clk.Now(), "r", settings, []Quarantined{{Fingerprint: op.FingerprintID, Until: clk.Now().Add(20 * time.Second)}})
 	if q := e.Quarantines(); len(q) != 0 {
 		t.Fatalf("a quarantine read under the old settings was taken: %+v", q)
-	}
-}
-
-// Redis unreachable: a shared budget with only a quarantine still quarantines on its own,
-// and nothing fails a statement for want of Redis.
-func TestQuarantineSharedWithoutRedis(t *testing.T) {
-	e, clk := newEngine(t, "coordination: {redis: \""+deadRedis(t)+"\", sync_interval: 100ms}\n"+quarantineRules)
-	if st := e.Coordination(); len(st) != 1 || st[0].Name != "r" {
-		t.Fatalf("shared budgets %+v, want r (it shares its quarantine)", st)
-	}
-	ctx := tagging.With(context.Background(), "app", "r")
-	if err := run(e, clk, ctx, "select 1", 0); err != nil {
-		t.Fatalf("a statement of a shared budget with only a quarantine: %v", err)
-	}
-	overrun(t, e, clk, ctx, "select pg_sleep(5)")
-	overrun(t, e, clk, ctx, "select pg_sleep(5)")
-	if d := denial(t, run(e, clk, ctx, "select pg_sleep(5)", 0)); d.Reason != ReasonQuarantine {
-		t.Fatalf("denial %+v", d)
-	}
-	if err := run(e, clk, ctx, "select 1", 0); err != nil {
-		t.Fatalf("another pattern: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -88,7 +90,7 @@ rules:
 					x.Finish(tc.ctx, nil)
 				}
 				if tc.refused {
-					if d := denial(t, err); d.Budget != "list" || d.Reason != ReasonConcurrency {
+					if d := denial(t, err); d.Budget != "list" || d.Reason != vocab.ReasonConcurrency {
 						t.Fatalf("refused by %+v, want list's concurrency", d)
 					}
 				} else if err != nil {

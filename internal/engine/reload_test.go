@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -32,7 +34,7 @@ budgets:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.SetConfig(cfg); err != nil {
+		if err := e.setConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,10 +53,10 @@ budgets:
 		x.Finish(ctx, nil)
 		t.Fatal("a budget removed and re-added lost its in-flight count: max_concurrent 1 admitted two")
 	}
-	if d := denial(t, err); d.Reason != ReasonConcurrency {
+	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("want a concurrency denial, got %v", d)
 	}
-	clk.advance(900 * time.Millisecond)
+	clk.Advance(900 * time.Millisecond)
 	hold.Finish(ctx, nil) // 0.9s of debt against a 1s burst that drains 1ms per second
 
 	set(without)
@@ -62,7 +64,7 @@ budgets:
 	if st := budgetSnapshot(t, e, "b"); st.InFlight != 0 || st.Debt < 0.8 {
 		t.Fatalf("after release, removed and re-added: in flight %d, debt %.3f; want 0 and the 0.9s owed", st.InFlight, st.Debt)
 	}
-	clk.advance(time.Hour) // the debt drains
+	clk.Advance(time.Hour) // the debt drains
 	set(without)
 	set(with)
 	if st := budgetSnapshot(t, e, "b"); st.Decisions.Admitted != 0 {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // TestReusedBufferText: query builders send text built with unsafe.String over a buffer they
@@ -30,7 +32,7 @@ guards:
 	}
 	copy(buf, del) // the same storage now holds the DELETE
 	_, err := begin(e, ctx, q)
-	if d := denial(t, err); d.Reason != ReasonGuard || d.Rule != GuardRequireWhere {
+	if d := denial(t, err); d.Reason != vocab.ReasonGuard || d.Rule != GuardRequireWhere {
 		t.Fatalf("DELETE from the reused buffer: %+v, want a require_where block", d)
 	}
 	copy(buf, sel)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 )
 
@@ -11,23 +10,15 @@ type BudgetState struct {
 	Name string
 	Mode string
 	budget.Snapshot
-	Shared *coord.Status // a shared budget's leases, global debt and instances; nil when local
 }
 
 // Budgets reports every budget in force, in rules-file order.
 func (e *Engine) Budgets() []BudgetState {
 	st := e.state.Load()
 	now := e.now()
-	shared := e.Coordination()
 	out := make([]BudgetState, 0, len(st.budgets))
 	for _, bs := range st.budgets {
-		b := BudgetState{Name: bs.name, Mode: bs.mode.String(), Snapshot: bs.b.Snapshot(now)}
-		for i := range shared {
-			if shared[i].Name == bs.name {
-				b.Shared = &shared[i]
-			}
-		}
-		out = append(out, b)
+		out = append(out, BudgetState{Name: bs.name, Mode: bs.mode.String(), Snapshot: bs.b.Snapshot(now)})
 	}
 	return out
 }

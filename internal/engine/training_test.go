@@ -33,7 +33,7 @@ rules:
 	ctx := tagging.With(context.Background(), "app", "x")
 	p, _ := e.patterns.Get(q)
 	fp := p.FingerprintID
-	e.model.PutPlan(clk.now(), fp, 8.3) // as an EXPLAIN would: there is no server here
+	e.model.PutPlan(clk.Now(), fp, 8.3) // as an EXPLAIN would: there is no server here
 	runN := func(n int, d time.Duration, err error) {
 		t.Helper()
 		for range n {
@@ -41,7 +41,7 @@ rules:
 			if berr != nil {
 				t.Fatal(berr)
 			}
-			clk.advance(d)
+			clk.Advance(d)
 			x.Finish(ctx, err)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // TestGuardUnparsableSaysSo: a guard that refuses a text pg_query cannot parse says that is why
@@ -26,7 +28,7 @@ guards:
 		{`TRUNCATE t`, GuardBlockTruncate, "TRUNCATE"},
 	} {
 		d := denial(t, run(e, clk, ctx, tc.q, time.Millisecond))
-		if d.Reason != ReasonGuard || d.Rule != tc.guard || d.Limit != tc.limit {
+		if d.Reason != vocab.ReasonGuard || d.Rule != tc.guard || d.Limit != tc.limit {
 			t.Errorf("%q: %+v; want guard %s, limit %q", tc.q, d, tc.guard, tc.limit)
 		}
 	}

@@ -31,11 +31,11 @@ rules:
 	if err := run(e, clk, tagging.With(context.Background(), "tenant", "old"), "select 1", 0); err != nil {
 		t.Fatalf("a lapsed rule applied: %v", err)
 	}
-	clk.advance(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	if err := run(e, clk, noisy, "select 1", 0); err == nil {
 		t.Fatal("admitted a second before the rule lapses")
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	if err := run(e, clk, noisy, "select 1", 0); err != nil {
 		t.Fatalf("the rule applies at its until: %v", err)
 	}
@@ -62,7 +62,7 @@ rules: [{budget: b, match: {tenant: x}, until: 2025-06-01T00:00:00Z}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err := e.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "lapsed") {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -77,14 +79,14 @@ func TestColdStartGenerousBudgetRefusesNothing(t *testing.T) {
 					}
 					xs = append(xs, x)
 				}
-				clk.advance(c.took)
+				clk.Advance(c.took)
 				for _, x := range xs {
 					x.Finish(ctx, nil)
 				}
 			}
 			// Trued up: the debt is what ran, less what drained while each batch ran (share 1;
 			// the batches follow one another at once).
-			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.now())
+			snap := budgetNamed(t, e, c.app).b.Snapshot(clk.Now())
 			if snap.InFlight != 0 || snap.Decisions.Blocked != 0 || snap.Decisions.Admitted != uint64(c.requests*c.patterns) {
 				t.Fatalf("budget after the cold start: %+v", snap)
 			}
@@ -111,7 +113,7 @@ func TestColdStartTightBudgetWaitsForRoom(t *testing.T) {
 			defer x.Finish(ctx, nil)
 			continue
 		}
-		if d := denial(t, err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		if d := denial(t, err); d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 			t.Fatalf("a statement of unknown cost refused with %+v, want reason budget and a RetryAfter", d)
 		}
 	}
@@ -136,12 +138,12 @@ func TestHungFirstStatementDoesNotSayNeverFits(t *testing.T) {
 	var b begun
 	select {
 	case b = <-ch:
-	case <-clk.waiting: // it waits for the first one
-		clk.advance(time.Second) // burst ÷ rate: 0.5 ÷ 0.5
+	case <-clk.Set(): // it waits for the first one
+		clk.Advance(time.Second) // burst ÷ rate: 0.5 ÷ 0.5
 		b = <-ch
 	}
 	if b.err != nil {
-		if d := denial(t, b.err); d.Reason != ReasonBudget || d.RetryAfter <= 0 {
+		if d := denial(t, b.err); d.Reason != vocab.ReasonBudget || d.RetryAfter <= 0 {
 			t.Fatalf("behind a hung first statement: %+v, want admitted or reason budget with a RetryAfter", d)
 		}
 		return

@@ -1,6 +1,3 @@
-// Package facts holds no code: its test reads the module's non-test Go files and fails when a
-// fact that must have one definition (a reason string, a health metric name, a default) is
-// spelled as a literal in more than one place.
 package facts
 
 import (
@@ -20,25 +17,23 @@ import (
 const module = "github.com/pgtraffic/pgtraffic"
 
 // The constants whose string values must be spelled as a literal exactly once in non-test
-// code: every Reason* constant of reasonPackages, every string constant of namePackages, and
-// namedStrings.
+// code: every Reason* constant of reasonPackages, every string constant of namePackages, the
+// constants of telemetryPackages named with one of its prefixes (metric and attribute names),
+// and namedStrings.
 var (
-	reasonPackages = []string{"driver/rules", "internal/budget"}
-	namePackages   = []string{"internal/health/healthmetric"}
-	namedStrings   = []string{"internal/health.ApplicationName"}
+	reasonPackages    = []string{"driver/rules/vocab"}
+	namePackages      = []string{"driver/rules/vocab"}
+	telemetryPackages = map[string][]string{"driver": {"metric", "attr", "event"}}
+	namedStrings      = []string{"internal/health.ApplicationName"}
 )
 
 // otherStringFacts counts, per file, the literals whose text equals a watched string but that
-// name something else: a rules-file field (the decoder's and the validator's field names,
-// which TestEveryFieldIsDecoded ties to the struct tags), a log attribute key, the kind of
-// refuser in an error message. A literal beyond these counts is a restated fact.
+// name something else: a log attribute key, the kind of refuser in an error message. A literal
+// beyond these counts is a restated fact. (The rules decoder and validator spell no field name:
+// they read them from the struct tags.)
 var otherStringFacts = map[string]map[string]int{
-	"driver/rules/parse.go": {
-		"budget": 1, "per_query_limit": 1, "warning_threshold": 1, "max_duration": 1, "quarantine": 1,
-	},
-	"driver/rules/validate.go": {"per_query_limit": 1, "max_duration": 1},
-	"driver/errors.go":         {"guard": 1, "budget": 1}, // "blocked by guard …", "blocked by budget …"
-	"internal/engine/log.go":   {"budget": 1},             // the log attribute
+	"driver/errors.go":       {"guard": 1, "budget": 1}, // "blocked by guard …", "blocked by budget …"
+	"internal/engine/log.go": {"budget": 1},             // the log attribute
 }
 
 // defaults are the module's defaults and bounds, each named by the one constant that defines
@@ -56,15 +51,15 @@ var defaults = []struct {
 	{"driver/rules.DefaultSyncInterval", false},
 	{"driver/rules.DefaultFallbackInstances", false},
 	{"driver/rules.DefaultMaxQueue", false},
-	{"internal/health/healthmetric.DefaultInterval", false},
+	{"driver/rules/vocab.DefaultHealthInterval", false},
 	{"internal/budget.DefaultMaxKeys", true},
-	{"internal/budget.DefaultBurstWindow", false},
+	{"driver/rules/vocab.DefaultBurstWindow", false},
 	{"internal/budget.defaultHold", false},
 	{"internal/pattern.DefaultMaxEntries", true},
 	{"internal/pattern.defaultMaxBytes", true},
 	{"internal/cost.DefaultGlobalK", true},
 	{"internal/cost.PlanTTL", true},
-	{"internal/engine.closeWithin", true},
+	{"internal/runtime.closeWithin", true},
 }
 
 // otherValueFacts are named constants that share a default's value but are facts of their own.
@@ -92,7 +87,7 @@ func (m *mod) checkStrings(t *testing.T) {
 		if !ok || v.Kind() != constant.String {
 			t.Fatalf("%s: not a string constant", key)
 		}
-		// Of a constant and the ones referring to it (rules.ReasonBudget = budget.ReasonBudget),
+		// Of a constant and the ones referring to it (driver.ReasonBudget = vocab.ReasonBudget),
 		// name the definition.
 		if def, seen := watched[constant.StringVal(v)]; !seen || !m.isLiteral(def) {
 			watched[constant.StringVal(v)] = key
@@ -108,6 +103,14 @@ func (m *mod) checkStrings(t *testing.T) {
 	for _, dir := range namePackages {
 		for _, key := range m.constsOf(dir) {
 			if v, _, ok := m.eval(m.consts[key], map[string]bool{}); ok && v.Kind() == constant.String {
+				add(key)
+			}
+		}
+	}
+	for dir, prefixes := range telemetryPackages {
+		for _, key := range m.constsOf(dir) {
+			name := key[len(dir)+1:]
+			if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 				add(key)
 			}
 		}

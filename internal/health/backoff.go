@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // MaxBackoffIntervals is the longest [Backoff] ceiling, in sampling intervals.
@@ -20,11 +20,11 @@ const MaxBackoffIntervals = 4
 // have changed yet (samples arrive once per interval); the jitter spreads
 // them over several samples, so that when a metric drops only the first few
 // resume and the next sample sees their effect before the rest follow.
-// A non-positive interval means [healthmetric.DefaultInterval]; rnd outside [0, 1) is
+// A non-positive interval means [vocab.DefaultHealthInterval]; rnd outside [0, 1) is
 // clamped.
 func Backoff(attempt int, interval time.Duration, rnd float64) time.Duration {
 	if interval <= 0 {
-		interval = healthmetric.DefaultInterval
+		interval = vocab.DefaultHealthInterval
 	}
 	ceiling := interval
 	for i := 0; i < attempt && ceiling/interval < MaxBackoffIntervals && ceiling <= math.MaxInt64/2; i++ {
@@ -62,7 +62,7 @@ const minReconnectCeiling = time.Second
 // a few intervals, not minutes.
 func reconnectCeiling(interval time.Duration) time.Duration {
 	if interval <= 0 {
-		interval = healthmetric.DefaultInterval
+		interval = vocab.DefaultHealthInterval
 	}
 	if interval > math.MaxInt64/maxReconnectIntervals {
 		return interval

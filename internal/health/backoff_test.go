@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 func TestBackoff(t *testing.T) {
@@ -29,8 +28,8 @@ func TestBackoff(t *testing.T) {
 		{"cap holds", 50, i, 0.5, 3 * i},
 		{"cap holds for huge attempts", math.MaxInt, i, 0, 2 * i},
 		{"negative attempt is the first", -3, i, 0, i / 2},
-		{"zero interval means the default", 0, 0, 0, healthmetric.DefaultInterval / 2},
-		{"negative interval means the default", 1, -i, 0, healthmetric.DefaultInterval},
+		{"zero interval means the default", 0, 0, 0, vocab.DefaultHealthInterval / 2},
+		{"negative interval means the default", 1, -i, 0, vocab.DefaultHealthInterval},
 		{"NaN rnd counts as 0", 0, i, math.NaN(), i / 2},
 		{"negative rnd clamps to 0", 0, i, -1, i / 2},
 		{"rnd of 1 or more clamps below the ceiling", 0, i, 7, i - 1},
@@ -112,27 +111,27 @@ func TestReconnectDelay(t *testing.T) {
 func TestRecoveryAfterOutage(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	log, _ := newLogger()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	back := t0.Add(40 * time.Second)
 	var dials []time.Time // read and written by the test's goroutine only (rounds run on it)
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			dials = append(dials, clock.Now())
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 		},
 		Interval: interval,
-		Metrics:  []string{healthmetric.ActiveQueries},
+		Metrics:  []string{vocab.MetricActiveQueries},
 		Logger:   log,
 		Now:      clock.Now,
 	})
 	defer s.Close()
 	// The loop's rounds, one per interval, until a connect is attempted after the server's return.
 	for clock.Now().Before(back.Add(time.Minute)) {
-		_ = s.round(context.Background(), false)
+		_, _ = s.round(context.Background(), false)
 		if n := len(dials); n > 0 && !dials[n-1].Before(back) {
 			break
 		}
-		clock.Add(interval)
+		clock.Advance(interval)
 	}
 	first := dials[len(dials)-1]
 	if first.Before(back) {
@@ -161,7 +160,7 @@ func FuzzBackoff(f *testing.F) {
 		iv := time.Duration(interval)
 		d := Backoff(attempt, iv, rnd)
 		if iv <= 0 {
-			iv = healthmetric.DefaultInterval
+			iv = vocab.DefaultHealthInterval
 		}
 		if d < iv/2 {
 			t.Fatalf("Backoff(%d, %v, %v) = %v, below half an interval", attempt, iv, rnd, d)

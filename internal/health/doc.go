@@ -1,11 +1,14 @@
 // Package health samples PostgreSQL server health for pgtraffic's
 // throttle_when budgets: the Vitess-throttler half of traffic control.
 //
+// It may import pgx, for its dedicated connection, and driver/rules/vocab (the metric names, the
+// default interval); nothing else of pgtraffic's: the engine hands it its settings.
+//
 // # Sampling
 //
 // A [Sampler] belongs to one connector. It reads the configured metrics on
-// its own dedicated connection (never one of the application's pool) once
-// per interval, from a single goroutine driven by a [time.Ticker], and
+// its own dedicated connection (never one of the application's pool), a
+// [Conn] that [Options.Connect] opens, once per interval, from a single goroutine driven by a [time.Timer], and
 // publishes each round as an immutable snapshot behind an atomic pointer.
 // Checks ([Sampler.Evaluate], [Sampler.Value]) read that snapshot and never
 // wait for I/O, so the hot path pays a map lookup per threshold.
@@ -16,19 +19,40 @@
 // backoff capped at four intervals (at least a second), so that throttling
 // on stale health lifts within a few intervals of the server's return.
 //
+// # One sampler per database
+//
+// With an [Election] (the engine passes one built on Redis when the rules have a
+// coordination section), the samplers of every instance that reads the same database with
+// the same metric set (the same metrics, queries and interval: [Ballot]) share one: each
+// round first votes. The instance holding the lease ([LeaseIntervals] intervals long,
+// renewed by each of its rounds) samples and publishes its readings; the others read them
+// instead of the server, keep no connection open, and poll again an eighth of an interval
+// after the lead's next sample is due (every quarter interval once it is overdue). A lead
+// that closes resigns, and the next poll elects another; a lead that dies is replaced once
+// its lease lapses, within LeaseIntervals intervals and a quarter, before the followers'
+// readings turn stale. When the election cannot be held (Redis unreachable) a follower whose
+// readings are still young polls again, and otherwise every sampler reads the server itself.
+//
+// What an election returns is untrusted: a reading that is missing, failed, out of its
+// metric's range, dated in the future or older than [StaleIntervals] intervals is published
+// as a failed read, so it counts as stale (exceeded for enforce budgets), never as healthy.
+// A well-formed, fresh, plausible forgery cannot be told from a true sample: whoever can
+// write the election's store can make followers read a healthy database, but no limit other
+// than the health thresholds depends on it, and [vocab.MetricInFlight] is never shared.
+//
 // # Metrics
 //
-//   - [healthmetric.ActiveQueries]: client backends in state 'active' in pg_stat_activity,
+//   - [vocab.MetricActiveQueries]: client backends in state 'active' in pg_stat_activity,
 //     the sampler's own backend excluded. The sampling role needs
 //     pg_read_all_stats (or pg_monitor) to see other roles' backends.
-//   - [healthmetric.ReplicationLag]: on a standby, seconds since the last replayed
+//   - [vocab.MetricReplicationLag]: on a standby, seconds since the last replayed
 //     transaction committed on the primary, or 0 when everything received has
 //     been replayed; on a primary, the largest replay_lag in
 //     pg_stat_replication, or 0 when there is none.
-//   - [healthmetric.InFlight]: the connector's own queries in flight; not sampled, the
+//   - [vocab.MetricInFlight]: the connector's own queries in flight; not sampled, the
 //     caller passes it to [Sampler.Evaluate].
-//   - [healthmetric.CustomPrefix] + name: a configured query returning one row with one
-//     numeric column (int2, int4, int8, float4, float8 or numeric).
+//   - [vocab.MetricCustomPrefix] + name: a configured query returning one row with one
+//     numeric column ([Conn.ReadNumber]).
 //
 // # Staleness
 //
@@ -43,4 +67,12 @@
 // Batch jobs that wait for health to recover sleep [Backoff] between
 // checks: about one interval, growing to four, with jitter, so that many
 // waiting jobs do not all rush in the moment a metric drops.
+//
+// # Imports
+//
+// Its one job is to keep the health sample that throttle checks read. It imports the
+// standard library and driver/rules/vocab (the metric names), and no database driver or network
+// client: the connection is a [Conn] and the election an [Election], both handed in, so that
+// the engine, which reads the sample, knows no driver either. Package pgxconn implements Conn
+// with pgx; package coord implements Election on Redis.
 package health

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // Evaluate is the throttle check of one budget: thresholds maps metric names
 // to the level at which the budget stops admitting, inFlight is the
-// connector's own queries in flight (for [healthmetric.InFlight]), and enforce says
+// connector's own queries in flight (for [vocab.MetricInFlight]), and enforce says
 // whether the budget is in enforce mode. It reads the last published sample
 // at now and never waits for I/O.
 //
@@ -38,7 +38,7 @@ func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFligh
 	var overValue, oldValue float64
 	for m, threshold := range thresholds {
 		v := inFlight
-		if m != healthmetric.InFlight {
+		if m != vocab.MetricInFlight {
 			r, ok := readings[m]
 			if ok && !r.good && r.err == "" && now.Sub(r.since) <= limit {
 				// Not read yet, and configured less than StaleIntervals ago: like a sample

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 func TestEvaluate(t *testing.T) {
@@ -33,64 +33,64 @@ func TestEvaluate(t *testing.T) {
 		{name: "no thresholds", enforce: true},
 		{
 			name:       "below threshold",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 7}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 7}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
 			enforce:    true,
 		},
 		{
 			name:       "at threshold is exceeded",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 8}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
-			metric:     healthmetric.ActiveQueries, value: 8, exceeded: true,
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 8}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
+			metric:     vocab.MetricActiveQueries, value: 8, exceeded: true,
 		},
 		{
 			name:       "above threshold, warn mode too",
-			seed:       []seeded{{metric: healthmetric.ReplicationLag, value: 6.5, age: 2 * sec}},
-			thresholds: map[string]float64{healthmetric.ReplicationLag: 5},
-			metric:     healthmetric.ReplicationLag, value: 6.5, exceeded: true,
+			seed:       []seeded{{metric: vocab.MetricReplicationLag, value: 6.5, age: 2 * sec}},
+			thresholds: map[string]float64{vocab.MetricReplicationLag: 5},
+			metric:     vocab.MetricReplicationLag, value: 6.5, exceeded: true,
 		},
 		{
 			name:       "in_flight below",
-			thresholds: map[string]float64{healthmetric.InFlight: 4},
+			thresholds: map[string]float64{vocab.MetricInFlight: 4},
 			inFlight:   3,
 			enforce:    true,
 		},
 		{
 			name:       "in_flight at threshold, never stale",
-			thresholds: map[string]float64{healthmetric.InFlight: 4},
+			thresholds: map[string]float64{vocab.MetricInFlight: 4},
 			inFlight:   4,
-			metric:     healthmetric.InFlight, value: 4, exceeded: true,
+			metric:     vocab.MetricInFlight, value: 4, exceeded: true,
 		},
 		{
 			name:       "exactly three intervals old is fresh",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 1, age: 3 * sec}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 1, age: 3 * sec}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
 			enforce:    true,
 		},
 		{
 			name:       "older than three intervals is stale and exceeded when enforcing",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 1, age: 3*sec + 1}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 1, age: 3*sec + 1}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
 			enforce:    true,
-			metric:     healthmetric.ActiveQueries, value: 1, exceeded: true, stale: true,
+			metric:     vocab.MetricActiveQueries, value: 1, exceeded: true, stale: true,
 		},
 		{
 			name:       "stale is not exceeded in warn mode",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 1, age: 10 * sec}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
-			metric:     healthmetric.ActiveQueries, value: 1, stale: true,
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 1, age: 10 * sec}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
+			metric:     vocab.MetricActiveQueries, value: 1, stale: true,
 		},
 		{
 			name:       "never sampled, configured less than three intervals ago: not yet stale",
-			thresholds: map[string]float64{healthmetric.ReplicationLag: 5},
+			thresholds: map[string]float64{vocab.MetricReplicationLag: 5},
 			enforce:    true,
 			at:         2 * sec,
 		},
 		{
 			name:       "never sampled is stale",
-			thresholds: map[string]float64{healthmetric.ReplicationLag: 5},
+			thresholds: map[string]float64{vocab.MetricReplicationLag: 5},
 			enforce:    true,
-			metric:     healthmetric.ReplicationLag, exceeded: true, stale: true,
+			metric:     vocab.MetricReplicationLag, exceeded: true, stale: true,
 		},
 		{
 			name:       "failed read is stale at once",
@@ -107,30 +107,30 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name:       "future sample (clock stepped back) is fresh",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 9, age: -5 * sec}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8},
-			metric:     healthmetric.ActiveQueries, value: 9, exceeded: true,
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 9, age: -5 * sec}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8},
+			metric:     vocab.MetricActiveQueries, value: 9, exceeded: true,
 		},
 		{
 			name: "first exceeded by name",
-			seed: []seeded{{metric: healthmetric.ReplicationLag, value: 9}, {metric: healthmetric.ActiveQueries, value: 9}, {metric: "custom.q", value: 9}},
+			seed: []seeded{{metric: vocab.MetricReplicationLag, value: 9}, {metric: vocab.MetricActiveQueries, value: 9}, {metric: "custom.q", value: 9}},
 			thresholds: map[string]float64{
-				healthmetric.ReplicationLag: 1, healthmetric.ActiveQueries: 1, "custom.q": 1, healthmetric.InFlight: 1,
+				vocab.MetricReplicationLag: 1, vocab.MetricActiveQueries: 1, "custom.q": 1, vocab.MetricInFlight: 1,
 			},
 			inFlight: 5,
-			metric:   healthmetric.ActiveQueries, value: 9, exceeded: true,
+			metric:   vocab.MetricActiveQueries, value: 9, exceeded: true,
 		},
 		{
 			name:       "fresh exceeded wins over stale",
-			seed:       []seeded{{metric: healthmetric.ReplicationLag, value: 9}},
-			thresholds: map[string]float64{healthmetric.ReplicationLag: 1, healthmetric.ActiveQueries: 1},
+			seed:       []seeded{{metric: vocab.MetricReplicationLag, value: 9}},
+			thresholds: map[string]float64{vocab.MetricReplicationLag: 1, vocab.MetricActiveQueries: 1},
 			enforce:    true,
-			metric:     healthmetric.ReplicationLag, value: 9, exceeded: true,
+			metric:     vocab.MetricReplicationLag, value: 9, exceeded: true,
 		},
 		{
 			name:       "first stale by name",
-			seed:       []seeded{{metric: healthmetric.ActiveQueries, value: 0}},
-			thresholds: map[string]float64{healthmetric.ActiveQueries: 8, healthmetric.ReplicationLag: 5, "custom.q": 3},
+			seed:       []seeded{{metric: vocab.MetricActiveQueries, value: 0}},
+			thresholds: map[string]float64{vocab.MetricActiveQueries: 8, vocab.MetricReplicationLag: 5, "custom.q": 3},
 			enforce:    true,
 			metric:     "custom.q", exceeded: true, stale: true,
 		},
@@ -140,7 +140,7 @@ func TestEvaluate(t *testing.T) {
 			log, _ := newLogger()
 			s := NewSampler(Options{
 				Interval: time.Second,
-				Metrics:  []string{healthmetric.ActiveQueries, healthmetric.ReplicationLag, "custom.q", healthmetric.InFlight},
+				Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.q", vocab.MetricInFlight},
 				Queries:  map[string]string{"q": "select 1"},
 				Logger:   log,
 				Now:      func() time.Time { return t0 }, // when the metrics were configured
@@ -167,11 +167,11 @@ func TestEvaluate(t *testing.T) {
 
 func TestEvaluateLogsStalenessOnce(t *testing.T) {
 	log, logs := newLogger()
-	s := NewSampler(Options{Interval: time.Second, Metrics: []string{healthmetric.ActiveQueries}, Logger: log})
-	th := map[string]float64{healthmetric.ActiveQueries: 8}
+	s := NewSampler(Options{Interval: time.Second, Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
+	th := map[string]float64{vocab.MetricActiveQueries: 8}
 	const stale = "metric is stale"
 
-	seed(t, s, healthmetric.ActiveQueries, 1, t0)
+	seed(t, s, vocab.MetricActiveQueries, 1, t0)
 	for i := range 5 {
 		if _, _, exceeded, isStale := s.Evaluate(t0.Add(time.Duration(4+i)*time.Second), th, 0, true); !exceeded || !isStale {
 			t.Fatalf("check %d at %ds: exceeded=%v stale=%v, want both", i, 4+i, exceeded, isStale)
@@ -185,14 +185,14 @@ func TestEvaluateLogsStalenessOnce(t *testing.T) {
 	}
 
 	// A good read ends the staleness; the next staleness is logged again.
-	seed(t, s, healthmetric.ActiveQueries, 1, t0.Add(10*time.Second))
+	seed(t, s, vocab.MetricActiveQueries, 1, t0.Add(10*time.Second))
 	if n := logs.count("metric read again"); n != 1 {
 		t.Errorf("recovery logged %d times, want 1:\n%s", n, logs)
 	}
 	if _, _, exceeded, _ := s.Evaluate(t0.Add(11*time.Second), th, 0, true); exceeded {
 		t.Fatal("fresh sample below threshold is exceeded")
 	}
-	fail(t, s, healthmetric.ActiveQueries, "timed out after 500ms")
+	fail(t, s, vocab.MetricActiveQueries, "timed out after 500ms")
 	s.Evaluate(t0.Add(11*time.Second), th, 0, true)
 	s.Evaluate(t0.Add(11*time.Second), th, 0, true)
 	if n := logs.count(stale); n != 2 {
@@ -213,25 +213,25 @@ func TestEvaluateLogsStalenessOnce(t *testing.T) {
 
 func TestEvaluateConcurrentWithPublish(t *testing.T) {
 	log, _ := newLogger()
-	s := NewSampler(Options{Interval: time.Second, Metrics: []string{healthmetric.ActiveQueries}, Logger: log})
-	th := map[string]float64{healthmetric.ActiveQueries: 1000}
+	s := NewSampler(Options{Interval: time.Second, Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
+	th := map[string]float64{vocab.MetricActiveQueries: 1000}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := range 1000 {
-			seed(t, s, healthmetric.ActiveQueries, float64(i), t0)
+			seed(t, s, vocab.MetricActiveQueries, float64(i), t0)
 		}
 	}()
 	for range 1000 {
 		if _, _, exceeded, _ := s.Evaluate(t0, th, 0, true); exceeded {
 			// Never sampled or at most 999: a stale start is the only way to be exceeded.
-			if v, _, ok := s.Value(healthmetric.ActiveQueries); ok && v >= 1000 {
+			if v, _, ok := s.Value(vocab.MetricActiveQueries); ok && v >= 1000 {
 				t.Fatalf("value %v out of range", v)
 			}
 		}
 	}
 	<-done
-	if v, at, ok := s.Value(healthmetric.ActiveQueries); !ok || v != 999 || !at.Equal(t0) {
+	if v, at, ok := s.Value(vocab.MetricActiveQueries); !ok || v != 999 || !at.Equal(t0) {
 		t.Errorf("Value = (%v, %v, %v), want (999, %v, true)", v, at, ok, t0)
 	}
 }
@@ -240,12 +240,12 @@ func BenchmarkEvaluate(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("thresholds=%d", n), func(b *testing.B) {
 			log, _ := newLogger()
-			s := NewSampler(Options{Interval: time.Second, Metrics: []string{healthmetric.ActiveQueries, healthmetric.ReplicationLag}, Logger: log})
-			seed(b, s, healthmetric.ActiveQueries, 3, t0)
-			seed(b, s, healthmetric.ReplicationLag, 0.2, t0)
-			th := map[string]float64{healthmetric.ActiveQueries: 8, healthmetric.ReplicationLag: 5, healthmetric.InFlight: 10}
+			s := NewSampler(Options{Interval: time.Second, Metrics: []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag}, Logger: log})
+			seed(b, s, vocab.MetricActiveQueries, 3, t0)
+			seed(b, s, vocab.MetricReplicationLag, 0.2, t0)
+			th := map[string]float64{vocab.MetricActiveQueries: 8, vocab.MetricReplicationLag: 5, vocab.MetricInFlight: 10}
 			if n == 1 {
-				th = map[string]float64{healthmetric.ActiveQueries: 8}
+				th = map[string]float64{vocab.MetricActiveQueries: 8}
 			}
 			now := t0.Add(time.Second)
 			b.ReportAllocs()
@@ -262,12 +262,12 @@ func BenchmarkEvaluate(b *testing.B) {
 
 func BenchmarkValue(b *testing.B) {
 	log, _ := newLogger()
-	s := NewSampler(Options{Interval: time.Second, Metrics: []string{healthmetric.ActiveQueries}, Logger: log})
-	seed(b, s, healthmetric.ActiveQueries, 3, t0)
+	s := NewSampler(Options{Interval: time.Second, Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
+	seed(b, s, vocab.MetricActiveQueries, 3, t0)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, _, ok := s.Value(healthmetric.ActiveQueries); !ok {
+			if _, _, ok := s.Value(vocab.MetricActiveQueries); !ok {
 				b.Fatal("no value")
 			}
 		}

@@ -4,12 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // activeQueriesSQL counts client backends executing a statement, excluding
@@ -34,128 +29,32 @@ const replicationLagSQL = `select case when pg_is_in_recovery() then ` +
 
 // errLagUnknown replaces the NULL that replicationLagSQL returns for a
 // standby whose lag cannot be known yet.
-var errLagUnknown = &shapeError{"unknown: the standby has WAL to replay but has replayed no transaction since it started"}
+var errLagUnknown = ResultError{"unknown: the standby has WAL to replay but has replayed no transaction since it started"}
 
 // setupSQL names the session so that it is visible in pg_stat_activity, and
 // sets a server-side statement_timeout at two thirds of the client's read
 // timeout: the server then cancels a slow read itself and the connection
-// survives, where a client-side deadline has to break it (pgx interrupts a
-// read by setting a deadline on the socket). The last third leaves time for
+// survives, where a client-side deadline has to break it (a client interrupts
+// a read by setting a deadline on its socket). The last third leaves time for
 // the cancellation to come back from a busy server.
 const setupSQL = `select set_config('application_name', $1, false), set_config('statement_timeout', $2, false)`
-
-// shapeError reports a query whose result is not exactly one number.
-type shapeError struct{ msg string }
-
-func (e *shapeError) Error() string { return e.msg }
-
-// readNumber runs sql on conn and returns its single numeric value.
-// The caller bounds ctx.
-func readNumber(ctx context.Context, conn *pgx.Conn, sql string) (float64, error) {
-	rows, err := conn.Query(ctx, sql)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return 0, err
-		}
-		return 0, &shapeError{"returned no rows, want one row with one number"}
-	}
-	fields := rows.FieldDescriptions()
-	if len(fields) != 1 {
-		return 0, &shapeError{fmt.Sprintf("returned %d columns, want one number", len(fields))}
-	}
-	values, err := rows.Values()
-	if err != nil {
-		return 0, err
-	}
-	v, err := toFloat(values[0])
-	if err != nil {
-		if errors.Is(err, errNotNumber) {
-			return 0, &shapeError{fmt.Sprintf("returned a column of type %s, want int2, int4, int8, float4, float8 or numeric",
-				typeName(conn, fields[0].DataTypeOID))}
-		}
-		return 0, err
-	}
-	if rows.Next() {
-		return 0, &shapeError{"returned more than one row, want one"}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	return v, nil
-}
-
-var (
-	errNotNumber = errors.New("not a number type")
-	errNull      = &shapeError{"returned NULL, want a number"}
-)
-
-// toFloat converts a decoded value of a numeric column. NaN is refused: it
-// compares false with every threshold, so it would never throttle.
-func toFloat(v any) (float64, error) {
-	var f float64
-	switch x := v.(type) {
-	case nil:
-		return 0, errNull
-	case int16:
-		f = float64(x)
-	case int32:
-		f = float64(x)
-	case int64:
-		f = float64(x)
-	case float32:
-		f = float64(x)
-	case float64:
-		f = x
-	case pgtype.Numeric:
-		if !x.Valid {
-			return 0, errNull
-		}
-		if x.NaN {
-			f = math.NaN()
-			break
-		}
-		f8, err := x.Float64Value()
-		if err != nil {
-			return 0, err
-		}
-		f = f8.Float64
-	default:
-		return 0, errNotNumber
-	}
-	if math.IsNaN(f) {
-		return 0, &shapeError{"returned NaN, want a number"}
-	}
-	return f, nil
-}
-
-// typeName names a column type for an error message.
-func typeName(conn *pgx.Conn, oid uint32) string {
-	if t, ok := conn.TypeMap().TypeForOID(oid); ok {
-		return t.Name
-	}
-	return fmt.Sprintf("oid %d", oid)
-}
 
 // describe says why a read failed, clearly but without the server's message
 // text, which can quote literals from the query; the SQLSTATE names the
 // condition exactly.
 func describe(err error, timeout time.Duration) string {
-	var shape *shapeError
-	var pgErr *pgconn.PgError
+	var result ResultError
+	var server interface{ SQLState() string }
 	switch {
-	case errors.As(err, &shape):
-		return shape.msg
-	case errors.As(err, &pgErr):
-		if pgErr.Code == "57014" {
+	case errors.As(err, &result):
+		return result.Problem
+	case errors.As(err, &server):
+		code := server.SQLState()
+		if code == "57014" {
 			return fmt.Sprintf("timed out after %s (server canceled the statement, SQLSTATE 57014)", timeout)
 		}
-		return fmt.Sprintf("server error SQLSTATE %s (%s)", pgErr.Code, conditionName(pgErr.Code))
-	case errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err):
+		return fmt.Sprintf("server error SQLSTATE %s (%s)", code, conditionName(code))
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout):
 		return fmt.Sprintf("timed out after %s", timeout)
 	default:
 		return err.Error()

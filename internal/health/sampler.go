@@ -14,9 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 const (
@@ -39,11 +37,11 @@ var errWaiting = errors.New("health: waiting to reconnect")
 
 // Options configures a [Sampler]. Every field but Connect has a default.
 type Options struct {
-	// Connect opens the dedicated connection; the engine passes
-	// pgx.ConnectConfig with the connector's config. The sampler bounds ctx
+	// Connect opens the dedicated connection; the driver passes one that opens a pgx
+	// connection with the connector's config (package pgxconn). The sampler bounds ctx
 	// and then names the session [ApplicationName].
-	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// Interval between sampling rounds; default [healthmetric.DefaultInterval]. Choose it
+	Connect func(ctx context.Context) (Conn, error)
+	// Interval between sampling rounds; default [vocab.DefaultHealthInterval]. Choose it
 	// to oversample the thresholds (1-2s for a 5s replication lag limit).
 	Interval time.Duration
 	// Timeout bounds each read; default Interval/2, so that one slow read
@@ -51,16 +49,19 @@ type Options struct {
 	// busy to answer a catalog query within half an interval reads as stale.
 	// A connect is allowed max(Timeout, 5s).
 	Timeout time.Duration
-	// Metrics to sample: [healthmetric.ActiveQueries], [healthmetric.ReplicationLag] and
-	// [healthmetric.CustomPrefix]+name; [healthmetric.InFlight] is accepted and ignored.
+	// Metrics to sample: [vocab.MetricActiveQueries], [vocab.MetricReplicationLag] and
+	// [vocab.MetricCustomPrefix]+name; [vocab.MetricInFlight] is accepted and ignored.
 	Metrics []string
-	// Queries maps a custom metric's name (without [healthmetric.CustomPrefix]) to its SQL.
+	// Queries maps a custom metric's name (without [vocab.MetricCustomPrefix]) to its SQL.
 	Queries map[string]string
 	// Logger receives read failures, staleness and recoveries, each once per
 	// change; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock used to timestamp samples; default time.Now.
 	Now func() time.Time
+	// Election, when set, shares one sampler among the instances that read the same database
+	// with the same metric set (see [Election]); nil: this sampler samples for itself.
+	Election Election
 }
 
 // Sampler reads server health metrics on a dedicated connection and serves
@@ -71,13 +72,19 @@ type Options struct {
 // an immutable snapshot through an atomic pointer. [Sampler.Value] and
 // [Sampler.Evaluate] only load that pointer, so they never wait for I/O.
 // Rounds never overlap: the loop and [Sampler.SampleOnce] take turns on the
-// connection.
+// connection, which a round checks out of the session and gives back, holding
+// no lock while it reads.
+//
+// With an [Election], a round first votes: the lead samples as above and
+// publishes its readings; a follower adopts the lead's published readings in
+// place of reading the server, and polls again soon after the lead's next
+// sample is due.
 //
 // A Sampler is created by [NewSampler]; its zero value is not usable. It is
 // safe for concurrent use. [Sampler.Close] releases the goroutine and the
 // connection.
 type Sampler struct {
-	connect        func(context.Context) (*pgx.Conn, error)
+	connect        func(context.Context) (Conn, error)
 	interval       time.Duration
 	timeout        time.Duration
 	connectTimeout time.Duration
@@ -87,6 +94,8 @@ type Sampler struct {
 	snap         atomic.Pointer[snapshot]
 	errors       atomic.Uint64
 	samples      atomic.Uint64 // good metric reads
+	shared       atomic.Uint64 // good readings adopted from the elected sampler
+	elections    atomic.Uint64 // times this sampler became or stopped being the lead
 	unconfigured sync.Map      // metric -> struct{}: thresholds already logged as not sampled
 
 	life context.Context // canceled by Close; parent of all I/O
@@ -96,25 +105,43 @@ type Sampler struct {
 
 	sess session
 
-	mu      sync.Mutex // protects the fields below and serialises snapshot publication
-	cfg     *config
-	connErr string // the connect error last logged, "" when connected
-	started bool
-	closed  bool
+	mu       sync.Mutex // protects the fields below and serialises snapshot publication
+	cfg      *config
+	election Election // nil: sample alone
+	connErr  string   // the connect error last logged, "" when connected
+	started  bool
+	closed   bool
 }
 
-// session is the dedicated connection.
+// session is the dedicated connection and what rounds carry from one to the next. A round
+// takes it whole (take), does its I/O holding no lock, and gives it back (give); a round that
+// finds it taken waits for the other's end on a channel, which its context can abandon.
 type session struct {
-	mu       sync.Mutex // protects the fields below; held for a whole round, so rounds never overlap
-	conn     *pgx.Conn
+	mu      sync.Mutex // protects the fields below; never held across I/O
+	t       turn       // the state between rounds; its conn is nil while busy
+	busy    bool       // a round holds t
+	ended   chan struct{}
+	closing bool // close the connection when the round in progress gives it back
+}
+
+// turn is what a round owns while it runs.
+type turn struct {
+	conn     Conn
 	failures int       // consecutive failed connects
 	retryAt  time.Time // no loop round connects before this
+	// lead is the ballot this sampler held the lease of at its last round, through el; zero
+	// when it held none.
+	lead     Ballot
+	el       Election
+	follows  bool   // the last vote answered, and made this sampler a follower
+	electErr string // the election error last logged, "" while the election answers
 }
 
 // config is an immutable metric set.
 type config struct {
 	defs  map[string]string // readable metric -> SQL
 	order []string          // keys of defs, sorted: rounds read in a stable order
+	set   string            // the Ballot.Set of defs at the sampler's interval
 }
 
 // snapshot is an immutable set of readings, one per configured metric.
@@ -160,6 +187,7 @@ type result struct {
 	at     time.Time // when it was read; for a failed connect, when the loop retries
 	err    string    // "" on success
 	report bool      // count the failure and log it when it changed
+	shared bool      // adopted from the elected sampler, not read here
 }
 
 // readError is the error SampleOnce returns for one failed read.
@@ -184,9 +212,10 @@ func NewSampler(o Options) *Sampler {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		cfg:      &config{defs: map[string]string{}},
+		election: o.Election,
 	}
 	if s.interval <= 0 {
-		s.interval = healthmetric.DefaultInterval
+		s.interval = vocab.DefaultHealthInterval
 	}
 	if s.timeout <= 0 {
 		s.timeout = s.interval / 2
@@ -228,6 +257,12 @@ func (s *Sampler) Close() error {
 	if started {
 		<-s.done
 	}
+	if b, el := s.sess.leading(); el != nil {
+		// Hand the lease over now rather than when it lapses.
+		ctx, cancel := context.WithTimeout(context.Background(), s.electTimeout())
+		_ = el.Resign(ctx, b) // it lapses anyway
+		cancel()
+	}
 	if err := s.sess.close(); err != nil {
 		return fmt.Errorf("health: closing the sampler connection: %w", err)
 	}
@@ -249,11 +284,10 @@ func (s *Sampler) markClosed() (started, ok bool) {
 // SetMetrics replaces the metric set (on a config reload). Readings of
 // metrics that keep their name and query survive; a metric that cannot be
 // read (unknown name, custom metric without a query) is logged, counted and
-// stays stale. An empty set stops sampling and closes the connection before
-// SetMetrics returns (waiting for a round in progress, which the timeout
-// bounds).
+// stays stale. An empty set stops sampling and closes the connection: at
+// once, or when the round in progress ends (SetMetrics does not wait for it).
 func (s *Sampler) SetMetrics(metrics []string, queries map[string]string) {
-	cfg, bad := buildConfig(metrics, queries)
+	cfg, bad := buildConfig(metrics, queries, s.interval)
 	s.setConfig(cfg, bad)
 	s.unconfigured.Clear()
 	for _, m := range slices.Sorted(maps.Keys(bad)) {
@@ -292,20 +326,32 @@ func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 	s.store(next)
 }
 
+// SetElection makes el the election of the rounds to come (nil: sample alone). A lease held
+// through the previous election is given up at the next round.
+func (s *Sampler) SetElection(el Election) {
+	s.mu.Lock()
+	s.election = el
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // buildConfig resolves metric names to SQL; bad maps each metric that cannot
 // be read to the reason.
-func buildConfig(metrics []string, queries map[string]string) (cfg *config, bad map[string]string) {
+func buildConfig(metrics []string, queries map[string]string, interval time.Duration) (cfg *config, bad map[string]string) {
 	cfg = &config{defs: make(map[string]string, len(metrics))}
 	bad = map[string]string{}
 	for _, m := range metrics {
 		switch {
-		case m == healthmetric.InFlight:
-		case m == healthmetric.ActiveQueries:
+		case m == vocab.MetricInFlight:
+		case m == vocab.MetricActiveQueries:
 			cfg.defs[m] = activeQueriesSQL
-		case m == healthmetric.ReplicationLag:
+		case m == vocab.MetricReplicationLag:
 			cfg.defs[m] = replicationLagSQL
-		case strings.HasPrefix(m, healthmetric.CustomPrefix):
-			name := strings.TrimPrefix(m, healthmetric.CustomPrefix)
+		case strings.HasPrefix(m, vocab.MetricCustomPrefix):
+			name := strings.TrimPrefix(m, vocab.MetricCustomPrefix)
 			if q := queries[name]; strings.TrimSpace(q) != "" {
 				cfg.defs[m] = q
 			} else {
@@ -316,6 +362,7 @@ func buildConfig(metrics []string, queries map[string]string) (cfg *config, bad 
 		}
 	}
 	cfg.order = slices.Sorted(maps.Keys(cfg.defs))
+	cfg.set = setKey(interval, cfg.order, cfg.defs)
 	return cfg, bad
 }
 
@@ -336,6 +383,14 @@ func (s *Sampler) Errors() uint64 { return s.errors.Load() }
 // Samples reports how many metric reads succeeded (one per metric per round).
 func (s *Sampler) Samples() uint64 { return s.samples.Load() }
 
+// Shared reports how many good readings were adopted from the elected sampler in place of
+// reading the server (one per metric per follower round that found a new sample).
+func (s *Sampler) Shared() uint64 { return s.shared.Load() }
+
+// Elections reports how many times this sampler became the lead of its metric set or
+// stopped being it.
+func (s *Sampler) Elections() uint64 { return s.elections.Load() }
+
 // SampleOnce runs one round now, connecting if needed (regardless of the
 // reconnect backoff), and returns the failed reads joined. It is used at
 // start-up and by tests; with no metric configured it does nothing.
@@ -343,85 +398,213 @@ func (s *Sampler) SampleOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
-	return s.round(ctx, true)
+	_, err := s.round(ctx, true)
+	return err
 }
 
-// loop is the sampling goroutine: a round whenever the metric set changes
-// and on each tick while there is a metric to read. The ticker is stopped
-// while there is none.
+// loop is the sampling goroutine: a round whenever the metric set or the
+// election changes, then one per interval while there is a metric to read (a
+// follower polls on the schedule [Sampler.followIn] sets). It sleeps while
+// there is none.
 func (s *Sampler) loop() {
 	defer close(s.done)
-	var tick *time.Ticker
-	var tc <-chan time.Time
-	defer func() {
-		if tick != nil {
-			tick.Stop()
-		}
-	}()
-	changed := true
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var tc <-chan time.Time // nil while there is nothing to read
 	for {
-		if len(s.config().order) > 0 {
-			if tick == nil {
-				tick = time.NewTicker(s.interval)
-				tc = tick.C
-			}
-			if changed {
-				_ = s.round(s.life, false) // failures are logged and published
-			}
-		} else if tick != nil {
-			tick.Stop()
-			tick, tc = nil, nil
+		start := time.Now()
+		next, _ := s.round(s.life, false) // failures are logged and published
+		tc = nil
+		if next > 0 {
+			timer.Reset(max(next-time.Since(start), 0))
+			tc = timer.C
 		}
-		changed = false
 		select {
 		case <-s.life.Done():
 			return
 		case <-s.wake:
-			changed = true
 		case <-tc:
-			_ = s.round(s.life, false)
 		}
 	}
 }
 
-func (s *Sampler) config() *config {
+// setup returns the metric set and the election of a round.
+func (s *Sampler) setup() (*config, Election) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cfg
+	return s.cfg, s.election
 }
 
-// round reads every configured metric once and publishes the results. With
-// force it connects even while the reconnect backoff runs.
-func (s *Sampler) round(ctx context.Context, force bool) error {
-	s.sess.mu.Lock()
-	defer s.sess.mu.Unlock()
+func (s *Sampler) config() *config {
+	cfg, _ := s.setup()
+	return cfg
+}
+
+// minElectTimeout is the shortest time an election call may take before the
+// sampler samples for itself: shorter than a loaded Redis's round trip, it
+// would turn every follower into a sampler.
+const minElectTimeout = 50 * time.Millisecond
+
+// electTimeout bounds each election call as a read is bounded: a hung Redis
+// still leaves the round time to read the server itself.
+func (s *Sampler) electTimeout() time.Duration { return max(s.timeout, minElectTimeout) }
+
+// round runs one round and returns when the next is due (0: when woken). With
+// force it connects even while the reconnect backoff runs. With an election,
+// it votes first: a follower adopts the published sample, the lead (or a
+// sampler whose election could not be held) reads the server, and the lead
+// publishes what it read.
+func (s *Sampler) round(ctx context.Context, force bool) (next time.Duration, err error) {
+	t, err := s.sess.take(ctx)
+	if err != nil {
+		return s.interval, err
+	}
+	defer s.sess.give(t)
 	if s.life.Err() != nil {
-		return errClosed // Close has run (or is closing the connection): open nothing
+		return 0, errClosed // Close has run (or is closing the connection): open nothing
 	}
-	cfg := s.config()
+	cfg, el := s.setup()
+	b := Ballot{Set: cfg.set, Interval: s.interval}
+	if t.el != nil && (t.el != el || t.lead != b || len(cfg.order) == 0) {
+		s.resign(ctx, t) // the lease of a set or an election no longer in use
+	}
 	if len(cfg.order) == 0 {
-		return s.sess.closeLocked()
+		return 0, t.closeConn()
 	}
-	conn, err := s.connLocked(ctx, force, cfg)
+	lead := false
+	if el != nil {
+		v, ok := s.vote(ctx, t, el, b)
+		if !ok && t.follows && s.fresh(cfg, LeaseIntervals*s.interval) {
+			// One failed call is no outage: a follower whose sample is young polls again
+			// soon, and samples for itself only before its readings would go stale.
+			return s.interval / 4, nil
+		}
+		if !ok {
+			t.follows = false // from now on it samples every interval, until a vote answers
+		}
+		if ok && !v.Lead {
+			// A follower reads nothing from the server: its connection is not needed.
+			if err := t.closeConn(); err != nil {
+				s.log.Debug("health: closing the sampler connection", "error", err)
+			}
+			results := adopt(v, cfg, s.now(), s.interval)
+			s.publish(results)
+			return s.followIn(results), nil
+		}
+		lead = ok
+	}
+	err = s.sample(ctx, t, force, cfg)
+	if lead {
+		s.share(ctx, el, b, cfg)
+	}
+	return s.interval, err
+}
+
+// vote holds the election of b; ok is false when it could not be held (the
+// sampler then samples for itself and logs it once). It records in t whether
+// this sampler leads, counting the changes.
+func (s *Sampler) vote(ctx context.Context, t *turn, el Election, b Ballot) (v Vote, ok bool) {
+	ectx, cancel := context.WithTimeout(ctx, s.electTimeout())
+	v, err := el.Elect(ectx, b)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && err.Error() != t.electErr {
+			t.electErr = err.Error()
+			s.log.Warn("health: the sampler election cannot be held; this instance samples for itself", "error", err)
+		}
+		return Vote{}, false
+	}
+	if t.electErr != "" {
+		t.electErr = ""
+		s.log.Info("health: the sampler election is held again")
+	}
+	if v.Lead != (t.el != nil) {
+		s.elections.Add(1)
+		s.log.Debug("health: sampler election changed", "lead", v.Lead)
+	}
+	t.lead, t.el, t.follows = Ballot{}, nil, !v.Lead
+	if v.Lead {
+		t.lead, t.el = b, el
+	}
+	return v, true
+}
+
+// fresh reports whether every metric of cfg has a good reading younger than age.
+func (s *Sampler) fresh(cfg *config, age time.Duration) bool {
+	readings, now := s.snap.Load().readings, s.now()
+	for _, m := range cfg.order {
+		r, ok := readings[m]
+		if !ok || !r.good || r.err != "" || now.Sub(r.at) >= age {
+			return false
+		}
+	}
+	return true
+}
+
+// resign gives up the lease t holds, within the election timeout; an error
+// is harmless, as the lease lapses by itself.
+func (s *Sampler) resign(ctx context.Context, t *turn) {
+	ctx, cancel := context.WithTimeout(ctx, s.electTimeout())
+	defer cancel()
+	_ = t.el.Resign(ctx, t.lead)
+	t.lead, t.el = Ballot{}, nil
+	s.elections.Add(1)
+}
+
+// share publishes, as the lead, the readings of the round that just ended.
+// A failure is not logged: followers' readings then age, and the next vote
+// reports an unreachable Redis.
+func (s *Sampler) share(ctx context.Context, el Election, b Ballot, cfg *config) {
+	ctx, cancel := context.WithTimeout(ctx, s.electTimeout())
+	defer cancel()
+	if err := el.Publish(ctx, b, toShare(s.snap.Load().readings, cfg, s.now())); err != nil {
+		s.log.Debug("health: publishing the sample failed", "error", err)
+	}
+}
+
+// followIn is how long a follower waits before its next poll: until shortly
+// after the lead's next sample is due (one interval after the newest it
+// adopted), but at least a quarter and at most one interval. When the sample
+// is overdue (the lead is late, or gone and its lease about to lapse) it
+// polls every quarter interval, so that a new lead's first sample, or its own
+// takeover, is not missed by a whole interval.
+func (s *Sampler) followIn(results []result) time.Duration {
+	var newest time.Time
+	for _, r := range results {
+		if r.err == "" && r.at.After(newest) {
+			newest = r.at
+		}
+	}
+	poll := s.interval / 4
+	if newest.IsZero() {
+		return poll
+	}
+	due := newest.Add(s.interval + s.interval/8).Sub(s.now())
+	return min(max(due, poll), s.interval)
+}
+
+// sample reads every metric of cfg on the dedicated connection and publishes
+// the results; it returns the failed reads joined.
+func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) error {
+	conn, err := s.open(ctx, t, force, cfg)
 	if err != nil {
 		return err
 	}
-
 	results := make([]result, 0, len(cfg.order))
 	var errs []error
 	for i, m := range cfg.order {
 		sql := cfg.defs[m]
 		at := s.now()
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
-		v, err := readNumber(rctx, conn, sql)
+		v, err := conn.ReadNumber(rctx, sql)
 		cancel()
-		if m == healthmetric.ReplicationLag && errors.Is(err, errNull) {
+		if m == vocab.MetricReplicationLag && errors.Is(err, ErrNull) {
 			err = errLagUnknown
 		}
 		if ctx.Err() != nil {
 			// Closing, or the caller gave up: this is not the server's fault.
 			if conn.IsClosed() {
-				s.sess.conn = nil
+				t.conn = nil
 			}
 			return ctx.Err()
 		}
@@ -434,7 +617,7 @@ func (s *Sampler) round(ctx context.Context, force bool) error {
 		if conn.IsClosed() {
 			// The read broke the connection (a client-side timeout or a
 			// terminated backend): the rest cannot be read on it.
-			s.sess.conn = nil
+			t.conn = nil
 			for _, rest := range cfg.order[i+1:] {
 				results = append(results, result{metric: rest, sql: cfg.defs[rest], err: "connection lost"})
 			}
@@ -445,16 +628,15 @@ func (s *Sampler) round(ctx context.Context, force bool) error {
 	return errors.Join(errs...)
 }
 
-// connLocked returns the open connection, or opens one. A failed connect
+// open returns the open connection, or opens one. A failed connect
 // marks every metric failed and schedules the next attempt.
-func (s *Sampler) connLocked(ctx context.Context, force bool, cfg *config) (*pgx.Conn, error) {
-	ss := &s.sess
-	if ss.conn != nil && !ss.conn.IsClosed() {
-		return ss.conn, nil
+func (s *Sampler) open(ctx context.Context, t *turn, force bool, cfg *config) (Conn, error) {
+	if t.conn != nil && !t.conn.IsClosed() {
+		return t.conn, nil
 	}
-	ss.conn = nil
+	t.conn = nil
 	now := s.now()
-	if !force && now.Before(ss.retryAt) {
+	if !force && now.Before(t.retryAt) {
 		return nil, errWaiting
 	}
 	conn, err := s.dial(ctx)
@@ -462,24 +644,24 @@ func (s *Sampler) connLocked(ctx context.Context, force bool, cfg *config) (*pgx
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		ss.failures++
-		ss.retryAt = now.Add(reconnectDelay(ss.failures, s.interval, rand.Float64()))
+		t.failures++
+		t.retryAt = now.Add(reconnectDelay(t.failures, s.interval, rand.Float64()))
 		desc := describe(err, s.connectTimeout)
 		results := make([]result, 0, len(cfg.order)+1)
-		results = append(results, result{metric: connectKey, err: desc, report: true, at: ss.retryAt})
+		results = append(results, result{metric: connectKey, err: desc, report: true, at: t.retryAt})
 		for _, m := range cfg.order {
 			results = append(results, result{metric: m, sql: cfg.defs[m], err: "not connected"})
 		}
 		s.publish(results)
 		return nil, &readError{metric: "connect", reason: desc, err: err}
 	}
-	ss.conn, ss.failures, ss.retryAt = conn, 0, time.Time{}
+	t.conn, t.failures, t.retryAt = conn, 0, time.Time{}
 	s.publish([]result{{metric: connectKey}})
 	return conn, nil
 }
 
 // dial opens and names the dedicated connection.
-func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
+func (s *Sampler) dial(ctx context.Context) (Conn, error) {
 	if s.connect == nil {
 		return nil, errors.New("health: Options.Connect is nil")
 	}
@@ -490,31 +672,91 @@ func (s *Sampler) dial(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	ms := max(1, (s.timeout - s.timeout/3).Milliseconds())
-	if _, err := conn.Exec(ctx, setupSQL, ApplicationName, strconv.FormatInt(ms, 10)); err != nil {
+	if err := conn.Exec(ctx, setupSQL, ApplicationName, strconv.FormatInt(ms, 10)); err != nil {
 		closeConn(conn)
 		return nil, err
 	}
 	return conn, nil
 }
 
-// close closes the connection, if open, once a round in progress has ended.
-func (ss *session) close() error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.closeLocked()
+// take waits until no other round holds the session and returns its turn,
+// which the caller gives back. It holds the lock only to hand the turn over.
+func (ss *session) take(ctx context.Context) (*turn, error) {
+	for {
+		ss.mu.Lock()
+		if !ss.busy {
+			ss.busy, ss.ended = true, make(chan struct{})
+			t := ss.t
+			ss.t.conn = nil
+			ss.mu.Unlock()
+			return &t, nil
+		}
+		ended := ss.ended
+		ss.mu.Unlock()
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
-// closeLocked closes the connection, if open. The caller holds ss.mu.
-func (ss *session) closeLocked() error {
-	if ss.conn == nil {
+// give ends a round: t becomes the session's state again, and its connection
+// is closed (outside the lock) if a close was asked for meanwhile.
+func (ss *session) give(t *turn) {
+	ss.mu.Lock()
+	var stale Conn
+	if ss.closing {
+		stale, t.conn, ss.closing = t.conn, nil, false
+	}
+	ss.t, ss.busy = *t, false
+	close(ss.ended)
+	ss.mu.Unlock()
+	if stale != nil {
+		_ = closeConn(stale)
+	}
+}
+
+// close closes the connection, if open; while a round holds it, that round
+// closes it when it ends, and close does not wait.
+func (ss *session) close() error {
+	ss.mu.Lock()
+	if ss.busy {
+		ss.closing = true
+		ss.mu.Unlock()
 		return nil
 	}
-	err := closeConn(ss.conn)
-	ss.conn = nil
+	conn := ss.t.conn
+	ss.t.conn = nil
+	ss.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	return closeConn(conn)
+}
+
+// leading returns the ballot whose lease the last round held and its
+// election; el is nil when it held none or a round is in progress.
+func (ss *session) leading() (Ballot, Election) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.busy {
+		return Ballot{}, nil
+	}
+	return ss.t.lead, ss.t.el
+}
+
+// closeConn closes the turn's connection, if open.
+func (t *turn) closeConn() error {
+	if t.conn == nil {
+		return nil
+	}
+	err := closeConn(t.conn)
+	t.conn = nil
 	return err
 }
 
-func closeConn(conn *pgx.Conn) error {
+func closeConn(conn Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	return conn.Close(ctx)
@@ -564,10 +806,19 @@ func (s *Sampler) publish(results []result) {
 			next[res.metric] = r
 			continue
 		}
+		if res.shared && r.good && r.err == "" && res.at.Sub(r.at).Abs() < s.interval/8 {
+			// The sample adopted last time, read again (its date moves only by the drift
+			// between this clock and Redis's): a lead publishes once an interval.
+			continue
+		}
 		if r.staleLogged.Swap(false) || r.err != "" && r.err != "not connected" && r.err != "connection lost" {
 			logs = append(logs, entry{slog.LevelInfo, "health: metric read again", []any{"metric", res.metric}})
 		}
-		s.samples.Add(1)
+		if res.shared {
+			s.shared.Add(1)
+		} else {
+			s.samples.Add(1)
+		}
 		r.value, r.at, r.good, r.err = res.value, res.at, true, ""
 		next[res.metric] = r
 	}

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 func TestNewSamplerDefaults(t *testing.T) {
@@ -44,22 +43,22 @@ func TestNewSamplerDefaults(t *testing.T) {
 func TestSetMetrics(t *testing.T) {
 	log, logs := newLogger()
 	s := NewSampler(Options{
-		Metrics: []string{healthmetric.ActiveQueries, "custom.a", "custom.b"},
+		Metrics: []string{vocab.MetricActiveQueries, "custom.a", "custom.b"},
 		Queries: map[string]string{"a": "select 1", "b": "select 2"},
 		Logger:  log,
 	})
 	defer s.Close()
-	seed(t, s, healthmetric.ActiveQueries, 3, t0)
+	seed(t, s, vocab.MetricActiveQueries, 3, t0)
 	seed(t, s, "custom.a", 1, t0)
 	seed(t, s, "custom.b", 2, t0)
 
 	// Reload: custom.a keeps its query, custom.b's changes, replication_lag is
 	// new, active_queries goes; two names cannot be read.
 	s.SetMetrics(
-		[]string{"custom.a", "custom.b", healthmetric.ReplicationLag, healthmetric.InFlight, "custom.missing", "load_average"},
+		[]string{"custom.a", "custom.b", vocab.MetricReplicationLag, vocab.MetricInFlight, "custom.missing", "load_average"},
 		map[string]string{"a": "select 1", "b": "select 3"},
 	)
-	if got, want := s.config().order, []string{"custom.a", "custom.b", healthmetric.ReplicationLag}; !slices.Equal(got, want) {
+	if got, want := s.config().order, []string{"custom.a", "custom.b", vocab.MetricReplicationLag}; !slices.Equal(got, want) {
 		t.Errorf("sampled metrics = %v, want %v", got, want)
 	}
 	for _, tt := range []struct {
@@ -67,10 +66,10 @@ func TestSetMetrics(t *testing.T) {
 		ok     bool
 		v      float64
 	}{
-		{"custom.a", true, 1},                   // same query: the reading survives
-		{"custom.b", false, 0},                  // a different query is a different metric
-		{healthmetric.ActiveQueries, false, 0},  // no longer configured
-		{healthmetric.ReplicationLag, false, 0}, // not read yet
+		{"custom.a", true, 1},                  // same query: the reading survives
+		{"custom.b", false, 0},                 // a different query is a different metric
+		{vocab.MetricActiveQueries, false, 0},  // no longer configured
+		{vocab.MetricReplicationLag, false, 0}, // not read yet
 	} {
 		if v, _, ok := s.Value(tt.metric); ok != tt.ok || v != tt.v {
 			t.Errorf("Value(%s) = (%v, %v), want (%v, %v)", tt.metric, v, ok, tt.v, tt.ok)
@@ -101,11 +100,11 @@ func TestSetMetrics(t *testing.T) {
 
 func TestConnectFailure(t *testing.T) {
 	log, logs := newLogger()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New()
 	var dials atomic.Int32
 	boom := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			dials.Add(1)
 			if _, ok := ctx.Deadline(); !ok {
 				t.Error("connect context has no deadline")
@@ -113,7 +112,7 @@ func TestConnectFailure(t *testing.T) {
 			return nil, boom
 		},
 		Interval: time.Second,
-		Metrics:  []string{healthmetric.ActiveQueries, healthmetric.ReplicationLag},
+		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag},
 		Logger:   log,
 		Now:      clock.Now,
 	})
@@ -123,7 +122,7 @@ func TestConnectFailure(t *testing.T) {
 	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "health: connect: ") {
 		t.Fatalf("SampleOnce = %v, want the connect error prefixed with health: connect:", err)
 	}
-	if _, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{healthmetric.ActiveQueries: 8}, 0, true); !exceeded || !stale {
+	if _, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); !exceeded || !stale {
 		t.Errorf("after a failed connect: exceeded=%v stale=%v, want both", exceeded, stale)
 	}
 	if !strings.Contains(logs.String(), `reason="last read failed: not connected"`) {
@@ -131,15 +130,15 @@ func TestConnectFailure(t *testing.T) {
 	}
 
 	// The loop's rounds wait out the backoff (at least half an interval)...
-	if err := s.round(context.Background(), false); !errors.Is(err, errWaiting) {
+	if _, err := s.round(context.Background(), false); !errors.Is(err, errWaiting) {
 		t.Errorf("round during backoff = %v, want errWaiting", err)
 	}
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d dials during backoff, want 1", n)
 	}
 	// ...then try again; SampleOnce does not wait.
-	clock.Add(time.Second)
-	if err := s.round(context.Background(), false); !errors.Is(err, boom) {
+	clock.Advance(time.Second)
+	if _, err := s.round(context.Background(), false); !errors.Is(err, boom) {
 		t.Errorf("round after backoff = %v, want the connect error", err)
 	}
 	if err := s.SampleOnce(context.Background()); !errors.Is(err, boom) {
@@ -154,14 +153,14 @@ func TestConnectFailure(t *testing.T) {
 	if n := logs.count("connect failed"); n != 1 {
 		t.Errorf("the same connect error was logged %d times, want once:\n%s", n, logs)
 	}
-	if s.sess.failures != 3 {
-		t.Errorf("consecutive failures = %d, want 3", s.sess.failures)
+	if s.sess.t.failures != 3 {
+		t.Errorf("consecutive failures = %d, want 3", s.sess.t.failures)
 	}
 }
 
 func TestNilConnect(t *testing.T) {
 	log, _ := newLogger()
-	s := NewSampler(Options{Metrics: []string{healthmetric.ActiveQueries}, Logger: log})
+	s := NewSampler(Options{Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
 	defer s.Close()
 	if err := s.SampleOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "Options.Connect is nil") {
 		t.Errorf("SampleOnce without Connect = %v", err)
@@ -172,11 +171,11 @@ func TestOpensNothingWithoutMetrics(t *testing.T) {
 	var dials atomic.Int32
 	log, _ := newLogger()
 	s := NewSampler(Options{
-		Connect: func(context.Context) (*pgx.Conn, error) {
+		Connect: func(context.Context) (Conn, error) {
 			dials.Add(1)
 			return nil, errors.New("should not dial")
 		},
-		Metrics: []string{healthmetric.InFlight}, // not sampled
+		Metrics: []string{vocab.MetricInFlight}, // not sampled
 		Logger:  log,
 	})
 	s.Start()
@@ -204,7 +203,7 @@ func TestLoopDialsAndCloseStopsIt(t *testing.T) {
 	log, _ := newLogger()
 	dialed := make(chan struct{}, 1)
 	s := NewSampler(Options{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			select {
 			case dialed <- struct{}{}:
 			default:
@@ -213,7 +212,7 @@ func TestLoopDialsAndCloseStopsIt(t *testing.T) {
 			return nil, ctx.Err()
 		},
 		Interval: time.Hour, // only the start-up round can dial
-		Metrics:  []string{healthmetric.ActiveQueries},
+		Metrics:  []string{vocab.MetricActiveQueries},
 		Logger:   log,
 	})
 	s.Start()

@@ -1,6 +1,9 @@
 // Package pattern turns SQL text into an immutable [Pattern]: the facts the
 // traffic-control engine needs about a statement before it is sent.
 //
+// It imports pg_query_go, protobuf's reflection and internal/guard (a statement's guard facts),
+// and nothing else of pgtraffic's.
+//
 // # What a pattern holds
 //
 // [Analyze] parses the text once with pg_query (the PostgreSQL 16 parser) and

@@ -106,23 +106,8 @@ func significantEnd(sql string) int {
 				return len(sql)
 			}
 			i += n
-		case c == '\'':
-			escapes := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdent(sql[i-2]))
-			n, ok := quoted(sql[i:], '\'', escapes)
-			if !ok {
-				return len(sql)
-			}
-			i += n
-			end = i
-		case c == '"':
-			n, ok := quoted(sql[i:], '"', false)
-			if !ok {
-				return len(sql)
-			}
-			i += n
-			end = i
-		case c == '$' && (i == 0 || !isIdent(sql[i-1])):
-			n, ok := dollarQuoted(sql[i:])
+		case c == '\'' || c == '"' || c == '$' && (i == 0 || !isIdent(sql[i-1])):
+			n, ok := quotedToken(sql, i)
 			if !ok {
 				return len(sql)
 			}
@@ -136,6 +121,20 @@ func significantEnd(sql string) int {
 		}
 	}
 	return end
+}
+
+// quotedToken returns the length of the string, quoted identifier or dollar-quoted string that
+// starts at sql[i] (a quote, a double quote or a '$' that follows no identifier byte), and
+// whether it is terminated.
+func quotedToken(sql string, i int) (int, bool) {
+	switch sql[i] {
+	case '\'':
+		escapes := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdent(sql[i-2]))
+		return quoted(sql[i:], '\'', escapes)
+	case '"':
+		return quoted(sql[i:], '"', false)
+	}
+	return dollarQuoted(sql[i:])
 }
 
 // lexSpecial marks the bytes significantEnd must look at: whitespace,

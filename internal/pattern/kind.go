@@ -9,73 +9,14 @@ import (
 // classify returns the kind and the operation (PostgreSQL's command tag, as
 // db.operation.name) of one top-level statement.
 func classify(n *pg.Node) (kind, op string) {
-	switch x := n.GetNode().(type) {
-	case nil:
+	if kind, op, ok := dataStatement(n); ok {
+		return kind, op
+	}
+	if kind, op, ok := variantStatement(n); ok {
+		return kind, op
+	}
+	if n.GetNode() == nil {
 		return KindOther, ""
-	case *pg.Node_SelectStmt:
-		if x.SelectStmt.IntoClause != nil {
-			return KindDDL, "SELECT" // SELECT ... INTO creates a table
-		}
-		return KindSelect, "SELECT"
-	case *pg.Node_InsertStmt:
-		return KindInsert, "INSERT"
-	case *pg.Node_UpdateStmt:
-		return KindUpdate, "UPDATE"
-	case *pg.Node_DeleteStmt:
-		return KindDelete, "DELETE"
-	case *pg.Node_MergeStmt:
-		return KindMerge, "MERGE"
-	case *pg.Node_CopyStmt:
-		return KindCopy, "COPY"
-	case *pg.Node_TruncateStmt:
-		return KindDDL, "TRUNCATE TABLE"
-	case *pg.Node_TransactionStmt:
-		return KindUtility, transactionOp(x.TransactionStmt.Kind)
-	case *pg.Node_VariableSetStmt:
-		switch x.VariableSetStmt.Kind {
-		case pg.VariableSetKind_VAR_RESET, pg.VariableSetKind_VAR_RESET_ALL:
-			return KindUtility, "RESET"
-		}
-		return KindUtility, "SET"
-	case *pg.Node_VacuumStmt:
-		if x.VacuumStmt.IsVacuumcmd {
-			return KindUtility, "VACUUM"
-		}
-		return KindUtility, "ANALYZE"
-	case *pg.Node_FetchStmt:
-		if x.FetchStmt.Ismove {
-			return KindUtility, "MOVE"
-		}
-		return KindUtility, "FETCH"
-	case *pg.Node_GrantStmt:
-		if x.GrantStmt.IsGrant {
-			return KindDDL, "GRANT"
-		}
-		return KindDDL, "REVOKE"
-	case *pg.Node_GrantRoleStmt:
-		if x.GrantRoleStmt.IsGrant {
-			return KindDDL, "GRANT ROLE"
-		}
-		return KindDDL, "REVOKE ROLE"
-	case *pg.Node_CreateTableAsStmt:
-		if x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_MATVIEW {
-			return KindDDL, "CREATE MATERIALIZED VIEW"
-		}
-		return KindDDL, "CREATE TABLE AS"
-	case *pg.Node_DropStmt:
-		return KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType)
-	case *pg.Node_AlterTableStmt:
-		return KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype)
-	case *pg.Node_RenameStmt:
-		t := x.RenameStmt.RenameType
-		if t == pg.ObjectType_OBJECT_COLUMN || t == pg.ObjectType_OBJECT_TABCONSTRAINT {
-			t = x.RenameStmt.RelationType
-		}
-		return KindDDL, "ALTER " + objectWords(t)
-	case *pg.Node_AlterSystemStmt:
-		return KindUtility, "ALTER SYSTEM"
-	case *pg.Node_RefreshMatViewStmt:
-		return KindUtility, "REFRESH MATERIALIZED VIEW"
 	}
 	name := string(n.ProtoReflect().WhichOneof(oneofNode).Message().Name())
 	if op, ok := utilityOps[name]; ok {
@@ -88,6 +29,81 @@ func classify(n *pg.Node) (kind, op string) {
 		return KindDDL, words(name)
 	}
 	return KindOther, words(name)
+}
+
+// dataStatement classifies the statements that read or write rows: SELECT (but
+// SELECT ... INTO, which creates a table), INSERT, UPDATE, DELETE, MERGE and COPY.
+func dataStatement(n *pg.Node) (kind, op string, ok bool) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_SelectStmt:
+		if x.SelectStmt.IntoClause != nil {
+			return KindDDL, "SELECT", true // SELECT ... INTO creates a table
+		}
+		return KindSelect, "SELECT", true
+	case *pg.Node_InsertStmt:
+		return KindInsert, "INSERT", true
+	case *pg.Node_UpdateStmt:
+		return KindUpdate, "UPDATE", true
+	case *pg.Node_DeleteStmt:
+		return KindDelete, "DELETE", true
+	case *pg.Node_MergeStmt:
+		return KindMerge, "MERGE", true
+	case *pg.Node_CopyStmt:
+		return KindCopy, "COPY", true
+	}
+	return "", "", false
+}
+
+// variantStatement classifies the statements whose command tag is not their
+// node's alone: it depends on a field (VACUUM or ANALYZE, GRANT or REVOKE, the
+// object a DROP drops), or differs from the node's name.
+func variantStatement(n *pg.Node) (kind, op string, ok bool) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_TruncateStmt:
+		return KindDDL, "TRUNCATE TABLE", true
+	case *pg.Node_TransactionStmt:
+		return KindUtility, transactionOp(x.TransactionStmt.Kind), true
+	case *pg.Node_VariableSetStmt:
+		switch x.VariableSetStmt.Kind {
+		case pg.VariableSetKind_VAR_RESET, pg.VariableSetKind_VAR_RESET_ALL:
+			return KindUtility, "RESET", true
+		}
+		return KindUtility, "SET", true
+	case *pg.Node_VacuumStmt:
+		return KindUtility, either(x.VacuumStmt.IsVacuumcmd, "VACUUM", "ANALYZE"), true
+	case *pg.Node_FetchStmt:
+		return KindUtility, either(x.FetchStmt.Ismove, "MOVE", "FETCH"), true
+	case *pg.Node_GrantStmt:
+		return KindDDL, either(x.GrantStmt.IsGrant, "GRANT", "REVOKE"), true
+	case *pg.Node_GrantRoleStmt:
+		return KindDDL, either(x.GrantRoleStmt.IsGrant, "GRANT ROLE", "REVOKE ROLE"), true
+	case *pg.Node_CreateTableAsStmt:
+		matview := x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_MATVIEW
+		return KindDDL, either(matview, "CREATE MATERIALIZED VIEW", "CREATE TABLE AS"), true
+	case *pg.Node_DropStmt:
+		return KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType), true
+	case *pg.Node_AlterTableStmt:
+		return KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype), true
+	case *pg.Node_RenameStmt:
+		t := x.RenameStmt.RenameType
+		if t == pg.ObjectType_OBJECT_COLUMN || t == pg.ObjectType_OBJECT_TABCONSTRAINT {
+			t = x.RenameStmt.RelationType
+		}
+		return KindDDL, "ALTER " + objectWords(t), true
+	case *pg.Node_AlterSystemStmt:
+		return KindUtility, "ALTER SYSTEM", true
+	case *pg.Node_RefreshMatViewStmt:
+		return KindUtility, "REFRESH MATERIALIZED VIEW", true
+	}
+	return "", "", false
+}
+
+// either returns a when cond holds, else b.
+func either(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
 }
 
 var oneofNode = (&pg.Node{}).ProtoReflect().Descriptor().Oneofs().ByName("node")

@@ -1,5 +1,8 @@
 // Package pgtest gives integration tests a real PostgreSQL server.
 //
+// It imports pgx, to set a server up, and nothing of pgtraffic's; only tests and measuring tools
+// import it.
+//
 // By default it starts a throwaway cluster from the system's own PostgreSQL binaries
 // (initdb, pg_ctl): a fresh data directory in a temporary directory, a free loopback port,
 // trust authentication for the superuser "postgres", and durability switched off because the

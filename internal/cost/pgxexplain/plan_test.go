@@ -1,4 +1,4 @@
-package cost
+package pgxexplain
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package cost
+package pgxexplain
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
@@ -231,7 +232,7 @@ func TestExplainFailures(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "SQLSTATE "+tt.wantState) {
 					t.Fatalf("Explain error = %v, want SQLSTATE %s", err, tt.wantState)
 				}
-				if errors.Is(err, ErrNotSent) || errors.Is(err, ErrNotRestored) {
+				if errors.Is(err, cost.ErrNotSent) || errors.Is(err, ErrNotRestored) {
 					t.Fatalf("Explain error = %v: it was sent, and the savepoint restored", err)
 				}
 				if tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
@@ -390,7 +391,7 @@ func TestExplainSendsNothing(t *testing.T) {
 			ctx:     context.Background(),
 			setup:   func(*testing.T, testConn) func() { return func() {} },
 			args:    []any{make(chan int)},
-			wantErr: ErrNotSent,
+			wantErr: cost.ErrNotSent,
 		},
 		{
 			name: "closed connection",
@@ -413,8 +414,8 @@ func TestExplainSendsNothing(t *testing.T) {
 			}
 			before, status := c.written(), c.txStatus()
 			_, err := Explain(tt.ctx, c.Conn, `SELECT * FROM t WHERE id = $1`, args)
-			if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrNotSent) {
-				t.Fatalf("Explain error = %v, want %v wrapping ErrNotSent", err, tt.wantErr)
+			if !errors.Is(err, tt.wantErr) || !errors.Is(err, cost.ErrNotSent) {
+				t.Fatalf("Explain error = %v, want %v wrapping cost.ErrNotSent", err, tt.wantErr)
 			}
 			if sent := c.written() - before; sent != 0 {
 				t.Fatalf("Explain wrote %d bytes, want none", sent)
@@ -439,7 +440,7 @@ func TestExplainOnDeadConnection(t *testing.T) {
 			killer := connect(t, dsn)
 			killer.exec(t, `SELECT pg_terminate_backend($1)`, int64(pid))
 			_, err := Explain(context.Background(), c.Conn, `SELECT * FROM t`, nil)
-			if err == nil || errors.Is(err, ErrNotSent) {
+			if err == nil || errors.Is(err, cost.ErrNotSent) {
 				t.Fatalf("Explain on a terminated backend = %v, want a failure after sending", err)
 			}
 			if !c.IsClosed() {

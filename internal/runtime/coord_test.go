@@ -1,33 +1,24 @@
-package engine
+package runtime
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// deadRedis is a redis:// URL that nothing listens on: the coordinator runs in fallback.
-func deadRedis(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "redis://" + l.Addr().String() + "/0"
-}
-
 func TestCoordinationWithoutRedisIsAnError(t *testing.T) {
-	e, _ := newEngine(t, "")
+	r, _ := newRuntime(t, "")
 	cfg, err := rules.Parse([]byte("coordination: {sync_interval: 1s}\nbudgets:\n  - {name: a, max_concurrent: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err == nil || !strings.Contains(err.Error(), "no redis URL") {
+	if err := r.SetConfig(cfg); err == nil || !strings.Contains(err.Error(), "no redis URL") {
 		t.Fatalf("SetConfig = %v, want an error naming the missing redis URL", err)
 	}
 }
@@ -43,30 +34,36 @@ budgets:
 rules:
   - {budget: a, match: {app: x}}
 `
-	e, clk := newEngine(t, "coordination: {redis: \""+url+"\"}\n"+local)
-	st := e.Coordination()
+	r, clk := newRuntime(t, "coordination: {redis: \""+url+"\"}\n"+local)
+	st := r.Coordination()
 	if len(st) != 1 || st[0].Name != "a" {
 		t.Fatalf("shared budgets %+v, want only a (q has nothing to share)", st)
 	}
-	if e.Instance() == "" {
+	if r.Instance() == "" {
 		t.Error("no instance id while coordinating")
 	}
-	// Without a lease (Redis unreachable, no sync yet) a has no slot.
-	ctx := tagging.With(context.Background(), "app", "x")
-	if err := run(e, clk, ctx, "select 1", 0); err == nil {
-		t.Fatal("a shared budget without a lease admitted a statement")
+	// a, which has no per tag, asks for its lease at once; Redis is unreachable, so after that
+	// first sync fails it runs on its fallback share: one slot (1 over the 10 instances assumed,
+	// at least one).
+	deadline := time.Now().Add(5 * time.Second)
+	for st := r.Coordination(); !st[0].Fallback || st[0].Slots != 1; st = r.Coordination() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v, want the fallback share of one slot", st)
+		}
+		time.Sleep(time.Millisecond)
 	}
+	ctx := tagging.With(context.Background(), "app", "x")
 	cfg, err := rules.Parse([]byte(local))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err := r.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.Coordination(); st != nil {
+	if st := r.Coordination(); st != nil {
 		t.Fatalf("still coordinating after the section was removed: %+v", st)
 	}
-	if err := run(e, clk, ctx, "select 1", 0); err != nil {
+	if err := run(r.e, clk, ctx, "select 1", 0); err != nil {
 		t.Fatalf("a local budget with max_concurrent 1 and nothing in flight: %v", err)
 	}
 }
@@ -77,20 +74,20 @@ rules:
 // it. (Redis is unreachable: the lease is the fallback share, which the coordinator sets after
 // its first sync fails.)
 func TestMaxWaitWakesOnALease(t *testing.T) {
-	e, _ := newEngine(t, `
+	r, _ := newRuntime(t, `
 coordination: {redis: "`+deadRedis(t)+`"}
 budgets:
   - {name: a, mode: enforce, max_concurrent: 10, max_wait: 1h}
 rules:
   - {budget: a, match: {app: x}}
-`, func(o *Options) { o.Now = time.Now })
+`, func(o *engine.Options) { o.Now = time.Now })
 	ctx := tagging.With(context.Background(), "app", "x")
-	x := new(Exec)
-	if _, err := e.Begin(ctx, x, nil, "select 1", nil); err != nil {
+	x := new(engine.Exec)
+	if _, err := r.e.Begin(ctx, x, nil, "select 1", nil); err != nil {
 		t.Fatalf("the waiting statement: %v", err)
 	}
 	x.Finish(ctx, nil)
-	if st := e.Coordination(); len(st) != 1 || !st[0].Fallback || st[0].Slots != 1 {
+	if st := r.Coordination(); len(st) != 1 || !st[0].Fallback || st[0].Slots != 1 {
 		t.Fatalf("status %+v, want the fallback share (10 slots / 10 instances)", st)
 	}
 }
@@ -114,18 +111,44 @@ func TestSharedRateUsesServerCores(t *testing.T) {
 			share := 0.5
 			cfg := &rules.Config{ServerCores: tt.cores, Coordination: &rules.Coordination{Redis: url},
 				Budgets: []rules.Budget{{Name: "a", Mode: rules.ModeEnforce, ServerShare: &share}}}
-			e, _ := newEngine(t, "")
-			if err := e.SetConfig(cfg); err != nil {
+			r, _ := newRuntime(t, "")
+			if err := r.SetConfig(cfg); err != nil {
 				t.Fatal(err)
 			}
-			st := e.Coordination()
+			st := r.Coordination()
 			if len(st) != 1 {
 				t.Fatalf("shared budgets %+v, want a", st)
 			}
-			local := e.Budgets()[0].Spec.Rate
+			local := r.e.Budgets()[0].Spec.Rate
 			if got := st[0].LimitsInForce.Rate; got != tt.want || local != tt.want {
 				t.Errorf("shared rate %v, local rate %v; want both %v", got, local, tt.want)
 			}
 		})
+	}
+}
+
+// Redis unreachable: a shared budget with only a quarantine still quarantines on its own,
+// and nothing fails a statement for want of Redis.
+func TestQuarantineSharedWithoutRedis(t *testing.T) {
+	r, clk := newRuntime(t, "coordination: {redis: \""+deadRedis(t)+"\", sync_interval: 100ms}\n"+`
+budgets:
+  - {name: r, mode: enforce, max_duration: 300ms, per_query_limit: 10s, quarantine: {after: 2, for: 30s}}
+rules:
+  - {budget: r, match: {app: r}}
+`)
+	if st := r.Coordination(); len(st) != 1 || st[0].Name != "r" {
+		t.Fatalf("shared budgets %+v, want r (it shares its quarantine)", st)
+	}
+	ctx := tagging.With(context.Background(), "app", "r")
+	if err := run(r.e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("a statement of a shared budget with only a quarantine: %v", err)
+	}
+	overrun(t, r.e, clk, ctx, "select pg_sleep(5)")
+	overrun(t, r.e, clk, ctx, "select pg_sleep(5)")
+	if d := denial(t, run(r.e, clk, ctx, "select pg_sleep(5)", 0)); d.Reason != vocab.ReasonQuarantine {
+		t.Fatalf("denial %+v", d)
+	}
+	if err := run(r.e, clk, ctx, "select 1", 0); err != nil {
+		t.Fatalf("another pattern: %v", err)
 	}
 }

@@ -9,7 +9,10 @@ import (
 	"time"
 	"weak"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -23,11 +26,11 @@ guards:
   require_where: enforce
 `
 
-// TestReloadDoesNotHoldStatements: while SetConfig is provably inside its compile (held there
+// TestReloadDoesNotHoldStatements: while a reload is provably inside its Compile (held there
 // by the engine's clock, which the compile reads), a statement is refused and recorded, and
 // the status readers answer: none of them waits for the reload. The reload then completes.
 func TestReloadDoesNotHoldStatements(t *testing.T) {
-	clk := newClock()
+	clk := fakeclock.New()
 	var armed atomic.Bool
 	inCompile, release := make(chan struct{}), make(chan struct{})
 	var releaseOnce sync.Once
@@ -37,10 +40,10 @@ func TestReloadDoesNotHoldStatements(t *testing.T) {
 				close(inCompile)
 				<-release
 			}
-			return clk.now()
+			return clk.Now()
 		}
 	})
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before e.Close
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	cfg, err := rules.Parse([]byte(guardRules + "  block_truncate: enforce\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -48,21 +51,20 @@ func TestReloadDoesNotHoldStatements(t *testing.T) {
 
 	armed.Store(true)
 	reloaded := make(chan error, 1)
-	go func() { reloaded <- e.SetConfig(cfg) }()
-	<-inCompile // SetConfig's first clock read is in compile, which waits there until release
+	go func() { reloaded <- e.setConfig(cfg) }()
+	<-inCompile // Compile reads the clock once validated; it waits there, which waits there until release
 
 	done := make(chan error, 1)
 	go func() {
 		_, err := begin(e, tagging.With(context.Background(), "app", "x"), "delete from orders")
 		e.RecentBlocks()
 		e.Budgets()
-		e.Coordination()
-		e.Instance()
+		e.Quarantines()
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if d := denial(t, err); d.Reason != ReasonGuard {
+		if d := denial(t, err); d.Reason != vocab.ReasonGuard {
 			t.Fatalf("denial %+v, want the require_where guard's", d)
 		}
 	case <-time.After(10 * time.Second): // a watchdog only: the statement returns at once when right
@@ -104,7 +106,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetConfig(cfg); err != nil {
+	if err := e.setConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	runtime.GC()
@@ -140,7 +142,6 @@ func TestPatternCacheSizeIsOneSetting(t *testing.T) {
 		if h := e.texts.hits.Load(); h != 1 {
 			t.Errorf("size %d: %d text cache hits for select 1, 2, 1; want 1", n, h)
 		}
-		e.Close()
 	}
 }
 
@@ -163,7 +164,7 @@ func BenchmarkRefusedDuringReload(b *testing.B) {
 			case <-stop:
 				return
 			default:
-				if err := e.SetConfig(cfg); err != nil {
+				if err := e.setConfig(cfg); err != nil {
 					b.Error(err)
 					return
 				}

@@ -1,4 +1,4 @@
-package engine
+package runtime
 
 import (
 	"crypto/sha256"
@@ -32,7 +32,7 @@ import (
 //
 // Only a regular file of at most maxSize bytes is read (see readRulesFile); maxSize <= 0 means
 // [rules.DefaultMaxFileSize].
-func (e *Engine) WatchFile(path string, maxSize int64) error {
+func (r *Runtime) WatchFile(path string, maxSize int64) error {
 	if maxSize <= 0 {
 		maxSize = rules.DefaultMaxFileSize
 	}
@@ -42,7 +42,7 @@ func (e *Engine) WatchFile(path string, maxSize int64) error {
 	}
 	cfg, err := rules.Parse(data)
 	if err == nil {
-		err = e.SetConfig(cfg)
+		err = r.SetConfig(cfg)
 	}
 	if err != nil {
 		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
@@ -56,12 +56,12 @@ func (e *Engine) WatchFile(path string, maxSize int64) error {
 		fw.Close()
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	w := &watcher{fw: fw, path: path, dir: dir, limit: maxSize, after: e.after, last: sha256.Sum256(data), done: make(chan struct{})}
-	if err := e.life.setWatcher(w); err != nil {
+	w := &watcher{fw: fw, path: path, dir: dir, limit: maxSize, after: r.after, last: sha256.Sum256(data), done: make(chan struct{})}
+	if err := r.setWatcher(w); err != nil {
 		fw.Close()
 		return err
 	}
-	go w.run(e)
+	go w.run(r)
 	return nil
 }
 
@@ -98,7 +98,7 @@ const (
 	rearm = 100 * time.Millisecond
 )
 
-func (w *watcher) run(e *Engine) {
+func (w *watcher) run(r *Runtime) {
 	defer close(w.done)
 	var (
 		timer   <-chan time.Time  // the one pending timer: settle, or rearm when !watched
@@ -120,7 +120,7 @@ func (w *watcher) run(e *Engine) {
 				w.fw.Remove(w.dir) // in case this platform kept it; an error means it is gone
 				watched, read1 = false, false
 				timer = w.after(rearm)
-				e.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
+				r.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
 				continue
 			}
 			read1 = false
@@ -129,7 +129,7 @@ func (w *watcher) run(e *Engine) {
 			if !ok {
 				return
 			}
-			e.log.Error("pgtraffic: rules file watcher", "path", w.path, "error", err)
+			r.log.Error("pgtraffic: rules file watcher", "path", w.path, "error", err)
 		case <-timer:
 			timer = nil
 			if !watched {
@@ -138,11 +138,11 @@ func (w *watcher) run(e *Engine) {
 					continue
 				}
 				watched = true
-				e.log.Info("pgtraffic: rules file directory is back; watching it again", "path", w.path)
+				r.log.Info("pgtraffic: rules file directory is back; watching it again", "path", w.path)
 				timer = w.after(settle)
 				continue
 			}
-			data, ok := w.read(e)
+			data, ok := w.read(r)
 			if !ok {
 				read1 = false
 				continue
@@ -153,19 +153,19 @@ func (w *watcher) run(e *Engine) {
 				continue
 			}
 			read1 = false
-			w.apply(e, data)
+			w.apply(r, data)
 		}
 	}
 }
 
 // read returns the file's content; false if it cannot be read now, which is logged and counted
 // unless the file is missing (mid-swap, or removed: the next event reads it again).
-func (w *watcher) read(e *Engine) ([]byte, bool) {
+func (w *watcher) read(r *Runtime) ([]byte, bool) {
 	data, err := readRulesFile(w.path, w.limit)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			e.stats.ReloadFailures.Add(1)
-			e.log.Error("pgtraffic: rules file unreadable; keeping the last good rules", "path", w.path, "error", err)
+			r.e.Stats().ReloadFailures.Add(1)
+			r.log.Error("pgtraffic: rules file unreadable; keeping the last good rules", "path", w.path, "error", err)
 		}
 		return nil, false
 	}
@@ -173,7 +173,7 @@ func (w *watcher) read(e *Engine) ([]byte, bool) {
 }
 
 // apply puts data in force if it differs from the last attempt and is valid.
-func (w *watcher) apply(e *Engine, data []byte) {
+func (w *watcher) apply(r *Runtime, data []byte) {
 	sum := sha256.Sum256(data)
 	if sum == w.last {
 		return
@@ -181,14 +181,14 @@ func (w *watcher) apply(e *Engine, data []byte) {
 	w.last = sum
 	cfg, err := rules.Parse(data)
 	if err == nil {
-		err = e.SetConfig(cfg)
+		err = r.SetConfig(cfg)
 	}
 	if err != nil {
-		e.stats.ReloadFailures.Add(1)
-		e.log.Error("pgtraffic: invalid rules file; keeping the last good rules", "path", w.path, "error", err)
+		r.e.Stats().ReloadFailures.Add(1)
+		r.log.Error("pgtraffic: invalid rules file; keeping the last good rules", "path", w.path, "error", err)
 		return
 	}
-	e.log.Info("pgtraffic: rules reloaded", "path", w.path, "budgets", len(cfg.Budgets), "rules", len(cfg.Rules))
+	r.log.Info("pgtraffic: rules reloaded", "path", w.path, "budgets", len(cfg.Budgets), "rules", len(cfg.Rules))
 }
 
 // readRulesFile reads the rules file at path, if it is a regular file (a symlink is followed

@@ -1,4 +1,4 @@
-package engine
+package runtime
 
 import (
 	"bytes"
@@ -9,81 +9,14 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
-
-// watchClock is a fake clock for the rules-file watcher: it records every timer set, so a test
-// can wait for the watcher to have reacted to an event or a read, and fires them when advanced.
-// The file events themselves are real (fsnotify), so the tests wait for them with a real-time
-// failsafe, never a sleep.
-type watchClock struct {
-	mu     sync.Mutex
-	t      time.Time
-	timers []watchTimer // set and not fired yet
-	set    chan watchTimer
-}
-
-type watchTimer struct {
-	at time.Time
-	d  time.Duration
-	c  chan time.Time
-}
-
-func newWatchClock() *watchClock {
-	return &watchClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), set: make(chan watchTimer, 1000)}
-}
-
-func (c *watchClock) after(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	tm := watchTimer{at: c.t.Add(d), d: d, c: make(chan time.Time, 1)}
-	c.timers = append(c.timers, tm)
-	c.mu.Unlock()
-	c.set <- tm
-	return tm.c
-}
-
-func (c *watchClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// advance moves the clock forward by d and fires the timers due.
-func (c *watchClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if tm.at.After(c.t) {
-			kept = append(kept, tm)
-			continue
-		}
-		tm.c <- c.t
-	}
-	c.timers = kept
-}
-
-// earliest returns how far the earliest pending timer is, false if none is.
-func (c *watchClock) earliest() (time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.timers) == 0 {
-		return 0, false
-	}
-	at := c.timers[0].at
-	for _, tm := range c.timers[1:] {
-		if tm.at.Before(at) {
-			at = tm.at
-		}
-	}
-	return at.Sub(c.t), true
-}
 
 // reloadLog is a slog handler that reports each "rules reloaded" record on a channel, and the
 // text of each error record on another, when it has room.
@@ -110,43 +43,41 @@ func (h reloadLog) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// watchHarness is an engine watching path with a fake clock.
+// watchHarness is a runtime watching path with a fake clock.
 type watchHarness struct {
 	t        *testing.T
-	e        *Engine
-	clk      *watchClock
+	r        *Runtime
+	clk      *fakeclock.Clock
 	reloaded chan struct{}
 	failed   chan string // error logs
 }
 
 func newWatchHarness(t *testing.T, path string) *watchHarness {
 	t.Helper()
-	h := newWatchEngine(t)
-	if err := h.e.WatchFile(path, 0); err != nil {
+	h := newWatchRuntime(t)
+	if err := h.r.WatchFile(path, 0); err != nil {
 		t.Fatal(err)
 	}
 	return h
 }
 
-// newWatchEngine is a harness that watches nothing yet.
-func newWatchEngine(t *testing.T) *watchHarness {
+// newWatchRuntime is a harness that watches nothing yet.
+func newWatchRuntime(t *testing.T) *watchHarness {
 	t.Helper()
-	h := &watchHarness{t: t, clk: newWatchClock(), reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
-	h.e, _ = newEngine(t, "", func(o *Options) {
-		o.Logger, o.Now, o.After = slog.New(reloadLog{h.reloaded, h.failed}), h.clk.now, h.clk.after
-	})
+	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
+	h.r, h.clk = newRuntime(t, "", func(o *engine.Options) { o.Logger = slog.New(reloadLog{h.reloaded, h.failed}) })
 	return h
 }
 
 const failsafe = 10 * time.Second // real time; only a broken watcher reaches it
 
 // waitTimer waits until the watcher sets a timer that ok accepts, failing if it reloads first.
-func (h *watchHarness) waitTimer(what string, ok func(watchTimer) bool) {
+func (h *watchHarness) waitTimer(what string, ok func(fakeclock.Timer) bool) {
 	h.t.Helper()
 	deadline := time.After(failsafe)
 	for {
 		select {
-		case tm := <-h.clk.set:
+		case tm := <-h.clk.Set():
 			if ok(tm) {
 				return
 			}
@@ -161,24 +92,24 @@ func (h *watchHarness) waitTimer(what string, ok func(watchTimer) bool) {
 // runUntilReload advances the clock through the watcher's timers until it reloads the rules.
 func (h *watchHarness) runUntilReload() {
 	h.t.Helper()
-	deadline, start := time.After(failsafe), h.clk.now()
+	deadline, start := time.After(failsafe), h.clk.Now()
 	for {
 		select {
 		case <-h.reloaded:
 			return
 		default:
 		}
-		if h.clk.now().Sub(start) > time.Minute {
+		if h.clk.Now().Sub(start) > time.Minute {
 			h.t.Fatalf("no reload after a minute of watcher time; in force: %s", h.inForce())
 		}
-		if d, ok := h.clk.earliest(); ok {
-			h.clk.advance(d)
+		if d, ok := h.clk.Earliest(); ok {
+			h.clk.Advance(d)
 			continue
 		}
 		select {
 		case <-h.reloaded:
 			return
-		case <-h.clk.set: // pending now; advance to it
+		case <-h.clk.Set(): // pending now; advance to it
 		case <-deadline:
 			h.t.Fatalf("the watcher stalled without reloading; in force: %s", h.inForce())
 		}
@@ -188,7 +119,7 @@ func (h *watchHarness) runUntilReload() {
 // inForce names the budgets in force with their modes.
 func (h *watchHarness) inForce() string {
 	var s []string
-	for _, b := range h.e.Budgets() {
+	for _, b := range h.r.e.Budgets() {
 		s = append(s, b.Name+":"+b.Mode)
 	}
 	sort.Strings(s)
@@ -209,7 +140,7 @@ func TestWatchAppliesOnlyCompleteFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newWatchHarness(t, path)
-	t0 := h.clk.now()
+	t0 := h.clk.Now()
 
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
@@ -219,10 +150,10 @@ func TestWatchAppliesOnlyCompleteFiles(t *testing.T) {
 	if _, err := f.WriteString(prefix); err != nil {
 		t.Fatal(err)
 	}
-	h.waitTimer("saw the write", func(tm watchTimer) bool { return true })
-	h.clk.advance(settle) // quiet for settle: the first read sees the prefix
-	h.waitTimer("read the prefix and settled again", func(tm watchTimer) bool { return tm.at.Equal(t0.Add(2 * settle)) })
-	h.clk.advance(settle / 2) // the writer's pause, shorter than the window
+	h.waitTimer("saw the write", func(tm fakeclock.Timer) bool { return true })
+	h.clk.Advance(settle) // quiet for settle: the first read sees the prefix
+	h.waitTimer("read the prefix and settled again", func(tm fakeclock.Timer) bool { return tm.At.Equal(t0.Add(2 * settle)) })
+	h.clk.Advance(settle / 2) // the writer's pause, shorter than the window
 	if _, err := f.WriteString(full[len(prefix):]); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +164,7 @@ func TestWatchAppliesOnlyCompleteFiles(t *testing.T) {
 	if got := h.inForce(); got != "gate:enforce" {
 		t.Fatalf("in force: %s; want the complete file (gate:enforce)", got)
 	}
-	if n := h.e.stats.Reloads.Load(); n != 2 {
+	if n := h.r.e.Stats().Reloads.Load(); n != 2 {
 		t.Fatalf("%d reloads; want 2 (the first load and the complete file)", n)
 	}
 }
@@ -258,7 +189,7 @@ func TestWatchRearmsWhenDirectoryIsRecreated(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	h.waitTimer("noticed the directory was removed", func(tm watchTimer) bool { return tm.d == rearm })
+	h.waitTimer("noticed the directory was removed", func(tm fakeclock.Timer) bool { return tm.D == rearm })
 	if got := h.inForce(); got != "old:enforce" {
 		t.Fatalf("removing the directory changed the rules in force: %s", got)
 	}
@@ -281,7 +212,7 @@ func TestWatchRearmsWhenDirectoryIsRecreated(t *testing.T) {
 // returns the error's text.
 func (h *watchHarness) runUntilFailure() string {
 	h.t.Helper()
-	deadline, start := time.After(failsafe), h.clk.now()
+	deadline, start := time.After(failsafe), h.clk.Now()
 	for {
 		select {
 		case text := <-h.failed:
@@ -290,17 +221,17 @@ func (h *watchHarness) runUntilFailure() string {
 			h.t.Fatalf("the watcher put rules in force: %s", h.inForce())
 		default:
 		}
-		if h.clk.now().Sub(start) > time.Minute {
+		if h.clk.Now().Sub(start) > time.Minute {
 			h.t.Fatalf("no error after a minute of watcher time")
 		}
-		if d, ok := h.clk.earliest(); ok {
-			h.clk.advance(d)
+		if d, ok := h.clk.Earliest(); ok {
+			h.clk.Advance(d)
 			continue
 		}
 		select {
 		case text := <-h.failed:
 			return text
-		case <-h.clk.set:
+		case <-h.clk.Set():
 		case <-deadline:
 			h.t.Fatalf("the watcher stalled without an error (blocked reading the file?)")
 		}
@@ -311,7 +242,7 @@ func (h *watchHarness) runUntilFailure() string {
 func (h *watchHarness) closeWithin(d time.Duration) {
 	h.t.Helper()
 	done := make(chan struct{})
-	go func() { h.e.Close(); close(done) }()
+	go func() { h.r.Close(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(d):
@@ -363,9 +294,9 @@ func TestWatchFileRefusesNonRegularFiles(t *testing.T) {
 		"over the size limit":  "1048577 bytes, larger than the limit of 1048576 bytes",
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newWatchEngine(t)
+			h := newWatchRuntime(t)
 			done := make(chan error, 1)
-			go func() { done <- h.e.WatchFile(files[name], limit) }()
+			go func() { done <- h.r.WatchFile(files[name], limit) }()
 			select {
 			case err := <-done:
 				if err == nil || !strings.Contains(err.Error(), want) {
@@ -392,8 +323,8 @@ func TestWatchReloadRefusesNonRegularFiles(t *testing.T) {
 			if err := os.WriteFile(path, []byte("budgets:\n  - {name: old, mode: enforce, max_concurrent: 2}\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			h := newWatchEngine(t)
-			if err := h.e.WatchFile(path, limit); err != nil {
+			h := newWatchRuntime(t)
+			if err := h.r.WatchFile(path, limit); err != nil {
 				t.Fatal(err)
 			}
 			files := nonRegularFiles(t, t.TempDir(), limit)
@@ -408,7 +339,7 @@ func TestWatchReloadRefusesNonRegularFiles(t *testing.T) {
 			if got := h.inForce(); got != "old:enforce" {
 				t.Fatalf("in force: %s; want the last good rules", got)
 			}
-			if n := h.e.stats.ReloadFailures.Load(); n == 0 {
+			if n := h.r.e.Stats().ReloadFailures.Load(); n == 0 {
 				t.Fatal("the refused file was not counted")
 			}
 			if err := os.Remove(path); err != nil {

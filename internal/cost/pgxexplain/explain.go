@@ -1,4 +1,4 @@
-package cost
+package pgxexplain
 
 import (
 	"context"
@@ -8,22 +8,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 )
 
-// Errors returned by [Explain]. Every error that wraps ErrNotSent means nothing reached the
-// server; any other error means an EXPLAIN was sent and failed, and the caller's session and
+// Errors returned by [Explain]. Every error that wraps [cost.ErrNotSent] means nothing reached
+// the server; any other error means an EXPLAIN was sent and failed, and the caller's session and
 // transaction were restored (unless the error wraps ErrNotRestored).
 var (
-	ErrNotSent = errors.New("cost: explain not sent")
-
-	ErrTxAborted  = fmt.Errorf("%w: the transaction is aborted", ErrNotSent)
-	ErrConnBusy   = fmt.Errorf("%w: the connection is busy", ErrNotSent)
-	ErrConnClosed = fmt.Errorf("%w: the connection is closed", ErrNotSent)
+	ErrTxAborted  = fmt.Errorf("%w: the transaction is aborted", cost.ErrNotSent)
+	ErrConnBusy   = fmt.Errorf("%w: the connection is busy", cost.ErrNotSent)
+	ErrConnClosed = fmt.Errorf("%w: the connection is closed", cost.ErrNotSent)
 
 	// ErrNotRestored means the EXPLAIN failed inside the caller's transaction and rolling back to
 	// the savepoint failed too (the server or the network failed): the transaction may be left
 	// aborted. The caller's next statement then fails as the server sees fit.
-	ErrNotRestored = errors.New("cost: explain failed and its savepoint could not be rolled back")
+	ErrNotRestored = errors.New("pgxexplain: explain failed and its savepoint could not be rolled back")
 )
 
 const (
@@ -55,7 +55,7 @@ const (
 // pgx.NamedArgs rewrites the query first. Explain neither modifies args nor keeps a reference.
 //
 // Safety of the caller's session:
-//   - Nothing is sent when ctx is already done, the connection is closed or busy (ErrNotSent).
+//   - Nothing is sent when ctx is already done, the connection is closed or busy (cost.ErrNotSent).
 //   - Outside a transaction the EXPLAIN runs in its own implicit transaction.
 //   - In a transaction it is wrapped in SAVEPOINT pgtraffic_explain ... RELEASE, pipelined in one
 //     round trip; if the EXPLAIN fails, ROLLBACK TO and RELEASE follow, so the error cannot abort
@@ -73,7 +73,7 @@ const (
 // them; server errors carry only the SQLSTATE.
 func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNotSent, err)
+		return 0, fmt.Errorf("%w: %w", cost.ErrNotSent, err)
 	}
 	if c == nil {
 		return 0, ErrConnClosed
@@ -90,7 +90,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float6
 		return 0, ErrTxAborted
 	}
 	if status != 'I' && status != 'T' {
-		return 0, fmt.Errorf("%w: unknown transaction status %q", ErrNotSent, status)
+		return 0, fmt.Errorf("%w: unknown transaction status %q", cost.ErrNotSent, status)
 	}
 
 	query, values, err := explainArgs(ctx, c, query, args)
@@ -101,7 +101,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float6
 	// leaves no savepoint behind.
 	var eqb pgx.ExtendedQueryBuilder
 	if err := eqb.Build(c.TypeMap(), nil, values); err != nil {
-		return 0, fmt.Errorf("%w: cannot encode the arguments", ErrNotSent)
+		return 0, fmt.Errorf("%w: cannot encode the arguments", cost.ErrNotSent)
 	}
 	sql := explainPrefix + query
 
@@ -158,7 +158,7 @@ func resultCost(res *pgconn.Result) (float64, error) {
 // message may quote literals or argument values.
 func sentError(err error) error {
 	if err == nil {
-		return errors.New("cost: explain failed")
+		return errors.New("pgxexplain: explain failed")
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -189,7 +189,20 @@ options:
 	}
 	q, v, err := rewriter.RewriteQuery(ctx, c, query, values)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: rewriting the query failed", ErrNotSent)
+		return "", nil, fmt.Errorf("%w: rewriting the query failed", cost.ErrNotSent)
 	}
 	return q, v, nil
+}
+
+// Conn is a pgx connection as the engine takes it (engine.Conn): the connection a statement
+// will run on, which it EXPLAINs the statement on. It holds only the pointer, so that making
+// one allocates nothing.
+type Conn struct{ c *pgx.Conn }
+
+// On is the Conn of c, the connection a statement will run on.
+func On(c *pgx.Conn) Conn { return Conn{c} }
+
+// Explain runs [Explain] on the connection.
+func (c Conn) Explain(ctx context.Context, query string, args []any) (float64, error) {
+	return Explain(ctx, c.c, query, args)
 }

@@ -1,4 +1,4 @@
-package health
+package pgxconn_test
 
 import (
 	"context"
@@ -10,30 +10,61 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
-
-	"github.com/pgtraffic/pgtraffic/internal/health/healthmetric"
 )
 
-// Integration tests against a real PostgreSQL. They do not run in parallel:
-// active_queries is server-wide, so concurrent tests would disturb it.
+// Integration tests of the sampler on a pgx connection against a real PostgreSQL. They do not
+// run in parallel: active_queries is server-wide, so concurrent tests would disturb it.
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // pgSampler returns a sampler connecting to dsn, closed (and checked) when
-// the test ends, and its log.
-func pgSampler(t *testing.T, dsn string, o Options) (*Sampler, *logBuffer) {
+// the test ends, its log, and what it connected.
+func pgSampler(t *testing.T, dsn string, o health.Options) (*health.Sampler, *logBuffer, *dialer) {
 	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	log, logs := newLogger()
-	o.Logger = log
-	o.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) }
-	s := NewSampler(o)
+	d := &dialer{connect: pgxconn.Connector(cfg)}
+	o.Logger, o.Connect = log, d.dial
+	s := health.NewSampler(o)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return s, logs
+	return s, logs, d
+}
+
+// dialer counts the connections a sampler opens and keeps the last; safe for concurrent use.
+type dialer struct {
+	connect func(context.Context) (health.Conn, error)
+	mu      sync.Mutex // protects the fields below
+	dials   int
+	last    health.Conn
+}
+
+func (d *dialer) dial(ctx context.Context) (health.Conn, error) {
+	c, err := d.connect(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dials++
+	if err == nil {
+		d.last = c
+	}
+	return c, err
+}
+
+// opened returns how many connections were opened and whether the last one is still open.
+func (d *dialer) opened() (dials int, lastOpen bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials, d.last != nil && !d.last.IsClosed()
 }
 
 func pgConnect(t *testing.T, dsn string) *pgx.Conn {
@@ -68,7 +99,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 }
 
 // sampled runs a round and returns metric's value, failing on a read error.
-func sampled(t *testing.T, s *Sampler, metric string) float64 {
+func sampled(t *testing.T, s *health.Sampler, metric string) float64 {
 	t.Helper()
 	before := s.Samples()
 	if err := s.SampleOnce(context.Background()); err != nil {
@@ -89,7 +120,7 @@ func healthBackends(t *testing.T, conn *pgx.Conn) []int32 {
 	t.Helper()
 	rows, err := conn.Query(context.Background(),
 		`select pid from pg_stat_activity where application_name = $1 and datname = current_database() order by pid`,
-		ApplicationName)
+		health.ApplicationName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +133,8 @@ func healthBackends(t *testing.T, conn *pgx.Conn) []int32 {
 
 func TestPGActiveQueries(t *testing.T) {
 	dsn := pgtest.Shared(t).DSN
-	s, _ := pgSampler(t, dsn, Options{Metrics: []string{healthmetric.ActiveQueries}})
-	if base := sampled(t, s, healthmetric.ActiveQueries); base >= 8 {
+	s, _, _ := pgSampler(t, dsn, health.Options{Metrics: []string{vocab.MetricActiveQueries}})
+	if base := sampled(t, s, vocab.MetricActiveQueries); base >= 8 {
 		t.Fatalf("active_queries = %v before the load, want < 8", base)
 	}
 
@@ -121,12 +152,12 @@ func TestPGActiveQueries(t *testing.T) {
 			}
 		})
 	}
-	th := map[string]float64{healthmetric.ActiveQueries: sleepers}
+	th := map[string]float64{vocab.MetricActiveQueries: sleepers}
 	eventually(t, 3*time.Second, "active_queries >= 8 while 8 sessions sleep", func() (bool, string) {
-		v := sampled(t, s, healthmetric.ActiveQueries)
+		v := sampled(t, s, vocab.MetricActiveQueries)
 		return v >= sleepers, fmt.Sprint(v)
 	})
-	if m, v, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); m != healthmetric.ActiveQueries || !exceeded || stale || v < sleepers {
+	if m, v, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); m != vocab.MetricActiveQueries || !exceeded || stale || v < sleepers {
 		t.Errorf("Evaluate under load = (%q, %v, %v, %v), want active_queries exceeded", m, v, exceeded, stale)
 	}
 	wg.Wait()
@@ -135,7 +166,7 @@ func TestPGActiveQueries(t *testing.T) {
 		t.Fatalf("sleeper: %v", err)
 	}
 	eventually(t, 5*time.Second, "active_queries falls back after the sleepers end", func() (bool, string) {
-		v := sampled(t, s, healthmetric.ActiveQueries)
+		v := sampled(t, s, vocab.MetricActiveQueries)
 		return v < 2, fmt.Sprint(v)
 	})
 	if _, _, exceeded, stale := s.Evaluate(time.Now(), th, 0, true); exceeded || stale {
@@ -182,9 +213,9 @@ func TestPGReplicationLag(t *testing.T) {
 		err := sconn.QueryRow(ctx, "select to_regclass('lag_probe') is not null").Scan(&ok)
 		return err == nil && ok, fmt.Sprint(ok, err)
 	})
-	ss, _ := pgSampler(t, standby.DSN, Options{Metrics: []string{healthmetric.ReplicationLag}})
+	ss, _, _ := pgSampler(t, standby.DSN, health.Options{Metrics: []string{vocab.MetricReplicationLag}})
 	eventually(t, 10*time.Second, "the standby catches up (lag 0)", func() (bool, string) {
-		v := sampled(t, ss, healthmetric.ReplicationLag)
+		v := sampled(t, ss, vocab.MetricReplicationLag)
 		return v == 0, fmt.Sprint(v)
 	})
 
@@ -224,13 +255,13 @@ func TestPGReplicationLag(t *testing.T) {
 	}()
 	var lag float64
 	eventually(t, 8*time.Second, "replication lag grows above 1s while replay is paused", func() (bool, string) {
-		lag = sampled(t, ss, healthmetric.ReplicationLag)
+		lag = sampled(t, ss, vocab.MetricReplicationLag)
 		return lag > 1, fmt.Sprint(lag)
 	})
 	if err := stopWriter(); err != nil {
 		t.Fatalf("writer: %v", err)
 	}
-	if m, v, exceeded, stale := ss.Evaluate(time.Now(), map[string]float64{healthmetric.ReplicationLag: 1}, 0, true); m != healthmetric.ReplicationLag || !exceeded || stale || v <= 1 {
+	if m, v, exceeded, stale := ss.Evaluate(time.Now(), map[string]float64{vocab.MetricReplicationLag: 1}, 0, true); m != vocab.MetricReplicationLag || !exceeded || stale || v <= 1 {
 		t.Errorf("Evaluate while lagging = (%q, %v, %v, %v), want replication_lag exceeded", m, v, exceeded, stale)
 	}
 
@@ -238,20 +269,20 @@ func TestPGReplicationLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "replication lag returns to 0 after replay resumes", func() (bool, string) {
-		v := sampled(t, ss, healthmetric.ReplicationLag)
+		v := sampled(t, ss, vocab.MetricReplicationLag)
 		return v < 0.1, fmt.Sprint(v)
 	})
 
 	// The primary form: the largest replay_lag of its standbys.
-	ps, _ := pgSampler(t, primary.DSN, Options{Metrics: []string{healthmetric.ReplicationLag}})
-	if v := sampled(t, ps, healthmetric.ReplicationLag); v < 0 || v > 60 {
+	ps, _, _ := pgSampler(t, primary.DSN, health.Options{Metrics: []string{vocab.MetricReplicationLag}})
+	if v := sampled(t, ps, vocab.MetricReplicationLag); v < 0 || v > 60 {
 		t.Errorf("replication_lag on the primary = %v, want a number in [0, 60]", v)
 	}
 	t.Logf("peak standby lag seen %.2fs", lag)
 }
 
 func TestPGCustomQueries(t *testing.T) {
-	s, logs := pgSampler(t, pgtest.Shared(t).DSN, Options{Interval: time.Second})
+	s, logs, d := pgSampler(t, pgtest.Shared(t).DSN, health.Options{Interval: time.Second})
 	tests := []struct {
 		name, sql string
 		want      float64
@@ -314,15 +345,15 @@ func TestPGCustomQueries(t *testing.T) {
 			t.Errorf("logged %d times over 3 rounds, want 1:\n%s", n, logs)
 		}
 	})
-	t.Run("a shape error keeps the connection", func(t *testing.T) {
-		if s.sess.conn == nil || s.sess.conn.IsClosed() {
-			t.Error("the connection was dropped after shape errors")
+	t.Run("a bad result or a server error keeps the connection", func(t *testing.T) {
+		if dials, open := d.opened(); dials != 1 || !open {
+			t.Errorf("%d connections opened, the last open: %v; want the first, still open", dials, open)
 		}
 	})
 }
 
 func TestPGReadTimeout(t *testing.T) {
-	s, _ := pgSampler(t, pgtest.Shared(t).DSN, Options{
+	s, _, d := pgSampler(t, pgtest.Shared(t).DSN, health.Options{
 		Interval: time.Second,
 		Timeout:  300 * time.Millisecond,
 		Metrics:  []string{"custom.slow"},
@@ -340,12 +371,10 @@ func TestPGReadTimeout(t *testing.T) {
 	// two thirds of the timeout) and the connection survives; on a starved
 	// machine the client deadline can win, and the next round reconnects.
 	serverCanceled := strings.Contains(err.Error(), "SQLSTATE 57014")
-	var pid uint32
 	if serverCanceled {
-		if s.sess.conn == nil || s.sess.conn.IsClosed() {
+		if _, open := d.opened(); !open {
 			t.Fatal("the connection was dropped after the server canceled the statement")
 		}
-		pid = s.sess.conn.PgConn().PID()
 	} else {
 		t.Logf("the client deadline fired first: %v", err)
 	}
@@ -353,8 +382,8 @@ func TestPGReadTimeout(t *testing.T) {
 	if v := sampled(t, s, "custom.fast"); v != 5 {
 		t.Errorf("custom.fast = %v, want 5", v)
 	}
-	if got := s.sess.conn.PgConn().PID(); serverCanceled && got != pid {
-		t.Errorf("reconnected after a server-side timeout (pid %d, then %d)", pid, got)
+	if dials, _ := d.opened(); serverCanceled && dials != 1 {
+		t.Errorf("%d connections opened: reconnected after a server-side timeout", dials)
 	}
 }
 
@@ -362,7 +391,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	// Its own database, so that backends are counted by datname.
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	conn := pgConnect(t, dsn)
-	s, logs := pgSampler(t, dsn, Options{Interval: 100 * time.Millisecond, Metrics: []string{healthmetric.ActiveQueries}})
+	s, logs, _ := pgSampler(t, dsn, health.Options{Interval: 100 * time.Millisecond, Metrics: []string{vocab.MetricActiveQueries}})
 	if pids := healthBackends(t, conn); len(pids) != 0 {
 		t.Fatalf("a sampler that was not started opened backends %v", pids)
 	}
@@ -380,7 +409,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	})
 	start := time.Now()
 	eventually(t, 2*time.Second, "the loop samples every interval", func() (bool, string) {
-		_, at, ok := s.Value(healthmetric.ActiveQueries)
+		_, at, ok := s.Value(vocab.MetricActiveQueries)
 		return ok && at.After(start), fmt.Sprint(at)
 	})
 
@@ -393,7 +422,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 		// SampleOnce from another goroutine takes turns with the loop.
 		_ = s.SampleOnce(context.Background())
 		pids := healthBackends(t, conn)
-		_, at, ok := s.Value(healthmetric.ActiveQueries)
+		_, at, ok := s.Value(vocab.MetricActiveQueries)
 		return len(pids) == 1 && pids[0] != pid && ok && at.After(killed), fmt.Sprint(pids, at)
 	})
 	if s.Errors() == 0 {
@@ -416,7 +445,7 @@ func TestPGLoopLifecycle(t *testing.T) {
 	}
 
 	// A reload that needs health metrics again reconnects at once.
-	s.SetMetrics([]string{healthmetric.ActiveQueries}, nil)
+	s.SetMetrics([]string{vocab.MetricActiveQueries}, nil)
 	eventually(t, 5*time.Second, "the loop reconnects after a reload", func() (bool, string) {
 		pids := healthBackends(t, conn)
 		return len(pids) == 1, fmt.Sprint(pids)

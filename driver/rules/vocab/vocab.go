@@ -1,0 +1,38 @@
+package vocab
+
+import "time"
+
+// Reasons a statement is refused or warned about: which kind of limit of a rules file refused
+// it. They are the values of the driver's BlockedError.Reason, of the pgtraffic.reason span and
+// metric attribute, and of the reason field of pgtraffic's log records.
+const (
+	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = "per_query_limit" // the predicted cost exceeds per_query_limit, or burst_limit (it never fits)
+	ReasonBudget      = "budget"          // the budget's bucket (server_share, burst_limit) has no room
+	ReasonGuard       = "guard"           // a query guard (require_where, block_truncate) refused the statement
+	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
+	ReasonQuarantine  = "quarantine"      // the statement's pattern is quarantined (it kept overrunning)
+
+	// ReasonMaxDuration is not a refusal: an admitted statement ran past max_duration (an
+	// enforce budget cancelled it; a warn budget warned).
+	ReasonMaxDuration = "max_duration"
+
+	// ReasonWarningThreshold is only ever a warning: a limit is fuller than warning_threshold.
+	ReasonWarningThreshold = "warning_threshold"
+)
+
+// Health metrics, as a budget's throttle_when names them.
+const (
+	MetricActiveQueries  = "active_queries"  // backends active in pg_stat_activity
+	MetricReplicationLag = "replication_lag" // seconds; a duration such as "5s" in a rules file
+	MetricInFlight       = "in_flight"       // the connector's own statements in flight: counted, not sampled
+	MetricCustomPrefix   = "custom."         // followed by a name under health_queries
+)
+
+// DefaultHealthInterval is how often the health metrics are sampled when health_interval is
+// not set.
+const DefaultHealthInterval = time.Second
+
+// DefaultBurstWindow sizes a budget's bucket when it has a server_share and no burst_limit: the
+// bucket holds this long of its drain rate (share × cores × 1s).
+const DefaultBurstWindow = time.Second

@@ -1,0 +1,6 @@
+// Package bounded holds the bounds of untrusted tag text (from sqlcommenter comments, request
+// paths, and whatever else a client can choose) and the functions that apply them, so that the
+// tag parser, the HTTP middleware and the span attributes agree.
+//
+// It imports only the standard library.
+package bounded

@@ -1,0 +1,244 @@
+package coord
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+//go:embed election.lua
+var electionSource string
+
+var electionScript = redis.NewScript(electionSource)
+
+// Bounds of a published health sample: what an honest lead writes is far smaller, so anything
+// beyond them is a forgery or a corruption, read as stale.
+const (
+	maxSampleBytes    = 64 << 10
+	maxSampleReadings = 256
+	maxSampleText     = 1024 // a metric name or an error
+	maxSampleAge      = time.Hour
+	sampleFormat      = 1 // the version written, and the only one read
+)
+
+// Election is the health sampler election of one database through Redis: it implements
+// [health.Election]. Per metric set, the instance holding a lease key samples and publishes
+// its readings in a sample key; the others read them. Both keys are named by a digest of the
+// database's identity and of the set, so no host, user or database name reaches Redis, and
+// share one hash tag, as a script touching both needs on Redis Cluster.
+//
+// The sample is dated by Redis's clock when published, and each reading carries its age at
+// publication as measured by the lead, so a reading's age never depends on two instances'
+// clocks agreeing. What Redis returns is validated (see [health.Election]): malformed, too
+// large, dated in the future or absurdly old samples come back as [health.Vote.Bad].
+//
+// One call is outstanding at a time; a call that overruns its context is abandoned and
+// finishes in the background, and calls made meanwhile fail at once. An Election is safe for
+// concurrent use; build one with [NewElection] and release it with [Election.Close].
+type Election struct {
+	rc    redis.UniversalClient
+	owned *redis.Client // made from the URL, closed by Close; nil when given a client
+	id    string
+	db    string        // identifies the database in the key digests
+	sem   chan struct{} // holds the one outstanding call
+}
+
+// ElectionOptions configure an [Election]. Client or URL, Instance and Database are required.
+type ElectionOptions struct {
+	// Client reaches Redis; when nil, a client is made from URL (the coordination section's),
+	// set up as the coordinator's with SyncInterval.
+	Client       redis.UniversalClient
+	URL          string
+	SyncInterval time.Duration
+	// Instance names this instance in the lease; two live elections must never share one.
+	Instance string
+	// Database identifies the database sampled, e.g. user@host:port/dbname: instances whose
+	// identities are equal share a sampler. It must hold no secret; it is only digested.
+	Database string
+}
+
+var _ health.Election = (*Election)(nil)
+
+// NewElection returns an election. Its only error is an invalid URL, which never quotes the
+// URL's credentials.
+func NewElection(o ElectionOptions) (*Election, error) {
+	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, sem: make(chan struct{}, 1)}
+	if e.rc == nil {
+		rc, err := clientFor(o.URL, o.SyncInterval)
+		if err != nil {
+			return nil, err
+		}
+		e.rc, e.owned = rc, rc
+	}
+	return e, nil
+}
+
+// Close closes the client made from the URL. Leases still held lapse by themselves.
+func (e *Election) Close() error {
+	if e.owned != nil {
+		return e.owned.Close()
+	}
+	return nil
+}
+
+// ElectionKeys returns the lease and sample keys of a metric set of a database:
+// pgtraffic:{health:<digest>}:lease and :sample.
+func ElectionKeys(database, set string) (lease, sample string) {
+	sum := sha256.Sum256([]byte("pgtraffic health sampler\x00" + database + "\x00" + set))
+	tag := KeyPrefix + "{health:" + hex.EncodeToString(sum[:16]) + "}:"
+	return tag + "lease", tag + "sample"
+}
+
+// wireSample is a published sample as stored in Redis (JSON, under the sample key's data).
+type wireSample struct {
+	Format   int           `json:"f"`
+	Readings []wireReading `json:"r"`
+}
+
+type wireReading struct {
+	Metric string `json:"m"`
+	Value  string `json:"v,omitempty"` // strconv's shortest exact form, which JSON numbers lack for ±Inf
+	Age    int64  `json:"a"`           // µs between the read and the publication
+	Err    string `json:"e,omitempty"`
+}
+
+// Elect implements [health.Election].
+func (e *Election) Elect(ctx context.Context, b health.Ballot) (health.Vote, error) {
+	v, err := e.run(ctx, b, "elect", strconv.Itoa(maxSampleBytes))
+	if err != nil {
+		return health.Vote{}, err
+	}
+	switch status := v[1]; status {
+	case "lead":
+		return health.Vote{Lead: true}, nil
+	case "none":
+		return health.Vote{}, nil
+	case "bad":
+		if len(v) == 3 {
+			if why, ok := v[2].(string); ok && len(why) <= maxSampleText {
+				return health.Vote{Bad: why}, nil
+			}
+		}
+	case "follow":
+		if len(v) == 4 {
+			now, _ := v[0].(int64)
+			at, _ := v[2].(string)
+			data, _ := v[3].(string)
+			readings, bad := decodeSample(now, at, data)
+			return health.Vote{Published: readings, Bad: bad}, nil
+		}
+	}
+	return health.Vote{Bad: "unexpected reply from the election script"}, nil
+}
+
+// Publish implements [health.Election]: the sample is written only while this instance
+// holds the lease.
+func (e *Election) Publish(ctx context.Context, b health.Ballot, readings []health.Shared) error {
+	w := wireSample{Format: sampleFormat, Readings: make([]wireReading, len(readings))}
+	for i, r := range readings {
+		w.Readings[i] = wireReading{Metric: r.Metric, Age: r.Age.Microseconds(), Err: r.Err}
+		if r.Err == "" {
+			w.Readings[i].Value = strconv.FormatFloat(r.Value, 'g', -1, 64)
+		}
+	}
+	data, err := json.Marshal(w)
+	if err != nil {
+		return fmt.Errorf("coord: encoding a health sample: %w", err)
+	}
+	_, err = e.run(ctx, b, "publish", string(data))
+	return err
+}
+
+// Resign implements [health.Election].
+func (e *Election) Resign(ctx context.Context, b health.Ballot) error {
+	_, err := e.run(ctx, b, "resign", "")
+	return err
+}
+
+// run calls the election script, abandoning the call when ctx ends even if the client does
+// not honour the deadline; the abandoned call finishes in the background, and no other
+// starts until it has. Its reply has at least Redis's time and a status.
+func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]any, error) {
+	select {
+	case e.sem <- struct{}{}:
+	default:
+		return nil, errBusy
+	}
+	lease, sample := ElectionKeys(e.db, b.Set)
+	args := []any{op, e.id, max(health.LeaseIntervals*b.Interval.Milliseconds(), 1),
+		max(health.StaleIntervals*b.Interval.Milliseconds(), 1), arg}
+	type outcome struct {
+		v   []any
+		err error
+	}
+	ch := make(chan outcome, 1)
+	go func() {
+		v, err := electionScript.Run(ctx, e.rc, []string{lease, sample}, args...).Slice()
+		<-e.sem // before the answer, so that the next call never finds this one outstanding
+		ch <- outcome{v, err}
+	}()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			return nil, o.err
+		}
+		if len(o.v) < 2 {
+			return nil, fmt.Errorf("coord: election script returned %d values", len(o.v))
+		}
+		return o.v, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// decodeSample reads a published sample: at is its publication in µs of Redis's clock, now
+// the same clock at the read. bad says why it cannot be trusted; readings' ages then mean
+// nothing.
+func decodeSample(now int64, at, data string) (readings []health.Shared, bad string) {
+	published, err := strconv.ParseInt(at, 10, 64)
+	switch {
+	case err != nil || published < 0:
+		return nil, "unreadable date"
+	case published > now:
+		return nil, "dated in the future"
+	case len(data) > maxSampleBytes:
+		return nil, "too large"
+	}
+	var w wireSample
+	if err := json.Unmarshal([]byte(data), &w); err != nil {
+		return nil, "not a sample"
+	}
+	if w.Format != sampleFormat {
+		return nil, fmt.Sprintf("format %d, want %d", w.Format, sampleFormat)
+	}
+	if len(w.Readings) > maxSampleReadings {
+		return nil, "too many readings"
+	}
+	since := time.Duration(now-published) * time.Microsecond
+	out := make([]health.Shared, len(w.Readings))
+	for i, r := range w.Readings {
+		if len(r.Metric) > maxSampleText || len(r.Err) > maxSampleText {
+			return nil, "a reading too long"
+		}
+		if r.Age < 0 || r.Age > maxSampleAge.Microseconds() || since > maxSampleAge {
+			return nil, "a reading dated in the future or absurdly old"
+		}
+		s := health.Shared{Metric: r.Metric, Err: r.Err, Age: since + time.Duration(r.Age)*time.Microsecond}
+		if r.Err == "" {
+			if s.Value, err = strconv.ParseFloat(r.Value, 64); err != nil {
+				return nil, "an unreadable value"
+			}
+		}
+		out[i] = s
+	}
+	return out, ""
+}

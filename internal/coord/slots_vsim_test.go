@@ -1,0 +1,249 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+)
+
+// A simulation in virtual time of instances sharing max_concurrent, as vsim_test.go's for a
+// rate: real coordinators steering real budgets through a real redis-server running the
+// sync script on the simulation's clock. Each instance runs a number of workers that changes
+// over time (a ramp); a worker holds a slot for a statement's time and, refused, tries again
+// a millisecond later. Every refusal is recorded with the fleet's statements in flight at
+// that moment, so that the headroom's bound can be checked.
+
+// slotConfig is one simulated ramp.
+type slotConfig struct {
+	name      string
+	instances int
+	limit     int // max_concurrent
+	interval  time.Duration
+	stmt      time.Duration // how long a statement holds its slot, and up to as much again at random
+	duration  time.Duration
+	seed      uint64
+	// workers is how many workers instance i runs at el.
+	workers func(i int, el time.Duration) int
+}
+
+// refusal is a statement refused for want of a slot.
+type refusal struct {
+	at       time.Duration
+	instance int
+	fleet    int // statements in flight on every instance at the refusal
+	own      int // on the refused statement's instance
+}
+
+// slotResult is what a ramp admitted and refused.
+type slotResult struct {
+	admitted int
+	refusals []refusal
+	most     int // the most statements in flight on the fleet at once
+}
+
+type slotWorker struct {
+	next    time.Time
+	running bool
+	req     budget.Request
+}
+
+type slotInst struct {
+	c       *Coordinator
+	b       *budget.Budget
+	workers []slotWorker
+	wake    time.Time
+	running int
+}
+
+// simulateSlots runs cfg in steps of a millisecond of virtual time. Each instance registers
+// and syncs once before its workers start: a connector registers its budgets when it opens,
+// and a budget without a per tag asks for its lease at once (core.keepUnkeyed).
+func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
+	t.Helper()
+	rc := simRedis(t)
+	now := t0
+	clock := func() time.Time { return now }
+	cr := newClockedRedis(t, rc, clock)
+	rng := rand.New(rand.NewPCG(cfg.seed, 1))
+	spec := Spec{Name: cfg.name, MaxConcurrent: cfg.limit}
+	ctx := context.Background()
+	insts := make([]*slotInst, cfg.instances)
+	for i := range insts {
+		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
+		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("s%02d", i), Logger: quiet,
+			Now: clock, Rand: r.Float64})
+		b := budget.New(budget.Spec{MaxConcurrent: cfg.limit})
+		h := c.Register(spec, b)
+		b.SetShared(now, h.Kick, newGap(cfg.interval))
+		insts[i] = &slotInst{c: c, b: b}
+	}
+	for _, in := range insts {
+		in.c.round(ctx, false)
+		in.wake = now.Add(in.c.wakeIn())
+	}
+	var res slotResult
+	fleet := 0
+	for el := time.Duration(0); el < cfg.duration; el += time.Millisecond {
+		now = t0.Add(el)
+		for i, in := range insts {
+			for len(in.workers) < cfg.workers(i, el) {
+				in.workers = append(in.workers, slotWorker{next: now})
+			}
+			for w := range in.workers {
+				wk := &in.workers[w]
+				for !wk.next.After(now) {
+					if wk.running {
+						budget.Release(now, wk.req, 0)
+						wk.running = false
+						in.running--
+						fleet--
+						if w >= cfg.workers(i, el) {
+							wk.next = now.Add(time.Hour) // a worker of a ramp that went down stops
+							break
+						}
+						continue // the next statement at once
+					}
+					if w >= cfg.workers(i, el) {
+						wk.next = now.Add(time.Millisecond)
+						break
+					}
+					reqs := []budget.Request{{Budget: in.b}}
+					if _, d := budget.Admit(now, reqs, nil); d != nil {
+						res.refusals = append(res.refusals, refusal{at: el, instance: i, fleet: fleet, own: in.running})
+						wk.next = now.Add(time.Millisecond)
+						continue
+					}
+					res.admitted++
+					wk.req, wk.running = reqs[0], true
+					in.running++
+					fleet++
+					res.most = max(res.most, fleet)
+					wk.next = now.Add(cfg.stmt + time.Duration(rng.Float64()*float64(cfg.stmt)))
+				}
+			}
+			kicked := false
+			select {
+			case <-in.c.kick:
+				kicked = true
+			default:
+			}
+			if kicked || !now.Before(in.wake) {
+				in.c.round(ctx, false)
+				in.wake = now.Add(in.c.wakeIn())
+			}
+		}
+	}
+	return res
+}
+
+// TestAloneSlotsRefuseNothingBelowTheLimit is the headroom's guarantee for one instance: a
+// shared max_concurrent of 64 refuses nothing that the same budget process-local would
+// admit, however fast its demand rises (8, then 12, then 64 workers, then 70: only the
+// statements beyond the 64th are refused, with 64 in flight).
+func TestAloneSlotsRefuseNothingBelowTheLimit(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := slotConfig{name: fmt.Sprintf("alone-%d", seed), instances: 1, limit: 64, interval: time.Second,
+				stmt: 5 * time.Millisecond, duration: 12 * time.Second, seed: seed,
+				workers: func(_ int, el time.Duration) int {
+					switch {
+					case el < 3*time.Second:
+						return 8
+					case el < 6*time.Second:
+						return 12
+					case el < 9*time.Second:
+						return 64
+					}
+					return 70
+				}}
+			r := simulateSlots(t, cfg)
+			below := 0
+			for _, x := range r.refusals {
+				if x.own < cfg.limit {
+					below++
+				}
+			}
+			t.Logf("%d admitted, %d refused (%d with fewer than %d in flight); at most %d in flight",
+				r.admitted, len(r.refusals), below, cfg.limit, r.most)
+			if below > 0 {
+				t.Errorf("%d statements refused with fewer than max_concurrent in flight on the only instance", below)
+			}
+			if r.most > cfg.limit {
+				t.Errorf("%d in flight, max_concurrent %d", r.most, cfg.limit)
+			}
+			if len(r.refusals) == 0 {
+				t.Errorf("70 workers under max_concurrent 64 were never refused")
+			}
+		})
+	}
+}
+
+// TestSlotsHeadroomBound is the headroom's bound with several instances: four instances run 4
+// workers each under max_concurrent 64 (demand 16, headroom 48, 12 each), then one of them
+// jumps to 40 workers. Each instance holds its demand and a quarter of the headroom, so the
+// jump is admitted at once up to its 16 slots; past them a statement is refused only while
+// the fleet is within (instances − 1) × a quarter of the headroom of the limit, and the
+// others' next syncs (within about an interval) hand over their headroom: the refusals end
+// within two intervals of the jump. The fleet never runs more than 64.
+//
+// At the start the first instance to sync holds the whole budget until its next sync, which
+// gives the others their share: their first statements are refused for up to about an
+// interval (a joiner waits for the holders' next syncs). None is refused after that until
+// the jump.
+func TestSlotsHeadroomBound(t *testing.T) {
+	const jump = 5 * time.Second
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := slotConfig{name: fmt.Sprintf("bound-%d", seed), instances: 4, limit: 64, interval: time.Second,
+				stmt: 5 * time.Millisecond, duration: 10 * time.Second, seed: seed,
+				workers: func(i int, el time.Duration) int {
+					if i == 0 && el >= jump {
+						return 40
+					}
+					return 4
+				}}
+			r := simulateSlots(t, cfg)
+			const demand, n = 16, 4
+			share := (cfg.limit - demand) / n // each instance's headroom
+			bound := cfg.limit - (n-1)*share  // the fleet in flight at the first possible refusal
+			settled := time.Duration(0)       // when the start's handover ended
+			between := 0                      // refused after it, before the jump
+			first, last, least := time.Duration(-1), time.Duration(0), cfg.limit
+			for _, x := range r.refusals {
+				switch {
+				case x.at < 2*cfg.interval:
+					settled = max(settled, x.at)
+				case x.at < jump:
+					between++
+				default:
+					if first < 0 {
+						first = x.at
+					}
+					last = x.at
+					least = min(least, x.fleet)
+				}
+			}
+			t.Logf("start: refusals until %v; %d refused after it before the jump; after the jump %v to %v, with at least %d in flight on the fleet (bound %d); at most %d in flight",
+				settled, between, max(first-jump, 0), last-jump, least, bound, r.most)
+			if between > 0 {
+				t.Errorf("%d statements refused between the start's handover and the jump, the fleet's demand a quarter of the limit", between)
+			}
+			if settled > 3*cfg.interval/2 {
+				t.Errorf("the joiners waited %v for their share, more than an interval and a half", settled)
+			}
+			if least < bound {
+				t.Errorf("a statement was refused with %d in flight on the fleet; the bound is %d", least, bound)
+			}
+			if first >= 0 && last-jump > 2*cfg.interval {
+				t.Errorf("refusals went on %v after the jump, more than two intervals", last-jump)
+			}
+			if r.most > cfg.limit {
+				t.Errorf("%d in flight, max_concurrent %d", r.most, cfg.limit)
+			}
+		})
+	}
+}

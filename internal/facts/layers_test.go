@@ -1,0 +1,150 @@
+package facts
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// pkg is one package of the module as go list describes it.
+type pkg struct {
+	path    string   // relative to the module: "driver/rules"
+	imports []string // the packages it imports itself
+	deps    []string // every package it imports, directly or not
+}
+
+// listModule describes every package of the module but the examples (nested modules aside).
+func listModule(t *testing.T) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Imports \",\"}}|{{join .Deps \",\"}}", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]pkg{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Split(line, "|")
+		if len(fields) != 3 {
+			t.Fatalf("go list printed %q", line)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		if strings.HasPrefix(rel, "examples/") {
+			continue
+		}
+		pkgs[rel] = pkg{path: rel, imports: split(fields[1]), deps: split(fields[2])}
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// ours reports whether import path p is a package of the module, and its path within it.
+func ours(p string) (string, bool) {
+	rel, ok := strings.CutPrefix(p, module+"/")
+	return rel, ok
+}
+
+// Library and layering rules of the module's packages: each package imports only what its
+// layer may. A rule names the packages it covers by path prefix.
+var layerRules = []struct {
+	name string
+	// covers reports whether the rule applies to package rel.
+	covers func(rel string) bool
+	// allowed reports whether a package covered may depend on dep (an import path), directly
+	// or not.
+	allowed func(dep string) bool
+}{
+	{
+		name:   "the public config imports nothing under internal/ and no Redis client",
+		covers: func(rel string) bool { return rel == "driver/rules" || strings.HasPrefix(rel, "driver/rules/") },
+		allowed: func(dep string) bool {
+			rel, mine := ours(dep)
+			return !(mine && strings.HasPrefix(rel, "internal/")) && !strings.HasPrefix(dep, "github.com/redis/")
+		},
+	},
+	{
+		name:   "the vocabulary is a leaf: the standard library only",
+		covers: func(rel string) bool { return rel == "driver/rules/vocab" },
+		allowed: func(dep string) bool {
+			return !strings.Contains(strings.Split(dep, "/")[0], ".")
+		},
+	},
+	{
+		name:   "the engine decides: it imports no file watcher, Redis client or PostgreSQL driver",
+		covers: func(rel string) bool { return rel == "internal/engine" },
+		allowed: func(dep string) bool {
+			return !strings.HasPrefix(dep, "github.com/fsnotify/") && !strings.HasPrefix(dep, "github.com/redis/") &&
+				!strings.HasPrefix(dep, "github.com/jackc/")
+		},
+	},
+	{
+		name:   "the budget core imports nothing of ours but the vocabulary, and no YAML or network library",
+		covers: func(rel string) bool { return rel == "internal/budget" },
+		allowed: func(dep string) bool {
+			if rel, mine := ours(dep); mine {
+				return rel == "driver/rules/vocab"
+			}
+			return !strings.Contains(strings.Split(dep, "/")[0], ".")
+		},
+	},
+}
+
+// TestLayers: the import rules of the design hold for every package they cover, counting what
+// a package imports through others.
+func TestLayers(t *testing.T) {
+	pkgs := listModule(t)
+	for _, rule := range layerRules {
+		t.Run(rule.name, func(t *testing.T) {
+			covered := 0
+			for _, rel := range sortedKeys(pkgs) {
+				if !rule.covers(rel) {
+					continue
+				}
+				covered++
+				for _, dep := range pkgs[rel].deps {
+					if !rule.allowed(dep) {
+						t.Errorf("%s imports %s%s", rel, dep, through(pkgs, rel, dep))
+					}
+				}
+			}
+			if covered == 0 {
+				t.Fatal("the rule covers no package: renamed?")
+			}
+		})
+	}
+}
+
+// TestOneFrontEndImportsTheSQLDriver: only the database/sql front end imports
+// database/sql/driver and pgx's stdlib.
+func TestOneFrontEndImportsTheSQLDriver(t *testing.T) {
+	pkgs := listModule(t)
+	for _, rel := range sortedKeys(pkgs) {
+		for _, imp := range pkgs[rel].imports {
+			if (imp == "database/sql/driver" || imp == "github.com/jackc/pgx/v5/stdlib") && rel != "driver" {
+				t.Errorf("%s imports %s", rel, imp)
+			}
+		}
+	}
+}
+
+// through names the package of the module by which rel reaches dep, when not directly.
+func through(pkgs map[string]pkg, rel, dep string) string {
+	if slices.Contains(pkgs[rel].imports, dep) {
+		return ""
+	}
+	for _, imp := range pkgs[rel].imports {
+		if r, mine := ours(imp); mine && (imp == dep || slices.Contains(pkgs[r].deps, dep)) {
+			return " (through " + r + ")"
+		}
+	}
+	return ""
+}

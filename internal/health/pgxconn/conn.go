@@ -1,0 +1,154 @@
+package pgxconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+var _ health.Conn = (*Conn)(nil)
+
+// Connector returns a [health.Options] Connect that opens a connection from a copy of cfg
+// each time (pgx.ConnectConfig must not be handed one config twice).
+func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (health.Conn, error) {
+	return func(ctx context.Context) (health.Conn, error) {
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return nil, inHealthTerms(err)
+		}
+		return &Conn{c: c}, nil
+	}
+}
+
+// Conn is a [health.Conn] over a pgx connection. Like the *pgx.Conn it wraps, it is not safe
+// for concurrent use; the sampler uses it from one round at a time.
+type Conn struct{ c *pgx.Conn }
+
+// Exec runs sql with args and discards its result.
+func (c *Conn) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := c.c.Exec(ctx, sql, args...)
+	return inHealthTerms(err)
+}
+
+// ReadNumber runs sql and returns its single numeric value.
+func (c *Conn) ReadNumber(ctx context.Context, sql string) (float64, error) {
+	v, err := c.readNumber(ctx, sql)
+	return v, inHealthTerms(err)
+}
+
+func (c *Conn) readNumber(ctx context.Context, sql string) (float64, error) {
+	rows, err := c.c.Query(ctx, sql)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, health.ResultError{Problem: "returned no rows, want one row with one number"}
+	}
+	fields := rows.FieldDescriptions()
+	if len(fields) != 1 {
+		return 0, health.ResultError{Problem: fmt.Sprintf("returned %d columns, want one number", len(fields))}
+	}
+	values, err := rows.Values()
+	if err != nil {
+		return 0, err
+	}
+	v, err := toFloat(values[0])
+	if err != nil {
+		if errors.Is(err, errNotNumber) {
+			return 0, health.ResultError{Problem: fmt.Sprintf("returned a column of type %s, want int2, int4, int8, float4, float8 or numeric",
+				c.typeName(fields[0].DataTypeOID))}
+		}
+		return 0, err
+	}
+	if rows.Next() {
+		return 0, health.ResultError{Problem: "returned more than one row, want one"}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+// IsClosed reports whether the connection is closed.
+func (c *Conn) IsClosed() bool { return c.c.IsClosed() }
+
+// Close closes the connection.
+func (c *Conn) Close(ctx context.Context) error { return inHealthTerms(c.c.Close(ctx)) }
+
+var errNotNumber = errors.New("pgxconn: not a number type")
+
+// toFloat converts a decoded value of a numeric column. NaN is refused: it
+// compares false with every threshold, so it would never throttle.
+func toFloat(v any) (float64, error) {
+	var f float64
+	switch x := v.(type) {
+	case nil:
+		return 0, health.ErrNull
+	case int16:
+		f = float64(x)
+	case int32:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case float32:
+		f = float64(x)
+	case float64:
+		f = x
+	case pgtype.Numeric:
+		if !x.Valid {
+			return 0, health.ErrNull
+		}
+		if x.NaN {
+			f = math.NaN()
+			break
+		}
+		f8, err := x.Float64Value()
+		if err != nil {
+			return 0, err
+		}
+		f = f8.Float64
+	default:
+		return 0, errNotNumber
+	}
+	if math.IsNaN(f) {
+		return 0, health.ResultError{Problem: "returned NaN, want a number"}
+	}
+	return f, nil
+}
+
+// typeName names a column type for an error message.
+func (c *Conn) typeName(oid uint32) string {
+	if t, ok := c.c.TypeMap().TypeForOID(oid); ok {
+		return t.Name
+	}
+	return fmt.Sprintf("oid %d", oid)
+}
+
+// inHealthTerms marks pgconn's timeouts with health.ErrTimeout; every other error, a
+// *pgconn.PgError included, is returned as it is.
+func inHealthTerms(err error) error {
+	if err != nil && pgconn.Timeout(err) {
+		return timeoutError{err}
+	}
+	return err
+}
+
+// timeoutError is a pgconn timeout, which matches health.ErrTimeout and keeps its text and
+// chain.
+type timeoutError struct{ err error }
+
+func (e timeoutError) Error() string        { return e.err.Error() }
+func (e timeoutError) Unwrap() error        { return e.err }
+func (e timeoutError) Is(target error) bool { return target == health.ErrTimeout }

@@ -1,0 +1,203 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// closeWithin bounds Close's goodbye to Redis (telling it this instance's slots are free):
+// a connector's Close must not hang on an unreachable Redis, and the slots return when the
+// leases lapse anyway.
+const closeWithin = 500 * time.Millisecond
+
+// coordination is the link to Redis while the rules have a coordination section: one
+// coordinator, and a handle per shared budget. Guarded by Runtime.mu; nothing of it is on a
+// statement's path (a budget kicks its handle through a function it was given).
+type coordination struct {
+	section rules.Coordination // what c was built from
+	c       *coord.Coordinator // makes (and closes) its own client from the section's URL when not given one
+	shared  map[string]*shared
+}
+
+// shared is one budget registered with the coordinator.
+type shared struct {
+	b      *budget.Budget
+	h      *coord.Handle
+	spec   coord.Spec
+	leased bool // its limits are leases (b is the handle's Local); else it shares only quarantines
+}
+
+// checkCoordination reports a coordination section r cannot act on.
+func (r *Runtime) checkCoordination(cfg *rules.Config) error {
+	if co := cfg.Coordination; co != nil && co.Redis == "" && r.redis == nil {
+		return errors.New("pgtraffic: coordination: no redis URL, and the connector was given no client (driver.WithRedisClient)")
+	}
+	return nil
+}
+
+// coordinate starts, changes or stops the coordination for cfg, compiled as compiled: the
+// coordinator follows cfg's section (switchCoordinator), and each budget is shared or made
+// local again (share). It returns the coordinator it replaced, for the caller to stop once r.mu
+// is released; r.mu must be held. Nothing here waits for Redis.
+func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coordination, err error) {
+	if old, err = r.switchCoordinator(cfg); err != nil {
+		return old, err
+	}
+	r.share(cfg, compiled)
+	return old, nil
+}
+
+// switchCoordinator replaces or stops the coordinator when cfg's coordination section is not
+// the one it was built from, and starts one when cfg has a section and none runs. A new
+// coordinator starts at once and never fails for want of Redis: its budgets run on their
+// fallback share and it keeps trying.
+func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err error) {
+	co := &r.co
+	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || r.closed) {
+		old, *co = *co, coordination{}
+	}
+	if cfg.Coordination == nil || co.c != nil || r.closed {
+		return old, nil
+	}
+	sec := *cfg.Coordination
+	id := r.instance
+	if old.c != nil {
+		// The old coordinator says goodbye under its own name once r.mu is released: the new
+		// one must not be mistaken for it.
+		id = ""
+	}
+	c, err := coord.New(coord.Options{Client: r.redis, URL: sec.Redis, Interval: time.Duration(sec.SyncInterval),
+		FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
+		Quarantines: quarantines{r.e}})
+	if err != nil {
+		return old, err
+	}
+	co.section, co.c, co.shared = sec, c, map[string]*shared{}
+	co.c.Start()
+	return old, nil
+}
+
+// share registers each shared budget of cfg with the coordinator (its rate and max_concurrent
+// become its leases, its quarantines are shared) and makes each budget no longer shared local
+// again. A budget with neither leases nor a quarantine (a per_query_limit or max_duration alone
+// hold per statement) has nothing to share and stays local.
+func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
+	now := r.now()
+	co := &r.co
+	keep := map[string]bool{}
+	for i := range cfg.Budgets {
+		rb := &cfg.Budgets[i]
+		b, limits := compiled.Budget(rb.Name)
+		spec := coord.Spec{Name: rb.Name, Rate: limits.Rate, Burst: limits.Burst, MaxConcurrent: limits.MaxConcurrent,
+			Quarantine: quarantineSpec(rb.Quarantine)}
+		leased := spec.Rate > 0 || spec.MaxConcurrent > 0
+		if co.c == nil || !cfg.IsShared(rb) || rb.Mode == rules.ModeOff || !leased && rb.Quarantine == nil {
+			continue // local; or nothing to share
+		}
+		keep[rb.Name] = true
+		if s, ok := co.shared[rb.Name]; ok && s.b == b && s.leased == leased {
+			if s.spec != spec {
+				s.h.SetSpec(spec)
+				s.spec = spec
+			}
+			continue
+		} else if ok {
+			r.unshare(now, s)
+		}
+		var local coord.Local
+		if leased {
+			local = b
+		}
+		h := co.c.Register(spec, local)
+		if leased {
+			// A partition without credit is told to retry when its first lease is due.
+			b.SetShared(now, h.Kick, co.c.FirstLeaseIn())
+		}
+		r.e.ShareQuarantines(rb.Name, h.Quarantine)
+		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec, leased: leased}
+	}
+	for name, s := range co.shared {
+		if !keep[name] {
+			r.unshare(now, s)
+			delete(co.shared, name)
+		}
+	}
+}
+
+// unshare stops coordinating s's budget: its limits are local again and its quarantines no
+// longer published.
+func (r *Runtime) unshare(now time.Time, s *shared) {
+	s.h.Close()
+	r.e.ShareQuarantines(s.spec.Name, nil)
+	if s.leased {
+		s.b.SetShared(now, nil, 0)
+	}
+}
+
+// stopCoordination stops co, detached from r, telling Redis within closeWithin that this
+// instance leaves, and makes its budgets local again. r.mu must not be held.
+func (r *Runtime) stopCoordination(co coordination) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
+	defer cancel()
+	if err := co.c.Close(ctx); err != nil {
+		r.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
+	}
+	now := r.now()
+	for _, s := range co.shared {
+		r.e.ShareQuarantines(s.spec.Name, nil)
+		if s.leased {
+			s.b.SetShared(now, nil, 0)
+		}
+	}
+}
+
+// quarantines hands the quarantines read from Redis to the engine (coord.Quarantines).
+type quarantines struct{ e *engine.Engine }
+
+func (q quarantines) AddQuarantines(now time.Time, spec coord.Spec, qs []coord.Quarantined) {
+	in := make([]engine.Quarantined, len(qs))
+	for i, x := range qs {
+		in[i] = engine.Quarantined{Fingerprint: x.Fingerprint, Until: x.Until}
+	}
+	q.e.AddQuarantines(now, spec.Name, rules.Quarantine{After: spec.Quarantine.After, For: rules.Duration(spec.Quarantine.For)}, in)
+}
+
+// quarantineSpec converts a budget's quarantine settings for package coord.
+func quarantineSpec(q *rules.Quarantine) coord.QuarantineSpec {
+	if q == nil {
+		return coord.QuarantineSpec{}
+	}
+	return coord.QuarantineSpec{After: q.After, For: time.Duration(q.For)}
+}
+
+// Coordination reports the shared budgets as this instance sees them (leases, global debt,
+// instances, sync counters), sorted by name; nil without a coordination section.
+func (r *Runtime) Coordination() []coord.Status {
+	c := r.coordinator()
+	if c == nil {
+		return nil
+	}
+	return c.Status()
+}
+
+// Instance is this instance's id in Redis; "" without a coordination section.
+func (r *Runtime) Instance() string {
+	c := r.coordinator()
+	if c == nil {
+		return ""
+	}
+	return c.Instance()
+}
+
+// coordinator is the running coordinator; nil without one.
+func (r *Runtime) coordinator() *coord.Coordinator {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.co.c
+}

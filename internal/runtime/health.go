@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+// sampling is the health sampler in use, if any, with the counts of the samplers it replaced
+// (when health_interval changed, or when no budget used a sampled metric for a while): a
+// metrics callback never sees a replaced sampler's counts twice, so its counters never reset.
+type sampling struct {
+	s        *health.Sampler // nil while no budget uses a sampled metric
+	interval time.Duration   // the interval s was built with
+	base     HealthCounts    // the counts of the samplers replaced
+}
+
+// HealthCounts are the health sampler's event counts, across the samplers a reload replaced
+// (the telemetry's pgtraffic.health.* counters, which never reset).
+type HealthCounts struct {
+	Errors    uint64 // failed health reads and connects
+	Samples   uint64 // health queries this instance ran that succeeded
+	Shared    uint64 // readings adopted from the sampler elected for the database, through Redis
+	Elections uint64 // times this instance became or stopped being that sampler
+}
+
+// counts is h's counts: its base plus its sampler's.
+func (h *sampling) counts() HealthCounts {
+	c := h.base
+	if h.s != nil {
+		c.Errors += h.s.Errors()
+		c.Samples += h.s.Samples()
+		c.Shared += h.s.Shared()
+		c.Elections += h.s.Elections()
+	}
+	return c
+}
+
+// retired is h's counts without its sampler, which its caller closes.
+func (h *sampling) retired() *sampling { return &sampling{base: h.counts()} }
+
+// configureHealth starts, reconfigures or stops the health sampler for cfg, and hands it to the
+// engine. No sampler runs, and no connection is open, while no budget uses a sampled metric.
+// r.mu must be held; the sampler replaced, if any, is returned for the caller to close once
+// r.mu is released.
+func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (replaced *health.Sampler) {
+	metrics := healthMetrics(cfg)
+	h := r.health
+	if h != nil && h.s != nil {
+		if len(metrics) > 0 && r.healthConnect != nil && !r.closed && h.interval == interval {
+			h.s.SetMetrics(metrics, cfg.HealthQueries)
+			h.s.SetElection(r.election())
+			h.s.Start()
+			return nil
+		}
+		replaced, h = h.s, h.retired()
+		r.health = h
+		r.e.SetHealth(nil)
+	}
+	if len(metrics) == 0 || r.healthConnect == nil || r.closed {
+		return replaced
+	}
+	next := &sampling{interval: interval, s: health.NewSampler(health.Options{
+		Connect:  r.healthConnect,
+		Interval: interval,
+		Metrics:  metrics,
+		Queries:  cfg.HealthQueries,
+		Logger:   r.log,
+		Now:      r.now,
+		Election: r.election(),
+	})}
+	if h != nil {
+		next.base = h.base
+	}
+	r.health = next
+	r.e.SetHealth(next.s)
+	next.s.Start()
+	return replaced
+}
+
+// healthMetrics lists the sampled metrics the budgets use (in_flight is local, not sampled).
+func healthMetrics(cfg *rules.Config) []string {
+	var out []string
+	for _, b := range cfg.Budgets {
+		if b.Mode == rules.ModeOff {
+			continue
+		}
+		for k := range b.ThrottleWhen {
+			if k != rules.MetricInFlight && !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sampler returns the health sampler in use; nil while none was ever started.
+func (r *Runtime) sampler() *sampling {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health
+}
+
+// Health reports the health sampler's counts; ok is false while no sampler was ever started.
+// It holds the runtime's lock for a few steps, never across I/O: safe from a metrics callback.
+func (r *Runtime) Health() (c HealthCounts, ok bool) {
+	h := r.sampler()
+	if h == nil {
+		return HealthCounts{}, false
+	}
+	return h.counts(), true
+}

@@ -1,0 +1,214 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+// Options configure a Runtime.
+// The runtime logs to the engine's logger and keeps the engine's clock (engine.Options).
+type Options struct {
+	// HealthConnect opens the health sampler's dedicated connection. Nil disables health metrics.
+	HealthConnect func(ctx context.Context) (health.Conn, error)
+	// HealthDatabase identifies the database the sampler reads, without secrets (e.g.
+	// user@host:port/dbname): with a coordination section, instances whose identities are
+	// equal elect one sampler (election.go). Empty: each samples for itself.
+	HealthDatabase string
+
+	// Redis, when set, is the client shared budgets coordinate through, instead of one made
+	// from the coordination section's URL (coord.go). Instance names this instance in Redis
+	// (tests: two in one process); a random id when empty.
+	Redis    redis.UniversalClient
+	Instance string
+}
+
+// Runtime runs what changes the rules an engine decides by: it compiles each Config into the
+// engine, watches the rules file, and starts, reconfigures and stops the health sampler and
+// the coordinator of shared budgets. It is safe for concurrent use.
+type Runtime struct {
+	e              *engine.Engine
+	log            *slog.Logger
+	now            func() time.Time
+	after          func(time.Duration) <-chan time.Time
+	healthConnect  func(ctx context.Context) (health.Conn, error)
+	healthDatabase string
+	redis          redis.UniversalClient
+	instance       string
+
+	// mu serialises the installs of rules and Close, and protects the fields below. It is held
+	// for in-memory steps only: never across a compile, a file read, Redis or the database
+	// (SetConfig compiles before it takes mu, and stops what a reload replaced after).
+	mu        sync.Mutex
+	closed    bool
+	installed uint64 // Gen of the rules last installed
+	watcher   *watcher
+	co        coordination   // shared budgets (coord.go)
+	vote      healthElection // the health sampler's election (election.go)
+	health    *sampling      // the health sampler; nil until a budget uses a sampled metric (health.go)
+}
+
+// New returns the runtime of e, with no rules in force.
+func New(e *engine.Engine, o Options) *Runtime {
+	now, after := e.Clock()
+	return &Runtime{e: e, log: e.Logger(), now: now, after: after, healthConnect: o.HealthConnect,
+		healthDatabase: o.HealthDatabase, redis: o.Redis, instance: o.Instance}
+}
+
+// Engine is the engine r configures.
+func (r *Runtime) Engine() *engine.Engine { return r.e }
+
+// SetConfig validates cfg and puts it in force for the next statement. Budgets that keep their
+// name keep their state (debt, in-flight counts), as does a budget removed and re-added while
+// its statements still hold slots or its debt has not drained. On error the current rules stay.
+// Statements are not held up by a reload: they read the rules in force until the new ones are
+// swapped in. Of two SetConfig calls at once, the later one's rules are the ones left in force.
+func (r *Runtime) SetConfig(cfg *rules.Config) error {
+	if cfg == nil {
+		cfg = &rules.Config{}
+	}
+	if err := r.checkCoordination(cfg); err != nil {
+		return err
+	}
+	for {
+		compiled, err := r.e.Compile(cfg)
+		if err != nil {
+			return err
+		}
+		installed, stop, err := r.install(cfg, compiled)
+		if err := stop.run(r); err != nil { // what the reload replaced, stopped holding no lock
+			r.log.Warn("pgtraffic: closing the replaced health sampler", "error", err)
+		}
+		if installed || err != nil {
+			return err
+		}
+		if stop.superseded {
+			return nil // a later SetConfig's rules are in force
+		}
+		// Another reload was installed while this one compiled: compile again, against its budgets.
+	}
+}
+
+// stopped is what an install replaced, to be stopped once r.mu is released.
+type stopped struct {
+	superseded bool            // a later SetConfig was installed first: nothing done
+	co         coordination    // a coordinator replaced or removed
+	election   *coord.Election // a health sampler election replaced or removed
+	sampler    *health.Sampler // a sampler replaced or no longer needed
+}
+
+// run stops what s holds: the sampler first, which hands its election's lease over, then the
+// election's client, then the coordinator.
+func (s stopped) run(r *Runtime) error {
+	var err error
+	if s.sampler != nil {
+		err = s.sampler.Close()
+	}
+	r.closeElection(s.election)
+	if s.co.c != nil {
+		r.stopCoordination(s.co)
+	}
+	return err
+}
+
+// install puts compiled, built from cfg, in force, unless a later SetConfig's rules are in
+// force already (stop.superseded) or another install came after its Compile (installed false:
+// compile again). Shared budgets take their leases before any statement sees them.
+func (r *Runtime) install(cfg *rules.Config, compiled *engine.Rules) (installed bool, stop stopped, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case compiled.Gen() < r.installed:
+		return false, stopped{superseded: true}, nil
+	case !r.e.Current(compiled):
+		return false, stopped{}, nil
+	}
+	if stop.co, err = r.coordinate(cfg, compiled); err != nil {
+		return false, stop, err
+	}
+	r.e.Install(compiled)
+	r.installed = compiled.Gen()
+	stop.election = r.elect(cfg) // the sampler takes the new one from its next round
+	stop.sampler = r.configureHealth(cfg, compiled.HealthInterval())
+	return true, stop, nil
+}
+
+// errClosed is WatchFile's error after Close.
+var errClosed = errors.New("pgtraffic: the connector is closed")
+
+// setWatcher makes w the watcher, unless there is one or r is closed.
+func (r *Runtime) setWatcher(w *watcher) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return errClosed
+	case r.watcher != nil:
+		return errors.New("pgtraffic: a rules file is already watched")
+	}
+	r.watcher = w
+	return nil
+}
+
+// shut marks r closed and hands over what Close must stop; ok is false if it was closed already.
+func (r *Runtime) shut() (w *watcher, stop stopped, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, stopped{}, false
+	}
+	r.closed = true
+	w, stop.co, stop.election = r.watcher, r.co, r.vote.el
+	if r.health != nil {
+		stop.sampler = r.health.s // its counts stay readable: Close keeps them
+	}
+	r.watcher, r.co, r.vote = nil, coordination{}, healthElection{}
+	return w, stop, true
+}
+
+// Close stops the rules-file watcher, the health sampler (which hands its election's lease
+// over) and the coordinator (telling Redis, within closeWithin, that this instance leaves),
+// holding no lock while it waits for them.
+// Statements may still run after it, under the rules in force, with every budget local.
+func (r *Runtime) Close() error {
+	w, stop, ok := r.shut()
+	if !ok {
+		return nil
+	}
+	var err error
+	if w != nil {
+		err = w.close() // its reload in progress, if any, returns first
+	}
+	return errors.Join(err, stop.run(r))
+}
+
+// BudgetState is one budget's live state, with its coordination when it is shared.
+type BudgetState struct {
+	engine.BudgetState
+	Shared *coord.Status // a shared budget's leases, global debt and instances; nil when local
+}
+
+// Budgets reports every budget in force, in rules-file order.
+func (r *Runtime) Budgets() []BudgetState {
+	shared := r.Coordination()
+	var out []BudgetState
+	for _, b := range r.e.Budgets() {
+		s := BudgetState{BudgetState: b}
+		for i := range shared {
+			if shared[i].Name == b.Name {
+				s.Shared = &shared[i]
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
