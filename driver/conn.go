@@ -11,8 +11,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// interceptor holds what every connection of a connector shares: the engine that decides each
-// statement and the sqlcommenter-out switch.
+// interceptor holds what every statement of a front end shares (a connector's connections, a
+// pool's statements): the engine that decides each statement, the sqlcommenter-out switch and
+// the leak reports. Its run (run.go) runs each statement.
 type interceptor struct {
 	engine    *engine.Engine
 	commenter bool
@@ -51,10 +52,11 @@ type conn struct {
 	spare     *rows
 	spareMade bool // the spare exists (it may be handed out)
 
-	// exec is the statement of ExecContext (the connection's or a prepared statement's), which
-	// finishes before the call returns; a query's statement lives in its rows wrapper instead.
-	exec engine.Exec
-	// args holds a statement's argument values while the engine decides it (see beginExec), reused
+	// ticket is the ticket of ExecContext's statement (the connection's or a prepared
+	// statement's), which finishes before the call returns; a query's lives with its rows
+	// wrapper instead.
+	ticket ticket
+	// args holds a statement's argument values while the engine decides it (see values), reused
 	// from one statement to the next.
 	args []any
 }
@@ -85,70 +87,79 @@ func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
 	return &conn{parent: pc, pgx: px, intr: intr, valid: v}, nil
 }
 
-// blocked converts the engine's denial into the public error. Never driver.ErrBadConn: a
-// blocked statement must not be retried on another connection.
-func blocked(err error) error {
-	var d *engine.Denial
-	if errors.As(err, &d) {
-		return &BlockedError{Budget: d.Budget, Rule: d.Rule, Reason: d.Reason, Fingerprint: d.Fingerprint,
-			RetryAfter: d.RetryAfter, Limit: d.Limit}
-	}
-	return err
-}
-
-// errPanicked is the outcome a statement is finished with when the call that ran it panicked: not
-// a success, so the cost model does not learn from it.
-var errPanicked = errors.New("pgtraffic: the statement's call panicked")
-
-// beginExec begins x, the statement query with args, in the engine. On nil the caller must
-// finish x, on every path (defer).
-func (c *conn) beginExec(ctx context.Context, x *engine.Exec, query string, args []driver.NamedValue) error {
-	// database/sql passes values in order; their names are not used (pgx sends arguments
-	// positionally, and so does the engine's EXPLAIN).
+// values returns the values of args, in c.args: database/sql passes them in order, and their
+// names are not used (pgx sends arguments positionally, and so does the engine's EXPLAIN).
+// The caller clears them once the statement has run, so that the connection does not keep
+// them until its next statement.
+func (c *conn) values(args []driver.NamedValue) []any {
 	vals := c.args[:0]
 	for i := range args {
 		vals = append(vals, args[i].Value)
 	}
 	c.args = vals
-	err := c.intr.engine.Begin(ctx, x, explainOn(c.pgx), query, vals)
-	clear(vals) // the engine keeps no reference: let the values go until the next statement
-	if err != nil {
-		return blocked(err)
-	}
-	return nil
+	return vals
 }
 
-func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Result, err error) {
-	x := &c.exec
-	if err := c.beginExec(ctx, x, query, args); err != nil {
+// dest is where the connection's statements run: on it.
+func (c *conn) dest() *dest { return &dest{conn: c.pgx} }
+
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.exec(ctx, query, args, nil)
+}
+
+// exec runs an Exec of query: the connection's own (prepared nil), or prepared's, a statement
+// prepared from query on this connection.
+func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue, prepared driver.Stmt) (
+	res driver.Result, err error) {
+	o := openStmt{t: &c.ticket}
+	err = c.intr.run(ctx, &o, c.dest(), query, c.values(args), false, func(_ querier, qctx context.Context) (err error) {
+		if prepared == nil {
+			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, query), args)
+			return err
+		}
+		ec, ok := prepared.(driver.StmtExecContext)
+		if !ok {
+			return errNoContext
+		}
+		res, err = ec.ExecContext(qctx, args)
+		return err
+	})
+	clear(c.args) // the engine keeps no reference: let the values go until the next statement
+	return res, err
+}
+
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.query(ctx, query, args, nil)
+}
+
+// query runs a Query of query (see exec) with its rows in a wrapper: the connection's spare when
+// it is free. The rows finish the statement when they end.
+func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue, prepared driver.Stmt) (
+	driver.Rows, error) {
+	w := c.wrapper()
+	defer w.free()
+	err := c.intr.run(ctx, w.open, c.dest(), query, c.values(args), true, func(_ querier, qctx context.Context) (err error) {
+		if prepared == nil {
+			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, query), args)
+			return err
+		}
+		qc, ok := prepared.(driver.StmtQueryContext)
+		if !ok {
+			return errNoContext
+		}
+		w.Rows, err = qc.QueryContext(qctx, args)
+		return err
+	})
+	clear(c.args)
+	if err != nil {
 		return nil, err
 	}
-	qctx, cancel := overrunContext(ctx, x)
-	if cancel != nil {
-		defer cancel()
-	}
-	err = errPanicked // until the parent returns: a panic finishes the statement with it
-	defer func() { x.Finish(ctx, err) }()
-	var res driver.Result
-	res, err = c.parent.ExecContext(qctx, c.intr.outgoing(ctx, x, query), args)
-	return res, overran(qctx, err)
+	return w, nil
 }
 
-func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (_ driver.Rows, err error) {
-	w, err := c.begin(ctx, query, args)
-	if err != nil {
-		return nil, err
-	}
-	err = errPanicked // until the parent returns
-	defer func() { c.settle(w, err) }()
-	var r driver.Rows
-	r, err = c.parent.QueryContext(w.open.qctx, c.intr.outgoing(ctx, &w.open.x, query), args)
-	return c.opened(w, r, err)
-}
-
-// begin begins a query's statement in a rows wrapper: the connection's spare when it is free.
-// On nil the caller must settle it (defer).
-func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue) (*rows, error) {
+// wrapper returns a rows wrapper for a query, its ticket set: the connection's spare when it is
+// free. One whose statement does not open is free again (rows.free).
+func (c *conn) wrapper() *rows {
 	var w *rows
 	switch {
 	case c.spare != nil:
@@ -159,33 +170,8 @@ func (c *conn) begin(ctx context.Context, query string, args []driver.NamedValue
 	default: // the spare is handed out
 		w = newRows(c.intr.leaks)
 	}
-	if err := c.beginExec(ctx, &w.open.x, query, args); err != nil {
-		w.handBack()
-		return nil, err
-	}
-	w.open.ctx = ctx
-	w.open.qctx, w.open.cancel = overrunContext(ctx, &w.open.x)
-	return w, nil
-}
-
-// settle ends the call that ran a query begun in w. err is its outcome: nil when w was handed
-// out with the parent's rows (their Close finishes the statement), else the parent's error or
-// errPanicked, and then the statement is finished and w handed back.
-func (c *conn) settle(w *rows, err error) {
-	if err != nil {
-		w.open.finish(err)
-		w.handBack()
-	}
-}
-
-// opened returns w wrapping r, the parent's answer to the query begun in w; if the parent
-// failed, nil and its error, for settle.
-func (c *conn) opened(w *rows, r driver.Rows, err error) (driver.Rows, error) {
-	if err != nil {
-		return nil, overran(w.open.qctx, err)
-	}
-	w.Rows = r
-	return w, nil
+	w.open.t = w.own
+	return w
 }
 
 // PrepareContext prepares on the server (no statement runs, so nothing is decided yet); each

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
 // Rows that the application never closes hold their statement's concurrency slots for good:
@@ -20,58 +18,47 @@ import (
 // So each rows wrapper carries a cleanup (runtime.AddCleanup): once the wrapper is garbage,
 // which for leaked rows happens when the application drops its *sql.Rows, the cleanup finishes
 // the statement as Close would have (releasing its slots and debt), counts it in
-// pgtraffic.rows.leaked and logs a warning. The cleanup's argument is the openStmt, never the
-// wrapper (which would then stay reachable and never be collected); the wrapper points to the
-// openStmt, not the other way round. The pgx rows and the connection stay with database/sql,
-// which holds the connection as in use for ever: only the budget's slot comes back.
+// pgtraffic.rows.leaked and logs a warning. The cleanup's argument is the statement's openStmt
+// (run.go), never the wrapper (which would then stay reachable and never be collected); the
+// wrapper points to the openStmt, not the other way round. The pgx rows and the connection stay
+// with database/sql, which holds the connection as in use for ever: only the budget's slot comes
+// back. The pgx-native pool's rows carry the same cleanup (poolrows.go).
 //
 // Not reclaimable: rows of a prepared *sql.Stmt (database/sql keeps them in the statement's
 // dependency list until closed) and rows whose context never ends but is not Background (its
 // watcher goroutine keeps them alive).
 
-// openStmt is a rows wrapper's statement between its start and its finish: the state the leak
-// cleanup needs, kept apart from the wrapper. It must not point to the wrapper.
-type openStmt struct {
-	x   engine.Exec     // the statement, reused by the wrapper's next query
-	ctx context.Context // the statement's context, for Finish; nil once finished
-	// qctx is the context it runs under, its rows included: ctx bounded by its max_duration
-	// (overrun.go); cancel releases it (nil without a bound).
-	qctx   context.Context
-	cancel context.CancelFunc
-	leaks  *leaks
-}
-
 // errRowsLeaked is the error a leaked statement finishes with: not a success, so the cost model
 // does not learn from a duration that measured the garbage collector.
 var errRowsLeaked = errors.New("pgtraffic: rows garbage-collected without Close")
 
-// finish finishes the statement once.
-func (o *openStmt) finish(err error) {
-	if ctx := o.ctx; ctx != nil {
-		o.ctx = nil
-		if o.cancel != nil {
-			defer o.cancel()
-		}
-		o.qctx, o.cancel = nil, nil
-		o.x.Finish(ctx, err)
-	}
-}
-
-// reclaim is the rows wrapper's cleanup: it finishes a statement whose rows were collected while
-// still open.
-func reclaim(o *openStmt) {
-	if o.ctx == nil {
+// reclaim finishes o's statement, whose rows were collected while still open, and reports it
+// with the warning msg.
+func (o *openStmt) reclaim(msg string) {
+	if !o.inFlight() {
 		return // closed or exhausted: nothing held
 	}
 	// Reported before the slots come back, so that whoever sees them back also sees the report.
-	o.leaks.report(o.ctx, leakedSQLRows)
+	o.leaks.report(o.ctx, msg)
 	o.finish(errRowsLeaked)
+}
+
+// reclaimSQL and reclaimPgx are the cleanups of the rows of each front end.
+func reclaimSQL(o *openStmt) { o.reclaim(leakedSQLRows) }
+func reclaimPgx(o *openStmt) { o.reclaim(leakedPgxRows) }
+
+// sqlRowsStmt is a database/sql rows wrapper's statement with the ticket the wrapper keeps for
+// it, allocated together.
+type sqlRowsStmt struct {
+	open openStmt
+	t    ticket
 }
 
 // newRows returns a rows wrapper with its leak cleanup attached.
 func newRows(lk *leaks) *rows {
-	r := &rows{open: &openStmt{leaks: lk}}
-	runtime.AddCleanup(r, reclaim, r.open)
+	s := &sqlRowsStmt{open: openStmt{leaks: lk}}
+	r := &rows{open: &s.open, own: &s.t}
+	runtime.AddCleanup(r, reclaimSQL, r.open)
 	return r
 }
 

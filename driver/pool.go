@@ -81,7 +81,7 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return p.run.exec(ctx, p.dest(), sql, sql, args)
+	return p.run.exec(ctx, p.dest(), sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -89,14 +89,14 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return p.run.query(ctx, p.dest(), sql, sql, args, newPgxRows())
+	return p.run.query(ctx, p.dest(), sql, args)
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return p.run.queryRow(ctx, p.dest(), sql, sql, args)
+	return p.run.queryRow(ctx, p.dest(), sql, args)
 }
 
 // Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
@@ -121,7 +121,7 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 }
 
 // dest is where the pool's statements run: on a connection each takes once it is admitted.
-func (p *Pool) dest() dest { return dest{pool: poolConns{p.pool}} }
+func (p *Pool) dest() *dest { return &dest{pool: poolConns{p.pool}} }
 
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
@@ -173,5 +173,5 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return p.run.sendBatch(ctx, p.dest(), b, nil)
+	return p.run.sendBatch(ctx, p.dest(), b)
 }

@@ -152,14 +152,14 @@ type fakePool struct {
 	acquired int
 }
 
-func (p *fakePool) acquire(context.Context) (querier, *pgx.Conn, releaser, error) {
+func (p *fakePool) acquire(context.Context) (querier, releaser, error) {
 	p.acquired++
-	return p.q, nil, p.released, nil
+	return p.q, p.released, nil
 }
 
 // pooled is the destination of a statement of a pool whose connections are q.
-func pooled(q querier, released *releaseCount) dest {
-	return dest{pool: &fakePool{q: q, released: released}}
+func pooled(q querier, released *releaseCount) *dest {
+	return &dest{pool: &fakePool{q: q, released: released}}
 }
 
 const oneSlot = `budgets: [{name: one, mode: enforce, max_concurrent: 1}]
@@ -184,7 +184,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 2}
-	rows, err := r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
+	rows, err := r.query(ctx, pooled(q, released), "select 1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestPgxRowsEndOnce(t *testing.T) {
 		t.Fatalf("closed twice: released %d, engine in flight %d", *released, r.c.engine.InFlight())
 	}
 	// Closed early: the same.
-	rows, err = r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
+	rows, err = r.query(ctx, pooled(q, released), "select 1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestPgxRowsPanicReleases(t *testing.T) {
 	r, released := newTestRunner(t, oneSlot)
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{rows: 1, panicNext: true}
-	rows, err := r.query(ctx, pooled(q, released), "select 1", "select 1", nil, newPgxRows())
+	rows, err := r.query(ctx, pooled(q, released), "select 1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +251,8 @@ func (q *reusedRowQuerier) QueryRow(context.Context, string, ...any) pgx.Row {
 // not inlined, so the compiler cannot keep the row on the test's stack.
 //
 //go:noinline
-func queryRowOutside(ctx context.Context, r *runner, d dest) pgx.Row {
-	return r.queryRow(ctx, d, "select 1", "select 1", nil)
+func queryRowOutside(ctx context.Context, r *runner, d *dest) pgx.Row {
+	return r.queryRow(ctx, d, "select 1", nil)
 }
 
 // pgxRowOutside is pgx's QueryRow as such a caller sees it: a row of unknown type.
@@ -300,8 +300,8 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	ctx := tagging.With(context.Background(), "app", "x")
 	q := &fakeQuerier{}
 	pool := &fakePool{q: q, released: released}
-	d := dest{pool: pool}
-	hold, err := r.query(ctx, d, "select 1", "select 1", nil, newPgxRows())
+	d := &dest{pool: pool}
+	hold, err := r.query(ctx, d, "select 1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,15 +309,15 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 		t.Fatalf("an admitted query took %d connections", pool.acquired)
 	}
 	q.sent = nil
-	if _, err := r.exec(ctx, d, "select 2", "select 2", nil); !errors.Is(err, ErrBlocked) {
+	if _, err := r.exec(ctx, d, "select 2", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("exec: %v", err)
 	}
-	rows, err := r.query(ctx, d, "select 2", "select 2", nil, newPgxRows())
+	rows, err := r.query(ctx, d, "select 2", nil)
 	var be *BlockedError
 	if !errors.As(err, &be) || !errors.As(rows.Err(), &be) {
 		t.Fatalf("query: %v, rows %v", err, rows.Err())
 	}
-	if err := r.queryRow(ctx, d, "select 2", "select 2", nil).Scan(); !errors.As(err, &be) {
+	if err := r.queryRow(ctx, d, "select 2", nil).Scan(); !errors.As(err, &be) {
 		t.Fatalf("row: %v", err)
 	}
 	if _, err := r.copyFrom(ctx, d, pgx.Identifier{"t"}, nil, nil); !errors.As(err, &be) {
@@ -325,10 +325,10 @@ func TestPgxRefusedSendsNothing(t *testing.T) {
 	}
 	b := &pgx.Batch{}
 	b.Queue("select 3")
-	if err := r.sendBatch(ctx, d, b, nil).Close(); !errors.As(err, &be) {
+	if err := r.sendBatch(ctx, d, b).Close(); !errors.As(err, &be) {
 		t.Fatalf("batch: %v", err)
 	}
-	if _, err := r.exec(context.Background(), d, "delete from t", "delete from t", nil); !errors.Is(err, ErrBlocked) {
+	if _, err := r.exec(context.Background(), d, "delete from t", nil); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("guard: %v", err)
 	}
 	if len(q.sent) != 0 || q.copies != 0 || q.batches != 0 {
@@ -353,7 +353,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("delete from t")
-	br := r.sendBatch(ctx, pooled(q, released), b, nil)
+	br := r.sendBatch(ctx, pooled(q, released), b)
 	_, err1 := br.Exec()
 	_, err2 := br.Query()
 	err3 := br.QueryRow().Scan()
@@ -371,7 +371,7 @@ func TestPgxBatchRefusedFansOut(t *testing.T) {
 	b = &pgx.Batch{}
 	b.Queue("select 1")
 	b.Queue("select 2")
-	br = r.sendBatch(ctx, pooled(q, released), b, nil)
+	br = r.sendBatch(ctx, pooled(q, released), b)
 	if q.batches != 1 || inFlight(t, r) != 1 {
 		t.Fatalf("admitted: sent %d, in flight %d", q.batches, inFlight(t, r))
 	}
@@ -437,7 +437,7 @@ func TestPgxRowEnds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQuerier{rows: tc.rows, panicNext: tc.panicNext}
-			row := r.queryRow(ctx, pooled(q, released), "select 1", "select 1", nil)
+			row := r.queryRow(ctx, pooled(q, released), "select 1", nil)
 			if len(q.sent) != 1 || inFlight(t, r) != 1 || int(*released) != i {
 				t.Fatalf("before Scan: sent %q, in flight %d, released %d", q.sent, inFlight(t, r), *released)
 			}
@@ -462,7 +462,7 @@ func TestPgxRowEnds(t *testing.T) {
 			// A second Scan is pgx's answer alone: the statement ended with the first, and its
 			// row, which stays in its ticket's slab a while, keeps none of its caller's.
 			row.Scan()
-			if pr := row.(*pgxRow); pr.qctx != nil || pr.open.ctx != nil || pr.open.t != nil || pr.open.release != nil {
+			if pr := row.(*pgxRow); pr.open.qctx != nil || pr.open.ctx != nil || pr.open.t != nil || pr.open.release != nil {
 				t.Fatalf("an ended row keeps its statement's: %+v", pr.open)
 			}
 			if inFlight(t, r) != 0 || int(*released) != i+1 || r.c.engine.InFlight() != 0 {
@@ -499,5 +499,35 @@ func TestPoolHasPgxpoolMethods(t *testing.T) {
 		if sig(o) != sig(m) {
 			t.Errorf("%s: %s, pgxpool's %s", m.Name, sig(o), sig(m))
 		}
+	}
+}
+
+// TestPgxExplainedRefusedGivesConnectionBack: a statement whose cost needs an EXPLAIN takes its
+// connection before it is decided, and gives it back, once, when it is refused there; admitted,
+// it keeps it until it ends.
+func TestPgxExplainedRefusedGivesConnectionBack(t *testing.T) {
+	r, released := newTestRunner(t, `budgets: [{name: one, mode: enforce, max_concurrent: 1, server_share: 1}]
+rules: [{budget: one, match: {app: x}}]
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	q := &fakeQuerier{}
+	pool := &fakePool{q: q, released: released}
+	d := &dest{pool: pool}
+	hold, err := r.query(ctx, d, "select * from a where id = $1", []any{1}) // never costed: explained
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool.acquired != 1 || *released != 0 {
+		t.Fatalf("admitted: acquired %d, released %d", pool.acquired, *released)
+	}
+	if _, err := r.exec(ctx, d, "select * from b where id = $1", []any{1}); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("exec while the slot is held: %v", err)
+	}
+	if pool.acquired != 2 || *released != 1 || len(q.sent) != 1 {
+		t.Fatalf("refused after its EXPLAIN: acquired %d, released %d, sent %q", pool.acquired, *released, q.sent)
+	}
+	hold.Close()
+	if *released != 2 || inFlight(t, r) != 0 {
+		t.Fatalf("closed: released %d, in flight %d", *released, inFlight(t, r))
 	}
 }

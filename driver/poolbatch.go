@@ -13,22 +13,19 @@ import (
 
 // sendBatch sends b at d once the engine admits it whole (engine.BeginBatch): a refused batch
 // sends nothing and every result returns the [*BlockedError]; an admitted one holds its
-// budgets' slots until its results are closed. prepared maps the names of statements prepared
-// in the transaction to their texts (nil outside one; see pgxTx.Prepare). A batch of the pool
-// is decided before it takes a connection, as a statement is (dest.begin), and gives the
+// budgets' slots until its results are closed. A statement queued by the name of one prepared
+// in d's transaction is decided as its text (see pgxTx.Prepare). A batch of the pool is
+// decided before it takes a connection, as a statement is (interceptor.run), and gives the
 // connection back when it ends. The batch is sent as queued (the sqlcommenter does not rewrite
 // a batch).
-func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared map[string]string) pgx.BatchResults {
+func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.BatchResults {
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
-		queries[i], args[i] = qq.SQL, qq.Arguments
-		if text, ok := prepared[qq.SQL]; ok {
-			queries[i] = text
-		}
+		queries[i], args[i] = d.text(qq.SQL), qq.Arguments
 	}
 	eb := r.batches.Get().(*engine.Batch)
-	q, release, err := d.begin(ctx, &batchDecision{e: r.c.engine, b: eb, queries: queries, args: args})
+	q, release, err := r.beginBatch(ctx, eb, d, queries, args)
 	if err != nil {
 		r.batches.Put(eb)
 		return pgx.FailedBatchResults(b, blocked(err))
@@ -52,24 +49,25 @@ func (r *runner) sendBatch(ctx context.Context, d dest, b *pgx.Batch, prepared m
 	return w
 }
 
-// batchDecision is a batch's decision (see decision): the engine's BeginBatch of queries with
-// args into b.
-type batchDecision struct {
-	e       *engine.Engine
-	b       *engine.Batch
-	queries []string
-	args    [][]any
-}
-
-func (d *batchDecision) begin(ctx context.Context, conn *pgx.Conn) error {
-	if conn == nil {
-		return d.e.BeginBatchBeforeConn(ctx, d.b, d.queries, d.args)
+// beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
+// a statement, and returns where to send it and, when it took a connection from the pool, what
+// gives it back. On nil eb must be finished.
+func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
+	q querier, release releaser, err error) {
+	e := r.c.engine
+	if d.pool == nil {
+		return d.held(), nil, e.BeginBatch(ctx, eb, explainOn(d.conn), queries, args)
 	}
-	return d.e.BeginBatch(ctx, d.b, explainOn(conn), d.queries, d.args)
+	switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
+	case nil:
+		return acquireAdmitted(ctx, d.pool, eb)
+	case engine.ErrNeedConn:
+		return acquireExplained(ctx, d.pool, func(conn *pgx.Conn) error {
+			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)
+		})
+	}
+	return nil, nil, err
 }
-
-func (d *batchDecision) acquired()                              { d.b.Acquired() }
-func (d *batchDecision) abandon(ctx context.Context, err error) { d.b.Abandon(ctx, err) }
 
 // pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool
 // connection is released, once, when they are closed. Like pgx's results they are used by one

@@ -57,24 +57,27 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []*PoolConn {
 }
 
 func (c *PoolConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.run.exec(ctx, held(c.pc.Conn()), sql, sql, args)
+	return c.run.exec(ctx, c.dest(), sql, args)
 }
 
 func (c *PoolConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.run.query(ctx, held(c.pc.Conn()), sql, sql, args, newPgxRows())
+	return c.run.query(ctx, c.dest(), sql, args)
 }
 
 func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.run.queryRow(ctx, held(c.pc.Conn()), sql, sql, args)
+	return c.run.queryRow(ctx, c.dest(), sql, args)
 }
 
 func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return c.run.sendBatch(ctx, held(c.pc.Conn()), b, nil)
+	return c.run.sendBatch(ctx, c.dest(), b)
 }
 
 func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return c.run.copyFrom(ctx, held(c.pc.Conn()), table, columns, src)
+	return c.run.copyFrom(ctx, c.dest(), table, columns, src)
 }
+
+// dest is where the connection's statements run: on it.
+func (c *PoolConn) dest() *dest { return &dest{conn: c.pc.Conn()} }
 
 // Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.
 func (c *PoolConn) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -20,65 +20,25 @@ import (
 // once they are garbage, ends the statement as Close would (counted in pgtraffic.rows.leaked,
 // with a warning). Ending it releases a pool connection too, which pgxpool destroys as it is
 // still busy, so the pool gets its capacity back; in a transaction the connection stays the
-// transaction's. The cleanup's argument is the pgxOpen, which must not point to the rows.
+// transaction's. The cleanup's argument is the openStmt, which must not point to the rows.
 type pgxRows struct {
 	pgx.Rows
-	qctx context.Context // what it runs under (overrunContext): ctx, or ctx with max_duration
-	open *pgxOpen
-}
-
-// pgxOpen is a pgx-native statement (an Exec's, a pgxRows' or a pgxRow's) between its start
-// (runner.open) and its end: what ending it needs, and all a Query's leak cleanup needs.
-type pgxOpen struct {
-	run     *runner
-	t       *ticket         // the statement's ticket; nil once ended
-	ctx     context.Context // the statement's, for Finish
-	cancel  func()          // releases qctx's timer; nil without max_duration
-	release releaser        // gives the pool's connection back; nil in a transaction
+	// qctx is what the rows ran under (overrunContext): kept past their end, for Err.
+	qctx context.Context
+	open *openStmt
 }
 
 var _ pgx.Rows = (*pgxRows)(nil)
 
 // newPgxRows returns the storage of a Query's rows, with the leak cleanup attached.
-func newPgxRows() *pgxRows {
-	w := &pgxRows{open: new(pgxOpen)}
+func newPgxRows(lk *leaks) *pgxRows {
+	w := &pgxRows{open: &openStmt{leaks: lk}}
 	runtime.AddCleanup(w, reclaimPgx, w.open)
 	return w
 }
 
-// reclaimPgx is a Query's rows' cleanup: it ends a statement whose rows were collected while
-// open.
-func reclaimPgx(o *pgxOpen) {
-	if o.t == nil {
-		return // ended: nothing held
-	}
-	// Reported before the slots come back, so that whoever sees them back also sees the report.
-	o.run.c.intr.leaks.report(o.ctx, leakedPgxRows)
-	o.end(errRowsLeaked)
-}
-
 // end finishes the statement with err and releases its connection, the first time only.
-func (r *pgxRows) end(err error) { r.open.end(err) }
-
-// Once ended it keeps nothing of the statement's: a row stays in its ticket's slab for a while
-// (ticket.row), and must not keep its caller's context.
-func (o *pgxOpen) end(err error) {
-	t := o.t
-	if t == nil {
-		return
-	}
-	o.t = nil
-	defer func() {
-		if o.cancel != nil {
-			o.cancel()
-		}
-		if o.release != nil {
-			o.release.Release()
-		}
-		*o = pgxOpen{}
-	}()
-	o.run.end(o.ctx, t, err)
-}
+func (r *pgxRows) end(err error) { r.open.finish(err) }
 
 // Err is the rows' error, matching ErrOverrun when max_duration cancelled them.
 func (r *pgxRows) Err() error { return overran(r.qctx, r.Rows.Err()) }
@@ -100,7 +60,7 @@ func (r *pgxRows) Next() (more bool) {
 // Close closes pgx's rows and ends the statement. Once the rows ended it does nothing: pgx's
 // rows are closed (or their Next panicked), and their connection may be another statement's.
 func (r *pgxRows) Close() {
-	if r.open.t == nil {
+	if !r.open.inFlight() {
 		return
 	}
 	done := false
@@ -124,10 +84,9 @@ func (r *pgxRows) Close() {
 // statement that was not sent (refused, or no connection) returns why from Scan. Like pgx's
 // row it is used by one goroutine.
 type pgxRow struct {
-	row  pgx.Row         // pgx's; nil when err is set
-	err  error           // why nothing was sent: a *BlockedError, or the pool's Acquire error
-	qctx context.Context // what it runs under (overrunContext)
-	open pgxOpen
+	row  pgx.Row // pgx's; nil when err is set
+	err  error   // why nothing was sent: a *BlockedError, or the pool's Acquire error
+	open openStmt
 }
 
 var _ pgx.Row = (*pgxRow)(nil)
@@ -140,20 +99,17 @@ func (r *pgxRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
-	if r.open.t == nil {
+	if !r.open.inFlight() {
 		return r.row.Scan(dest...) // scanned before: pgx's answer; the statement has ended
 	}
 	outcome := errPanicked // until pgx's Scan returns: a panic ends the statement with it
-	defer func() {
-		r.open.end(outcome)
-		r.qctx = nil // the row stays in its slab a while: let the caller's context go
-	}()
+	defer func() { r.open.finish(outcome) }()
 	err := r.row.Scan(dest...)
 	if err != nil && errors.Is(err, pgx.ErrNoRows) {
 		outcome = nil // the query ran to its end: a success, and no overrun
 		return err
 	}
-	err = overran(r.qctx, err)
+	err = overran(r.open.qctx, err)
 	outcome = err
 	return err
 }

@@ -47,8 +47,9 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
-// dest is where the transaction's statements run: its connection, sent to through pgx's Tx.
-func (t *pgxTx) dest() dest { return dest{q: t.Tx, conn: t.Tx.Conn()} }
+// dest is where the transaction's statements run: its connection, sent to through pgx's Tx,
+// with the names of the statements prepared in it.
+func (t *pgxTx) dest() *dest { return &dest{q: t.Tx, conn: t.Tx.Conn(), prepared: t.prepared} }
 
 func (t *pgxTx) end() {
 	if r := t.release; r != nil {
@@ -66,24 +67,16 @@ func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statemen
 	return sd, err
 }
 
-// text is the text sql is decided as: the statement's text when sql names one prepared here.
-func (t *pgxTx) text(sql string) string {
-	if text, ok := t.prepared[sql]; ok {
-		return text
-	}
-	return sql
-}
-
 func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.run.exec(ctx, t.dest(), t.text(sql), sql, args)
+	return t.run.exec(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.run.query(ctx, t.dest(), t.text(sql), sql, args, newPgxRows())
+	return t.run.query(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.run.queryRow(ctx, t.dest(), t.text(sql), sql, args)
+	return t.run.queryRow(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
@@ -91,5 +84,5 @@ func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []st
 }
 
 func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.run.sendBatch(ctx, t.dest(), b, t.prepared)
+	return t.run.sendBatch(ctx, t.dest(), b)
 }

@@ -13,6 +13,7 @@ import (
 type rows struct {
 	driver.Rows
 	open  *openStmt // the statement; never nil (newRows)
+	own   *ticket   // the ticket each of its statements is decided in (newRows)
 	owner *conn     // the connection whose spare wrapper this is; nil for another one
 	// vals is the current row of a parent without driver.RowsColumnScanner, read by NextRow for
 	// ScanColumn (Go 1.27 and later, see rows_go127.go); nil otherwise.
@@ -58,6 +59,14 @@ func (r *rows) Close() error {
 	}()
 	err = r.Rows.Close()
 	return err
+}
+
+// free hands the wrapper back (handBack) unless its statement is in flight: after a query that
+// was refused, failed or panicked.
+func (r *rows) free() {
+	if !r.open.inFlight() {
+		r.handBack()
+	}
 }
 
 // handBack makes a connection's spare wrapper, whose statement is finished, free for the next

@@ -23,40 +23,12 @@ var (
 func (s *stmt) Close() error  { return s.parent.Close() }
 func (s *stmt) NumInput() int { return s.parent.NumInput() }
 
-func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (_ driver.Result, err error) {
-	x := &s.conn.exec
-	if err := s.conn.beginExec(ctx, x, s.query, args); err != nil {
-		return nil, err
-	}
-	qctx, cancel := overrunContext(ctx, x)
-	if cancel != nil {
-		defer cancel()
-	}
-	err = errPanicked // until the parent returns: a panic finishes the statement with it
-	defer func() { x.Finish(ctx, err) }()
-	ec, ok := s.parent.(driver.StmtExecContext)
-	if !ok {
-		return nil, errNoContext
-	}
-	var res driver.Result
-	res, err = ec.ExecContext(qctx, args)
-	return res, overran(qctx, err)
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.conn.exec(ctx, s.query, args, s.parent)
 }
 
-func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (_ driver.Rows, err error) {
-	w, err := s.conn.begin(ctx, s.query, args)
-	if err != nil {
-		return nil, err
-	}
-	err = errPanicked // until the parent returns
-	defer func() { s.conn.settle(w, err) }()
-	qc, ok := s.parent.(driver.StmtQueryContext)
-	if !ok {
-		return nil, errNoContext
-	}
-	var r driver.Rows
-	r, err = qc.QueryContext(w.open.qctx, args)
-	return s.conn.opened(w, r, err)
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.conn.query(ctx, s.query, args, s.parent)
 }
 
 var errNoContext = errors.New("pgtraffic: the prepared statement lacks context-aware Exec/Query")

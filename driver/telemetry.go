@@ -314,24 +314,24 @@ func (t *telemetry) Wants() engine.Wants {
 // restarts it for execution), so that time spent on EXPLAIN or waiting for capacity
 // (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
 // fast path (no budget) nothing happened before, and the timestamp option would cost an
-// allocation per statement.
-func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) trace.Span {
+// allocation per statement. It returns ctx carrying the span.
+func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) (context.Context, trace.Span) {
 	if !x.Observed {
-		return idleSpan // Wants had no WantSpans: the idle global provider records nothing
+		return ctx, idleSpan // Wants had no WantSpans: the idle global provider records nothing
 	}
 	if always || len(x.Budgets) > 0 {
-		_, span := t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start()))
-		return span
+		return t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start()))
 	}
-	_, span := t.tracer.Start(ctx, spanName(x), clientKind)
-	return span
+	return t.tracer.Start(ctx, spanName(x), clientKind)
 }
 
-func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
+// Started starts x's span and returns ctx carrying it, as otelpgx's TraceQueryStart does; the
+// front end keeps it with the statement, and Finished gets it back (engine.Observer).
+func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context {
 	if !x.Observed {
-		return // no span (Finished finds none to end)
+		return ctx // no span (Finished finds none to end)
 	}
-	span := t.startSpan(ctx, x, false)
+	ctx, span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
 		t.setAttributes(span, x)
 		if x.Decision == engine.DecisionWarn {
@@ -340,13 +340,13 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) {
 				attribute.StringSlice(attrBudgets, x.Budgets)))
 		}
 	}
-	x.Span = span
+	return ctx
 }
 
 // Blocked records a statement that was never sent: a span with error status (so that a
 // blocked statement shows in the caller's trace) and, for a denial, a block decision.
 func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
-	span := t.startSpan(ctx, x, true)
+	_, span := t.startSpan(ctx, x, true)
 	var d *engine.Denial
 	denied := errors.As(err, &d)
 	if span.IsRecording() {
@@ -372,8 +372,10 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	}
 }
 
+// Finished ends x's span, which ctx carries (Started returned it), and records the duration.
 func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d time.Duration) {
-	if span, ok := x.Span.(trace.Span); ok {
+	if x.Observed { // else ctx carries the caller's span, if any: not ours to end
+		span := trace.SpanFromContext(ctx)
 		if err != nil && span.IsRecording() {
 			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 			var pgErr *pgconn.PgError
@@ -555,10 +557,10 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// outgoing returns the statement text to send: unchanged unless WithSQLCommenter is on, in
-// which case the statement's context tags and, for a sampled span, its W3C traceparent (and
-// tracestate) are appended as a sqlcommenter comment. Bound values are never read. Prepared
-// statements (db.Prepare) keep the text they were prepared with.
+// outgoing returns the text to send for the statement o runs: query unchanged unless
+// WithSQLCommenter is on, in which case the statement's context tags and, for a sampled span,
+// its W3C traceparent (and tracestate) are appended as a sqlcommenter comment. Bound values are
+// never read. Prepared statements (db.Prepare) keep the text they were prepared with.
 //
 // Every traceparent makes the text unique, hence a new prepared statement in pgx's cache
 // (cache_statement mode): one prepare per statement (BenchmarkSQLCommenter in integration/
@@ -566,23 +568,24 @@ func errorType(err error) string {
 // holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
-func (i *interceptor) outgoing(ctx context.Context, x *engine.Exec, query string) string {
+func (i *interceptor) outgoing(o *openStmt, query string) string {
 	if !i.commenter {
 		return query
 	}
-	return commented(ctx, x, query)
+	return commented(o.ctx, o.t.x.Observed, query)
 }
 
-// commented returns query with ctx's tags and, for a sampled span, x's traceparent appended
-// as a sqlcommenter comment (see outgoing).
-func commented(ctx context.Context, x *engine.Exec, query string) string {
+// commented returns query with ctx's tags and, for a sampled span of the statement's own
+// (observed: ctx carries the span the telemetry started), its traceparent appended as a
+// sqlcommenter comment (see outgoing).
+func commented(ctx context.Context, observed bool, query string) string {
 	kv := make([]string, 0, 8)
 	for k, v := range tagging.From(ctx).All() {
 		kv = append(kv, k, v)
 	}
-	if span, ok := x.Span.(trace.Span); ok && span.SpanContext().IsSampled() {
+	if observed && trace.SpanContextFromContext(ctx).IsSampled() {
 		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), carrier)
+		propagation.TraceContext{}.Inject(ctx, carrier)
 		for _, k := range [...]string{"traceparent", "tracestate"} {
 			if v := carrier.Get(k); v != "" {
 				kv = append(kv, k, v)

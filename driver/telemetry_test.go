@@ -541,10 +541,11 @@ func TestSpansUseGlobalProviderByDefault(t *testing.T) {
 	}
 	eng := engine.New(engine.Options{Observer: tel.observer()})
 	x := new(engine.Exec)
-	if err := eng.Begin(context.Background(), x, nil, "SELECT 1 FROM t", nil); err != nil {
+	ctx, err := eng.Begin(context.Background(), x, nil, "SELECT 1 FROM t", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	x.Finish(context.Background(), nil)
+	x.Finish(ctx, nil)
 	if got := spanNames(exp.GetSpans()); !slices.Equal(got, []string{"SELECT t"}) {
 		t.Fatalf("spans through the global provider: %v, want [SELECT t]", got)
 	}
@@ -1016,7 +1017,7 @@ rules:
 	defer release()
 	ctx, cancel := context.WithCancel(waiting)
 	cancel() // the engine finds the slot taken, then sees ctx end instead of waiting
-	if err := h.eng.Begin(ctx, new(engine.Exec), nil, "SELECT 1 FROM orders", nil); !errors.Is(err, context.Canceled) {
+	if _, err := h.eng.Begin(ctx, new(engine.Exec), nil, "SELECT 1 FROM orders", nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Begin: %v, want context.Canceled", err)
 	}
 	s := h.span(t, "SELECT orders", "waiting")
@@ -1056,21 +1057,22 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	tel.tracer = tp.Tracer(instrumentationName)
 	eng := engine.New(engine.Options{Observer: tel})
 	x := new(engine.Exec)
-	if err := eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
+	ctx, err := eng.Begin(context.Background(), x, nil, "select 1", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if x.Observed || x.Span != nil {
+	if x.Observed || trace.SpanFromContext(ctx).SpanContext().IsValid() {
 		t.Fatal("a span started while no global provider is installed")
 	}
-	x.Finish(context.Background(), nil)
+	x.Finish(ctx, nil)
 	otel.SetTracerProvider(tp)
-	if err := eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
+	if ctx, err = eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if span, ok := x.Span.(trace.Span); !x.Observed || !ok || !span.IsRecording() {
+	if !x.Observed || !trace.SpanFromContext(ctx).IsRecording() {
 		t.Fatal("no span after otel.SetTracerProvider")
 	}
-	x.Finish(context.Background(), nil)
+	x.Finish(ctx, nil)
 	if len(exp.GetSpans()) != 1 {
 		t.Fatalf("exported %d spans", len(exp.GetSpans()))
 	}

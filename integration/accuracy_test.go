@@ -278,14 +278,15 @@ rules:
 				return fmt.Errorf("%s: explain: %w", q.name, err)
 			}
 			x := new(engine.Exec)
-			if err := eng.Begin(ctx, x, pgxexplain.On(sc.Conn()), q.sql, vals); err != nil {
+			xctx, err := eng.Begin(ctx, x, pgxexplain.On(sc.Conn()), q.sql, vals)
+			if err != nil {
 				return fmt.Errorf("%s: %w", q.name, err)
 			}
 			predicted, costed := x.Predicted, x.Costed
 			start := time.Now()
 			err = drain(ctx, sc, q.sql, args)
 			actual := time.Since(start).Seconds()
-			x.Finish(ctx, err)
+			x.Finish(xctx, err)
 			if err != nil {
 				return fmt.Errorf("%s: %w", q.name, err)
 			}

@@ -25,8 +25,8 @@ import (
 // what is known.
 
 // Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:
-// Execs[i].Result is what was decided about statement i, read-only for the front end (the
-// observer sets Span) until the ticket's next BeginBatch. The rest is the engine's.
+// Execs[i].Result is what was decided about statement i, read-only for the front end until the
+// ticket's next BeginBatch. The rest is the engine's.
 //
 // The lifecycle is an Exec's: BeginBatch decides; on an error nothing is held and nothing may
 // be sent; on nil the front end sends the batch and calls Finish exactly once when its results
@@ -52,6 +52,10 @@ type batchWork struct {
 	waiter budget.Waiter // its place in the budgets' queues while it waits
 	texts  []*textEntry  // each statement's text cache entry, while BeginBatch runs
 	routes []*route      // each statement's route (nil: not routed), while BeginBatch runs
+	// ctxs are the contexts the observer's Started returned for the statements it records (nil
+	// for the others), handed back to its Finished: a batch's statements end in one Finish, so
+	// the batch keeps them, as a front end keeps a statement's (see Observer).
+	ctxs []context.Context
 }
 
 // BeginBatch decides the batch of queries (with their args: args[i] are query i's, as Begin
@@ -149,7 +153,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 			}
 		}
 		if x.Observed {
-			e.obs.Started(ctx, x)
+			b.ctxs[i] = e.obs.Started(ctx, x)
 		}
 	}
 	clear(b.routes) // pin no cached route until the next batch
@@ -167,6 +171,7 @@ func (b *Batch) reset(e *Engine, n int) {
 	b.e, b.start, b.held = e, time.Time{}, 0
 	b.holds, b.owners, b.texts = b.holds[:0], b.owners[:0], b.texts[:0]
 	b.routes = append(b.routes[:0], make([]*route, n)...)
+	b.ctxs = append(b.ctxs[:0], make([]context.Context, n)...)
 }
 
 // batchStatement guards and costs statement i of b, routed to rt, and adds its budgets to b's
@@ -288,7 +293,6 @@ func (b *Batch) refused(ctx context.Context, err error) {
 		if e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
 		}
-		x.Span = nil
 	}
 }
 
@@ -303,9 +307,7 @@ func (b *Batch) unwind() {
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	clear(b.texts)
-	for i := range b.Execs {
-		b.Execs[i].Span = nil
-	}
+	clear(b.ctxs)
 }
 
 // Finish ends the batch that b's BeginBatch admitted, once its results are closed: it
@@ -341,10 +343,19 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 			e.strikes(x, true, 0, now)
 		}
 		if x.Wants&(WantSpans|WantDuration) != 0 {
-			e.obs.Finished(ctx, x, err, took)
+			e.obs.Finished(b.observed(ctx, i), x, err, took)
 		}
-		x.Span = nil
 	}
+	clear(b.ctxs) // pin no caller's context until the next batch
+}
+
+// observed is the context statement i's observer gets back at its end: the one its Started
+// returned, or ctx, the batch's.
+func (b *Batch) observed(ctx context.Context, i int) context.Context {
+	if c := b.ctxs[i]; c != nil {
+		return c
+	}
+	return ctx
 }
 
 // Acquired tells b, admitted by BeginBatchBeforeConn, that its connection is acquired: its
@@ -378,10 +389,10 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		if x.Wants&(WantSpans|WantDuration) != 0 {
-			e.obs.Finished(ctx, x, err, now.Sub(b.start))
+			e.obs.Finished(b.observed(ctx, i), x, err, now.Sub(b.start))
 		}
-		x.Span = nil
 	}
+	clear(b.ctxs)
 }
 
 // Deadline is when the admitted batch's smallest max_duration ends, counted from its admission;

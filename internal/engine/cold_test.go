@@ -38,7 +38,7 @@ func BenchmarkColdPath(b *testing.B) {
 			e.model.PutPlan(time.Now(), p.FingerprintID, 8.3) // as the first EXPLAIN would
 			x := new(Exec)                                    // the connection's, reused
 			for range 2 * warmSamples {                       // a warm pattern
-				if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+				if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 					b.Fatal(err)
 				}
 				x.Finish(ctx, nil)
@@ -47,7 +47,7 @@ func BenchmarkColdPath(b *testing.B) {
 			for b.Loop() {
 				evictCaches()
 				t0 := time.Now()
-				if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+				if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 					b.Fatal(err)
 				}
 				x.Finish(ctx, nil)

@@ -30,11 +30,12 @@
 //
 // A front end's use of it, in full:
 //
-//	if err := e.Begin(ctx, x, conn, sql, args); err != nil {
+//	sctx, err := e.Begin(ctx, x, conn, sql, args) // sctx carries the observer's span
+//	if err != nil {
 //		return err // a *Denial (or ctx's error): send nothing, finish nothing
 //	}
 //	err = errPanicked // the outcome if the call below panics: any non-nil error
-//	defer func() { x.Finish(ctx, err) }()
+//	defer func() { x.Finish(sctx, err) }()
 //	_, err = conn.Exec(ctx, sql, args...)
 //
 // The statement reads the rules in force as one immutable value, swapped atomically.

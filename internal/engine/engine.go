@@ -175,12 +175,13 @@ func (d *Denial) Error() string {
 // statement allocates nothing (the database/sql driver keeps one per connection and one per rows
 // wrapper). Its lifecycle:
 //
-//  1. Begin(ctx, x, …) decides the statement into x. On an error nothing is held and the
-//     statement must not be sent; x needs no Finish.
-//  2. On nil the statement may run: the front end sends it. x.Result is valid and read-only
-//     for the front end (the observer sets Span) until x's next Begin.
-//  3. x.Finish(ctx, err) once the statement has completed (its rows closed), exactly once, on
-//     every path, a panic included: it gives back what the statement held.
+//  1. ctx, err := Begin(ctx, x, …) decides the statement into x. On an error nothing is held
+//     and the statement must not be sent; x needs no Finish.
+//  2. On nil the statement may run: the front end sends it, and keeps the ctx Begin returned
+//     (it carries the observer's span, see [Observer]). x.Result is valid and read-only for
+//     the front end until x's next Begin.
+//  3. x.Finish(ctx, err) once the statement has completed (its rows closed), with that ctx,
+//     exactly once, on every path, a panic included: it gives back what the statement held.
 //
 // An Exec is not safe for concurrent use and holds one statement at a time: it may begin the next
 // only after the last one's Finish. The zero value is ready for Begin.
@@ -191,7 +192,7 @@ type Exec struct {
 
 // Result is what Begin decided about a statement: what the front end (the outgoing
 // sqlcommenter, the error of a refusal) and the observer (spans and metrics) read. The engine
-// writes it during Begin and Finish; the observer alone writes Span.
+// writes it during Begin and Finish.
 type Result struct {
 	// Pattern is the statement's pattern; nil when nothing reads the statement (no rules in
 	// force, the observer wants nothing and the debug log is off).
@@ -207,7 +208,6 @@ type Result struct {
 	Predicted float64  // predicted execution seconds; 0 when not predicted
 	PlanCost  float64  // planner cost used; 0 when none
 	Costed    bool     // a prediction was made (the model may train on this execution)
-	Span      any      // the observer's per-statement state
 	Observed  bool     // the observer records this statement's span (Wants had WantSpans at Begin)
 	Wants     Wants    // what the observer recorded when the statement began (see Observer.Wants)
 	// MaxDuration is the smallest max_duration of the statement's enforce budgets, from Start:
@@ -297,7 +297,12 @@ type Conn interface {
 // while waiting for capacity. On an error nothing has been taken from any budget and x needs no
 // Finish. If code Begin calls panics (an observer, a logger, a query rewriter), Begin gives back
 // what it took before the panic goes on, and x needs no Finish.
-func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) error {
+//
+// With nil it returns the statement's context: ctx, or the context the observer's Started
+// returned (carrying the statement's span), as a pgx QueryTracer's TraceQueryStart returns
+// one. The front end passes it to Finish, which hands it back to the observer, as pgx hands
+// TraceQueryStart's context to TraceQueryEnd: the statement's telemetry travels in it.
+func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
 	return e.begin(ctx, x, conn, false, query, args)
 }
 
@@ -315,14 +320,15 @@ var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on i
 // Once it admits the statement the front end acquires the connection, still holding the
 // statement's slots, and then calls [Exec.Acquired], so that the wait for the pool is not
 // counted as the statement's cost; if the acquisition fails it calls [Exec.Abandon] instead of
-// Finish.
-func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) error {
+// Finish, with the context BeginBeforeConn returned.
+func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) (context.Context, error) {
 	return e.begin(ctx, x, nil, true, query, args)
 }
 
 // begin is Begin (later false) and BeginBeforeConn (later: conn is nil, and comes after the
 // decision).
-func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, query string, args []any) error {
+func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, query string, args []any) (
+	context.Context, error) {
 	st := e.state.Load()
 	var wants Wants
 	if e.obs != nil {
@@ -349,15 +355,15 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 			}
 		}()
 		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if x.Observed {
-		e.obs.Started(ctx, x)
+		ctx = e.obs.Started(ctx, x)
 	}
 	e.inFlight.Add(1)
 	begun = true
-	return nil
+	return ctx, nil
 }
 
 // unwind gives back what a Begin that did not succeed may hold: its budgets' holds (the
@@ -371,7 +377,6 @@ func (x *Exec) unwind() {
 		}
 		x.holds = x.holds[:0]
 	}
-	x.Span = nil
 }
 
 // decideStatement is Begin's work for a statement that something reads: it starts the
@@ -393,7 +398,6 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		if e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
 		}
-		x.Span = nil
 		return err
 	}
 	if slow {
@@ -458,12 +462,11 @@ func (x *Exec) Acquired() {
 // Abandon ends x, admitted by BeginBeforeConn, when no connection could be acquired for it
 // (err, the pool's error: the caller's context ended, the pool closed): it gives back its
 // slots and the cost it reserved, learns nothing, and tells the observer that it ended with
-// err. Call it instead of Finish.
+// err. Call it instead of Finish, with the context BeginBeforeConn returned.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
 	if x.start.IsZero() {
-		x.Span = nil
 		return
 	}
 	now := e.now()
@@ -474,20 +477,18 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, now.Sub(x.start))
 	}
-	x.Span = nil
 }
 
 // Finish ends the statement that x's Begin admitted, once it has completed: it releases the
 // statement's holds, trues its debt up to the actual time, trains the cost model and tells the
-// observer. err is the statement's outcome: nil on success, else its error (a front end that
-// recovers a panic passes a non-nil error); a cancelled or failed statement does not train the
-// model. Call it exactly once per successful Begin, on every path out of the front end (defer
-// it), and not after a Begin that returned an error.
+// observer. ctx is the context Begin returned; err is the statement's outcome: nil on success,
+// else its error (a front end that recovers a panic passes a non-nil error); a cancelled or
+// failed statement does not train the model. Call it exactly once per successful Begin, on
+// every path out of the front end (defer it), and not after a Begin that returned an error.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
 	if x.start.IsZero() {
-		x.Span = nil
 		return // no rules were in force and telemetry was idle: nothing to account
 	}
 	now := e.now()
@@ -509,7 +510,6 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
-	x.Span = nil // the Exec is kept for the caller's next statement: it must not hold the span
 }
 
 // Training the cost model costs more than the rest of a decision, and a pattern's averages weigh
@@ -601,13 +601,23 @@ func tagValue(tags []ruleset.KV, key string) (string, bool) {
 
 // Observer sees statements for telemetry. Its methods are called on the statement's goroutine
 // and must not block.
+//
+// What it keeps of a statement between Started and Finished travels in a context, as a pgx
+// QueryTracer's does: Started returns ctx carrying the statement's span, Begin hands it to the
+// front end, and the front end passes it to Finish, which hands it back to Finished. The Exec
+// keeps nothing of the observer's.
 type Observer interface {
 	// Wants reports what the observer records now, asked once per statement (Exec.Wants):
 	// Started runs only with WantSpans, Finished with WantSpans or WantDuration, Decision with
 	// WantDecisions; Blocked always runs.
 	Wants() Wants
-	Started(ctx context.Context, x *Exec)
+	// Started returns ctx, or a context derived from it that carries what the observer keeps
+	// of the admitted statement x (its span).
+	Started(ctx context.Context, x *Exec) context.Context
+	// Blocked records x, which was not admitted: nothing was sent.
 	Blocked(ctx context.Context, x *Exec, err error)
+	// Finished records x's end, err its outcome and d its execution time. ctx is the context
+	// Started returned, when it ran (x.Observed); else the statement's context.
 	Finished(ctx context.Context, x *Exec, err error, d time.Duration)
 	Decision(budget, decision, reason string)
 }

@@ -536,7 +536,7 @@ func benchEngine(b *testing.B, rulesText string) *Engine {
 
 // stmt runs one statement through e in x, which the caller reuses as a connection does.
 func stmt(b *testing.B, e *Engine, x *Exec, ctx context.Context, q string) {
-	if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+	if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 		b.Fatal(err)
 	}
 	x.Finish(ctx, nil)
@@ -668,7 +668,10 @@ type recObserver struct {
 	tags      []ruleset.KV
 }
 
-func (r *recObserver) Started(_ context.Context, x *Exec)                    { r.saveTags(x) }
+func (r *recObserver) Started(ctx context.Context, x *Exec) context.Context {
+	r.saveTags(x)
+	return ctx
+}
 func (r *recObserver) Blocked(_ context.Context, x *Exec, _ error)           { r.saveTags(x) }
 func (r *recObserver) Finished(context.Context, *Exec, error, time.Duration) {}
 func (r *recObserver) Wants() Wants                                          { return WantSpans | WantDecisions }
@@ -855,7 +858,7 @@ rules:
 	i := 0
 	x := new(Exec) // reused, as a connection reuses its own
 	allocs := testing.AllocsPerRun(200, func() {
-		if err := e.Begin(ctxs[i%len(ctxs)], x, nil, q, nil); err != nil {
+		if _, err := e.Begin(ctxs[i%len(ctxs)], x, nil, q, nil); err != nil {
 			t.Fatal(err)
 		}
 		x.Finish(bg, nil)
@@ -926,15 +929,15 @@ rules:
 // begin begins q in a new Exec, as a connection's first statement would.
 func begin(e *Engine, ctx context.Context, q string) (*Exec, error) {
 	x := new(Exec)
-	if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+	if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
-// TestExecReused: an Exec that decided one statement (a budget, a prediction, a warning, a
-// span) decides the next from scratch: nothing of the first leaks into the second, and the
-// first's hold was released once.
+// TestExecReused: an Exec that decided one statement (a budget, a prediction, a warning)
+// decides the next from scratch: nothing of the first leaks into the second, and the first's
+// hold was released once.
 func TestExecReused(t *testing.T) {
 	e, _ := newEngine(t, `
 budgets:
@@ -944,19 +947,15 @@ rules:
 `)
 	x := new(Exec)
 	ctx := tagging.With(context.Background(), "app", "x")
-	if err := e.Begin(ctx, x, nil, "select * from orders where id = $1", nil); err != nil {
+	if _, err := e.Begin(ctx, x, nil, "select * from orders where id = $1", nil); err != nil {
 		t.Fatal(err)
 	}
-	x.Span = "span"
 	if x.Decision != DecisionWarn || !x.Costed || len(x.Budgets) != 1 || len(x.holds) != 1 || x.Tags == nil {
 		t.Fatalf("first statement: decision %q, costed %v, budgets %v, holds %d, tags %v", x.Decision, x.Costed, x.Budgets, len(x.holds), x.Tags)
 	}
 	x.Finish(ctx, nil)
-	if x.Span != nil {
-		t.Fatalf("span %v kept after Finish", x.Span)
-	}
 	other := tagging.With(context.Background(), "app", "y")
-	if err := e.Begin(other, x, nil, "select 2", nil); err != nil {
+	if _, err := e.Begin(other, x, nil, "select 2", nil); err != nil {
 		t.Fatal(err)
 	}
 	if x.Decision != DecisionAllow || x.Reason != "" || x.Budgets != nil || x.Costed || x.Predicted != 0 ||

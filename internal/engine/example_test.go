@@ -31,18 +31,21 @@ rules:
 	var conn engine.Conn          // the statement's own connection, for EXPLAIN (nil: none)
 	var first, second engine.Exec // a front end keeps one per connection and reuses it
 
-	if err := e.Begin(ctx, &first, conn, "select * from orders where id = $1", []any{42}); err != nil {
+	// The statement runs under the context Begin returns (it carries the observer's span) and
+	// is finished with it.
+	firstCtx, err := e.Begin(ctx, &first, conn, "select * from orders where id = $1", []any{42})
+	if err != nil {
 		panic(err)
 	}
 	fmt.Println(first.Decision, first.Budgets, first.Pattern.Normalized)
 
 	// While the first holds the budget's only slot, a second statement is refused: nothing may
 	// be sent, and it needs no Finish.
-	err = e.Begin(ctx, &second, conn, "select 1", nil)
+	_, err = e.Begin(ctx, &second, conn, "select 1", nil)
 	var d *engine.Denial
 	fmt.Println(errors.As(err, &d), d.Budget, d.Reason)
 
-	first.Finish(ctx, nil) // the first statement completed: its slot is given back
+	first.Finish(firstCtx, nil) // the first statement completed: its slot is given back
 	fmt.Println(e.Budgets()[0].InFlight)
 	// Output:
 	// allow [one] select * from orders where id = $1

@@ -13,8 +13,9 @@ import (
 type panicObserver struct{ in string }
 
 func (o *panicObserver) Wants() Wants { return WantSpans | WantDuration | WantDecisions }
-func (o *panicObserver) Started(context.Context, *Exec) {
+func (o *panicObserver) Started(ctx context.Context, _ *Exec) context.Context {
 	o.maybe("Started")
+	return ctx
 }
 func (o *panicObserver) Blocked(context.Context, *Exec, error) { o.maybe("Blocked") }
 func (o *panicObserver) Finished(context.Context, *Exec, error, time.Duration) {
@@ -46,7 +47,7 @@ rules:
 			recovered := func() (r any) {
 				defer func() { r = recover() }()
 				x := new(Exec)
-				if err := e.Begin(ctx, x, nil, "select * from orders where id = $1", nil); err != nil {
+				if _, err := e.Begin(ctx, x, nil, "select * from orders where id = $1", nil); err != nil {
 					return err
 				}
 				x.Finish(ctx, nil)

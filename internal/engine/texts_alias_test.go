@@ -28,13 +28,13 @@ rules:
 			ctx context.Context
 			q   string
 		}{{ctxA, "select 1"}, {ctxB, "select 2"}} {
-			if err := e.Begin(s.ctx, x, nil, s.q, nil); err != nil {
+			if _, err := e.Begin(s.ctx, x, nil, s.q, nil); err != nil {
 				t.Fatal(err)
 			}
 			x.Finish(s.ctx, nil)
 		}
 	}
-	if err := e.Begin(ctxA, x, nil, "select 1", nil); err != nil {
+	if _, err := e.Begin(ctxA, x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
 	defer x.Finish(ctxA, nil)

@@ -48,7 +48,7 @@ rules:
 	q := "select 1 from t where " + strings.Repeat("a = 1 and ", maxTextLen/10) + "true"
 	x := new(Exec) // reused, as a connection reuses its own
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+		if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 			t.Fatal(err)
 		}
 		x.Finish(ctx, nil)

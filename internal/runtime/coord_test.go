@@ -83,7 +83,7 @@ rules:
 `, func(o *engine.Options) { o.Now = time.Now })
 	ctx := tagging.With(context.Background(), "app", "x")
 	x := new(engine.Exec)
-	if err := r.e.Begin(ctx, x, nil, "select 1", nil); err != nil {
+	if _, err := r.e.Begin(ctx, x, nil, "select 1", nil); err != nil {
 		t.Fatalf("the waiting statement: %v", err)
 	}
 	x.Finish(ctx, nil)

@@ -43,7 +43,7 @@ func newRuntime(t testing.TB, rulesText string, o ...func(*engine.Options)) (*Ru
 // begin begins q in e (no connection: no EXPLAIN).
 func begin(e *engine.Engine, ctx context.Context, q string) (*engine.Exec, error) {
 	x := new(engine.Exec)
-	if err := e.Begin(ctx, x, nil, q, nil); err != nil {
+	if _, err := e.Begin(ctx, x, nil, q, nil); err != nil {
 		return nil, err
 	}
 	return x, nil

@@ -1,0 +1,187 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+)
+
+// The statement path both front ends share. Every statement, of the database/sql driver (an
+// Exec or a Query of a connection or of a prepared statement) or of the pgx-native pool (Exec,
+// Query, QueryRow, CopyFrom, on the pool, a PoolConn or a transaction), runs through
+// interceptor.run: begun in the engine, sent, finished. Between its begin and its finish it is
+// an openStmt, which its rows carry when they finish it later. A pgx batch, decided whole as
+// engine.Batch, has a path of its own (poolbatch.go) that shares the pool's acquisition.
+
+// ticket is one statement's engine ticket, reused from one statement to the next so that
+// deciding a statement allocates nothing. A database/sql connection keeps its own (one for its
+// Execs, one per rows wrapper); the pool keeps its tickets in a sync.Pool (it has no state of
+// its own per connection to keep one in), with the row slabs of their QueryRows.
+type ticket struct {
+	x engine.Exec
+	// rows is the rest of a slab of QueryRow rows (ticket.row): each row is handed out once,
+	// never reused. pgxpool hands out its rows from slabs kept per connection, so that a
+	// QueryRow allocates nothing; pgxpool keeps nothing of ours per connection, so the slabs
+	// are kept in the tickets.
+	rows []pgxRow
+	home *sync.Pool // where the ticket goes back once its statement is finished; nil: kept by its owner
+}
+
+// done gives a pooled ticket, whose statement is finished, back to its pool.
+func (t *ticket) done() {
+	if t.home != nil {
+		t.home.Put(t)
+	}
+}
+
+// openStmt is one statement in flight, from its begin to its finish: what finishing it needs,
+// and all that the leak cleanup of rows never closed needs (leak.go), so it must not point to
+// the rows that carry it. Like a statement, it is used by one goroutine at a time.
+type openStmt struct {
+	t *ticket // the statement's ticket, set by the caller of run; nil once finished
+	// ctx is the statement's context as Begin returned it, carrying its span, for Finish
+	// (engine.Observer) and the sqlcommenter; nil while no statement is in flight.
+	ctx context.Context
+	// qctx is what the statement runs under, its rows included: the caller's context, bounded
+	// by its max_duration (overrunContext); cancel releases it (nil without a bound).
+	qctx    context.Context
+	cancel  context.CancelFunc
+	release releaser // gives back the pool's connection it took; nil when it took none
+	leaks   *leaks   // where leaked rows are reported; nil for a statement without a cleanup
+}
+
+// inFlight reports whether o's statement has begun and is not finished.
+func (o *openStmt) inFlight() bool { return o.ctx != nil }
+
+// finish finishes the statement with its outcome err, the first time only: the engine gives
+// back what it held, and its pool connection, its timer and its ticket go back too. Once
+// finished o keeps nothing of the statement's: a QueryRow's row stays in its slab a while, and
+// must not keep its caller's context.
+func (o *openStmt) finish(err error) {
+	ctx := o.ctx
+	if ctx == nil {
+		return
+	}
+	t, cancel, release := o.t, o.cancel, o.release
+	*o = openStmt{leaks: o.leaks}
+	// Deferred, so that they are given back even if the observer panics in Finish.
+	if release != nil {
+		defer release.Release()
+	}
+	if cancel != nil {
+		defer cancel()
+	}
+	t.x.Finish(ctx, err)
+	t.done()
+}
+
+// errPanicked is the outcome a statement is finished with when the call that ran it panicked: not
+// a success, so the cost model does not learn from it.
+var errPanicked = errors.New("pgtraffic: the statement's call panicked")
+
+// blocked converts the engine's denial into the public error. Never driver.ErrBadConn: a
+// blocked statement must not be retried on another connection.
+func blocked(err error) error {
+	var d *engine.Denial
+	if errors.As(err, &d) {
+		return &BlockedError{Budget: d.Budget, Rule: d.Rule, Reason: d.Reason, Fingerprint: d.Fingerprint,
+			RetryAfter: d.RetryAfter, Limit: d.Limit}
+	}
+	return err
+}
+
+// dest is where a statement runs: on a connection its caller holds (a database/sql
+// connection's, a [PoolConn]'s, a transaction's: conn, and q when it is sent through something
+// else, a pgx.Tx), or on one it takes from the pool once it is admitted (pool), which it gives
+// back when it is finished.
+type dest struct {
+	pool connPool  // nil when the connection is held
+	q    querier   // where a held connection's statement is sent; nil: conn
+	conn *pgx.Conn // the held connection, for EXPLAIN; nil in unit tests (no EXPLAIN)
+	// prepared maps the names of the statements prepared in a transaction to their texts (see
+	// pgxTx.Prepare); nil outside one.
+	prepared map[string]string
+}
+
+// held is where a statement on d's held connection is sent.
+func (d *dest) held() querier {
+	if d.q != nil {
+		return d.q
+	}
+	return d.conn
+}
+
+// text is the text sql is decided as: the statement's text when sql names one prepared in the
+// transaction, else sql itself.
+func (d *dest) text(sql string) string {
+	if len(d.prepared) > 0 {
+		if text, ok := d.prepared[sql]; ok {
+			return text
+		}
+	}
+	return sql
+}
+
+// run runs one statement, text with args, in o (whose ticket the caller sets): it begins it at
+// d, sends it with send (to q, under qctx: the caller's context, bounded by the statement's
+// max_duration), and finishes it with send's outcome; unless rows carry it on (rows, and send
+// succeeded), which finish it when they end. A panic in send finishes it with errPanicked. It
+// returns the refusal (a [*BlockedError]: nothing was sent, o's ticket is back) or send's
+// error, made to match ErrOverrun when the statement's max_duration ended it.
+//
+// The engine decides the statement on d's held connection, or, for a statement of the pool,
+// before it takes a connection whenever the decision needs no EXPLAIN: so a refused statement
+// never waits for a connection, and one waiting for capacity (max_wait) holds none; once
+// admitted it keeps its slots while it waits for the pool (acquireAdmitted). A statement whose
+// cost needs an EXPLAIN on its connection takes the connection first (acquireExplained).
+func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
+	send func(q querier, qctx context.Context) error) (err error) {
+	x := &o.t.x
+	var q querier
+	var sctx context.Context // the context Begin returns, for Finish
+	if d.pool == nil {
+		q = d.held()
+		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
+	} else {
+		sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
+		switch err {
+		case nil:
+			q, o.release, err = acquireAdmitted(sctx, d.pool, x)
+		case engine.ErrNeedConn:
+			sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
+		}
+	}
+	if err != nil {
+		o.t.done()
+		o.t = nil
+		return blocked(err)
+	}
+	o.ctx = sctx
+	// It runs under the caller's context, as without pgtraffic (a tracer of pgx's sees the
+	// caller's span as its parent), bounded by max_duration: cancelled on the server past it.
+	o.qctx, o.cancel = overrunContext(ctx, x)
+
+	err = errPanicked // until send returns: a panic finishes the statement with it
+	defer func() {
+		if err != nil || !rows {
+			o.finish(err)
+		}
+	}()
+	err = overran(o.qctx, send(q, o.qctx))
+	return err
+}
+
+// explained takes a connection from pool for x, whose cost needs an EXPLAIN on it, and decides
+// x there (acquireExplained), returning the context Begin returned.
+func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Exec, text string, args []any) (
+	sctx context.Context, q querier, release releaser, err error) {
+	q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
+		sctx, err = i.engine.Begin(ctx, x, explainOn(conn), text, args)
+		return err
+	})
+	return sctx, q, release, err
+}
