@@ -37,9 +37,9 @@ type slotConfig struct {
 	// before each sync: KEYS[1] the hash, ARGV[1] the simulation's time in µs.
 	forge    string
 	interval time.Duration
-	stmt      time.Duration // how long a statement holds its slot, and up to as much again at random
-	duration  time.Duration
-	seed      uint64
+	stmt     time.Duration // how long a statement holds its slot, and up to as much again at random
+	duration time.Duration
+	seed     uint64
 	// workers is how many workers instance i runs at el.
 	workers func(i int, el time.Duration) int
 }
