@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
-
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
@@ -83,20 +85,47 @@ func newClient(t *testing.T, srv *redistest.Server) *redis.Client {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// instance is a coordinator steering a fakeLocal; its loop is not started: the test syncs
+// it, or drives it in virtual time.
 type instance struct {
-	c     *Coordinator
+	driven
 	local *fakeLocal
 }
 
-func startInstances(t *testing.T, rc redis.UniversalClient, spec Spec, interval time.Duration, locals ...*fakeLocal) []instance {
+// startInstances registers spec with a coordinator for each of locals, made from o with
+// its own instance id.
+func startInstances(t *testing.T, o Options, spec Spec, locals ...*fakeLocal) []instance {
 	t.Helper()
 	out := make([]instance, len(locals))
 	for i, l := range locals {
-		c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("i%02d", i), Logger: quiet})
+		o.Instance, o.Logger = fmt.Sprintf("i%02d", i), quiet
+		c := newCoord(t, o)
 		c.Register(spec, l)
-		out[i] = instance{c, l}
+		out[i] = instance{driven{c: c}, l}
 	}
 	return out
+}
+
+// virtual returns a client whose sync script runs on clk, and options for coordinators in
+// clk's time that use it.
+func virtual(t *testing.T, clk *fakeclock.Clock, rc *redis.Client, interval time.Duration) (*clockedRedis, Options) {
+	t.Helper()
+	cr := newClockedRedis(t, rc, clk.Now)
+	return cr, Options{Client: cr, Interval: interval, Now: clk.Now, Rand: rand.New(rand.NewPCG(1, 1)).Float64}
+}
+
+// drive runs the instances' loops in clk's time for d, in steps of step, calling check (when
+// not nil) after each instance's step.
+func drive(clk *fakeclock.Clock, insts []instance, d, step time.Duration, check func()) {
+	ctx := context.Background()
+	for end := clk.Now().Add(d); clk.Now().Before(end); clk.Advance(step) {
+		for i := range insts {
+			insts[i].step(ctx, clk.Now())
+			if check != nil {
+				check()
+			}
+		}
+	}
 }
 
 // sums adds up the leases the locals enforce now.
@@ -162,7 +191,7 @@ func TestEqualDemandGetsEqualShares(t *testing.T) {
 		locals[i] = newFakeLocal(10*spec.Rate, 4)
 	}
 	// A long interval keeps the odd slots from rotating during the test.
-	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Minute}, spec, locals...)
 	syncRounds(t, insts, spec, 4)
 
 	rates := make([]float64, len(insts))
@@ -198,7 +227,7 @@ func TestUnequalDemandDoesNotStarve(t *testing.T) {
 			rc := newClient(t, redistest.Need(t))
 			spec := Spec{Name: "unequal", Rate: 1, Burst: 1, MaxConcurrent: 10}
 			big, small := newFakeLocal(tc.big*spec.Rate, 10), newFakeLocal(tc.small*spec.Rate, 1)
-			insts := startInstances(t, rc, spec, time.Second, big, small)
+			insts := startInstances(t, Options{Client: rc, Interval: time.Second}, spec, big, small)
 			syncRounds(t, insts, spec, 4)
 			if got := small.lease("").Rate; got < tc.wantSmallAtLeast*spec.Rate*(1-1e-9) {
 				t.Fatalf("small instance: rate %v, want at least %v (big has %v)", got, tc.wantSmallAtLeast, big.lease("").Rate)
@@ -217,7 +246,7 @@ func TestPartitionsAreIndependent(t *testing.T) {
 	rc := newClient(t, redistest.Need(t))
 	spec := Spec{Name: "tenants", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	a, b := newFakeLocal(10, 2, "acme", "globex"), newFakeLocal(10, 2, "acme")
-	insts := startInstances(t, rc, spec, time.Second, a, b)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Second}, spec, a, b)
 	ctx := context.Background()
 	for range 3 {
 		for _, in := range insts {
@@ -241,11 +270,12 @@ func TestPartitionsAreIndependent(t *testing.T) {
 }
 
 func TestStoppedInstanceLosesSlots(t *testing.T) {
-	rc := newClient(t, redistest.Need(t))
+	clk := fakeclock.New()
 	const interval = 100 * time.Millisecond
+	_, o := virtual(t, clk, newClient(t, redistest.Need(t)), interval)
 	spec := Spec{Name: "slots", MaxConcurrent: 4}
 	a, b := newFakeLocal(0, 4), newFakeLocal(0, 4)
-	insts := startInstances(t, rc, spec, interval, a, b)
+	insts := startInstances(t, o, spec, a, b)
 	syncRounds(t, insts, spec, 3)
 	if a.lease("").Slots != 2 || b.lease("").Slots != 2 {
 		t.Fatalf("before: a %d, b %d slots, want 2 each", a.lease("").Slots, b.lease("").Slots)
@@ -256,29 +286,28 @@ func TestStoppedInstanceLosesSlots(t *testing.T) {
 	insts[0].c.mu.Lock()
 	retake := insts[0].c.budgets[spec.Name].core.parts[""].retake
 	insts[0].c.mu.Unlock()
-	if retake.IsZero() || time.Until(retake) > leaseDuration(interval) {
-		t.Fatalf("a starved instance must learn when the other lease lapses: %v from now", time.Until(retake))
+	if retake.IsZero() || retake.Sub(clk.Now()) > leaseDuration(interval) {
+		t.Fatalf("a starved instance must learn when the other lease lapses: %v from now", retake.Sub(clk.Now()))
 	}
-	// b stops syncing (a crash). a keeps syncing: it gets b's slots once b's lease lapses,
-	// a lease duration after b's last sync, and not before.
-	stoppedAt := time.Now()
-	ctx := context.Background()
-	for {
-		// A sync that misses its deadline on a loaded machine is retried at the next poll.
-		_ = insts[0].c.Sync(ctx)
-		got, elapsed := a.lease("").Slots, time.Since(stoppedAt)
-		if got > 2 && elapsed < leaseDuration(interval) {
+	// b stops syncing (a crash). a's loop runs on: it gets b's slots when b's lease lapses, a
+	// lease duration after b's last sync (at the start), and not before.
+	stoppedAt := clk.Now()
+	got := 0
+	drive(clk, insts[:1], leaseDuration(interval)+interval, time.Millisecond, func() {
+		elapsed := clk.Now().Sub(stoppedAt)
+		if a.lease("").Slots > 2 && elapsed < leaseDuration(interval) {
 			t.Fatalf("a took b's slots %v after b stopped, before b's lease lapsed", elapsed)
 		}
-		if got == 4 {
-			break
+		if got < 4 && a.lease("").Slots == 4 {
+			t.Logf("a took b's slots %v after b stopped", elapsed)
+			if elapsed > leaseDuration(interval) {
+				t.Errorf("a took b's slots %v after b stopped, later than b's lease lapsed", elapsed)
+			}
 		}
-		// Within a lease duration of b's last sync, and so of when it stopped; the margin
-		// is for a's polling and the machine's load.
-		if elapsed > leaseDuration(interval)+2*interval {
-			t.Fatalf("a still has %d slots %v after b stopped", got, elapsed)
-		}
-		time.Sleep(interval / 4)
+		got = a.lease("").Slots
+	})
+	if got != 4 {
+		t.Fatalf("a still has %d slots %v after b stopped", got, clk.Now().Sub(stoppedAt))
 	}
 }
 
@@ -286,7 +315,7 @@ func TestClosedInstanceGivesSlotsBackAtOnce(t *testing.T) {
 	rc := newClient(t, redistest.Need(t))
 	spec := Spec{Name: "leave", MaxConcurrent: 4}
 	a, b := newFakeLocal(0, 4), newFakeLocal(0, 4)
-	insts := startInstances(t, rc, spec, time.Minute, a, b)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Minute}, spec, a, b)
 	syncRounds(t, insts, spec, 2)
 	if err := insts[1].c.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -322,96 +351,103 @@ func TestUsageCountsOncePerSequenceNumber(t *testing.T) {
 	}
 }
 
+// TestRedisPausedFallsBackAndRecovers stops Redis as SIGSTOP does, in virtual time: every
+// call waits, whatever its deadline, until Redis resumes. Each instance's first call is
+// abandoned at its deadline (the only real time the test spends) and holds the one call an
+// instance may have outstanding; no lock is held meanwhile.
 func TestRedisPausedFallsBackAndRecovers(t *testing.T) {
-	srv := redistest.Need(t)
-	rc := newClient(t, srv)
+	clk := fakeclock.New()
 	const interval = 100 * time.Millisecond
+	cr, o := virtual(t, clk, newClient(t, redistest.Need(t)), interval)
 	spec := Spec{Name: "paused", Rate: 4, Burst: 4, MaxConcurrent: 8}
 	a, b := newFakeLocal(40, 8), newFakeLocal(40, 8)
-	insts := startInstances(t, rc, spec, interval, a, b)
-	for _, in := range insts {
-		in.c.Start()
-		t.Cleanup(func() { in.c.Close(context.Background()) })
+	insts := startInstances(t, o, spec, a, b)
+	drive(clk, insts, 5*interval, time.Millisecond, nil)
+	if !near(a.lease("").Rate, 2) || !near(b.lease("").Rate, 2) {
+		t.Fatalf("leases from Redis: a %+v, b %+v, want half the rate each", a.lease(""), b.lease(""))
 	}
-	waitFor(t, "leases from Redis", func() bool {
-		return near(a.lease("").Rate, 2) && near(b.lease("").Rate, 2)
-	})
 
-	if err := srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "fallback while Redis is paused", func() bool { return insts[0].c.Status()[0].Fallback })
-	// Nothing a statement or the status page calls waits on the paused Redis.
-	for range 100 {
-		done := make(chan struct{})
-		go func() {
-			insts[0].c.Status()
-			insts[0].c.entries()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("Status blocked while Redis is paused")
+	// Nothing a statement or the status page calls waits on the paused Redis: no
+	// coordinator's lock is held while a call is outstanding.
+	var locked atomic.Int64
+	cr.held = func() {
+		for _, in := range insts {
+			if !in.c.mu.TryLock() {
+				locked.Add(1)
+				continue
+			}
+			in.c.mu.Unlock()
 		}
+	}
+	cr.pause()
+	t.Cleanup(cr.resume)
+	paused := clk.Now()
+	drive(clk, insts, 2*interval, time.Millisecond, nil)
+	if !insts[0].c.Status()[0].Fallback {
+		t.Fatalf("no fallback %v after Redis paused: %+v", clk.Now().Sub(paused), insts[0].c.Status()[0])
+	}
+	if n := locked.Load(); n > 0 {
+		t.Fatalf("a coordinator's lock was held while a call waited on the paused Redis (%d times)", n)
 	}
 	// The lapsed lease decays towards the budget over the 2 known instances: the same
 	// even split here, never the whole budget.
-	time.Sleep(leaseDuration(interval) + 2*interval)
-	if l := a.lease(""); l.Rate > spec.Rate/2*(1+1e-9) || l.Slots > spec.MaxConcurrent/2 {
-		t.Fatalf("in fallback, a enforces %+v, more than half the budget", l)
-	}
-
-	if err := srv.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	before := insts[0].c.Status()[0].Syncs
-	waitFor(t, "recovery after Redis resumed", func() bool {
-		s := insts[0].c.Status()[0]
-		return !s.Fallback && s.Syncs > before
-	})
-	if rate, _, slots := sums(insts, ""); rate > spec.Rate*(1+1e-9) || slots > spec.MaxConcurrent {
-		for i, in := range insts {
-			t.Logf("instance %d: %+v %+v", i, in.local.lease(""), in.c.Status())
+	drive(clk, insts, leaseDuration(interval), time.Millisecond, func() {
+		if l := a.lease(""); l.Rate > spec.Rate/2*(1+1e-9) || l.Slots > spec.MaxConcurrent/2 {
+			t.Fatalf("in fallback, a enforces %+v, more than half the budget", l)
 		}
-		t.Fatalf("after recovery the leases sum to rate %v, slots %d", rate, slots)
+	})
+
+	before := insts[0].c.Status()[0].Syncs
+	cr.resume()
+	// The held calls run now, late: Redis ignores them. Each leaves its instance's
+	// outstanding call free when it returns, which taking that place waits for.
+	for _, in := range insts {
+		in.c.sem <- struct{}{}
+		<-in.c.sem
+	}
+	drive(clk, insts, 2*interval, time.Millisecond, func() {
+		if rate, _, slots := sums(insts, ""); rate > spec.Rate*(1+1e-9) || slots > spec.MaxConcurrent {
+			t.Fatalf("after Redis resumed the leases sum to rate %v, slots %d", rate, slots)
+		}
+	})
+	if s := insts[0].c.Status()[0]; s.Fallback || s.Syncs <= before {
+		t.Fatalf("no recovery %v after Redis resumed: %+v", 2*interval, s)
 	}
 }
 
+// TestRedisRestartLetsNoMoreThanTheBudgetThrough kills a real redis-server (kill -9) and
+// starts it again, empty, on the same port: the clients' connections break and every key is
+// gone. In virtual time around it, the leases in force never sum above the budget.
 func TestRedisRestartLetsNoMoreThanTheBudgetThrough(t *testing.T) {
 	srv := redistest.Need(t)
 	rc := newClient(t, srv)
+	clk := fakeclock.New()
 	const interval = 100 * time.Millisecond
+	_, o := virtual(t, clk, rc, interval)
 	spec := Spec{Name: "restart", Rate: 4, Burst: 8, MaxConcurrent: 8}
 	locals := make([]*fakeLocal, 4)
 	for i := range locals {
 		locals[i] = newFakeLocal(40, 8)
 	}
-	insts := startInstances(t, rc, spec, interval, locals...)
-	for _, in := range insts {
-		in.c.Start()
-		t.Cleanup(func() { in.c.Close(context.Background()) })
-	}
-	waitFor(t, "even leases", func() bool {
-		for _, in := range insts {
-			if l := in.local.lease(""); !near(l.Rate, spec.Rate/4) || l.Slots != spec.MaxConcurrent/4 {
-				return false
-			}
+	insts := startInstances(t, o, spec, locals...)
+	drive(clk, insts, 5*interval, time.Millisecond, nil)
+	for i, in := range insts {
+		if l := in.local.lease(""); !near(l.Rate, spec.Rate/4) || l.Slots != spec.MaxConcurrent/4 {
+			t.Fatalf("instance %d: %+v, want an even lease", i, l)
 		}
-		return true
-	})
+	}
 
-	if err := srv.Restart(); err != nil { // kill -9, then start on the same port, empty
+	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	// Watch the leases in force for a few intervals: with equal demand every instance keeps
 	// its even share, so the sum never exceeds the budget, not even by one burst.
 	var maxRate, maxBurst float64
 	maxSlots := 0
-	for end := time.Now().Add(10 * interval); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+	drive(clk, insts, 10*interval, time.Millisecond, func() {
 		rate, burst, slots := sums(insts, "")
 		maxRate, maxBurst, maxSlots = max(maxRate, rate), max(maxBurst, burst), max(maxSlots, slots)
-	}
+	})
 	if maxRate > spec.Rate*(1+1e-9) || maxBurst > spec.Burst*(1+1e-9) || maxSlots > spec.MaxConcurrent {
 		t.Fatalf("around the restart the leases summed to rate %v, burst %v, slots %d; budget %+v",
 			maxRate, maxBurst, maxSlots, spec)
@@ -420,17 +456,11 @@ func TestRedisRestartLetsNoMoreThanTheBudgetThrough(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("the restarted Redis was not resynced: %d, %v", n, err)
 	}
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
+	for _, in := range insts {
+		if st := in.c.Status()[0]; st.Fallback {
+			t.Errorf("instance %s still in fallback %v after the restart: %+v", in.c.Instance(), 10*interval, st)
 		}
 	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func TestLateCallChangesNothing(t *testing.T) {
@@ -457,23 +487,35 @@ func TestLateCallChangesNothing(t *testing.T) {
 }
 
 func TestKickSyncsANewPartitionEarly(t *testing.T) {
-	rc := newClient(t, redistest.Need(t))
+	clk := fakeclock.New()
+	// A regular sync every minute: only a kick can bring the new partition's lease soon.
+	_, o := virtual(t, clk, newClient(t, redistest.Need(t)), time.Minute)
 	spec := Spec{Name: "kick", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	local := newFakeLocal(1, 1, "first")
-	// A regular sync every minute: only a kick can bring the new partition's lease soon.
-	c := newCoord(t, Options{Client: rc, Interval: time.Minute, Logger: quiet})
+	o.Logger = quiet
+	c := newCoord(t, o)
 	h := c.Register(spec, local)
-	c.Start()
-	t.Cleanup(func() { c.Close(context.Background()) })
-	waitFor(t, "the first lease", func() bool { return local.lease("first").Slots > 0 })
+	insts := []instance{{driven{c: c}, local}}
+	drive(clk, insts, time.Millisecond, time.Millisecond, nil)
+	if local.lease("first").Slots == 0 {
+		t.Fatalf("no first lease: %+v", insts[0].c.Status())
+	}
 
 	local.mu.Lock()
 	local.keys = append(local.keys, "second")
 	local.mu.Unlock()
+	drive(clk, insts, time.Second, time.Millisecond, nil)
+	if local.lease("second").Slots != 0 {
+		t.Fatal("the new partition has a lease without a kick, long before the regular sync")
+	}
 	h.Kick()
-	waitFor(t, "the new partition's lease after a kick", func() bool { return local.lease("second").Slots > 0 })
+	drive(clk, insts, time.Millisecond, time.Millisecond, nil)
+	if local.lease("second").Slots == 0 {
+		t.Fatalf("no lease for the new partition after a kick: %+v", insts[0].c.Status())
+	}
 }
 
+// TestUnreachableAtStart: a Redis that refuses connections from the start, in virtual time.
 func TestUnreachableAtStart(t *testing.T) {
 	// Nothing listens on the port of a stopped server.
 	srv := redistest.Need(t)
@@ -483,20 +525,25 @@ func TestUnreachableAtStart(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "hunter2", ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	var logged syncBuffer
+	clk := fakeclock.New()
+	const interval = 100 * time.Millisecond
 	spec := Spec{Name: "down", Rate: 10, Burst: 10, MaxConcurrent: 20}
 	local := newFakeLocal(5, 5)
-	c := newCoord(t, Options{Client: rc, Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	c := newCoord(t, Options{Client: rc, Interval: interval, Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Now: clk.Now, Rand: rand.New(rand.NewPCG(1, 1)).Float64})
 	c.Register(spec, local)
-	c.Start()
-	t.Cleanup(func() { c.Close(context.Background()) })
+	loop := []instance{{driven{c: c}, local}}
 
 	// The budget over rules.DefaultFallbackInstances, never the whole budget, and no burst room
 	// before a first lease.
 	want := budget.Lease{Rate: 1, Burst: 0, Slots: 2}
-	waitFor(t, "the fallback lease", func() bool { return local.lease("") == want })
-	waitFor(t, "a few failed syncs", func() bool { return c.Status()[0].Failures >= 3 })
-	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 {
-		t.Fatalf("status: %+v", st)
+	drive(clk, loop, 5*interval, time.Millisecond, func() {
+		if l := local.lease(""); l != want {
+			t.Fatalf("lease %+v, want the fallback %+v", l, want)
+		}
+	})
+	if st := c.Status()[0]; !st.Fallback || st.Syncs != 0 || st.Failures < 3 {
+		t.Fatalf("status after %v: %+v, want at least 3 failures", 5*interval, st)
 	}
 	out := logged.String()
 	if n := strings.Count(out, "Redis unreachable"); n != 1 {
@@ -528,11 +575,25 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 		}
 	}
 	// The unkeyed partition is leased too, from the start.
-	if n := rc.DBSize(ctx).Val(); n != int64(len(keys))+1 {
-		t.Fatalf("%d keys for %d partitions and the unkeyed one", n, len(keys))
+	all, err := rc.Keys(ctx, "*").Result()
+	if err != nil || len(all) != len(keys)+1 {
+		t.Fatalf("%d keys (%v) for %d partitions and the unkeyed one", len(all), err, len(keys))
 	}
-	// The instance goes away without a word: every key expires on its own.
-	waitFor(t, "the keys to expire", func() bool { return rc.DBSize(ctx).Val() == 0 })
+	// Should the instance go away without a word, every key expires on its own (Redis
+	// expires it; that it has an expiry is ours to check).
+	pipe := rc.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(all))
+	for i, k := range all {
+		ttls[i] = pipe.PTTL(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, ttl := range ttls {
+		if d := ttl.Val(); d <= 0 || d > 2*leaseDuration(c.interval) {
+			t.Fatalf("key %s expires in %v, want within two lease durations", all[i], d)
+		}
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for a logger and a test to share.
@@ -563,7 +624,7 @@ func TestOddSlotsGoRound(t *testing.T) {
 	for i := range locals {
 		locals[i] = newFakeLocal(0, 4)
 	}
-	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Minute}, spec, locals...)
 	syncRounds(t, insts, spec, 3)
 	holders := 0
 	for _, l := range locals {
@@ -588,7 +649,7 @@ func TestOddSlotsStayWhenAnInstanceLeaves(t *testing.T) {
 		locals[i] = newFakeLocal(0, 2)
 	}
 	// A long interval keeps the odd slots from rotating during the test.
-	insts := startInstances(t, rc, spec, time.Minute, locals...)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Minute}, spec, locals...)
 	syncRounds(t, insts, spec, 3)
 	var holders, others []instance
 	for _, in := range insts {
@@ -672,5 +733,53 @@ func TestManyTenantsSyncWithinTheInterval(t *testing.T) {
 		if ttl <= 0 || ttl > 2*leaseDuration(interval)+time.Second {
 			t.Errorf("partition %s expires in %v, want within two lease durations", k, ttl)
 		}
+	}
+}
+
+// notifyLocal is a fakeLocal that tells of each lease it is given.
+type notifyLocal struct {
+	*fakeLocal
+	set chan string // the partition's key; buffered, never blocks the coordinator
+}
+
+func (n notifyLocal) SetLease(now time.Time, key string, l budget.Lease) {
+	n.fakeLocal.SetLease(now, key, l)
+	select {
+	case n.set <- key:
+	default:
+	}
+}
+
+// waitLease waits until the coordinator hands n a lease for key.
+func (n notifyLocal) waitLease(key string) {
+	for k := range n.set {
+		if k == key {
+			return
+		}
+	}
+}
+
+// TestStartedLoopSyncsWhenKicked: the loop that Start starts syncs a registered budget at
+// once, and early when kicked. The other tests drive its rounds in virtual time (driven);
+// this one runs the loop itself, on the real clock, and waits for its events, never for
+// the clock: a loop that does not sync leaves the test hanging until go test's timeout.
+func TestStartedLoopSyncsWhenKicked(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "loop", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	local := notifyLocal{newFakeLocal(1, 1, "first"), make(chan string, 64)}
+	// A regular sync every hour: without the kick, the new partition's lease comes after
+	// go test's timeout.
+	c := newCoord(t, Options{Client: rc, Interval: time.Hour, Logger: quiet})
+	h := c.Register(spec, local)
+	c.Start()
+	local.waitLease("first")
+
+	local.mu.Lock()
+	local.keys = append(local.keys, "second")
+	local.mu.Unlock()
+	h.Kick()
+	local.waitLease("second")
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,19 +3,21 @@ package coord
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
-	"github.com/pgtraffic/pgtraffic/internal/redistest"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 // simBudget is a minimal local budget as the budget package is to implement [Local]: one
 // partition, a reverse leaky bucket that enforces exactly its lease (draining at the lease's
 // rate, holding at most its burst), the counters TakeUsage reports, and a kick when it
 // refuses. Statements are instantaneous: their cost is charged at admission.
+//
+// The kick is called under the budget's lock: [Handle.Kick] never blocks nor calls back.
 type simBudget struct {
 	mu       sync.Mutex // protects the fields below
 	lease    budget.Lease
@@ -49,7 +51,7 @@ func (b *simBudget) admit(now time.Time, cost float64) bool {
 	if !b.has || b.lease.Rate == 0 || b.debt+cost > b.lease.Burst && b.debt > 0 {
 		b.starved = true
 		if b.kick != nil {
-			go b.kick()
+			b.kick()
 		}
 		return false
 	}
@@ -81,16 +83,11 @@ func (b *simBudget) SetLease(now time.Time, _ string, l budget.Lease) {
 	b.history = append(b.history, fmt.Sprintf("%s %.3g/%.3g", now.Format("05.000"), l.Rate, l.Burst))
 }
 
-// TestSimulatedInstancesHoldTheRate runs eight instances against one Redis, each offering
-// statements through a simBudget, and checks what they admit together: about the budget's
-// rate, no 1-second window above rate + burst, and a fair split.
+// TestSimulatedInstancesHoldTheRate runs, in virtual time, eight instances against one Redis,
+// each offering statements at fixed times through a simBudget, and checks what they admit
+// together: about the budget's rate, no 1-second window above rate + burst, and a fair split.
 func TestSimulatedInstancesHoldTheRate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for seconds")
-	}
 	const (
-		// Long enough that a loaded test machine does not make a lease lapse (see the
-		// package doc on instances cut off from Redis).
 		interval = 500 * time.Millisecond
 		cost     = 0.01 // execution seconds per statement
 	)
@@ -98,7 +95,9 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		every func(i int) time.Duration // how often instance i offers a statement
-		pause bool                      // stop Redis (SIGSTOP) for a second mid-run
+		// down: Redis unreachable for a second mid-run. A call fails at once rather than
+		// hang as on a stopped server: TestRedisPausedFallsBackAndRecovers holds calls.
+		down  bool
 		check func(t *testing.T, per []float64, span float64)
 	}{
 		{name: "equal demand", every: often},
@@ -118,63 +117,53 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 				t.Errorf("the small instance admitted %.3f/s of the 0.1/s it offered", got)
 			}
 		}},
-		{name: "Redis paused", every: often, pause: true},
+		{name: "Redis down", every: often, down: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Need(t)
-			rc := newClient(t, srv)
-			spec := Spec{Name: "sim", Rate: 2, Burst: 1}
+			clk := fakeclock.New()
+			cr := newClockedRedis(t, simRedis(t), clk.Now)
+			spec := Spec{Name: "sim-" + tc.name, Rate: 2, Burst: 1}
+			rng := rand.New(rand.NewPCG(1, 1))
 			budgets := make([]*simBudget, 8)
+			loops := make([]*driven, len(budgets))
 			for i := range budgets {
 				b := &simBudget{admitted: map[int64]float64{}}
-				c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet})
-				h := c.Register(spec, b)
-				b.kick = h.Kick
-				c.Start()
-				t.Cleanup(func() { c.Close(context.Background()) })
-				budgets[i] = b
+				c := newCoord(t, Options{Client: cr, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet,
+					Now: clk.Now, Rand: rand.New(rand.NewPCG(1, uint64(i)+2)).Float64})
+				b.kick = c.Register(spec, b).Kick
+				budgets[i], loops[i] = b, &driven{c: c}
 			}
 
-			start := time.Now()
+			ctx := context.Background()
+			start := clk.Now()
 			from, end := start.Add(2*time.Second), start.Add(5*time.Second)
-			// Statements are offered at fixed times, however often the machine lets the
-			// goroutine run: what is offered does not depend on the test machine's load.
-			var wg sync.WaitGroup
-			for i, b := range budgets {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next := start; next.Before(end); time.Sleep(5 * time.Millisecond) {
-						for now := time.Now(); !next.After(now) && next.Before(end); next = next.Add(tc.every(i)) {
-							b.admit(next, cost)
-						}
+			next := make([]time.Time, len(budgets))
+			for i := range next {
+				next[i] = start
+			}
+			order := rand.New(rand.NewPCG(1, 0)).Perm(len(budgets))
+			for now := start; now.Before(end); clk.Advance(time.Millisecond) {
+				now = clk.Now()
+				cr.down.Store(tc.down && !now.Before(start.Add(3*time.Second)) && now.Before(start.Add(4*time.Second)))
+				rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+				for _, i := range order {
+					for ; !next[i].After(now) && next[i].Before(end); next[i] = next[i].Add(tc.every(i)) {
+						budgets[i].admit(next[i], cost)
 					}
-				}()
-			}
-			if tc.pause {
-				time.Sleep(time.Until(start.Add(3 * time.Second)))
-				if err := srv.Pause(); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Second)
-				if err := srv.Resume(); err != nil {
-					t.Fatal(err)
+					loops[i].step(ctx, now)
 				}
 			}
-			wg.Wait()
 
 			b0, b1 := from.UnixNano()/int64(100*time.Millisecond), end.UnixNano()/int64(100*time.Millisecond)
 			total := make([]float64, b1-b0)
 			per := make([]float64, len(budgets))
 			for i, b := range budgets {
-				b.mu.Lock()
 				for k, v := range b.admitted {
 					if k >= b0 && k < b1 {
 						total[k-b0] += v
 						per[i] += v
 					}
 				}
-				b.mu.Unlock()
 			}
 			span := end.Sub(from).Seconds()
 			sum, worst := 0.0, 0.0
@@ -204,122 +193,32 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 			}
 			if t.Failed() {
 				for i, b := range budgets {
-					b.mu.Lock()
 					t.Logf("instance %d leases: %v", i, b.history)
-					b.mu.Unlock()
 				}
 			}
 		})
 	}
 }
 
-// simSlots is a minimal local budget for max_concurrent: at most its lease's slots of its
-// statements run at once; it reports the peak wanted and those in flight.
-type simSlots struct {
-	mu       sync.Mutex // protects the fields below
-	slots    int
-	inflight int
-	peak     int
-	starved  bool
-	kick     func()
-}
-
-func (s *simSlots) acquire() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight >= s.slots {
-		s.peak = max(s.peak, s.inflight+1)
-		s.starved = true
-		if s.kick != nil {
-			go s.kick()
-		}
-		return false
-	}
-	s.inflight++
-	s.peak = max(s.peak, s.inflight)
-	return true
-}
-
-func (s *simSlots) release() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inflight--
-}
-
-func (s *simSlots) TakeUsage(time.Time) []budget.Usage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := budget.Usage{Wanted: s.peak, InFlight: s.inflight, Starved: s.starved}
-	s.peak, s.starved = s.inflight, false
-	if !active(&u) {
-		return nil
-	}
-	return []budget.Usage{u}
-}
-
-func (s *simSlots) SetLease(_ time.Time, _ string, l budget.Lease) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.slots = l.Slots
-}
-
-// TestSimulatedInstancesHoldMaxConcurrent runs eight instances whose workers hold slots for
-// 20 ms at a time, four workers on half of them and one on the others, and counts the
-// statements running across all of them: never more than max_concurrent. (max_concurrent
-// equals the instances here, so that even a lease lapsing on a loaded machine, which leaves
-// each instance one slot, cannot exceed it.)
+// TestSimulatedInstancesHoldMaxConcurrent runs, in virtual time, eight instances whose
+// workers hold slots for 20 to 40 ms at a time, four workers on half of them and one on the
+// others, and counts the statements running across all of them: never more than
+// max_concurrent.
 func TestSimulatedInstancesHoldMaxConcurrent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for seconds")
+	cfg := slotConfig{name: "slots", instances: 8, limit: 8, interval: 500 * time.Millisecond,
+		stmt: 20 * time.Millisecond, duration: 3 * time.Second, seed: 1,
+		workers: func(i int, _ time.Duration) int {
+			if i%2 == 0 {
+				return 4
+			}
+			return 1
+		}}
+	r := simulateSlots(t, cfg)
+	t.Logf("at most %d running of %d; %d admitted, %d refused", r.most, cfg.limit, r.admitted, len(r.refusals))
+	if r.most > cfg.limit {
+		t.Fatalf("%d statements ran at once, max_concurrent is %d", r.most, cfg.limit)
 	}
-	rc := newClient(t, redistest.Need(t))
-	const interval = 500 * time.Millisecond // see TestSimulatedInstancesHoldTheRate
-	spec := Spec{Name: "slots", MaxConcurrent: 8}
-	var running, most, samples, sum atomic.Int64
-	locals := make([]*simSlots, 8)
-	for i := range locals {
-		s := &simSlots{}
-		c := newCoord(t, Options{Client: rc, Interval: interval, Instance: fmt.Sprintf("slots%d", i), Logger: quiet})
-		s.kick = c.Register(spec, s).Kick
-		c.Start()
-		t.Cleanup(func() { c.Close(context.Background()) })
-		locals[i] = s
-	}
-	end := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
-	for i, s := range locals {
-		workers := 1
-		if i%2 == 0 {
-			workers = 4
-		}
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(end) {
-					if !s.acquire() {
-						time.Sleep(2 * time.Millisecond)
-						continue
-					}
-					n := running.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					samples.Add(1)
-					sum.Add(n)
-					time.Sleep(20 * time.Millisecond)
-					running.Add(-1)
-					s.release()
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	t.Logf("at most %d running of %d; %.2f on average at a statement's start", most.Load(), spec.MaxConcurrent,
-		float64(sum.Load())/float64(max(samples.Load(), 1)))
-	if most.Load() > int64(spec.MaxConcurrent) {
-		t.Fatalf("%d statements ran at once, max_concurrent is %d", most.Load(), spec.MaxConcurrent)
-	}
-	if samples.Load() == 0 {
+	if r.admitted == 0 {
 		t.Fatal("no statement ran")
 	}
 }

@@ -2,12 +2,16 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pgtraffic/pgtraffic/internal/budget"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 // A simulation in virtual time of instances sharing max_concurrent, as vsim_test.go's for a
@@ -15,17 +19,27 @@ import (
 // sync script on the simulation's clock. Each instance runs a number of workers that changes
 // over time (a ramp); a worker holds a slot for a statement's time and, refused, tries again
 // a millisecond later. Every refusal is recorded with the fleet's statements in flight at
-// that moment, so that the headroom's bound can be checked.
+// that moment, so that the headroom's bound can be checked, and every admission with the
+// fleet's statements in flight after it.
 
 // slotConfig is one simulated ramp.
 type slotConfig struct {
 	name      string
 	instances int
 	limit     int // max_concurrent
-	interval  time.Duration
-	stmt      time.Duration // how long a statement holds its slot, and up to as much again at random
-	duration  time.Duration
-	seed      uint64
+	// limits, when not nil, is instance i's max_concurrent instead of limit: a change of
+	// the limit rolled out to some instances only.
+	limits func(i int) int
+	// rate and burst are the budget's bucket (execution seconds per second, and seconds);
+	// 0: none. cost is each statement's predicted and actual execution seconds.
+	rate, burst, cost float64
+	// forge, when not empty, is a script that another writer runs on the partition's hash
+	// before each sync: KEYS[1] the hash, ARGV[1] the simulation's time in µs.
+	forge    string
+	interval time.Duration
+	stmt     time.Duration // how long a statement holds its slot, and up to as much again at random
+	duration time.Duration
+	seed     uint64
 	// workers is how many workers instance i runs at el.
 	workers func(i int, el time.Duration) int
 }
@@ -38,11 +52,34 @@ type refusal struct {
 	own      int // on the refused statement's instance
 }
 
-// slotResult is what a ramp admitted and refused.
+// admission is a statement admitted.
+type admission struct {
+	at       time.Duration
+	instance int
+	fleet    int // statements in flight on every instance after it
+}
+
+// slotResult is what a ramp admitted and refused, and the instances as the ramp left them.
 type slotResult struct {
-	admitted int
-	refusals []refusal
-	most     int // the most statements in flight on the fleet at once
+	admitted   int
+	admissions []admission
+	refusals   []refusal
+	most       int // the most statements in flight on the fleet at once
+	insts      []*slotInst
+	end        time.Time
+}
+
+// after returns the statements each instance admitted from from on, and the most in flight
+// on the fleet that an admission from from on brought.
+func (r slotResult) after(from time.Duration) (perInstance []int, most int) {
+	perInstance = make([]int, len(r.insts))
+	for _, a := range r.admissions {
+		if a.at >= from {
+			perInstance[a.instance]++
+			most = max(most, a.fleet)
+		}
+	}
+	return perInstance, most
 }
 
 type slotWorker struct {
@@ -52,10 +89,9 @@ type slotWorker struct {
 }
 
 type slotInst struct {
-	c       *Coordinator
+	driven
 	b       *budget.Budget
 	workers []slotWorker
-	wake    time.Time
 	running int
 }
 
@@ -65,30 +101,42 @@ type slotInst struct {
 func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 	t.Helper()
 	rc := simRedis(t)
-	now := t0
-	clock := func() time.Time { return now }
-	cr := newClockedRedis(t, rc, clock)
+	clk := fakeclock.New()
+	cr := newClockedRedis(t, rc, clk.Now)
+	if cfg.forge != "" {
+		key := PartitionKey(cfg.name, "")
+		cr.before = func(ctx context.Context, now time.Time) {
+			if err := rc.Eval(ctx, cfg.forge, []string{key}, now.UnixMicro()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+				t.Errorf("forging: %v", err)
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(cfg.seed, 1))
-	spec := Spec{Name: cfg.name, MaxConcurrent: cfg.limit}
 	ctx := context.Background()
 	insts := make([]*slotInst, cfg.instances)
 	for i := range insts {
+		spec := Spec{Name: cfg.name, Rate: cfg.rate, Burst: cfg.burst, MaxConcurrent: cfg.limit}
+		if cfg.limits != nil {
+			spec.MaxConcurrent = cfg.limits(i)
+		}
 		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
 		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("s%02d", i), Logger: quiet,
-			Now: clock, Rand: r.Float64})
-		b := budget.New(budget.Spec{MaxConcurrent: cfg.limit})
+			Now: clk.Now, Rand: r.Float64})
+		b := budget.New(budget.Spec{Rate: spec.Rate, Burst: spec.Burst, MaxConcurrent: spec.MaxConcurrent})
 		h := c.Register(spec, b)
-		b.SetShared(now, h.Kick, newGap(cfg.interval))
-		insts[i] = &slotInst{c: c, b: b}
+		b.SetShared(clk.Now(), h.Kick, newGap(cfg.interval))
+		insts[i] = &slotInst{driven: driven{c: c}, b: b}
 	}
 	for _, in := range insts {
-		in.c.round(ctx, false)
-		in.wake = now.Add(in.c.wakeIn())
+		in.step(ctx, clk.Now())
 	}
-	var res slotResult
+	res := slotResult{insts: insts}
 	fleet := 0
 	for el := time.Duration(0); el < cfg.duration; el += time.Millisecond {
-		now = t0.Add(el)
+		if el > 0 {
+			clk.Advance(time.Millisecond)
+		}
+		now := clk.Now()
 		for i, in := range insts {
 			for len(in.workers) < cfg.workers(i, el) {
 				in.workers = append(in.workers, slotWorker{next: now})
@@ -97,7 +145,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 				wk := &in.workers[w]
 				for !wk.next.After(now) {
 					if wk.running {
-						budget.Release(now, wk.req, 0)
+						budget.Release(now, wk.req, cfg.cost)
 						wk.running = false
 						in.running--
 						fleet--
@@ -111,13 +159,14 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 						wk.next = now.Add(time.Millisecond)
 						break
 					}
-					reqs := []budget.Request{{Budget: in.b}}
+					reqs := []budget.Request{{Budget: in.b, Cost: cfg.cost}}
 					if _, d := budget.Admit(now, reqs, nil); d != nil {
 						res.refusals = append(res.refusals, refusal{at: el, instance: i, fleet: fleet, own: in.running})
 						wk.next = now.Add(time.Millisecond)
 						continue
 					}
 					res.admitted++
+					res.admissions = append(res.admissions, admission{at: el, instance: i, fleet: fleet + 1})
 					wk.req, wk.running = reqs[0], true
 					in.running++
 					fleet++
@@ -125,18 +174,10 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 					wk.next = now.Add(cfg.stmt + time.Duration(rng.Float64()*float64(cfg.stmt)))
 				}
 			}
-			kicked := false
-			select {
-			case <-in.c.kick:
-				kicked = true
-			default:
-			}
-			if kicked || !now.Before(in.wake) {
-				in.c.round(ctx, false)
-				in.wake = now.Add(in.c.wakeIn())
-			}
+			in.step(ctx, now)
 		}
 	}
+	res.end = clk.Now()
 	return res
 }
 

@@ -44,14 +44,35 @@ const (
 )
 
 // clockedRedis is a client on which the sync script reads the simulation's clock for Redis
-// TIME. While down, every call fails without running. The simulation's goroutine sets its
-// fields only between calls.
+// TIME. While down, every call fails without running; while paused (pause), every call
+// waits until resume, whatever its deadline, as on a stopped redis-server (SIGSTOP), and
+// then runs, late. The simulation's goroutine sets its other fields only between calls.
 type clockedRedis struct {
 	*redis.Client
 	script *redis.Script
 	now    func() time.Time
 	down   atomic.Bool // the sim loop sets it; an abandoned call reads it from its own goroutine
 	lost   func() bool // whether the reply to a call that ran is lost; nil: none is
+	// paused, while not nil, is closed by resume; the calls made meanwhile wait for it.
+	paused atomic.Pointer[chan struct{}]
+	// held, when not nil, runs in each call that pause holds, before it waits.
+	held func()
+	// before, when not nil, runs before each call that reaches Redis, at the call's time:
+	// another writer, between the coordinators' calls.
+	before func(ctx context.Context, now time.Time)
+}
+
+// pause makes every call wait until resume.
+func (c *clockedRedis) pause() {
+	ch := make(chan struct{})
+	c.paused.Store(&ch)
+}
+
+// resume lets the calls held by pause run.
+func (c *clockedRedis) resume() {
+	if ch := c.paused.Swap(nil); ch != nil {
+		close(*ch)
+	}
 }
 
 func newClockedRedis(t *testing.T, rc *redis.Client, now func() time.Time) *clockedRedis {
@@ -75,7 +96,16 @@ func (c *clockedRedis) run(ctx context.Context, keys []string, args []any) *redi
 		cmd.SetErr(errSimDown)
 		return cmd
 	}
+	if ch := c.paused.Load(); ch != nil {
+		if c.held != nil {
+			c.held()
+		}
+		<-*ch
+	}
 	now := c.now()
+	if c.before != nil {
+		c.before(ctx, now)
+	}
 	for _, key := range keys {
 		if at, err := c.Get(ctx, key+":vexp").Int64(); err == nil && at <= now.UnixMilli() {
 			c.Del(ctx, key, key+":vexp")
@@ -95,6 +125,27 @@ func (c *clockedRedis) EvalSha(ctx context.Context, _ string, keys []string, arg
 
 func (c *clockedRedis) Eval(ctx context.Context, _ string, keys []string, args ...any) *redis.Cmd {
 	return c.run(ctx, keys, args)
+}
+
+// driven is a coordinator whose loop a simulation drives instead of starting it: step does
+// at now what the loop does by then, a round when the budget kicked it or one is due.
+type driven struct {
+	c    *Coordinator
+	wake time.Time
+}
+
+// step reports whether it ran a round.
+func (d *driven) step(ctx context.Context, now time.Time) bool {
+	select {
+	case <-d.c.kick:
+	default:
+		if now.Before(d.wake) {
+			return false
+		}
+	}
+	d.c.round(ctx, false)
+	d.wake = now.Add(d.c.wakeIn())
+	return true
 }
 
 // simConfig is one simulated run.
@@ -182,11 +233,10 @@ type simWorker struct {
 }
 
 type simInst struct {
+	driven
 	rng     *rand.Rand
-	c       *Coordinator
 	b       *budget.Budget
 	workers []simWorker
-	wake    time.Time
 	started bool
 }
 
@@ -215,7 +265,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("v%02d", i), Logger: quiet,
 			Now: clock, Rand: r.Float64})
 		b := budget.New(budget.Spec{Rate: cfg.spec.Rate, Burst: cfg.spec.Burst, MaxConcurrent: cfg.spec.MaxConcurrent})
-		insts[i] = &simInst{rng: r, c: c, b: b, workers: make([]simWorker, cfg.workers)}
+		insts[i] = &simInst{driven: driven{c: c}, rng: r, b: b, workers: make([]simWorker, cfg.workers)}
 		res.seconds[i] = make([]float64, nb)
 	}
 	spec := cfg.spec
@@ -263,15 +313,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 					wk.next = now.Add(cfg.stmt + time.Duration(in.rng.Float64()*float64(cfg.jitter)))
 				}
 			}
-			kicked := false
-			select {
-			case <-in.c.kick:
-				kicked = true
-			default:
-			}
-			if kicked || !now.Before(in.wake) {
-				in.c.round(ctx, false)
-				in.wake = now.Add(in.c.wakeIn())
+			if in.step(ctx, now) {
 				if st := in.c.Status(); len(st) == 1 {
 					res.debt[bucket] = max(res.debt[bucket], st[0].GlobalDebt)
 					res.lease[bucket] = max(res.lease[bucket], st[0].Rate)
