@@ -109,9 +109,11 @@ rules:
 	if err := <-holding; err != nil {
 		t.Fatalf("A: %v", err)
 	}
-	// The slot moves to B once A is done.
-	if !eventually(3*time.Second, func() bool { _, err := dbB.ExecContext(ctx, "select 1"); return err == nil }) {
-		t.Fatal("B got no slot within 3s of A's statement ending")
+	// The slot moves to B once A is done: at A's next syncs, a few intervals on a quiet machine.
+	// The watchdog is generous, for this test runs beside every other package of the module
+	// (how fast the slot moves is measured in virtual time: coord.TestSlotsHeadroomBound).
+	if !eventually(10*time.Second, func() bool { _, err := dbB.ExecContext(ctx, "select 1"); return err == nil }) {
+		t.Fatal("B got no slot within 10s of A's statement ending")
 	}
 	if strings.Contains(logs.String(), "unreachable") {
 		t.Errorf("Redis was up, yet the log says:\n%s", logs.String())
