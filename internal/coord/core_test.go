@@ -301,7 +301,7 @@ func TestDue(t *testing.T) {
 
 	// Starved wanting more slots at once than its last sync reported (a burst), with fewer
 	// than max_concurrent: Redis may have room for it, so it syncs a quarter interval after
-	// the last (issue 21, finding 3).
+	// the last.
 	c.absorb(t0.Add(950*time.Millisecond), []budget.Usage{{Key: "new", Offered: 5, Wanted: 4, Starved: true}})
 	if !c.due(t0.Add(950*time.Millisecond), true) {
 		t.Fatal("a starved partition wanting more slots than it reported syncs early")
