@@ -520,7 +520,7 @@ func BenchmarkSQLCommenter(b *testing.B) {
 	}
 }
 
-// Tags from a client reach spans only as valid UTF-8 and bounded (issue 21, finding 9): a
+// Tags from a client reach spans only as valid UTF-8 and bounded: a
 // request for "/%FF%FE" or an 8 KB path through tagging.Middleware, and a comment holding
 // invalid UTF-8 and a 10 KB value, against a real server. OTLP's protobuf refuses a string that
 // is not UTF-8 and its exporters then drop the whole batch.
