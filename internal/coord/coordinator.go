@@ -147,21 +147,26 @@ type Handle struct {
 	e    *entry
 }
 
-// Register starts coordinating the budget spec.Name, enforced locally by local. Until its
-// first sync a partition has no lease while Redis answers, and the fallback share while it
-// does not. Registering a name again replaces the earlier registration. A budget with no
-// rate and no max_concurrent has nothing to lease and local is nil: it is registered only to
-// share its quarantines (spec.Quarantine).
+// Register starts coordinating the budget spec.Name, enforced locally by local, which it
+// makes shared (Local.SetShared). Until its first sync a partition has no lease while Redis
+// answers, and the fallback share while it does not. Registering a name again replaces the
+// earlier registration. A budget with no rate and no max_concurrent has nothing to lease and
+// local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local}
+	h := &Handle{c: c, name: spec.Name, e: e}
 	if local != nil {
-		e.core.keepUnkeyed(c.now())
+		now := c.now()
+		e.core.keepUnkeyed(now)
+		// Shared before the loop can see it: a lease handed to a budget not yet shared is
+		// dropped, and the loop hands over only the leases that changed.
+		local.SetShared(now, h.Kick, c.FirstLeaseIn())
 	}
 	c.mu.Lock()
 	c.budgets[spec.Name] = e
 	c.mu.Unlock()
 	c.wake()
-	return &Handle{c: c, name: spec.Name, e: e}
+	return h
 }
 
 // Kick asks for an early sync: the local budget refused or made wait a statement for want of
@@ -186,13 +191,19 @@ func (h *Handle) SetSpec(spec Spec) {
 	h.c.wake()
 }
 
-// Close stops coordinating the budget. Its entries in Redis lapse within the lease duration.
+// Close stops coordinating the budget and makes its local budget's own limits apply again,
+// unless a later registration of the name steers the same local budget. Its entries in Redis
+// lapse within the lease duration.
 func (h *Handle) Close() {
 	h.c.mu.Lock()
-	if h.c.budgets[h.name] == h.e {
+	cur := h.c.budgets[h.name]
+	if cur == h.e {
 		delete(h.c.budgets, h.name)
 	}
 	h.c.mu.Unlock()
+	if l := h.e.local; l != nil && (cur == nil || cur == h.e || cur.local != l) {
+		l.SetShared(h.c.now(), nil, 0)
+	}
 }
 
 func (c *Coordinator) wake() {
@@ -217,8 +228,8 @@ func (c *Coordinator) Start() {
 }
 
 // Close stops the loop and, within ctx, tells Redis that this instance leaves every
-// partition, so that its slots return at once rather than when its leases lapse; then it
-// closes the client it made from Options.URL.
+// partition, so that its slots return at once rather than when its leases lapse; makes the
+// local budgets' own limits apply again; then closes the client it made from Options.URL.
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
@@ -242,6 +253,9 @@ func (c *Coordinator) Close(ctx context.Context) error {
 				errs = append(errs, err)
 				break
 			}
+		}
+		if e.local != nil {
+			e.local.SetShared(c.now(), nil, 0)
 		}
 	}
 	if c.owned != nil {

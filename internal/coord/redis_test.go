@@ -36,6 +36,7 @@ type fakeLocal struct {
 	interval time.Duration
 	last     time.Time
 	leases   map[string]budget.Lease
+	shared   bool // as a budget.Budget, it drops the leases handed to it while not shared
 }
 
 func newFakeLocal(demand float64, wanted int, keys ...string) *fakeLocal {
@@ -67,7 +68,15 @@ func (f *fakeLocal) TakeUsage(now time.Time) []budget.Usage {
 func (f *fakeLocal) SetLease(_ time.Time, key string, l budget.Lease) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.leases[key] = l
+	if f.shared {
+		f.leases[key] = l
+	}
+}
+
+func (f *fakeLocal) SetShared(_ time.Time, kick func(), _ time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shared = kick != nil
 }
 
 func (f *fakeLocal) lease(key string) budget.Lease {

@@ -72,6 +72,12 @@ func (b *simBudget) TakeUsage(time.Time) []budget.Usage {
 	return []budget.Usage{u}
 }
 
+func (b *simBudget) SetShared(_ time.Time, kick func(), _ time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.kick = kick
+}
+
 func (b *simBudget) SetLease(now time.Time, _ string, l budget.Lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -130,7 +136,7 @@ func TestSimulatedInstancesHoldTheRate(t *testing.T) {
 				b := &simBudget{admitted: map[int64]float64{}}
 				c := newCoord(t, Options{Client: cr, Interval: interval, Instance: fmt.Sprintf("sim%d", i), Logger: quiet,
 					Now: clk.Now, Rand: rand.New(rand.NewPCG(1, uint64(i)+2)).Float64})
-				b.kick = c.Register(spec, b).Kick
+				c.Register(spec, b)
 				budgets[i], loops[i] = b, &driven{c: c}
 			}
 

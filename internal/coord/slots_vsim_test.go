@@ -123,8 +123,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("s%02d", i), Logger: quiet,
 			Now: clk.Now, Rand: r.Float64})
 		b := budget.New(budget.Spec{Rate: spec.Rate, Burst: spec.Burst, MaxConcurrent: spec.MaxConcurrent})
-		h := c.Register(spec, b)
-		b.SetShared(clk.Now(), h.Kick, newGap(cfg.interval))
+		c.Register(spec, b)
 		insts[i] = &slotInst{driven: driven{c: c}, b: b}
 	}
 	for _, in := range insts {

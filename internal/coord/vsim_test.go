@@ -288,8 +288,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 			}
 			if !in.started {
 				in.started = true
-				h := in.c.Register(spec, in.b)
-				in.b.SetShared(now, h.Kick, min(cfg.interval/10, 100*time.Millisecond))
+				in.c.Register(spec, in.b)
 				for w := range in.workers {
 					in.workers[w].next = now
 				}

@@ -88,7 +88,6 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 // again. A budget with neither leases nor a quarantine (a per_query_limit or max_duration alone
 // hold per statement) has nothing to share and stays local.
 func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
-	now := r.now()
 	co := &r.co
 	keep := map[string]bool{}
 	for i := range cfg.Budgets {
@@ -108,23 +107,19 @@ func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
 			}
 			continue
 		} else if ok {
-			r.unshare(now, s)
+			r.unshare(s)
 		}
 		var local coord.Local
 		if leased {
 			local = b
 		}
-		h := co.c.Register(spec, local)
-		if leased {
-			// A partition without credit is told to retry when its first lease is due.
-			b.SetShared(now, h.Kick, co.c.FirstLeaseIn())
-		}
+		h := co.c.Register(spec, local) // makes b shared
 		r.e.ShareQuarantines(rb.Name, h.Quarantine)
 		co.shared[rb.Name] = &shared{b: b, h: h, spec: spec, leased: leased}
 	}
 	for name, s := range co.shared {
 		if !keep[name] {
-			r.unshare(now, s)
+			r.unshare(s)
 			delete(co.shared, name)
 		}
 	}
@@ -132,12 +127,9 @@ func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
 
 // unshare stops coordinating s's budget: its limits are local again and its quarantines no
 // longer published.
-func (r *Runtime) unshare(now time.Time, s *shared) {
-	s.h.Close()
+func (r *Runtime) unshare(s *shared) {
+	s.h.Close() // makes b local again
 	r.e.ShareQuarantines(s.spec.Name, nil)
-	if s.leased {
-		s.b.SetShared(now, nil, 0)
-	}
 }
 
 // stopCoordination stops co, detached from r, telling Redis within closeWithin that this
@@ -148,12 +140,8 @@ func (r *Runtime) stopCoordination(co coordination) {
 	if err := co.c.Close(ctx); err != nil {
 		r.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
 	}
-	now := r.now()
 	for _, s := range co.shared {
 		r.e.ShareQuarantines(s.spec.Name, nil)
-		if s.leased {
-			s.b.SetShared(now, nil, 0)
-		}
 	}
 }
 
