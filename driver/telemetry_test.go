@@ -36,6 +36,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -43,24 +44,6 @@ import (
 // The telemetry tests run real statements through database/sql and the pgtraffic connection
 // down to a fake driver.Conn (no server), with an in-memory span exporter, a manual metric
 // reader, a captured log and a fake clock.
-
-// telClock is a fake clock for the engine.
-type telClock struct {
-	mu sync.Mutex // protects t
-	t  time.Time
-}
-
-func (c *telClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *telClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // telLog collects log output from many goroutines.
 type telLog struct {
@@ -215,7 +198,7 @@ type telHarness struct {
 	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
 	log    *telLog
-	clock  *telClock
+	clock  *fakeclock.Clock
 	sent   *telSent
 }
 
@@ -251,7 +234,7 @@ func newTelHarness(t testing.TB, rules string, opts ...Option) *telHarness {
 		spans:  tracetest.NewInMemoryExporter(),
 		reader: sdkmetric.NewManualReader(),
 		log:    &telLog{},
-		clock:  &telClock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)},
+		clock:  fakeclock.New(),
 		sent:   &telSent{},
 	}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
@@ -732,12 +715,12 @@ func TestDecisionLogRateLimited(t *testing.T) {
 	if got := lines(); len(got) != 1 || strings.Contains(got[0], "suppressed") {
 		t.Fatalf("5 warns in one second: log lines %q, want one without a suppressed count", got)
 	}
-	h.clock.Add(999 * time.Millisecond)
+	h.clock.Advance(999 * time.Millisecond)
 	warn()
 	if got := lines(); len(got) != 1 {
 		t.Fatalf("a warn 999ms later was logged: %q", got)
 	}
-	h.clock.Add(time.Millisecond)
+	h.clock.Advance(time.Millisecond)
 	warn()
 	got := lines()
 	if len(got) != 2 {
