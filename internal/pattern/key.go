@@ -37,27 +37,32 @@ func Key(sql string) string {
 func skipLeading(sql string) int {
 	i := 0
 	for i < len(sql) {
-		c := sql[i]
-		switch {
-		case isSpace(c) || c == ';':
-			i++
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			nl := strings.IndexByte(sql[i:], '\n')
-			if nl < 0 {
-				return len(sql)
-			}
-			i += nl + 1
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			n, ok := blockComment(sql[i:])
-			if !ok {
-				return i // unterminated: keep it, the server reports it
-			}
-			i += n
-		default:
-			return i
+		n, ok := filler(sql, i)
+		if n == 0 || !ok {
+			return i // a token, or an unterminated comment: the server reports it
 		}
+		i += n
 	}
 	return i
+}
+
+// filler returns the length of the whitespace byte, semicolon or comment that
+// starts at sql[i] (a line comment runs to its newline or to the end), 0 where
+// anything else starts; ok is false for an unterminated block comment.
+func filler(sql string, i int) (n int, ok bool) {
+	c := sql[i]
+	switch {
+	case isSpace(c) || c == ';':
+		return 1, true
+	case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+		if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
+			return nl + 1, true
+		}
+		return len(sql) - i, true
+	case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+		return blockComment(sql[i:])
+	}
+	return 0, true
 }
 
 // blockComment returns the length of the nested block comment that starts
@@ -90,35 +95,27 @@ func significantEnd(sql string) int {
 	end := 0
 	i := 0
 	for i < len(sql) {
+		n, ok := filler(sql, i)
+		if !ok {
+			return len(sql)
+		}
+		if n > 0 {
+			i += n
+			continue
+		}
 		c := sql[i]
-		switch {
-		case isSpace(c) || c == ';':
-			i++
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			nl := strings.IndexByte(sql[i:], '\n')
-			if nl < 0 {
-				return end
-			}
-			i += nl + 1
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			n, ok := blockComment(sql[i:])
+		if c == '\'' || c == '"' || c == '$' && (i == 0 || !isIdent(sql[i-1])) {
+			n, ok = quotedToken(sql, i)
 			if !ok {
 				return len(sql)
 			}
 			i += n
-		case c == '\'' || c == '"' || c == '$' && (i == 0 || !isIdent(sql[i-1])):
-			n, ok := quotedToken(sql, i)
-			if !ok {
-				return len(sql)
-			}
-			i += n
-			end = i
-		default:
+		} else {
 			// A run of bytes that start nothing: skip it whole.
 			for i++; i < len(sql) && !lexSpecial[sql[i]]; i++ {
 			}
-			end = i
 		}
+		end = i
 	}
 	return end
 }
