@@ -21,13 +21,7 @@ const (
 // expression with itself (x <> x is never true, x = x never false), and through NOT, AND and
 // OR. Anything else may be either.
 func (r *restrictor) neverTrue(n *pg.Node, neg bool) bool {
-	k := polar{n, neg}
-	if v, ok := r.never[k]; ok {
-		return v
-	}
-	v := r.neverTrueNode(n, neg)
-	r.never[k] = v
-	return v
+	return memo(r.never, polar{n, neg}, func() bool { return r.neverTrueNode(n, neg) })
 }
 
 func (r *restrictor) neverTrueNode(n *pg.Node, neg bool) bool {

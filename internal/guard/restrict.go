@@ -53,6 +53,16 @@ type restrictor struct {
 	canons     map[*pg.Node]string
 }
 
+// memo returns m[k], computed by f and stored the first time it is asked for.
+func memo[K comparable, V any](m map[K]V, k K, f func() V) V {
+	if v, ok := m[k]; ok {
+		return v
+	}
+	v := f()
+	m[k] = v
+	return v
+}
+
 // polar is a condition read as itself, or (neg) as its negation.
 type polar struct {
 	n   *pg.Node
@@ -78,13 +88,7 @@ func restricts(rel *pg.RangeVar, where *pg.Node) bool {
 
 // restrict reports whether the condition n (its negation when neg) restricts the target's rows.
 func (r *restrictor) restrict(n *pg.Node, neg bool) bool {
-	k := polar{n, neg}
-	if v, ok := r.restricted[k]; ok {
-		return v
-	}
-	v := r.restrictNode(n, neg)
-	r.restricted[k] = v
-	return v
+	return memo(r.restricted, polar{n, neg}, func() bool { return r.restrictNode(n, neg) })
 }
 
 func (r *restrictor) restrictNode(n *pg.Node, neg bool) bool {
@@ -120,12 +124,7 @@ func (r *restrictor) depends(n *pg.Node) bool {
 	if n == nil {
 		return false
 	}
-	if v, ok := r.depend[n]; ok {
-		return v
-	}
-	v := r.dependsNode(n)
-	r.depend[n] = v
-	return v
+	return memo(r.depend, n, func() bool { return r.dependsNode(n) })
 }
 
 func (r *restrictor) dependsNode(n *pg.Node) bool {

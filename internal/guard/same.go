@@ -48,12 +48,7 @@ func (r *restrictor) canon(n *pg.Node) string {
 	if n.GetNode() == nil {
 		return "nil"
 	}
-	if c, ok := r.canons[n]; ok {
-		return c
-	}
-	c := r.canonNode(n)
-	r.canons[n] = c
-	return c
+	return memo(r.canons, n, func() string { return r.canonNode(n) })
 }
 
 // digest is the canonical text of a node whose own text is text.
