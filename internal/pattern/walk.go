@@ -35,17 +35,13 @@ func (w *walker) node(n *pg.Node) {
 	case *pg.Node_SelectStmt:
 		w.selectStmt(x.SelectStmt)
 	case *pg.Node_InsertStmt:
-		s := x.InsertStmt
-		w.dml("INSERT", s.Relation, s.WithClause, s)
+		w.dml("INSERT", x.InsertStmt)
 	case *pg.Node_UpdateStmt:
-		s := x.UpdateStmt
-		w.dml("UPDATE", s.Relation, s.WithClause, s)
+		w.dml("UPDATE", x.UpdateStmt)
 	case *pg.Node_DeleteStmt:
-		s := x.DeleteStmt
-		w.dml("DELETE", s.Relation, s.WithClause, s)
+		w.dml("DELETE", x.DeleteStmt)
 	case *pg.Node_MergeStmt:
-		s := x.MergeStmt
-		w.dml("MERGE", s.Relation, s.WithClause, s)
+		w.dml("MERGE", x.MergeStmt)
 	case *pg.Node_DropStmt:
 		w.dropStmt(x.DropStmt)
 	case *pg.Node_RangeVar:
@@ -117,8 +113,16 @@ func (w *walker) selectStmt(s *pg.SelectStmt) {
 	w.withScope(s.WithClause, s, "")
 }
 
+// writeStmt is what an INSERT, UPDATE, DELETE and MERGE statement have in common.
+type writeStmt interface {
+	protoreflect.ProtoMessage
+	GetRelation() *pg.RangeVar
+	GetWithClause() *pg.WithClause
+}
+
 // dml records an INSERT/UPDATE/DELETE/MERGE anchored at its target table.
-func (w *walker) dml(op string, rel *pg.RangeVar, with *pg.WithClause, s protoreflect.ProtoMessage) {
+func (w *walker) dml(op string, s writeStmt) {
+	rel := s.GetRelation()
 	loc := -1
 	if rel != nil {
 		loc = int(rel.Location)
@@ -126,7 +130,7 @@ func (w *walker) dml(op string, rel *pg.RangeVar, with *pg.WithClause, s protore
 	w.opEvent(op, loc, func() {
 		// The target is never a CTE, even when one has its name.
 		w.rangeVar(rel, false)
-		w.withScope(with, s, "relation")
+		w.withScope(s.GetWithClause(), s, "relation")
 	})
 }
 
