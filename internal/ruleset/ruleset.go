@@ -121,22 +121,12 @@ func Compile(rs []rules.Rule, budgetIndex func(name string) int) (*Set, error) {
 // over their other pairs.
 func (s *Set) file(i int32, r *rule) {
 	if len(r.exact) > 0 {
-		best := r.exact[0]
-		for _, kv := range r.exact[1:] {
-			if len(s.exact[kv]) < len(s.exact[best]) {
-				best = kv
-			}
-		}
+		best := fewest(r.exact, s.exact)
 		s.exact[best] = append(s.exact[best], i)
 		s.noteKey(best.Key)
 		return
 	}
-	best := r.cidrs[0]
-	for _, c := range r.cidrs[1:] {
-		if len(s.cidr[c]) < len(s.cidr[best]) {
-			best = c
-		}
-	}
+	best := fewest(r.cidrs, s.cidr)
 	s.cidr[best] = append(s.cidr[best], i)
 	s.noteKey(best.key)
 	l := s.lens[best.key]
@@ -152,6 +142,17 @@ func (s *Set) file(i int32, r *rule) {
 	} else if !slices.Contains(l.v6, bits) {
 		l.v6 = append(l.v6, bits)
 	}
+}
+
+// fewest returns the first of keys (at least one) under which index holds the fewest rules.
+func fewest[K comparable](keys []K, index map[K][]int32) K {
+	best := keys[0]
+	for _, k := range keys[1:] {
+		if len(index[k]) < len(index[best]) {
+			best = k
+		}
+	}
+	return best
 }
 
 // Empty reports whether the set holds no rules, so that a caller can skip tag work.
