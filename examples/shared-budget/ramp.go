@@ -14,9 +14,11 @@ package main
 //     doc.go, "Slots with headroom"), so a refusal below that bound means slots idle in
 //     Redis while a statement is refused.
 //
-// Each process counts its statements in flight and records every refusal with that count;
-// the parent samples pg_stat_activity every 10 ms for the fleet's count. Statements are
-// 20 ms of pg_sleep, long enough for the sampler to see them.
+// Each process records when each statement was sent and returned, and when each refused one
+// returned (a refusal is decided at once); the fleet's in-flight count at a refusal is the statements of every process sent
+// before it and not yet returned (the processes share the machine's clock). The parent also
+// samples pg_stat_activity every 10 ms for the most statements running at once. Statements
+// are 20 ms of pg_sleep.
 
 import (
 	"context"
@@ -34,7 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver"
@@ -76,18 +77,12 @@ var rampParts = []rampPart{
 	{"fleet", [][]int{{4, 40, 16}, {4, 4, 16}, {4, 4, 16}, {4, 4, 16}}},
 }
 
-// rampRefusal is a statement a ramp child was refused: when, and how many of its own were in
-// flight then.
-type rampRefusal struct {
-	At  time.Time `json:"at"`
-	Own int       `json:"own"`
-}
-
-// rampReport is what a ramp child prints when it ends.
+// rampReport is what a ramp child prints when it ends: when each statement that ran was
+// sent and returned, and when each refused one returned, in µs of Unix time.
 type rampReport struct {
-	OK       int           `json:"ok"`
-	Errors   int           `json:"errors"`
-	Refusals []rampRefusal `json:"refusals"`
+	Ran      [][2]int64 `json:"ran"`
+	Refusals []int64    `json:"refusals"`
+	Errors   int        `json:"errors"`
 }
 
 // rampResult is one run of one part.
@@ -149,8 +144,9 @@ func runRamp(c config, e *env) error {
 	return nil
 }
 
-// rampSlack is what the sampler may miss of the fleet's statements in flight: those admitted
-// and not yet active on the server, or done and not yet seen as done.
+// rampSlack is how far below its demand the fleet's in-flight count dips on its own: a worker
+// between one statement's return and the next one's admission holds no statement, and the
+// other processes' workers run back to back.
 const rampSlack = 2
 
 // growth is how much the processes' demand (their workers) grew over the span before at:
@@ -207,7 +203,7 @@ func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 		}
 		kids[i] = k
 	}
-	var refusals []rampRefusal
+	var refusals, starts, ends []int64
 	for _, k := range kids {
 		if err := k.cmd.Wait(); err != nil {
 			return r, fmt.Errorf("child %d: %w", k.id, err)
@@ -216,19 +212,10 @@ func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 		if err := json.Unmarshal([]byte(k.out.String()), &rep); err != nil {
 			return r, fmt.Errorf("child %d: report: %w", k.id, err)
 		}
-		r.ok += rep.OK
+		r.ok += len(rep.Ran)
 		r.errs += rep.Errors
-		if len(p.workers) == 1 {
-			// Alone, the process's own count is the fleet's, exact at the refusal.
-			for _, x := range rep.Refusals {
-				x.Own = max(x.Own, 0)
-				if r.least < 0 || x.Own < r.least {
-					r.least, r.bound = x.Own, rampLimit
-				}
-				if x.Own < rampLimit {
-					r.below++
-				}
-			}
+		for _, x := range rep.Ran {
+			starts, ends = append(starts, x[0]), append(ends, x[1])
 		}
 		refusals = append(refusals, rep.Refusals...)
 	}
@@ -240,26 +227,26 @@ func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 			r.most = max(r.most, s.running)
 		}
 	}
-	if len(p.workers) > 1 {
-		for _, x := range refusals {
-			// The fleet at the refusal: the most the sampler saw within 20 ms of it (a
-			// sample is a query of its own, which takes a few ms).
-			now := -1
-			for _, s := range samples {
-				if d := s.at.Sub(x.At); d >= -20*time.Millisecond && d <= 20*time.Millisecond {
-					now = max(now, s.running)
-				}
-			}
-			if now < 0 {
-				continue // no sample near it: not judged
-			}
-			bound := rampLimit - growth(p, start, x.At, c.interval*3/2) - rampSlack
-			if r.least < 0 || now < r.least {
-				r.least, r.bound = now, bound
-			}
-			if now < bound {
-				r.below++
-			}
+	// The fleet's statements in flight at t: those sent at or before t that had not returned
+	// (a statement's span from its send to its return holds its slot, and a little more).
+	slices.Sort(starts)
+	slices.Sort(ends)
+	inFlight := func(t int64) int {
+		n, _ := slices.BinarySearch(starts, t+1)
+		m, _ := slices.BinarySearch(ends, t+1)
+		return n - m
+	}
+	for _, at := range refusals {
+		now := inFlight(at)
+		bound := rampLimit
+		if len(p.workers) > 1 {
+			bound -= growth(p, start, time.UnixMicro(at), c.interval*3/2) + rampSlack
+		}
+		if r.least < 0 || now < r.least {
+			r.least, r.bound = now, bound
+		}
+		if now < bound {
+			r.below++
 		}
 	}
 	return r, nil
@@ -311,7 +298,6 @@ func runRampChild(c childConfig, phaseList string) error {
 
 	var rep rampReport
 	var mu sync.Mutex // protects rep
-	var inflight atomic.Int64
 	var wg sync.WaitGroup
 	time.Sleep(time.Until(start))
 	for w := range most {
@@ -324,17 +310,17 @@ func runRampChild(c childConfig, phaseList string) error {
 					time.Sleep(time.Millisecond)
 					continue
 				}
-				own := inflight.Add(1)
+				sent := time.Now().UnixMicro()
 				_, err := db.ExecContext(ctx, query)
-				inflight.Add(-1)
 				var be *driver.BlockedError
 				mu.Lock()
 				switch {
 				case err == nil:
-					rep.OK++
+					rep.Ran = append(rep.Ran, [2]int64{sent, time.Now().UnixMicro()})
 				case errors.As(err, &be):
-					// own counted this statement too.
-					rep.Refusals = append(rep.Refusals, rampRefusal{At: time.Now(), Own: int(own) - 1})
+					// When it was refused: a statement sent at the same moment may have
+					// taken the slot first.
+					rep.Refusals = append(rep.Refusals, time.Now().UnixMicro())
 				default:
 					rep.Errors++
 				}
