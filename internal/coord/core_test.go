@@ -459,15 +459,15 @@ func TestHashTagAndKeys(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"", "acme"} {
-		if got := PartitionField(p); got != p {
-			t.Errorf("PartitionField(%q) = %q, want it verbatim", p, got)
+		if got := partitionField(p); got != p {
+			t.Errorf("partitionField(%q) = %q, want it verbatim", p, got)
 		}
 	}
-	long := PartitionField(string(make([]byte, 1000)))
+	long := partitionField(string(make([]byte, 1000)))
 	if len(long) > 40 {
 		t.Errorf("a long partition value makes a %d-byte field", len(long))
 	}
-	if PartitionField(string(make([]byte, 1000))) == PartitionField(string(make([]byte, 999))) {
+	if partitionField(string(make([]byte, 1000))) == partitionField(string(make([]byte, 999))) {
 		t.Error("distinct long partitions share a field")
 	}
 }

@@ -467,7 +467,7 @@ func TestRedisRestartLetsNoMoreThanTheBudgetThrough(t *testing.T) {
 			maxRate, maxBurst, maxSlots, spec)
 	}
 	// The partition's expiry is on the simulation's clock: only its presence counts here.
-	if ok, err := rc.HExists(context.Background(), PartitionsKey("restart"), PartitionField("")).Result(); err != nil || !ok {
+	if ok, err := rc.HExists(context.Background(), PartitionsKey("restart"), partitionField("")).Result(); err != nil || !ok {
 		t.Fatalf("the restarted Redis was not resynced: %v, %v", ok, err)
 	}
 	for _, in := range insts {
@@ -656,7 +656,7 @@ func TestLapsedPartitionsAreSwept(t *testing.T) {
 func partitionLapse(t *testing.T, rc *redis.Client, budget, part string) time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	v, err := rc.HGet(ctx, PartitionsKey(budget), PartitionField(part)).Result()
+	v, err := rc.HGet(ctx, PartitionsKey(budget), partitionField(part)).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}

@@ -42,16 +42,16 @@ func HashTag(budget string) string {
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // PartitionsKey is the Redis key of a budget's partitions, pgtraffic:{budget}:p2: one hash
-// with a field per partition (see [PartitionField]). The "2" is the layout: the layout
+// with a field per partition (see partitionField). The "2" is the layout: the layout
 // before it (one hash per partition, pgtraffic:{budget}:p:<partition>) is never read.
 func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p2" }
 
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
 func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
 
-// PartitionField is a partition's field in its budget's [PartitionsKey]: its value verbatim,
+// partitionField is a partition's field in its budget's [PartitionsKey]: its value verbatim,
 // or hashed when long.
-func PartitionField(partition string) string {
+func partitionField(partition string) string {
 	if len(partition) > maxKeyPart {
 		sum := sha256.Sum256([]byte(partition))
 		return "#" + hex.EncodeToString(sum[:16])
@@ -110,7 +110,7 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 	}
 	args = append(args, packed)
 	for _, r := range reps {
-		args = append(args, PartitionField(r.p.key))
+		args = append(args, partitionField(r.p.key))
 	}
 	if cl.quarantines {
 		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))

@@ -105,7 +105,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 	clk := fakeclock.New()
 	cr := newClockedRedis(t, rc, clk.Now)
 	if cfg.forge != "" {
-		key, field := PartitionsKey(cfg.name), PartitionField("")
+		key, field := PartitionsKey(cfg.name), partitionField("")
 		script := forgePrelude + cfg.forge + forgePostlude
 		cr.before = func(ctx context.Context, now time.Time) {
 			if err := rc.Eval(ctx, script, []string{key}, now.UnixMicro(), field).Err(); err != nil && !errors.Is(err, redis.Nil) {
