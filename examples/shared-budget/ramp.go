@@ -96,6 +96,8 @@ type rampResult struct {
 	// count at a refusal, and bound the bound there (-1: no refusal).
 	below, least, bound int
 	most                int // the fleet's most statements at once (pg_stat_activity)
+	// late is, of the refusals below the bound, the latest into its phase (0: none).
+	late time.Duration
 }
 
 func (r rampResult) missed() []string {
@@ -128,7 +130,7 @@ func runRamp(c config, e *env) error {
 	}
 	fmt.Printf("\nramp: shared max_concurrent %d, sync_interval %s, %s statements, phases of %s; alone: 1 process at 8, 12, 64 workers;\n"+
 		"fleet: 4 processes at 4 workers, then the first at 40, then all at 16\n", rampLimit, c.interval, rampStmt, rampPhase)
-	fmt.Println("part   run  statements  refused  below bound  least in flight at a refusal (bound)  most in flight  targets")
+	fmt.Println("part   run  statements  refused  below bound  least in flight at a refusal (bound)  most in flight  last below, into its phase  targets")
 	fmt.Printf("                                  0                                                    <= %d\n", rampLimit)
 	for _, r := range results {
 		verdict := "met"
@@ -139,7 +141,11 @@ func runRamp(c config, e *env) error {
 		if r.least >= 0 {
 			least = fmt.Sprintf("%d (%d)", r.least, r.bound)
 		}
-		fmt.Printf("%-6s %-4d %-11d %-8d %-12d %-38s %-15d %s\n", r.part, r.run, r.ok, r.total, r.below, least, r.most, verdict)
+		late := "-"
+		if r.below > 0 {
+			late = r.late.Round(time.Millisecond).String()
+		}
+		fmt.Printf("%-6s %-4d %-11d %-8d %-12d %-38s %-15d %-27s %s\n", r.part, r.run, r.ok, r.total, r.below, least, r.most, late, verdict)
 	}
 	return nil
 }
@@ -247,14 +253,15 @@ func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 		}
 		if now < bound {
 			r.below++
+			r.late = max(r.late, time.UnixMicro(at).Sub(start)%rampPhase)
 		}
 	}
 	return r, nil
 }
 
 // runRampChild is one process of the ramp: from start, the workers of each phase (phases of
-// rampPhase) run rampStmt statements back to back; a refused one is retried after a
-// millisecond. It prints its report at end.
+// rampPhase) run rampStmt statements back to back; a refused one is retried after 5 ms. It
+// prints its report at end.
 func runRampChild(c childConfig, phaseList string) error {
 	start, err := time.Parse(time.RFC3339Nano, c.start)
 	if err != nil {
@@ -326,7 +333,10 @@ func runRampChild(c childConfig, phaseList string) error {
 				}
 				mu.Unlock()
 				if err != nil {
-					time.Sleep(time.Millisecond)
+					// Soon, to find the first free slot, but not so soon that the
+					// refused workers' retries take the CPU the process's coordinator
+					// needs to sync.
+					time.Sleep(5 * time.Millisecond)
 				}
 			}
 		}()
