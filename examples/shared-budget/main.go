@@ -18,7 +18,11 @@
 //   - kill: slots, with one process killed (SIGKILL) mid-run: its slots must come back
 //     within 3 sync intervals;
 //   - election: one health sampler for every process, and another after it is killed
-//     (election.go).
+//     (election.go);
+//   - ramp: a shared max_concurrent of 64, one process ramping from 8 to 12 to 64 workers,
+//     then 4 processes of which one jumps: refused only near the limit (ramp.go);
+//   - tenants: one budget per: tenant with 100,000 active tenants on one instance: every
+//     partition renewed every interval, no failure (tenants.go).
 //
 // Each scenario runs -runs times and the table shows every run, each checked against the
 // targets; the chart shows the median run (by aggregate rate).
@@ -130,6 +134,12 @@ func main() {
 		}
 		return
 	}
+	if *rampChild {
+		if err := runRampChild(c.childFlags, *rampPhases); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *electionChild {
 		if err := runElectionChild(c.childFlags, *electionStatus); err != nil {
 			log.Fatal(err)
@@ -196,6 +206,16 @@ func runParent(c config) error {
 	}
 	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "election") {
 		if err := runElection(c, e); err != nil {
+			return err
+		}
+	}
+	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "ramp") {
+		if err := runRamp(c, e); err != nil {
+			return err
+		}
+	}
+	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "tenants") {
+		if err := runTenants(c, e); err != nil {
 			return err
 		}
 	}

@@ -47,8 +47,8 @@ func BenchmarkRound(b *testing.B) {
 	}
 }
 
-// BenchmarkSyncManyTenants is one sync of a budget with 20,000 active partitions against a
-// real redis-server: it must stay well within the default interval of a second.
+// BenchmarkSyncManyTenants is one sync of a budget with 100,000 active partitions against a
+// real redis-server; redis-ms/op is the time Redis spent running the script.
 func BenchmarkSyncManyTenants(b *testing.B) {
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Need(b).Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rc.Close()

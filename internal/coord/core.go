@@ -453,7 +453,12 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 	c.lastOK = now
 	c.latency = now.Sub(sent)
 	if !c.partial {
-		c.next = sent.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+		// From the sync's start (its reports were built just before its first call), not
+		// this call's: a sync of many calls that takes longer than an interval is followed at
+		// once by the next, so that each partition is renewed every interval or every sync's
+		// length, whichever is longer, rather than every sum of the two, which would lapse
+		// the leases of its first calls.
+		c.next = c.last.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
 	}
 	live := 0
 	for i := range reps {

@@ -449,22 +449,26 @@ func TestPushesOnlyChanges(t *testing.T) {
 }
 
 func TestHashTagAndKeys(t *testing.T) {
-	for _, tc := range []struct{ budget, part, want string }{
-		{"reporting", "", "pgtraffic:{reporting}:p:"},
-		{"reporting", "acme", "pgtraffic:{reporting}:p:acme"},
-		{"a{b}c", "x", "pgtraffic:{a%7Bb%7Dc}:p:x"},
-		{"50%", "x", "pgtraffic:{50%25}:p:x"},
+	for _, tc := range []struct{ budget, want string }{
+		{"reporting", "pgtraffic:{reporting}:p2"},
+		{"a{b}c", "pgtraffic:{a%7Bb%7Dc}:p2"},
+		{"50%", "pgtraffic:{50%25}:p2"},
 	} {
-		if got := PartitionKey(tc.budget, tc.part); got != tc.want {
-			t.Errorf("PartitionKey(%q, %q) = %q, want %q", tc.budget, tc.part, got, tc.want)
+		if got := PartitionsKey(tc.budget); got != tc.want {
+			t.Errorf("PartitionsKey(%q) = %q, want %q", tc.budget, got, tc.want)
 		}
 	}
-	long := PartitionKey("b", string(make([]byte, 1000)))
-	if len(long) > 80 {
-		t.Errorf("a long partition value makes a %d-byte key", len(long))
+	for _, p := range []string{"", "acme"} {
+		if got := partitionField(p); got != p {
+			t.Errorf("partitionField(%q) = %q, want it verbatim", p, got)
+		}
 	}
-	if PartitionKey("b", string(make([]byte, 1000))) == PartitionKey("b", string(make([]byte, 999))) {
-		t.Error("distinct long partitions share a key")
+	long := partitionField(string(make([]byte, 1000)))
+	if len(long) > 40 {
+		t.Errorf("a long partition value makes a %d-byte field", len(long))
+	}
+	if partitionField(string(make([]byte, 1000))) == partitionField(string(make([]byte, 999))) {
+		t.Error("distinct long partitions share a field")
 	}
 }
 

@@ -51,11 +51,16 @@
 // first ranks. An instance that comes or goes moves only its own odd slot; a rotation by
 // position would move most of them, idling each while it changes hands.
 //
-// All keys of a budget share one Redis Cluster hash tag, pgtraffic:{budget}:p:<partition>
-// (see [PartitionKey]): one hash per partition with the tat and one small msgpack field per
-// live instance. Each hash expires a few intervals after its last instance left (or its debt
-// drained), so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
-// 100,000 small hashes only while they are all active.
+// All keys of a budget share one Redis Cluster hash tag. Its partitions are the fields of one
+// hash, pgtraffic:{budget}:p2 (see [PartitionsKey]), each a small binary value with the tat
+// and an entry per live instance, so that a call of 256 partitions reads them with one
+// command and writes them with one. A partition lapses a few intervals after its last
+// instance left (or its debt drained); each call sweeps as many other fields as it carries
+// partitions and deletes the lapsed ones, and the hash expires with the last partition
+// written, so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
+// 100,000 fields only while they are all active. The "2" is the key layout's version: the
+// per-partition keys of earlier versions (pgtraffic:{budget}:p:<partition>) are never read,
+// so instances of the two layouts do not see each other (see the changelog on upgrading).
 //
 // # Slots with headroom
 //

@@ -41,17 +41,17 @@ func HashTag(budget string) string {
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// PartitionKey is the Redis key of one partition of a budget:
-// pgtraffic:{budget}:p:<partition>.
-func PartitionKey(budget, partition string) string {
-	return partitionPrefix(budget) + partitionPart(partition)
-}
+// PartitionsKey is the Redis key of a budget's partitions, pgtraffic:{budget}:p2: one hash
+// with a field per partition (see partitionField). The "2" is the layout: the layout
+// before it (one hash per partition, pgtraffic:{budget}:p:<partition>) is never read.
+func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p2" }
 
-// partitionPrefix is what every partition key of a budget starts with.
-func partitionPrefix(budget string) string { return KeyPrefix + HashTag(budget) + ":p:" }
+// sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
+func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
 
-// partitionPart is a partition's value as its key ends: verbatim, or hashed when long.
-func partitionPart(partition string) string {
+// partitionField is a partition's field in its budget's [PartitionsKey]: its value verbatim,
+// or hashed when long.
+func partitionField(partition string) string {
 	if len(partition) > maxKeyPart {
 		sum := sha256.Sum256([]byte(partition))
 		return "#" + hex.EncodeToString(sum[:16])
@@ -94,8 +94,9 @@ type call struct {
 // runSync sends one call and decodes the answers.
 func runSync(ctx context.Context, rc redis.Scripter, instance string, interval time.Duration, cl call) (reply, error) {
 	spec, reps := cl.spec, cl.reps
-	keys := make([]string, len(reps), len(reps)+1)
-	args := make([]any, 0, 9+11*len(reps)+2*len(cl.publish))
+	keys := make([]string, 2, 3)
+	keys[0], keys[1] = PartitionsKey(spec.Name), sweepKey(spec.Name)
+	args := make([]any, 0, 10+len(reps)+2*len(cl.publish))
 	lease := leaseDuration(interval)
 	var qfor int64
 	if cl.quarantines {
@@ -103,18 +104,13 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 	}
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), cl.notAfter, qfor, MaxQuarantines)
-	prefix := partitionPrefix(spec.Name)
-	for i, r := range reps {
-		keys[i] = prefix + partitionPart(r.p.key)
-		leave, recovering := 0, 0
-		if r.leave {
-			leave = 1
-		}
-		if r.recovering {
-			recovering = 1
-		}
-		args = append(args, r.seq, ffmt(r.used), ffmt(r.demand), r.want, r.applied, r.inflight, leave, r.expected,
-			r.age.Microseconds(), ffmt(r.held), recovering)
+	packed := make([]byte, 0, reportBytes*len(reps))
+	for _, r := range reps {
+		packed = r.appendPacked(packed)
+	}
+	args = append(args, packed)
+	for _, r := range reps {
+		args = append(args, partitionField(r.p.key))
 	}
 	if cl.quarantines {
 		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))
@@ -137,6 +133,27 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 		r.results[i].clamp(spec, lease)
 	}
 	return r, err
+}
+
+// reportBytes is the size of one partition's report as the script reads it: 11 little-endian
+// float64 (sync.lua, ARGV[10]).
+const reportBytes = 11 * 8
+
+// appendPacked appends r as the script reads it. Every count and µs figure fits a float64
+// exactly (below 2^53).
+func (r report) appendPacked(b []byte) []byte {
+	flag := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, x := range [11]float64{float64(r.seq), r.used, r.demand, float64(r.want), float64(r.applied),
+		float64(r.inflight), flag(r.leave), float64(r.expected), float64(r.age.Microseconds()), r.held,
+		flag(r.recovering)} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	return b
 }
 
 // maxLive bounds the instance count a reply may report, as the script bounds lost ones.

@@ -11,18 +11,25 @@ import (
 // alone under a shared max_concurrent serves a burst of its workers at once is
 // TestAloneSlotsRefuseNothingBelowTheLimit.
 
-// TestForgedRedisStateIsChecked: whatever else is written into a shared budget's hash (an
+// TestForgedRedisStateIsChecked: whatever else is written into a shared budget's partition (an
 // instance entry with negative numbers, one that expires in 2255, inf and nan in the
-// partition's state, a field that is not msgpack), rewritten before every sync, the budget
+// partition's state, strings for numbers, an entry that is not an instance's, a value that is
+// not msgpack or expires at nan or in 2255), rewritten before every sync, the budget
 // never runs more than max_concurrent at once nor admits more than its rate and burst, its
 // statements still run, and nothing non-finite reaches the status.
 func TestForgedRedisStateIsChecked(t *testing.T) {
 	const now = "local now = tonumber(ARGV[1])\n"
 	for _, tc := range []struct{ name, script string }{
-		{"negative numbers", now + "redis.call('HSET', KEYS[1], 'i:forged', cmsgpack.pack({1, -100, -100, -8, -10, now + 400000, 0}))"},
-		{"expiry in 2255", now + "redis.call('HSET', KEYS[1], 'i:forged', cmsgpack.pack({1, 1, 2, 2, 1, 8.9e15, 0}))"},
-		{"inf and nan", "redis.call('HSET', KEYS[1], 'tat', 'inf', 'last', 'nan', 'lu', 'inf', 'ln', 'nan', 'i:junk', 'not msgpack')"},
-		{"nan tat", "redis.call('HSET', KEYS[1], 'tat', 'nan', 'ln', '1e308', 'lu', '-inf')"},
+		{"negative numbers", now + "hset('i:forged', {1, -100, -100, -8, -10, now + 400000, 0})"},
+		{"expiry in 2255", now + "hset('i:forged', {1, 1, 2, 2, 1, 8.9e15, 0})"},
+		{"inf and nan", "hset('tat', 1/0, 'last', 0/0, 'lu', 1/0, 'ln', 0/0, 'i:junk', 'not msgpack', 'gf', -1/0)"},
+		{"nan tat", "hset('tat', 0/0, 'ln', 1e308, 'lu', -1/0)"},
+		{"strings for numbers", "hset('tat', 'inf', 'last', 'nan', 'ln', '1e308', 'i:forged', {'1', '9', '9', '9', '9', '9', '0'})"},
+		{"not an instance", now + "hset(7, {1, 1, 2, 2, 1, now + 400000, 0}, 'x:forged', {1, 1, 2, 2, 1, now + 400000, 0})"},
+		{"not msgpack", "raw = 'not msgpack at all'"},
+		{"partition expiry nan", "raw = struct.pack('<d', 0/0) .. cmsgpack.pack(st)"},
+		{"partition expiry in 2255", "raw = struct.pack('<d', 8.9e15) .. cmsgpack.pack(st)"},
+		{"not an array", "raw = struct.pack('<d', lapse) .. cmsgpack.pack({tat = 5})"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const interval = 200 * time.Millisecond

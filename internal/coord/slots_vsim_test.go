@@ -33,8 +33,9 @@ type slotConfig struct {
 	// rate and burst are the budget's bucket (execution seconds per second, and seconds);
 	// 0: none. cost is each statement's predicted and actual execution seconds.
 	rate, burst, cost float64
-	// forge, when not empty, is a script that another writer runs on the partition's hash
-	// before each sync: KEYS[1] the hash, ARGV[1] the simulation's time in µs.
+	// forge, when not empty, is a script that another writer runs on the unkeyed partition
+	// before each sync, between forgePrelude and forgePostlude: ARGV[1] is the simulation's
+	// time in µs.
 	forge    string
 	interval time.Duration
 	stmt     time.Duration // how long a statement holds its slot, and up to as much again at random
@@ -104,9 +105,10 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 	clk := fakeclock.New()
 	cr := newClockedRedis(t, rc, clk.Now)
 	if cfg.forge != "" {
-		key := PartitionKey(cfg.name, "")
+		key, field := PartitionsKey(cfg.name), partitionField("")
+		script := forgePrelude + cfg.forge + forgePostlude
 		cr.before = func(ctx context.Context, now time.Time) {
-			if err := rc.Eval(ctx, cfg.forge, []string{key}, now.UnixMicro()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			if err := rc.Eval(ctx, script, []string{key}, now.UnixMicro(), field).Err(); err != nil && !errors.Is(err, redis.Nil) {
 				t.Errorf("forging: %v", err)
 			}
 		}
@@ -287,3 +289,36 @@ func TestSlotsHeadroomBound(t *testing.T) {
 		})
 	}
 }
+
+// forgePrelude reads the partition whose field is ARGV[2] in the hash KEYS[1] for a forge
+// script, which changes it with hset(name, value, ...), as if the partition were a hash of the
+// fields sync.lua names (tat, gf, gt, last, lu, ln, and "i:<id>" with an instance's entry,
+// any value), or sets raw, the field's whole value; forgePostlude writes it back.
+const forgePrelude = `local v = redis.call('HGET', KEYS[1], ARGV[2])
+local lapse, st, raw = tonumber(ARGV[1]) + 10000000, {false, false, false, false, false, false}, nil
+if v then
+  lapse = struct.unpack('<d', v)
+  local ok, d = pcall(cmsgpack.unpack, string.sub(v, 9))
+  if ok and type(d) == 'table' then st = d end
+end
+local pos = {tat = 1, gf = 2, gt = 3, last = 4, lu = 5, ln = 6}
+local function hset(...)
+  local a = {...}
+  for k = 1, #a, 2 do
+    local f, x = a[k], a[k + 1]
+    if pos[f] then
+      st[pos[f]] = x
+    else
+      local found = false
+      for j = 7, #st, 2 do
+        if st[j] == f then st[j + 1], found = x, true end
+      end
+      if not found then st[#st + 1], st[#st + 2] = f, x end
+    end
+  end
+end
+`
+
+const forgePostlude = `
+redis.call('HSET', KEYS[1], ARGV[2], raw or struct.pack('<d', lapse) .. cmsgpack.pack(st))
+`

@@ -1,7 +1,9 @@
 -- One sync of one instance for some partitions of one shared budget (see doc.go).
 --
--- KEYS[i]   the hash of partition i; every key of a budget has the budget's hash tag. When
---           ARGV[8] > 0 the last key is instead the budget's quarantine hash (see below).
+-- KEYS[1]   the budget's hash of partitions: one field per partition (see below)
+-- KEYS[2]   the cursor of the sweep of KEYS[1]'s lapsed fields (see below)
+-- KEYS[3]   when ARGV[8] > 0, the budget's quarantine hash (see below); every key of a budget
+--           has the budget's hash tag
 -- ARGV[1]   instance id (its field is "i:<id>")
 -- ARGV[2]   lease duration, ms (an instance not heard from for this long is dead)
 -- ARGV[3]   budget rate, execution seconds per second (0: no bucket)
@@ -12,26 +14,38 @@
 --           of a Redis that hung, and its sender gave up on it) changes nothing; 0: no limit
 -- ARGV[8]   the budget's quarantine for:, µs; 0: it shares no quarantines (no quarantine key)
 -- ARGV[9]   the most quarantines the quarantine hash may hold
--- then for each partition 11 values:
+-- ARGV[10]  the partitions' reports, 11 little-endian doubles each:
 --           seq, used seconds, demand (execution seconds per second), slots wanted,
 --           slots applied (the instance's current limit), in flight, leave (1 or 0),
 --           instances expected (the most the instance saw in the partition lately),
 --           age µs (how long before now its usage counts as run; see below),
 --           local debt seconds (what the instance's bucket holds now),
 --           recovering (1 or 0: the instance's previous sync failed)
+-- then each partition's field in KEYS[1], in the order of the reports
 -- then for each quarantine the instance began since its last sync 2 values:
 --           fingerprint (16 lower-case hex digits), µs left
 --
--- A partition's hash holds "tat" (the budget's theoretical arrival time, µs of Redis TIME:
--- global debt = rate × max(0, tat − now)), "gf" and "gt" (the last time the bucket stood
--- idle before usage that ran later, µs, from and to; see below), "last" (when anyone last
--- synced it), while
--- instances are believed lost "lu" and "ln" (until when, and how many instances there were),
--- and one field "i:<id>" per instance, a msgpack array {seq, demand, want, held slots,
--- granted rate, expiry µs, left, max_concurrent, rate, burst, local debt, its time µs};
--- left = 1 marks an instance that left the partition, kept for a lease duration; the next
--- three are the budget's limits on that instance, the last two what its bucket held as it
--- reported (a share of debt it took on at that sync is in its next report).
+-- A partition is one field of the budget's hash, so that a call of many partitions reads
+-- them with one HMGET and writes them with one HSET: a command called from the script costs
+-- more than the partition's own work. Its value is the partition's expiry (µs of Redis TIME,
+-- a little-endian double) followed by a msgpack array {tat, gf, gt, last, lu, ln, then for
+-- each instance its id "i:<id>" and its entry}: tat is the budget's theoretical arrival
+-- time (µs of Redis TIME: global debt = rate × max(0, tat − now)), gf and gt the last time
+-- the bucket stood idle before usage that ran later (µs, from and to; see below), last when
+-- anyone last synced it, and, while instances are believed lost, lu and ln (until when, and
+-- how many instances there were); false where there is none. An instance's entry is a
+-- msgpack array {seq, demand, want, held slots, granted rate, expiry µs, left,
+-- max_concurrent, rate, burst, local debt, its time µs}; left = 1 marks an instance that
+-- left the partition, kept for a lease duration; the next three are the budget's limits on
+-- that instance, the last two what its bucket held as it reported (a share of debt it took
+-- on at that sync is in its next report).
+--
+-- Memory stays bounded: a partition lives while an instance takes part in it or its debt has
+-- not drained (at most an hour of it). A field past its expiry counts as absent, and each call
+-- sweeps as many of the hash's fields as it carries partitions (HSCAN from the cursor in
+-- KEYS[2]), deleting the lapsed ones: the sweep goes round the hash about once an interval
+-- while the partitions are synced. The hash and the cursor expire with the furthest expiry
+-- written, so a budget nobody syncs goes whole.
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
@@ -95,9 +109,13 @@ local period = math.max(tonumber(ARGV[6]) * 1000, 1)
 local not_after = tonumber(ARGV[7])
 local qfor = tonumber(ARGV[8])
 local qmax = tonumber(ARGV[9])
-local nparts = #KEYS
-if qfor > 0 then nparts = nparts - 1 end
-local head = 9
+local blob = ARGV[10]
+local head = 10
+local nparts = math.floor(#blob / 88)
+if #blob ~= nparts * 88 or #ARGV < head + nparts then
+  return redis.error_reply('sync: ' .. #blob .. ' bytes of reports for ' .. (#ARGV - head) .. ' values')
+end
+local hkey, ckey = KEYS[1], KEYS[2]
 
 local function num(x) return string.format('%.17g', x) end
 
@@ -113,14 +131,15 @@ local max_lost = 100000
 -- The furthest back a report's usage counts as run, µs.
 local max_age = max_debt
 
--- entry decodes an instance's field: {seq, demand, want, held slots, granted rate, expiry µs,
--- left}, or nil when it is not one this script could have written (not a msgpack array, a
--- negative or non-finite number, an expiry beyond a lease duration from now). What it holds
+-- entry checks an instance's entry and returns a copy of it: {seq, demand, want, held slots,
+-- granted rate, expiry µs, left, ...}, or nil when it is not one this script could have
+-- written (not an array, a negative or non-finite number, an expiry beyond a lease duration
+-- from now). The entry as read is what the partition keeps of another instance. What it holds
 -- counts as at most the whole budget: an instance on other limits (a rolling change of
 -- the rules) may hold more than this one's.
-local function entry(v)
-  local ok, e = pcall(cmsgpack.unpack, v)
-  if not ok or type(e) ~= 'table' then return nil end
+local function entry(raw)
+  if type(raw) ~= 'table' then return nil end
+  local e = {raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11], raw[12]}
   for k = 1, 7 do
     if not within(e[k], 0, math.huge) then return nil end
   end
@@ -139,10 +158,51 @@ if not_after > 0 and now > not_after then
   return {num(now), 1}
 end
 
+-- The furthest a partition's expiry may lie ahead: the most debt kept, and two leases.
+local max_expiry = max_debt + 2 * ttl
+
+-- expiry is when a field's partition lapses, µs, or nil when it is not a value this script
+-- could have written.
+local function expiry(v)
+  if type(v) ~= 'string' or #v < 9 then return nil end
+  local x = struct.unpack('<d', v)
+  if not within(x, 0, now + max_expiry) then return nil end
+  return x
+end
+
+-- A key of another type than this script writes (another writer) is replaced.
+local kind = redis.call('TYPE', hkey)['ok']
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', hkey) end
+
+-- Sweep: delete the lapsed fields among the next ones from the cursor.
+local cursor = redis.pcall('GET', ckey)
+if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
+local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', math.max(nparts, 32))
+local swept = {}
+for j = 1, #scan[2], 2 do
+  local x = expiry(scan[2][j + 1])
+  if x == nil or x <= now then swept[#swept + 1] = scan[2][j] end
+end
+if #swept > 0 then redis.call('HDEL', hkey, unpack(swept)) end
+cursor = scan[1]
+
+-- Read every partition of the call at once.
+local fields = {}
+for i = 1, nparts do fields[i] = ARGV[head + i] end
+local values = {}
+if nparts > 0 then values = redis.call('HMGET', hkey, unpack(fields)) end
+local writes = {}
+local furthest = now
+
 -- fill shares cap among demands max-min fairly (water-filling): in increasing order of
 -- demand each gets its demand or an even split of what is left, whichever is smaller.
 -- It returns the shares and what no demand took.
 local function fill(cap, demands, n)
+  if n == 1 then
+    -- Alone (most partitions of a budget per tenant): no order to sort.
+    local x = math.min(demands[1], cap)
+    return {x}, math.max(cap - x, 0)
+  end
   local order = {}
   for i = 1, n do order[i] = i end
   table.sort(order, function(a, b) return demands[a] < demands[b] end)
@@ -174,72 +234,50 @@ end
 local result_format = '<ddddddddddddd'
 local out, results = {num(now), 0}, {}
 for i = 1, nparts do
-  local key = KEYS[i]
-  local a = head + (i - 1) * 11
-  local seq = tonumber(ARGV[a + 1])
-  local used = tonumber(ARGV[a + 2])
-  local demand = tonumber(ARGV[a + 3])
-  local want = tonumber(ARGV[a + 4])
-  local applied = tonumber(ARGV[a + 5])
-  local inflight = tonumber(ARGV[a + 6])
-  local leave = ARGV[a + 7] == '1'
-  local expected = tonumber(ARGV[a + 8])
-  local age = tonumber(ARGV[a + 9])
+  local seq, used, demand, want, applied, inflight, leave_n, expected, age, own, recovering_n =
+    struct.unpack('<ddddddddddd', blob, (i - 1) * 88 + 1)
+  local leave, recovering = leave_n == 1, recovering_n == 1
   if not within(age, 0, max_age) then age = 0 end
-  local own = tonumber(ARGV[a + 10]) -- the instance's local debt
-  if not within(own, 0, math.huge) then own = 0 end
-  local recovering = ARGV[a + 11] == '1'
+  if not within(own, 0, math.huge) then own = 0 end -- the instance's local debt
 
-  -- Read the partition, dropping instances whose lease has lapsed.
-  -- Each partition costs one HGETALL, one HSET, one PEXPIRE and, when something is to go,
-  -- one HDEL: a budget of a hundred thousand active tenants makes as many partition syncs
-  -- per instance and interval, each a handful of microseconds of Redis's one thread.
-  local flat = redis.call('HGETALL', key)
+  -- Read the partition, dropping instances whose lease has lapsed. A field past its
+  -- expiry, or not one this script could have written, is a partition gone.
+  local v = values[i]
+  local st = nil
+  local x = expiry(v)
+  if x ~= nil and x > now then
+    local ok, d = pcall(cmsgpack.unpack, string.sub(v, 9))
+    if ok and type(d) == 'table' then st = d end
+  end
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local gap_from, gap_to = 0, 0
-  local had_gap, had_lost = false, false
   local mine = nil
   local ids, others = {}, {}
   local gone, lapsed = 0, 0
-  local dels = {}
-  for j = 1, #flat, 2 do
-    local f, v = flat[j], flat[j + 1]
-    if f == 'tat' then
-      local x = tonumber(v)
-      if finite(x) then tat = math.min(x, now + max_debt) end
-    elseif f == 'gf' then
-      had_gap = true
-      local x = tonumber(v)
-      if within(x, 0, now) then gap_from = x end
-    elseif f == 'gt' then
-      had_gap = true
-      local x = tonumber(v)
-      if within(x, 0, now) then gap_to = x end
-    elseif f == 'last' then
-      local x = tonumber(v)
-      if within(x, 0, now) then last = x end
-    elseif f == 'lu' then
-      had_lost = true
-      local x = tonumber(v)
-      if within(x, 0, now + ttl) then lost_until = x end
-    elseif f == 'ln' then
-      had_lost = true
-      local x = tonumber(v)
-      if within(x, 0, max_lost) then lost_n = math.floor(x) end
-    else
-      local e = entry(v)
+  local keep = {} -- the other instances' entries as read, written back unchanged
+  if st ~= nil then
+    if finite(st[1]) then tat = math.min(st[1], now + max_debt) end
+    if within(st[2], 0, now) then gap_from = st[2] end
+    if within(st[3], 0, now) then gap_to = st[3] end
+    if within(st[4], 0, now) then last = st[4] end
+    if within(st[5], 0, now + ttl) then lost_until = st[5] end
+    if within(st[6], 0, max_lost) then lost_n = math.floor(st[6]) end
+    for j = 7, #st, 2 do
+      local f, raw = st[j], st[j + 1]
+      local e = nil
+      if type(f) == 'string' and string.sub(f, 1, 2) == 'i:' then e = entry(raw) end
       if e == nil then
-        dels[#dels + 1] = f
       elseif e[6] <= now then
-        dels[#dels + 1] = f
         if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif e[7] == 1 and f ~= id then
         gone = gone + 1
+        keep[#keep + 1], keep[#keep + 2] = f, raw
       elseif f == id then
         mine = e
-      else
+      elseif others[f] == nil then
         ids[#ids + 1] = f
         others[f] = e
+        keep[#keep + 1], keep[#keep + 2] = f, raw
       end
     end
   end
@@ -311,7 +349,7 @@ for i = 1, nparts do
     others[id] = {0, demand, want, 0, 0, 0}
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
-    if (#flat == 0 and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
+    if (st == nil and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
       lost_until = now + ttl
       lost_n = math.max(lost_n, expected, n + gone + lapsed)
     end
@@ -451,32 +489,36 @@ for i = 1, nparts do
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
   end
 
-  local sets = {id, cmsgpack.pack(mine), 'tat', num(tat), 'last', num(now)}
-  if gap_to > gap_from then
-    sets[7], sets[8], sets[9], sets[10] = 'gf', num(gap_from), 'gt', num(gap_to)
-  elseif had_gap then
-    dels[#dels + 1], dels[#dels + 2] = 'gf', 'gt'
-  end
-  if lost_n > 0 then
-    local k = #sets
-    sets[k + 1], sets[k + 2], sets[k + 3], sets[k + 4] = 'lu', num(lost_until), 'ln', lost_n
-  elseif had_lost then
-    dels[#dels + 1], dels[#dels + 2] = 'lu', 'ln'
-  end
-  redis.call('HSET', key, unpack(sets))
-  if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
-  -- Memory stays bounded: a partition lives while an instance takes part in it or its
-  -- debt has not drained (at most an hour of it), then expires whole.
-  local horizon = math.min(math.max(tat - now, 0) / 1000, 3600000)
-  redis.call('PEXPIRE', key, math.ceil(math.max(2 * ttl / 1000, horizon + ttl / 1000)))
+  -- The partition lives while an instance takes part in it or its debt has not drained.
+  local horizon = math.min(math.max(tat - now, 0), max_debt)
+  local lapse = now + math.max(2 * ttl, horizon + ttl)
+  furthest = math.max(furthest, lapse)
+  local out_st = {tat, false, false, now, false, false, id, mine}
+  if gap_to > gap_from then out_st[2], out_st[3] = gap_from, gap_to end
+  if lost_n > 0 then out_st[5], out_st[6] = lost_until, lost_n end
+  for j = 1, #keep do out_st[8 + j] = keep[j] end
+  writes[2 * i - 1], writes[2 * i] = fields[i], struct.pack('<d', lapse) .. cmsgpack.pack(out_st)
 
   results[i] = struct.pack(result_format, g_rate, g_burst, g_slots, live, debt, t_rate, t_slots, retake,
     l_rate, l_burst, l_maxc, differ, hold)
 end
 out[3] = table.concat(results)
+if nparts > 0 then redis.call('HSET', hkey, unpack(writes)) end
+-- The hash and the sweep's cursor last as long as the furthest expiry written.
+local keep_ms = math.ceil((furthest - now) / 1000)
+local pttl = redis.call('PTTL', hkey)
+if nparts > 0 and pttl < keep_ms then
+  redis.call('PEXPIRE', hkey, keep_ms)
+  pttl = keep_ms
+end
+if pttl > 0 then
+  redis.call('SET', ckey, cursor, 'PX', pttl)
+else
+  redis.call('DEL', ckey)
+end
 
 if qfor > 0 then
-  local key = KEYS[#KEYS]
+  local key = KEYS[3]
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', key) end
   local function fingerprint(f) return type(f) == 'string' and #f == 16 and not string.find(f, '[^0-9a-f]') end
@@ -496,7 +538,7 @@ if qfor > 0 then
       ends[f], n = x, n + 1
     end
   end
-  for j = head + nparts * 11 + 1, #ARGV - 1, 2 do
+  for j = head + nparts + 1, #ARGV - 1, 2 do
     local f, left = ARGV[j], tonumber(ARGV[j + 1])
     if fingerprint(f) and within(left, 1, math.huge) then
       local x, known = now + math.min(left, qfor), ends[f] ~= nil

@@ -34,13 +34,14 @@ const (
 	virtualTime = "local t = {ARGV[#ARGV - 1], ARGV[#ARGV]}"
 )
 
-// The line of sync.lua that sets a partition's expiry, and what the simulation puts in its
-// place: Redis expires keys on its own clock, which the simulation outruns, so the
-// partition's expiry in virtual time (ms) goes to a key beside it, and a call deletes the
-// partitions that expired before it runs (as Redis does on access).
+// The line of sync.lua that sets the expiry of a budget's hash of partitions, and what the
+// simulation puts in its place: Redis expires keys on its own clock, which the simulation
+// outruns, so the hash's expiry in virtual time (ms) goes to a key beside it, and a call
+// deletes the keys that expired before it runs (as Redis does on access). A partition's own
+// expiry is in its field, on the script's clock.
 const (
-	redisExpire   = "redis.call('PEXPIRE', key, math.ceil(math.max("
-	virtualExpire = "redis.call('SET', key .. ':vexp', math.floor(now / 1000) + math.ceil(math.max("
+	redisExpire   = "redis.call('PEXPIRE', hkey, keep_ms)"
+	virtualExpire = "redis.call('SET', hkey .. ':vexp', math.max(tonumber(redis.call('GET', hkey .. ':vexp')) or 0, math.floor(now / 1000) + keep_ms))"
 )
 
 // clockedRedis is a client on which the sync script reads the simulation's clock for Redis
