@@ -15,6 +15,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
+	"github.com/pgtraffic/pgtraffic/internal/serverclock"
+	clockconn "github.com/pgtraffic/pgtraffic/internal/serverclock/pgxconn"
 )
 
 // core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
@@ -43,6 +45,13 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		healthConfig.RuntimeParams = map[string]string{}
 	}
 	healthConfig.RuntimeParams["application_name"] = health.ApplicationName
+	// The server clock reader's own connection; the server bounds each of its reads too.
+	clockConfig := cc.Copy()
+	if clockConfig.RuntimeParams == nil {
+		clockConfig.RuntimeParams = map[string]string{}
+	}
+	clockConfig.RuntimeParams["application_name"] = serverclock.ApplicationName
+	clockConfig.RuntimeParams["statement_timeout"] = serverclock.StatementTimeout
 	c.engine = engine.New(engine.Options{
 		Logger:           o.logger,
 		PatternCacheSize: o.patternCacheSize,
@@ -56,7 +65,9 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		// The sampler's own connection, never one of the application's pool.
 		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),
-		Redis:          o.redis,
+		// The server clock reader's too.
+		ServerClockConnect: clockconn.Connector(clockConfig),
+		Redis:              o.redis,
 	})
 	switch {
 	case o.config != nil:

@@ -1,0 +1,82 @@
+// Package pgxconn is the server clock reader's connection over pgx.
+package pgxconn
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/internal/serverclock"
+)
+
+var _ serverclock.Conn = (*Conn)(nil)
+
+// readSQL reads the counters of the asked query identifiers: top-level statements of this
+// database, summed over roles, without their texts (pg_stat_statements(false) skips the text
+// file). The lateral join keeps one row, with the reset stamp, when none matches.
+const readSQL = `select i.stats_reset, s.queryid, s.calls, s.exec_ms, s.plan_ms
+from pg_stat_statements_info i
+left join lateral (
+	select queryid, sum(calls)::int8 as calls, sum(total_exec_time) as exec_ms, sum(total_plan_time) as plan_ms
+	from pg_stat_statements(false)
+	where queryid = any($1) and toplevel
+		and dbid = (select oid from pg_database where datname = current_database())
+	group by queryid
+) s on true`
+
+// Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
+// each time (pgx.ConnectConfig must not be handed one config twice).
+func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (serverclock.Conn, error) {
+	return func(ctx context.Context) (serverclock.Conn, error) {
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return nil, err
+		}
+		return &Conn{c: c}, nil
+	}
+}
+
+// Conn is a serverclock.Conn over a pgx connection; like it, not safe for concurrent use.
+type Conn struct{ c *pgx.Conn }
+
+// Ping sends an empty query.
+func (c *Conn) Ping(ctx context.Context) error { return c.c.PgConn().Ping(ctx) }
+
+// Read reads pg_stat_statements' counters of ids.
+func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
+	rows, err := c.c.Query(ctx, readSQL, ids)
+	if err != nil {
+		return serverclock.Reading{}, err
+	}
+	defer rows.Close()
+	var out serverclock.Reading
+	for rows.Next() {
+		var (
+			reset      *time.Time
+			id, calls  *int64
+			exec, plan *float64
+		)
+		if err := rows.Scan(&reset, &id, &calls, &exec, &plan); err != nil {
+			return serverclock.Reading{}, err
+		}
+		if reset != nil {
+			out.Reset = *reset
+		}
+		if id == nil || calls == nil || exec == nil {
+			continue // no identifier matched
+		}
+		r := serverclock.Row{QueryID: *id, Calls: *calls, ExecMS: *exec}
+		if plan != nil {
+			r.PlanMS = *plan
+		}
+		out.Rows = append(out.Rows, r)
+	}
+	return out, rows.Err()
+}
+
+// IsClosed reports whether the connection is closed.
+func (c *Conn) IsClosed() bool { return c.c.IsClosed() }
+
+// Close closes the connection.
+func (c *Conn) Close(ctx context.Context) error { return c.c.Close(ctx) }

@@ -1,0 +1,212 @@
+package serverclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+)
+
+// ApplicationName is the reader connection's application_name, so that it can be told apart
+// in pg_stat_activity.
+const ApplicationName = "pgtraffic server clock"
+
+const (
+	// StatementTimeout is the reader connection's statement_timeout (a setting's text): the
+	// server ends a read that takes longer.
+	StatementTimeout = "500ms"
+	// MaxQueryIDs bounds one read: the identifiers of at most this many patterns, the most
+	// recently used first.
+	MaxQueryIDs = 1000
+	// reportIntervals is how many intervals a pattern's server-clock prediction stays in force
+	// without a newer report (an idle pattern, failing reads) before it returns to the client's
+	// clock.
+	reportIntervals = 10
+	// floorPings is how many recent round trips the network floor is the smallest of.
+	floorPings = 16
+)
+
+// Sink is what a Reader teaches: the engine.
+type Sink interface {
+	// QueryIDs appends to dst the patterns whose query identifier is known, at most max.
+	QueryIDs(dst []cost.QueryID, max int) []cost.QueryID
+	// ObserveServer hands pattern fp's mean server seconds per execution (query identifier
+	// id), for predictions until until.
+	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
+	// SetNetworkFloor hands the smallest recent round trip to the server.
+	SetNetworkFloor(d time.Duration)
+}
+
+// Options configure a Reader.
+type Options struct {
+	Connect  func(ctx context.Context) (Conn, error) // opens the reader's own connection
+	Sink     Sink
+	Interval time.Duration // between reads; <= 0 is 1s
+	Logger   *slog.Logger
+	Now      func() time.Time // the Sink's clock, for ObserveServer's until; nil is time.Now
+}
+
+// Reader reads the server's clock in the background (see the package documentation). Its
+// methods are safe for concurrent use. The zero value is not usable; use [NewReader].
+type Reader struct {
+	o     Options
+	life  context.Context
+	kill  context.CancelFunc
+	done  chan struct{}
+	start sync.Once
+	stop  sync.Once
+
+	reads, failures, resets, rejected atomic.Uint64
+
+	// The loop's own state, touched by its goroutine only.
+	conn   Conn
+	tr     tracker
+	pings  [floorPings]time.Duration
+	npings int
+	failed bool // the last read failed: its cause was logged, the next failure is not
+}
+
+// NewReader returns a reader for o. It does nothing until Start.
+func NewReader(o Options) *Reader {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Reader{o: o, done: make(chan struct{})}
+	r.life, r.kill = context.WithCancel(context.Background())
+	return r
+}
+
+// Start starts the reading goroutine; later calls do nothing.
+func (r *Reader) Start() { r.start.Do(func() { go r.loop() }) }
+
+// Close stops the goroutine, waits for it and closes the connection. Later calls return nil.
+func (r *Reader) Close() error {
+	var err error
+	r.stop.Do(func() {
+		r.kill()
+		started := true
+		r.start.Do(func() { started = false; close(r.done) })
+		<-r.done
+		if started && r.conn != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Interval)
+			defer cancel()
+			err = r.conn.Close(ctx)
+		}
+	})
+	return err
+}
+
+// Counts are a Reader's event counts since it was made.
+type Counts struct {
+	Reads    uint64 // reads of pg_stat_statements that succeeded
+	Failures uint64 // failed connects, round trips and reads
+	Resets   uint64 // counters found reset, evicted or gone, whose read taught nothing
+	Rejected uint64 // rows that made no sense (negative, not finite, duplicated, absurd)
+}
+
+// Counts returns r's counts.
+func (r *Reader) Counts() Counts {
+	return Counts{Reads: r.reads.Load(), Failures: r.failures.Load(), Resets: r.resets.Load(),
+		Rejected: r.rejected.Load()}
+}
+
+func (r *Reader) loop() {
+	defer close(r.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.life.Done():
+			return
+		case <-t.C:
+		}
+		begun := time.Now()
+		r.Round(r.life)
+		t.Reset(max(r.o.Interval-time.Since(begun), 0))
+	}
+}
+
+// Round runs one round: a round trip and a read. The loop runs one per interval; tests run
+// them directly. It must not run concurrently with itself or the loop.
+func (r *Reader) Round(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.o.Interval)
+	defer cancel()
+	if err := r.round(ctx); err != nil {
+		r.failures.Add(1)
+		if !r.failed && ctx.Err() == nil {
+			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
+		}
+		r.failed = true
+		return
+	}
+	if r.failed {
+		r.o.Logger.Info("pgtraffic: reading the server's clock works again")
+	}
+	r.failed = false
+}
+
+func (r *Reader) round(ctx context.Context) error {
+	if r.conn == nil || r.conn.IsClosed() {
+		if r.conn != nil {
+			_ = r.conn.Close(ctx)
+			r.conn = nil
+		}
+		if r.o.Connect == nil {
+			return errors.New("serverclock: Options.Connect is nil")
+		}
+		c, err := r.o.Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("serverclock: connect: %w", err)
+		}
+		r.conn = c
+	}
+	t0 := time.Now()
+	if err := r.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("serverclock: round trip: %w", err)
+	}
+	r.pings[r.npings%floorPings] = time.Since(t0)
+	r.npings++
+	r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
+
+	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
+	if len(pairs) == 0 {
+		return nil
+	}
+	byID := make(map[int64][]uint64, len(pairs)) // one identifier may serve several patterns
+	ids := make([]int64, 0, len(pairs))
+	for _, p := range pairs {
+		if _, ok := byID[p.ID]; !ok {
+			ids = append(ids, p.ID)
+		}
+		byID[p.ID] = append(byID[p.ID], p.Fingerprint)
+	}
+	reading, err := r.conn.Read(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("serverclock: reading pg_stat_statements: %w", err)
+	}
+	r.reads.Add(1)
+	resets, rejected := r.tr.resets, r.tr.rejected
+	r.tr.keep(ids)
+	learned := r.tr.update(reading, nil)
+	r.resets.Add(r.tr.resets - resets)
+	r.rejected.Add(r.tr.rejected - rejected)
+	until := r.o.Now().Add(reportIntervals * r.o.Interval)
+	for _, l := range learned {
+		for _, fp := range byID[l.QueryID] {
+			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
+		}
+	}
+	return nil
+}
