@@ -1,0 +1,267 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+)
+
+// The server-seconds experiment: 8 workers run a primary-key lookup on 100,000 rows under a
+// server_share budget on server_cores 1, with demand far above the budget, on loopback and
+// through a proxy of the test's own that adds a 1 ms round trip. With pg_stat_statements, the
+// learned cost of the lookup must be the server's mean execution time (within 0.5–2×), and the
+// server must spend 0.7–1.3 × server_share × server_cores. Without it, nothing fails: costs stay
+// on the client's clock (less the network's round trip), the failed reads are counted, and the
+// figures are logged for integration/PERFORMANCE.md.
+func TestServerSeconds(t *testing.T) {
+	srv := pgtest.Shared(t)
+	// The test reads pg_stat_statements itself from a database of its own, which sees every
+	// database's counters: the workload's database may lack the extension.
+	stats := srv.CreateDatabase(t)
+	srv.EnableStatStatements(t, stats)
+	for _, path := range []struct {
+		name   string
+		oneWay time.Duration
+	}{{"loopback", 0}, {"1ms round trip", 500 * time.Microsecond}} {
+		for _, withPSS := range []bool{true, false} {
+			name := path.name + "/pg_stat_statements"
+			if !withPSS {
+				name = path.name + "/without pg_stat_statements"
+			}
+			t.Run(name, func(t *testing.T) {
+				r := runServerSeconds(t, srv, stats, path.oneWay, withPSS)
+				t.Logf("%s: learned mean cost %.0f µs (%s clock; client mean less floor %.0f µs, floor %v); server mean %.0f µs (learned ÷ server %.2f); "+
+					"server seconds spent ÷ (share × cores) %.2f; %d lookups admitted, %d refused; server clock reads %d, failures %d",
+					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare,
+					r.calls, r.refused, r.reads, r.failures)
+				if r.serverMean <= 0 || r.calls == 0 {
+					t.Fatalf("the server reports no lookups: %+v", r)
+				}
+				if !withPSS {
+					if r.clock != driver.ClockClient || r.failures == 0 {
+						t.Fatalf("without pg_stat_statements: clock %q, failures %d; want the client's clock and the failed reads counted", r.clock, r.failures)
+					}
+					return
+				}
+				if r.clock != driver.ClockServer || r.reads == 0 {
+					t.Fatalf("clock %q after %d reads, want the server's", r.clock, r.reads)
+				}
+				if ratio := r.learned / r.serverMean; ratio < 0.5 || ratio > 2 {
+					t.Errorf("learned cost %.0f µs is %.2f × the server's mean %.0f µs, want 0.5–2×", r.learned*1e6, ratio, r.serverMean*1e6)
+				}
+				if r.spentShare < 0.7 || r.spentShare > 1.3 {
+					t.Errorf("the server spent %.2f × share × cores, want 0.7–1.3×", r.spentShare)
+				}
+			})
+		}
+	}
+}
+
+type serverSecondsRun struct {
+	learned, client, serverMean, spentShare float64
+	clock                                   string
+	floor                                   time.Duration
+	calls, refused                          int64
+	reads, failures                         uint64
+}
+
+const (
+	ssShare   = 0.05
+	ssWarm    = 4 * time.Second
+	ssMeasure = 6 * time.Second
+	ssLookup  = `select v from t where id = $1`
+)
+
+func runServerSeconds(t *testing.T, srv *pgtest.Server, stats string, oneWay time.Duration, withPSS bool) serverSecondsRun {
+	ctx := context.Background()
+	dsn := srv.CreateDatabase(t)
+	if withPSS {
+		srv.EnableStatStatements(t, dsn)
+	}
+	setup, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbid uint32
+	if err := setup.QueryRow(ctx, `select oid from pg_database where datname = current_database()`).Scan(&dbid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, `create table t (id int primary key, v int);
+		insert into t select g, g from generate_series(1, 100000) g; analyze t`); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close(ctx)
+
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 8
+	if oneWay > 0 {
+		host, port := delayingProxy(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), oneWay)
+		pc.ConnConfig.Host, pc.ConnConfig.Port = host, port
+	}
+	cfg, err := driver.ParseConfig([]byte(fmt.Sprintf(`
+server_cores: 1
+health_interval: 250ms
+budgets:
+  - {name: lookups, mode: enforce, server_share: %g, max_wait: 2s, max_queue: 16}
+rules:
+  - {budget: lookups, match: {table: t}}
+`, ssShare)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := driver.NewPoolFromConfig(ctx, pc, driver.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	sc, err := pgx.Connect(ctx, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(ctx)
+	counters := func() (calls int64, execMS float64) {
+		t.Helper()
+		if err := sc.QueryRow(ctx, `select coalesce(sum(calls), 0)::int8, coalesce(sum(total_exec_time), 0)
+			from pg_stat_statements where dbid = $1 and toplevel and query = $2`, dbid, ssLookup).Scan(&calls, &execMS); err != nil {
+			t.Fatal(err)
+		}
+		return calls, execMS
+	}
+
+	var (
+		stop    atomic.Bool
+		refused atomic.Int64
+		wg      sync.WaitGroup
+		failed  = make(chan error, 8)
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				var v int
+				err := p.QueryRow(ctx, ssLookup, rand.IntN(100000)+1).Scan(&v)
+				switch {
+				case errors.Is(err, driver.ErrBlocked):
+					refused.Add(1)
+				case err != nil:
+					failed <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(ssWarm)
+	calls0, exec0 := counters()
+	refused0 := refused.Load()
+	t0 := time.Now()
+	time.Sleep(ssMeasure)
+	calls1, exec1 := counters()
+	elapsed := time.Since(t0).Seconds()
+	refusedN := refused.Load() - refused0
+	snap := p.Snapshot()
+	stop.Store(true)
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatalf("a lookup failed: %v", err)
+	}
+
+	r := serverSecondsRun{calls: calls1 - calls0, refused: refusedN, floor: snap.Counters.NetworkFloor,
+		reads: snap.Counters.ServerClockReads, failures: snap.Counters.ServerClockFailures}
+	if r.calls > 0 {
+		r.serverMean = (exec1 - exec0) / 1e3 / float64(r.calls)
+	}
+	r.spentShare = (exec1 - exec0) / 1e3 / elapsed / (ssShare * 1)
+	for _, ps := range snap.Patterns {
+		if strings.Contains(ps.Query, "from t where id") {
+			r.learned, r.client, r.clock = ps.MeanCost, ps.ClientMean, ps.Clock
+		}
+	}
+	if r.clock == "" {
+		t.Fatalf("no lookup pattern in the snapshot: %+v", snap.Patterns)
+	}
+	return r
+}
+
+// delayingProxy forwards TCP connections to target, delaying every chunk by oneWay in each
+// direction (order kept), and returns its address.
+func delayingProxy(t *testing.T, target string, oneWay time.Duration) (string, uint16) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go delayCopy(u, c, oneWay)
+			go delayCopy(c, u, oneWay)
+		}
+	}()
+	a := ln.Addr().(*net.TCPAddr)
+	return a.IP.String(), uint16(a.Port)
+}
+
+// delayCopy copies src to dst, each chunk written oneWay after it was read; it closes both
+// when either side ends.
+func delayCopy(dst, src net.Conn, oneWay time.Duration) {
+	type chunk struct {
+		b   []byte
+		due time.Time
+	}
+	chunks := make(chan chunk, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer dst.Close()
+		for k := range chunks {
+			time.Sleep(time.Until(k.due))
+			if _, err := dst.Write(k.b); err != nil {
+				return
+			}
+		}
+	}()
+	defer src.Close()
+	defer close(chunks)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			select {
+			case chunks <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(oneWay)}:
+			case <-done:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
