@@ -15,7 +15,6 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
-	"github.com/pgtraffic/pgtraffic/internal/serverclock"
 	clockconn "github.com/pgtraffic/pgtraffic/internal/serverclock/pgxconn"
 )
 
@@ -45,13 +44,6 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		healthConfig.RuntimeParams = map[string]string{}
 	}
 	healthConfig.RuntimeParams["application_name"] = health.ApplicationName
-	// The server clock reader's own connection; the server bounds each of its reads too.
-	clockConfig := cc.Copy()
-	if clockConfig.RuntimeParams == nil {
-		clockConfig.RuntimeParams = map[string]string{}
-	}
-	clockConfig.RuntimeParams["application_name"] = serverclock.ApplicationName
-	clockConfig.RuntimeParams["statement_timeout"] = serverclock.StatementTimeout
 	c.engine = engine.New(engine.Options{
 		Logger:           o.logger,
 		PatternCacheSize: o.patternCacheSize,
@@ -66,7 +58,7 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),
 		// The server clock reader's too.
-		ServerClockConnect: clockconn.Connector(clockConfig),
+		ServerClockConnect: clockconn.Connector(cc),
 		Redis:              o.redis,
 	})
 	switch {

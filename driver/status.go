@@ -106,9 +106,9 @@ type SampleStatus struct {
 
 // PatternStatus is one query pattern's learned cost in a [Snapshot].
 type PatternStatus struct {
-	Fingerprint string  `json:"fingerprint"`
-	Query       string  `json:"query"` // normalised text: literals replaced by $n
-	Count       uint64  `json:"count"`
+	Fingerprint string `json:"fingerprint"`
+	Query       string `json:"query"` // normalised text: literals replaced by $n
+	Count       uint64 `json:"count"`
 	// MeanCost is the pattern's learned mean cost on the clock named by Clock: the server's
 	// mean execution time (ClockServer), or the client's measurement less the network's round
 	// trip (ClockClient).

@@ -1337,6 +1337,8 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
 		"pgtraffic.health.errors", "pgtraffic.health.samples",
 		"pgtraffic.health.shared_samples", "pgtraffic.health.elections",
+		"pgtraffic.server_clock.reads", "pgtraffic.server_clock.failures",
+		"pgtraffic.server_clock.resets", "pgtraffic.server_clock.rejected",
 		"pgtraffic.rows.leaked",
 		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
 		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",

@@ -17,6 +17,8 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/internal/serverclock"
+	clockconn "github.com/pgtraffic/pgtraffic/internal/serverclock/pgxconn"
 )
 
 // The server-seconds experiment: 8 workers run a primary-key lookup on 100,000 rows under a
@@ -44,9 +46,9 @@ func TestServerSeconds(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := runServerSeconds(t, srv, stats, path.oneWay, withPSS)
 				t.Logf("%s: learned mean cost %.0f µs (%s clock; client mean less floor %.0f µs, floor %v); server mean %.0f µs (learned ÷ server %.2f); "+
-					"server seconds spent ÷ (share × cores) %.2f; %d lookups admitted, %d refused; server clock reads %d, failures %d",
+					"server seconds spent ÷ (share × cores) %.2f; %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
 					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare,
-					r.calls, r.refused, r.reads, r.failures)
+					r.calls, r.refused, r.reads, r.readMean*1e6, r.failures)
 				if r.serverMean <= 0 || r.calls == 0 {
 					t.Fatalf("the server reports no lookups: %+v", r)
 				}
@@ -76,6 +78,7 @@ type serverSecondsRun struct {
 	floor                                   time.Duration
 	calls, refused                          int64
 	reads, failures                         uint64
+	readMean                                float64 // the server clock's read, mean server seconds
 }
 
 const (
@@ -195,6 +198,10 @@ rules:
 			r.learned, r.client, r.clock = ps.MeanCost, ps.ClientMean, ps.Clock
 		}
 	}
+	if err := sc.QueryRow(ctx, `select coalesce(sum(total_exec_time) / nullif(sum(calls), 0) / 1e3, 0)
+		from pg_stat_statements where dbid = $1 and query like 'select i.stats_reset%'`, dbid).Scan(&r.readMean); err != nil {
+		t.Fatal(err)
+	}
 	if r.clock == "" {
 		t.Fatalf("no lookup pattern in the snapshot: %+v", snap.Patterns)
 	}
@@ -264,4 +271,82 @@ func delayCopy(dst, src net.Conn, oneWay time.Duration) {
 			return
 		}
 	}
+}
+
+// TestServerClockReadCost measures what one read of the server clock costs the server with
+// pg_stat_statements holding many entries and the reader asking for its largest number of
+// query identifiers (logged for integration/PERFORMANCE.md; nothing is timed).
+func TestServerClockReadCost(t *testing.T) {
+	srv := pgtest.Shared(t)
+	dsn := srv.CreateDatabase(t)
+	srv.EnableStatStatements(t, dsn)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// Distinct statements, distinct query identifiers: the operators of 1 ? 1 ? 1 ... spell i
+	// in base 4.
+	const entries = 3000
+	var b pgx.Batch
+	for i := range entries {
+		expr := "1"
+		for d := i; d > 0 || expr == "1"; d /= 4 {
+			expr += " " + string("+-*/"[d%4]) + " 1"
+		}
+		b.Queue("select " + expr)
+	}
+	if err := c.SendBatch(ctx, &b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, `select count(*) from pg_stat_statements`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, 0, serverclock.MaxQueryIDs)
+	rows, err := c.Query(ctx, `select queryid from pg_stat_statements where queryid is not null limit $1`, serverclock.MaxQueryIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clockconn.Connector(cfg)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(ctx)
+	const reads = 50
+	var got serverclock.Reading
+	t0 := time.Now()
+	for range reads {
+		if got, err = rc.Read(ctx, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wall := time.Since(t0) / reads
+	if len(got.Rows) == 0 {
+		t.Fatal("the read returned none of the asked identifiers")
+	}
+	var meanMS float64
+	if err := c.QueryRow(ctx, `select sum(total_exec_time) / sum(calls) from pg_stat_statements
+		where query like 'select i.stats_reset%'`).Scan(&meanMS); err != nil {
+		t.Fatal(err)
+	}
+	var scanMS float64 // pg_stat_statements' own scan of every entry, for comparison
+	if err := c.QueryRow(ctx, `select count(*) from pg_stat_statements(false)`).Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, `select sum(total_exec_time) / sum(calls) from pg_stat_statements
+		where query like 'select count(*) from pg_stat_statements(%'`).Scan(&scanMS); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one read asking %d identifiers of %d pg_stat_statements entries (%d returned): %.0f µs of server execution, %v on the client's clock (mean of %d); a bare count of the entries: %.0f µs",
+		len(ids), n, len(got.Rows), meanMS*1e3, wall, reads, scanMS*1e3)
 }

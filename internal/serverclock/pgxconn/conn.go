@@ -14,20 +14,29 @@ var _ serverclock.Conn = (*Conn)(nil)
 
 // readSQL reads the counters of the asked query identifiers: top-level statements of this
 // database, summed over roles, without their texts (pg_stat_statements(false) skips the text
-// file). The lateral join keeps one row, with the reset stamp, when none matches.
+// file). The identifiers are joined, not searched (queryid = any($1) compares each entry with
+// every identifier). The lateral join keeps one row, with the reset stamp, when none matches.
 const readSQL = `select i.stats_reset, s.queryid, s.calls, s.exec_ms, s.plan_ms
 from pg_stat_statements_info i
 left join lateral (
-	select queryid, sum(calls)::int8 as calls, sum(total_exec_time) as exec_ms, sum(total_plan_time) as plan_ms
-	from pg_stat_statements(false)
-	where queryid = any($1) and toplevel
-		and dbid = (select oid from pg_database where datname = current_database())
-	group by queryid
+	select p.queryid, sum(p.calls)::int8 as calls, sum(p.total_exec_time) as exec_ms, sum(p.total_plan_time) as plan_ms
+	from pg_stat_statements(false) p
+	join unnest($1::int8[]) as q(id) on p.queryid = q.id
+	where p.toplevel and p.dbid = (select oid from pg_database where datname = current_database())
+	group by p.queryid
 ) s on true`
 
 // Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
-// each time (pgx.ConnectConfig must not be handed one config twice).
+// each time (pgx.ConnectConfig must not be handed one config twice), named
+// serverclock.ApplicationName, whose statements the server ends after
+// serverclock.StatementTimeout.
 func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (serverclock.Conn, error) {
+	cfg = cfg.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = serverclock.ApplicationName
+	cfg.RuntimeParams["statement_timeout"] = serverclock.StatementTimeout
 	return func(ctx context.Context) (serverclock.Conn, error) {
 		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
 		if err != nil {
