@@ -174,8 +174,19 @@ rules:
 	time.Sleep(ssWarm)
 	calls0, exec0 := counters()
 	refused0 := refused.Load()
+	// The learned cost, averaged over the window as the server's mean is: one snapshot every
+	// 250ms.
+	var learned, client float64
+	var samples int
 	t0 := time.Now()
-	time.Sleep(ssMeasure)
+	for time.Since(t0) < ssMeasure {
+		time.Sleep(250 * time.Millisecond)
+		for _, ps := range p.Snapshot().Patterns {
+			if strings.Contains(ps.Query, "from t where id") {
+				learned, client, samples = learned+ps.MeanCost, client+ps.ClientMean, samples+1
+			}
+		}
+	}
 	calls1, exec1 := counters()
 	elapsed := time.Since(t0).Seconds()
 	refusedN := refused.Load() - refused0
@@ -195,8 +206,11 @@ rules:
 	r.spentShare = (exec1 - exec0) / 1e3 / elapsed / (ssShare * 1)
 	for _, ps := range snap.Patterns {
 		if strings.Contains(ps.Query, "from t where id") {
-			r.learned, r.client, r.clock = ps.MeanCost, ps.ClientMean, ps.Clock
+			r.clock = ps.Clock
 		}
+	}
+	if samples > 0 {
+		r.learned, r.client = learned/float64(samples), client/float64(samples)
 	}
 	if err := sc.QueryRow(ctx, `select coalesce(sum(total_exec_time) / nullif(sum(calls), 0) / 1e3, 0)
 		from pg_stat_statements where dbid = $1 and query like 'select i.stats_reset%'`, dbid).Scan(&r.readMean); err != nil {

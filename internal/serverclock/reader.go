@@ -30,6 +30,9 @@ const (
 	reportIntervals = 10
 	// floorPings is how many recent round trips the network floor is the smallest of.
 	floorPings = 16
+	// maxBackoff bounds the wait after failed rounds, which doubles from one interval: a
+	// missing extension costs a failed read every 64 intervals, not every interval.
+	maxBackoff = 64
 )
 
 // Sink is what a Reader teaches: the engine.
@@ -69,7 +72,7 @@ type Reader struct {
 	tr     tracker
 	pings  [floorPings]time.Duration
 	npings int
-	failed bool // the last read failed: its cause was logged, the next failure is not
+	failed int // consecutive failed rounds: the first one's cause is logged, the next ones are not
 }
 
 // NewReader returns a reader for o. It does nothing until Start.
@@ -134,27 +137,31 @@ func (r *Reader) loop() {
 		}
 		begun := time.Now()
 		r.Round(r.life)
-		t.Reset(max(r.o.Interval-time.Since(begun), 0))
+		wait := r.o.Interval
+		if r.failed > 0 {
+			wait *= time.Duration(min(1<<min(r.failed-1, 30), maxBackoff))
+		}
+		t.Reset(max(wait-time.Since(begun), 0))
 	}
 }
 
-// Round runs one round: a round trip and a read. The loop runs one per interval; tests run
-// them directly. It must not run concurrently with itself or the loop.
+// Round runs one round: a round trip and a read. The loop runs one per interval, and after
+// failed rounds waits twice as long each time, up to 64 intervals; tests run them directly. It must not run concurrently with itself or the loop.
 func (r *Reader) Round(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Interval)
 	defer cancel()
 	if err := r.round(ctx); err != nil {
 		r.failures.Add(1)
-		if !r.failed && ctx.Err() == nil {
+		if r.failed == 0 && ctx.Err() == nil {
 			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
 		}
-		r.failed = true
+		r.failed++
 		return
 	}
-	if r.failed {
+	if r.failed > 0 {
 		r.o.Logger.Info("pgtraffic: reading the server's clock works again")
 	}
-	r.failed = false
+	r.failed = 0
 }
 
 func (r *Reader) round(ctx context.Context) error {
