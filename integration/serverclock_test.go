@@ -318,12 +318,11 @@ func TestServerClockReadCost(t *testing.T) {
 	if err := c.QueryRow(ctx, `select count(*) from pg_stat_statements`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	ids := make([]int64, 0, serverclock.MaxQueryIDs)
 	rows, err := c.Query(ctx, `select queryid from pg_stat_statements where queryid is not null limit $1`, serverclock.MaxQueryIDs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		t.Fatal(err)
 	}
