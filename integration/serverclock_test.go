@@ -363,3 +363,75 @@ func TestServerClockReadCost(t *testing.T) {
 	t.Logf("one read asking %d identifiers of %d pg_stat_statements entries (%d returned): %.0f µs of server execution, %v on the client's clock (mean of %d); a bare count of the entries: %.0f µs",
 		len(ids), n, len(got.Rows), meanMS*1e3, wall, reads, scanMS*1e3)
 }
+
+// TestServerClockBadInput: pg_stat_statements reset, then dropped, under a running workload:
+// no statement fails, the events are counted, and costs fall back to the client's clock.
+func TestServerClockBadInput(t *testing.T) {
+	srv := pgtest.Shared(t)
+	dsn := srv.CreateDatabase(t)
+	srv.EnableStatStatements(t, dsn)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `create table t (id int primary key, v int);
+		insert into t select g, g from generate_series(1, 1000) g; analyze t`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := driver.ParseConfig([]byte(`
+health_interval: 100ms
+budgets:
+  - {name: lookups, mode: warn, server_share: 0.5}
+rules:
+  - {budget: lookups, match: {table: t}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := driver.NewPool(ctx, dsn, driver.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	lookup := func() driver.PatternStatus {
+		t.Helper()
+		var v int
+		if err := p.QueryRow(ctx, ssLookup, rand.IntN(1000)+1).Scan(&v); err != nil {
+			t.Fatalf("a lookup failed: %v", err)
+		}
+		for _, ps := range p.Snapshot().Patterns {
+			if strings.Contains(ps.Query, "from t where id") {
+				return ps
+			}
+		}
+		return driver.PatternStatus{}
+	}
+	// until runs lookups until cond holds of the snapshot, within a generous watchdog.
+	until := func(what string, cond func(driver.PatternStatus, driver.Counters) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ps := lookup()
+			if cond(ps, p.Snapshot().Counters) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never; pattern %+v, counters %+v", what, ps, p.Snapshot().Counters)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	until("the server's clock", func(ps driver.PatternStatus, _ driver.Counters) bool { return ps.Clock == driver.ClockServer })
+	if _, err := admin.Exec(ctx, `select pg_stat_statements_reset()`); err != nil {
+		t.Fatal(err)
+	}
+	until("the reset counted", func(_ driver.PatternStatus, c driver.Counters) bool { return c.ServerClockResets > 0 })
+	if _, err := admin.Exec(ctx, `drop extension pg_stat_statements`); err != nil {
+		t.Fatal(err)
+	}
+	failures := p.Snapshot().Counters.ServerClockFailures
+	until("the failed reads counted", func(_ driver.PatternStatus, c driver.Counters) bool { return c.ServerClockFailures > failures })
+	until("back on the client's clock", func(ps driver.PatternStatus, _ driver.Counters) bool { return ps.Clock == driver.ClockClient })
+}

@@ -33,6 +33,10 @@ const (
 	// maxBackoff bounds the wait after failed rounds, which doubles from one interval: a
 	// missing extension costs a failed read every 64 intervals, not every interval.
 	maxBackoff = 64
+	// minRoundTimeout bounds a round (a connect, a round trip and a read) when the interval is
+	// shorter: a round that overruns only delays the next one, and the server ends a read
+	// after StatementTimeout anyway.
+	minRoundTimeout = 2 * time.Second
 )
 
 // Sink is what a Reader teaches: the engine.
@@ -148,9 +152,9 @@ func (r *Reader) loop() {
 // Round runs one round: a round trip and a read. The loop runs one per interval, and after
 // failed rounds waits twice as long each time, up to 64 intervals; tests run them directly. It must not run concurrently with itself or the loop.
 func (r *Reader) Round(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, r.o.Interval)
+	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
 	defer cancel()
-	if err := r.round(ctx); err != nil {
+	if err := r.round(rctx); err != nil {
 		r.failures.Add(1)
 		if r.failed == 0 && ctx.Err() == nil {
 			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
