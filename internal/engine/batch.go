@@ -325,7 +325,7 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	took := now.Sub(b.start)
 	// As a statement's (Exec.Finish): the batch's predictions when every one is on the server's
 	// clock, else its time less the network's round trip.
-	measured := max(took-time.Duration(e.floor.Load()), 0).Seconds()
+	measured := lessFloor(took, e.floor.Load()).Seconds()
 	server := len(b.Execs) > 0
 	for i := range b.Execs {
 		server = server && b.Execs[i].server

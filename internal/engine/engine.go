@@ -501,8 +501,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	}
 	now := e.now()
 	took := now.Sub(x.start)
-	// The client's measurement without the network's round trip.
-	actual := float64(max(took-time.Duration(e.floor.Load()), 0)) / 1e9
+	actual := float64(lessFloor(took, e.floor.Load())) / 1e9
 	charge := actual
 	if x.server {
 		charge = x.Predicted // the server's clock: its reports true the prediction up, not this measurement
@@ -523,6 +522,13 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
+}
+
+// lessFloor is took less floor, the network's round trip (SetNetworkFloor), but at least a tenth
+// of took: a floor measured on another connection, or inflated by the client's own load, must
+// not make a statement free.
+func lessFloor(took time.Duration, floor int64) time.Duration {
+	return max(took-time.Duration(floor), took/10)
 }
 
 // Training the cost model costs more than the rest of a decision, and a pattern's averages weigh
