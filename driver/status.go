@@ -182,6 +182,7 @@ type Counters struct {
 	ServerClockFailures uint64 `json:"server_clock_failures"`
 	ServerClockResets   uint64 `json:"server_clock_resets"`
 	ServerClockRejected uint64 `json:"server_clock_rejected"`
+	ServerClockShared   uint64 `json:"server_clock_shared_reads"` // adopted from the reader elected for the database
 	// NetworkFloor is the round trip taken off the client's measurement of each statement.
 	NetworkFloor time.Duration `json:"network_floor_ns"`
 }
@@ -245,6 +246,7 @@ func (c *core) Snapshot() Snapshot {
 	if sc, ok := c.rt.ServerClock(); ok {
 		s.Counters.ServerClockReads, s.Counters.ServerClockFailures = sc.Reads, sc.Failures
 		s.Counters.ServerClockResets, s.Counters.ServerClockRejected = sc.Resets, sc.Rejected
+		s.Counters.ServerClockShared = sc.Shared
 	}
 	s.finite()
 	return s
@@ -438,7 +440,7 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <tr><td>EXPLAIN calls / failures</td><td class="n">{{.Counters.ExplainCalls}} / {{.Counters.ExplainFailures}}</td></tr>
 <tr><td>EXPLAIN cache hits / misses</td><td class="n">{{.Counters.ExplainCacheHits}} / {{.Counters.ExplainCacheMisses}}</td></tr>
 <tr><td>rule reloads / rejected</td><td class="n">{{.Counters.Reloads}} / {{.Counters.ReloadFailures}}</td></tr>
-<tr><td>server clock reads / failures / resets / rejected rows</td><td class="n">{{.Counters.ServerClockReads}} / {{.Counters.ServerClockFailures}} / {{.Counters.ServerClockResets}} / {{.Counters.ServerClockRejected}}</td></tr>
+<tr><td>server clock reads / shared / failures / resets / rejected</td><td class="n">{{.Counters.ServerClockReads}} / {{.Counters.ServerClockShared}} / {{.Counters.ServerClockFailures}} / {{.Counters.ServerClockResets}} / {{.Counters.ServerClockRejected}}</td></tr>
 <tr><td>network round trip taken off client measurements</td><td class="n">{{.Counters.NetworkFloor}}</td></tr>
 </table>
 </body></html>

@@ -78,6 +78,7 @@ const (
 	metricClockFailures   = "pgtraffic.server_clock.failures"
 	metricClockResets     = "pgtraffic.server_clock.resets"
 	metricClockRejected   = "pgtraffic.server_clock.rejected"
+	metricClockShared     = "pgtraffic.server_clock.shared_reads"
 	metricRowsLeaked      = "pgtraffic.rows.leaked"
 
 	metricLeaseRate    = "pgtraffic.coordination.lease.rate"
@@ -216,7 +217,8 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 	clockReads := ic(metricClockReads, "{read}", "Reads of pg_stat_statements that succeeded (the server's clock).")
 	clockFailures := ic(metricClockFailures, "{error}", "Failed server clock connects, round trips and reads of pg_stat_statements (costs stay on the client's clock).")
 	clockResets := ic(metricClockResets, "{event}", "Query counters found reset, evicted or gone in pg_stat_statements: that read taught nothing of them.")
-	clockRejected := ic(metricClockRejected, "{row}", "pg_stat_statements rows rejected as nonsense.")
+	clockRejected := ic(metricClockRejected, "{row}", "pg_stat_statements rows, and shared readings, rejected as nonsense.")
+	clockShared := ic(metricClockShared, "{read}", "Server clock readings taken from the reader elected for the database, through Redis.")
 	coordInst, coordObs := newCoordInstruments(ob)
 	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
@@ -249,12 +251,13 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 			o.ObserveInt64(clockFailures, clampInt64(c.Failures))
 			o.ObserveInt64(clockResets, clampInt64(c.Resets))
 			o.ObserveInt64(clockRejected, clampInt64(c.Rejected))
+			o.ObserveInt64(clockShared, clampInt64(c.Shared))
 		}
 		return nil
 	}
 	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
 		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples,
-		healthShared, healthElections, clockReads, clockFailures, clockResets, clockRejected)...)
+		healthShared, healthElections, clockReads, clockFailures, clockResets, clockRejected, clockShared)...)
 	if err != nil {
 		return telemetryError(err)
 	}

@@ -1339,6 +1339,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.health.shared_samples", "pgtraffic.health.elections",
 		"pgtraffic.server_clock.reads", "pgtraffic.server_clock.failures",
 		"pgtraffic.server_clock.resets", "pgtraffic.server_clock.rejected",
+		"pgtraffic.server_clock.shared_reads",
 		"pgtraffic.rows.leaked",
 		"pgtraffic.coordination.lease.rate", "pgtraffic.coordination.lease.burst",
 		"pgtraffic.coordination.global_debt", "pgtraffic.coordination.sync.latency",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/internal/redistest"
 	"github.com/pgtraffic/pgtraffic/internal/serverclock"
 	clockconn "github.com/pgtraffic/pgtraffic/internal/serverclock/pgxconn"
 )
@@ -434,4 +435,52 @@ rules:
 	failures := p.Snapshot().Counters.ServerClockFailures
 	until("the failed reads counted", func(_ driver.PatternStatus, c driver.Counters) bool { return c.ServerClockFailures > failures })
 	until("back on the client's clock", func(ps driver.PatternStatus, _ driver.Counters) bool { return ps.Clock == driver.ClockClient })
+}
+
+// TestServerClockElection: instances that coordinate through Redis elect one server clock
+// reader per database; the others adopt what it learned, reading pg_stat_statements not at all.
+func TestServerClockElection(t *testing.T) {
+	rs := redistest.Need(t)
+	srv := pgtest.Shared(t)
+	dsn := srv.CreateDatabase(t)
+	srv.EnableStatStatements(t, dsn)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `create table t (id int primary key, v int);
+		insert into t select g, g from generate_series(1, 1000) g; analyze t`); err != nil {
+		t.Fatal(err)
+	}
+	ins := openElected(t, rs, dsn, `
+coordination: {sync_interval: 200ms}
+health_interval: 200ms
+budgets:
+  - {name: lookups, mode: warn, server_share: 0.5}
+rules:
+  - {budget: lookups, match: {table: t}}
+`, 3)
+	waitFor(t, 30*time.Second, "one reader, the others adopting its means", func() (bool, string) {
+		readers, onServer := 0, 0
+		var state []string
+		for _, in := range ins {
+			var v int
+			if err := in.db.QueryRow(ssLookup, rand.IntN(1000)+1).Scan(&v); err != nil {
+				t.Fatalf("a lookup failed: %v", err)
+			}
+			s := in.c.Snapshot()
+			if s.Counters.ServerClockReads > 0 {
+				readers++
+			}
+			for _, ps := range s.Patterns {
+				if strings.Contains(ps.Query, "from t where id") && ps.Clock == driver.ClockServer {
+					onServer++
+				}
+			}
+			state = append(state, fmt.Sprintf("reads %d shared %d", s.Counters.ServerClockReads, s.Counters.ServerClockShared))
+		}
+		return readers == 1 && onServer == len(ins), fmt.Sprint(state)
+	})
 }

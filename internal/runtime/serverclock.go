@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/serverclock"
 )
 
@@ -12,6 +13,7 @@ import (
 type clockReading struct {
 	rd       *serverclock.Reader // nil while no budget needs a cost
 	interval time.Duration
+	el       health.Election // the election rd was given
 	base     serverclock.Counts
 }
 
@@ -24,18 +26,20 @@ func (c *clockReading) counts() serverclock.Counts {
 		n.Failures += m.Failures
 		n.Resets += m.Resets
 		n.Rejected += m.Rejected
+		n.Shared += m.Shared
 	}
 	return n
 }
 
 // configureServerClock starts or stops the server clock reader for cfg: it runs, every health
 // interval, while a budget that is not off needs a statement's cost (a server_share or a
-// per_query_limit). r.mu must be held; the reader replaced, if any, is returned for the caller
+// per_query_limit). With the health sampler's election (a coordination section), instances of
+// one database elect one reader in it; a new election starts a new reader. r.mu must be held; the reader replaced, if any, is returned for the caller
 // to close once r.mu is released.
 func (r *Runtime) configureServerClock(cfg *rules.Config, interval time.Duration) (replaced *serverclock.Reader) {
 	c := &r.clock
 	if c.rd != nil {
-		if needsCost(cfg) && !r.closed && c.interval == interval {
+		if needsCost(cfg) && !r.closed && c.interval == interval && c.el == r.election() {
 			return nil
 		}
 		replaced = c.rd
@@ -45,13 +49,14 @@ func (r *Runtime) configureServerClock(cfg *rules.Config, interval time.Duration
 		r.e.SetNetworkFloor(0)
 		return replaced
 	}
-	c.interval = interval
+	c.interval, c.el = interval, r.election()
 	c.rd = serverclock.NewReader(serverclock.Options{
 		Connect:  r.clockConnect,
 		Sink:     r.e,
 		Interval: interval,
 		Logger:   r.log,
 		Now:      r.now,
+		Election: c.el,
 	})
 	c.rd.Start()
 	return replaced

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
 // ApplicationName is the reader connection's application_name, so that it can be told apart
@@ -28,6 +31,9 @@ const (
 	// without a newer report (an idle pattern, failing reads) before it returns to the client's
 	// clock.
 	reportIntervals = 10
+	// maxShared is how many query identifiers' means one publication holds (the election's
+	// bound on a sample's readings).
+	maxShared = 256
 	// floorPings is how many recent round trips the network floor is the smallest of.
 	floorPings = 16
 	// maxBackoff bounds the wait after failed rounds, which doubles from one interval: a
@@ -57,7 +63,19 @@ type Options struct {
 	Interval time.Duration // between reads; <= 0 is 1s
 	Logger   *slog.Logger
 	Now      func() time.Time // the Sink's clock, for ObserveServer's until; nil is time.Now
+	// Election, when set, shares one read per database among the instances that coordinate
+	// through Redis (the health sampler's election, under a set of its own): the instance
+	// holding the lease reads pg_stat_statements and publishes what it learned, the others
+	// adopt it for the query identifiers they know. Nil: this instance reads for itself.
+	Election health.Election
 }
+
+// electionSet names the server clock's lease and sample in the election, apart from every
+// health metric set.
+const electionSet = "pgtraffic server clock"
+
+// sharedPrefix begins a published reading's name: the query identifier follows.
+const sharedPrefix = "queryid:"
 
 // Reader reads the server's clock in the background (see the package documentation). Its
 // methods are safe for concurrent use. The zero value is not usable; use [NewReader].
@@ -69,7 +87,7 @@ type Reader struct {
 	start sync.Once
 	stop  sync.Once
 
-	reads, failures, resets, rejected atomic.Uint64
+	reads, failures, resets, rejected, shared atomic.Uint64
 
 	// The loop's own state, touched by its goroutine only.
 	conn   Conn
@@ -106,6 +124,12 @@ func (r *Reader) Close() error {
 		started := true
 		r.start.Do(func() { started = false; close(r.done) })
 		<-r.done
+		if started && r.o.Election != nil {
+			// Hand the lease over now rather than when it lapses; an error is harmless.
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Interval)
+			_ = r.o.Election.Resign(ctx, health.Ballot{Set: electionSet, Interval: r.o.Interval})
+			cancel()
+		}
 		if started && r.conn != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), r.o.Interval)
 			defer cancel()
@@ -121,12 +145,13 @@ type Counts struct {
 	Failures uint64 // failed connects, round trips and reads
 	Resets   uint64 // counters found reset, evicted or gone, whose read taught nothing
 	Rejected uint64 // rows that made no sense (negative, not finite, duplicated, absurd)
+	Shared   uint64 // rounds that adopted what the instance elected for the database read
 }
 
 // Counts returns r's counts.
 func (r *Reader) Counts() Counts {
 	return Counts{Reads: r.reads.Load(), Failures: r.failures.Load(), Resets: r.resets.Load(),
-		Rejected: r.rejected.Load()}
+		Rejected: r.rejected.Load(), Shared: r.shared.Load()}
 }
 
 func (r *Reader) loop() {
@@ -192,6 +217,19 @@ func (r *Reader) round(ctx context.Context) error {
 	r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
 
 	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
+	lead := false
+	if el := r.o.Election; el != nil {
+		b := health.Ballot{Set: electionSet, Interval: r.o.Interval}
+		v, err := el.Elect(ctx, b)
+		switch {
+		case err != nil: // Redis unreachable: read for ourselves
+		case v.Lead:
+			lead = true
+		default:
+			r.follow(v, pairs)
+			return nil
+		}
+	}
 	if len(pairs) == 0 {
 		return nil
 	}
@@ -219,5 +257,46 @@ func (r *Reader) round(ctx context.Context) error {
 			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
 		}
 	}
+	if lead {
+		r.publish(ctx, learned)
+	}
 	return nil
+}
+
+// publish makes learned, at most as many as a sample holds, the database's shared reading. A
+// failure is not counted: the followers' copies age, and their next vote finds Redis down.
+func (r *Reader) publish(ctx context.Context, learned []Learned) {
+	out := make([]health.Shared, 0, min(len(learned), maxShared))
+	for _, l := range learned[:min(len(learned), maxShared)] {
+		out = append(out, health.Shared{Metric: sharedPrefix + strconv.FormatInt(l.QueryID, 10), Value: l.Seconds})
+	}
+	_ = r.o.Election.Publish(ctx, health.Ballot{Set: electionSet, Interval: r.o.Interval}, out)
+}
+
+// follow adopts, for the query identifiers of pairs, what the elected instance published, as
+// untrusted input: a reading that is not a query identifier's, failed, older than the
+// predictions it would keep, or not a plausible mean is rejected and counted.
+func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
+	if v.Bad != "" {
+		r.rejected.Add(1)
+		return
+	}
+	if len(v.Published) == 0 {
+		return
+	}
+	until := r.o.Now().Add(reportIntervals * r.o.Interval)
+	for _, s := range v.Published {
+		id, err := strconv.ParseInt(strings.TrimPrefix(s.Metric, sharedPrefix), 10, 64)
+		if !strings.HasPrefix(s.Metric, sharedPrefix) || err != nil || s.Err != "" ||
+			s.Age < 0 || s.Age > reportIntervals*r.o.Interval || !(s.Value >= 0) || s.Value > maxMean.Seconds() {
+			r.rejected.Add(1)
+			continue
+		}
+		for _, p := range pairs {
+			if p.ID == id {
+				r.o.Sink.ObserveServer(p.Fingerprint, id, s.Value, until)
+			}
+		}
+	}
+	r.shared.Add(1)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
 type fakeConn struct {
@@ -154,4 +155,78 @@ func TestReaderCloseWithoutStart(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fakeElection holds a vote to hand out and records what is published.
+type fakeElection struct {
+	vote      health.Vote
+	err       error
+	published []health.Shared
+	resigned  bool
+}
+
+func (e *fakeElection) Elect(context.Context, health.Ballot) (health.Vote, error) {
+	return e.vote, e.err
+}
+func (e *fakeElection) Publish(_ context.Context, _ health.Ballot, r []health.Shared) error {
+	e.published = r
+	return nil
+}
+func (e *fakeElection) Resign(context.Context, health.Ballot) error { e.resigned = true; return nil }
+
+func TestReaderElection(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}, {Fingerprint: 2, ID: 8}}}
+	newReader := func(conn *fakeConn, el health.Election) *Reader {
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+		r.o.Election = el
+		return r
+	}
+	t.Run("the lead reads and publishes", func(t *testing.T) {
+		sink.observed = nil
+		conn := &fakeConn{readings: []Reading{{Rows: []Row{{QueryID: 7, Calls: 1, ExecMS: 1}}}, {Rows: []Row{{QueryID: 7, Calls: 3, ExecMS: 2}}}}}
+		el := &fakeElection{vote: health.Vote{Lead: true}}
+		r := newReader(conn, el)
+		r.Round(context.Background())
+		r.Round(context.Background())
+		if want := []health.Shared{{Metric: "queryid:7", Value: 0.0005}}; !slices.Equal(el.published, want) {
+			t.Fatalf("published %+v, want %+v", el.published, want)
+		}
+		if len(sink.observed) != 1 {
+			t.Fatalf("observed %+v", sink.observed)
+		}
+	})
+	t.Run("a follower adopts, reading nothing", func(t *testing.T) {
+		sink.observed = nil
+		conn := &fakeConn{}
+		el := &fakeElection{vote: health.Vote{Published: []health.Shared{
+			{Metric: "queryid:8", Value: 0.001, Age: time.Second},
+			{Metric: "queryid:9", Value: 0.001},                        // not a pattern of ours
+			{Metric: "queryid:x", Value: 0.001},                        // nonsense
+			{Metric: "active_queries", Value: 3},                       // not ours
+			{Metric: "queryid:7", Value: -1},                           // nonsense
+			{Metric: "queryid:7", Value: 0.001, Err: "failed"},         // failed
+			{Metric: "queryid:7", Value: 0.001, Age: 11 * time.Second}, // too old
+		}}}
+		r := newReader(conn, el)
+		r.Round(context.Background())
+		want := []observed{{2, 8, 0.001, now.Add(reportIntervals * time.Second)}}
+		if !slices.Equal(sink.observed, want) || len(conn.asked) != 0 {
+			t.Fatalf("observed %+v (asked %v), want %+v and no read", sink.observed, conn.asked, want)
+		}
+		if c := r.Counts(); c.Shared != 1 || c.Rejected != 5 || c.Reads != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+		if err := r.Close(); err != nil || el.resigned {
+			t.Fatalf("Close = %v, resigned %v: a reader never started has no lease to give", err, el.resigned)
+		}
+	})
+	t.Run("without Redis each reads for itself", func(t *testing.T) {
+		conn := &fakeConn{readings: []Reading{{}}}
+		r := newReader(conn, &fakeElection{err: errors.New("redis down")})
+		r.Round(context.Background())
+		if len(conn.asked) != 1 || r.Counts().Reads != 1 {
+			t.Fatalf("asked %v", conn.asked)
+		}
+	})
 }
