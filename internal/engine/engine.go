@@ -270,8 +270,9 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 
 // Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
 // statement there for its planner cost, never to send it. It returns the plan's total cost in
-// planner units and the server's query identifier of the statement (0: none); an error wrapping [cost.ErrNotSent] means nothing reached the server. The
-// front end implements it over its driver's connection (internal/cost/pgxexplain).
+// planner units and the server's query identifier of the statement (0: none); an error
+// wrapping [cost.ErrNotSent] means nothing reached the server. The front end implements it over
+// its driver's connection (internal/cost/pgxexplain).
 type Conn interface {
 	Explain(ctx context.Context, query string, args []any) (cost.Plan, error)
 }
@@ -489,9 +490,9 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 // statement's holds, trues its debt up to its cost, trains the cost model and tells the
 // observer. Its cost is its prediction when that is on the server's clock (the server reports
 // what its pattern takes, see ObserveServer), else the time it took less the network's round
-// trip (SetNetworkFloor). ctx is the context Begin returned; err is the statement's outcome: nil on success,
-// else its error (a front end that recovers a panic passes a non-nil error); a cancelled or
-// failed statement does not train the model. Call it exactly once per successful Begin, on
+// trip (SetNetworkFloor). ctx is the context Begin returned; err is the statement's outcome:
+// nil on success, else its error (a front end that recovers a panic passes a non-nil error); a
+// cancelled or failed statement does not train the model. Call it exactly once per successful Begin, on
 // every path out of the front end (defer it), and not after a Begin that returned an error.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
