@@ -16,6 +16,11 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
+// ErrUnavailable is wrapped by a Conn's error when the server says pg_stat_statements cannot be
+// read at all (not installed in the database, not loaded, not visible to the role): retrying at
+// once would fail the same way.
+var ErrUnavailable = errors.New("serverclock: pg_stat_statements is not available")
+
 // ApplicationName is the reader connection's application_name, so that it can be told apart
 // in pg_stat_activity.
 const ApplicationName = "pgtraffic server clock"
@@ -34,8 +39,13 @@ const (
 	// maxShared is how many query identifiers' means one publication holds (the election's
 	// bound on a sample's readings).
 	maxShared = 256
-	// floorPings is how many recent round trips the network floor is the smallest of.
+	// floorPings is how many recent round trips the network floor is the smallest of; once that
+	// many are measured, a round trip is measured every pingEvery rounds.
 	floorPings = 16
+	pingEvery  = 8
+	// unavailableFailures is the count of failed rounds that the first ErrUnavailable counts
+	// as: the next attempt waits the longest backoff.
+	unavailableFailures = 7
 	// maxBackoff bounds the wait after failed rounds, which doubles from one interval: a
 	// missing extension costs a failed read every 64 intervals, not every interval.
 	maxBackoff = 64
@@ -94,6 +104,7 @@ type Reader struct {
 	tr     tracker
 	pings  [floorPings]time.Duration
 	npings int
+	rounds int
 	failed int // consecutive failed rounds: the first one's cause is logged, the next ones are not
 }
 
@@ -175,7 +186,9 @@ func (r *Reader) loop() {
 }
 
 // Round runs one round: a round trip and a read. The loop runs one per interval, and after
-// failed rounds waits twice as long each time, up to 64 intervals; tests run them directly. It must not run concurrently with itself or the loop.
+// failed rounds waits twice as long each time, up to 64 intervals (at once when the server says
+// pg_stat_statements is not there for this role, [ErrUnavailable]); tests run them directly. It
+// must not run concurrently with itself or the loop.
 func (r *Reader) Round(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
 	defer cancel()
@@ -185,6 +198,9 @@ func (r *Reader) Round(ctx context.Context) {
 			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
 		}
 		r.failed++
+		if errors.Is(err, ErrUnavailable) {
+			r.failed = max(r.failed, unavailableFailures)
+		}
 		return
 	}
 	if r.failed > 0 {
@@ -208,13 +224,16 @@ func (r *Reader) round(ctx context.Context) error {
 		}
 		r.conn = c
 	}
-	t0 := time.Now()
-	if err := r.conn.Ping(ctx); err != nil {
-		return fmt.Errorf("serverclock: round trip: %w", err)
+	r.rounds++
+	if r.npings < floorPings || r.rounds%pingEvery == 0 {
+		t0 := time.Now()
+		if err := r.conn.Ping(ctx); err != nil {
+			return fmt.Errorf("serverclock: round trip: %w", err)
+		}
+		r.pings[r.npings%floorPings] = time.Since(t0)
+		r.npings++
+		r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
 	}
-	r.pings[r.npings%floorPings] = time.Since(t0)
-	r.npings++
-	r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
 
 	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
 	lead := false

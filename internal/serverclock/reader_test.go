@@ -3,6 +3,7 @@ package serverclock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -117,6 +118,14 @@ func TestReaderFailuresChangeNothing(t *testing.T) {
 		r.Round(context.Background())
 		if c := r.Counts(); c.Failures != 1 || c.Reads != 0 || len(sink.observed) != 0 {
 			t.Fatalf("counts %+v, observed %+v", c, sink.observed)
+		}
+	})
+	t.Run("an unavailable extension waits the longest backoff at once", func(t *testing.T) {
+		conn := &fakeConn{readErr: fmt.Errorf("%w: SQLSTATE 42P01", ErrUnavailable)}
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+		r.Round(context.Background())
+		if r.failed != unavailableFailures || 1<<(r.failed-1) != maxBackoff {
+			t.Fatalf("failed rounds %d, want %d (a backoff of %d intervals)", r.failed, unavailableFailures, maxBackoff)
 		}
 	})
 	t.Run("a broken connection is replaced", func(t *testing.T) {

@@ -3,9 +3,12 @@ package pgxconn
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/internal/serverclock"
 )
@@ -54,6 +57,20 @@ func (c *Conn) Ping(ctx context.Context) error { return c.c.PgConn().Ping(ctx) }
 
 // Read reads pg_stat_statements' counters of ids.
 func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
+	out, err := c.read(ctx, ids)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && unavailable[pgErr.Code] {
+		err = fmt.Errorf("%w: %w", serverclock.ErrUnavailable, err)
+	}
+	return out, err
+}
+
+// unavailable are the SQLSTATEs of a server without a readable pg_stat_statements: undefined
+// table or function (the extension not created), insufficient privilege, object not in
+// prerequisite state (not in shared_preload_libraries), invalid schema.
+var unavailable = map[string]bool{"42P01": true, "42883": true, "42501": true, "55000": true, "3F000": true}
+
+func (c *Conn) read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
 	rows, err := c.c.Query(ctx, readSQL, ids)
 	if err != nil {
 		return serverclock.Reading{}, err
