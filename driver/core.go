@@ -15,6 +15,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
+	clockconn "github.com/pgtraffic/pgtraffic/internal/serverclock/pgxconn"
 )
 
 // core is what both front ends, [Connector] (database/sql) and [Pool] (pgxpool), are made of:
@@ -56,7 +57,9 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		// The sampler's own connection, never one of the application's pool.
 		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),
-		Redis:          o.redis,
+		// The server clock reader's too.
+		ServerClockConnect: clockconn.Connector(cc),
+		Redis:              o.redis,
 	})
 	switch {
 	case o.config != nil:

@@ -106,13 +106,29 @@ type SampleStatus struct {
 
 // PatternStatus is one query pattern's learned cost in a [Snapshot].
 type PatternStatus struct {
-	Fingerprint string  `json:"fingerprint"`
-	Query       string  `json:"query"` // normalised text: literals replaced by $n
-	Count       uint64  `json:"count"`
-	MeanCost    float64 `json:"mean_cost_s"`
-	PlanCost    float64 `json:"mean_plan_cost"`
-	K           float64 `json:"k"`
+	Fingerprint string `json:"fingerprint"`
+	Query       string `json:"query"` // normalised text: literals replaced by $n
+	Count       uint64 `json:"count"`
+	// MeanCost is the pattern's learned mean cost on the clock named by Clock: the server's
+	// mean execution time (ClockServer), or the client's measurement less the network's round
+	// trip (ClockClient).
+	MeanCost float64 `json:"mean_cost_s"`
+	Clock    string  `json:"clock"`
+	// ServerMean is the server's mean execution time of the pattern in its last reports of
+	// pg_stat_statements; 0 when it has none.
+	ServerMean float64 `json:"server_mean_s"`
+	// ClientMean is the client's measurement less the network's round trip, whichever clock
+	// Clock names.
+	ClientMean float64 `json:"client_mean_s"`
+	PlanCost   float64 `json:"mean_plan_cost"`
+	K          float64 `json:"k"`
 }
+
+// The clocks a pattern's cost can come from ([PatternStatus.Clock]).
+const (
+	ClockServer = "server" // pg_stat_statements' execution times
+	ClockClient = "client" // the client's measurement less the network's round trip
+)
 
 // BlockStatus is one group of recent refusals in a [Snapshot]: the statements of one pattern
 // that one budget or guard refused for one reason (Decision block), or that a warn-mode budget
@@ -160,6 +176,15 @@ type Counters struct {
 	ReloadFailures     uint64 `json:"reload_failures"`
 	Warned             uint64 `json:"warned"`
 	Blocked            uint64 `json:"blocked"`
+	// The server clock's reads of pg_stat_statements, their failures, and the counters found
+	// reset or rejected (see the pgtraffic.server_clock.* metrics).
+	ServerClockReads    uint64 `json:"server_clock_reads"`
+	ServerClockFailures uint64 `json:"server_clock_failures"`
+	ServerClockResets   uint64 `json:"server_clock_resets"`
+	ServerClockRejected uint64 `json:"server_clock_rejected"`
+	ServerClockShared   uint64 `json:"server_clock_shared_reads"` // adopted from the reader elected for the database
+	// NetworkFloor is the round trip taken off the client's measurement of each statement.
+	NetworkFloor time.Duration `json:"network_floor_ns"`
 }
 
 // Snapshot returns the live state of the [Connector] or [Pool].
@@ -200,10 +225,14 @@ func (c *core) Snapshot() Snapshot {
 		s.Budgets = append(s.Budgets, bs)
 	}
 	for _, p := range e.TopPatterns(20) {
-		s.Patterns = append(s.Patterns, PatternStatus{
-			Fingerprint: p.FingerprintHex, Query: p.Query, Count: p.Count,
-			MeanCost: p.MeanActual, PlanCost: p.MeanPlanCost, K: p.K,
-		})
+		ps := PatternStatus{
+			Fingerprint: p.FingerprintHex, Query: p.Query, Count: p.Count, Clock: ClockClient,
+			MeanCost: p.MeanActual, ServerMean: p.ServerMean, ClientMean: p.MeanActual, PlanCost: p.MeanPlanCost, K: p.K,
+		}
+		if p.Server {
+			ps.Clock, ps.MeanCost = ClockServer, p.ServerMean
+		}
+		s.Patterns = append(s.Patterns, ps)
 	}
 	st := e.Stats()
 	hits, misses, _ := e.PatternStats()
@@ -212,7 +241,12 @@ func (c *core) Snapshot() Snapshot {
 		ExplainCalls: st.ExplainCalls.Load(), ExplainFailures: st.ExplainFailures.Load(),
 		ExplainCacheHits: st.ExplainCacheHits.Load(), ExplainCacheMisses: st.ExplainCacheMisses.Load(),
 		Reloads: st.Reloads.Load(), ReloadFailures: st.ReloadFailures.Load(),
-		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(),
+		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(), NetworkFloor: e.NetworkFloor(),
+	}
+	if sc, ok := c.rt.ServerClock(); ok {
+		s.Counters.ServerClockReads, s.Counters.ServerClockFailures = sc.Reads, sc.Failures
+		s.Counters.ServerClockResets, s.Counters.ServerClockRejected = sc.Resets, sc.Rejected
+		s.Counters.ServerClockShared = sc.Shared
 	}
 	s.finite()
 	return s
@@ -242,6 +276,8 @@ func (s *Snapshot) finite() {
 	for i := range s.Patterns {
 		p := &s.Patterns[i]
 		f(&p.MeanCost)
+		f(&p.ServerMean)
+		f(&p.ClientMean)
 		f(&p.PlanCost)
 		f(&p.K)
 	}
@@ -394,9 +430,9 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 {{else}}<tr><td class="empty" colspan="3">none</td></tr>
 {{end}}</table>
 <h2>Hottest patterns</h2>
-<table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>k</th></tr>
-{{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
-{{else}}<tr><td class="empty" colspan="5">no costed statements yet</td></tr>
+<table id="patterns"><tr><th>fingerprint</th><th>query (normalised)</th><th>count</th><th>mean cost</th><th>clock</th><th>server mean</th><th>client mean</th><th>k</th></tr>
+{{range .Patterns}}<tr><td><code>{{.Fingerprint}}</code></td><td><code>{{.Query}}</code></td><td class="n">{{.Count}}</td><td class="n">{{ms .MeanCost}}</td><td class="clock">{{.Clock}}</td><td class="n">{{if .ServerMean}}{{ms .ServerMean}}{{else}}–{{end}}</td><td class="n">{{ms .ClientMean}}</td><td class="n">{{printf "%.3g" .K}}</td></tr>
+{{else}}<tr><td class="empty" colspan="8">no costed statements yet</td></tr>
 {{end}}</table>
 <h2>Counters</h2>
 <table id="counters">
@@ -404,6 +440,8 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <tr><td>EXPLAIN calls / failures</td><td class="n">{{.Counters.ExplainCalls}} / {{.Counters.ExplainFailures}}</td></tr>
 <tr><td>EXPLAIN cache hits / misses</td><td class="n">{{.Counters.ExplainCacheHits}} / {{.Counters.ExplainCacheMisses}}</td></tr>
 <tr><td>rule reloads / rejected</td><td class="n">{{.Counters.Reloads}} / {{.Counters.ReloadFailures}}</td></tr>
+<tr><td>server clock reads / shared / failures / resets / rejected</td><td class="n">{{.Counters.ServerClockReads}} / {{.Counters.ServerClockShared}} / {{.Counters.ServerClockFailures}} / {{.Counters.ServerClockResets}} / {{.Counters.ServerClockRejected}}</td></tr>
+<tr><td>network round trip taken off client measurements</td><td class="n">{{.Counters.NetworkFloor}}</td></tr>
 </table>
 </body></html>
 `))

@@ -74,6 +74,11 @@ const (
 	metricHealthSamples   = "pgtraffic.health.samples"
 	metricHealthShared    = "pgtraffic.health.shared_samples"
 	metricHealthElections = "pgtraffic.health.elections"
+	metricClockReads      = "pgtraffic.server_clock.reads"
+	metricClockFailures   = "pgtraffic.server_clock.failures"
+	metricClockResets     = "pgtraffic.server_clock.resets"
+	metricClockRejected   = "pgtraffic.server_clock.rejected"
+	metricClockShared     = "pgtraffic.server_clock.shared_reads"
 	metricRowsLeaked      = "pgtraffic.rows.leaked"
 
 	metricLeaseRate    = "pgtraffic.coordination.lease.rate"
@@ -209,6 +214,11 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 	healthSamples := ic(metricHealthSamples, "{sample}", "Successful health metric reads.")
 	healthShared := ic(metricHealthShared, "{sample}", "Health readings taken from the sampler elected for the database, through Redis.")
 	healthElections := ic(metricHealthElections, "{election}", "Times this instance became or stopped being the health sampler elected for its database.")
+	clockReads := ic(metricClockReads, "{read}", "Reads of pg_stat_statements that succeeded (the server's clock).")
+	clockFailures := ic(metricClockFailures, "{error}", "Failed server clock connects, round trips and reads of pg_stat_statements (costs stay on the client's clock).")
+	clockResets := ic(metricClockResets, "{event}", "Query counters found reset, evicted or gone in pg_stat_statements: that read taught nothing of them.")
+	clockRejected := ic(metricClockRejected, "{row}", "pg_stat_statements rows, and shared readings, rejected as nonsense.")
+	clockShared := ic(metricClockShared, "{read}", "Server clock readings taken from the reader elected for the database, through Redis.")
 	coordInst, coordObs := newCoordInstruments(ob)
 	if err := errors.Join(ob.errs...); err != nil {
 		return telemetryError(err)
@@ -236,11 +246,18 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 			o.ObserveInt64(healthShared, clampInt64(h.Shared))
 			o.ObserveInt64(healthElections, clampInt64(h.Elections))
 		}
+		if c, ok := rt.ServerClock(); ok {
+			o.ObserveInt64(clockReads, clampInt64(c.Reads))
+			o.ObserveInt64(clockFailures, clampInt64(c.Failures))
+			o.ObserveInt64(clockResets, clampInt64(c.Resets))
+			o.ObserveInt64(clockRejected, clampInt64(c.Rejected))
+			o.ObserveInt64(clockShared, clampInt64(c.Shared))
+		}
 		return nil
 	}
 	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
 		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples,
-		healthShared, healthElections)...)
+		healthShared, healthElections, clockReads, clockFailures, clockResets, clockRejected, clockShared)...)
 	if err != nil {
 		return telemetryError(err)
 	}

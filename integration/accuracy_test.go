@@ -293,12 +293,12 @@ rules:
 			if !costed {
 				return fmt.Errorf("%s: the engine made no prediction", q.name)
 			}
-			history, global, ok := base.predict(q.name, plan)
+			history, global, ok := base.predict(q.name, plan.Cost)
 			if runs[q.name] >= accWarmup && ok {
 				samples = append(samples, accSample{pattern: q.name, actual: actual, engine: predicted, history: history, global: global})
 			}
 			runs[q.name]++
-			base.observe(q.name, plan, actual)
+			base.observe(q.name, plan.Cost, actual)
 		}
 		return nil
 	})

@@ -215,7 +215,7 @@ rules:
 		t.Logf("decision %d (%s) took %v: %v", i+1, call.name, took, be)
 	}
 	sent := wire.since(off)
-	inExplain := bytes.Count(sent, []byte("EXPLAIN (FORMAT JSON) "+crossJoin))
+	inExplain := bytes.Count(sent, []byte("EXPLAIN (VERBOSE, FORMAT JSON) "+crossJoin))
 	if total := bytes.Count(sent, []byte(crossJoin)); total == 0 || total != inExplain {
 		t.Fatalf("the statement went on the wire %d times, %d of them inside EXPLAIN", total, inExplain)
 	}
@@ -320,12 +320,12 @@ func TestTransactionUnderCostBudget(t *testing.T) {
 	}
 
 	sent := wire.since(off)
-	if !bytes.Contains(sent, []byte(multi)) || bytes.Contains(sent, []byte("EXPLAIN (FORMAT JSON) "+multi)) {
+	if !bytes.Contains(sent, []byte(multi)) || bytes.Contains(sent, []byte("EXPLAIN (VERBOSE, FORMAT JSON) "+multi)) {
 		t.Error("the multi-statement string was not sent exactly as given, unexplained")
 	}
 	for _, want := range []string{
-		"EXPLAIN (FORMAT JSON) insert into accounts values ($1, $2)",
-		"EXPLAIN (FORMAT JSON) select balance from accounts where id = $1 for update",
+		"EXPLAIN (VERBOSE, FORMAT JSON) insert into accounts values ($1, $2)",
+		"EXPLAIN (VERBOSE, FORMAT JSON) select balance from accounts where id = $1 for update",
 		"SAVEPOINT pgtraffic_explain", "RELEASE SAVEPOINT pgtraffic_explain",
 	} {
 		if !bytes.Contains(sent, []byte(want)) {

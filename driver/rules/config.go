@@ -32,8 +32,9 @@ type Config struct {
 	// shares are fractions of it. Zero means the default, 1.
 	ServerCores float64 `yaml:"server_cores,omitempty" json:"server_cores,omitempty"`
 
-	// HealthInterval is how often the health sampler reads the server. Zero means the
-	// default, 1s; otherwise at least 10ms.
+	// HealthInterval is how often the health sampler reads the server, and the server clock
+	// reads pg_stat_statements (see the README's server seconds). Zero means the default, 1s;
+	// otherwise at least 10ms.
 	HealthInterval Duration `yaml:"health_interval,omitempty" json:"health_interval,omitempty"`
 
 	// HealthQueries names custom health metrics: each query must return a single number,
@@ -86,7 +87,9 @@ const (
 )
 
 // Budget is a named set of limits. Omitted (zero) limits are unlimited. Execution seconds —
-// the seconds one backend spends on a query — are the unit of cost; durations express them.
+// the seconds one backend spends on a query, as pg_stat_statements reports them where it is
+// readable, else as the client measures them less the network's round trip — are the unit of
+// cost; durations express them.
 // A Budget with only a name is valid: a warn budget with no limits, which counts the queries
 // its rules route to it.
 type Budget struct {

@@ -26,6 +26,7 @@ const (
 	alphaPattern = 0.2  // a pattern's EMAs
 	alphaGlobal  = 0.01 // the global k
 	alphaExplain = 0.1  // the EXPLAIN round trip
+	alphaServer  = 0.5  // a pattern's server mean, over the server's reports (each already a mean)
 
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
 	// above which a pattern's cost counts as varying widely.
@@ -56,10 +57,23 @@ type Model struct {
 	explainN    uint64
 }
 
+// Plan is what an EXPLAIN tells of one statement.
+type Plan struct {
+	Cost float64 // the plan's total cost, in planner units
+	// QueryID is the server's query identifier of the statement, the key of its counters in
+	// pg_stat_statements; 0 when the server computes none (compute_query_id off, before
+	// PostgreSQL 14).
+	QueryID int64
+}
+
 // Prediction is what the model expects of one execution.
 type Prediction struct {
 	Seconds float64 // predicted execution seconds; 0 when the model cannot predict (OK false)
 	OK      bool
+	// Server reports that Seconds is on the server's clock: learned from what the server
+	// reported it spent on the pattern ([Model.ObserveServer]), not from the client's
+	// measurements.
+	Server bool
 	// Volatile reports that, in explain mode auto, the pattern should be explained on every call
 	// rather than once per pattern: its actual cost varies widely (coefficient of variation above
 	// 0.5 over at least 5 executions) and its mean dwarfs an EXPLAIN round trip (more than 10 ×
@@ -88,6 +102,15 @@ type pattern struct {
 	// k of its own, it uses the global k of that moment).
 	planSeconds float64
 	planOK      bool
+	// queryID is the server's query identifier from the pattern's last EXPLAIN that reported
+	// one; 0: none.
+	queryID int64
+	// serverMean is the server's mean execution seconds of the pattern in its last report
+	// (ObserveServer), used until serverUntil; planServer is the prediction for planCost on the
+	// server's clock, worked out as planSeconds is.
+	serverMean  float64
+	serverUntil time.Time
+	planServer  float64
 }
 
 const (
@@ -185,9 +208,17 @@ func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
 	if validPlan(planCost) {
 		r.PlanCost = planCost
 	}
-	if r.Cached {
+	switch {
+	case p != nil && now.Before(p.serverUntil):
+		r.Server, r.OK = true, true
+		if r.Cached {
+			r.Seconds = p.planServer
+		} else {
+			r.Seconds = p.serverSeconds(planCost)
+		}
+	case r.Cached:
 		r.Seconds, r.OK = p.planSeconds, p.planOK
-	} else {
+	default:
 		r.Seconds, r.OK = m.predictLocked(p, planCost)
 	}
 	r.Volatile = m.volatileLocked(p)
@@ -206,7 +237,35 @@ func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
 	p.planCost, p.planExpires = planCost, now.Add(PlanTTL)
-	p.planSeconds, p.planOK = m.predictLocked(p, planCost)
+	m.updateLocked(p)
+}
+
+// PutQueryID records that the server identifies pattern fp's statements by queryID, as an
+// EXPLAIN reported (see [Plan]); 0 is ignored.
+func (m *Model) PutQueryID(fp uint64, queryID int64) {
+	if queryID == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, _ := m.patterns.put(fp)
+	p.queryID = queryID
+}
+
+// updateLocked works out p's cached predictions for its plan cost. The caller holds m.mu.
+func (m *Model) updateLocked(p *pattern) {
+	p.planSeconds, p.planOK = m.predictLocked(p, p.planCost)
+	p.planServer = p.serverSeconds(p.planCost)
+}
+
+// serverSeconds is p's prediction on the server's clock for planCost: planCost × k, where k is
+// the server's mean seconds over the mean planner cost of the pattern's executions; the
+// server's mean itself without a plan cost of both.
+func (p *pattern) serverSeconds(planCost float64) float64 {
+	if validPlan(planCost) && p.nPlanned > 0 {
+		return planCost * (p.serverMean / p.plan)
+	}
+	return p.serverMean
 }
 
 // predictLocked is Predict's seconds for pattern p (nil when the pattern is not in the table).
@@ -255,7 +314,52 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 		m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
 		m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
 	}
-	p.planSeconds, p.planOK = m.predictLocked(p, p.planCost)
+	m.updateLocked(p)
+}
+
+// QueryID pairs a pattern with the server's query identifier of its statements.
+type QueryID struct {
+	Fingerprint uint64
+	ID          int64
+}
+
+// QueryIDs appends to dst the patterns whose query identifier is known, at most max of them,
+// the most recently trained or explained first.
+func (m *Model) QueryIDs(dst []QueryID, max int) []QueryID {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	m.patterns.each(func(fp uint64, p *pattern) {
+		if p.queryID != 0 && len(dst) < max {
+			dst = append(dst, QueryID{Fingerprint: fp, ID: p.queryID})
+		}
+	})
+	return dst
+}
+
+// ObserveServer trains pattern fp on the server's clock at now: the server reported that the
+// executions of query id (the pattern's, see QueryIDs) took seconds each on average, planning
+// included where the server tracks it, since its previous report. Predictions for the pattern
+// are then on the server's clock until until (Prediction.Server); after, without a newer
+// report, they return to the client's. It reports whether the report was taken: not when the
+// pattern is gone, its query identifier changed, or seconds is negative or not finite.
+func (m *Model) ObserveServer(now time.Time, fp uint64, id int64, seconds float64, until time.Time) bool {
+	if !(seconds >= 0) || math.IsInf(seconds, 0) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, _ := m.patterns.get(fp)
+	if p == nil || p.queryID != id {
+		return false
+	}
+	if now.Before(p.serverUntil) {
+		p.serverMean += alphaServer * (seconds - p.serverMean)
+	} else {
+		p.serverMean = seconds
+	}
+	p.serverUntil = until
+	m.updateLocked(p)
+	return true
 }
 
 // ema returns the average avg updated with sample x; n counts samples including x.
@@ -303,12 +407,16 @@ type PatternStats struct {
 	MeanActual   float64 // EMA of actual execution seconds
 	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
 	K            float64 // seconds per planner cost unit in use: the pattern's, or the global one
+	// ServerMean is the server's mean execution seconds of the pattern in its reports (see
+	// [Model.ObserveServer]); 0 when it has none. Server reports that predictions use it now.
+	ServerMean float64
+	Server     bool
 }
 
-// Top returns the n patterns with the most observed executions, most first (ties by
+// Top returns, at now, the n patterns with the most observed executions, most first (ties by
 // fingerprint), or nil when n <= 0. It copies the table under the lock and sorts outside it: it
 // serves introspection, not statements.
-func (m *Model) Top(n int) []PatternStats {
+func (m *Model) Top(now time.Time, n int) []PatternStats {
 	if n <= 0 {
 		return nil
 	}
@@ -319,9 +427,13 @@ func (m *Model) Top(n int) []PatternStats {
 		if p.n == 0 {
 			return // explained, never observed
 		}
-		s := PatternStats{Fingerprint: fp, Count: p.n, MeanActual: p.mean, K: gk}
+		s := PatternStats{Fingerprint: fp, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
+			Server: now.Before(p.serverUntil)}
 		if p.nPlanned > 0 {
 			s.MeanPlanCost, s.K = p.plan, p.actualP/p.plan
+			if s.Server {
+				s.K = p.serverMean / p.plan
+			}
 		}
 		all = append(all, s)
 	})

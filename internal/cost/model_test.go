@@ -30,7 +30,7 @@ func globalK(m *Model) float64 {
 // patternK is the k Top reports for pattern fp (the global k for a pattern never observed with a
 // plan cost), or 0 when fp has no observed execution.
 func patternK(m *Model, fp uint64) float64 {
-	for _, s := range m.Top(patternCount(m)) {
+	for _, s := range m.Top(time.Time{}, patternCount(m)) {
 		if s.Fingerprint == fp {
 			return s.K
 		}
@@ -328,7 +328,7 @@ func TestModelTop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("", func(t *testing.T) {
-			top := m.Top(tt.n)
+			top := m.Top(time.Time{}, tt.n)
 			if len(top) != len(tt.want) {
 				t.Fatalf("Top(%d) returned %d patterns, want %d", tt.n, len(top), len(tt.want))
 			}
@@ -342,7 +342,7 @@ func TestModelTop(t *testing.T) {
 			}
 		})
 	}
-	top := m.Top(100)
+	top := m.Top(time.Time{}, 100)
 	if s := top[0]; !near(s.K, 1e-5, 1e-9) || !near(s.MeanActual, 0.001, 1e-9) || s.MeanPlanCost != 100 {
 		t.Fatalf("Top stats = %+v, want K 1e-5, mean 0.001, plan 100", s)
 	}
@@ -365,7 +365,7 @@ func TestModelConcurrent(t *testing.T) {
 				predict(m, fp, 500)
 				_ = m.Predict(time.Time{}, fp, 0).Volatile
 				if i%500 == 0 {
-					m.Top(5)
+					m.Top(time.Time{}, 5)
 				}
 			}
 		}()

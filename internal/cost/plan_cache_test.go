@@ -135,7 +135,7 @@ func TestPutPlanEvictsLeastRecent(t *testing.T) {
 			t.Fatalf("pattern %d held = %v, want %v", tt.fp, ok, tt.want)
 		}
 	}
-	if top := m.Top(5); len(top) != 0 {
+	if top := m.Top(time.Time{}, 5); len(top) != 0 {
 		t.Fatalf("Top lists explained patterns never observed: %+v", top)
 	}
 }

@@ -311,7 +311,7 @@ func (b *Batch) unwind() {
 }
 
 // Finish ends the batch that b's BeginBatch admitted, once its results are closed: it
-// releases the batch's holds, trues its budgets' debt up to the batch's time and tells the
+// releases the batch's holds, trues its budgets' debt up to the batch's cost and tells the
 // observer of each statement. errs[i] is statement i's outcome (nil on success); errs may be
 // nil (all succeeded) or shorter than the batch (the rest succeeded). Call it exactly once per
 // successful BeginBatch, on every path (defer it).
@@ -323,8 +323,19 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	}
 	now := e.now()
 	took := now.Sub(b.start)
+	// As a statement's (Exec.Finish): the batch's predictions when every one is on the server's
+	// clock, else its time less the network's round trip.
+	measured := lessFloor(took, e.floor.Load()).Seconds()
+	server := len(b.Execs) > 0
+	for i := range b.Execs {
+		server = server && b.Execs[i].server
+	}
 	for _, r := range b.holds[:b.held] {
-		budget.Release(now, r, took.Seconds())
+		charge := measured
+		if server {
+			charge = r.Cost
+		}
+		budget.Release(now, r, charge)
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	for i := range b.Execs {

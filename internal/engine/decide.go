@@ -296,7 +296,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
-	x.untrained = pred.Samples == 0
+	x.untrained, x.server = pred.Samples == 0, pred.Server
 	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
@@ -327,10 +327,11 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 				sent = true
 				e.stats.ExplainCalls.Add(1)
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
-				planCost = c
+				planCost = c.Cost
 				if !perCall {
-					e.model.PutPlan(t0, fp, c)
+					e.model.PutPlan(t0, fp, c.Cost)
 				}
+				e.model.PutQueryID(fp, c.QueryID)
 			}
 		}
 	}
@@ -339,6 +340,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 		return pred.Seconds, pred.PlanCost, sent, false
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
+	x.server = pred.Server
 	return pred.Seconds, planCost, sent, false
 }
 

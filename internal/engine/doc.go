@@ -26,7 +26,10 @@
 //	              quarantine and budgets, all-or-nothing, waiting in the budgets' queues
 //	budget        all-or-nothing admission in the enforce budgets, each behind its own lock
 //	blocks.go     a refusal recorded for the status; log.go: warn and block logs, rate-limited
-//	engine.go     Finish: holds released, debt trued up, the cost model trained
+//	engine.go     Finish: holds released, debt trued up (to the prediction on the server's
+//	              clock, else to the time less the network's round trip), the cost model trained
+//	serverclock.go what the server clock reader teaches: query identifiers, server means, the
+//	              network's round trip (package serverclock reads them in the background)
 //
 // A front end's use of it, in full:
 //

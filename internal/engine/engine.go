@@ -73,8 +73,11 @@ type Engine struct {
 	stats    Stats
 	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
 	inFlight atomic.Int64
-	warns    warnLimiter
-	blocks   blockLog // the most recent blocks, for the status (blocks.go)
+	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
+	// each statement (SetNetworkFloor); 0: none known.
+	floor  atomic.Int64
+	warns  warnLimiter
+	blocks blockLog // the most recent blocks, for the status (blocks.go)
 	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
 	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
@@ -221,6 +224,9 @@ type work struct {
 	e     *Engine
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
+	// server: the prediction is on the server's clock (cost.Prediction.Server), and is what
+	// Finish charges; else Finish charges the client's measurement.
+	server bool
 	// later: the statement has no connection yet (BeginBeforeConn).
 	later bool
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
@@ -255,7 +261,7 @@ type scratch struct {
 // cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
-	x.e, x.start, x.warm, x.untrained = e, time.Time{}, false, false
+	x.e, x.start, x.warm, x.untrained, x.server = e, time.Time{}, false, false, false
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
@@ -264,10 +270,11 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 
 // Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
 // statement there for its planner cost, never to send it. It returns the plan's total cost in
-// planner units; an error wrapping [cost.ErrNotSent] means nothing reached the server. The
-// front end implements it over its driver's connection (internal/cost/pgxexplain).
+// planner units and the server's query identifier of the statement (0: none); an error
+// wrapping [cost.ErrNotSent] means nothing reached the server. The front end implements it over
+// its driver's connection (internal/cost/pgxexplain).
 type Conn interface {
-	Explain(ctx context.Context, query string, args []any) (float64, error)
+	Explain(ctx context.Context, query string, args []any) (cost.Plan, error)
 }
 
 // Begin decides whether a statement may run, into x (see [Exec] for the lifecycle). It is the
@@ -480,10 +487,12 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 }
 
 // Finish ends the statement that x's Begin admitted, once it has completed: it releases the
-// statement's holds, trues its debt up to the actual time, trains the cost model and tells the
-// observer. ctx is the context Begin returned; err is the statement's outcome: nil on success,
-// else its error (a front end that recovers a panic passes a non-nil error); a cancelled or
-// failed statement does not train the model. Call it exactly once per successful Begin, on
+// statement's holds, trues its debt up to its cost, trains the cost model and tells the
+// observer. Its cost is its prediction when that is on the server's clock (the server reports
+// what its pattern takes, see ObserveServer), else the time it took less the network's round
+// trip (SetNetworkFloor). ctx is the context Begin returned; err is the statement's outcome:
+// nil on success, else its error (a front end that recovers a panic passes a non-nil error); a
+// cancelled or failed statement does not train the model. Call it exactly once per successful Begin, on
 // every path out of the front end (defer it), and not after a Begin that returned an error.
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
@@ -493,9 +502,13 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	}
 	now := e.now()
 	took := now.Sub(x.start)
-	actual := float64(took) / 1e9
+	actual := float64(lessFloor(took, e.floor.Load())) / 1e9
+	charge := actual
+	if x.server {
+		charge = x.Predicted // the server's clock: its reports true the prediction up, not this measurement
+	}
 	for _, r := range x.holds {
-		budget.Release(now, r, actual)
+		budget.Release(now, r, charge)
 	}
 	overran := false
 	if x.bound != nil || x.warnBound != nil {
@@ -510,6 +523,13 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
+}
+
+// lessFloor is took less floor, the network's round trip (SetNetworkFloor), but at least a tenth
+// of took: a floor measured on another connection, or inflated by the client's own load, must
+// not make a statement free.
+func lessFloor(took time.Duration, floor int64) time.Duration {
+	return max(took-time.Duration(floor), took/10)
 }
 
 // Training the cost model costs more than the rest of a decision, and a pattern's averages weigh

@@ -32,7 +32,7 @@ type PatternState struct {
 
 // TopPatterns returns the n patterns with the most observed executions.
 func (e *Engine) TopPatterns(n int) []PatternState {
-	top := e.model.Top(n)
+	top := e.model.Top(e.now(), n)
 	out := make([]PatternState, 0, len(top))
 	for _, ps := range top {
 		s := PatternState{PatternStats: ps}

@@ -11,7 +11,7 @@ import (
 
 // modelCount is the number of executions the model has trained pattern fp on.
 func modelCount(e *Engine, fp uint64) uint64 {
-	for _, s := range e.model.Top(1 << 20) {
+	for _, s := range e.model.Top(time.Time{}, 1<<20) {
 		if s.Fingerprint == fp {
 			return s.Count
 		}

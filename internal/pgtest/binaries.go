@@ -127,6 +127,12 @@ func isExecutable(path string) bool {
 
 // tool returns the path of a PostgreSQL program: from the server's directory when it is there,
 // else from PATH (Debian puts client tools such as pg_basebackup behind a wrapper in /usr/bin).
+// hasLibrary reports whether the server's library directory (beside its bin directory, as in
+// Debian's and PostgreSQL's own layouts) holds the loadable module name.
+func (tc *toolchain) hasLibrary(name string) bool {
+	return fileExists(filepath.Join(filepath.Dir(tc.binDir), "lib", name+".so"))
+}
+
 func (tc *toolchain) tool(name string) string {
 	if p := filepath.Join(tc.binDir, name); isExecutable(p) {
 		return p

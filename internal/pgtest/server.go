@@ -102,7 +102,12 @@ func (s *Server) boot(standby bool) error {
 		if port, err = freePort(); err != nil {
 			return err
 		}
-		if err = appendConf(s.DataDir, serverSettings(s.DataDir, port)); err != nil {
+		settings := serverSettings(s.DataDir, port)
+		if s.tc.hasLibrary(statStatements) {
+			// Loaded, not created: only a database that EnableStatStatements names has the view.
+			settings = append(settings, [2]string{"shared_preload_libraries", statStatements})
+		}
+		if err = appendConf(s.DataDir, settings); err != nil {
 			return err
 		}
 		_, err = s.tc.run(s.root, "pg_ctl", "start", "-D", s.DataDir, "-l", s.logPath(), "-w", "-t", "60")
@@ -357,6 +362,37 @@ func (s *Server) exec(sql string) error {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, sql)
 	return err
+}
+
+// statStatements is the contrib module that keeps per-query execution statistics.
+const statStatements = "pg_stat_statements"
+
+// EnableStatStatements creates the pg_stat_statements extension in the database dsn names (a
+// database of s, e.g. from CreateDatabase), so that the database has the view. Every throwaway
+// cluster preloads the module when this machine's PostgreSQL has it (Debian's package does);
+// without it, or on an external server that does not preload it, it skips tb, or under CI=true
+// fails it.
+func (s *Server) EnableStatStatements(tb testing.TB, dsn string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var loaded bool
+	if err := conn.QueryRow(ctx, `select $1 = any(string_to_array(current_setting('shared_preload_libraries'), ', '))`,
+		statStatements).Scan(&loaded); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	if !loaded {
+		unavailable(tb, fmt.Errorf("%w: the server does not preload %s", errUnavailable, statStatements))
+		return
+	}
+	if _, err := conn.Exec(ctx, "create extension if not exists "+statStatements); err != nil {
+		tb.Fatalf("pgtest: create extension %s: %v", statStatements, err)
+	}
 }
 
 // withDatabase returns dsn with its database replaced, for both URL and keyword/value forms.

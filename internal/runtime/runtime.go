@@ -13,6 +13,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/serverclock"
 )
 
 // Options configure a Runtime.
@@ -24,6 +25,9 @@ type Options struct {
 	// user@host:port/dbname): with a coordination section, instances whose identities are
 	// equal elect one sampler (election.go). Empty: each samples for itself.
 	HealthDatabase string
+	// ServerClockConnect opens the server clock reader's dedicated connection
+	// (package serverclock). Nil disables the server's clock: costs stay on the client's.
+	ServerClockConnect func(ctx context.Context) (serverclock.Conn, error)
 
 	// Redis, when set, is the client shared budgets coordinate through, instead of one made
 	// from the coordination section's URL (coord.go). Instance names this instance in Redis
@@ -42,6 +46,7 @@ type Runtime struct {
 	after          func(time.Duration) <-chan time.Time
 	healthConnect  func(ctx context.Context) (health.Conn, error)
 	healthDatabase string
+	clockConnect   func(ctx context.Context) (serverclock.Conn, error)
 	redis          redis.UniversalClient
 	instance       string
 
@@ -55,13 +60,14 @@ type Runtime struct {
 	co        coordination   // shared budgets (coord.go)
 	vote      healthElection // the health sampler's election (election.go)
 	health    *sampling      // the health sampler; nil until a budget uses a sampled metric (health.go)
+	clock     clockReading   // the server clock reader (serverclock.go)
 }
 
 // New returns the runtime of e, with no rules in force.
 func New(e *engine.Engine, o Options) *Runtime {
 	now, after := e.Clock()
 	return &Runtime{e: e, log: e.Logger(), now: now, after: after, healthConnect: o.HealthConnect,
-		healthDatabase: o.HealthDatabase, redis: o.Redis, instance: o.Instance}
+		healthDatabase: o.HealthDatabase, clockConnect: o.ServerClockConnect, redis: o.Redis, instance: o.Instance}
 }
 
 // Engine is the engine r configures.
@@ -100,10 +106,11 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 
 // stopped is what an install replaced, to be stopped once r.mu is released.
 type stopped struct {
-	superseded bool            // a later SetConfig was installed first: nothing done
-	co         coordination    // a coordinator replaced or removed
-	election   *coord.Election // a health sampler election replaced or removed
-	sampler    *health.Sampler // a sampler replaced or no longer needed
+	superseded bool                // a later SetConfig was installed first: nothing done
+	co         coordination        // a coordinator replaced or removed
+	election   *coord.Election     // a health sampler election replaced or removed
+	sampler    *health.Sampler     // a sampler replaced or no longer needed
+	reader     *serverclock.Reader // a server clock reader replaced or no longer needed
 }
 
 // run stops what s holds: the sampler first, which hands its election's lease over, then the
@@ -112,6 +119,9 @@ func (s stopped) run(r *Runtime) error {
 	var err error
 	if s.sampler != nil {
 		err = s.sampler.Close()
+	}
+	if s.reader != nil {
+		err = errors.Join(err, s.reader.Close())
 	}
 	r.closeElection(s.election)
 	if s.co.c != nil {
@@ -139,6 +149,7 @@ func (r *Runtime) install(cfg *rules.Config, compiled *engine.Rules) (installed 
 	r.installed = compiled.Gen()
 	stop.election = r.elect(cfg) // the sampler takes the new one from its next round
 	stop.sampler = r.configureHealth(cfg, compiled.HealthInterval())
+	stop.reader = r.configureServerClock(cfg, compiled.HealthInterval())
 	return true, stop, nil
 }
 
@@ -171,6 +182,7 @@ func (r *Runtime) shut() (w *watcher, stop stopped, ok bool) {
 	if r.health != nil {
 		stop.sampler = r.health.s // its counts stay readable: Close keeps them
 	}
+	stop.reader = r.clock.rd // its counts stay readable too
 	r.watcher, r.co, r.vote = nil, coordination{}, healthElection{}
 	return w, stop, true
 }

@@ -27,7 +27,9 @@ var (
 )
 
 const (
-	explainPrefix = "EXPLAIN (FORMAT JSON) "
+	// VERBOSE makes the output carry the query identifier that pg_stat_statements keys the
+	// statement's counters by (when the server computes one).
+	explainPrefix = "EXPLAIN (VERBOSE, FORMAT JSON) "
 	// savepointName is fixed: a caller's savepoint of the same name is shadowed only between our
 	// SAVEPOINT and RELEASE, because ROLLBACK TO and RELEASE act on the most recent one.
 	savepointName = "pgtraffic_explain"
@@ -36,8 +38,9 @@ const (
 	rollbackTimeout = 5 * time.Second
 )
 
-// Explain runs EXPLAIN (FORMAT JSON) query with args on conn, the connection the caller's
-// statement will run on, and returns the plan's total cost in planner units. EXPLAIN without
+// Explain runs EXPLAIN (VERBOSE, FORMAT JSON) query with args on conn, the connection the caller's
+// statement will run on, and returns the plan's total cost in planner units and the statement's
+// query identifier (0 when the server computes none). EXPLAIN without
 // ANALYZE plans the statement and never executes it, so INSERT, UPDATE, DELETE, MERGE,
 // INSERT ... RETURNING and data-modifying CTEs are safe to explain.
 //
@@ -71,44 +74,44 @@ const (
 //
 // Error texts never contain the query, its arguments or the server's message, which may quote
 // them; server errors carry only the SQLSTATE.
-func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float64, error) {
+func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.Plan, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %w", cost.ErrNotSent, err)
+		return cost.Plan{}, fmt.Errorf("%w: %w", cost.ErrNotSent, err)
 	}
 	if c == nil {
-		return 0, ErrConnClosed
+		return cost.Plan{}, ErrConnClosed
 	}
 	pc := c.PgConn()
 	if pc.IsClosed() {
-		return 0, ErrConnClosed
+		return cost.Plan{}, ErrConnClosed
 	}
 	if pc.IsBusy() {
-		return 0, ErrConnBusy
+		return cost.Plan{}, ErrConnBusy
 	}
 	status := pc.TxStatus()
 	if status == 'E' {
-		return 0, ErrTxAborted
+		return cost.Plan{}, ErrTxAborted
 	}
 	if status != 'I' && status != 'T' {
-		return 0, fmt.Errorf("%w: unknown transaction status %q", cost.ErrNotSent, status)
+		return cost.Plan{}, fmt.Errorf("%w: unknown transaction status %q", cost.ErrNotSent, status)
 	}
 
 	query, values, err := explainArgs(ctx, c, query, args)
 	if err != nil {
-		return 0, err
+		return cost.Plan{}, err
 	}
 	// Encoding before sending anything means an unencodable argument costs no round trip and
 	// leaves no savepoint behind.
 	var eqb pgx.ExtendedQueryBuilder
 	if err := eqb.Build(c.TypeMap(), nil, values); err != nil {
-		return 0, fmt.Errorf("%w: cannot encode the arguments", cost.ErrNotSent)
+		return cost.Plan{}, fmt.Errorf("%w: cannot encode the arguments", cost.ErrNotSent)
 	}
 	sql := explainPrefix + query
 
 	if status == 'I' {
 		res := pc.ExecParams(ctx, sql, eqb.ParamValues, nil, eqb.ParamFormats, nil).Read()
 		if res.Err != nil {
-			return 0, sentError(res.Err)
+			return cost.Plan{}, sentError(res.Err)
 		}
 		return resultCost(res)
 	}
@@ -118,7 +121,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (float6
 // explainInTx pipelines SAVEPOINT, EXPLAIN and RELEASE with a single Sync: one round trip when
 // the EXPLAIN succeeds. When it fails the server skips the RELEASE and the transaction is aborted
 // until the ROLLBACK TO that follows.
-func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.ExtendedQueryBuilder) (float64, error) {
+func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.ExtendedQueryBuilder) (cost.Plan, error) {
 	batch := &pgconn.Batch{}
 	batch.ExecParams("SAVEPOINT "+savepointName, nil, nil, nil, nil)
 	batch.ExecParams(sql, eqb.ParamValues, nil, eqb.ParamFormats, nil)
@@ -126,32 +129,32 @@ func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.Ex
 	results, batchErr := pc.ExecBatch(ctx, batch).ReadAll()
 
 	if pc.IsClosed() {
-		return 0, sentError(batchErr)
+		return cost.Plan{}, sentError(batchErr)
 	}
 	if pc.TxStatus() == 'E' {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		_, rbErr := pc.Exec(rctx, "ROLLBACK TO SAVEPOINT "+savepointName+"; RELEASE SAVEPOINT "+savepointName).ReadAll()
 		if rbErr != nil || pc.TxStatus() != 'T' {
-			return 0, fmt.Errorf("%w (%w)", ErrNotRestored, sentError(batchErr))
+			return cost.Plan{}, fmt.Errorf("%w (%w)", ErrNotRestored, sentError(batchErr))
 		}
-		return 0, sentError(batchErr)
+		return cost.Plan{}, sentError(batchErr)
 	}
 	if batchErr != nil {
-		return 0, sentError(batchErr)
+		return cost.Plan{}, sentError(batchErr)
 	}
 	if len(results) != 3 {
-		return 0, errMalformedPlan
+		return cost.Plan{}, errMalformedPlan
 	}
 	return resultCost(results[1])
 }
 
-// resultCost extracts the total cost from EXPLAIN's single row and column.
-func resultCost(res *pgconn.Result) (float64, error) {
+// resultCost extracts the total cost and query identifier from EXPLAIN's single row and column.
+func resultCost(res *pgconn.Result) (cost.Plan, error) {
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
-		return 0, errMalformedPlan
+		return cost.Plan{}, errMalformedPlan
 	}
-	return planCost(res.Rows[0][0])
+	return parsePlan(res.Rows[0][0])
 }
 
 // sentError describes a failure after sending. A server error is reduced to its SQLSTATE: its
@@ -203,6 +206,6 @@ type Conn struct{ c *pgx.Conn }
 func On(c *pgx.Conn) Conn { return Conn{c} }
 
 // Explain runs [Explain] on the connection.
-func (c Conn) Explain(ctx context.Context, query string, args []any) (float64, error) {
+func (c Conn) Explain(ctx context.Context, query string, args []any) (cost.Plan, error) {
 	return Explain(ctx, c.c, query, args)
 }

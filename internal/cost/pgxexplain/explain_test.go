@@ -112,11 +112,11 @@ func directCost(t *testing.T, c testConn, sql string, args ...any) float64 {
 	if err := c.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 		t.Fatalf("direct explain: %v", err)
 	}
-	cost, err := planCost(out)
+	plan, err := parsePlan(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cost
+	return plan.Cost
 }
 
 func TestExplain(t *testing.T) {
@@ -149,10 +149,11 @@ func TestExplain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Explain(ctx, c.Conn, tt.sql, tt.args)
+			plan, err := Explain(ctx, c.Conn, tt.sql, tt.args)
 			if err != nil {
 				t.Fatalf("Explain: %v", err)
 			}
+			got := plan.Cost
 			if want := directCost(t, c, tt.sql, tt.args...); got != want || got <= 0 {
 				t.Fatalf("Explain = %v, want the direct EXPLAIN's %v (> 0)", got, want)
 			}
@@ -181,7 +182,7 @@ func TestExplainArgumentsChangeTheCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The values are planned as constants, as for the caller's own unnamed statement.
-	if !(all > 10*few) {
+	if !(all.Cost > 10*few.Cost) {
 		t.Fatalf("cost for id < 1e6 = %v, for id < 10 = %v: want the values to drive the plan", all, few)
 	}
 }
@@ -192,11 +193,11 @@ func TestExplainNamedArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := directCost(t, c, `SELECT * FROM t WHERE id = $1`, 5); got != want {
+	if want := directCost(t, c, `SELECT * FROM t WHERE id = $1`, 5); got.Cost != want {
 		t.Fatalf("Explain = %v, want %v", got, want)
 	}
 	got, err = Explain(context.Background(), c.Conn, `SELECT * FROM t WHERE id = $1`, []any{pgx.QueryExecModeSimpleProtocol, 5})
-	if err != nil || got <= 0 {
+	if err != nil || got.Cost <= 0 {
 		t.Fatalf("Explain with a leading QueryExecMode = %v, %v; want the option dropped", got, err)
 	}
 }

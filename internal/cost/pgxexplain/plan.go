@@ -4,24 +4,30 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 )
 
 // errMalformedPlan reports EXPLAIN output without a usable total cost. Its text never quotes the
 // output, which holds the statement's literals and parameter values.
 var errMalformedPlan = errors.New("cost: explain returned no usable total cost")
 
-// planCost returns the total planner cost in the output of EXPLAIN (FORMAT JSON), an array with
-// one element per planned query: [{"Plan": {"Total Cost": 12.5, ...}, ...}]. A statement that
-// rules rewrite into several queries yields several elements; their costs add up, because all of
-// them run. Elements without a plan (a rule's utility statement) cost nothing; at least one plan
-// is required. Keys match exactly, as PostgreSQL writes them, and only the top level of each plan
-// is decoded: the plan tree below it stays raw bytes.
-func planCost(out []byte) (float64, error) {
+// parsePlan returns the total planner cost and the query identifier in the output of EXPLAIN
+// (VERBOSE, FORMAT JSON), an array with one element per planned query:
+// [{"Plan": {"Total Cost": 12.5, ...}, "Query Identifier": 123, ...}]. A statement that rules
+// rewrite into several queries yields several elements; their costs add up, because all of them
+// run, and its query identifier is left 0: no one query's counters describe it. Elements without
+// a plan (a rule's utility statement) cost nothing; at least one plan is required. The query
+// identifier is there only when the server computes one (compute_query_id, PostgreSQL 14+);
+// else, or when it is not an integer, it is 0. Keys match exactly, as PostgreSQL writes them,
+// and only the top level of each plan is decoded: the plan tree below it stays raw bytes.
+func parsePlan(out []byte) (cost.Plan, error) {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(out, &elems); err != nil {
-		return 0, errMalformedPlan
+		return cost.Plan{}, errMalformedPlan
 	}
 	total, plans := 0.0, 0
+	var id int64
 	for _, raw := range elems {
 		var el map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &el); err != nil {
@@ -33,17 +39,21 @@ func planCost(out []byte) (float64, error) {
 		}
 		var plan map[string]json.RawMessage
 		if err := json.Unmarshal(planRaw, &plan); err != nil || plan == nil {
-			return 0, errMalformedPlan
+			return cost.Plan{}, errMalformedPlan
 		}
-		var cost *float64
-		if err := json.Unmarshal(plan["Total Cost"], &cost); err != nil || cost == nil || *cost < 0 {
-			return 0, errMalformedPlan
+		var c *float64
+		if err := json.Unmarshal(plan["Total Cost"], &c); err != nil || c == nil || *c < 0 {
+			return cost.Plan{}, errMalformedPlan
 		}
-		total += *cost
+		total += *c
 		plans++
+		id = 0
+		if plans == 1 {
+			_ = json.Unmarshal(el["Query Identifier"], &id) // absent or not an integer: 0
+		}
 	}
 	if plans == 0 || math.IsInf(total, 0) {
-		return 0, errMalformedPlan
+		return cost.Plan{}, errMalformedPlan
 	}
-	return total, nil
+	return cost.Plan{Cost: total, QueryID: id}, nil
 }

@@ -138,3 +138,30 @@ func FuzzPlanCost(f *testing.F) {
 		}
 	})
 }
+
+// planCost is parsePlan's cost alone.
+func planCost(out []byte) (float64, error) {
+	p, err := parsePlan(out)
+	return p.Cost, err
+}
+
+func TestParsePlanQueryIdentifier(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want int64
+	}{
+		{"reported", `[{"Plan":{"Total Cost":1},"Query Identifier":-4321987654321}]`, -4321987654321},
+		{"not computed", `[{"Plan":{"Total Cost":1}}]`, 0},
+		{"not an integer", `[{"Plan":{"Total Cost":1},"Query Identifier":"x"}]`, 0},
+		{"several queries (a rule)", `[{"Plan":{"Total Cost":1},"Query Identifier":7},{"Plan":{"Total Cost":1},"Query Identifier":8}]`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := parsePlan([]byte(tt.in))
+			if err != nil || p.QueryID != tt.want {
+				t.Fatalf("parsePlan = %+v, %v; want query identifier %d", p, err, tt.want)
+			}
+		})
+	}
+}

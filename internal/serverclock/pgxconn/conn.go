@@ -1,0 +1,108 @@
+// Package pgxconn is the server clock reader's connection over pgx.
+package pgxconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtraffic/pgtraffic/internal/serverclock"
+)
+
+var _ serverclock.Conn = (*Conn)(nil)
+
+// readSQL reads the counters of the asked query identifiers: top-level statements of this
+// database, summed over roles, without their texts (pg_stat_statements(false) skips the text
+// file). The identifiers are joined, not searched (queryid = any($1) compares each entry with
+// every identifier). The lateral join keeps one row, with the reset stamp, when none matches.
+const readSQL = `select i.stats_reset, s.queryid, s.calls, s.exec_ms, s.plan_ms
+from pg_stat_statements_info i
+left join lateral (
+	select p.queryid, sum(p.calls)::int8 as calls, sum(p.total_exec_time) as exec_ms, sum(p.total_plan_time) as plan_ms
+	from pg_stat_statements(false) p
+	join unnest($1::int8[]) as q(id) on p.queryid = q.id
+	where p.toplevel and p.dbid = (select oid from pg_database where datname = current_database())
+	group by p.queryid
+) s on true`
+
+// Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
+// each time (pgx.ConnectConfig must not be handed one config twice), named
+// serverclock.ApplicationName, whose statements the server ends after
+// serverclock.StatementTimeout.
+func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (serverclock.Conn, error) {
+	cfg = cfg.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = serverclock.ApplicationName
+	cfg.RuntimeParams["statement_timeout"] = serverclock.StatementTimeout
+	return func(ctx context.Context) (serverclock.Conn, error) {
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return nil, err
+		}
+		return &Conn{c: c}, nil
+	}
+}
+
+// Conn is a serverclock.Conn over a pgx connection; like it, not safe for concurrent use.
+type Conn struct{ c *pgx.Conn }
+
+// Ping sends an empty query.
+func (c *Conn) Ping(ctx context.Context) error { return c.c.PgConn().Ping(ctx) }
+
+// Read reads pg_stat_statements' counters of ids.
+func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
+	out, err := c.read(ctx, ids)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && unavailable[pgErr.Code] {
+		err = fmt.Errorf("%w: %w", serverclock.ErrUnavailable, err)
+	}
+	return out, err
+}
+
+// unavailable are the SQLSTATEs of a server without a readable pg_stat_statements: undefined
+// table or function (the extension not created), insufficient privilege, object not in
+// prerequisite state (not in shared_preload_libraries), invalid schema.
+var unavailable = map[string]bool{"42P01": true, "42883": true, "42501": true, "55000": true, "3F000": true}
+
+func (c *Conn) read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
+	rows, err := c.c.Query(ctx, readSQL, ids)
+	if err != nil {
+		return serverclock.Reading{}, err
+	}
+	defer rows.Close()
+	var out serverclock.Reading
+	for rows.Next() {
+		var (
+			reset      *time.Time
+			id, calls  *int64
+			exec, plan *float64
+		)
+		if err := rows.Scan(&reset, &id, &calls, &exec, &plan); err != nil {
+			return serverclock.Reading{}, err
+		}
+		if reset != nil {
+			out.Reset = *reset
+		}
+		if id == nil || calls == nil || exec == nil {
+			continue // no identifier matched
+		}
+		r := serverclock.Row{QueryID: *id, Calls: *calls, ExecMS: *exec}
+		if plan != nil {
+			r.PlanMS = *plan
+		}
+		out.Rows = append(out.Rows, r)
+	}
+	return out, rows.Err()
+}
+
+// IsClosed reports whether the connection is closed.
+func (c *Conn) IsClosed() bool { return c.c.IsClosed() }
+
+// Close closes the connection.
+func (c *Conn) Close(ctx context.Context) error { return c.c.Close(ctx) }

@@ -1,0 +1,321 @@
+package serverclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+// ErrUnavailable is wrapped by a Conn's error when the server says pg_stat_statements cannot be
+// read at all (not installed in the database, not loaded, not visible to the role): retrying at
+// once would fail the same way.
+var ErrUnavailable = errors.New("serverclock: pg_stat_statements is not available")
+
+// ApplicationName is the reader connection's application_name, so that it can be told apart
+// in pg_stat_activity.
+const ApplicationName = "pgtraffic server clock"
+
+const (
+	// StatementTimeout is the reader connection's statement_timeout (a setting's text): the
+	// server ends a read that takes longer.
+	StatementTimeout = "500ms"
+	// MaxQueryIDs bounds one read: the identifiers of at most this many patterns, the most
+	// recently used first.
+	MaxQueryIDs = 1000
+	// reportIntervals is how many intervals a pattern's server-clock prediction stays in force
+	// without a newer report (an idle pattern, failing reads) before it returns to the client's
+	// clock.
+	reportIntervals = 10
+	// maxShared is how many query identifiers' means one publication holds (the election's
+	// bound on a sample's readings).
+	maxShared = 256
+	// floorPings is how many recent round trips the network floor is the smallest of; once that
+	// many are measured, a round trip is measured every pingEvery rounds.
+	floorPings = 16
+	pingEvery  = 8
+	// unavailableFailures is the count of failed rounds that the first ErrUnavailable counts
+	// as: the next attempt waits the longest backoff.
+	unavailableFailures = 7
+	// maxBackoff bounds the wait after failed rounds, which doubles from one interval: a
+	// missing extension costs a failed read every 64 intervals, not every interval.
+	maxBackoff = 64
+	// minRoundTimeout bounds a round (a connect, a round trip and a read) when the interval is
+	// shorter: a round that overruns only delays the next one, and the server ends a read
+	// after StatementTimeout anyway.
+	minRoundTimeout = 2 * time.Second
+)
+
+// Sink is what a Reader teaches: the engine.
+type Sink interface {
+	// QueryIDs appends to dst the patterns whose query identifier is known, at most max.
+	QueryIDs(dst []cost.QueryID, max int) []cost.QueryID
+	// ObserveServer hands pattern fp's mean server seconds per execution (query identifier
+	// id), for predictions until until.
+	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
+	// SetNetworkFloor hands the smallest recent round trip to the server.
+	SetNetworkFloor(d time.Duration)
+}
+
+// Options configure a Reader.
+type Options struct {
+	Connect  func(ctx context.Context) (Conn, error) // opens the reader's own connection
+	Sink     Sink
+	Interval time.Duration // between reads; <= 0 is 1s
+	Logger   *slog.Logger
+	Now      func() time.Time // the Sink's clock, for ObserveServer's until; nil is time.Now
+	// Election, when set, shares one read per database among the instances that coordinate
+	// through Redis (the health sampler's election, under a set of its own): the instance
+	// holding the lease reads pg_stat_statements and publishes what it learned, the others
+	// adopt it for the query identifiers they know. Nil: this instance reads for itself.
+	Election health.Election
+}
+
+// electionSet names the server clock's lease and sample in the election, apart from every
+// health metric set.
+const electionSet = "pgtraffic server clock"
+
+// sharedPrefix begins a published reading's name: the query identifier follows.
+const sharedPrefix = "queryid:"
+
+// Reader reads the server's clock in the background (see the package documentation). Its
+// methods are safe for concurrent use. The zero value is not usable; use [NewReader].
+type Reader struct {
+	o     Options
+	life  context.Context
+	kill  context.CancelFunc
+	done  chan struct{}
+	start sync.Once
+	stop  sync.Once
+
+	reads, failures, resets, rejected, shared atomic.Uint64
+
+	// The loop's own state, touched by its goroutine only.
+	conn   Conn
+	tr     tracker
+	pings  [floorPings]time.Duration
+	npings int
+	rounds int
+	failed int // consecutive failed rounds: the first one's cause is logged, the next ones are not
+}
+
+// NewReader returns a reader for o. It does nothing until Start.
+func NewReader(o Options) *Reader {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Reader{o: o, done: make(chan struct{})}
+	r.life, r.kill = context.WithCancel(context.Background())
+	return r
+}
+
+// Start starts the reading goroutine; later calls do nothing.
+func (r *Reader) Start() { r.start.Do(func() { go r.loop() }) }
+
+// Close stops the goroutine, waits for it and closes the connection. Later calls return nil.
+func (r *Reader) Close() error {
+	var err error
+	r.stop.Do(func() {
+		r.kill()
+		started := true
+		r.start.Do(func() { started = false; close(r.done) })
+		<-r.done
+		if started && r.o.Election != nil {
+			// Hand the lease over now rather than when it lapses; an error is harmless.
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Interval)
+			_ = r.o.Election.Resign(ctx, health.Ballot{Set: electionSet, Interval: r.o.Interval})
+			cancel()
+		}
+		if started && r.conn != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Interval)
+			defer cancel()
+			err = r.conn.Close(ctx)
+		}
+	})
+	return err
+}
+
+// Counts are a Reader's event counts since it was made.
+type Counts struct {
+	Reads    uint64 // reads of pg_stat_statements that succeeded
+	Failures uint64 // failed connects, round trips and reads
+	Resets   uint64 // counters found reset, evicted or gone, whose read taught nothing
+	Rejected uint64 // rows that made no sense (negative, not finite, duplicated, absurd)
+	Shared   uint64 // rounds that adopted what the instance elected for the database read
+}
+
+// Counts returns r's counts.
+func (r *Reader) Counts() Counts {
+	return Counts{Reads: r.reads.Load(), Failures: r.failures.Load(), Resets: r.resets.Load(),
+		Rejected: r.rejected.Load(), Shared: r.shared.Load()}
+}
+
+func (r *Reader) loop() {
+	defer close(r.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.life.Done():
+			return
+		case <-t.C:
+		}
+		begun := time.Now()
+		r.Round(r.life)
+		wait := r.o.Interval
+		if r.failed > 0 {
+			wait *= time.Duration(min(1<<min(r.failed-1, 30), maxBackoff))
+		}
+		t.Reset(max(wait-time.Since(begun), 0))
+	}
+}
+
+// Round runs one round: a round trip and a read. The loop runs one per interval, and after
+// failed rounds waits twice as long each time, up to 64 intervals (at once when the server says
+// pg_stat_statements is not there for this role, [ErrUnavailable]); tests run them directly. It
+// must not run concurrently with itself or the loop.
+func (r *Reader) Round(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
+	defer cancel()
+	if err := r.round(rctx); err != nil {
+		r.failures.Add(1)
+		if r.failed == 0 && ctx.Err() == nil {
+			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
+		}
+		r.failed++
+		if errors.Is(err, ErrUnavailable) {
+			r.failed = max(r.failed, unavailableFailures)
+		}
+		return
+	}
+	if r.failed > 0 {
+		r.o.Logger.Info("pgtraffic: reading the server's clock works again")
+	}
+	r.failed = 0
+}
+
+func (r *Reader) round(ctx context.Context) error {
+	if r.conn == nil || r.conn.IsClosed() {
+		if r.conn != nil {
+			_ = r.conn.Close(ctx)
+			r.conn = nil
+		}
+		if r.o.Connect == nil {
+			return errors.New("serverclock: Options.Connect is nil")
+		}
+		c, err := r.o.Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("serverclock: connect: %w", err)
+		}
+		r.conn = c
+	}
+	r.rounds++
+	if r.npings < floorPings || r.rounds%pingEvery == 0 {
+		t0 := time.Now()
+		if err := r.conn.Ping(ctx); err != nil {
+			return fmt.Errorf("serverclock: round trip: %w", err)
+		}
+		r.pings[r.npings%floorPings] = time.Since(t0)
+		r.npings++
+		r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
+	}
+
+	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
+	lead := false
+	if el := r.o.Election; el != nil {
+		b := health.Ballot{Set: electionSet, Interval: r.o.Interval}
+		v, err := el.Elect(ctx, b)
+		switch {
+		case err != nil: // Redis unreachable: read for ourselves
+		case v.Lead:
+			lead = true
+		default:
+			r.follow(v, pairs)
+			return nil
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	byID := make(map[int64][]uint64, len(pairs)) // one identifier may serve several patterns
+	ids := make([]int64, 0, len(pairs))
+	for _, p := range pairs {
+		if _, ok := byID[p.ID]; !ok {
+			ids = append(ids, p.ID)
+		}
+		byID[p.ID] = append(byID[p.ID], p.Fingerprint)
+	}
+	reading, err := r.conn.Read(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("serverclock: reading pg_stat_statements: %w", err)
+	}
+	r.reads.Add(1)
+	resets, rejected := r.tr.resets, r.tr.rejected
+	r.tr.keep(ids)
+	learned := r.tr.update(reading, nil)
+	r.resets.Add(r.tr.resets - resets)
+	r.rejected.Add(r.tr.rejected - rejected)
+	until := r.o.Now().Add(reportIntervals * r.o.Interval)
+	for _, l := range learned {
+		for _, fp := range byID[l.QueryID] {
+			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
+		}
+	}
+	if lead {
+		r.publish(ctx, learned)
+	}
+	return nil
+}
+
+// publish makes learned, at most as many as a sample holds, the database's shared reading. A
+// failure is not counted: the followers' copies age, and their next vote finds Redis down.
+func (r *Reader) publish(ctx context.Context, learned []Learned) {
+	out := make([]health.Shared, 0, min(len(learned), maxShared))
+	for _, l := range learned[:min(len(learned), maxShared)] {
+		out = append(out, health.Shared{Metric: sharedPrefix + strconv.FormatInt(l.QueryID, 10), Value: l.Seconds})
+	}
+	_ = r.o.Election.Publish(ctx, health.Ballot{Set: electionSet, Interval: r.o.Interval}, out)
+}
+
+// follow adopts, for the query identifiers of pairs, what the elected instance published, as
+// untrusted input: a reading that is not a query identifier's, failed, older than the
+// predictions it would keep, or not a plausible mean is rejected and counted.
+func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
+	if v.Bad != "" {
+		r.rejected.Add(1)
+		return
+	}
+	if len(v.Published) == 0 {
+		return
+	}
+	until := r.o.Now().Add(reportIntervals * r.o.Interval)
+	for _, s := range v.Published {
+		id, err := strconv.ParseInt(strings.TrimPrefix(s.Metric, sharedPrefix), 10, 64)
+		if !strings.HasPrefix(s.Metric, sharedPrefix) || err != nil || s.Err != "" ||
+			s.Age < 0 || s.Age > reportIntervals*r.o.Interval || !(s.Value >= 0) || s.Value > maxMean.Seconds() {
+			r.rejected.Add(1)
+			continue
+		}
+		for _, p := range pairs {
+			if p.ID == id {
+				r.o.Sink.ObserveServer(p.Fingerprint, id, s.Value, until)
+			}
+		}
+	}
+	r.shared.Add(1)
+}

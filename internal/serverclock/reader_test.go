@@ -1,0 +1,241 @@
+package serverclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/health"
+)
+
+type fakeConn struct {
+	readings []Reading
+	readErr  error
+	pingErr  error
+	asked    [][]int64
+	closed   bool
+}
+
+func (c *fakeConn) Ping(context.Context) error {
+	if c.pingErr != nil {
+		c.closed = true // a failed round trip breaks a pgx connection
+	}
+	return c.pingErr
+}
+
+func (c *fakeConn) Read(_ context.Context, ids []int64) (Reading, error) {
+	c.asked = append(c.asked, slices.Clone(ids))
+	if c.readErr != nil {
+		return Reading{}, c.readErr
+	}
+	r := c.readings[0]
+	c.readings = c.readings[1:]
+	return r, nil
+}
+
+func (c *fakeConn) IsClosed() bool              { return c.closed }
+func (c *fakeConn) Close(context.Context) error { c.closed = true; return nil }
+
+type observed struct {
+	fp      uint64
+	id      int64
+	seconds float64
+	until   time.Time
+}
+
+type fakeSink struct {
+	ids      []cost.QueryID
+	observed []observed
+	floor    time.Duration
+}
+
+func (s *fakeSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
+	return append(dst, s.ids[:min(max, len(s.ids))]...)
+}
+
+func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool {
+	s.observed = append(s.observed, observed{fp, id, seconds, until})
+	return true
+}
+
+func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
+
+func newTestReader(connect func(context.Context) (Conn, error), sink Sink, now time.Time) *Reader {
+	return NewReader(Options{Connect: connect, Sink: sink, Interval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+}
+
+func TestReaderLearnsFromTheServer(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	conn := &fakeConn{readings: []Reading{
+		{Rows: []Row{{QueryID: 7, Calls: 100, ExecMS: 10}}},
+		{Rows: []Row{{QueryID: 7, Calls: 300, ExecMS: 50}}},
+	}}
+	// Two patterns (the same statement under two search paths, say) share one identifier.
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}, {Fingerprint: 2, ID: 7}}}
+	r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+	r.Round(context.Background())
+	if len(sink.observed) != 0 {
+		t.Fatalf("the first read taught %+v: it only takes baselines", sink.observed)
+	}
+	r.Round(context.Background())
+	until := now.Add(reportIntervals * time.Second)
+	want := []observed{{1, 7, 0.0002, until}, {2, 7, 0.0002, until}}
+	if !slices.Equal(sink.observed, want) {
+		t.Fatalf("observed %+v, want %+v", sink.observed, want)
+	}
+	if !slices.Equal(conn.asked[0], []int64{7}) {
+		t.Fatalf("asked %v, want each identifier once", conn.asked[0])
+	}
+	if c := r.Counts(); c.Reads != 2 || c.Failures != 0 {
+		t.Fatalf("counts %+v", c)
+	}
+	if sink.floor <= 0 {
+		t.Fatal("no network floor measured")
+	}
+}
+
+func TestReaderFailuresChangeNothing(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}}}
+	t.Run("connect", func(t *testing.T) {
+		r := newTestReader(func(context.Context) (Conn, error) { return nil, errors.New("refused") }, sink, now)
+		r.Round(context.Background())
+		r.Round(context.Background())
+		if c := r.Counts(); c.Failures != 2 || c.Reads != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+	})
+	t.Run("missing extension", func(t *testing.T) {
+		conn := &fakeConn{readErr: errors.New(`relation "pg_stat_statements_info" does not exist`)}
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+		r.Round(context.Background())
+		if c := r.Counts(); c.Failures != 1 || c.Reads != 0 || len(sink.observed) != 0 {
+			t.Fatalf("counts %+v, observed %+v", c, sink.observed)
+		}
+	})
+	t.Run("an unavailable extension waits the longest backoff at once", func(t *testing.T) {
+		conn := &fakeConn{readErr: fmt.Errorf("%w: SQLSTATE 42P01", ErrUnavailable)}
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+		r.Round(context.Background())
+		if r.failed != unavailableFailures || 1<<(r.failed-1) != maxBackoff {
+			t.Fatalf("failed rounds %d, want %d (a backoff of %d intervals)", r.failed, unavailableFailures, maxBackoff)
+		}
+	})
+	t.Run("a broken connection is replaced", func(t *testing.T) {
+		conns := 0
+		bad := &fakeConn{pingErr: errors.New("reset by peer")}
+		good := &fakeConn{readings: []Reading{{}}}
+		r := newTestReader(func(context.Context) (Conn, error) {
+			conns++
+			if conns == 1 {
+				return bad, nil
+			}
+			return good, nil
+		}, sink, now)
+		r.Round(context.Background())
+		r.Round(context.Background())
+		if c := r.Counts(); c.Failures != 1 || c.Reads != 1 || conns != 2 {
+			t.Fatalf("counts %+v after %d connects", c, conns)
+		}
+	})
+	t.Run("nothing to ask", func(t *testing.T) {
+		conn := &fakeConn{}
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, &fakeSink{}, now)
+		r.Round(context.Background())
+		if len(conn.asked) != 0 || r.Counts().Failures != 0 {
+			t.Fatalf("asked %v with no known identifier", conn.asked)
+		}
+	})
+}
+
+func TestReaderCloseWithoutStart(t *testing.T) {
+	r := newTestReader(nil, &fakeSink{}, time.Now())
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Start() // after Close: nothing
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeElection holds a vote to hand out and records what is published.
+type fakeElection struct {
+	vote      health.Vote
+	err       error
+	published []health.Shared
+	resigned  bool
+}
+
+func (e *fakeElection) Elect(context.Context, health.Ballot) (health.Vote, error) {
+	return e.vote, e.err
+}
+func (e *fakeElection) Publish(_ context.Context, _ health.Ballot, r []health.Shared) error {
+	e.published = r
+	return nil
+}
+func (e *fakeElection) Resign(context.Context, health.Ballot) error { e.resigned = true; return nil }
+
+func TestReaderElection(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}, {Fingerprint: 2, ID: 8}}}
+	newReader := func(conn *fakeConn, el health.Election) *Reader {
+		r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+		r.o.Election = el
+		return r
+	}
+	t.Run("the lead reads and publishes", func(t *testing.T) {
+		sink.observed = nil
+		conn := &fakeConn{readings: []Reading{{Rows: []Row{{QueryID: 7, Calls: 1, ExecMS: 1}}}, {Rows: []Row{{QueryID: 7, Calls: 3, ExecMS: 2}}}}}
+		el := &fakeElection{vote: health.Vote{Lead: true}}
+		r := newReader(conn, el)
+		r.Round(context.Background())
+		r.Round(context.Background())
+		if want := []health.Shared{{Metric: "queryid:7", Value: 0.0005}}; !slices.Equal(el.published, want) {
+			t.Fatalf("published %+v, want %+v", el.published, want)
+		}
+		if len(sink.observed) != 1 {
+			t.Fatalf("observed %+v", sink.observed)
+		}
+	})
+	t.Run("a follower adopts, reading nothing", func(t *testing.T) {
+		sink.observed = nil
+		conn := &fakeConn{}
+		el := &fakeElection{vote: health.Vote{Published: []health.Shared{
+			{Metric: "queryid:8", Value: 0.001, Age: time.Second},
+			{Metric: "queryid:9", Value: 0.001},                        // not a pattern of ours
+			{Metric: "queryid:x", Value: 0.001},                        // nonsense
+			{Metric: "active_queries", Value: 3},                       // not ours
+			{Metric: "queryid:7", Value: -1},                           // nonsense
+			{Metric: "queryid:7", Value: 0.001, Err: "failed"},         // failed
+			{Metric: "queryid:7", Value: 0.001, Age: 11 * time.Second}, // too old
+		}}}
+		r := newReader(conn, el)
+		r.Round(context.Background())
+		want := []observed{{2, 8, 0.001, now.Add(reportIntervals * time.Second)}}
+		if !slices.Equal(sink.observed, want) || len(conn.asked) != 0 {
+			t.Fatalf("observed %+v (asked %v), want %+v and no read", sink.observed, conn.asked, want)
+		}
+		if c := r.Counts(); c.Shared != 1 || c.Rejected != 5 || c.Reads != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+		if err := r.Close(); err != nil || el.resigned {
+			t.Fatalf("Close = %v, resigned %v: a reader never started has no lease to give", err, el.resigned)
+		}
+	})
+	t.Run("without Redis each reads for itself", func(t *testing.T) {
+		conn := &fakeConn{readings: []Reading{{}}}
+		r := newReader(conn, &fakeElection{err: errors.New("redis down")})
+		r.Round(context.Background())
+		if len(conn.asked) != 1 || r.Counts().Reads != 1 {
+			t.Fatalf("asked %v", conn.asked)
+		}
+	})
+}
