@@ -87,6 +87,15 @@ var layerRules = []struct {
 		},
 	},
 	{
+		name: "the background readers take their connections handed in: no PostgreSQL driver or Redis client",
+		covers: func(rel string) bool {
+			return rel == "internal/health" || rel == "internal/serverclock"
+		},
+		allowed: func(dep string) bool {
+			return !strings.HasPrefix(dep, "github.com/redis/") && !strings.HasPrefix(dep, "github.com/jackc/")
+		},
+	},
+	{
 		name:   "the budget core imports nothing of ours but the vocabulary, and no YAML or network library",
 		covers: func(rel string) bool { return rel == "internal/budget" },
 		allowed: func(dep string) bool {

@@ -1,8 +1,9 @@
 // Package health samples PostgreSQL server health for pgtraffic's
 // throttle_when budgets: the Vitess-throttler half of traffic control.
 //
-// It may import pgx, for its dedicated connection, and driver/rules/vocab (the metric names, the
-// default interval); nothing else of pgtraffic's: the engine hands it its settings.
+// It may import driver/rules/vocab (the metric names, the default interval) and nothing else of
+// pgtraffic's, and no database driver: its connection is a [Conn] handed in (package pgxconn
+// implements it with pgx), and the engine hands it its settings.
 //
 // # Sampling
 //

@@ -1,4 +1,5 @@
-// Package pgxconn is the server clock reader's connection over pgx.
+// Package pgxconn is the server clock reader's connection over pgx. It imports pgx and
+// internal/serverclock, whose Conn it implements, and nothing else of pgtraffic's.
 package pgxconn
 
 import (
