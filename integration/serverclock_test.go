@@ -47,8 +47,8 @@ func TestServerSeconds(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := runServerSeconds(t, srv, stats, path.oneWay, withPSS)
 				t.Logf("%s: learned mean cost %.0f µs (%s clock; client mean less floor %.0f µs, floor %v); server mean %.0f µs (learned ÷ server %.2f); "+
-					"server seconds spent ÷ (share × cores) %.2f; %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
-					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare,
+					"server seconds spent ÷ (share × cores) %.2f (demand above the budget: %v); %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
+					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare, r.saturated,
 					r.calls, r.refused, r.reads, r.readMean*1e6, r.failures)
 				if r.serverMean <= 0 || r.calls == 0 {
 					t.Fatalf("the server reports no lookups: %+v", r)
@@ -65,8 +65,16 @@ func TestServerSeconds(t *testing.T) {
 				if ratio := r.learned / r.serverMean; ratio < 0.5 || ratio > 2 {
 					t.Errorf("learned cost %.0f µs is %.2f × the server's mean %.0f µs, want 0.5–2×", r.learned*1e6, ratio, r.serverMean*1e6)
 				}
-				if r.spentShare < 0.7 || r.spentShare > 1.3 {
-					t.Errorf("the server spent %.2f × share × cores, want 0.7–1.3×", r.spentShare)
+				// The lower bound holds only under demand above the budget: a client slowed down
+				// enough (the race detector on a loaded machine, through the proxy) may not offer the
+				// budget's share, and then the server spends what it is asked for.
+				switch {
+				case r.spentShare > 1.3:
+					t.Errorf("the server spent %.2f × share × cores, want at most 1.3×", r.spentShare)
+				case r.spentShare < 0.7 && r.saturated:
+					t.Errorf("the server spent %.2f × share × cores under demand above the budget, want 0.7–1.3×", r.spentShare)
+				case r.spentShare < 0.7:
+					t.Logf("the demand stayed below the budget (its bucket mostly empty, nobody waiting): spent %.2f × share is what was asked", r.spentShare)
 				}
 			})
 		}
@@ -80,6 +88,9 @@ type serverSecondsRun struct {
 	calls, refused                          int64
 	reads, failures                         uint64
 	readMean                                float64 // the server clock's read, mean server seconds
+	// saturated: in at least half the window's looks the budget had statements waiting or its
+	// bucket at least half full: the demand was above the budget.
+	saturated bool
 }
 
 const (
@@ -178,13 +189,22 @@ rules:
 	// The learned cost, averaged over the window as the server's mean is: one snapshot every
 	// 250ms.
 	var learned, client float64
-	var samples int
+	var samples, looks, full int
 	t0 := time.Now()
 	for time.Since(t0) < ssMeasure {
 		time.Sleep(250 * time.Millisecond)
-		for _, ps := range p.Snapshot().Patterns {
+		snap := p.Snapshot()
+		for _, ps := range snap.Patterns {
 			if strings.Contains(ps.Query, "from t where id") {
 				learned, client, samples = learned+ps.MeanCost, client+ps.ClientMean, samples+1
+			}
+		}
+		for _, b := range snap.Budgets {
+			if b.Name == "lookups" {
+				looks++
+				if b.Waiting > 0 || b.Debt >= b.Burst/2 {
+					full++ // demand above the budget: statements wait for its bucket
+				}
 			}
 		}
 	}
@@ -199,7 +219,7 @@ rules:
 		t.Fatalf("a lookup failed: %v", err)
 	}
 
-	r := serverSecondsRun{calls: calls1 - calls0, refused: refusedN, floor: snap.Counters.NetworkFloor,
+	r := serverSecondsRun{saturated: looks > 0 && 2*full >= looks, calls: calls1 - calls0, refused: refusedN, floor: snap.Counters.NetworkFloor,
 		reads: snap.Counters.ServerClockReads, failures: snap.Counters.ServerClockFailures}
 	if r.calls > 0 {
 		r.serverMean = (exec1 - exec0) / 1e3 / float64(r.calls)
