@@ -385,22 +385,31 @@ func TestServerClockReadCost(t *testing.T) {
 		len(ids), n, len(got.Rows), meanMS*1e3, wall, reads, scanMS*1e3)
 }
 
-// TestServerClockBadInput: pg_stat_statements reset, then dropped, under a running workload:
-// no statement fails, the events are counted, and costs fall back to the client's clock.
-func TestServerClockBadInput(t *testing.T) {
-	srv := pgtest.Shared(t)
+// lookupDatabase creates a database with pg_stat_statements and a table t of 1,000 rows (id,
+// v), analysed, and returns its DSN and a connection to it, closed when the test ends.
+func lookupDatabase(t *testing.T, srv *pgtest.Server) (string, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
 	dsn := srv.CreateDatabase(t)
 	srv.EnableStatStatements(t, dsn)
-	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	t.Cleanup(func() { admin.Close(ctx) })
 	if _, err := admin.Exec(ctx, `create table t (id int primary key, v int);
 		insert into t select g, g from generate_series(1, 1000) g; analyze t`); err != nil {
 		t.Fatal(err)
 	}
+	return dsn, admin
+}
+
+// TestServerClockBadInput: pg_stat_statements reset, then dropped, under a running workload:
+// no statement fails, the events are counted, and costs fall back to the client's clock.
+func TestServerClockBadInput(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	dsn, admin := lookupDatabase(t, srv)
 	cfg, err := driver.ParseConfig([]byte(`
 health_interval: 100ms
 budgets:
@@ -462,18 +471,7 @@ rules:
 func TestServerClockElection(t *testing.T) {
 	rs := redistest.Need(t)
 	srv := pgtest.Shared(t)
-	dsn := srv.CreateDatabase(t)
-	srv.EnableStatStatements(t, dsn)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `create table t (id int primary key, v int);
-		insert into t select g, g from generate_series(1, 1000) g; analyze t`); err != nil {
-		t.Fatal(err)
-	}
+	dsn, _ := lookupDatabase(t, srv)
 	ins := openElected(t, rs, dsn, `
 coordination: {sync_interval: 200ms}
 health_interval: 200ms
