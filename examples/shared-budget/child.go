@@ -28,6 +28,15 @@ type childConfig struct {
 	start, end string
 }
 
+// window is when the child starts and stops its work (-start, -end).
+func (c *childConfig) window() (start, end time.Time, err error) {
+	if start, err = time.Parse(time.RFC3339Nano, c.start); err != nil {
+		return start, end, err
+	}
+	end, err = time.Parse(time.RFC3339Nano, c.end)
+	return start, end, err
+}
+
 func (c *childConfig) register() {
 	flag.StringVar(&c.dsn, "dsn", "", "child: PostgreSQL DSN")
 	flag.IntVar(&c.id, "id", 0, "child: process number")
@@ -53,11 +62,7 @@ type childReport struct {
 // that it offers many times its share. The rules come from PGTRAFFIC_RULES, as with any
 // program that only imports the driver.
 func runChild(c childConfig) error {
-	start, err := time.Parse(time.RFC3339Nano, c.start)
-	if err != nil {
-		return err
-	}
-	end, err := time.Parse(time.RFC3339Nano, c.end)
+	start, end, err := c.window()
 	if err != nil {
 		return err
 	}

@@ -267,11 +267,7 @@ type electionReport struct {
 // count of health samples (pgtraffic.health.samples: queries it ran itself) to the status file
 // every 10 ms.
 func runElectionChild(c childConfig, statusFile string) error {
-	start, err := time.Parse(time.RFC3339Nano, c.start)
-	if err != nil {
-		return err
-	}
-	end, err := time.Parse(time.RFC3339Nano, c.end)
+	start, end, err := c.window()
 	if err != nil {
 		return err
 	}

@@ -42,18 +42,6 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-const rampRules = `coordination:
-  redis: %s
-  sync_interval: %s
-budgets:
-  - name: shared
-    mode: enforce
-    max_concurrent: %d
-rules:
-  - budget: shared
-    match: {app: shared}
-`
-
 // rampLimit is the ramp's max_concurrent; rampStmt its statements' length.
 const (
 	rampLimit = 64
@@ -177,7 +165,7 @@ func growth(p rampPart, start, at time.Time, span time.Duration) int {
 func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 	r := rampResult{part: p.name, least: -1, bound: -1}
 	rulesPath := filepath.Join(e.dir, "ramp.yaml")
-	if err := os.WriteFile(rulesPath, []byte(fmt.Sprintf(rampRules, e.redis.URL, c.interval, rampLimit)), 0o600); err != nil {
+	if err := os.WriteFile(rulesPath, []byte(fmt.Sprintf(slotRules, e.redis.URL, c.interval, rampLimit)), 0o600); err != nil {
 		return r, err
 	}
 	if err := resetRedis(e.redis.Addr); err != nil {
@@ -263,11 +251,7 @@ func (e *env) ramp(c config, p rampPart) (rampResult, error) {
 // rampPhase) run rampStmt statements back to back; a refused one is retried after 5 ms. It
 // prints its report at end.
 func runRampChild(c childConfig, phaseList string) error {
-	start, err := time.Parse(time.RFC3339Nano, c.start)
-	if err != nil {
-		return err
-	}
-	end, err := time.Parse(time.RFC3339Nano, c.end)
+	start, end, err := c.window()
 	if err != nil {
 		return err
 	}
