@@ -119,7 +119,8 @@ type Budget struct {
 
 	// BurstLimit is the bucket size in execution seconds. It needs a ServerShare above 0; the default
 	// is ServerShare × ServerCores × 1s. A statement predicted to cost more can never fit:
-	// it is refused with reason per_query_limit and a zero RetryAfter.
+	// it is refused with reason per_query_limit and a zero RetryAfter (but see the README on
+	// probes: a pattern refused so runs one statement, bounded by the limit, every 10 s).
 	BurstLimit Duration `yaml:"burst_limit,omitempty" json:"burst_limit,omitempty"`
 
 	// WarningThreshold, in (0, 1), warns (even in enforce mode) when any limit is this

@@ -63,6 +63,22 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 	b.text, b.unknown = newLimitText(spec), spec.unknownCost()
 }
 
+// MaxCost is the largest cost, in execution seconds, that b ever admits one statement at: the
+// smaller of its PerQueryLimit and its Burst (a larger cost never fits), +Inf with neither.
+// A statement that runs for longer than this costs more than b could ever have admitted.
+func (b *Budget) MaxCost() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, sp := math.Inf(1), &b.keys.spec
+	if sp.PerQueryLimit > 0 {
+		c = sp.PerQueryLimit
+	}
+	if sp.Rate > 0 {
+		c = min(c, sp.Burst)
+	}
+	return c
+}
+
 // Request is one budget's part of an admission.
 type Request struct {
 	Budget *Budget // must not be nil

@@ -22,7 +22,9 @@
 //
 // A query is refused when debt(now) + cost > Burst. The refusal carries the
 // exact wait after which it would fit ([Denial.RetryAfter]); a query whose
-// cost exceeds Burst never fits and is refused for good. When the query
+// cost exceeds Burst never fits and is refused with no wait that helps (the
+// engine may still run it as a probe, at an unknown cost bounded by
+// [Budget.MaxCost], when the prediction may be what is wrong). When the query
 // completes, [Release] trues the debt up to the measured cost. [Bucket] is
 // this arithmetic alone, as a plain value.
 //

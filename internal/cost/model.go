@@ -23,6 +23,14 @@ const (
 	// in integration/PERFORMANCE.md.
 	DefaultGlobalK = 3.5e-6
 
+	// Relearn is how often a pattern that budgets refuse because its prediction exceeds a
+	// limit (per_query_limit, or a burst it can never fit) runs one statement as a probe
+	// ([Model.NeverFits]): often enough that a prediction inflated by a slow start (a cold cache,
+	// a client measuring under its own load) is corrected within seconds, rarely enough that a
+	// pattern that really costs too much, its probe cut off at the limit, costs its budget a
+	// small part of its share.
+	Relearn = 10 * time.Second
+
 	alphaPattern = 0.2  // a pattern's EMAs
 	alphaGlobal  = 0.01 // the global k
 	alphaExplain = 0.1  // the EXPLAIN round trip
@@ -111,6 +119,10 @@ type pattern struct {
 	serverMean  float64
 	serverUntil time.Time
 	planServer  float64
+	// refused is when budgets first refused the pattern because its prediction exceeds a limit,
+	// since its last observed execution (zero: not refused so); probed is when its last probe
+	// was handed out (NeverFits).
+	refused, probed time.Time
 }
 
 const (
@@ -296,6 +308,11 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
+	if !p.refused.IsZero() {
+		// The first execution since budgets refused the pattern as too costly (a probe): the
+		// history that predicted too much is what is in doubt, so this sample starts it anew.
+		*p = pattern{planCost: p.planCost, planExpires: p.planExpires, queryID: p.queryID}
+	}
 	p.n++
 	if p.n == 1 {
 		// Seed the averages rather than decay from zero, which would under-predict a new pattern.
@@ -315,6 +332,30 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 		m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
 	}
 	m.updateLocked(p)
+}
+
+// NeverFits notes at now that a budget refused an execution of pattern fp because its
+// prediction exceeds a limit that no wait lifts (per_query_limit, or a cost larger than the
+// bucket), and reports whether this execution should instead run as a probe: once [Relearn]
+// after the first such refusal since the pattern's last observed execution, and then once per
+// Relearn while the refusals go on. Without probes a prediction that is too high would refuse
+// the pattern for good, as nothing would run to correct it. The first execution observed after
+// the refusal restarts the pattern's history from its own sample ([Model.Observe]).
+func (m *Model) NeverFits(now time.Time, fp uint64) (probe bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, _ := m.patterns.get(fp)
+	switch {
+	case p == nil:
+		return false
+	case p.refused.IsZero():
+		p.refused = now
+		return false
+	case now.Sub(p.refused) < Relearn || now.Sub(p.probed) < Relearn:
+		return false
+	}
+	p.probed = now
+	return true
 }
 
 // QueryID pairs a pattern with the server's query identifier of its statements.

@@ -417,3 +417,32 @@ func BenchmarkModelObserve(b *testing.B) {
 		m.Observe(uint64(i)%testPatterns, 1000, 0.003)
 	}
 }
+
+// TestNeverFitsProbes: a pattern refused as too costly gets a probe Relearn after the first
+// refusal, then one per Relearn; an unknown pattern none; the first execution observed after
+// the refusals restarts its history from that sample, and ends the refusals.
+func TestNeverFitsProbes(t *testing.T) {
+	m := NewModel(10)
+	t0 := time.Unix(1000, 0)
+	if m.NeverFits(t0, 9) {
+		t.Fatal("a probe for a pattern the model does not know")
+	}
+	for range 5 {
+		m.Observe(1, 0, 2) // learned: 2 s
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, false}, {Relearn - 1, false}, {Relearn, true}, {Relearn + 1, false}, {2*Relearn - 1, false}, {2 * Relearn, true}} {
+		if got := m.NeverFits(t0.Add(c.at), 1); got != c.want {
+			t.Fatalf("NeverFits at +%v = %v, want %v", c.at, got, c.want)
+		}
+	}
+	m.Observe(1, 0, 0.01) // the probe
+	if p := m.Predict(t0, 1, 0); p.Seconds != 0.01 || p.Samples != 1 {
+		t.Fatalf("after the probe: %+v, want 10ms from its one sample", p)
+	}
+	if m.NeverFits(t0.Add(3*Relearn), 1) {
+		t.Fatal("a probe at the first refusal after an execution")
+	}
+}

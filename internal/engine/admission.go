@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
@@ -214,6 +215,9 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 		d := o.bs.denial(st, o.rule, c.exec(o), den)
 		switch {
 		case den.Reason == vocab.ReasonPerQuery && !den.Queued:
+			if c.probe(e, now) {
+				return e.try(st, c, now) // once: a probe is not refused as too costly
+			}
 			return o, d, wakeNever // waiting cannot make a statement cheaper
 		case den.Queued || den.Reason == vocab.ReasonConcurrency:
 			return o, d, wakeTurn
@@ -225,6 +229,38 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 		e.thresholdWarn(c.exec(o), o.bs, st.ruleName[o.rule], w)
 	}
 	return owner{}, nil, wakeNever
+}
+
+// probe makes c, refused because its statement's predicted cost exceeds a limit that no wait
+// lifts, its pattern's probe when the model hands one out (cost.Model.NeverFits): without one,
+// a prediction that is too high (learned on a cold cache, or by a client measuring under its
+// own load) would refuse the pattern for good, as nothing would run to correct it. The probe
+// asks every budget for an unknown cost, which each reserves as for a cold start (cut to the
+// room in its bucket) and trues up when it ends, and runs bounded by the smallest such limit
+// (probeBound), so that a pattern that really costs too much costs no more than its budgets
+// admit. A batch and a job's Check never probe.
+func (c *claim) probe(e *Engine, now time.Time) bool {
+	x := c.x
+	if c.b != nil || !c.take || x.probe || !e.model.NeverFits(now, x.Pattern.FingerprintID) {
+		return false
+	}
+	for i := range c.reqs {
+		c.reqs[i].Cost, c.reqs[i].Unknown = 0, true
+	}
+	x.probe, x.server = true, false // charged what it measures
+	return true
+}
+
+// probeBound bounds admitted probe x by the smallest limit of its enforce budgets
+// (budget.MaxCost), unless a max_duration bounds it sooner.
+func (x *Exec) probeBound(rt *route) {
+	limit := math.Inf(1)
+	for _, o := range rt.owners {
+		limit = min(limit, o.bs.b.MaxCost())
+	}
+	if d := time.Duration(limit * 1e9); x.MaxDuration == 0 || d < x.MaxDuration {
+		x.MaxDuration, x.bound = d, nil // its cancellation is no max_duration's block
+	}
 }
 
 // denial is bs's refusal of x, selected by rule, for den, its budget's denial.

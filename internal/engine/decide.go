@@ -147,6 +147,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if rt.bound > 0 || rt.warnBound > 0 {
 		x.bind(st, rt)
 	}
+	if x.probe {
+		x.probeBound(rt)
+	}
 	if rt.quarantine {
 		x.noteQuarantinable(st, rt)
 	}

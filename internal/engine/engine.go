@@ -231,6 +231,9 @@ type work struct {
 	later bool
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
+	// probe: budgets refused the statement's prediction for good, and it runs instead as its
+	// pattern's probe, at an unknown cost and bounded by the smallest such limit (admission.go).
+	probe bool
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -261,7 +264,7 @@ type scratch struct {
 // cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
-	x.e, x.start, x.warm, x.untrained, x.server = e, time.Time{}, false, false, false
+	x.e, x.start, x.warm, x.untrained, x.server, x.probe = e, time.Time{}, false, false, false, false
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
@@ -544,7 +547,7 @@ const (
 
 // train reports whether the model trains on x's execution, which took took.
 func (x *Exec) train(took time.Duration) bool {
-	if !x.warm || took >= trainAlways {
+	if !x.warm || x.probe || took >= trainAlways {
 		return true
 	}
 	if !x.seeded {
