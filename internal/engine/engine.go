@@ -520,7 +520,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if len(x.quarantinable) > 0 {
 		e.strikes(x, overran, took, now)
 	}
-	if (err == nil || overran) && x.Costed && x.train(took) && ctx.Err() == nil {
+	if (err == nil || overran) && x.Costed && x.train() && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
@@ -538,16 +538,20 @@ func lessFloor(took time.Duration, floor int64) time.Duration {
 // Training the cost model costs more than the rest of a decision, and a pattern's averages weigh
 // only the last ten or so samples. So after warmSamples executions a pattern trains on a random
 // one in trainEvery of its cheap statements (at random: every n-th could lock onto a periodic
-// workload), and on every statement of trainAlways or longer, the ones budgets exist for.
+// workload), and on every statement predicted at trainAlways or more, the ones budgets exist
+// for. The choice is made by the prediction, before the statement runs, never by what it
+// took: keeping every slow execution and a sixteenth of the fast ones would weigh the slow ones
+// sixteen times over, and teach a pattern that is mostly fast the cost of its outliers (and a
+// client under load, its statements slowed past trainAlways, would train on all of them).
 const (
 	warmSamples = 64
 	trainEvery  = 16
 	trainAlways = time.Millisecond
 )
 
-// train reports whether the model trains on x's execution, which took took.
-func (x *Exec) train(took time.Duration) bool {
-	if !x.warm || x.probe || took >= trainAlways {
+// train reports whether the model trains on x's execution.
+func (x *Exec) train() bool {
+	if !x.warm || x.probe || x.Predicted >= trainAlways.Seconds() {
 		return true
 	}
 	if !x.seeded {
