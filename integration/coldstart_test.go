@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
 
@@ -140,4 +142,74 @@ func TestConnConcurrencyUnderEnforce(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSlowStartPatternIsProbed: a pattern whose first execution ran slow (60ms, three times the
+// budget's 20ms burst) is refused as never fitting, but not for good: after cost.Relearn one
+// statement runs as a probe. A pattern that is in fact cheap (pg_sleep(0)) is admitted again
+// from then on; one that is not (pg_sleep(0.06) again) has its probe cancelled at the burst,
+// with an error matching driver.ErrOverrun, and is refused after it. Nothing is timed: the
+// test waits for each outcome, up to four Relearn.
+func TestSlowStartPatternIsProbed(t *testing.T) {
+	db := openCold(t, 1, "server_share: 0.02, burst_limit: 20ms")
+	db.SetMaxOpenConns(2)
+	ctx := context.Background()
+	const cheap, costly = "select pg_sleep($1::float8)", "select pg_sleep($1::float8), 2"
+	for _, q := range []string{cheap, costly} { // a cold start each: admitted once there is room
+		for {
+			_, err := db.ExecContext(ctx, q, 0.06)
+			var b *driver.BlockedError
+			if errors.As(err, &b) && b.Reason == driver.ReasonBudget {
+				time.Sleep(b.RetryAfter)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s, first: %v", q, err)
+			}
+			break
+		}
+	}
+	neverFits := func(err error) bool {
+		var b *driver.BlockedError
+		return errors.As(err, &b) && b.Reason == driver.ReasonPerQuery && b.RetryAfter == 0
+	}
+	for _, q := range []string{cheap, costly} {
+		if _, err := db.ExecContext(ctx, q, 0); !neverFits(err) {
+			t.Fatalf("%s after a 60ms first run: %v, want refused as never fitting", q, err)
+		}
+	}
+	deadline := time.Now().Add(4 * cost.Relearn)
+	var cheapBack, costlyCut bool
+	for !(cheapBack && costlyCut) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if !cheapBack {
+			switch _, err := db.ExecContext(ctx, cheap, 0); {
+			case err == nil:
+				cheapBack = true
+				for i := range 5 {
+					if _, err := db.ExecContext(ctx, cheap, 0); err != nil {
+						t.Fatalf("statement %d after the cheap pattern's probe: %v", i, err)
+					}
+				}
+			case !neverFits(err) && !errors.Is(err, driver.ErrBlocked):
+				t.Fatalf("the cheap pattern: %v", err)
+			}
+		}
+		if !costlyCut {
+			switch _, err := db.ExecContext(ctx, costly, 0.06); {
+			case err == nil:
+				t.Fatal("the costly pattern's probe ran past the burst and was not cancelled")
+			case errors.Is(err, driver.ErrOverrun):
+				costlyCut = true
+				if _, err := db.ExecContext(ctx, costly, 0); !neverFits(err) {
+					t.Fatalf("the costly pattern after its probe was cut off: %v, want refused as never fitting", err)
+				}
+			case !errors.Is(err, driver.ErrBlocked):
+				t.Fatalf("the costly pattern: %v", err)
+			}
+		}
+	}
+	if !cheapBack || !costlyCut {
+		t.Fatalf("after %v: the cheap pattern admitted again %v, the costly one's probe cut off %v", 4*cost.Relearn, cheapBack, costlyCut)
+	}
 }
