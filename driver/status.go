@@ -176,6 +176,9 @@ type Counters struct {
 	ReloadFailures     uint64 `json:"reload_failures"`
 	Warned             uint64 `json:"warned"`
 	Blocked            uint64 `json:"blocked"`
+	// Probes counts the statements run as a probe of a pattern refused as costing more than a
+	// limit, so that a prediction that is too high corrects itself (see the README).
+	Probes uint64 `json:"probes"`
 	// The server clock's reads of pg_stat_statements, their failures, and the counters found
 	// reset or rejected (see the pgtraffic.server_clock.* metrics).
 	ServerClockReads    uint64 `json:"server_clock_reads"`
@@ -241,7 +244,7 @@ func (c *core) Snapshot() Snapshot {
 		ExplainCalls: st.ExplainCalls.Load(), ExplainFailures: st.ExplainFailures.Load(),
 		ExplainCacheHits: st.ExplainCacheHits.Load(), ExplainCacheMisses: st.ExplainCacheMisses.Load(),
 		Reloads: st.Reloads.Load(), ReloadFailures: st.ReloadFailures.Load(),
-		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(), NetworkFloor: e.NetworkFloor(),
+		Warned: st.Warned.Load(), Blocked: st.Blocked.Load(), Probes: st.Probes.Load(), NetworkFloor: e.NetworkFloor(),
 	}
 	if sc, ok := c.rt.ServerClock(); ok {
 		s.Counters.ServerClockReads, s.Counters.ServerClockFailures = sc.Reads, sc.Failures
@@ -439,6 +442,7 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 <tr><td>pattern cache hits / misses</td><td class="n">{{.Counters.PatternHits}} / {{.Counters.PatternMisses}}</td></tr>
 <tr><td>EXPLAIN calls / failures</td><td class="n">{{.Counters.ExplainCalls}} / {{.Counters.ExplainFailures}}</td></tr>
 <tr><td>EXPLAIN cache hits / misses</td><td class="n">{{.Counters.ExplainCacheHits}} / {{.Counters.ExplainCacheMisses}}</td></tr>
+<tr><td>probes of patterns refused as too costly</td><td class="n">{{.Counters.Probes}}</td></tr>
 <tr><td>rule reloads / rejected</td><td class="n">{{.Counters.Reloads}} / {{.Counters.ReloadFailures}}</td></tr>
 <tr><td>server clock reads / shared / failures / resets / rejected</td><td class="n">{{.Counters.ServerClockReads}} / {{.Counters.ServerClockShared}} / {{.Counters.ServerClockFailures}} / {{.Counters.ServerClockResets}} / {{.Counters.ServerClockRejected}}</td></tr>
 <tr><td>network round trip taken off client measurements</td><td class="n">{{.Counters.NetworkFloor}}</td></tr>

@@ -70,6 +70,7 @@ const (
 	metricExplainMisses   = "pgtraffic.explain.cache_misses"
 	metricReloads         = "pgtraffic.rules.reloads"
 	metricReloadFailures  = "pgtraffic.rules.reload_failures"
+	metricProbes          = "pgtraffic.probes"
 	metricHealthErrors    = "pgtraffic.health.errors"
 	metricHealthSamples   = "pgtraffic.health.samples"
 	metricHealthShared    = "pgtraffic.health.shared_samples"
@@ -210,6 +211,7 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 	explainMisses := ic(metricExplainMisses, "{lookup}", "EXPLAIN cache misses.")
 	reloads := ic(metricReloads, "{reload}", "Rule sets put in force, the first included.")
 	reloadFailures := ic(metricReloadFailures, "{reload}", "Rules-file changes rejected; the last good rules stayed.")
+	probes := ic(metricProbes, "{statement}", "Statements run as a probe of a pattern refused as costing more than a limit.")
 	healthErrors := ic(metricHealthErrors, "{error}", "Failed health reads and connects.")
 	healthSamples := ic(metricHealthSamples, "{sample}", "Successful health metric reads.")
 	healthShared := ic(metricHealthShared, "{sample}", "Health readings taken from the sampler elected for the database, through Redis.")
@@ -240,6 +242,7 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
 		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
 		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
+		o.ObserveInt64(probes, clampInt64(st.Probes.Load()))
 		if h, ok := rt.Health(); ok {
 			o.ObserveInt64(healthErrors, clampInt64(h.Errors))
 			o.ObserveInt64(healthSamples, clampInt64(h.Samples))
@@ -256,7 +259,7 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		return nil
 	}
 	reg, err := t.meter.RegisterCallback(observe, append(coordObs, debt, inFlight, patternHits, patternMisses, explainCalls,
-		explainFailures, explainHits, explainMisses, reloads, reloadFailures, healthErrors, healthSamples,
+		explainFailures, explainHits, explainMisses, reloads, reloadFailures, probes, healthErrors, healthSamples,
 		healthShared, healthElections, clockReads, clockFailures, clockResets, clockRejected, clockShared)...)
 	if err != nil {
 		return telemetryError(err)

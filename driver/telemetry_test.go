@@ -1318,6 +1318,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.explain.cache_hits", "pgtraffic.explain.cache_misses",
 		"pgtraffic.explain.calls", "pgtraffic.explain.failures",
 		"pgtraffic.rules.reloads", "pgtraffic.rules.reload_failures",
+		"pgtraffic.probes",
 		"pgtraffic.health.errors", "pgtraffic.health.samples",
 		"pgtraffic.health.shared_samples", "pgtraffic.health.elections",
 		"pgtraffic.server_clock.reads", "pgtraffic.server_clock.failures",

@@ -92,6 +92,9 @@ type Stats struct {
 	ExplainCacheHits, ExplainCalls, ExplainFailures, ExplainCacheMisses atomic.Uint64
 	Reloads, ReloadFailures                                             atomic.Uint64
 	Blocked, Warned                                                     atomic.Uint64
+	// Probes counts the statements run as a probe of a pattern refused as too costly
+	// (admission.go).
+	Probes atomic.Uint64
 }
 
 // New returns an engine with no rules: every statement is allowed.

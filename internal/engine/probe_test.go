@@ -49,6 +49,9 @@ func TestTooCostlyPredictionIsProbed(t *testing.T) {
 				t.Fatalf("the probe: probe %v, max duration %v, want a probe bounded by the 500ms burst", probe.probe, probe.MaxDuration)
 			}
 			refused("beside the probe")
+			if n := e.Stats().Probes.Load(); n != 1 {
+				t.Fatalf("%d probes counted, want 1", n)
+			}
 			if cut {
 				clk.Advance(probe.MaxDuration)
 				probe.Finish(ctx, fmt.Errorf("cancelled: %w", ErrOverrun))
