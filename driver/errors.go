@@ -25,6 +25,8 @@ const (
 
 // ErrOverrun is what the error of a statement that ran past its budget's max_duration matches
 // (errors.Is), as it matches context.DeadlineExceeded: pgtraffic cancelled it on the server.
+// A probe of a pattern refused as too costly (see the README) runs with the limit it was
+// refused for as its max_duration.
 // It may well have changed data (an UPDATE cancelled half-way is rolled back, but one that had
 // committed is not): unlike a [*BlockedError] it is no proof that nothing ran.
 var ErrOverrun = engine.ErrOverrun

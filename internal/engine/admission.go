@@ -236,9 +236,9 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 // a prediction that is too high (learned on a cold cache, or by a client measuring under its
 // own load) would refuse the pattern for good, as nothing would run to correct it. The probe
 // asks every budget for an unknown cost, which each reserves as for a cold start (cut to the
-// room in its bucket) and trues up when it ends, and runs bounded by the smallest such limit
-// (probeBound), so that a pattern that really costs too much costs no more than its budgets
-// admit. A batch and a job's Check never probe.
+// room in its bucket) and trues up when it ends, and runs with the smallest such limit as its
+// max_duration (probeBound), so that a pattern that really costs too much costs no more than
+// its budgets admit. A batch and a job's Check never probe.
 func (c *claim) probe(e *Engine, now time.Time) bool {
 	x := c.x
 	if c.b != nil || !c.take || x.probe || !e.model.NeverFits(now, x.Pattern.FingerprintID) {
@@ -252,15 +252,22 @@ func (c *claim) probe(e *Engine, now time.Time) bool {
 	return true
 }
 
-// probeBound bounds admitted probe x by the smallest limit of its enforce budgets
-// (budget.MaxCost), unless a max_duration bounds it sooner.
-func (x *Exec) probeBound(rt *route) {
-	limit := math.Inf(1)
+// probeBound bounds admitted probe x, routed to rt, by the smallest limit of its enforce
+// budgets (budget.MaxCost), unless a max_duration bounds it sooner: that limit is the probe's
+// max_duration, so that one cut off there is cancelled, counted and reported as any statement
+// past its budget's max_duration is (overrun.go).
+func (x *Exec) probeBound(st *compiled, rt *route) {
+	limit, by := math.Inf(1), owner{}
 	for _, o := range rt.owners {
-		limit = min(limit, o.bs.b.MaxCost())
+		if c := o.bs.b.MaxCost(); c < limit {
+			limit, by = c, o
+		}
+	}
+	if math.IsInf(limit, 1) {
+		return // no limit left to bound it by (the rules changed while it waited)
 	}
 	if d := time.Duration(limit * 1e9); x.MaxDuration == 0 || d < x.MaxDuration {
-		x.MaxDuration, x.bound = d, nil // its cancellation is no max_duration's block
+		x.MaxDuration, x.bound, x.boundRule = d, by.bs, st.ruleName[by.rule]
 	}
 }
 

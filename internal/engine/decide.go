@@ -148,7 +148,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.bind(st, rt)
 	}
 	if x.probe {
-		x.probeBound(rt)
+		x.probeBound(st, rt)
 	}
 	if rt.quarantine {
 		x.noteQuarantinable(st, rt)

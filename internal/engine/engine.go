@@ -523,7 +523,10 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if len(x.quarantinable) > 0 {
 		e.strikes(x, overran, took, now)
 	}
-	if (err == nil || overran) && x.Costed && x.train() && ctx.Err() == nil {
+	// A statement cut off at its max_duration ran at least that long: a lower bound worth
+	// learning, except from a probe, whose bound is the limit its prediction exceeded (that
+	// prediction stands).
+	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
 		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {

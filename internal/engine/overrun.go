@@ -52,8 +52,9 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 	cancelled := x.bound != nil && errors.Is(err, ErrOverrun)
 	if cancelled {
 		bs := x.bound
+		// The bound is the budget's max_duration, or a probe's (admission.go).
 		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
-			Limit: "max_duration=" + bs.maxDuration.String()}
+			Limit: "max_duration=" + x.MaxDuration.String()}
 		x.Decision, x.Reason = DecisionBlock, vocab.ReasonMaxDuration
 		bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		e.recordBlock(now, d, x.Pattern)

@@ -16,8 +16,9 @@ import (
 // (its first execution ran slow) is refused as never fitting, but not for good: once
 // cost.Relearn after the first such refusal one statement runs as a probe, bounded by the
 // burst, while the others are still refused; a probe that finishes in time teaches the pattern
-// its cost anew, and the pattern is admitted again. A probe that runs past the bound is no
-// lesson: the pattern stays refused until the next probe.
+// its cost anew, and the pattern is admitted again. A probe that runs past the bound is
+// cancelled as a statement past its max_duration is (counted as a block for max_duration), and
+// is no lesson: the pattern stays refused until the next probe.
 func TestTooCostlyPredictionIsProbed(t *testing.T) {
 	for _, cut := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cut off %v", cut), func(t *testing.T) {
@@ -55,6 +56,12 @@ func TestTooCostlyPredictionIsProbed(t *testing.T) {
 			if cut {
 				clk.Advance(probe.MaxDuration)
 				probe.Finish(ctx, fmt.Errorf("cancelled: %w", ErrOverrun))
+				if probe.Decision != DecisionBlock || probe.Reason != vocab.ReasonMaxDuration {
+					t.Fatalf("the probe cut off: decision %s, reason %s, want a block for max_duration", probe.Decision, probe.Reason)
+				}
+				if d := budgetNamed(t, e, "tight").b.Snapshot(clk.Now()).Decisions; d.BlockedBy[vocab.ReasonMaxDuration] != 1 {
+					t.Fatalf("the budget counted %v, want the cut-off probe as one block for max_duration", d.BlockedBy)
+				}
 				refused("after a probe cut off at its bound")
 				clk.Advance(cost.Relearn)
 				again, err := begin(e, ctx, q)
