@@ -16,6 +16,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // openCold opens, with driver.Open, a fresh database whose every statement is under the
@@ -148,16 +149,46 @@ func TestConnConcurrencyUnderEnforce(t *testing.T) {
 // budget's 20ms burst) is refused as never fitting, but not for good: after cost.Relearn one
 // statement runs as a probe. A pattern that is in fact cheap (pg_sleep(0)) is admitted again
 // from then on; one that is not (pg_sleep(0.06) again) has its probe cancelled at the burst,
-// with an error matching driver.ErrOverrun, and is refused after it. Nothing is timed: the
-// test waits for each outcome, up to four Relearn.
+// with an error matching driver.ErrOverrun, and is refused after it. On both front ends;
+// nothing is timed: the test waits for each outcome, up to four Relearn.
 func TestSlowStartPatternIsProbed(t *testing.T) {
-	db := openCold(t, 1, "server_share: 0.02, burst_limit: 20ms")
-	db.SetMaxOpenConns(2)
+	const spec = "server_share: 0.02, burst_limit: 20ms"
+	t.Run("database/sql", func(t *testing.T) {
+		t.Parallel()
+		db := openCold(t, 1, spec)
+		db.SetMaxOpenConns(2)
+		probeScenario(t, func(ctx context.Context, q string, arg float64) error {
+			_, err := db.ExecContext(ctx, q, arg)
+			return err
+		})
+	})
+	t.Run("pgx-native pool", func(t *testing.T) {
+		t.Parallel()
+		p, _ := openPool(t, `
+server_cores: 1
+budgets:
+  - {name: all, mode: enforce, `+spec+`}
+rules:
+  - {budget: all, match: {app: probed}}
+`)
+		tagged := tagging.With(context.Background(), "app", "probed")
+		probeScenario(t, func(_ context.Context, q string, arg float64) error {
+			_, err := p.Exec(tagged, q, arg)
+			return err
+		})
+		if n := p.Snapshot().Counters.Probes; n < 2 {
+			t.Errorf("%d probes counted, want one of each pattern at least", n)
+		}
+	})
+}
+
+// probeScenario is TestSlowStartPatternIsProbed on one front end, whose statements exec runs.
+func probeScenario(t *testing.T, exec func(ctx context.Context, q string, arg float64) error) {
 	ctx := context.Background()
 	const cheap, costly = "select pg_sleep($1::float8)", "select pg_sleep($1::float8), 2"
 	for _, q := range []string{cheap, costly} { // a cold start each: admitted once there is room
 		for {
-			_, err := db.ExecContext(ctx, q, 0.06)
+			err := exec(ctx, q, 0.06)
 			var b *driver.BlockedError
 			if errors.As(err, &b) && b.Reason == driver.ReasonBudget {
 				time.Sleep(b.RetryAfter)
@@ -174,7 +205,7 @@ func TestSlowStartPatternIsProbed(t *testing.T) {
 		return errors.As(err, &b) && b.Reason == driver.ReasonPerQuery && b.RetryAfter == 0
 	}
 	for _, q := range []string{cheap, costly} {
-		if _, err := db.ExecContext(ctx, q, 0); !neverFits(err) {
+		if err := exec(ctx, q, 0); !neverFits(err) {
 			t.Fatalf("%s after a 60ms first run: %v, want refused as never fitting", q, err)
 		}
 	}
@@ -183,25 +214,25 @@ func TestSlowStartPatternIsProbed(t *testing.T) {
 	for !(cheapBack && costlyCut) && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 		if !cheapBack {
-			switch _, err := db.ExecContext(ctx, cheap, 0); {
+			switch err := exec(ctx, cheap, 0); {
 			case err == nil:
 				cheapBack = true
 				for i := range 5 {
-					if _, err := db.ExecContext(ctx, cheap, 0); err != nil {
+					if err := exec(ctx, cheap, 0); err != nil {
 						t.Fatalf("statement %d after the cheap pattern's probe: %v", i, err)
 					}
 				}
-			case !neverFits(err) && !errors.Is(err, driver.ErrBlocked):
+			case !errors.Is(err, driver.ErrBlocked):
 				t.Fatalf("the cheap pattern: %v", err)
 			}
 		}
 		if !costlyCut {
-			switch _, err := db.ExecContext(ctx, costly, 0.06); {
+			switch err := exec(ctx, costly, 0.06); {
 			case err == nil:
 				t.Fatal("the costly pattern's probe ran past the burst and was not cancelled")
 			case errors.Is(err, driver.ErrOverrun):
 				costlyCut = true
-				if _, err := db.ExecContext(ctx, costly, 0); !neverFits(err) {
+				if err := exec(ctx, costly, 0); !neverFits(err) {
 					t.Fatalf("the costly pattern after its probe was cut off: %v, want refused as never fitting", err)
 				}
 			case !errors.Is(err, driver.ErrBlocked):
