@@ -505,3 +505,102 @@ rules:
 		return readers == 1 && onServer == len(ins), fmt.Sprint(state)
 	})
 }
+
+// TestFirstChargesTruedUpByTheServer: a deploy under a budget, through the test's 1 ms proxy:
+// a pattern's first lookups are charged on the client's clock (each its round trip, less the
+// smallest one, and the client's own time) until the server first reports the pattern (the
+// reader needs two reads of its counters); that report trues each charge up to the server's
+// mean, so once the reports are in the budget owes what the server spent, not what the client
+// measured. Measured in one run: the budget's debt ÷ the server's execution seconds of the
+// lookups (pg_stat_statements), within 0.5–2× (the budget drains a negligible 0.0001 s/s).
+func TestFirstChargesTruedUpByTheServer(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	dsn, admin := lookupDatabase(t, srv)
+	var dbid uint32
+	if err := admin.QueryRow(ctx, `select oid from pg_database where datname = current_database()`).Scan(&dbid); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 4
+	pc.ConnConfig.Host, pc.ConnConfig.Port = delayingProxy(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), 500*time.Microsecond)
+	cfg, err := driver.ParseConfig([]byte(`
+server_cores: 1
+health_interval: 500ms
+budgets:
+  - {name: lookups, mode: enforce, server_share: 0.0001, burst_limit: 1000s}
+rules:
+  - {budget: lookups, match: {table: t}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := driver.NewPoolFromConfig(ctx, pc, driver.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := admin.Exec(ctx, `select pg_stat_statements_reset()`); err != nil {
+		t.Fatal(err)
+	}
+	pattern := func() driver.PatternStatus {
+		for _, ps := range p.Snapshot().Patterns {
+			if strings.Contains(ps.Query, "from t where id") {
+				return ps
+			}
+		}
+		return driver.PatternStatus{}
+	}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				var v int
+				if err := p.QueryRow(ctx, ssLookup, rand.IntN(1000)+1).Scan(&v); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	// Until the pattern has been on the server's clock for two more reads.
+	waitFor(t, 30*time.Second, "the lookups on the server's clock", func() (bool, string) {
+		ps := pattern()
+		return ps.Clock == driver.ClockServer, ps.Clock
+	})
+	time.Sleep(time.Second)
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a lookup failed: %v", err)
+	}
+	time.Sleep(time.Second) // the last lookups' report
+	var debt float64
+	for _, b := range p.Snapshot().Budgets {
+		if b.Name == "lookups" {
+			debt = b.Debt
+		}
+	}
+	var calls int64
+	var execMS float64
+	if err := admin.QueryRow(ctx, `select coalesce(sum(calls), 0)::int8, coalesce(sum(total_exec_time), 0)
+		from pg_stat_statements where dbid = $1 and toplevel and query = $2`, dbid, ssLookup).Scan(&calls, &execMS); err != nil {
+		t.Fatal(err)
+	}
+	ps := pattern()
+	server := execMS / 1e3
+	t.Logf("%d lookups: the budget owes %.1f ms, the server spent %.1f ms (%.2f×); the client's mean less the round trip %.0f µs, the server's %.0f µs, round trip taken off %v",
+		calls, debt*1e3, server*1e3, debt/server, ps.ClientMean*1e6, ps.ServerMean*1e6, p.Snapshot().Counters.NetworkFloor)
+	if calls == 0 || server <= 0 {
+		t.Fatalf("the server reports no lookups")
+	}
+	if r := debt / server; r < 0.5 || r > 2 {
+		t.Errorf("the budget owes %.2f × what the server spent, want 0.5–2×", r)
+	}
+}

@@ -394,6 +394,32 @@ func Release(now time.Time, r Request, actual float64) {
 	}
 }
 
+// Adjust corrects, at now, what released request r was charged by delta execution seconds
+// (negative: a refund), as Release would have charged had the cost been known then: the engine
+// trues up a charge made on the client's clock once the server reports its own. The key's
+// usage not yet reported to a shared budget's coordinator is corrected too (never below zero:
+// what was reported stays reported). A key whose state is gone (evicted once its debt
+// drained) is left alone, as is a delta that is not finite.
+func Adjust(now time.Time, r Request, delta float64) {
+	if !(math.Abs(delta) <= maxCost) {
+		return
+	}
+	b := r.Budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.keys.lookup(r.Key)
+	if s == nil {
+		return
+	}
+	b.keys.adjust(s, now, delta)
+	if s.part != nil {
+		s.part.used = max(0, s.part.used+delta)
+	}
+	if delta < 0 && b.waiters > 0 {
+		b.wakeFirst(r.Key) // the refund may be the first waiter's room
+	}
+}
+
 // concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency. Only a hint:
 // slots free when queries finish, which nothing here can predict.
 func (b *Budget) concurrencyHint() time.Duration {

@@ -186,6 +186,16 @@ func (k *keys) give(s *state, now time.Time, delta float64) {
 	}
 }
 
+// adjust charges delta to s at now, after the statement it corrects was released. An idle s
+// keeps its place in the idle heap, by its new empty time.
+func (k *keys) adjust(s *state, now time.Time, delta float64) {
+	s.Charge(now, k.rate(s), delta)
+	if s.idx >= 0 {
+		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))
+		heap.Fix(&k.idle, s.idx)
+	}
+}
+
 // setIdle puts s, which has nothing in flight, in the idle heap.
 func (k *keys) setIdle(s *state) {
 	s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))

@@ -303,3 +303,30 @@ func TestFuzzSeedsRun(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { fuzzBody(t, prog) })
 	}
 }
+
+// TestAdjustKeepsEvictionOrder: a correction of a released charge (Adjust) moves an idle key
+// in the eviction order by its new empty time: refunded to empty, the key that held the most
+// debt is the first evicted. A refund never leaves a debt below zero, and a key that is gone
+// is left alone.
+func TestAdjustKeepsEvictionOrder(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10, MaxKeys: 3})
+	for _, k := range []struct {
+		key  string
+		cost float64
+	}{{"a", 1}, {"b", 3}, {"c", 2}} {
+		admit1(t, at(0), b, k.key, k.cost)
+		Release(at(0), Request{Budget: b, Key: k.key, Cost: k.cost}, k.cost)
+	}
+	Adjust(at(0), Request{Budget: b, Key: "b"}, -5) // trued up: b owed nothing after all
+	mustInvariants(t, b)
+	if d := b.Snapshot(at(0)).Debt; d != 3 {
+		t.Fatalf("debt %v after b's refund, want a's 1 and c's 2", d)
+	}
+	Adjust(at(0), Request{Budget: b, Key: "gone"}, 1)
+	before := keysOf(b)
+	admit1(t, at(0.5), b, "d", 1)
+	if after := keysOf(b); !before["b"] || after["b"] || !after["a"] || !after["c"] {
+		t.Fatalf("keys %v after adding d, want b evicted (empty since its refund)", after)
+	}
+	mustInvariants(t, b)
+}

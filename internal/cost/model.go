@@ -89,7 +89,10 @@ type Prediction struct {
 	Volatile bool
 	Samples  uint64  // successful executions of the pattern observed
 	PlanCost float64 // the planner cost the prediction used; 0 when none
-	Cached   bool    // PlanCost is the pattern's cached plan cost (see Model.PutPlan)
+	// Identified reports that the server's query identifier of the pattern is known
+	// ([Model.PutQueryID]): the server can report what its statements cost.
+	Identified bool
+	Cached     bool // PlanCost is the pattern's cached plan cost (see Model.PutPlan)
 }
 
 // pattern is the learned state of one fingerprint.
@@ -212,7 +215,7 @@ func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
 	p, _ := m.patterns.get(fp)
 	var r Prediction
 	if p != nil {
-		r.Samples = p.n
+		r.Samples, r.Identified = p.n, p.queryID != 0
 		if r.Cached = !validPlan(planCost) && now.Before(p.planExpires); r.Cached {
 			planCost = p.planCost
 		}

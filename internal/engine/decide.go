@@ -299,7 +299,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
-	x.untrained, x.server = pred.Samples == 0, pred.Server
+	x.untrained, x.server, x.identified = pred.Samples == 0, pred.Server, pred.Identified
 	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
@@ -343,7 +343,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 		return pred.Seconds, pred.PlanCost, sent, false
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
-	x.server = pred.Server
+	x.server, x.identified = pred.Server, pred.Identified
 	return pred.Seconds, planCost, sent, false
 }
 

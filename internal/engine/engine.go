@@ -75,9 +75,12 @@ type Engine struct {
 	inFlight atomic.Int64
 	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
 	// each statement (SetNetworkFloor); 0: none known.
-	floor  atomic.Int64
-	warns  warnLimiter
-	blocks blockLog // the most recent blocks, for the status (blocks.go)
+	floor atomic.Int64
+	// clientCharges are the charges on the client's clock that the server's reports true up
+	// (serverclock.go).
+	clientCharges clientCharges
+	warns         warnLimiter
+	blocks        blockLog // the most recent blocks, for the status (blocks.go)
 	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
 	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
@@ -228,8 +231,9 @@ type work struct {
 	start time.Time // see Start; zero when nothing read the clock
 	warm  bool      // the prediction came from a pattern past warmSamples executions
 	// server: the prediction is on the server's clock (cost.Prediction.Server), and is what
-	// Finish charges; else Finish charges the client's measurement.
-	server bool
+	// Finish charges; else Finish charges the client's measurement, which the server's report
+	// of the pattern trues up when it is identified (serverclock.go).
+	server, identified bool
 	// later: the statement has no connection yet (BeginBeforeConn).
 	later bool
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
@@ -267,7 +271,7 @@ type scratch struct {
 // cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
-	x.e, x.start, x.warm, x.untrained, x.server, x.probe = e, time.Time{}, false, false, false, false
+	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
@@ -515,6 +519,9 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	}
 	for _, r := range x.holds {
 		budget.Release(now, r, charge)
+	}
+	if !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
+		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, now)
 	}
 	overran := false
 	if x.bound != nil || x.warnBound != nil {

@@ -68,3 +68,74 @@ rules:
 		t.Fatalf("after the report lapsed: charged %v, want the client's clock again", got)
 	}
 }
+
+// TestClientChargesTruedUp: while the server's clock is read, a statement of a pattern the
+// server can report (its query identifier is known) that is charged on the client's clock, as
+// a pattern's first statements are, is trued up to the server's mean by the pattern's next
+// report; one charged while the server's clock was not read, or kept longer than trueUpWithin,
+// keeps the client's measurement.
+func TestClientChargesTruedUp(t *testing.T) {
+	e, clk := newEngine(t, `
+server_cores: 1
+budgets:
+  - {name: r, mode: enforce, server_share: 0.000001, burst_limit: 1000s}
+rules:
+  - {budget: r, match: {app: r}}
+`)
+	ctx := tagging.With(context.Background(), "app", "r")
+	debt := func() float64 {
+		for _, b := range e.Budgets() {
+			return b.Snapshot.Debt
+		}
+		return 0
+	}
+	identified := func(q string, id int64) uint64 {
+		p, _ := e.patterns.Get(q)
+		e.model.PutQueryID(p.FingerprintID, id)
+		return p.FingerprintID
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-3 }
+	step := func(what string, want float64, f func()) {
+		t.Helper()
+		before := debt()
+		f()
+		if got := debt() - before; !near(got, want) {
+			t.Fatalf("%s: the debt moved by %v, want %v", what, got, want)
+		}
+	}
+	report := func(fp uint64, id int64) func() {
+		return func() {
+			if !e.ObserveServer(fp, id, 0.01, clk.Now().Add(time.Minute)) {
+				t.Fatal("the report was not taken")
+			}
+		}
+	}
+	runs := func(q string) func() {
+		return func() {
+			if err := run(e, clk, ctx, q, 300*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reading := func() { e.Reading(clk.Now().Add(3 * time.Second)) }
+
+	const unread, first, late = "select * from unread where id = $1", "select * from first where id = $1", "select * from late where id = $1"
+	fpUnread, fpFirst, fpLate := identified(unread, 1), identified(first, 2), identified(late, 3)
+	step("a statement before the server's clock is read", 0.3, runs(unread))
+	reading()
+	step("its pattern's report", 0, report(fpUnread, 1))
+
+	step("the first statement of a pattern while the server's clock is read", 0.3, runs(first))
+	step("its pattern's first report", -0.29, report(fpFirst, 2))
+	step("the pattern on the server's clock", 0.01, runs(first))
+
+	reading()
+	step("a statement whose pattern the server reports too late", 0.3, runs(late))
+	clk.Advance(trueUpWithin)
+	step("the report, a minute later", 0, report(fpLate, 3))
+	step("the next report of the first pattern", 0, report(fpFirst, 2))
+	const lapsed = "select * from lapsed where id = $1"
+	fpLapsed := identified(lapsed, 4)
+	step("a statement once the reading lapsed", 0.3, runs(lapsed))
+	step("its pattern's report", 0, report(fpLapsed, 4))
+}

@@ -69,6 +69,7 @@ var otherValueFacts = map[string]string{
 	"internal/engine.maxLimited":     "bounds the log rate limiter's table",
 	"driver/rules.MaxSyncInterval":   "the longest sync_interval",
 	"internal/pgtest.execTimeout":    "bounds a test server's setup statement",
+	"internal/engine.trueUpWithin":   "how long a charge on the client's clock waits for the server's report",
 }
 
 // TestEachFactDefinedOnce: reason strings, health metric names and defaults are each spelled as

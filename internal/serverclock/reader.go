@@ -64,6 +64,10 @@ type Sink interface {
 	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
 	// SetNetworkFloor hands the smallest recent round trip to the server.
 	SetNetworkFloor(d time.Duration)
+	// Reading tells that the server's clock was read (or a shared reading adopted), or that
+	// it had nothing to read yet: until until, the patterns whose query identifier is known
+	// will be reported once they run.
+	Reading(until time.Time)
 }
 
 // Options configure a Reader.
@@ -249,7 +253,9 @@ func (r *Reader) round(ctx context.Context) error {
 			return nil
 		}
 	}
+	until := r.o.Now().Add(reportIntervals * r.o.Interval)
 	if len(pairs) == 0 {
+		r.o.Sink.Reading(until) // nothing to read yet: the next round reads what is learned
 		return nil
 	}
 	byID := make(map[int64][]uint64, len(pairs)) // one identifier may serve several patterns
@@ -270,7 +276,7 @@ func (r *Reader) round(ctx context.Context) error {
 	learned := r.tr.update(reading, nil)
 	r.resets.Add(r.tr.resets - resets)
 	r.rejected.Add(r.tr.rejected - rejected)
-	until := r.o.Now().Add(reportIntervals * r.o.Interval)
+	r.o.Sink.Reading(until)
 	for _, l := range learned {
 		for _, fp := range byID[l.QueryID] {
 			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
@@ -318,4 +324,5 @@ func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
 		}
 	}
 	r.shared.Add(1)
+	r.o.Sink.Reading(until)
 }

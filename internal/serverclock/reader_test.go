@@ -53,6 +53,7 @@ type fakeSink struct {
 	ids      []cost.QueryID
 	observed []observed
 	floor    time.Duration
+	until    time.Time // the last Reading's
 }
 
 func (s *fakeSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
@@ -65,6 +66,8 @@ func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until tim
 }
 
 func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
+
+func (s *fakeSink) Reading(until time.Time) { s.until = until }
 
 func newTestReader(connect func(context.Context) (Conn, error), sink Sink, now time.Time) *Reader {
 	return NewReader(Options{Connect: connect, Sink: sink, Interval: time.Second,
