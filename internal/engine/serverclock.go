@@ -110,6 +110,14 @@ func (c *clientCharges) expire(now time.Time) {
 	}
 }
 
+// drop drops every charge kept.
+func (c *clientCharges) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.byPattern)
+	c.n = 0
+}
+
 // trueUp trues the charges kept for pattern fp up to seconds each, the server's mean, at now.
 // The budgets are adjusted after c.mu is released: no lock is held across another.
 func (c *clientCharges) trueUp(now time.Time, fp uint64, seconds float64) {
@@ -128,8 +136,14 @@ func (c *clientCharges) trueUp(now time.Time, fp uint64, seconds float64) {
 // Reading is told that the server's clock is read, and that until until the patterns whose
 // query identifier is known will be reported once they run: until then Finish keeps the
 // charges it makes on the client's clock to such patterns, for their reports to true up. It
-// also drops the charges kept too long to be trued up.
+// also drops the charges kept too long to be trued up, and all of them when until is the zero
+// time (a read failed: no report is coming).
 func (e *Engine) Reading(until time.Time) {
+	if until.IsZero() {
+		e.clientCharges.live.Store(0)
+		e.clientCharges.drop()
+		return
+	}
 	e.clientCharges.live.Store(until.UnixNano())
 	e.clientCharges.expire(e.now())
 }

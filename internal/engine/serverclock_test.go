@@ -134,8 +134,13 @@ rules:
 	clk.Advance(trueUpWithin)
 	step("the report, a minute later", 0, report(fpLate, 3))
 	step("the next report of the first pattern", 0, report(fpFirst, 2))
-	const lapsed = "select * from lapsed where id = $1"
-	fpLapsed := identified(lapsed, 4)
+	const lapsed, failed = "select * from lapsed where id = $1", "select * from failed where id = $1"
+	fpLapsed, fpFailed := identified(lapsed, 4), identified(failed, 5)
 	step("a statement once the reading lapsed", 0.3, runs(lapsed))
 	step("its pattern's report", 0, report(fpLapsed, 4))
+
+	reading()
+	step("a statement before a read fails", 0.3, runs(failed))
+	e.Reading(time.Time{})
+	step("its pattern's report after the failed read", 0, report(fpFailed, 5))
 }

@@ -64,9 +64,9 @@ type Sink interface {
 	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
 	// SetNetworkFloor hands the smallest recent round trip to the server.
 	SetNetworkFloor(d time.Duration)
-	// Reading tells that the server's clock was read (or a shared reading adopted), or that
-	// it had nothing to read yet: until until, the patterns whose query identifier is known
-	// will be reported once they run.
+	// Reading tells that the server's clock is read (started, read, a shared reading adopted,
+	// or nothing to read yet): until until, the patterns whose query identifier is known will
+	// be reported once they run. The zero until tells that a read failed: nothing will be.
 	Reading(until time.Time)
 }
 
@@ -129,7 +129,14 @@ func NewReader(o Options) *Reader {
 }
 
 // Start starts the reading goroutine; later calls do nothing.
-func (r *Reader) Start() { r.start.Do(func() { go r.loop() }) }
+func (r *Reader) Start() {
+	r.start.Do(func() {
+		// Read from now on, unless the first round fails: the statements that run before it are
+		// reported once it reads.
+		r.o.Sink.Reading(r.o.Now().Add(reportIntervals * r.o.Interval))
+		go r.loop()
+	})
+}
 
 // Close stops the goroutine, waits for it and closes the connection. Later calls return nil.
 func (r *Reader) Close() error {
@@ -197,6 +204,7 @@ func (r *Reader) Round(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
 	defer cancel()
 	if err := r.round(rctx); err != nil {
+		r.o.Sink.Reading(time.Time{}) // not read: what waited for a report keeps its charge
 		r.failures.Add(1)
 		if r.failed == 0 && ctx.Err() == nil {
 			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +54,8 @@ type fakeSink struct {
 	ids      []cost.QueryID
 	observed []observed
 	floor    time.Duration
-	until    time.Time // the last Reading's
+	mu       sync.Mutex // Reading may come from the reader's goroutine
+	until    time.Time  // the last Reading's
 }
 
 func (s *fakeSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
@@ -67,7 +69,17 @@ func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until tim
 
 func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
 
-func (s *fakeSink) Reading(until time.Time) { s.until = until }
+func (s *fakeSink) Reading(until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until = until
+}
+
+func (s *fakeSink) reading() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.until
+}
 
 func newTestReader(connect func(context.Context) (Conn, error), sink Sink, now time.Time) *Reader {
 	return NewReader(Options{Connect: connect, Sink: sink, Interval: time.Second,
@@ -101,6 +113,29 @@ func TestReaderLearnsFromTheServer(t *testing.T) {
 	}
 	if sink.floor <= 0 {
 		t.Fatal("no network floor measured")
+	}
+	if !sink.until.Equal(until) {
+		t.Fatalf("Reading told until %v, want %v", sink.until, until)
+	}
+}
+
+// TestReaderSaysWhenItReads: the sink is told the reader reads from its start, until a round
+// fails; the zero until says so.
+func TestReaderSaysWhenItReads(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}}}
+	r := newTestReader(func(context.Context) (Conn, error) { return nil, errors.New("refused") }, sink, now)
+	r.Start()
+	defer r.Close()
+	if want := now.Add(reportIntervals * time.Second); !sink.reading().Equal(want) && !sink.reading().IsZero() {
+		t.Fatalf("Reading told until %v at the start, want %v", sink.reading(), want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !sink.reading().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("a failed round did not say that the server's clock is not read")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
