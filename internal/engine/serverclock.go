@@ -72,13 +72,14 @@ func (c *clientCharges) wanted(now time.Time) bool {
 	return now.UnixNano() < c.live.Load()
 }
 
-// add keeps the charge of a statement of pattern fp, charged to each of holds at now. In a
-// full table the charge keeps the client's measurement (Reading drops the old ones, off the
-// statements' path).
+// add keeps the charge of a statement of pattern fp, charged to each of holds at now. A full
+// table keeps no more until the next Reading, which drops the old ones off the statements'
+// path: the charges meanwhile keep the client's measurement, and take no lock.
 func (c *clientCharges) add(fp uint64, holds []budget.Request, charged float64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n+len(holds) > maxClientCharges {
+		c.live.Store(0)
 		return
 	}
 	if c.byPattern == nil {

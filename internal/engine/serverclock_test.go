@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -143,4 +144,29 @@ rules:
 	step("a statement before a read fails", 0.3, runs(failed))
 	e.Reading(time.Time{})
 	step("its pattern's report after the failed read", 0, report(fpFailed, 5))
+}
+
+// TestClientChargesBounded: a full table of kept charges stops keeping them (Finish takes no
+// lock for them) until the next Reading, which drops the ones too old to be trued up.
+func TestClientChargesBounded(t *testing.T) {
+	var c clientCharges
+	now := time.Unix(1000, 0)
+	c.live.Store(now.Add(time.Hour).UnixNano())
+	holds := []budget.Request{{Key: "k"}}
+	for range maxClientCharges {
+		if !c.wanted(now) {
+			t.Fatalf("not wanted with %d of %d kept", c.n, maxClientCharges)
+		}
+		c.add(1, holds, 0.1, now)
+	}
+	c.add(1, holds, 0.1, now) // full
+	if c.wanted(now) || c.n != maxClientCharges {
+		t.Fatalf("full: wanted %v, %d kept", c.wanted(now), c.n)
+	}
+	e := New(Options{Now: func() time.Time { return now.Add(trueUpWithin) }})
+	e.clientCharges.byPattern, e.clientCharges.n = c.byPattern, c.n
+	e.Reading(now.Add(trueUpWithin + time.Hour))
+	if !e.clientCharges.wanted(now.Add(trueUpWithin)) || e.clientCharges.n != 0 {
+		t.Fatalf("after the next Reading: wanted %v, %d kept", e.clientCharges.wanted(now.Add(trueUpWithin)), e.clientCharges.n)
+	}
 }
