@@ -94,7 +94,8 @@
 // the budget's whole bucket (reason per_query_limit, limit "burst_limit=10s (a predicted 12s
 // never fits)"). Such a pattern runs one statement as a probe every 10 s, cancelled past the
 // limit, so that a prediction that is too high corrects itself (see the README). It is never
-// driver.ErrBadConn, so database/sql does not retry it on another connection. Batch jobs ask first with [Connector.Check] or [Connector.Wait].
+// driver.ErrBadConn, so database/sql does not retry it on another connection. Batch jobs ask
+// first with [Connector.Check] or [Connector.Wait].
 //
 // # Rows
 //

@@ -197,10 +197,8 @@ rules:
 	for time.Since(t0) < ssMeasure {
 		time.Sleep(250 * time.Millisecond)
 		snap := p.Snapshot()
-		for _, ps := range snap.Patterns {
-			if strings.Contains(ps.Query, "from t where id") {
-				learned, client, samples = learned+ps.MeanCost, client+ps.ClientMean, samples+1
-			}
+		if ps, ok := lookupStatus(snap); ok {
+			learned, client, samples = learned+ps.MeanCost, client+ps.ClientMean, samples+1
 		}
 		for _, b := range snap.Budgets {
 			if b.Name == "lookups" {
@@ -228,10 +226,8 @@ rules:
 		r.serverMean = (exec1 - exec0) / 1e3 / float64(r.calls)
 	}
 	r.spentShare = (exec1 - exec0) / 1e3 / elapsed / (ssShare * 1)
-	for _, ps := range snap.Patterns {
-		if strings.Contains(ps.Query, "from t where id") {
-			r.clock = ps.Clock
-		}
+	if ps, ok := lookupStatus(snap); ok {
+		r.clock = ps.Clock
 	}
 	if samples > 0 {
 		r.learned, r.client = learned/float64(samples), client/float64(samples)
@@ -388,6 +384,16 @@ func TestServerClockReadCost(t *testing.T) {
 		len(ids), n, len(got.Rows), meanMS*1e3, wall, reads, scanMS*1e3)
 }
 
+// lookupStatus returns the status of the lookup pattern (ssLookup) in snap, if it has one.
+func lookupStatus(snap driver.Snapshot) (driver.PatternStatus, bool) {
+	for _, ps := range snap.Patterns {
+		if strings.Contains(ps.Query, "from t where id") {
+			return ps, true
+		}
+	}
+	return driver.PatternStatus{}, false
+}
+
 // lookupDatabase creates a database with pg_stat_statements and a table t of 1,000 rows (id,
 // v), analysed, and returns its DSN and a connection to it, closed when the test ends.
 func lookupDatabase(t *testing.T, srv *pgtest.Server) (string, *pgx.Conn) {
@@ -434,12 +440,8 @@ rules:
 		if err := p.QueryRow(ctx, ssLookup, rand.IntN(1000)+1).Scan(&v); err != nil {
 			t.Fatalf("a lookup failed: %v", err)
 		}
-		for _, ps := range p.Snapshot().Patterns {
-			if strings.Contains(ps.Query, "from t where id") {
-				return ps
-			}
-		}
-		return driver.PatternStatus{}
+		ps, _ := lookupStatus(p.Snapshot())
+		return ps
 	}
 	// until runs lookups until cond holds of the snapshot, within a generous watchdog.
 	until := func(what string, cond func(driver.PatternStatus, driver.Counters) bool) {
@@ -495,10 +497,8 @@ rules:
 			if s.Counters.ServerClockReads > 0 {
 				readers++
 			}
-			for _, ps := range s.Patterns {
-				if strings.Contains(ps.Query, "from t where id") && ps.Clock == driver.ClockServer {
-					onServer++
-				}
+			if ps, ok := lookupStatus(s); ok && ps.Clock == driver.ClockServer {
+				onServer++
 			}
 			state = append(state, fmt.Sprintf("reads %d shared %d", s.Counters.ServerClockReads, s.Counters.ServerClockShared))
 		}
@@ -547,12 +547,8 @@ rules:
 		t.Fatal(err)
 	}
 	pattern := func() driver.PatternStatus {
-		for _, ps := range p.Snapshot().Patterns {
-			if strings.Contains(ps.Query, "from t where id") {
-				return ps
-			}
-		}
-		return driver.PatternStatus{}
+		ps, _ := lookupStatus(p.Snapshot())
+		return ps
 	}
 	var wg sync.WaitGroup
 	var stop atomic.Bool

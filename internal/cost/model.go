@@ -345,20 +345,33 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 // the pattern for good, as nothing would run to correct it. The first execution observed after
 // the refusal restarts the pattern's history from its own sample ([Model.Observe]).
 func (m *Model) NeverFits(now time.Time, fp uint64) (probe bool) {
+	// A storm of refusals mostly finds the pattern already noted and its next probe not due:
+	// that is read under the read lock, so that it does not hold up every Predict.
+	m.mu.RLock()
+	p, _ := m.patterns.get(fp)
+	news := p != nil && p.refusalNews(now)
+	m.mu.RUnlock()
+	if !news {
+		return false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, _ := m.patterns.get(fp)
+	p, _ = m.patterns.get(fp)
 	switch {
-	case p == nil:
+	case p == nil || !p.refusalNews(now): // another refusal got here first
 		return false
 	case p.refused.IsZero():
 		p.refused = now
 		return false
-	case now.Sub(p.refused) < Relearn || now.Sub(p.probed) < Relearn:
-		return false
 	}
 	p.probed = now
 	return true
+}
+
+// refusalNews reports whether a refusal of p at now for a prediction that never fits changes
+// p: it is the first since p's last observed execution, or a probe is due (NeverFits).
+func (p *pattern) refusalNews(now time.Time) bool {
+	return p.refused.IsZero() || now.Sub(p.refused) >= Relearn && now.Sub(p.probed) >= Relearn
 }
 
 // QueryID pairs a pattern with the server's query identifier of its statements.

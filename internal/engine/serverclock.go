@@ -85,9 +85,11 @@ func (c *clientCharges) add(fp uint64, holds []budget.Request, charged float64, 
 	if c.byPattern == nil {
 		c.byPattern = map[uint64][]clientCharge{}
 	}
+	cs := c.byPattern[fp]
 	for _, r := range holds {
-		c.byPattern[fp] = append(c.byPattern[fp], clientCharge{r: budget.Request{Budget: r.Budget, Key: r.Key}, charged: charged, at: now})
+		cs = append(cs, clientCharge{r: budget.Request{Budget: r.Budget, Key: r.Key}, charged: charged, at: now})
 	}
+	c.byPattern[fp] = cs
 	c.n += len(holds)
 }
 
