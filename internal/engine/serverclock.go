@@ -137,12 +137,13 @@ func (c *clientCharges) trueUp(now time.Time, fp uint64, seconds float64) {
 }
 
 // Reading is told that the server's clock is read, and that until until the patterns whose
-// query identifier is known will be reported once they run: until then Finish keeps the
-// charges it makes on the client's clock to such patterns, for their reports to true up. It
-// also drops the charges kept too long to be trued up, and all of them when until is the zero
-// time (a read failed: no report is coming).
-func (e *Engine) Reading(until time.Time) {
-	if until.IsZero() {
+// query identifier is known will be reported within about within of running: until then Finish
+// keeps the charges it makes on the client's clock to such patterns, for their reports to true
+// up. A reader whose reports come later than trueUpWithin could true up none of them, so
+// nothing is kept for it. Reading also drops the charges kept too long to be trued up, and all
+// of them when until is the zero time (a read failed: no report is coming).
+func (e *Engine) Reading(until time.Time, within time.Duration) {
+	if until.IsZero() || within > trueUpWithin {
 		e.clientCharges.live.Store(0)
 		e.clientCharges.drop()
 		return

@@ -118,7 +118,7 @@ rules:
 			}
 		}
 	}
-	reading := func() { e.Reading(clk.Now().Add(3 * time.Second)) }
+	reading := func() { e.Reading(clk.Now().Add(3*time.Second), 2*time.Second) }
 
 	const unread, first, late = "select * from unread where id = $1", "select * from first where id = $1", "select * from late where id = $1"
 	fpUnread, fpFirst, fpLate := identified(unread, 1), identified(first, 2), identified(late, 3)
@@ -142,8 +142,19 @@ rules:
 
 	reading()
 	step("a statement before a read fails", 0.3, runs(failed))
-	e.Reading(time.Time{})
+	e.Reading(time.Time{}, 0)
 	step("its pattern's report after the failed read", 0, report(fpFailed, 5))
+
+	// A reader that reads once an hour reports every statement too late to true it up: none
+	// is kept for it (nor does Finish take the table's lock for it).
+	const slow = "select * from slow where id = $1"
+	fpSlow := identified(slow, 6)
+	e.Reading(clk.Now().Add(10*time.Hour), 2*time.Hour)
+	if e.clientCharges.wanted(clk.Now()) {
+		t.Fatal("charges wanted for a reader that reports every two hours")
+	}
+	step("a statement while the server's clock is read once an hour", 0.3, runs(slow))
+	step("its pattern's report", 0, report(fpSlow, 6))
 }
 
 // TestClientChargesBounded: a full table of kept charges stops keeping them (Finish takes no
@@ -165,7 +176,7 @@ func TestClientChargesBounded(t *testing.T) {
 	}
 	e := New(Options{Now: func() time.Time { return now.Add(trueUpWithin) }})
 	e.clientCharges.byPattern, e.clientCharges.n = c.byPattern, c.n
-	e.Reading(now.Add(trueUpWithin + time.Hour))
+	e.Reading(now.Add(trueUpWithin+time.Hour), time.Second)
 	if !e.clientCharges.wanted(now.Add(trueUpWithin)) || e.clientCharges.n != 0 {
 		t.Fatalf("after the next Reading: wanted %v, %d kept", e.clientCharges.wanted(now.Add(trueUpWithin)), e.clientCharges.n)
 	}

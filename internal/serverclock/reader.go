@@ -66,8 +66,9 @@ type Sink interface {
 	SetNetworkFloor(d time.Duration)
 	// Reading tells that the server's clock is read (started, read, a shared reading adopted,
 	// or nothing to read yet): until until, the patterns whose query identifier is known will
-	// be reported once they run. The zero until tells that a read failed: nothing will be.
-	Reading(until time.Time)
+	// be reported within about within of running. The zero until tells that a read failed:
+	// nothing will be.
+	Reading(until time.Time, within time.Duration)
 }
 
 // Options configure a Reader.
@@ -133,10 +134,14 @@ func (r *Reader) Start() {
 	r.start.Do(func() {
 		// Read from now on, unless the first round fails: the statements that run before it are
 		// reported once it reads.
-		r.o.Sink.Reading(r.o.Now().Add(reportIntervals * r.o.Interval))
+		r.o.Sink.Reading(r.o.Now().Add(reportIntervals*r.o.Interval), r.reportWithin())
 		go r.loop()
 	})
 }
+
+// reportWithin is how long after a statement its pattern's report comes at the latest: two
+// rounds, for the first read that sees a new query identifier only takes its baseline.
+func (r *Reader) reportWithin() time.Duration { return 2 * r.o.Interval }
 
 // Close stops the goroutine, waits for it and closes the connection. Later calls return nil.
 func (r *Reader) Close() error {
@@ -204,7 +209,7 @@ func (r *Reader) Round(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
 	defer cancel()
 	if err := r.round(rctx); err != nil {
-		r.o.Sink.Reading(time.Time{}) // not read: what waited for a report keeps its charge
+		r.o.Sink.Reading(time.Time{}, 0) // not read: what waited for a report keeps its charge
 		r.failures.Add(1)
 		if r.failed == 0 && ctx.Err() == nil {
 			r.o.Logger.Warn("pgtraffic: reading the server's clock failed; costs stay on the client's clock", "error", err)
@@ -263,7 +268,7 @@ func (r *Reader) round(ctx context.Context) error {
 	}
 	until := r.o.Now().Add(reportIntervals * r.o.Interval)
 	if len(pairs) == 0 {
-		r.o.Sink.Reading(until) // nothing to read yet: the next round reads what is learned
+		r.o.Sink.Reading(until, r.reportWithin()) // nothing to read yet: the next round reads what is learned
 		return nil
 	}
 	byID := make(map[int64][]uint64, len(pairs)) // one identifier may serve several patterns
@@ -284,7 +289,7 @@ func (r *Reader) round(ctx context.Context) error {
 	learned := r.tr.update(reading, nil)
 	r.resets.Add(r.tr.resets - resets)
 	r.rejected.Add(r.tr.rejected - rejected)
-	r.o.Sink.Reading(until)
+	r.o.Sink.Reading(until, r.reportWithin())
 	for _, l := range learned {
 		for _, fp := range byID[l.QueryID] {
 			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
@@ -332,5 +337,5 @@ func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
 		}
 	}
 	r.shared.Add(1)
-	r.o.Sink.Reading(until)
+	r.o.Sink.Reading(until, r.reportWithin())
 }

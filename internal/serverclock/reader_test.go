@@ -56,6 +56,7 @@ type fakeSink struct {
 	floor    time.Duration
 	mu       sync.Mutex // Reading may come from the reader's goroutine
 	until    time.Time  // the last Reading's
+	within   time.Duration
 }
 
 func (s *fakeSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
@@ -69,10 +70,10 @@ func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until tim
 
 func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
 
-func (s *fakeSink) Reading(until time.Time) {
+func (s *fakeSink) Reading(until time.Time, within time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.until = until
+	s.until, s.within = until, within
 }
 
 func (s *fakeSink) reading() time.Time {
@@ -114,8 +115,8 @@ func TestReaderLearnsFromTheServer(t *testing.T) {
 	if sink.floor <= 0 {
 		t.Fatal("no network floor measured")
 	}
-	if !sink.until.Equal(until) {
-		t.Fatalf("Reading told until %v, want %v", sink.until, until)
+	if !sink.until.Equal(until) || sink.within != 2*time.Second {
+		t.Fatalf("Reading told until %v within %v, want %v within 2s (two rounds)", sink.until, sink.within, until)
 	}
 }
 
