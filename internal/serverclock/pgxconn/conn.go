@@ -1,5 +1,3 @@
-// Package pgxconn is the server clock reader's connection over pgx. It imports pgx and
-// internal/serverclock, whose Conn it implements, and nothing else of pgtraffic's.
 package pgxconn
 
 import (
