@@ -145,9 +145,11 @@ const rampSlack = 2
 
 // growth is how much the processes' demand (their workers) grew over the span before at:
 // for each process, its workers at at less the fewest it had in the span, if more. The
-// span is one sync of the others (1.1 intervals at most) and the early sync of a starved
-// instance that follows (a quarter interval): an instance that grew is refused for want of a
-// slot only until the others' next syncs hand it their headroom.
+// span is the early sync that tells Redis a starved instance's want (within an eighth of an
+// interval), one sync of the others (1.1 intervals at most) and the starved instance's next
+// early sync (an eighth of an interval), with a little to spare for the calls: an instance
+// that grew is refused for want of a slot only until the others' next syncs hand it their
+// headroom.
 func growth(p rampPart, start, at time.Time, span time.Duration) int {
 	phase := func(t time.Time) int { return max(0, min(int(t.Sub(start)/rampPhase), len(p.workers[0])-1)) }
 	g := 0

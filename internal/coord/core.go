@@ -194,7 +194,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 // Early syncs come at least this long after the last sync: soon for a partition with no
 // lease, later for one starved below its fair share. The bounds keep Redis calls few.
 func newGap(interval time.Duration) time.Duration   { return min(interval/10, 100*time.Millisecond) }
-func shortGap(interval time.Duration) time.Duration { return min(interval/4, 250*time.Millisecond) }
+func shortGap(interval time.Duration) time.Duration { return min(interval/8, 125*time.Millisecond) }
 
 // due reports whether to sync at now. Besides the regular sync, a kicked budget (the local
 // budget refused or made wait a statement, or met a new partition) syncs early. A failing

@@ -280,14 +280,14 @@ func TestDue(t *testing.T) {
 		return result{lease: budget.Lease{Rate: 0.1, Burst: 0.1, Slots: 1}, target: 0.5, targetSlots: 2, live: 2}
 	})
 
-	// Starved below the fair share: early after a quarter interval.
+	// Starved below the fair share: early after an eighth of an interval.
 	at := t0.Add(150 * time.Millisecond)
 	c.absorb(at, []budget.Usage{{Key: "new", Offered: 5, Starved: true}})
-	if c.due(at.Add(100*time.Millisecond), true) {
-		t.Fatal("a starved partition waits a quarter interval")
+	if c.due(at.Add(50*time.Millisecond), true) {
+		t.Fatal("a starved partition waits an eighth of an interval")
 	}
-	if !c.due(t0.Add(350*time.Millisecond), true) {
-		t.Fatal("a starved partition below its fair share syncs a quarter interval after the last")
+	if !c.due(t0.Add(225*time.Millisecond), true) {
+		t.Fatal("a starved partition below its fair share syncs an eighth of an interval after the last")
 	}
 
 	// Starved at its fair share: nothing to gain, no early sync.
@@ -300,8 +300,8 @@ func TestDue(t *testing.T) {
 	}
 
 	// Starved wanting more slots at once than its last sync reported (a burst), with fewer
-	// than max_concurrent: Redis may have room for it, so it syncs a quarter interval after
-	// the last.
+	// than max_concurrent: Redis may have room for it, so it syncs an eighth of an interval
+	// after the last.
 	c.absorb(t0.Add(950*time.Millisecond), []budget.Usage{{Key: "new", Offered: 5, Wanted: 4, Starved: true}})
 	if !c.due(t0.Add(950*time.Millisecond), true) {
 		t.Fatal("a starved partition wanting more slots than it reported syncs early")

@@ -76,7 +76,7 @@
 // others' demand, its own and its headroom): it is within N − 1 shares of the headroom of the
 // limit, each share less than the growth that instance made within one sync.
 // The others' next regular syncs, within an interval, hand it their headroom: a starved
-// instance syncs early (a quarter interval after its last) until it holds its target, and an
+// instance syncs early (an eighth of an interval after its last) until it holds its target, and an
 // instance that gives slots back while another holds less than its target confirms at once
 // that it applied its smaller limit (Redis counts its larger one as held until it reports).
 // An instance joining holders of the whole budget waits for their next syncs the same way.
@@ -108,7 +108,7 @@
 // lapses for a partition that wants more than it holds (see above). Earlier when the local
 // budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
 // a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
-// yet, a quarter of an interval (at most 250ms) for a starved partition below its fair
+// yet, an eighth of an interval (at most 125ms) for a starved partition below its fair
 // target, or wanting more slots at once than its last sync reported while it holds fewer
 // than max_concurrent (a burst on an instance with room). A starved partition at the fair
 // share of the demand Redis knows does not sync early: there is nothing to gain. An early
