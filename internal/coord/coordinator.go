@@ -276,6 +276,12 @@ func (c *Coordinator) entries() []*entry {
 
 func (c *Coordinator) loop(ctx context.Context) {
 	defer close(c.done)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		c.listen(ctx)
+	}()
+	defer func() { <-listening }()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -287,6 +293,47 @@ func (c *Coordinator) loop(ctx context.Context) {
 		}
 		c.round(ctx, false)
 		timer.Reset(c.wakeIn())
+	}
+}
+
+// listen hands the messages of the budgets' want channels ([WantChannel]) to their budgets
+// until ctx ends: a holder of slots that another instance wants syncs early. Without the
+// subscription (Redis unreachable, a client that cannot subscribe) the holders hand them
+// over at their next regular syncs, as they do anyway.
+func (c *Coordinator) listen(ctx context.Context) {
+	if c.rc == nil {
+		return
+	}
+	ps := c.rc.PSubscribe(ctx, KeyPrefix+"*:want")
+	defer ps.Close()
+	msgs := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			c.wanted(m.Channel, m.Payload)
+		}
+	}
+}
+
+// wanted marks the partition named by a message on a want channel to sync early, and wakes the
+// loop when it did.
+func (c *Coordinator) wanted(channel, field string) {
+	now := c.now()
+	marked := false
+	c.mu.Lock()
+	for name, e := range c.budgets {
+		if WantChannel(name) == channel {
+			marked = e.core.wanted(now, field) || marked
+		}
+	}
+	c.mu.Unlock()
+	if marked {
+		c.wake()
 	}
 }
 

@@ -69,8 +69,10 @@ type part struct {
 	live        int                 // instances sharing the partition, as last seen
 	debt        float64             // global debt as last seen, execution seconds
 	seen        [sightings]sighting // the latest live counts, newest first
-	// retake is when another instance's lease lapses, set while this partition is starved:
-	// it syncs then to take up the capacity of an instance that crashed.
+	// retake is when the partition syncs early for capacity to move: when another
+	// instance's lease lapses, set while this partition is starved (it takes up the capacity
+	// of an instance that crashed); at once, when Redis asks it to confirm a smaller grant;
+	// or soon, when another instance wants slots this one holds (see wanted).
 	retake time.Time
 
 	pushed    budget.Lease // what the local budget enforces
@@ -208,6 +210,27 @@ func (c *core) due(now time.Time, kicked bool) bool {
 		return !now.Before(at)
 	}
 	return false
+}
+
+// wanted marks the partition whose field is field, if this instance holds slots of it, to
+// sync early: another instance said on the budget's want channel that it is kept below its
+// target by slots held beyond targets. Redis decides at that sync what this instance hands
+// back. The sync comes an eighth of an interval after the last at the soonest, as a starved
+// partition's does, whatever the messages (they are untrusted input). It reports whether it
+// marked one.
+func (c *core) wanted(now time.Time, field string) bool {
+	p := c.parts[field]
+	if p == nil || partitionField(p.key) != field || !p.hasGrant || p.grant.Slots == 0 {
+		return false
+	}
+	at := c.last.Add(shortGap(c.interval))
+	if at.Before(now) {
+		at = now
+	}
+	if p.retake.IsZero() || at.Before(p.retake) {
+		p.retake = at
+	}
+	return true
 }
 
 // regular reports whether the regular sync, of every partition, is due at now.

@@ -249,6 +249,37 @@ func TestStarvedPartitionSyncsWhenAnotherLeaseLapses(t *testing.T) {
 	}
 }
 
+// TestWantedHolderSyncsEarly: a message that another instance wants slots this one holds makes
+// the partition sync early, an eighth of an interval after the last sync at the soonest,
+// whatever the messages; a message about a partition it holds no slots of changes nothing.
+func TestWantedHolderSyncsEarly(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", MaxConcurrent: 8})
+	c.absorb(t0, []budget.Usage{{Key: "k", Wanted: 1}})
+	grantAll(c, t0, func(string) result { return result{lease: budget.Lease{Slots: 4}, targetSlots: 4, live: 2} })
+	if c.wanted(t0, "other") || c.wanted(t0, "") {
+		t.Fatal("marked a partition this instance does not hold")
+	}
+	at := t0.Add(10 * time.Millisecond)
+	if !c.wanted(at, "k") || !c.wanted(at, "k") {
+		t.Fatal("the held partition was not marked")
+	}
+	soonest := c.last.Add(shortGap(c.interval))
+	if c.due(soonest.Add(-1), false) {
+		t.Fatal("due sooner than an eighth of an interval after the last sync")
+	}
+	if !c.due(soonest, false) {
+		t.Fatal("a wanted holder must sync early without a kick")
+	}
+	chunks := c.earlyReports(soonest)
+	if len(chunks) != 1 || len(chunks[0]) != 1 || chunks[0][0].p.key != "k" {
+		t.Fatalf("the early sync carries %v, want the wanted partition", chunks)
+	}
+	grantAll(c, soonest, func(string) result { return result{lease: budget.Lease{Slots: 1}, targetSlots: 1, live: 2} })
+	if c.due(soonest.Add(500*time.Millisecond), false) {
+		t.Fatal("an answer must clear the mark")
+	}
+}
+
 func TestDue(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 4})
 	if !c.due(t0, false) {

@@ -927,3 +927,46 @@ func redisCPU(t *testing.T, rc *redis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// TestStartedHolderHandsSlotsOverWhenWanted: an instance that holds headroom another instance
+// wants hands it over when told on the budget's want channel, not at its next regular sync.
+// The regular syncs here are an hour apart: without the message the starved instance would
+// wait for go test's timeout.
+func TestStartedHolderHandsSlotsOverWhenWanted(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "want", MaxConcurrent: 8}
+	a, b := newFakeLocal(0, 1), newFakeLocal(0, 1)
+	insts := startInstances(t, Options{Client: rc, Interval: time.Hour}, spec, a, b)
+	syncRounds(t, insts, spec, 3)
+	if a.lease("").Slots != 4 || b.lease("").Slots != 4 {
+		t.Fatalf("before: a %d, b %d slots, want 4 each (1 wanted and 3 of headroom)", a.lease("").Slots, b.lease("").Slots)
+	}
+	for _, in := range insts {
+		in.c.Start()
+	}
+	// b now wants all 8 (its statements are refused, and each refusal kicks an early sync).
+	b.mu.Lock()
+	b.wanted, b.demand = 8, 1
+	b.mu.Unlock()
+	insts[1].c.mu.Lock()
+	hb := insts[1].c.budgets[spec.Name]
+	insts[1].c.mu.Unlock()
+	begun := time.Now()
+	for b.lease("").Slots < 7 {
+		if time.Since(begun) > 20*time.Second {
+			t.Fatalf("b has %d slots 20s after it wanted 8 (a holds %d): a did not hand its headroom over", b.lease("").Slots, a.lease("").Slots)
+		}
+		hb.kicked.Store(true)
+		insts[1].c.wake()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("b got a's headroom %v after it wanted it", time.Since(begun))
+	if got := a.lease("").Slots; got != 1 {
+		t.Fatalf("a kept %d slots, want the 1 it wants", got)
+	}
+	for _, in := range insts {
+		if err := in.c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -46,6 +46,12 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // before it (one hash per partition, pgtraffic:{budget}:p:<partition>) is never read.
 func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p2" }
 
+// WantChannel is the Redis channel of a budget, pgtraffic:{budget}:want, on which the sync
+// script says that an instance is kept below its slots target by what others hold beyond
+// theirs (the message: the partition's field); each coordinator listens, and a holder then
+// syncs early to hand those slots over.
+func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + ":want" }
+
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
 func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
 

@@ -116,6 +116,8 @@ if #blob ~= nparts * 88 or #ARGV < head + nparts then
   return redis.error_reply('sync: ' .. #blob .. ' bytes of reports for ' .. (#ARGV - head) .. ' values')
 end
 local hkey, ckey = KEYS[1], KEYS[2]
+-- The budget's want channel (pgtraffic:{budget}:want, see below).
+local want_channel = string.sub(hkey, 1, -3) .. 'want'
 
 local function num(x) return string.format('%.17g', x) end
 
@@ -463,6 +465,18 @@ for i = 1, nparts do
         for k = 1, n do
           if k ~= me and others[ids[k]][4] < target[k] then
             yield = 1
+            break
+          end
+        end
+      end
+      -- An instance that wants more than its grant, kept below its target by what others
+      -- hold beyond theirs, says so on the budget's want channel (the message: the
+      -- partition's field), so that they sync early and hand those slots over rather than at
+      -- their next regular sync.
+      if want > g_slots and g_slots < t_slots then
+        for k = 1, n do
+          if k ~= me and others[ids[k]][4] > target[k] then
+            redis.call('PUBLISH', want_channel, fields[i])
             break
           end
         end
