@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -298,27 +299,52 @@ func (c *Coordinator) loop(ctx context.Context) {
 
 // listen hands the messages of the budgets' want channels ([WantChannel]) to their budgets
 // until ctx ends: a holder of slots that another instance wants syncs early. Without the
-// subscription (Redis unreachable, a client that cannot subscribe) the holders hand them
-// over at their next regular syncs, as they do anyway.
+// subscription (Redis unreachable, a Redis user denied the channels) the holders hand them
+// over at their next regular syncs, as they would anyway; a failed subscription is tried
+// again after an interval, then after twice as long each time up to 64 intervals, since
+// each try dials Redis (go-redis's own channel would redial, and log, every 100ms).
 func (c *Coordinator) listen(ctx context.Context) {
 	if c.rc == nil {
 		return
 	}
 	ps := c.rc.PSubscribe(ctx, KeyPrefix+"*:want")
 	defer ps.Close()
-	msgs := ps.Channel()
+	defer context.AfterFunc(ctx, func() { _ = ps.Close() })() // ends a Receive that waits
+	wait := c.interval
 	for {
+		m, err := ps.ReceiveTimeout(ctx, listenQuiet*c.interval)
+		var ne net.Error
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.As(err, &ne) && ne.Timeout():
+			err = ps.Ping(ctx) // quiet: a connection that cannot take a ping is redialled
+		case err == nil:
+			if msg, ok := m.(*redis.Message); ok {
+				c.wanted(msg.Channel, msg.Payload)
+			}
+		}
+		if err == nil {
+			wait = c.interval
+			continue
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			c.wanted(m.Channel, m.Payload)
+		case <-t.C:
 		}
+		wait = min(2*wait, listenBackoff*c.interval)
 	}
 }
+
+// A want channel's subscription is pinged after listenQuiet intervals without a message, and
+// tried again at most listenBackoff intervals after a failure.
+const (
+	listenQuiet   = 10
+	listenBackoff = 64
+)
 
 // wanted marks the partition named by a message on a want channel to sync early, and wakes the
 // loop when it did.

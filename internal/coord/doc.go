@@ -75,11 +75,18 @@
 // limit; when one grows alone, the fleet then wants at least L − (N − 1)(L − D)/N slots (the
 // others' demand, its own and its headroom): it is within N − 1 shares of the headroom of the
 // limit, each share less than the growth that instance made within one sync.
-// The others' next regular syncs, within an interval, hand it their headroom: a starved
-// instance syncs early (an eighth of an interval after its last) until it holds its target, and an
-// instance that gives slots back while another holds less than its target confirms at once
-// that it applied its smaller limit (Redis counts its larger one as held until it reports).
-// An instance joining holders of the whole budget waits for their next syncs the same way.
+// The others hand it their headroom at once: a starved instance syncs early (an eighth of an
+// interval after its last) until it holds its target; when others' held slots keep it below
+// its target, the sync script says so on the budget's want channel (pgtraffic:{budget}:want,
+// the message being the partition's field), every coordinator listens on those channels, and
+// a holder of slots in that partition syncs early too (an eighth of an interval after its
+// last at the soonest), where Redis computes what it hands back; an instance that gives slots
+// back while another holds less than its target confirms at once that it applied its smaller
+// limit (Redis counts its larger one as held until it reports). Without the message (Redis
+// pub/sub unreachable, a message lost) the holders hand them over at their next regular
+// syncs, within an interval. A message is untrusted input: at most it brings an early sync of
+// a partition the instance holds, spaced as any early sync. An instance joining holders of
+// the whole budget is served the same way.
 // The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
 // hold.
 //

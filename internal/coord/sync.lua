@@ -476,7 +476,7 @@ for i = 1, nparts do
       if want > g_slots and g_slots < t_slots then
         for k = 1, n do
           if k ~= me and others[ids[k]][4] > target[k] then
-            redis.call('PUBLISH', want_channel, fields[i])
+            redis.pcall('PUBLISH', want_channel, fields[i]) -- a Redis user denied the channel loses nothing else
             break
           end
         end
