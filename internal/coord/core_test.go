@@ -260,8 +260,10 @@ func TestWantedHolderSyncsEarly(t *testing.T) {
 		t.Fatal("marked a partition this instance does not hold")
 	}
 	at := t0.Add(10 * time.Millisecond)
-	if !c.wanted(at, "k") || !c.wanted(at, "k") {
-		t.Fatal("the held partition was not marked")
+	for range 2 { // a second message changes nothing
+		if !c.wanted(at, "k") {
+			t.Fatal("the held partition was not marked")
+		}
 	}
 	soonest := c.last.Add(shortGap(c.interval))
 	if c.due(soonest.Add(-1), false) {
