@@ -33,7 +33,9 @@ type Coordination struct {
 	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector
 	// is given a client in code. Its shape is checked here, its client options (the query) when
 	// the client is made. It never reaches an error; in a log, a span or the status page its
-	// credentials are redacted.
+	// credentials are redacted. Its user needs the keys and the channels under pgtraffic:
+	// (ACL ~pgtraffic:* and &pgtraffic:*); without the channels, slots another instance holds
+	// as headroom move only at that instance's next sync.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
 
 	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
