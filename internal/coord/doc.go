@@ -85,8 +85,12 @@
 // limit (Redis counts its larger one as held until it reports). Without the message (Redis
 // pub/sub unreachable, a message lost) the holders hand them over at their next regular
 // syncs, within an interval. A message is untrusted input: at most it brings an early sync of
-// a partition the instance holds, spaced as any early sync. An instance joining holders of
-// the whole budget is served the same way.
+// a partition the instance holds, spaced as any early sync. Each instance holding slots of
+// the partition syncs once per message, whether or not it holds beyond its target (it cannot
+// know its new target before Redis computes it), so a shortfall costs up to one early call
+// per instance of the partition per eighth of an interval, until the holders beyond their
+// targets have handed over and the messages stop. An instance joining holders of the whole
+// budget is served the same way.
 // The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
 // hold.
 //
