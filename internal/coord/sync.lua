@@ -123,9 +123,12 @@ local function num(x) return string.format('%.17g', x) end
 
 -- Everything read back from Redis is checked: another writer (or a corrupted restore) may
 -- have left any value. A value that is not a finite number in its range is ignored, and the
--- writes below repair it.
+-- writes below repair it. within checks every value of every partition, so it does not call
+-- finite: in Lua a call costs more than the comparisons (a NaN fails x >= lo).
 local function finite(x) return type(x) == 'number' and x == x and x > -math.huge and x < math.huge end
-local function within(x, lo, hi) return finite(x) and x >= lo and x <= hi end
+local function within(x, lo, hi)
+  return type(x) == 'number' and x >= lo and x <= hi and x > -math.huge and x < math.huge
+end
 -- The most global debt kept, µs of the budget's rate (the horizon of the expiry below).
 local max_debt = 3600 * 1000000
 -- The most instances a partition may count as lost.
@@ -133,19 +136,22 @@ local max_lost = 100000
 -- The furthest back a report's usage counts as run, µs.
 local max_age = max_debt
 
--- entry checks an instance's entry and returns a copy of it: {seq, demand, want, held slots,
--- granted rate, expiry µs, left, ...}, or nil when it is not one this script could have
--- written (not an array, a negative or non-finite number, an expiry beyond a lease duration
--- from now). The entry as read is what the partition keeps of another instance. What it holds
--- counts as at most the whole budget: an instance on other limits (a rolling change of
--- the rules) may hold more than this one's.
-local function entry(raw)
-  if type(raw) ~= 'table' then return nil end
-  local e = {raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11], raw[12]}
+-- valid reports whether an instance's entry {seq, demand, want, held slots, granted rate,
+-- expiry µs, left, ...} is one this script could have written (not an array, a negative or
+-- non-finite number, an expiry beyond a lease duration from now are not); entry returns a
+-- copy of a valid one, nil for any other. The entry as read is what the partition keeps of
+-- another instance. What it holds counts as at most the whole budget: an instance on other
+-- limits (a rolling change of the rules) may hold more than this one's.
+local function valid(raw)
+  if type(raw) ~= 'table' then return false end
   for k = 1, 7 do
-    if not within(e[k], 0, math.huge) then return nil end
+    if not within(raw[k], 0, math.huge) then return false end
   end
-  if e[6] > now + ttl or (e[7] ~= 0 and e[7] ~= 1) then return nil end
+  return raw[6] <= now + ttl and (raw[7] == 0 or raw[7] == 1)
+end
+local function entry(raw)
+  if not valid(raw) then return nil end
+  local e = {raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11], raw[12]}
   e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
   if not (within(e[8], 0, math.huge) and within(e[9], 0, math.huge) and within(e[10], 0, math.huge)) then
     e[8], e[9], e[10] = nil, nil, nil -- no limits: an instance of an older version
@@ -198,23 +204,24 @@ local furthest = now
 
 -- fill shares cap among demands max-min fairly (water-filling): in increasing order of
 -- demand each gets its demand or an even split of what is left, whichever is smaller.
--- It returns the shares and what no demand took.
-local function fill(cap, demands, n)
+-- It puts the shares in out[1..n] and returns out and what no demand took.
+local function fill(cap, demands, n, out)
   if n == 1 then
     -- Alone (most partitions of a budget per tenant): no order to sort.
     local x = math.min(demands[1], cap)
-    return {x}, math.max(cap - x, 0)
+    out[1] = x
+    return out, math.max(cap - x, 0)
   end
   local order = {}
   for i = 1, n do order[i] = i end
   table.sort(order, function(a, b) return demands[a] < demands[b] end)
-  local share, left = {}, cap
+  local left = cap
   for k, i in ipairs(order) do
     local x = math.min(demands[i], left / (n - k + 1))
-    share[i] = x
+    out[i] = x
     left = left - x
   end
-  return share, math.max(left, 0)
+  return out, math.max(left, 0)
 end
 
 -- rank_of is an instance's draw for the odd slots in this ten-interval epoch, the same for
@@ -234,6 +241,28 @@ end
 -- numbers as text in Lua, and a reply of thirteen values per partition, cost more than the
 -- partition's own work.
 local result_format = '<ddddddddddddd'
+
+-- ranked is the order of ids[1..n] by their draws (rank_of).
+local function ranked(ids, n)
+  local rank, order = {}, {}
+  for k = 1, n do
+    rank[k] = rank_of(ids[k])
+    order[k] = k
+  end
+  table.sort(order, function(a, b) return rank[a] < rank[b] end)
+  return order
+end
+
+-- Scratch tables that every partition of the call reuses, emptied after each: in Lua, a
+-- table made per partition costs more than most of the partition's arithmetic. ids,
+-- others and keep hold the other instances (see below), mine the caller's entry as
+-- written back, me_entry the caller's demand among the others' entries, d, w, share and target
+-- the arithmetic's per-instance values, and st_out the partition as written back (of
+-- st_len values).
+local ids, others, keep = {}, {}, {}
+local mine, me_entry = {}, {0, 0, 0, 0, 0, 0}
+local d, w, share, target = {}, {}, {}, {}
+local st_out, st_len = {}, 0
 local out, results = {num(now), 0}, {}
 for i = 1, nparts do
   local seq, used, demand, want, applied, inflight, leave_n, expected, age, own, recovering_n =
@@ -253,10 +282,10 @@ for i = 1, nparts do
   end
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local gap_from, gap_to = 0, 0
-  local mine = nil
-  local ids, others = {}, {}
+  local mine_seq = 0 -- the sequence number of the caller's last report counted
   local gone, lapsed = 0, 0
-  local keep = {} -- the other instances' entries as read, written back unchanged
+  -- ids and others: the live instances other than the caller, and their entries (copies);
+  -- keep: the other instances' entries as read, written back unchanged.
   if st ~= nil then
     if finite(st[1]) then tat = math.min(st[1], now + max_debt) end
     if within(st[2], 0, now) then gap_from = st[2] end
@@ -266,24 +295,21 @@ for i = 1, nparts do
     if within(st[6], 0, max_lost) then lost_n = math.floor(st[6]) end
     for j = 7, #st, 2 do
       local f, raw = st[j], st[j + 1]
-      local e = nil
-      if type(f) == 'string' and string.sub(f, 1, 2) == 'i:' then e = entry(raw) end
-      if e == nil then
-      elseif e[6] <= now then
-        if e[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
-      elseif e[7] == 1 and f ~= id then
+      if type(f) ~= 'string' or string.sub(f, 1, 2) ~= 'i:' or not valid(raw) then
+      elseif raw[6] <= now then
+        if raw[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
+      elseif f == id then
+        mine_seq = raw[1]
+      elseif raw[7] == 1 then
         gone = gone + 1
         keep[#keep + 1], keep[#keep + 2] = f, raw
-      elseif f == id then
-        mine = e
       elseif others[f] == nil then
         ids[#ids + 1] = f
-        others[f] = e
+        others[f] = entry(raw)
         keep[#keep + 1], keep[#keep + 2] = f, raw
       end
     end
   end
-  if mine == nil or mine[7] == 1 then mine = {mine and mine[1] or 0, 0, 0, 0, 0, 0, 0} end
   -- A partition without a tat (new, expired, or lost in a restart) has stood idle for as
   -- long as a report's usage may count back: usage that ran while Redis could not count it
   -- fills that idle time. Set to now, it would count as run now, and after an outage at
@@ -294,7 +320,7 @@ for i = 1, nparts do
 
   -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
-  if seq ~= mine[1] then
+  if seq ~= mine_seq then
     if used > 0 and rate > 0 then
       local at = now - age -- when it counts as run (see the top)
       local w = used / rate * 1000000 -- the bucket's time it takes, µs
@@ -309,7 +335,7 @@ for i = 1, nparts do
         tat = math.max(tat, at) + w
       end
     end
-    mine[1] = seq
+    mine_seq = seq
   end
   -- tat is kept as it is when it lies in the past (the bucket idle since), so that a report
   -- whose usage ran then can still fill that idle time.
@@ -335,7 +361,7 @@ for i = 1, nparts do
   local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
   local retake, yield = 0, 0
   if leave then
-    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = 0, 0, 0, 0, now + ttl, 1
+    mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = mine_seq, 0, 0, 0, 0, now + ttl, 1
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
   else
     live = live + 1
@@ -348,7 +374,8 @@ for i = 1, nparts do
     for k = 1, n do
       if ids[k] == id then me = k end
     end
-    others[id] = {0, demand, want, 0, 0, 0}
+    me_entry[2], me_entry[3] = demand, want
+    others[id] = me_entry
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
     if (st == nil and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
@@ -363,10 +390,9 @@ for i = 1, nparts do
       -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
       -- in demand is served before the next sync. The grant never makes the instances'
       -- grants sum above the rate: others give back at their own next sync.
-      local d = {}
       for k = 1, n do d[k] = others[ids[k]][2] end
       local cap = l_rate - missing * l_rate / known
-      local share, left = fill(cap, d, n)
+      local _, left = fill(cap, d, n, share)
       t_rate = share[me] + left / n
       local held = 0
       for k = 1, n do
@@ -398,11 +424,10 @@ for i = 1, nparts do
       -- headroom, go round the instances, ten sync intervals each: with fewer slots than
       -- instances each gets its turn, and a handover (which idles the slot until the old
       -- holder's next report) stays rare.
-      local w = {}
       for k = 1, n do w[k] = others[ids[k]][3] end
       local cap = l_maxc - missing * math.floor(l_maxc / known)
-      local share = fill(cap, w, n)
-      local target, spare = {}, cap
+      fill(cap, w, n, share)
+      local spare = cap
       for k = 1, n do
         target[k] = math.floor(share[k] + 1e-9)
         spare = spare - target[k]
@@ -411,22 +436,11 @@ for i = 1, nparts do
       -- hashing): every caller ranks alike, and an instance that comes or goes moves only its
       -- own odd slot, never the others'. Drawn only when there are odd slots to hand out.
       local order = nil
-      local function ranked()
-        if order == nil then
-          local rank = {}
-          order = {}
-          for k = 1, n do
-            rank[k] = rank_of(ids[k])
-            order[k] = k
-          end
-          table.sort(order, function(a, b) return rank[a] < rank[b] end)
-        end
-        return order
-      end
       if spare > 0 then
         for k = 1, n do
           if w[k] > target[k] then
-            for _, j in ipairs(ranked()) do
+            order = order or ranked(ids, n)
+            for _, j in ipairs(order) do
               if spare <= 0 then break end
               if w[j] > target[j] then
                 target[j] = target[j] + 1
@@ -442,7 +456,8 @@ for i = 1, nparts do
         for k = 1, n do target[k] = target[k] + each end
         spare = spare - each * n
         if spare > 0 then
-          for _, k in ipairs(ranked()) do
+          order = order or ranked(ids, n)
+          for _, k in ipairs(order) do
             if spare <= 0 then break end
             target[k] = target[k] + 1
             spare = spare - 1
@@ -499,7 +514,7 @@ for i = 1, nparts do
     end
 
     if yield == 1 then retake = 1 end
-    mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = demand, want, held_slots, g_rate, now + ttl, 0
+    mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = mine_seq, demand, want, held_slots, g_rate, now + ttl, 0
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, own, now
   end
 
@@ -507,11 +522,22 @@ for i = 1, nparts do
   local horizon = math.min(math.max(tat - now, 0), max_debt)
   local lapse = now + math.max(2 * ttl, horizon + ttl)
   furthest = math.max(furthest, lapse)
-  local out_st = {tat, false, false, now, false, false, id, mine}
-  if gap_to > gap_from then out_st[2], out_st[3] = gap_from, gap_to end
-  if lost_n > 0 then out_st[5], out_st[6] = lost_until, lost_n end
-  for j = 1, #keep do out_st[8 + j] = keep[j] end
-  writes[2 * i - 1], writes[2 * i] = fields[i], struct.pack('<d', lapse) .. cmsgpack.pack(out_st)
+  st_out[1], st_out[2], st_out[3], st_out[4], st_out[5], st_out[6], st_out[7], st_out[8] =
+    tat, false, false, now, false, false, id, mine
+  if gap_to > gap_from then st_out[2], st_out[3] = gap_from, gap_to end
+  if lost_n > 0 then st_out[5], st_out[6] = lost_until, lost_n end
+  local nkeep = #keep
+  for j = 1, nkeep do st_out[8 + j] = keep[j] end
+  for j = 9 + nkeep, st_len do st_out[j] = nil end
+  st_len = 8 + nkeep
+  writes[2 * i - 1], writes[2 * i] = fields[i], struct.pack('<d', lapse) .. cmsgpack.pack(st_out)
+
+  -- Empty the scratch tables for the next partition.
+  for k = 1, #ids do
+    others[ids[k]] = nil
+    ids[k] = nil
+  end
+  for j = 1, nkeep do keep[j] = nil end
 
   results[i] = struct.pack(result_format, g_rate, g_burst, g_slots, live, debt, t_rate, t_slots, retake,
     l_rate, l_burst, l_maxc, differ, hold)
