@@ -2,6 +2,7 @@ package coord
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -77,6 +78,7 @@ type part struct {
 
 	pushed    budget.Lease // what the local budget enforces
 	hasPushed bool
+	removed   bool // dropped from core.parts, not yet from core.order
 }
 
 // sighting is a live count seen in a reply.
@@ -117,7 +119,15 @@ type core struct {
 	fallbackN int // instances assumed before any was seen
 	rand      func() float64
 
-	parts    map[string]*part
+	parts map[string]*part
+	// order holds the partitions in the order they came, and those removed since the last
+	// sync (removed counts them). A sync goes round them in this order every time, so that
+	// each partition is renewed a sync's length after its last renewal: in a map's order,
+	// which differs each time, a partition first in one sync and last in the next would wait
+	// up to two syncs' length, past its lease when a sync of many partitions takes longer
+	// than an interval.
+	order    []*part
+	removed  int
 	known    int // instances last seen sharing the budget; 0 before any sync succeeded
 	seq      uint64
 	last     time.Time // last sync attempt
@@ -168,8 +178,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 		}
 		p := c.parts[u.Key]
 		if p == nil {
-			p = &part{key: u.Key, accFrom: now}
-			c.parts[u.Key] = p
+			p = c.add(&part{key: u.Key, accFrom: now})
 		}
 		if u.Offered > 0 && !math.IsInf(u.Offered, 1) {
 			p.offered += u.Offered
@@ -336,9 +345,13 @@ func (c *core) wantsEarly(p *part, now time.Time) bool {
 
 func (c *core) build(now time.Time, early bool) [][]report {
 	c.last, c.kicked, c.partial = now, false, early
+	if c.removed > 0 {
+		c.order = slices.DeleteFunc(c.order, func(p *part) bool { return p.removed })
+		c.removed = 0
+	}
 	var out [][]report
 	var cur []report
-	for _, p := range c.parts {
+	for _, p := range c.order {
 		if early && !c.wantsEarly(p, now) {
 			continue
 		}
@@ -389,9 +402,23 @@ func (c *core) build(now time.Time, early bool) [][]report {
 // its lease (one call per interval), so that a burst after a quiet spell finds its headroom.
 func (c *core) keepUnkeyed(now time.Time) {
 	if c.parts[""] == nil {
-		c.parts[""] = &part{key: "", accFrom: now, keep: true}
+		c.add(&part{key: "", accFrom: now, keep: true})
 		c.anyNew = true
 	}
+}
+
+// add adds the new partition p and returns it.
+func (c *core) add(p *part) *part {
+	c.parts[p.key] = p
+	c.order = append(c.order, p)
+	return p
+}
+
+// remove removes partition p; the next sync drops it from c.order.
+func (c *core) remove(p *part) {
+	delete(c.parts, p.key)
+	p.removed = true
+	c.removed++
 }
 
 // youngLease is how long a partition's reports count their usage as run when they arrive,
@@ -494,7 +521,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 		p, r := rep.p, res[i]
 		p.pendingSeq, p.pendingUsed = 0, 0
 		if rep.leave {
-			delete(c.parts, p.key)
+			c.remove(p)
 			dropped = append(dropped, p.key)
 			continue
 		}

@@ -3,7 +3,9 @@ package coord
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -466,6 +468,58 @@ func TestIdlePartitionIsLeft(t *testing.T) {
 	}
 	if len(left) != 1 || left[0] != "tenant" || len(c.parts) != 0 {
 		t.Fatalf("after %d idle syncs: dropped %q, %d partitions left", idleSyncs+1, left, len(c.parts))
+	}
+}
+
+// TestSyncsGoRoundInTheSameOrder: each sync reports the partitions in the order they came,
+// so that a partition is renewed a sync's length after its last renewal; a partition that
+// left is gone from the order, and one that comes back goes last.
+func TestSyncsGoRoundInTheSameOrder(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1})
+	var usage []budget.Usage
+	for i := range 600 { // three calls' worth
+		usage = append(usage, budget.Usage{Key: fmt.Sprintf("tenant-%d", i), Offered: 0.001})
+	}
+	order := func(at time.Time) []string {
+		var keys []string
+		for _, reps := range c.reports(at) {
+			res := make([]result, len(reps))
+			for i, r := range reps {
+				keys = append(keys, r.p.key)
+				res[i] = result{lease: budget.Lease{Rate: 0.001, Burst: 0.001}, live: 1}
+			}
+			c.applied(at, at, reps, res)
+		}
+		return keys
+	}
+	c.absorb(t0, usage)
+	first := order(t0)
+	for i, u := range usage {
+		if first[i] != u.Key {
+			t.Fatalf("first sync: partition %d is %q, want %q (the order they came in)", i, first[i], u.Key)
+		}
+	}
+	c.absorb(t0.Add(sec), usage)
+	if again := order(t0.Add(sec)); !slices.Equal(again, first) {
+		t.Fatalf("second sync: another order")
+	}
+
+	// tenant-1 goes idle until it leaves, then comes back.
+	at := t0.Add(sec)
+	for i := 0; i <= idleSyncs; i++ {
+		at = at.Add(sec)
+		c.absorb(at, slices.Concat(usage[:1], usage[2:]))
+		order(at)
+	}
+	if _, ok := c.parts["tenant-1"]; ok {
+		t.Fatalf("tenant-1 idle for %d syncs: not left", idleSyncs+1)
+	}
+	at = at.Add(sec)
+	c.absorb(at, usage)
+	want := slices.Concat(first[:1], first[2:], first[1:2])
+	if got := order(at); !slices.Equal(got, want) {
+		t.Fatalf("after tenant-1 left and came back: %d partitions, first %q, last %q; want %d, last tenant-1",
+			len(got), got[0], got[len(got)-1], len(want))
 	}
 }
 
