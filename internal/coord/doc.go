@@ -55,8 +55,8 @@
 // hash, pgtraffic:{budget}:p2 (see [PartitionsKey]), each a small binary value with the tat
 // and an entry per live instance, so that a call of 256 partitions reads them with one
 // command and writes them with one. A partition lapses a few intervals after its last
-// instance left (or its debt drained); each call sweeps as many other fields as it carries
-// partitions and deletes the lapsed ones, and the hash expires with the last partition
+// instance left (or its debt drained); each call sweeps a quarter as many other fields as it
+// carries partitions and deletes the lapsed ones, and the hash expires with the last partition
 // written, so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
 // 100,000 fields only while they are all active. The "2" is the key layout's version: the
 // per-partition keys of earlier versions (pgtraffic:{budget}:p:<partition>) are never read,

@@ -42,10 +42,11 @@
 --
 -- Memory stays bounded: a partition lives while an instance takes part in it or its debt has
 -- not drained (at most an hour of it). A field past its expiry counts as absent, and each call
--- sweeps as many of the hash's fields as it carries partitions (HSCAN from the cursor in
--- KEYS[2]), deleting the lapsed ones: the sweep goes round the hash about once an interval
--- while the partitions are synced. The hash and the cursor expire with the furthest expiry
--- written, so a budget nobody syncs goes whole.
+-- sweeps a quarter as many of the hash's fields as it carries partitions (HSCAN from the
+-- cursor in KEYS[2]), deleting the lapsed ones: the sweep goes round the hash about once every
+-- four intervals while the partitions are synced (each field swept costs Redis a read of its
+-- value, and most fields are live). The hash and the cursor expire with the
+-- furthest expiry written, so a budget nobody syncs goes whole.
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
@@ -145,7 +146,8 @@ local max_age = max_debt
 local function valid(raw)
   if type(raw) ~= 'table' then return false end
   for k = 1, 7 do
-    if not within(raw[k], 0, math.huge) then return false end
+    local x = raw[k] -- within(x, 0, math.huge), without a call per value
+    if type(x) ~= 'number' or not (x >= 0 and x < math.huge) then return false end
   end
   return raw[6] <= now + ttl and (raw[7] == 0 or raw[7] == 1)
 end
@@ -185,7 +187,7 @@ if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', hkey) end
 -- Sweep: delete the lapsed fields among the next ones from the cursor.
 local cursor = redis.pcall('GET', ckey)
 if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
-local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', math.max(nparts, 32))
+local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', math.max(math.ceil(nparts / 4), 32))
 local swept = {}
 for j = 1, #scan[2], 2 do
   local x = expiry(scan[2][j + 1])
