@@ -29,6 +29,6 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	opts.ReadTimeout = d
 	opts.WriteTimeout = d
 	opts.DialerRetries = 1
-	opts.PoolSize = 2 // one call outstanding at a time, plus one while an abandoned call drains
+	opts.PoolSize = maxOutstanding // an abandoned call keeps its place among them until it drains
 	return redis.NewClient(opts), nil
 }

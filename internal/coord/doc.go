@@ -19,7 +19,8 @@
 // would need a second kind of bucket beside it.
 //
 // Once per sync interval (default 1s) a background loop per connector runs one Lua script per
-// budget (sync.lua; one call per 256 active partitions). The script
+// budget (sync.lua; one call per 256 active partitions, going round them in the same order
+// each time, two calls on their way at once). The script
 //
 //   - applies the execution seconds the instance used since its last report to the
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −
