@@ -477,6 +477,97 @@ func TestRedisRestartLetsNoMoreThanTheBudgetThrough(t *testing.T) {
 	}
 }
 
+// failingClient fails, without sending it, each script call that carries the partition field
+// fail, and counts the calls that carry the field after (sent, and returned).
+type failingClient struct {
+	*redis.Client
+	fail, after string
+	mu          sync.Mutex // protects the field below
+	afterDone   int
+}
+
+func (f *failingClient) call(args []any, run func() *redis.Cmd) *redis.Cmd {
+	if slices.Contains(args, any(f.fail)) {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetErr(errors.New("injected failure"))
+		return cmd
+	}
+	cmd := run()
+	if slices.Contains(args, any(f.after)) {
+		f.mu.Lock()
+		f.afterDone++
+		f.mu.Unlock()
+	}
+	return cmd
+}
+
+func (f *failingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return f.call(args, func() *redis.Cmd { return f.Client.EvalSha(ctx, sha, keys, args...) })
+}
+
+func (f *failingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return f.call(args, func() *redis.Cmd { return f.Client.Eval(ctx, script, keys, args...) })
+}
+
+// TestFailedCallEndsTheSyncAndItsReportsGoAgain: a sync of three calls whose second fails.
+// The third was already on its way (two calls go at once) and Redis ran it, but the sync
+// ends at the failure and does not apply it. The next sync sends the second and third
+// chunks' reports again, with their sequence numbers: every partition's usage counts once,
+// and every partition has its lease.
+func TestFailedCallEndsTheSyncAndItsReportsGoAgain(t *testing.T) {
+	srv := redistest.Need(t)
+	keys := make([]string, 2*maxPartitionsPerCall+88)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%d", i)
+	}
+	rc := &failingClient{Client: newClient(t, srv), fail: "-", after: partitionField(keys[2*maxPartitionsPerCall])}
+	spec := Spec{Name: "failed-call", Rate: 1, Burst: 1000}
+	local := newFakeLocal(1, 1, keys...)
+	c := newCoord(t, Options{Client: rc, Interval: time.Minute, Logger: quiet})
+	c.Register(spec, local)
+	mustSync(t, c)
+
+	const used = 10.0 // execution seconds each partition reports as used
+	local.mu.Lock()
+	local.used = used
+	local.mu.Unlock()
+	rc.fail = partitionField(keys[maxPartitionsPerCall+1]) // in the second call (the first also carries the unkeyed partition)
+	if err := c.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("sync with its second call failing: %v, want the injected failure", err)
+	}
+	// The third call went out before the second's failure was read; it returns on its own.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rc.mu.Lock()
+		done := rc.afterDone
+		rc.mu.Unlock()
+		if done == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the third call of the failed sync never returned (%d calls of its chunk returned)", done)
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	rc.fail = "-"
+	mustSync(t, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	core := c.budgets[spec.Name].core
+	for i, k := range keys {
+		p := core.parts[k]
+		if p == nil || !p.hasGrant || p.grant.Rate <= 0 {
+			t.Fatalf("partition %d of %d: no lease after the sync that followed the failure", i, len(keys))
+		}
+		// used seconds at 1 s/s, drained since: a little under 10 once, a little under 20 twice.
+		if p.debt < used-2 || p.debt > used+1e-6 {
+			t.Fatalf("partition %d: global debt %.3f; its %v s of usage counted %s", i, p.debt, used,
+				map[bool]string{true: "twice", false: "not at all"}[p.debt > used])
+		}
+	}
+}
+
 func TestLateCallChangesNothing(t *testing.T) {
 	rc := newClient(t, redistest.Need(t))
 	ctx := context.Background()
