@@ -457,38 +457,42 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 // report once, by its sequence number).
 func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, []Quarantined, error) {
 	d := max(c.interval/4, minDeadline)
-	send := func(i int) (call, func() (reply, error)) {
-		sent := c.now()
-		cl := call{spec: spec, reps: chunks[i], quarantines: i == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
-		c.mu.Lock()
-		cl.notAfter = e.core.notAfter(sent, d)
-		if cl.quarantines {
-			cl.publish = e.core.takePublish(sent)
+	// flights are the calls on their way, oldest first, each with the wait for its reply.
+	type flight struct {
+		cl   call
+		wait func() (reply, error)
+	}
+	var flights []flight
+	next := 0 // the next chunk to send
+	send := func() {
+		for ; next < len(chunks) && len(flights) < maxOutstanding; next++ {
+			sent := c.now()
+			cl := call{spec: spec, reps: chunks[next], quarantines: next == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
+			c.mu.Lock()
+			cl.notAfter = e.core.notAfter(sent, d)
+			if cl.quarantines {
+				cl.publish = e.core.takePublish(sent)
+			}
+			c.mu.Unlock()
+			flights = append(flights, flight{cl: cl, wait: c.start(ctx, d, cl)})
 		}
-		c.mu.Unlock()
-		return cl, c.start(ctx, d, cl)
 	}
 	var dropped []string
 	var quarantines []Quarantined
-	cl, wait := send(0)
-	for i := range chunks {
-		var nextCall call
-		var next func() (reply, error)
-		if i+1 < len(chunks) {
-			nextCall, next = send(i + 1)
-		}
-		reps, sent := cl.reps, cl.at
+	for send(); len(flights) > 0; send() {
+		cl, wait := flights[0].cl, flights[0].wait
+		flights = flights[1:]
 		rep, err := wait()
 		now := c.now()
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
 		if err != nil {
-			e.core.failed(sent, now)
+			e.core.failed(cl.at, now)
 			if e.core.spec.Quarantine == spec.Quarantine {
 				e.core.unpublished(cl.publish)
 			}
 		} else {
-			dropped = append(dropped, e.core.applied(sent, now, reps, rep.results)...)
+			dropped = append(dropped, e.core.applied(cl.at, now, cl.reps, rep.results)...)
 			e.core.ignored += uint64(rep.ignored)
 		}
 		c.noteHealth(err)
@@ -502,7 +506,6 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 				quarantines[j] = Quarantined{Fingerprint: q.fp, Until: now.Add(q.left)}
 			}
 		}
-		cl, wait = nextCall, next
 	}
 	return dropped, quarantines, nil
 }
