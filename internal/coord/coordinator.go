@@ -450,8 +450,8 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 //
 // The calls go two at a time: the next chunk's call is sent before the reply to the last
 // one is read, so that Redis always has a call to run while the client reads and applies a
-// reply. One at a time, Redis stood idle for about a fifth of a sync of 100,000 partitions
-// (integration/PERFORMANCE.md). The replies are applied in order. After a failed call the
+// reply (one at a time, Redis stood idle between calls: integration/PERFORMANCE.md). The
+// replies are applied in order. After a failed call the
 // sync ends; the call sent after it, if any, is abandoned as a call past its deadline is,
 // and its partitions' reports, still pending, go again in the next sync (Redis counts a
 // report once, by its sequence number).
