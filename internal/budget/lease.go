@@ -131,15 +131,17 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 	b.wakeAll() // a new lease may be a waiter's room
 }
 
-// TakeUsage returns the usage of every partition active since the previous call and resets
-// its counters. O(number of keys), once per sync, a chunk of keys per hold of the lock as
-// [Budget.Snapshot] reads them: a budget keyed per tenant may hold a hundred thousand keys,
-// and building a sync must not keep its statements waiting. A key added during the walk may
-// be left for the next call, which reports its counters then.
-func (b *Budget) TakeUsage(now time.Time) []Usage {
+// TakeUsage appends to dst the usage of every partition active since the previous call, resets
+// its counters, and returns the extended slice. O(number of keys), once per sync, a chunk of
+// keys per hold of the lock as [Budget.Snapshot] reads them: a budget keyed per tenant may
+// hold a hundred thousand keys, and building a sync must not keep its statements waiting. A
+// key added during the walk may be left for the next call, which reports its counters then.
+// The caller reuses dst from one sync to the next: grown key by key every time, the slice of
+// a hundred thousand active partitions would be copied about twice over, and allocated anew.
+func (b *Budget) TakeUsage(now time.Time, dst []Usage) []Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []Usage
+	out := dst
 	take := func(s *state) {
 		p := s.part
 		if p == nil {

@@ -24,11 +24,11 @@ func TestSharedWithoutLeaseRefusesAndKicks(t *testing.T) {
 	if *kicks != 1 {
 		t.Errorf("kicks = %d, want 1", *kicks)
 	}
-	u := b.TakeUsage(at(0))
+	u := b.TakeUsage(at(0), nil)
 	if len(u) != 1 || u[0].Key != "t1" || u[0].Offered != 0.1 || !u[0].Starved || u[0].Wanted != 1 {
 		t.Fatalf("usage = %+v, want t1 offered 0.1, starved, wanted 1", u)
 	}
-	if u := b.TakeUsage(at(0)); len(u) != 0 {
+	if u := b.TakeUsage(at(0), nil); len(u) != 0 {
 		t.Errorf("usage after a take = %+v, want none", u)
 	}
 	mustInvariants(t, b)
@@ -58,7 +58,7 @@ func TestSharedAdmitsWithinItsLease(t *testing.T) {
 		t.Errorf("kicks = %d, want 1", *kicks)
 	}
 	admit1(t, at(0.2), b, "", 0.1)
-	u := b.TakeUsage(at(0.2))
+	u := b.TakeUsage(at(0.2), nil)
 	if len(u) != 1 || u[0].Offered < 0.4-1e-9 || u[0].Used != 0.2 || u[0].InFlight != 1 {
 		t.Fatalf("usage = %+v, want offered 0.4, used 0.2, 1 in flight", u)
 	}
@@ -76,7 +76,7 @@ func TestSharedSlotsComeFromTheLease(t *testing.T) {
 	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("second statement with one slot: got %+v, want a concurrency refusal", d)
 	}
-	if u := b.TakeUsage(at(0)); len(u) != 1 || u[0].Wanted != 2 || u[0].InFlight != 1 {
+	if u := b.TakeUsage(at(0), nil); len(u) != 1 || u[0].Wanted != 2 || u[0].InFlight != 1 {
 		t.Fatalf("usage = %+v, want wanted 2, 1 in flight", u)
 	}
 	b.SetLease(at(0), "k", Lease{Slots: 2})
@@ -179,7 +179,7 @@ func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {
 	charge(t, at(0), b, "", 0.5)
 	b.SetShared(at(0), nil, 0)
 	admit1(t, at(0), b, "", 0.5) // the spec's burst of 1 again
-	if u := b.TakeUsage(at(0)); len(u) != 0 {
+	if u := b.TakeUsage(at(0), nil); len(u) != 0 {
 		t.Errorf("a local budget reports usage %+v", u)
 	}
 	mustInvariants(t, b)

@@ -183,7 +183,7 @@ func TestTakeUsageLetsStatementsIn(t *testing.T) {
 		admitted = true
 	}
 	t.Cleanup(func() { testHookPause = nil })
-	us := b.TakeUsage(t0)
+	us := b.TakeUsage(t0, nil)
 	if !admitted {
 		t.Fatal("no statement was admitted while the usage was taken")
 	}

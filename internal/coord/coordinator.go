@@ -95,6 +95,9 @@ type entry struct {
 	core   *core // guarded by Coordinator.mu
 	local  Local // called outside the lock; nil for a budget with nothing to lease
 	kicked atomic.Bool
+	// usage is the storage of local's usage reports, reused from one round to the next; only
+	// the loop (or Sync) uses it.
+	usage []budget.Usage
 }
 
 // New returns a coordinator whose loop is not started. Its only error is an invalid URL,
@@ -394,10 +397,12 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		now := c.now()
 		var usage []budget.Usage
 		if e.local != nil {
-			usage = e.local.TakeUsage(now)
+			usage = e.local.TakeUsage(now, e.usage[:0])
 		}
 		c.mu.Lock()
 		e.core.absorb(now, usage)
+		clear(usage) // absorbed: keep the storage for the next round, not the keys
+		e.usage = usage[:0]
 		due := force || e.core.due(now, kicked)
 		var chunks [][]report
 		if due {
@@ -413,11 +418,10 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		spec := e.core.spec
 		c.mu.Unlock()
 
-		var dropped []string
 		var quarantines []Quarantined
 		if len(chunks) > 0 {
 			var err error
-			dropped, quarantines, err = c.syncBudget(ctx, e, spec, chunks)
+			quarantines, err = c.syncBudget(ctx, e, spec, chunks)
 			errs = append(errs, err)
 		}
 		if len(quarantines) > 0 && c.quar != nil {
@@ -427,16 +431,13 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 			continue
 		}
 
+		// The leases that changed otherwise: a lease decaying after it lapsed, a partition's
+		// first fallback share.
 		now = c.now()
 		c.mu.Lock()
 		pushes := e.core.pushes(now)
 		c.mu.Unlock()
-		for _, key := range dropped {
-			e.local.SetLease(now, key, budget.Lease{})
-		}
-		for _, p := range pushes {
-			e.local.SetLease(now, p.key, p.lease)
-		}
+		e.handOver(now, nil, pushes)
 	}
 	return errors.Join(errs...)
 }
@@ -451,11 +452,14 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 // The calls go two at a time: the next chunk's call is sent before the reply to the last
 // one is read, so that Redis always has a call to run while the client reads and applies a
 // reply (one at a time, Redis stood idle between calls: integration/PERFORMANCE.md). The
-// replies are applied in order. After a failed call the
+// replies are applied in order, and each reply's leases are handed to the local budget as it is
+// applied, while Redis runs the next call: a sync of many calls neither leaves Redis idle
+// while the client hands over every lease at its end, nor keeps the leases of its first
+// calls from the local budget until then. After a failed call the
 // sync ends; the call sent after it, if any, is abandoned as a call past its deadline is,
 // and its partitions' reports, still pending, go again in the next sync (Redis counts a
 // report once, by its sequence number).
-func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]string, []Quarantined, error) {
+func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]Quarantined, error) {
 	d := max(c.interval/4, minDeadline)
 	// flights are the calls on their way, oldest first, each with the wait for its reply.
 	type flight struct {
@@ -477,13 +481,14 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			flights = append(flights, flight{cl: cl, wait: c.start(ctx, d, cl)})
 		}
 	}
-	var dropped []string
 	var quarantines []Quarantined
-	for send(); len(flights) > 0; send() {
+	for send(); len(flights) > 0; {
 		cl, wait := flights[0].cl, flights[0].wait
 		flights = flights[1:]
 		rep, err := wait()
 		now := c.now()
+		var dropped []string
+		var pushes []push
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
 		if err != nil {
@@ -492,14 +497,19 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 				e.core.unpublished(cl.publish)
 			}
 		} else {
-			dropped = append(dropped, e.core.applied(cl.at, now, cl.reps, rep.results)...)
+			dropped = e.core.applied(cl.at, now, cl.reps, rep.results)
+			if e.local != nil {
+				pushes = e.core.pushesOf(cl.reps, now)
+			}
 			e.core.ignored += uint64(rep.ignored)
 		}
 		c.noteHealth(err)
 		c.mu.Unlock()
 		if err != nil {
-			return dropped, quarantines, err
+			return quarantines, err
 		}
+		send() // before the hand-over, so that Redis has the next call meanwhile
+		e.handOver(now, dropped, pushes)
 		if cl.quarantines {
 			quarantines = make([]Quarantined, len(rep.quarantines))
 			for j, q := range rep.quarantines {
@@ -507,7 +517,21 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			}
 		}
 	}
-	return dropped, quarantines, nil
+	return quarantines, nil
+}
+
+// handOver hands leases to e's local budget, if it has one, at now: none for the partitions
+// dropped, and pushes. It is called without c.mu: the budget takes its own lock.
+func (e *entry) handOver(now time.Time, dropped []string, pushes []push) {
+	if e.local == nil {
+		return
+	}
+	for _, key := range dropped {
+		e.local.SetLease(now, key, budget.Lease{})
+	}
+	for _, p := range pushes {
+		e.local.SetLease(now, p.key, p.lease)
+	}
 }
 
 // noteHealth logs the changes between reachable and unreachable, once each. The error text

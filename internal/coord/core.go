@@ -377,6 +377,12 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
 			p.pendingFrom, p.accFrom = p.accFrom, now
 		}
+		if cur == nil && !early {
+			// Sized for the chunk: grown report by report, a regular sync of a hundred
+			// thousand partitions would copy its reports about twice over. An early sync
+			// carries the few partitions that asked, and grows its chunk as it goes.
+			cur = make([]report, 0, min(maxPartitionsPerCall, len(c.order)))
+		}
 		cur = append(cur, report{
 			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
 			held:   max(0, p.local-p.pushed.Rate*now.Sub(p.localAt).Seconds()),
@@ -596,14 +602,31 @@ type push struct {
 func (c *core) pushes(now time.Time) []push {
 	var out []push
 	for _, p := range c.parts {
-		l := c.lease(p, now)
-		if p.hasPushed && l == p.pushed {
-			continue
-		}
-		p.pushed, p.hasPushed = l, true
-		out = append(out, push{p.key, l})
+		out = c.push(out, p, now)
 	}
 	return out
+}
+
+// pushesOf is pushes of the partitions of reps, a chunk whose reply was just applied (those
+// it dropped are gone).
+func (c *core) pushesOf(reps []report, now time.Time) []push {
+	var out []push
+	for _, rep := range reps {
+		if !rep.p.removed {
+			out = c.push(out, rep.p, now)
+		}
+	}
+	return out
+}
+
+// push appends p's lease at now to out if it changed since it was last handed over.
+func (c *core) push(out []push, p *part, now time.Time) []push {
+	l := c.lease(p, now)
+	if p.hasPushed && l == p.pushed {
+		return out
+	}
+	p.pushed, p.hasPushed = l, true
+	return append(out, push{p.key, l})
 }
 
 // Limits are a shared budget's global limits as Redis divides them.

@@ -127,10 +127,12 @@
 // sync carries only the partitions that asked for it (new, starved below their share, waiting
 // for a lapse, or confirming a smaller grant): a budget of a hundred thousand tenants does
 // not sync them all each time one of them appears. Each script call of a sync (one per 256
-// partitions) is bounded by a deadline of a
-// quarter interval (at least 50ms), so that a budget with tens of thousands of active
-// partitions syncs against a healthy Redis; a call that overruns it is abandoned even if
-// the client ignores contexts, and no second call starts until it returns.
+// partitions) is bounded by a deadline of a quarter interval (at least 100ms), so that a
+// budget with tens of thousands of active partitions syncs against a healthy Redis; a call
+// that overruns it is abandoned even if the client ignores contexts. A sync keeps two calls
+// on their way, so that Redis has the next one to run while the client applies a reply, and
+// hands each reply's leases to the local budget as it applies it; an abandoned call holds its
+// place until it returns, and with two stuck the next call fails at once.
 //
 // # Failures
 //

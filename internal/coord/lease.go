@@ -55,9 +55,9 @@ func active(u *budget.Usage) bool {
 // The coordinator calls Local from its own goroutine, never under its lock and never on a
 // statement's path; implementations must be safe for concurrent use with their hot path.
 type Local interface {
-	// TakeUsage returns the usage of every partition active since the previous call and resets
-	// their counters.
-	TakeUsage(now time.Time) []budget.Usage
+	// TakeUsage appends to dst the usage of every partition active since the previous call,
+	// resets their counters, and returns the extended slice.
+	TakeUsage(now time.Time, dst []budget.Usage) []budget.Usage
 	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
 	// and its debt (a debt above the new burst forgiven down to it by at most the burst the
 	// lease lost). A zero lease for a partition means the coordinator dropped it: the budget

@@ -50,7 +50,7 @@ func newFakeLocal(demand float64, wanted int, keys ...string) *fakeLocal {
 	return &fakeLocal{keys: keys, demand: demand, wanted: wanted, interval: 100 * time.Millisecond, leases: map[string]budget.Lease{}}
 }
 
-func (f *fakeLocal) TakeUsage(now time.Time) []budget.Usage {
+func (f *fakeLocal) TakeUsage(now time.Time, out []budget.Usage) []budget.Usage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dt := f.interval
@@ -58,7 +58,6 @@ func (f *fakeLocal) TakeUsage(now time.Time) []budget.Usage {
 		dt = now.Sub(f.last)
 	}
 	f.last = now
-	var out []budget.Usage
 	for _, k := range f.keys {
 		u := budget.Usage{Key: k, Offered: f.demand * dt.Seconds(), Used: f.used, Wanted: f.wanted, Starved: f.demand > 0}
 		if active(&u) {
@@ -507,6 +506,65 @@ func (f *failingClient) EvalSha(ctx context.Context, sha string, keys []string, 
 
 func (f *failingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return f.call(args, func() *redis.Cmd { return f.Client.Eval(ctx, script, keys, args...) })
+}
+
+// waitingClient runs a script call that carries the partition field of, only once the local
+// budget has a lease for waitFor's partition or after five seconds (a slow machine under the
+// race detector; the call's deadline is longer), whichever comes first, and records whether
+// it had one.
+type waitingClient struct {
+	*redis.Client
+	of, waitFor string
+	local       *fakeLocal
+	mu          sync.Mutex // protects the field below
+	had         []bool
+}
+
+func (w *waitingClient) call(args []any, run func() *redis.Cmd) *redis.Cmd {
+	if slices.Contains(args, any(w.of)) {
+		deadline := time.Now().Add(5 * time.Second)
+		for w.local.lease(w.waitFor) == (budget.Lease{}) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		w.mu.Lock()
+		w.had = append(w.had, w.local.lease(w.waitFor) != (budget.Lease{}))
+		w.mu.Unlock()
+	}
+	return run()
+}
+
+func (w *waitingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return w.call(args, func() *redis.Cmd { return w.Client.EvalSha(ctx, sha, keys, args...) })
+}
+
+func (w *waitingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return w.call(args, func() *redis.Cmd { return w.Client.Eval(ctx, script, keys, args...) })
+}
+
+// TestLeasesHandedOverAsRepliesArrive: in a sync of three calls, the first call's leases
+// reach the local budget while the third call runs, not once the whole sync is done (a sync
+// of a hundred thousand partitions takes about a second).
+func TestLeasesHandedOverAsRepliesArrive(t *testing.T) {
+	srv := redistest.Need(t)
+	keys := make([]string, 2*maxPartitionsPerCall+88)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%d", i)
+	}
+	local := newFakeLocal(1, 1, keys...)
+	rc := &waitingClient{Client: newClient(t, srv), of: partitionField(keys[len(keys)-1]), waitFor: keys[0], local: local}
+	c := newCoord(t, Options{Client: rc, Interval: time.Minute, Logger: quiet})
+	c.Register(Spec{Name: "handed-over", Rate: 1, Burst: 1000}, local)
+	mustSync(t, c)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.had) == 0 || !rc.had[0] {
+		t.Fatalf("the third call ran before the first call's leases were handed over (%v)", rc.had)
+	}
+	for _, k := range keys {
+		if local.lease(k) == (budget.Lease{}) {
+			t.Fatalf("partition %q has no lease after the sync", k)
+		}
+	}
 }
 
 // TestFailedCallEndsTheSyncAndItsReportsGoAgain: a sync of three calls whose second fails.

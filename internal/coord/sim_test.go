@@ -61,15 +61,15 @@ func (b *simBudget) admit(now time.Time, cost float64) bool {
 	return true
 }
 
-func (b *simBudget) TakeUsage(time.Time) []budget.Usage {
+func (b *simBudget) TakeUsage(_ time.Time, dst []budget.Usage) []budget.Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := budget.Usage{Offered: b.offered, Used: b.used, Starved: b.starved}
 	b.offered, b.used, b.starved = 0, 0, false
 	if !active(&u) {
-		return nil
+		return dst
 	}
-	return []budget.Usage{u}
+	return append(dst, u)
 }
 
 func (b *simBudget) SetShared(_ time.Time, kick func(), _ time.Duration) {
