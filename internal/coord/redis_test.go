@@ -542,8 +542,7 @@ func (w *waitingClient) Eval(ctx context.Context, script string, keys []string, 
 }
 
 // TestLeasesHandedOverAsRepliesArrive: in a sync of three calls, the first call's leases
-// reach the local budget while the third call runs, not once the whole sync is done (a sync
-// of a hundred thousand partitions takes about a second).
+// reach the local budget while the third call runs, not once the whole sync is done.
 func TestLeasesHandedOverAsRepliesArrive(t *testing.T) {
 	srv := redistest.Need(t)
 	keys := make([]string, 2*maxPartitionsPerCall+88)
