@@ -193,7 +193,7 @@ func (e *env) tenants(c config) (tenantResult, error) {
 				}
 				continue
 			}
-			budget.Release(now, req[0], 0.001)
+			budget.Release(now, &req[0], 0.001)
 			if counted {
 				r.admitted++
 			}

@@ -52,7 +52,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 					if _, d := Admit(now, reqs, warns[:0]); d != nil {
 						b.Fatalf("denied: %+v", *d)
 					}
-					Release(now, reqs[0], 1e-4)
+					Release(now, &reqs[0], 1e-4)
 				}
 			})
 		}
@@ -80,7 +80,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 						b.Errorf("denied: %+v", *d)
 						return
 					}
-					Release(now, Request{Budget: bud, Key: k, Cost: 1e-4}, 1e-4)
+					Release(now, &Request{Budget: bud, Key: k, Cost: 1e-4}, 1e-4)
 				}
 			})
 		})
@@ -98,7 +98,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 				b.Fatalf("denied: %+v", *d)
 			}
 			for _, r := range reqs {
-				Release(now, Request{Budget: r.Budget, Key: r.Key, Cost: r.Cost}, r.Cost)
+				Release(now, &Request{Budget: r.Budget, Key: r.Key, Cost: r.Cost}, r.Cost)
 			}
 		}
 	})
@@ -138,7 +138,7 @@ func BenchmarkTakeUsage(b *testing.B) {
 		for _, k := range keys {
 			req := []Request{{Budget: bud, Key: k, Cost: 0.001}}
 			if _, d := Admit(now, req, nil); d == nil {
-				Release(now, req[0], 0.001)
+				Release(now, &req[0], 0.001)
 			}
 		}
 		b.StartTimer()

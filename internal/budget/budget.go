@@ -373,7 +373,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 // debt up by actual − r.Cost (a refund when the query was cheaper than
 // predicted), never below zero. A Release with nothing in flight for the key
 // (never admitted, or released twice) changes nothing.
-func Release(now time.Time, r Request, actual float64) {
+func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
 	defer b.mu.Unlock()

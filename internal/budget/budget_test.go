@@ -106,7 +106,7 @@ func TestShare(t *testing.T) {
 			for i := 0; float64(i)*step < window; i++ {
 				now := at(float64(i) * step)
 				if _, d := Admit(now, []Request{{Budget: b, Cost: tt.cost}}, nil); d == nil {
-					Release(now, Request{Budget: b, Key: "", Cost: tt.cost}, tt.cost)
+					Release(now, &Request{Budget: b, Key: "", Cost: tt.cost}, tt.cost)
 					admitted += tt.cost
 				}
 			}
@@ -182,7 +182,7 @@ func TestTrueUp(t *testing.T) {
 				charge(t, at(0), b, "", tt.prior)
 			}
 			admit1(t, at(0), b, "", tt.reserved)
-			Release(at(tt.releaseAt), Request{Budget: b, Key: "", Cost: tt.reserved}, tt.actual)
+			Release(at(tt.releaseAt), &Request{Budget: b, Key: "", Cost: tt.reserved}, tt.actual)
 			s := b.Snapshot(at(tt.releaseAt))
 			if math.Abs(s.Debt-tt.want) > 1e-12 || s.InFlight != 0 {
 				t.Errorf("debt %v in flight %d, want %v and 0", s.Debt, s.InFlight, tt.want)
@@ -202,7 +202,7 @@ func TestConcurrencySlots(t *testing.T) {
 		t.Fatalf("third slot: denial %+v, want %+v", d, want)
 	}
 	admit1(t, at(0), b, "b", 0) // another key has its own slots
-	Release(at(0.4), Request{Budget: b, Key: "a", Cost: 0}, 0.4)
+	Release(at(0.4), &Request{Budget: b, Key: "a", Cost: 0}, 0.4)
 	admit1(t, at(0.4), b, "a", 0)
 	// The hint follows the mean hold time spread over the slots.
 	_, d = Admit(at(0.4), []Request{{Budget: b, Key: "a"}}, nil)
@@ -217,9 +217,9 @@ func TestConcurrencySlots(t *testing.T) {
 
 func TestReleaseNotAdmitted(t *testing.T) {
 	b := New(Spec{Rate: 1, Burst: 10, MaxConcurrent: 1})
-	Release(at(0), Request{Budget: b, Key: "never", Cost: 1}, 5) // unknown key
+	Release(at(0), &Request{Budget: b, Key: "never", Cost: 1}, 5) // unknown key
 	charge(t, at(0), b, "k", 3)
-	Release(at(0), Request{Budget: b, Key: "k", Cost: 1}, 5) // known key, nothing in flight
+	Release(at(0), &Request{Budget: b, Key: "k", Cost: 1}, 5) // known key, nothing in flight
 	s := b.Snapshot(at(0))
 	if s.Debt != 3 || s.InFlight != 0 || s.Keys != 1 {
 		t.Errorf("after stray releases: %+v, want debt 3, none in flight, 1 key", s)
@@ -241,7 +241,7 @@ func TestSetSpecKeepsState(t *testing.T) {
 	if _, d := Admit(at(4), []Request{{Budget: b, Key: "b"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
 		t.Errorf("b over new max_concurrent=1: %+v", d)
 	}
-	Release(at(4), Request{Budget: b, Key: "b", Cost: 1}, 1)
+	Release(at(4), &Request{Budget: b, Key: "b", Cost: 1}, 1)
 	mustInvariants(t, b)
 	// A smaller MaxKeys evicts down to the bound, soonest-empty first (b).
 	b.SetSpec(at(4), Spec{Rate: 0.5, Burst: 5, MaxKeys: 1})

@@ -14,10 +14,13 @@ const maxCost = 1e9
 
 // sanitizeCost maps NaN and negative costs to 0 and caps huge ones.
 func sanitizeCost(c float64) float64 {
-	if !(c > 0) {
+	switch {
+	case !(c > 0):
 		return 0
+	case c > maxCost:
+		return maxCost
 	}
-	return min(c, maxCost)
+	return c
 }
 
 // withSlack is the burst limit plus a relative 1e-12, far below any
@@ -43,7 +46,10 @@ func drain(debt, rate float64, dt time.Duration) float64 {
 	if rate == 0 || dt <= 0 {
 		return debt
 	}
-	return max(0, debt-rate*float64(dt)/1e9)
+	if d := debt - rate*float64(dt)/1e9; d > 0 {
+		return d
+	}
+	return 0
 }
 
 // Charge drains the bucket to now and adds delta (negative refunds), never

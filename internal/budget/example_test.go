@@ -17,7 +17,7 @@ func Example() {
 		fmt.Println("first query admitted")
 	}
 	// The query ran for 8s rather than the 9s predicted: a 1s refund.
-	budget.Release(now, reqs[0], 8)
+	budget.Release(now, &reqs[0], 8)
 
 	reqs[0].Cost = 4
 	_, d := budget.Admit(now, reqs, nil)

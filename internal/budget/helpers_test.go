@@ -24,7 +24,7 @@ func admit1(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
 func charge(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
 	t.Helper()
 	admit1(t, now, b, key, cost)
-	Release(now, Request{Budget: b, Key: key, Cost: cost}, cost)
+	Release(now, &Request{Budget: b, Key: key, Cost: cost}, cost)
 }
 
 // invariants checks the table and counters of b against each other.

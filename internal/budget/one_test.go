@@ -30,8 +30,8 @@ func TestOneRequestAdmitsAsMany(t *testing.T) {
 			if len(holds) > 0 && rng.IntN(3) == 0 {
 				i := rng.IntN(len(holds))
 				actual := rng.Float64() * 0.6
-				Release(at(now), holds[i].one, actual)
-				Release(at(now), holds[i].many, actual)
+				Release(at(now), &holds[i].one, actual)
+				Release(at(now), &holds[i].many, actual)
 				holds = append(holds[:i], holds[i+1:]...)
 				continue
 			}

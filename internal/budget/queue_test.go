@@ -37,7 +37,7 @@ func TestQueueAdmitsInArrivalOrder(t *testing.T) {
 	if n := b.Waiting(""); n != 6 {
 		t.Fatalf("Waiting = %d, want 6", n)
 	}
-	Release(at(1), Request{Budget: b}, 1) // the first slot frees
+	Release(at(1), &Request{Budget: b}, 1) // the first slot frees
 	var order []int
 	for range ws {
 		// Every waiter tries; only the first is admitted, whatever the order they try in.
@@ -62,7 +62,7 @@ func TestQueueAdmitsInArrivalOrder(t *testing.T) {
 			_ = woken(&ws[i])
 		}
 		// The next waiter is woken once a slot frees.
-		Release(at(2), Request{Budget: b}, 1)
+		Release(at(2), &Request{Budget: b}, 1)
 	}
 	for i, got := range order {
 		if got != i {
@@ -81,7 +81,7 @@ func TestQueueNewcomerWaitsBehind(t *testing.T) {
 	req := []Request{{Budget: b}}
 	_, d := Admit(at(0), req, nil)
 	Join(&w, req, d)
-	Release(at(1), Request{Budget: b}, 1)
+	Release(at(1), &Request{Budget: b}, 1)
 	if !woken(&w) {
 		t.Fatal("a release did not wake the first waiter")
 	}
@@ -127,8 +127,8 @@ func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {
 	Join(&w1, r1, d)
 	_, d = Admit(at(0), r2, nil)
 	Join(&w2, r2, d)
-	Release(at(1), Request{Budget: a}, 1)
-	Release(at(1), Request{Budget: b}, 1)
+	Release(at(1), &Request{Budget: a}, 1)
+	Release(at(1), &Request{Budget: b}, 1)
 	if _, d := Admit(at(1), r2, nil); d == nil {
 		t.Fatal("the later waiter was admitted before the earlier one")
 	}
@@ -136,8 +136,8 @@ func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {
 		t.Fatalf("the earlier waiter, first in both queues, was refused: %+v", d)
 	}
 	Leave(&w1, r1)
-	Release(at(2), Request{Budget: a}, 1)
-	Release(at(2), Request{Budget: b}, 1)
+	Release(at(2), &Request{Budget: a}, 1)
+	Release(at(2), &Request{Budget: b}, 1)
 	if _, d := Admit(at(2), r2, nil); d != nil {
 		t.Fatalf("the later waiter was refused once first: %+v", d)
 	}

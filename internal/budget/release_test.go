@@ -18,11 +18,11 @@ func TestReleaseOnce(t *testing.T) {
 			if _, d := Admit(at(0), reqs, nil); d != nil {
 				t.Fatalf("denied: %+v", *d)
 			}
-			Release(at(1), reqs[0], 1) // 1s drained, 2s refunded
+			Release(at(1), &reqs[0], 1) // 1s drained, 2s refunded
 			if s := b.Snapshot(at(1)); s.InFlight != 0 || math.Abs(s.Debt) > 1e-12 {
 				t.Errorf("after Release: %+v, want nothing in flight, no debt", s)
 			}
-			Release(at(1), reqs[0], 5) // released twice: nothing changes
+			Release(at(1), &reqs[0], 5) // released twice: nothing changes
 			if s := b.Snapshot(at(1)); s.InFlight != 0 || s.Debt != 0 {
 				t.Errorf("after a second Release: %+v", s)
 			}
@@ -88,10 +88,10 @@ func TestEvictsExactly(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			held = append(held, key)
 		} else {
-			Release(now, Request{Budget: b, Key: key, Cost: cost}, cost*rng.Float64()*2)
+			Release(now, &Request{Budget: b, Key: key, Cost: cost}, cost*rng.Float64()*2)
 		}
 		if len(held) > 4 || len(held) > 0 && rng.IntN(3) == 0 {
-			Release(now, Request{Budget: b, Key: held[0]}, 0)
+			Release(now, &Request{Budget: b, Key: held[0]}, 0)
 			held = held[1:]
 		}
 		mustInvariants(t, b)
@@ -128,7 +128,7 @@ func TestConcurrentRelease(t *testing.T) {
 				}
 				for _, r := range reqs {
 					admitted[idx(budgets, r.Budget)].Add(1)
-					Release(t0.Add(time.Duration(clock.Add(100_000))), r, rng.Float64()*0.02)
+					Release(t0.Add(time.Duration(clock.Add(100_000))), &r, rng.Float64()*0.02)
 				}
 			}
 		})

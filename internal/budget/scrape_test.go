@@ -15,7 +15,7 @@ func manyKeys(t testing.TB, n int, cost float64) *Budget {
 		if _, d := Admit(t0, []Request{r}, nil); d != nil {
 			t.Fatalf("denied: %+v", *d)
 		}
-		Release(t0, r, cost)
+		Release(t0, &r, cost)
 	}
 	return b
 }
@@ -38,7 +38,7 @@ func TestScrapeLetsStatementsIn(t *testing.T) {
 			r := Request{Budget: b, Key: "late", Cost: 0.25}
 			_, d := Admit(t0, []Request{r}, nil)
 			if d == nil {
-				Release(t0, r, 0.25)
+				Release(t0, &r, 0.25)
 			}
 			done <- d
 		}()
@@ -121,7 +121,7 @@ func BenchmarkScrapeWhileAdmitting(b *testing.B) {
 				b.Errorf("denied: %+v", *d)
 				return
 			}
-			Release(t0, r, 1e-6)
+			Release(t0, &r, 1e-6)
 		}
 	})
 	b.StopTimer()
@@ -161,7 +161,7 @@ func TestTakeUsageLetsStatementsIn(t *testing.T) {
 		if _, d := Admit(t0, []Request{r}, nil); d != nil {
 			t.Fatalf("denied: %+v", *d)
 		}
-		Release(t0, r, 0)
+		Release(t0, &r, 0)
 	}
 	pauses, admitted := 0, false
 	testHookPause = func() {
@@ -173,7 +173,7 @@ func TestTakeUsageLetsStatementsIn(t *testing.T) {
 			r := Request{Budget: b, Key: keys[0]}
 			_, d := Admit(t0, []Request{r}, nil)
 			if d == nil {
-				Release(t0, r, 0)
+				Release(t0, &r, 0)
 			}
 			done <- d
 		}()

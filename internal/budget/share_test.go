@@ -46,7 +46,7 @@ func TestShareDelivered(t *testing.T) {
 				}
 				req := Request{Budget: b, Cost: tt.predicted}
 				if running[w] {
-					Release(t0.Add(now), req, tt.actual)
+					Release(t0.Add(now), &req, tt.actual)
 					running[w] = false
 					delivered += tt.actual
 					continue

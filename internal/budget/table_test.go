@@ -59,7 +59,7 @@ func TestEvictionOrder(t *testing.T) {
 				before := keysOf(b)
 				admit1(t, at(s.atSec), b, s.key, s.cost)
 				if !s.hold {
-					Release(at(s.atSec), Request{Budget: b, Key: s.key, Cost: s.cost}, s.cost)
+					Release(at(s.atSec), &Request{Budget: b, Key: s.key, Cost: s.cost}, s.cost)
 				}
 				after := keysOf(b)
 				var gone []string
@@ -86,7 +86,7 @@ func TestInFlightOverflow(t *testing.T) {
 		t.Fatalf("keys = %d, want 3 (in-flight states are never evicted)", n)
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		Release(at(0), Request{Budget: b, Key: k, Cost: 1}, 1)
+		Release(at(0), &Request{Budget: b, Key: k, Cost: 1}, 1)
 	}
 	admit1(t, at(0), b, "d", 1)
 	if s := b.Snapshot(at(0)); s.Keys != 2 || s.Evicted != 2 {
@@ -114,7 +114,7 @@ func TestMillionKeys(t *testing.T) {
 		if _, d := Admit(now, []Request{{Budget: b, Key: k, Cost: 0.01}}, nil); d != nil {
 			t.Fatalf("key %d denied: %+v", i, *d)
 		}
-		Release(now, Request{Budget: b, Key: k, Cost: 0.01}, 0.02)
+		Release(now, &Request{Budget: b, Key: k, Cost: 0.01}, 0.02)
 		if i%(n/10) == 0 {
 			if keys := b.Snapshot(now).Keys; keys > bound {
 				t.Fatalf("after %d keys the table holds %d > %d", i, keys, bound)
@@ -182,7 +182,7 @@ func TestConcurrentAdmitRelease(t *testing.T) {
 				for _, r := range reqs {
 					observed[idx(budgets, r.Budget)][mustAtoi(r.Key)].Add(-1)
 					done := t0.Add(time.Duration(clock.Add(int64(rng.IntN(200_000)))))
-					Release(done, Request{Budget: r.Budget, Key: r.Key, Cost: r.Cost}, rng.Float64()*0.01)
+					Release(done, &Request{Budget: r.Budget, Key: r.Key, Cost: r.Cost}, rng.Float64()*0.01)
 				}
 			}
 		})
@@ -260,13 +260,13 @@ func fuzzBody(t *testing.T, prog []byte) {
 			if len(inFlight) > 0 {
 				h := inFlight[0]
 				inFlight = inFlight[1:]
-				Release(t0.Add(time.Duration(now)), Request{Budget: h.b, Key: h.key, Cost: h.cost}, float64(arg)/64)
+				Release(t0.Add(time.Duration(now)), &Request{Budget: h.b, Key: h.key, Cost: h.cost}, float64(arg)/64)
 			}
 		case 3: // time passes, sometimes backwards
 			now += (int64(arg) - 32) * int64(time.Millisecond) * 10
 		case 4: // stray release, or a reload
 			if arg&1 == 0 {
-				Release(t0.Add(time.Duration(now)), Request{Budget: bs[arg>>1%2], Key: key, Cost: cost}, cost)
+				Release(t0.Add(time.Duration(now)), &Request{Budget: bs[arg>>1%2], Key: key, Cost: cost}, cost)
 			} else {
 				sp := bs[0].Snapshot(t0.Add(time.Duration(now))).Spec
 				sp.Rate = float64(arg>>2) / 8
@@ -315,7 +315,7 @@ func TestAdjustKeepsEvictionOrder(t *testing.T) {
 		cost float64
 	}{{"a", 1}, {"b", 3}, {"c", 2}} {
 		admit1(t, at(0), b, k.key, k.cost)
-		Release(at(0), Request{Budget: b, Key: k.key, Cost: k.cost}, k.cost)
+		Release(at(0), &Request{Budget: b, Key: k.key, Cost: k.cost}, k.cost)
 	}
 	Adjust(at(0), Request{Budget: b, Key: "b"}, -5) // trued up: b owed nothing after all
 	mustInvariants(t, b)

@@ -37,7 +37,7 @@ func TestUnknownCostReserved(t *testing.T) {
 					t.Fatalf("debt %v after admission, want %v", debt, tt.want)
 				}
 			}
-			Release(at(0), reqs[0], 0.02)
+			Release(at(0), &reqs[0], 0.02)
 			if s := b.Snapshot(at(0)); s.InFlight != 0 || (tt.spec.Rate > 0 && math.Abs(s.Debt-0.02) > 1e-12) {
 				t.Fatalf("after Release: %+v, want nothing in flight and the actual 0.02 of debt", s)
 			}
@@ -100,7 +100,7 @@ func TestUnknownCostCutToRoom(t *testing.T) {
 	if math.Abs(reqs[0].Cost-1.995) > 1e-12 {
 		t.Fatalf("reserved %v, want the room left, 1.995", reqs[0].Cost)
 	}
-	Release(at(0), reqs[0], 0.2)
+	Release(at(0), &reqs[0], 0.2)
 	mustInvariants(t, b)
 
 	full := New(Spec{Rate: 1, Burst: 1})

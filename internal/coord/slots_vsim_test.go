@@ -146,7 +146,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 				wk := &in.workers[w]
 				for !wk.next.After(now) {
 					if wk.running {
-						budget.Release(now, wk.req, cfg.cost)
+						budget.Release(now, &wk.req, cfg.cost)
 						wk.running = false
 						in.running--
 						fleet--

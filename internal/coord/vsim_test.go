@@ -299,7 +299,7 @@ func simulate(t *testing.T, rc *redis.Client, cfg simConfig) simResult {
 				for !wk.next.After(now) {
 					if wk.running {
 						actual := wk.next.Sub(wk.started).Seconds()
-						budget.Release(now, wk.req, actual)
+						budget.Release(now, &wk.req, actual)
 						wk.running = false
 						res.seconds[i][int(wk.started.Sub(t0)/simBucket)] += actual
 						continue // the next statement at once

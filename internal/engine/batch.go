@@ -301,8 +301,8 @@ func (b *Batch) refused(ctx context.Context, err error) {
 func (b *Batch) unwind() {
 	if b.held > 0 {
 		now := b.e.now()
-		for _, r := range b.holds[:b.held] {
-			budget.Release(now, r, 0)
+		for i := range b.holds[:b.held] {
+			budget.Release(now, &b.holds[i], 0)
 		}
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
@@ -330,7 +330,8 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	for i := range b.Execs {
 		server = server && b.Execs[i].server
 	}
-	for _, r := range b.holds[:b.held] {
+	for i := range b.holds[:b.held] {
+		r := &b.holds[i]
 		charge := measured
 		if server {
 			charge = r.Cost
@@ -393,8 +394,8 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 		return
 	}
 	now := e.now()
-	for _, r := range b.holds[:b.held] {
-		budget.Release(now, r, 0) // the batch never ran: released at no cost
+	for i := range b.holds[:b.held] {
+		budget.Release(now, &b.holds[i], 0) // the batch never ran: released at no cost
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	for i := range b.Execs {

@@ -133,10 +133,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if c.x != x { // the first statement of this Exec: what every one of its claims shares
 		*c = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
 	}
-	c.rt, c.reqs, c.owners, c.warns = rt, x.holds, rt.owners, x.s.warns
+	c.rt, c.reqs, c.owners = rt, x.holds, rt.owners
 	c.health, c.closed, c.quarantine = rt.health, rt.closed, rt.quarantine
 	waited, err := e.admit(ctx, st, c, x.start)
-	x.s.warns = c.warns
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -234,7 +233,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			continue
 		}
 		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted, Unknown: x.untrained}}
-		warn, den := budget.Admit(now, req[:], x.s.warns[:0])
+		warn, den := budget.Admit(now, req[:], x.s.claim.warns[:0])
 		if den != nil {
 			x.warnBudget(e, bs.name, bs.denial(st, rule, x, den))
 			continue

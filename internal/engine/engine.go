@@ -262,8 +262,7 @@ type scratch struct {
 	tags   []ruleset.KV
 	rules  []int
 	rt     route
-	warns  []budget.Warning
-	claim  claim         // its admission (admission.go)
+	claim  claim         // its admission (admission.go), with the storage of its warnings
 	waiter budget.Waiter // its place in the budgets' queues while it waits
 }
 
@@ -389,8 +388,8 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 func (x *Exec) unwind() {
 	if len(x.holds) > 0 {
 		now := x.e.now()
-		for _, r := range x.holds {
-			budget.Release(now, r, 0)
+		for i := range x.holds {
+			budget.Release(now, &x.holds[i], 0)
 		}
 		x.holds = x.holds[:0]
 	}
@@ -487,8 +486,8 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 		return
 	}
 	now := e.now()
-	for _, r := range x.holds {
-		budget.Release(now, r, 0) // the statement never ran: released at no cost
+	for i := range x.holds {
+		budget.Release(now, &x.holds[i], 0) // the statement never ran: released at no cost
 	}
 	x.holds = x.holds[:0]
 	if x.Wants&(WantSpans|WantDuration) != 0 {
@@ -517,8 +516,8 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.server {
 		charge = x.Predicted // the server's clock: its reports true the prediction up, not this measurement
 	}
-	for _, r := range x.holds {
-		budget.Release(now, r, charge)
+	for i := range x.holds {
+		budget.Release(now, &x.holds[i], charge)
 	}
 	if !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
 		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, now)
