@@ -370,7 +370,9 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 				x.unwind()
 			}
 		}()
-		if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
+		if st.empty {
+			e.observeStatement(ctx, x, debug, query)
+		} else if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
 			return nil, err
 		}
 	}
@@ -395,17 +397,27 @@ func (x *Exec) unwind() {
 	}
 }
 
-// decideStatement is Begin's work for a statement that something reads: it starts the
-// statement's clock, merges its tags when they are read, and decides it under st's rules.
-func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	conn Conn, query string, args []any) error {
-	if !st.empty || x.Wants != 0 {
+// observeStatement is Begin's work for a statement read with no rules in force, only for the
+// observer or the debug log: its clock starts when the observer wants it, and its tags are
+// merged when the span or the log shows them.
+func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, query string) {
+	if x.Wants != 0 {
 		x.start = e.now()
 	}
-	rt := e.routeStatement(ctx, st, x, text, debug, query)
-	if st.empty {
-		return nil
+	if x.Observed || debug {
+		e.tagStatement(tagging.From(ctx), x, query)
 	}
+	if debug {
+		e.debugStatement(ctx, x)
+	}
+}
+
+// decideStatement is Begin's work for a statement under st's rules: it starts the statement's
+// clock, routes it and decides it.
+func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
+	conn Conn, query string, args []any) error {
+	x.start = e.now()
+	rt := e.routeStatement(ctx, st, x, text, debug, query)
 	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
 	if err == ErrNeedConn {
 		return err // nothing decided: Begin follows with the connection
@@ -423,42 +435,39 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 	return nil
 }
 
-// routeStatement merges x's tags when something reads them and routes x under st: the route
-// the text was given for the same context tags when it has one, else a new one, saved for the
-// next time. It returns nil when no rules are in force.
+// routeStatement routes x under st: the route the text was given for the same context tags
+// when it has one, else a new one from x's merged tags, saved for the next time. It merges
+// x's tags when the route or something else reads them.
 func (e *Engine) routeStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	query string) *route {
 	p := x.Pattern
-	var ctxTags tagging.Tags
+	ctxTags := tagging.From(ctx)
+	// Guards read the merged tags: a statement they may apply to routes afresh.
+	guarded := p.UnsafeWrite || p.Truncate
 	var rt *route
-	if !st.empty {
-		ctxTags = tagging.From(ctx)
-		// Guards read the merged tags: a statement they may apply to routes afresh.
-		if !p.UnsafeWrite && !p.Truncate {
-			rt = text.routeFor(st, ctxTags, x.start)
-		}
+	if !guarded {
+		rt = text.routeFor(st, ctxTags, x.start)
 	}
-	if (!st.empty && rt == nil) || x.Observed || debug {
-		if st.empty {
-			ctxTags = tagging.From(ctx)
-		}
-		x.Tags = e.mergeTags(ctxTags, x.s.tags[:0], p, query)
-		x.s.tags = x.Tags
+	if rt == nil || x.Observed || debug {
+		e.tagStatement(ctxTags, x, query)
 	}
 	if debug {
 		e.debugStatement(ctx, x)
 	}
-	if st.empty {
-		return nil
-	}
 	if rt == nil {
 		rt = &x.s.rt
 		x.s.rules = st.route(x.Tags, rt, x.s.rules, x.start)
-		if !p.UnsafeWrite && !p.Truncate {
+		if !guarded {
 			text.save(st, ctxTags, rt, x.start)
 		}
 	}
 	return rt
+}
+
+// tagStatement merges x's tags (mergeTags), in its storage.
+func (e *Engine) tagStatement(ctxTags tagging.Tags, x *Exec, query string) {
+	x.Tags = e.mergeTags(ctxTags, x.s.tags[:0], x.Pattern, query)
+	x.s.tags = x.Tags
 }
 
 // Start returns when the statement began (when its admission was decided: the engine restarts
