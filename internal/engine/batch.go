@@ -192,7 +192,7 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		x.Predicted, x.PlanCost, _, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		_, later = e.predict(ctx, x, conn, query, args, rt.explain)
 		if later {
 			return ErrNeedConn
 		}

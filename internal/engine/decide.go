@@ -112,7 +112,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		x.Predicted, x.PlanCost, slow, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		slow, later = e.predict(ctx, x, conn, query, args, rt.explain)
 		if later {
 			return false, ErrNeedConn
 		}
@@ -289,12 +289,12 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 // localOnly evaluates throttle_when when only in_flight (a local count) is used: no sampler runs.
 var localOnly = health.NewSampler(health.Options{})
 
-// predict returns the predicted execution seconds and the planner cost it used (0 if none), and
-// whether it sent an EXPLAIN. EXPLAIN failures fall back to history and are counted; they never
-// fail the statement. needConn reports, for a statement with no connection yet (x.later), that
-// it would EXPLAIN: nothing else is returned or counted.
+// predict predicts x's execution seconds into x.Predicted, with the planner cost it used in
+// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN. EXPLAIN failures fall back to
+// history and are counted; they never fail the statement. needConn reports, for a statement
+// with no connection yet (x.later), that it would EXPLAIN: nothing else is set or counted.
 func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, args []any,
-	mode explainMode) (seconds, planCost float64, sent, needConn bool) {
+	mode explainMode) (sent, needConn bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
@@ -303,12 +303,13 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
-		return pred.Seconds, pred.PlanCost, false, false
+		x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
+		return false, false
 	}
-	planCost = 0
+	planCost := 0.0
 	if p.Explainable {
 		if conn == nil && x.later {
-			return 0, 0, false, true
+			return false, true
 		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
@@ -339,11 +340,13 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 	}
 	if planCost == 0 {
 		// Not explained: the first prediction stands (the cached plan cost while fresh, else history).
-		return pred.Seconds, pred.PlanCost, sent, false
+		x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
+		return sent, false
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
 	x.server, x.identified = pred.Server, pred.Identified
-	return pred.Seconds, planCost, sent, false
+	x.Predicted, x.PlanCost = pred.Seconds, planCost
+	return sent, false
 }
 
 func ctxEndsBefore(ctx context.Context, t time.Time) bool {

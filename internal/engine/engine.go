@@ -419,11 +419,9 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 	x.start = e.now()
 	rt := e.routeStatement(ctx, st, x, text, debug, query)
 	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
-	if err == ErrNeedConn {
-		return err // nothing decided: Begin follows with the connection
-	}
 	if err != nil {
-		if e.obs != nil {
+		// ErrNeedConn decided nothing: Begin follows with the connection.
+		if err != ErrNeedConn && e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
 		}
 		return err
