@@ -372,7 +372,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 // Release gives back the slot that [Admit] took for r and trues r's key's
 // debt up by actual − r.Cost (a refund when the query was cheaper than
 // predicted), never below zero. A Release with nothing in flight for the key
-// (never admitted, or released twice) changes nothing.
+// (never admitted, or released twice) changes nothing. r is only read.
 func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
