@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -50,7 +51,8 @@ type Options struct {
 	// rules.DefaultFallbackInstances when zero.
 	FallbackInstances int
 	// Instance names this instance in Redis; a random id when empty. Two live coordinators
-	// must never share one.
+	// must never share one. At most maxInstanceLen bytes: a partition's value in Redis gives
+	// each id a 16-bit length (sync.lua).
 	Instance string
 	// Logger receives one line when Redis becomes unreachable and one when it is back;
 	// slog.Default() when nil.
@@ -100,9 +102,12 @@ type entry struct {
 	usage []budget.Usage
 }
 
-// New returns a coordinator whose loop is not started. Its only error is an invalid URL,
-// which never quotes the URL's credentials.
+// New returns a coordinator whose loop is not started. Its errors are an invalid URL, which
+// never quotes the URL's credentials, and an instance id longer than maxInstanceLen.
 func New(o Options) (*Coordinator, error) {
+	if len(o.Instance) > maxInstanceLen {
+		return nil, fmt.Errorf("coord: instance id of %d bytes, at most %d", len(o.Instance), maxInstanceLen)
+	}
 	c := &Coordinator{
 		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
 		log: o.Logger, now: o.Now, rand: o.Rand, quar: o.Quarantines,
@@ -138,6 +143,9 @@ func New(o Options) (*Coordinator, error) {
 	}
 	return c, nil
 }
+
+// maxInstanceLen bounds an instance id, far above the random ids New makes.
+const maxInstanceLen = 256
 
 func mrand() float64 { return rand.Float64() }
 

@@ -537,9 +537,9 @@ func TestPushesOnlyChanges(t *testing.T) {
 
 func TestHashTagAndKeys(t *testing.T) {
 	for _, tc := range []struct{ budget, want string }{
-		{"reporting", "pgtraffic:{reporting}:p2"},
-		{"a{b}c", "pgtraffic:{a%7Bb%7Dc}:p2"},
-		{"50%", "pgtraffic:{50%25}:p2"},
+		{"reporting", "pgtraffic:{reporting}:p3"},
+		{"a{b}c", "pgtraffic:{a%7Bb%7Dc}:p3"},
+		{"50%", "pgtraffic:{50%25}:p3"},
 	} {
 		if got := PartitionsKey(tc.budget); got != tc.want {
 			t.Errorf("PartitionsKey(%q) = %q, want %q", tc.budget, got, tc.want)
@@ -623,6 +623,17 @@ func TestClientForHidesCredentials(t *testing.T) {
 	defer c.Close()
 	if o := c.Options(); !o.ContextTimeoutEnabled || o.DB != 3 || o.Password != "hunter2" || o.MaxRetries != -1 && o.MaxRetries != 0 {
 		t.Fatalf("options: %+v", o)
+	}
+}
+
+// TestLongInstanceIDIsRefused: a partition's value gives each instance id a 16-bit length.
+func TestLongInstanceIDIsRefused(t *testing.T) {
+	if _, err := New(Options{Instance: strings.Repeat("x", maxInstanceLen+1)}); err == nil {
+		t.Fatal("an instance id longer than maxInstanceLen was taken")
+	}
+	c, err := New(Options{Instance: strings.Repeat("x", maxInstanceLen)})
+	if err != nil || c.Instance() != strings.Repeat("x", maxInstanceLen) {
+		t.Fatalf("an instance id of maxInstanceLen bytes: %v", err)
 	}
 }
 

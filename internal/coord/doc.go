@@ -53,15 +53,17 @@
 // position would move most of them, idling each while it changes hands.
 //
 // All keys of a budget share one Redis Cluster hash tag. Its partitions are the fields of one
-// hash, pgtraffic:{budget}:p2 (see [PartitionsKey]), each a small binary value with the tat
-// and an entry per live instance, so that a call of 256 partitions reads them with one
-// command and writes them with one. A partition lapses a few intervals after its last
+// hash, pgtraffic:{budget}:p3 (see [PartitionsKey]), each a small binary value of fixed-size
+// numbers with the tat and an entry per live instance, so that a call of 256 partitions reads
+// them with one command and writes them with one, and the script decodes and encodes them
+// without msgpack. A partition lapses a few intervals after its last
 // instance left (or its debt drained); each call sweeps a quarter as many other fields as it
 // carries partitions and deletes the lapsed ones, and the hash expires with the last partition
 // written, so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
-// 100,000 fields only while they are all active. The "2" is the key layout's version: the
-// per-partition keys of earlier versions (pgtraffic:{budget}:p:<partition>) are never read,
-// so instances of the two layouts do not see each other (see the changelog on upgrading).
+// 100,000 fields only while they are all active. The "3" is the key layout's version: the
+// keys of earlier layouts (a msgpack value per field in pgtraffic:{budget}:p2, a key per
+// partition in pgtraffic:{budget}:p:<partition>) are never read, so instances of different
+// layouts do not see each other (see the changelog on upgrading).
 //
 // # Slots with headroom
 //
@@ -184,7 +186,7 @@
 //     when the hash survives, rather than becoming debt at once.
 //   - Redis holds something the script did not write (another writer, a corrupted
 //     restore): every number read back is checked, in the script and again in Go. A
-//     non-finite or negative value, an entry that is not msgpack or expires beyond a lease
+//     non-finite or negative value, an entry cut short or that expires beyond a lease
 //     duration from now, is ignored and overwritten; a lease is bounded by the budget's own
 //     limits before the local budget uses it, and the local budget bounds it again.
 //   - Instances disagree on the limits (a change of the rules half rolled out): each entry

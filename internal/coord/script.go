@@ -41,10 +41,10 @@ func HashTag(budget string) string {
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// PartitionsKey is the Redis key of a budget's partitions, pgtraffic:{budget}:p2: one hash
+// PartitionsKey is the Redis key of a budget's partitions, pgtraffic:{budget}:p3: one hash
 // with a field per partition (see partitionField). The "2" is the layout: the layout
 // before it (one hash per partition, pgtraffic:{budget}:p:<partition>) is never read.
-func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p2" }
+func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p3" }
 
 // WantChannel is the Redis channel of a budget, pgtraffic:{budget}:want, on which the sync
 // script says that an instance is kept below its slots target by what others hold beyond

@@ -13,23 +13,25 @@ import (
 
 // TestForgedRedisStateIsChecked: whatever else is written into a shared budget's partition (an
 // instance entry with negative numbers, one that expires in 2255, inf and nan in the
-// partition's state, strings for numbers, an entry that is not an instance's, a value that is
-// not msgpack or expires at nan or in 2255), rewritten before every sync, the budget
-// never runs more than max_concurrent at once nor admits more than its rate and burst, its
-// statements still run, and nothing non-finite reaches the status.
+// partition's state, an entry cut short, an id longer than the value, an entry that is not an
+// instance's, a value too short for a partition or that expires at nan or in 2255), rewritten
+// before every sync, the budget never runs more than max_concurrent at once nor admits more
+// than its rate and burst, its statements still run, and nothing non-finite reaches the
+// status.
 func TestForgedRedisStateIsChecked(t *testing.T) {
 	const now = "local now = tonumber(ARGV[1])\n"
 	for _, tc := range []struct{ name, script string }{
 		{"negative numbers", now + "hset('i:forged', {1, -100, -100, -8, -10, now + 400000, 0})"},
 		{"expiry in 2255", now + "hset('i:forged', {1, 1, 2, 2, 1, 8.9e15, 0})"},
-		{"inf and nan", "hset('tat', 1/0, 'last', 0/0, 'lu', 1/0, 'ln', 0/0, 'i:junk', 'not msgpack', 'gf', -1/0)"},
+		{"inf and nan", "hset('tat', 1/0, 'last', 0/0, 'lu', 1/0, 'ln', 0/0, 'i:junk', 'cut short', 'gf', -1/0)"},
 		{"nan tat", "hset('tat', 0/0, 'ln', 1e308, 'lu', -1/0)"},
-		{"strings for numbers", "hset('tat', 'inf', 'last', 'nan', 'ln', '1e308', 'i:forged', {'1', '9', '9', '9', '9', '9', '0'})"},
+		{"an entry cut short first", now + "table.insert(st, 7, 'i:short') table.insert(st, 8, 'abc')"},
+		{"an id longer than the value", "raw = struct.pack('<ddddddd', lapse, 0, 0, 0, 0, 0, 0) .. struct.pack('<H', 65535) .. 'i:x' .. string.rep('x', 200)"},
 		{"not an instance", now + "hset(7, {1, 1, 2, 2, 1, now + 400000, 0}, 'x:forged', {1, 1, 2, 2, 1, now + 400000, 0})"},
-		{"not msgpack", "raw = 'not msgpack at all'"},
-		{"partition expiry nan", "raw = struct.pack('<d', 0/0) .. cmsgpack.pack(st)"},
-		{"partition expiry in 2255", "raw = struct.pack('<d', 8.9e15) .. cmsgpack.pack(st)"},
-		{"not an array", "raw = struct.pack('<d', lapse) .. cmsgpack.pack({tat = 5})"},
+		{"too short for a partition", "raw = 'not a partition'"},
+		{"partition expiry nan", "lapse = 0/0"},
+		{"partition expiry in 2255", "lapse = 8.9e15"},
+		{"header cut short", "raw = struct.pack('<dd', lapse, 5)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const interval = 200 * time.Millisecond

@@ -296,14 +296,23 @@ func TestSlotsHeadroomBound(t *testing.T) {
 
 // forgePrelude reads the partition whose field is ARGV[2] in the hash KEYS[1] for a forge
 // script, which changes it with hset(name, value, ...), as if the partition were a hash of the
-// fields sync.lua names (tat, gf, gt, last, lu, ln, and "i:<id>" with an instance's entry,
-// any value), or sets raw, the field's whole value; forgePostlude writes it back.
+// fields sync.lua names (tat, gf, gt, last, lu, ln, and "i:<id>" with an instance's entry: a
+// table of up to twelve numbers, or a string written as the entry's bytes), or sets lapse,
+// the partition's expiry, or raw, the field's whole value; forgePostlude writes it back in
+// sync.lua's layout. A header value that is not a number is written as 0, an entry's value
+// as NaN.
 const forgePrelude = `local v = redis.call('HGET', KEYS[1], ARGV[2])
-local lapse, st, raw = tonumber(ARGV[1]) + 10000000, {false, false, false, false, false, false}, nil
-if v then
-  lapse = struct.unpack('<d', v)
-  local ok, d = pcall(cmsgpack.unpack, string.sub(v, 9))
-  if ok and type(d) == 'table' then st = d end
+local lapse, st, raw = tonumber(ARGV[1]) + 10000000, {0, 0, 0, 0, 0, 0}, nil
+if v and #v >= 56 then
+  local h = {struct.unpack('<ddddddd', v)}
+  lapse, st = h[1], {h[2], h[3], h[4], h[5], h[6], h[7]}
+  local pos = 57
+  while pos + 97 <= #v do
+    local e = {struct.unpack('<Hc0dddddddddddd', v, pos)}
+    pos = table.remove(e)
+    st[#st + 1] = table.remove(e, 1)
+    st[#st + 1] = e
+  end
 end
 local pos = {tat = 1, gf = 2, gt = 3, last = 4, lu = 5, ln = 6}
 local function hset(...)
@@ -324,5 +333,19 @@ end
 `
 
 const forgePostlude = `
-redis.call('HSET', KEYS[1], ARGV[2], raw or struct.pack('<d', lapse) .. cmsgpack.pack(st))
+if not raw then
+  local parts = {struct.pack('<d', lapse)}
+  for k = 1, 6 do parts[#parts + 1] = struct.pack('<d', tonumber(st[k]) or 0) end
+  for j = 7, #st, 2 do
+    local f, e = tostring(st[j]), st[j + 1]
+    parts[#parts + 1] = struct.pack('<H', #f) .. f
+    if type(e) == 'table' then
+      for k = 1, 12 do parts[#parts + 1] = struct.pack('<d', tonumber(e[k]) or 0/0) end
+    else
+      parts[#parts + 1] = tostring(e)
+    end
+  end
+  raw = table.concat(parts)
+end
+redis.call('HSET', KEYS[1], ARGV[2], raw)
 `

@@ -27,19 +27,21 @@
 --
 -- A partition is one field of the budget's hash, so that a call of many partitions reads
 -- them with one HMGET and writes them with one HSET: a command called from the script costs
--- more than the partition's own work. Its value is the partition's expiry (µs of Redis TIME,
--- a little-endian double) followed by a msgpack array {tat, gf, gt, last, lu, ln, then for
--- each instance its id "i:<id>" and its entry}: tat is the budget's theoretical arrival
--- time (µs of Redis TIME: global debt = rate × max(0, tat − now)), gf and gt the last time
--- the bucket stood idle before usage that ran later (µs, from and to; see below), last when
--- anyone last synced it, and, while instances are believed lost, lu and ln (until when, and
--- how many instances there were); false where there is none. An instance's entry is a
--- msgpack array {seq, demand, want, held slots, granted rate, expiry µs, left,
--- max_concurrent, rate, burst, local debt, its time µs}; left = 1 marks an instance that
--- left the partition, kept for a lease duration; the next three are the budget's limits on
--- that instance, the last two what its bucket held as it reported (a share of debt it took
--- on at that sync is in its next report).
---
+-- more than the partition's own work. Its value is binary, every number a little-endian
+-- double: the partition's expiry (µs of Redis TIME), then {tat, gf, gt, last, lu, ln}, then
+-- for each instance its id "i:<id>" (after its length, a little-endian 16-bit integer) and
+-- its entry. tat is the budget's theoretical arrival time (µs of Redis TIME: global debt =
+-- rate × max(0, tat − now)), gf and gt the last time the bucket stood idle before usage that
+-- ran later (µs, from and to; see below), last when anyone last synced it, and, while
+-- instances are believed lost, lu and ln (until when, and how many instances there were); 0
+-- where there is none. An instance's entry is {seq, demand, want, held slots, granted rate,
+-- expiry µs, left, max_concurrent, rate, burst, local debt, its time µs}; left = 1 marks an
+-- instance that left the partition, kept for a lease duration; the next three are the
+-- budget's limits on that instance, the last two what its bucket held as it reported (a
+-- share of debt it took on at that sync is in its next report). Fixed-size numbers, not
+-- msgpack: the script decodes and encodes every partition of a call, and the other
+-- instances' entries are written back as the bytes they were read.
+
 -- Memory stays bounded: a partition lives while an instance takes part in it or its debt has
 -- not drained (at most an hour of it). A field past its expiry counts as absent, and each call
 -- sweeps a quarter as many of the hash's fields as it carries partitions (HSCAN from the
@@ -99,6 +101,12 @@
 -- instances disagree on the limits, hold the debt the instance's bucket must hold from now
 -- on (see above).
 
+-- The library functions the loop below calls, as locals: a script reads a global through
+-- Redis's protected global table, which costs more than most of the arithmetic it feeds.
+local min, max, floor, huge = math.min, math.max, math.floor, math.huge
+local struct_pack, struct_unpack = struct.pack, struct.unpack
+local sub, sort, concat = string.sub, table.sort, table.concat
+local type, ipairs = type, ipairs
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local id = 'i:' .. ARGV[1]
@@ -106,19 +114,19 @@ local ttl = tonumber(ARGV[2]) * 1000
 local rate = tonumber(ARGV[3])
 local burst = tonumber(ARGV[4])
 local maxc = tonumber(ARGV[5])
-local period = math.max(tonumber(ARGV[6]) * 1000, 1)
+local period = max(tonumber(ARGV[6]) * 1000, 1)
 local not_after = tonumber(ARGV[7])
 local qfor = tonumber(ARGV[8])
 local qmax = tonumber(ARGV[9])
 local blob = ARGV[10]
 local head = 10
-local nparts = math.floor(#blob / 88)
+local nparts = floor(#blob / 88)
 if #blob ~= nparts * 88 or #ARGV < head + nparts then
   return redis.error_reply('sync: ' .. #blob .. ' bytes of reports for ' .. (#ARGV - head) .. ' values')
 end
 local hkey, ckey = KEYS[1], KEYS[2]
 -- The budget's want channel (pgtraffic:{budget}:want, see below).
-local want_channel = string.sub(hkey, 1, -3) .. 'want'
+local want_channel = sub(hkey, 1, -3) .. 'want'
 
 local function num(x) return string.format('%.17g', x) end
 
@@ -127,9 +135,9 @@ local function num(x) return string.format('%.17g', x) end
 -- writes below repair it. within checks every value of every partition in one call (a NaN
 -- fails x >= lo); finite is within over every finite number.
 local function within(x, lo, hi)
-  return type(x) == 'number' and x >= lo and x <= hi and x > -math.huge and x < math.huge
+  return type(x) == 'number' and x >= lo and x <= hi and x > -huge and x < huge
 end
-local function finite(x) return within(x, -math.huge, math.huge) end
+local function finite(x) return within(x, -huge, huge) end
 -- The most global debt kept, µs of the budget's rate (the horizon of the expiry below).
 local max_debt = 3600 * 1000000
 -- The most instances a partition may count as lost.
@@ -137,28 +145,35 @@ local max_lost = 100000
 -- The furthest back a report's usage counts as run, µs.
 local max_age = max_debt
 
+-- A partition's value (see the top): its expiry and the partition's six values, then each
+-- instance's entry, its id (after the id's length) and its twelve values. The header and the
+-- caller's own entry are written in one struct.pack (value_format).
+local head_format, head_len = '<ddddddd', 56
+local entry_format, entry_len = '<Hc0dddddddddddd', 98 -- entry_len: the bytes besides the id
+local value_format = '<dddddddHc0dddddddddddd'
+
 -- valid reports whether an instance's entry {seq, demand, want, held slots, granted rate,
--- expiry µs, left, ...} is one this script could have written (not an array, a negative or
--- non-finite number, an expiry beyond a lease duration from now are not); entry returns a
--- copy of a valid one, nil for any other. The entry as read is what the partition keeps of
--- another instance. What it holds counts as at most the whole budget: an instance on other
--- limits (a rolling change of the rules) may hold more than this one's.
-local function valid(raw)
-  if type(raw) ~= 'table' then return false end
-  for k = 1, 7 do
-    if not within(raw[k], 0, math.huge) then return false end
-  end
-  return raw[6] <= now + ttl and (raw[7] == 0 or raw[7] == 1)
+-- expiry µs, left, ...} is one this script could have written (a negative or non-finite
+-- number, an expiry beyond a lease duration from now are not); entry returns a copy of a
+-- valid one for the arithmetic. The values come from struct.unpack, numbers always, so valid
+-- compares them directly rather than calling within for each (a NaN fails x >= 0): it runs
+-- for every entry of every partition, and a call costs more than its comparisons. The entry
+-- as read is what the partition keeps of another instance. What it holds counts as at most
+-- the whole budget: an instance on other limits (a rolling change of the rules) may hold
+-- more than this one's.
+local function valid(seq, demand, want, slots, granted, expires, left)
+  return seq >= 0 and seq < huge and demand >= 0 and demand < huge and want >= 0 and want < huge and
+    slots >= 0 and slots < huge and granted >= 0 and granted < huge and expires >= 0 and expires <= now + ttl and
+    (left == 0 or left == 1)
 end
-local function entry(raw)
-  if not valid(raw) then return nil end
-  local e = {raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11], raw[12]}
-  e[4], e[5] = math.min(e[4], maxc), math.min(e[5], rate)
-  if not (within(e[8], 0, math.huge) and within(e[9], 0, math.huge) and within(e[10], 0, math.huge)) then
-    e[8], e[9], e[10] = nil, nil, nil -- no limits: an instance of an older version
+local function entry(...)
+  local e = {...}
+  e[4], e[5] = min(e[4], maxc), min(e[5], rate)
+  if not (within(e[8], 0, huge) and within(e[9], 0, huge) and within(e[10], 0, huge)) then
+    e[8], e[9], e[10] = nil, nil, nil -- no limits known
   end
-  if not (within(e[11], 0, math.huge) and within(e[12], 0, now)) then
-    e[11], e[12] = 0, now -- holds nothing: an instance of an older version
+  if not (within(e[11], 0, huge) and within(e[12], 0, now)) then
+    e[11], e[12] = 0, now -- holds nothing known
   end
   return e
 end
@@ -174,7 +189,7 @@ local max_expiry = max_debt + 2 * ttl
 -- could have written.
 local function expiry(v)
   if type(v) ~= 'string' or #v < 9 then return nil end
-  local x = struct.unpack('<d', v)
+  local x = struct_unpack('<d', v)
   if not within(x, 0, now + max_expiry) then return nil end
   return x
 end
@@ -186,7 +201,7 @@ if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', hkey) end
 -- Sweep: delete the lapsed fields among the next ones from the cursor.
 local cursor = redis.pcall('GET', ckey)
 if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
-local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', math.max(math.ceil(nparts / 4), 32))
+local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', max(math.ceil(nparts / 4), 32))
 local swept = {}
 for j = 1, #scan[2], 2 do
   local x = expiry(scan[2][j + 1])
@@ -209,25 +224,25 @@ local furthest = now
 local function fill(cap, demands, n, out)
   if n == 1 then
     -- Alone (most partitions of a budget per tenant): no order to sort.
-    local x = math.min(demands[1], cap)
+    local x = min(demands[1], cap)
     out[1] = x
-    return out, math.max(cap - x, 0)
+    return out, max(cap - x, 0)
   end
   local order = {}
   for i = 1, n do order[i] = i end
-  table.sort(order, function(a, b) return demands[a] < demands[b] end)
+  sort(order, function(a, b) return demands[a] < demands[b] end)
   local left = cap
   for k, i in ipairs(order) do
-    local x = math.min(demands[i], left / (n - k + 1))
+    local x = min(demands[i], left / (n - k + 1))
     out[i] = x
     left = left - x
   end
-  return out, math.max(left, 0)
+  return out, max(left, 0)
 end
 
 -- rank_of is an instance's draw for the odd slots in this ten-interval epoch, the same for
 -- every partition of the call.
-local epoch = tostring(math.floor(now / (10 * period)))
+local epoch = tostring(floor(now / (10 * period)))
 local ranks = {}
 local function rank_of(f)
   local r = ranks[f]
@@ -250,65 +265,65 @@ local function ranked(ids, n)
     rank[k] = rank_of(ids[k])
     order[k] = k
   end
-  table.sort(order, function(a, b) return rank[a] < rank[b] end)
+  sort(order, function(a, b) return rank[a] < rank[b] end)
   return order
 end
 
 -- Scratch tables that every partition of the call reuses, emptied after each: in Lua, a
 -- table made per partition costs more than most of the partition's arithmetic. ids,
 -- others and keep hold the other instances (see below), mine the caller's entry as
--- written back, me_entry the caller's demand among the others' entries, d, w, share and target
--- the arithmetic's per-instance values, and st_out the partition as written back (of
--- st_len values).
+-- written back, me_entry the caller's demand among the others' entries, and d, w, share and
+-- target the arithmetic's per-instance values.
 local ids, others, keep = {}, {}, {}
 local mine, me_entry = {}, {0, 0, 0, 0, 0, 0}
 local d, w, share, target = {}, {}, {}, {}
-local st_out, st_len = {}, 0
 local out, results = {num(now), 0}, {}
 for i = 1, nparts do
   local seq, used, demand, want, applied, inflight, leave_n, expected, age, own, recovering_n =
-    struct.unpack('<ddddddddddd', blob, (i - 1) * 88 + 1)
+    struct_unpack('<ddddddddddd', blob, (i - 1) * 88 + 1)
   local leave, recovering = leave_n == 1, recovering_n == 1
   if not within(age, 0, max_age) then age = 0 end
-  if not within(own, 0, math.huge) then own = 0 end -- the instance's local debt
+  if not within(own, 0, huge) then own = 0 end -- the instance's local debt
 
   -- Read the partition, dropping instances whose lease has lapsed. A field past its
   -- expiry, or not one this script could have written, is a partition gone.
   local v = values[i]
-  local st = nil
   local x = expiry(v)
-  if x ~= nil and x > now then
-    local ok, d = pcall(cmsgpack.unpack, string.sub(v, 9))
-    if ok and type(d) == 'table' then st = d end
-  end
+  local found = x ~= nil and x > now and #v >= head_len
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local gap_from, gap_to = 0, 0
   local mine_seq = 0 -- the sequence number of the caller's last report counted
   local gone, lapsed = 0, 0
   -- ids and others: the live instances other than the caller, and their entries (copies);
-  -- keep: the other instances' entries as read, written back unchanged.
-  if st ~= nil then
-    if finite(st[1]) then tat = math.min(st[1], now + max_debt) end
-    if within(st[2], 0, now) then gap_from = st[2] end
-    if within(st[3], 0, now) then gap_to = st[3] end
-    if within(st[4], 0, now) then last = st[4] end
-    if within(st[5], 0, now + ttl) then lost_until = st[5] end
-    if within(st[6], 0, max_lost) then lost_n = math.floor(st[6]) end
-    for j = 7, #st, 2 do
-      local f, raw = st[j], st[j + 1]
-      if type(f) ~= 'string' or string.sub(f, 1, 2) ~= 'i:' or not valid(raw) then
-      elseif raw[6] <= now then
-        if raw[7] ~= 1 and f ~= id then lapsed = lapsed + 1 end
+  -- keep: the other instances' entries as read (their bytes), written back unchanged. An
+  -- entry cut short ends the partition's entries.
+  if found then
+    local _, s_tat, s_gf, s_gt, s_last, s_lu, s_ln = struct_unpack(head_format, v)
+    if finite(s_tat) then tat = min(s_tat, now + max_debt) end
+    if within(s_gf, 0, now) then gap_from = s_gf end
+    if within(s_gt, 0, now) then gap_to = s_gt end
+    if within(s_last, 0, now) then last = s_last end
+    if within(s_lu, 0, now + ttl) then lost_until = s_lu end
+    if within(s_ln, 0, max_lost) then lost_n = floor(s_ln) end
+    local pos, size = head_len + 1, #v
+    while pos + entry_len - 1 <= size do
+      local stop = pos + entry_len + struct_unpack('<H', v, pos)
+      if stop - 1 > size then break end
+      local f, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12 = struct_unpack(entry_format, v, pos)
+      if sub(f, 1, 2) ~= 'i:' or not valid(e1, e2, e3, e4, e5, e6, e7) then
+      elseif e6 <= now then
+        if e7 ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif f == id then
-        mine_seq = raw[1]
-      elseif raw[7] == 1 then
+        mine_seq = e1
+      elseif e7 == 1 then
         gone = gone + 1
-        keep[#keep + 1], keep[#keep + 2] = f, raw
+        keep[#keep + 1] = sub(v, pos, stop - 1)
       elseif others[f] == nil then
         ids[#ids + 1] = f
-        others[f] = entry(raw)
-        keep[#keep + 1], keep[#keep + 2] = f, raw
+        others[f] = entry(e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12)
+        keep[#keep + 1] = sub(v, pos, stop - 1)
       end
+      pos = stop
     end
   end
   -- A partition without a tat (new, expired, or lost in a restart) has stood idle for as
@@ -326,14 +341,14 @@ for i = 1, nparts do
       local at = now - age -- when it counts as run (see the top)
       local w = used / rate * 1000000 -- the bucket's time it takes, µs
       -- First into the idle stretch that usage which ran later skipped, where it ran then.
-      local from = math.max(gap_from, at)
+      local from = max(gap_from, at)
       if gap_to > from and gap_to <= tat then
-        local fill = math.min(w, gap_to - from)
+        local fill = min(w, gap_to - from)
         gap_to, w = gap_to - fill, w - fill
       end
       if w > 0 then
         if at > tat then gap_from, gap_to = tat, at end -- idle until at
-        tat = math.max(tat, at) + w
+        tat = max(tat, at) + w
       end
     end
     mine_seq = seq
@@ -341,19 +356,19 @@ for i = 1, nparts do
   -- tat is kept as it is when it lies in the past (the bucket idle since), so that a report
   -- whose usage ran then can still fill that idle time.
   local debt = 0
-  if rate > 0 then debt = rate * math.max(tat - now, 0) / 1000000 end
+  if rate > 0 then debt = rate * max(tat - now, 0) / 1000000 end
 
   -- The limits in force: while the instances disagree on the budget's limits (a rolling
   -- change of the rules), each enforces the smallest any of them holds, so that together
   -- they keep the smaller limit and each keeps its even share of it.
   local l_rate, l_burst, l_maxc, differ = rate, burst, maxc, 0
-  for _, f in ipairs(ids) do
-    local e = others[f]
+  for k = 1, #ids do
+    local e = others[ids[k]]
     if e[8] ~= nil then
       if e[8] ~= maxc or e[9] ~= rate or e[10] ~= burst then differ = 1 end
-      if maxc > 0 and e[8] > 0 then l_maxc = math.min(l_maxc, e[8]) end
+      if maxc > 0 and e[8] > 0 then l_maxc = min(l_maxc, e[8]) end
       if rate > 0 and e[9] > 0 then
-        l_rate, l_burst = math.min(l_rate, e[9]), math.min(l_burst, e[10])
+        l_rate, l_burst = min(l_rate, e[9]), min(l_burst, e[10])
       end
     end
   end
@@ -369,7 +384,7 @@ for i = 1, nparts do
     -- Every caller orders the instances alike (by id), so that the odd slots go round the
     -- same instances whoever computes them.
     ids[#ids + 1] = id
-    table.sort(ids)
+    sort(ids)
     local n = #ids
     local me = 0
     for k = 1, n do
@@ -379,13 +394,13 @@ for i = 1, nparts do
     others[id] = me_entry
     -- Lost instances run on their fallback share, the budget over the instances they knew:
     -- leave them that much until they are back (see the top).
-    if (st == nil and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
+    if (not found and expected > 1) or (last ~= nil and now - last > 2 * period) or recovering then
       lost_until = now + ttl
-      lost_n = math.max(lost_n, expected, n + gone + lapsed)
+      lost_n = max(lost_n, expected, n + gone + lapsed)
     end
     if now >= lost_until then lost_n = 0 end
-    local missing = math.max(lost_n - n - gone, 0)
-    local known = math.max(lost_n, 1)
+    local missing = max(lost_n - n - gone, 0)
+    local known = max(lost_n, 1)
 
     if rate > 0 then
       -- Fair targets by demand; capacity nobody asked for is spread evenly, so that a rise
@@ -399,22 +414,22 @@ for i = 1, nparts do
       for k = 1, n do
         if k ~= me then held = held + others[ids[k]][5] end
       end
-      g_rate = math.max(0, math.min(t_rate, cap - held))
+      g_rate = max(0, min(t_rate, cap - held))
       g_burst = l_burst * g_rate / l_rate
 
       -- The debt no live instance's bucket holds (see the top): each bucket holds its debt
       -- as reported, drained since at its lease's rate, and at most its lease's burst (a
       -- shrinking lease forgives the rest).
-      local owned = math.min(own, g_burst)
-      for _, f in ipairs(ids) do
-        local e = others[f]
-        if f ~= id then
+      local owned = min(own, g_burst)
+      for k = 1, n do
+        local e = others[ids[k]]
+        if k ~= me then
           local b = l_burst * e[5] / l_rate
-          owned = owned + math.min(math.max(0, e[11] - e[5] * (now - e[12]) / 1000000), b)
+          owned = owned + min(max(0, e[11] - e[5] * (now - e[12]) / 1000000), b)
         end
       end
-      local unowned = math.max(0, debt - owned)
-      if unowned > 0 then hold = math.min(own + unowned * g_rate / l_rate, g_burst) end
+      local unowned = max(0, debt - owned)
+      if unowned > 0 then hold = min(own + unowned * g_rate / l_rate, g_burst) end
     end
 
     local held_slots = 0
@@ -426,11 +441,11 @@ for i = 1, nparts do
       -- instances each gets its turn, and a handover (which idles the slot until the old
       -- holder's next report) stays rare.
       for k = 1, n do w[k] = others[ids[k]][3] end
-      local cap = l_maxc - missing * math.floor(l_maxc / known)
+      local cap = l_maxc - missing * floor(l_maxc / known)
       fill(cap, w, n, share)
       local spare = cap
       for k = 1, n do
-        target[k] = math.floor(share[k] + 1e-9)
+        target[k] = floor(share[k] + 1e-9)
         spare = spare - target[k]
       end
       -- Each instance draws a rank from its id and the ten-interval epoch (rendezvous
@@ -453,7 +468,7 @@ for i = 1, nparts do
         end
       end
       if spare > 0 then
-        local each = math.floor(spare / n)
+        local each = floor(spare / n)
         for k = 1, n do target[k] = target[k] + each end
         spare = spare - each * n
         if spare > 0 then
@@ -472,8 +487,8 @@ for i = 1, nparts do
       for k = 1, n do
         if k ~= me then held = held + others[ids[k]][4] end
       end
-      g_slots = math.max(0, math.min(t_slots, cap - held))
-      held_slots = math.max(g_slots, applied, inflight)
+      g_slots = max(0, min(t_slots, cap - held))
+      held_slots = max(g_slots, applied, inflight)
       -- An instance that gives slots back while another holds less than its target confirms
       -- at once that it applied its smaller grant: until it reports, Redis counts its
       -- earlier, larger one as held, and the other waits for it.
@@ -505,9 +520,9 @@ for i = 1, nparts do
     -- asks again), so only a crashed holder's lapse brings a sync: its capacity is taken up
     -- at once rather than at the next regular sync.
     if (maxc > 0 and want > g_slots) or (rate > 0 and demand > g_rate * 1.01) then
-      for _, f in ipairs(ids) do
-        local e = others[f]
-        if f ~= id and (e[4] > 0 or e[5] > 0) then
+      for k = 1, n do
+        local e = others[ids[k]]
+        if k ~= me and (e[4] > 0 or e[5] > 0) then
           local left = e[6] - now
           if retake == 0 or left < retake then retake = left end
         end
@@ -520,18 +535,16 @@ for i = 1, nparts do
   end
 
   -- The partition lives while an instance takes part in it or its debt has not drained.
-  local horizon = math.min(math.max(tat - now, 0), max_debt)
-  local lapse = now + math.max(2 * ttl, horizon + ttl)
-  furthest = math.max(furthest, lapse)
-  st_out[1], st_out[2], st_out[3], st_out[4], st_out[5], st_out[6], st_out[7], st_out[8] =
-    tat, false, false, now, false, false, id, mine
-  if gap_to > gap_from then st_out[2], st_out[3] = gap_from, gap_to end
-  if lost_n > 0 then st_out[5], st_out[6] = lost_until, lost_n end
+  local horizon = min(max(tat - now, 0), max_debt)
+  local lapse = now + max(2 * ttl, horizon + ttl)
+  furthest = max(furthest, lapse)
+  if gap_to <= gap_from then gap_from, gap_to = 0, 0 end
+  if lost_n == 0 then lost_until = 0 end
+  local value = struct_pack(value_format, lapse, tat, gap_from, gap_to, now, lost_until, lost_n, #id, id,
+    mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7], mine[8], mine[9], mine[10], mine[11], mine[12])
   local nkeep = #keep
-  for j = 1, nkeep do st_out[8 + j] = keep[j] end
-  for j = 9 + nkeep, st_len do st_out[j] = nil end
-  st_len = 8 + nkeep
-  writes[2 * i - 1], writes[2 * i] = fields[i], struct.pack('<d', lapse) .. cmsgpack.pack(st_out)
+  if nkeep > 0 then value = value .. concat(keep) end
+  writes[2 * i - 1], writes[2 * i] = fields[i], value
 
   -- Empty the scratch tables for the next partition.
   for k = 1, #ids do
@@ -540,10 +553,10 @@ for i = 1, nparts do
   end
   for j = 1, nkeep do keep[j] = nil end
 
-  results[i] = struct.pack(result_format, g_rate, g_burst, g_slots, live, debt, t_rate, t_slots, retake,
+  results[i] = struct_pack(result_format, g_rate, g_burst, g_slots, live, debt, t_rate, t_slots, retake,
     l_rate, l_burst, l_maxc, differ, hold)
 end
-out[3] = table.concat(results)
+out[3] = concat(results)
 if nparts > 0 then redis.call('HSET', hkey, unpack(writes)) end
 -- The hash and the sweep's cursor last as long as the furthest expiry written.
 local keep_ms = math.ceil((furthest - now) / 1000)
@@ -581,8 +594,8 @@ if qfor > 0 then
   end
   for j = head + nparts + 1, #ARGV - 1, 2 do
     local f, left = ARGV[j], tonumber(ARGV[j + 1])
-    if fingerprint(f) and within(left, 1, math.huge) then
-      local x, known = now + math.min(left, qfor), ends[f] ~= nil
+    if fingerprint(f) and within(left, 1, huge) then
+      local x, known = now + min(left, qfor), ends[f] ~= nil
       if (known and x > ends[f]) or (not known and n < qmax) then
         if not known then n = n + 1 end
         ends[f] = x
@@ -594,7 +607,7 @@ if qfor > 0 then
   for f, x in pairs(ends) do
     list[#list + 1] = f
     list[#list + 1] = x - now
-    last = math.max(last, x)
+    last = max(last, x)
   end
   if n > 0 then redis.call('PEXPIRE', key, math.ceil((last - now) / 1000) + 1) end
   out[4] = list
