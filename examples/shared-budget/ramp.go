@@ -146,7 +146,7 @@ const rampSlack = 2
 // growth is how much the processes' demand (their workers) grew over the span before at:
 // for each process, its workers at at less the fewest it had in the span, if more. The
 // span is the early sync that tells Redis a starved instance's want (within an eighth of an
-// interval), one sync of the others (1.1 intervals at most) and the starved instance's next
+// interval), one sync of the others (an interval at most) and the starved instance's next
 // early sync (an eighth of an interval), with a little to spare for the calls: an instance
 // that grew is refused for want of a slot only until the others' next syncs hand it their
 // headroom.

@@ -9,7 +9,8 @@ package main
 // partition's renewals are seen exactly. Targets per run, after a warm-up:
 //
 //   - every sync inside its interval: no partition waits longer between two renewals than
-//     the interval and its jitter (1.1 intervals) plus a tenth of an interval;
+//     the interval (each instance's regular syncs keep a grid) plus a fifth of an interval
+//     (a partition's place in a sync moves as the sync's length does);
 //   - no sync failed and the budget never fell back;
 //   - no statement refused (a partition without a lease, or a lapsed one, refuses).
 //

@@ -10,8 +10,7 @@ import (
 
 // leaseDuration is how long a lease lasts without renewal, on the instance and in Redis
 // alike: a crashed instance's capacity returns after this long. Two and a half intervals
-// outlast one missed renewal (renewals come every interval, jittered by a tenth either way)
-// yet bring a crashed instance's capacity back within three intervals, as the instances
+// outlast one missed renewal (renewals come every interval, see nextRegular) yet bring a crashed instance's capacity back within three intervals, as the instances
 // that want it sync when it lapses (see part.retake).
 func leaseDuration(interval time.Duration) time.Duration { return interval * 5 / 2 }
 
@@ -132,6 +131,7 @@ type core struct {
 	seq      uint64
 	last     time.Time // last sync attempt
 	next     time.Time // next regular sync
+	dueAt    time.Time // when the regular sync being made was due: its place on the grid (nextRegular)
 	failing  bool      // the last sync failed
 	since    time.Time // when failing began
 	anyNew   bool      // a partition has no lease yet
@@ -345,6 +345,13 @@ func (c *core) wantsEarly(p *part, now time.Time) bool {
 
 func (c *core) build(now time.Time, early bool) [][]report {
 	c.last, c.kicked, c.partial = now, false, early
+	if !early {
+		// A regular sync made before it was due (Coordinator.Sync) starts the grid again from now.
+		c.dueAt = c.next
+		if c.next.After(now) {
+			c.dueAt = now
+		}
+	}
 	if c.removed > 0 {
 		c.order = slices.DeleteFunc(c.order, func(p *part) bool { return p.removed })
 		c.removed = 0
@@ -509,12 +516,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 	c.lastOK = now
 	c.latency = now.Sub(sent)
 	if !c.partial {
-		// From the sync's start (its reports were built just before its first call), not
-		// this call's: a sync of many calls that takes longer than an interval is followed at
-		// once by the next, so that each partition is renewed every interval or every sync's
-		// length, whichever is longer, rather than every sum of the two, which would lapse
-		// the leases of its first calls.
-		c.next = c.last.Add(time.Duration(float64(c.interval) * (0.9 + 0.2*c.rand())))
+		c.next = c.nextRegular()
 	}
 	live := 0
 	for i := range reps {
@@ -684,8 +686,29 @@ func (c *core) status(now time.Time) Status {
 func (c *core) nothingToSync(now time.Time) {
 	c.last = now
 	if !c.partial {
-		c.next = now.Add(c.interval)
+		c.next = c.nextRegular()
 	}
+}
+
+// nextRegular is when the regular sync after the one being made is due: an interval after
+// this one was due, not after it began, so that each partition is renewed every interval,
+// or every sync's length when a sync of many calls takes longer (the next then follows at
+// once; a schedule counted from each sync's start would renew every sum of the two and lapse
+// the leases of its first calls). Each instance keeps a grid of its own, whose phase it draws
+// at its first regular sync (the next comes at a random point of the interval after it) and
+// again after a failure (see failed): instances started or recovered together do not sync
+// together. Syncs jittered each time instead would renew a partition up to the jitter late
+// at every sync, and still let two instances wander into step. When a sync began
+// more than an interval late (the last took that much longer than an interval), the grid
+// starts again from it rather than catching up with syncs back to back.
+func (c *core) nextRegular() time.Time {
+	if c.dueAt.IsZero() {
+		return c.last.Add(time.Duration(float64(c.interval) * c.rand()))
+	}
+	if next := c.dueAt.Add(c.interval); next.After(c.last) {
+		return next
+	}
+	return c.last
 }
 
 // leaveAll builds reports that leave every partition, for a coordinator that closes.

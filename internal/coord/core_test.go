@@ -293,8 +293,8 @@ func TestDue(t *testing.T) {
 	grantAll(c, t0, func(string) result {
 		return result{lease: budget.Lease{Rate: 0.5, Burst: 0.5, Slots: 2}, target: 0.5, targetSlots: 2, live: 2}
 	})
-	if c.due(t0.Add(sec-1), false) || !c.due(t0.Add(sec), false) {
-		t.Fatal("the regular sync comes one interval (jitter 0.5 → exactly 1) after the last")
+	if c.due(t0.Add(sec/2-1), false) || !c.due(t0.Add(sec/2), false) {
+		t.Fatal("the first regular sync draws the phase of the next: rand (0.5) × an interval after it")
 	}
 
 	// A new partition asks for an early sync after a tenth of an interval.
@@ -341,6 +341,41 @@ func TestDue(t *testing.T) {
 	if !c.due(t0.Add(950*time.Millisecond), true) {
 		t.Fatal("a starved partition wanting more slots than it reported syncs early")
 	}
+}
+
+// TestRegularSyncsKeepTheirGrid: the first regular sync draws the instance's phase, and each
+// regular sync after it is due an interval after the last was due, however late that one
+// began, so that a partition is renewed every interval. A sync that takes longer than an
+// interval is followed at once by the next; one that began more than an interval late
+// starts the grid again from its start.
+func TestRegularSyncsKeepTheirGrid(t *testing.T) {
+	c := newCore(Spec{Name: "b", MaxConcurrent: 4}, sec, 10, func() float64 { return 0.25 })
+	lease := []result{{lease: budget.Lease{Slots: 1}, targetSlots: 1, live: 1}}
+	sync := func(begun, answered time.Time) {
+		c.absorb(begun, []budget.Usage{{Key: "", Wanted: 1}})
+		for _, reps := range c.reports(begun) {
+			c.applied(begun, answered, reps, lease)
+		}
+	}
+	dueAt := func(at time.Time, what string) {
+		t.Helper()
+		if c.due(at.Add(-1), false) || !c.due(at, false) {
+			t.Fatalf("%s: want the next regular sync due at %v", what, at.Sub(t0))
+		}
+	}
+	ms := time.Millisecond
+	sync(t0, t0.Add(ms))
+	dueAt(t0.Add(sec/4), "the phase drawn at the first regular sync (rand 0.25)")
+	sync(t0.Add(sec/4+80*ms), t0.Add(sec/4+90*ms))
+	dueAt(t0.Add(5*sec/4), "begun 80ms late: an interval after it was due, not after it began")
+	sync(t0.Add(5*sec/4), t0.Add(2*sec+400*ms))
+	dueAt(t0.Add(9*sec/4), "a sync longer than an interval: the next due before it ended")
+	sync(t0.Add(2*sec+400*ms), t0.Add(2*sec+500*ms))
+	dueAt(t0.Add(13*sec/4), "begun less than an interval late: on the grid")
+	sync(t0.Add(4*sec+500*ms), t0.Add(4*sec+600*ms))
+	dueAt(t0.Add(4*sec+500*ms), "begun more than an interval late: the grid starts again from its start")
+	sync(t0.Add(4*sec+600*ms), t0.Add(4*sec+700*ms))
+	dueAt(t0.Add(5*sec+500*ms), "on the new grid")
 }
 
 func TestFailureRetryIsJitteredAndNotEarly(t *testing.T) {

@@ -105,10 +105,10 @@
 //
 // # Lease duration
 //
-// A lease lasts 2.5 intervals from the sync that granted it. Renewals come every interval
-// (jittered by a tenth), so one missed or failed renewal does not lapse it, while a crashed
-// instance's capacity returns within 3 intervals: Redis tells each instance that wants more
-// when the first other lease lapses, and that instance syncs at that moment, rather than at
+// A lease lasts 2.5 intervals from the sync that granted it. Renewals come every interval, so
+// one missed or failed renewal does not lapse it, while a crashed instance's capacity
+// returns within 3 intervals: Redis tells each instance that wants more when the first other
+// lease lapses, and that instance syncs at that moment, rather than at
 // its next regular sync, to take the capacity up. A live holder renews long before its lease
 // would lapse, after the starved instances' regular syncs, so this costs no call in a steady
 // state. The holder counts its lease from the moment it sent the sync, before Redis's clock
@@ -118,8 +118,11 @@
 //
 // # When to sync
 //
-// Regularly once per interval (jittered by ±10%); at the moment another instance's lease
-// lapses for a partition that wants more than it holds (see above). Earlier when the local
+// Regularly once per interval, on a grid whose phase each instance draws at random at its
+// first sync and after a failure, so that instances started or recovered together do not
+// sync together (or once per sync's length, when a sync of many partitions takes longer);
+// at the moment another instance's lease lapses for a partition that wants more than it
+// holds (see above). Earlier when the local
 // budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
 // a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
 // yet, an eighth of an interval (at most 125ms) for a starved partition below its fair

@@ -275,9 +275,10 @@ func TestSlotsHeadroomBound(t *testing.T) {
 			if between > 0 {
 				t.Errorf("%d statements refused between the start's handover and the jump, the fleet's demand a quarter of the limit", between)
 			}
-			// A joiner waits at most for the holders' next regular syncs (1.1 intervals with
-			// their jitter) and its own next early sync (an eighth of an interval later); after
-			// the jump, the jumper's early sync that tells Redis its want comes first.
+			// A joiner waits at most for the holders' next regular syncs (within an interval:
+			// the phase each draws at its first) and its own next early sync (an eighth of an
+			// interval later), with a tenth to spare; after the jump, the jumper's early sync
+			// that tells Redis its want comes first.
 			if limit := 11*cfg.interval/10 + cfg.interval/8; settled > limit {
 				t.Errorf("the joiners waited %v for their share, more than %v", settled, limit)
 			}
