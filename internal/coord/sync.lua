@@ -132,8 +132,12 @@ local function num(x) return string.format('%.17g', x) end
 
 -- Everything read back from Redis is checked: another writer (or a corrupted restore) may
 -- have left any value. A value that is not a finite number in its range is ignored, and the
--- writes below repair it. within checks every value of every partition in one call (a NaN
--- fails x >= lo); finite is within over every finite number.
+-- writes below repair it. What struct.unpack reads is a number always (a NaN or an infinity
+-- at worst), and each is checked with plain comparisons where it is read, which a NaN fails
+-- (x >= lo is false): a partition holds some twenty such numbers, and a call of a Lua
+-- function costs more than its comparisons. within checks a value that may be anything (what
+-- tonumber made of a string: nil when not a number); finite is within over every finite
+-- number.
 local function within(x, lo, hi)
   return type(x) == 'number' and x >= lo and x <= hi and x > -huge and x < huge
 end
@@ -155,10 +159,8 @@ local value_format = '<dddddddHc0dddddddddddd'
 -- valid reports whether an instance's entry {seq, demand, want, held slots, granted rate,
 -- expiry µs, left, ...} is one this script could have written (a negative or non-finite
 -- number, an expiry beyond a lease duration from now are not); entry returns a copy of a
--- valid one for the arithmetic. The values come from struct.unpack, numbers always, so valid
--- compares them directly rather than calling within for each (a NaN fails x >= 0): it runs
--- for every entry of every partition, and a call costs more than its comparisons. The entry
--- as read is what the partition keeps of another instance. What it holds counts as at most
+-- valid one for the arithmetic. The entry as read is what the partition keeps of another
+-- instance. What it holds counts as at most
 -- the whole budget: an instance on other limits (a rolling change of the rules) may hold
 -- more than this one's.
 local function valid(seq, demand, want, slots, granted, expires, left)
@@ -169,10 +171,10 @@ end
 local function entry(...)
   local e = {...}
   e[4], e[5] = min(e[4], maxc), min(e[5], rate)
-  if not (within(e[8], 0, huge) and within(e[9], 0, huge) and within(e[10], 0, huge)) then
+  if not (e[8] >= 0 and e[8] < huge and e[9] >= 0 and e[9] < huge and e[10] >= 0 and e[10] < huge) then
     e[8], e[9], e[10] = nil, nil, nil -- no limits known
   end
-  if not (within(e[11], 0, huge) and within(e[12], 0, now)) then
+  if not (e[11] >= 0 and e[11] < huge and e[12] >= 0 and e[12] <= now) then
     e[11], e[12] = 0, now -- holds nothing known
   end
   return e
@@ -190,7 +192,7 @@ local max_expiry = max_debt + 2 * ttl
 local function expiry(v)
   if type(v) ~= 'string' or #v < 9 then return nil end
   local x = struct_unpack('<d', v)
-  if not within(x, 0, now + max_expiry) then return nil end
+  if not (x >= 0 and x <= now + max_expiry) then return nil end
   return x
 end
 
@@ -282,8 +284,8 @@ for i = 1, nparts do
   local seq, used, demand, want, applied, inflight, leave_n, expected, age, own, recovering_n =
     struct_unpack('<ddddddddddd', blob, (i - 1) * 88 + 1)
   local leave, recovering = leave_n == 1, recovering_n == 1
-  if not within(age, 0, max_age) then age = 0 end
-  if not within(own, 0, huge) then own = 0 end -- the instance's local debt
+  if not (age >= 0 and age <= max_age) then age = 0 end
+  if not (own >= 0 and own < huge) then own = 0 end -- the instance's local debt
 
   -- Read the partition, dropping instances whose lease has lapsed. A field past its
   -- expiry, or not one this script could have written, is a partition gone.
@@ -299,12 +301,12 @@ for i = 1, nparts do
   -- entry cut short ends the partition's entries.
   if found then
     local _, s_tat, s_gf, s_gt, s_last, s_lu, s_ln = struct_unpack(head_format, v)
-    if finite(s_tat) then tat = min(s_tat, now + max_debt) end
-    if within(s_gf, 0, now) then gap_from = s_gf end
-    if within(s_gt, 0, now) then gap_to = s_gt end
-    if within(s_last, 0, now) then last = s_last end
-    if within(s_lu, 0, now + ttl) then lost_until = s_lu end
-    if within(s_ln, 0, max_lost) then lost_n = floor(s_ln) end
+    if s_tat > -huge and s_tat < huge then tat = min(s_tat, now + max_debt) end
+    if s_gf >= 0 and s_gf <= now then gap_from = s_gf end
+    if s_gt >= 0 and s_gt <= now then gap_to = s_gt end
+    if s_last >= 0 and s_last <= now then last = s_last end
+    if s_lu >= 0 and s_lu <= now + ttl then lost_until = s_lu end
+    if s_ln >= 0 and s_ln <= max_lost then lost_n = floor(s_ln) end
     local pos, size = head_len + 1, #v
     while pos + entry_len - 1 <= size do
       local stop = pos + entry_len + struct_unpack('<H', v, pos)
