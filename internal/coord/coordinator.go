@@ -100,6 +100,9 @@ type entry struct {
 	// usage is the storage of local's usage reports, reused from one round to the next; only
 	// the loop (or Sync) uses it.
 	usage []budget.Usage
+	// busy is how long the budget's last regular sync spent on its calls, the waits of a
+	// spread sync left out (see spacing); only the loop (or Sync) uses it.
+	busy time.Duration
 }
 
 // New returns a coordinator whose loop is not started. Its errors are an invalid URL, which
@@ -413,8 +416,9 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 		e.usage = usage[:0]
 		due := force || e.core.due(now, kicked)
 		var chunks [][]report
+		regular := false
 		if due {
-			if force || e.core.regular(now) {
+			if regular = force || e.core.regular(now); regular {
 				chunks = e.core.reports(now)
 			} else {
 				chunks = e.core.earlyReports(now)
@@ -428,8 +432,16 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 
 		var quarantines []Quarantined
 		if len(chunks) > 0 {
+			var spacing time.Duration
+			if regular && !force {
+				spacing = c.spacing(e.busy, len(chunks))
+			}
+			var busy time.Duration
 			var err error
-			quarantines, err = c.syncBudget(ctx, e, spec, chunks)
+			quarantines, busy, err = c.syncBudget(ctx, e, spec, chunks, spacing)
+			if regular {
+				e.busy = busy
+			}
 			errs = append(errs, err)
 		}
 		if len(quarantines) > 0 && c.quar != nil {
@@ -450,6 +462,29 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 	return errors.Join(errs...)
 }
 
+// syncSpread is how much of the interval a long regular sync spreads its calls over (spacing).
+const (
+	syncSpreadNum = 4
+	syncSpreadDen = 5
+)
+
+// spacing is how far apart a regular sync sends its n calls, given how long the budget's last
+// regular sync was busy with its calls. A sync that was busy for more than half the spread (a
+// budget of tens of thousands of partitions) spreads its calls evenly over the spread, four
+// fifths of the interval, so that each partition is renewed at the same offset into every
+// sync, an interval after the last, however fast Redis answers this time: sent as fast as
+// Redis answers, a partition late in a slow sync that follows a fast one waits an interval
+// plus the difference. A Redis slower than the spread sets the pace as before. A shorter sync
+// goes at once (0: not spread), for the early syncs of every budget wait for the sync under
+// way.
+func (c *Coordinator) spacing(busy time.Duration, n int) time.Duration {
+	spread := c.interval * syncSpreadNum / syncSpreadDen
+	if n < 2 || busy <= spread/2 {
+		return 0
+	}
+	return spread / time.Duration(n)
+}
+
 // syncBudget sends a budget's reports, one script call per chunk, each within its own
 // deadline well under the interval: a budget with many active partitions makes many calls,
 // and one deadline over all of them would fail a healthy Redis. Each chunk's leases count
@@ -467,7 +502,12 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 // sync ends; the call sent after it, if any, is abandoned as a call past its deadline is,
 // and its partitions' reports, still pending, go again in the next sync (Redis counts a
 // report once, by its sequence number).
-func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report) ([]Quarantined, error) {
+//
+// With spacing, chunk k is sent no sooner than k × spacing after the first (see spacing). It
+// returns, besides, how long the sync was busy: from its first call to its last reply, less
+// what it waited for its chunks' times.
+func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report,
+	spacing time.Duration) (_ []Quarantined, busy time.Duration, _ error) {
 	d := max(c.interval/4, minDeadline)
 	// flights are the calls on their way, oldest first, each with the wait for its reply.
 	type flight struct {
@@ -476,8 +516,13 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 	}
 	var flights []flight
 	next := 0 // the next chunk to send
+	// The chunks' times, and how long the sync was busy, are on the real clock, as the waits
+	// for them are (c.now may be a test's clock that stands still).
+	begun, waited := time.Now(), time.Duration(0)
+	untilDue := func(k int) time.Duration { return time.Duration(k)*spacing - time.Since(begun) }
+	// send sends the chunks whose time has come, up to maxOutstanding on their way.
 	send := func() {
-		for ; next < len(chunks) && len(flights) < maxOutstanding; next++ {
+		for ; next < len(chunks) && len(flights) < maxOutstanding && untilDue(next) <= 0; next++ {
 			sent := c.now()
 			cl := call{spec: spec, reps: chunks[next], quarantines: next == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
 			c.mu.Lock()
@@ -490,7 +535,16 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		}
 	}
 	var quarantines []Quarantined
-	for send(); len(flights) > 0; {
+	for send(); len(flights) > 0 || next < len(chunks); send() {
+		if len(flights) == 0 {
+			// Nothing on its way: the next chunk's time has not come (a spread sync).
+			wait := untilDue(next)
+			if err := sleep(ctx, wait); err != nil {
+				return quarantines, time.Since(begun) - waited, err
+			}
+			waited += wait
+			continue
+		}
 		cl, wait := flights[0].cl, flights[0].wait
 		flights = flights[1:]
 		rep, err := wait()
@@ -514,7 +568,7 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		c.noteHealth(err)
 		c.mu.Unlock()
 		if err != nil {
-			return quarantines, err
+			return quarantines, time.Since(begun) - waited, err
 		}
 		send() // before the hand-over, so that Redis has the next call meanwhile
 		e.handOver(now, dropped, pushes)
@@ -525,7 +579,22 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			}
 		}
 	}
-	return quarantines, nil
+	return quarantines, time.Since(begun) - waited, nil
+}
+
+// sleep waits for d, or until ctx ends, whose error it then returns.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // handOver hands leases to e's local budget, if it has one, at now: none for the partitions

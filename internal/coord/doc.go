@@ -118,26 +118,31 @@
 //
 // # When to sync
 //
-// Regularly once per interval, on a grid whose phase each instance draws at random at its
-// first sync and after a failure, so that instances started or recovered together do not
-// sync together (or once per sync's length, when a sync of many partitions takes longer);
-// at the moment another instance's lease lapses for a partition that wants more than it
-// holds (see above). Earlier when the local
-// budget kicks ([Handle.Kick]: it refused or made wait a statement, or met a new partition):
-// a tenth of an interval (at most 100ms) after the last sync for a partition with no lease
-// yet, an eighth of an interval (at most 125ms) for a starved partition below its fair
-// target, or wanting more slots at once than its last sync reported while it holds fewer
-// than max_concurrent (a burst on an instance with room). A starved partition at the fair
-// share of the demand Redis knows does not sync early: there is nothing to gain. An early
-// sync carries only the partitions that asked for it (new, starved below their share, waiting
-// for a lapse, or confirming a smaller grant): a budget of a hundred thousand tenants does
-// not sync them all each time one of them appears. Each script call of a sync (one per 256
-// partitions) is bounded by a deadline of a quarter interval (at least 100ms), so that a
-// budget with tens of thousands of active partitions syncs against a healthy Redis; a call
-// that overruns it is abandoned even if the client ignores contexts. A sync keeps two calls
-// on their way, so that Redis has the next one to run while the client applies a reply, and
-// hands each reply's leases to the local budget as it applies it; an abandoned call holds its
-// place until it returns, and with two stuck the next call fails at once.
+// Regularly once per interval, on a grid whose phase each instance draws at random at its first
+// sync and after a failure, so that instances started or recovered together do not sync
+// together (or once per sync's length, when a sync of many partitions takes longer); at the
+// moment another instance's lease lapses for a partition that wants more than it holds (see
+// above). Earlier when the local budget kicks ([Handle.Kick]: it refused or made wait a
+// statement, or met a new partition): a tenth of an interval (at most 100ms) after the last
+// sync for a partition with no lease yet, an eighth of an interval (at most 125ms) for a
+// starved partition below its fair target, or wanting more slots at once than its last sync
+// reported while it holds fewer than max_concurrent (a burst on an instance with room). A
+// starved partition at the fair share of the demand Redis knows does not sync early: there is
+// nothing to gain. An early sync carries only the partitions that asked for it (new, starved
+// below their share, waiting for a lapse, or confirming a smaller grant): a budget of a hundred
+// thousand tenants does not sync them all each time one of them appears. Each script call of a
+// sync (one per 256 partitions) is bounded by a deadline of a quarter interval (at least
+// 100ms), so that a budget with tens of thousands of active partitions syncs against a healthy
+// Redis; a call that overruns it is abandoned even if the client ignores contexts. A sync keeps
+// two calls on their way, so that Redis has the next one to run while the client applies a
+// reply, and hands each reply's leases to the local budget as it applies it; an abandoned call
+// holds its place until it returns, and with two stuck the next call fails at once. A regular
+// sync whose last one was busy for more than two fifths of the interval (tens of thousands of
+// partitions) spreads its calls evenly over four fifths of it, so that each partition is
+// renewed at the same offset into every sync, an interval after the last, however fast Redis
+// answers this time; sent as fast as Redis answers, a partition late in a slow sync that
+// follows a fast one would wait an interval plus the difference. A shorter sync is not spread:
+// the early syncs of every budget wait for the sync under way.
 //
 // # Failures
 //

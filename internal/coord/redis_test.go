@@ -758,6 +758,75 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 	}
 }
 
+// TestLongSyncSpreadsItsCalls: a regular sync whose last one was busy for more than half the
+// spread (four fifths of the interval) sends its calls evenly over the spread, so that each
+// partition is renewed at the same offset into every sync however fast Redis answers; a
+// sync that was busy for less, or of one call, goes at once, and Sync never waits.
+func TestLongSyncSpreadsItsCalls(t *testing.T) {
+	const interval = time.Second
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "spread", Rate: 1, Burst: 1, MaxConcurrent: 2}
+	keys := make([]string, 3*maxPartitionsPerCall+1) // four calls
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	c := newCoord(t, Options{Client: rc, Interval: interval, Logger: quiet})
+	spread := interval * syncSpreadNum / syncSpreadDen
+	if got := c.spacing(spread/2, 4); got != 0 {
+		t.Errorf("busy for half the spread: spacing %v, want none", got)
+	}
+	if got := c.spacing(spread, 1); got != 0 {
+		t.Errorf("one call: spacing %v, want none", got)
+	}
+	if got := c.spacing(spread/2+1, 4); got != spread/4 {
+		t.Errorf("busy for more than half the spread: spacing %v, want %v", got, spread/4)
+	}
+
+	local := newFakeLocal(1, 1, keys...)
+	c.Register(spec, local)
+	start := time.Now()
+	mustSync(t, c)
+	e := c.entries()[0]
+	if took := time.Since(start); took > spread/2 || e.busy > took {
+		t.Fatalf("Sync took %v (busy %v): it must not wait", took, e.busy)
+	}
+	// As if the last regular sync had been busy for the whole spread: the next regular one,
+	// due an interval after the first, spreads its four calls a fifth of a second apart.
+	e.busy = spread
+	time.Sleep(interval)
+	start = time.Now()
+	if err := c.round(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if want := 3 * spread / 4; took < want {
+		t.Errorf("the spread sync took %v, want at least %v", took, want)
+	}
+	if e.busy > took/2 {
+		t.Errorf("the spread sync counts %v of its %v busy: its waits are not left out", e.busy, took)
+	}
+	for _, k := range keys {
+		if local.lease(k).Slots == 0 {
+			t.Fatalf("partition %s has no lease after the spread sync", k)
+		}
+	}
+	// That sync was busy for a few milliseconds: the next goes at once.
+	time.Sleep(interval - took)
+	syncs := func() uint64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return e.core.syncs
+	}
+	before := syncs()
+	start = time.Now()
+	if err := c.round(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > spread/2 || syncs() != before+4 {
+		t.Errorf("a sync after a short one took %v and made %d calls: it must make four at once", took, syncs()-before)
+	}
+}
+
 // TestLapsedPartitionsAreSwept: the fields of partitions nobody syncs any more (their
 // instances gone, or junk another writer left) are deleted by the calls that sync the others,
 // so that a budget's hash, which lives as long as any of its partitions is synced, holds
