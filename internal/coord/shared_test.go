@@ -18,6 +18,19 @@ import (
 // before every sync, the budget never runs more than max_concurrent at once nor admits more
 // than its rate and burst, its statements still run, and nothing non-finite reaches the
 // status.
+// randomBytes defines, for a forge script, bytes(n): n bytes from a generator (Park and
+// Miller's) seeded by the simulation's time, and x, its state.
+const randomBytes = `local x = tonumber(ARGV[1]) % 2147483646 + 1
+local function bytes(n)
+  local t = {}
+  for i = 1, n do
+    x = (x * 48271) % 2147483647
+    t[i] = string.char(x % 256)
+  end
+  return table.concat(t)
+end
+`
+
 func TestForgedRedisStateIsChecked(t *testing.T) {
 	const now = "local now = tonumber(ARGV[1])\n"
 	for _, tc := range []struct{ name, script string }{
@@ -32,6 +45,13 @@ func TestForgedRedisStateIsChecked(t *testing.T) {
 		{"partition expiry nan", "lapse = 0/0"},
 		{"partition expiry in 2255", "lapse = 8.9e15"},
 		{"header cut short", "raw = struct.pack('<dd', lapse, 5)"},
+		// Bytes drawn anew before every sync (a generator seeded by the simulation's time):
+		// random numbers in the header and in instances' entries, and a random tail.
+		{"random entries", randomBytes + "raw = struct.pack('<d', lapse) .. bytes(48) .. " +
+			"struct.pack('<H', 4) .. 'i:r1' .. bytes(96) .. struct.pack('<H', 4) .. 'i:r2' .. bytes(96)"},
+		{"random tail", randomBytes + "raw = struct.pack('<d', lapse) .. bytes(48) .. bytes(x % 300)"},
+		{"random instance", randomBytes + now + "bytes(1) hset('i:r', {x % 100, x % 1000 / 100 - 1, x % 7 - 1, x % 5 - 1, " +
+			"x % 9 / 10 - 0.1, now + x % 800000 - 200000, 0, x % 6, x % 11 / 10, x % 13 / 10, x % 17 / 10 - 0.5, now - x % 3000000})"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const interval = 200 * time.Millisecond
