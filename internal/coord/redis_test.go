@@ -763,7 +763,8 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 // partition is renewed at the same offset into every sync however fast Redis answers; a
 // sync that was busy for less, or of one call, goes at once, and Sync never waits.
 func TestLongSyncSpreadsItsCalls(t *testing.T) {
-	const interval = time.Second
+	// Long enough that the spread's waits dwarf four calls even under -race on a busy machine.
+	const interval = 2 * time.Second
 	rc := newClient(t, redistest.Need(t))
 	spec := Spec{Name: "spread", Rate: 1, Burst: 1, MaxConcurrent: 2}
 	keys := make([]string, 3*maxPartitionsPerCall+1) // four calls
@@ -791,7 +792,7 @@ func TestLongSyncSpreadsItsCalls(t *testing.T) {
 		t.Fatalf("Sync took %v (busy %v): it must not wait", took, e.busy)
 	}
 	// As if the last regular sync had been busy for the whole spread: the next regular one,
-	// due an interval after the first, spreads its four calls a fifth of a second apart.
+	// due within an interval of the first, spreads its four calls a fifth of an interval apart.
 	e.busy = spread
 	time.Sleep(interval)
 	start = time.Now()
