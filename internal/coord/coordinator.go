@@ -462,7 +462,8 @@ func (c *Coordinator) round(ctx context.Context, force bool) error {
 	return errors.Join(errs...)
 }
 
-// syncSpread is how much of the interval a long regular sync spreads its calls over (spacing).
+// syncSpreadNum/syncSpreadDen is how much of the interval a long regular sync spreads its
+// calls over (see spacing).
 const (
 	syncSpreadNum = 4
 	syncSpreadDen = 5

@@ -10,8 +10,9 @@ import (
 
 // leaseDuration is how long a lease lasts without renewal, on the instance and in Redis
 // alike: a crashed instance's capacity returns after this long. Two and a half intervals
-// outlast one missed renewal (renewals come every interval, see nextRegular) yet bring a crashed instance's capacity back within three intervals, as the instances
-// that want it sync when it lapses (see part.retake).
+// outlast one missed renewal (renewals come every interval, see nextRegular) yet bring a
+// crashed instance's capacity back within three intervals, as the instances that want it
+// sync when it lapses (see part.retake).
 func leaseDuration(interval time.Duration) time.Duration { return interval * 5 / 2 }
 
 // sightings is how many of the latest live counts a partition keeps.
@@ -698,9 +699,9 @@ func (c *core) nothingToSync(now time.Time) {
 // at its first regular sync (the next comes at a random point of the interval after it) and
 // again after a failure (see failed): instances started or recovered together do not sync
 // together. Syncs jittered each time instead would renew a partition up to the jitter late
-// at every sync, and still let two instances wander into step. When a sync began
-// more than an interval late (the last took that much longer than an interval), the grid
-// starts again from it rather than catching up with syncs back to back.
+// at every sync, and still let two instances wander into step. When a sync began more than
+// an interval late (the last took that much longer than an interval), the grid starts again
+// from it rather than catching up with syncs back to back.
 func (c *core) nextRegular() time.Time {
 	if c.dueAt.IsZero() {
 		return c.last.Add(time.Duration(float64(c.interval) * c.rand()))

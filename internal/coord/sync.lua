@@ -160,9 +160,8 @@ local value_format = '<dddddddHc0dddddddddddd'
 -- expiry µs, left, ...} is one this script could have written (a negative or non-finite
 -- number, an expiry beyond a lease duration from now are not); entry returns a copy of a
 -- valid one for the arithmetic. The entry as read is what the partition keeps of another
--- instance. What it holds counts as at most
--- the whole budget: an instance on other limits (a rolling change of the rules) may hold
--- more than this one's.
+-- instance. What it holds counts as at most the whole budget: an instance on other limits (a
+-- rolling change of the rules) may hold more than this one's.
 local function valid(seq, demand, want, slots, granted, expires, left)
   return seq >= 0 and seq < huge and demand >= 0 and demand < huge and want >= 0 and want < huge and
     slots >= 0 and slots < huge and granted >= 0 and granted < huge and expires >= 0 and expires <= now + ttl and
