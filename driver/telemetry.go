@@ -296,7 +296,7 @@ func clampInt64(n uint64) int64 { return int64(min(n, 1<<63-1)) }
 // could not be parsed, as the semantic conventions say.
 func spanName(x *engine.Exec) string {
 	if x.Pattern.Summary != "" {
-		return bounded.Valid(x.Pattern.Summary)
+		return x.Pattern.Summary
 	}
 	return dbSystem
 }
@@ -415,7 +415,7 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 			attrs = append(attrs, attribute.String(attrOperation, op))
 		}
 		if len(x.Pattern.Tables) == 1 {
-			attrs = append(attrs, attribute.String(attrCollection, bounded.Valid(x.Pattern.Tables[0])))
+			attrs = append(attrs, attribute.String(attrCollection, x.Pattern.Tables[0]))
 		}
 		if err != nil {
 			attrs = append(attrs, attribute.String(attrErrorType, errorType(err)))
@@ -440,9 +440,10 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 // pg_query replaces every literal with $n ("" for unparsable text, never the raw text), and
 // bound values are never read.
 //
-// Every string is valid UTF-8 (the statement's identifiers and its tags may not be), and tags
-// are untrusted (a comment, a request path), so each tag key and value is also cut to the
-// bounds of package bounded.
+// Every string is valid UTF-8: the pattern's are (package pattern replaces the invalid bytes
+// of a statement's identifiers once, when it analyses the text); tags are untrusted (a comment,
+// a request path), so each tag key and value is made valid and cut to the bounds of package
+// bounded here.
 //
 // db.collection.name is set only when the statement names exactly one table: the conventions
 // say not to pick one of several collections out of the query text.
@@ -450,10 +451,10 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 	p := x.Pattern
 	attrs = append(attrs, t.commonAttr...)
 	if p.Normalized != "" {
-		attrs = append(attrs, attribute.String(attrQueryText, bounded.Valid(p.Normalized)))
+		attrs = append(attrs, attribute.String(attrQueryText, p.Normalized))
 	}
 	if p.Summary != "" {
-		attrs = append(attrs, attribute.String(attrQuerySummary, bounded.Valid(p.Summary)))
+		attrs = append(attrs, attribute.String(attrQuerySummary, p.Summary))
 	}
 	attrs = append(attrs,
 		attribute.String(attrFingerprint, p.Fingerprint),
@@ -463,7 +464,7 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 		attrs = append(attrs, attribute.String(attrOperation, p.Operation))
 	}
 	if len(p.Tables) == 1 {
-		attrs = append(attrs, attribute.String(attrCollection, bounded.Valid(p.Tables[0])))
+		attrs = append(attrs, attribute.String(attrCollection, p.Tables[0]))
 	}
 	if len(x.Budgets) > 0 {
 		attrs = append(attrs, attribute.StringSlice(attrBudgets, x.Budgets))

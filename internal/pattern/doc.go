@@ -1,8 +1,8 @@
 // Package pattern turns SQL text into an immutable [Pattern]: the facts the
 // traffic-control engine needs about a statement before it is sent.
 //
-// It imports pg_query_go, protobuf's reflection and internal/guard (a statement's guard facts),
-// and nothing else of pgtraffic's.
+// It imports pg_query_go, protobuf's reflection, internal/guard (a statement's guard facts) and
+// internal/bounded (identifiers made valid UTF-8), and nothing else of pgtraffic's.
 //
 // # What a pattern holds
 //

@@ -8,6 +8,7 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v5"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
 
@@ -40,6 +41,11 @@ type Pattern struct {
 	// comments removed (pg_query.Normalize, then a scrub of the quoted
 	// literals it leaves in DDL, COPY and COMMENT). Numeric type modifiers
 	// such as varchar(10) stay. "" for unparsable text, never the raw text.
+	//
+	// Normalized, Tables and Summary are valid UTF-8, whatever the text's bytes, so that
+	// telemetry and the status page show them as they are: pg_query refuses a text that is not
+	// (it is unparsable, with no texts), and what it returns is checked once here all the same
+	// (invalid bytes would become U+FFFD), rather than by every reader on every statement.
 	Normalized string
 	// Kind is the statement kind (KindSelect ... KindOther) of the first
 	// statement; KindOther for an empty or unparsable text. SELECT ... INTO
@@ -92,7 +98,7 @@ func analyze(key string) *Pattern {
 	p := &Pattern{
 		FingerprintID: id,
 		Fingerprint:   FingerprintHex(id),
-		Normalized:    normalize(key),
+		Normalized:    bounded.Valid(normalize(key)),
 		Kind:          KindOther,
 		Parsed:        true,
 		Statements:    len(tree.Stmts),

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
@@ -215,6 +216,39 @@ func TestAnalyzeEdges(t *testing.T) {
 }
 
 // FuzzAnalyze checks that no input panics and that the invariants hold.
+// The pattern's texts are valid UTF-8, which telemetry relies on: a text with bytes that are not
+// is left unparsed by pg_query (so it has no texts), and an identifier past PostgreSQL's 63 bytes
+// is cut at a character's start.
+func TestPatternTextIsUTF8(t *testing.T) {
+	for _, sql := range []string{
+		"SELECT \"caf\xff\" FROM \"t\xfe\"",
+		"SELECT 'v\xff' FROM t",
+		"SELECT 1 FROM \"" + strings.Repeat("é", 40) + "\"",
+		"SELECT \"café\" FROM s.\"ümlaut\"",
+	} {
+		p := Analyze(sql)
+		if !validText(p) {
+			t.Errorf("Analyze(%q): text that is not UTF-8: %+v", sql, p)
+		}
+		if utf8.ValidString(sql) != p.Parsed {
+			t.Errorf("Analyze(%q): parsed %v", sql, p.Parsed)
+		}
+	}
+	if p := Analyze("SELECT 1 FROM \"" + strings.Repeat("é", 40) + "\""); len(p.Tables) != 1 || len(p.Tables[0]) != 62 {
+		t.Errorf("a 80-byte identifier: tables %q, want one of 62 bytes", p.Tables)
+	}
+}
+
+// validText reports whether p's texts are valid UTF-8.
+func validText(p *Pattern) bool {
+	for _, s := range append([]string{p.Normalized, p.Summary, p.Operation}, p.Tables...) {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
 func FuzzAnalyze(f *testing.F) {
 	for _, tc := range guardCases {
 		f.Add(tc.sql)
@@ -222,8 +256,12 @@ func FuzzAnalyze(f *testing.F) {
 	f.Add("SELECT * FROM t WHERE a = 'secret-123' /* c */")
 	f.Add("INSERT INTO t VALUES (E'x\\'y', $$z$$, B'1')")
 	f.Add("CREATE TABLE t (a varchar(10) DEFAULT 'q')")
+	f.Add("SELECT \"caf\xff\" FROM \"t\xfe\"")
 	f.Fuzz(func(t *testing.T, sql string) {
 		p := Analyze(sql)
+		if !validText(p) {
+			t.Fatalf("Analyze(%q): text that is not UTF-8: %+v", sql, p)
+		}
 		if !hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
 		}

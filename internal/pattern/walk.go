@@ -6,6 +6,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // walker visits a parse tree once and collects tables and the events of the
@@ -204,7 +206,9 @@ func (w *walker) rangeVar(r *pg.RangeVar, scoped ...bool) {
 	w.addTable(name, int(r.Location))
 }
 
+// addTable records table name at text offset loc, valid UTF-8 (see Pattern.Normalized).
 func (w *walker) addTable(name string, loc int) {
+	name = bounded.Valid(name)
 	w.tables[name] = struct{}{}
 	w.events = append(w.events, event{loc: loc, table: name})
 }
