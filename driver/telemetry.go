@@ -440,10 +440,9 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 // pg_query replaces every literal with $n ("" for unparsable text, never the raw text), and
 // bound values are never read.
 //
-// Every string is valid UTF-8: the pattern's are (package pattern replaces the invalid bytes
-// of a statement's identifiers once, when it analyses the text); tags are untrusted (a comment,
-// a request path), so each tag key and value is made valid and cut to the bounds of package
-// bounded here.
+// Every string is valid UTF-8: the pattern's are (package pattern guarantees it once, when it
+// analyses the text); tags are untrusted (a comment, a request path), so each tag key and value
+// is made valid and cut to the bounds of package bounded here.
 //
 // db.collection.name is set only when the statement names exactly one table: the conventions
 // say not to pick one of several collections out of the query text.

@@ -215,7 +215,6 @@ func TestAnalyzeEdges(t *testing.T) {
 	})
 }
 
-// FuzzAnalyze checks that no input panics and that the invariants hold.
 // The pattern's texts are valid UTF-8, which telemetry relies on: a text with bytes that are not
 // is left unparsed by pg_query (so it has no texts), and an identifier past PostgreSQL's 63 bytes
 // is cut at a character's start.
@@ -235,7 +234,7 @@ func TestPatternTextIsUTF8(t *testing.T) {
 		}
 	}
 	if p := Analyze("SELECT 1 FROM \"" + strings.Repeat("é", 40) + "\""); len(p.Tables) != 1 || len(p.Tables[0]) != 62 {
-		t.Errorf("a 80-byte identifier: tables %q, want one of 62 bytes", p.Tables)
+		t.Errorf("an 80-byte identifier: tables %q, want one of 62 bytes", p.Tables)
 	}
 }
 
@@ -249,6 +248,7 @@ func validText(p *Pattern) bool {
 	return true
 }
 
+// FuzzAnalyze checks that no input panics and that the invariants hold.
 func FuzzAnalyze(f *testing.F) {
 	for _, tc := range guardCases {
 		f.Add(tc.sql)
