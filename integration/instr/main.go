@@ -14,6 +14,7 @@
 // Modes (-list prints each with its base, the mode it is compared with), through database/sql:
 //
 //	pgx        pgx's stdlib connector (stdlib.OpenDB): the base of the database/sql modes
+//	control    pgx again, for the wall-time rounds' noise (see mode.control; not in -list)
 //	pgtraffic  pgtraffic's connector with no rules
 //	budget     pgtraffic's connector with an enforce budget that the statement's context tag
 //	           selects, with max_concurrent, server_share and burst_limit, so every statement
@@ -24,6 +25,7 @@
 // and through pgx's native interface:
 //
 //	pgxpool    a *pgxpool.Pool: the base of the pgx-native modes
+//	poolcontrol pgxpool again, as control is pgx again
 //	pool       pgtraffic's *driver.Pool with no rules
 //	poolbudget pgtraffic's *driver.Pool with the budget mode's budget
 //	pooltrace  pgtraffic's *driver.Pool with no rules and the tracer provider
@@ -62,7 +64,7 @@ const (
 func main() {
 	dsn := flag.String("dsn", os.Getenv("PGTRAFFIC_TEST_DSN"), "PostgreSQL DSN (default $PGTRAFFIC_TEST_DSN)")
 	name := flag.String("mode", "pgx", "driver set-up: "+modeNames())
-	list := flag.Bool("list", false, "print each mode and its base, one a line, and exit")
+	list := flag.Bool("list", false, "print each mode to count and its base, one a line, and exit")
 	n := flag.Int("n", 10000, "queries to run after the warm-up")
 	// The warm-up is long because of the runtime's type-switch and type-assertion caches
 	// (database/sql asserts driver interfaces on every query): a call site that misses its
@@ -75,7 +77,9 @@ func main() {
 	flag.Parse()
 	if *list {
 		for _, m := range modes {
-			fmt.Println(m.name, m.base)
+			if !m.control { // the same instructions as its base
+				fmt.Println(m.name, m.base)
+			}
 		}
 		return
 	}

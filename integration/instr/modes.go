@@ -29,15 +29,22 @@ type mode struct {
 	lib    string // what the statements go through: stdlib, connector, otelsql, pgxpool, pool, otelpgx
 	budget bool   // pgtraffic with budgetRules: every statement is costed and admitted
 	traced bool   // a recording tracer provider: every statement ends a span
+	// control: the base again, on a connection of its own. Its wall-time ratio to the base
+	// would be 1 on a perfect machine; how far it strays is the run's own noise (which
+	// connection, which backend, where the heap lies), the margin a mode's ratio must clear
+	// to mean anything. Instruction counts do not need one (make instr leaves it out).
+	control bool
 }
 
 var modes = []mode{
 	{name: "pgx", base: "pgx", lib: "stdlib"},
+	{name: "control", base: "pgx", lib: "stdlib", control: true},
 	{name: "pgtraffic", base: "pgx", lib: "connector"},
 	{name: "budget", base: "pgx", lib: "connector", budget: true},
 	{name: "trace", base: "pgx", lib: "connector", traced: true},
 	{name: "otelsql", base: "pgx", lib: "otelsql", traced: true},
 	{name: "pgxpool", base: "pgxpool", lib: "pgxpool"},
+	{name: "poolcontrol", base: "pgxpool", lib: "pgxpool", control: true},
 	{name: "pool", base: "pgxpool", lib: "pool"},
 	{name: "poolbudget", base: "pgxpool", lib: "pool", budget: true},
 	{name: "pooltrace", base: "pgxpool", lib: "pool", traced: true},

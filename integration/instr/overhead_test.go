@@ -263,7 +263,7 @@ func TestOverheadRounds(t *testing.T) {
 			}
 		}
 		fmt.Fprintf(&report, "\n%s (%d statement(s) per operation)\n", w.name, w.statements)
-		fmt.Fprintf(&report, "%-10s %12s %12s %12s %12s %12s %12s\n",
+		fmt.Fprintf(&report, "%-12s %12s %12s %12s %12s %12s %12s\n",
 			"mode", "mean ns/st", "median ns/st", "mean ratio", "median ratio", "cpu ns/st", "allocs/st")
 		for m, tm := range totals {
 			if tm.ops != rounds*ops {
@@ -275,7 +275,7 @@ func TestOverheadRounds(t *testing.T) {
 			for r := range rounds {
 				perRound[r] = tm.perOp[r] / base.perOp[r]
 			}
-			fmt.Fprintf(&report, "%-10s %12.0f %12.0f %12.3f %12.3f %12.0f %12.1f\n", hs[m].mode.name,
+			fmt.Fprintf(&report, "%-12s %12.0f %12.0f %12.3f %12.3f %12.0f %12.1f\n", hs[m].mode.name,
 				float64(tm.wall.Nanoseconds())/stmts,
 				median(tm.perOp)/float64(w.statements),
 				float64(tm.wall)/float64(base.wall),

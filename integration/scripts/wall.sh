@@ -20,7 +20,10 @@
 # that layout moves one mode's ratio for the whole process, which no number
 # of rounds within it averages out. The test runs in PROCS processes, one after another, and the
 # summary at the end gives, per workload and mode, the median over the processes of each
-# process's ratios (mean: of total times; median: of the per-round ratios).
+# process's ratios (mean: of total times; median: of the per-round ratios), with the range of
+# the processes' median ratios. The modes control and poolcontrol are the bases again, each on a
+# connection of its own: the spread of their ratios around 1 is the run's own noise, the margin
+# by which a mode's ratio must differ from another's to mean anything.
 #
 # Environment: PROCS (default 5), ROUNDS (rounds per process, default 200), K (statements per
 # mode per round, default 100), MODES (default every mode of integration/instr; each mode's base
@@ -83,10 +86,18 @@ done
 # followed by a column header and one line per mode: mode, mean ns/st, median ns/st, mean ratio,
 # median ratio, cpu ns/st, allocs/st.
 cat "$work"/proc.* | awk -v procs="$PROCS" '
-	function median(list,    a, n, i, j, t) {
+	function sorted(list, a,    n, i, j, t) {
 		n = split(list, a, " ")
 		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j] + 0 < a[j-1] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		return n
+	}
+	function median(list,    a, n) {
+		n = sorted(list, a)
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	function spread(list,    a, n) {
+		n = sorted(list, a)
+		return sprintf("%.3f-%.3f", a[1], a[n])
 	}
 	$2 ~ /^\(/ && $3 ~ /statement/ { w = $1; if (!(w in seenw)) { seenw[w] = 1; ws[++nw] = w }; next }
 	w != "" && NF == 7 && $4 ~ /^[0-9.]+$/ {
@@ -98,11 +109,11 @@ cat "$work"/proc.* | awk -v procs="$PROCS" '
 		printf "\nwall: median over %d processes of each process'"'"'s ratios to the mode'"'"'s base (pgx; pgxpool for the pgx-native modes)\n", procs
 		for (i = 1; i <= nw; i++) {
 			w = ws[i]
-			printf "\n%s\n%-10s %12s %12s %14s\n", w, "mode", "mean ratio", "median ratio", "cpu ns/st"
+			printf "\n%s\n%-12s %12s %12s %14s %14s\n", w, "mode", "mean ratio", "median ratio", "(range)", "cpu ns/st"
 			n = split(modes[w], ms, " ")
 			for (j = 1; j <= n; j++) {
 				k = w SUBSEP ms[j]
-				printf "%-10s %12.3f %12.3f %14.0f\n", ms[j], median(mean[k]), median(med[k]), median(cpu[k])
+				printf "%-12s %12.3f %12.3f %14s %14.0f\n", ms[j], median(mean[k]), median(med[k]), spread(med[k]), median(cpu[k])
 			}
 		}
 	}'
