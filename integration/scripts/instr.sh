@@ -21,8 +21,9 @@
 # total by hundreds of instructions, the busy figure by tens. integration/PERFORMANCE.md
 # describes the method and how steady it is.
 #
-# Environment: MODES (default every mode of the program, in its order: pgx pgtraffic budget trace
-# otelsql pgxpool pool poolbudget pooltrace otelpgx), N1 (2000), N2 (12000),
+# Environment: MODES (default every mode the program lists, in its order: pgx pgtraffic budget
+# trace otelsql pgxpool pool poolbudget pooltrace otelpgx; not the wall-time controls, whose
+# instructions are their bases'), N1 (2000), N2 (12000),
 # ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an Exec of a
 # one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
 # building ./integration/instr).
