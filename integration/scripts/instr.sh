@@ -13,12 +13,13 @@
 # before reading it (no read parks) and warms up long (see integration/instr). What timing still
 # moves, the scheduler, timers and sysmon, is left out of the "busy" columns (see idle).
 #
-# Output, per mode: instructions per query from the totals, and "busy" per query without the
-# idle part (see idle), each also relative to the mode's base (the program's -list: raw pgx for
-# the database/sql modes, raw pgxpool for the pgx-native ones; n/a when the base is not in
-# MODES). The modes are measured in ROUNDS rounds (each round every mode once, in order), and
-# each figure is the median over the rounds, with its range: the idle part of one run moves the
-# total by hundreds of instructions, the busy figure by tens. integration/PERFORMANCE.md
+# Output, per mode: instructions per query from the totals, "busy" per query without the idle
+# part (see idle), and the KB of code a query runs (see footprint), each also relative to the
+# mode's base (the program's -list: raw pgx for the database/sql modes, raw pgxpool for the
+# pgx-native ones; n/a when the base is not in MODES). The modes are measured in ROUNDS rounds
+# (each round every mode once, in order), and each figure is the median over the rounds, the
+# instruction counts with their range: the idle part of one run moves the total by hundreds of
+# instructions, the busy figure by tens. integration/PERFORMANCE.md
 # describes the method and how steady it is.
 #
 # Environment: MODES (default every mode the program lists, in its order: pgx pgtraffic budget
@@ -103,6 +104,42 @@ idle() {
 		END { print s + 0 }'
 }
 
+# footprint FILE1 FILE2 prints the code a query runs, in 64-byte lines: those holding an
+# instruction that the run of N2 queries (FILE2) executed at least 0.9 times per extra query
+# more than the run of N1 (FILE1). A statement's path runs mostly straight through, each
+# instruction about once, so this is the code every statement brings into the CPU's caches;
+# where other work evicts it between round trips (a busy host), what it costs in wall time
+# follows this rather than the instruction count. Callgrind's files name each instruction's
+# address (--dump-instr=yes): absolute in hex, or relative to the previous line's; the line
+# after a call's "calls=" line holds the call's inclusive cost, not the instruction's own.
+footprint() {
+	awk -v per=$((N2 - N1)) '
+		function hex(s,    i, v) {
+			v = 0; s = tolower(s)
+			for (i = 1; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+			return v
+		}
+		function num(s) { return s ~ /^0x/ ? hex(substr(s, 3)) : s + 0 }
+		FNR == 1 { run++; addr = 0; call = 0 }
+		/^calls=/ { call = 1; next }
+		/^(0x|[+*-])/ {
+			if ($1 ~ /^0x/) addr = hex(substr($1, 3))
+			else if ($1 ~ /^\+/) addr += num(substr($1, 2))
+			else if ($1 ~ /^-/) addr -= num(substr($1, 2))
+			if (call) { call = 0; next }
+			if (NF >= 3) count[run, addr] += $3
+			next
+		}
+		END {
+			for (k in count) {
+				split(k, ka, SUBSEP)
+				if (ka[1] == 2 && count[2, ka[2]] - count[1, ka[2]] >= 0.9 * per) line[int(ka[2] / 64)] = 1
+			}
+			for (l in line) lines++
+			print lines + 0
+		}' "$1" "$2"
+}
+
 # instructions MODE N prints, for one run of N queries, the total instruction count and its
 # idle part (see idle).
 instructions() {
@@ -110,7 +147,7 @@ instructions() {
 	# cpu.rdtscp=off: where valgrind's CPUID advertises RDTSCP, the runtime's cputicks would use
 	# it and valgrind dies with SIGILL on the unhandled instruction; RDTSC works.
 	if ! GODEBUG="${GODEBUG:+$GODEBUG,}asyncpreemptoff=1,cpu.rdtscp=off" GOMAXPROCS=1 GOGC=off \
-		valgrind --tool=callgrind --callgrind-out-file="$out" \
+		valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out" \
 		"$bin" -dsn "$dsn" -mode "$mode" -n "$n" -workload "$WORKLOAD" >"$work/run.log" 2>&1; then
 		echo "instr: $mode -n $n failed:" >&2
 		tail -n 40 "$work/run.log" >&2
@@ -132,13 +169,14 @@ for round in $(seq "$ROUNDS"); do
 		echo "instr: round $round/$ROUNDS: $mode: callgrind with $N1 and $N2 queries..." >&2
 		r1="$(instructions "$mode" "$N1")"
 		r2="$(instructions "$mode" "$N2")"
-		results+="$mode $r1 $r2"$'\n'
+		results+="$mode $r1 $r2 $(footprint "$work/callgrind.$mode.$N1" "$work/callgrind.$mode.$N2")"$'\n'
 	done
 done
 
 # Per run: instructions per query from the totals (the headline figure) and from the totals less
-# the idle part ("busy", steadier); per mode the median over the rounds (the lower middle for an
-# even count) and the range; both again relative to the medians of the mode's base.
+# the idle part ("busy", steadier), and the code per query (see footprint), in KB; per mode the
+# median over the rounds (the lower middle for an even count) and the range of the first two;
+# each again relative to the medians of the mode's base.
 {
 	printf '%s\n' "$bases" | sed 's/^/base /'
 	printf '%s' "$results"
@@ -154,20 +192,23 @@ done
 		if (!($1 in per)) order[++nm] = $1
 		per[$1] = per[$1] " " ($4 - $2) / (n2 - n1)
 		busy[$1] = busy[$1] " " (($4 - $5) - ($2 - $3)) / (n2 - n1)
+		code[$1] = code[$1] " " $6 * 64 / 1024
 	}
 	END {
 		for (i = 1; i <= nm; i++) {
 			m = order[i]
 			mp[m] = median(per[m]); rp[m] = sprintf("%.0f-%.0f", lo, hi)
 			mb[m] = median(busy[m]); rb[m] = sprintf("%.0f-%.0f", lo, hi)
+			mc[m] = median(code[m])
 		}
-		printf "%-10s %12s %13s %10s %12s %13s %12s  %s\n", "mode", "instr/query", "(range)", "vs base",
-			"busy/query", "(range)", "busy vs base", "base"
+		printf "%-10s %12s %13s %10s %12s %13s %12s %8s %8s  %s\n", "mode", "instr/query", "(range)", "vs base",
+			"busy/query", "(range)", "busy vs base", "code KB", "vs base", "base"
 		for (i = 1; i <= nm; i++) {
 			m = order[i]; b = base[m]
 			hasbase = (b in mp)
 			d = hasbase ? sprintf("%+.0f", mp[m] - mp[b]) : "n/a"
 			db = hasbase ? sprintf("%+.0f", mb[m] - mb[b]) : "n/a"
-			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s  %s\n", m, mp[m], rp[m], d, mb[m], rb[m], db, b
+			dc = hasbase ? sprintf("%+.1f", mc[m] - mc[b]) : "n/a"
+			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s %8.1f %8s  %s\n", m, mp[m], rp[m], d, mb[m], rb[m], db, mc[m], dc, b
 		}
 	}'
