@@ -70,8 +70,9 @@ demo: deps
 	$(GO) run ./examples/demo
 	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"
 
-# Instructions per query for each driver mode, database/sql and pgx-native, measured with
-# callgrind (WORKLOAD=update: an Exec; MODES, ROUNDS: see integration/scripts/instr.sh).
+# Instructions per query, and the code each query runs, for each driver mode, database/sql and
+# pgx-native, measured with callgrind (WORKLOAD=update: an Exec; MODES, ROUNDS: see
+# integration/scripts/instr.sh).
 # integration/instr is a module of its own, built here for the script.
 instr:
 	work="$$(mktemp -d)"; trap 'rm -rf "$$work"' EXIT; \
@@ -79,7 +80,8 @@ instr:
 
 # Wall time per statement of each driver mode against raw pgx (raw pgxpool for the pgx-native
 # modes), client and server pinned to different CPUs, in five processes (about 4 minutes;
-# PROCS, ROUNDS, K and MODES: see integration/scripts/wall.sh).
+# PROCS, ROUNDS, K and MODES: see integration/scripts/wall.sh). The modes control and
+# poolcontrol are the bases again: how far their ratios stray from 1 is the run's own noise.
 wall:
 	integration/scripts/wall.sh
 
