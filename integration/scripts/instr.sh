@@ -27,7 +27,8 @@
 # instructions are their bases'), N1 (2000), N2 (12000),
 # ROUNDS (3), WORKLOAD (select, the default: the single-row select; update: an Exec of a
 # one-row update, like TPC-B's statements), INSTR_BIN (a prebuilt program to measure instead of
-# building ./integration/instr).
+# building ./integration/instr), CODE_BY_FUNCTION (0; N: after the table, the N functions whose
+# code a query runs grew the most over each mode's base's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=integration/scripts/pgserver.sh
@@ -104,36 +105,58 @@ idle() {
 		END { print s + 0 }'
 }
 
-# footprint FILE1 FILE2 prints the code a query runs, in 64-byte lines: those holding an
-# instruction that the run of N2 queries (FILE2) executed at least 0.9 times per extra query
-# more than the run of N1 (FILE1). A statement's path runs mostly straight through, each
-# instruction about once, so this is the code every statement brings into the CPU's caches;
-# where other work evicts it between round trips (a busy host), what it costs in wall time
-# follows this rather than the instruction count. Callgrind's files name each instruction's
-# address (--dump-instr=yes): absolute in hex, or relative to the previous line's; the line
-# after a call's "calls=" line holds the call's inclusive cost, not the instruction's own.
+# footprint FILE1 FILE2 [byfunction] prints the code a query runs, in 64-byte lines: those
+# holding an instruction that the run of N2 queries (FILE2) executed at least 0.9 times per
+# extra query more than the run of N1 (FILE1). A statement's path runs mostly straight through,
+# each instruction about once, so this is the code every statement brings into the CPU's
+# caches; where other work evicts it between round trips (a busy host), what it costs in wall
+# time follows this rather than the instruction count. With byfunction it prints, instead of
+# the total, each function's lines ("LINES NAME", a line shared by two functions counted in
+# each). Callgrind's files name each instruction's address (--dump-instr=yes): absolute in hex,
+# or relative to the previous line's; the line after a call's "calls=" line holds the call's
+# inclusive cost, not the instruction's own. They name a function once in full, "fn=(ID) NAME"
+# or "cfn=(ID) NAME", and by "(ID)" after that; recursion levels are NAME'N.
 footprint() {
-	awk -v per=$((N2 - N1)) '
+	awk -v per=$((N2 - N1)) -v byfn="${3:-}" '
 		function hex(s,    i, v) {
 			v = 0; s = tolower(s)
 			for (i = 1; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
 			return v
 		}
 		function num(s) { return s ~ /^0x/ ? hex(substr(s, 3)) : s + 0 }
+		function fname(s,    id, c) {
+			if (s !~ /^\(/) return s
+			c = index(s, ")")
+			id = substr(s, 2, c - 2)
+			if (length(s) > c + 1) names[run, id] = substr(s, c + 2)
+			return names[run, id]
+		}
 		FNR == 1 { run++; addr = 0; call = 0 }
+		/^fn=/ { fn = fname(substr($0, 4)); sub(/\047[0-9]+$/, "", fn); next }
+		/^cfn=/ { fname(substr($0, 5)); next }
 		/^calls=/ { call = 1; next }
 		/^(0x|[+*-])/ {
 			if ($1 ~ /^0x/) addr = hex(substr($1, 3))
 			else if ($1 ~ /^\+/) addr += num(substr($1, 2))
 			else if ($1 ~ /^-/) addr -= num(substr($1, 2))
 			if (call) { call = 0; next }
-			if (NF >= 3) count[run, addr] += $3
+			if (NF >= 3) {
+				count[run, addr] += $3
+				if (run == 2) at[addr] = fn
+			}
 			next
 		}
 		END {
 			for (k in count) {
 				split(k, ka, SUBSEP)
-				if (ka[1] == 2 && count[2, ka[2]] - count[1, ka[2]] >= 0.9 * per) line[int(ka[2] / 64)] = 1
+				if (ka[1] != 2 || count[2, ka[2]] - count[1, ka[2]] < 0.9 * per) continue
+				l = int(ka[2] / 64)
+				line[l] = 1
+				if (!((at[ka[2]], l) in infn)) { infn[at[ka[2]], l] = 1; fnlines[at[ka[2]]]++ }
+			}
+			if (byfn != "") {
+				for (f in fnlines) print fnlines[f], f
+				exit
 			}
 			for (l in line) lines++
 			print lines + 0
@@ -212,3 +235,20 @@ done
 			printf "%-10s %12.0f %13s %10s %12.0f %13s %12s %8.1f %8s  %s\n", m, mp[m], rp[m], d, mb[m], rb[m], db, mc[m], dc, b
 		}
 	}'
+
+# CODE_BY_FUNCTION=N: after the table, for each mode whose base was measured, the N functions
+# whose code a query runs grew the most over the base's, in 64-byte lines (see footprint), from
+# the last round's runs.
+if ((${CODE_BY_FUNCTION:-0} > 0)); then
+	for mode in $MODES; do
+		footprint "$work/callgrind.$mode.$N1" "$work/callgrind.$mode.$N2" byfunction >"$work/code.$mode"
+	done
+	for mode in $MODES; do
+		base="$(awk -v m="$mode" '$1 == m { print $2 }' <<<"$bases")"
+		[[ "$base" != "$mode" && -f "$work/code.$base" ]] || continue
+		printf '\ncode a query runs by function, %s over %s (64-byte lines; the last round):\n' "$mode" "$base"
+		awk 'NR == FNR { n = $1; sub(/^[0-9]+ /, ""); base[$0] = n; next }
+			{ n = $1; sub(/^[0-9]+ /, ""); if (n - base[$0] > 0) printf "%+5d %5d  %s\n", n - base[$0], n, $0 }' \
+			"$work/code.$base" "$work/code.$mode" | sort -rn | head -n "$CODE_BY_FUNCTION"
+	done
+fi
