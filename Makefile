@@ -71,8 +71,8 @@ demo: deps
 	$(GO) run -C examples/noisy-neighbor . -out "$(CURDIR)/noisy-neighbor.png"
 
 # Instructions per query, and the code each query runs, for each driver mode, database/sql and
-# pgx-native, measured with callgrind (WORKLOAD=update: an Exec; MODES, ROUNDS: see
-# integration/scripts/instr.sh).
+# pgx-native, measured with callgrind (WORKLOAD=update: an Exec; MODES, ROUNDS, and
+# CODE_BY_FUNCTION=N for the functions that grew that code most: see integration/scripts/instr.sh).
 # integration/instr is a module of its own, built here for the script.
 instr:
 	work="$$(mktemp -d)"; trap 'rm -rf "$$work"' EXIT; \
