@@ -37,9 +37,21 @@ source integration/scripts/pgserver.sh
 N1="${N1:-2000}"
 N2="${N2:-12000}"
 ROUNDS="${ROUNDS:-3}"
+CODE_BY_FUNCTION="${CODE_BY_FUNCTION:-0}"
 WORKLOAD="${WORKLOAD:-select}"
 GO="${GO:-go}"
 export CGO_ENABLED=1
+
+for v in N1 N2 ROUNDS CODE_BY_FUNCTION; do
+	if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
+		echo "instr: $v=${!v}: want a whole number" >&2
+		exit 1
+	fi
+done
+if ((ROUNDS < 1)); then
+	echo "instr: ROUNDS=$ROUNDS: want at least 1" >&2
+	exit 1
+fi
 
 if ! command -v valgrind >/dev/null; then
 	echo "instr: valgrind not found; install it (Debian: apt-get install -y valgrind)" >&2
@@ -239,7 +251,7 @@ done
 # CODE_BY_FUNCTION=N: after the table, for each mode whose base was measured, the N functions
 # whose code a query runs grew the most over the base's, in 64-byte lines (see footprint), from
 # the last round's runs.
-if ((${CODE_BY_FUNCTION:-0} > 0)); then
+if ((CODE_BY_FUNCTION > 0)); then
 	for mode in $MODES; do
 		footprint "$work/callgrind.$mode.$N1" "$work/callgrind.$mode.$N2" byfunction >"$work/code.$mode"
 	done
