@@ -100,7 +100,8 @@ func healthDatabase(cc *pgx.ConnConfig) string {
 func (c *core) close() error { return errors.Join(c.tel.close(), c.rt.Close()) }
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
-// state. An invalid cfg is an error and the rules in force stay.
+// state. An invalid cfg is an error and the rules in force stay. pgtraffic keeps a copy of cfg:
+// changing cfg afterwards changes nothing until it is passed to SetConfig again.
 func (c *core) SetConfig(cfg *Config) error { return c.rt.SetConfig(cfg) }
 
 // explainOn is conn, the connection a statement will run on, as the engine takes it (for

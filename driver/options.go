@@ -46,7 +46,8 @@ func WithMaxRulesFileSize(n int64) Option {
 }
 
 // WithConfig sets the rules from a [Config] built in code or by [ParseConfig]. Use
-// [Connector.SetConfig] to change them later.
+// [Connector.SetConfig] to change them later: pgtraffic keeps a copy of cfg, so changing cfg
+// itself changes nothing.
 func WithConfig(cfg *Config) Option {
 	return func(o *options) { o.config = cfg; o.rulesFile = "" }
 }

@@ -174,6 +174,16 @@ func (b *Budget) wakeFirst(key string) {
 	}
 }
 
+// WakeWaiters tells the first waiter of every key of b to try again: the rules changed, and a
+// statement that waits under the rules it was routed by must be decided again under the new
+// ones (the engine's admission), whether they lift its budget's limits, close it or remove it.
+// Each waiter that leaves the queue tells the one behind it, which then sees the change too.
+func (b *Budget) WakeWaiters() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.wakeAll()
+}
+
 // wakeAll tells the first waiter of every key to try again (a shared budget's leases changed).
 // The caller holds b.mu.
 func (b *Budget) wakeAll() {

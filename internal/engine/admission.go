@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -94,8 +95,15 @@ func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.T
 	return e.await(ctx, st, c, start, o, d, how)
 }
 
+// errRulesChanged is await's answer when the rules it decided a claim by were replaced while
+// the claim waited: nothing is held, and the caller decides it again under the rules in force
+// (a reload wakes every waiter: Engine.Install).
+var errRulesChanged = errors.New("engine: the rules changed while the statement waited")
+
 // await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
-// queues for what may lift the refusal (how) and tries again, until admitted or refused.
+// queues for what may lift the refusal (how) and tries again, until admitted or refused. A
+// statement or batch whose rules were replaced since it was routed leaves the queues with
+// errRulesChanged, to be decided again under the new ones.
 func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.Time, o owner, d *Denial,
 	how wake) (waited bool, err error) {
 	defer c.leave() // on every path, a panic in an observer or a logger included
@@ -113,8 +121,8 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 			}
 			waited = true
 			// A slot released before it joined woke nobody: try once more now.
-			if now, o, d, how = e.retry(st, c); d == nil {
-				return waited, nil
+			if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
+				return waited, err
 			}
 			continue
 		}
@@ -138,17 +146,21 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 		case <-e.after(wait):
 		case <-sampled:
 		}
-		if now, o, d, how = e.retry(st, c); d == nil {
-			return waited, nil
+		if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
+			return waited, err
 		}
 	}
 }
 
-// retry is a waiting claim's next try, at the time now.
-func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake) {
+// retry is a waiting claim's next try, at the time now, or errRulesChanged when st is no longer
+// the rule set in force: the claim was routed by replaced rules.
+func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake, err error) {
+	if e.state.Load() != st {
+		return now, o, d, how, errRulesChanged
+	}
 	now = e.now()
 	o, d, how = e.try(st, c, now)
-	return now, o, d, how
+	return now, o, d, how, nil
 }
 
 // mayWait reports whether c, refused by d of owner o at now, may wait for what may lift it,

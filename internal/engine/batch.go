@@ -104,39 +104,20 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	for i, q := range queries {
-		x := &b.Execs[i]
-		if st.empty && x.Wants == 0 && !debug {
-			continue // as Begin: nothing reads this statement
-		}
-		if b.start.IsZero() {
-			b.start = e.now()
-		}
-		x.start = b.start
-		rt := e.routeStatement(ctx, st, x, b.texts[i], debug, q)
-		b.routes[i] = rt
-		if st.empty {
-			continue
-		}
-		var qargs []any
-		if i < len(args) {
-			qargs = args[i]
-		}
-		if err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err != nil {
-			if err != ErrNeedConn { // else nothing was decided: BeginBatch follows with the connection
-				b.refused(ctx, err)
-			}
-			return err
-		}
+	err := e.decideBatch(ctx, st, b, conn, queries, args, debug)
+	for err == errRulesChanged {
+		// The rules were replaced while the batch waited for room: routed and decided again
+		// under the rules in force, its max_wait still counted from its arrival.
+		b.undecide()
+		st = e.state.Load()
+		err = e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	}
 	clear(b.texts) // pin no cache entry until the next batch
-	if len(b.holds) > 0 {
-		if err := e.admitBatch(ctx, st, b); err != nil {
+	if err != nil {
+		if err != ErrNeedConn { // else nothing was decided: BeginBatch follows with the connection
 			b.refused(ctx, err)
-			return err
 		}
-		// An EXPLAIN or a wait for capacity is not the batch's cost: measure from here.
-		b.start = e.now()
+		return err
 	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
@@ -160,6 +141,53 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	e.inFlight.Add(int64(len(b.Execs)))
 	begun = true
 	return nil
+}
+
+// decideBatch routes, guards and costs each statement of b under st, then admits the batch's
+// union of budgets (admitBatch). ErrNeedConn: a statement's cost needs an EXPLAIN on the
+// connection, which b has not; errRulesChanged: st was replaced while b waited for room.
+func (e *Engine) decideBatch(ctx context.Context, st *compiled, b *Batch, conn Conn, queries []string,
+	args [][]any, debug bool) error {
+	for i, q := range queries {
+		x := &b.Execs[i]
+		if st.empty && x.Wants == 0 && !debug {
+			continue // as Begin: nothing reads this statement
+		}
+		if b.start.IsZero() {
+			b.start = e.now()
+		}
+		x.start = b.start
+		rt := e.routeStatement(ctx, st, x, b.texts[i], debug, q)
+		b.routes[i] = rt
+		if st.empty {
+			continue
+		}
+		var qargs []any
+		if i < len(args) {
+			qargs = args[i]
+		}
+		if err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err != nil {
+			return err
+		}
+	}
+	if len(b.holds) > 0 {
+		if err := e.admitBatch(ctx, st, b); err != nil {
+			return err
+		}
+		// An EXPLAIN or a wait for capacity is not the batch's cost: measure from here.
+		b.start = e.now()
+	}
+	return nil
+}
+
+// undecide clears what a decision of b under rules since replaced set (errRulesChanged): its
+// routes, its union of budgets and each statement's decision. Nothing is held.
+func (b *Batch) undecide() {
+	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	clear(b.routes)
+	for i := range b.Execs {
+		b.Execs[i].undecide()
+	}
 }
 
 // reset readies b for a batch of n statements, keeping its storage.

@@ -290,7 +290,8 @@ func (e *Engine) Install(r *Rules) {
 		keep[name] = n.b
 	}
 	e.reg.mu.Lock()
-	for name, bb := range e.reg.budgets {
+	old := e.reg.budgets
+	for name, bb := range old {
 		if _, ok := keep[name]; !ok {
 			if s := bb.Snapshot(now); s.InFlight > 0 || s.Debt > 0 {
 				keep[name] = bb
@@ -303,6 +304,18 @@ func (e *Engine) Install(r *Rules) {
 	e.quarantined.configure(r.quar)
 	e.state.Store(r.c)
 	e.stats.Reloads.Add(1)
+	// Statements waiting for room (max_wait) were routed by the rules replaced: each is decided
+	// again under these (admission.go), at once rather than when a slot frees or its max_wait
+	// ends, so that a reload that lifts a limit, closes a budget (max_concurrent: 0), turns it to
+	// warn or removes it reaches them too. The budgets of both rule sets, a removed one's included.
+	for _, bb := range old {
+		bb.WakeWaiters()
+	}
+	for name, bb := range keep {
+		if old[name] != bb {
+			bb.WakeWaiters()
+		}
+	}
 }
 
 // serverCores is cfg's server_cores, or its default when cfg leaves it out: a Config built in

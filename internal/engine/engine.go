@@ -277,6 +277,14 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
 }
 
+// undecide clears what a decision of x set before its admission, which the rules replaced
+// while it waited (errRulesChanged): its budgets, its prediction and whether it is a probe were
+// the old rules' (it holds nothing).
+func (x *Exec) undecide() {
+	x.Budgets, x.Predicted, x.PlanCost, x.Costed = nil, 0, 0, false
+	x.warm, x.untrained, x.server, x.identified, x.probe = false, false, false, false, false
+}
+
 // Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
 // statement there for its planner cost, never to send it. It returns the plan's total cost in
 // planner units and the server's query identifier of the statement (0: none); an error
@@ -413,12 +421,20 @@ func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, quer
 }
 
 // decideStatement is Begin's work for a statement under st's rules: it starts the statement's
-// clock, routes it and decides it.
+// clock, routes it and decides it. A statement whose rules were replaced while it waited for
+// room is routed and decided again under the rules in force, its max_wait still counted from
+// its arrival.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	conn Conn, query string, args []any) error {
 	x.start = e.now()
 	rt := e.routeStatement(ctx, st, x, text, debug, query)
 	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	for err == errRulesChanged {
+		x.undecide()
+		st = e.state.Load()
+		rt = e.routeStatement(ctx, st, x, text, debug, query)
+		slow, err = e.decide(ctx, st, x, rt, conn, query, args)
+	}
 	if err != nil {
 		// ErrNeedConn decided nothing: Begin follows with the connection.
 		if err != ErrNeedConn && e.obs != nil {

@@ -78,10 +78,13 @@ func (r *Runtime) Engine() *engine.Engine { return r.e }
 // its statements still hold slots or its debt has not drained. On error the current rules stay.
 // Statements are not held up by a reload: they read the rules in force until the new ones are
 // swapped in. Of two SetConfig calls at once, the later one's rules are the ones left in force.
+// It keeps a copy of cfg: the caller may go on changing its own (to prepare the next reload)
+// without changing, or racing with, the rules in force.
 func (r *Runtime) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
 		cfg = &rules.Config{}
 	}
+	cfg = cfg.Clone()
 	if err := r.checkCoordination(cfg); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
+	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // TestReloadHoldsNoLockAcrossCompile: while one SetConfig is provably inside its compile (held
@@ -117,5 +118,49 @@ func TestReloadHoldsNoLockAcrossRedis(t *testing.T) {
 	}
 	if st := r.Coordination(); st != nil {
 		t.Fatalf("still coordinating after the section was removed: %+v", st)
+	}
+}
+
+// TestSetConfigKeepsACopy: SetConfig keeps a copy of the Config it is given, so that a caller
+// that goes on changing its own (to prepare the next reload) changes nothing in force, and does
+// not race with the statements that read the rules. Here a caller adds a health threshold
+// (in_flight above 0, which throttles every statement) and retargets the rule in its own
+// Config after handing it over: statements are still decided by the rules it handed over.
+func TestSetConfigKeepsACopy(t *testing.T) {
+	r, _ := newRuntime(t, "")
+	cfg, err := rules.Parse([]byte(`
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 2, throttle_when: {in_flight: 100}}
+rules:
+  - {budget: q, match: {app: q}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Budgets[0].ThrottleWhen[rules.MetricInFlight] = 0
+	cfg.Rules[0].Match["app"] = "other"
+	*cfg.Budgets[0].MaxConcurrent = 0
+
+	ctx := tagging.With(context.Background(), "app", "q")
+	x, err := begin(r.e, ctx, "select 1")
+	if err != nil {
+		t.Fatalf("a statement refused by changes made to the caller's Config after SetConfig: %v", err)
+	}
+	defer x.Finish(ctx, nil)
+	if len(x.Budgets) != 1 || x.Budgets[0] != "q" {
+		t.Fatalf("budgets %v; want [q], as routed by the Config handed over", x.Budgets)
+	}
+	// With one statement in flight, the in_flight threshold added to the caller's Config would
+	// throttle the next; the limit in force is the Config's as handed over: 2 at once.
+	y, err := begin(r.e, ctx, "select 1")
+	if err != nil {
+		t.Fatalf("second statement under max_concurrent 2: %v", err)
+	}
+	defer y.Finish(ctx, nil)
+	if _, err := begin(r.e, ctx, "select 1"); err == nil {
+		t.Fatal("a third statement admitted under max_concurrent 2")
 	}
 }
