@@ -1,7 +1,9 @@
 package pattern
 
 import (
+	"encoding/binary"
 	"hash/fnv"
+	"hash/maphash"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,13 +136,48 @@ func analyze(key string) *Pattern {
 // unparsable is the Pattern of text pg_query rejects. The server may still run it, so a text
 // that may write is flagged by the guard facts of its words ([guard.Unparsed]).
 func unparsable(key string) *Pattern {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	id := h.Sum64()
+	id := unparsableID(key)
 	p := &Pattern{Fingerprint: FingerprintHex(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
 	p.Facts = guard.Unparsed(key)
 	return p
 }
+
+// unparsableID is the fingerprint of a text pg_query cannot parse (a newer server's syntax, a
+// typo). It hashes the text's tokens as the scanner reads them, each token's kind and, but for
+// literals, parameters and comments, its text (case-folded): so that one statement shape is one
+// pattern whatever its values (its refusals, quarantine strikes and learned cost count
+// together), and so that the fingerprint, which telemetry and errors show, holds nothing of its
+// literals. A hash of the whole text would let whoever sees the fingerprint and knows the
+// statement's shape recover a short literal (a PIN, a small id) by trying each value. A text
+// the scanner rejects too (an unterminated quote) is hashed whole, with a key drawn at random
+// per process: still one pattern per text, but a hash nobody outside can recompute to test a
+// guess.
+func unparsableID(key string) uint64 {
+	scan, err := pg.Scan(key)
+	if err != nil {
+		return maphash.String(unparsableSeed, key)
+	}
+	h := fnv.New64a()
+	var kind [4]byte
+	for _, t := range scan.Tokens {
+		binary.LittleEndian.PutUint32(kind[:], uint32(t.Token))
+		switch t.Token {
+		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+			continue
+		case pg.Token_ICONST, pg.Token_FCONST, pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST,
+			pg.Token_XCONST, pg.Token_PARAM:
+			h.Write(kind[:]) // a value: its kind alone
+		default:
+			h.Write(kind[:])
+			h.Write([]byte(strings.ToLower(key[t.Start:t.End])))
+		}
+	}
+	return h.Sum64()
+}
+
+// unparsableSeed keys the hash of a text that neither the parser nor the scanner reads
+// (unparsableID).
+var unparsableSeed = maphash.MakeSeed()
 
 // FingerprintHex is a fingerprint as [Pattern.Fingerprint] spells it: 16 lower-case hex digits.
 func FingerprintHex(id uint64) string {

@@ -1,6 +1,8 @@
 package pattern
 
 import (
+	"fmt"
+	"hash/fnv"
 	"regexp"
 	"slices"
 	"strings"
@@ -176,6 +178,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		p := Analyze("SELEC 'secret-123' FROM")
 		q := Analyze("/* other comment */ SELEC 'secret-123' FROM;")
 		r := Analyze("SELEC 'secret-124' FROM")
+		w := Analyze("SELEC 'secret-123' INTO")
 		if p.Parsed || p.Kind != KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
 			!hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Errorf("unparsable: %+v", p)
@@ -183,8 +186,11 @@ func TestAnalyzeEdges(t *testing.T) {
 		if p.Fingerprint != q.Fingerprint {
 			t.Errorf("comments changed the hash fingerprint: %s vs %s", p.Fingerprint, q.Fingerprint)
 		}
-		if p.Fingerprint == r.Fingerprint {
-			t.Errorf("different texts share hash fingerprint %s", p.Fingerprint)
+		if p.Fingerprint != r.Fingerprint {
+			t.Errorf("another literal, another fingerprint (one pattern per value): %s vs %s", p.Fingerprint, r.Fingerprint)
+		}
+		if p.Fingerprint == w.Fingerprint {
+			t.Errorf("texts of other words share fingerprint %s", p.Fingerprint)
 		}
 	})
 	t.Run("fingerprint", func(t *testing.T) {
@@ -296,4 +302,42 @@ func scanLiterals(sql string) []string {
 		return nil
 	}
 	return res
+}
+
+// TestUnparsableFingerprint: a text pg_query cannot parse (here PostgreSQL 17's MERGE … WHEN
+// NOT MATCHED BY SOURCE) is one pattern whatever its literals, and its fingerprint, which
+// errors, logs, spans and the status page show, cannot be matched against guesses at a
+// literal by hashing the text: it holds nothing of them. Its other words still tell patterns
+// apart. A text the scanner rejects too is one pattern per text.
+func TestUnparsableFingerprint(t *testing.T) {
+	const shape = "merge into accounts a using users u on a.uid = u.id and u.email = 'alice@example.com' and u.pin = %04d when not matched by source then delete"
+	p := Analyze(fmt.Sprintf(shape, 4821))
+	if p.Parsed || p.Normalized != "" {
+		t.Fatalf("the text parsed (%+v): the test needs one pg_query rejects", p)
+	}
+	if q := Analyze(fmt.Sprintf(shape, 1111)); q.Fingerprint != p.Fingerprint {
+		t.Errorf("another PIN, another pattern: %s vs %s", q.Fingerprint, p.Fingerprint)
+	}
+	if q := Analyze(strings.Replace(fmt.Sprintf(shape, 4821), "'alice@example.com'", "'bob@example.com' /* x */", 1)); q.Fingerprint != p.Fingerprint {
+		t.Errorf("another string literal or a comment, another pattern: %s vs %s", q.Fingerprint, p.Fingerprint)
+	}
+	if q := Analyze(strings.Replace(fmt.Sprintf(shape, 4821), "u.pin", "u.code", 1)); q.Fingerprint == p.Fingerprint {
+		t.Error("another column, the same pattern")
+	}
+	for pin := range 10000 {
+		h := fnv.New64a()
+		h.Write([]byte(fmt.Sprintf(shape, pin)))
+		if FingerprintHex(h.Sum64()) == p.Fingerprint {
+			t.Fatalf("the fingerprint is the hash of the text with PIN %04d: a literal can be recovered from it", pin)
+		}
+	}
+	u := Analyze("select 'unterminated")
+	if v := Analyze("select 'unterminated"); v.Fingerprint != u.Fingerprint {
+		t.Errorf("a text the scanner rejects: two fingerprints %s and %s", u.Fingerprint, v.Fingerprint)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("select 'unterminated"))
+	if FingerprintHex(h.Sum64()) == u.Fingerprint {
+		t.Error("a text the scanner rejects is fingerprinted by an unkeyed hash of its text")
+	}
 }
