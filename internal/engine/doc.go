@@ -8,7 +8,7 @@
 //	driver (the front ends) → runtime (rules file, sampler, coordinator) → engine
 //	engine → pattern, guard, ruleset, cost, budget, health
 //
-// It may import those packages, driver/rules and tagging; it knows no front end, no database
+// It may import those packages, driver/rules, tagging and internal/bounded; it knows no front end, no database
 // driver (a statement's connection is a [Conn], which EXPLAINs), no file watcher and no Redis
 // client.
 //
