@@ -60,7 +60,13 @@ func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, quer
 	}
 	switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
 	case nil:
-		return acquireAdmitted(ctx, d.pool, eb)
+		if q, release, err = acquireAdmitted(ctx, d.pool, eb); err != engine.ErrDecideAgain {
+			return q, release, err
+		}
+		// The rules were replaced while it waited for room on its connection: decided afresh there.
+		return decideOn(q, release, func(conn *pgx.Conn) error {
+			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)
+		})
 	case engine.ErrNeedConn:
 		return acquireExplained(ctx, d.pool, func(conn *pgx.Conn) error {
 			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)

@@ -45,19 +45,30 @@ func (c poolConns) acquire(ctx context.Context) (querier, releaser, error) {
 }
 
 // admitted is a statement (*engine.Exec) or a batch (*engine.Batch) that the engine admitted
-// before it had a connection (BeginBeforeConn): told once it has one, or abandoned.
+// before it had a connection (BeginBeforeConn): told once it has one, which may refuse it
+// still, or abandoned.
 type admitted interface {
-	Acquired()
+	Acquired(ctx context.Context) error
 	Abandon(ctx context.Context, err error)
 }
 
 // acquireAdmitted takes a connection from pool for a, admitted before it had one under ctx
 // (the context BeginBeforeConn returned): once a has it, a's clock restarts (the wait for the
-// pool is not its cost); if none comes (the context ended, the pool closed) or the pool's hook
-// panics, a is abandoned: its slots go back at no cost.
+// pool is not its cost) and its pending slots become running ones (Acquired). Statements on
+// held connections may have overtaken those slots while it waited: then a is admitted again on
+// its connection, and may wait for capacity or be refused. If no connection comes (the context
+// ended, the pool closed), Acquired refuses a, or the pool's hook or the engine's observer
+// panics, a is abandoned: its slots go back at no cost, as does the connection it took. The
+// error is the pool's, or Acquired's refusal (a *engine.Denial, or ctx's error).
+//
+// When the rules were replaced while a waited for room on its connection, Acquired returns
+// engine.ErrDecideAgain: a is abandoned (its first decision ends there), and acquireAdmitted
+// returns that error with the connection still held, which the caller decides the statement
+// again on with decideOn, as one that took its connection first.
 func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier, release releaser, err error) {
+	ran := false
 	defer func() {
-		if release == nil {
+		if !ran {
 			a.Abandon(ctx, err) // nothing ran
 		}
 	}()
@@ -65,7 +76,19 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 	if q, release, err = pool.acquire(ctx); err != nil {
 		return nil, nil, err
 	}
-	a.Acquired()
+	defer func(conn releaser) {
+		if !ran && err != engine.ErrDecideAgain {
+			conn.Release() // before Abandon: a refused statement holds no connection
+		}
+	}(release)
+	err = errPanicked
+	if err = a.Acquired(ctx); err == engine.ErrDecideAgain {
+		return q, release, err // abandoned by the deferred call; the connection stays the caller's
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ran = true
 	return q, release, nil
 }
 
@@ -78,6 +101,14 @@ func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.C
 	if err != nil {
 		return nil, nil, err
 	}
+	return decideOn(q, release, begin)
+}
+
+// decideOn decides a statement or batch with begin on the connection q it holds (release gives
+// it back): one whose cost needs an EXPLAIN there, or one admitted before it had a connection
+// whose rules were replaced meanwhile (engine.ErrDecideAgain). The connection goes back at once
+// if begin refuses it (or panics).
+func decideOn(q querier, release releaser, begin func(conn *pgx.Conn) error) (querier, releaser, error) {
 	decided := false
 	defer func() {
 		if !decided {

@@ -136,8 +136,10 @@ func (d *dest) text(sql string) string {
 // The engine decides the statement on d's held connection, or, for a statement of the pool,
 // before it takes a connection whenever the decision needs no EXPLAIN: so a refused statement
 // never waits for a connection, and one waiting for capacity (max_wait) holds none; once
-// admitted it keeps its slots while it waits for the pool (acquireAdmitted). A statement whose
-// cost needs an EXPLAIN on its connection takes the connection first (acquireExplained).
+// admitted it keeps its slots while it waits for the pool (acquireAdmitted), pending slots
+// that a statement on a held connection may overtake, and if one did, it is decided again once
+// it has its connection, which it gives back if refused then. A statement whose cost needs an
+// EXPLAIN on its connection takes the connection first (acquireExplained).
 func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
 	x := &o.t.x
@@ -150,7 +152,9 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 		sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
 		switch err {
 		case nil:
-			q, o.release, err = acquireAdmitted(sctx, d.pool, x)
+			if q, o.release, err = acquireAdmitted(sctx, d.pool, x); err == engine.ErrDecideAgain {
+				sctx, q, o.release, err = i.decideOn(ctx, q, o.release, x, text, args)
+			}
 		case engine.ErrNeedConn:
 			sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
 		}
@@ -173,6 +177,18 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	}()
 	err = overran(o.qctx, send(q, o.qctx))
 	return err
+}
+
+// decideOn decides x again on the connection q it holds (release gives it back), after the
+// rules it was admitted by were replaced while it waited there (engine.ErrDecideAgain),
+// returning the context Begin returned.
+func (i *interceptor) decideOn(ctx context.Context, q querier, release releaser, x *engine.Exec, text string,
+	args []any) (sctx context.Context, _ querier, _ releaser, err error) {
+	q, release, err = decideOn(q, release, func(conn *pgx.Conn) (err error) {
+		sctx, err = i.engine.Begin(ctx, x, explainOn(conn), text, args)
+		return err
+	})
+	return sctx, q, release, err
 }
 
 // explained takes a connection from pool for x, whose cost needs an EXPLAIN on it, and decides

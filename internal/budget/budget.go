@@ -92,6 +92,13 @@ type Request struct {
 	// Waiter is the waiter that queued for this request (queue.go); nil for one that did not
 	// wait. While others wait for its key before it, it is refused.
 	Waiter *Waiter
+	// Pending marks a request admitted before its statement had a connection (the pgx-native
+	// pool decides a statement before it takes one): its slot is pending until [Connect]. A
+	// pending request is held to every slot in flight; a connected one, whose statement holds a
+	// connection, only to the slots of running statements, so that it is never held up by a
+	// statement waiting for a connection, perhaps the very one it holds. Admit takes it as it
+	// is; Connect clears it.
+	Pending bool
 }
 
 // Denial says which request refused an admission and why.
@@ -276,9 +283,17 @@ func worse(a, b *Denial) bool {
 // requests of the admission take from the same key: nil if r fits, else why
 // not (allocated only then). The caller holds b.mu.
 //
-// While others wait for r's key before it, r is refused as they are (queue.go).
+// While others wait for r's key before it, r is refused as they are (queue.go); except a
+// connected request (not Request.Pending) while the key has pending slots: the waiters ahead
+// of it may be waiting for those very slots, whose statements wait for a connection, perhaps
+// the one r's statement holds. With no pending slot the queue is first come, first served for
+// every request.
+//
+// A pending request counts every slot in flight against max_concurrent; a connected one only
+// the slots of running statements (Request.Pending).
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
-	if b.waiters > 0 {
+	s := b.keys.lookup(r.Key)
+	if b.waiters > 0 && (r.Pending || s == nil || s.pending == 0) {
 		if d := b.queued(r); d != nil {
 			return d
 		}
@@ -292,14 +307,17 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 		// No wait can make room: the bucket is too small for this query.
 		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.neverFits(need)}
 	}
-	s := b.keys.lookup(r.Key)
 	rate, burst, maxConcurrent := b.keys.limits(s)
 	if s == nil {
 		s = &state{} // an absent key is empty
 	} else {
 		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
-	if sp.MaxConcurrent > 0 && s.inflight+slots >= maxConcurrent {
+	inflight := s.inflight
+	if !r.Pending {
+		inflight -= s.pending // connected: only the running statements' slots count
+	}
+	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
 		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if r.Unknown {
@@ -337,6 +355,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
 	r.Cost = cost                          // what Release trues up
 	b.keys.take(s, cost)
+	if r.Pending {
+		s.pending++
+	}
 	if p := s.part; p != nil {
 		p.offered += cost
 		p.wanted = max(p.wanted, s.inflight)
@@ -371,14 +392,19 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 
 // Release gives back the slot that [Admit] took for r and trues r's key's
 // debt up by actual − r.Cost (a refund when the query was cheaper than
-// predicted), never below zero. A Release with nothing in flight for the key
-// (never admitted, or released twice) changes nothing. r is only read.
+// predicted), never below zero. A request still pending (its statement never
+// got its connection) gives back a pending slot. A Release with nothing in
+// flight for the key (never admitted, or released twice) changes nothing. r is
+// only read.
 func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
+		if r.Pending && s.pending > 0 {
+			s.pending--
+		}
 		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
 		if s.part != nil {
 			s.part.used += actual
@@ -389,8 +415,61 @@ func Release(now time.Time, r *Request, actual float64) {
 			b.meanHold += 0.1 * (actual - b.meanHold)
 		}
 		if b.waiters > 0 {
-			b.wakeFirst(r.Key) // the slot, and any refund, may be the first waiter's room
+			b.wakeFreed(s) // the slot, and any refund, may be a waiter's room
 		}
+	}
+}
+
+// Connect tells b, at now, that the statement of r, a request admitted pending
+// (Request.Pending), has its connection: its slot is a running one from now on, and r is
+// pending no more. While r waited for its connection, connected statements may have overtaken
+// its slot (or a shared budget's lease shrunk): when the key's running statements, r's
+// included, are now more than its max_concurrent, r gives its slot back and the cost it
+// reserved is refunded, as if it had never been admitted, and Connect reports false: the
+// caller must admit the statement again, now connected. A request not pending, or whose key
+// has nothing in flight, changes nothing and reports true.
+func Connect(now time.Time, r *Request) bool {
+	if !r.Pending {
+		return true
+	}
+	b := r.Budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.keys.lookup(r.Key)
+	if s == nil || s.pending == 0 {
+		return true
+	}
+	s.pending--
+	r.Pending = false
+	if b.keys.spec.MaxConcurrent == 0 {
+		return true
+	}
+	if _, _, maxConcurrent := b.keys.limits(s); s.inflight-s.pending <= maxConcurrent {
+		return true
+	}
+	b.keys.give(s, now, -sanitizeCost(r.Cost)) // never admitted: no hold time to learn
+	if b.waiters > 0 {
+		b.wakeFreed(s)
+	}
+	return false
+}
+
+// wakeFreed tells the waiters for s's key, whose slot or debt just went down, to try again:
+// the first waiter, as the queue admits in arrival order; and every waiter while the key has
+// pending slots, as a connected request then passes waiters ahead of it (check), so that the
+// room a running statement gives back reaches a connected waiter behind one that waits for a
+// pending slot. The caller holds b.mu.
+func (b *Budget) wakeFreed(s *state) {
+	q := b.queues[s.key]
+	if q == nil {
+		return
+	}
+	if s.pending == 0 {
+		q.ws[0].signal()
+		return
+	}
+	for _, w := range q.ws {
+		w.signal()
 	}
 }
 

@@ -116,6 +116,10 @@ type state struct {
 	emptyAt  time.Time // when the debt is gone; the eviction order of idle states
 	idx      int       // position in the idle heap; -1 while in flight (or the unkeyed state)
 	part     *part     // a shared budget's partition (its lease and usage); nil in a local budget
+	// pending is how many of the inflight slots are pending (Request.Pending): taken by
+	// statements that have no connection yet. A connected request is held only to the others,
+	// the running statements' (Budget.check).
+	pending int
 }
 
 // keys is the single-threaded core of a [Budget]: the state of each key under

@@ -41,6 +41,19 @@
 // as they complete. The state of the empty key "" (a budget without `per`, or
 // a query without the tag) is kept apart: never evicted, not counted.
 //
+// # Pending slots
+//
+// The pgx-native pool admits a statement before it takes a connection, and the statement keeps
+// its slot while it waits for one; a statement that already holds a connection (a
+// transaction's, or one that had to EXPLAIN first) is admitted on it. A slot of the first kind
+// is pending ([Request.Pending]) until [Connect]: a pending request counts every slot in
+// flight against MaxConcurrent, a connected one only the slots of running statements, and
+// while its key has pending slots a connected request passes the statements waiting in the
+// key's queue. So a statement that holds a connection is never held up by one waiting for a
+// connection, perhaps the very one it holds, and the two cannot wait for each other. A
+// pending request that connects while more statements run than MaxConcurrent allows (connected
+// ones overtook it) gives its slot back at Connect, and its caller admits it again.
+//
 // # Time
 //
 // Every operation takes `now` as a parameter; the package starts no

@@ -43,6 +43,9 @@ func invariants(b *Budget) error {
 		if s.inflight < 0 {
 			return fmt.Errorf("key %q in flight %d", s.key, s.inflight)
 		}
+		if s.pending < 0 || s.pending > s.inflight {
+			return fmt.Errorf("key %q: %d pending of %d in flight", s.key, s.pending, s.inflight)
+		}
 		inflight += s.inflight
 		if s == k.unkeyed {
 			if s.idx != -1 {

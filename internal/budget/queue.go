@@ -14,7 +14,11 @@ import (
 // by one arrival count across every budget, so the earliest waiter of all is first in each of
 // its queues: no two waiters can each hold up the other (no deadlock), and no waiter is passed
 // over for ever (no starvation). The price is that a waiter first in one queue but not in
-// another holds up its first queue until it is admitted or leaves.
+// another holds up its first queue until it is admitted or leaves. One exception: while a key
+// has pending slots (Request.Pending: taken by statements that wait for a connection), a
+// request whose statement holds a connection passes the queue when a running slot is free
+// (check), since those ahead of it may wait for the very connection it holds; so every waiter
+// of such a key is woken when room is made (wakeFreed).
 //
 // A waiter tries again when its [Waiter.Wake] channel receives: when it becomes first, when a
 // slot of its key is released, and when a shared budget's lease changes. Room made by the
@@ -184,10 +188,14 @@ func (b *Budget) WakeWaiters() {
 	b.wakeAll()
 }
 
-// wakeAll tells the first waiter of every key to try again (a shared budget's leases changed).
-// The caller holds b.mu.
+// wakeAll tells the waiters of every key to try again, as wakeFreed does one key's (a shared
+// budget's leases changed, or the rules did). The caller holds b.mu.
 func (b *Budget) wakeAll() {
-	for _, q := range b.queues {
-		q.ws[0].signal()
+	for key := range b.queues {
+		if s := b.keys.lookup(key); s != nil {
+			b.wakeFreed(s)
+		} else {
+			b.queues[key].ws[0].signal()
+		}
 	}
 }

@@ -47,6 +47,13 @@ type batchWork struct {
 	holds  []budget.Request
 	owners []owner
 	held   int // holds[:held] are taken from their budgets
+	// later: the batch has no connection yet (BeginBatchBeforeConn): its enforce holds are
+	// pending until Acquired (budget.Request.Pending).
+	later bool
+	// st is the rule set that admitted a batch before its connection, which Acquired admits it
+	// under again when its slots were overtaken meanwhile; nil otherwise, and once Acquired or
+	// Abandon ran, so that a Batch kept for reuse pins no old rules.
+	st     *compiled
 	warns  []budget.Warning
 	claim  claim         // its admission (admission.go)
 	waiter budget.Waiter // its place in the budgets' queues while it waits
@@ -74,8 +81,9 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn Conn, queries []
 
 // BeginBatchBeforeConn is BeginBatch for a batch that has no connection yet, as
 // BeginBeforeConn is Begin for a statement: when a statement's cost needs an EXPLAIN it takes
-// nothing and returns ErrNeedConn; once it admits the batch the front end acquires the
-// connection and calls [Batch.Acquired], or [Batch.Abandon] if it cannot.
+// nothing and returns ErrNeedConn; once it admits the batch (its slots pending until it has its
+// connection) the front end acquires the connection and calls [Batch.Acquired], or
+// [Batch.Abandon] if it cannot or Acquired refuses the batch.
 func (e *Engine) BeginBatchBeforeConn(ctx context.Context, b *Batch, queries []string, args [][]any) error {
 	return e.beginBatch(ctx, b, nil, true, queries, args)
 }
@@ -84,6 +92,7 @@ func (e *Engine) BeginBatchBeforeConn(ctx context.Context, b *Batch, queries []s
 func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool, queries []string,
 	args [][]any) error {
 	b.reset(e, len(queries))
+	b.later = later
 	begun := false
 	defer func() {
 		if !begun {
@@ -196,7 +205,7 @@ func (b *Batch) reset(e *Engine, n int) {
 		b.Execs = append(b.Execs[:cap(b.Execs)], make([]Exec, n-cap(b.Execs))...)
 	}
 	b.Execs = b.Execs[:n]
-	b.e, b.start, b.held = e, time.Time{}, 0
+	b.e, b.start, b.held, b.st = e, time.Time{}, 0, nil
 	b.holds, b.owners, b.texts = b.holds[:0], b.owners[:0], b.texts[:0]
 	b.routes = append(b.routes[:0], make([]*route, n)...)
 	b.ctxs = append(b.ctxs[:0], make([]context.Context, n)...)
@@ -263,6 +272,9 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	for _, rt := range b.routes {
 		quarantine = quarantine || rt != nil && rt.quarantine
 	}
+	for j := range b.holds[:n] {
+		b.holds[j].Pending = b.later // pending until the batch has its connection (Acquired)
+	}
 	c := &b.claim
 	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
 		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
@@ -272,6 +284,9 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		return err
 	}
 	b.held = n
+	if b.later {
+		b.st = st // for Acquired, should its slots be overtaken before it has its connection
+	}
 	// Then each warn budget on its own, as warnBudgets does: one that would block warns, and
 	// the batch runs without a hold in it. The ones admitted are kept after the enforce ones.
 	now := e.now()
@@ -398,26 +413,88 @@ func (b *Batch) observed(ctx context.Context, i int) context.Context {
 	return ctx
 }
 
-// Acquired tells b, admitted by BeginBatchBeforeConn, that its connection is acquired: its
-// clock restarts, as Exec.Acquired does a statement's.
-func (b *Batch) Acquired() {
+// Acquired tells b, admitted by BeginBatchBeforeConn, that its connection is acquired, as
+// Exec.Acquired does a statement: its clock restarts, its pending slots become running ones,
+// and when they were overtaken meanwhile it gives back its enforce budgets' holds and is
+// admitted again on its connection, possibly waiting up to max_wait. It returns nil when b may
+// be sent, else the refusal (a *Denial, counted and recorded for each of its statements, ctx's
+// error, or ErrDecideAgain as Exec.Acquired returns it): b then holds nothing, and the front
+// end calls Abandon and gives the connection back, or on ErrDecideAgain decides the batch again
+// on it.
+func (b *Batch) Acquired(ctx context.Context) error {
 	if b.start.IsZero() {
-		return
+		return nil
 	}
+	st := b.st
+	b.st = nil
 	b.start = b.e.now()
+	for i := range b.holds[:b.held] {
+		if !budget.Connect(b.start, &b.holds[i]) {
+			if err := b.admitAgain(ctx, st, i); err != nil {
+				return err
+			}
+			break
+		}
+	}
 	for i := range b.Execs {
 		if x := &b.Execs[i]; !x.start.IsZero() {
 			x.start = b.start
 		}
 	}
+	return nil
+}
+
+// admitAgain admits b, whose hold gone was overtaken (budget.Connect gave it back), again under
+// st as a batch on its connection, as Exec.admitAgain does a statement: the other enforce holds
+// go back at no cost and the same requests, no longer pending, are asked again through admit
+// with b's claim. On a refusal its warn budgets' holds go back too, every statement is marked
+// blocked, and the observer counts a block for each, as the budget does.
+func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
+	e, c := b.e, &b.claim
+	n := len(c.reqs) // b.holds[:n] are the enforce budgets' (admitBatch), b.holds[n:b.held] the warn budgets'
+	for i := range b.holds[:n] {
+		if i != gone {
+			budget.Release(b.start, &b.holds[i], 0) // never ran
+		}
+		b.holds[i].Pending = false
+	}
+	waited, err := e.admit(ctx, st, c, b.start)
+	b.warns = c.warns
+	if err == errRulesChanged {
+		err = ErrDecideAgain // the front end has what routing it afresh needs: its texts and tags
+	}
+	if err != nil {
+		for i := n; i < b.held; i++ {
+			budget.Release(b.start, &b.holds[i], 0)
+		}
+		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+		d, denied := err.(*Denial)
+		for i := range b.Execs {
+			x := &b.Execs[i]
+			x.Decision, x.Reason = DecisionBlock, "" // as refused marks them
+			if denied {
+				x.Reason = d.Reason
+				if x.Wants&WantDecisions != 0 {
+					e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
+				}
+			}
+		}
+		return err
+	}
+	if waited {
+		b.start = e.now() // a wait for capacity is not the batch's cost
+	}
+	return nil
 }
 
 // Abandon ends b, admitted by BeginBatchBeforeConn, when no connection could be acquired for
-// it: as Exec.Abandon, its holds go back at no cost, nothing is learned, and each statement's
-// observer is told that it ended with err. Call it instead of Finish.
+// it or Acquired refused it: as Exec.Abandon, whatever holds it still has go back at no cost,
+// nothing is learned, and each statement's observer is told that it ended with err. Call it
+// instead of Finish.
 func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
 	e.inFlight.Add(-int64(len(b.Execs)))
+	b.st = nil
 	if b.start.IsZero() {
 		return
 	}

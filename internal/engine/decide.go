@@ -124,9 +124,10 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	// costs the planner almost nothing), and a budget charges the rest of a cost only when the
 	// statement ends: each budget reserves it conservatively (budget.Request.Unknown) and trues
 	// it up at Finish, so a cold start is admitted as far as budgets have room, never refused
-	// for not knowing.
+	// for not knowing. A statement decided before it has a connection (x.later) holds pending
+	// slots until it has one (budget.Request.Pending, Exec.Acquired).
 	for _, r := range rt.reqs {
-		r.Cost, r.Unknown = x.Predicted, x.untrained
+		r.Cost, r.Unknown, r.Pending = x.Predicted, x.untrained, x.later
 		x.holds = append(x.holds, r)
 	}
 	c := &x.s.claim
@@ -139,6 +140,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
+	}
+	if x.later {
+		x.st = st // for Acquired, should its slots be overtaken before it has its connection
 	}
 	if rt.warn {
 		e.warnBudgets(st, x, rt, x.start)

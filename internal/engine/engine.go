@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
@@ -236,6 +237,10 @@ type work struct {
 	server, identified bool
 	// later: the statement has no connection yet (BeginBeforeConn).
 	later bool
+	// st is the rule set that admitted a statement before its connection (later), which
+	// Acquired admits it under again when its slots were overtaken meanwhile; nil otherwise,
+	// and once Acquired or Abandon ran, so that an Exec kept for reuse pins no old rules.
+	st *compiled
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
 	// probe: budgets refused the statement's prediction for good, and it runs instead as its
@@ -271,6 +276,7 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
+	x.st = nil
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
@@ -334,6 +340,13 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, ar
 // needs an EXPLAIN on its connection: nothing was decided or taken.
 var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on its connection")
 
+// ErrDecideAgain is Exec.Acquired's and Batch.Acquired's answer for a statement or batch
+// whose slots were overtaken while it waited for its connection, and whose rules were replaced
+// while it then waited for room under them: it holds nothing, and its route is the old rules'.
+// The front end ends it (Abandon) and decides it afresh on the connection it now holds (Begin,
+// BeginBatch), under the rules in force.
+var ErrDecideAgain = errors.New("engine: the rules changed while the statement waited; decide it again on its connection")
+
 // BeginBeforeConn is Begin for a statement that has no connection yet: the pgx-native pool
 // decides a statement before it takes a connection from the pool, so that a refused statement
 // never waits for one and a statement waiting for capacity holds none. It decides as Begin does,
@@ -343,8 +356,12 @@ var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on i
 //
 // Once it admits the statement the front end acquires the connection, still holding the
 // statement's slots, and then calls [Exec.Acquired], so that the wait for the pool is not
-// counted as the statement's cost; if the acquisition fails it calls [Exec.Abandon] instead of
-// Finish, with the context BeginBeforeConn returned.
+// counted as the statement's cost; if the acquisition fails, or Acquired refuses the statement,
+// it calls [Exec.Abandon] instead of Finish, with the context BeginBeforeConn returned.
+//
+// Until Acquired its slots are pending (budget.Request.Pending): a statement that holds a
+// connection (a transaction's, a PoolConn's, one that had to EXPLAIN first) is never held up
+// by them, as they may be waiting for the very connection it holds.
 func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) (context.Context, error) {
 	return e.begin(ctx, x, nil, true, query, args)
 }
@@ -491,20 +508,84 @@ func (x *Exec) Start() time.Time { return x.start }
 
 // Acquired tells x, admitted by BeginBeforeConn, that its connection is acquired: its clock
 // restarts, so that the wait for the pool is not counted as its cost or against its
-// max_duration.
-func (x *Exec) Acquired() {
-	if !x.start.IsZero() {
-		x.start = x.e.now()
+// max_duration, and its pending slots become running ones (budget.Connect). When statements on
+// held connections overtook a slot of x's meanwhile, so that x would now run past a
+// max_concurrent, x gives back what its enforce budgets hold and is admitted again, now on its
+// connection, as any statement on a held connection is: it may wait in the budgets' queues up
+// to max_wait (its clock restarts after the wait). ctx is the context BeginBeforeConn
+// returned.
+//
+// Acquired returns nil when x may run. Else it returns the *Denial of that admission (counted
+// and recorded as any refusal), ctx's error when ctx ended while x waited, or ErrDecideAgain
+// when the rules were replaced while x waited; x then holds nothing, and the front end calls
+// Abandon and gives the connection back, or on ErrDecideAgain decides the statement again on
+// it.
+func (x *Exec) Acquired(ctx context.Context) error {
+	if x.start.IsZero() {
+		return nil
 	}
+	st := x.st
+	x.st = nil
+	x.start = x.e.now()
+	for i := range x.holds {
+		if !budget.Connect(x.start, &x.holds[i]) {
+			return x.admitAgain(ctx, st, i)
+		}
+	}
+	return nil
+}
+
+// admitAgain admits x, whose hold gone was overtaken (budget.Connect gave it back), again under
+// st, the rule set that decided it, as a statement on its connection: the other holds of its
+// enforce budgets go back at no cost, and its route's requests are asked again at its
+// prediction (a probe's unknown cost for a probe), through the one admission path (admit), with
+// its claim. On a refusal its warn budgets' holds go back too and x holds nothing; the observer
+// counts a block, as the budget does, beside the allow it counted at BeginBeforeConn.
+func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
+	e, c := x.e, &x.s.claim
+	n := len(c.rt.reqs) // x.holds[:n] are its enforce budgets', x.holds[n:] its warn budgets'
+	for i := range x.holds[:n] {
+		if i != gone {
+			budget.Release(x.start, &x.holds[i], 0) // never ran
+		}
+	}
+	for i, r := range c.rt.reqs {
+		r.Cost, r.Unknown = x.Predicted, x.untrained
+		if x.probe {
+			r.Cost, r.Unknown = 0, true
+		}
+		x.holds[i] = r
+	}
+	c.reqs = x.holds[:n]
+	waited, err := e.admit(ctx, st, c, x.start)
+	if err == errRulesChanged {
+		err = ErrDecideAgain // the front end has what routing it afresh needs: its text and tags
+	}
+	if err != nil {
+		for i := range x.holds[n:] {
+			budget.Release(x.start, &x.holds[n+i], 0)
+		}
+		x.holds = x.holds[:0]
+		if d, ok := err.(*Denial); ok && x.Wants&WantDecisions != 0 {
+			e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
+		}
+		return err
+	}
+	if waited {
+		x.start = e.now() // a wait for capacity is not the statement's cost
+	}
+	return nil
 }
 
 // Abandon ends x, admitted by BeginBeforeConn, when no connection could be acquired for it
-// (err, the pool's error: the caller's context ended, the pool closed): it gives back its
-// slots and the cost it reserved, learns nothing, and tells the observer that it ended with
-// err. Call it instead of Finish, with the context BeginBeforeConn returned.
+// (err, the pool's error: the caller's context ended, the pool closed) or Acquired refused it
+// (err, its error): it gives back whatever slots it still holds and the cost it reserved,
+// learns nothing, and tells the observer that it ended with err. Call it instead of Finish,
+// with the context BeginBeforeConn returned.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
+	x.st = nil
 	if x.start.IsZero() {
 		return
 	}
@@ -645,7 +726,9 @@ func (e *Engine) debugStatement(ctx context.Context, x *Exec) {
 	attrs = append(attrs, slog.String("fingerprint", x.Pattern.Fingerprint), slog.String("query", x.Pattern.Normalized))
 	tags := make([]any, 0, len(x.Tags))
 	for _, kv := range x.Tags {
-		tags = append(tags, slog.String(kv.Key, kv.Value))
+		// Cut and made valid UTF-8 as a span's tag attributes are: a context tag is the
+		// application's, of any size.
+		tags = append(tags, slog.String(bounded.Text(kv.Key, bounded.KeyLen), bounded.Text(kv.Value, bounded.ValueLen)))
 	}
 	attrs = append(attrs, slog.Group("tags", tags...))
 	e.log.DebugContext(ctx, "pgtraffic: statement", attrs...)
