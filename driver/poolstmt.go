@@ -67,29 +67,29 @@ type admitted interface {
 // again on with decideOn, as one that took its connection first.
 func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier, release releaser, err error) {
 	ran := false
+	var conn releaser // the connection taken, for the deferred call: the results are nil on an error
 	defer func() {
-		if !ran {
-			a.Abandon(ctx, err) // nothing ran
+		if ran {
+			return
 		}
-	}()
-	err = errPanicked
-	if q, release, err = pool.acquire(ctx); err != nil {
-		return nil, nil, err
-	}
-	defer func(conn releaser) {
-		if !ran && err != engine.ErrDecideAgain {
+		if conn != nil && err != engine.ErrDecideAgain {
 			conn.Release() // before Abandon: a refused statement holds no connection
 		}
-	}(release)
+		a.Abandon(ctx, err) // nothing ran
+	}()
 	err = errPanicked
-	if err = a.Acquired(ctx); err == engine.ErrDecideAgain {
-		return q, release, err // abandoned by the deferred call; the connection stays the caller's
-	}
-	if err != nil {
+	if q, conn, err = pool.acquire(ctx); err != nil {
 		return nil, nil, err
 	}
-	ran = true
-	return q, release, nil
+	err = errPanicked
+	switch err = a.Acquired(ctx); err {
+	case nil:
+		ran = true
+		return q, conn, nil
+	case engine.ErrDecideAgain:
+		return q, conn, err // abandoned by the deferred call; the connection stays the caller's
+	}
+	return nil, nil, err
 }
 
 // acquireExplained takes a connection from pool for a statement or batch whose cost needs an

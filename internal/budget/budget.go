@@ -434,7 +434,13 @@ func Connect(now time.Time, r *Request) bool {
 	}
 	b := r.Budget
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	ok := b.connect(now, r)
+	b.mu.Unlock() // not deferred: connect does not panic, and this runs per pool statement
+	return ok
+}
+
+// connect is Connect's work under b.mu.
+func (b *Budget) connect(now time.Time, r *Request) bool {
 	s := b.keys.lookup(r.Key)
 	if s == nil || s.pending == 0 {
 		return true

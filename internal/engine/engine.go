@@ -238,8 +238,9 @@ type work struct {
 	// later: the statement has no connection yet (BeginBeforeConn).
 	later bool
 	// st is the rule set that admitted a statement before its connection (later), which
-	// Acquired admits it under again when its slots were overtaken meanwhile; nil otherwise,
-	// and once Acquired or Abandon ran, so that an Exec kept for reuse pins no old rules.
+	// Acquired admits it under again when its slots were overtaken meanwhile; set by decide,
+	// and cleared by Acquired or Abandon (one of which follows every such admission), so that
+	// an Exec kept for reuse pins no old rules.
 	st *compiled
 	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
 	untrained bool
@@ -276,7 +277,6 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
-	x.st = nil
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
