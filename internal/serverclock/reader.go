@@ -40,9 +40,12 @@ const (
 	// bound on a sample's readings).
 	maxShared = 256
 	// floorPings is how many recent round trips the network floor is the smallest of; once that
-	// many are measured, a round trip is measured every pingEvery rounds.
+	// many are measured, a round trip is measured every pingEvery rounds. The first round
+	// measures firstPings at once: the floor is taken off every statement's time, and one round
+	// trip alone, slowed by a loaded machine, could take most of a statement's time off it.
 	floorPings = 16
 	pingEvery  = 8
+	firstPings = 3
 	// unavailableFailures is the count of failed rounds that the first ErrUnavailable counts
 	// as: the next attempt waits the longest backoff.
 	unavailableFailures = 7
@@ -243,12 +246,18 @@ func (r *Reader) round(ctx context.Context) error {
 	}
 	r.rounds++
 	if r.npings < floorPings || r.rounds%pingEvery == 0 {
-		t0 := time.Now()
-		if err := r.conn.Ping(ctx); err != nil {
-			return fmt.Errorf("serverclock: round trip: %w", err)
+		n := 1
+		if r.npings == 0 {
+			n = firstPings
 		}
-		r.pings[r.npings%floorPings] = time.Since(t0)
-		r.npings++
+		for range n {
+			t0 := time.Now()
+			if err := r.conn.Ping(ctx); err != nil {
+				return fmt.Errorf("serverclock: round trip: %w", err)
+			}
+			r.pings[r.npings%floorPings] = time.Since(t0)
+			r.npings++
+		}
 		r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
 	}
 

@@ -19,11 +19,16 @@ type fakeConn struct {
 	readings []Reading
 	readErr  error
 	pingErr  error
+	slowPing time.Duration // the first round trip takes this long (a loaded machine)
+	pings    int
 	asked    [][]int64
 	closed   bool
 }
 
 func (c *fakeConn) Ping(context.Context) error {
+	if c.pings++; c.pings == 1 {
+		time.Sleep(c.slowPing)
+	}
 	if c.pingErr != nil {
 		c.closed = true // a failed round trip breaks a pgx connection
 	}
@@ -277,4 +282,20 @@ func TestReaderElection(t *testing.T) {
 			t.Fatalf("asked %v", conn.asked)
 		}
 	})
+}
+
+// TestReaderFloorNotOneRoundTrip: the network floor is never one round trip alone: the first
+// round measures several, so that one slowed by a loaded machine (here the first, 50ms) does
+// not become a floor that Finish takes off every statement's time.
+func TestReaderFloorNotOneRoundTrip(t *testing.T) {
+	conn := &fakeConn{slowPing: 50 * time.Millisecond}
+	sink := &fakeSink{}
+	r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, time.Unix(1_700_000_000, 0))
+	r.Round(context.Background())
+	if conn.pings < 2 {
+		t.Fatalf("the first round measured %d round trip(s)", conn.pings)
+	}
+	if sink.floor >= 50*time.Millisecond {
+		t.Fatalf("floor %v: the one slow round trip", sink.floor)
+	}
 }
