@@ -70,10 +70,10 @@ func TestReloadReachesWaitingStatements(t *testing.T) {
 				ctx := tagging.With(context.Background(), "app", "x")
 				holder := make(chan error, 1)
 				go func() { holder <- f.exec(ctx, "select pg_sleep(3)") }()
-				waitFor(t, "the holder to run", func() bool { return budgetOf(f.snap(), "b").InFlight == 1 })
+				eventually(t, "the holder runs", func() bool { return budgetOf(f.snap(), "b").InFlight == 1 })
 				waiter := make(chan error, 1)
 				go func() { waiter <- f.exec(ctx, "select 1") }()
-				waitFor(t, "the second statement to wait", func() bool { return budgetOf(f.snap(), "b").Waiting == 1 })
+				eventually(t, "the second statement waits", func() bool { return budgetOf(f.snap(), "b").Waiting == 1 })
 
 				if err := f.set(cfg(tc.to)); err != nil {
 					t.Fatal(err)
@@ -113,14 +113,4 @@ func budgetOf(s driver.Snapshot, name string) driver.BudgetStatus {
 		}
 	}
 	return driver.BudgetStatus{}
-}
-
-// waitFor polls cond until it holds, failing the test after a long watchdog.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
