@@ -21,9 +21,13 @@ import (
 // takes a connection, and a statement waiting for capacity (max_wait) holds none. Once admitted
 // it keeps its budget slots while it waits for a connection; the wait for the pool is not
 // counted as its cost, and if no connection comes (its context ends) the slots go back at no
-// cost. Only a statement whose cost needs an EXPLAIN on its connection (a pattern not yet
-// costed under a budget with a bucket or a per_query_limit, explain: call) takes the connection
-// first and gives it back at once if refused. Its budget slots are held until Exec returns, the
+// cost. Those slots are pending until it has its connection: a statement on a held connection
+// (a transaction's, a [PoolConn]'s) is never held up by them, since they may wait for the very
+// connection it holds; a statement overtaken meanwhile is decided again once it has its
+// connection, which it gives back if refused then. Only a statement whose cost needs an EXPLAIN
+// on its connection (a pattern not yet costed under a budget with a bucket or a
+// per_query_limit, explain: call) takes the connection first and gives it back at once if
+// refused; if it must wait (max_wait), it waits holding it. Its budget slots are held until Exec returns, the
 // rows are closed or read to the end, Row.Scan returns, or the batch's results are closed.
 //
 // [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
