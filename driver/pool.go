@@ -27,8 +27,9 @@ import (
 // connection, which it gives back if refused then. Only a statement whose cost needs an EXPLAIN
 // on its connection (a pattern not yet costed under a budget with a bucket or a
 // per_query_limit, explain: call) takes the connection first and gives it back at once if
-// refused; if it must wait (max_wait), it waits holding it. Its budget slots are held until Exec returns, the
-// rows are closed or read to the end, Row.Scan returns, or the batch's results are closed.
+// refused; if it must wait (max_wait), it waits holding it. Its budget slots are held until
+// Exec returns, the rows are closed or read to the end, Row.Scan returns, or the batch's
+// results are closed.
 //
 // [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
 // connections whose statements are controlled too. Ping, Stat, [Pool.Config] and [Pool.Reset]
