@@ -178,10 +178,10 @@ func (b *Budget) wakeFirst(key string) {
 	}
 }
 
-// WakeWaiters tells the first waiter of every key of b to try again: the rules changed, and a
+// WakeWaiters tells the waiters of b to try again, as wakeAll does: the rules changed, and a
 // statement that waits under the rules it was routed by must be decided again under the new
 // ones (the engine's admission), whether they lift its budget's limits, close it or remove it.
-// Each waiter that leaves the queue tells the one behind it, which then sees the change too.
+// Each waiter that leaves its queue tells the one behind it, which then sees the change too.
 func (b *Budget) WakeWaiters() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

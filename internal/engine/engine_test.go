@@ -33,15 +33,22 @@ func newEngine(t testing.TB, rulesText string, o ...func(*Options)) (*Engine, *f
 	}
 	e := New(opts)
 	if rulesText != "" {
-		cfg, err := rules.Parse([]byte(rulesText))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.setConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
+		reload(t, e, rulesText)
 	}
 	return e, clk
+}
+
+// reload puts rulesText in force in e as a reload does (setConfig), failing the test when it
+// does not parse or compile.
+func reload(t testing.TB, e *Engine, rulesText string) {
+	t.Helper()
+	cfg, err := rules.Parse([]byte(rulesText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.setConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setConfig puts cfg in force as the runtime does: Compile, then Install.

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -231,18 +230,12 @@ rules:
 	done := make(chan error, 1)
 	go func() { done <- pooled.Acquired(pctx) }()
 	waiting(t, clk, done)
-	cfg, err := rules.Parse([]byte(`
+	reload(t, e, `
 budgets:
   - {name: a, mode: enforce, max_concurrent: 2, max_wait: 10s}
 rules:
   - {budget: a, match: {app: x}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.setConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if err := <-done; !errors.Is(err, ErrDecideAgain) {
 		t.Fatalf("Acquired across a reload: %v, want ErrDecideAgain", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -50,13 +49,7 @@ rules:
 				done <- err
 			}()
 			waiting(t, clk, done)
-			cfg, err := rules.Parse([]byte(tc.after))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.setConfig(cfg); err != nil {
-				t.Fatal(err)
-			}
+			reload(t, e, tc.after)
 			var got error
 			select {
 			case got = <-done:
@@ -107,13 +100,7 @@ rules:
 			done := make(chan error, 1)
 			go func() { done <- e.BeginBatch(ctx, &b, nil, []string{"select 2", "select 3"}, nil) }()
 			waiting(t, clk, done)
-			cfg, err := rules.Parse([]byte(tc.after))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.setConfig(cfg); err != nil {
-				t.Fatal(err)
-			}
+			reload(t, e, tc.after)
 			select {
 			case err = <-done:
 			case <-time.After(10 * time.Second):
