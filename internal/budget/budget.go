@@ -185,7 +185,6 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 // is unlocked.
 func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take bool) (_ []Warning, _ *Denial, kick func()) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	d := b.check(now, r, 0, 0)
 	if d != nil && r.Waiter != nil {
 		b.noteWhy(r, d)
@@ -197,6 +196,7 @@ func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take boo
 	default:
 		kick = b.refused(now, r, d.Reason, 0)
 	}
+	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 	return warns, d, kick
 }
 
@@ -399,7 +399,6 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 func Release(now time.Time, r *Request, actual float64) {
 	b := r.Budget
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		if r.Pending && s.pending > 0 {
@@ -418,6 +417,7 @@ func Release(now time.Time, r *Request, actual float64) {
 			b.wakeFreed(s) // the slot, and any refund, may be a waiter's room
 		}
 	}
+	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 }
 
 // Connect tells b, at now, that the statement of r, a request admitted pending

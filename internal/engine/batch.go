@@ -229,7 +229,7 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		_, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		_, later = e.predict(ctx, x, &call{conn: conn, query: query, args: args}, rt.explain)
 		if later {
 			return ErrNeedConn
 		}

@@ -95,11 +95,10 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 	return ruleBuf
 }
 
-// decide runs guards, rules, health, cost and admission for x. On success the statement's holds
+// decide runs guards, rules, health, cost and admission for x, sent as c. On success the statement's holds
 // are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
 // waited for capacity, so the statement's clock restarts.
-func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, conn Conn, query string,
-	args []any) (slow bool, err error) {
+func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c *call) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
 		if err := e.guard(st, x); err != nil {
@@ -112,7 +111,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		slow, later = e.predict(ctx, x, conn, query, args, rt.explain)
+		slow, later = e.predict(ctx, x, c, rt.explain)
 		if later {
 			return false, ErrNeedConn
 		}
@@ -130,13 +129,13 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		r.Cost, r.Unknown, r.Pending = x.Predicted, x.untrained, x.later
 		x.holds = append(x.holds, r)
 	}
-	c := &x.s.claim
-	if c.x != x { // the first statement of this Exec: what every one of its claims shares
-		*c = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
+	cl := &x.s.claim
+	if cl.x != x { // the first statement of this Exec: what every one of its claims shares
+		*cl = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
 	}
-	c.rt, c.reqs, c.owners = rt, x.holds, rt.owners
-	c.health, c.closed, c.quarantine = rt.health, rt.closed, rt.quarantine
-	waited, err := e.admit(ctx, st, c, x.start)
+	cl.rt, cl.reqs, cl.owners = rt, x.holds, rt.owners
+	cl.health, cl.closed, cl.quarantine = rt.health, rt.closed, rt.quarantine
+	waited, err := e.admit(ctx, st, cl, x.start)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -294,11 +293,10 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 var localOnly = health.NewSampler(health.Options{})
 
 // predict predicts x's execution seconds into x.Predicted, with the planner cost it used in
-// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN. EXPLAIN failures fall back to
+// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection). EXPLAIN failures fall back to
 // history and are counted; they never fail the statement. needConn reports, for a statement
 // with no connection yet (x.later), that it would EXPLAIN: nothing else is set or counted.
-func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, args []any,
-	mode explainMode) (sent, needConn bool) {
+func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode) (sent, needConn bool) {
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
@@ -312,15 +310,15 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 	}
 	planCost := 0.0
 	if p.Explainable {
-		if conn == nil && x.later {
+		if c.conn == nil && x.later {
 			return false, true
 		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
 		}
-		if conn != nil {
+		if c.conn != nil {
 			t0 := e.now()
-			c, err := conn.Explain(ctx, query, args)
+			plan, err := c.conn.Explain(ctx, c.query, c.args)
 			switch {
 			case errors.Is(err, cost.ErrNotSent):
 				// Nothing reached the server (an aborted transaction, a busy connection): no call
@@ -334,11 +332,11 @@ func (e *Engine) predict(ctx context.Context, x *Exec, conn Conn, query string, 
 				sent = true
 				e.stats.ExplainCalls.Add(1)
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
-				planCost = c.Cost
+				planCost = plan.Cost
 				if !perCall {
-					e.model.PutPlan(t0, fp, c.Cost)
+					e.model.PutPlan(t0, fp, plan.Cost)
 				}
-				e.model.PutQueryID(fp, c.QueryID)
+				e.model.PutQueryID(fp, plan.QueryID)
 			}
 		}
 	}

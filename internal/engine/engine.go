@@ -336,6 +336,15 @@ func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, ar
 	return e.begin(ctx, x, conn, false, query, args)
 }
 
+// call is a statement as its front end asks to run it: the connection it will run on (nil
+// before it has one: no EXPLAIN), its SQL text and its arguments, as Begin received them. The
+// engine reads them only while it decides the statement.
+type call struct {
+	conn  Conn
+	query string
+	args  []any
+}
+
 // ErrNeedConn is BeginBeforeConn's and BeginBatchBeforeConn's answer for a statement whose cost
 // needs an EXPLAIN on its connection: nothing was decided or taken.
 var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on its connection")
@@ -397,7 +406,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 		}()
 		if st.empty {
 			e.observeStatement(ctx, x, debug, query)
-		} else if err := e.decideStatement(ctx, st, x, text, debug, conn, query, args); err != nil {
+		} else if err := e.decideStatement(ctx, st, x, text, debug, &call{conn: conn, query: query, args: args}); err != nil {
 			return nil, err
 		}
 	}
@@ -437,20 +446,20 @@ func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, quer
 	}
 }
 
-// decideStatement is Begin's work for a statement under st's rules: it starts the statement's
+// decideStatement is Begin's work for statement c under st's rules: it starts the statement's
 // clock, routes it and decides it. A statement whose rules were replaced while it waited for
 // room is routed and decided again under the rules in force, its max_wait still counted from
 // its arrival.
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	conn Conn, query string, args []any) error {
+	c *call) error {
 	x.start = e.now()
-	rt := e.routeStatement(ctx, st, x, text, debug, query)
-	slow, err := e.decide(ctx, st, x, rt, conn, query, args)
+	rt := e.routeStatement(ctx, st, x, text, debug, c.query)
+	slow, err := e.decide(ctx, st, x, rt, c)
 	for err == errRulesChanged {
 		x.undecide()
 		st = e.state.Load()
-		rt = e.routeStatement(ctx, st, x, text, debug, query)
-		slow, err = e.decide(ctx, st, x, rt, conn, query, args)
+		rt = e.routeStatement(ctx, st, x, text, debug, c.query)
+		slow, err = e.decide(ctx, st, x, rt, c)
 	}
 	if err != nil {
 		// ErrNeedConn decided nothing: Begin follows with the connection.
