@@ -166,5 +166,6 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 // every call.
 func (c *Connector) Driver() driver.Driver { return registered }
 
-// Close stops everything the connector started. (*sql.DB).Close calls it.
+// Close stops everything the connector started. (*sql.DB).Close calls it. Statements waiting
+// for capacity (max_wait) on the connector's connections return [ErrClosed] at once.
 func (c *Connector) Close() error { return c.close() }

@@ -96,8 +96,12 @@ func healthDatabase(cc *pgx.ConnConfig) string {
 	return cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
 }
 
-// close stops everything newCore started.
-func (c *core) close() error { return errors.Join(c.tel.close(), c.rt.Close()) }
+// close stops everything newCore started; statements still waiting for capacity return
+// ErrClosed.
+func (c *core) close() error {
+	c.engine.Close()
+	return errors.Join(c.tel.close(), c.rt.Close())
+}
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay. pgtraffic keeps a copy of cfg:

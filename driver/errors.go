@@ -31,6 +31,10 @@ const (
 // committed is not): unlike a [*BlockedError] it is no proof that nothing ran.
 var ErrOverrun = engine.ErrOverrun
 
+// ErrClosed is the error of a statement or batch that was waiting for capacity (a budget's
+// max_wait) when its [Pool] or its [Connector] (its *sql.DB) was closed: nothing was sent.
+var ErrClosed = engine.ErrClosed
+
 // ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.
 var ErrBlocked = errors.New("pgtraffic: statement blocked")
 

@@ -155,8 +155,10 @@ func (p *Pool) Reset() { p.pool.Reset() }
 func (p *Pool) Raw() *pgxpool.Pool { return p.pool }
 
 // Close closes the pool's connections, waiting for those in use to be released, and stops the
-// rules watcher and the health sampler.
+// rules watcher and the health sampler. Statements and batches waiting for capacity (max_wait)
+// return [ErrClosed] at once: they hold no connection, and none will be theirs.
 func (p *Pool) Close() {
+	p.engine.Close() // first: pgxpool's Close waits for the statements running, not for these
 	p.pool.Close()
 	if err := p.close(); err != nil {
 		p.log.Warn("pgtraffic: closing the pool", "error", err) // pgxpool's Close returns nothing

@@ -152,9 +152,37 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 	}
 }
 
-// retry is a waiting claim's next try, at the time now, or errRulesChanged when st is no longer
-// the rule set in force: the claim was routed by replaced rules.
+// ErrClosed is the answer of a statement or batch that waited for capacity (max_wait) when its
+// front end was closed (Close): it holds nothing, and nothing was sent.
+var ErrClosed = errors.New("pgtraffic: closed while the statement waited for capacity")
+
+// Close answers the statements and batches waiting for capacity with ErrClosed at once, rather
+// than when room frees or their max_wait ends: their Pool or Connector is closing, and no
+// connection will be theirs. From then on a statement that would wait is answered so without
+// waiting. Statements admitted or running go on and are finished as before; one that finds
+// room is still admitted (its front end refuses it when closed).
+func (e *Engine) Close() {
+	if e.closed.Swap(true) {
+		return
+	}
+	e.reg.mu.Lock()
+	budgets := make([]*budget.Budget, 0, len(e.reg.budgets))
+	for _, b := range e.reg.budgets {
+		budgets = append(budgets, b)
+	}
+	e.reg.mu.Unlock()
+	for _, b := range budgets {
+		b.WakeWaiters() // each tries again, and finds the engine closed
+	}
+}
+
+// retry is a waiting claim's next try, at the time now; or ErrClosed when the engine was closed,
+// or errRulesChanged when st is no longer the rule set in force: the claim was routed by
+// replaced rules.
 func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake, err error) {
+	if e.closed.Load() {
+		return now, o, d, how, ErrClosed
+	}
 	if e.state.Load() != st {
 		return now, o, d, how, errRulesChanged
 	}

@@ -89,6 +89,9 @@ type Engine struct {
 	health atomic.Pointer[health.Sampler]
 	gens   atomic.Uint64 // numbers the Compiles (Rules.Gen)
 	reg    registry      // the budgets by name, across reloads (compile.go)
+	// closed is set by Close: a statement waiting for capacity leaves with ErrClosed
+	// (admission.go).
+	closed atomic.Bool
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
