@@ -26,9 +26,11 @@ func (c *core) Wait(ctx context.Context) error {
 }
 
 // Snapshot is the connector's live state: budgets with what they decided, the hottest
-// patterns, recent refusals grouped by pattern, quarantines, rule expiries and counters. It contains no SQL literal: query texts are normalised. Every number is finite (a
-// non-finite one, which only a corrupt shared state could produce, reads as 0), so a Snapshot
-// always encodes as JSON.
+// patterns, recent refusals grouped by pattern, quarantines, rule expiries and counters. It
+// contains no SQL literal: query texts are normalised. A query text is at most 4 KiB: a longer
+// one (a bulk INSERT's) is cut on a character's boundary and ends with "… (N bytes cut)". Every
+// number is finite (a non-finite one, which only a corrupt shared state could produce, reads as
+// 0), so a Snapshot always encodes as JSON.
 type Snapshot struct {
 	Time         time.Time       `json:"time"`
 	InFlight     int64           `json:"in_flight"`
@@ -107,7 +109,7 @@ type SampleStatus struct {
 // PatternStatus is one query pattern's learned cost in a [Snapshot].
 type PatternStatus struct {
 	Fingerprint string `json:"fingerprint"`
-	Query       string `json:"query"` // normalised text: literals replaced by $n
+	Query       string `json:"query"` // normalised text: literals replaced by $n, at most 4 KiB
 	Count       uint64 `json:"count"`
 	// MeanCost is the pattern's learned mean cost on the clock named by Clock: the server's
 	// mean execution time (ClockServer), or the client's measurement less the network's round
@@ -142,15 +144,15 @@ type BlockStatus struct {
 	Decision    string    `json:"decision"`    // "block", or "warn" for a warn-mode would-be refusal
 	Reason      string    `json:"reason"`      // one of the Reason constants
 	Fingerprint string    `json:"fingerprint"` // their pattern
-	Query       string    `json:"query"`       // normalised text: literals replaced by $n
+	Query       string    `json:"query"`       // normalised text: literals replaced by $n, at most 4 KiB
 }
 
 // QuarantineStatus is a pattern that a budget refuses until Until (reason quarantine).
 type QuarantineStatus struct {
 	Budget      string `json:"budget"`
 	Fingerprint string `json:"fingerprint"`
-	// Query is the normalised text; "" for a pattern another instance quarantined that this
-	// one has not met.
+	// Query is the normalised text, at most 4 KiB; "" for a pattern another instance
+	// quarantined that this one has not met.
 	Query string    `json:"query"`
 	Until time.Time `json:"until"`
 	// Remote is set when another instance sharing the budget quarantined the pattern.

@@ -438,7 +438,8 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 
 // attributes are the span attributes of a statement. db.query.text is the normalised text:
 // pg_query replaces every literal with $n ("" for unparsable text, never the raw text), and
-// bound values are never read.
+// bound values are never read. It is at most bounded.QueryLen bytes: package pattern cuts it
+// once per pattern, so a bulk INSERT's VALUES list does not put megabytes in every span.
 //
 // Every string is valid UTF-8: the pattern's are (package pattern guarantees it once, when it
 // analyses the text); tags are untrusted (a comment, a request path), so each tag key and value

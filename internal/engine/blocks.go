@@ -16,7 +16,7 @@ type BlockRecord struct {
 	Decision    string // DecisionBlock or DecisionWarn
 	Reason      string
 	Fingerprint string
-	Query       string // normalised text; "" for a statement pg_query cannot parse
+	Query       string // normalised text, cut to bounded.QueryLen; "" for a statement pg_query cannot parse
 	Count       uint64
 	First, Last time.Time
 }

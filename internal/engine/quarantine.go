@@ -29,8 +29,8 @@ import (
 type Quarantine struct {
 	Budget      string `json:"budget"`
 	Fingerprint string `json:"fingerprint"`
-	// Query is the normalised text; "" for a pattern that another instance quarantined and
-	// this one has not met since it started.
+	// Query is the normalised text, cut to bounded.QueryLen; "" for a pattern that another
+	// instance quarantined and this one has not met since it started.
 	Query string    `json:"query"`
 	Until time.Time `json:"until"`
 	// Remote says that another instance sharing the budget quarantined the pattern (the

@@ -23,7 +23,7 @@ func (e *Engine) Budgets() []BudgetState {
 	return out
 }
 
-// PatternState is one pattern's learned cost with its normalised text.
+// PatternState is one pattern's learned cost with its normalised text (cut to bounded.QueryLen).
 type PatternState struct {
 	cost.PatternStats
 	FingerprintHex string

@@ -2,16 +2,17 @@
 // traffic-control engine needs about a statement before it is sent.
 //
 // It imports pg_query_go, protobuf's reflection, internal/guard (a statement's guard facts) and
-// internal/bounded (identifiers made valid UTF-8), and nothing else of pgtraffic's.
+// internal/bounded (identifiers made valid UTF-8, the normalised text cut to its bound), and
+// nothing else of pgtraffic's.
 //
 // # What a pattern holds
 //
 // [Analyze] parses the text once with pg_query (the PostgreSQL 16 parser) and
-// derives the fingerprint, the normalised text (literals replaced by $n), the
-// statement kind, the referenced tables, the telemetry operation and summary,
-// and, from the same parse tree, the two guard facts of package
-// internal/guard: [Pattern.UnsafeWrite] (an UPDATE, DELETE or MERGE that does
-// not restrict its target's rows, the require_where rule) and
+// derives the fingerprint, the normalised text (literals replaced by $n, cut to
+// bounded.QueryLen bytes), the statement kind, the referenced tables, the
+// telemetry operation and summary, and, from the same parse tree, the two guard
+// facts of package internal/guard: [Pattern.UnsafeWrite] (an UPDATE, DELETE or
+// MERGE that does not restrict its target's rows, the require_where rule) and
 // [Pattern.Truncate]. Guard facts are decided from the parse tree, never by
 // matching strings; the guard package documents what they prove and what
 // they do not.

@@ -44,6 +44,12 @@ type Pattern struct {
 	// literals it leaves in DDL, COPY and COMMENT). Numeric type modifiers
 	// such as varchar(10) stay. "" for unparsable text, never the raw text.
 	//
+	// It is cut, once and here, to [bounded.QueryLen] bytes, ending then with a marker saying
+	// how many bytes were cut ([bounded.Cut]): it is what spans, the debug log and the status
+	// page show of the statement, and a bulk INSERT's whole text would be megabytes in each.
+	// Nothing needs the whole: the fingerprint is pg_query's of the text itself, the kind,
+	// tables and guard facts come from the parse tree, and the cost from the statement.
+	//
 	// Normalized, Tables and Summary are valid UTF-8, whatever the text's bytes, so that
 	// telemetry and the status page show them as they are: pg_query refuses a text that is not
 	// (it is unparsable, with no texts), and what it returns is checked once here all the same
@@ -100,7 +106,7 @@ func analyze(key string) *Pattern {
 	p := &Pattern{
 		FingerprintID: id,
 		Fingerprint:   FingerprintHex(id),
-		Normalized:    bounded.Valid(normalize(key)),
+		Normalized:    bounded.Cut(normalize(key), bounded.QueryLen),
 		Kind:          KindOther,
 		Parsed:        true,
 		Statements:    len(tree.Stmts),

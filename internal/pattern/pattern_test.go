@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
 
@@ -162,6 +163,67 @@ func TestNormalized(t *testing.T) {
 	}
 }
 
+// bulkInsert is an INSERT of rows rows of inline literals, as a bulk loader builds it: its
+// normalised text is about 25 bytes a row.
+func bulkInsert(rows int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO items (id, name, note) VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(%d, 'name %d', 'note é')", i, i)
+	}
+	return b.String()
+}
+
+// checkCut checks that got is full cut to bounded.QueryLen: valid UTF-8, at most the bound and
+// not much less, full's beginning as it was, then a marker saying how many bytes were cut.
+func checkCut(t *testing.T, got, full string) {
+	t.Helper()
+	if len(got) > bounded.QueryLen || len(got) < bounded.QueryLen-64 || !utf8.ValidString(got) {
+		t.Fatalf("Normalized of %d bytes (valid UTF-8: %v), want at most %d, cut from %d",
+			len(got), utf8.ValidString(got), bounded.QueryLen, len(full))
+	}
+	kept, marker, ok := strings.Cut(got, "…")
+	if !ok || !strings.HasPrefix(full, kept) {
+		t.Fatalf("Normalized does not begin as the whole text: %.80q … %.80q", got, got[max(0, len(got)-80):])
+	}
+	if want := fmt.Sprintf(" (%d bytes cut)", len(full)-len(kept)); marker != want {
+		t.Fatalf("Normalized ends with %q, want %q", marker, want)
+	}
+}
+
+// A statement's normalised text is cut to bounded.QueryLen once, when its pattern is analysed,
+// so that no span, log line or status entry carries a bulk INSERT's hundreds of KiB: valid
+// UTF-8 (never cut inside a character), the statement's beginning as it was, and a marker
+// saying how much was cut. A text within the bound is kept whole (TestNormalized).
+func TestNormalizedBounded(t *testing.T) {
+	sql := bulkInsert(10_000)
+	full := normalize(Key(sql))
+	if len(full) < 50*bounded.QueryLen {
+		t.Fatalf("the whole normalised text has %d bytes: too short to test the bound", len(full))
+	}
+	p := Analyze(sql)
+	if !p.Parsed || p.Kind != KindInsert || !slices.Equal(p.Tables, []string{"items"}) {
+		t.Fatalf("bulk INSERT: parsed %v, kind %q, tables %q", p.Parsed, p.Kind, p.Tables)
+	}
+	checkCut(t, p.Normalized, full)
+	if head := "INSERT INTO items (id, name, note) VALUES ($1, $2, $3), ($4, $5, $6), "; !strings.HasPrefix(p.Normalized, head) {
+		t.Errorf("Normalized begins %.80q, want %q", p.Normalized, head)
+	}
+	if strings.Contains(p.Normalized, "name 1") {
+		t.Errorf("Normalized holds a literal: %.200q", p.Normalized)
+	}
+
+	// Three-byte characters everywhere, at three offsets: one of them puts the bound inside one.
+	for pad := range 3 {
+		sql := "SELECT " + strings.Repeat("x", pad) + "1, " + strings.Repeat(`"日本語" || 'v', `, 2000) + "2 FROM t"
+		full := normalize(Key(sql))
+		checkCut(t, Analyze(sql).Normalized, full)
+	}
+}
+
 var hex16RE = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 func TestAnalyzeEdges(t *testing.T) {
@@ -279,8 +341,8 @@ func FuzzAnalyze(f *testing.F) {
 		if p.Explainable && p.Statements != 1 {
 			t.Fatalf("explainable with %d statements", p.Statements)
 		}
-		if len(p.Summary) > maxSummary || !slices.IsSorted(p.Tables) {
-			t.Fatalf("summary %q tables %q", p.Summary, p.Tables)
+		if len(p.Summary) > maxSummary || len(p.Normalized) > bounded.QueryLen || !slices.IsSorted(p.Tables) {
+			t.Fatalf("summary %q, normalised text of %d bytes, tables %q", p.Summary, len(p.Normalized), p.Tables)
 		}
 		// No quoted literal of the input survives normalisation.
 		if p.Normalized != "" {
