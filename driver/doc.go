@@ -48,7 +48,8 @@
 //	}
 //	db, err := driver.Open(dsn, driver.WithConfig(cfg))
 //
-// [WithRulesFile] watches the file's directory: a valid change is in force within a second, an
+// [WithRulesFile] watches the file's directory (and, for a symlink to a file in another
+// directory, that directory too): a valid change is in force within a second, an
 // invalid one is logged and counted and the last good rules stay. Only a complete file is
 // applied: one left unchanged for 0.6s and read the same twice, so write the file elsewhere and
 // rename it into place. If the directory is removed and re-created, the watch is re-armed and

@@ -32,7 +32,8 @@ const (
 var ErrOverrun = engine.ErrOverrun
 
 // ErrClosed is the error of a statement or batch that was waiting for capacity (a budget's
-// max_wait) when its [Pool] or its [Connector] (its *sql.DB) was closed: nothing was sent.
+// max_wait) when its [Pool] or its [Connector] (its *sql.DB) was closed: nothing was sent. A
+// batch job's Wait returns it too when the Pool or Connector is closed before Check passes.
 var ErrClosed = engine.ErrClosed
 
 // ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.
@@ -59,7 +60,9 @@ func (e *BlockedError) Error() string {
 	if e.Limit != "" {
 		msg += ", " + e.Limit
 	}
-	msg += ", fingerprint " + e.Fingerprint
+	if e.Fingerprint != "" { // none for Check's refusals: no statement was named
+		msg += ", fingerprint " + e.Fingerprint
+	}
 	if e.RetryAfter > 0 {
 		msg += ", retry after " + e.RetryAfter.String()
 	}

@@ -33,3 +33,18 @@ func TestBlockedErrorSafeToRetry(t *testing.T) {
 		t.Error("pgconn.SafeToRetry of a plain error = true; the check above proves nothing")
 	}
 }
+
+// TestBlockedErrorWithoutFingerprint: a refusal of Connector.Check or Pool.Check names no
+// statement, and its message says nothing of a fingerprint rather than "fingerprint )".
+func TestBlockedErrorWithoutFingerprint(t *testing.T) {
+	err := &driver.BlockedError{Budget: "batch", Rule: "app=batch", Reason: driver.ReasonConcurrency,
+		Limit: "max_concurrent=0"}
+	want := `pgtraffic: statement blocked by budget "batch" (reason concurrency, max_concurrent=0)`
+	if got := err.Error(); got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	err.Fingerprint = "a1b2"
+	if got := err.Error(); got != `pgtraffic: statement blocked by budget "batch" (reason concurrency, max_concurrent=0, fingerprint a1b2)` {
+		t.Errorf("with a fingerprint: %q", got)
+	}
+}

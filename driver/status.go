@@ -19,8 +19,10 @@ func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
 
-// Wait blocks until Check passes or ctx ends, backing off with jitter between
-// checks so that many waiting jobs do not all resume at the same instant.
+// Wait blocks until Check passes or ctx ends (it then returns ctx's error), backing off with
+// jitter between checks so that many waiting jobs do not all resume at the same instant. Once
+// the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed], at once if it was
+// waiting, as a statement waiting for capacity does.
 func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
 }

@@ -156,15 +156,16 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.T
 // front end was closed (Close): it holds nothing, and nothing was sent.
 var ErrClosed = errors.New("pgtraffic: closed while the statement waited for capacity")
 
-// Close answers the statements and batches waiting for capacity with ErrClosed at once, rather
-// than when room frees or their max_wait ends: their Pool or Connector is closing, and no
-// connection will be theirs. From then on a statement that would wait is answered so without
-// waiting. Statements admitted or running go on and are finished as before; one that finds
-// room is still admitted (its front end refuses it when closed).
-func (e *Engine) Close() {
-	if e.closed.Swap(true) {
-		return
-	}
+// Close answers the statements and batches waiting for capacity, and the jobs in Wait, with
+// ErrClosed at once, rather than when room frees or their max_wait ends: their Pool or
+// Connector is closing, and no connection will be theirs. From then on a statement that would
+// wait is answered so without waiting. Statements admitted or running go on and are finished
+// as before; one that finds room is still admitted (its front end refuses it when closed).
+// Calls after the first do nothing.
+func (e *Engine) Close() { e.closeOnce.Do(e.close) }
+
+func (e *Engine) close() {
+	close(e.closed)
 	e.reg.mu.Lock()
 	budgets := make([]*budget.Budget, 0, len(e.reg.budgets))
 	for _, b := range e.reg.budgets {
@@ -176,11 +177,21 @@ func (e *Engine) Close() {
 	}
 }
 
+// isClosed reports whether Close was called.
+func (e *Engine) isClosed() bool {
+	select {
+	case <-e.closed:
+		return true
+	default:
+		return false
+	}
+}
+
 // retry is a waiting claim's next try, at the time now; or ErrClosed when the engine was closed,
 // or errRulesChanged when st is no longer the rule set in force: the claim was routed by
 // replaced rules.
 func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake, err error) {
-	if e.closed.Load() {
+	if e.isClosed() {
 		return now, o, d, how, ErrClosed
 	}
 	if e.state.Load() != st {

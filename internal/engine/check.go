@@ -31,10 +31,15 @@ func (e *Engine) Check(ctx context.Context) error {
 	rt := &x.s.rt
 	st.route(x.Tags, rt, nil, x.start)
 	// The nominal statement costs nominalCost, or a budget's per_query_limit where that is
-	// smaller: Check asks about room, and a job's statements are not this one.
+	// smaller: Check asks about room, and a job's statements are not this one. It asks as a
+	// statement without a connection yet (budget.Request.Pending), as the pgx-native pool
+	// decides one: every slot in flight counts, those of pool statements still waiting for a
+	// connection included, and every statement waiting for the budget comes first. (As a
+	// connected request it would pass both, and say yes to a job whose next pool statement is
+	// refused.)
 	reqs := make([]budget.Request, len(rt.reqs))
 	for i, r := range rt.reqs {
-		r.Cost = nominalCost
+		r.Cost, r.Pending = nominalCost, true
 		if pq := rt.owners[i].bs.perQuery.Seconds(); pq > 0 {
 			r.Cost = min(r.Cost, pq)
 		}
@@ -46,7 +51,8 @@ func (e *Engine) Check(ctx context.Context) error {
 	return err
 }
 
-// Wait blocks until Check passes or ctx ends (then it returns ctx's error). Between checks it
+// Wait blocks until Check passes, ctx ends (then it returns ctx's error) or e is closed (then
+// it returns ErrClosed, at once if it was waiting: Close). Between checks it
 // waits about the denial's retry hint with jitter, growing with each attempt, so that many
 // waiting jobs do not all rush in the moment a metric drops. It takes no place in the budgets'
 // queues: it takes nothing, so its order among statements means nothing, and Check already
@@ -64,6 +70,8 @@ func (e *Engine) Wait(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-e.closed:
+			return ErrClosed
 		case <-e.after(health.Backoff(attempt, base, rand.Float64())):
 		}
 	}

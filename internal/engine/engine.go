@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,9 +90,10 @@ type Engine struct {
 	health atomic.Pointer[health.Sampler]
 	gens   atomic.Uint64 // numbers the Compiles (Rules.Gen)
 	reg    registry      // the budgets by name, across reloads (compile.go)
-	// closed is set by Close: a statement waiting for capacity leaves with ErrClosed
-	// (admission.go).
-	closed atomic.Bool
+	// closed is closed by Close (once: closeOnce): a statement waiting for capacity, and a job
+	// in Wait, leave with ErrClosed (admission.go, check.go).
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // Stats are the engine's event counters; read them with the atomic Load methods.
@@ -130,6 +132,7 @@ func New(o Options) *Engine {
 		model:    cost.NewModel(size),
 		obs:      o.Observer,
 		maxKeys:  o.MaxBuckets,
+		closed:   make(chan struct{}),
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{

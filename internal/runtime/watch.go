@@ -20,7 +20,9 @@ import (
 // WatchFile loads the rules file at path and keeps watching it: a valid change is in force
 // within a second, an invalid one is logged and counted and the last good rules stay. It
 // watches the file's directory, so that editors' atomic renames and Kubernetes ConfigMap
-// updates (a symlink swap of "..data") are seen.
+// updates (a symlink swap of "..data") are seen; and when path is a symlink to a file in
+// another directory, that directory too, so that the file it points to is seen edited or
+// replaced there (see follow).
 //
 // Only a complete file is applied: after the last event the watcher waits settle with no
 // further event and reads the file, then waits settle again and reads it once more, and applies
@@ -57,6 +59,7 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
 	w := &watcher{fw: fw, path: path, dir: dir, limit: maxSize, after: r.after, last: sha256.Sum256(data), done: make(chan struct{})}
+	w.follow()
 	if err := r.setWatcher(w); err != nil {
 		fw.Close()
 		return err
@@ -79,6 +82,40 @@ type watcher struct {
 	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
 	// keeps none of its bytes.
 	last [sha256.Size]byte
+	// target is the directory of the file path resolves to, watched too when path is a symlink
+	// into another directory (see follow); "" when none is.
+	target string
+}
+
+// follow watches the directory of the file that path resolves to, when that is not dir: a
+// rules file that is a symlink to a file elsewhere (/etc/app/rules.yaml ->
+// /srv/conf/rules.yaml) is edited, or renamed into place, there, and dir sees nothing of it.
+// It is called after each read, as the link may have been pointed elsewhere since; a path
+// that does not resolve now keeps the directory watched, where the file may come back.
+func (w *watcher) follow() {
+	real, err := filepath.EvalSymlinks(w.path)
+	if err != nil {
+		return
+	}
+	dir := filepath.Dir(real)
+	if d, err := filepath.EvalSymlinks(w.dir); err == nil && d == dir {
+		dir = "" // path is in dir itself, perhaps under another name
+	}
+	if dir == w.target {
+		return
+	}
+	w.unfollow()
+	if dir != "" && w.fw.Add(dir) == nil {
+		w.target = dir
+	}
+}
+
+// unfollow stops watching the symlink's target directory, if one is watched.
+func (w *watcher) unfollow() {
+	if w.target != "" {
+		w.fw.Remove(w.target) // an error means its watch is gone already
+		w.target = ""
+	}
 }
 
 func (w *watcher) close() error {
@@ -118,10 +155,14 @@ func (w *watcher) run(r *Runtime) {
 			if ev.Name == w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				// The directory went away and its watch with it (fsnotify drops it).
 				w.fw.Remove(w.dir) // in case this platform kept it; an error means it is gone
+				w.unfollow()       // followed again after the next read
 				watched, read1 = false, false
 				timer = w.after(rearm)
 				r.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
 				continue
+			}
+			if ev.Name == w.target && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				w.unfollow() // its watch went with it; followed again after the next read
 			}
 			read1 = false
 			timer = w.after(settle)
@@ -147,6 +188,7 @@ func (w *watcher) run(r *Runtime) {
 				read1 = false
 				continue
 			}
+			w.follow()
 			if sum := sha256.Sum256(data); !read1 || sum != first {
 				read1, first = true, sum // the first read, or changed since it: settle again
 				timer = w.after(settle)

@@ -384,3 +384,61 @@ func TestWatchRejectedFileKeepsNoBytes(t *testing.T) {
 		t.Fatalf("the heap grew by %d bytes with the rejected %d-byte file", grew, size)
 	}
 }
+
+// TestWatchFollowsSymlinkTarget: the rules file is a symlink to a file in another directory
+// (/etc/app/rules.yaml -> /srv/conf/rules.yaml). That file edited in place, or replaced by a
+// rename, is in force as if the link's own directory had changed; and once the link points to
+// a file in a third directory, that one is watched instead. Watching only the link's directory
+// saw none of the edits, and the old rules stayed in force without a word.
+func TestWatchFollowsSymlinkTarget(t *testing.T) {
+	linkDir, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budget := func(name string) string {
+		return "budgets:\n  - {name: " + name + ", mode: enforce, max_concurrent: 1}\n"
+	}
+	target, path := filepath.Join(a, "rules.yaml"), filepath.Join(linkDir, "rules.yaml")
+	write(target, budget("first"))
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	h := newWatchHarness(t, path)
+
+	write(target, budget("edited"))
+	h.runUntilReload()
+	if got := h.inForce(); got != "edited:enforce" {
+		t.Fatalf("in force: %s; want the link's target edited in place", got)
+	}
+	tmp := filepath.Join(a, ".rules.tmp")
+	write(tmp, budget("renamed"))
+	if err := os.Rename(tmp, target); err != nil {
+		t.Fatal(err)
+	}
+	h.runUntilReload()
+	if got := h.inForce(); got != "renamed:enforce" {
+		t.Fatalf("in force: %s; want the file renamed over the link's target", got)
+	}
+
+	// The link pointed at a file in a third directory: that directory is watched from then on.
+	other := filepath.Join(b, "rules.yaml")
+	write(other, budget("moved"))
+	if err := os.Symlink(other, filepath.Join(linkDir, ".link.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(linkDir, ".link.tmp"), path); err != nil {
+		t.Fatal(err)
+	}
+	h.runUntilReload()
+	if got := h.inForce(); got != "moved:enforce" {
+		t.Fatalf("in force: %s; want the link's new target", got)
+	}
+	write(other, budget("moved_edited"))
+	h.runUntilReload()
+	if got := h.inForce(); got != "moved_edited:enforce" {
+		t.Fatalf("in force: %s; want the new target edited in place", got)
+	}
+}
