@@ -34,7 +34,6 @@ const (
 	alphaPattern = 0.2  // a pattern's EMAs
 	alphaGlobal  = 0.01 // the global k
 	alphaExplain = 0.1  // the EXPLAIN round trip
-	alphaServer  = 0.5  // a pattern's server mean, over the server's reports (each already a mean)
 
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
 	// above which a pattern's cost counts as varying widely.
@@ -116,8 +115,8 @@ type pattern struct {
 	// queryID is the server's query identifier from the pattern's last EXPLAIN that reported
 	// one; 0: none.
 	queryID int64
-	// serverMean is the server's mean execution seconds of the pattern in its last report
-	// (ObserveServer), used until serverUntil; planServer is the prediction for planCost on the
+	// serverMean is the server's mean execution seconds of the pattern as its last report
+	// gave it (ObserveServer), used until serverUntil; planServer is the prediction for planCost on the
 	// server's clock, worked out as planSeconds is.
 	serverMean  float64
 	serverUntil time.Time
@@ -395,7 +394,8 @@ func (m *Model) QueryIDs(dst []QueryID, max int) []QueryID {
 
 // ObserveServer trains pattern fp on the server's clock at now: the server reported that the
 // executions of query id (the pattern's, see QueryIDs) took seconds each on average, planning
-// included where the server tracks it, since its previous report. Predictions for the pattern
+// included where the server tracks it, over its recent reports (the reader averages them,
+// weighted by executions: package serverclock), which seconds replaces. Predictions for the pattern
 // are then on the server's clock until until (Prediction.Server); after, without a newer
 // report, they return to the client's. It reports whether the report was taken: not when the
 // pattern is gone, its query identifier changed, or seconds is negative or not finite.
@@ -409,12 +409,7 @@ func (m *Model) ObserveServer(now time.Time, fp uint64, id int64, seconds float6
 	if p == nil || p.queryID != id {
 		return false
 	}
-	if now.Before(p.serverUntil) {
-		p.serverMean += alphaServer * (seconds - p.serverMean)
-	} else {
-		p.serverMean = seconds
-	}
-	p.serverUntil = until
+	p.serverMean, p.serverUntil = seconds, until
 	m.updateLocked(p)
 	return true
 }

@@ -36,10 +36,10 @@ func TestModelServerClock(t *testing.T) {
 	if p := m.Predict(now, fp, 0); !p.Server || !p.Cached || math.Abs(p.Seconds-0.0001) > 1e-12 {
 		t.Fatalf("cached plan after a report: %+v, want the server's 0.1ms", p)
 	}
-	// A second report moves the mean halfway.
+	// A second report replaces the mean: the reader averaged it over its recent reads.
 	m.ObserveServer(now, fp, 9, 0.0003, now.Add(time.Second))
-	if s := m.Top(now, 1)[0]; !s.Server || math.Abs(s.ServerMean-0.0002) > 1e-12 {
-		t.Fatalf("Top = %+v, want server mean 0.2ms", s)
+	if s := m.Top(now, 1)[0]; !s.Server || math.Abs(s.ServerMean-0.0003) > 1e-12 {
+		t.Fatalf("Top = %+v, want server mean 0.3ms", s)
 	}
 	later := now.Add(time.Second)
 	if p := m.Predict(later, fp, 20); p.Server || math.Abs(p.Seconds-0.006) > 1e-9 {

@@ -8,12 +8,22 @@ import (
 // maxMean is the largest mean execution time a report may claim: a larger one is nonsense.
 const maxMean = 24 * time.Hour
 
-// Learned is a query identifier's mean server seconds per execution between two reads.
+// Learned is what a read teaches of one query identifier: its executions since the last read,
+// and its mean server seconds per execution over the recent reads (smooth), weighted by their
+// executions.
 type Learned struct {
 	QueryID int64
 	Calls   int64   // executions between the two reads
 	Seconds float64 // mean server seconds per execution, planning included where tracked
 }
+
+// smooth is how much of the recent reads' seconds and executions each new read replaces. The
+// mean a read reports is the ratio of the two averages, not an average of each read's mean:
+// under a server_share budget a read in which the server was slow covers fewer executions (the
+// budget allows the same seconds), and an average of the reads' means would weigh each of its
+// executions as much as several of the others', learning a mean above the server's own
+// (total seconds over total executions) whenever the statement's time varies.
+const smooth = 0.5
 
 // tracker turns successive readings of cumulative counters into per-read means. It is a plain
 // single-threaded core; the zero value is ready.
@@ -29,6 +39,9 @@ type baseline struct {
 	calls int64
 	ms    float64
 	read  uint64 // the reading that last saw it
+	// sec and n average the server seconds and the executions of the reads since the baseline
+	// was taken (smooth); 0 before its first growth.
+	sec, n float64
 }
 
 // keep drops the baselines of identifiers not in ids (no longer asked about), uncounted.
@@ -69,21 +82,28 @@ func (t *tracker) update(r Reading, dst []Learned) []Learned {
 			delete(t.base, row.QueryID)
 			continue
 		}
-		t.base[row.QueryID] = baseline{calls: row.Calls, ms: ms, read: t.read}
+		nb := baseline{calls: row.Calls, ms: ms, read: t.read}
 		switch {
 		case !had: // first seen: its counters hold history of unknown age
 		case row.Calls < b.calls || ms < b.ms:
 			t.resets++ // reset or evicted and re-created since the baseline
-		case row.Calls > b.calls:
+		case row.Calls == b.calls:
+			nb.sec, nb.n = b.sec, b.n // nothing ran: the average stands
+		default:
 			n := row.Calls - b.calls
-			mean := (ms - b.ms) / float64(n) / 1e3
-			if mean > maxMean.Seconds() {
+			sec := (ms - b.ms) / 1e3
+			if sec/float64(n) > maxMean.Seconds() {
 				t.rejected++
 				delete(t.base, row.QueryID)
 				continue
 			}
-			dst = append(dst, Learned{QueryID: row.QueryID, Calls: n, Seconds: mean})
+			nb.sec, nb.n = sec, float64(n)
+			if b.n > 0 {
+				nb.sec, nb.n = b.sec+smooth*(sec-b.sec), b.n+smooth*(float64(n)-b.n)
+			}
+			dst = append(dst, Learned{QueryID: row.QueryID, Calls: n, Seconds: nb.sec / nb.n})
 		}
+		t.base[row.QueryID] = nb
 	}
 	for id, b := range t.base {
 		if b.read != t.read {

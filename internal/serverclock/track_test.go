@@ -57,3 +57,32 @@ func TestTrackerForgetsWhatIsNoLongerAsked(t *testing.T) {
 		t.Fatalf("resets %d, baselines %v: an identifier no longer asked about is dropped uncounted", tr.resets, tr.base)
 	}
 }
+
+// TestTrackerWeighsReadsByCalls: the mean a read reports averages the recent reads by their
+// executions, as the server's own mean does (total seconds over total executions). Under a
+// server_share budget a read in which the server was slow covers fewer executions: 100 at
+// 0.1ms, then 10 at 1ms (each 10ms of the server's time) average 0.18ms, where an average of
+// the two reads' means would say 0.55ms, three times the server's.
+func TestTrackerWeighsReadsByCalls(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	var tr tracker
+	tr.keep([]int64{1})
+	read := func(calls int64, ms float64) []Learned {
+		return tr.update(Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: calls, ExecMS: ms}}}, nil)
+	}
+	read(1000, 500) // the baseline
+	if got := read(1100, 510); len(got) != 1 || math.Abs(got[0].Seconds-0.0001) > 1e-12 {
+		t.Fatalf("first growth: %+v, want 0.1ms", got)
+	}
+	got := read(1110, 520)
+	want := 0.020 / 110 // the server's mean over both reads
+	if len(got) != 1 || got[0].Calls != 10 || math.Abs(got[0].Seconds-want) > 1e-12 {
+		t.Fatalf("a slow read of few executions: %+v, want %d calls at the mean by executions %.6f s", got, 10, want)
+	}
+	if got := read(1110, 520); len(got) != 0 {
+		t.Fatalf("no executions: %+v, want nothing learned", got)
+	}
+	if got := read(1210, 530); len(got) != 1 || got[0].Seconds >= want {
+		t.Fatalf("after a read with nothing run, a fast read: %+v, want below %.6f s (the average stood, then moved)", got, want)
+	}
+}
