@@ -19,7 +19,8 @@ func (e *Engine) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
 }
 
 // ObserveServer trains pattern fp on the server's clock: its statements (query identifier id)
-// took seconds each on average on the server since the last report. Until until, the pattern's
+// took seconds each on average on the server over the recent reads (package serverclock
+// weighs them by their calls). Until until, the pattern's
 // predictions are on the server's clock, and each of its statements is charged its prediction
 // rather than the client's measurement (Finish). The statements of the pattern charged on the
 // client's clock since (its first ones, before any report) are trued up to seconds each. It

@@ -63,7 +63,8 @@ type Sink interface {
 	// QueryIDs appends to dst the patterns whose query identifier is known, at most max.
 	QueryIDs(dst []cost.QueryID, max int) []cost.QueryID
 	// ObserveServer hands pattern fp's mean server seconds per execution (query identifier
-	// id), for predictions until until.
+	// id) over the recent reads, weighted by their calls (Learned), for predictions until
+	// until.
 	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
 	// SetNetworkFloor hands the smallest recent round trip to the server.
 	SetNetworkFloor(d time.Duration)
