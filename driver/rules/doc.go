@@ -58,7 +58,8 @@
 //	  - budget: per-tenant
 //	    match: {remote_address: 203.0.113.0/24}      # a CIDR prefix: any address inside it
 //	  - budget: batch
-//	    match: {table: orders, statement: update}    # built-in tags match like any other
+//	    match: {table: orders, statement: update}    # built-in tags match like any other; table
+//	                                                 # matches orders in any schema too
 //	  - budget: reporting
 //	    match: {controller: export}
 //	    until: 2026-12-02T10:00:00Z                  # lapses by itself then: selects nothing, no reload

@@ -706,6 +706,9 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 		for _, t := range p.Tables {
 			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
 		}
+		for _, t := range p.Relations { // a qualified table's bare name too: {table: orders} matches public.orders
+			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+		}
 	}
 	if name := queryName(query); name != "" {
 		dst = append(dst, ruleset.KV{Key: KeyQueryName, Value: name})

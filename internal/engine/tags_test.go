@@ -75,3 +75,38 @@ guards:
 		})
 	}
 }
+
+// TestTableTagMatchesQualifiedNames: a rule or guard on a table's bare name matches the
+// statement however it names the table: schema-qualified (any schema), quoted, or not; a name
+// that only contains the bare name does not match, nor does a quoted name with a dot in it.
+func TestTableTagMatchesQualifiedNames(t *testing.T) {
+	e, _ := newEngine(t, `
+guards:
+  block_truncate: {mode: enforce, match: {table: keep}}
+`)
+	bg := context.Background()
+	for _, tc := range []struct {
+		query   string
+		refused bool
+	}{
+		{"truncate keep", true},
+		{"truncate public.keep", true},
+		{`truncate "public"."keep"`, true},
+		{"truncate archive.keep", true},
+		{"truncate db.public.keep", true},
+		{"truncate keeper", false},
+		{"truncate keep.other", false},
+		{`truncate "x.keep"`, false},
+	} {
+		x, err := begin(e, bg, tc.query)
+		switch {
+		case tc.refused && err == nil:
+			x.Finish(bg, nil)
+			t.Errorf("%s: admitted; want the guard on table keep to refuse it", tc.query)
+		case !tc.refused && err != nil:
+			t.Errorf("%s: %v; want it admitted (not the table keep)", tc.query, err)
+		case err == nil:
+			x.Finish(bg, nil)
+		}
+	}
+}

@@ -65,6 +65,11 @@ type Pattern struct {
 	// DDL targets, as written (schema-qualified only if written so),
 	// deduplicated and sorted. CTE names are not tables.
 	Tables []string
+	// Relations are the relation names of the Tables written schema-qualified, without their
+	// schema (public.orders gives orders), that are not in Tables already: a statement is
+	// tagged table= with each too, so that a rule or guard on a table's bare name matches it
+	// however it is written. Sorted; nil when none.
+	Relations []string
 	// Operation is db.operation.name: the first statement's command, as
 	// PostgreSQL's command tag names it ("SELECT", "CREATE TABLE", "BEGIN").
 	Operation string
@@ -111,7 +116,7 @@ func analyze(key string) *Pattern {
 		Parsed:        true,
 		Statements:    len(tree.Stmts),
 	}
-	w := walker{tables: map[string]struct{}{}}
+	w := walker{tables: map[string]struct{}{}, bare: map[string]struct{}{}}
 	for i, raw := range tree.Stmts {
 		kind, op := classify(raw.Stmt)
 		w.stmtLoc = int(raw.StmtLocation)
@@ -132,6 +137,12 @@ func analyze(key string) *Pattern {
 		p.Tables = append(p.Tables, t)
 	}
 	sort.Strings(p.Tables)
+	for t := range w.bare {
+		if _, ok := w.tables[t]; !ok {
+			p.Relations = append(p.Relations, t)
+		}
+	}
+	sort.Strings(p.Relations)
 	p.Summary = w.summary()
 	if p.Summary == "" {
 		p.Summary = p.Operation // SELECT 1

@@ -14,6 +14,7 @@ import (
 // query summary. It is single-use and not safe for concurrent use.
 type walker struct {
 	tables  map[string]struct{}
+	bare    map[string]struct{} // the relation names of the tables written schema-qualified
 	events  []event
 	ctes    []string // CTE names in scope, innermost last
 	stmtLoc int      // offset of the statement being visited
@@ -203,13 +204,17 @@ func (w *walker) rangeVar(r *pg.RangeVar, scoped ...bool) {
 	if r.Catalogname != "" {
 		name = r.Catalogname + "." + name
 	}
-	w.addTable(name, int(r.Location))
+	w.addTable(name, r.Relname, int(r.Location))
 }
 
-// addTable records table name at text offset loc, valid UTF-8 (see Pattern.Normalized).
-func (w *walker) addTable(name string, loc int) {
+// addTable records table name, whose relation name is rel (name without its schema and
+// catalog, if written so), at text offset loc, valid UTF-8 (see Pattern.Normalized).
+func (w *walker) addTable(name, rel string, loc int) {
 	name = bounded.Valid(name)
 	w.tables[name] = struct{}{}
+	if rel != "" && rel != name {
+		w.bare[bounded.Valid(rel)] = struct{}{}
+	}
 	w.events = append(w.events, event{loc: loc, table: name})
 }
 
@@ -234,7 +239,7 @@ func (w *walker) dropStmt(d *pg.DropStmt) {
 			}
 		}
 		if len(parts) > 0 {
-			w.addTable(strings.Join(parts, "."), w.stmtLoc)
+			w.addTable(strings.Join(parts, "."), parts[len(parts)-1], w.stmtLoc)
 		}
 	}
 }
