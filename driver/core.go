@@ -66,6 +66,8 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		err = c.rt.SetConfig(o.config)
 	case o.rulesFile != "":
 		err = c.rt.WatchFile(o.rulesFile, o.maxRulesFileSize)
+	case o.rulesFileSet:
+		err = errors.New("pgtraffic: WithRulesFile: the path is empty (leave the option out to run without rules)")
 	}
 	if err == nil {
 		err = tel.attach(c.rt) // the gauges' callback; close unregisters it

@@ -16,6 +16,7 @@ type Option func(*options)
 // defaults: a zero bound means the default of the package that applies it, named once there.
 type options struct {
 	rulesFile        string
+	rulesFileSet     bool  // WithRulesFile was the last of it and WithConfig: "" is then an error
 	maxRulesFileSize int64 // 0: rules.DefaultMaxFileSize
 	config           *Config
 	tracerProvider   trace.TracerProvider
@@ -32,9 +33,11 @@ type options struct {
 // force within a second, an invalid one is logged and the last good rules stay. Only a complete
 // file is applied: one left unchanged for 0.6s and read the same twice (renaming a finished file
 // into place is the atomic way). The watch survives its directory being removed and re-created.
-// A missing or invalid file at start makes [NewConnector] and [Open] fail.
+// A missing or invalid file at start makes [NewConnector] and [Open] fail, as does an empty
+// path (an unset environment variable would otherwise run without rules): leave the option out
+// to run without rules.
 func WithRulesFile(path string) Option {
-	return func(o *options) { o.rulesFile = path; o.config = nil }
+	return func(o *options) { o.rulesFile, o.rulesFileSet, o.config = path, true, nil }
 }
 
 // WithMaxRulesFileSize sets the largest rules file that [WithRulesFile] reads, in bytes; the
@@ -49,7 +52,7 @@ func WithMaxRulesFileSize(n int64) Option {
 // [Connector.SetConfig] to change them later: pgtraffic keeps a copy of cfg, so changing cfg
 // itself changes nothing.
 func WithConfig(cfg *Config) Option {
-	return func(o *options) { o.config = cfg; o.rulesFile = "" }
+	return func(o *options) { o.config, o.rulesFile, o.rulesFileSet = cfg, "", false }
 }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider. The default is the global one

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -34,4 +35,23 @@ func TestMaxBucketsOption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEmptyRulesFileIsAnError: WithRulesFile("") (an unset environment variable, say) is an
+// error naming the option, not a connector that silently runs without rules; WithConfig after
+// it wins as any later option does.
+func TestEmptyRulesFileIsAnError(t *testing.T) {
+	_, err := NewConnector("postgres://u@127.0.0.1:1/db", WithRulesFile(""))
+	if err == nil || !strings.Contains(err.Error(), "WithRulesFile") {
+		t.Fatalf("WithRulesFile(\"\"): %v; want an error naming the option", err)
+	}
+	cfg, err := ParseConfig([]byte("budgets: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConnector("postgres://u@127.0.0.1:1/db", WithRulesFile(""), WithConfig(cfg))
+	if err != nil {
+		t.Fatalf("WithConfig after WithRulesFile(\"\"): %v; want the later option to win", err)
+	}
+	c.Close()
 }
