@@ -53,8 +53,10 @@ type Snapshot struct {
 // pgtraffic.decisions metric counts them for the budget: Admitted ran with nothing to say
 // (decision allow), Warned ran with a warning (decision warn: in warn mode, a statement that
 // enforce would have refused, or one that left a limit past warning_threshold), Blocked were
-// refused (decision block; a statement that waited under max_wait counts once). WarnedBy and
-// BlockedBy split the last two by reason (the Reason constants, and warning_threshold).
+// refused (decision block; a statement that waited under max_wait counts once). A statement
+// that ran past the budget's max_duration counts a second decision, as the metric does: Blocked
+// with reason max_duration when enforce cancelled it, Warned when warn mode let it run. WarnedBy
+// and BlockedBy split the last two by reason (the Reason constants, and warning_threshold).
 type BudgetStatus struct {
 	Name      string            `json:"name"`
 	Mode      string            `json:"mode"`

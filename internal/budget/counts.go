@@ -7,8 +7,9 @@ import (
 )
 
 // Decision is what a budget decided about one statement, as the engine counts it with
-// [Budget.Count]: one decision per statement and budget, the same the engine reports to its
-// observer (the pgtraffic.decisions metric). They are a budget's only counts: [Admit] counts
+// [Budget.Count]: one decision per statement and budget (and one more for a statement that ran
+// past the budget's max_duration), the same the engine reports to its observer (the
+// pgtraffic.decisions metric). They are a budget's only counts: [Admit] counts
 // nothing, since a retry is not a new statement and a warn-mode budget's would-be refusal is a
 // warning.
 type Decision uint8
