@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,15 +42,20 @@ const (
 // clocks agreeing. What Redis returns is validated (see [health.Election]): malformed, too
 // large, dated in the future or absurdly old samples come back as [health.Vote.Bad].
 //
-// One call is outstanding at a time; a call that overruns its context is abandoned and
-// finishes in the background, and calls made meanwhile fail at once. An Election is safe for
-// concurrent use; build one with [NewElection] and release it with [Election.Close].
+// One call per metric set (Ballot.Set) is outstanding at a time; a call that overruns its
+// context is abandoned and finishes in the background, and calls of that set made meanwhile
+// fail at once. The sets do not wait for each other: the health sampler and the server
+// clock's reader share one Election, and a slow call of one must not make the other's vote
+// fail (and its instance read the server for itself). An Election is safe for concurrent use;
+// build one with [NewElection] and release it with [Election.Close].
 type Election struct {
 	rc    redis.UniversalClient
 	owned *redis.Client // made from the URL, closed by Close; nil when given a client
 	id    string
-	db    string        // identifies the database in the key digests
-	sem   chan struct{} // holds the one outstanding call
+	db    string // identifies the database in the key digests
+
+	mu   sync.Mutex          // protects busy
+	busy map[string]struct{} // the sets with a call outstanding
 }
 
 // ElectionOptions configure an [Election]. Client or URL, Instance and Database are required.
@@ -71,7 +77,7 @@ var _ health.Election = (*Election)(nil)
 // NewElection returns an election. Its only error is an invalid URL, which never quotes the
 // URL's credentials.
 func NewElection(o ElectionOptions) (*Election, error) {
-	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, sem: make(chan struct{}, 1)}
+	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, busy: map[string]struct{}{}}
 	if e.rc == nil {
 		rc, err := clientFor(o.URL, o.SyncInterval)
 		if err != nil {
@@ -165,12 +171,16 @@ func (e *Election) Resign(ctx context.Context, b health.Ballot) error {
 }
 
 // run calls the election script, abandoning the call when ctx ends even if the client does
-// not honour the deadline; the abandoned call finishes in the background, and no other
-// starts until it has. Its reply has at least Redis's time and a status.
+// not honour the deadline; the abandoned call finishes in the background, and no other call
+// of b.Set starts until it has. Its reply has at least Redis's time and a status.
 func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]any, error) {
-	select {
-	case e.sem <- struct{}{}:
-	default:
+	e.mu.Lock()
+	_, busy := e.busy[b.Set]
+	if !busy {
+		e.busy[b.Set] = struct{}{}
+	}
+	e.mu.Unlock()
+	if busy {
 		return nil, errBusy
 	}
 	lease, sample := ElectionKeys(e.db, b.Set)
@@ -183,7 +193,9 @@ func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]
 	ch := make(chan outcome, 1)
 	go func() {
 		v, err := electionScript.Run(ctx, e.rc, []string{lease, sample}, args...).Slice()
-		<-e.sem // before the answer, so that the next call never finds this one outstanding
+		e.mu.Lock()
+		delete(e.busy, b.Set) // before the answer, so that the next call never finds this one outstanding
+		e.mu.Unlock()
 		ch <- outcome{v, err}
 	}()
 	select {

@@ -2,10 +2,13 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
@@ -200,5 +203,71 @@ func TestElectionUnreachable(t *testing.T) {
 	defer cancel()
 	if _, err := e.Elect(ctx, health.Ballot{Set: "s", Interval: time.Second}); err == nil {
 		t.Fatal("Elect against a dead Redis succeeded")
+	}
+}
+
+// heldClient holds the election calls of the ballot set whose lease key is held until
+// release is closed, saying on entered when one is held; after, it holds none.
+type heldClient struct {
+	*redis.Client
+	held             string
+	entered, release chan struct{}
+}
+
+func (h *heldClient) hold(keys []string) {
+	if len(keys) == 0 || keys[0] != h.held {
+		return
+	}
+	select {
+	case <-h.release:
+	case h.entered <- struct{}{}:
+		<-h.release
+	}
+}
+
+func (h *heldClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	h.hold(keys)
+	return h.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (h *heldClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	h.hold(keys)
+	return h.Client.Eval(ctx, script, keys, args...)
+}
+
+// TestElectionSetsDoNotWaitForEachOther: the health sampler and the server clock's reader
+// vote through one Election; while a call of one set is outstanding (a slow Redis), a vote of
+// the other is held all the same (it used to fail at once, and its instance then read the
+// server for itself and logged that the election could not be held), and a second call of
+// the same set still fails at once.
+func TestElectionSetsDoNotWaitForEachOther(t *testing.T) {
+	srv := redistest.Need(t)
+	slow, other := health.Ballot{Set: "health set", Interval: time.Second}, health.Ballot{Set: "pgtraffic server clock", Interval: time.Second}
+	held, _ := ElectionKeys(electDB, slow.Set)
+	hc := &heldClient{Client: newClient(t, srv), held: held, entered: make(chan struct{}), release: make(chan struct{})}
+	e, err := NewElection(ElectionOptions{Client: hc, Instance: "a", Database: electDB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Elect(context.Background(), slow)
+		done <- err
+	}()
+	<-hc.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if v, err := e.Elect(ctx, other); err != nil || !v.Lead {
+		t.Errorf("vote of another set while one call is outstanding: %+v, %v; want the lead", v, err)
+	}
+	if _, err := e.Elect(ctx, slow); !errors.Is(err, errBusy) {
+		t.Errorf("second call of the outstanding set: %v, want %v", err, errBusy)
+	}
+	close(hc.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Elect(ctx, slow); err != nil || !v.Lead {
+		t.Errorf("vote once the call returned: %+v, %v; want the lead", v, err)
 	}
 }

@@ -1190,3 +1190,53 @@ func TestStartedHolderHandsSlotsOverWhenWanted(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedSyncIntervalsShareTheBudget: while a change of sync_interval rolls out, instances
+// on the longer interval hold leases longer than the others' own. Their entries still count:
+// the leases never sum above the budget, and the instance on the longer interval gets its
+// share (the others used to read its entries as forged, so that each took the whole budget
+// beside it, and then kept it while it starved).
+func TestMixedSyncIntervalsShareTheBudget(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "mixed-intervals", Rate: 2, Burst: 2, MaxConcurrent: 4}
+	slow, fast := newFakeLocal(1, 4), newFakeLocal(1, 4)
+	insts := []instance{
+		{driven{c: newCoord(t, Options{Client: rc, Interval: 800 * time.Millisecond, Instance: "slow", Logger: quiet})}, slow},
+		{driven{c: newCoord(t, Options{Client: rc, Interval: 200 * time.Millisecond, Instance: "fast", Logger: quiet})}, fast},
+	}
+	for _, in := range insts {
+		in.c.Register(spec, in.local)
+	}
+	for step := range 12 {
+		if step%4 == 0 {
+			mustSync(t, insts[0].c)
+		}
+		mustSync(t, insts[1].c)
+		if rate, _, slots := sums(insts, ""); rate > spec.Rate*(1+1e-9) || slots > spec.MaxConcurrent {
+			t.Fatalf("step %d: leases sum to rate %v, %d slots; budget %+v (slow %+v, fast %+v)",
+				step, rate, slots, spec, slow.lease(""), fast.lease(""))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l := slow.lease(""); l.Slots != 2 || !near(l.Rate, 1) {
+		t.Errorf("the instance on the longer interval holds %+v, want half the budget", l)
+	}
+}
+
+// TestForgedSweepCursorIsIgnored: a sweep cursor that Redis could not have returned (past
+// 2^64 - 1, which HSCAN refuses) starts the sweep over; it used to fail every sync of the
+// budget for as long as the key stayed, without an expiry for ever.
+func TestForgedSweepCursorIsIgnored(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	spec := Spec{Name: "cursor", Rate: 2, Burst: 2, MaxConcurrent: 4}
+	insts := startInstances(t, Options{Client: rc, Logger: quiet}, spec, newFakeLocal(1, 1))
+	ctx := context.Background()
+	for _, cursor := range []string{"99999999999999999999", "18446744073709551616", "-1", "1e5", ""} {
+		if err := rc.Set(ctx, sweepKey(spec.Name), cursor, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := insts[0].c.Sync(ctx); err != nil {
+			t.Errorf("sync with the cursor %q: %v", cursor, err)
+		}
+	}
+}

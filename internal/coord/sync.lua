@@ -156,15 +156,22 @@ local head_format, head_len = '<ddddddd', 56
 local entry_format, entry_len = '<Hc0dddddddddddd', 98 -- entry_len: the bytes besides the id
 local value_format = '<dddddddHc0dddddddddddd'
 
+-- The longest lease another instance may hold, µs: its sync interval may be longer than the
+-- caller's (a rolling change of sync_interval, which the rules bound at a minute: a lease of
+-- 2.5 minutes). Its entry, and the loss it records, are valid until then: read against the
+-- caller's own lease, they would be dropped, and the capacity that instance holds handed
+-- out again.
+local max_ttl = max(ttl, 150 * 1000000)
+
 -- valid reports whether an instance's entry {seq, demand, want, held slots, granted rate,
 -- expiry µs, left, ...} is one this script could have written (a negative or non-finite
--- number, an expiry beyond a lease duration from now are not); entry returns a copy of a
+-- number, an expiry beyond the longest lease from now are not); entry returns a copy of a
 -- valid one for the arithmetic. The entry as read is what the partition keeps of another
 -- instance. What it holds counts as at most the whole budget: an instance on other limits (a
 -- rolling change of the rules) may hold more than this one's.
 local function valid(seq, demand, want, slots, granted, expires, left)
   return seq >= 0 and seq < huge and demand >= 0 and demand < huge and want >= 0 and want < huge and
-    slots >= 0 and slots < huge and granted >= 0 and granted < huge and expires >= 0 and expires <= now + ttl and
+    slots >= 0 and slots < huge and granted >= 0 and granted < huge and expires >= 0 and expires <= now + max_ttl and
     (left == 0 or left == 1)
 end
 local function entry(...)
@@ -199,9 +206,12 @@ end
 local kind = redis.call('TYPE', hkey)['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', hkey) end
 
--- Sweep: delete the lapsed fields among the next ones from the cursor.
+-- Sweep: delete the lapsed fields among the next ones from the cursor. A cursor Redis could
+-- not have returned starts the sweep over: one of 20 digits may be past 2^64 - 1, which HSCAN
+-- refuses, failing every sync of the budget for as long as the key stays (a hash's cursor is
+-- below its table's size, far below 10^19).
 local cursor = redis.pcall('GET', ckey)
-if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 20 then cursor = '0' end
+if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 19 then cursor = '0' end
 local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', max(math.ceil(nparts / 4), 32))
 local swept = {}
 for j = 1, #scan[2], 2 do
@@ -304,7 +314,7 @@ for i = 1, nparts do
     if s_gf >= 0 and s_gf <= now then gap_from = s_gf end
     if s_gt >= 0 and s_gt <= now then gap_to = s_gt end
     if s_last >= 0 and s_last <= now then last = s_last end
-    if s_lu >= 0 and s_lu <= now + ttl then lost_until = s_lu end
+    if s_lu >= 0 and s_lu <= now + max_ttl then lost_until = s_lu end
     if s_ln >= 0 and s_ln <= max_lost then lost_n = floor(s_ln) end
     local pos, size = head_len + 1, #v
     while pos + entry_len - 1 <= size do
