@@ -16,7 +16,7 @@ type Option func(*options)
 // defaults: a zero bound means the default of the package that applies it, named once there.
 type options struct {
 	rulesFile        string
-	rulesFileSet     bool  // WithRulesFile was the last of it and WithConfig: "" is then an error
+	rulesFileSet     bool  // WithRulesFile came after any WithConfig: an empty path is an error
 	maxRulesFileSize int64 // 0: rules.DefaultMaxFileSize
 	config           *Config
 	tracerProvider   trace.TracerProvider

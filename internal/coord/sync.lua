@@ -158,7 +158,7 @@ local value_format = '<dddddddHc0dddddddddddd'
 
 -- The longest lease another instance may hold, µs: its sync interval may be longer than the
 -- caller's (a rolling change of sync_interval, which the rules bound at a minute: a lease of
--- 2.5 minutes). Its entry, and the loss it records, are valid until then: read against the
+-- 2.5 minutes, leaseDuration(rules.MaxSyncInterval), which a test holds this to). Its entry, and the loss it records, are valid until then: read against the
 -- caller's own lease, they would be dropped, and the capacity that instance holds handed
 -- out again.
 local max_ttl = max(ttl, 150 * 1000000)

@@ -95,9 +95,9 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 	return ruleBuf
 }
 
-// decide runs guards, rules, health, cost and admission for x, sent as c. On success the statement's holds
-// are in x; on a denial nothing is held. slow reports that an EXPLAIN was sent or the statement
-// waited for capacity, so the statement's clock restarts.
+// decide runs guards, rules, health, cost and admission for x, sent as c. On success the
+// statement's holds are in x; on a denial nothing is held. slow reports that an EXPLAIN was
+// sent or the statement waited for capacity, so the statement's clock restarts.
 func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c *call) (slow bool, err error) {
 	p := x.Pattern
 	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
@@ -293,8 +293,8 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 var localOnly = health.NewSampler(health.Options{})
 
 // predict predicts x's execution seconds into x.Predicted, with the planner cost it used in
-// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection). EXPLAIN failures fall back to
-// history and are counted; they never fail the statement. needConn reports, for a statement
+// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection).
+// EXPLAIN failures fall back to history and are counted; they never fail the statement. needConn reports, for a statement
 // with no connection yet (x.later), that it would EXPLAIN: nothing else is set or counted.
 func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode) (sent, needConn bool) {
 	p := x.Pattern

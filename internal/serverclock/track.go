@@ -40,8 +40,11 @@ type baseline struct {
 	ms    float64
 	read  uint64 // the reading that last saw it
 	// sec and n average the server seconds and the executions of the reads since the baseline
-	// was taken (smooth); 0 before its first growth.
+	// was taken (smooth); 0 before its first growth. grew is the reading of the last growth:
+	// an average older than reportIntervals readings is the past's (its prediction lapsed
+	// meanwhile), and the next growth starts a new one.
 	sec, n float64
+	grew   uint64
 }
 
 // keep drops the baselines of identifiers not in ids (no longer asked about), uncounted.
@@ -88,7 +91,7 @@ func (t *tracker) update(r Reading, dst []Learned) []Learned {
 		case row.Calls < b.calls || ms < b.ms:
 			t.resets++ // reset or evicted and re-created since the baseline
 		case row.Calls == b.calls:
-			nb.sec, nb.n = b.sec, b.n // nothing ran: the average stands
+			nb.sec, nb.n, nb.grew = b.sec, b.n, b.grew // nothing ran: the average stands
 		default:
 			n := row.Calls - b.calls
 			sec := (ms - b.ms) / 1e3
@@ -97,8 +100,8 @@ func (t *tracker) update(r Reading, dst []Learned) []Learned {
 				delete(t.base, row.QueryID)
 				continue
 			}
-			nb.sec, nb.n = sec, float64(n)
-			if b.n > 0 {
+			nb.sec, nb.n, nb.grew = sec, float64(n), t.read
+			if b.n > 0 && t.read-b.grew <= reportIntervals {
 				nb.sec, nb.n = b.sec+smooth*(sec-b.sec), b.n+smooth*(float64(n)-b.n)
 			}
 			dst = append(dst, Learned{QueryID: row.QueryID, Calls: n, Seconds: nb.sec / nb.n})

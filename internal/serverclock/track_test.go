@@ -85,4 +85,10 @@ func TestTrackerWeighsReadsByCalls(t *testing.T) {
 	if got := read(1210, 530); len(got) != 1 || got[0].Seconds >= want {
 		t.Fatalf("after a read with nothing run, a fast read: %+v, want below %.6f s (the average stood, then moved)", got, want)
 	}
+	for range reportIntervals + 1 {
+		read(1210, 530) // idle past the prediction's life
+	}
+	if got := read(1220, 550); len(got) != 1 || math.Abs(got[0].Seconds-0.002) > 1e-12 {
+		t.Fatalf("after %d idle reads: %+v, want the new read's own mean 2ms (the old average is the past's)", reportIntervals+1, got)
+	}
 }
