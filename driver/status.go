@@ -358,7 +358,15 @@ func budgetChart(b BudgetStatus) chart {
 	}
 	c.Peak = top
 	x := func(i int) float64 { return float64(i)*float64(c.W-2)/float64(n-1) + 1 }
-	y := func(v, top float64) float64 { return float64(c.H-2) - v/top*float64(c.H-4) + 1 }
+	// A value above zero stands at least a stroke's width above the baseline, so that a few
+	// admissions beside thousands of refusals still show.
+	y := func(v, top float64) float64 {
+		h := v / top * float64(c.H-4)
+		if v > 0 {
+			h = max(h, 2)
+		}
+		return float64(c.H-2) - h + 1
+	}
 	var pts [4]strings.Builder
 	for i, h := range b.History {
 		for j, v := range [3]uint64{h.Admitted, h.Warned, h.Blocked} {

@@ -226,8 +226,9 @@ func TestSnapshotFinite(t *testing.T) {
 	}
 }
 
-// A budget's chart prints its scale (the most decisions of a kind in one interval) and draws
-// debt only for a budget with a bucket: without one, debt never drains.
+// A budget's chart prints its scale (the most decisions of a kind in one interval), shows a
+// small count beside a large one, and draws debt only for a budget with a bucket: without
+// one, debt never drains.
 func TestStatusChart(t *testing.T) {
 	history := make([]SampleStatus, 30)
 	for i := range history {
@@ -241,6 +242,11 @@ func TestStatusChart(t *testing.T) {
 		c := budgetChart(BudgetStatus{Burst: tt.burst, History: history})
 		if c.Peak != 2445 {
 			t.Errorf("burst %v: peak %d, want 2445", tt.burst, c.Peak)
+		}
+		// 7 admissions beside 2445 refusals are a hair's height: they are drawn a stroke high.
+		last := c.Admitted[strings.LastIndex(strings.TrimSpace(c.Admitted), " ")+1:]
+		if !strings.HasSuffix(last, ",45.0 ") {
+			t.Errorf("burst %v: the last admitted point %q, want 2 above the baseline (47)", tt.burst, last)
 		}
 		if (c.Debt != "") != tt.wantDebt || strings.Contains(c.Label, "debt") != tt.wantDebt {
 			t.Errorf("burst %v: debt points %q, label %q; want a debt line: %v", tt.burst, c.Debt, c.Label, tt.wantDebt)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,6 +137,27 @@ func TestSharedSlotsAloneRefuseNothing(t *testing.T) {
 // whole budget, and the fallback share of one instance is the whole budget too.
 func TestSharedStatementsDoNotWaitForRedis(t *testing.T) {
 	srv := redistest.Need(t)
+	// A machine that is busy elsewhere can stall one statement for hundreds of milliseconds
+	// in any phase, the twin's windows notwithstanding. A statement path that waits for Redis
+	// is slow at every stall, so a phase over its bound is measured again once, from a fresh
+	// database and lease, and the test fails only if the second run misses too.
+	for attempt := 1; ; attempt++ {
+		slow := redisStallScenario(t, srv)
+		if len(slow) == 0 || t.Failed() {
+			return
+		}
+		if attempt == 2 {
+			t.Errorf("twice in a row: %s", strings.Join(slow, "; "))
+			return
+		}
+		t.Logf("measuring again: %s", strings.Join(slow, "; "))
+	}
+}
+
+// redisStallScenario runs the phases of TestSharedStatementsDoNotWaitForRedis once. It fails
+// t on a refusal, an error or a missing sync failure, and returns the phases whose slowest
+// statement is over its bound.
+func redisStallScenario(t *testing.T, srv *redistest.Server) (slow []string) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	var logs lockedBuffer
 	c, db := openShared(t, dsn, fmt.Sprintf(sharedSlotsRules, srv.URL), &logs)
@@ -148,6 +170,7 @@ rules:
 	for _, d := range []*sql.DB{db, twinDB} {
 		d.SetMaxOpenConns(8)
 		d.SetMaxIdleConns(8)
+		defer d.Close() // a second run's instance must hold the whole budget alone
 	}
 	if !eventually(5*time.Second, func() bool { return sharedStatus(t, c, "slots").Slots == 64 }) {
 		t.Fatalf("no lease of 64 slots within 5s: %+v", sharedStatus(t, c, "slots"))
@@ -186,8 +209,8 @@ rules:
 			t.Errorf("%s: %d statements refused", name, r.refused[i])
 		}
 		if r.slowest[i] > 3*base {
-			t.Errorf("%s: the slowest statement took %v, more than 3 × the twin's (%v) and the calm phase's (%v)",
-				name, r.slowest[i], twin.slowest[i], r.slowest[0])
+			slow = append(slow, fmt.Sprintf("%s: the slowest statement took %v, more than 3 × the twin's (%v) and the calm phase's (%v)",
+				name, r.slowest[i], twin.slowest[i], r.slowest[0]))
 		}
 	}
 	if len(r.errs) > 0 {
@@ -196,4 +219,5 @@ rules:
 	if s := sharedStatus(t, c, "slots"); s.Failures == 0 {
 		t.Errorf("no sync failed while Redis was stopped and killed: %+v", s)
 	}
+	return slow
 }
