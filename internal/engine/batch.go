@@ -382,6 +382,7 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		budget.Release(now, r, charge)
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	struck := false // a statement of the batch was cancelled past its max_duration
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		var err error
@@ -392,11 +393,15 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		if x.bound != nil || x.warnBound != nil {
 			overran = e.overran(x, err, took, now)
 		}
-		if overran && len(x.quarantinable) > 0 {
-			// The batch's statements are not timed apart, so only a cancellation strikes: a
-			// per_query_limit strike would judge each statement by the whole batch's time.
+		if overran && !struck && len(x.quarantinable) > 0 {
+			// The batch's statements are not timed apart, so only a cancellation strikes (a
+			// per_query_limit strike would judge each statement by the whole batch's time),
+			// and only the first one cancelled: the server runs a batch's statements in
+			// order, so it is the one that was running when the bound hit; those after it
+			// never ran, although their results report the cancellation too.
 			e.strikes(x, true, 0, now)
 		}
+		struck = struck || overran
 		if x.Wants&(WantSpans|WantDuration) != 0 {
 			e.obs.Finished(b.observed(ctx, i), x, err, took)
 		}

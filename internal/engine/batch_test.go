@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -312,4 +313,37 @@ rules:
 		t.Fatalf("a batch without the quarantined pattern: %v", err)
 	}
 	b.Finish(rctx, nil)
+}
+
+// TestBatchOverrunStrikesTheStatementThatRan: a batch cancelled at its max_duration strikes
+// only the statement that was running when the bound hit, the first one cancelled: the
+// server runs a batch's statements in order, so those after it never ran, although their
+// results report the cancellation too.
+func TestBatchOverrunStrikesTheStatementThatRan(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: r, mode: enforce, max_duration: 300ms, quarantine: {after: 1, for: 30s}}
+rules:
+  - {budget: r, match: {app: r}}
+`)
+	ctx := tagging.With(context.Background(), "app", "r")
+	var b Batch
+	if err := e.BeginBatch(ctx, &b, nil, []string{"select now()", "select pg_sleep(5)", "select current_date"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(300 * time.Millisecond)
+	cut := fmt.Errorf("timeout: %w", ErrOverrun)
+	b.Finish(ctx, []error{nil, cut, cut})
+
+	d := denial(t, e.BeginBatch(ctx, &b, nil, []string{"select pg_sleep(5)"}, nil))
+	if d.Reason != vocab.ReasonQuarantine {
+		t.Errorf("the statement that ran past max_duration: denial %+v, want a quarantine", d)
+	}
+	for _, q := range []string{"select now()", "select current_date"} {
+		if err := e.BeginBatch(ctx, &b, nil, []string{q}, nil); err != nil {
+			t.Errorf("%s, which did not run past the bound: %v", q, err)
+			continue
+		}
+		b.Finish(ctx, nil)
+	}
 }
