@@ -11,7 +11,7 @@
 // [Guards] declare it):
 //
 //	server_cores: 8            # execution seconds per second the server sustains (default 1)
-//	health_interval: 1s        # how often server health and pg_stat_statements are read (default 1s)
+//	health_interval: 1s        # how often server health and pg_stat_statements are read (default 1s; 10ms to 24h)
 //	health_queries:            # custom health metrics: a query returning one number
 //	  queue_depth: "select count(*) from jobs where state = 'queued'"
 //

@@ -11,8 +11,14 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
-// minHealthInterval keeps a typo (1us) from turning the sampler into a load generator.
-const minHealthInterval = 10 * time.Millisecond
+// minHealthInterval keeps a typo (1us) from turning the sampler into a load generator;
+// maxHealthInterval one of the other kind (1000000h) from making every sample stale at once
+// (a sample is stale after three intervals, a time that would overflow): a server read once a
+// day protects nothing.
+const (
+	minHealthInterval = 10 * time.Millisecond
+	maxHealthInterval = 24 * time.Hour
+)
 
 // Validate checks c as [Parse] checks a file — unknown budget names, bad modes, bad CIDRs,
 // out-of-range numbers and so on — and returns every problem found, joined, each an [*Error]
@@ -34,6 +40,9 @@ func (c *Config) validate(p *problems) {
 	p.durationField(top, c, &c.HealthInterval, true)
 	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
 		p.add(top.member(c, &c.HealthInterval), "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
+	}
+	if time.Duration(c.HealthInterval) > maxHealthInterval {
+		p.add(top.member(c, &c.HealthInterval), "must be at most %v, got %v", maxHealthInterval, c.HealthInterval)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.HealthQueries)) {
 		at := top.member(c, &c.HealthQueries).key(name)

@@ -56,18 +56,24 @@ func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coo
 // switchCoordinator replaces or stops the coordinator when cfg's coordination section is not
 // the one it was built from, and starts one when cfg has a section and none runs. A new
 // coordinator starts at once and never fails for want of Redis: its budgets run on their
-// fallback share and it keeps trying.
+// fallback share and it keeps trying. One that cannot be made (a URL its client refuses) is an
+// error that leaves the coordinator in force as it was: a rejected reload keeps the last good
+// rules, their sharing included.
 func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err error) {
 	co := &r.co
-	if co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || r.closed) {
-		old, *co = *co, coordination{}
+	stale := co.c != nil && (cfg.Coordination == nil || *cfg.Coordination != co.section || r.closed)
+	if cfg.Coordination == nil || r.closed {
+		if stale {
+			old, *co = *co, coordination{}
+		}
+		return old, nil
 	}
-	if cfg.Coordination == nil || co.c != nil || r.closed {
+	if co.c != nil && !stale {
 		return old, nil
 	}
 	sec := *cfg.Coordination
 	id := r.instance
-	if old.c != nil {
+	if co.c != nil {
 		// The old coordinator says goodbye under its own name once r.mu is released: the new
 		// one must not be mistaken for it.
 		id = ""
@@ -76,9 +82,12 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 		FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
 		Quarantines: quarantines{r.e}})
 	if err != nil {
-		return old, err
+		return coordination{}, err
 	}
-	co.section, co.c, co.shared = sec, c, map[string]*shared{}
+	if co.c != nil {
+		old = *co
+	}
+	*co = coordination{section: sec, c: c, shared: map[string]*shared{}}
 	co.c.Start()
 	return old, nil
 }

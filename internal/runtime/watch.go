@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -38,17 +39,8 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 	if maxSize <= 0 {
 		maxSize = rules.DefaultMaxFileSize
 	}
-	data, err := readRulesFile(path, maxSize)
-	if err != nil {
-		return err
-	}
-	cfg, err := rules.Parse(data)
-	if err == nil {
-		err = r.SetConfig(cfg)
-	}
-	if err != nil {
-		return fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
-	}
+	// The directory is watched before the file is first read, so that a change made while the
+	// first load parses and compiles it is seen: its events wait for run.
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
@@ -58,8 +50,23 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 		fw.Close()
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	w := &watcher{fw: fw, path: path, dir: dir, limit: maxSize, after: r.after, last: sha256.Sum256(data), done: make(chan struct{})}
+	w := &watcher{fw: fw, path: filepath.Clean(path), dir: dir, limit: maxSize, after: r.after, done: make(chan struct{})}
 	w.follow()
+	data, err := readRulesFile(path, maxSize)
+	if err == nil {
+		var cfg *rules.Config
+		if cfg, err = rules.Parse(data); err == nil {
+			err = r.SetConfig(cfg)
+		}
+		if err != nil {
+			err = fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
+		}
+	}
+	if err != nil {
+		fw.Close()
+		return err
+	}
+	w.last = sha256.Sum256(data)
 	if err := r.setWatcher(w); err != nil {
 		fw.Close()
 		return err
@@ -85,14 +92,27 @@ type watcher struct {
 	// target is the directory of the file path resolves to, watched too when path is a symlink
 	// into another directory (see follow); "" when none is.
 	target string
+	// names are the names an event concerning the rules file can carry (see follow): events
+	// naming other files of the watched directories (an application's log beside its rules)
+	// are ignored.
+	names map[string]bool
+	// links are dir's ancestors that are symlinks (dir included), each watched in its own
+	// directory (linkDirs): when a deploy points one elsewhere (current -> releases/v2), dir
+	// is another directory, watched again.
+	links    map[string]bool
+	linkDirs []string
 }
 
 // follow watches the directory of the file that path resolves to, when that is not dir: a
 // rules file that is a symlink to a file elsewhere (/etc/app/rules.yaml ->
 // /srv/conf/rules.yaml) is edited, or renamed into place, there, and dir sees nothing of it.
-// It is called after each read, as the link may have been pointed elsewhere since; a path
-// that does not resolve now keeps the directory watched, where the file may come back.
+// It also notes the names an event about the file can carry (names), and watches the
+// directories of dir's symlinked ancestors (links). It is called after each read, as a link
+// may have been pointed elsewhere since; a path that does not resolve now keeps the directory
+// watched, where the file may come back.
 func (w *watcher) follow() {
+	w.noteNames()
+	w.watchLinks()
 	real, err := filepath.EvalSymlinks(w.path)
 	if err != nil {
 		return
@@ -108,6 +128,66 @@ func (w *watcher) follow() {
 	if dir != "" && w.fw.Add(dir) == nil {
 		w.target = dir
 	}
+}
+
+// noteNames notes the names an event concerning the rules file can carry: path, each link on
+// the way from it to the file and what the link points to, the file itself, and the
+// directories of each (a ConfigMap's update renames its "..data" link; an editor replaces the
+// file by rename).
+func (w *watcher) noteNames() {
+	names := map[string]bool{}
+	add := func(p string) {
+		for p = filepath.Clean(p); !names[p]; p = filepath.Dir(p) {
+			names[p] = true
+		}
+	}
+	cur := w.path
+	for range maxLinks {
+		add(cur)
+		t, err := os.Readlink(cur)
+		if err != nil {
+			break // not a link, or gone
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(cur), t)
+		}
+		cur = t
+	}
+	if real, err := filepath.EvalSymlinks(w.path); err == nil {
+		add(real)
+	}
+	w.names = names
+}
+
+// maxLinks bounds the links followed from path, as the kernel bounds a path's.
+const maxLinks = 40
+
+// watchLinks watches the directory of each of dir's ancestors that is a symlink (dir
+// included), where a deploy swaps it, and stops watching those that no longer are.
+func (w *watcher) watchLinks() {
+	links := map[string]bool{}
+	var dirs []string
+	for a := filepath.Clean(w.dir); ; a = filepath.Dir(a) {
+		if fi, err := os.Lstat(a); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			links[a] = true
+			dirs = append(dirs, filepath.Dir(a))
+		}
+		if filepath.Dir(a) == a {
+			break
+		}
+	}
+	for _, d := range w.linkDirs {
+		if !slices.Contains(dirs, d) {
+			w.fw.Remove(d) // an error means its watch is gone already
+		}
+	}
+	for i := 0; i < len(dirs); i++ {
+		if !slices.Contains(w.linkDirs, dirs[i]) && w.fw.Add(dirs[i]) != nil {
+			dirs = slices.Delete(dirs, i, i+1)
+			i--
+		}
+	}
+	w.links, w.linkDirs = links, dirs
 }
 
 // unfollow stops watching the symlink's target directory, if one is watched.
@@ -163,6 +243,18 @@ func (w *watcher) run(r *Runtime) {
 			}
 			if ev.Name == w.target && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				w.unfollow() // its watch went with it; followed again after the next read
+			}
+			name := filepath.Clean(ev.Name)
+			if w.links[name] {
+				// A link on the way to dir points elsewhere now: dir is another directory.
+				w.fw.Remove(w.dir) // an error means its watch is gone already
+				if err := w.fw.Add(w.dir); err != nil {
+					watched, read1 = false, false
+					timer = w.after(rearm)
+					continue
+				}
+			} else if !w.names[name] {
+				continue // another file of the directory
 			}
 			read1 = false
 			timer = w.after(settle)
