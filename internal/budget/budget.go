@@ -284,17 +284,17 @@ func worse(a, b *Denial) bool {
 // not (allocated only then). The caller holds b.mu.
 //
 // While others wait for r's key before it, r is refused as they are (queue.go); except a
-// connected request (not Request.Pending) while the key has pending slots: the waiters ahead
-// of it may be waiting for those very slots, whose statements wait for a connection, perhaps
-// the one r's statement holds. With no pending slot the queue is first come, first served for
-// every request.
+// connected request (not Request.Pending) while the key has pending slots, which only the
+// connected waiters ahead of it hold up: the others may be waiting for those very slots, whose
+// statements wait for a connection, perhaps the one r's statement holds. With no pending slot
+// the queue is first come, first served for every request.
 //
 // A pending request counts every slot in flight against max_concurrent; a connected one only
 // the slots of running statements (Request.Pending).
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	s := b.keys.lookup(r.Key)
-	if b.waiters > 0 && (r.Pending || s == nil || s.pending == 0) {
-		if d := b.queued(r); d != nil {
+	if b.waiters > 0 {
+		if d := b.queued(r, !r.Pending && s != nil && s.pending > 0); d != nil {
 			return d
 		}
 	}
@@ -357,6 +357,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++
+		if b.waiters > 0 {
+			b.wakeConnected(s.key) // it may pass the waiters that hold no connection now
+		}
 	}
 	if p := s.part; p != nil {
 		p.offered += cost
@@ -461,21 +464,28 @@ func (b *Budget) connect(now time.Time, r *Request) bool {
 }
 
 // wakeFreed tells the waiters for s's key, whose slot or debt just went down, to try again:
-// the first waiter, as the queue admits in arrival order; and every waiter while the key has
-// pending slots, as a connected request then passes waiters ahead of it (check), so that the
-// room a running statement gives back reaches a connected waiter behind one that waits for a
-// pending slot. The caller holds b.mu.
+// the first waiter, as the queue admits in arrival order; and while the key has pending slots
+// the first waiter that holds a connection, as it then passes the waiters ahead of it that hold
+// none (check), so that the room a running statement gives back reaches it behind one that
+// waits for a pending slot. The caller holds b.mu.
 func (b *Budget) wakeFreed(s *state) {
 	q := b.queues[s.key]
 	if q == nil {
 		return
 	}
-	if s.pending == 0 {
-		q.ws[0].signal()
-		return
+	q.ws[0].signal()
+	if s.pending > 0 {
+		if c := q.firstConnected(); c != nil {
+			c.signal()
+		}
 	}
-	for _, w := range q.ws {
-		w.signal()
+}
+
+// wakeConnected tells the first waiter for key that holds a connection, if any, to try again.
+// The caller holds b.mu.
+func (b *Budget) wakeConnected(key string) {
+	if c := b.queues[key].firstConnected(); c != nil {
+		c.signal()
 	}
 }
 

@@ -270,3 +270,48 @@ func TestPendingSameKey(t *testing.T) {
 	Release(at(2), &c[0], 0)
 	wantCounts(t, b, "", 0, 0)
 }
+
+// TestPendingConnectedWaitersInOrder: while a key has a pending slot, a connected request
+// passes the waiters that hold no connection but not the connected ones ahead of it; the first
+// connected waiter is woken when a slot becomes pending and when a running slot frees, and the
+// next one when it leaves.
+func TestPendingConnectedWaitersInOrder(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 8})
+	running := admitted(t, 0, Request{Budget: b}) // a connected statement holds the slot
+	join := func(pending bool) (*Waiter, []Request) {
+		t.Helper()
+		w, reqs := &Waiter{}, []Request{{Budget: b, Pending: pending}}
+		d := refused(t, 0, reqs...)
+		if Join(w, reqs, d) != -1 {
+			t.Fatal("could not join")
+		}
+		return w, reqs
+	}
+	wp, rp := join(true)  // a pool statement, first
+	w1, r1 := join(false) // then two statements on held connections
+	w2, r2 := join(false)
+	Release(at(1), &running[0], 0)
+	if !woken(wp) || woken(w1) {
+		t.Fatal("a running slot freed with no pending slot: want the first waiter woken alone")
+	}
+	admitted(t, 1, rp...) // the pool statement takes a pending slot
+	Leave(wp, rp)
+	if !woken(w1) || woken(w2) {
+		t.Fatal("a slot became pending: want the first connected waiter woken, not the second")
+	}
+	if d := refused(t, 1, r2...); !d.Queued {
+		t.Fatalf("the second connected waiter passed the first: %+v", d)
+	}
+	held := admitted(t, 1, r1...) // passes the pending slot, not an earlier connected waiter
+	Leave(w1, r1)
+	if !woken(w2) {
+		t.Fatal("the first connected waiter left: want the next one woken")
+	}
+	Release(at(2), &held[0], 0)
+	if !woken(w2) {
+		t.Fatal("a running slot freed while a slot is pending: want the first connected waiter woken")
+	}
+	admitted(t, 2, r2...)
+	Leave(w2, r2)
+	wantCounts(t, b, "", 2, 1)
+}

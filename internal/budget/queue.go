@@ -16,9 +16,11 @@ import (
 // over for ever (no starvation). The price is that a waiter first in one queue but not in
 // another holds up its first queue until it is admitted or leaves. One exception: while a key
 // has pending slots (Request.Pending: taken by statements that wait for a connection), a
-// request whose statement holds a connection passes the queue when a running slot is free
-// (check), since those ahead of it may wait for the very connection it holds; so every waiter
-// of such a key is woken when room is made (wakeFreed).
+// request whose statement holds a connection passes the waiters that hold none when a running
+// slot is free (check), since they may wait for the very connection it holds; among the
+// waiters that hold a connection the order stays the order of arrival. So while a key has
+// pending slots, the first waiter that holds a connection is woken too when room is made
+// (wakeFreed), and when a slot becomes pending (take), and when the one ahead of it leaves.
 //
 // A waiter tries again when its [Waiter.Wake] channel receives: when it becomes first, when a
 // slot of its key is released, and when a shared budget's lease changes. Room made by the
@@ -32,8 +34,9 @@ var arrivals atomic.Uint64
 // [Join] to [Leave]. The zero value is ready for Join; a Waiter is used by one goroutine and
 // may be reused once it left.
 type Waiter struct {
-	seq  uint64        // its place in arrival order; 0 while in no queue
-	wake chan struct{} // buffered(1): try again
+	seq       uint64        // its place in arrival order; 0 while in no queue
+	wake      chan struct{} // buffered(1): try again
+	connected bool          // its statement holds a connection: its requests are not Pending
 }
 
 // Waiting reports whether w is in a queue (between Join and Leave).
@@ -78,6 +81,7 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	}
 	w.Wake() // made before it can be signalled
 	w.seq = arrivals.Add(1)
+	w.connected = len(reqs) > 0 && !reqs[0].Pending // a claim's requests are pending alike
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Budget.keys.spec.MaxQueue == 0 {
@@ -132,6 +136,11 @@ func Leave(w *Waiter, reqs []Request) {
 		case j == 0:
 			q.ws[0].signal()
 		}
+		if w.connected {
+			if c := q.firstConnected(); c != nil {
+				c.signal() // perhaps first of those that hold a connection now
+			}
+		}
 	}
 	w.seq = 0
 }
@@ -151,15 +160,36 @@ func (q *queue) waiters() []*Waiter {
 }
 
 // queued is the denial of r while others wait for r's key before it: what the first waits
-// for. nil when nobody waits or r's waiter is first. The caller holds b.mu.
-func (b *Budget) queued(r *Request) *Denial {
+// for. nil when nobody waits or r's waiter is first. With connected set (r holds a connection
+// and the key has pending slots: see check), only the waiters that hold a connection count.
+// The caller holds b.mu.
+func (b *Budget) queued(r *Request, connected bool) *Denial {
 	q := b.queues[r.Key]
-	if q == nil || q.ws[0] == r.Waiter {
+	if q == nil {
+		return nil
+	}
+	first := q.ws[0]
+	if connected {
+		if first = q.firstConnected(); first == nil {
+			return nil
+		}
+	}
+	if first == r.Waiter {
 		return nil
 	}
 	d := q.why
 	d.Queued = true
 	return &d
+}
+
+// firstConnected returns q's first waiter that holds a connection, or nil.
+func (q *queue) firstConnected() *Waiter {
+	for _, w := range q.waiters() {
+		if w.connected {
+			return w
+		}
+	}
+	return nil
 }
 
 // noteWhy records d, the denial of the waiter first for r's key, as what those arriving behind

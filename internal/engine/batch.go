@@ -147,7 +147,9 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 		}
 	}
 	clear(b.routes) // pin no cached route until the next batch
-	e.inFlight.Add(int64(len(b.Execs)))
+	if !later {
+		e.inFlight.Add(int64(len(b.Execs))) // else from Acquired
+	}
 	begun = true
 	return nil
 }
@@ -427,6 +429,8 @@ func (b *Batch) observed(ctx context.Context, i int) context.Context {
 // end calls Abandon and gives the connection back, or on ErrDecideAgain decides the batch again
 // on it.
 func (b *Batch) Acquired(ctx context.Context) error {
+	b.later = false
+	b.e.inFlight.Add(int64(len(b.Execs)))
 	if b.start.IsZero() {
 		return nil
 	}
@@ -498,7 +502,9 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 // instead of Finish.
 func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
-	e.inFlight.Add(-int64(len(b.Execs)))
+	if !b.later {
+		e.inFlight.Add(-int64(len(b.Execs))) // in flight since Acquired
+	}
 	b.st = nil
 	if b.start.IsZero() {
 		return

@@ -73,7 +73,9 @@ type Engine struct {
 	builtins []ruleset.KV
 	maxKeys  int
 	stats    Stats
-	// inFlight counts this engine's statements between Begin and Finish (the in_flight metric).
+	// inFlight counts this engine's statements from Begin (a statement begun before its
+	// connection: from Acquired) to Finish or Abandon, the in_flight metric: a pool statement
+	// waiting for a connection runs nothing on the server.
 	inFlight atomic.Int64
 	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
 	// each statement (SetNetworkFloor); 0: none known.
@@ -241,7 +243,7 @@ type work struct {
 	// Finish charges; else Finish charges the client's measurement, which the server's report
 	// of the pattern trues up when it is identified (serverclock.go).
 	server, identified bool
-	// later: the statement has no connection yet (BeginBeforeConn).
+	// later: the statement has no connection yet (from BeginBeforeConn to Acquired).
 	later bool
 	// st is the rule set that admitted a statement before its connection (later), which
 	// Acquired admits it under again when its slots were overtaken meanwhile; set by decide,
@@ -419,7 +421,9 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 	if x.Observed {
 		ctx = e.obs.Started(ctx, x)
 	}
-	e.inFlight.Add(1)
+	if !later {
+		e.inFlight.Add(1) // else from Acquired
+	}
 	begun = true
 	return ctx, nil
 }
@@ -536,6 +540,8 @@ func (x *Exec) Start() time.Time { return x.start }
 // Abandon and gives the connection back, or on ErrDecideAgain decides the statement again on
 // it.
 func (x *Exec) Acquired(ctx context.Context) error {
+	x.later = false
+	x.e.inFlight.Add(1)
 	if x.start.IsZero() {
 		return nil
 	}
@@ -599,7 +605,9 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 // with the context BeginBeforeConn returned.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
-	e.inFlight.Add(-1)
+	if !x.later {
+		e.inFlight.Add(-1) // in flight since Acquired
+	}
 	x.st = nil
 	if x.start.IsZero() {
 		return
