@@ -12,7 +12,7 @@
 //
 //	server_cores: 8            # execution seconds per second the server sustains (default 1)
 //	health_interval: 1s        # how often server health and pg_stat_statements are read (default 1s; 10ms to 24h)
-//	health_queries:            # custom health metrics: a query returning one number
+//	health_queries:            # custom health metrics: a query returning one number (at most 64, names up to 128 characters)
 //	  queue_depth: "select count(*) from jobs where state = 'queued'"
 //
 //	coordination:              # share budgets across the application's instances (omitted: per process)

@@ -285,6 +285,7 @@ func TestParseErrors(t *testing.T) {
 		{"negative cores", "server_cores: -2\n", `pgtraffic: rules line 1: server_cores: must be a number > 0, got -2`},
 		{"infinite cores", "server_cores: .inf\n", `pgtraffic: rules line 1: server_cores: must be a number > 0, got +Inf`},
 		{"health interval too short", "health_interval: 1ms\n", `pgtraffic: rules line 1: health_interval: must be at least 10ms, got 1ms`},
+		{"health query name too long", "health_queries: {" + strings.Repeat("q", 129) + ": select 1}\n", `pgtraffic: rules line 1: health_queries["` + strings.Repeat("q", 32) + `"...]: a health query name of at most 128 characters, got 129`},
 		{"health interval too long", "health_interval: 1000000h\n", `pgtraffic: rules line 1: health_interval: must be at most 24h0m0s, got 1000000h0m0s`},
 		{"bad health query name", "health_queries:\n  \"my load\": select 1\n", `pgtraffic: rules line 2: health_queries["my load"]: a health query name needs letters, digits, '_' or '-' only`},
 		{"empty health query", "health_queries:\n  load: \" \"\n", `pgtraffic: rules line 2: health_queries.load: empty query`},

@@ -20,6 +20,14 @@ const (
 	maxHealthInterval = 24 * time.Hour
 )
 
+// Health queries are each read every health_interval and, with a coordination section,
+// published through Redis in one sample: their number and names are bounded, well within
+// what the instances reading a sample accept from Redis.
+const (
+	maxHealthQueries = 64
+	maxMetricName    = 128
+)
+
 // Validate checks c as [Parse] checks a file — unknown budget names, bad modes, bad CIDRs,
 // out-of-range numbers and so on — and returns every problem found, joined, each an [*Error]
 // naming the field path. In c a zero field means omitted. Validate does not modify c; see
@@ -44,10 +52,15 @@ func (c *Config) validate(p *problems) {
 	if time.Duration(c.HealthInterval) > maxHealthInterval {
 		p.add(top.member(c, &c.HealthInterval), "must be at most %v, got %v", maxHealthInterval, c.HealthInterval)
 	}
+	if n := len(c.HealthQueries); n > maxHealthQueries {
+		p.add(top.member(c, &c.HealthQueries), "at most %d health queries, got %d", maxHealthQueries, n)
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.HealthQueries)) {
 		at := top.member(c, &c.HealthQueries).key(name)
 		if !validMetricName(name) {
 			p.add(at, "a health query name needs letters, digits, '_' or '-' only")
+		} else if len(name) > maxMetricName {
+			p.add(at, "a health query name of at most %d characters, got %d", maxMetricName, len(name))
 		}
 		if strings.TrimSpace(c.HealthQueries[name]) == "" {
 			p.add(at, "empty query")

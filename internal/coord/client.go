@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 )
@@ -29,6 +30,11 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	opts.ReadTimeout = d
 	opts.WriteTimeout = d
 	opts.DialerRetries = 1
+	// A new connection's handshake runs within the call's deadline: leave out the round trips
+	// a coordinator has no use for (CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), so that a
+	// call after a reconnect is HELLO, EVALSHA and, once Redis lost the script, EVAL.
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opts.PoolSize = maxOutstanding // an abandoned call keeps its place among them until it drains
 	return redis.NewClient(opts), nil
 }

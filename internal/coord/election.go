@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/health"
 )
 
@@ -151,7 +152,9 @@ func (e *Election) Elect(ctx context.Context, b health.Ballot) (health.Vote, err
 func (e *Election) Publish(ctx context.Context, b health.Ballot, readings []health.Shared) error {
 	w := wireSample{Format: sampleFormat, Readings: make([]wireReading, len(readings))}
 	for i, r := range readings {
-		w.Readings[i] = wireReading{Metric: r.Metric, Age: r.Age.Microseconds(), Err: r.Err}
+		// A read's error can quote the server at any length: cut, so that the followers do not
+		// reject the sample as a forgery (decodeSample). A metric's name is bounded by the rules.
+		w.Readings[i] = wireReading{Metric: r.Metric, Age: r.Age.Microseconds(), Err: bounded.Cut(r.Err, maxSampleText)}
 		if r.Err == "" {
 			w.Readings[i].Value = strconv.FormatFloat(r.Value, 'g', -1, 64)
 		}

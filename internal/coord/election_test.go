@@ -271,3 +271,27 @@ func TestElectionSetsDoNotWaitForEachOther(t *testing.T) {
 		t.Errorf("vote once the call returned: %+v, %v; want the lead", v, err)
 	}
 }
+
+// TestElectionLongReadErrorIsPublished: a lead whose read failed with an error of any length
+// (the server's message can quote a whole query) publishes it cut, and the followers take the
+// sample as the lead's, not as a forgery: the bounds a follower holds a sample to are ones an
+// honest lead keeps (the rules bound the metrics' number and names).
+func TestElectionLongReadErrorIsPublished(t *testing.T) {
+	srv := redistest.Need(t)
+	a, b := newElection(t, srv, "a", electDB), newElection(t, srv, "b", electDB)
+	ballot := health.Ballot{Set: "long-error", Interval: time.Second}
+	if v := elect(t, a, ballot); !v.Lead {
+		t.Fatalf("first vote: %+v, want the lead", v)
+	}
+	long := "ERROR: " + strings.Repeat("x", 5000)
+	if err := a.Publish(context.Background(), ballot, []health.Shared{{Metric: "custom.q", Err: long}}); err != nil {
+		t.Fatal(err)
+	}
+	v := elect(t, b, ballot)
+	if v.Bad != "" || len(v.Published) != 1 {
+		t.Fatalf("follower's vote: %+v, want the lead's sample", v)
+	}
+	if got := v.Published[0].Err; len(got) > maxSampleText || !strings.HasPrefix(got, "ERROR: xxx") {
+		t.Errorf("published error of %d bytes (%.20q…), want the lead's, cut to %d", len(got), got, maxSampleText)
+	}
+}
