@@ -33,17 +33,6 @@ func pendingPool(t *testing.T, maxConns int32, rules string) *driver.Pool {
 	return p
 }
 
-func pendingBudget(t *testing.T, p *driver.Pool, name string) driver.BudgetStatus {
-	t.Helper()
-	for _, b := range p.Snapshot().Budgets {
-		if b.Name == name {
-			return b
-		}
-	}
-	t.Fatalf("no budget %q", name)
-	return driver.BudgetStatus{}
-}
-
 func pendingEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !cond(); {
@@ -89,17 +78,17 @@ rules: [{budget: b, match: {app: x}}]
 		_, err := p.Exec(ctx, "select 1")
 		done <- result{"p1", err}
 	}()
-	pendingEventually(t, "p1 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 1 })
+	pendingEventually(t, "p1 waits", func() bool { return poolBudget(t, p, "b").Waiting == 1 })
 	go func() {
 		_, err := p.Exec(ctx, "select 2")
 		done <- result{"p2", err}
 	}()
-	pendingEventually(t, "p2 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 2 })
+	pendingEventually(t, "p2 waits", func() bool { return poolBudget(t, p, "b").Waiting == 2 })
 	go func() {
 		_, err := tx.Exec(ctx, "select 3")
 		done <- result{"tx", err}
 	}()
-	pendingEventually(t, "the transaction's statement waits", func() bool { return pendingBudget(t, p, "b").Waiting == 3 })
+	pendingEventually(t, "the transaction's statement waits", func() bool { return poolBudget(t, p, "b").Waiting == 3 })
 	// C's slot comes back: p1 is admitted into a pending slot and waits for a connection (none
 	// is free: the transaction holds A, C holds B). The transaction's statement, on its held
 	// connection, should now pass the queue (running slots: 0 of 1).
@@ -124,7 +113,7 @@ rules: [{budget: b, match: {app: x}}]
 		}
 	}
 	pendingEventually(t, "nothing left", func() bool {
-		b := pendingBudget(t, p, "b")
+		b := poolBudget(t, p, "b")
 		return b.InFlight == 0 && b.Waiting == 0 && p.Stat().AcquiredConns() == 0
 	})
 }
@@ -152,7 +141,7 @@ rules: [{budget: b, match: {app: x}}]
 		pooled <- err
 	}()
 	pendingEventually(t, "the pool statement is admitted and waits for the connection", func() bool {
-		return pendingBudget(t, p, "b").InFlight == 1
+		return poolBudget(t, p, "b").InFlight == 1
 	})
 	if n := p.Snapshot().InFlight; n != 0 {
 		t.Errorf("in flight %d while the only statement admitted waits for a connection, want 0", n)
@@ -197,7 +186,7 @@ rules: [{budget: b, match: {app: x}}]
 		_, err := p.Exec(ctx, "select 1")
 		done <- result{"p1", err}
 	}()
-	pendingEventually(t, "p1 admitted, pending", func() bool { return pendingBudget(t, p, "b").InFlight == 1 })
+	pendingEventually(t, "p1 admitted, pending", func() bool { return poolBudget(t, p, "b").InFlight == 1 })
 	// t1's statement overtakes p1's pending slot (it holds a connection): its rows stay open.
 	rows, err := t1.Query(ctx, "select generate_series(1, 3)")
 	if err != nil {
@@ -207,17 +196,17 @@ rules: [{budget: b, match: {app: x}}]
 		_, err := p.Exec(ctx, "select 2")
 		done <- result{"p2", err}
 	}()
-	pendingEventually(t, "p2 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 1 })
+	pendingEventually(t, "p2 waits", func() bool { return poolBudget(t, p, "b").Waiting == 1 })
 	go func() {
 		_, err := p.Exec(ctx, "select 3")
 		done <- result{"p3", err}
 	}()
-	pendingEventually(t, "p3 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 2 })
+	pendingEventually(t, "p3 waits", func() bool { return poolBudget(t, p, "b").Waiting == 2 })
 	// p1 gets connection B, finds its slot overtaken, and waits on B behind p2 and p3.
 	if err := t2.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pendingEventually(t, "p1 waits on its connection", func() bool { return pendingBudget(t, p, "b").Waiting == 3 })
+	pendingEventually(t, "p1 waits on its connection", func() bool { return poolBudget(t, p, "b").Waiting == 3 })
 	// t1's slot comes back: p2 is admitted pending (it needs a connection: A is t1's, B p1's);
 	// p1, holding B, should now run: nothing is running.
 	rows.Close()
@@ -237,7 +226,7 @@ rules: [{budget: b, match: {app: x}}]
 		}
 	}
 	pendingEventually(t, "nothing left", func() bool {
-		b := pendingBudget(t, p, "b")
+		b := poolBudget(t, p, "b")
 		return b.InFlight == 0 && b.Waiting == 0 && p.Stat().AcquiredConns() == 0
 	})
 }
@@ -272,7 +261,7 @@ rules: [{budget: b, match: {app: x}}]
 		}
 		pend := make(chan error, 1)
 		go func() { _, err := p.Exec(ctx, "select 1"); pend <- err }()
-		pendingEventually(t, "the pool statement is pending", func() bool { return pendingBudget(t, p, "b").InFlight == 1 })
+		pendingEventually(t, "the pool statement is pending", func() bool { return poolBudget(t, p, "b").InFlight == 1 })
 		rows, err := t1.Query(ctx, "select 1") // overtakes: the running slot, its rows open
 		if err != nil {
 			t.Fatal(err)
@@ -287,13 +276,13 @@ rules: [{budget: b, match: {app: x}}]
 			err := t2.QueryRow(ctx, "select nextval('s')").Scan(&n)
 			r2 <- ran{n, err}
 		}()
-		pendingEventually(t, "t2 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 1 })
+		pendingEventually(t, "t2 waits", func() bool { return poolBudget(t, p, "b").Waiting == 1 })
 		go func() {
 			var n int64
 			err := t3.QueryRow(ctx, "select nextval('s')").Scan(&n)
 			r3 <- ran{n, err}
 		}()
-		pendingEventually(t, "t3 waits", func() bool { return pendingBudget(t, p, "b").Waiting == 2 })
+		pendingEventually(t, "t3 waits", func() bool { return poolBudget(t, p, "b").Waiting == 2 })
 		rows.Close()
 		a, b := <-r2, <-r3
 		if a.err != nil || b.err != nil {
@@ -314,7 +303,7 @@ rules: [{budget: b, match: {app: x}}]
 			"out of arrival order", inversions, trials)
 	}
 	pendingEventually(t, "nothing left", func() bool {
-		b := pendingBudget(t, p, "b")
+		b := poolBudget(t, p, "b")
 		return b.InFlight == 0 && b.Waiting == 0 && p.Stat().AcquiredConns() == 0
 	})
 }
