@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/delayproxy"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 	"github.com/pgtraffic/pgtraffic/internal/serverclock"
@@ -129,8 +129,8 @@ func runServerSeconds(t *testing.T, srv *pgtest.Server, stats string, oneWay tim
 	}
 	pc.MaxConns = 8
 	if oneWay > 0 {
-		host, port := delayingProxy(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), oneWay)
-		pc.ConnConfig.Host, pc.ConnConfig.Port = host, port
+		px := delayproxy.Start(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), oneWay)
+		pc.ConnConfig.Host, pc.ConnConfig.Port = px.HostPort()
 	}
 	cfg, err := driver.ParseConfig([]byte(fmt.Sprintf(`
 server_cores: 1
@@ -240,71 +240,6 @@ rules:
 		t.Fatalf("no lookup pattern in the snapshot: %+v", snap.Patterns)
 	}
 	return r
-}
-
-// delayingProxy forwards TCP connections to target, delaying every chunk by oneWay in each
-// direction (order kept), and returns its address.
-func delayingProxy(t *testing.T, target string, oneWay time.Duration) (string, uint16) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go delayCopy(u, c, oneWay)
-			go delayCopy(c, u, oneWay)
-		}
-	}()
-	a := ln.Addr().(*net.TCPAddr)
-	return a.IP.String(), uint16(a.Port)
-}
-
-// delayCopy copies src to dst, each chunk written oneWay after it was read; it closes both
-// when either side ends.
-func delayCopy(dst, src net.Conn, oneWay time.Duration) {
-	type chunk struct {
-		b   []byte
-		due time.Time
-	}
-	chunks := make(chan chunk, 4096)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer dst.Close()
-		for k := range chunks {
-			time.Sleep(time.Until(k.due))
-			if _, err := dst.Write(k.b); err != nil {
-				return
-			}
-		}
-	}()
-	defer src.Close()
-	defer close(chunks)
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			select {
-			case chunks <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(oneWay)}:
-			case <-done:
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // TestServerClockReadCost measures what one read of the server clock costs the server with
@@ -526,7 +461,7 @@ func TestFirstChargesTruedUpByTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.MaxConns = 4
-	pc.ConnConfig.Host, pc.ConnConfig.Port = delayingProxy(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), 500*time.Microsecond)
+	pc.ConnConfig.Host, pc.ConnConfig.Port = delayproxy.Start(t, fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port), 500*time.Microsecond).HostPort()
 	cfg, err := driver.ParseConfig([]byte(`
 server_cores: 1
 health_interval: 500ms

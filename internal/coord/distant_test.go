@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/delayproxy"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
@@ -17,14 +18,14 @@ import (
 // instance syncs again, rather than starting over on a new connection every interval.
 func TestDistantRedisSyncsAfterRestart(t *testing.T) {
 	srv := redistest.Need(t)
-	px := newDelayProxy(t, srv.Addr)
+	px := delayproxy.Start(t, srv.Addr, 0)
 	const interval = time.Second
-	c := newCoord(t, Options{URL: "redis://" + px.addr + "/0", Interval: interval, Logger: quiet})
+	c := newCoord(t, Options{URL: "redis://" + px.Addr + "/0", Interval: interval, Logger: quiet})
 	c.Register(Spec{Name: "far", Rate: 1, Burst: 1, MaxConcurrent: 4}, newFakeLocal(1, 2))
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 	time.Sleep(2 * interval)
-	px.delay.Store(int64(45 * time.Millisecond))
+	px.SetDelay(45 * time.Millisecond)
 	time.Sleep(3 * interval)
 	before := c.Status()[0]
 	if before.Fallback || before.Syncs == 0 {

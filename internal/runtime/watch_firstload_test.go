@@ -54,16 +54,7 @@ func TestChangeDuringFirstLoadIsSeen(t *testing.T) {
 	case <-h.reloaded: // the first load
 	default:
 	}
-	// Give the watcher every chance: a minute of its time, its timers fired as they come due.
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) && h.inForce() != "new:enforce" {
-		if d, ok := h.clk.Earliest(); ok {
-			h.clk.Advance(d)
-		} else {
-			h.clk.Advance(settle)
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	h.runUntilReload()
 	if got := h.inForce(); got != "new:enforce" {
 		t.Fatalf("in force %s: the file replaced while the first load compiled is never applied; want new:enforce", got)
 	}
