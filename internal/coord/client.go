@@ -35,6 +35,6 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	// call after a reconnect is HELLO, EVALSHA and, once Redis lost the script, EVAL.
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	opts.PoolSize = maxOutstanding // an abandoned call keeps its place among them until it drains
+	opts.PoolSize = maxCalls // an abandoned call keeps its place among them until it drains
 	return redis.NewClient(opts), nil
 }

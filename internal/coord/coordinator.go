@@ -26,13 +26,21 @@ import (
 // healthy syncs and put the budgets on their fallback share.
 const minDeadline = 100 * time.Millisecond
 
-// maxOutstanding is how many script calls a coordinator has on their way at once: a sync
-// of many chunks sends the next before the reply to the last comes, so that Redis runs one
-// while the client reads and applies the other (see syncBudget).
-const maxOutstanding = 2
+// A sync of many chunks has maxPipelined calls on their way at once: it sends the next before
+// the reply to the last comes, so that Redis runs one while the client reads and applies the
+// other (see syncBudget). The budgets' loops together have at most maxCalls on their way,
+// taking their turns in the order they asked (see start): the size of the connection pool of a
+// client made from a URL, so that an instance holds at most that many connections to Redis,
+// however many budgets it shares and however long Redis hangs. A budget syncs at least once
+// per interval, one round trip a call: maxCalls serve maxCalls × interval ÷ round trip calls
+// per interval (8,000 budgets of one call each at a 1 ms round trip and the default 1s).
+const (
+	maxPipelined = 2
+	maxCalls     = 8
+)
 
-// errBusy fails a sync while earlier calls are still stuck in the client: at most
-// maxOutstanding calls per coordinator are ever outstanding, however long Redis hangs.
+// errBusy fails an election call while the last one of the same set is still stuck in the
+// client (election.go).
 var errBusy = errors.New("coord: the previous Redis call has not returned")
 
 // Options configure a [Coordinator]. Client or URL is required; zero fields take the
@@ -66,8 +74,12 @@ type Options struct {
 }
 
 // Coordinator keeps the shared budgets of one connector in step with the other instances
-// through Redis: a background loop syncs each registered budget about once per interval and
-// hands the leases it gets to the budget's [Local]. Statements never wait for it.
+// through Redis: a background loop per registered budget syncs it about once per interval, or
+// early when its budget kicks it, and hands the leases it gets to the budget's [Local].
+// Statements never wait for it, and a budget never waits for another's sync: with many
+// shared budgets on a slow or hung Redis, a budget that needs a lease (a new partition, a
+// lapse) asks for it on its own schedule, in turn for one of the calls on their way
+// (maxCalls), not after every other budget's sync.
 //
 // A Coordinator is safe for concurrent use. Build one with [New], start its loop with
 // [Coordinator.Start] and stop it with [Coordinator.Close].
@@ -80,16 +92,18 @@ type Coordinator struct {
 	log       *slog.Logger
 	now       func() time.Time
 	rand      func() float64
-	kick      chan struct{} // wakes the loop; buffered, never blocks a sender
 	quar      Quarantines   // nil: none
-	sem       chan struct{} // holds the outstanding Redis calls (maxOutstanding)
+	sem       chan struct{} // holds the calls on their way (maxCalls)
 
 	mu      sync.Mutex // protects the fields below
 	budgets map[string]*entry
 	down    bool // Redis was unreachable at the last sync: logged once
 	started bool
-	stop    context.CancelFunc
-	done    chan struct{}
+	// ctx is the loops' context from Start until Close (nil otherwise): a budget registered
+	// meanwhile starts its loop under it.
+	ctx   context.Context
+	stop  context.CancelFunc
+	loops sync.WaitGroup // the budgets' loops and the want channels' listener
 }
 
 // entry is one registered budget.
@@ -97,11 +111,13 @@ type entry struct {
 	core   *core // guarded by Coordinator.mu
 	local  Local // called outside the lock; nil for a budget with nothing to lease
 	kicked atomic.Bool
-	// usage is the storage of local's usage reports, reused from one round to the next; only
-	// the loop (or Sync) uses it.
+	wake   chan struct{}      // wakes its loop; buffered, never blocks a sender
+	stop   context.CancelFunc // ends its loop; nil when none runs (guarded by Coordinator.mu)
+	// usage is the storage of local's usage reports, reused from one visit to the next; only
+	// its loop (or Sync) uses it.
 	usage []budget.Usage
 	// busy is how long the budget's last regular sync spent on its calls, the waits of a
-	// spread sync left out (see spacing); only the loop (or Sync) uses it.
+	// spread sync left out (see spacing); only its loop (or Sync) uses it.
 	busy time.Duration
 }
 
@@ -114,7 +130,7 @@ func New(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
 		log: o.Logger, now: o.Now, rand: o.Rand, quar: o.Quarantines,
-		kick: make(chan struct{}, 1), sem: make(chan struct{}, maxOutstanding),
+		sem:     make(chan struct{}, maxCalls),
 		budgets: map[string]*entry{},
 	}
 	if c.interval <= 0 {
@@ -173,7 +189,7 @@ type Handle struct {
 // earlier registration. A budget with no rate and no max_concurrent has nothing to lease and
 // local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
-	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local}
+	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1)}
 	h := &Handle{c: c, name: spec.Name, e: e}
 	if local != nil {
 		now := c.now()
@@ -183,9 +199,15 @@ func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 		local.SetShared(now, h.Kick, c.FirstLeaseIn())
 	}
 	c.mu.Lock()
+	if old := c.budgets[spec.Name]; old != nil {
+		old.stopLoop()
+	}
 	c.budgets[spec.Name] = e
+	if c.ctx != nil {
+		c.startLoop(e)
+	}
 	c.mu.Unlock()
-	c.wake()
+	e.signal()
 	return h
 }
 
@@ -193,7 +215,7 @@ func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 // its lease, or met a new partition. It never blocks and costs no call when one is pending.
 func (h *Handle) Kick() {
 	if h.e.kicked.CompareAndSwap(false, true) {
-		h.c.wake()
+		h.e.signal()
 	}
 }
 
@@ -208,7 +230,7 @@ func (h *Handle) SetSpec(spec Spec) {
 	h.e.core.spec = spec
 	h.e.core.next = time.Time{}
 	h.c.mu.Unlock()
-	h.c.wake()
+	h.e.signal()
 }
 
 // Close stops coordinating the budget and makes its local budget's own limits apply again,
@@ -219,6 +241,7 @@ func (h *Handle) Close() {
 	cur := h.c.budgets[h.name]
 	if cur == h.e {
 		delete(h.c.budgets, h.name)
+		h.e.stopLoop()
 	}
 	h.c.mu.Unlock()
 	if l := h.e.local; l != nil && (cur == nil || cur == h.e || cur.local != l) {
@@ -226,15 +249,36 @@ func (h *Handle) Close() {
 	}
 }
 
-func (c *Coordinator) wake() {
+// signal wakes e's loop.
+func (e *entry) signal() {
 	select {
-	case c.kick <- struct{}{}:
+	case e.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Start starts the background loop. It returns at once; Redis being unreachable is not an
-// error (the budgets run on their fallback share and the loop keeps trying).
+// startLoop starts e's loop under c.ctx. The caller holds c.mu.
+func (c *Coordinator) startLoop(e *entry) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	e.stop = cancel
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		c.loop(ctx, e)
+	}()
+}
+
+// stopLoop ends e's loop, if one runs; a sync it is making is abandoned as one past its
+// deadline is. The caller holds the coordinator's lock.
+func (e *entry) stopLoop() {
+	if e.stop != nil {
+		e.stop()
+		e.stop = nil
+	}
+}
+
+// Start starts the background loops. It returns at once; Redis being unreachable is not an
+// error (the budgets run on their fallback share and the loops keep trying).
 func (c *Coordinator) Start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -242,9 +286,16 @@ func (c *Coordinator) Start() {
 		return
 	}
 	c.started = true
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stop, c.done = cancel, make(chan struct{})
-	go c.loop(ctx)
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	for _, e := range c.budgets {
+		c.startLoop(e)
+	}
+	ctx := c.ctx
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		c.listen(ctx)
+	}()
 }
 
 // Close stops the loop and, within ctx, tells Redis that this instance leaves every
@@ -252,12 +303,15 @@ func (c *Coordinator) Start() {
 // local budgets' own limits apply again; then closes the client it made from Options.URL.
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
-	stop, done := c.stop, c.done
-	c.stop = nil
+	stop := c.stop
+	c.ctx, c.stop = nil, nil
+	for _, e := range c.budgets {
+		e.stop = nil // ended with c.ctx
+	}
 	c.mu.Unlock()
 	if stop != nil {
 		stop()
-		<-done
+		c.loops.Wait()
 	}
 	var errs []error
 	for _, e := range c.entries() {
@@ -294,14 +348,9 @@ func (c *Coordinator) entries() []*entry {
 	return out
 }
 
-func (c *Coordinator) loop(ctx context.Context) {
-	defer close(c.done)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		c.listen(ctx)
-	}()
-	defer func() { <-listening }()
+// loop is e's loop: it visits the budget when it is due (wakeIn) or woken (a kick, a new
+// spec, a want message), until ctx ends.
+func (c *Coordinator) loop(ctx context.Context, e *entry) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -309,10 +358,10 @@ func (c *Coordinator) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-c.kick:
+		case <-e.wake:
 		}
-		c.round(ctx, false)
-		timer.Reset(c.wakeIn())
+		_ = c.visit(ctx, e, false) // a failure is counted and logged (noteHealth), and retried on schedule
+		timer.Reset(c.wakeIn(e))
 	}
 }
 
@@ -365,101 +414,99 @@ const (
 	listenBackoff = 64
 )
 
-// wanted marks the partition named by a message on a want channel to sync early, and wakes the
-// loop when it did.
+// wanted marks the partition named by a message on a want channel to sync early, and wakes
+// its budget's loop when it did.
 func (c *Coordinator) wanted(channel, field string) {
-	now := c.now()
-	marked := false
-	c.mu.Lock()
-	for name, e := range c.budgets {
-		if WantChannel(name) == channel {
-			marked = e.core.wanted(now, field) || marked
-		}
-	}
-	c.mu.Unlock()
-	if marked {
-		c.wake()
-	}
-}
-
-// wakeIn is how long the loop may sleep: until the earliest budget needs it.
-func (c *Coordinator) wakeIn() time.Duration {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := c.interval
-	for _, e := range c.budgets {
-		d = min(d, e.core.nextWake(now).Sub(now))
+	for name, e := range c.budgets {
+		if WantChannel(name) == channel && e.core.wanted(now, field) {
+			e.signal()
+		}
 	}
+}
+
+// wakeIn is how long e's loop may sleep: until the budget needs it.
+func (c *Coordinator) wakeIn(e *entry) time.Duration {
+	now := c.now()
+	c.mu.Lock()
+	d := min(c.interval, e.core.nextWake(now).Sub(now))
+	c.mu.Unlock()
 	return max(d, c.interval/100, time.Millisecond)
 }
 
-// Sync syncs every registered budget now, whether due or not, and returns their errors
-// joined. The loop does the same on its own schedule; Sync is for tests and tools, and must
-// not run beside a started loop (one of the two would find the other's call outstanding).
+// Sync syncs every registered budget now, whether due or not, one after another, and returns
+// their errors joined. The loops do the same on their own schedules; Sync is for tests and
+// tools, and must not run beside started loops (a budget's sync would run twice at once).
 func (c *Coordinator) Sync(ctx context.Context) error { return c.round(ctx, true) }
 
-// round looks at each budget once: takes its usage, syncs it if due (or if force), and hands
-// changed leases to its local budget.
+// round visits each budget once, as its loop would (visit); force syncs each whether due or not.
 func (c *Coordinator) round(ctx context.Context, force bool) error {
 	var errs []error
 	for _, e := range c.entries() {
-		kicked := e.kicked.Swap(false)
-		now := c.now()
-		var usage []budget.Usage
-		if e.local != nil {
-			usage = e.local.TakeUsage(now, e.usage[:0])
-		}
-		c.mu.Lock()
-		e.core.absorb(now, usage)
-		clear(usage) // absorbed: keep the storage for the next round, not the keys
-		e.usage = usage[:0]
-		due := force || e.core.due(now, kicked)
-		var chunks [][]report
-		regular := false
-		if due {
-			if regular = force || e.core.regular(now); regular {
-				chunks = e.core.reports(now)
-			} else {
-				chunks = e.core.earlyReports(now)
-			}
-			if len(chunks) == 0 {
-				e.core.nothingToSync(now)
-			}
-		}
-		spec := e.core.spec
-		c.mu.Unlock()
-
-		var quarantines []Quarantined
-		if len(chunks) > 0 {
-			var spacing time.Duration
-			if regular && !force {
-				spacing = c.spacing(e.busy, len(chunks))
-			}
-			var busy time.Duration
-			var err error
-			quarantines, busy, err = c.syncBudget(ctx, e, spec, chunks, spacing)
-			if regular {
-				e.busy = busy
-			}
-			errs = append(errs, err)
-		}
-		if len(quarantines) > 0 && c.quar != nil {
-			c.quar.AddQuarantines(c.now(), spec, quarantines)
-		}
-		if e.local == nil {
-			continue
-		}
-
-		// The leases that changed otherwise: a lease decaying after it lapsed, a partition's
-		// first fallback share.
-		now = c.now()
-		c.mu.Lock()
-		pushes := e.core.pushes(now)
-		c.mu.Unlock()
-		e.handOver(now, nil, pushes)
+		errs = append(errs, c.visit(ctx, e, force))
 	}
 	return errors.Join(errs...)
+}
+
+// visit looks at budget e: takes its usage, syncs it if due (or if force), and hands changed
+// leases to its local budget. It returns the sync's error, if it made one.
+func (c *Coordinator) visit(ctx context.Context, e *entry, force bool) error {
+	kicked := e.kicked.Swap(false)
+	now := c.now()
+	var usage []budget.Usage
+	if e.local != nil {
+		usage = e.local.TakeUsage(now, e.usage[:0])
+	}
+	c.mu.Lock()
+	e.core.absorb(now, usage)
+	clear(usage) // absorbed: keep the storage for the next visit, not the keys
+	e.usage = usage[:0]
+	due := force || e.core.due(now, kicked)
+	var chunks [][]report
+	regular := false
+	if due {
+		if regular = force || e.core.regular(now); regular {
+			chunks = e.core.reports(now)
+		} else {
+			chunks = e.core.earlyReports(now)
+		}
+		if len(chunks) == 0 {
+			e.core.nothingToSync(now)
+		}
+	}
+	spec := e.core.spec
+	c.mu.Unlock()
+
+	var quarantines []Quarantined
+	var err error
+	if len(chunks) > 0 {
+		var spacing time.Duration
+		if regular && !force {
+			spacing = c.spacing(e.busy, len(chunks))
+		}
+		var busy time.Duration
+		quarantines, busy, err = c.syncBudget(ctx, e, spec, chunks, spacing)
+		if regular {
+			e.busy = busy
+		}
+	}
+	if len(quarantines) > 0 && c.quar != nil {
+		c.quar.AddQuarantines(c.now(), spec, quarantines)
+	}
+	if e.local == nil {
+		return err
+	}
+
+	// The leases that changed otherwise: a lease decaying after it lapsed, a partition's
+	// first fallback share.
+	now = c.now()
+	c.mu.Lock()
+	pushes := e.core.pushes(now)
+	c.mu.Unlock()
+	e.handOver(now, nil, pushes)
+	return err
 }
 
 // syncSpreadNum/syncSpreadDen is how much of the interval a long regular sync spreads its
@@ -521,9 +568,9 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 	// for them are (c.now may be a test's clock that stands still).
 	begun, waited := time.Now(), time.Duration(0)
 	untilDue := func(k int) time.Duration { return time.Duration(k)*spacing - time.Since(begun) }
-	// send sends the chunks whose time has come, up to maxOutstanding on their way.
+	// send sends the chunks whose time has come, up to maxPipelined on their way.
 	send := func() {
-		for ; next < len(chunks) && len(flights) < maxOutstanding && untilDue(next) <= 0; next++ {
+		for ; next < len(chunks) && len(flights) < maxPipelined && untilDue(next) <= 0; next++ {
 			sent := c.now()
 			cl := call{spec: spec, reps: chunks[next], quarantines: next == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
 			c.mu.Lock()
@@ -634,15 +681,11 @@ func (c *Coordinator) exec(ctx context.Context, cl call) (reply, error) {
 
 // start sends one script call, with a deadline of d unless d is 0, and returns at once; wait
 // returns its outcome, or abandons the call when its deadline passes or ctx ends even if the
-// client does not honour them. An abandoned call finishes in the background and holds its
-// place among the outstanding calls until it has: with maxOutstanding calls stuck, a call
-// fails at once (errBusy).
+// client does not honour them. The call first waits for its turn among the outstanding calls
+// (maxCalls, taken in the order asked), within its deadline: the budgets' loops share
+// them. An abandoned call finishes in the background and holds its place among the
+// outstanding calls until it has.
 func (c *Coordinator) start(ctx context.Context, d time.Duration, cl call) (wait func() (reply, error)) {
-	select {
-	case c.sem <- struct{}{}:
-	default:
-		return func() (reply, error) { return reply{}, errBusy }
-	}
 	cancel := context.CancelFunc(func() {})
 	if d > 0 {
 		ctx, cancel = context.WithTimeout(ctx, d)
@@ -652,7 +695,15 @@ func (c *Coordinator) start(ctx context.Context, d time.Duration, cl call) (wait
 		err error
 	}
 	ch := make(chan outcome, 1)
+	var sent atomic.Bool // it had its turn
 	go func() {
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			ch <- outcome{err: noTurn(ctx)}
+			return
+		}
+		sent.Store(true)
 		res, err := runSync(ctx, c.rc, c.id, c.interval, cl)
 		<-c.sem // before the answer, so that the next call never finds this one outstanding
 		ch <- outcome{res, err}
@@ -664,10 +715,23 @@ func (c *Coordinator) start(ctx context.Context, d time.Duration, cl call) (wait
 		case o := <-ch:
 			return o.res, o.err
 		case <-ctx.Done():
+			if !sent.Load() {
+				return reply{}, noTurn(ctx)
+			}
 			return reply{}, ctx.Err()
 		}
 	}
 }
+
+// errNoTurn fails a call that waited for its turn among the calls on their way
+// (maxCalls) until its deadline: Redis answers, but the shared budgets' syncs need more
+// round trips per interval than maxCalls calls at a time give (many shared budgets on a
+// distant Redis, or a short sync_interval).
+var errNoTurn = errors.New("coord: the Redis call found no turn among the calls on their way within its deadline " +
+	"(more shared budgets than this Redis's round trip serves per sync_interval)")
+
+// noTurn is errNoTurn, for the call whose ctx ended, matching ctx's error too.
+func noTurn(ctx context.Context) error { return fmt.Errorf("%w: %w", errNoTurn, ctx.Err()) }
 
 // Status reports every registered budget, sorted by name.
 func (c *Coordinator) Status() []Status {

@@ -18,9 +18,11 @@
 // local budget already is a rate limiter: a lease reconfigures it, where grants of tokens
 // would need a second kind of bucket beside it.
 //
-// Once per sync interval (default 1s) a background loop per connector runs one Lua script per
-// budget (sync.lua; one call per 256 active partitions, going round them in the same order
-// each time, two calls on their way at once). The script
+// Once per sync interval (default 1s) a background loop per shared budget runs one Lua script
+// (sync.lua; one call per 256 active partitions, going round them in the same order each time,
+// two calls on their way at once). The budgets' loops take turns for at most eight calls on
+// their way per connector (the client's connections), so that a budget never waits for the
+// syncs of the others, only for a turn. The script
 //
 //   - applies the execution seconds the instance used since its last report to the
 //     partition's GCRA "theoretical arrival time", so that global debt = rate × max(0, tat −

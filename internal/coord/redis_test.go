@@ -1191,7 +1191,7 @@ func TestStartedHolderHandsSlotsOverWhenWanted(t *testing.T) {
 			t.Fatalf("b has %d slots 20s after it wanted 8 (a holds %d): a did not hand its headroom over", b.lease("").Slots, a.lease("").Slots)
 		}
 		hb.kicked.Store(true)
-		insts[1].c.wake()
+		hb.signal()
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("b got a's headroom %v after it wanted it", time.Since(begun))

@@ -128,8 +128,8 @@ func (c *clockedRedis) Eval(ctx context.Context, _ string, keys []string, args .
 	return c.run(ctx, keys, args)
 }
 
-// driven is a coordinator whose loop a simulation drives instead of starting it: step does
-// at now what the loop does by then, a round when the budget kicked it or one is due.
+// driven is a coordinator whose loops a simulation drives instead of starting them: step does
+// at now what the loops do by then, a round when a budget was woken (kicked) or one is due.
 type driven struct {
 	c    *Coordinator
 	wake time.Time
@@ -137,15 +137,23 @@ type driven struct {
 
 // step reports whether it ran a round.
 func (d *driven) step(ctx context.Context, now time.Time) bool {
-	select {
-	case <-d.c.kick:
-	default:
-		if now.Before(d.wake) {
-			return false
+	woken := false
+	for _, e := range d.c.entries() {
+		select {
+		case <-e.wake:
+			woken = true
+		default:
 		}
 	}
+	if !woken && now.Before(d.wake) {
+		return false
+	}
 	d.c.round(ctx, false)
-	d.wake = now.Add(d.c.wakeIn())
+	wakeIn := d.c.interval
+	for _, e := range d.c.entries() {
+		wakeIn = min(wakeIn, d.c.wakeIn(e))
+	}
+	d.wake = now.Add(wakeIn)
 	return true
 }
 
