@@ -35,29 +35,37 @@ func (r *rows) finish(err error) { r.open.finish(err) }
 func (r *rows) Next(dest []driver.Value) error { return r.advanced(r.Rows.Next(dest)) }
 
 // advanced finishes the statement when a step through the rows ended them: io.EOF is a clean
-// end, any other error a failed one. It returns err, made to match ErrOverrun when the
-// statement's max_duration ended it (overrun.go).
+// end, any other error a failed one (made to match ErrOverrun: overran).
 func (r *rows) advanced(err error) error {
 	if err == io.EOF {
 		r.finish(nil)
 	} else if err != nil {
-		if q := r.open.qctx; q != nil {
-			err = overran(q, err)
-		}
+		err = r.overran(err)
 		r.finish(err)
+	}
+	return err
+}
+
+// overran returns err, made to match ErrOverrun when the statement's max_duration ended it
+// (overrun.go), so that the engine counts the overrun and strikes the pattern.
+func (r *rows) overran(err error) error {
+	if q := r.open.qctx; q != nil {
+		return overran(q, err)
 	}
 	return err
 }
 
 // Close finishes the statement and, for a connection's spare wrapper, hands it back, even when
 // the parent's Close panics. database/sql calls it once, and never uses the rows after it.
+// Closing rows early drains the rest of their statement: when its max_duration cuts that
+// short, Close's error is an overrun, as Next's would be.
 func (r *rows) Close() error {
 	err := errPanicked // until the parent's Close returns
 	defer func() {
 		r.finish(err)
 		r.handBack()
 	}()
-	err = r.Rows.Close()
+	err = r.overran(r.Rows.Close())
 	return err
 }
 
