@@ -235,7 +235,7 @@ func (c *core) Snapshot() Snapshot {
 	}
 	for _, p := range e.TopPatterns(20) {
 		ps := PatternStatus{
-			Fingerprint: p.FingerprintHex, Query: p.Query, Count: p.Count, Clock: ClockClient,
+			Fingerprint: p.FingerprintHex, Query: p.Text, Count: p.Count, Clock: ClockClient,
 			MeanCost: p.MeanActual, ServerMean: p.ServerMean, ClientMean: p.MeanActual, PlanCost: p.MeanPlanCost, K: p.K,
 		}
 		if p.Server {

@@ -353,14 +353,38 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context
 	}
 	ctx, span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
-		t.setAttributes(span, x)
+		t.setAttributes(span, x, x.Decision, x.Reason)
 		if x.Decision == engine.DecisionWarn {
-			span.AddEvent(eventWarn, trace.WithAttributes(
-				attribute.String(attrReason, x.Reason),
-				attribute.StringSlice(attrBudgets, x.Budgets)))
+			warnEvent(span, x)
+		}
+		if started := decisionOf(x); started != allowed {
+			ctx = context.WithValue(ctx, startedKey{}, started)
 		}
 	}
 	return ctx
+}
+
+// spanDecision is a span's pgtraffic.decision and pgtraffic.reason. The engine may decide a
+// statement again after Started annotated its span (at Finish, a statement that ran past a
+// max_duration is its budget's block, or a warning), so Finished compares the statement's
+// final decision with the one Started recorded. That one travels in the context Started
+// returns, as the span does, and only when it is not allowed: an allowed statement, the common
+// case, carries nothing and costs no allocation.
+type spanDecision struct{ decision, reason string }
+
+// startedKey is the context key of the spanDecision Started recorded.
+type startedKey struct{}
+
+// allowed is the decision of a statement allowed cleanly, which the context leaves out.
+var allowed = spanDecision{decision: engine.DecisionAllow}
+
+func decisionOf(x *engine.Exec) spanDecision { return spanDecision{x.Decision, x.Reason} }
+
+// warnEvent adds the event that marks a warned statement's span.
+func warnEvent(span trace.Span, x *engine.Exec) {
+	span.AddEvent(eventWarn, trace.WithAttributes(
+		attribute.String(attrReason, x.Reason),
+		attribute.StringSlice(attrBudgets, x.Budgets)))
 }
 
 // Blocked records a statement that was never sent: a span with error status (so that a
@@ -370,16 +394,20 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	var d *engine.Denial
 	denied := errors.As(err, &d)
 	if span.IsRecording() {
-		t.setAttributes(span, x)
-		span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 		if denied {
+			t.setAttributes(span, x, engine.DecisionBlock, d.Reason)
 			// A denial's budget may be a guard, which is not among x.Budgets.
-			span.SetAttributes(attribute.String(attrDecision, engine.DecisionBlock),
-				attribute.String(attrReason, d.Reason),
-				attribute.String(attrBudget, d.Budget))
+			span.SetAttributes(attribute.String(attrBudget, d.Budget),
+				attribute.String(attrErrorType, errorType(err)))
 			span.SetStatus(codes.Error, "pgtraffic: blocked by "+d.Budget+" ("+d.Reason+")")
 		} else {
 			// The caller's context ended while the statement waited for capacity (max_wait).
+			// Decided: the span has no pgtraffic.decision (nor reason). The statement was not
+			// allowed, as it never ran, nor blocked, as no budget refused it (the decisions
+			// metric does not count it, and no reason names a caller giving up); its
+			// error.type and status say what happened.
+			t.setAttributes(span, x, "", "")
+			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 			span.SetStatus(codes.Error, "pgtraffic: "+errorType(err)+" while waiting for capacity")
 		}
 	}
@@ -396,6 +424,11 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d time.Duration) {
 	if x.Observed { // else ctx carries the caller's span, if any: not ours to end
 		span := trace.SpanFromContext(ctx)
+		// A decision never goes back to allow, so a statement allowed now was allowed at
+		// Started: only another one looks for what Started recorded.
+		if decisionOf(x) != allowed && span.IsRecording() {
+			redecided(ctx, span, x)
+		}
 		if err != nil && span.IsRecording() {
 			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 			var pgErr *pgconn.PgError
@@ -428,6 +461,23 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 	}
 }
 
+// redecided brings span, which Started annotated and ctx carries, up to x's final decision
+// when the engine decided x again since (as the decisions metric and the log count it): its
+// decision and reason, and for a warning the event Started adds to a warned statement's span.
+func redecided(ctx context.Context, span trace.Span, x *engine.Exec) {
+	started, ok := ctx.Value(startedKey{}).(spanDecision)
+	if !ok {
+		started = allowed
+	}
+	if decisionOf(x) == started {
+		return
+	}
+	span.SetAttributes(attribute.String(attrDecision, x.Decision), attribute.String(attrReason, x.Reason))
+	if x.Decision == engine.DecisionWarn {
+		warnEvent(span, x)
+	}
+}
+
 // Decision counts one budget's decision; the engine calls it only when Wants had WantDecisions.
 func (t *telemetry) Decision(budget, decision, reason string) {
 	t.decisions.Add(context.Background(), 1, metric.WithAttributes(
@@ -447,7 +497,9 @@ func (t *telemetry) Decision(budget, decision, reason string) {
 //
 // db.collection.name is set only when the statement names exactly one table: the conventions
 // say not to pick one of several collections out of the query text.
-func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []attribute.KeyValue {
+//
+// decision and reason are pgtraffic.decision and pgtraffic.reason, each left out when "".
+func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec, decision, reason string) []attribute.KeyValue {
 	p := x.Pattern
 	attrs = append(attrs, t.commonAttr...)
 	if p.Normalized != "" {
@@ -456,10 +508,10 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 	if p.Summary != "" {
 		attrs = append(attrs, attribute.String(attrQuerySummary, p.Summary))
 	}
-	attrs = append(attrs,
-		attribute.String(attrFingerprint, p.Fingerprint),
-		attribute.String(attrDecision, x.Decision),
-	)
+	attrs = append(attrs, attribute.String(attrFingerprint, p.Fingerprint))
+	if decision != "" {
+		attrs = append(attrs, attribute.String(attrDecision, decision))
+	}
 	if p.Operation != "" {
 		attrs = append(attrs, attribute.String(attrOperation, p.Operation))
 	}
@@ -469,8 +521,8 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 	if len(x.Budgets) > 0 {
 		attrs = append(attrs, attribute.StringSlice(attrBudgets, x.Budgets))
 	}
-	if x.Reason != "" {
-		attrs = append(attrs, attribute.String(attrReason, x.Reason))
+	if reason != "" {
+		attrs = append(attrs, attribute.String(attrReason, reason))
 	}
 	if x.Costed {
 		attrs = append(attrs, attribute.Float64(attrPredicted, x.Predicted))
@@ -503,14 +555,14 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec) []att
 	return attrs
 }
 
-// setAttributes sets x's attributes on span, built in a pooled buffer: the SDK copies them, so
-// a span costs no allocation of its attribute list.
-func (t *telemetry) setAttributes(span trace.Span, x *engine.Exec) {
+// setAttributes sets x's attributes (see attributes) on span, built in a pooled buffer: the SDK
+// copies them, so a span costs no allocation of its attribute list.
+func (t *telemetry) setAttributes(span trace.Span, x *engine.Exec, decision, reason string) {
 	buf, _ := t.attrBufs.Get().(*[]attribute.KeyValue)
 	if buf == nil {
 		buf = new([]attribute.KeyValue)
 	}
-	attrs := t.attributes((*buf)[:0], x)
+	attrs := t.attributes((*buf)[:0], x, decision, reason)
 	span.SetAttributes(attrs...)
 	clear(attrs) // pin no strings of this statement in the pool
 	*buf = attrs[:0]

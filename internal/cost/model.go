@@ -125,6 +125,10 @@ type pattern struct {
 	// since its last observed execution (zero: not refused so); probed is when its last probe
 	// was handed out (NeverFits).
 	refused, probed time.Time
+	// text is the pattern's normalised text as Observe was first given it, for introspection
+	// (Top): the model never reads it, and keeps it as long as the pattern's statistics, which
+	// the caller's own caches may evict sooner.
+	text string
 }
 
 const (
@@ -300,9 +304,10 @@ func (m *Model) predictLocked(p *pattern, planCost float64) (float64, bool) {
 }
 
 // Observe trains the model on one successful execution of pattern fp that took actual seconds,
-// with planner cost planCost (0 if none was known). Samples with a negative or non-finite actual
-// time are ignored.
-func (m *Model) Observe(fp uint64, planCost, actual float64) {
+// with planner cost planCost (0 if none was known). text is the pattern's normalised text,
+// which Top reports (the model keeps the first it is given). Samples with a negative or
+// non-finite actual time are ignored.
+func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
 	if !(actual >= 0) || math.IsInf(actual, 0) { // also rejects NaN
 		return
 	}
@@ -313,7 +318,10 @@ func (m *Model) Observe(fp uint64, planCost, actual float64) {
 	if !p.refused.IsZero() {
 		// The first execution since budgets refused the pattern as too costly (a probe): the
 		// history that predicted too much is what is in doubt, so this sample starts it anew.
-		*p = pattern{planCost: p.planCost, planExpires: p.planExpires, queryID: p.queryID}
+		*p = pattern{planCost: p.planCost, planExpires: p.planExpires, queryID: p.queryID, text: p.text}
+	}
+	if p.text == "" {
+		p.text = text
 	}
 	p.n++
 	if p.n == 1 {
@@ -455,6 +463,7 @@ func (m *Model) ObserveExplain(seconds float64) {
 // PatternStats describes one pattern's learned state, for introspection.
 type PatternStats struct {
 	Fingerprint  uint64
+	Text         string  // the normalised text Observe was given; "" when none was
 	Count        uint64  // successful executions observed since the pattern entered the table
 	MeanActual   float64 // EMA of actual execution seconds
 	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
@@ -479,7 +488,7 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 		if p.n == 0 {
 			return // explained, never observed
 		}
-		s := PatternStats{Fingerprint: fp, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
+		s := PatternStats{Fingerprint: fp, Text: p.text, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
 			Server: now.Before(p.serverUntil)}
 		if p.nPlanned > 0 {
 			s.MeanPlanCost, s.K = p.plan, p.actualP/p.plan

@@ -106,7 +106,7 @@ func TestModelKConverges(t *testing.T) {
 			m := NewModel(10)
 			for i := range 200 {
 				plan := tt.planFn(i)
-				m.Observe(7, plan, plan*tt.k*tt.noise[i%len(tt.noise)])
+				m.Observe(7, "", plan, plan*tt.k*tt.noise[i%len(tt.noise)])
 			}
 			if got := patternK(m, 7); !near(got, tt.k, tt.tol) {
 				t.Fatalf("K = %v, want %v ± %v", got, tt.k, tt.tol)
@@ -122,12 +122,12 @@ func TestModelKConverges(t *testing.T) {
 func TestModelKFollowsChange(t *testing.T) {
 	m := NewModel(10)
 	for range 50 {
-		m.Observe(1, 1000, 1000*1e-6)
+		m.Observe(1, "", 1000, 1000*1e-6)
 	}
 	// The table grew: the same plan cost now takes 10× as long. With α = 0.2 the EMAs hold less
 	// than 5% of the old regime after 14 executions.
 	for range 14 {
-		m.Observe(1, 1000, 1000*1e-5)
+		m.Observe(1, "", 1000, 1000*1e-5)
 	}
 	if got := patternK(m, 1); !near(got, 1e-5, 0.05) {
 		t.Fatalf("K after regime change = %v, want ≈ 1e-5", got)
@@ -136,7 +136,7 @@ func TestModelKFollowsChange(t *testing.T) {
 
 func TestModelFirstSampleSeeds(t *testing.T) {
 	m := NewModel(10)
-	m.Observe(3, 500, 0.25)
+	m.Observe(3, "", 500, 0.25)
 	if got, ok := meanActual(m, 3); !ok || got != 0.25 {
 		t.Fatalf("MeanActual after one sample = %v, %v; want 0.25, true", got, ok)
 	}
@@ -150,8 +150,8 @@ func TestModelGlobalKForNewPatterns(t *testing.T) {
 	// Two known patterns: a large one (k = 2e-6) and a small one with a big fixed overhead
 	// (k = 1e-4). The global k is a ratio of averages, so the large one dominates it.
 	for range 500 {
-		m.Observe(1, 100_000, 100_000*2e-6)
-		m.Observe(2, 10, 10*1e-4)
+		m.Observe(1, "", 100_000, 100_000*2e-6)
+		m.Observe(2, "", 10, 10*1e-4)
 	}
 	gk := globalK(m)
 	want := (100_000*2e-6 + 10*1e-4) / (100_000 + 10)
@@ -174,7 +174,7 @@ func TestModelHistoryOnly(t *testing.T) {
 	m := NewModel(10)
 	// No plan cost was known for any execution (EXPLAIN skipped or failed).
 	for _, a := range []float64{0.1, 0.1, 0.1} {
-		m.Observe(5, 0, a)
+		m.Observe(5, "", 0, a)
 	}
 	tests := []struct {
 		name     string
@@ -200,12 +200,12 @@ func TestModelHistoryOnly(t *testing.T) {
 func TestModelObserveIgnoresInvalid(t *testing.T) {
 	m := NewModel(10)
 	for _, a := range []float64{math.NaN(), math.Inf(1), -1} {
-		m.Observe(8, 100, a)
+		m.Observe(8, "", 100, a)
 	}
 	if patternCount(m) != 0 {
 		t.Fatalf("invalid samples created %d patterns", patternCount(m))
 	}
-	m.Observe(8, math.NaN(), 0.5) // an invalid plan cost is "no plan", the actual still counts
+	m.Observe(8, "", math.NaN(), 0.5) // an invalid plan cost is "no plan", the actual still counts
 	if got, ok := meanActual(m, 8); !ok || got != 0.5 {
 		t.Fatalf("MeanActual = %v, %v; want 0.5, true", got, ok)
 	}
@@ -236,7 +236,7 @@ func TestModelVolatile(t *testing.T) {
 				m.ObserveExplain(tt.explain)
 			}
 			for _, s := range tt.samples {
-				m.Observe(1, 0, s)
+				m.Observe(1, "", 0, s)
 			}
 			if got := m.Predict(time.Time{}, 1, 0).Volatile; got != tt.want {
 				t.Fatalf("Volatile = %v, want %v", got, tt.want)
@@ -247,13 +247,13 @@ func TestModelVolatile(t *testing.T) {
 		m := NewModel(10)
 		m.ObserveExplain(0.001)
 		for _, s := range wild {
-			m.Observe(1, 0, s)
+			m.Observe(1, "", 0, s)
 		}
 		if !m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("not volatile after wide variation")
 		}
 		for range 20 {
-			m.Observe(1, 0, 0.3)
+			m.Observe(1, "", 0, 0.3)
 		}
 		if m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("still volatile after 20 steady executions")
@@ -284,11 +284,11 @@ func TestModelObserveExplain(t *testing.T) {
 func TestModelTableBound(t *testing.T) {
 	const bound = 10_000
 	m := NewModel(bound)
-	m.Observe(0, 0, 1) // trained once, long ago: evicted by the flood
+	m.Observe(0, "", 0, 1) // trained once, long ago: evicted by the flood
 	for fp := uint64(1); fp <= 1_000_000; fp++ {
-		m.Observe(fp, 0, 1)
+		m.Observe(fp, "", 0, 1)
 		if fp%100 == 0 {
-			m.Observe(42, 0, 1) // a hot pattern stays recent
+			m.Observe(42, "", 0, 1) // a hot pattern stays recent
 		}
 	}
 	if got := patternCount(m); got != bound {
@@ -313,10 +313,10 @@ func TestModelTop(t *testing.T) {
 	counts := map[uint64]int{10: 5, 20: 9, 30: 1, 40: 9, 50: 3}
 	for fp, n := range counts {
 		for range n {
-			m.Observe(fp, 100, 0.001)
+			m.Observe(fp, "", 100, 0.001)
 		}
 	}
-	m.Observe(60, 0, 0.5) // never planned: global k, no plan cost
+	m.Observe(60, "", 0, 0.5) // never planned: global k, no plan cost
 	tests := []struct {
 		n    int
 		want []uint64
@@ -360,7 +360,7 @@ func TestModelConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 2000 {
 				fp := uint64((g*2000 + i) % 100)
-				m.Observe(fp, 1000, 1000*3e-6)
+				m.Observe(fp, "", 1000, 1000*3e-6)
 				m.ObserveExplain(0.001)
 				predict(m, fp, 500)
 				_ = m.Predict(time.Time{}, fp, 0).Volatile
@@ -382,7 +382,7 @@ func TestModelConcurrent(t *testing.T) {
 func BenchmarkModelPredict(b *testing.B) {
 	m := NewModel(testPatterns)
 	for fp := range uint64(testPatterns) {
-		m.Observe(fp, 1000, 0.003)
+		m.Observe(fp, "", 1000, 0.003)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -397,7 +397,7 @@ func BenchmarkModelPredict(b *testing.B) {
 func BenchmarkModelPredictParallel(b *testing.B) {
 	m := NewModel(testPatterns)
 	for fp := range uint64(testPatterns) {
-		m.Observe(fp, 1000, 0.003)
+		m.Observe(fp, "", 1000, 0.003)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -414,7 +414,7 @@ func BenchmarkModelObserve(b *testing.B) {
 	m := NewModel(testPatterns)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		m.Observe(uint64(i)%testPatterns, 1000, 0.003)
+		m.Observe(uint64(i)%testPatterns, "", 1000, 0.003)
 	}
 }
 
@@ -428,7 +428,7 @@ func TestNeverFitsProbes(t *testing.T) {
 		t.Fatal("a probe for a pattern the model does not know")
 	}
 	for range 5 {
-		m.Observe(1, 0, 2) // learned: 2 s
+		m.Observe(1, "", 0, 2) // learned: 2 s
 	}
 	for _, c := range []struct {
 		at   time.Duration
@@ -438,7 +438,7 @@ func TestNeverFitsProbes(t *testing.T) {
 			t.Fatalf("NeverFits at +%v = %v, want %v", c.at, got, c.want)
 		}
 	}
-	m.Observe(1, 0, 0.01) // the probe
+	m.Observe(1, "", 0, 0.01) // the probe
 	if p := m.Predict(t0, 1, 0); p.Seconds != 0.01 || p.Samples != 1 {
 		t.Fatalf("after the probe: %+v, want 10ms from its one sample", p)
 	}

@@ -660,7 +660,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that
 	// prediction stands).
 	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
-		e.model.Observe(x.Pattern.FingerprintID, x.PlanCost, actual)
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.PlanCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)

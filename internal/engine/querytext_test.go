@@ -92,7 +92,7 @@ rules:
 	if len(top) != 1 {
 		t.Fatalf("TopPatterns: %d patterns, want 1", len(top))
 	}
-	checkQueryText(t, "TopPatterns", top[0].Query)
+	checkQueryText(t, "TopPatterns", top[0].Text)
 	blocks := e.RecentBlocks()
 	if len(blocks) != 2 {
 		t.Fatalf("RecentBlocks: %d groups, want 2 (the overrun and the quarantine)", len(blocks))

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
 // BudgetState is one budget's live state.
@@ -23,23 +24,21 @@ func (e *Engine) Budgets() []BudgetState {
 	return out
 }
 
-// PatternState is one pattern's learned cost with its normalised text (cut to bounded.QueryLen).
+// PatternState is one pattern's learned cost (with its normalised text, cut to bounded.QueryLen)
+// and its fingerprint in hex.
 type PatternState struct {
 	cost.PatternStats
 	FingerprintHex string
-	Query          string
 }
 
-// TopPatterns returns the n patterns with the most observed executions.
+// TopPatterns returns the n patterns with the most observed executions, with the text the
+// cost model keeps beside their statistics (a pattern cache may have evicted a pattern that
+// still runs: the text cache answers its statements without it).
 func (e *Engine) TopPatterns(n int) []PatternState {
 	top := e.model.Top(e.now(), n)
 	out := make([]PatternState, 0, len(top))
 	for _, ps := range top {
-		s := PatternState{PatternStats: ps}
-		if p, ok := e.patterns.ByFingerprint(ps.Fingerprint); ok {
-			s.FingerprintHex, s.Query = p.Fingerprint, p.Normalized
-		}
-		out = append(out, s)
+		out = append(out, PatternState{PatternStats: ps, FingerprintHex: pattern.FingerprintHex(ps.Fingerprint)})
 	}
 	return out
 }
