@@ -49,6 +49,17 @@ func (x *Exec) bind(st *compiled, rt *route) {
 // budget's block, reason max_duration; one that ran past a warn budget's is warned about. It
 // reports the cancellation: the model still learns from it (what it ran is a lower bound).
 func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) bool {
+	// The warning first: a statement both warned about and cancelled is its budget's block,
+	// which is the decision it ends with.
+	if bs := x.warnBound; bs != nil && took > x.warnAfter {
+		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
+			Limit: "max_duration=" + bs.maxDuration.String()}
+		bs.b.Count(now, budget.Warned, vocab.ReasonMaxDuration) // as the decisions metric counts it
+		x.warnBudget(e, bs.name, d)
+		if x.Wants&WantDecisions != 0 {
+			e.obs.Decision(bs.name, DecisionWarn, vocab.ReasonMaxDuration)
+		}
+	}
 	cancelled := x.bound != nil && errors.Is(err, ErrOverrun)
 	if cancelled {
 		bs := x.bound
@@ -61,15 +72,6 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 		e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
 		if x.Wants&WantDecisions != 0 {
 			e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
-		}
-	}
-	if bs := x.warnBound; bs != nil && took > x.warnAfter {
-		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
-			Limit: "max_duration=" + bs.maxDuration.String()}
-		bs.b.Count(now, budget.Warned, vocab.ReasonMaxDuration) // as the decisions metric counts it
-		x.warnBudget(e, bs.name, d)
-		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(bs.name, DecisionWarn, vocab.ReasonMaxDuration)
 		}
 	}
 	return cancelled

@@ -89,3 +89,33 @@ func countOf(xs []string, s string) int {
 	}
 	return n
 }
+
+// A statement cancelled at its enforce budget's max_duration after it also ran past a smaller
+// warn budget's is that budget's block, whatever the order of the two: the warning is counted,
+// and the statement's decision (its span's) is the block.
+func TestMaxDurationBlockOutranksWarning(t *testing.T) {
+	obs := &recObserver{}
+	e, clk := newEngine(t, `
+budgets:
+  - {name: cut, mode: enforce, max_duration: 300ms}
+  - {name: seen, mode: warn, max_duration: 100ms}
+rules:
+  - {budget: cut, match: {app: r}}
+  - {budget: seen, match: {app: r}}
+`, func(o *Options) { o.Observer = obs })
+	ctx := tagging.With(context.Background(), "app", "r")
+	x, err := begin(e, ctx, "select pg_sleep(5)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(300 * time.Millisecond)
+	x.Finish(ctx, fmt.Errorf("timeout: %w", ErrOverrun))
+	if x.Decision != DecisionBlock || x.Reason != vocab.ReasonMaxDuration {
+		t.Errorf("decision %s, reason %s; want block, max_duration", x.Decision, x.Reason)
+	}
+	for _, want := range []string{"cut/block/max_duration", "seen/warn/max_duration"} {
+		if countOf(obs.decisions, want) != 1 {
+			t.Errorf("decisions %v: want %s once", obs.decisions, want)
+		}
+	}
+}
