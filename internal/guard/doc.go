@@ -22,10 +22,11 @@
 //
 // AND restricts if any operand does, OR only if every operand does; NOT is read through De
 // Morgan's laws, so NOT (id = 5 AND false) does not restrict. A condition proved never true
-// matches no row and passes: false, NULL, 1 = 0 (what ORMs send for an empty IN list), x <> x,
-// and AND, OR and NOT of these. Literals are compared exactly when both are numbers, or strings
-// compared for equality; any other constant (arithmetic, a cast, a string read as a boolean) may
-// be true. A subquery restricts when it is correlated with the target: names its own FROM
+// matches no row and passes: false, NULL, 1 = 0 (what ORMs send for an empty IN list), x <> x
+// where x is a column, a parameter or a literal (not a call, which may be volatile, nor a cast,
+// which may lose what tells two values apart), and AND, OR and NOT of these. Literals are
+// compared exactly when both are numbers, or strings compared for equality; any other constant
+// (arithmetic, a cast, a string read as a boolean) may be true. A subquery restricts when it is correlated with the target: names its own FROM
 // introduces shadow the target's.
 //
 // Text pg_query cannot parse is judged by its words ([Unparsed]): any UPDATE, DELETE or MERGE
@@ -35,8 +36,9 @@
 //
 // An unqualified column is taken to be the target's (UPDATE ... FROM and DELETE ... USING may
 // mean another table's). A tautology hidden inside an opaque expression (a function, CASE,
-// COALESCE, a cast to boolean) is not proved. Writes inside a DO block or a function body
-// (SELECT purge_all()) are out of reach: their text is a string that only the server's
-// procedural language parses. The guards catch mistakes; they are no defence against hostile
+// COALESCE, a cast to boolean) is not proved. A qualified name is taken for a column, though
+// PostgreSQL reads t.f as the call f(t) when t has no column f: a volatile f so written makes
+// t.f <> t.f true. Writes inside a DO block or a function body (SELECT purge_all()) are out of
+// reach: their text is a string that only the server's procedural language parses. The guards catch mistakes; they are no defence against hostile
 // SQL, for which privileges are.
 package guard

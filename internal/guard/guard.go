@@ -119,9 +119,9 @@ func explainAnalyze(opts []*pg.Node) bool {
 	return on
 }
 
-// Unparsed returns the guard facts of a text pg_query cannot parse. The server may still run
-// it (its parser is newer, or standard_conforming_strings is off, where a backslash escapes a
-// quote and pg_query sees the string end elsewhere). Without a parse tree a keyword cannot be
+// Unparsed returns the guard facts of a text pg_query cannot parse, or may read otherwise than
+// the server. The server may still run it (its parser is newer, or standard_conforming_strings
+// is off, where a backslash escapes a quote and pg_query sees the string end elsewhere). Without a parse tree a keyword cannot be
 // told from a word in a string or a quoted identifier, so it errs towards yes: any UPDATE,
 // DELETE or MERGE counts as an unsafe write, except UPDATE after FOR, KEY or DO (SELECT ... FOR
 // [NO KEY] UPDATE, ON CONFLICT DO UPDATE), which writes no rows of its own; any TRUNCATE counts.

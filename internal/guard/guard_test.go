@@ -138,6 +138,12 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE id * 1.0 = id", true, false},
 	{"DELETE FROM t WHERE id + 0.00 = id", true, false},
 	{"DELETE FROM t WHERE id = 1 OR id <> 1.0", true, false},
+	// A string with a backslash has no known value: with standard_conforming_strings off, '\a'
+	// is 'a'.
+	{`DELETE FROM t WHERE '\a' = 'a'`, true, false},
+	{`DELETE FROM t WHERE id = 5 OR '\a' <> 'a'`, true, false},
+	{`DELETE FROM t WHERE '\a' <> E'\\a'`, true, false},
+	{`DELETE FROM t WHERE id = 5 OR 'a\' IN ('a')`, true, false},
 	{"MERGE INTO t USING s ON s.id = 1 WHEN MATCHED THEN DELETE", true, false},
 	{"MERGE INTO t USING s ON t.id = t.id WHEN MATCHED THEN UPDATE SET a = 1", true, false},
 	// Unparsable by pg_query (standard_conforming_strings off lets the server run these): the
@@ -284,6 +290,50 @@ func TestGuards(t *testing.T) {
 					tc.sql, f.UnsafeWrite, f.Truncate, tc.unsafe, tc.truncate)
 			}
 		})
+	}
+}
+
+// TestNeverTrueNeedsExactSameness: a comparison of an expression with itself is proved never
+// true (and the write admitted as writing no row) only for a column, a parameter or a literal.
+// A call may be volatile and a cast may lose what tells two values apart, so each of these is
+// true for every row and the write is refused, as a DELETE and as an UPDATE.
+func TestNeverTrueNeedsExactSameness(t *testing.T) {
+	for _, tc := range []struct {
+		where  string
+		unsafe bool
+	}{
+		{"gen_random_uuid() <> gen_random_uuid()", true}, // two calls, two values
+		{"random() <> random()", true},
+		{"random() < random()", true},
+		{"random() IS DISTINCT FROM random()", true},
+		{"NOT (random() = random())", true},
+		{"NOT (random() >= random())", true},
+		{"id = 5 OR random() <> random()", true},
+		{"0.5 <> 0.5::int", true},      // 0.5 <> 1
+		{"now() <> now()::date", true}, // true but at midnight
+		{"id <> id::int2", true},
+		{"name COLLATE \"C\" <> name", true},
+		// Never true, but not proved so: refusing a write of no row costs nothing.
+		{"lower(name) <> lower(name)", true},
+		{"id::int <> id::int", true},
+		// Columns, parameters and literals are the same in every row.
+		{"id <> id", false},
+		{"id < id", false},
+		{"t.id > id", false},
+		{"id IS DISTINCT FROM id", false},
+		{"NOT (id = id)", false},
+		{"NOT (id <= t.id)", false},
+		{"$1 <> $1", false},
+		{"1 < 1.0", false},
+		{"id = 5 OR id <> id", false},
+	} {
+		for _, sql := range []string{"DELETE FROM t WHERE " + tc.where, "UPDATE t SET a = 1 WHERE " + tc.where} {
+			t.Run(sql, func(t *testing.T) {
+				if f := facts(sql); f.UnsafeWrite != tc.unsafe {
+					t.Errorf("%q: UnsafeWrite %v, want %v", sql, f.UnsafeWrite, tc.unsafe)
+				}
+			})
+		}
 	}
 }
 

@@ -17,9 +17,9 @@ const (
 )
 
 // neverTrue reports whether the condition n is never true or, when neg, never false (so that
-// NOT n is never true). It proves this for literals ([constant]), for comparisons of an
-// expression with itself (x <> x is never true, x = x never false), and through NOT, AND and
-// OR. Anything else may be either.
+// NOT n is never true). It proves this for literals ([constant]), for comparisons of a column,
+// parameter or literal with itself (x <> x is never true, x = x never false; see identical),
+// and through NOT, AND and OR. Anything else may be either.
 func (r *restrictor) neverTrue(n *pg.Node, neg bool) bool {
 	return memo(r.never, polar{n, neg}, func() bool { return r.neverTrueNode(n, neg) })
 }
@@ -50,7 +50,7 @@ func (r *restrictor) neverTrueNode(n *pg.Node, neg bool) bool {
 		}
 	case *pg.Node_AExpr:
 		e := x.AExpr
-		if !r.same(e.Lexpr, e.Rexpr) {
+		if !r.identical(e.Lexpr, e.Rexpr) {
 			return false
 		}
 		switch e.Kind {
@@ -174,6 +174,8 @@ type lit struct {
 	s         string
 }
 
+// literal returns the value of a literal. A string with a backslash has none: pg_query reads
+// '\a' as two bytes, a server with standard_conforming_strings off as 'a'.
 func literal(n *pg.Node) (lit, bool) {
 	c := n.GetAConst()
 	switch {
@@ -182,7 +184,7 @@ func literal(n *pg.Node) (lit, bool) {
 	case c.Isnull:
 		return lit{null: true}, true
 	case c.GetSval() != nil:
-		return lit{s: c.GetSval().Sval}, true
+		return lit{s: c.GetSval().Sval}, !strings.Contains(c.GetSval().Sval, `\`)
 	}
 	d, ok := decimal(c)
 	return lit{num: true, s: d}, ok

@@ -32,15 +32,40 @@ func isNum(n *pg.Node, want string) bool {
 	return ok && l.num && l.s == want
 }
 
-// same reports whether a and b are the same expression of the row (see canon).
+// same reports whether a and b may be the same expression of the row (see canon). It answers
+// "does a condition depend on the target?": taking two expressions for the same makes a
+// comparison of them constant, which blocks more, never less. It is too loose for proving a
+// condition never true, which admits more: for that, see identical.
 func (r *restrictor) same(a, b *pg.Node) bool {
 	return a != nil && b != nil && r.canon(a) == r.canon(b)
 }
 
+// identical reports whether a and b certainly have the same value in a row: the same column,
+// parameter or literal. It answers "is a condition never true?" (x <> x). Nothing else is
+// identical, not even to itself: a function may be volatile (random() <> random()) and a cast
+// may lose what tells two values apart (0.5 <> 0.5::int).
+func (r *restrictor) identical(a, b *pg.Node) bool {
+	return plain(a) && plain(b) && r.same(a, b)
+}
+
+// plain reports whether n is a column, a parameter or a literal whose value is known
+// ([literal]): an expression whose canonical text strips nothing.
+func plain(n *pg.Node) bool {
+	switch n.GetNode().(type) {
+	case *pg.Node_ColumnRef, *pg.Node_ParamRef:
+		return true
+	case *pg.Node_AConst:
+		_, ok := literal(n)
+		return ok
+	}
+	return false
+}
+
 // canon returns a canonical text of an expression: casts, collations, unary plus and identity
-// arithmetic (+ 0, - 0, * 1, / 1) removed, target columns named without their qualifier, source
-// positions left out. Two expressions with the same canonical text have the same value in every
-// row (stripping a cast can only make more expressions the same, which blocks more, never less).
+// arithmetic (+ 0, - 0, * 1, / 1) removed, target columns named without their qualifier, numbers
+// by their value (1 and 1.0), source positions left out. Two expressions with the same canonical
+// text are alike but for what was removed, and calls with the same arguments may still differ
+// (random()): alike enough to judge dependence ([same]), not proof of equal values ([identical]).
 //
 // The text is a 128-bit hash, so that a parent's text holds its children's in constant space: a
 // collision could only make two expressions the same.

@@ -23,7 +23,10 @@
 // standard_conforming_strings off, where a backslash escapes a quote).
 // Because its WHERE cannot be checked, such a text that may hold an UPDATE,
 // DELETE or MERGE has UnsafeWrite set, and one that may hold a TRUNCATE has
-// Truncate set: an enforced guard blocks it.
+// Truncate set: an enforced guard blocks it. So has a text pg_query parses
+// but a server with standard_conforming_strings off reads otherwise (a
+// backslash before a quote ends a string elsewhere), whose other statements
+// pg_query does not see.
 //
 // # The cache
 //

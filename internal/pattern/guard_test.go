@@ -36,3 +36,43 @@ func TestGuardFacts(t *testing.T) {
 		})
 	}
 }
+
+// backslashCases are texts that a server with standard_conforming_strings off reads otherwise
+// than pg_query, which reads them with it on: a backslash before a quote ends a string
+// elsewhere. Such a text is also judged by its words (a write pg_query takes for a string or a
+// comment is refused), and Key strips nothing after the string. A backslash before no quote
+// changes no statement, nor does one in an E” string, which escapes either way.
+var backslashCases = []struct {
+	sql              string
+	unsafe, truncate bool
+}{
+	{`SELECT '\'' ; DELETE FROM t; --'`, true, false}, // pg_query: one string
+	{`SELECT '\' -- '; DELETE FROM t`, true, false},   // pg_query: a string, then a comment
+	{`SELECT '\'' ; TRUNCATE t; --'`, false, true},
+	{`SELECT '\'' ; UPDATE t SET a = 1; --'`, true, false},
+	{`/* c */ SELECT 'a\' -- '; DELETE FROM t -- d`, true, false},
+	{`DELETE FROM t WHERE id = 1 AND x = '\' AND id = 1 OR x = ''' OR true --'`, true, false},
+	{`UPDATE t SET p = 'C:\' WHERE id = 1`, true, false}, // with the setting off, another statement
+	{`SELECT '\'' FOR UPDATE --'`, false, false},
+	{`SELECT 'C:\' -- x`, false, false},
+	{`UPDATE t SET p = 'C:\dir' WHERE id = 1`, false, false},
+	{`DELETE FROM t WHERE code ~ '^\d+$' AND id = $1`, false, false},
+	{`UPDATE t SET a = E'it\'s' WHERE id = 1 -- c`, false, false},
+	{`UPDATE t SET a = e'\\' WHERE id = 1`, false, false},
+	{`UPDATE t SET a = '\\' WHERE id = 1`, false, false},
+	{`UPDATE t SET a = $$\'$$ WHERE id = 1`, false, false},
+	{`UPDATE t SET "a\'" = 1 WHERE id = 1`, false, false},
+	{`DELETE FROM t WHERE id = 1 -- \'`, false, false},
+}
+
+func TestBackslashQuoteHidesNoWrite(t *testing.T) {
+	for _, tc := range backslashCases {
+		t.Run(tc.sql, func(t *testing.T) {
+			p := Analyze(tc.sql)
+			if p.UnsafeWrite != tc.unsafe || p.Truncate != tc.truncate {
+				t.Errorf("Analyze(%q): UnsafeWrite=%v Truncate=%v, want %v %v",
+					tc.sql, p.UnsafeWrite, p.Truncate, tc.unsafe, tc.truncate)
+			}
+		})
+	}
+}

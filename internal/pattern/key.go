@@ -7,9 +7,12 @@ import "strings"
 //
 // Comments are recognised as the PostgreSQL lexer (standard_conforming_strings
 // on) recognises them, so "--" or "/*" inside a string literal, a quoted
-// identifier or a dollar-quoted string is never taken for a comment. Two texts
-// with the same key differ only in what was stripped, which is why the cache
-// may share one Pattern between them.
+// identifier or a dollar-quoted string is never taken for a comment. After a
+// string that ends elsewhere with the setting off, nothing is stripped:
+// '\' -- '; DELETE FROM t is a string and a comment with it on, a string and a
+// DELETE with it off. Two texts with the same key
+// differ only in what was stripped, which is why the cache may share one
+// Pattern between them.
 //
 // The common cases are O(1) plus one vectorised search for "--": a text whose
 // only comment is a leading one, or that has none. A text with a trailing
@@ -28,7 +31,8 @@ func Key(sql string) string {
 	if !strings.HasSuffix(t, "*/") && !strings.Contains(t, "--") {
 		return t
 	}
-	return sql[s : s+significantEnd(sql[s:])]
+	end, _ := significantEnd(sql[s:])
+	return sql[s : s+end]
 }
 
 // skipLeading returns the offset of the first byte of sql that is not
@@ -90,14 +94,15 @@ func blockComment(sql string) (int, bool) {
 
 // significantEnd lexes sql from the lexer's initial state and returns the end
 // offset of its last token that is not whitespace, a comment or a semicolon.
-// An unterminated string, identifier or comment is significant to the end.
-func significantEnd(sql string) int {
-	end := 0
+// An unterminated string, identifier or comment is significant to the end, and
+// so is a string that ends elsewhere with standard_conforming_strings off: then
+// offDiffers is true, for the rest of the text is another with the setting off.
+func significantEnd(sql string) (end int, offDiffers bool) {
 	i := 0
 	for i < len(sql) {
 		n, ok := filler(sql, i)
 		if !ok {
-			return len(sql)
+			return len(sql), false
 		}
 		if n > 0 {
 			i += n
@@ -106,8 +111,14 @@ func significantEnd(sql string) int {
 		c := sql[i]
 		if c == '\'' || c == '"' || c == '$' && (i == 0 || !isIdent(sql[i-1])) {
 			n, ok = quotedToken(sql, i)
+			if sql[i] == '\'' && !escapeString(sql, i) {
+				// With the setting off, a backslash escapes in every string.
+				if off, _ := quoted(sql[i:], '\'', true); off != n {
+					return len(sql), true
+				}
+			}
 			if !ok {
-				return len(sql)
+				return len(sql), false
 			}
 			i += n
 		} else {
@@ -117,7 +128,19 @@ func significantEnd(sql string) int {
 		}
 		end = i
 	}
-	return end
+	return end, false
+}
+
+// dependsOnSetting reports whether sql, which pg_query reads with standard_conforming_strings
+// on, is another text for a server with the setting off: some string ends elsewhere (see
+// [Key]). A backslash before no quote ('C:\dir', '\d+') changes the string's value but not
+// where it ends.
+func dependsOnSetting(sql string) bool {
+	if !strings.Contains(sql, `\'`) {
+		return false // no string can end elsewhere
+	}
+	_, off := significantEnd(sql)
+	return off
 }
 
 // quotedToken returns the length of the string, quoted identifier or dollar-quoted string that
@@ -126,12 +149,17 @@ func significantEnd(sql string) int {
 func quotedToken(sql string, i int) (int, bool) {
 	switch sql[i] {
 	case '\'':
-		escapes := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdent(sql[i-2]))
-		return quoted(sql[i:], '\'', escapes)
+		return quoted(sql[i:], '\'', escapeString(sql, i))
 	case '"':
 		return quoted(sql[i:], '"', false)
 	}
 	return dollarQuoted(sql[i:])
+}
+
+// escapeString reports whether the string that starts at sql[i] is an E'...' string, in which a
+// backslash escapes whatever the setting.
+func escapeString(sql string, i int) bool {
+	return i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdent(sql[i-2]))
 }
 
 // lexSpecial marks the bytes significantEnd must look at: whitespace,

@@ -27,6 +27,12 @@ func TestKey(t *testing.T) {
 		{"SELECT $tag$ */ $tag$ /* c */", "SELECT $tag$ */ $tag$"},
 		{"SELECT E'\\' -- ' -- c", "SELECT E'\\' -- '"},
 		{"SELECT 'it''s' /* c */", "SELECT 'it''s'"},
+		{`SELECT 'a\b' -- c`, `SELECT 'a\b'`},
+		{`SELECT '\\' -- c`, `SELECT '\\'`},
+		// With standard_conforming_strings off, a string and a DELETE: nothing is stripped.
+		{`SELECT '\' -- '; DELETE FROM t`, `SELECT '\' -- '; DELETE FROM t`},
+		{`SELECT '\'' ; DELETE FROM t; --'`, `SELECT '\'' ; DELETE FROM t; --'`},
+		{`SELECT '\'' -- c`, `SELECT '\'' -- c`},
 		{"SELECT a$b$c FROM t -- c", "SELECT a$b$c FROM t"},
 		{"SELECT $1 -- c", "SELECT $1"},
 		{"SELECT 1; SELECT 2; -- c", "SELECT 1; SELECT 2"},
@@ -58,7 +64,7 @@ func TestKeyIsSubstring(t *testing.T) {
 }
 
 func FuzzKey(f *testing.F) {
-	for _, tc := range guardCases {
+	for _, tc := range append(guardCases, backslashCases...) {
 		f.Add(tc.sql)
 		f.Add("/* c */ " + tc.sql + " -- d")
 	}

@@ -132,6 +132,13 @@ func analyze(key string) *Pattern {
 		w.node(raw.Stmt)
 	}
 	p.Facts = guard.Check(tree)
+	if dependsOnSetting(key) {
+		// A server with standard_conforming_strings off runs other statements than pg_query
+		// read: judge the text's words too, as for text pg_query cannot parse.
+		u := guard.Unparsed(key)
+		p.UnsafeWrite = p.UnsafeWrite || u.UnsafeWrite
+		p.Truncate = p.Truncate || u.Truncate
+	}
 	p.Tables = make([]string, 0, len(w.tables))
 	for t := range w.tables {
 		p.Tables = append(p.Tables, t)

@@ -318,7 +318,7 @@ func validText(p *Pattern) bool {
 
 // FuzzAnalyze checks that no input panics and that the invariants hold.
 func FuzzAnalyze(f *testing.F) {
-	for _, tc := range guardCases {
+	for _, tc := range append(guardCases, backslashCases...) {
 		f.Add(tc.sql)
 	}
 	f.Add("SELECT * FROM t WHERE a = 'secret-123' /* c */")
