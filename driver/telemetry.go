@@ -22,6 +22,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 const instrumentationName = "github.com/pgtraffic/pgtraffic"
@@ -538,7 +540,7 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec, decis
 		for j < len(x.Tags) && x.Tags[j].Key == k {
 			j++
 		}
-		if k != engine.KeyFingerprint { // already pgtraffic.fingerprint
+		if k != vocab.KeyFingerprint { // already pgtraffic.fingerprint
 			key := t.tagKey(k)
 			if j-i == 1 {
 				attrs = append(attrs, key.String(tagValue(x.Tags[i].Value)))
@@ -578,16 +580,16 @@ const maxTagKeys = 256
 // text, without allocating for the built-in keys and the first maxTagKeys others.
 func (t *telemetry) tagKey(k string) attribute.Key {
 	switch k {
-	case engine.KeyUsername:
-		return attrTagPrefix + engine.KeyUsername
-	case engine.KeyDatabase:
-		return attrTagPrefix + engine.KeyDatabase
-	case engine.KeyApplicationName:
-		return attrTagPrefix + engine.KeyApplicationName
-	case engine.KeyStatement:
-		return attrTagPrefix + engine.KeyStatement
-	case engine.KeyTable:
-		return attrTagPrefix + engine.KeyTable
+	case vocab.KeyUsername:
+		return attrTagPrefix + vocab.KeyUsername
+	case vocab.KeyDatabase:
+		return attrTagPrefix + vocab.KeyDatabase
+	case vocab.KeyApplicationName:
+		return attrTagPrefix + vocab.KeyApplicationName
+	case vocab.KeyStatement:
+		return attrTagPrefix + vocab.KeyStatement
+	case vocab.KeyTable:
+		return attrTagPrefix + vocab.KeyTable
 	}
 	m := t.tagKeys.Load()
 	if m != nil {

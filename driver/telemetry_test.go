@@ -39,6 +39,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
 	"github.com/pgtraffic/pgtraffic/tagging"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // The telemetry tests run real statements through database/sql and the pgtraffic connection
@@ -1123,14 +1125,14 @@ func TestIdleGlobalMeterProvider(t *testing.T) {
 // before and after the cache's bound, and a known key costs no allocation.
 func TestTagKeys(t *testing.T) {
 	var tm telemetry
-	for _, k := range []string{engine.KeyUsername, engine.KeyDatabase, engine.KeyApplicationName, engine.KeyStatement, engine.KeyTable, "route", "app"} {
+	for _, k := range []string{vocab.KeyUsername, vocab.KeyDatabase, vocab.KeyApplicationName, vocab.KeyStatement, vocab.KeyTable, "route", "app"} {
 		for range 2 { // built, then cached
 			if got := tm.tagKey(k); string(got) != "pgtraffic.tag."+k {
 				t.Fatalf("tagKey(%q) = %q", k, got)
 			}
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { tm.tagKey("route"); tm.tagKey(engine.KeyTable) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { tm.tagKey("route"); tm.tagKey(vocab.KeyTable) }); n != 0 {
 		t.Errorf("tagKey of known keys: %v allocations, want 0", n)
 	}
 	for i := range 2 * maxTagKeys {

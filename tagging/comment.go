@@ -202,12 +202,14 @@ func scanPair(body string, pos int) (rawKey, rawVal string, next int, ok bool) {
 		}
 		return len(body)
 	}
-	eq := strings.IndexByte(body[pos:], '=')
+	// The key ends at the first '=' or ','; a comma first makes the pair malformed. Looking for
+	// both at once keeps a comment of many commas before one '=' linear.
+	eq := strings.IndexAny(body[pos:], "=,")
 	if eq < 0 {
 		return "", "", len(body), false
 	}
-	if c := strings.IndexByte(body[pos:pos+eq], ','); c >= 0 {
-		return "", "", pos + c + 1, false
+	if body[pos+eq] == ',' {
+		return "", "", pos + eq + 1, false
 	}
 	rawKey = strings.TrimSpace(body[pos : pos+eq])
 	p := skipSpace(body, pos+eq+1)

@@ -392,8 +392,14 @@ func (d *decoder) time(n *yaml.Node, at field) time.Time {
 		return time.Time{}
 	}
 	t, err := time.Parse(time.RFC3339, n.Value)
-	if err != nil {
+	switch {
+	case err != nil:
 		d.addLine(n.Line, at, "invalid time %s (write an RFC 3339 time such as 2026-12-02T10:00:00Z)", quoteShort(n.Value))
+	case t.IsZero():
+		// Go's zero time, which a Config written in code leaves for "no until": refused rather
+		// than read as no until, which would keep in force a rule its author meant lapsed.
+		d.addLine(n.Line, at, "time %s is the zero time, which means none (write a real time, such as 2026-12-02T10:00:00Z)",
+			quoteShort(n.Value))
 	}
 	return t
 }

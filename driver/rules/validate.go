@@ -261,17 +261,28 @@ func validateMatch(p *problems, at field, m map[string]string) {
 		if _, _, err := ParseMatchValue(m[k]); err != nil {
 			p.add(kp, "%v", err)
 		}
+		if !validKind(k, m[k]) {
+			p.add(kp, "unknown statement kind %s: it would match no statement (want one of %s)", quoteShort(m[k]),
+				strings.Join(vocab.Kinds(), ", "))
+		}
 	}
 }
 
 // validMatch reports whether a match has no problem for validateMatch to report.
 func validMatch(m map[string]string) bool {
 	for k, v := range m {
-		if _, _, err := ParseMatchValue(v); k == "" || err != nil {
+		if _, _, err := ParseMatchValue(v); k == "" || err != nil || !validKind(k, v) {
 			return false
 		}
 	}
 	return true
+}
+
+// validKind reports whether v, the value a match gives tag k, may match: the built-in statement
+// tag takes only the statement kinds (lowercase), so that {statement: DELETE} is refused rather
+// than accepted and matching nothing.
+func validKind(k, v string) bool {
+	return k != vocab.KeyStatement || slices.Contains(vocab.Kinds(), v)
 }
 
 func validMetricName(s string) bool {

@@ -8,10 +8,12 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // checkPattern stands for "the job's next statement" in Check's denials.
-var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: pattern.KindOther}
+var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: vocab.KindOther}
 
 // nominalCost is the cost Check asks the buckets for: one small statement (1 ms). A batch job
 // that checks before a chunk wants to know whether its next statement would be admitted.

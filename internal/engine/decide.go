@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
@@ -70,7 +71,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		}
 		key := ""
 		if bs.per != "" {
-			key, _ = tagValue(tags, bs.per)
+			key = perValue(tags, bs.per)
 		}
 		rt.budgets = append(rt.budgets, bi)
 		rt.ruleOf = append(rt.ruleOf, r)
@@ -93,6 +94,30 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		}
 	}
 	return ruleBuf
+}
+
+// perValue is the value of tag per that keys a budget's state for a statement with tags: the
+// tag's first value, "" without one. For table, a statement may name several tables, each as
+// written and a qualified one's bare name too: it is keyed by the first bare name in name
+// order, so that public.orders, "public"."orders" and orders count as one table, as they match
+// {table: orders} alike (tables of the same name in two schemas count as one: more is refused,
+// never less).
+func perValue(tags []ruleset.KV, per string) string {
+	if per != vocab.KeyTable {
+		v, _ := tagValue(tags, per)
+		return v
+	}
+	key, found := "", false
+	for _, kv := range tags {
+		if kv.Key != vocab.KeyTable {
+			continue
+		}
+		bare := kv.Value[strings.LastIndexByte(kv.Value, '.')+1:]
+		if !found || bare < key {
+			key, found = bare, true
+		}
+	}
+	return key
 }
 
 // decide runs guards, rules, health, cost and admission for x, sent as c. On success the

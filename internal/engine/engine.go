@@ -18,17 +18,8 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
-)
 
-// Built-in tag keys: facts of the statement and connection, which comment and context tags cannot replace.
-const (
-	KeyUsername        = "username"
-	KeyDatabase        = "database"
-	KeyApplicationName = "application_name"
-	KeyFingerprint     = "fingerprint"
-	KeyStatement       = "statement"
-	KeyTable           = "table"
-	KeyQueryName       = "query_name" // from a leading sqlc comment, "-- name: ListOrders :many"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // Decisions, as reported to telemetry.
@@ -138,9 +129,9 @@ func New(o Options) *Engine {
 	}
 	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
-		{Key: KeyUsername, Value: o.User},
-		{Key: KeyDatabase, Value: o.Database},
-		{Key: KeyApplicationName, Value: o.ApplicationName},
+		{Key: vocab.KeyUsername, Value: o.User},
+		{Key: vocab.KeyDatabase, Value: o.Database},
+		{Key: vocab.KeyApplicationName, Value: o.ApplicationName},
 	} {
 		if kv.Value != "" {
 			e.builtins = append(e.builtins, kv)
@@ -710,16 +701,16 @@ func (x *Exec) train() bool {
 func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pattern, query string) []ruleset.KV {
 	dst = append(dst, e.builtins...)
 	if p != nil {
-		dst = append(dst, ruleset.KV{Key: KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: KeyStatement, Value: p.Kind})
+		dst = append(dst, ruleset.KV{Key: vocab.KeyFingerprint, Value: p.Fingerprint}, ruleset.KV{Key: vocab.KeyStatement, Value: p.Kind})
 		for _, t := range p.Tables {
-			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+			dst = append(dst, ruleset.KV{Key: vocab.KeyTable, Value: t})
 		}
 		for _, t := range p.Relations { // a qualified table's bare name too: {table: orders} matches public.orders
-			dst = append(dst, ruleset.KV{Key: KeyTable, Value: t})
+			dst = append(dst, ruleset.KV{Key: vocab.KeyTable, Value: t})
 		}
 	}
 	if name := queryName(query); name != "" {
-		dst = append(dst, ruleset.KV{Key: KeyQueryName, Value: name})
+		dst = append(dst, ruleset.KV{Key: vocab.KeyQueryName, Value: name})
 	}
 	if strings.Contains(query, "/*") {
 		for k, v := range tagging.Parse(query).All() {
@@ -739,7 +730,7 @@ func (e *Engine) mergeTags(ctxTags tagging.Tags, dst []ruleset.KV, p *pattern.Pa
 // builtinKey reports whether k is the key of a built-in tag.
 func builtinKey(k string) bool {
 	switch k {
-	case KeyUsername, KeyDatabase, KeyApplicationName, KeyFingerprint, KeyStatement, KeyTable, KeyQueryName:
+	case vocab.KeyUsername, vocab.KeyDatabase, vocab.KeyApplicationName, vocab.KeyFingerprint, vocab.KeyStatement, vocab.KeyTable, vocab.KeyQueryName:
 		return true
 	}
 	return false

@@ -64,11 +64,11 @@ rules:
 		t.Fatal(err)
 	}
 	defer hold.Finish(bg, nil)
-	if got, _ := tagValue(obs.tags, KeyQueryName); got != "ListOrders" {
+	if got, _ := tagValue(obs.tags, vocab.KeyQueryName); got != "ListOrders" {
 		t.Fatalf("query_name tag %q, want ListOrders (tags %v)", got, obs.tags)
 	}
-	claimCtx := tagging.With(bg, KeyQueryName, "ListOrders")
-	hideCtx := tagging.With(bg, KeyQueryName, "Other")
+	claimCtx := tagging.With(bg, vocab.KeyQueryName, "ListOrders")
+	hideCtx := tagging.With(bg, vocab.KeyQueryName, "Other")
 	for _, tc := range []struct {
 		name    string
 		ctx     context.Context

@@ -7,17 +7,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // cheap is an analyzer for tests that need many misses: it does no parsing.
 func cheap(key string) *Pattern {
-	return &Pattern{Fingerprint: "0000000000000000", Kind: KindOther, Tables: []string{}}
+	return &Pattern{Fingerprint: "0000000000000000", Kind: vocab.KindOther, Tables: []string{}}
 }
 
 func TestCacheHitMiss(t *testing.T) {
 	c := NewCache(0)
 	p1, hit := c.Get("SELECT * FROM t WHERE id = $1")
-	if hit || p1.Kind != KindSelect {
+	if hit || p1.Kind != vocab.KindSelect {
 		t.Fatalf("first Get: hit=%v kind=%q", hit, p1.Kind)
 	}
 	// Per-request comments map to the same entry.

@@ -72,22 +72,27 @@ func filler(sql string, i int) (n int, ok bool) {
 // blockComment returns the length of the nested block comment that starts
 // sql ("/*" at sql[0:2]) and whether it is terminated. Of an opener and a
 // closer that overlap ("/*/"), the leftmost wins, as in PostgreSQL's lexer.
+// It reads each byte once, however deep the nesting (the text is untrusted).
 func blockComment(sql string) (int, bool) {
 	depth, i := 1, 2
 	for {
-		end := strings.Index(sql[i:], "*/")
-		if end < 0 {
+		j := strings.IndexAny(sql[i:], "/*")
+		if j < 0 || i+j+1 >= len(sql) {
 			return len(sql), false
 		}
-		if open := strings.Index(sql[i:i+end+1], "/*"); open >= 0 {
+		i += j
+		switch {
+		case sql[i] == '/' && sql[i+1] == '*':
 			depth++
-			i += open + 2
-			continue
-		}
-		depth--
-		i += end + 2
-		if depth == 0 {
-			return i, true
+			i += 2
+		case sql[i] == '*' && sql[i+1] == '/':
+			depth--
+			i += 2
+			if depth == 0 {
+				return i, true
+			}
+		default:
+			i++
 		}
 	}
 }

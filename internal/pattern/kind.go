@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // classify returns the kind and the operation (PostgreSQL's command tag, as
@@ -16,19 +18,19 @@ func classify(n *pg.Node) (kind, op string) {
 		return kind, op
 	}
 	if n.GetNode() == nil {
-		return KindOther, ""
+		return vocab.KindOther, ""
 	}
 	name := string(n.ProtoReflect().WhichOneof(oneofNode).Message().Name())
 	if op, ok := utilityOps[name]; ok {
-		return KindUtility, op
+		return vocab.KindUtility, op
 	}
 	if op, ok := ddlOps[name]; ok {
-		return KindDDL, op
+		return vocab.KindDDL, op
 	}
 	if strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Alter") || strings.HasPrefix(name, "Drop") {
-		return KindDDL, words(name)
+		return vocab.KindDDL, words(name)
 	}
-	return KindOther, words(name)
+	return vocab.KindOther, words(name)
 }
 
 // dataStatement classifies the statements that read or write rows: SELECT (but
@@ -37,19 +39,19 @@ func dataStatement(n *pg.Node) (kind, op string, ok bool) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_SelectStmt:
 		if x.SelectStmt.IntoClause != nil {
-			return KindDDL, "SELECT", true // SELECT ... INTO creates a table
+			return vocab.KindDDL, "SELECT", true // SELECT ... INTO creates a table
 		}
-		return KindSelect, "SELECT", true
+		return vocab.KindSelect, "SELECT", true
 	case *pg.Node_InsertStmt:
-		return KindInsert, "INSERT", true
+		return vocab.KindInsert, "INSERT", true
 	case *pg.Node_UpdateStmt:
-		return KindUpdate, "UPDATE", true
+		return vocab.KindUpdate, "UPDATE", true
 	case *pg.Node_DeleteStmt:
-		return KindDelete, "DELETE", true
+		return vocab.KindDelete, "DELETE", true
 	case *pg.Node_MergeStmt:
-		return KindMerge, "MERGE", true
+		return vocab.KindMerge, "MERGE", true
 	case *pg.Node_CopyStmt:
-		return KindCopy, "COPY", true
+		return vocab.KindCopy, "COPY", true
 	}
 	return "", "", false
 }
@@ -60,40 +62,40 @@ func dataStatement(n *pg.Node) (kind, op string, ok bool) {
 func variantStatement(n *pg.Node) (kind, op string, ok bool) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_TruncateStmt:
-		return KindDDL, "TRUNCATE TABLE", true
+		return vocab.KindDDL, "TRUNCATE TABLE", true
 	case *pg.Node_TransactionStmt:
-		return KindUtility, transactionOp(x.TransactionStmt.Kind), true
+		return vocab.KindUtility, transactionOp(x.TransactionStmt.Kind), true
 	case *pg.Node_VariableSetStmt:
 		switch x.VariableSetStmt.Kind {
 		case pg.VariableSetKind_VAR_RESET, pg.VariableSetKind_VAR_RESET_ALL:
-			return KindUtility, "RESET", true
+			return vocab.KindUtility, "RESET", true
 		}
-		return KindUtility, "SET", true
+		return vocab.KindUtility, "SET", true
 	case *pg.Node_VacuumStmt:
-		return KindUtility, either(x.VacuumStmt.IsVacuumcmd, "VACUUM", "ANALYZE"), true
+		return vocab.KindUtility, either(x.VacuumStmt.IsVacuumcmd, "VACUUM", "ANALYZE"), true
 	case *pg.Node_FetchStmt:
-		return KindUtility, either(x.FetchStmt.Ismove, "MOVE", "FETCH"), true
+		return vocab.KindUtility, either(x.FetchStmt.Ismove, "MOVE", "FETCH"), true
 	case *pg.Node_GrantStmt:
-		return KindDDL, either(x.GrantStmt.IsGrant, "GRANT", "REVOKE"), true
+		return vocab.KindDDL, either(x.GrantStmt.IsGrant, "GRANT", "REVOKE"), true
 	case *pg.Node_GrantRoleStmt:
-		return KindDDL, either(x.GrantRoleStmt.IsGrant, "GRANT ROLE", "REVOKE ROLE"), true
+		return vocab.KindDDL, either(x.GrantRoleStmt.IsGrant, "GRANT ROLE", "REVOKE ROLE"), true
 	case *pg.Node_CreateTableAsStmt:
 		matview := x.CreateTableAsStmt.Objtype == pg.ObjectType_OBJECT_MATVIEW
-		return KindDDL, either(matview, "CREATE MATERIALIZED VIEW", "CREATE TABLE AS"), true
+		return vocab.KindDDL, either(matview, "CREATE MATERIALIZED VIEW", "CREATE TABLE AS"), true
 	case *pg.Node_DropStmt:
-		return KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType), true
+		return vocab.KindDDL, "DROP " + objectWords(x.DropStmt.RemoveType), true
 	case *pg.Node_AlterTableStmt:
-		return KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype), true
+		return vocab.KindDDL, "ALTER " + objectWords(x.AlterTableStmt.Objtype), true
 	case *pg.Node_RenameStmt:
 		t := x.RenameStmt.RenameType
 		if t == pg.ObjectType_OBJECT_COLUMN || t == pg.ObjectType_OBJECT_TABCONSTRAINT {
 			t = x.RenameStmt.RelationType
 		}
-		return KindDDL, "ALTER " + objectWords(t), true
+		return vocab.KindDDL, "ALTER " + objectWords(t), true
 	case *pg.Node_AlterSystemStmt:
-		return KindUtility, "ALTER SYSTEM", true
+		return vocab.KindUtility, "ALTER SYSTEM", true
 	case *pg.Node_RefreshMatViewStmt:
-		return KindUtility, "REFRESH MATERIALIZED VIEW", true
+		return vocab.KindUtility, "REFRESH MATERIALIZED VIEW", true
 	}
 	return "", "", false
 }

@@ -12,19 +12,8 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/guard"
-)
 
-// Statement kinds, the values of the built-in "statement" tag.
-const (
-	KindSelect  = "select"
-	KindInsert  = "insert"
-	KindUpdate  = "update"
-	KindDelete  = "delete"
-	KindMerge   = "merge"
-	KindCopy    = "copy"
-	KindDDL     = "ddl"
-	KindUtility = "utility"
-	KindOther   = "other"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // maxSummary is the OpenTelemetry limit on db.query.summary.
@@ -55,9 +44,9 @@ type Pattern struct {
 	// (it is unparsable, with no texts), and what it returns is checked once here all the same
 	// (invalid bytes would become U+FFFD), rather than by every reader on every statement.
 	Normalized string
-	// Kind is the statement kind (KindSelect ... KindOther) of the first
-	// statement; KindOther for an empty or unparsable text. SELECT ... INTO
-	// is KindDDL like CREATE TABLE AS, and TRUNCATE is KindDDL as in most
+	// Kind is the statement kind (vocab.KindSelect ... vocab.KindOther) of the first
+	// statement; vocab.KindOther for an empty or unparsable text. SELECT ... INTO
+	// is vocab.KindDDL like CREATE TABLE AS, and TRUNCATE is vocab.KindDDL as in most
 	// databases' classification (it takes an ACCESS EXCLUSIVE lock and is
 	// not MVCC-safe); the Truncate fact flags it separately.
 	Kind string
@@ -112,7 +101,7 @@ func analyze(key string) *Pattern {
 		FingerprintID: id,
 		Fingerprint:   FingerprintHex(id),
 		Normalized:    bounded.Cut(normalize(key), bounded.QueryLen),
-		Kind:          KindOther,
+		Kind:          vocab.KindOther,
 		Parsed:        true,
 		Statements:    len(tree.Stmts),
 	}
@@ -161,7 +150,7 @@ func analyze(key string) *Pattern {
 // that may write is flagged by the guard facts of its words ([guard.Unparsed]).
 func unparsable(key string) *Pattern {
 	id := unparsableID(key)
-	p := &Pattern{Fingerprint: FingerprintHex(id), FingerprintID: id, Kind: KindOther, Tables: []string{}}
+	p := &Pattern{Fingerprint: FingerprintHex(id), FingerprintID: id, Kind: vocab.KindOther, Tables: []string{}}
 	p.Facts = guard.Unparsed(key)
 	return p
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/guard"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 func TestAnalyzeKinds(t *testing.T) {
@@ -18,51 +20,51 @@ func TestAnalyzeKinds(t *testing.T) {
 		sql, kind, op string
 		explainable   bool
 	}{
-		{"SELECT 1", KindSelect, "SELECT", true},
-		{"VALUES (1), (2)", KindSelect, "SELECT", true},
-		{"TABLE users", KindSelect, "SELECT", true},
-		{"WITH x AS (SELECT 1) SELECT * FROM x", KindSelect, "SELECT", true},
-		{"SELECT 1 UNION ALL SELECT 2", KindSelect, "SELECT", true},
-		{"SELECT * FROM t FOR UPDATE", KindSelect, "SELECT", true},
-		{"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", KindSelect, "SELECT", true},
-		{"SELECT * INTO t2 FROM t", KindDDL, "SELECT", false},
-		{"INSERT INTO t VALUES (1)", KindInsert, "INSERT", true},
-		{"UPDATE t SET a = 1 WHERE id = 1", KindUpdate, "UPDATE", true},
-		{"DELETE FROM t WHERE id = 1", KindDelete, "DELETE", true},
-		{"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE", KindMerge, "MERGE", true},
-		{"CREATE TABLE t (a int)", KindDDL, "CREATE TABLE", false},
-		{"CREATE TABLE t2 AS SELECT * FROM t", KindDDL, "CREATE TABLE AS", false},
-		{"CREATE INDEX i ON t (a)", KindDDL, "CREATE INDEX", false},
-		{"ALTER TABLE t ADD COLUMN b int", KindDDL, "ALTER TABLE", false},
-		{"ALTER TABLE t RENAME COLUMN a TO b", KindDDL, "ALTER TABLE", false},
-		{"DROP TABLE t", KindDDL, "DROP TABLE", false},
-		{"DROP MATERIALIZED VIEW mv", KindDDL, "DROP MATERIALIZED VIEW", false},
-		{"TRUNCATE t", KindDDL, "TRUNCATE TABLE", false},
-		{"COMMENT ON TABLE t IS 'x'", KindDDL, "COMMENT", false},
-		{"GRANT SELECT ON t TO bob", KindDDL, "GRANT", false},
-		{"REVOKE SELECT ON t FROM bob", KindDDL, "REVOKE", false},
-		{"CREATE EXTENSION pg_trgm", KindDDL, "CREATE EXTENSION", false},
-		{"CREATE FUNCTION f() RETURNS int AS 'select 1' LANGUAGE sql", KindDDL, "CREATE FUNCTION", false},
-		{"BEGIN", KindUtility, "BEGIN", false},
-		{"COMMIT", KindUtility, "COMMIT", false},
-		{"ROLLBACK", KindUtility, "ROLLBACK", false},
-		{"SET search_path = public", KindUtility, "SET", false},
-		{"RESET ALL", KindUtility, "RESET", false},
-		{"SHOW work_mem", KindUtility, "SHOW", false},
-		{"VACUUM t", KindUtility, "VACUUM", false},
-		{"ANALYZE t", KindUtility, "ANALYZE", false},
-		{"EXPLAIN SELECT 1", KindUtility, "EXPLAIN", false},
-		{"COPY t TO STDOUT", KindCopy, "COPY", false},
-		{`COPY "public"."items" FROM STDIN`, KindCopy, "COPY", false},
-		{"LISTEN ch", KindUtility, "LISTEN", false},
-		{"NOTIFY ch", KindUtility, "NOTIFY", false},
-		{"LOCK TABLE t", KindUtility, "LOCK TABLE", false},
-		{"CALL p()", KindUtility, "CALL", false},
-		{"ALTER SYSTEM SET work_mem = '1MB'", KindUtility, "ALTER SYSTEM", false},
-		{"", KindOther, "", false},
-		{"-- just a comment", KindOther, "", false},
-		{"SELEC 1", KindOther, "", false},
-		{"SELECT 1; DELETE FROM t", KindSelect, "SELECT", false},
+		{"SELECT 1", vocab.KindSelect, "SELECT", true},
+		{"VALUES (1), (2)", vocab.KindSelect, "SELECT", true},
+		{"TABLE users", vocab.KindSelect, "SELECT", true},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", vocab.KindSelect, "SELECT", true},
+		{"SELECT 1 UNION ALL SELECT 2", vocab.KindSelect, "SELECT", true},
+		{"SELECT * FROM t FOR UPDATE", vocab.KindSelect, "SELECT", true},
+		{"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", vocab.KindSelect, "SELECT", true},
+		{"SELECT * INTO t2 FROM t", vocab.KindDDL, "SELECT", false},
+		{"INSERT INTO t VALUES (1)", vocab.KindInsert, "INSERT", true},
+		{"UPDATE t SET a = 1 WHERE id = 1", vocab.KindUpdate, "UPDATE", true},
+		{"DELETE FROM t WHERE id = 1", vocab.KindDelete, "DELETE", true},
+		{"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE", vocab.KindMerge, "MERGE", true},
+		{"CREATE TABLE t (a int)", vocab.KindDDL, "CREATE TABLE", false},
+		{"CREATE TABLE t2 AS SELECT * FROM t", vocab.KindDDL, "CREATE TABLE AS", false},
+		{"CREATE INDEX i ON t (a)", vocab.KindDDL, "CREATE INDEX", false},
+		{"ALTER TABLE t ADD COLUMN b int", vocab.KindDDL, "ALTER TABLE", false},
+		{"ALTER TABLE t RENAME COLUMN a TO b", vocab.KindDDL, "ALTER TABLE", false},
+		{"DROP TABLE t", vocab.KindDDL, "DROP TABLE", false},
+		{"DROP MATERIALIZED VIEW mv", vocab.KindDDL, "DROP MATERIALIZED VIEW", false},
+		{"TRUNCATE t", vocab.KindDDL, "TRUNCATE TABLE", false},
+		{"COMMENT ON TABLE t IS 'x'", vocab.KindDDL, "COMMENT", false},
+		{"GRANT SELECT ON t TO bob", vocab.KindDDL, "GRANT", false},
+		{"REVOKE SELECT ON t FROM bob", vocab.KindDDL, "REVOKE", false},
+		{"CREATE EXTENSION pg_trgm", vocab.KindDDL, "CREATE EXTENSION", false},
+		{"CREATE FUNCTION f() RETURNS int AS 'select 1' LANGUAGE sql", vocab.KindDDL, "CREATE FUNCTION", false},
+		{"BEGIN", vocab.KindUtility, "BEGIN", false},
+		{"COMMIT", vocab.KindUtility, "COMMIT", false},
+		{"ROLLBACK", vocab.KindUtility, "ROLLBACK", false},
+		{"SET search_path = public", vocab.KindUtility, "SET", false},
+		{"RESET ALL", vocab.KindUtility, "RESET", false},
+		{"SHOW work_mem", vocab.KindUtility, "SHOW", false},
+		{"VACUUM t", vocab.KindUtility, "VACUUM", false},
+		{"ANALYZE t", vocab.KindUtility, "ANALYZE", false},
+		{"EXPLAIN SELECT 1", vocab.KindUtility, "EXPLAIN", false},
+		{"COPY t TO STDOUT", vocab.KindCopy, "COPY", false},
+		{`COPY "public"."items" FROM STDIN`, vocab.KindCopy, "COPY", false},
+		{"LISTEN ch", vocab.KindUtility, "LISTEN", false},
+		{"NOTIFY ch", vocab.KindUtility, "NOTIFY", false},
+		{"LOCK TABLE t", vocab.KindUtility, "LOCK TABLE", false},
+		{"CALL p()", vocab.KindUtility, "CALL", false},
+		{"ALTER SYSTEM SET work_mem = '1MB'", vocab.KindUtility, "ALTER SYSTEM", false},
+		{"", vocab.KindOther, "", false},
+		{"-- just a comment", vocab.KindOther, "", false},
+		{"SELEC 1", vocab.KindOther, "", false},
+		{"SELECT 1; DELETE FROM t", vocab.KindSelect, "SELECT", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.sql, func(t *testing.T) {
@@ -205,7 +207,7 @@ func TestNormalizedBounded(t *testing.T) {
 		t.Fatalf("the whole normalised text has %d bytes: too short to test the bound", len(full))
 	}
 	p := Analyze(sql)
-	if !p.Parsed || p.Kind != KindInsert || !slices.Equal(p.Tables, []string{"items"}) {
+	if !p.Parsed || p.Kind != vocab.KindInsert || !slices.Equal(p.Tables, []string{"items"}) {
 		t.Fatalf("bulk INSERT: parsed %v, kind %q, tables %q", p.Parsed, p.Kind, p.Tables)
 	}
 	checkCut(t, p.Normalized, full)
@@ -230,7 +232,7 @@ func TestAnalyzeEdges(t *testing.T) {
 	t.Run("empty", func(t *testing.T) {
 		for _, sql := range []string{"", "  ;  ", "/* c */"} {
 			p := Analyze(sql)
-			if !p.Parsed || p.Statements != 0 || p.Kind != KindOther || p.Explainable ||
+			if !p.Parsed || p.Statements != 0 || p.Kind != vocab.KindOther || p.Explainable ||
 				p.UnsafeWrite || !hex16RE.MatchString(p.Fingerprint) || p.Normalized != "" {
 				t.Errorf("Analyze(%q) = %+v", sql, p)
 			}
@@ -241,7 +243,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		q := Analyze("/* other comment */ SELEC 'secret-123' FROM;")
 		r := Analyze("SELEC 'secret-124' FROM")
 		w := Analyze("SELEC 'secret-123' INTO")
-		if p.Parsed || p.Kind != KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
+		if p.Parsed || p.Kind != vocab.KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
 			!hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Errorf("unparsable: %+v", p)
 		}
@@ -268,7 +270,7 @@ func TestAnalyzeEdges(t *testing.T) {
 	})
 	t.Run("multi-statement", func(t *testing.T) {
 		p := Analyze("SELECT 1; UPDATE t SET a = 1; TRUNCATE u;")
-		if p.Statements != 3 || p.Kind != KindSelect || p.Explainable || !p.UnsafeWrite || !p.Truncate ||
+		if p.Statements != 3 || p.Kind != vocab.KindSelect || p.Explainable || !p.UnsafeWrite || !p.Truncate ||
 			!slices.Equal(p.Tables, []string{"t", "u"}) {
 			t.Errorf("multi-statement: %+v", p)
 		}
@@ -276,7 +278,7 @@ func TestAnalyzeEdges(t *testing.T) {
 	t.Run("1MiB literal", func(t *testing.T) {
 		big := "SELECT * FROM t WHERE payload = '" + strings.Repeat("secret-123 ", 1<<20/11) + "'"
 		p := Analyze(big)
-		if !p.Parsed || p.Normalized != "SELECT * FROM t WHERE payload = $1" || p.Kind != KindSelect ||
+		if !p.Parsed || p.Normalized != "SELECT * FROM t WHERE payload = $1" || p.Kind != vocab.KindSelect ||
 			!slices.Equal(p.Tables, []string{"t"}) {
 			t.Errorf("1 MiB literal: parsed %v kind %q normalized %.80q", p.Parsed, p.Kind, p.Normalized)
 		}
@@ -334,7 +336,7 @@ func FuzzAnalyze(f *testing.F) {
 			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
 		}
 		if !p.Parsed {
-			if p.Normalized != "" || p.Kind != KindOther || p.Facts != guard.Unparsed(Key(sql)) {
+			if p.Normalized != "" || p.Kind != vocab.KindOther || p.Facts != guard.Unparsed(Key(sql)) {
 				t.Fatalf("unparsable text with facts: %+v", p)
 			}
 		}

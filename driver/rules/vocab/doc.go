@@ -1,7 +1,7 @@
 // Package vocab defines the words and defaults of a rules file that pgtraffic's layers share:
-// the reasons a statement is refused or warned about, the health metrics a budget's
-// throttle_when may name, and the defaults that both the rules config and an internal core
-// apply.
+// the reasons a statement is refused or warned about, the built-in tag keys and statement kinds
+// a rule's match may name, the health metrics a budget's throttle_when may name, and the
+// defaults that both the rules config and an internal core apply.
 //
 // It imports only the standard library's time, so that every layer may import it.
 //

@@ -21,6 +21,36 @@ const (
 	ReasonWarningThreshold = "warning_threshold"
 )
 
+// Built-in tag keys: facts of the statement and its connection, which a rule's match may name
+// and which comment and context tags cannot replace.
+const (
+	KeyUsername        = "username"
+	KeyDatabase        = "database"
+	KeyApplicationName = "application_name"
+	KeyFingerprint     = "fingerprint"
+	KeyStatement       = "statement"
+	KeyTable           = "table"
+	KeyQueryName       = "query_name" // from a leading sqlc comment, "-- name: ListOrders :many"
+)
+
+// Statement kinds: the values of the built-in statement tag.
+const (
+	KindSelect  = "select"
+	KindInsert  = "insert"
+	KindUpdate  = "update"
+	KindDelete  = "delete"
+	KindMerge   = "merge"
+	KindCopy    = "copy"
+	KindDDL     = "ddl"
+	KindUtility = "utility"
+	KindOther   = "other"
+)
+
+// Kinds lists the statement kinds, for a rule's match to be checked against.
+func Kinds() []string {
+	return []string{KindSelect, KindInsert, KindUpdate, KindDelete, KindMerge, KindCopy, KindDDL, KindUtility, KindOther}
+}
+
 // Health metrics, as a budget's throttle_when names them.
 const (
 	MetricActiveQueries  = "active_queries"  // backends active in pg_stat_activity
