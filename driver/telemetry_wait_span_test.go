@@ -53,7 +53,7 @@ rules:
 		for _, key := range []string{"pgtraffic.decision", "pgtraffic.reason"} {
 			if hasAttr(s.Attributes, key) {
 				t.Errorf("span of a statement never sent (cancelled while waiting): %s=%q, want none",
-					key, attrOf(s.Attributes, key).Emit())
+					key, attrOf(s.Attributes, key).String())
 			}
 		}
 		return
