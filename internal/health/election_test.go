@@ -107,11 +107,20 @@ func (f *fixed) Resign(context.Context, Ballot) error            { return nil }
 // whose connects fail and are counted by dials.
 func electedSampler(t *testing.T, clock *fakeclock.Clock, el Election, dials *atomic.Int32) (*Sampler, *logBuffer) {
 	t.Helper()
+	return sampler(t, clock, el, dials, nil)
+}
+
+// sampler is electedSampler that connects to srv (nil: it cannot connect).
+func sampler(t *testing.T, clock *fakeclock.Clock, el Election, dials *atomic.Int32, srv *fakeServer) (*Sampler, *logBuffer) {
+	t.Helper()
 	log, logs := newLogger()
 	s := NewSampler(Options{
-		Connect: func(context.Context) (Conn, error) {
+		Connect: func(ctx context.Context) (Conn, error) {
 			dials.Add(1)
-			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+			if srv == nil {
+				return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+			}
+			return srv.connect(ctx)
 		},
 		Interval: time.Second,
 		Metrics:  []string{vocab.MetricActiveQueries},
@@ -210,8 +219,9 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 	bb := &ballotBox{clock: clock}
 	var dials [3]atomic.Int32
 	var ss [3]*Sampler
+	srv := &fakeServer{}
 	for i := range ss {
-		ss[i], _ = electedSampler(t, clock, bb.voter(string(rune('a'+i))), &dials[i])
+		ss[i], _ = sampler(t, clock, bb.voter(string(rune('a'+i))), &dials[i], srv)
 	}
 	rounds := func() {
 		for _, s := range ss {
@@ -222,24 +232,26 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 	}
 	rounds()
 	rounds()
-	if got := [3]int32{dials[0].Load(), dials[1].Load(), dials[2].Load()}; got != [3]int32{2, 0, 0} {
+	if got := [3]int32{dials[0].Load(), dials[1].Load(), dials[2].Load()}; got != [3]int32{1, 0, 0} {
 		t.Fatalf("dials per sampler %v, want only the first (the lead) to connect", got)
 	}
 	if bb.count("a", "publish") != 2 || bb.count("b", "publish") != 0 {
 		t.Errorf("publishes: lead %d, follower %d; want 2 and 0", bb.count("a", "publish"), bb.count("b", "publish"))
 	}
-	// The lead cannot connect: what it publishes says so, and followers' metric is stale too.
-	if _, _, exceeded, stale := ss[1].Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); !exceeded || !stale {
-		t.Errorf("follower of a lead that cannot connect: exceeded=%v stale=%v, want both", exceeded, stale)
+	// The followers read the lead's sample: healthy (1 active query), not stale.
+	if _, _, exceeded, stale := ss[1].Evaluate(clock.Now(), map[string]float64{vocab.MetricActiveQueries: 8}, 0, true); exceeded || stale {
+		t.Errorf("follower of a lead that reads the server: exceeded=%v stale=%v, want neither", exceeded, stale)
 	}
 	if ss[0].Elections() != 1 || ss[1].Elections() != 0 {
 		t.Errorf("elections: lead %d, follower %d; want 1 and 0", ss[0].Elections(), ss[1].Elections())
 	}
 
-	// Redis unreachable: every sampler samples for itself.
+	// Redis unreachable: every sampler samples for itself, once its last sample is old enough
+	// that it would go stale (TestFollowerRidesOutAFailedVote).
 	bb.mu.Lock()
 	bb.fail = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 	bb.mu.Unlock()
+	clock.Advance(LeaseIntervals * time.Second)
 	rounds()
 	for i := range dials {
 		if dials[i].Load() == 0 {
@@ -250,7 +262,7 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 	bb.fail = nil
 	bb.mu.Unlock()
 
-	// The lead closes and resigns: the next round elects another, the only one then to connect.
+	// The lead closes and resigns: the next round elects another, the only one then to publish.
 	if err := ss[0].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,10 +270,10 @@ func TestOneLeadAmongSamplers(t *testing.T) {
 		t.Errorf("the closing lead resigned %d times, want once", bb.count("a", "resign"))
 	}
 	ss[0] = nil
-	before := [3]int32{0, dials[1].Load(), dials[2].Load()}
+	before := [3]int{0, bb.count("b", "publish"), bb.count("c", "publish")}
 	rounds()
-	if d1, d2 := dials[1].Load()-before[1], dials[2].Load()-before[2]; d1+d2 != 1 {
-		t.Errorf("after the lead closed, %d and %d connects; want exactly one new lead", d1, d2)
+	if p1, p2 := bb.count("b", "publish")-before[1], bb.count("c", "publish")-before[2]; p1+p2 != 1 {
+		t.Errorf("after the lead closed, %d and %d publishes; want exactly one new lead", p1, p2)
 	}
 }
 
@@ -271,8 +283,8 @@ func TestLapsedLeaseIsTakenOver(t *testing.T) {
 	clock := fakeclock.New()
 	bb := &ballotBox{clock: clock}
 	var dA, dB atomic.Int32
-	a, _ := electedSampler(t, clock, bb.voter("a"), &dA)
-	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)
+	a, _ := sampler(t, clock, bb.voter("a"), &dA, &fakeServer{}) // a lead that reads the server
+	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)         // its dials count its own samplings
 	_, _ = a.round(context.Background(), true)
 	next, _ := b.round(context.Background(), true)
 	if dB.Load() != 0 {
@@ -334,9 +346,9 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 	clock := fakeclock.New()
 	bb := &ballotBox{clock: clock}
 	var dA, dB atomic.Int32
-	a, _ := electedSampler(t, clock, bb.voter("a"), &dA)
-	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)
-	_, _ = a.round(context.Background(), true) // the lead
+	a, _ := sampler(t, clock, bb.voter("a"), &dA, &fakeServer{}) // a lead that reads the server
+	b, _ := electedSampler(t, clock, bb.voter("b"), &dB)         // its dials count its own samplings
+	_, _ = a.round(context.Background(), true)                   // the lead
 	bb.mu.Lock()
 	bb.published = []Shared{{Metric: vocab.MetricActiveQueries, Value: 1}} // as if it read 1
 	bb.mu.Unlock()
@@ -366,5 +378,33 @@ func TestFollowerRidesOutAFailedVote(t *testing.T) {
 	next, _ := b.round(context.Background(), true)
 	if dB.Load() != 2 || next != time.Second {
 		t.Errorf("next round without an election: %d dials in all, next in %v; want 2 and an interval", dB.Load(), next)
+	}
+}
+
+// TestElectionFailureLoggedOnce: an election that cannot be held is logged when it starts
+// failing, not at each new error text: a hung Redis answers by turns with a deadline, an i/o
+// timeout and a call still outstanding, which logged a warning per interval for the outage.
+func TestElectionFailureLoggedOnce(t *testing.T) {
+	clock := fakeclock.New()
+	bb := &ballotBox{clock: clock}
+	var dials atomic.Int32
+	s, logs := sampler(t, clock, bb.voter("a"), &dials, &fakeServer{})
+	errs := []error{context.DeadlineExceeded, errors.New("i/o timeout"), errors.New("coord: the previous Redis call has not returned")}
+	for i := range 12 {
+		bb.mu.Lock()
+		bb.fail = errs[i%len(errs)]
+		bb.mu.Unlock()
+		_, _ = s.round(context.Background(), false)
+		clock.Advance(time.Second)
+	}
+	bb.mu.Lock()
+	bb.fail = nil
+	bb.mu.Unlock()
+	_, _ = s.round(context.Background(), false)
+	if n := strings.Count(logs.String(), "cannot be held"); n != 1 {
+		t.Errorf("the failing election was logged %d times over 12 rounds, want once:\n%s", n, logs)
+	}
+	if !strings.Contains(logs.String(), "held again") {
+		t.Errorf("the election's return was not logged:\n%s", logs)
 	}
 }

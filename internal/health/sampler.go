@@ -134,7 +134,7 @@ type turn struct {
 	lead     Ballot
 	el       Election
 	follows  bool   // the last vote answered, and made this sampler a follower
-	electErr string // the election error last logged, "" while the election answers
+	electErr string // the election error logged when it began failing, "" while the election answers
 }
 
 // config is an immutable metric set.
@@ -494,8 +494,16 @@ func (s *Sampler) round(ctx context.Context, force bool) (next time.Duration, er
 		lead = ok
 	}
 	err = s.sample(ctx, t, force, cfg)
-	if lead {
+	switch {
+	case !lead:
+	case s.fresh(cfg, s.interval):
 		s.share(ctx, el, b, cfg)
+	default:
+		// A lead that cannot read the server (its connection cut, its role refused, a query
+		// failing) must not keep the lease: the followers would read its failures as stale
+		// samples for as long as it lives. It resigns, and another instance, whose round comes
+		// within the interval, takes the lease and reads the server itself.
+		s.resign(ctx, t)
 	}
 	return s.interval, err
 }
@@ -508,7 +516,9 @@ func (s *Sampler) vote(ctx context.Context, t *turn, el Election, b Ballot) (v V
 	v, err := el.Elect(ectx, b)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil && err.Error() != t.electErr {
+		// Logged once when the election starts failing, not at each new error text: a hung
+		// Redis answers by turns with a deadline, an i/o timeout and a call still outstanding.
+		if ctx.Err() == nil && t.electErr == "" {
 			t.electErr = err.Error()
 			s.log.Warn("health: the sampler election cannot be held; this instance samples for itself", "error", err)
 		}
