@@ -96,6 +96,18 @@ type SharedStatus struct {
 	// Ignored counts entries read from Redis that this instance ignored as invalid (shared
 	// quarantines that are not a fingerprint with time left).
 	Ignored uint64 `json:"ignored_from_redis"`
+	// LimitsDiffer says the instances sharing the budget disagree on its limits (a change of
+	// the rules half rolled out): every instance then divides the smallest limits any of them
+	// holds, LimitsInForce (nil while they agree), until they agree. As last seen.
+	LimitsDiffer  bool          `json:"limits_differ"`
+	LimitsInForce *SharedLimits `json:"limits_in_force,omitempty"`
+}
+
+// SharedLimits are a shared budget's global limits.
+type SharedLimits struct {
+	Rate          float64 `json:"rate"`    // execution seconds per second; 0: no bucket
+	Burst         float64 `json:"burst_s"` // execution seconds
+	MaxConcurrent int     `json:"max_concurrent"`
 }
 
 // SampleStatus is one interval of a budget's history: its decisions in the interval and the
@@ -229,7 +241,10 @@ func (c *core) Snapshot() Snapshot {
 		if sh := b.Shared; sh != nil {
 			bs.Shared = &SharedStatus{Instance: instance, Partitions: sh.Partitions, Rate: sh.Rate, Burst: sh.Burst,
 				Slots: sh.Slots, GlobalDebt: sh.GlobalDebt, Instances: sh.Instances, Fallback: sh.Fallback,
-				Syncs: sh.Syncs, Failures: sh.Failures, LastSync: sh.LastSync, Ignored: sh.Ignored}
+				Syncs: sh.Syncs, Failures: sh.Failures, LastSync: sh.LastSync, Ignored: sh.Ignored, LimitsDiffer: sh.LimitsDiffer}
+			if in := sh.LimitsInForce; sh.LimitsDiffer {
+				bs.Shared.LimitsInForce = &SharedLimits{Rate: in.Rate, Burst: in.Burst, MaxConcurrent: in.MaxConcurrent}
+			}
 		}
 		s.Budgets = append(s.Budgets, bs)
 	}
@@ -429,7 +444,7 @@ code{font-size:12px} .bar{background:#eee;width:120px;height:10px;display:inline
 {{end}}</table>
 {{if anyShared .Budgets}}<h2>Shared budgets</h2>
 <table id="shared"><tr><th>budget</th><th>lease rate</th><th>lease bucket</th><th>slots held</th><th>partitions</th><th>global debt</th><th>instances</th><th>Redis</th></tr>
-{{range .Budgets}}{{if .Shared}}<tr><td class="name">{{.Name}}</td><td class="n">{{printf "%.3g" .Shared.Rate}}/s</td><td class="n">{{ms .Shared.Burst}}</td><td class="n">{{.Shared.Slots}}</td><td class="n">{{.Shared.Partitions}}</td><td class="n">{{ms .Shared.GlobalDebt}}</td><td class="n">{{.Shared.Instances}}</td><td>{{if .Shared.Fallback}}unreachable: fallback share{{else}}in sync{{end}}</td></tr>
+{{range .Budgets}}{{if .Shared}}<tr><td class="name">{{.Name}}</td><td class="n">{{printf "%.3g" .Shared.Rate}}/s</td><td class="n">{{ms .Shared.Burst}}</td><td class="n">{{.Shared.Slots}}</td><td class="n">{{.Shared.Partitions}}</td><td class="n">{{ms .Shared.GlobalDebt}}</td><td class="n">{{.Shared.Instances}}</td><td>{{if .Shared.Fallback}}unreachable: fallback share{{else}}in sync{{end}}{{with .Shared.LimitsInForce}}; instances disagree on its limits: in force {{if .MaxConcurrent}}max_concurrent {{.MaxConcurrent}}{{end}}{{if .Rate}} {{printf "%.3g" .Rate}}/s, burst {{ms .Burst}}{{end}}{{end}}</td></tr>
 {{end}}{{end}}</table>{{end}}
 <h2>Recent refusals</h2>
 <table id="blocks"><tr><th>last</th><th>first</th><th>count</th><th>budget</th><th>decision</th><th>reason</th><th>fingerprint</th><th>query (normalised)</th></tr>
