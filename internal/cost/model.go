@@ -356,16 +356,18 @@ func (m *Model) NeverFits(now time.Time, fp uint64) (probe bool) {
 	// that is read under the read lock, so that it does not hold up every Predict.
 	m.mu.RLock()
 	p, _ := m.patterns.get(fp)
-	news := p != nil && p.refusalNews(now)
+	news := p == nil || p.refusalNews(now)
 	m.mu.RUnlock()
 	if !news {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, _ = m.patterns.get(fp)
+	// A pattern the table does not hold yet (never run, its plan cost not cached: explain:
+	// call) is entered here, so that its refusals are counted towards a probe.
+	p, _ = m.patterns.put(fp)
 	switch {
-	case p == nil || !p.refusalNews(now): // another refusal got here first
+	case !p.refusalNews(now): // another refusal got here first
 		return false
 	case p.refused.IsZero():
 		p.refused = now

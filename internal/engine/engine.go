@@ -631,13 +631,20 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	took := now.Sub(x.start)
 	actual := float64(lessFloor(took, e.floor.Load())) / 1e9
 	charge := actual
-	if x.server {
+	switch {
+	case x.server && err == nil:
 		charge = x.Predicted // the server's clock: its reports true the prediction up, not this measurement
+	case x.server:
+		// The server reports no statement that failed or was cancelled: nothing would true the
+		// prediction up. It is charged what it took on the client's clock, at least that.
+		charge = max(x.Predicted, actual)
 	}
 	for i := range x.holds {
 		budget.Release(now, &x.holds[i], charge)
 	}
-	if !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
+	// Only a completed statement is among what the server reports of its pattern, which trues a
+	// charge on the client's clock up (serverclock.go).
+	if err == nil && !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
 		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, now)
 	}
 	overran := false
