@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -39,10 +41,18 @@ func overran(qctx context.Context, err error) error {
 // overrunError is the error of a statement cancelled past its budget's max_duration. It
 // matches ErrOverrun and context.DeadlineExceeded, and wraps pgx's error. Its message is pgx's,
 // which names no SQL.
+//
+// Except driver.ErrBadConn: pgx's stdlib reports a statement whose context ended before
+// anything was sent as a bad connection, which database/sql retries on another connection. The
+// deadline was pgtraffic's, and the connection is sound: the statement must not run again, nor
+// its connection be closed. Such an error wraps pgx's only by its message.
 type overrunError struct{ err error }
 
 func (e *overrunError) Error() string { return ErrOverrun.Error() + ": " + e.err.Error() }
 
 func (e *overrunError) Unwrap() []error {
+	if errors.Is(e.err, driver.ErrBadConn) {
+		return []error{ErrOverrun, context.DeadlineExceeded}
+	}
 	return []error{ErrOverrun, context.DeadlineExceeded, e.err}
 }

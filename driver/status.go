@@ -14,7 +14,8 @@ import (
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
 // budgets those tags select (health thresholds, concurrency and bucket room). It returns nil or
-// a [*BlockedError] and takes nothing. Batch jobs call it, or Wait, before each chunk.
+// a [*BlockedError] and takes nothing; once the Connector (its *sql.DB) or the Pool is closed,
+// [ErrClosed]. Batch jobs call it, or Wait, before each chunk.
 func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
@@ -22,7 +23,7 @@ func (c *core) Check(ctx context.Context) error {
 // Wait blocks until Check passes or ctx ends (it then returns ctx's error), backing off with
 // jitter between checks so that many waiting jobs do not all resume at the same instant. Once
 // the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed], at once if it was
-// waiting, as a statement waiting for capacity does.
+// waiting (as a statement waiting for capacity does), and when called afterwards.
 func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
 }

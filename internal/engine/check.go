@@ -22,8 +22,12 @@ const nominalCost = 0.001
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
 // budgets its tags select: health thresholds, zero limits, concurrency and bucket room, and
 // whether others wait for them first. It routes like a statement (built-in and context tags;
-// the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial.
+// the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial; once e
+// is closed, ErrClosed: no statement of its front end will run.
 func (e *Engine) Check(ctx context.Context) error {
+	if e.isClosed() {
+		return ErrClosed
+	}
 	st := e.state.Load()
 	if st.rules == nil {
 		return nil
@@ -62,8 +66,8 @@ func (e *Engine) Check(ctx context.Context) error {
 func (e *Engine) Wait(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := e.Check(ctx)
-		if err == nil {
-			return nil
+		if err == nil || err == ErrClosed {
+			return err
 		}
 		base := e.state.Load().healthInterval
 		if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {
