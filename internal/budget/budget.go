@@ -313,18 +313,21 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	} else {
 		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
-	inflight := s.inflight
+	inflight, bk := s.inflight, s.Bucket
 	if !r.Pending {
-		inflight -= s.pending // connected: only the running statements' slots count
+		// Connected: only the running statements' slots count, and their debt, not the cost
+		// reserved by statements waiting for a connection, perhaps the one r's statement holds.
+		inflight -= s.pending
+		bk.Debt = max(0, bk.Debt-s.pendingCost)
 	}
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
 		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if r.Unknown {
-		need = b.reservation(r, burst-s.Debt-extra) + extra
+		need = b.reservation(r, burst-bk.Debt-extra) + extra
 	}
-	if sp.Rate > 0 && s.Debt+need > withSlack(burst) && !emptyFits(s.Debt, rate) {
-		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(s, now, rate, burst, need), Limit: b.text.burst}
+	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt, rate) {
+		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
 }
@@ -357,6 +360,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++
+		s.pendingCost += cost
 		if b.waiters > 0 {
 			b.wakeConnected(s.key) // it may pass the waiters that hold no connection now
 		}
@@ -405,7 +409,7 @@ func Release(now time.Time, r *Request, actual float64) {
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		if r.Pending && s.pending > 0 {
-			s.pending--
+			s.unpend(sanitizeCost(r.Cost))
 		}
 		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
 		if s.part != nil {
@@ -448,7 +452,7 @@ func (b *Budget) connect(now time.Time, r *Request) bool {
 	if s == nil || s.pending == 0 {
 		return true
 	}
-	s.pending--
+	s.unpend(sanitizeCost(r.Cost))
 	r.Pending = false
 	if b.keys.spec.MaxConcurrent == 0 {
 		return true

@@ -117,9 +117,21 @@ type state struct {
 	idx      int       // position in the idle heap; -1 while in flight (or the unkeyed state)
 	part     *part     // a shared budget's partition (its lease and usage); nil in a local budget
 	// pending is how many of the inflight slots are pending (Request.Pending): taken by
-	// statements that have no connection yet. A connected request is held only to the others,
-	// the running statements' (Budget.check).
-	pending int
+	// statements that have no connection yet, and pendingCost the cost they reserved. A
+	// connected request is held only to the others, the running statements' slots and the debt
+	// less pendingCost (Budget.check).
+	pending     int
+	pendingCost float64
+}
+
+// unpend takes a pending slot that reserved cost out of s's pending count, at its connection
+// or its release.
+func (s *state) unpend(cost float64) {
+	s.pending--
+	s.pendingCost -= cost
+	if s.pending == 0 || s.pendingCost < 0 {
+		s.pendingCost = 0 // no float residue once none is pending
+	}
 }
 
 // keys is the single-threaded core of a [Budget]: the state of each key under

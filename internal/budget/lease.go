@@ -209,14 +209,14 @@ func emptyFits(debt, rate float64) bool {
 // retryAfter is when need fits s's bucket: exact for a local budget, and for a shared one
 // while its lease holds. A key without credit is told the link's retry hint; a statement
 // larger than the lease's bucket fits once the debt is gone (emptyFits).
-func (b *Budget) retryAfter(s *state, now time.Time, rate, burst, need float64) time.Duration {
+func (b *Budget) retryAfter(bk Bucket, now time.Time, rate, burst, need float64) time.Duration {
 	switch {
 	case rate == 0:
 		return b.link.retry
 	case need > withSlack(burst):
-		return s.emptyAfter(now, rate)
+		return bk.emptyAfter(now, rate)
 	}
-	return s.RetryAfter(now, rate, burst, need)
+	return bk.RetryAfter(now, rate, burst, need)
 }
 
 // refused records, in a shared budget, a statement r refused for reason with slots taken by

@@ -315,3 +315,34 @@ func TestPendingConnectedWaitersInOrder(t *testing.T) {
 	Leave(w2, r2)
 	wantCounts(t, b, "", 2, 1)
 }
+
+// TestPendingCostOvertaken: a connected request is held to the running statements' debt, not to
+// the cost that pending requests reserved (their statements may wait for the very connection
+// its statement holds), as it is to their slots; a pending request counts all of it. The cost
+// leaves the pending count when its request connects or is released.
+func TestPendingCostOvertaken(t *testing.T) {
+	b := New(Spec{Rate: 0.05, Burst: 1})
+	p := admitted(t, 0, Request{Budget: b, Cost: 0.6, Pending: true})
+	if d := refused(t, 0, Request{Budget: b, Cost: 0.6, Pending: true}); d.Reason != vocab.ReasonBudget {
+		t.Fatalf("a second pending request: %+v, want budget", d)
+	}
+	c := admitted(t, 0, Request{Budget: b, Cost: 0.6}) // the pending reservation is not in its way
+	if d := refused(t, 0, Request{Budget: b, Cost: 0.6}); d.Reason != vocab.ReasonBudget {
+		t.Fatalf("a second connected request: %+v, want budget (the first one's debt counts)", d)
+	}
+	Release(at(0.1), &c[0], 0.6)
+	if !Connect(at(0.1), &p[0]) {
+		t.Fatal("the pending request was overtaken; there is no max_concurrent")
+	}
+	// Connected, its reservation is the running statements' debt like any other.
+	if d := refused(t, 0.1, Request{Budget: b, Cost: 0.6}); d.Reason != vocab.ReasonBudget {
+		t.Fatalf("a connected request after the pending one connected: %+v, want budget", d)
+	}
+	Release(at(0.2), &p[0], 0.6)
+	b.mu.Lock()
+	left := b.keys.lookup("").pendingCost
+	b.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("pending cost %v with nothing pending", left)
+	}
+}
