@@ -187,6 +187,15 @@ rules:
 		}()
 	}
 	time.Sleep(ssWarm)
+	if withPSS {
+		// The window measures the server's clock: it opens once the lookup is on it. The first
+		// report comes two reads after the first EXPLAIN, which a loaded machine may delay past
+		// the warm-up (the race detector, every package's tests at once).
+		waitFor(t, 4*ssWarm, "the lookup on the server's clock", func() (bool, string) {
+			ps, ok := lookupStatus(p.Snapshot())
+			return ok && ps.Clock == driver.ClockServer, fmt.Sprintf("%+v", ps)
+		})
+	}
 	calls0, exec0 := counters()
 	refused0 := refused.Load()
 	// The learned cost, averaged over the window as the server's mean is: one snapshot every
