@@ -138,7 +138,8 @@
 // Redis; a call that overruns it is abandoned even if the client ignores contexts. A sync keeps
 // two calls on their way, so that Redis has the next one to run while the client applies a
 // reply, and hands each reply's leases to the local budget as it applies it; an abandoned call
-// holds its place until it returns, and with two stuck the next call fails at once. A regular
+// holds its place among the instance's eight until it returns, and a call that finds no place
+// within its deadline fails (errNoTurn). A regular
 // sync whose last one was busy for more than two fifths of the interval (tens of thousands of
 // partitions) spreads its calls evenly over four fifths of it, so that each partition is
 // renewed at the same offset into every sync, an interval after the last, however fast Redis
