@@ -13,6 +13,40 @@ import (
 // Each shared budget syncs on its own loop: a budget that needs a lease never waits for the
 // syncs of the others, only for its turn among the calls on their way (maxCalls).
 
+// registerIdle registers n idle budgets of spec with c, named spec.Name and a number (an idle
+// budget without `per` renews its lease once per interval: keepUnkeyed), and returns the local
+// budget and the handle of the one in the middle.
+func registerIdle(c *Coordinator, n int, spec Spec) (notifyLocal, *Handle) {
+	var target notifyLocal
+	var handle *Handle
+	name := spec.Name
+	for i := range n {
+		l := notifyLocal{newFakeLocal(0, 0), make(chan string, 1024)}
+		spec.Name = fmt.Sprintf("%s%02d", name, i)
+		if h := c.Register(spec, l); i == n/2 {
+			target, handle = l, h
+		}
+	}
+	return target, handle
+}
+
+// firstLease adds the partition key to n, offering demand and wanting a slot, kicks its budget
+// (h) as the budget does when it meets a new partition, and returns how long the partition's
+// first lease took to come.
+func (n notifyLocal) firstLease(h *Handle, key string, demand float64) time.Duration {
+	for len(n.set) > 0 {
+		<-n.set
+	}
+	n.mu.Lock()
+	n.keys = append(n.keys, key)
+	n.demand, n.wanted = demand, 1
+	n.mu.Unlock()
+	begun := time.Now()
+	h.Kick()
+	n.waitLease(key)
+	return time.Since(begun)
+}
+
 // TestManyBudgetsNewPartitionOnSlowRedis: one instance with 24 shared budgets and a Redis
 // whose every call takes about 40 ms (a proxy delaying 20 ms each way; well inside a sync's
 // deadline of 250 ms, so no sync fails). A new `per` value of one budget, kicked as the
@@ -25,16 +59,7 @@ func TestManyBudgetsNewPartitionOnSlowRedis(t *testing.T) {
 	const budgets = 24
 	// From a URL, as the driver makes it: a pool of maxCalls connections.
 	c := newCoord(t, Options{URL: "redis://" + px.Addr + "/0", Interval: interval, Logger: quiet})
-	var target notifyLocal
-	var handle *Handle
-	for i := range budgets {
-		// An idle budget without `per` renews its lease once per interval (keepUnkeyed).
-		l := notifyLocal{newFakeLocal(0, 0), make(chan string, 1024)}
-		h := c.Register(Spec{Name: fmt.Sprintf("slow%02d", i), Rate: 1, Burst: 1, MaxConcurrent: 4}, l)
-		if i == budgets/2 {
-			target, handle = l, h
-		}
-	}
+	target, handle := registerIdle(c, budgets, Spec{Name: "slow", Rate: 1, Burst: 1, MaxConcurrent: 4})
 	px.SetDelay(10 * time.Millisecond)
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
@@ -42,18 +67,7 @@ func TestManyBudgetsNewPartitionOnSlowRedis(t *testing.T) {
 
 	var waits []time.Duration
 	for k := range 6 {
-		key := fmt.Sprintf("new%d", k)
-		for len(target.set) > 0 {
-			<-target.set
-		}
-		target.mu.Lock()
-		target.keys = append(target.keys, key)
-		target.demand, target.wanted = 0.01, 1
-		target.mu.Unlock()
-		begun := time.Now()
-		handle.Kick() // as the budget does when it refuses a statement for want of a lease
-		target.waitLease(key)
-		waits = append(waits, time.Since(begun))
+		waits = append(waits, target.firstLease(handle, fmt.Sprintf("new%d", k), 0.01))
 		time.Sleep(interval / 3)
 	}
 	var call time.Duration
@@ -82,15 +96,7 @@ func TestManyBudgetsNewPartitionOnHungRedis(t *testing.T) {
 	const interval = time.Second
 	const budgets = 24
 	c := newCoord(t, Options{URL: srv.URL, Interval: interval, Logger: quiet})
-	var target notifyLocal
-	var handle *Handle
-	for i := range budgets {
-		l := notifyLocal{newFakeLocal(0, 0), make(chan string, 1024)}
-		h := c.Register(Spec{Name: fmt.Sprintf("hung%02d", i), MaxConcurrent: 8}, l)
-		if i == budgets/2 {
-			target, handle = l, h
-		}
-	}
+	target, handle := registerIdle(c, budgets, Spec{Name: "hung", MaxConcurrent: 8})
 	c.Start()
 	t.Cleanup(func() { c.Close(context.Background()) })
 	time.Sleep(2 * interval)
@@ -104,17 +110,7 @@ func TestManyBudgetsNewPartitionOnHungRedis(t *testing.T) {
 	var waits []time.Duration
 	for k := range 4 {
 		key := fmt.Sprintf("new%d", k)
-		for len(target.set) > 0 {
-			<-target.set
-		}
-		target.mu.Lock()
-		target.keys = append(target.keys, key)
-		target.demand, target.wanted = 0, 1
-		target.mu.Unlock()
-		begun := time.Now()
-		handle.Kick()
-		target.waitLease(key)
-		waits = append(waits, time.Since(begun))
+		waits = append(waits, target.firstLease(handle, key, 0))
 		if l := target.lease(key); l.Slots == 0 {
 			t.Fatalf("partition %s got lease %+v with Redis hung, want its fallback share of slots", key, l)
 		}

@@ -33,7 +33,7 @@ const minDeadline = 100 * time.Millisecond
 // client made from a URL, so that an instance holds at most that many connections to Redis,
 // however many budgets it shares and however long Redis hangs. A budget syncs at least once
 // per interval, one round trip a call: maxCalls serve maxCalls × interval ÷ round trip calls
-// per interval (8,000 budgets of one call each at a 1 ms round trip and the default 1s).
+// per interval (README, Known limitations).
 const (
 	maxPipelined = 2
 	maxCalls     = 8
