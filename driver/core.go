@@ -57,6 +57,7 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		// The sampler's own connection, never one of the application's pool.
 		HealthConnect:  pgxconn.Connector(healthConfig),
 		HealthDatabase: healthDatabase(cc),
+		ElectionSecret: pgxconn.SystemID(healthConfig),
 		// The server clock reader's too.
 		ServerClockConnect: clockconn.Connector(cc),
 		Redis:              o.redis,

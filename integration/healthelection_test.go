@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -338,9 +339,11 @@ func handover(t *testing.T, ins []*electedInstance, lead int, ctx context.Contex
 }
 
 // TestForgedHealthSampleDoesNotAdmit: a writer of Redis holds the election's lease (so every
-// instance follows) and publishes "healthy" samples that are dated in the future, unreadable,
-// NaN or far too large. The database is unhealthy (the health query reads 10, the threshold is
-// 5): no instance ever admits a statement of the enforce budget; each reads its metric as stale.
+// instance follows) and publishes "healthy" samples: well-formed and fresh but not signed with
+// the database's key, dated in the future, unreadable, NaN or far too large. The database is
+// unhealthy (the health query reads 10, the threshold is 5): no instance ever admits a
+// statement of the enforce budget, nor adopts a forged reading; each reads its metric as stale,
+// or, for the unsigned sample, samples the database for itself.
 func TestForgedHealthSampleDoesNotAdmit(t *testing.T) {
 	srv := redistest.Need(t)
 	dsn := pgtest.Shared(t).CreateDatabase(t)
@@ -381,6 +384,7 @@ rules:
 	})
 	healthy := func(r string) string { return `'{"f":1,"r":[` + r + `]}'` }
 	for _, tc := range []struct{ name, at, data string }{
+		{"well-formed and fresh, unsigned", "now", healthy(`{"m":"custom.load","v":"0","a":0}`)},
 		{"dated in the future", "now + 60000000", healthy(`{"m":"custom.load","v":"0","a":0}`)},
 		{"NaN", "now", healthy(`{"m":"custom.load","v":"NaN","a":0}`)},
 		{"unreadable", "now", "'healthy'"},
@@ -426,5 +430,65 @@ rules:
 			}
 			t.Logf("%d checks on each of %d instances, every one refused", checks, len(ins))
 		})
+	}
+}
+
+// TestHealthElectionWithoutSystemID: where the role may not read the cluster's system
+// identifier (EXECUTE on pg_control_system revoked), no instance can sign or check a sample:
+// each samples the database for itself, adopts nothing through Redis, and still throttles on
+// what it reads.
+func TestHealthElectionWithoutSystemID(t *testing.T) {
+	srv := redistest.Need(t)
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	role := fmt.Sprintf("no_sysid_%d", time.Now().UnixNano())
+	for _, q := range []string{
+		"create role " + role + " login",
+		"revoke execute on function pg_control_system() from public",
+		"create sequence health_probe",
+		"grant usage, update on sequence health_probe to " + role,
+	} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec("drop owned by " + role); admin.Exec("drop role " + role) })
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	ins := openElected(t, srv, u.String(), fmt.Sprintf(`
+coordination: {sync_interval: 200ms}
+health_interval: %s
+health_queries: {probe: "select 10 + 0 * nextval('health_probe')"}
+budgets:
+  - {name: guarded, mode: enforce, throttle_when: {custom.probe: 5}}
+rules:
+  - {budget: guarded, match: {app: guarded}}
+`, electionInterval), 3)
+	ctx := tagging.With(context.Background(), "app", "guarded")
+	waitFor(t, healthSettle, "every instance refuses on what it reads", func() (bool, string) {
+		for i, in := range ins {
+			if ok, state := healthBlocked(in.c.Check(ctx), "guarded", "custom.probe=10"); !ok {
+				return false, fmt.Sprintf("instance %d: %s", i, state)
+			}
+		}
+		return true, ""
+	})
+	l0 := samplingCounts(t, ins)
+	time.Sleep(5 * electionInterval)
+	l1 := samplingCounts(t, ins)
+	for i, in := range ins {
+		if l1[i] <= l0[i] {
+			t.Errorf("instance %d did not sample for itself (%d → %d samples)", i, l0[i], l1[i])
+		}
+		if n := in.counter(t, "pgtraffic.health.shared_samples"); n != 0 {
+			t.Errorf("instance %d adopted %d readings through Redis without a key to check them by", i, n)
+		}
 	}
 }

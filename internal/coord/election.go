@@ -2,10 +2,12 @@ package coord
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -38,10 +40,19 @@ const (
 // database's identity and of the set, so no host, user or database name reaches Redis, and
 // share one hash tag, as a script touching both needs on Redis Cluster.
 //
-// The sample is dated by Redis's clock when published, and each reading carries its age at
-// publication as measured by the lead, so a reading's age never depends on two instances'
-// clocks agreeing. What Redis returns is validated (see [health.Election]): malformed, too
-// large, dated in the future or absurdly old samples come back as [health.Vote.Bad].
+// A sample is dated by Redis's clock at the lead's last election round, before it read what it
+// publishes, and each reading carries its age at publication as measured by the lead, so a
+// reading's age never depends on two instances' clocks agreeing, and a sample's date is never
+// later than its readings.
+//
+// Redis is not trusted with the sample (see [health.Election]). The lead signs each sample,
+// with its date and its key's name, by an HMAC whose key is derived from a secret of the
+// database (ElectionOptions.Secret): an instance that can read the database can sign, whoever
+// can only write Redis cannot. A follower reads no sample that is unsigned or whose signature
+// does not match (Elect fails with an error wrapping [ErrUnsigned], and the sampler samples for
+// itself), so a forged sample never reads as healthy, and a replayed one is dated when it was
+// signed: old, so stale. Signed samples are validated too: malformed, too large, dated in the
+// future or absurdly old ones come back as [health.Vote.Bad].
 //
 // One call per metric set (Ballot.Set) is outstanding at a time; a call that overruns its
 // context is abandoned and finishes in the background, and calls of that set made meanwhile
@@ -50,13 +61,24 @@ const (
 // fail (and its instance read the server for itself). An Election is safe for concurrent use;
 // build one with [NewElection] and release it with [Election.Close].
 type Election struct {
-	rc    redis.UniversalClient
-	owned *redis.Client // made from the URL, closed by Close; nil when given a client
-	id    string
-	db    string // identifies the database in the key digests
+	rc     redis.UniversalClient
+	owned  *redis.Client // made from the URL, closed by Close; nil when given a client
+	id     string
+	db     string // identifies the database in the key digests
+	secret func(ctx context.Context) (string, error)
+	life   context.Context // cancelled by Close: ends the secret's reading
+	stop   context.CancelFunc
 
-	mu   sync.Mutex          // protects busy
+	mu   sync.Mutex          // protects the fields below
 	busy map[string]struct{} // the sets with a call outstanding
+	// key signs and verifies samples; nil until the secret is read (readKey), and known is
+	// closed then. reading is set once the first call has started reading it.
+	key     []byte
+	known   chan struct{}
+	reading bool
+	// elected is, per set, Redis's time (µs) of this instance's last round that made it the
+	// lead: the date its next sample is signed with.
+	elected map[string]int64
 }
 
 // ElectionOptions configure an [Election]. Client or URL, Instance and Database are required.
@@ -71,14 +93,36 @@ type ElectionOptions struct {
 	// Database identifies the database sampled, e.g. user@host:port/dbname: instances whose
 	// identities are equal share a sampler. It must hold no secret; it is only digested.
 	Database string
+	// Secret reads, on the database, a value that every instance of it can read and that Redis
+	// does not hold (the driver reads the cluster's system identifier): the samples are signed
+	// with a key derived from it. Required. It is called in the background from the first
+	// call of the election, until it succeeds or the election is closed; until then every
+	// call fails with an error wrapping [health.ErrNotReady], and each instance samples for
+	// itself.
+	Secret func(ctx context.Context) (string, error)
 }
+
+// ErrUnsigned is the error (errors.Is) of an Elect that found a sample not signed with this
+// database's key: written by someone who cannot read the database, or by an instance of
+// another database under the same identity. Nothing of it is read; the caller samples for
+// itself.
+var ErrUnsigned = errors.New("coord: the published sample is not signed with this database's key")
+
+// secretRetry bounds the wait between two failed readings of the secret (doubling from a
+// second).
+const secretRetry = time.Minute
 
 var _ health.Election = (*Election)(nil)
 
 // NewElection returns an election. Its only error is an invalid URL, which never quotes the
 // URL's credentials.
 func NewElection(o ElectionOptions) (*Election, error) {
-	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, busy: map[string]struct{}{}}
+	if o.Secret == nil {
+		return nil, errors.New("coord: ElectionOptions.Secret is nil")
+	}
+	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, secret: o.Secret, busy: map[string]struct{}{},
+		known: make(chan struct{}), elected: map[string]int64{}}
+	e.life, e.stop = context.WithCancel(context.Background())
 	if e.rc == nil {
 		rc, err := clientFor(o.URL, o.SyncInterval)
 		if err != nil {
@@ -89,8 +133,10 @@ func NewElection(o ElectionOptions) (*Election, error) {
 	return e, nil
 }
 
-// Close closes the client made from the URL. Leases still held lapse by themselves.
+// Close stops reading the secret and closes the client made from the URL. Leases still held
+// lapse by themselves.
 func (e *Election) Close() error {
+	e.stop()
 	if e.owned != nil {
 		return e.owned.Close()
 	}
@@ -105,7 +151,8 @@ func ElectionKeys(database, set string) (lease, sample string) {
 	return tag + "lease", tag + "sample"
 }
 
-// wireSample is a published sample as stored in Redis (JSON, under the sample key's data).
+// wireSample is a published sample as stored in Redis (JSON, under the sample key's data;
+// its date and signature are the hash's at and sig).
 type wireSample struct {
 	Format   int           `json:"f"`
 	Readings []wireReading `json:"r"`
@@ -120,12 +167,20 @@ type wireReading struct {
 
 // Elect implements [health.Election].
 func (e *Election) Elect(ctx context.Context, b health.Ballot) (health.Vote, error) {
+	key, err := e.keyFor(ctx)
+	if err != nil {
+		return health.Vote{}, err
+	}
 	v, err := e.run(ctx, b, "elect", strconv.Itoa(maxSampleBytes))
 	if err != nil {
 		return health.Vote{}, err
 	}
+	now, _ := v[0].(int64)
 	switch status := v[1]; status {
 	case "lead":
+		e.mu.Lock()
+		e.elected[b.Set] = now
+		e.mu.Unlock()
 		return health.Vote{Lead: true}, nil
 	case "none":
 		return health.Vote{}, nil
@@ -136,10 +191,14 @@ func (e *Election) Elect(ctx context.Context, b health.Ballot) (health.Vote, err
 			}
 		}
 	case "follow":
-		if len(v) == 4 {
-			now, _ := v[0].(int64)
+		if len(v) == 5 {
 			at, _ := v[2].(string)
 			data, _ := v[3].(string)
+			sig, _ := v[4].(string)
+			_, sample := ElectionKeys(e.db, b.Set)
+			if !hmac.Equal([]byte(sig), []byte(sign(key, sample, at, data))) {
+				return health.Vote{}, ErrUnsigned
+			}
 			readings, bad := decodeSample(now, at, data)
 			return health.Vote{Published: readings, Bad: bad}, nil
 		}
@@ -148,8 +207,18 @@ func (e *Election) Elect(ctx context.Context, b health.Ballot) (health.Vote, err
 }
 
 // Publish implements [health.Election]: the sample is written only while this instance
-// holds the lease.
+// holds the lease, dated and signed as the type's documentation says.
 func (e *Election) Publish(ctx context.Context, b health.Ballot, readings []health.Shared) error {
+	key, err := e.keyFor(ctx)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	elected, ok := e.elected[b.Set]
+	e.mu.Unlock()
+	if !ok {
+		return errors.New("coord: publishing a sample of a set this instance was never elected for")
+	}
 	w := wireSample{Format: sampleFormat, Readings: make([]wireReading, len(readings))}
 	for i, r := range readings {
 		// A read's error can quote the server at any length: cut, so that the followers do not
@@ -163,20 +232,80 @@ func (e *Election) Publish(ctx context.Context, b health.Ballot, readings []heal
 	if err != nil {
 		return fmt.Errorf("coord: encoding a health sample: %w", err)
 	}
-	_, err = e.run(ctx, b, "publish", string(data))
+	at := strconv.FormatInt(elected, 10)
+	_, sample := ElectionKeys(e.db, b.Set)
+	_, err = e.run(ctx, b, "publish", string(data), at, sign(key, sample, at, string(data)))
 	return err
+}
+
+// sign is the signature of a sample: the hex HMAC-SHA256 under key of the sample key's name
+// (the database and the set), its date at and its data, each length-prefixed.
+func sign(key []byte, sampleKey, at, data string) string {
+	m := hmac.New(sha256.New, key)
+	for _, s := range []string{sampleKey, at, data} {
+		m.Write([]byte(strconv.Itoa(len(s)) + ":" + s))
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// keyOf is the key samples are signed with, derived from the database's secret.
+func keyOf(secret string) []byte {
+	sum := sha256.Sum256([]byte("pgtraffic election key\x00" + secret))
+	return sum[:]
+}
+
+// keyFor returns the key samples are signed with, reading the secret first when no call has
+// yet: it waits for it as long as ctx lets it, and fails with an error wrapping
+// health.ErrNotReady when it is not known by then.
+func (e *Election) keyFor(ctx context.Context) ([]byte, error) {
+	e.mu.Lock()
+	if !e.reading {
+		e.reading = true
+		go e.readKey()
+	}
+	e.mu.Unlock()
+	select {
+	case <-e.known:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("coord: %w: the database's secret is not read yet", health.ErrNotReady)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.key, nil
+}
+
+// readKey reads the secret until it succeeds or the election is closed, waiting longer after
+// each failure (secretRetry), and derives the key from it.
+func (e *Election) readKey() {
+	for wait := time.Second; ; wait = min(2*wait, secretRetry) {
+		ctx, cancel := context.WithTimeout(e.life, 10*time.Second)
+		secret, err := e.secret(ctx)
+		cancel()
+		if err == nil {
+			e.mu.Lock()
+			e.key = keyOf(secret)
+			e.mu.Unlock()
+			close(e.known)
+			return
+		}
+		select {
+		case <-e.life.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Resign implements [health.Election].
 func (e *Election) Resign(ctx context.Context, b health.Ballot) error {
-	_, err := e.run(ctx, b, "resign", "")
+	_, err := e.run(ctx, b, "resign")
 	return err
 }
 
 // run calls the election script, abandoning the call when ctx ends even if the client does
 // not honour the deadline; the abandoned call finishes in the background, and no other call
 // of b.Set starts until it has. Its reply has at least Redis's time and a status.
-func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]any, error) {
+func (e *Election) run(ctx context.Context, b health.Ballot, op string, arg ...string) ([]any, error) {
 	e.mu.Lock()
 	_, busy := e.busy[b.Set]
 	if !busy {
@@ -188,7 +317,10 @@ func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]
 	}
 	lease, sample := ElectionKeys(e.db, b.Set)
 	args := []any{op, e.id, max(health.LeaseIntervals*b.Interval.Milliseconds(), 1),
-		max(health.StaleIntervals*b.Interval.Milliseconds(), 1), arg}
+		max(health.StaleIntervals*b.Interval.Milliseconds(), 1)}
+	for _, a := range arg {
+		args = append(args, a)
+	}
 	type outcome struct {
 		v   []any
 		err error
@@ -215,8 +347,9 @@ func (e *Election) run(ctx context.Context, b health.Ballot, op, arg string) ([]
 	}
 }
 
-// decodeSample reads a published sample: at is its publication in µs of Redis's clock, now
-// the same clock at the read. bad says why it cannot be trusted; readings' ages then mean
+// decodeSample reads a published sample, whose signature was checked: at is its date in µs of
+// Redis's clock (the lead's election round before it read the readings), now the same clock at
+// the read. bad says why it cannot be trusted; readings' ages then mean
 // nothing.
 func decodeSample(now int64, at, data string) (readings []health.Shared, bad string) {
 	published, err := strconv.ParseInt(at, 10, 64)

@@ -1,9 +1,11 @@
 -- The health sampler election of one metric set of one database.
--- KEYS[1] the lease (a string: the holder's instance id), KEYS[2] the sample (a hash: at, the
--- Redis time in µs it was published; data, what the holder published).
+-- KEYS[1] the lease (a string: the holder's instance id), KEYS[2] the sample (a hash: at, its
+-- date, the Redis time in µs of the holder's election round before it read the sample; data,
+-- what the holder published; sig, the holder's signature of both, which the script does not
+-- read: the followers check it).
 -- ARGV[1] the op: elect, publish or resign; ARGV[2] the instance; ARGV[3] the lease in ms;
 -- ARGV[4] the sample's lifetime in ms; ARGV[5] (elect) the largest sample in bytes, or
--- (publish) the sample.
+-- (publish) the sample, with ARGV[6] its date and ARGV[7] its signature.
 -- Redis is not trusted to hold only what this script wrote: a lease of another type or with
 -- no expiry (or one longer than ours) is taken over; a sample of another type or too large is
 -- reported, never returned.
@@ -35,7 +37,7 @@ if op == 'publish' then
     return {now, 'lost'}
   end
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'at', now, 'data', ARGV[5])
+  redis.call('HSET', KEYS[2], 'at', ARGV[6], 'data', ARGV[5], 'sig', ARGV[7])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   return {now, 'ok'}
 end
@@ -48,11 +50,12 @@ end
 if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
   return {now, 'none'}
 end
-if redis.call('HSTRLEN', KEYS[2], 'data') > tonumber(ARGV[5]) or redis.call('HSTRLEN', KEYS[2], 'at') > 20 then
+if redis.call('HSTRLEN', KEYS[2], 'data') > tonumber(ARGV[5]) or redis.call('HSTRLEN', KEYS[2], 'at') > 20
+    or redis.call('HSTRLEN', KEYS[2], 'sig') > 64 then
   return {now, 'bad', 'too large'}
 end
-local s = redis.call('HMGET', KEYS[2], 'at', 'data')
+local s = redis.call('HMGET', KEYS[2], 'at', 'data', 'sig')
 if not s[1] or not s[2] then
   return {now, 'bad', 'incomplete'}
 end
-return {now, 'follow', s[1], s[2]}
+return {now, 'follow', s[1], s[2], s[3] or ''}

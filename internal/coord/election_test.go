@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +18,18 @@ import (
 
 const electDB = "app@db.example.com:5432/orders"
 
+// electSecret is the database's secret in these tests (the driver reads the cluster's system
+// identifier).
+const electSecret = "7300000000000000001"
+
+func secretOf(s string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return s, nil }
+}
+
 func newElection(t *testing.T, srv *redistest.Server, instance, database string) *Election {
 	t.Helper()
-	e, err := NewElection(ElectionOptions{Client: newClient(t, srv), Instance: instance, Database: database})
+	e, err := NewElection(ElectionOptions{Client: newClient(t, srv), Instance: instance, Database: database,
+		Secret: secretOf(electSecret)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +71,10 @@ func TestElectionOneLead(t *testing.T) {
 	if err := a.Publish(ctx, ballot, sent); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Publish(ctx, ballot, []health.Shared{{Metric: "active_queries", Value: 0}}); err != nil {
-		t.Fatal(err)
+	if err := b.Publish(ctx, ballot, []health.Shared{{Metric: "active_queries", Value: 0}}); err == nil {
+		t.Fatal("an instance never elected published a sample")
 	}
-	// The sample sits 10ms in Redis: its publication moves 10ms back in Redis's time.
-	_, sampleKey := ElectionKeys(electDB, ballot.Set)
-	if err := newClient(t, srv).HIncrBy(ctx, sampleKey, "at", -(10 * time.Millisecond).Microseconds()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	time.Sleep(10 * time.Millisecond) // the sample sits 10ms in Redis
 	v := elect(t, b, ballot)
 	if v.Lead || v.Bad != "" || len(v.Published) != len(sent) {
 		t.Fatalf("follower's vote: %+v, want the lead's sample (a follower's publication is ignored)", v)
@@ -142,45 +149,98 @@ func TestElectionKeysHideTheDatabase(t *testing.T) {
 }
 
 // TestElectionForgedState: whatever else is written into the election's keys, a follower
-// never gets a reading it should not trust: a lease that is not one of ours is taken over,
-// and a sample that is malformed, too large, dated in the future or absurdly old comes back
-// as Bad (stale), never as readings.
+// never gets a reading it should not trust. A lease that is not one of ours is taken over. A
+// sample that is not signed with the database's key (unsigned, signed with another database's,
+// or a signed one whose date or data was rewritten) is never read: Elect fails with
+// ErrUnsigned, and the sampler samples for itself. A signed sample replayed later reads as old
+// as it is. And a signed sample that is malformed, too large, dated in the future or absurdly
+// old (a lead with a bug) comes back as Bad (stale), never as readings.
 func TestElectionForgedState(t *testing.T) {
 	srv := redistest.Need(t)
 	rc := newClient(t, srv)
+	ctx := context.Background()
 	ballot := health.Ballot{Set: "forged", Interval: time.Second}
 	lease, sample := ElectionKeys(electDB, ballot.Set)
-	const nowUS = "local t = redis.call('TIME'); local now = t[1] * 1000000 + t[2]\n"
 	const holder = "redis.call('SET', KEYS[1], 'mallory', 'PX', 2000)\n"
+	healthy := `{"f":1,"r":[{"m":"active_queries","v":"0","a":0}]}`
+	// publish writes a sample dated at µs after Redis's now, signed with secret unless it is
+	// "", as a lead that knows secret would, then has edit rewrite it as Redis's writer would.
+	publish := func(t *testing.T, at int64, data, secret string, edit map[string]any) {
+		t.Helper()
+		now, err := rc.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		date := strconv.FormatInt(now.UnixMicro()+at, 10)
+		fields := map[string]any{"at": date, "data": data}
+		if secret != "" {
+			fields["sig"] = sign(keyOf(secret), sample, date, data)
+		}
+		for k, v := range edit {
+			fields[k] = v
+		}
+		if err := rc.HSet(ctx, sample, fields).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
-		name, script string
-		lead         bool
-		bad          string
+		name   string
+		script string // run first, on the lease and sample keys
+		at     int64  // with data: a sample dated at µs from now
+		data   string
+		secret string
+		edit   map[string]any
+		lead   bool
+		bad    string
+		err    error
 	}{
-		{"lease without expiry", "redis.call('SET', KEYS[1], 'mallory')", true, ""},
-		{"lease longer than any", "redis.call('SET', KEYS[1], 'mallory', 'PX', 99999999)", true, ""},
-		{"lease of another type", "redis.call('HSET', KEYS[1], 'x', 'y')", true, ""},
-		{"sample of another type", holder + "redis.call('SET', KEYS[2], 'x')", false, ""},
-		{"not JSON", holder + nowUS + "redis.call('HSET', KEYS[2], 'at', now, 'data', '{')", false, "not a sample"},
-		{"unknown format", holder + nowUS + `redis.call('HSET', KEYS[2], 'at', now, 'data', '{"f":2,"r":[]}')`, false, "format 2"},
-		{"too large", holder + nowUS + "redis.call('HSET', KEYS[2], 'at', now, 'data', string.rep('x', 70000))", false, "too large"},
-		{"future", holder + nowUS + `redis.call('HSET', KEYS[2], 'at', now + 60000000, 'data', '{"f":1,"r":[{"m":"active_queries","v":"0","a":0}]}')`, false, "dated in the future"},
-		{"negative age", holder + nowUS + `redis.call('HSET', KEYS[2], 'at', now, 'data', '{"f":1,"r":[{"m":"active_queries","v":"0","a":-9000000}]}')`, false, "dated in the future or absurdly old"},
-		{"ancient", holder + `redis.call('HSET', KEYS[2], 'at', 1, 'data', '{"f":1,"r":[{"m":"active_queries","v":"0","a":0}]}')`, false, "absurdly old"},
-		{"negative date", holder + `redis.call('HSET', KEYS[2], 'at', -5, 'data', '{"f":1,"r":[]}')`, false, "unreadable date"},
-		{"unreadable value", holder + nowUS + `redis.call('HSET', KEYS[2], 'at', now, 'data', '{"f":1,"r":[{"m":"active_queries","v":"zero","a":0}]}')`, false, "unreadable value"},
-		{"no data", holder + nowUS + "redis.call('HSET', KEYS[2], 'at', now)", false, "incomplete"},
-		{"too many readings", holder + nowUS + `local r = {} for i = 1, 300 do r[i] = '{"m":"x","v":"1","a":0}' end redis.call('HSET', KEYS[2], 'at', now, 'data', '{"f":1,"r":[' .. table.concat(r, ',') .. ']}')`, false, "too many readings"},
+		{name: "lease without expiry", script: "redis.call('SET', KEYS[1], 'mallory')", lead: true},
+		{name: "lease longer than any", script: "redis.call('SET', KEYS[1], 'mallory', 'PX', 99999999)", lead: true},
+		{name: "lease of another type", script: "redis.call('HSET', KEYS[1], 'x', 'y')", lead: true},
+		{name: "sample of another type", script: holder + "redis.call('SET', KEYS[2], 'x')"},
+		{name: "too large", script: holder + "redis.call('HSET', KEYS[2], 'at', 1, 'data', string.rep('x', 70000))", bad: "too large"},
+		{name: "signature too large", script: holder + "redis.call('HSET', KEYS[2], 'at', 1, 'data', '{}', 'sig', string.rep('0', 65))", bad: "too large"},
+		{name: "no data", script: holder + "redis.call('HSET', KEYS[2], 'at', 1)", bad: "incomplete"},
+
+		{name: "unsigned healthy", script: holder, data: healthy, err: ErrUnsigned},
+		{name: "signed with another database's key", script: holder, data: healthy, secret: "another cluster", err: ErrUnsigned},
+		{name: "signature of other data", script: holder, data: healthy, secret: electSecret,
+			edit: map[string]any{"data": `{"f":1,"r":[{"m":"active_queries","v":"1","a":0}]}`}, err: ErrUnsigned},
+		{name: "date rewritten", script: holder, at: -30e6, data: healthy, secret: electSecret,
+			edit: map[string]any{"at": "1"}, err: ErrUnsigned},
+		{name: "signature of another set", script: holder, data: healthy, secret: electSecret,
+			edit: map[string]any{"sig": sign(keyOf(electSecret), "pgtraffic:{health:0}:sample", "1", healthy)}, err: ErrUnsigned},
+
+		{name: "not JSON", script: holder, data: "{", secret: electSecret, bad: "not a sample"},
+		{name: "unknown format", script: holder, data: `{"f":2,"r":[]}`, secret: electSecret, bad: "format 2"},
+		{name: "future", script: holder, at: 60e6, data: healthy, secret: electSecret, bad: "dated in the future"},
+		{name: "negative age", script: holder, data: `{"f":1,"r":[{"m":"active_queries","v":"0","a":-9000000}]}`, secret: electSecret, bad: "dated in the future or absurdly old"},
+		{name: "ancient", script: holder, at: -2 * time.Hour.Microseconds(), data: healthy, secret: electSecret, bad: "absurdly old"},
+		{name: "unreadable value", script: holder, data: `{"f":1,"r":[{"m":"active_queries","v":"zero","a":0}]}`, secret: electSecret, bad: "unreadable value"},
+		{name: "too many readings", script: holder, data: `{"f":1,"r":[` + strings.Repeat(`{"m":"x","v":"1","a":0},`, 300) + `{"m":"y","v":"1","a":0}]}`, secret: electSecret, bad: "too many readings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			if err := rc.Del(ctx, lease, sample).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := rc.Eval(ctx, tc.script, []string{lease, sample}).Err(); err != nil && err.Error() != "redis: nil" {
 				t.Fatalf("forging: %v", err)
 			}
-			v := elect(t, newElection(t, srv, "honest", electDB), ballot)
+			if tc.data != "" {
+				publish(t, tc.at, tc.data, tc.secret, tc.edit)
+			}
+			ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			v, err := newElection(t, srv, "honest", electDB).Elect(ectx, ballot)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || v.Published != nil {
+					t.Errorf("vote = %+v, %v; want no readings and %v", v, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Elect: %v", err)
+			}
 			if v.Lead != tc.lead || !strings.Contains(v.Bad, tc.bad) || tc.bad != "" && v.Bad == "" || v.Bad != "" && v.Published != nil {
 				t.Errorf("vote = %+v; want lead=%v, bad containing %q, no readings with bad", v, tc.lead, tc.bad)
 			}
@@ -188,6 +248,82 @@ func TestElectionForgedState(t *testing.T) {
 				t.Errorf("readings from a forged sample: %+v", v.Published)
 			}
 		})
+	}
+}
+
+// TestElectionReplayedSampleIsOld: a sample the lead signed, written again later by whoever
+// can write Redis (with a fresh expiry), reads as old as it is: its readings are stale to the
+// sampler, never fresh.
+func TestElectionReplayedSampleIsOld(t *testing.T) {
+	srv := redistest.Need(t)
+	ctx := context.Background()
+	a, b := newElection(t, srv, "a", electDB), newElection(t, srv, "b", electDB)
+	ballot := health.Ballot{Set: "replayed", Interval: 100 * time.Millisecond}
+	if v := elect(t, a, ballot); !v.Lead {
+		t.Fatalf("first vote: %+v, want the lead", v)
+	}
+	if err := a.Publish(ctx, ballot, []health.Shared{{Metric: "active_queries", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	rc := newClient(t, srv)
+	_, sample := ElectionKeys(electDB, ballot.Set)
+	kept, err := rc.HGetAll(ctx, sample).Result()
+	if err != nil || kept["sig"] == "" {
+		t.Fatalf("the lead's sample: %v, %v; want a signed one", kept, err)
+	}
+	time.Sleep(time.Duration(health.StaleIntervals+1) * ballot.Interval)
+	if err := rc.HSet(ctx, sample, kept).Err(); err != nil { // replayed, the lease held on
+		t.Fatal(err)
+	}
+	if v := elect(t, a, ballot); !v.Lead {
+		t.Fatalf("renewal: %+v", v)
+	}
+	v := elect(t, b, ballot)
+	if v.Bad != "" || len(v.Published) != 1 {
+		t.Fatalf("follower's vote: %+v, want the replayed sample", v)
+	}
+	if age, stale := v.Published[0].Age, health.StaleIntervals*ballot.Interval; age <= stale {
+		t.Errorf("the replayed reading is %v old, want older than %v (stale)", age, stale)
+	}
+}
+
+// TestElectionWaitsForItsKey: until the database's secret is read, no election is held (the
+// sampler samples for itself, without a warning), and a failed read is tried again.
+func TestElectionWaitsForItsKey(t *testing.T) {
+	srv := redistest.Need(t)
+	var calls atomic.Int32
+	gate := make(chan struct{})
+	e, err := NewElection(ElectionOptions{Client: newClient(t, srv), Instance: "a", Database: electDB,
+		Secret: func(ctx context.Context) (string, error) {
+			if calls.Add(1) == 1 {
+				return "", errors.New("connection refused")
+			}
+			select {
+			case <-gate:
+				return electSecret, nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	ballot := health.Ballot{Set: "keyed", Interval: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.Elect(ctx, ballot); !errors.Is(err, health.ErrNotReady) {
+		t.Fatalf("Elect before the secret is read: %v, want %v", err, health.ErrNotReady)
+	}
+	close(gate)
+	if v := elect(t, e, ballot); !v.Lead { // the retry comes within a second
+		t.Errorf("vote once the secret is read: %+v", v)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("secret read %d times, want 2 (one failure, one retry)", n)
+	}
+	if _, err := NewElection(ElectionOptions{Client: newClient(t, srv), Instance: "b", Database: electDB}); err == nil {
+		t.Error("an election without a secret was made")
 	}
 }
 
@@ -245,7 +381,7 @@ func TestElectionSetsDoNotWaitForEachOther(t *testing.T) {
 	slow, other := health.Ballot{Set: "health set", Interval: time.Second}, health.Ballot{Set: "pgtraffic server clock", Interval: time.Second}
 	held, _ := ElectionKeys(electDB, slow.Set)
 	hc := &heldClient{Client: newClient(t, srv), held: held, entered: make(chan struct{}), release: make(chan struct{})}
-	e, err := NewElection(ElectionOptions{Client: hc, Instance: "a", Database: electDB})
+	e, err := NewElection(ElectionOptions{Client: hc, Instance: "a", Database: electDB, Secret: secretOf(electSecret)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,7 @@ var defaults = []struct {
 // otherValueFacts are named constants that share a default's value but are facts of their own.
 var otherValueFacts = map[string]string{
 	"internal/coord.maxLive":         "bounds the instance count a Redis reply may report",
+	"internal/coord.secretRetry":     "bounds the wait between two readings of the election's secret",
 	"internal/engine.maxQuarantined": "bounds the quarantine table",
 	"internal/engine.maxLimited":     "bounds the log rate limiter's table",
 	"driver/rules.MaxSyncInterval":   "the longest sync_interval",

@@ -32,14 +32,15 @@
 // that closes resigns, and the next poll elects another; a lead that dies is replaced once
 // its lease lapses, within LeaseIntervals intervals and a quarter, before the followers'
 // readings turn stale. When the election cannot be held (Redis unreachable) a follower whose
-// readings are still young polls again, and otherwise every sampler reads the server itself.
+// readings are still young polls again, and otherwise every sampler reads the server itself;
+// so does one whose election is not ready yet ([ErrNotReady]), without a warning.
 //
-// What an election returns is untrusted: a reading that is missing, failed, out of its
-// metric's range, dated in the future or older than [StaleIntervals] intervals is published
-// as a failed read, so it counts as stale (exceeded for enforce budgets), never as healthy.
-// A well-formed, fresh, plausible forgery cannot be told from a true sample: whoever can
-// write the election's store can make followers read a healthy database, but no limit other
-// than the health thresholds depends on it, and [vocab.MetricInFlight] is never shared.
+// What an election returns is untrusted. The election authenticates a sample (package coord
+// signs it with a key only readers of the database can derive, and fails the vote on a sample
+// not signed with it, so that its sampler reads the server itself); and a reading that is
+// missing, failed, out of its metric's range, dated in the future or older than
+// [StaleIntervals] intervals is published as a failed read, so it counts as stale (exceeded
+// for enforce budgets), never as healthy. [vocab.MetricInFlight] is never shared.
 //
 // # Metrics
 //

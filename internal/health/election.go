@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -37,6 +38,11 @@ type Election interface {
 	// takes over at its next poll rather than when the lease lapses.
 	Resign(ctx context.Context, b Ballot) error
 }
+
+// ErrNotReady is the error (errors.Is) of an Election that cannot be held yet (it has not read
+// what it needs to sign and check samples): the sampler samples for itself meanwhile, as when
+// the election fails, but does not warn about it.
+var ErrNotReady = errors.New("the election is not ready yet")
 
 // Ballot names what is elected: a metric set (with its queries and interval) of this
 // sampler's database.

@@ -518,7 +518,7 @@ func (s *Sampler) vote(ctx context.Context, t *turn, el Election, b Ballot) (v V
 	if err != nil {
 		// Logged once when the election starts failing, not at each new error text: a hung
 		// Redis answers by turns with a deadline, an i/o timeout and a call still outstanding.
-		if ctx.Err() == nil && t.electErr == "" {
+		if ctx.Err() == nil && t.electErr == "" && !errors.Is(err, ErrNotReady) {
 			t.electErr = err.Error()
 			s.log.Warn("health: the sampler election cannot be held; this instance samples for itself", "error", err)
 		}

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
@@ -20,7 +22,8 @@ type healthElection struct {
 // elect makes the election follow cfg's coordination section, after coordinate has started
 // its coordinator (whose instance id the election uses). It returns the election replaced, for
 // the caller to close once the sampler has been given the new one and r.mu is released. r.mu
-// must be held. Making an election opens no connection.
+// must be held. Making an election opens no connection: its first round reads the database's
+// secret (Options.ElectionSecret) in the background.
 func (r *Runtime) elect(cfg *rules.Config) (replaced *coord.Election) {
 	he := &r.vote
 	sec := cfg.Coordination
@@ -29,11 +32,12 @@ func (r *Runtime) elect(cfg *rules.Config) (replaced *coord.Election) {
 		*he = healthElection{}
 	}
 	c := r.co.c
-	if sec == nil || he.el != nil || r.closed || c == nil || r.healthDatabase == "" {
+	if sec == nil || he.el != nil || r.closed || c == nil || r.healthDatabase == "" || r.electionSecret == nil {
 		return replaced
 	}
 	el, err := coord.NewElection(coord.ElectionOptions{Client: r.redis, URL: sec.Redis,
-		SyncInterval: time.Duration(sec.SyncInterval), Instance: c.Instance(), Database: r.healthDatabase})
+		SyncInterval: time.Duration(sec.SyncInterval), Instance: c.Instance(), Database: r.healthDatabase,
+		Secret: r.secretReader()})
 	if err != nil {
 		// The coordinator accepted the same URL; should it not, each instance samples alone.
 		r.log.Warn("pgtraffic: no health sampler election; this instance samples for itself", "error", err)
@@ -41,6 +45,22 @@ func (r *Runtime) elect(cfg *rules.Config) (replaced *coord.Election) {
 	}
 	he.section, he.el = *sec, el
 	return replaced
+}
+
+// secretReader is Options.ElectionSecret for one election, which logs its first failure: until
+// it succeeds, each instance samples for itself.
+func (r *Runtime) secretReader() func(ctx context.Context) (string, error) {
+	var once sync.Once
+	return func(ctx context.Context) (string, error) {
+		secret, err := r.electionSecret(ctx)
+		if err != nil && ctx.Err() == nil {
+			once.Do(func() {
+				r.log.Warn("pgtraffic: the health sampler election cannot read the database's system identifier, "+
+					"which signs its samples; this instance samples for itself until it can", "error", err)
+			})
+		}
+		return secret, err
+	}
 }
 
 // election is the health sampler's election: nil (no interface value) without one. r.mu must

@@ -25,6 +25,10 @@ type Options struct {
 	// user@host:port/dbname): with a coordination section, instances whose identities are
 	// equal elect one sampler (election.go). Empty: each samples for itself.
 	HealthDatabase string
+	// ElectionSecret reads a secret of the database that every instance of it can read and
+	// Redis does not hold: the election signs its samples with a key derived from it
+	// (coord.ElectionOptions.Secret). Nil: no election, each instance samples for itself.
+	ElectionSecret func(ctx context.Context) (string, error)
 	// ServerClockConnect opens the server clock reader's dedicated connection
 	// (package serverclock). Nil disables the server's clock: costs stay on the client's.
 	ServerClockConnect func(ctx context.Context) (serverclock.Conn, error)
@@ -46,6 +50,7 @@ type Runtime struct {
 	after          func(time.Duration) <-chan time.Time
 	healthConnect  func(ctx context.Context) (health.Conn, error)
 	healthDatabase string
+	electionSecret func(ctx context.Context) (string, error)
 	clockConnect   func(ctx context.Context) (serverclock.Conn, error)
 	redis          redis.UniversalClient
 	instance       string
@@ -67,7 +72,8 @@ type Runtime struct {
 func New(e *engine.Engine, o Options) *Runtime {
 	now, after := e.Clock()
 	return &Runtime{e: e, log: e.Logger(), now: now, after: after, healthConnect: o.HealthConnect,
-		healthDatabase: o.HealthDatabase, clockConnect: o.ServerClockConnect, redis: o.Redis, instance: o.Instance}
+		healthDatabase: o.HealthDatabase, electionSecret: o.ElectionSecret, clockConnect: o.ServerClockConnect,
+		redis: o.Redis, instance: o.Instance}
 }
 
 // Engine is the engine r configures.

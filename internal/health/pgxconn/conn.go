@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -152,3 +153,33 @@ type timeoutError struct{ err error }
 func (e timeoutError) Error() string        { return e.err.Error() }
 func (e timeoutError) Unwrap() error        { return e.err }
 func (e timeoutError) Is(target error) bool { return target == health.ErrTimeout }
+
+// systemIDSQL reads the cluster's system identifier: chosen by initdb, kept by its physical
+// replicas, and readable by every role that may connect (EXECUTE on pg_control_system is
+// PUBLIC's unless an administrator revoked it).
+const systemIDSQL = "select system_identifier::text from pg_control_system()"
+
+// SystemID returns a func that reads the cluster's system identifier on a connection of its own
+// made from a copy of cfg, closed before it returns: the secret the health sampler election
+// signs its samples with (what an instance that can read the database knows and Redis does
+// not hold).
+func SystemID(cfg *pgx.ConnConfig) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return "", err
+		}
+		var id string
+		err = c.QueryRow(ctx, systemIDSQL).Scan(&id)
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.Close(cctx)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		if id == "" || id == "0" {
+			return "", errors.New("pgxconn: the server reported no system identifier")
+		}
+		return id, nil
+	}
+}

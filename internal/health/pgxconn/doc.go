@@ -6,7 +6,7 @@
 // numeric) and reports any other shape as a [health.ResultError]; errors keep *pgconn.PgError
 // (whose SQLState method names the condition) and mark pgconn's timeouts with
 // [health.ErrTimeout], so that the sampler describes a failure without the server's message
-// text.
+// text. [SystemID] reads the secret the sampler election signs samples with.
 //
 // It may import package health and pgx; only the driver (and tests) import it.
 package pgxconn
