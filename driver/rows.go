@@ -18,6 +18,9 @@ type rows struct {
 	// vals is the current row of a parent without driver.RowsColumnScanner, read by NextRow for
 	// ScanColumn (Go 1.27 and later, see rows_go127.go); nil otherwise.
 	vals []driver.Value
+	// failed is the error a step through the rows returned, which Close finishes the statement
+	// with; nil otherwise.
+	failed error
 }
 
 // The column-type interfaces pgx's rows implement, passed through so that
@@ -34,14 +37,18 @@ func (r *rows) finish(err error) { r.open.finish(err) }
 
 func (r *rows) Next(dest []driver.Value) error { return r.advanced(r.Rows.Next(dest)) }
 
-// advanced finishes the statement when a step through the rows ended them: io.EOF is a clean
-// end, any other error a failed one (made to match ErrOverrun: overran).
+// advanced finishes the statement when a step through the rows ended them cleanly (io.EOF).
+// Any other error (made to match ErrOverrun: overran) fails the statement, but need not end
+// it: a row that pgx could not convert leaves the statement's other rows on the connection.
+// database/sql closes the rows after such an error, and Close drains them, still under the
+// statement's context and holding its slots, before it finishes the statement with the error.
 func (r *rows) advanced(err error) error {
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		r.finish(nil)
-	} else if err != nil {
+	case err != nil:
 		err = r.overran(err)
-		r.finish(err)
+		r.failed = err
 	}
 	return err
 }
@@ -62,7 +69,12 @@ func (r *rows) overran(err error) error {
 func (r *rows) Close() error {
 	err := errPanicked // until the parent's Close returns
 	defer func() {
-		r.finish(err)
+		outcome := err
+		if r.failed != nil && err != errPanicked {
+			outcome = r.failed // what failed the statement, before the drain
+		}
+		r.failed = nil
+		r.finish(outcome)
 		r.handBack()
 	}()
 	err = r.overran(r.Rows.Close())
