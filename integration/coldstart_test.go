@@ -253,3 +253,26 @@ func probeScenario(t *testing.T, exec func(ctx context.Context, q string, arg fl
 		t.Fatalf("after %v: the cheap pattern admitted again %v, the costly one's probe cut off %v", 4*cost.Relearn, cheapBack, costlyCut)
 	}
 }
+
+// TestColdStartAfterTrivialStatements: a deploy whose first statements are trivial (a
+// connection check, a session setting: planner cost 0.01, a round trip each), then a new
+// pattern of a modest plan (cost about 125, about a millisecond), under per_query_limit: 1s.
+// The trivial statements' time is their fixed cost, not their plan: it must not teach the
+// model that a planner unit costs a round trip's hundredth (which predicted the new pattern
+// at seconds, and refused it as too costly).
+func TestColdStartAfterTrivialStatements(t *testing.T) {
+	db := openCold(t, 2, "per_query_limit: 1s")
+	ctx := context.Background()
+	var n int
+	for i := range 300 {
+		if err := db.QueryRowContext(ctx, "select 1 + $1::int", i).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const modest = "select count(*) from pg_attribute a join pg_class c on a.attrelid = c.oid where c.oid > $1"
+	for i := range 5 {
+		if err := db.QueryRowContext(ctx, modest, i).Scan(&n); err != nil {
+			t.Fatalf("execution %d of a new pattern of a modest plan: %v", i, err)
+		}
+	}
+}

@@ -22,8 +22,9 @@
 // to the EMA ratio. The median, not a mean, because on a loaded server one slow execution would
 // drag a mean for many executions (the accuracy benchmark's figures are in
 // integration/PERFORMANCE.md). A pattern never seen with a plan cost uses a global k learned from
-// all patterns, and before any history [DefaultGlobalK], measured on PostgreSQL's default cost
-// units. With no plan cost at all (EXPLAIN skipped or failed), the prediction falls back to the
+// the executions of every pattern whose plan is large enough for its time to be the plan's (a
+// thousand units or more: a tiny plan's time is the statement's fixed cost), and before any
+// such execution [DefaultGlobalK], measured on PostgreSQL's default cost units. With no plan cost at all (EXPLAIN skipped or failed), the prediction falls back to the
 // pattern's mean actual time.
 // Cancelled and failed executions must not be observed: their durations say nothing about cost.
 //

@@ -35,6 +35,13 @@ const (
 	alphaGlobal  = 0.01 // the global k
 	alphaExplain = 0.1  // the EXPLAIN round trip
 
+	// minGlobalPlan is the smallest planner cost whose executions teach the global k. A smaller
+	// plan's time is mostly the statement's fixed cost (a round trip, parsing, the client), not
+	// its plan: a cost-0.01 "select 1" taking 150 µs would teach 0.015 s per unit, four
+	// thousand times the default, and predict a new pattern of cost 125 (a millisecond) at
+	// almost two seconds. From a thousand units the plan's own time dominates.
+	minGlobalPlan = 1000
+
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
 	// above which a pattern's cost counts as varying widely.
 	volatileCV = 0.5
@@ -57,7 +64,7 @@ const (
 type Model struct {
 	mu          sync.RWMutex // protects the fields below
 	patterns    *lru[pattern]
-	gActual     float64 // slow EMA of actual seconds over executions with a plan cost
+	gActual     float64 // slow EMA of actual seconds over executions with a plan cost of minGlobalPlan or more
 	gPlan       float64 // slow EMA of their plan costs
 	gN          uint64  // executions in the global EMAs
 	explainMean float64 // EMA of EXPLAIN round-trip seconds
@@ -337,9 +344,11 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
 		p.actualP = ema(p.actualP, actual, alphaPattern, p.nPlanned)
 		p.plan = ema(p.plan, planCost, alphaPattern, p.nPlanned)
 		p.observeBucket(planCost, actual)
-		m.gN++
-		m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
-		m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
+		if planCost >= minGlobalPlan {
+			m.gN++
+			m.gActual = ema(m.gActual, actual, alphaGlobal, m.gN)
+			m.gPlan = ema(m.gPlan, planCost, alphaGlobal, m.gN)
+		}
 	}
 	m.updateLocked(p)
 }

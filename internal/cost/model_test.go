@@ -147,15 +147,23 @@ func TestModelFirstSampleSeeds(t *testing.T) {
 
 func TestModelGlobalKForNewPatterns(t *testing.T) {
 	m := NewModel(100)
-	// Two known patterns: a large one (k = 2e-6) and a small one with a big fixed overhead
-	// (k = 1e-4). The global k is a ratio of averages, so the large one dominates it.
+	// Trivial plans only (cost 0.01, a round trip each, and a cost-10 lookup): their time is
+	// their fixed cost, which says nothing of a planner unit's, so the default stands.
+	for range 500 {
+		m.Observe(3, "", 0.01, 150e-6)
+		m.Observe(2, "", 10, 10*1e-4)
+	}
+	if gk := globalK(m); gk != DefaultGlobalK {
+		t.Fatalf("GlobalK after trivial plans only = %v, want the default %v", gk, DefaultGlobalK)
+	}
+	// A large pattern (k = 2e-6) teaches it; the small ones still do not.
 	for range 500 {
 		m.Observe(1, "", 100_000, 100_000*2e-6)
 		m.Observe(2, "", 10, 10*1e-4)
 	}
 	gk := globalK(m)
-	want := (100_000*2e-6 + 10*1e-4) / (100_000 + 10)
-	if !near(gk, want, 0.01) {
+	want := 2e-6
+	if !near(gk, want, 1e-9) {
 		t.Fatalf("GlobalK = %v, want ≈ %v", gk, want)
 	}
 	if gk == DefaultGlobalK {
