@@ -72,10 +72,11 @@ type Election struct {
 	mu   sync.Mutex          // protects the fields below
 	busy map[string]struct{} // the sets with a call outstanding
 	// key signs and verifies samples; nil until the secret is read (readKey), and known is
-	// closed then. reading is set once the first call has started reading it.
-	key     []byte
-	known   chan struct{}
-	reading bool
+	// closed then; tried is closed once the first reading has ended, however it ended.
+	// reading is set once the first call has started reading it.
+	key          []byte
+	known, tried chan struct{}
+	reading      bool
 	// elected is, per set, Redis's time (µs) of this instance's last round that made it the
 	// lead: the date its next sample is signed with.
 	elected map[string]int64
@@ -121,7 +122,7 @@ func NewElection(o ElectionOptions) (*Election, error) {
 		return nil, errors.New("coord: ElectionOptions.Secret is nil")
 	}
 	e := &Election{rc: o.Client, id: o.Instance, db: o.Database, secret: o.Secret, busy: map[string]struct{}{},
-		known: make(chan struct{}), elected: map[string]int64{}}
+		known: make(chan struct{}), tried: make(chan struct{}), elected: map[string]int64{}}
 	e.life, e.stop = context.WithCancel(context.Background())
 	if e.rc == nil {
 		rc, err := clientFor(o.URL, o.SyncInterval)
@@ -255,8 +256,9 @@ func keyOf(secret string) []byte {
 }
 
 // keyFor returns the key samples are signed with, reading the secret first when no call has
-// yet: it waits for it as long as ctx lets it, and fails with an error wrapping
-// health.ErrNotReady when it is not known by then.
+// yet: it waits for the first reading as long as ctx lets it, and fails with an error wrapping
+// health.ErrNotReady when the key is not known by then, or at once once a reading failed (the
+// next is tried in the background).
 func (e *Election) keyFor(ctx context.Context) ([]byte, error) {
 	e.mu.Lock()
 	if !e.reading {
@@ -266,18 +268,21 @@ func (e *Election) keyFor(ctx context.Context) ([]byte, error) {
 	e.mu.Unlock()
 	select {
 	case <-e.known:
+	case <-e.tried:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("coord: %w: the database's secret is not read yet", health.ErrNotReady)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.key == nil {
+		return nil, fmt.Errorf("coord: %w: the database's secret is not read yet", health.ErrNotReady)
+	}
 	return e.key, nil
 }
 
 // readKey reads the secret until it succeeds or the election is closed, waiting longer after
 // each failure (secretRetry), and derives the key from it.
 func (e *Election) readKey() {
-	for wait := time.Second; ; wait = min(2*wait, secretRetry) {
+	for n, wait := 0, time.Second; ; n, wait = n+1, min(2*wait, secretRetry) {
 		ctx, cancel := context.WithTimeout(e.life, 10*time.Second)
 		secret, err := e.secret(ctx)
 		cancel()
@@ -286,6 +291,11 @@ func (e *Election) readKey() {
 			e.key = keyOf(secret)
 			e.mu.Unlock()
 			close(e.known)
+		}
+		if n == 0 {
+			close(e.tried)
+		}
+		if err == nil {
 			return
 		}
 		select {

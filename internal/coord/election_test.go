@@ -288,7 +288,9 @@ func TestElectionReplayedSampleIsOld(t *testing.T) {
 }
 
 // TestElectionWaitsForItsKey: until the database's secret is read, no election is held (the
-// sampler samples for itself, without a warning), and a failed read is tried again.
+// sampler samples for itself, without a warning): a vote waits for the first reading as long as
+// its context lets it, and once a reading failed it is refused at once while the next is tried
+// in the background.
 func TestElectionWaitsForItsKey(t *testing.T) {
 	srv := redistest.Need(t)
 	var calls atomic.Int32
@@ -315,9 +317,30 @@ func TestElectionWaitsForItsKey(t *testing.T) {
 	if _, err := e.Elect(ctx, ballot); !errors.Is(err, health.ErrNotReady) {
 		t.Fatalf("Elect before the secret is read: %v, want %v", err, health.ErrNotReady)
 	}
+	// The first reading failed: until the next succeeds, a vote is refused at once.
+	start := time.Now()
+	if _, err := e.Elect(context.Background(), ballot); !errors.Is(err, health.ErrNotReady) {
+		t.Fatalf("Elect after a failed reading: %v, want %v", err, health.ErrNotReady)
+	}
+	if waited := time.Since(start); waited > 500*time.Millisecond {
+		t.Errorf("Elect after a failed reading waited %v, want an answer at once", waited)
+	}
 	close(gate)
-	if v := elect(t, e, ballot); !v.Lead { // the retry comes within a second
-		t.Errorf("vote once the secret is read: %+v", v)
+	deadline := time.Now().Add(5 * time.Second) // the retry comes within a second
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := e.Elect(ctx, ballot)
+		cancel()
+		if err == nil {
+			if !v.Lead {
+				t.Errorf("vote once the secret is read: %+v", v)
+			}
+			break
+		}
+		if !errors.Is(err, health.ErrNotReady) || time.Now().After(deadline) {
+			t.Fatalf("Elect once the secret can be read: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("secret read %d times, want 2 (one failure, one retry)", n)

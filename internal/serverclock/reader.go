@@ -266,7 +266,9 @@ func (r *Reader) round(ctx context.Context) error {
 	lead := false
 	if el := r.o.Election; el != nil {
 		b := health.Ballot{Set: electionSet, Interval: r.o.Interval}
-		v, err := el.Elect(ctx, b)
+		ectx, cancel := r.electContext(ctx)
+		v, err := el.Elect(ectx, b)
+		cancel()
 		switch {
 		case err != nil: // Redis unreachable: read for ourselves
 		case v.Lead:
@@ -318,7 +320,18 @@ func (r *Reader) publish(ctx context.Context, learned []Learned) {
 	for _, l := range learned[:min(len(learned), maxShared)] {
 		out = append(out, health.Shared{Metric: sharedPrefix + strconv.FormatInt(l.QueryID, 10), Value: l.Seconds})
 	}
+	ctx, cancel := r.electContext(ctx)
+	defer cancel()
 	_ = r.o.Election.Publish(ctx, health.Ballot{Set: electionSet, Interval: r.o.Interval}, out)
+}
+
+// electContext bounds an election call to a quarter of the round's time left: a Redis that
+// hangs, or an election not ready, leaves the round the time to read the server itself.
+func (r *Reader) electContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithTimeout(ctx, time.Until(d)/4)
+	}
+	return context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout)/4)
 }
 
 // follow adopts, for the query identifiers of pairs, what the elected instance published, as
