@@ -397,13 +397,23 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	return warns
 }
 
-// Release gives back the slot that [Admit] took for r and trues r's key's
-// debt up by actual − r.Cost (a refund when the query was cheaper than
-// predicted), never below zero. A request still pending (its statement never
-// got its connection) gives back a pending slot. A Release with nothing in
-// flight for the key (never admitted, or released twice) changes nothing. r is
-// only read.
-func Release(now time.Time, r *Request, actual float64) {
+// Release gives back the slot that [Admit] took for r, whose statement ran
+// for actual seconds, and trues r's key's debt up by actual − r.Cost (a refund
+// when the query was cheaper than predicted), never below zero; actual is
+// learned as a hold time (the RetryAfter hint of a refusal for concurrency). A
+// request still pending (its statement never got its connection) gives back a
+// pending slot. A Release with nothing in flight for the key (never admitted,
+// or released twice) changes nothing. r is only read.
+func Release(now time.Time, r *Request, actual float64) { release(now, r, actual, true) }
+
+// Return is Release for a request whose statement never ran (refused after
+// all, abandoned while it waited for its connection, or its caller panicked
+// before sending it): its slot goes back and its reserved cost is refunded,
+// and no hold time is learned from it.
+func Return(now time.Time, r *Request) { release(now, r, 0, false) }
+
+// release is Release (ran) and Return.
+func release(now time.Time, r *Request, actual float64, ran bool) {
 	b := r.Budget
 	b.mu.Lock()
 	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
@@ -415,9 +425,11 @@ func Release(now time.Time, r *Request, actual float64) {
 		if s.part != nil {
 			s.part.used += actual
 		}
-		if b.meanHold == 0 {
+		switch {
+		case !ran: // no hold time to learn
+		case b.meanHold == 0:
 			b.meanHold = actual
-		} else {
+		default:
 			b.meanHold += 0.1 * (actual - b.meanHold)
 		}
 		if b.waiters > 0 {

@@ -347,7 +347,7 @@ func (b *Batch) unwind() {
 	if b.held > 0 {
 		now := b.e.now()
 		for i := range b.holds[:b.held] {
-			budget.Release(now, &b.holds[i], 0)
+			budget.Return(now, &b.holds[i])
 		}
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
@@ -463,7 +463,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	n := len(c.reqs) // b.holds[:n] are the enforce budgets' (admitBatch), b.holds[n:b.held] the warn budgets'
 	for i := range b.holds[:n] {
 		if i != gone {
-			budget.Release(b.start, &b.holds[i], 0) // never ran
+			budget.Return(b.start, &b.holds[i]) // never ran
 		}
 		b.holds[i].Pending = false
 	}
@@ -474,7 +474,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	}
 	if err != nil {
 		for i := n; i < b.held; i++ {
-			budget.Release(b.start, &b.holds[i], 0)
+			budget.Return(b.start, &b.holds[i])
 		}
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 		d, denied := err.(*Denial)
@@ -511,7 +511,7 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	}
 	now := e.now()
 	for i := range b.holds[:b.held] {
-		budget.Release(now, &b.holds[i], 0) // the batch never ran: released at no cost
+		budget.Return(now, &b.holds[i]) // the batch never ran: released at no cost
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	for i := range b.Execs {

@@ -426,7 +426,7 @@ func (x *Exec) unwind() {
 	if len(x.holds) > 0 {
 		now := x.e.now()
 		for i := range x.holds {
-			budget.Release(now, &x.holds[i], 0)
+			budget.Return(now, &x.holds[i])
 		}
 		x.holds = x.holds[:0]
 	}
@@ -558,7 +558,7 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	n := len(c.rt.reqs) // x.holds[:n] are its enforce budgets', x.holds[n:] its warn budgets'
 	for i := range x.holds[:n] {
 		if i != gone {
-			budget.Release(x.start, &x.holds[i], 0) // never ran
+			budget.Return(x.start, &x.holds[i]) // never ran
 		}
 	}
 	for i, r := range c.rt.reqs {
@@ -575,7 +575,7 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	}
 	if err != nil {
 		for i := range x.holds[n:] {
-			budget.Release(x.start, &x.holds[n+i], 0)
+			budget.Return(x.start, &x.holds[n+i])
 		}
 		x.holds = x.holds[:0]
 		if d, ok := err.(*Denial); ok && x.Wants&WantDecisions != 0 {
@@ -605,7 +605,7 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	}
 	now := e.now()
 	for i := range x.holds {
-		budget.Release(now, &x.holds[i], 0) // the statement never ran: released at no cost
+		budget.Return(now, &x.holds[i]) // the statement never ran: released at no cost
 	}
 	x.holds = x.holds[:0]
 	if x.Wants&(WantSpans|WantDuration) != 0 {
