@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
@@ -42,16 +44,61 @@ func (h *sampling) counts() HealthCounts {
 // retired is h's counts without its sampler, which its caller closes.
 func (h *sampling) retired() *sampling { return &sampling{base: h.counts()} }
 
-// configureHealth starts, reconfigures or stops the health sampler for cfg, and hands it to the
-// engine. No sampler runs, and no connection is open, while no budget uses a sampled metric.
-// r.mu must be held; the sampler replaced, if any, is returned for the caller to close once
-// r.mu is released.
-func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (replaced *health.Sampler) {
+// healthSet is what a rule set has the health sampler read: the sampled metrics its budgets
+// throttle on, sorted, and the health queries of the custom ones, by name (custom.<name>).
+type healthSet struct {
+	metrics []string
+	queries map[string]string
+}
+
+// sampledBy is cfg's healthSet.
+func sampledBy(cfg *rules.Config) healthSet {
 	metrics := healthMetrics(cfg)
+	queries := make(map[string]string)
+	for _, m := range metrics {
+		if name, ok := strings.CutPrefix(m, rules.CustomMetricPrefix); ok {
+			if q, ok := cfg.HealthQueries[name]; ok {
+				queries[name] = q
+			}
+		}
+	}
+	return healthSet{metrics: metrics, queries: queries}
+}
+
+// with is h and next together: next's metrics and h's, a custom metric's query next's where
+// both read it.
+func (h healthSet) with(next healthSet) healthSet {
+	metrics := slices.Clone(next.metrics)
+	queries := maps.Clone(next.queries)
+	for _, m := range h.metrics {
+		if slices.Contains(metrics, m) {
+			continue
+		}
+		metrics = append(metrics, m)
+		if name, ok := strings.CutPrefix(m, rules.CustomMetricPrefix); ok {
+			if q, ok := h.queries[name]; ok {
+				queries[name] = q
+			}
+		}
+	}
+	sort.Strings(metrics)
+	return healthSet{metrics: metrics, queries: queries}
+}
+
+func (h healthSet) equal(o healthSet) bool {
+	return slices.Equal(h.metrics, o.metrics) && maps.Equal(h.queries, o.queries)
+}
+
+// configureHealth starts, reconfigures or stops the health sampler to read set, and hands it to
+// the engine. No sampler runs, and no connection is open, while no budget uses a sampled
+// metric. r.mu must be held; the sampler replaced, if any, is returned for the caller to close
+// once r.mu is released.
+func (r *Runtime) configureHealth(set healthSet, interval time.Duration) (replaced *health.Sampler) {
+	metrics := set.metrics
 	h := r.health
 	if h != nil && h.s != nil {
 		if len(metrics) > 0 && r.healthConnect != nil && !r.closed && h.interval == interval {
-			h.s.SetMetrics(metrics, cfg.HealthQueries)
+			h.s.SetMetrics(metrics, set.queries)
 			h.s.SetElection(r.election())
 			h.s.Start()
 			return nil
@@ -67,7 +114,7 @@ func (r *Runtime) configureHealth(cfg *rules.Config, interval time.Duration) (re
 		Connect:  r.healthConnect,
 		Interval: interval,
 		Metrics:  metrics,
-		Queries:  cfg.HealthQueries,
+		Queries:  set.queries,
 		Logger:   r.log,
 		Now:      r.now,
 		Election: r.election(),

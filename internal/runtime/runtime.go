@@ -65,6 +65,7 @@ type Runtime struct {
 	co        coordination   // shared budgets (coord.go)
 	vote      healthElection // the health sampler's election (election.go)
 	health    *sampling      // the health sampler; nil until a budget uses a sampled metric (health.go)
+	sampled   healthSet      // the metrics the rules in force throttle on, with their queries
 	clock     clockReading   // the server clock reader (serverclock.go)
 }
 
@@ -118,7 +119,7 @@ type stopped struct {
 	superseded bool                // a later SetConfig was installed first: nothing done
 	co         coordination        // a coordinator replaced or removed
 	election   *coord.Election     // a health sampler election replaced or removed
-	sampler    *health.Sampler     // a sampler replaced or no longer needed
+	samplers   [2]*health.Sampler  // samplers replaced or no longer needed (nil: none)
 	reader     *serverclock.Reader // a server clock reader replaced or no longer needed
 }
 
@@ -126,8 +127,10 @@ type stopped struct {
 // election's client, then the coordinator.
 func (s stopped) run(r *Runtime) error {
 	var err error
-	if s.sampler != nil {
-		err = s.sampler.Close()
+	for _, sm := range s.samplers {
+		if sm != nil {
+			err = errors.Join(err, sm.Close())
+		}
 	}
 	if s.reader != nil {
 		err = errors.Join(err, s.reader.Close())
@@ -154,11 +157,21 @@ func (r *Runtime) install(cfg *rules.Config, compiled *engine.Rules) (installed 
 	if stop.co, err = r.coordinate(cfg, compiled); err != nil {
 		return false, stop, err
 	}
+	stop.election = r.elect(cfg) // the sampler takes the new one from its next round
+	// The sampler is given the new rules' metrics before the rules are in force, and keeps the
+	// replaced rules' until then: a statement decided by either finds each metric its budgets
+	// throttle on configured (one not read yet neither throttles nor counts as stale), never
+	// one the sampler was not told to read (stale, so refused by an enforce budget).
+	interval, next := compiled.HealthInterval(), sampledBy(cfg)
+	during := r.sampled.with(next)
+	stop.samplers[0] = r.configureHealth(during, interval)
 	r.e.Install(compiled)
 	r.installed = compiled.Gen()
-	stop.election = r.elect(cfg) // the sampler takes the new one from its next round
-	stop.sampler = r.configureHealth(cfg, compiled.HealthInterval())
-	stop.reader = r.configureServerClock(cfg, compiled.HealthInterval())
+	if !during.equal(next) {
+		stop.samplers[1] = r.configureHealth(next, interval) // the replaced rules' metrics go
+	}
+	r.sampled = next
+	stop.reader = r.configureServerClock(cfg, interval)
 	return true, stop, nil
 }
 
@@ -189,7 +202,7 @@ func (r *Runtime) shut() (w *watcher, stop stopped, ok bool) {
 	r.closed = true
 	w, stop.co, stop.election = r.watcher, r.co, r.vote.el
 	if r.health != nil {
-		stop.sampler = r.health.s // its counts stay readable: Close keeps them
+		stop.samplers[0] = r.health.s // its counts stay readable: Close keeps them
 	}
 	stop.reader = r.clock.rd // its counts stay readable too
 	r.watcher, r.co, r.vote = nil, coordination{}, healthElection{}
