@@ -34,10 +34,17 @@ var arrivals atomic.Uint64
 // [Join] to [Leave]. The zero value is ready for Join; a Waiter is used by one goroutine and
 // may be reused once it left.
 type Waiter struct {
-	seq       uint64        // its place in arrival order; 0 while in no queue
+	seq uint64 // its place in arrival order; 0 while in no queue
+	// arrival is its place in arrival order from its first Join until Forget, kept across
+	// Leave: a statement decided again (the rules were replaced while it waited) joins its new
+	// queues in the place it had, not behind those that came after it.
+	arrival   uint64
 	wake      chan struct{} // buffered(1): try again
 	connected bool          // its statement holds a connection: its requests are not Pending
 }
+
+// Forget readies w for a new admission: its next Join takes a place at the back.
+func (w *Waiter) Forget() { w.arrival = 0 }
 
 // Waiting reports whether w is in a queue (between Join and Leave).
 func (w *Waiter) Waiting() bool { return w.seq != 0 }
@@ -65,8 +72,9 @@ type queue struct {
 	why Denial
 }
 
-// Join puts w at the back of the queue of each request's budget and key whose Spec lets
-// statements wait (MaxQueue > 0), all or nothing, and marks those requests as w's. why is the denial
+// Join puts w in the queue of each request's budget and key whose Spec lets statements wait
+// (MaxQueue > 0), all or nothing, and marks those requests as w's: at the back, or, when w
+// waited before and was not told to Forget, in its place of arrival. why is the denial
 // that made w wait: what a request arriving behind w is told while w is first. It returns -1
 // when w joined, or the index of a request whose queue is full (then w joined none).
 func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
@@ -80,7 +88,10 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		}
 	}
 	w.Wake() // made before it can be signalled
-	w.seq = arrivals.Add(1)
+	if w.arrival == 0 {
+		w.arrival = arrivals.Add(1)
+	}
+	w.seq = w.arrival
 	w.connected = len(reqs) > 0 && !reqs[0].Pending // a claim's requests are pending alike
 	for i := range reqs {
 		r := &reqs[i]
@@ -101,7 +112,11 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 			q.why.Index = 0
 			b.queues[r.Key] = q
 		}
-		q.ws = append(q.ws, w)
+		j := len(q.ws) // in arrival order: at the back, unless w arrived before some
+		for j > 0 && q.ws[j-1].seq > w.seq {
+			j--
+		}
+		q.ws = slices.Insert(q.ws, j, w)
 		b.waiters++
 	}
 	return -1

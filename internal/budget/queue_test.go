@@ -143,3 +143,32 @@ func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {
 	}
 	Leave(&w2, r2)
 }
+
+// TestRejoinKeepsArrival: a waiter that leaves its queue and joins again without Forget (its
+// statement decided again, the rules replaced while it waited) is back in its place of
+// arrival, ahead of those that came after it; after Forget it joins at the back.
+func TestRejoinKeepsArrival(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 8})
+	why := &Denial{Reason: "concurrency"}
+	reqs := func() []Request { return []Request{{Budget: b}} }
+	var first, second Waiter
+	r1, r2 := reqs(), reqs()
+	if Join(&first, r1, why) >= 0 || Join(&second, r2, why) >= 0 {
+		t.Fatal("a join was refused")
+	}
+	Leave(&first, r1)
+	r1 = reqs()
+	if Join(&first, r1, why) >= 0 {
+		t.Fatal("the rejoin was refused")
+	}
+	if ws := b.queues[""].waiters(); len(ws) != 2 || ws[0] != &first {
+		t.Fatalf("after a rejoin the first waiter is not first again: %v", ws)
+	}
+	Leave(&first, r1)
+	first.Forget()
+	r1 = reqs()
+	Join(&first, r1, why)
+	if ws := b.queues[""].waiters(); len(ws) != 2 || ws[0] != &second {
+		t.Fatalf("after Forget a join did not go to the back: %v", ws)
+	}
+}

@@ -113,6 +113,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
+	b.waiter.Forget() // a new batch: at the back of any queue it joins
 	err := e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	for err == errRulesChanged {
 		// The rules were replaced while the batch waited for room: routed and decided again

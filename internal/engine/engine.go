@@ -454,6 +454,7 @@ func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, quer
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	c *call) error {
 	x.start = e.now()
+	x.s.waiter.Forget() // a new statement: at the back of any queue it joins
 	rt := e.routeStatement(ctx, st, x, text, debug, c.query)
 	slow, err := e.decide(ctx, st, x, rt, c)
 	for err == errRulesChanged {

@@ -32,7 +32,8 @@ import (
 // (0 if none), with exceeded equal to enforce and stale true. Otherwise
 // ("", 0, false, false).
 func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFlight float64, enforce bool) (metric string, value float64, exceeded bool, stale bool) {
-	readings := s.snap.Load().readings
+	snap := s.snap.Load()
+	readings := snap.readings
 	limit := StaleIntervals * s.interval
 	var over, old string
 	var overValue, oldValue float64
@@ -40,6 +41,12 @@ func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFligh
 		v := inFlight
 		if m != vocab.MetricInFlight {
 			r, ok := readings[m]
+			if at, dropped := snap.dropped[m]; !ok && dropped && now.Sub(at) <= limit {
+				// Dropped from the metric set by a reload less than StaleIntervals ago: this
+				// statement was decided by the rules it replaced, which the rules in force do
+				// not hold it to.
+				continue
+			}
 			if ok && !r.good && r.err == "" && now.Sub(r.since) <= limit {
 				// Not read yet, and configured less than StaleIntervals ago: like a sample
 				// not yet old, it neither throttles nor counts as stale (a connector that

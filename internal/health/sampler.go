@@ -147,15 +147,27 @@ type config struct {
 // snapshot is an immutable set of readings, one per configured metric.
 type snapshot struct {
 	readings map[string]reading
+	// dropped holds the metrics the last SetMetrics no longer reads, and when: a statement
+	// decided by the rules a reload just replaced may still throttle on one (see Evaluate).
+	dropped map[string]time.Time
 	// replaced is closed when the next snapshot replaces this one (see Published).
 	replaced chan struct{}
 }
 
-// store publishes readings as the new snapshot and closes the old one's replaced channel, so
-// that a statement waiting for health tries again the moment a sample arrives. The caller
-// holds s.mu (or owns s alone).
+// store publishes readings as the new snapshot, with the dropped metrics of the last, and closes
+// the old one's replaced channel, so that a statement waiting for health tries again the moment
+// a sample arrives. The caller holds s.mu (or owns s alone).
 func (s *Sampler) store(readings map[string]reading) {
-	old := s.snap.Swap(&snapshot{readings: readings, replaced: make(chan struct{})})
+	var dropped map[string]time.Time
+	if old := s.snap.Load(); old != nil {
+		dropped = old.dropped
+	}
+	s.storeDropped(readings, dropped)
+}
+
+// storeDropped is store with the dropped metrics given.
+func (s *Sampler) storeDropped(readings map[string]reading, dropped map[string]time.Time) {
+	old := s.snap.Swap(&snapshot{readings: readings, dropped: dropped, replaced: make(chan struct{})})
 	if old != nil {
 		close(old.replaced)
 	}
@@ -323,7 +335,19 @@ func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 	for m, why := range bad {
 		next[m] = reading{err: why, staleLogged: new(atomic.Bool)}
 	}
-	s.store(next)
+	now := s.now()
+	dropped := map[string]time.Time{}
+	for m := range old {
+		if _, ok := next[m]; !ok {
+			dropped[m] = now
+		}
+	}
+	for m, at := range s.snap.Load().dropped { // dropped by an earlier SetMetrics, and still
+		if _, ok := next[m]; !ok && now.Sub(at) <= StaleIntervals*s.interval {
+			dropped[m] = at
+		}
+	}
+	s.storeDropped(next, dropped)
 }
 
 // SetElection makes el the election of the rounds to come (nil: sample alone). A lease held
