@@ -22,8 +22,7 @@ func TestDeployReloadKeepsArrivalOrder(t *testing.T) {
 
 func reloadArrivalOrder(t *testing.T, reloads int) {
 	before := "budgets:\n  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 20s, max_queue: 8}\nrules:\n  - {budget: q, match: {app: o}}\n"
-	after := before + "  - {budget: other, match: {app: unrelated}}\n"
-	after = "budgets:\n  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 20s, max_queue: 8}\n  - {name: other, mode: enforce, max_concurrent: 5}\nrules:\n  - {budget: q, match: {app: o}}\n  - {budget: other, match: {app: unrelated}}\n"
+	after := "budgets:\n  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 20s, max_queue: 8}\n  - {name: other, mode: enforce, max_concurrent: 5}\nrules:\n  - {budget: q, match: {app: o}}\n  - {budget: other, match: {app: unrelated}}\n"
 	c, db := openRules(t, before)
 	db.SetMaxOpenConns(10)
 	ctx := tagging.With(context.Background(), "app", "o")

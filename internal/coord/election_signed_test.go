@@ -7,36 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pgtraffic/pgtraffic/internal/health"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
-
-// timeHook plays a Redis (or a man in the middle) that lies about TIME in the election
-// script's reply: its "now" is set just after the sample's own date.
-type timeHook struct{}
-
-func (timeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (timeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (timeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		c, ok := cmd.(*redis.Cmd)
-		if !ok || err != nil {
-			return err
-		}
-		v, ok := c.Val().([]any)
-		if ok && len(v) == 5 && v[1] == "follow" {
-			at, _ := strconv.ParseInt(v[2].(string), 10, 64)
-			v[0] = at + 1000 // 1ms after the lead's round
-			c.SetVal(v)
-		}
-		return err
-	}
-}
 
 // TestElectionSignedCrossDatabaseReplay: two databases of one cluster share the key; a sample of
 // one copied into the other's key is not read.
