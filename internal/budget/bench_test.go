@@ -124,7 +124,7 @@ func BenchmarkDenied(b *testing.B) {
 func BenchmarkTakeUsage(b *testing.B) {
 	bud := New(Spec{Rate: 1000, Burst: 1000, MaxConcurrent: 2, MaxKeys: 200_000})
 	t0 := time.Unix(1e9, 0)
-	bud.SetShared(t0, func() {}, time.Second)
+	bud.SetShared(t0, nil, func() {}, time.Second)
 	keys := benchKeys(100_000)
 	for _, k := range keys {
 		bud.SetLease(t0, k, Lease{Rate: 1, Burst: 1, Slots: 2})

@@ -53,6 +53,7 @@ type Usage struct {
 
 // link is a shared budget's tie to its coordinator.
 type link struct {
+	owner any           // the registration that made the budget shared (SetShared)
 	kick  func()        // asks the coordinator for an early sync; nil in a local budget
 	retry time.Duration // RetryAfter of a key without credit: when its lease may arrive
 }
@@ -68,16 +69,21 @@ type part struct {
 	starved bool    // a statement was refused for want of credit or a slot
 }
 
-// SetShared makes b shared at now: from then on each key's limits are its lease, starting
-// with none (no credit, no slot) until the coordinator sets one, and b calls kick when it
-// refuses a statement for want of its lease. retry is the RetryAfter of a key without credit.
-// A nil kick makes b local again: the Spec's limits apply to every key. Debt and in-flight
-// counts are kept either way.
-func (b *Budget) SetShared(now time.Time, kick func(), retry time.Duration) {
+// SetShared makes b shared at now by owner, the coordinator's registration of it: from then
+// on each key's limits are its lease, starting with none (no credit, no slot) until the
+// coordinator sets one, and b calls kick when it refuses a statement for want of its lease.
+// retry is the RetryAfter of a key without credit. A nil kick makes b local again (the Spec's
+// limits apply to every key), but only from the owner that shared it last: after a reload that
+// replaced the coordinator, the old one's registration, ended after the new one's began,
+// leaves b shared by the new. Debt and in-flight counts are kept either way.
+func (b *Budget) SetShared(now time.Time, owner any, kick func(), retry time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := &b.keys
-	b.link.kick, b.link.retry = kick, retry
+	if kick == nil && k.shared && b.link.owner != owner {
+		return // shared by a later registration
+	}
+	b.link = link{owner: owner, kick: kick, retry: retry}
 	if (kick != nil) == k.shared {
 		return
 	}

@@ -11,7 +11,7 @@ import (
 func newShared(spec Spec) (*Budget, *int) {
 	b := New(spec)
 	kicks := new(int)
-	b.SetShared(t0, func() { *kicks++ }, 50*time.Millisecond)
+	b.SetShared(t0, nil, func() { *kicks++ }, 50*time.Millisecond)
 	return b, kicks
 }
 
@@ -177,10 +177,34 @@ func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {
 	b, _ := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 1})
 	b.SetLease(at(0), "", Lease{Rate: 0.5, Burst: 0.5, Slots: 1})
 	charge(t, at(0), b, "", 0.5)
-	b.SetShared(at(0), nil, 0)
+	b.SetShared(at(0), nil, nil, 0)
 	admit1(t, at(0), b, "", 0.5) // the spec's burst of 1 again
 	if u := b.TakeUsage(at(0), nil); len(u) != 0 {
 		t.Errorf("a local budget reports usage %+v", u)
 	}
 	mustInvariants(t, b)
+}
+
+// TestSetSharedOwner: a budget shared by a second registration (a coordinator that replaced
+// the first at a reload) stays shared when the first one ends, and goes local when its owner
+// ends.
+func TestSetSharedOwner(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 4})
+	first, second := new(int), new(int)
+	b.SetShared(t0, first, func() {}, time.Second)
+	b.SetShared(t0, second, func() {}, time.Second)
+	b.SetShared(t0, first, nil, 0) // the replaced coordinator closes
+	b.mu.Lock()
+	shared := b.keys.shared
+	b.mu.Unlock()
+	if !shared {
+		t.Fatal("the replaced registration's end made the budget local under its new owner")
+	}
+	b.SetShared(t0, second, nil, 0)
+	b.mu.Lock()
+	shared = b.keys.shared
+	b.mu.Unlock()
+	if shared {
+		t.Fatal("the owner's end left the budget shared")
+	}
 }

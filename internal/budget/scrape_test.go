@@ -77,7 +77,7 @@ func TestScrapeSumsDrainedDebt(t *testing.T) {
 func TestKickOutsideTheLock(t *testing.T) {
 	b := New(Spec{Rate: 1, Burst: 1, MaxConcurrent: 2})
 	kicks := 0
-	b.SetShared(t0, func() {
+	b.SetShared(t0, nil, func() {
 		kicks++
 		if !b.mu.TryLock() {
 			t.Error("kicked with the budget locked")
@@ -153,7 +153,7 @@ func TestSetSpecUnchangedWalksNoKeys(t *testing.T) {
 func TestTakeUsageLetsStatementsIn(t *testing.T) {
 	const n = 100_000
 	b := New(Spec{MaxConcurrent: 4, MaxKeys: 2 * n})
-	b.SetShared(t0, func() {}, time.Millisecond)
+	b.SetShared(t0, nil, func() {}, time.Millisecond)
 	keys := benchKeys(n)
 	for _, k := range keys {
 		b.SetLease(t0, k, Lease{Slots: 1})

@@ -196,7 +196,7 @@ func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 		e.core.keepUnkeyed(now)
 		// Shared before the loop can see it: a lease handed to a budget not yet shared is
 		// dropped, and the loop hands over only the leases that changed.
-		local.SetShared(now, h.Kick, c.FirstLeaseIn())
+		local.SetShared(now, e, h.Kick, c.FirstLeaseIn())
 	}
 	c.mu.Lock()
 	if old := c.budgets[spec.Name]; old != nil {
@@ -244,8 +244,8 @@ func (h *Handle) Close() {
 		h.e.stopLoop()
 	}
 	h.c.mu.Unlock()
-	if l := h.e.local; l != nil && (cur == nil || cur == h.e || cur.local != l) {
-		l.SetShared(h.c.now(), nil, 0)
+	if l := h.e.local; l != nil {
+		l.SetShared(h.c.now(), h.e, nil, 0) // unless a later registration shares it
 	}
 }
 
@@ -329,7 +329,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 			}
 		}
 		if e.local != nil {
-			e.local.SetShared(c.now(), nil, 0)
+			e.local.SetShared(c.now(), e, nil, 0) // unless a later registration shares it
 		}
 	}
 	if c.owned != nil {

@@ -63,11 +63,12 @@ type Local interface {
 	// lease lost). A zero lease for a partition means the coordinator dropped it: the budget
 	// may forget the partition once it is idle.
 	SetLease(now time.Time, key string, lease budget.Lease)
-	// SetShared makes the partitions' limits their leases from now on, starting with none:
-	// the budget calls kick when it refuses or delays a statement for want of its lease, and
-	// tells such a statement to retry after retry. A nil kick makes the budget's own limits
-	// apply again.
-	SetShared(now time.Time, kick func(), retry time.Duration)
+	// SetShared makes the partitions' limits their leases from now on, starting with none,
+	// for owner, the registration that shares the budget: the budget calls kick when it
+	// refuses or delays a statement for want of its lease, and tells such a statement to
+	// retry after retry. A nil kick makes the budget's own limits apply again, unless another
+	// owner shared it since (a coordinator that replaced this one at a reload).
+	SetShared(now time.Time, owner any, kick func(), retry time.Duration)
 }
 
 // *budget.Budget is the Local that the engine registers.

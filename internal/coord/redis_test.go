@@ -76,7 +76,7 @@ func (f *fakeLocal) SetLease(_ time.Time, key string, l budget.Lease) {
 	}
 }
 
-func (f *fakeLocal) SetShared(_ time.Time, kick func(), _ time.Duration) {
+func (f *fakeLocal) SetShared(_ time.Time, _ any, kick func(), _ time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.shared = kick != nil

@@ -72,7 +72,7 @@ func (b *simBudget) TakeUsage(_ time.Time, dst []budget.Usage) []budget.Usage {
 	return append(dst, u)
 }
 
-func (b *simBudget) SetShared(_ time.Time, kick func(), _ time.Duration) {
+func (b *simBudget) SetShared(_ time.Time, _ any, kick func(), _ time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.kick = kick

@@ -574,7 +574,7 @@ func BenchmarkDecisionPath(b *testing.B) {
 		e := benchEngine(b, rulesN(10))
 		hot := e.state.Load().budgets[0].b
 		now := e.now()
-		hot.SetShared(now, func() {}, time.Second)
+		hot.SetShared(now, nil, func() {}, time.Second)
 		hot.SetLease(now, "", budget.Lease{Rate: 1, Burst: 1_000_000, Slots: 1_000_000})
 		ctx := tagging.With(context.Background(), "app", "bench", "tenant", "zz")
 		q := "select * from orders where id = $1"
