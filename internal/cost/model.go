@@ -325,7 +325,13 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
 	if !p.refused.IsZero() {
 		// The first execution since budgets refused the pattern as too costly (a probe): the
 		// history that predicted too much is what is in doubt, so this sample starts it anew.
-		*p = pattern{planCost: p.planCost, planExpires: p.planExpires, queryID: p.queryID, text: p.text}
+		// So does the cached plan cost unless the probe brings its own (planCost): it was the
+		// refused statements', which may not be the next statement's either.
+		next := pattern{queryID: p.queryID, text: p.text}
+		if planned {
+			next.planCost, next.planExpires = p.planCost, p.planExpires
+		}
+		*p = next
 	}
 	if p.text == "" {
 		p.text = text

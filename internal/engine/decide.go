@@ -372,7 +372,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
 	x.server, x.identified = pred.Server, pred.Identified
-	x.Predicted, x.PlanCost = pred.Seconds, planCost
+	x.Predicted, x.PlanCost, x.explained = pred.Seconds, planCost, true
 	return sent, false
 }
 

@@ -246,6 +246,8 @@ type work struct {
 	// probe: budgets refused the statement's prediction for good, and it runs instead as its
 	// pattern's probe, at an unknown cost and bounded by the smallest such limit (admission.go).
 	probe bool
+	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
+	explained bool
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -276,6 +278,7 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
+	x.explained = false
 	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
@@ -287,7 +290,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 // the old rules' (it holds nothing).
 func (x *Exec) undecide() {
 	x.Budgets, x.Predicted, x.PlanCost, x.Costed = nil, 0, 0, false
-	x.warm, x.untrained, x.server, x.identified, x.probe = false, false, false, false, false
+	x.warm, x.untrained, x.server, x.identified, x.probe, x.explained = false, false, false, false, false, false
 }
 
 // Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
@@ -659,7 +662,13 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that
 	// prediction stands).
 	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
-		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.PlanCost, actual)
+		planCost := x.PlanCost
+		if x.probe && !x.explained {
+			// The cached plan cost is the refused statements', perhaps of other arguments: a
+			// probe's time over it would teach a k that prices them as cheap as the probe.
+			planCost = 0
+		}
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, planCost, actual)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)

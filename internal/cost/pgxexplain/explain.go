@@ -60,11 +60,13 @@ const (
 // Safety of the caller's session:
 //   - Nothing is sent when ctx is already done, the connection is closed or busy (cost.ErrNotSent).
 //   - Outside a transaction the EXPLAIN runs in its own implicit transaction.
-//   - In a transaction it is wrapped in SAVEPOINT pgtraffic_explain ... RELEASE, pipelined in one
-//     round trip; if the EXPLAIN fails, ROLLBACK TO and RELEASE follow, so the error cannot abort
-//     the caller's transaction, and locks the EXPLAIN took are released. On success the locks
-//     EXPLAIN took (those the statement itself is about to take) are held until the transaction
-//     ends, and a REPEATABLE READ transaction whose first statement this is takes its snapshot now.
+//   - In a transaction it is wrapped in SAVEPOINT pgtraffic_explain ... ROLLBACK TO ... RELEASE,
+//     pipelined in one round trip, so that the locks the EXPLAIN took are released: a statement
+//     refused after its EXPLAIN leaves its transaction holding nothing it did not hold before.
+//     If the EXPLAIN fails, the server skips the rest, and ROLLBACK TO and RELEASE follow, so the
+//     error cannot abort the caller's transaction. What a savepoint cannot undo stays: a
+//     REPEATABLE READ or SERIALIZABLE transaction whose first statement this is takes its
+//     snapshot now.
 //   - In an aborted transaction nothing is sent (ErrTxAborted).
 //   - Prepared statements, pgx's statement cache and session settings are untouched: the
 //     EXPLAIN uses the unnamed statement, which the caller's next statement replaces.
@@ -118,13 +120,14 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.P
 	return explainInTx(ctx, pc, sql, &eqb)
 }
 
-// explainInTx pipelines SAVEPOINT, EXPLAIN and RELEASE with a single Sync: one round trip when
-// the EXPLAIN succeeds. When it fails the server skips the RELEASE and the transaction is aborted
-// until the ROLLBACK TO that follows.
+// explainInTx pipelines SAVEPOINT, EXPLAIN, ROLLBACK TO and RELEASE with a single Sync: one round
+// trip when the EXPLAIN succeeds. When it fails the server skips the rest and the transaction is
+// aborted until the ROLLBACK TO that follows.
 func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.ExtendedQueryBuilder) (cost.Plan, error) {
 	batch := &pgconn.Batch{}
 	batch.ExecParams("SAVEPOINT "+savepointName, nil, nil, nil, nil)
 	batch.ExecParams(sql, eqb.ParamValues, nil, eqb.ParamFormats, nil)
+	batch.ExecParams("ROLLBACK TO SAVEPOINT "+savepointName, nil, nil, nil, nil)
 	batch.ExecParams("RELEASE SAVEPOINT "+savepointName, nil, nil, nil, nil)
 	results, batchErr := pc.ExecBatch(ctx, batch).ReadAll()
 
@@ -143,7 +146,7 @@ func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.Ex
 	if batchErr != nil {
 		return cost.Plan{}, sentError(batchErr)
 	}
-	if len(results) != 3 {
+	if len(results) != 4 {
 		return cost.Plan{}, errMalformedPlan
 	}
 	return resultCost(results[1])
