@@ -83,7 +83,9 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	defer unlockAll(locked)
 	for i := range reqs {
 		b := reqs[i].Budget
-		if bound := b.keys.spec.MaxQueue; bound > 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
+		// A waiter joining again in its place of arrival held a place already: the bound is
+		// for newcomers, which may have filled the queue while it was decided again.
+		if bound := b.keys.spec.MaxQueue; bound > 0 && w.arrival == 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
 			return i
 		}
 	}

@@ -39,7 +39,10 @@ type Batch struct {
 
 // batchWork is a Batch's private part: the batch's clock and its admission.
 type batchWork struct {
-	e     *Engine
+	e *Engine
+	// again: Acquired answered ErrDecideAgain, and the next BeginBatch decides the batch again,
+	// in its place of arrival in the queues.
+	again bool
 	start time.Time // when the batch was admitted; zero when nothing read the clock
 	// holds are the batch's requests, one per budget and per-tag value of the union: the
 	// enforce budgets' (admitted together) and then the warn budgets' that had room. owners[i]
@@ -113,7 +116,10 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	b.waiter.Forget() // a new batch: at the back of any queue it joins
+	if !b.again {
+		b.waiter.Forget() // a new batch: at the back of any queue it joins
+	}
+	b.again = false
 	err := e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	for err == errRulesChanged {
 		// The rules were replaced while the batch waited for room: routed and decided again
@@ -472,6 +478,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	b.warns = c.warns
 	if err == errRulesChanged {
 		err = ErrDecideAgain // the front end has what routing it afresh needs: its texts and tags
+		b.again = true       // and the batch keeps its place of arrival
 	}
 	if err != nil {
 		for i := n; i < b.held; i++ {

@@ -248,6 +248,9 @@ type work struct {
 	probe bool
 	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
 	explained bool
+	// again: Acquired answered ErrDecideAgain, and the next Begin decides the statement again,
+	// in its place of arrival in the queues (kept across reset).
+	again bool
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -457,7 +460,10 @@ func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, quer
 func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
 	c *call) error {
 	x.start = e.now()
-	x.s.waiter.Forget() // a new statement: at the back of any queue it joins
+	if !x.again {
+		x.s.waiter.Forget() // a new statement: at the back of any queue it joins
+	}
+	x.again = false
 	rt := e.routeStatement(ctx, st, x, text, debug, c.query)
 	slow, err := e.decide(ctx, st, x, rt, c)
 	for err == errRulesChanged {
@@ -576,6 +582,7 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	waited, err := e.admit(ctx, st, c, x.start)
 	if err == errRulesChanged {
 		err = ErrDecideAgain // the front end has what routing it afresh needs: its text and tags
+		x.again = true       // and the statement keeps its place of arrival
 	}
 	if err != nil {
 		for i := range x.holds[n:] {
