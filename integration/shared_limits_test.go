@@ -20,10 +20,13 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// activeOf counts the server's backends running a statement whose text contains marker.
+// activeOf counts the server's backends inside the pg_sleep of a statement whose text contains
+// marker. Not state = 'active': a backend reports itself idle only after it has sent its
+// result, so on a loaded machine it can still read 'active' while the statement admitted on the
+// slot it freed already runs.
 func activeOf(t *testing.T, admin *sql.DB, marker string) int {
 	var n int
-	if err := admin.QueryRow(`select count(*) from pg_stat_activity where state = 'active' and query like '%' || $1 || '%' and query not like '%pg_stat_activity%'`, marker).Scan(&n); err != nil {
+	if err := admin.QueryRow(`select count(*) from pg_stat_activity where wait_event = 'PgSleep' and query like '%' || $1 || '%' and query not like '%pg_stat_activity%'`, marker).Scan(&n); err != nil {
 		t.Error(err)
 	}
 	return n

@@ -14,9 +14,9 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
-// reviewFleetMost runs 6 workers per db for d after settle, sampling pg_stat_activity, and
+// fleetMost runs 6 workers per db for d after settle, sampling pg_stat_activity, and
 // returns the most statements with marker running at once.
-func reviewFleetMost(t *testing.T, admin *sql.DB, dbs []*sql.DB, marker string, settle, d time.Duration) (most int, ran, refused int64) {
+func fleetMost(t *testing.T, admin *sql.DB, dbs []*sql.DB, marker string, settle, d time.Duration) (most int, ran, refused int64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var r, f atomic.Int64
@@ -77,7 +77,7 @@ rules:
 			t.Fatalf("instance %d: %+v", i, sharedStatus(t, c, "slots"))
 		}
 	}
-	before, _, _ := reviewFleetMost(t, admin, dbs, "reviewbefore", time.Second, 1500*time.Millisecond)
+	before, _, _ := fleetMost(t, admin, dbs, "reviewbefore", time.Second, 1500*time.Millisecond)
 	cfg, err := driver.ParseConfig([]byte(rules("150ms")))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ rules:
 			t.Fatal(err)
 		}
 	}
-	after, ran, refused := reviewFleetMost(t, admin, dbs, "reviewafter", time.Second, 2*time.Second)
+	after, ran, refused := fleetMost(t, admin, dbs, "reviewafter", time.Second, 2*time.Second)
 	t.Logf("before the reload at most %d at once; after it at most %d (%d ran, %d refused); status A %+v B %+v",
 		before, after, ran, refused, sharedStatus(t, cs[0], "slots"), sharedStatus(t, cs[1], "slots"))
 	if before > 2 {

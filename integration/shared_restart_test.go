@@ -44,7 +44,7 @@ func TestSharedRestartEmptyStaysWithinLimit(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	most, ran, refused := reviewFleetMost(t, admin, dbs, "reviewrestart", 500*time.Millisecond, 3*time.Second)
+	most, ran, refused := fleetMost(t, admin, dbs, "reviewrestart", 500*time.Millisecond, 3*time.Second)
 	t.Logf("at most %d at once, %d ran, %d refused; A %+v", most, ran, refused, sharedStatus(t, cs[0], "slots"))
 	if most > 4 {
 		t.Errorf("around a Redis restart the fleet ran %d at once, limit 4", most)
