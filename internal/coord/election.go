@@ -97,8 +97,8 @@ type ElectionOptions struct {
 	// Secret reads, on the database, a value that every instance of it can read and that Redis
 	// does not hold (the driver reads the cluster's system identifier): the samples are signed
 	// with a key derived from it. Required. It is called in the background from the first
-	// call of the election, until it succeeds or the election is closed; until then every
-	// call fails with an error wrapping [health.ErrNotReady], and each instance samples for
+	// call of the election, until it succeeds or the election is closed; until then Elect and
+	// Publish fail with an error wrapping [health.ErrNotReady], and each instance samples for
 	// itself.
 	Secret func(ctx context.Context) (string, error)
 }
@@ -110,8 +110,11 @@ type ElectionOptions struct {
 var ErrUnsigned = errors.New("coord: the published sample is not signed with this database's key")
 
 // secretRetry bounds the wait between two failed readings of the secret (doubling from a
-// second).
-const secretRetry = time.Minute
+// second); secretTimeout bounds one reading (a connect and a query).
+const (
+	secretRetry   = time.Minute
+	secretTimeout = 10 * time.Second
+)
 
 var _ health.Election = (*Election)(nil)
 
@@ -283,7 +286,7 @@ func (e *Election) keyFor(ctx context.Context) ([]byte, error) {
 // each failure (secretRetry), and derives the key from it.
 func (e *Election) readKey() {
 	for n, wait := 0, time.Second; ; n, wait = n+1, min(2*wait, secretRetry) {
-		ctx, cancel := context.WithTimeout(e.life, 10*time.Second)
+		ctx, cancel := context.WithTimeout(e.life, secretTimeout)
 		secret, err := e.secret(ctx)
 		cancel()
 		if err == nil {

@@ -37,9 +37,9 @@ const (
 
 	// minGlobalPlan is the smallest planner cost whose executions teach the global k. A smaller
 	// plan's time is mostly the statement's fixed cost (a round trip, parsing, the client), not
-	// its plan: a cost-0.01 "select 1" taking 150 µs would teach 0.015 s per unit, four
-	// thousand times the default, and predict a new pattern of cost 125 (a millisecond) at
-	// almost two seconds. From a thousand units the plan's own time dominates.
+	// its plan: trivial statements would teach a k thousands of times the default and price a
+	// new pattern of a modest plan as seconds long (integration/PERFORMANCE.md). From a thousand
+	// units the plan's own time dominates.
 	minGlobalPlan = 1000
 
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
