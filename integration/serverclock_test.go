@@ -29,7 +29,8 @@ import (
 // taken before the server's clock is read), on loopback and
 // through a proxy of the test's own that adds a 1 ms round trip. With pg_stat_statements, the
 // learned cost of the lookup must be the server's mean execution time (within 0.5–2×), and the
-// server must spend 0.7–1.3 × server_share × server_cores. Without it, nothing fails: costs stay
+// server must spend 0.7–1.3 × what the budget allows over the window: server_share ×
+// server_cores, plus the debt its bucket took on between the window's ends. Without it, nothing fails: costs stay
 // on the client's clock (less the network's round trip), the failed reads are counted, and the
 // figures are logged for integration/PERFORMANCE.md.
 func TestServerSeconds(t *testing.T) {
@@ -50,7 +51,7 @@ func TestServerSeconds(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := runServerSeconds(t, srv, stats, path.oneWay, withPSS)
 				t.Logf("%s: learned mean cost %.0f µs (%s clock; client mean less floor %.0f µs, floor %v); server mean %.0f µs (learned ÷ server %.2f); "+
-					"server seconds spent ÷ (share × cores) %.2f (demand above the budget: %v); %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
+					"server seconds spent ÷ what the budget allowed (share × cores, and its debt's change) %.2f (demand above the budget: %v); %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
 					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare, r.saturated,
 					r.calls, r.refused, r.reads, r.readMean*1e6, r.failures)
 				if r.serverMean <= 0 || r.calls == 0 {
@@ -73,15 +74,25 @@ func TestServerSeconds(t *testing.T) {
 				// budget's share, and then the server spends what it is asked for.
 				switch {
 				case r.spentShare > 1.3:
-					t.Errorf("the server spent %.2f × share × cores, want at most 1.3×", r.spentShare)
+					t.Errorf("the server spent %.2f × what the budget allowed, want at most 1.3×", r.spentShare)
 				case r.spentShare < 0.7 && r.saturated:
-					t.Errorf("the server spent %.2f × share × cores under demand above the budget, want 0.7–1.3×", r.spentShare)
+					t.Errorf("the server spent %.2f × what the budget allowed under demand above the budget, want 0.7–1.3×", r.spentShare)
 				case r.spentShare < 0.7:
 					t.Logf("the demand stayed below the budget (its bucket mostly empty, nobody waiting): spent %.2f × share is what was asked", r.spentShare)
 				}
 			})
 		}
 	}
+}
+
+// lookupsDebt is the debt of the lookups budget in snap, execution seconds.
+func lookupsDebt(snap driver.Snapshot) float64 {
+	for _, b := range snap.Budgets {
+		if b.Name == "lookups" {
+			return b.Debt
+		}
+	}
+	return 0
 }
 
 type serverSecondsRun struct {
@@ -198,6 +209,7 @@ rules:
 	}
 	calls0, exec0 := counters()
 	refused0 := refused.Load()
+	debt0 := lookupsDebt(p.Snapshot())
 	// The learned cost, averaged over the window as the server's mean is: one snapshot every
 	// 250ms.
 	var learned, client float64
@@ -234,7 +246,11 @@ rules:
 	if r.calls > 0 {
 		r.serverMean = (exec1 - exec0) / 1e3 / float64(r.calls)
 	}
-	r.spentShare = (exec1 - exec0) / 1e3 / elapsed / (ssShare * 1)
+	// What the budget allows in the window: its share of it, plus what its bucket took on (or
+	// less what it drained) between the window's ends. Up to a burst (100ms) may come on top
+	// of the share's 120ms in 6s, and the window's ends fall where the bucket happens to be.
+	allowed := ssShare*1*elapsed + lookupsDebt(snap) - debt0
+	r.spentShare = (exec1 - exec0) / 1e3 / allowed
 	if ps, ok := lookupStatus(snap); ok {
 		r.clock = ps.Clock
 	}

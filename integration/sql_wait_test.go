@@ -76,6 +76,8 @@ rules:
 }
 
 // With no max_queue the queue holds max_concurrent statements: the rest are refused at once.
+// The statements run for a second, and their connections are open before they start, so that
+// on a loaded machine none arrives after the first ones ended (it would find a slot free).
 func TestSQLDefaultMaxQueue(t *testing.T) {
 	c, db := openRules(t, `
 budgets:
@@ -84,6 +86,16 @@ rules:
   - {budget: b, match: {app: x}}
 `)
 	db.SetMaxOpenConns(30)
+	db.SetMaxIdleConns(30)
+	var warm sync.WaitGroup
+	for range 20 {
+		warm.Go(func() {
+			if _, err := db.Exec("select pg_sleep(0.05)"); err != nil { // selects no budget
+				t.Error(err)
+			}
+		})
+	}
+	warm.Wait()
 	var wg sync.WaitGroup
 	var ok, blocked atomic.Int64
 	start := make(chan struct{})
@@ -94,7 +106,7 @@ rules:
 			go func() {
 				defer wg.Done()
 				<-start
-				_, err := db.ExecContext(ctx, "select pg_sleep(0.3)")
+				_, err := db.ExecContext(ctx, "select pg_sleep(1)")
 				if err == nil {
 					ok.Add(1)
 				} else {

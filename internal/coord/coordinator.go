@@ -556,7 +556,9 @@ func (c *Coordinator) spacing(busy time.Duration, n int) time.Duration {
 // what it waited for its chunks' times.
 func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunks [][]report,
 	spacing time.Duration) (_ []Quarantined, busy time.Duration, _ error) {
-	d := max(c.interval/4, minDeadline)
+	c.mu.Lock()
+	d := e.core.deadline()
+	c.mu.Unlock()
 	// flights are the calls on their way, oldest first, each with the wait for its reply.
 	type flight struct {
 		cl   call

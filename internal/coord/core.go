@@ -135,6 +135,7 @@ type core struct {
 	dueAt    time.Time // when the regular sync being made was due: its place on the grid (nextRegular)
 	failing  bool      // the last sync failed
 	since    time.Time // when failing began
+	streak   int       // syncs failed in a row (deadline)
 	anyNew   bool      // a partition has no lease yet
 	anyShort bool      // a starved partition may gain from an early sync (part.short)
 	kicked   bool      // the local budget asked for an early sync since the last one
@@ -486,16 +487,31 @@ func (c *core) clock(redisNow int64, now time.Time) {
 // renew a lease in force before it lapses, so that one failed sync never lapses a lease.
 func (c *core) failed(sent, now time.Time) {
 	c.failures++
+	c.streak++
 	if !c.failing {
 		c.failing, c.since = true, now
 	}
 	c.next = sent.Add(time.Duration(float64(c.interval) * (0.5 + c.rand())))
 	for _, p := range c.parts {
-		// A quarter interval is the sync's deadline: the retry ends before the lease does.
-		if at := p.expires.Add(-c.interval / 4); p.hasGrant && at.After(now) {
+		// Sent a deadline before the lease lapses, the retry ends before the lease does.
+		if at := p.expires.Add(-c.deadline()); p.hasGrant && at.After(now) {
 			c.next = minTime(c.next, at)
 		}
 	}
+}
+
+// deadline is how long each script call of the next sync may take, its turn among the calls
+// on their way included: a quarter interval (at least minDeadline), so that a budget of many
+// partitions syncs against a healthy Redis and a hung one fails a call well within a lease;
+// after a failed sync twice that, and after two or more four times that (an interval at the
+// default one), until a sync succeeds. A call after a failure runs on a new connection
+// (go-redis closes one whose call timed out), whose handshake, HELLO and, where Redis lost the
+// script, EVAL after EVALSHA, costs round trips within the call's deadline: with the same
+// deadline for it, a Redis more than a third or half of a deadline away would fail every call
+// after its first failure, a fresh instance's first call included, and its budgets would stay
+// on their fallback shares for good.
+func (c *core) deadline() time.Duration {
+	return max(c.interval/4, minDeadline) << min(c.streak, 2)
 }
 
 // applied records the answers to a chunk of reports sent at sent and received at now. It
@@ -513,7 +529,7 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 			}
 		}
 	}
-	c.failing = false
+	c.failing, c.streak = false, 0
 	c.lastOK = now
 	c.latency = now.Sub(sent)
 	if !c.partial {

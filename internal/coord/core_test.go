@@ -404,9 +404,10 @@ func TestFailureRetryRenewsBeforeTheLeaseLapses(t *testing.T) {
 	c.absorb(at, []budget.Usage{{Key: "", Wanted: 1}})
 	c.reports(at)
 	c.failed(at, at.Add(250*time.Millisecond))
-	retry := t0.Add(leaseDuration(sec) - sec/4)
+	// Its deadline is twice a quarter interval after a failure (deadline).
+	retry := t0.Add(leaseDuration(sec) - sec/2)
 	if c.due(retry.Add(-1), false) || !c.due(retry, false) {
-		t.Fatalf("the retry must come a sync deadline before the lease lapses, at %v", retry.Sub(t0))
+		t.Fatalf("the retry must come its sync deadline before the lease lapses, at %v", retry.Sub(t0))
 	}
 	// That retry fails too: the lease will lapse, and the retries go back to their jitter.
 	c.reports(retry)
@@ -746,5 +747,35 @@ func TestReportAfterAFailureIsRecovering(t *testing.T) {
 	c.applied(t0.Add(sec), t0.Add(sec), []report{r}, []result{{live: 1}})
 	if r := c.reports(t0.Add(2 * sec))[0][0]; r.recovering {
 		t.Fatal("after a sync that went well, not recovering")
+	}
+}
+
+// TestDeadlineGrowsWhileFailing: a sync's calls may take a quarter interval; after failed syncs
+// twice and then four times that (a call on a new connection pays its handshake within it),
+// never more; a success brings the quarter back. The retry of a lease in force is sent a
+// deadline before the lease lapses, so that it ends before the lease does.
+func TestDeadlineGrowsWhileFailing(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", MaxConcurrent: 4})
+	c.absorb(t0, []budget.Usage{{Key: "", Wanted: 1}})
+	grantAll(c, t0, func(string) result { return result{lease: budget.Lease{Slots: 4}, live: 1} })
+	want := []time.Duration{sec / 4, sec / 2, sec, sec, sec}
+	for i, d := range want {
+		if got := c.deadline(); got != d {
+			t.Fatalf("after %d failed syncs: deadline %v, want %v", i, got, d)
+		}
+		sent := t0.Add(time.Duration(i+1) * sec / 10)
+		c.failed(sent, sent.Add(time.Millisecond))
+		if retry, lapse := c.next, c.parts[""].expires; retry.Add(c.deadline()).After(lapse) {
+			t.Fatalf("after %d failed syncs: the retry at %v with a %v deadline may end after the lease lapses at %v",
+				i+1, retry.Sub(t0), c.deadline(), lapse.Sub(t0))
+		}
+	}
+	grantAll(c, t0.Add(sec), func(string) result { return result{lease: budget.Lease{Slots: 4}, live: 1} })
+	if got := c.deadline(); got != sec/4 {
+		t.Fatalf("after a successful sync: deadline %v, want a quarter interval again", got)
+	}
+	small := newCore(Spec{Name: "b"}, 200*time.Millisecond, 10, func() float64 { return 0.5 })
+	if got := small.deadline(); got != minDeadline {
+		t.Fatalf("sync_interval 200ms: deadline %v, want the %v floor", got, minDeadline)
 	}
 }

@@ -43,3 +43,44 @@ func TestDistantRedisSyncsAfterRestart(t *testing.T) {
 			after.Failures-before.Failures)
 	}
 }
+
+// TestDistantRedisSyncsAfterFailure: a Redis 60 ms away (30 ms each way) with a sync_interval
+// of 400 ms, so a sync's deadline is 100 ms: one call fits it on a warm connection, a new
+// connection's handshake and the call (two round trips, three where Redis must be sent the
+// script) do not. Redis then stalls for an interval (the proxy holds its replies): the calls
+// time out and go-redis closes their connections. Once Redis answers again, every later call
+// needs a new connection: with the same deadline after a failure, none would ever fit it and
+// the budget would stay on its fallback share for good. A sync after a failed one has a longer
+// deadline, so the instance syncs again within a few intervals, and back on a warm
+// connection at the usual deadline.
+func TestDistantRedisSyncsAfterFailure(t *testing.T) {
+	srv := redistest.Need(t)
+	px := delayproxy.Start(t, srv.Addr, 30*time.Millisecond)
+	const interval = 400 * time.Millisecond
+	c := newCoord(t, Options{URL: "redis://" + px.Addr + "/0", Interval: interval, Logger: quiet})
+	c.Register(Spec{Name: "far", Rate: 1, Burst: 1, MaxConcurrent: 4}, newFakeLocal(1, 2))
+	c.Start()
+	t.Cleanup(func() { c.Close(context.Background()) })
+	time.Sleep(5 * interval)
+	first := c.Status()[0]
+	px.SetDelay(time.Second) // Redis stalls: every call on its way times out
+	time.Sleep(2 * interval)
+	px.SetDelay(30 * time.Millisecond)
+	time.Sleep(time.Second) // the stalled replies drain
+	stalled := c.Status()[0]
+	time.Sleep(10 * interval)
+	after := c.Status()[0]
+	t.Logf("at 60 ms: %d syncs in the first 5 intervals (latency %v); %d failures while stalled; in the 10 intervals after: %d syncs, %d failures, fallback %v, last sync %v ago",
+		first.Syncs, first.Latency, stalled.Failures-first.Failures, after.Syncs-stalled.Syncs, after.Failures-stalled.Failures,
+		after.Fallback, time.Since(after.LastSync).Round(time.Millisecond))
+	if first.Syncs == 0 {
+		t.Fatalf("no sync in 5 intervals with Redis 60 ms away and a 100 ms deadline: %+v", first)
+	}
+	if stalled.Failures == first.Failures {
+		t.Fatalf("no sync failed while Redis stalled for two intervals: %+v", stalled)
+	}
+	if after.Fallback || after.Syncs-stalled.Syncs < 5 {
+		t.Errorf("after Redis stalled once, 60 ms away with a 100 ms deadline: %d syncs in 10 intervals (%d failed), fallback %v",
+			after.Syncs-stalled.Syncs, after.Failures-stalled.Failures, after.Fallback)
+	}
+}

@@ -135,7 +135,12 @@
 // thousand tenants does not sync them all each time one of them appears. Each script call of a
 // sync (one per 256 partitions) is bounded by a deadline of a quarter interval (at least
 // 100ms), so that a budget with tens of thousands of active partitions syncs against a healthy
-// Redis; a call that overruns it is abandoned even if the client ignores contexts. A sync keeps
+// Redis; a call that overruns it is abandoned even if the client ignores contexts. After a
+// failed sync the next one's deadline doubles, up to four times the first, until a sync
+// succeeds: a call after a failure runs on a new connection, whose handshake takes round trips
+// of its own within the deadline, and a Redis more than a third of a deadline away would
+// otherwise never be synced with again after one failure (a fresh instance's first call
+// included). A sync keeps
 // two calls on their way, so that Redis has the next one to run while the client applies a
 // reply, and hands each reply's leases to the local budget as it applies it; an abandoned call
 // holds its place among the instance's eight until it returns, and a call that finds no place
