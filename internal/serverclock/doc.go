@@ -14,10 +14,15 @@
 //     identifier), bounded by the number of identifiers and a timeout, and hands each pattern's
 //     mean server seconds since the previous read to the sink.
 //
-// The counters are cumulative, so only their growth between two reads says anything. The first
-// read of an identifier only takes its baseline (everything it counted before is history of
-// unknown age); counters that went backwards (pg_stat_statements_reset, an entry evicted and
-// re-created) or vanished mean no data for that read; rows that make no sense are rejected.
+// The counters are cumulative, so only their growth between two reads says anything. The server
+// keeps them per identifier and role, and so does the reader: an identifier's growth is the
+// sum of its entries'. The first read of an entry only takes its baseline (everything it
+// counted before is history of unknown age); an entry whose counters went backwards
+// (pg_stat_statements_reset, an entry evicted and re-created) or vanished means no data for
+// that read; a read that finds the whole view reset or entries evicted since the last
+// (pg_stat_statements_info's stats_reset and dealloc) takes new baselines and teaches nothing,
+// and so does a read whose baselines are older than the predictions last (a long gap); rows
+// that make no sense are rejected.
 // Each of these is counted (Resets, Rejected). A read that fails (the extension is missing,
 // the role may not read it, the server is down) is counted in Failures and changes nothing:
 // predictions return to the client's clock when the server's reports stop for long enough.

@@ -128,7 +128,7 @@ func NewReader(o Options) *Reader {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	r := &Reader{o: o, done: make(chan struct{})}
+	r := &Reader{o: o, done: make(chan struct{}), tr: tracker{maxAge: reportIntervals * o.Interval}}
 	r.life, r.kill = context.WithCancel(context.Background())
 	return r
 }
@@ -298,7 +298,7 @@ func (r *Reader) round(ctx context.Context) error {
 	r.reads.Add(1)
 	resets, rejected := r.tr.resets, r.tr.rejected
 	r.tr.keep(ids)
-	learned := r.tr.update(reading, nil)
+	learned := r.tr.update(r.o.Now(), reading, nil)
 	r.resets.Add(r.tr.resets - resets)
 	r.rejected.Add(r.tr.rejected - rejected)
 	r.o.Sink.Reading(until, r.reportWithin())

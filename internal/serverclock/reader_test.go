@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -297,5 +298,73 @@ func TestReaderFloorNotOneRoundTrip(t *testing.T) {
 	}
 	if sink.floor >= 50*time.Millisecond {
 		t.Fatalf("floor %v: the one slow round trip", sink.floor)
+	}
+}
+
+// TestReaderAfterFailedRounds: baselines and averages age by the clock, not by reads. After
+// 20 intervals of failed rounds (the predictions lapsed long ago), a pattern that ran 1,000
+// times at 1 ms before and then 100 times at 10 ms teaches nothing from the read that spans the
+// gap (its growth is the whole gap's), and the read after it teaches the new 10 ms alone, not a
+// blend with the average from before the gap.
+func TestReaderAfterFailedRounds(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	conn := &fakeConn{readings: []Reading{
+		{Rows: []Row{{QueryID: 7, Calls: 1000, ExecMS: 1000}}},
+		{Rows: []Row{{QueryID: 7, Calls: 2000, ExecMS: 2000}}}, // 1000 calls at 1 ms
+		{Rows: []Row{{QueryID: 7, Calls: 2100, ExecMS: 3000}}}, // after the failures: 100 calls at 10 ms
+		{Rows: []Row{{QueryID: 7, Calls: 2200, ExecMS: 4000}}}, // 100 more at 10 ms
+	}}
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}}}
+	r := NewReader(Options{Connect: func(context.Context) (Conn, error) { return conn, nil }, Sink: sink,
+		Interval: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }})
+	round := func() {
+		r.Round(context.Background())
+		now = now.Add(time.Second)
+	}
+	round()
+	round()
+	conn.readErr = errors.New("canceling statement due to statement timeout")
+	for range 2 * reportIntervals {
+		round()
+	}
+	conn.readErr = nil
+	sink.observed = nil
+	round()
+	if len(sink.observed) != 0 {
+		t.Fatalf("observed %+v from the read spanning %d failed rounds, want nothing", sink.observed, 2*reportIntervals)
+	}
+	round()
+	if c := r.Counts(); c.Failures != 2*reportIntervals || c.Reads != 4 {
+		t.Fatalf("counts %+v", c)
+	}
+	if len(sink.observed) != 1 || math.Abs(sink.observed[0].seconds-0.010) > 1e-9 {
+		t.Fatalf("observed %+v after the gap, want the new reads' own mean 10 ms", sink.observed)
+	}
+}
+
+// TestReaderOneIDTwoPatterns: one query identifier serving two patterns is read once and both
+// patterns learn it; an identifier listed twice for the same pattern is asked once.
+func TestReaderOneIDTwoPatterns(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	conn := &fakeConn{readings: []Reading{
+		{Rows: []Row{{QueryID: 7, Calls: 1, ExecMS: 1}}},
+		{Rows: []Row{{QueryID: 7, Calls: 3, ExecMS: 5}}},
+	}}
+	sink := &fakeSink{ids: []cost.QueryID{{Fingerprint: 1, ID: 7}, {Fingerprint: 2, ID: 7}, {Fingerprint: 1, ID: 7}}}
+	r := newTestReader(func(context.Context) (Conn, error) { return conn, nil }, sink, now)
+	r.Round(context.Background())
+	r.Round(context.Background())
+	if len(conn.asked[0]) != 1 {
+		t.Fatalf("asked %v", conn.asked[0])
+	}
+	n := map[uint64]int{}
+	for _, o := range sink.observed {
+		if math.Abs(o.seconds-0.002) > 1e-12 {
+			t.Fatalf("observed %+v", o)
+		}
+		n[o.fp]++
+	}
+	if n[1] == 0 || n[2] == 0 {
+		t.Fatalf("observed %+v: both patterns must learn", sink.observed)
 	}
 }

@@ -27,94 +27,159 @@ const smooth = 0.5
 
 // tracker turns successive readings of cumulative counters into per-read means. It is a plain
 // single-threaded core; the zero value is ready.
+//
+// The server keeps one entry per query identifier and role: each entry has its baseline, and
+// an identifier's growth in a read is the sum of its entries' growths. An entry that went back
+// or vanished (reset or evicted) teaches nothing and starts its identifier's average over, but
+// the others still teach: summed over roles, the others' growth would hide one role's entry
+// starting over.
 type tracker struct {
-	base  map[int64]baseline
-	reset time.Time
-	read  uint64 // numbers the readings
+	base map[entry]baseline
+	avg  map[int64]average
+	// reset and dealloc are the view's whole-reset stamp and eviction count as last read: when
+	// either moves, any entry may have started over, and every baseline is discarded.
+	reset   time.Time
+	dealloc int64
+	read    uint64 // numbers the readings
+	// maxAge is how old a baseline or an average may be and still count (0: any age): the
+	// reader's reportIntervals, after which a pattern's prediction lapses. A read after a
+	// longer gap (failed rounds, or rounds that adopted another instance's reading) neither
+	// learns the whole gap's mean nor mixes in an average from before it.
+	maxAge time.Duration
 	// counts of events, for the reader's counters
 	resets, rejected uint64
+	// update's scratch: how often each entry is in the reading, and where each identifier's
+	// growth is in the read's list
+	dups  map[entry]int
+	grown map[int64]int
+}
+
+// entry is one pg_stat_statements entry of the reader's database: a query identifier as run by
+// one role.
+type entry struct {
+	id   int64
+	user uint32
 }
 
 type baseline struct {
 	calls int64
 	ms    float64
-	read  uint64 // the reading that last saw it
-	// sec and n average the server seconds and the executions of the reads since the baseline
-	// was taken (smooth); 0 before its first growth. grew is the reading of the last growth:
-	// an average older than reportIntervals readings is the past's (its prediction lapsed
-	// meanwhile), and the next growth starts a new one.
-	sec, n float64
-	grew   uint64
+	read  uint64    // the reading that last saw it
+	at    time.Time // when
 }
 
-// keep drops the baselines of identifiers not in ids (no longer asked about), uncounted.
+// average is an identifier's server seconds and executions averaged over its recent reads
+// (smooth). grew is when it last grew: an average older than maxAge is the past's (its
+// prediction lapsed meanwhile), and the next growth starts a new one.
+type average struct {
+	sec, n float64
+	grew   time.Time
+}
+
+// keep drops the baselines and averages of identifiers not in ids (no longer asked about),
+// uncounted.
 func (t *tracker) keep(ids []int64) {
-	if len(t.base) == 0 {
+	if len(t.base) == 0 && len(t.avg) == 0 {
 		return
 	}
 	asked := make(map[int64]struct{}, len(ids))
 	for _, id := range ids {
 		asked[id] = struct{}{}
 	}
-	for id := range t.base {
+	for e := range t.base {
+		if _, ok := asked[e.id]; !ok {
+			delete(t.base, e)
+		}
+	}
+	for id := range t.avg {
 		if _, ok := asked[id]; !ok {
-			delete(t.base, id)
+			delete(t.avg, id)
 		}
 	}
 }
 
-// update takes reading r of the identifiers last passed to keep and appends to dst what it teaches: the mean of each identifier whose
-// calls grew since its baseline.
-func (t *tracker) update(r Reading, dst []Learned) []Learned {
+// stale reports whether something dated then is too old to count at now (maxAge).
+func (t *tracker) stale(then, now time.Time) bool { return t.maxAge > 0 && now.Sub(then) > t.maxAge }
+
+// update takes reading r, made at now, of the identifiers last passed to keep and appends to
+// dst what it teaches: the mean of each identifier whose calls grew since its entries'
+// baselines.
+func (t *tracker) update(now time.Time, r Reading, dst []Learned) []Learned {
 	if t.base == nil {
-		t.base = map[int64]baseline{}
+		t.base, t.avg, t.dups, t.grown = map[entry]baseline{}, map[int64]average{}, map[entry]int{}, map[int64]int{}
 	}
 	t.read++
-	if !r.Reset.Equal(t.reset) {
+	if !r.Reset.Equal(t.reset) || r.Dealloc != t.dealloc {
 		if len(t.base) > 0 {
 			t.resets++
 		}
 		clear(t.base)
-		t.reset = r.Reset
+		clear(t.avg) // perhaps another server's (a failover)
+		t.reset, t.dealloc = r.Reset, r.Dealloc
 	}
+	clear(t.dups)
+	clear(t.grown)
 	for _, row := range r.Rows {
+		t.dups[entry{row.QueryID, row.UserID}]++
+	}
+	// The growth of each identifier in this read, summed over its entries, in the order the
+	// identifiers first grew.
+	type growth struct {
+		id  int64
+		n   int64
+		sec float64
+	}
+	var grown []growth
+	for _, row := range r.Rows {
+		e := entry{row.QueryID, row.UserID}
 		ms := row.ExecMS + row.PlanMS
-		b, had := t.base[row.QueryID]
-		if row.Calls < 0 || !(ms >= 0) || math.IsInf(ms, 0) || row.ExecMS < 0 || row.PlanMS < 0 || (had && b.read == t.read) {
-			t.rejected++ // negative, NaN, infinite, or the same identifier twice in one reading
-			delete(t.base, row.QueryID)
+		if row.Calls < 0 || !(ms >= 0) || math.IsInf(ms, 0) || row.ExecMS < 0 || row.PlanMS < 0 || t.dups[e] > 1 {
+			t.rejected++ // negative, NaN, infinite, or the same entry twice in one reading
+			delete(t.base, e)
 			continue
 		}
-		nb := baseline{calls: row.Calls, ms: ms, read: t.read}
+		b, had := t.base[e]
+		t.base[e] = baseline{calls: row.Calls, ms: ms, read: t.read, at: now}
 		switch {
 		case !had: // first seen: its counters hold history of unknown age
+		case t.stale(b.at, now):
+			// Last read before a long gap: its growth is the whole gap's, long past.
 		case row.Calls < b.calls || ms < b.ms:
-			t.resets++ // reset or evicted and re-created since the baseline
-		case row.Calls == b.calls:
-			nb.sec, nb.n, nb.grew = b.sec, b.n, b.grew // nothing ran: the average stands
-		default:
-			n := row.Calls - b.calls
-			sec := (ms - b.ms) / 1e3
+			t.resets++ // reset or evicted and re-created since the baseline: its average starts over
+			delete(t.avg, row.QueryID)
+		case row.Calls > b.calls:
+			n, sec := row.Calls-b.calls, (ms-b.ms)/1e3
 			if sec/float64(n) > maxMean.Seconds() {
 				t.rejected++
-				delete(t.base, row.QueryID)
+				delete(t.base, e)
 				continue
 			}
-			nb.sec, nb.n, nb.grew = sec, float64(n), t.read
-			if b.n > 0 && t.read-b.grew <= reportIntervals {
-				nb.sec, nb.n = b.sec+smooth*(sec-b.sec), b.n+smooth*(float64(n)-b.n)
+			i, ok := t.grown[row.QueryID]
+			if !ok {
+				i = len(grown)
+				t.grown[row.QueryID] = i
+				grown = append(grown, growth{id: row.QueryID})
 			}
-			dst = append(dst, Learned{QueryID: row.QueryID, Calls: n, Seconds: nb.sec / nb.n})
+			grown[i].n += n
+			grown[i].sec += sec
 		}
-		t.base[row.QueryID] = nb
 	}
-	for id, b := range t.base {
+	for e, b := range t.base {
 		if b.read != t.read {
 			// Gone from the view (evicted, or reset with the rest before a Reset stamp moved):
 			// its next appearance starts a new baseline.
 			t.resets++
-			delete(t.base, id)
+			delete(t.base, e)
+			delete(t.avg, e.id)
 		}
+	}
+	for _, g := range grown {
+		a := average{sec: g.sec, n: float64(g.n), grew: now}
+		if old, ok := t.avg[g.id]; ok && old.n > 0 && !t.stale(old.grew, now) {
+			a.sec, a.n = old.sec+smooth*(g.sec-old.sec), old.n+smooth*(float64(g.n)-old.n)
+		}
+		t.avg[g.id] = a
+		dst = append(dst, Learned{QueryID: g.id, Calls: g.n, Seconds: a.sec / a.n})
 	}
 	return dst
 }

@@ -15,17 +15,17 @@ import (
 var _ serverclock.Conn = (*Conn)(nil)
 
 // readSQL reads the counters of the asked query identifiers: top-level statements of this
-// database, summed over roles, without their texts (pg_stat_statements(false) skips the text
-// file). The identifiers are joined, not searched (queryid = any($1) compares each entry with
-// every identifier). The lateral join keeps one row, with the reset stamp, when none matches.
-const readSQL = `select i.stats_reset, s.queryid, s.calls, s.exec_ms, s.plan_ms
+// database, one row per identifier and role (each its own entry, reset or evicted on its own),
+// without their texts (pg_stat_statements(false) skips the text file). The identifiers are
+// joined, not searched (queryid = any($1) compares each entry with every identifier). The
+// lateral join keeps one row, with the reset stamp and the eviction count, when none matches.
+const readSQL = `select i.stats_reset, i.dealloc, s.queryid, s.userid, s.calls, s.total_exec_time, s.total_plan_time
 from pg_stat_statements_info i
 left join lateral (
-	select p.queryid, sum(p.calls)::int8 as calls, sum(p.total_exec_time) as exec_ms, sum(p.total_plan_time) as plan_ms
+	select p.queryid, p.userid, p.calls, p.total_exec_time, p.total_plan_time
 	from pg_stat_statements(false) p
 	join unnest($1::int8[]) as q(id) on p.queryid = q.id
 	where p.toplevel and p.dbid = (select oid from pg_database where datname = current_database())
-	group by p.queryid
 ) s on true`
 
 // Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
@@ -78,20 +78,24 @@ func (c *Conn) read(ctx context.Context, ids []int64) (serverclock.Reading, erro
 	var out serverclock.Reading
 	for rows.Next() {
 		var (
-			reset      *time.Time
-			id, calls  *int64
-			exec, plan *float64
+			reset              *time.Time
+			dealloc, id, calls *int64
+			user               *uint32
+			exec, plan         *float64
 		)
-		if err := rows.Scan(&reset, &id, &calls, &exec, &plan); err != nil {
+		if err := rows.Scan(&reset, &dealloc, &id, &user, &calls, &exec, &plan); err != nil {
 			return serverclock.Reading{}, err
 		}
 		if reset != nil {
 			out.Reset = *reset
 		}
-		if id == nil || calls == nil || exec == nil {
+		if dealloc != nil {
+			out.Dealloc = *dealloc
+		}
+		if id == nil || user == nil || calls == nil || exec == nil {
 			continue // no identifier matched
 		}
-		r := serverclock.Row{QueryID: *id, Calls: *calls, ExecMS: *exec}
+		r := serverclock.Row{QueryID: *id, UserID: *user, Calls: *calls, ExecMS: *exec}
 		if plan != nil {
 			r.PlanMS = *plan
 		}
