@@ -318,6 +318,13 @@ func (e *Election) Resign(ctx context.Context, b health.Ballot) error {
 // run calls the election script, abandoning the call when ctx ends even if the client does
 // not honour the deadline; the abandoned call finishes in the background, and no other call
 // of b.Set starts until it has. Its reply has at least Redis's time and a status.
+//
+// The call itself may take four times what ctx leaves (callContext): a call after a failure
+// runs on a new connection, whose handshake (HELLO, then EVALSHA, and EVAL where Redis lost the
+// script) costs round trips of its own; ended with its caller, every call after one failure to
+// a Redis more than half the caller's time away would fail the same way, and every instance
+// would sample for itself for good. Finished in the background, it leaves the next call a warm
+// connection.
 func (e *Election) run(ctx context.Context, b health.Ballot, op string, arg ...string) ([]any, error) {
 	e.mu.Lock()
 	_, busy := e.busy[b.Set]
@@ -339,8 +346,10 @@ func (e *Election) run(ctx context.Context, b health.Ballot, op string, arg ...s
 		err error
 	}
 	ch := make(chan outcome, 1)
+	callCtx, cancel := e.callContext(ctx)
 	go func() {
-		v, err := electionScript.Run(ctx, e.rc, []string{lease, sample}, args...).Slice()
+		defer cancel()
+		v, err := electionScript.Run(callCtx, e.rc, []string{lease, sample}, args...).Slice()
 		e.mu.Lock()
 		delete(e.busy, b.Set) // before the answer, so that the next call never finds this one outstanding
 		e.mu.Unlock()
@@ -358,6 +367,16 @@ func (e *Election) run(ctx context.Context, b health.Ballot, op string, arg ...s
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// callContext is the context of a script call made for ctx: four times the time ctx leaves
+// (see run), ending with the election all the same; ctx itself when it has no deadline.
+func (e *Election) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(e.life, 4*time.Until(d))
 }
 
 // decodeSample reads a published sample, whose signature was checked: at is its date in µs of
