@@ -84,15 +84,16 @@ func (c *claim) leave() {
 	}
 }
 
-// admit admits c at now = start, waiting as its patience allows. It returns nil once admitted
-// (c.reqs are then held when c.take), the *Denial that refuses it (recorded by refuse), or
-// ctx's error when ctx ends while it waits; waited reports a wait.
-func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.Time) (waited bool, err error) {
-	o, d, how := e.try(st, c, start)
+// admit admits c at now, waiting as its patience allows, its max_wait counted from arrived
+// (now, or earlier for a claim decided again). It returns nil once admitted (c.reqs are then
+// held when c.take), the *Denial that refuses it (recorded by refuse), or ctx's error when ctx
+// ends while it waits; waited reports a wait.
+func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, now, arrived time.Time) (waited bool, err error) {
+	o, d, how := e.try(st, c, now)
 	if d == nil {
 		return false, nil
 	}
-	return e.await(ctx, st, c, start, o, d, how)
+	return e.await(ctx, st, c, now, arrived, o, d, how)
 }
 
 // errRulesChanged is await's answer when the rules it decided a claim by were replaced while
@@ -101,13 +102,13 @@ func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, start time.T
 var errRulesChanged = errors.New("engine: the rules changed while the statement waited")
 
 // await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
-// queues for what may lift the refusal (how) and tries again, until admitted or refused. A
-// statement or batch whose rules were replaced since it was routed leaves the queues with
-// errRulesChanged, to be decided again under the new ones.
-func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start time.Time, o owner, d *Denial,
+// queues for what may lift the refusal (how) and tries again, until admitted or refused, at
+// most until o's max_wait from arrived. A statement or batch whose rules were replaced since
+// it was routed leaves the queues with errRulesChanged, to be decided again under the new ones.
+func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arrived time.Time, o owner, d *Denial,
 	how wake) (waited bool, err error) {
 	defer c.leave() // on every path, a panic in an observer or a logger included
-	deadline := start.Add(o.bs.maxWait)
+	deadline := arrived.Add(o.bs.maxWait)
 	for now := start; ; {
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)

@@ -44,6 +44,8 @@ type batchWork struct {
 	// in its place of arrival in the queues.
 	again bool
 	start time.Time // when the batch was admitted; zero when nothing read the clock
+	// arrived is when the batch first asked for room (Exec.arrived); zero until its admission.
+	arrived time.Time
 	// holds are the batch's requests, one per budget and per-tag value of the union: the
 	// enforce budgets' (admitted together) and then the warn budgets' that had room. owners[i]
 	// says whose holds[i] is.
@@ -118,13 +120,15 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	if !b.again {
 		b.waiter.Forget() // a new batch: at the back of any queue it joins
+		b.arrived = time.Time{}
 	}
 	b.again = false
 	err := e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	for err == errRulesChanged {
 		// The rules were replaced while the batch waited for room: routed and decided again
-		// under the rules in force, its max_wait still counted from its arrival.
+		// under the rules in force, now, its max_wait still counted from its arrival.
 		b.undecide()
+		b.start = time.Time{}
 		st = e.state.Load()
 		err = e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	}
@@ -155,7 +159,9 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	clear(b.routes) // pin no cached route until the next batch
 	if !later {
-		e.inFlight.Add(int64(len(b.Execs))) // else from Acquired
+		e.inFlight.Add(int64(len(b.Execs)))
+	} else {
+		e.pending.Add(int64(len(b.Execs))) // in flight from Acquired
 	}
 	begun = true
 	return nil
@@ -287,7 +293,10 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c := &b.claim
 	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
 		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
-	_, err := e.admit(ctx, st, c, b.start)
+	if b.arrived.IsZero() {
+		b.arrived = b.start
+	}
+	_, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err != nil {
 		return err
@@ -437,6 +446,10 @@ func (b *Batch) observed(ctx context.Context, i int) context.Context {
 // on it.
 func (b *Batch) Acquired(ctx context.Context) error {
 	b.later = false
+	for i := range b.Execs {
+		b.Execs[i].later = false
+	}
+	b.e.pending.Add(-int64(len(b.Execs)))
 	b.e.inFlight.Add(int64(len(b.Execs)))
 	if b.start.IsZero() {
 		return nil
@@ -444,6 +457,16 @@ func (b *Batch) Acquired(ctx context.Context) error {
 	st := b.st
 	b.st = nil
 	b.start = b.e.now()
+	if st != nil && st != b.e.state.Load() {
+		// The rules were replaced while b waited for its connection: it gives back what it
+		// holds and is decided again on its connection, as Exec.Acquired does a statement.
+		for i := range b.holds[:b.held] {
+			budget.Return(b.start, &b.holds[i]) // never ran
+		}
+		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+		b.again, b.arrived = true, b.start
+		return ErrDecideAgain
+	}
 	for i := range b.holds[:b.held] {
 		if !budget.Connect(b.start, &b.holds[i]) {
 			if err := b.admitAgain(ctx, st, i); err != nil {
@@ -474,7 +497,8 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		}
 		b.holds[i].Pending = false
 	}
-	waited, err := e.admit(ctx, st, c, b.start)
+	b.arrived = b.start // its wait on its connection begins
+	waited, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err == errRulesChanged {
 		err = ErrDecideAgain // the front end has what routing it afresh needs: its texts and tags
@@ -512,6 +536,8 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
 	if !b.later {
 		e.inFlight.Add(-int64(len(b.Execs))) // in flight since Acquired
+	} else {
+		e.pending.Add(-int64(len(b.Execs)))
 	}
 	b.st = nil
 	if b.start.IsZero() {

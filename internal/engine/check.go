@@ -32,7 +32,9 @@ func (e *Engine) Check(ctx context.Context) error {
 	if st.rules == nil {
 		return nil
 	}
-	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now()}}
+	// As a pool statement before its connection (later), which in_flight thresholds hold to the
+	// statements admitted and waiting for theirs too (healthDenial).
+	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now(), later: true}}
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	rt := &x.s.rt
 	st.route(x.Tags, rt, nil, x.start)
@@ -53,7 +55,7 @@ func (e *Engine) Check(ctx context.Context) error {
 	}
 	c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
 		patience: noWait, w: &x.s.waiter}
-	_, err := e.admit(ctx, st, c, x.start)
+	_, err := e.admit(ctx, st, c, x.start, x.start)
 	return err
 }
 

@@ -160,7 +160,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	cl.rt, cl.reqs, cl.owners = rt, x.holds, rt.owners
 	cl.health, cl.closed, cl.quarantine = rt.health, rt.closed, rt.quarantine
-	waited, err := e.admit(ctx, st, cl, x.start)
+	waited, err := e.admit(ctx, st, cl, x.start, x.arrived)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -300,7 +300,14 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 		}
 		sampler = localOnly
 	}
-	metric, value, exceeded, stale := sampler.Evaluate(now, bs.throttle, float64(e.inFlight.Load()), bs.mode == modeEnforce)
+	inFlight := e.inFlight.Load()
+	if x.later {
+		// As its slots would be (budget.Request.Pending): the pool's statements admitted before
+		// it and still waiting for their connections count too; a statement on a held
+		// connection counts the running ones only, for those may wait for the one it holds.
+		inFlight += e.pending.Load()
+	}
+	metric, value, exceeded, stale := sampler.Evaluate(now, bs.throttle, float64(inFlight), bs.mode == modeEnforce)
 	if !exceeded {
 		return nil
 	}

@@ -68,6 +68,12 @@ type Engine struct {
 	// connection: from Acquired) to Finish or Abandon, the in_flight metric: a pool statement
 	// waiting for a connection runs nothing on the server.
 	inFlight atomic.Int64
+	// pending counts the statements admitted before their connection (BeginBeforeConn; a
+	// batch's statements each) from their admission to Acquired or Abandon. An in_flight
+	// threshold holds such a statement to the running statements and these, as a budget's slot
+	// does (healthDenial): counted only once running, the pool's statements admitted while
+	// others waited for connections would all run at once.
+	pending atomic.Int64
 	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
 	// each statement (SetNetworkFloor); 0: none known.
 	floor atomic.Int64
@@ -236,6 +242,10 @@ type work struct {
 	server, identified bool
 	// later: the statement has no connection yet (from BeginBeforeConn to Acquired).
 	later bool
+	// arrived is when the statement first asked for room: its max_wait counts from it, also
+	// when it is decided again on its connection (again), and when an admission on its
+	// connection (Acquired) began. Kept across reset.
+	arrived time.Time
 	// st is the rule set that admitted a statement before its connection (later), which
 	// Acquired admits it under again when its slots were overtaken meanwhile; set by decide,
 	// and cleared by Acquired or Abandon (one of which follows every such admission), so that
@@ -419,7 +429,9 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 		ctx = e.obs.Started(ctx, x)
 	}
 	if !later {
-		e.inFlight.Add(1) // else from Acquired
+		e.inFlight.Add(1)
+	} else {
+		e.pending.Add(1) // in flight from Acquired
 	}
 	begun = true
 	return ctx, nil
@@ -462,12 +474,14 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 	x.start = e.now()
 	if !x.again {
 		x.s.waiter.Forget() // a new statement: at the back of any queue it joins
+		x.arrived = x.start
 	}
 	x.again = false
 	rt := e.routeStatement(ctx, st, x, text, debug, c.query)
 	slow, err := e.decide(ctx, st, x, rt, c)
 	for err == errRulesChanged {
 		x.undecide()
+		x.start = e.now()
 		st = e.state.Load()
 		rt = e.routeStatement(ctx, st, x, text, debug, c.query)
 		slow, err = e.decide(ctx, st, x, rt, c)
@@ -542,6 +556,7 @@ func (x *Exec) Start() time.Time { return x.start }
 // it.
 func (x *Exec) Acquired(ctx context.Context) error {
 	x.later = false
+	x.e.pending.Add(-1)
 	x.e.inFlight.Add(1)
 	if x.start.IsZero() {
 		return nil
@@ -549,6 +564,18 @@ func (x *Exec) Acquired(ctx context.Context) error {
 	st := x.st
 	x.st = nil
 	x.start = x.e.now()
+	if st != nil && st != x.e.state.Load() {
+		// The rules were replaced while x waited for its connection (a budget closed by a zero
+		// limit, a limit lowered, a rule removed): x gives back what it holds and is decided
+		// again on its connection under the rules in force, as when they are replaced while it
+		// waits there (admitAgain), in its place of arrival.
+		for i := range x.holds {
+			budget.Return(x.start, &x.holds[i]) // never ran
+		}
+		x.holds = x.holds[:0]
+		x.again, x.arrived = true, x.start
+		return ErrDecideAgain
+	}
 	for i := range x.holds {
 		if !budget.Connect(x.start, &x.holds[i]) {
 			return x.admitAgain(ctx, st, i)
@@ -579,7 +606,8 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		x.holds[i] = r
 	}
 	c.reqs = x.holds[:n]
-	waited, err := e.admit(ctx, st, c, x.start)
+	x.arrived = x.start // its wait on its connection begins
+	waited, err := e.admit(ctx, st, c, x.start, x.arrived)
 	if err == errRulesChanged {
 		err = ErrDecideAgain // the front end has what routing it afresh needs: its text and tags
 		x.again = true       // and the statement keeps its place of arrival
@@ -609,6 +637,8 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	if !x.later {
 		e.inFlight.Add(-1) // in flight since Acquired
+	} else {
+		e.pending.Add(-1)
 	}
 	x.st = nil
 	if x.start.IsZero() {
