@@ -105,64 +105,10 @@ func (t *tracker) stale(then, now time.Time) bool { return t.maxAge > 0 && now.S
 // dst what it teaches: the mean of each identifier whose calls grew since its entries'
 // baselines.
 func (t *tracker) update(now time.Time, r Reading, dst []Learned) []Learned {
-	if t.base == nil {
-		t.base, t.avg, t.dups, t.grown = map[entry]baseline{}, map[int64]average{}, map[entry]int{}, map[int64]int{}
-	}
-	t.read++
-	if !r.Reset.Equal(t.reset) || r.Dealloc != t.dealloc {
-		if len(t.base) > 0 {
-			t.resets++
-		}
-		clear(t.base)
-		clear(t.avg) // perhaps another server's (a failover)
-		t.reset, t.dealloc = r.Reset, r.Dealloc
-	}
-	clear(t.dups)
-	clear(t.grown)
-	for _, row := range r.Rows {
-		t.dups[entry{row.QueryID, row.UserID}]++
-	}
-	// The growth of each identifier in this read, summed over its entries, in the order the
-	// identifiers first grew.
-	type growth struct {
-		id  int64
-		n   int64
-		sec float64
-	}
+	t.begin(r)
 	var grown []growth
 	for _, row := range r.Rows {
-		e := entry{row.QueryID, row.UserID}
-		ms := row.ExecMS + row.PlanMS
-		if row.Calls < 0 || !(ms >= 0) || math.IsInf(ms, 0) || row.ExecMS < 0 || row.PlanMS < 0 || t.dups[e] > 1 {
-			t.rejected++ // negative, NaN, infinite, or the same entry twice in one reading
-			delete(t.base, e)
-			continue
-		}
-		b, had := t.base[e]
-		t.base[e] = baseline{calls: row.Calls, ms: ms, read: t.read, at: now}
-		switch {
-		case !had: // first seen: its counters hold history of unknown age
-		case t.stale(b.at, now):
-			// Last read before a long gap: its growth is the whole gap's, long past.
-		case row.Calls < b.calls || ms < b.ms:
-			t.resets++ // reset or evicted and re-created since the baseline: its average starts over
-			delete(t.avg, row.QueryID)
-		case row.Calls > b.calls:
-			n, sec := row.Calls-b.calls, (ms-b.ms)/1e3
-			if sec/float64(n) > maxMean.Seconds() {
-				t.rejected++
-				delete(t.base, e)
-				continue
-			}
-			i, ok := t.grown[row.QueryID]
-			if !ok {
-				i = len(grown)
-				t.grown[row.QueryID] = i
-				grown = append(grown, growth{id: row.QueryID})
-			}
-			grown[i].n += n
-			grown[i].sec += sec
-		}
+		grown = t.take(now, row, grown)
 	}
 	for e, b := range t.base {
 		if b.read != t.read {
@@ -182,4 +128,73 @@ func (t *tracker) update(now time.Time, r Reading, dst []Learned) []Learned {
 		dst = append(dst, Learned{QueryID: g.id, Calls: g.n, Seconds: a.sec / a.n})
 	}
 	return dst
+}
+
+// begin readies t for reading r: a new reading's number, every baseline and average
+// discarded when the view was reset as a whole or entries were evicted since the last, and
+// how often each entry is in r.
+func (t *tracker) begin(r Reading) {
+	if t.base == nil {
+		t.base, t.avg, t.dups, t.grown = map[entry]baseline{}, map[int64]average{}, map[entry]int{}, map[int64]int{}
+	}
+	t.read++
+	if !r.Reset.Equal(t.reset) || r.Dealloc != t.dealloc {
+		if len(t.base) > 0 {
+			t.resets++
+		}
+		clear(t.base)
+		clear(t.avg) // perhaps another server's (a failover)
+		t.reset, t.dealloc = r.Reset, r.Dealloc
+	}
+	clear(t.dups)
+	clear(t.grown)
+	for _, row := range r.Rows {
+		t.dups[entry{row.QueryID, row.UserID}]++
+	}
+}
+
+// growth is an identifier's growth in one read, summed over its entries.
+type growth struct {
+	id  int64
+	n   int64
+	sec float64
+}
+
+// take takes row of the reading begun, made at now: its entry's new baseline, and its growth
+// since the last, if it teaches, added to its identifier's in grown (in the order the
+// identifiers first grew).
+func (t *tracker) take(now time.Time, row Row, grown []growth) []growth {
+	e := entry{row.QueryID, row.UserID}
+	ms := row.ExecMS + row.PlanMS
+	if row.Calls < 0 || !(ms >= 0) || math.IsInf(ms, 0) || row.ExecMS < 0 || row.PlanMS < 0 || t.dups[e] > 1 {
+		t.rejected++ // negative, NaN, infinite, or the same entry twice in one reading
+		delete(t.base, e)
+		return grown
+	}
+	b, had := t.base[e]
+	t.base[e] = baseline{calls: row.Calls, ms: ms, read: t.read, at: now}
+	switch {
+	case !had: // first seen: its counters hold history of unknown age
+	case t.stale(b.at, now):
+		// Last read before a long gap: its growth is the whole gap's, long past.
+	case row.Calls < b.calls || ms < b.ms:
+		t.resets++ // reset or evicted and re-created since the baseline: its average starts over
+		delete(t.avg, row.QueryID)
+	case row.Calls > b.calls:
+		n, sec := row.Calls-b.calls, (ms-b.ms)/1e3
+		if sec/float64(n) > maxMean.Seconds() {
+			t.rejected++
+			delete(t.base, e)
+			return grown
+		}
+		i, ok := t.grown[row.QueryID]
+		if !ok {
+			i = len(grown)
+			t.grown[row.QueryID] = i
+			grown = append(grown, growth{id: row.QueryID})
+		}
+		grown[i].n += n
+		grown[i].sec += sec
+	}
+	return grown
 }
