@@ -22,7 +22,7 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 	queries := make([]string, len(b.QueuedQueries))
 	args := make([][]any, len(b.QueuedQueries))
 	for i, qq := range b.QueuedQueries {
-		queries[i], args[i] = d.text(qq.SQL), qq.Arguments
+		queries[i], args[i] = named(ctx, d.text(qq.SQL), qq.Arguments)
 	}
 	eb := r.batches.Get().(*engine.Batch)
 	q, release, err := r.beginBatch(ctx, eb, d, queries, args)

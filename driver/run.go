@@ -143,6 +143,7 @@ func (d *dest) text(sql string) string {
 func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
 	x := &o.t.x
+	text, args = named(ctx, text, args)
 	var q querier
 	var sctx context.Context // the context Begin returns, for Finish
 	if d.pool == nil {
@@ -201,3 +202,35 @@ func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Ex
 	})
 	return sctx, q, release, err
 }
+
+// named is the text and arguments the engine decides a statement by. For a statement whose
+// arguments hold pgx.NamedArgs or pgx.StrictNamedArgs (@name placeholders) they are the
+// positional text and values pgx sends, so that the guards, the pattern and EXPLAIN read what
+// the server runs: pg_query reads "@name" as the operator @ applied to a column, which a guard
+// took for a restriction of the target's rows (delete from t where @all). pgx still rewrites
+// the caller's own text and arguments as it sends them. Another pgx.QueryRewriter is left to
+// pgx (it may need the connection), its statement decided by its own text; so is a rewrite
+// that fails, which pgx reports.
+func named(ctx context.Context, text string, args []any) (string, []any) {
+	for k, a := range args {
+		var rw pgx.QueryRewriter
+		switch v := a.(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			continue // a leading option, as pgx takes them
+		case pgx.NamedArgs:
+			rw = v
+		case pgx.StrictNamedArgs:
+			rw = v
+		default:
+			return text, args
+		}
+		q, values, err := rw.RewriteQuery(ctx, nil, text, args[k+1:])
+		if err != nil {
+			return text, args
+		}
+		out := make([]any, 0, k+len(values))
+		return q, append(append(out, args[:k]...), values...)
+	}
+	return text, args
+}
+

@@ -124,12 +124,17 @@ func explainAnalyze(opts []*pg.Node) bool {
 // is off, where a backslash escapes a quote and pg_query sees the string end elsewhere). Without a parse tree a keyword cannot be
 // told from a word in a string or a quoted identifier, so it errs towards yes: any UPDATE,
 // DELETE or MERGE counts as an unsafe write, except UPDATE after FOR, KEY or DO (SELECT ... FOR
-// [NO KEY] UPDATE, ON CONFLICT DO UPDATE), which writes no rows of its own; any TRUNCATE counts.
+// [NO KEY] UPDATE, ON CONFLICT DO UPDATE), which writes no rows of its own, and only where
+// nothing but whitespace separates the two words (a quote, a comment or a semicolon between
+// them may end a string the FOR was in); any TRUNCATE counts.
 func Unparsed(text string) Facts {
 	var f Facts
 	prev := ""
 	for i := 0; i < len(text); {
 		if !isWordStart(text[i]) {
+			if !isSpace(text[i]) {
+				prev = ""
+			}
 			i++
 			continue
 		}
@@ -155,4 +160,9 @@ func Unparsed(text string) Facts {
 
 func isWordStart(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
+}
+
+// isSpace reports whether c is whitespace to PostgreSQL's lexer.
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
 }

@@ -51,15 +51,16 @@ func skipLeading(sql string) int {
 }
 
 // filler returns the length of the whitespace byte, semicolon or comment that
-// starts at sql[i] (a line comment runs to its newline or to the end), 0 where
-// anything else starts; ok is false for an unterminated block comment.
+// starts at sql[i] (a line comment runs to its newline, \n or \r as in
+// PostgreSQL's lexer, or to the end), 0 where anything else starts; ok is false
+// for an unterminated block comment.
 func filler(sql string, i int) (n int, ok bool) {
 	c := sql[i]
 	switch {
 	case isSpace(c) || c == ';':
 		return 1, true
 	case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-		if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
+		if nl := strings.IndexAny(sql[i:], "\n\r"); nl >= 0 {
 			return nl + 1, true
 		}
 		return len(sql) - i, true
