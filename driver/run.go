@@ -233,4 +233,3 @@ func named(ctx context.Context, text string, args []any) (string, []any) {
 	}
 	return text, args
 }
-

@@ -34,8 +34,8 @@ func TestKeyCarriageReturnEndsLineComment(t *testing.T) {
 // ending in \r before nothing is stripped (nothing follows it).
 func TestKeyCRLFStillStrips(t *testing.T) {
 	for sql, want := range map[string]string{
-		"-- c\r\nSELECT 1":               "SELECT 1",
-		"SELECT 1 -- c\r\n":              "SELECT 1",
+		"-- c\r\nSELECT 1":                "SELECT 1",
+		"SELECT 1 -- c\r\n":               "SELECT 1",
 		"DELETE FROM t WHERE id = 1 -- c": "DELETE FROM t WHERE id = 1",
 	} {
 		if got := Key(sql); got != want {
