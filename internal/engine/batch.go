@@ -411,13 +411,15 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		if x.bound != nil || x.warnBound != nil {
 			overran = e.overran(x, err, took, now)
 		}
-		if overran && !struck && len(x.quarantinable) > 0 {
+		if overran && !struck && len(b.Execs) == 1 && len(x.quarantinable) > 0 {
 			// The batch's statements are not timed apart, so only a cancellation strikes (a
 			// per_query_limit strike would judge each statement by the whole batch's time),
-			// and only the first one cancelled: the server runs a batch's statements in
-			// order, so it is the one that was running when the bound hit; those after it
-			// never ran, although their results report the cancellation too.
-			e.strikes(x, true, 0, now)
+			// and only in a batch of one statement: the server sends a pipeline's results at
+			// its end, so every statement's result reports the cancellation, those that had
+			// completed included, and which one was running is unknown. Quarantining the
+			// wrong one would refuse a cheap statement everywhere; a batch's overrun strikes
+			// nobody instead.
+			e.strikes(x, true, took, 0, now)
 		}
 		struck = struck || overran
 		if x.Wants&(WantSpans|WantDuration) != 0 {

@@ -693,7 +693,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		overran = e.overran(x, err, took, now)
 	}
 	if len(x.quarantinable) > 0 {
-		e.strikes(x, overran, took, now)
+		e.strikes(x, overran, took, charge, now)
 	}
 	// A statement cut off at its max_duration ran at least that long: a lower bound worth
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that

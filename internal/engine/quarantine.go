@@ -111,9 +111,14 @@ func (q *quarantines) strike(now time.Time, bs *budgetState, p *pattern.Pattern)
 // count is strike's work under the lock: it returns how to publish the quarantine it began,
 // if it began one of a shared budget.
 func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) (func(uint64, time.Time), time.Time) {
-	spec := bs.quarantine
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	spec, ok := q.specs[bs.name]
+	if !ok || spec != *bs.quarantine {
+		// Admitted under rules a reload has replaced since, whose quarantine settings for the
+		// budget differ or are gone: its overrun counts under neither.
+		return nil, time.Time{}
+	}
 	en := q.entry(now, quarantineKey{bs.name, p.FingerprintID})
 	if en == nil {
 		return nil, time.Time{}
@@ -259,12 +264,15 @@ func (x *Exec) noteQuarantinable(st *compiled, rt *route) {
 	}
 }
 
-// strikes counts x's overruns at its Finish at now, which took took: in its bound's budget
-// when it was cancelled, and in each budget with a quarantine whose per_query_limit it
-// exceeded.
-func (e *Engine) strikes(x *Exec, cancelled bool, took time.Duration, now time.Time) {
+// strikes counts x's overruns at its Finish at now, which took took and cost cost seconds (the
+// measured cost its budgets were charged: on the server's clock, or the client's less the
+// network's round trip): in its bound's budget when it was cancelled, in a warn budget whose
+// max_duration it ran past (a dry run counts what enforce would have cut off), and in each
+// budget with a quarantine whose per_query_limit its cost exceeded.
+func (e *Engine) strikes(x *Exec, cancelled bool, took time.Duration, cost float64, now time.Time) {
 	for _, bs := range x.quarantinable {
-		if cancelled && bs == x.bound || bs.perQuery > 0 && took > bs.perQuery {
+		if cancelled && bs == x.bound || bs.mode == modeWarn && bs.maxDuration > 0 && took > bs.maxDuration ||
+			bs.perQuery > 0 && cost > bs.perQuery.Seconds() {
 			e.quarantined.strike(now, bs, x.Pattern)
 		}
 	}
