@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,10 +98,21 @@ func analyze(key string) *Pattern {
 	if err != nil {
 		return unparsable(key)
 	}
+	normalized, literals := normalizeText(key)
+	if literals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
+		// pg_query's fingerprint hashes the literals of utility statements (ALTER ROLE ...
+		// PASSWORD, a subscription's connection string, COMMENT ON, a NOTIFY payload), even
+		// where its normalised text replaced them: the fingerprint, which telemetry and errors
+		// show, would let whoever knows the statement's shape recover a short secret by trying
+		// each value. A text that is not all DML, or where a literal was left behind, is
+		// fingerprinted by its tokens, values by their kind alone, as a text pg_query cannot
+		// parse is.
+		id = unparsableID(key)
+	}
 	p := &Pattern{
 		FingerprintID: id,
 		Fingerprint:   FingerprintHex(id),
-		Normalized:    bounded.Cut(normalize(key), bounded.QueryLen),
+		Normalized:    bounded.Cut(normalized, bounded.QueryLen),
 		Kind:          vocab.KindOther,
 		Parsed:        true,
 		Statements:    len(tree.Stmts),
@@ -206,13 +218,20 @@ func FingerprintHex(id uint64) string {
 // numeric(10,2). On any failure it returns "": losing the text is better than
 // leaking a literal into telemetry.
 func normalize(key string) string {
+	n, _ := normalizeText(key)
+	return n
+}
+
+// normalizeText is normalize, and whether pg_query left a literal behind (a comment does not
+// count), which its fingerprint then holds too; true on a failure, where it cannot tell.
+func normalizeText(key string) (_ string, literals bool) {
 	n, err := pg.Normalize(key)
 	if err != nil {
-		return ""
+		return "", true
 	}
 	scan, err := pg.Scan(n)
 	if err != nil {
-		return ""
+		return "", true
 	}
 	next := 1
 	for _, t := range scan.Tokens {
@@ -238,15 +257,16 @@ func normalize(key string) string {
 			}
 		case pg.Token_ICONST, pg.Token_FCONST:
 			if !inTypmod(typmod) {
-				scrub[i], dirty = true, true
+				scrub[i], dirty, literals = true, true, true
 			}
-		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST,
-			pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST:
+			scrub[i], dirty, literals = true, true, true
+		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
 			scrub[i], dirty = true, true
 		}
 	}
 	if !dirty {
-		return n
+		return n, literals
 	}
 	var b strings.Builder
 	b.Grow(len(n))
@@ -282,7 +302,7 @@ func normalize(key string) string {
 		}
 	}
 	write(n[last:])
-	return strings.TrimSpace(b.String())
+	return strings.TrimSpace(b.String()), literals
 }
 
 // typeKeyword reports the built-in type names that take a modifier in
