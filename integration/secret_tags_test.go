@@ -43,7 +43,7 @@ func TestSecretTags(t *testing.T) {
 		var other []string
 		for _, kv := range sp.Attributes {
 			if !strings.HasPrefix(string(kv.Key), "pgtraffic.tag.") {
-				other = append(other, string(kv.Key)+"="+kv.Value.Emit())
+				other = append(other, string(kv.Key)+"="+kv.Value.String())
 			}
 		}
 		for _, ev := range sp.Events {
