@@ -48,7 +48,7 @@ const secretMarker = "S3CRET"
 func spanAttrText(attrs []attribute.KeyValue) string {
 	var b strings.Builder
 	for _, kv := range attrs {
-		fmt.Fprintf(&b, "%s=%s ", kv.Key, kv.Value.Emit())
+		fmt.Fprintf(&b, "%s=%s ", kv.Key, kv.Value.String())
 	}
 	return b.String()
 }
