@@ -188,7 +188,9 @@ func (r *restrictor) canonSelect(s *pg.SelectStmt) string {
 
 // complementary reports whether two of args cover every row between them where their operands
 // are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT TRUE, x = y and
-// x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y.
+// x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y
+// (or x = y), x IN (…) and x NOT IN (…) (a list of one as = and <>), LIKE and NOT LIKE (ILIKE,
+// SIMILAR TO alike), BETWEEN and NOT BETWEEN, x = ANY (a) and x <> ALL (a).
 // Each operand has canonical forms (what it is) and negations (what would complete it); a pair
 // is a negation of one operand that is a form of another. Linear in the operands.
 func (r *restrictor) complementary(args []*pg.Node) bool {
@@ -223,9 +225,73 @@ func (r *restrictor) forms(a *pg.Node, dst []string) []string {
 			dst = append(dst, r.cmp(mirror[opName(e)], e.Rexpr, e.Lexpr), r.cmp(opName(e), e.Lexpr, e.Rexpr))
 		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT || e.Kind == pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
 			dst = append(dst, r.cmp(e.Kind.String(), e.Lexpr, e.Rexpr), r.cmp(e.Kind.String(), e.Rexpr, e.Lexpr))
+		case paired[e.Kind]:
+			dst = append(dst, r.cmp(e.Kind.String()+pairedOp(e), e.Lexpr, e.Rexpr))
+			if v, ok := single(e); ok && mirror[opName(e)] != "" { // x IN (v): x = v
+				dst = append(dst, r.cmp(opName(e), e.Lexpr, v), r.cmp(mirror[opName(e)], v, e.Lexpr))
+			}
 		}
 	}
 	return dst
+}
+
+// paired are the kinds of A_Expr that have a complement of the same shape (negations).
+var paired = map[pg.A_Expr_Kind]bool{
+	pg.A_Expr_Kind_AEXPR_IN: true, pg.A_Expr_Kind_AEXPR_LIKE: true, pg.A_Expr_Kind_AEXPR_ILIKE: true,
+	pg.A_Expr_Kind_AEXPR_SIMILAR: true, pg.A_Expr_Kind_AEXPR_OP_ANY: true, pg.A_Expr_Kind_AEXPR_OP_ALL: true,
+	pg.A_Expr_Kind_AEXPR_BETWEEN: true, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN: true,
+	pg.A_Expr_Kind_AEXPR_BETWEEN_SYM: true, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM: true,
+}
+
+// pairedComplement is the kind and operator of the A_Expr that, ORed with one of kind k and
+// operator op, covers every row: NOT IN for IN (<> for =), NOT LIKE for LIKE, NOT BETWEEN for
+// BETWEEN, <> ALL for = ANY; ok is false where there is none.
+func pairedComplement(k pg.A_Expr_Kind, op string) (pg.A_Expr_Kind, string, bool) {
+	switch k {
+	case pg.A_Expr_Kind_AEXPR_IN, pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE, pg.A_Expr_Kind_AEXPR_SIMILAR:
+		c, ok := negatedOp[op]
+		return k, c, ok
+	case pg.A_Expr_Kind_AEXPR_OP_ANY:
+		c, ok := complement[op]
+		return pg.A_Expr_Kind_AEXPR_OP_ALL, c, ok
+	case pg.A_Expr_Kind_AEXPR_OP_ALL:
+		c, ok := complement[op]
+		return pg.A_Expr_Kind_AEXPR_OP_ANY, c, ok
+	case pg.A_Expr_Kind_AEXPR_BETWEEN:
+		return pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, op, true
+	case pg.A_Expr_Kind_AEXPR_NOT_BETWEEN:
+		return pg.A_Expr_Kind_AEXPR_BETWEEN, op, true
+	case pg.A_Expr_Kind_AEXPR_BETWEEN_SYM:
+		return pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM, op, true
+	case pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+		return pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, op, true
+	}
+	return k, "", false
+}
+
+// pairedOp is the operator of e that its paired forms name: none for BETWEEN, whose kind says
+// all (its name is the keyword).
+func pairedOp(e *pg.A_Expr) string {
+	switch e.Kind {
+	case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, pg.A_Expr_Kind_AEXPR_BETWEEN_SYM,
+		pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+		return ""
+	}
+	return opName(e)
+}
+
+// negatedOp maps the operator of IN, LIKE, ILIKE and SIMILAR TO to their NOT forms' and back.
+var negatedOp = map[string]string{"=": "<>", "<>": "=", "~~": "!~~", "!~~": "~~", "~~*": "!~~*", "!~~*": "~~*", "~": "!~", "!~": "~"}
+
+// single returns the one value of x IN (v), x NOT IN (v).
+func single(e *pg.A_Expr) (*pg.Node, bool) {
+	if e.Kind != pg.A_Expr_Kind_AEXPR_IN {
+		return nil, false
+	}
+	if l := e.Rexpr.GetList(); l != nil && len(l.Items) == 1 {
+		return l.Items[0], true
+	}
+	return nil, false
 }
 
 // negations returns the canonical texts of the conditions that, ORed with a, cover every row.
@@ -258,6 +324,18 @@ func (r *restrictor) negations(a *pg.Node) []string {
 		case e.Kind == pg.A_Expr_Kind_AEXPR_OP && complement[opName(e)] != "":
 			c := complement[opName(e)]
 			neg = append(neg, r.cmp(c, e.Lexpr, e.Rexpr), r.cmp(mirror[c], e.Rexpr, e.Lexpr))
+			if opName(e) == "=" { // x = y OR x IS DISTINCT FROM y
+				k := pg.A_Expr_Kind_AEXPR_DISTINCT.String()
+				neg = append(neg, r.cmp(k, e.Lexpr, e.Rexpr), r.cmp(k, e.Rexpr, e.Lexpr))
+			}
+		case paired[e.Kind]:
+			if k, c, ok := pairedComplement(e.Kind, pairedOp(e)); ok {
+				neg = append(neg, r.cmp(k.String()+c, e.Lexpr, e.Rexpr))
+				if v, ok := single(e); ok && complement[opName(e)] != "" { // x IN (v) OR x <> v
+					cc := complement[opName(e)]
+					neg = append(neg, r.cmp(cc, e.Lexpr, v), r.cmp(mirror[cc], v, e.Lexpr))
+				}
+			}
 		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT:
 			k := pg.A_Expr_Kind_AEXPR_NOT_DISTINCT.String()
 			neg = append(neg, r.cmp(k, e.Lexpr, e.Rexpr), r.cmp(k, e.Rexpr, e.Lexpr))
