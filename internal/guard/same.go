@@ -225,7 +225,7 @@ func (r *restrictor) forms(a *pg.Node, dst []string) []string {
 			dst = append(dst, r.cmp(mirror[opName(e)], e.Rexpr, e.Lexpr), r.cmp(opName(e), e.Lexpr, e.Rexpr))
 		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT || e.Kind == pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
 			dst = append(dst, r.cmp(e.Kind.String(), e.Lexpr, e.Rexpr), r.cmp(e.Kind.String(), e.Rexpr, e.Lexpr))
-		case paired[e.Kind]:
+		case paired(e):
 			dst = append(dst, r.cmp(e.Kind.String()+pairedOp(e), e.Lexpr, e.Rexpr))
 			if v, ok := single(e); ok && mirror[opName(e)] != "" { // x IN (v): x = v
 				dst = append(dst, r.cmp(opName(e), e.Lexpr, v), r.cmp(mirror[opName(e)], v, e.Lexpr))
@@ -235,12 +235,10 @@ func (r *restrictor) forms(a *pg.Node, dst []string) []string {
 	return dst
 }
 
-// paired are the kinds of A_Expr that have a complement of the same shape (negations).
-var paired = map[pg.A_Expr_Kind]bool{
-	pg.A_Expr_Kind_AEXPR_IN: true, pg.A_Expr_Kind_AEXPR_LIKE: true, pg.A_Expr_Kind_AEXPR_ILIKE: true,
-	pg.A_Expr_Kind_AEXPR_SIMILAR: true, pg.A_Expr_Kind_AEXPR_OP_ANY: true, pg.A_Expr_Kind_AEXPR_OP_ALL: true,
-	pg.A_Expr_Kind_AEXPR_BETWEEN: true, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN: true,
-	pg.A_Expr_Kind_AEXPR_BETWEEN_SYM: true, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM: true,
+// paired reports whether e has a complement of its own shape (pairedComplement).
+func paired(e *pg.A_Expr) bool {
+	_, _, ok := pairedComplement(e.Kind, pairedOp(e))
+	return ok
 }
 
 // pairedComplement is the kind and operator of the A_Expr that, ORed with one of kind k and
@@ -328,13 +326,12 @@ func (r *restrictor) negations(a *pg.Node) []string {
 				k := pg.A_Expr_Kind_AEXPR_DISTINCT.String()
 				neg = append(neg, r.cmp(k, e.Lexpr, e.Rexpr), r.cmp(k, e.Rexpr, e.Lexpr))
 			}
-		case paired[e.Kind]:
-			if k, c, ok := pairedComplement(e.Kind, pairedOp(e)); ok {
-				neg = append(neg, r.cmp(k.String()+c, e.Lexpr, e.Rexpr))
-				if v, ok := single(e); ok && complement[opName(e)] != "" { // x IN (v) OR x <> v
-					cc := complement[opName(e)]
-					neg = append(neg, r.cmp(cc, e.Lexpr, v), r.cmp(mirror[cc], v, e.Lexpr))
-				}
+		case paired(e):
+			k, c, _ := pairedComplement(e.Kind, pairedOp(e))
+			neg = append(neg, r.cmp(k.String()+c, e.Lexpr, e.Rexpr))
+			if v, ok := single(e); ok && complement[opName(e)] != "" { // x IN (v) OR x <> v
+				cc := complement[opName(e)]
+				neg = append(neg, r.cmp(cc, e.Lexpr, v), r.cmp(mirror[cc], v, e.Lexpr))
 			}
 		case e.Kind == pg.A_Expr_Kind_AEXPR_DISTINCT:
 			k := pg.A_Expr_Kind_AEXPR_NOT_DISTINCT.String()

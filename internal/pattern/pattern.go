@@ -94,11 +94,8 @@ func analyze(key string) *Pattern {
 	if err != nil {
 		return unparsable(key)
 	}
-	id, err := pg.FingerprintToUInt64(key)
-	if err != nil {
-		return unparsable(key)
-	}
-	normalized, literals := normalizeText(key)
+	normalized, literals := normalize(key)
+	var id uint64
 	if literals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
 		// pg_query's fingerprint hashes the literals of utility statements (ALTER ROLE ...
 		// PASSWORD, a subscription's connection string, COMMENT ON, a NOTIFY payload), even
@@ -108,6 +105,8 @@ func analyze(key string) *Pattern {
 		// fingerprinted by its tokens, values by their kind alone, as a text pg_query cannot
 		// parse is.
 		id = unparsableID(key)
+	} else if id, err = pg.FingerprintToUInt64(key); err != nil {
+		return unparsable(key)
 	}
 	p := &Pattern{
 		FingerprintID: id,
@@ -216,15 +215,10 @@ func FingerprintHex(id uint64) string {
 // CALL and EXECUTE arguments, FETCH counts). Only numbers in a type modifier
 // or array bound after a built-in type keyword stay, such as varchar(10) or
 // numeric(10,2). On any failure it returns "": losing the text is better than
-// leaking a literal into telemetry.
-func normalize(key string) string {
-	n, _ := normalizeText(key)
-	return n
-}
-
-// normalizeText is normalize, and whether pg_query left a literal behind (a comment does not
-// count), which its fingerprint then holds too; true on a failure, where it cannot tell.
-func normalizeText(key string) (_ string, literals bool) {
+// leaking a literal into telemetry. literals reports whether pg_query left a literal behind (a
+// comment does not count), which its fingerprint then holds too; true on a failure, where it
+// cannot tell.
+func normalize(key string) (_ string, literals bool) {
 	n, err := pg.Normalize(key)
 	if err != nil {
 		return "", true
