@@ -30,7 +30,8 @@ const DefaultSyncInterval = time.Second
 // credentials.
 type Coordination struct {
 	// Redis is where the shared state lives: a redis://, rediss:// (TLS) or unix:// URL as
-	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0. Required unless the connector
+	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0; a password's '@', ':', '/'
+	// '?' or '#' is percent-encoded (a '#' as %23), as in any URL. Required unless the connector
 	// is given a client in code. Its shape is checked here, its client options (the query) when
 	// the client is made. It never reaches an error; in a log, a span or the status page its
 	// credentials are redacted. Its user needs the keys and the channels under pgtraffic:
@@ -91,6 +92,11 @@ func RedactURL(raw string) string {
 // scheme, the host and port, the database number; the client options of its query are left to
 // go-redis, which internal/coord calls when it makes the client.
 func redisURLProblem(raw string) string {
+	if strings.ContainsRune(raw, '#') {
+		// A URL ends at its '#': in a password written as is, the rest of the password would
+		// be read as the fragment and its first part as the host, and go-redis would dial it.
+		return "has a '#' (write one in a password as %23)"
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" {
 		return "not a URL"

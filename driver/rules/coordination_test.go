@@ -80,6 +80,8 @@ func TestCoordinationErrors(t *testing.T) {
 			`pgtraffic: rules line 2: coordination.redis: has a path of more than a database number (the value is not shown: it may hold a password)`},
 		{"bad db option", "coordination:\n  redis: redis://h/0?db=pw\n",
 			`pgtraffic: rules line 2: coordination.redis: has an invalid db option (want a number) (the value is not shown: it may hold a password)`},
+		{"a '#' in the password", "coordination:\n  redis: redis://:p@ss#word@h:6379/0\n",
+			`pgtraffic: rules line 2: coordination.redis: has a '#' (write one in a password as %23) (the value is not shown: it may hold a password)`},
 		{"unix without a path", "coordination:\n  redis: unix://:pw@\n",
 			`pgtraffic: rules line 2: coordination.redis: has no socket path (the value is not shown: it may hold a password)`},
 		{"interval too short", "coordination:\n  sync_interval: 10ms\n",
@@ -204,6 +206,8 @@ func TestRedisURLAsGoRedisReadsIt(t *testing.T) {
 		{"redis://h/0?db=x", false},
 		{"http://h", false},
 		{"unix://", false},
+		{"redis://:p@ss#word@h:6379/0", false}, // url.Parse reads host "ss"
+		{"redis://:p%40ss%23word@h:6379/0", true},
 	} {
 		problem := redisURLProblem(tc.url)
 		if (problem == "") != tc.ok {
