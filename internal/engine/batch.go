@@ -361,10 +361,7 @@ func (b *Batch) refused(ctx context.Context, err error) {
 // after a panic, the holds taken.
 func (b *Batch) unwind() {
 	if b.held > 0 {
-		now := b.e.now()
-		for i := range b.holds[:b.held] {
-			budget.Return(now, &b.holds[i])
-		}
+		giveBack(b.e.now(), b.holds[:b.held])
 	}
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	clear(b.texts)
@@ -462,9 +459,7 @@ func (b *Batch) Acquired(ctx context.Context) error {
 	if st != nil && st != b.e.state.Load() {
 		// The rules were replaced while b waited for its connection: it gives back what it
 		// holds and is decided again on its connection, as Exec.Acquired does a statement.
-		for i := range b.holds[:b.held] {
-			budget.Return(b.start, &b.holds[i]) // never ran
-		}
+		giveBack(b.start, b.holds[:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 		b.again, b.arrived = true, b.start
 		return ErrDecideAgain
@@ -507,9 +502,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		b.again = true       // and the batch keeps its place of arrival
 	}
 	if err != nil {
-		for i := n; i < b.held; i++ {
-			budget.Return(b.start, &b.holds[i])
-		}
+		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 		d, denied := err.(*Denial)
 		for i := range b.Execs {
@@ -536,19 +529,13 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 // instead of Finish.
 func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
-	if !b.later {
-		e.inFlight.Add(-int64(len(b.Execs))) // in flight since Acquired
-	} else {
-		e.pending.Add(-int64(len(b.Execs)))
-	}
+	e.leave(len(b.Execs), b.later)
 	b.st = nil
 	if b.start.IsZero() {
 		return
 	}
 	now := e.now()
-	for i := range b.holds[:b.held] {
-		budget.Return(now, &b.holds[i]) // the batch never ran: released at no cost
-	}
+	giveBack(now, b.holds[:b.held])
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	for i := range b.Execs {
 		x := &b.Execs[i]

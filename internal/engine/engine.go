@@ -442,11 +442,26 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 // what keeps the slots from leaking.
 func (x *Exec) unwind() {
 	if len(x.holds) > 0 {
-		now := x.e.now()
-		for i := range x.holds {
-			budget.Return(now, &x.holds[i])
-		}
+		giveBack(x.e.now(), x.holds)
 		x.holds = x.holds[:0]
+	}
+}
+
+// giveBack gives holds back at now at no cost: their statement never ran (refused, abandoned,
+// decided again). Nothing is learned from them.
+func giveBack(now time.Time, holds []budget.Request) {
+	for i := range holds {
+		budget.Return(now, &holds[i])
+	}
+}
+
+// leave takes n statements that end without having run out of the engine's count: of those in
+// flight, or while they waited for their connection (later) of the pending ones.
+func (e *Engine) leave(n int, later bool) {
+	if later {
+		e.pending.Add(-int64(n))
+	} else {
+		e.inFlight.Add(-int64(n))
 	}
 }
 
@@ -569,9 +584,7 @@ func (x *Exec) Acquired(ctx context.Context) error {
 		// limit, a limit lowered, a rule removed): x gives back what it holds and is decided
 		// again on its connection under the rules in force, as when they are replaced while it
 		// waits there (admitAgain), in its place of arrival.
-		for i := range x.holds {
-			budget.Return(x.start, &x.holds[i]) // never ran
-		}
+		giveBack(x.start, x.holds)
 		x.holds = x.holds[:0]
 		x.again, x.arrived = true, x.start
 		return ErrDecideAgain
@@ -613,9 +626,7 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		x.again = true       // and the statement keeps its place of arrival
 	}
 	if err != nil {
-		for i := range x.holds[n:] {
-			budget.Return(x.start, &x.holds[n+i])
-		}
+		giveBack(x.start, x.holds[n:])
 		x.holds = x.holds[:0]
 		if d, ok := err.(*Denial); ok && x.Wants&WantDecisions != 0 {
 			e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
@@ -635,19 +646,13 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 // with the context BeginBeforeConn returned.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
-	if !x.later {
-		e.inFlight.Add(-1) // in flight since Acquired
-	} else {
-		e.pending.Add(-1)
-	}
+	e.leave(1, x.later)
 	x.st = nil
 	if x.start.IsZero() {
 		return
 	}
 	now := e.now()
-	for i := range x.holds {
-		budget.Return(now, &x.holds[i]) // the statement never ran: released at no cost
-	}
+	giveBack(now, x.holds)
 	x.holds = x.holds[:0]
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, now.Sub(x.start))
