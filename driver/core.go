@@ -49,7 +49,7 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 		PatternCacheSize: o.patternCacheSize,
 		MaxBuckets:       o.maxBuckets,
 		User:             cc.User,
-		Database:         cc.Database,
+		Database:         databaseOf(cc),
 		ApplicationName:  cc.RuntimeParams["application_name"],
 		Observer:         tel.observer(),
 	})
@@ -96,8 +96,12 @@ func healthDatabase(cc *pgx.ConnConfig) string {
 			hosts = append(hosts, h)
 		}
 	}
-	return cc.User + "@" + strings.Join(hosts, ",") + "/" + cc.Database
+	return cc.User + "@" + strings.Join(hosts, ",") + "/" + databaseOf(cc)
 }
+
+// databaseOf is the database connections made from cc reach: the one cc names, else, as
+// PostgreSQL does when the startup message names none, the one named after the user.
+func databaseOf(cc *pgx.ConnConfig) string { return cmp.Or(cc.Database, cc.User) }
 
 // close stops everything newCore started; statements still waiting for capacity return
 // ErrClosed.

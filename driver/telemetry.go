@@ -181,10 +181,10 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	if ctx := context.Background(); o.meterProvider == nil && !t.duration.Enabled(ctx) && !t.decisions.Enabled(ctx) {
 		t.idleMeter = mp
 	}
-	server := []attribute.KeyValue{
+	server := []attribute.KeyValue{ // from the DSN: valid UTF-8 as every attribute (a LATIN1 database's name)
 		attribute.String(attrSystem, dbSystem),
-		attribute.String(attrNamespace, cc.Database),
-		attribute.String(attrServerAddress, cc.Host),
+		attribute.String(attrNamespace, bounded.Valid(databaseOf(cc))),
+		attribute.String(attrServerAddress, bounded.Valid(cc.Host)),
 		attribute.Int(attrServerPort, int(cc.Port)),
 	}
 	t.commonAttr = server
@@ -331,10 +331,10 @@ func (t *telemetry) Wants() engine.Wants {
 	return w
 }
 
-// startSpan starts a statement's span. When the statement matched a budget, the span starts at
-// x.Start(), when the engine began deciding (Started and Blocked are called before the engine
-// restarts it for execution), so that time spent on EXPLAIN or waiting for capacity
-// (max_wait) shows in the caller's trace; the duration metric measures execution only. On the
+// startSpan starts a statement's span. When the statement matched a budget, or was refused, the
+// span starts at x.Arrived(), when the engine began deciding, not at x.Start(), which it
+// restarts for execution, so that time spent on EXPLAIN or waiting for capacity (max_wait)
+// shows in the caller's trace; the duration metric measures execution only. On the
 // fast path (no budget) nothing happened before, and the timestamp option would cost an
 // allocation per statement. It returns ctx carrying the span.
 func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) (context.Context, trace.Span) {
@@ -342,7 +342,7 @@ func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) 
 		return ctx, idleSpan // Wants had no WantSpans: the idle global provider records nothing
 	}
 	if always || len(x.Budgets) > 0 {
-		return t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Start()))
+		return t.tracer.Start(ctx, spanName(x), clientKind, trace.WithTimestamp(x.Arrived()))
 	}
 	return t.tracer.Start(ctx, spanName(x), clientKind)
 }
@@ -401,7 +401,7 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 			// A denial's budget may be a guard, which is not among x.Budgets.
 			span.SetAttributes(attribute.String(attrBudget, d.Budget),
 				attribute.String(attrErrorType, errorType(err)))
-			span.SetStatus(codes.Error, "pgtraffic: blocked by "+d.Budget+" ("+d.Reason+")")
+			span.SetStatus(codes.Error, blockedStatus(d.Budget, d.Reason))
 		} else {
 			// The caller's context ended while the statement waited for capacity (max_wait).
 			// Decided: the span has no pgtraffic.decision (nor reason). The statement was not
@@ -439,7 +439,13 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 			}
 			// The description is the SQLSTATE or type, never the message: a server message
 			// can quote a literal or a bound value ("invalid input syntax for type integer: ...").
-			span.SetStatus(codes.Error, errorType(err))
+			// A statement blocked since Started (past its max_duration, or refused once it had
+			// its pool connection) says by what, as a refused one's span does.
+			status := errorType(err)
+			if x.Decision == engine.DecisionBlock {
+				status = blockedStatus(x.Blocker, x.Reason)
+			}
+			span.SetStatus(codes.Error, status)
 		}
 		span.End()
 	}
@@ -475,9 +481,18 @@ func redecided(ctx context.Context, span trace.Span, x *engine.Exec) {
 		return
 	}
 	span.SetAttributes(attribute.String(attrDecision, x.Decision), attribute.String(attrReason, x.Reason))
-	if x.Decision == engine.DecisionWarn {
+	switch x.Decision {
+	case engine.DecisionWarn:
 		warnEvent(span, x)
+	case engine.DecisionBlock:
+		span.SetAttributes(attribute.String(attrBudget, x.Blocker))
 	}
+}
+
+// blockedStatus is the status description of a statement that budget (or guard) blocked for
+// reason.
+func blockedStatus(budget, reason string) string {
+	return "pgtraffic: blocked by " + budget + " (" + reason + ")"
 }
 
 // Decision counts one budget's decision; the engine calls it only when Wants had WantDecisions.

@@ -349,7 +349,7 @@ func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
 		return
 	}
 	if c.b == nil {
-		c.x.Decision, c.x.Reason = DecisionBlock, d.Reason
+		c.x.Decision, c.x.Reason, c.x.Blocker = DecisionBlock, d.Reason, d.Budget
 		o.bs.b.Count(now, budget.Blocked, d.Reason)
 		e.recordBlock(now, d, c.x.Pattern)
 	} else {

@@ -44,7 +44,7 @@ type batchWork struct {
 	// in its place of arrival in the queues.
 	again bool
 	start time.Time // when the batch was admitted; zero when nothing read the clock
-	// arrived is when the batch first asked for room (Exec.arrived); zero until its admission.
+	// arrived is when the engine began deciding the batch (Exec.arrived); zero until then.
 	arrived time.Time
 	// holds are the batch's requests, one per budget and per-tag value of the union: the
 	// enforce budgets' (admitted together) and then the warn budgets' that had room. owners[i]
@@ -180,7 +180,10 @@ func (e *Engine) decideBatch(ctx context.Context, st *compiled, b *Batch, conn C
 		if b.start.IsZero() {
 			b.start = e.now()
 		}
-		x.start = b.start
+		if b.arrived.IsZero() {
+			b.arrived = b.start // max_wait counts from here, also when decided again
+		}
+		x.start, x.arrived = b.start, b.arrived
 		rt := e.routeStatement(ctx, st, x, b.texts[i], debug, q)
 		b.routes[i] = rt
 		if st.empty {
@@ -293,9 +296,6 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c := &b.claim
 	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
 		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
-	if b.arrived.IsZero() {
-		b.arrived = b.start
-	}
 	_, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err != nil {
@@ -340,16 +340,17 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 func (b *Batch) refused(ctx context.Context, err error) {
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	clear(b.texts)
-	reason := ""
+	reason, blocker := "", ""
 	if d, ok := err.(*Denial); ok {
-		reason = d.Reason
+		reason, blocker = d.Reason, d.Budget
 	}
 	e := b.e
 	for i := range b.Execs {
 		x := &b.Execs[i]
-		x.Decision, x.Reason = DecisionBlock, reason
+		x.Decision, x.Reason, x.Blocker = DecisionBlock, reason, blocker
 		if x.start.IsZero() {
 			x.start = e.now() // a statement after the one a guard refused: its span starts now
+			x.arrived = x.start
 		}
 		if e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
@@ -507,9 +508,9 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		d, denied := err.(*Denial)
 		for i := range b.Execs {
 			x := &b.Execs[i]
-			x.Decision, x.Reason = DecisionBlock, "" // as refused marks them
+			x.Decision, x.Reason, x.Blocker = DecisionBlock, "", "" // as refused marks them
 			if denied {
-				x.Reason = d.Reason
+				x.Reason, x.Blocker = d.Reason, d.Budget
 				if x.Wants&WantDecisions != 0 {
 					e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
 				}

@@ -229,7 +229,7 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 			d.Limit = limitUnparsable // say why: the statement may well have a WHERE
 		}
 		if g.mode == modeEnforce {
-			x.Decision, x.Reason = DecisionBlock, vocab.ReasonGuard
+			x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonGuard, g.name
 			e.recordBlock(x.start, d, p)
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d

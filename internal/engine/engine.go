@@ -219,6 +219,7 @@ type Result struct {
 	Tags      []ruleset.KV
 	Decision  string   // allow, warn or block
 	Reason    string   // the warn or block reason, "" when allowed cleanly
+	Blocker   string   // the budget or guard that blocked the statement; "" unless Decision is block
 	Budgets   []string // names of the matching budgets that are not off; read-only (shared)
 	Predicted float64  // predicted execution seconds; 0 when not predicted
 	PlanCost  float64  // planner cost used; 0 when none
@@ -554,6 +555,12 @@ func (e *Engine) tagStatement(ctxTags tagging.Tags, x *Exec, query string) {
 // it after an EXPLAIN or a wait for capacity). It is the zero Time when nothing read the clock
 // at Begin: no rules were in force and telemetry was idle.
 func (x *Exec) Start() time.Time { return x.start }
+
+// Arrived returns when the engine began deciding the statement, which Start follows by the
+// time it spent on an EXPLAIN or waiting for capacity: its span starts here, so that this time
+// shows in the caller's trace. Read it only from the observer's Started and Blocked, for a
+// statement with budgets or refused (a statement no rule reads is not given one).
+func (x *Exec) Arrived() time.Time { return x.arrived }
 
 // Acquired tells x, admitted by BeginBeforeConn, that its connection is acquired: its clock
 // restarts, so that the wait for the pool is not counted as its cost or against its

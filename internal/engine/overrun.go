@@ -66,7 +66,7 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 		// The bound is the budget's max_duration, or a probe's (admission.go).
 		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 			Limit: "max_duration=" + x.MaxDuration.String()}
-		x.Decision, x.Reason = DecisionBlock, vocab.ReasonMaxDuration
+		x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonMaxDuration, bs.name
 		bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		e.recordBlock(now, d, x.Pattern)
 		e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
