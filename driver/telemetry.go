@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ const (
 	attrPredicted   = "pgtraffic.predicted_cost_s"
 	attrPlanCost    = "pgtraffic.plan_cost"
 	attrTagPrefix   = "pgtraffic.tag."
+	attrConnector   = "pgtraffic.connector"
 
 	eventWarn = "pgtraffic.warn" // on a warned statement's span
 )
@@ -127,6 +129,12 @@ type telemetry struct {
 	decisions  metric.Int64Counter
 	commonAttr []attribute.KeyValue // span attributes shared by every statement
 	metricAttr []attribute.KeyValue // duration attributes shared by every statement
+	// observedAttr are the attributes of every observation of the gauges' callback: the
+	// server's and pgtraffic.connector, the connector's number in its process (1, 2, ... in
+	// the order they were made), so that two connectors on one meter provider (a primary and a
+	// replica, a database/sql connector beside a Pool) each report their budgets: observations
+	// of two callbacks with the same attributes would be duplicates, of which the SDK keeps one.
+	observedAttr []attribute.KeyValue
 
 	// tagKeys maps the keys of tags other than the built-ins to their span attribute keys
 	// (pgtraffic.tag.<key>), so that a span does not build them by concatenation, one
@@ -189,8 +197,12 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	}
 	t.commonAttr = server
 	t.metricAttr = server
+	t.observedAttr = append(slices.Clip(server), attribute.Int64(attrConnector, int64(connectors.Add(1))))
 	return t, nil
 }
+
+// connectors numbers the connectors and pools of the process (telemetry.observedAttr).
+var connectors atomic.Uint64
 
 func telemetryError(err error) error { return fmt.Errorf("pgtraffic: telemetry: %w", err) }
 
@@ -228,35 +240,37 @@ func (t *telemetry) attach(rt *runtime.Runtime) error {
 		return telemetryError(err)
 	}
 	observe := func(_ context.Context, o metric.Observer) error {
-		coordInst.observe(o, rt)
+		coordInst.observe(o, rt, t.perBudget)
 		for _, b := range e.Budgets() {
-			attrs := metric.WithAttributes(attribute.String(attrBudget, b.Name))
+			attrs := t.perBudget(b.Name)
 			o.ObserveFloat64(debt, b.Debt, attrs)
 			o.ObserveInt64(inFlight, int64(b.InFlight), attrs)
 		}
+		attrs := metric.WithAttributes(t.observedAttr...)
+		count := func(c metric.Int64ObservableCounter, n uint64) { o.ObserveInt64(c, clampInt64(n), attrs) }
 		hits, misses, _ := e.PatternStats()
-		o.ObserveInt64(patternHits, clampInt64(hits))
-		o.ObserveInt64(patternMisses, clampInt64(misses))
+		count(patternHits, hits)
+		count(patternMisses, misses)
 		st := e.Stats()
-		o.ObserveInt64(explainCalls, clampInt64(st.ExplainCalls.Load()))
-		o.ObserveInt64(explainFailures, clampInt64(st.ExplainFailures.Load()))
-		o.ObserveInt64(explainHits, clampInt64(st.ExplainCacheHits.Load()))
-		o.ObserveInt64(explainMisses, clampInt64(st.ExplainCacheMisses.Load()))
-		o.ObserveInt64(reloads, clampInt64(st.Reloads.Load()))
-		o.ObserveInt64(reloadFailures, clampInt64(st.ReloadFailures.Load()))
-		o.ObserveInt64(probes, clampInt64(st.Probes.Load()))
+		count(explainCalls, st.ExplainCalls.Load())
+		count(explainFailures, st.ExplainFailures.Load())
+		count(explainHits, st.ExplainCacheHits.Load())
+		count(explainMisses, st.ExplainCacheMisses.Load())
+		count(reloads, st.Reloads.Load())
+		count(reloadFailures, st.ReloadFailures.Load())
+		count(probes, st.Probes.Load())
 		if h, ok := rt.Health(); ok {
-			o.ObserveInt64(healthErrors, clampInt64(h.Errors))
-			o.ObserveInt64(healthSamples, clampInt64(h.Samples))
-			o.ObserveInt64(healthShared, clampInt64(h.Shared))
-			o.ObserveInt64(healthElections, clampInt64(h.Elections))
+			count(healthErrors, h.Errors)
+			count(healthSamples, h.Samples)
+			count(healthShared, h.Shared)
+			count(healthElections, h.Elections)
 		}
 		if c, ok := rt.ServerClock(); ok {
-			o.ObserveInt64(clockReads, clampInt64(c.Reads))
-			o.ObserveInt64(clockFailures, clampInt64(c.Failures))
-			o.ObserveInt64(clockResets, clampInt64(c.Resets))
-			o.ObserveInt64(clockRejected, clampInt64(c.Rejected))
-			o.ObserveInt64(clockShared, clampInt64(c.Shared))
+			count(clockReads, c.Reads)
+			count(clockFailures, c.Failures)
+			count(clockResets, c.Resets)
+			count(clockRejected, c.Rejected)
+			count(clockShared, c.Shared)
 		}
 		return nil
 	}
@@ -293,6 +307,12 @@ func (t *telemetry) close() error {
 }
 
 func clampInt64(n uint64) int64 { return int64(min(n, 1<<63-1)) }
+
+// perBudget is the attributes of an observation of budget's: the connector's and
+// pgtraffic.budget.
+func (t *telemetry) perBudget(budget string) metric.MeasurementOption {
+	return metric.WithAttributes(append(slices.Clip(t.observedAttr), attribute.String(attrBudget, budget))...)
+}
 
 // spanName is db.query.summary (e.g. "SELECT orders"), or db.system.name when the statement
 // could not be parsed, as the semantic conventions say.

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"github.com/pgtraffic/pgtraffic/internal/runtime"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -33,10 +32,10 @@ func newCoordInstruments(ob *observables) (*coordInstruments, []metric.Observabl
 		c.syncs, c.failures}
 }
 
-// observe reports every shared budget of rt.
-func (c *coordInstruments) observe(o metric.Observer, rt *runtime.Runtime) {
+// observe reports every shared budget of rt, with the attributes perBudget gives it.
+func (c *coordInstruments) observe(o metric.Observer, rt *runtime.Runtime, perBudget func(string) metric.MeasurementOption) {
 	for _, s := range rt.Coordination() {
-		attrs := metric.WithAttributes(attribute.String(attrBudget, s.Name))
+		attrs := perBudget(s.Name)
 		o.ObserveFloat64(c.rate, s.Rate, attrs)
 		o.ObserveFloat64(c.burst, s.Burst, attrs)
 		o.ObserveInt64(c.slots, int64(s.Slots), attrs)

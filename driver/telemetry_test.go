@@ -1367,7 +1367,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.fingerprint": attrFingerprint, "pgtraffic.decision": attrDecision,
 		"pgtraffic.budgets": attrBudgets, "pgtraffic.budget": attrBudget, "pgtraffic.reason": attrReason,
 		"pgtraffic.predicted_cost_s": attrPredicted, "pgtraffic.plan_cost": attrPlanCost,
-		"pgtraffic.tag.": attrTagPrefix, "pgtraffic.warn": eventWarn,
+		"pgtraffic.tag.": attrTagPrefix, "pgtraffic.warn": eventWarn, "pgtraffic.connector": attrConnector,
 	}
 	for doc, code := range attrs {
 		if doc != code {
