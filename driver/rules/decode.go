@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"iter"
 	"reflect"
 	"slices"
 	"strconv"
@@ -226,23 +227,70 @@ func (d *decoder) resolve(n *yaml.Node, at field) *yaml.Node {
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
-// failedNear reports whether a decoding error was reported at path, above it or below it.
-func (d *decoder) failedNear(path string) bool {
-	for _, e := range d.errs {
-		if related(e.Field, path) || related(path, e.Field) {
+// nearFailures indexes the fields that decoding errors were reported at, so that a validation
+// error next to one (a field left zero because it failed to decode, reported again as missing)
+// can be dropped: a generated file may have a problem in every one of its budgets, and each
+// validation error is looked up along its own path alone, never against every decoding error.
+type nearFailures map[string]bool // a field path: true where an error was reported, false above one
+
+// failedFields indexes the fields of errs and every field above them.
+func failedFields(errs []*Error) nearFailures {
+	failed := make(nearFailures, 2*len(errs))
+	for _, e := range errs {
+		failed[e.Field] = true
+		for above := range parentPaths(e.Field) {
+			if _, ok := failed[above]; !ok {
+				failed[above] = false
+			}
+		}
+	}
+	return failed
+}
+
+// near reports whether a decoding error was reported at path, above it or below it.
+func (failed nearFailures) near(path string) bool {
+	if _, ok := failed[path]; ok {
+		return true // at path, or below it
+	}
+	for above := range parentPaths(path) {
+		if failed[above] {
 			return true
 		}
 	}
 	return false
 }
 
-// related reports whether path b is a or lies under it.
-func related(a, b string) bool {
-	if a == "" || a == b {
-		return true
+// parentPaths yields the paths of the fields above the field at path, as [field.String]
+// renders them: "" (the top), then each path up to a step's '.' or '['. A bracketed key is
+// skipped whole, so that a '.' or '[' quoted in it is not taken for a step.
+func parentPaths(path string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if path == "" {
+			return
+		}
+		if !yield("") {
+			return
+		}
+		for i := 0; i < len(path); i++ {
+			switch path[i] {
+			case '.':
+				if !yield(path[:i]) {
+					return
+				}
+			case '[':
+				if i > 0 && !yield(path[:i]) {
+					return
+				}
+				rest := path[i+1:]
+				if q, err := strconv.QuotedPrefix(rest); err == nil {
+					rest = rest[len(q):]
+				}
+				if j := strings.IndexByte(rest, ']'); j >= 0 {
+					i = len(path) - len(rest) + j
+				}
+			}
+		}
 	}
-	rest, ok := strings.CutPrefix(b, a)
-	return ok && (rest[0] == '.' || rest[0] == '[')
 }
 
 // expected reports that the value n at at is not what was expected, and describes n; within

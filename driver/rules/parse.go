@@ -56,9 +56,10 @@ func decode(root *yaml.Node) (*Config, error) {
 	d.value(root, field{}, reflect.ValueOf(cfg).Elem())
 	v := problems{root: root}
 	cfg.validate(&v)
+	failed := failedFields(d.errs)
 	for _, e := range v.errs {
 		// A field that failed to decode is left zero; do not report it again as missing.
-		if !d.failedNear(e.Field) {
+		if !failed.near(e.Field) {
 			d.errs = append(d.errs, e)
 		}
 	}
