@@ -5,12 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -139,9 +140,24 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 	o := buildOptions(opts, fromEnv)
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pgtraffic: %w", err)
+		return nil, dsnError(err)
 	}
 	return fromConfig(cc, o)
+}
+
+// dsnError is the error of a DSN that pgx could not parse: pgx's reason, without the DSN. pgx
+// quotes the DSN with its password redacted as well as it can, which a keyword/value DSN spaced
+// as libpq allows (password = secret) defeats, and its error's ConnString holds the DSN whole:
+// neither reaches the caller, who has the DSN anyway.
+func dsnError(err error) error {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return errors.New("pgtraffic: cannot parse the DSN")
+	}
+	bare := *pce
+	bare.ConnString = "" // pgx's message about it: "cannot parse ``: invalid port"
+	reason := strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
+	return errors.New("pgtraffic: cannot parse the DSN (not shown: it may hold a password): " + reason)
 }
 
 // fromConfig makes the connector; cc is its own.
@@ -155,6 +171,11 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 
 // Connect opens a connection (database/sql calls it): pgx's, wrapped.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c.engine.Closed() {
+		// Its rules watcher, health sampler and telemetry are stopped: a connection now would
+		// run under rules frozen at the close, throttled for good by a stale health sample.
+		return nil, ErrClosed
+	}
 	pc, err := c.pgx.Connect(ctx)
 	if err != nil {
 		return nil, err

@@ -112,8 +112,14 @@ func (c *core) close() error {
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay. pgtraffic keeps a copy of cfg:
-// changing cfg afterwards changes nothing until it is passed to SetConfig again.
-func (c *core) SetConfig(cfg *Config) error { return c.rt.SetConfig(cfg) }
+// changing cfg afterwards changes nothing until it is passed to SetConfig again. After Close it
+// returns ErrClosed and changes nothing.
+func (c *core) SetConfig(cfg *Config) error {
+	if c.engine.Closed() {
+		return ErrClosed
+	}
+	return c.rt.SetConfig(cfg)
+}
 
 // explainOn is conn, the connection a statement will run on, as the engine takes it (for
 // EXPLAIN); nil when there is none.

@@ -50,7 +50,7 @@ type Pool struct {
 func NewPool(ctx context.Context, dsn string, opts ...Option) (*Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pgtraffic: %w", err)
+		return nil, dsnError(err)
 	}
 	return newPool(ctx, cfg, buildOptions(opts, false))
 }

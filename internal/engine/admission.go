@@ -155,7 +155,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 
 // ErrClosed is the answer of a statement or batch that waited for capacity (max_wait) when its
 // front end was closed (Close): it holds nothing, and nothing was sent.
-var ErrClosed = errors.New("pgtraffic: closed while the statement waited for capacity")
+var ErrClosed = errors.New("pgtraffic: the connector or pool is closed")
 
 // Close answers the statements and batches waiting for capacity, and the jobs in Wait, with
 // ErrClosed at once, rather than when room frees or their max_wait ends: their Pool or
@@ -178,8 +178,8 @@ func (e *Engine) close() {
 	}
 }
 
-// isClosed reports whether Close was called.
-func (e *Engine) isClosed() bool {
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool {
 	select {
 	case <-e.closed:
 		return true
@@ -192,7 +192,7 @@ func (e *Engine) isClosed() bool {
 // or errRulesChanged when st is no longer the rule set in force: the claim was routed by
 // replaced rules.
 func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denial, how wake, err error) {
-	if e.isClosed() {
+	if e.Closed() {
 		return now, o, d, how, ErrClosed
 	}
 	if e.state.Load() != st {

@@ -25,7 +25,7 @@ const nominalCost = 0.001
 // the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial; once e
 // is closed, ErrClosed: no statement of its front end will run.
 func (e *Engine) Check(ctx context.Context) error {
-	if e.isClosed() {
+	if e.Closed() {
 		return ErrClosed
 	}
 	st := e.state.Load()
