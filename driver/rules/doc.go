@@ -183,7 +183,10 @@
 //
 // Parsing and validation take time in proportion to the file: a budget and a rule per tenant,
 // for a hundred thousand tenants, is an ordinary file. Generate such a file as JSON: it is read
-// by a JSON reader with the same checks, messages and lines, many times faster than YAML.
+// by a JSON reader with the same checks, messages and lines, many times faster than YAML. YAML
+// aliases, which repeat a value without writing it out, keep to that: a file whose aliases stand
+// for more than 10 times the values it holds (and more than 10,000) is refused, naming the line
+// of the alias that crosses the bound.
 //
 // The driver reads a rules file only when it is a regular file (a symlink is followed) of at
 // most [DefaultMaxFileSize] bytes unless the driver's WithMaxRulesFileSize says otherwise.

@@ -18,8 +18,9 @@ import (
 // Decoding is strict and every problem names its line and field (see [Error]); all problems
 // found are returned, joined. A file must hold exactly one document; an empty file (or one
 // with only comments) is an error, so that a file caught half-written during a reload is not
-// taken for "no rules" — write {} for that. YAML anchors and aliases are followed; merge
-// keys (<<) are not supported.
+// taken for "no rules" — write {} for that. YAML anchors and aliases are followed, up to a
+// bound: a file whose aliases stand for more than 10 times its own values (and more than 10,000)
+// is refused. Merge keys (<<) are not supported.
 func Parse(data []byte) (cfg *Config, err error) {
 	// A rules file is reloaded while the application runs: a parser bug on a bad file must
 	// come back as an error, never take the process down.
@@ -87,10 +88,14 @@ func yamlTree(data []byte) (*yaml.Node, error) {
 		}
 		return nil, &Error{Line: next.Line, Msg: "a second YAML document: the file must hold one"}
 	}
+	root := &doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		return doc.Content[0], nil
+		root = doc.Content[0]
 	}
-	return &doc, nil
+	if e := checkAliases(root); e != nil { // JSON, the other reader's, has no aliases
+		return nil, e
+	}
+	return root, nil
 }
 
 // notRulesDocument returns why root cannot be a rules file, or "": its top level is not a
