@@ -44,11 +44,12 @@ var modeNames = [...]string{
 func (m mode) String() string { return modeNames[m] }
 
 // explainMode orders the explain modes by eagerness; the most eager of a statement's budgets wins.
+// auto explains all that pattern does, and each call of a volatile pattern besides.
 type explainMode uint8
 
 const (
-	explainAuto explainMode = iota
-	explainPattern
+	explainPattern explainMode = iota
+	explainAuto
 	explainCall
 )
 

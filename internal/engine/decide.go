@@ -90,7 +90,7 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 		}
 		if bs.needCost {
 			rt.needCost = true
-			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > pattern > auto
+			rt.explain = max(rt.explain, bs.explain) // the most eager explain mode wins: call > auto > pattern
 		}
 	}
 	return ruleBuf
