@@ -61,7 +61,8 @@ type Config struct {
 type Mode string
 
 // Modes. The empty Mode means [ModeWarn] for a budget and [ModeOff] for a guard (so a config
-// that does not mention guards has none).
+// that does not mention guards has none). In a file a mode is left out for that: one written
+// as "" is refused, as a template's unset variable would otherwise turn enforce off unseen.
 const (
 	ModeEnforce Mode = "enforce" // block the query (or wait up to max_wait, then block)
 	ModeWarn    Mode = "warn"    // log, count and annotate the span; let the query run
@@ -155,7 +156,7 @@ type Budget struct {
 	// Explain says when EXPLAIN runs to predict a statement's cost: pattern, once per
 	// pattern (and again after a minute); call, for every execution; auto (the default
 	// when empty), per pattern, but per call for patterns whose cost varies widely. With
-	// several budgets the most eager wins.
+	// several budgets the most eager wins. In a file, explain: "" is refused (leave it out).
 	Explain string `yaml:"explain,omitempty" json:"explain,omitempty"`
 
 	// Shared says whether the budget's limits hold across every instance (see

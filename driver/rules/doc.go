@@ -169,7 +169,9 @@
 //
 //	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)
 //
-// A known field with no value (budgets:) is omitted. An empty file, or one of only comments, is
+// A known field with no value (budgets:) is omitted. A mode or explain written as an empty
+// string (mode: "", require_where: "") is refused rather than read as the default, since it is
+// more often a template's unset variable than a choice: leave the field out. An empty file, or one of only comments, is
 // an error (a file caught half-written must not read as "no rules"): write {} for no rules. A
 // file whose top level is not a mapping, or whose top-level keys are none of a rules file's
 // (a password file, a .env file), is refused as not a rules file, without quoting it.

@@ -69,7 +69,7 @@ func (p *problems) add(at field, format string, args ...any) {
 
 func (p *problems) line(at field) int {
 	for ; at.n > 0 && p.root != nil; at = at.parent() {
-		if l, ok := at.find(p.root); ok {
+		if n, l := at.find(p.root); n != nil {
 			return l
 		}
 	}
@@ -80,11 +80,17 @@ func (p *problems) line(at field) int {
 // the file, with a value other than null (always false for a config built in code). It names
 // the field only when there is a file to look in.
 func (p *problems) explicit(at field, s, f any) bool {
+	return p.root != nil && p.written(at.member(s, f)) != nil
+}
+
+// written returns the node written in the file at at: nil when at is omitted (absent or null)
+// and for a config built in code.
+func (p *problems) written(at field) *yaml.Node {
 	if p.root == nil {
-		return false
+		return nil
 	}
-	_, ok := at.member(s, f).find(p.root)
-	return ok
+	n, _ := at.find(p.root)
+	return n
 }
 
 // err returns nil, or every problem (by line, when there are lines) joined.

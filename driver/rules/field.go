@@ -89,32 +89,36 @@ func simpleKey(key string) bool {
 	return true
 }
 
-// find returns the line f is written on in the file rooted at root: a mapping key's line (its
-// value may start on a later one) or a list element's. ok is false when f is not in the file or
-// its value is null (omitted). Lines are looked up only for a problem, or to tell a written
-// zero from an omitted one: a file may hold a budget per tenant.
-func (f field) find(root *yaml.Node) (line int, ok bool) {
-	n := root
+// find returns the node written at f in the file rooted at root, and the line f is written on:
+// a mapping key's line (its value may start on a later one) or a list element's. n is nil when
+// f is not in the file, its value is null (omitted), or f is the top. Lines are looked up only
+// for a problem, or to tell a written zero from an omitted one: a file may hold a budget per
+// tenant.
+func (f field) find(root *yaml.Node) (n *yaml.Node, line int) {
+	if f.n == 0 {
+		return nil, 0
+	}
+	n = root
 	for _, s := range f.steps[:f.n] {
 		if n = follow(n); n == nil {
-			return 0, false
+			return nil, 0
 		}
 		if s.index >= 0 {
 			if n.Kind != yaml.SequenceNode || s.index >= len(n.Content) {
-				return 0, false
+				return nil, 0
 			}
 			if n = follow(n.Content[s.index]); n == nil {
-				return 0, false
+				return nil, 0
 			}
 			line = n.Line
 		} else {
 			n, line = value(n, s.key)
 		}
 		if n == nil || isNull(n) {
-			return 0, false
+			return nil, 0
 		}
 	}
-	return line, f.n > 0
+	return n, line
 }
 
 // value returns the value of the first pair of mapping n whose key is key, and the key's line.

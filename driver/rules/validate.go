@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"go.yaml.in/yaml/v3"
 )
 
 // minHealthInterval keeps a typo (1us) from turning the sampler into a load generator;
@@ -109,13 +110,31 @@ func (gs *Guards) validate(p *problems, at field) {
 	for _, g := range []*Guard{&gs.RequireWhere, &gs.BlockTruncate} {
 		at := at.member(gs, g)
 		mode := at.member(g, &g.Mode)
-		if !g.Mode.valid() {
-			p.add(mode, "unknown mode %s (want enforce, warn or off)", quoteShort(string(g.Mode)))
+		writtenEmpty := false
+		if n := p.written(at); g.Mode == "" && n != nil {
+			// In the short form (require_where: enforce) the guard is written as its mode alone.
+			writtenEmpty = n.Kind == yaml.ScalarNode || p.written(mode) != nil
 		}
-		if g.Mode == "" && len(g.Match) > 0 {
+		switch {
+		case !g.Mode.valid() || writtenEmpty:
+			p.mode(mode, g.Mode, writtenEmpty)
+		case g.Mode == "" && len(g.Match) > 0:
 			p.add(mode, "required with match (a guard without a mode is off)")
 		}
 		validateMatch(p, at.member(g, &g.Match), g.Match)
+	}
+}
+
+// mode checks a budget's or guard's mode, at at. writtenEmpty says that the file wrote it as "",
+// which would read as the default (warn, or off for a guard): it is refused, as it is more
+// likely a template's unset variable than a choice, and an enforce meant so would be lost
+// without a word. A mode left out (or written with no value) is the default.
+func (p *problems) mode(at field, m Mode, writtenEmpty bool) {
+	switch {
+	case !m.valid():
+		p.add(at, "unknown mode %s (want enforce, warn or off)", quoteShort(string(m)))
+	case writtenEmpty:
+		p.add(at, "must be enforce, warn or off (leave it out for the default), got \"\"")
 	}
 }
 
@@ -135,8 +154,8 @@ func (c *Config) validateBudget(p *problems, at field, i int, cores float64, fir
 	case dup:
 		p.add(at.member(b, &b.Name), "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
 	}
-	if !b.Mode.valid() {
-		p.add(at.member(b, &b.Mode), "unknown mode %s (want enforce, warn or off)", quoteShort(string(b.Mode)))
+	if b.Mode == "" || !b.Mode.valid() {
+		p.mode(at.member(b, &b.Mode), b.Mode, b.Mode == "" && p.explicit(at, b, &b.Mode))
 	}
 	b.validateLimits(p, at, cores)
 	b.validateOverruns(p, at)
@@ -153,7 +172,11 @@ func (c *Config) validateBudget(p *problems, at field, i int, cores float64, fir
 		c.validateThrottle(p, b, at.member(b, &b.ThrottleWhen))
 	}
 	switch b.Explain {
-	case "", ExplainAuto, ExplainPattern, ExplainCall:
+	case "":
+		if p.explicit(at, b, &b.Explain) { // as an empty mode is
+			p.add(at.member(b, &b.Explain), "must be auto, pattern or call (leave it out for the default), got \"\"")
+		}
+	case ExplainAuto, ExplainPattern, ExplainCall:
 	default:
 		p.add(at.member(b, &b.Explain), "unknown value %s (want auto, pattern or call)", quoteShort(b.Explain))
 	}
