@@ -265,6 +265,18 @@ func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
 	m.updateLocked(p)
 }
 
+// PutPlanFailed notes that an EXPLAIN of pattern fp failed at now: for [PlanTTL] Predict
+// serves the pattern's executions from its history, as cached with no plan cost, so that a
+// pattern whose EXPLAIN keeps failing (an argument whose encoding depends on a type the
+// untyped EXPLAIN does not know) is not explained again at every execution.
+func (m *Model) PutPlanFailed(now time.Time, fp uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, _ := m.patterns.put(fp)
+	p.planCost, p.planExpires = 0, now.Add(PlanTTL)
+	m.updateLocked(p)
+}
+
 // PutQueryID records that the server identifies pattern fp's statements by queryID, as an
 // EXPLAIN reported (see [Plan]); 0 is ignored.
 func (m *Model) PutQueryID(fp uint64, queryID int64) {

@@ -209,3 +209,21 @@ func TestCachedPlanFollowsTraining(t *testing.T) {
 		t.Errorf("cached plan cost 0: predicts %v, want the mean actual %v", got.Seconds, want)
 	}
 }
+
+// TestPlanFailedTTL: a failed EXPLAIN is remembered for PlanTTL as a plan with no cost: the
+// pattern's executions are predicted from its history, and explained again only after the TTL.
+func TestPlanFailedTTL(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := NewModel(10)
+	m.PutPlan(t0.Add(-2*PlanTTL), 1, 123.5) // an old plan, expired
+	m.PutPlanFailed(t0, 1)
+	if got, ok := cachedPlan(m, t0.Add(PlanTTL-time.Second), 1); got != 0 || !ok {
+		t.Fatalf("within the TTL of a failure: cached plan = %v, %v; want 0, true (no plan cost, not explained)", got, ok)
+	}
+	if p := m.Predict(t0, 1, 0); p.Seconds != m.Predict(t0, 2, 0).Seconds {
+		t.Fatalf("a pattern whose EXPLAIN failed, with no history, predicted %v; a new pattern %v", p.Seconds, m.Predict(t0, 2, 0).Seconds)
+	}
+	if _, ok := cachedPlan(m, t0.Add(PlanTTL), 1); ok {
+		t.Fatal("at the TTL of a failure: still cached; want the pattern explained again")
+	}
+}

@@ -360,6 +360,9 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				e.stats.ExplainCalls.Add(1)
 				e.stats.ExplainFailures.Add(1)
 				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", "fingerprint", p.Fingerprint, "error", err)
+				if !perCall {
+					e.model.PutPlanFailed(t0, fp) // not again before the plan's TTL
+				}
 			default:
 				sent = true
 				e.stats.ExplainCalls.Add(1)
