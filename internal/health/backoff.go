@@ -56,8 +56,9 @@ const minReconnectCeiling = time.Second
 
 // reconnectCeiling is the longest wait between the sampler's connection
 // attempts: maxReconnectIntervals intervals, but at least a second. While
-// the sampler is not connected every health metric is stale and enforce
-// budgets that throttle on health admit nothing, so the ceiling is also how
+// the sampler is not connected every health metric turns stale (once its
+// last good sample is [StaleIntervals] intervals old) and enforce budgets
+// that throttle on health admit nothing, so the ceiling is also how
 // long throttling can outlast an outage once the server is back: it must be
 // a few intervals, not minutes.
 func reconnectCeiling(interval time.Duration) time.Duration {

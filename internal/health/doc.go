@@ -39,8 +39,10 @@
 // signs it with a key only readers of the database can derive, and fails the vote on a sample
 // not signed with it, so that its sampler reads the server itself); and a reading that is
 // missing, failed, out of its metric's range, dated in the future or older than
-// [StaleIntervals] intervals is published as a failed read, so it counts as stale (exceeded
-// for enforce budgets), never as healthy. [vocab.MetricInFlight] is never shared.
+// [StaleIntervals] intervals is adopted as a failed read, never as a healthy value: as after a
+// failed read of its own, the follower keeps its last good value until that is
+// [StaleIntervals] intervals old, and the metric is stale (exceeded for enforce budgets) from
+// then on. [vocab.MetricInFlight] is never shared.
 //
 // # Metrics
 //
@@ -58,11 +60,17 @@
 //
 // # Staleness
 //
-// A metric is stale when it has never been read, when its most recent read
-// failed, or when its last good read is older than [StaleIntervals]
-// intervals. A stale metric counts as exceeded for enforce budgets (fail
-// safe) and is logged once when the staleness begins. A read that fails is
-// logged once per change of its error and counted by [Sampler.Errors].
+// A metric is stale when its last good read is older than [StaleIntervals]
+// intervals, or when it has none: never read for [StaleIntervals] intervals
+// since it was configured, or its reads failed from the start. A read that
+// fails after a good one does not make the metric stale: the last good value
+// is evaluated until it is [StaleIntervals] intervals old, so that one lost
+// connection (a failover proxy, an idle-connection reaper, a terminated
+// backend) or one slow round does not throttle every enforce budget while the
+// sampler reconnects at its next round. A stale metric counts as exceeded for
+// enforce budgets (fail safe) and is logged once when the staleness begins. A
+// read that fails is logged once per change of its error and counted by
+// [Sampler.Errors].
 //
 // # Waiting
 //

@@ -102,9 +102,10 @@ func setKey(interval time.Duration, order []string, defs map[string]string) stri
 }
 
 // adopt turns a vote's published sample into a round's results for cfg at now: a reading
-// that is missing, failed, out of range, dated in the future or too old is a failed read, so
-// that it counts as stale (exceeded, for enforce budgets), never as a healthy value. A
-// vote with nothing published yet gives no result: the readings age as they are.
+// that is missing, failed, out of range, dated in the future or too old is a failed read,
+// never a healthy value; as after a failed read of its own, the follower's last good value then
+// stands until it is stale (see [Sampler.Evaluate]). A vote with nothing published yet gives
+// no result: the readings age as they are.
 func adopt(v Vote, cfg *config, now time.Time, interval time.Duration) []result {
 	if v.Bad == "" && v.Published == nil {
 		return nil

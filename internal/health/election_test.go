@@ -166,9 +166,10 @@ func TestFollowerAdoptsThePublishedSample(t *testing.T) {
 }
 
 // TestForgedSampleNeverAdmits: whatever a follower reads that it cannot trust (malformed,
-// missing, failed, out of range, dated in the future, too old) makes the metric stale, which
-// an enforce budget counts as exceeded: a forged sample can throttle, never admit, unless it
-// is a well-formed, fresh, plausible reading (see the package documentation).
+// missing, failed, out of range, dated in the future, too old) is a failed read: the last true
+// reading stands until it is StaleIntervals intervals old, and the metric is stale from then on,
+// which an enforce budget counts as exceeded. A forged sample can throttle, never admit, unless
+// it is a well-formed, fresh, plausible reading (see the package documentation).
 func TestForgedSampleNeverAdmits(t *testing.T) {
 	aq := vocab.MetricActiveQueries
 	for _, tc := range []struct {
@@ -194,9 +195,14 @@ func TestForgedSampleNeverAdmits(t *testing.T) {
 			_ = s.SampleOnce(context.Background()) // a true, unhealthy reading first
 			s.SetElection(&fixed{tc.v})
 			_ = s.SampleOnce(context.Background())
-			_, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{aq: 8}, 0, true)
-			if !exceeded {
-				t.Errorf("an enforce budget admits after a forged sample (stale=%v)", stale)
+			if _, v, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{aq: 8}, 0, true); !exceeded || stale || v != 20 {
+				t.Errorf("after a forged sample: value %v exceeded=%v stale=%v, want the last true reading 20, exceeded", v, exceeded, stale)
+			}
+			// Once the true reading is too old, the metric is stale, forged samples or not.
+			clock.Advance(StaleIntervals*time.Second + time.Millisecond)
+			_ = s.SampleOnce(context.Background())
+			if _, _, exceeded, stale := s.Evaluate(clock.Now(), map[string]float64{aq: 8}, 0, true); !exceeded || !stale {
+				t.Errorf("an enforce budget admits on forged samples alone (exceeded=%v stale=%v)", exceeded, stale)
 			}
 			if v, _, _ := s.Value(aq); v != 20 {
 				t.Errorf("Value = %v after a forged sample, want the last true reading 20", v)

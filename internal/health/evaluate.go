@@ -19,12 +19,15 @@ import (
 // the queries already in flight, not the one asking) keeps at most 4 in
 // flight.
 //
-// A metric is stale when its last read failed, when its last good sample is
-// older than [StaleIntervals] intervals, or when it has had no good sample
-// for [StaleIntervals] intervals since it was configured;
-// each metric's staleness is logged once when it begins. Staleness counts
-// as exceeded only when enforce is true (fail safe); a warn budget is not
-// warned about what is not known.
+// A metric is stale when its last good sample is older than [StaleIntervals]
+// intervals, when it has had no good sample for [StaleIntervals] intervals
+// since it was configured, or when a read failed before it had any good
+// sample; each metric's staleness is logged once when it begins. A read that
+// fails after a good one leaves that value in force until it is
+// [StaleIntervals] intervals old: one lost connection or slow round is no
+// outage (the sampler reconnects at its next round), and the contract's
+// staleness is an age. Staleness counts as exceeded only when enforce is
+// true (fail safe); a warn budget is not warned about what is not known.
 //
 // Results: when a fresh metric is exceeded, the first such metric by name
 // and its value, with exceeded true and stale false. Otherwise, when a
@@ -53,7 +56,7 @@ func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFligh
 				// has just started does not refuse its first statements).
 				continue
 			}
-			if !ok || !r.good || r.err != "" || now.Sub(r.at) > limit {
+			if !ok || !r.good || now.Sub(r.at) > limit {
 				s.noteStale(m, r, ok, now, limit)
 				if old == "" || m < old {
 					old, oldValue = m, r.value
@@ -92,12 +95,15 @@ func (s *Sampler) noteStale(metric string, r reading, configured bool, now time.
 	}
 	var reason string
 	switch {
+	case r.good:
+		reason = fmt.Sprintf("last good sample is %s old (stale after %s)", now.Sub(r.at).Round(time.Millisecond), limit)
+		if r.err != "" {
+			reason += "; last read failed: " + r.err
+		}
 	case r.err != "":
 		reason = "last read failed: " + r.err
-	case !r.good:
-		reason = "no sample yet"
 	default:
-		reason = fmt.Sprintf("last good sample is %s old (stale after %s)", now.Sub(r.at).Round(time.Millisecond), limit)
+		reason = "no sample yet"
 	}
 	s.log.Warn("health: metric is stale; enforce budgets throttle on it until a fresh sample",
 		"metric", metric, "reason", reason)

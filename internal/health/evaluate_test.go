@@ -93,11 +93,31 @@ func TestEvaluate(t *testing.T) {
 			metric:     vocab.MetricReplicationLag, exceeded: true, stale: true,
 		},
 		{
-			name:       "failed read is stale at once",
-			seed:       []seeded{{metric: "custom.q", value: 2}, {metric: "custom.q", failed: true}},
+			name:       "failed read after a fresh sample evaluates that sample",
+			seed:       []seeded{{metric: "custom.q", value: 2, age: 3 * sec}, {metric: "custom.q", failed: true}},
+			thresholds: map[string]float64{"custom.q": 10},
+			enforce:    true,
+		},
+		{
+			name:       "failed read after a fresh sample over the threshold is exceeded, not stale",
+			seed:       []seeded{{metric: "custom.q", value: 12, age: sec}, {metric: "custom.q", failed: true}},
+			thresholds: map[string]float64{"custom.q": 10},
+			metric:     "custom.q", value: 12, exceeded: true,
+		},
+		{
+			name:       "failed read after a sample older than three intervals is stale",
+			seed:       []seeded{{metric: "custom.q", value: 2, age: 3*sec + 1}, {metric: "custom.q", failed: true}},
 			thresholds: map[string]float64{"custom.q": 10},
 			enforce:    true,
 			metric:     "custom.q", value: 2, exceeded: true, stale: true,
+		},
+		{
+			name:       "failed read with no good sample ever is stale at once",
+			seed:       []seeded{{metric: "custom.q", failed: true}},
+			thresholds: map[string]float64{"custom.q": 10},
+			enforce:    true,
+			at:         sec,
+			metric:     "custom.q", exceeded: true, stale: true,
 		},
 		{
 			name:       "metric the sampler does not read is stale",
@@ -193,13 +213,16 @@ func TestEvaluateLogsStalenessOnce(t *testing.T) {
 		t.Fatal("fresh sample below threshold is exceeded")
 	}
 	fail(t, s, vocab.MetricActiveQueries, "timed out after 500ms")
-	s.Evaluate(t0.Add(11*time.Second), th, 0, true)
-	s.Evaluate(t0.Add(11*time.Second), th, 0, true)
+	if _, _, exceeded, isStale := s.Evaluate(t0.Add(11*time.Second), th, 0, true); exceeded || isStale {
+		t.Fatalf("a failed read after a 1s old sample: exceeded=%v stale=%v, want neither", exceeded, isStale)
+	}
+	s.Evaluate(t0.Add(14*time.Second), th, 0, true)
+	s.Evaluate(t0.Add(14*time.Second), th, 0, true)
 	if n := logs.count(stale); n != 2 {
 		t.Fatalf("staleness logged %d times after a second episode, want 2:\n%s", n, logs)
 	}
-	if !strings.Contains(logs.String(), "last read failed: timed out after 500ms") {
-		t.Errorf("staleness log does not give the read error:\n%s", logs)
+	if !strings.Contains(logs.String(), "last good sample is 4s old (stale after 3s); last read failed: timed out after 500ms") {
+		t.Errorf("staleness log does not give the sample's age and the read error:\n%s", logs)
 	}
 
 	// Thresholds on a metric that is not sampled at all: once per metric set.

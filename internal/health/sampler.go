@@ -183,7 +183,9 @@ type reading struct {
 	value float64   // last good value
 	at    time.Time // when the last good value was read
 	good  bool      // value and at are set
-	err   string    // why the most recent read failed; "" after a good read
+	// err is why the most recent read failed; "" after a good read. A failure does not
+	// clear the last good value: Evaluate judges that by its age (see there).
+	err   string
 	since time.Time // when the metric was configured: before its first read it is not stale
 	// until it has gone unread for StaleIntervals intervals since then
 	// staleLogged is shared by every snapshot's copy of this metric's
@@ -524,8 +526,8 @@ func (s *Sampler) round(ctx context.Context, force bool) (next time.Duration, er
 		s.share(ctx, el, b, cfg)
 	default:
 		// A lead that cannot read the server (its connection cut, its role refused, a query
-		// failing) must not keep the lease: the followers would read its failures as stale
-		// samples for as long as it lives. It resigns, and another instance, whose round comes
+		// failing) must not keep the lease: it publishes nothing, so the followers' readings
+		// would age into staleness for as long as it lives. It resigns, and another instance, whose round comes
 		// within the interval, takes the lease and reads the server itself.
 		s.resign(ctx, t)
 	}
@@ -815,7 +817,7 @@ func (s *Sampler) publish(results []result) {
 			case res.err != "":
 				s.errors.Add(1)
 				if res.err != s.connErr {
-					logs = append(logs, entry{slog.LevelWarn, "health: connect failed; every health metric counts as stale",
+					logs = append(logs, entry{slog.LevelWarn, "health: connect failed; each health metric counts as stale once its last good sample is too old",
 						[]any{"error", res.err, "retry_at", res.at}})
 				}
 			case s.connErr != "":
@@ -832,7 +834,7 @@ func (s *Sampler) publish(results []result) {
 			if res.report {
 				s.errors.Add(1)
 				if res.err != r.err {
-					logs = append(logs, entry{slog.LevelWarn, "health: metric read failed; it counts as stale until a good read",
+					logs = append(logs, entry{slog.LevelWarn, "health: metric read failed; its last good sample stands until it is too old",
 						[]any{"metric", res.metric, "error", res.err}})
 				}
 			}
