@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,19 +19,28 @@ import (
 )
 
 // WatchFile loads the rules file at path and keeps watching it: a valid change is in force
-// within a second, an invalid one is logged and counted and the last good rules stay. It
-// watches the file's directory, so that editors' atomic renames and Kubernetes ConfigMap
-// updates (a symlink swap of "..data") are seen; and when path is a symlink to a file in
-// another directory, that directory too, so that the file it points to is seen edited or
-// replaced there (see follow).
+// within a second, an invalid one is logged and counted and the last good rules stay.
+//
+// It watches, with inotify, every directory where a change to the file can happen (see
+// resolve): the file's directory, so that editors' atomic renames and Kubernetes ConfigMap
+// updates (a symlink swap of "..data") are seen; when path is a symlink, the directory of each
+// link on the way and of the file it reaches (/etc/app/rules.yaml -> /etc/alternatives/rules
+// -> /srv/v1/rules.yaml), so that the file is seen edited or replaced there and a link seen
+// re-pointed; and the directory holding each of the directory's ancestors that is a symlink
+// (current -> releases/v1), so that a deploy's swap of it is seen. Some changes raise no event
+// on any of these (a parent directory renamed away: mv app app.old; mv app.new app; a
+// directory removed and re-created; events the kernel dropped when its queue overflowed), so
+// every poll the watcher also checks what path resolves to (see fileState) and, when that
+// changed since its last read, reads the file again. Each read first watches the directories
+// again if what path resolves to changed.
 //
 // Only a complete file is applied: after the last event the watcher waits settle with no
 // further event and reads the file, then waits settle again and reads it once more, and applies
 // the content only if both reads agree and it parses (the first load reads once). So a writer
 // that pauses for less than 2×settle mid-file never has a prefix applied; one that pauses
-// longer should write elsewhere and rename the file into place, which is atomic. If the
-// directory itself goes away, the watcher tries to watch it again every rearm and then reloads
-// by the same rule. Its timers come from the engine's clock ([Options.After]).
+// longer should write elsewhere and rename the file into place, which is atomic. Content equal
+// to the last attempt's is neither applied nor logged again. Its timers come from the engine's
+// clock ([Options.After]).
 //
 // Only a regular file of at most maxSize bytes is read (see readRulesFile); maxSize <= 0 means
 // [rules.DefaultMaxFileSize].
@@ -39,19 +48,20 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 	if maxSize <= 0 {
 		maxSize = rules.DefaultMaxFileSize
 	}
-	// The directory is watched before the file is first read, so that a change made while the
-	// first load parses and compiles it is seen: its events wait for run.
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
 	}
-	dir := filepath.Dir(path)
-	if err := fw.Add(dir); err != nil {
+	path = filepath.Clean(path)
+	w := &watcher{fw: fw, path: path, dir: filepath.Dir(path), limit: maxSize, after: r.after,
+		done: make(chan struct{}), watches: map[string]fileID{}}
+	// The directories are watched before the file is first read, so that a change made while
+	// the first load parses and compiles it is seen: its events wait for run.
+	if err := w.rearm(); err != nil {
 		fw.Close()
-		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
+		return err
 	}
-	w := &watcher{fw: fw, path: filepath.Clean(path), dir: dir, limit: maxSize, after: r.after, done: make(chan struct{})}
-	w.follow()
+	w.seen = stateOf(path)
 	data, err := readRulesFile(path, maxSize)
 	if err == nil {
 		var cfg *rules.Config
@@ -89,61 +99,57 @@ type watcher struct {
 	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
 	// keeps none of its bytes.
 	last [sha256.Size]byte
-	// target is the directory of the file path resolves to, watched too when path is a symlink
-	// into another directory (see follow); "" when none is.
-	target string
-	// names are the names an event concerning the rules file can carry (see follow): events
+	// seen is what path resolved to just before the last read: the poll reads the file again
+	// when path resolves to something else.
+	seen fileState
+	// names are the names an event concerning the rules file can carry (see resolve): events
 	// naming other files of the watched directories (an application's log beside its rules)
 	// are ignored.
 	names map[string]bool
-	// links are dir's ancestors that are symlinks (dir included), each watched in its own
-	// directory (linkDirs): when a deploy points one elsewhere (current -> releases/v2), dir
-	// is another directory, watched again.
-	links    map[string]bool
-	linkDirs []string
+	// watches are the directories watched, each with the identity of the directory its watch
+	// was set on: inotify watches a directory, not its name (see arm).
+	watches map[string]fileID
+	// dirLost is set while dir is gone, so that its return is logged once.
+	dirLost bool
 }
 
-// follow watches the directory of the file that path resolves to, when that is not dir: a
-// rules file that is a symlink to a file elsewhere (/etc/app/rules.yaml ->
-// /srv/conf/rules.yaml) is edited, or renamed into place, there, and dir sees nothing of it.
-// It also notes the names an event about the file can carry (names), and watches the
-// directories of dir's symlinked ancestors (links). It is called after each read, as a link
-// may have been pointed elsewhere since; a path that does not resolve now keeps the directory
-// watched, where the file may come back.
-func (w *watcher) follow() {
-	w.noteNames()
-	w.watchLinks()
-	real, err := filepath.EvalSymlinks(w.path)
-	if err != nil {
-		return
+// fileID identifies a file on its machine: its device and inode numbers.
+type fileID struct{ dev, ino uint64 }
+
+// idOf is the identity of the file fi describes; zero where the platform gives none.
+func idOf(fi fs.FileInfo) fileID {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}
 	}
-	dir := filepath.Dir(real)
-	if d, err := filepath.EvalSymlinks(w.dir); err == nil && d == dir {
-		dir = "" // path is in dir itself, perhaps under another name
-	}
-	if dir == w.target {
-		return
-	}
-	w.unfollow()
-	if dir != "" && w.fw.Add(dir) == nil {
-		w.target = dir
-	}
+	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)}
 }
 
-// noteNames notes the names an event concerning the rules file can carry: path, each link on
-// the way from it to the file and what the link points to, the file itself, and the
-// directories of each (a ConfigMap's update renames its "..data" link; an editor replaces the
-// file by rename).
-func (w *watcher) noteNames() {
-	names := map[string]bool{}
-	add := func(p string) {
-		for p = filepath.Clean(p); !names[p]; p = filepath.Dir(p) {
-			names[p] = true
-		}
+// fileState is what the rules file's path resolves to at one moment: the links on the way, and
+// the identity, size and modification time of the file reached. Any change to the file that
+// matters changes it (a rename into place gives another inode, an edit another size or mtime),
+// for a few stat calls. The zero value, but for links, is a path that reaches no file.
+type fileState struct {
+	links string // the chain of names from path to the file (see hops), NUL-separated
+	id    fileID
+	size  int64
+	mtime int64 // ns since the epoch
+}
+
+func stateOf(path string) fileState {
+	s := fileState{links: strings.Join(hops(path), "\x00")}
+	if fi, err := os.Stat(path); err == nil {
+		s.id, s.size, s.mtime = idOf(fi), fi.Size(), fi.ModTime().UnixNano()
 	}
-	cur := w.path
-	for range maxLinks {
-		add(cur)
+	return s
+}
+
+// hops returns path and each name its links lead to in turn, each made absolute against the
+// link's directory when it is relative: etc/app/rules.yaml, etc/alternatives/rules,
+// srv/v1/rules.yaml. The last is not a link, or one whose target cannot be read.
+func hops(path string) []string {
+	names := []string{path}
+	for cur := path; len(names) <= maxLinks; {
 		t, err := os.Readlink(cur)
 		if err != nil {
 			break // not a link, or gone
@@ -151,51 +157,95 @@ func (w *watcher) noteNames() {
 		if !filepath.IsAbs(t) {
 			t = filepath.Join(filepath.Dir(cur), t)
 		}
-		cur = t
+		cur = filepath.Clean(t)
+		names = append(names, cur)
 	}
-	if real, err := filepath.EvalSymlinks(w.path); err == nil {
-		add(real)
-	}
-	w.names = names
+	return names
 }
 
 // maxLinks bounds the links followed from path, as the kernel bounds a path's.
 const maxLinks = 40
 
-// watchLinks watches the directory of each of dir's ancestors that is a symlink (dir
-// included), where a deploy swaps it, and stops watching those that no longer are.
-func (w *watcher) watchLinks() {
-	links := map[string]bool{}
-	var dirs []string
-	for a := filepath.Clean(w.dir); ; a = filepath.Dir(a) {
-		if fi, err := os.Lstat(a); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			links[a] = true
-			dirs = append(dirs, filepath.Dir(a))
-		}
-		if filepath.Dir(a) == a {
-			break
-		}
-	}
-	for _, d := range w.linkDirs {
-		if !slices.Contains(dirs, d) {
-			w.fw.Remove(d) // an error means its watch is gone already
-		}
-	}
-	for i := 0; i < len(dirs); i++ {
-		if !slices.Contains(w.linkDirs, dirs[i]) && w.fw.Add(dirs[i]) != nil {
-			dirs = slices.Delete(dirs, i, i+1)
-			i--
-		}
-	}
-	w.links, w.linkDirs = links, dirs
+// rearm works out again where the file is (resolve) and watches the directories that says.
+// It is called before the first read, after an event that may have changed what path resolves
+// to, after lost events, and before a read that finds it changed.
+func (w *watcher) rearm() error {
+	dirs, names := w.resolve()
+	w.names = names
+	return w.arm(dirs)
 }
 
-// unfollow stops watching the symlink's target directory, if one is watched.
-func (w *watcher) unfollow() {
-	if w.target != "" {
-		w.fw.Remove(w.target) // an error means its watch is gone already
-		w.target = ""
+// resolve returns the directories to watch for changes to the file path resolves to, in
+// order: path's own directory (an editor's rename, a ConfigMap's "..data" swap); the directory
+// of each name path leads through and of the file it reaches (/srv/conf/rules.yaml is edited
+// there; update-alternatives re-points /etc/alternatives/rules there); and the directory
+// holding each of dir's ancestors that is a symlink (current -> releases/v1 is swapped there).
+// It also returns the names an event concerning the file can carry: each of those names and
+// of their ancestors, and the file's real path and its ancestors.
+func (w *watcher) resolve() (dirs []string, names map[string]bool) {
+	names = map[string]bool{}
+	note := func(p string) {
+		for p = filepath.Clean(p); !names[p]; p = filepath.Dir(p) {
+			names[p] = true
+		}
 	}
+	dirs = []string{w.dir}
+	for _, h := range hops(w.path) {
+		note(h)
+		dirs = append(dirs, filepath.Dir(h))
+	}
+	if real, err := filepath.EvalSymlinks(w.path); err == nil {
+		note(real)
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	for a := w.dir; filepath.Dir(a) != a; a = filepath.Dir(a) {
+		if fi, err := os.Lstat(a); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			dirs = append(dirs, filepath.Dir(a))
+		}
+	}
+	return dirs, names
+}
+
+// arm watches each of dirs that exists now, once per directory: two names of one directory
+// would share one inotify watch, which removing either would remove. It stops watching the
+// others, and watches again a name that now leads to another directory than its watch's (the
+// directory re-created, or renamed away with a parent: mv app app.old): inotify watches a
+// directory, not a name. A directory that does not exist is not an error: a poll finds it back.
+func (w *watcher) arm(dirs []string) error {
+	want := make(map[string]fileID, len(dirs))
+	taken := make(map[fileID]bool, len(dirs))
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if id := idOf(fi); !taken[id] {
+			taken[id], want[d] = true, id
+		}
+	}
+	for d, id := range w.watches {
+		if got, ok := want[d]; !ok || got != id {
+			w.unwatch(d)
+		}
+	}
+	var errs []error
+	for d, id := range want {
+		if _, ok := w.watches[d]; ok {
+			continue
+		}
+		if err := w.fw.Add(d); err == nil {
+			w.watches[d] = id
+		} else if !errors.Is(err, fs.ErrNotExist) { // gone since its stat: a poll finds it back
+			errs = append(errs, fmt.Errorf("pgtraffic: watching rules file directory %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unwatch stops watching d, if it is watched.
+func (w *watcher) unwatch(d string) {
+	w.fw.Remove(d) // an error means its watch is gone already
+	delete(w.watches, d)
 }
 
 func (w *watcher) close() error {
@@ -208,79 +258,75 @@ func (w *watcher) close() error {
 }
 
 const (
-	// settle is the quiet time before each of the two reads that must agree (see WatchFile):
-	// 2×settle, the reload's delay, stays within the promised second.
+	// settle is the quiet time before each of the two reads that must agree (see WatchFile).
 	settle = 300 * time.Millisecond
-	// rearm is how often the watcher tries to watch a removed directory again.
-	rearm = 100 * time.Millisecond
+	// poll is how often the watcher checks what path resolves to, for the changes no event
+	// reports (see WatchFile): a few stat calls. A change is in force within poll + 2×settle,
+	// the promised second, even so.
+	poll = 250 * time.Millisecond
 )
 
 func (w *watcher) run(r *Runtime) {
 	defer close(w.done)
 	var (
-		timer   <-chan time.Time  // the one pending timer: settle, or rearm when !watched
-		watched = true            // the directory is watched
-		read1   bool              // the first of the two reads is done
-		first   [sha256.Size]byte // its content's hash
+		timer <-chan time.Time  // the pending read's settle timer; nil when no read is pending
+		tick  = w.after(poll)   // the next poll
+		read1 bool              // the first of the two reads is done
+		first [sha256.Size]byte // its content's hash
 	)
+	reread := func() { read1, timer = false, w.after(settle) }
 	for {
 		select {
 		case ev, ok := <-w.fw.Events:
 			if !ok {
 				return
 			}
-			if !watched {
-				continue // a late event of the lost watch; keep trying to re-arm
-			}
-			if ev.Name == w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				// The directory went away and its watch with it (fsnotify drops it).
-				w.fw.Remove(w.dir) // in case this platform kept it; an error means it is gone
-				w.unfollow()       // followed again after the next read
-				watched, read1 = false, false
-				timer = w.after(rearm)
-				r.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
-				continue
-			}
-			if ev.Name == w.target && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				w.unfollow() // its watch went with it; followed again after the next read
-			}
 			name := filepath.Clean(ev.Name)
-			if w.links[name] {
-				// A link on the way to dir points elsewhere now: dir is another directory.
-				w.fw.Remove(w.dir) // an error means its watch is gone already
-				if err := w.fw.Add(w.dir); err != nil {
-					watched, read1 = false, false
-					timer = w.after(rearm)
-					continue
-				}
-			} else if !w.names[name] {
-				continue // another file of the directory
+			if !w.names[name] {
+				continue // another file of a watched directory
 			}
-			read1 = false
-			timer = w.after(settle)
+			if _, ok := w.watches[name]; ok && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// A watched directory went, and its watch with it or elsewhere; one made in its
+				// place may even reuse its inode number.
+				w.unwatch(name)
+			}
+			if ev.Has(fsnotify.Create | fsnotify.Remove | fsnotify.Rename) {
+				w.rearmLogged(r) // a name on the way moved: the file may be elsewhere now
+			}
+			reread()
 		case err, ok := <-w.fw.Errors:
 			if !ok {
 				return
 			}
-			r.log.Error("pgtraffic: rules file watcher", "path", w.path, "error", err)
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				r.log.Error("pgtraffic: rules file watcher", "path", w.path, "error", err)
+				continue
+			}
+			// The kernel dropped events, perhaps the file's: watch afresh and read it.
+			r.log.Warn("pgtraffic: rules file watcher lost events; reading the file again", "path", w.path)
+			for d := range w.watches {
+				w.unwatch(d)
+			}
+			w.rearmLogged(r)
+			reread()
+		case <-tick:
+			tick = w.after(poll)
+			if timer == nil && stateOf(w.path) != w.seen {
+				reread()
+			}
 		case <-timer:
 			timer = nil
-			if !watched {
-				if err := w.fw.Add(w.dir); err != nil {
-					timer = w.after(rearm)
-					continue
-				}
-				watched = true
-				r.log.Info("pgtraffic: rules file directory is back; watching it again", "path", w.path)
-				timer = w.after(settle)
-				continue
+			// What path resolves to now is watched before it is read: a change after the read
+			// raises an event, one before it is read.
+			if st := stateOf(w.path); st != w.seen {
+				w.seen = st
+				w.rearmLogged(r)
 			}
 			data, ok := w.read(r)
 			if !ok {
 				read1 = false
 				continue
 			}
-			w.follow()
 			if sum := sha256.Sum256(data); !read1 || sum != first {
 				read1, first = true, sum // the first read, or changed since it: settle again
 				timer = w.after(settle)
@@ -289,6 +335,23 @@ func (w *watcher) run(r *Runtime) {
 			read1 = false
 			w.apply(r, data)
 		}
+	}
+}
+
+// rearmLogged is rearm for run, which logs what WatchFile would have returned, and when dir
+// goes away or comes back.
+func (w *watcher) rearmLogged(r *Runtime) {
+	if err := w.rearm(); err != nil {
+		r.log.Warn("pgtraffic: rules file watcher; changes there are seen by polling", "path", w.path, "error", err)
+	}
+	_, err := os.Stat(w.dir)
+	switch gone := errors.Is(err, fs.ErrNotExist); {
+	case gone && !w.dirLost:
+		w.dirLost = true
+		r.log.Warn("pgtraffic: rules file directory removed; keeping the last good rules until it is back", "path", w.path)
+	case !gone && w.dirLost:
+		w.dirLost = false
+		r.log.Info("pgtraffic: rules file directory is back; watching it again", "path", w.path)
 	}
 }
 

@@ -32,9 +32,9 @@ func TestChangeDuringFirstLoadIsSeen(t *testing.T) {
 	write("budgets:\n  - {name: old, mode: enforce, max_concurrent: 2}\n")
 
 	var armed atomic.Bool
-	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
+	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100), warned: make(chan string, 100)}
 	h.r, h.clk = newRuntime(t, "", func(o *engine.Options) {
-		o.Logger = slog.New(reloadLog{h.reloaded, h.failed})
+		o.Logger = slog.New(reloadLog{h.reloaded, h.failed, h.warned})
 		now := o.Now
 		o.Now = func() time.Time {
 			if armed.CompareAndSwap(true, false) {

@@ -19,10 +19,11 @@ import (
 )
 
 // reloadLog is a slog handler that reports each "rules reloaded" record on a channel, and the
-// text of each error record on another, when it has room.
+// text of each error record on another, and of each warning on a third, when they have room.
 type reloadLog struct {
 	reloaded chan struct{}
 	failed   chan string
+	warned   chan string
 }
 
 func (h reloadLog) Enabled(context.Context, slog.Level) bool { return true }
@@ -32,13 +33,15 @@ func (h reloadLog) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, "rules reloaded") {
 		h.reloaded <- struct{}{}
 	}
-	if r.Level == slog.LevelError {
-		text := r.Message
-		r.Attrs(func(a slog.Attr) bool { text += " " + a.String(); return true })
-		select {
-		case h.failed <- text:
-		default:
-		}
+	to := map[slog.Level]chan string{slog.LevelError: h.failed, slog.LevelWarn: h.warned}[r.Level]
+	if to == nil {
+		return nil
+	}
+	text := r.Message
+	r.Attrs(func(a slog.Attr) bool { text += " " + a.String(); return true })
+	select {
+	case to <- text:
+	default:
 	}
 	return nil
 }
@@ -50,6 +53,7 @@ type watchHarness struct {
 	clk      *fakeclock.Clock
 	reloaded chan struct{}
 	failed   chan string // error logs
+	warned   chan string // warnings
 }
 
 func newWatchHarness(t *testing.T, path string) *watchHarness {
@@ -64,25 +68,45 @@ func newWatchHarness(t *testing.T, path string) *watchHarness {
 // newWatchRuntime is a harness that watches nothing yet.
 func newWatchRuntime(t *testing.T) *watchHarness {
 	t.Helper()
-	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100)}
-	h.r, h.clk = newRuntime(t, "", func(o *engine.Options) { o.Logger = slog.New(reloadLog{h.reloaded, h.failed}) })
+	h := &watchHarness{t: t, reloaded: make(chan struct{}, 100), failed: make(chan string, 100), warned: make(chan string, 100)}
+	h.r, h.clk = newRuntime(t, "", func(o *engine.Options) { o.Logger = slog.New(reloadLog{h.reloaded, h.failed, h.warned}) })
 	return h
 }
 
 const failsafe = 10 * time.Second // real time; only a broken watcher reaches it
 
 // waitTimer waits until the watcher sets a timer that ok accepts, failing if it reloads first.
+// The polls' timers are not offered to ok: they come whatever happens.
 func (h *watchHarness) waitTimer(what string, ok func(fakeclock.Timer) bool) {
 	h.t.Helper()
 	deadline := time.After(failsafe)
 	for {
 		select {
 		case tm := <-h.clk.Set():
-			if ok(tm) {
+			if tm.D != poll && ok(tm) {
 				return
 			}
 		case <-h.reloaded:
 			h.t.Fatalf("the watcher put rules in force while waiting for %s: %s", what, h.inForce())
+		case <-deadline:
+			h.t.Fatalf("the watcher never %s", what)
+		}
+	}
+}
+
+// waitWarning waits until the watcher logs a warning that contains text, failing if it reloads
+// first.
+func (h *watchHarness) waitWarning(what, text string) {
+	h.t.Helper()
+	deadline := time.After(failsafe)
+	for {
+		select {
+		case got := <-h.warned:
+			if strings.Contains(got, text) {
+				return
+			}
+		case <-h.reloaded:
+			h.t.Fatalf("the watcher put rules in force while waiting until it %s: %s", what, h.inForce())
 		case <-deadline:
 			h.t.Fatalf("the watcher never %s", what)
 		}
@@ -189,7 +213,7 @@ func TestWatchRearmsWhenDirectoryIsRecreated(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	h.waitTimer("noticed the directory was removed", func(tm fakeclock.Timer) bool { return tm.D == rearm })
+	h.waitWarning("noticed the directory was removed", "directory removed")
 	if got := h.inForce(); got != "old:enforce" {
 		t.Fatalf("removing the directory changed the rules in force: %s", got)
 	}
