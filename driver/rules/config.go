@@ -336,17 +336,25 @@ func (c *Config) Clone() *Config {
 }
 
 // WithDefaults returns a deep copy of c with every default made explicit: server_cores 1,
-// health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s where a
-// share is set, max_queue [Budget.QueueBound] where max_wait is set, guard mode off. Empty
-// maps and slices become nil, so that equal configs are reflect.DeepEqual. It does not
-// validate; call it on a valid config.
+// health_interval 1s, budget mode warn, explain auto, guard mode off, and with a coordination
+// section sync_interval 1s and fallback_instances 10 (what [Parse] fills in), and also the
+// defaults that follow from other fields: burst_limit share × cores × 1s where a share is set,
+// max_queue [Budget.QueueBound] where max_wait is set, and shared true with a coordination
+// section. Empty maps and slices become nil, so that equal configs are reflect.DeepEqual. It
+// does not validate; call it on a valid config.
+//
+// The result shows what is in force. A program that goes on to change it should change the
+// fields those last defaults follow together with them: without its coordination section,
+// for one, a budget that says shared: true is invalid.
 func (c *Config) WithDefaults() *Config {
 	out := c.Clone()
 	out.fillDefaults()
+	out.fillDependentDefaults()
 	return out
 }
 
-// fillDefaults does the work of WithDefaults in place.
+// fillDefaults fills in, in place, the defaults that follow from no other field: what [Parse]
+// returns.
 func (c *Config) fillDefaults() {
 	if c.ServerCores == 0 {
 		c.ServerCores = DefaultServerCores
@@ -366,12 +374,6 @@ func (c *Config) fillDefaults() {
 		if b.Explain == "" {
 			b.Explain = ExplainAuto
 		}
-		if b.BurstLimit == 0 && b.ServerShare != nil && *b.ServerShare > 0 {
-			b.BurstLimit = defaultBurst(*b.ServerShare, c.ServerCores)
-		}
-		if b.MaxQueue == nil && b.MaxWait > 0 {
-			b.MaxQueue = new(b.QueueBound())
-		}
 		b.ThrottleWhen = nilIfEmpty(b.ThrottleWhen)
 	}
 	if len(c.Rules) == 0 {
@@ -384,6 +386,28 @@ func (c *Config) fillDefaults() {
 		g.Match = nilIfEmpty(g.Match)
 	}
 	c.coordinationDefaults()
+}
+
+// fillDependentDefaults fills in, in place, the defaults that follow from other fields:
+// burst_limit from server_share and server_cores, max_queue from max_wait and max_concurrent,
+// shared from the coordination section. [Parse] leaves them omitted: made explicit, each would
+// outlive a change in code to the fields it follows, and be taken for the author's (shared:
+// true left behind by a coordination section removed for a run without Redis is an error; a
+// burst_limit left behind by a changed server_share is a different bucket). Omitted, they are
+// read where they apply ([Budget.QueueBound], [Config.IsShared], and the budget's bucket).
+func (c *Config) fillDependentDefaults() {
+	for i := range c.Budgets {
+		b := &c.Budgets[i]
+		if b.BurstLimit == 0 && b.ServerShare != nil && *b.ServerShare > 0 {
+			b.BurstLimit = defaultBurst(*b.ServerShare, c.ServerCores)
+		}
+		if b.MaxQueue == nil && b.MaxWait > 0 {
+			b.MaxQueue = new(b.QueueBound())
+		}
+		if b.Shared == nil && c.Coordination != nil {
+			b.Shared = new(true)
+		}
+	}
 }
 
 // defaultBurst is share × cores × 1s ([vocab.DefaultBurstWindow]), at least 1ns

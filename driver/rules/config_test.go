@@ -138,6 +138,19 @@ func TestWithDefaults(t *testing.T) {
 	if again := got.WithDefaults(); !reflect.DeepEqual(again, got) {
 		t.Errorf("WithDefaults is not idempotent")
 	}
+
+	// With a coordination section, its defaults and shared (but not a budget's shared: false).
+	in = &Config{Coordination: &Coordination{}, Budgets: []Budget{{Name: "a"}, {Name: "b", Shared: new(false)}}}
+	got = in.WithDefaults()
+	if co := got.Coordination; co.SyncInterval != Duration(DefaultSyncInterval) || co.FallbackInstances != DefaultFallbackInstances {
+		t.Errorf("coordination defaults: %v, fallback_instances %d", co, co.FallbackInstances)
+	}
+	if a, b := got.Budgets[0].Shared, got.Budgets[1].Shared; a == nil || !*a || b == nil || *b {
+		t.Errorf("shared: %v, %v; want true (the default), false", a, b)
+	}
+	if in.Budgets[0].Shared != nil {
+		t.Errorf("WithDefaults modified its receiver")
+	}
 }
 
 // TestQueueBound: an explicit max_queue, else max_concurrent above 0, else DefaultMaxQueue.

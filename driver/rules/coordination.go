@@ -183,8 +183,9 @@ func cloneCoordination(out, c *Config) {
 	}
 }
 
-// coordinationDefaults makes the coordination defaults explicit: sync_interval 1s,
-// fallback_instances 10, and shared: true for every budget that does not say otherwise.
+// coordinationDefaults makes the coordination section's defaults explicit: sync_interval 1s
+// and fallback_instances 10. (A budget's shared follows from the section: see
+// [Config.fillDependentDefaults].)
 func (c *Config) coordinationDefaults() {
 	if c.Coordination == nil {
 		return
@@ -194,12 +195,6 @@ func (c *Config) coordinationDefaults() {
 	}
 	if c.Coordination.FallbackInstances == 0 {
 		c.Coordination.FallbackInstances = DefaultFallbackInstances
-	}
-	for i := range c.Budgets {
-		if c.Budgets[i].Shared == nil {
-			shared := true
-			c.Budgets[i].Shared = &shared
-		}
 	}
 }
 

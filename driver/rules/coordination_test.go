@@ -46,8 +46,13 @@ func TestCoordinationDefaults(t *testing.T) {
 	if cfg.Coordination.SyncInterval != Duration(time.Second) || cfg.Coordination.FallbackInstances != 10 {
 		t.Fatalf("defaults: %v, fallback %d", cfg.Coordination, cfg.Coordination.FallbackInstances)
 	}
-	if s := cfg.Budgets[0].Shared; s == nil || !*s {
-		t.Fatal("a budget is shared by default once coordination is set")
+	// shared follows the section: Parse leaves it omitted (so that the section may be removed
+	// in code), IsShared reads it as true, and WithDefaults shows it.
+	if s := cfg.Budgets[0].Shared; s != nil || !cfg.IsShared(&cfg.Budgets[0]) {
+		t.Fatalf("shared %v, IsShared %v: want omitted, and shared by default once coordination is set", s, cfg.IsShared(&cfg.Budgets[0]))
+	}
+	if s := cfg.WithDefaults().Budgets[0].Shared; s == nil || !*s {
+		t.Fatal("WithDefaults: a budget is shared by default once coordination is set")
 	}
 
 	// An empty section coordinates through a client given in code.

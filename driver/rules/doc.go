@@ -205,9 +205,14 @@
 //
 // # Defaults
 //
-// [Parse] returns a config with defaults filled in ([Config.WithDefaults]): server_cores 1,
-// health_interval 1s, budget mode warn, explain auto, burst_limit share × cores × 1s,
-// max_queue max_concurrent or 8 where max_wait is set, guard mode off; with a coordination
-// section, sync_interval 1s, fallback_instances 10 and shared true. Validate never modifies its
-// receiver.
+// [Parse] returns a config with the defaults that follow from no other field filled in:
+// server_cores 1, health_interval 1s, budget mode warn, explain auto, guard mode off; with a
+// coordination section, sync_interval 1s and fallback_instances 10. The defaults that follow
+// from other fields stay omitted, where they are read as the default: burst_limit (share × cores
+// × 1s), max_queue (max_concurrent or 8, where max_wait is set; [Budget.QueueBound]) and, with
+// a coordination section, shared (true; [Config.IsShared]). Made explicit, they would outlive a
+// change in code to the fields they follow, and be taken for the file's: a parsed config whose
+// coordination section a program removes for a run without Redis stays valid.
+// [Config.WithDefaults] makes every default explicit, those included, to show what is in force.
+// Validate never modifies its receiver.
 package rules

@@ -24,11 +24,15 @@ rules:
 		return
 	}
 	b := cfg.Budgets[0]
-	fmt.Println(b.Name, b.Mode, *b.MaxConcurrent, b.BurstLimit, b.Explain)
+	fmt.Println(b.Name, b.Mode, *b.MaxConcurrent, b.Explain)
 	fmt.Println(cfg.Rules[0].String())
+	// The defaults that follow other fields (burst_limit follows server_share and server_cores)
+	// are left omitted; WithDefaults shows them.
+	fmt.Println(b.BurstLimit, cfg.WithDefaults().Budgets[0].BurstLimit)
 	// Output:
-	// reporting enforce 4 2s auto
+	// reporting enforce 4 auto
 	// app=reporting
+	// 0s 2s
 }
 
 func ExampleParse_errors() {
@@ -73,7 +77,7 @@ func ExampleParse_file() {
 		fmt.Println(err)
 		return
 	}
-	for _, b := range cfg.Budgets {
+	for _, b := range cfg.WithDefaults().Budgets { // burst_limit's default included
 		fmt.Printf("%s: %s, burst %v, throttle %v\n", b.Name, b.Mode, b.BurstLimit, b.ThrottleWhen)
 	}
 	for _, r := range cfg.Rules {

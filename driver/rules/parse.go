@@ -12,8 +12,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Parse parses a rules file, YAML or JSON, validates it and returns it with defaults filled
-// in ([Config.WithDefaults]).
+// Parse parses a rules file, YAML or JSON, validates it and returns it with the defaults that
+// follow from no other field filled in: server_cores, health_interval, the modes, explain and
+// the coordination section's own. The defaults that follow from other fields (burst_limit,
+// max_queue, shared) stay omitted, so that a program may change the fields they follow (remove
+// the coordination section for a run without Redis, say) and still have a valid config;
+// [Config.WithDefaults] makes them explicit too.
 //
 // Decoding is strict and every problem names its line and field (see [Error]); all problems
 // found are returned, joined. A file must hold exactly one document; an empty file (or one

@@ -26,9 +26,8 @@ var fullWant = &Config{
 			ThrottleWhen: map[string]float64{"active_queries": 50, "replication_lag": 5, "custom.locks": 20},
 		},
 		{
-			Name: "per-tenant", Mode: ModeWarn, Per: "tenant", ServerShare: new(float64(0.05)),
-			BurstLimit: Duration(400 * time.Millisecond), // 0.05 × 8 cores × 1s
-			Explain:    ExplainAuto,
+			// burst_limit is omitted: its default follows server_share (see Config.WithDefaults)
+			Name: "per-tenant", Mode: ModeWarn, Per: "tenant", ServerShare: new(float64(0.05)), Explain: ExplainAuto,
 		},
 		{
 			Name: "batch", Mode: ModeEnforce, MaxConcurrent: new(2), Explain: ExplainCall,
@@ -115,7 +114,8 @@ func TestParseDefaults(t *testing.T) {
 		{"budget defaults", "server_cores: 2\nbudgets: [{name: a, server_share: 0.5}, {name: b}]", &Config{
 			ServerCores: 2, HealthInterval: Duration(time.Second),
 			Budgets: []Budget{
-				{Name: "a", Mode: ModeWarn, ServerShare: new(float64(0.5)), BurstLimit: Duration(time.Second), Explain: ExplainAuto},
+				// burst_limit stays omitted: its default follows server_share and server_cores
+				{Name: "a", Mode: ModeWarn, ServerShare: new(float64(0.5)), Explain: ExplainAuto},
 				{Name: "b", Mode: ModeWarn, Explain: ExplainAuto},
 			},
 			Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
@@ -145,22 +145,6 @@ func TestParseDefaults(t *testing.T) {
 			Rules:   []Rule{{Budget: "a", Match: map[string]string{"route": "/api/export", "v": "v1.2/beta"}}},
 			Guards:  Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
 		}},
-		{"max_queue defaults", "budgets:\n" +
-			"- {name: a, max_concurrent: 3, max_wait: 1s}\n" +
-			"- {name: b, max_wait: 1s}\n" +
-			"- {name: c, max_concurrent: 0, max_wait: 1s}\n" +
-			"- {name: d, max_concurrent: 3, max_wait: 1s, max_queue: 0}\n" +
-			"- {name: e, max_concurrent: 3, max_wait: 1s, max_queue: 20}\n" +
-			"- {name: f, max_wait: 1s, max_queue: ~}\n" +
-			"- {name: g, max_concurrent: 3}\n", queueDefaults},
-		{"max_queue defaults in JSON", `{"budgets": [
-			{"name": "a", "max_concurrent": 3, "max_wait": "1s"},
-			{"name": "b", "max_wait": "1s"},
-			{"name": "c", "max_concurrent": 0, "max_wait": "1s"},
-			{"name": "d", "max_concurrent": 3, "max_wait": "1s", "max_queue": 0},
-			{"name": "e", "max_concurrent": 3, "max_wait": "1s", "max_queue": 20},
-			{"name": "f", "max_wait": "1s", "max_queue": null},
-			{"name": "g", "max_concurrent": 3}]}`, queueDefaults},
 		{"JSON with tabs", "{\n\t\"server_cores\": 4,\n\t\"budgets\": [\n\t\t{\"name\": \"a\", \"per_query_limit\": \"1m\"}\n\t]\n}", &Config{
 			ServerCores: 4, HealthInterval: Duration(time.Second),
 			Budgets: []Budget{{Name: "a", Mode: ModeWarn, PerQueryLimit: Duration(time.Minute), Explain: ExplainAuto}},
@@ -180,8 +164,9 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-// queueDefaults is what both files of TestParseDefaults' max_queue cases parse to: an omitted
-// max_queue is max_concurrent, or DefaultMaxQueue without one above 0, where max_wait is set.
+// queueDefaults is what WithDefaults makes of both files of TestParseDefaults' max_queue cases:
+// an omitted max_queue is max_concurrent, or DefaultMaxQueue without one above 0, where
+// max_wait is set. (Parse leaves it omitted, as it follows max_wait and max_concurrent.)
 var queueDefaults = &Config{
 	ServerCores: 1, HealthInterval: Duration(time.Second),
 	Budgets: []Budget{
@@ -194,6 +179,42 @@ var queueDefaults = &Config{
 		{Name: "g", Mode: ModeWarn, MaxConcurrent: new(3), Explain: ExplainAuto},
 	},
 	Guards: Guards{RequireWhere: Guard{Mode: ModeOff}, BlockTruncate: Guard{Mode: ModeOff}},
+}
+
+// TestQueueDefaults: Parse leaves an omitted max_queue omitted, as it follows max_wait and
+// max_concurrent; WithDefaults makes it explicit (queueDefaults), in YAML and in JSON.
+func TestQueueDefaults(t *testing.T) {
+	for _, in := range []string{
+		"budgets:\n" +
+			"- {name: a, max_concurrent: 3, max_wait: 1s}\n" +
+			"- {name: b, max_wait: 1s}\n" +
+			"- {name: c, max_concurrent: 0, max_wait: 1s}\n" +
+			"- {name: d, max_concurrent: 3, max_wait: 1s, max_queue: 0}\n" +
+			"- {name: e, max_concurrent: 3, max_wait: 1s, max_queue: 20}\n" +
+			"- {name: f, max_wait: 1s, max_queue: ~}\n" +
+			"- {name: g, max_concurrent: 3}\n",
+		`{"budgets": [
+			{"name": "a", "max_concurrent": 3, "max_wait": "1s"},
+			{"name": "b", "max_wait": "1s"},
+			{"name": "c", "max_concurrent": 0, "max_wait": "1s"},
+			{"name": "d", "max_concurrent": 3, "max_wait": "1s", "max_queue": 0},
+			{"name": "e", "max_concurrent": 3, "max_wait": "1s", "max_queue": 20},
+			{"name": "f", "max_wait": "1s", "max_queue": null},
+			{"name": "g", "max_concurrent": 3}]}`,
+	} {
+		cfg, err := Parse([]byte(in))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", in, err)
+		}
+		for i, b := range cfg.Budgets {
+			if written := b.Name == "d" || b.Name == "e"; (b.MaxQueue != nil) != written {
+				t.Errorf("Parse(%s): budgets[%d].max_queue = %v; want it set only where written", in, i, b.MaxQueue)
+			}
+		}
+		if got := cfg.WithDefaults(); !reflect.DeepEqual(got, queueDefaults) {
+			t.Errorf("WithDefaults of Parse(%s):\ngot  %#v\nwant %#v", in, got, queueDefaults)
+		}
+	}
 }
 
 // TestParseQueueBound: in a parsed file, QueueBound is the explicit max_queue or its default,
