@@ -62,6 +62,12 @@ type Options struct {
 	// Election, when set, shares one sampler among the instances that read the same database
 	// with the same metric set (see [Election]); nil: this sampler samples for itself.
 	Election Election
+	// Replaces is the sampler this one takes over from, when a reload changes what a Sampler
+	// cannot (its interval). Its readings of the metrics that keep their query carry over, as
+	// through [Sampler.SetMetrics]: the new sampler starts from the last sample rather than
+	// from none, which would neither throttle nor count as stale until its first read. The
+	// caller still closes the sampler replaced.
+	Replaces *Sampler
 }
 
 // Sampler reads server health metrics on a dedicated connection and serves
@@ -242,7 +248,13 @@ func NewSampler(o Options) *Sampler {
 		s.now = time.Now
 	}
 	s.life, s.kill = context.WithCancel(context.Background())
-	s.store(map[string]reading{})
+	if o.Replaces != nil {
+		// SetMetrics below keeps what the replaced sampler read, and drops the rest.
+		old := o.Replaces.snap.Load()
+		s.storeDropped(old.readings, old.dropped)
+	} else {
+		s.store(map[string]reading{})
+	}
 	s.SetMetrics(o.Metrics, o.Queries)
 	return s
 }

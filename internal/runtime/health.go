@@ -91,8 +91,9 @@ func (h healthSet) equal(o healthSet) bool {
 
 // configureHealth starts, reconfigures or stops the health sampler to read set, and hands it to
 // the engine. No sampler runs, and no connection is open, while no budget uses a sampled
-// metric. r.mu must be held; the sampler replaced, if any, is returned for the caller to close
-// once r.mu is released.
+// metric. A new interval takes a new sampler (a Sampler's interval is fixed), which starts from
+// the readings of the one it replaces. r.mu must be held; the sampler replaced, if any, is
+// returned for the caller to close once r.mu is released.
 func (r *Runtime) configureHealth(set healthSet, interval time.Duration) (replaced *health.Sampler) {
 	metrics := set.metrics
 	h := r.health
@@ -118,6 +119,9 @@ func (r *Runtime) configureHealth(set healthSet, interval time.Duration) (replac
 		Logger:   r.log,
 		Now:      r.now,
 		Election: r.election(),
+		// A new interval: the last sample stays in force until the new sampler reads, so that
+		// a budget throttled on it is not let through meanwhile (nor one admitted refused).
+		Replaces: replaced,
 	})}
 	if h != nil {
 		next.base = h.base

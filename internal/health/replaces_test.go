@@ -1,0 +1,71 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+)
+
+// TestNewSamplerReplaces: a sampler built to replace another (a reload that changed the
+// interval) starts from its readings, as SetMetrics keeps them: a metric whose query is
+// unchanged keeps its value and its date, so that a budget throttled on it stays
+// throttled and a stale one stays stale until the new sampler reads; a metric whose query
+// changed is new, and one no longer read is dropped as a reload drops it.
+func TestNewSamplerReplaces(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	log, _ := newLogger()
+	old := NewSampler(Options{
+		Interval: 500 * time.Millisecond,
+		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.a", "custom.b"},
+		Queries:  map[string]string{"a": "select 1", "b": "select 2"},
+		Logger:   log,
+		Now:      clock,
+	})
+	defer old.Close()
+	// At t0+2s: active_queries is 0.5s old, custom.a 1.7s old (stale at the old interval,
+	// fresh at the new), replication_lag was configured 2s ago and never read (stale at both).
+	seed(t, old, vocab.MetricActiveQueries, 20, t0.Add(1500*time.Millisecond))
+	seed(t, old, "custom.a", 7, t0.Add(300*time.Millisecond))
+	seed(t, old, "custom.b", 1, t0.Add(1500*time.Millisecond))
+	fail(t, old, "custom.b", "boom")
+
+	now = t0.Add(2 * time.Second)
+	s := NewSampler(Options{
+		Interval: 600 * time.Millisecond,
+		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.a", "custom.c"},
+		Queries:  map[string]string{"a": "select 1", "c": "select 3"},
+		Logger:   log,
+		Now:      clock,
+		Replaces: old,
+	})
+	defer s.Close()
+	for _, tt := range []struct {
+		name       string
+		thresholds map[string]float64
+		metric     string
+		value      float64
+		exceeded   bool
+		stale      bool
+	}{
+		{"a throttling reading carries over", map[string]float64{vocab.MetricActiveQueries: 8},
+			vocab.MetricActiveQueries, 20, true, false},
+		{"its date carries over, judged at the new interval", map[string]float64{"custom.a": 8}, "", 0, false, false},
+		{"a metric never read stays stale", map[string]float64{vocab.MetricReplicationLag: 5},
+			vocab.MetricReplicationLag, 0, true, true},
+		{"a new query is not read yet", map[string]float64{"custom.c": 1}, "", 0, false, false},
+		{"a metric dropped just now does not throttle", map[string]float64{"custom.b": 1}, "", 0, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			metric, value, exceeded, stale := s.Evaluate(now, tt.thresholds, 0, true)
+			if metric != tt.metric || value != tt.value || exceeded != tt.exceeded || stale != tt.stale {
+				t.Errorf("Evaluate = (%q, %v, %v, %v), want (%q, %v, %v, %v)",
+					metric, value, exceeded, stale, tt.metric, tt.value, tt.exceeded, tt.stale)
+			}
+		})
+	}
+	if v, at, ok := s.Value(vocab.MetricActiveQueries); !ok || v != 20 || !at.Equal(t0.Add(1500*time.Millisecond)) {
+		t.Errorf("Value(active_queries) = (%v, %v, %v), want (20, t0+1.5s, true)", v, at, ok)
+	}
+}
