@@ -46,6 +46,9 @@ const (
 	attrCollection    = "db.collection.name"
 	attrStatusCode    = "db.response.status_code"
 	attrErrorType     = "error.type"
+	attrBatchSize     = "db.operation.batch.size"
+
+	batchOperation = "BATCH" // db.operation.name of a batch of several statements
 
 	attrFingerprint = "pgtraffic.fingerprint"
 	attrDecision    = "pgtraffic.decision"
@@ -469,24 +472,44 @@ func (t *telemetry) Finished(ctx context.Context, x *engine.Exec, err error, d t
 		}
 		span.End()
 	}
-	if x.Wants&engine.WantDuration != 0 {
-		var buf [10]attribute.KeyValue
-		attrs := append(buf[:0], t.metricAttr...)
+	if x.Wants&engine.WantDuration != 0 && !x.InBatch {
+		t.recordDuration(ctx, x, 0, err, d)
+	}
+}
+
+// BatchFinished records a pgx batch's duration as one operation, as the semantic conventions
+// count a batch: db.operation.name BATCH and db.operation.batch.size, for a batch of several
+// statements; a batch of one is that statement's operation.
+func (t *telemetry) BatchFinished(ctx context.Context, b *engine.Batch, err error, d time.Duration) {
+	if n := len(b.Execs); n > 0 {
+		t.recordDuration(ctx, &b.Execs[0], n, err, d)
+	}
+}
+
+// recordDuration records d, the duration of statement x or, when batch is above 1, of the batch
+// of that many statements that x begins, which ended with err.
+func (t *telemetry) recordDuration(ctx context.Context, x *engine.Exec, batch int, err error, d time.Duration) {
+	var buf [10]attribute.KeyValue
+	attrs := append(buf[:0], t.metricAttr...)
+	switch {
+	case batch > 1:
+		attrs = append(attrs, attribute.String(attrOperation, batchOperation), attribute.Int(attrBatchSize, batch))
+	default:
 		if op := x.Pattern.Operation; op != "" {
 			attrs = append(attrs, attribute.String(attrOperation, op))
 		}
 		if len(x.Pattern.Tables) == 1 {
 			attrs = append(attrs, attribute.String(attrCollection, x.Pattern.Tables[0]))
 		}
-		if err != nil {
-			attrs = append(attrs, attribute.String(attrErrorType, errorType(err)))
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
-				attrs = append(attrs, attribute.String(attrStatusCode, pgErr.Code))
-			}
-		}
-		t.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
 	}
+	if err != nil {
+		attrs = append(attrs, attribute.String(attrErrorType, errorType(err)))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			attrs = append(attrs, attribute.String(attrStatusCode, pgErr.Code))
+		}
+	}
+	t.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
 }
 
 // redecided brings span, which Started annotated and ctx carries, up to x's final decision

@@ -1368,6 +1368,7 @@ func TestTelemetryNames(t *testing.T) {
 		"pgtraffic.budgets": attrBudgets, "pgtraffic.budget": attrBudget, "pgtraffic.reason": attrReason,
 		"pgtraffic.predicted_cost_s": attrPredicted, "pgtraffic.plan_cost": attrPlanCost,
 		"pgtraffic.tag.": attrTagPrefix, "pgtraffic.warn": eventWarn, "pgtraffic.connector": attrConnector,
+		"db.operation.batch.size": attrBatchSize,
 	}
 	for doc, code := range attrs {
 		if doc != code {

@@ -109,7 +109,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 		x := &b.Execs[i]
 		p, text := e.texts.get(q, e.patterns)
 		x.reset(e, p)
-		x.later = later
+		x.later, x.InBatch = later, true
 		b.texts = append(b.texts, text)
 		if e.obs != nil {
 			x.Wants = e.obs.Wants()
@@ -424,7 +424,26 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 			e.obs.Finished(b.observed(ctx, i), x, err, took)
 		}
 	}
+	b.finished(ctx, firstError(errs), took)
 	clear(b.ctxs) // pin no caller's context until the next batch
+}
+
+// finished tells the observer that b ended with err after d, when its first statement wants
+// the duration metric.
+func (b *Batch) finished(ctx context.Context, err error, d time.Duration) {
+	if len(b.Execs) > 0 && b.Execs[0].Wants&WantDuration != 0 {
+		b.e.obs.BatchFinished(ctx, b, err, d)
+	}
+}
+
+// firstError is the first non-nil error of errs, or nil.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // observed is the context statement i's observer gets back at its end: the one its Started
@@ -544,6 +563,7 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 			e.obs.Finished(b.observed(ctx, i), x, err, now.Sub(b.start))
 		}
 	}
+	b.finished(ctx, err, now.Sub(b.start))
 	clear(b.ctxs)
 }
 

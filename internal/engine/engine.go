@@ -229,6 +229,9 @@ type Result struct {
 	// MaxDuration is the smallest max_duration of the statement's enforce budgets, from Start:
 	// the front end cancels the statement past it (see ErrOverrun); 0: no bound.
 	MaxDuration time.Duration
+	// InBatch says the statement was sent in a pgx batch (Batch): the observer's Finished ends
+	// its span, and BatchFinished records the batch's duration once, as one operation.
+	InBatch bool
 }
 
 // work is an Exec's private part: the statement's holds and clock, and the storage the engine
@@ -847,6 +850,10 @@ type Observer interface {
 	// Finished records x's end, err its outcome and d its execution time. ctx is the context
 	// Started returned, when it ran (x.Observed); else the statement's context.
 	Finished(ctx context.Context, x *Exec, err error, d time.Duration)
+	// BatchFinished records the end of batch b, after its statements' Finished: err is the
+	// first of their errors, d the batch's execution time. It runs when its first statement's
+	// Wants had WantDuration.
+	BatchFinished(ctx context.Context, b *Batch, err error, d time.Duration)
 	Decision(budget, decision, reason string)
 }
 

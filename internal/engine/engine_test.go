@@ -974,3 +974,5 @@ rules:
 		t.Fatalf("in flight %d after both finished, want 0", got)
 	}
 }
+
+func (*recObserver) BatchFinished(context.Context, *Batch, error, time.Duration) {}

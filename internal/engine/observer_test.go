@@ -83,3 +83,5 @@ rules:
 		}
 	}
 }
+
+func (*ctxObserver) BatchFinished(context.Context, *Batch, error, time.Duration) {}

@@ -71,3 +71,5 @@ rules:
 		})
 	}
 }
+
+func (*panicObserver) BatchFinished(context.Context, *Batch, error, time.Duration) {}
