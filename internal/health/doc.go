@@ -50,8 +50,12 @@
 //     the sampler's own backend excluded. The sampling role needs
 //     pg_read_all_stats (or pg_monitor) to see other roles' backends.
 //   - [vocab.MetricReplicationLag]: on a standby, seconds since the last replayed
-//     transaction committed on the primary, or 0 when everything received has
-//     been replayed; on a primary, the largest replay_lag in
+//     transaction committed on the primary, or 0 while it streams from the
+//     primary and has replayed everything received; a standby that is not
+//     streaming (cut off, reconnecting, fed from a WAL archive) cannot know it
+//     is caught up and reports the age. The sampling role needs pg_monitor (or
+//     pg_read_all_stats) to see the WAL receiver's status; without it the read
+//     fails (stale). On a primary, the largest replay_lag in
 //     pg_stat_replication, or 0 when there is none.
 //   - [vocab.MetricInFlight]: the connector's own queries in flight; not sampled, the
 //     caller passes it to [Sampler.Evaluate].

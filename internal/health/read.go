@@ -13,23 +13,38 @@ const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
 	`where state = 'active' and backend_type = 'client backend' and pid <> pg_backend_pid()`
 
 // replicationLagSQL works on a standby and on a primary, so that a failover
-// needs no reconfiguration. On a standby it is the age of the last replayed
-// transaction, except that a standby which has replayed everything it
-// received is caught up (an idle primary writes no transactions, and the
-// age alone would grow forever). A standby that is behind but has replayed
-// no transaction since it started has no age to report: the query returns
-// NULL, which reads as a failure (stale), not as 0. On a primary it is the
-// largest replay_lag among its standbys, 0 when there is none. Negative ages
-// (clock skew) read as 0.
-const replicationLagSQL = `select case when pg_is_in_recovery() then ` +
-	`case when pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() then 0 ` +
+// needs no reconfiguration.
+//
+// On a standby it is the age of the last replayed transaction, except that a
+// standby streaming from its primary that has replayed everything it received
+// is caught up: 0 (an idle primary writes no transactions, and the age alone
+// would grow forever). Only a streaming WAL receiver (pg_stat_wal_receiver,
+// PostgreSQL 9.6+) knows there is nothing more to receive: a standby cut off
+// from its primary has replayed all it received too, while the primary goes
+// on committing, so without one (cut off, reconnecting, or fed from a WAL
+// archive alone) it reports the age, which grows until it streams again.
+//
+// The query returns NULL, which reads as a failed read (errLagUnknown), not as
+// 0, when the standby is not known to be caught up and has replayed no
+// transaction since it started (there is no age to report), and when the
+// sampling role cannot see the WAL receiver's status (PostgreSQL shows it only
+// to roles with pg_read_all_stats, which pg_monitor includes): a caught-up
+// standby then cannot be told from a cut-off one.
+//
+// On a primary it is the largest replay_lag among its standbys, 0 when there
+// is none. Negative ages (clock skew) read as 0.
+const replicationLagSQL = `select case when pg_is_in_recovery() then case ` +
+	`when (select status = 'streaming' from pg_stat_wal_receiver) ` +
+	`and pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn() then 0 ` +
+	`when exists (select 1 from pg_stat_wal_receiver where status is null) then null ` +
 	`else greatest(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0) end ` +
 	`else coalesce((select extract(epoch from max(replay_lag)) from pg_stat_replication), 0) ` +
 	`end::float8`
 
 // errLagUnknown replaces the NULL that replicationLagSQL returns for a
-// standby whose lag cannot be known yet.
-var errLagUnknown = ResultError{"unknown: the standby has WAL to replay but has replayed no transaction since it started"}
+// standby whose lag cannot be known.
+var errLagUnknown = ResultError{"unknown: the standby is not known to be caught up and has replayed no transaction " +
+	"since it started, or the sampling role cannot see pg_stat_wal_receiver's status (grant it pg_monitor)"}
 
 // setupSQL names the session so that it is visible in pg_stat_activity, and
 // sets a server-side statement_timeout at two thirds of the client's read

@@ -3,6 +3,7 @@ package pgxconn_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -280,6 +281,36 @@ func TestPGReplicationLag(t *testing.T) {
 	eventually(t, 10*time.Second, "replication lag returns to 0 after replay resumes", func() (bool, string) {
 		v := sampled(t, ss, vocab.MetricReplicationLag)
 		return v < 0.1, fmt.Sprint(v)
+	})
+
+	// A role that cannot see the WAL receiver's status cannot tell a caught-up standby from one
+	// cut off from its primary: its read fails (stale), never 0. pg_monitor lets it see.
+	role := fmt.Sprintf("lag_reader_%d", time.Now().UnixNano())
+	if _, err := pconn.Exec(ctx, "create role "+role+" login"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pconn.Exec(context.Background(), "drop role "+role) })
+	eventually(t, 10*time.Second, "the standby replays the role", func() (bool, string) {
+		var ok bool
+		err := sconn.QueryRow(ctx, "select exists (select 1 from pg_roles where rolname = $1)", role).Scan(&ok)
+		return err == nil && ok, fmt.Sprint(ok, err)
+	})
+	u, err := url.Parse(standby.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	rs, _, _ := pgSampler(t, u.String(), health.Options{Metrics: []string{vocab.MetricReplicationLag}})
+	if err := rs.SampleOnce(ctx); err == nil || !strings.Contains(err.Error(), "pg_stat_wal_receiver") {
+		t.Errorf("replication_lag read by a role without pg_monitor: %v; want a failed read naming pg_stat_wal_receiver", err)
+	}
+	if _, err := pconn.Exec(ctx, "grant pg_monitor to "+role); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the role with pg_monitor reads the caught-up standby's lag as 0", func() (bool, string) {
+		err := rs.SampleOnce(ctx)
+		v, _, ok := rs.Value(vocab.MetricReplicationLag)
+		return err == nil && ok && v == 0, fmt.Sprint(v, ok, err)
 	})
 
 	// The primary form: the largest replay_lag of its standbys.
