@@ -176,8 +176,11 @@
 // file whose top level is not a mapping, or whose top-level keys are none of a rules file's
 // (a password file, a .env file), is refused as not a rules file, without quoting it.
 //
-// Bytes that are not text (invalid UTF-8, NUL and other control characters) and text after the
-// end of a JSON document are reported with their line, column and byte offset. Every problem
+// Bytes that are not text (invalid UTF-8, NUL and other control characters), and in a file that
+// starts with { or [ but is not valid JSON the JSON reader's first problem (a missing comma,
+// text after the end of the document), are reported with their line, column and byte offset.
+// Other syntax errors are the YAML parser's: some name the line where the list or mapping
+// holding the problem begins, and say so. Every problem
 // found is reported, joined with [errors.Join]; each is an [*Error], and errors.Is(err,
 // [ErrInvalid]) holds for all of them. A message quotes at most 32 bytes of the file, and never
 // a value that may hold a credential: nothing under coordination, no URL, no user@host, no

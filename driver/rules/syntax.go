@@ -3,47 +3,123 @@ package rules
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // syntaxError turns a YAML parser error ("yaml: line 3: did not find ...") into an *Error.
-// The YAML parser names no line for bytes it cannot read (invalid UTF-8, control characters)
-// nor for a problem on the first line, and a misleading one for text after a complete JSON
-// document, so those are located here.
+// The YAML parser names no line for bytes it cannot read (invalid UTF-8, control characters),
+// and a misleading one for a problem in a JSON document, so those are located here; its parser
+// (as opposed to its scanner) counts lines from 0 and names the line where the list or mapping
+// enclosing a problem begins, which [yamlParserLine] makes a line counted from 1 and a message
+// that says so.
 //
 // The YAML parser quotes a name from the file in a few messages (unknown anchor 'x'): the quoted
 // part is removed, as the file may be anything but a rules file.
 func syntaxError(data []byte, err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if i := strings.Index(msg, "anchor '") + len("anchor "); i >= len("anchor ") {
-		if j := strings.LastIndexByte(msg, '\''); j > i {
-			msg = msg[:i] + "(name not shown)" + msg[j+1:]
-		}
-	}
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ": "); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, msg = l, tail
-			}
-		}
-	}
+	line, msg := yamlErrorLine(err)
 	if line == 0 {
 		if e := badCharacter(data); e != nil {
 			return e
 		}
 	}
-	if e := afterJSON(data); e != nil {
+	if _, parser := yamlParserProblems[msg]; parser {
+		line, msg = yamlParserLine(data, line, msg)
+	}
+	if e := jsonError(data); e != nil && e.Line >= line {
+		// Not before the YAML parser's line, which is at or above the problem: text read as YAML
+		// (a flow mapping with unquoted keys) stops being JSON before its problem.
 		return e
 	}
-	if line == 0 {
-		// The YAML parser counts lines from 0 and names none when the problem is on line 0.
-		line = 1
+	return &Error{Line: max(line, 1), Msg: msg}
+}
+
+// yamlErrorLine splits a YAML parser error into the line it names (0 for none) and its message,
+// with any name quoted from the file removed.
+func yamlErrorLine(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
+	if i := strings.Index(msg, "anchor '") + len("anchor "); i >= len("anchor ") {
+		if j := strings.LastIndexByte(msg, '\''); j > i {
+			msg = msg[:i] + "(name not shown)" + msg[j+1:]
+		}
 	}
-	return &Error{Line: line, Msg: msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				return l, tail
+			}
+		}
+	}
+	return 0, msg
+}
+
+// yamlParserProblems are the problems the YAML parser reports, each with the construct it names
+// the line of: "" for the problem's own line, else the list, mapping or value enclosing the
+// problem (unless that begins on the file's first line: then the problem's). Other messages
+// come from its scanner, which names the problem's line, counted from 1.
+var yamlParserProblems = map[string]string{
+	"did not find expected ',' or ']'":       "list",
+	"did not find expected '-' indicator":    "list",
+	"did not find expected ',' or '}'":       "mapping",
+	"did not find expected key":              "mapping",
+	"did not find expected node content":     "value",
+	"found undefined tag handle":             "value",
+	"did not find expected <stream-start>":   "",
+	"did not find expected <document start>": "",
+	"found duplicate %YAML directive":        "",
+	"found duplicate %TAG directive":         "",
+	"found incompatible YAML document":       "",
+}
+
+// yamlParserLine returns the line, counted from 1, and the message for the YAML parser's
+// problem msg, reported on line (counted from 0, as the parser counts). For a problem within a
+// list or mapping, line is where that begins, unless it begins on the file's first line, which
+// the parser does not name: then it is the problem's own. The file is read again after one more
+// line, on which nothing begins, to tell the two apart. A problem found at the end of the file
+// (a list not closed) is named on the file's last line of text.
+func yamlParserLine(data []byte, line int, msg string) (int, string) {
+	within := yamlParserProblems[msg]
+	line++
+	where, begins := "", 0
+	if within != "" {
+		dec := yaml.NewDecoder(io.MultiReader(strings.NewReader("\n"), bytes.NewReader(data)))
+		var again error
+		for range 2 { // the error [yamlTree] met, in the first document or the second
+			var doc yaml.Node
+			if again = dec.Decode(&doc); again != nil {
+				break
+			}
+		}
+		var m string
+		if again != nil {
+			begins, m = yamlErrorLine(again)
+		}
+		switch {
+		case m != msg || begins == 0:
+			// Not the same error (a byte order mark must come first): say no more than is known.
+			begins, where = 0, "on this line, or in the "+within+" that begins on it"
+		case begins == 1:
+			where = "in the " + within + " that begins on line 1"
+		default:
+			line, where = begins, "in the "+within+" that begins on this line"
+		}
+	}
+	if last := 1 + bytes.Count(bytes.TrimRight(data, " \t\r\n"), []byte("\n")); line > last {
+		line, where = last, "at the end of the file"
+		if begins == 1 {
+			where += ", in the " + within + " that begins on line 1"
+		}
+	}
+	if where == "" {
+		return line, msg
+	}
+	return line, msg + " (" + where + ")"
 }
 
 // badCharacter finds the first byte sequence that a YAML stream may not hold: invalid UTF-8,
@@ -73,18 +149,27 @@ func printable(r rune) bool {
 		r >= 0xA0 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF
 }
 
-// afterJSON finds text after a complete JSON document ({"budgets": []} }), which the YAML
-// parser reports as a missing document start, on the line where the document began. It returns
-// nil when the file does not start with a valid JSON document followed by more than
-// whitespace.
-func afterJSON(data []byte) *Error {
+// jsonError locates the problem of a file that is JSON in intent (its text starts with { or [)
+// but not valid JSON, as the JSON reader finds it: the YAML parser names the line where the
+// list or mapping enclosing it begins, or for text after a complete document ({"budgets": []}
+// }) a missing document start, on the line where the document began. It returns nil for a file
+// that does not start with { or [, or is valid JSON.
+func jsonError(data []byte) *Error {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' && trimmed[0] != '[' {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var doc json.RawMessage
-	if dec.Decode(&doc) != nil {
+	var syntax *json.SyntaxError
+	switch err := dec.Decode(&doc); {
+	case errors.As(err, &syntax):
+		// Offset is past the byte that ended the JSON. The message quotes that one character
+		// at most, never a value.
+		return errorAt(data, max(int(syntax.Offset)-1, 0), syntax.Error()+" (reading the file as JSON)")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorAt(data, len(bytes.TrimRight(data, " \t\r\n")), "the JSON document ends before it is complete")
+	case err != nil:
 		return nil
 	}
 	end := int(dec.InputOffset())
