@@ -375,16 +375,29 @@ func (d *decoder) float(n *yaml.Node, at field) float64 {
 		d.expected(n, at, "a number")
 		return 0
 	}
+	v, ok := 0.0, false
 	if plainDecimal(n.Value, true) {
-		if v, err := strconv.ParseFloat(n.Value, 64); err == nil {
-			return v
-		}
+		var err error
+		v, err = strconv.ParseFloat(n.Value, 64)
+		ok = err == nil
 	}
-	var v float64
-	if n.Decode(&v) != nil {
+	if !ok && n.Decode(&v) != nil {
 		d.expected(n, at, "a number")
+		return 0
+	}
+	if v == 0 && !zeroText(n.Value) {
+		// A number too small for a float64 (1e-400) reads as 0, which for server_share closes
+		// the budget: refused rather than taken for a limit nobody wrote.
+		d.addLine(n.Line, at, "too small a number: it reads as 0 (write 0 if that is meant)")
 	}
 	return v
+}
+
+// zeroText reports whether s, a number's text, writes a zero: no digit but 0 before any
+// exponent.
+func zeroText(s string) bool {
+	mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
+	return !strings.ContainsAny(mantissa, "123456789")
 }
 
 // plainDecimal reports whether s is a number that strconv reads exactly as YAML does: an

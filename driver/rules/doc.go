@@ -164,8 +164,9 @@
 //
 // [Parse] reads one YAML document (JSON is accepted as the YAML subset it is). Decoding is
 // strict: unknown fields (with or without a value), duplicate keys, values of the wrong type,
-// bad durations, bad CIDRs, out-of-range numbers and rules naming unknown budgets are all
-// errors, each naming the field path in rules-file spelling and the line it is on:
+// bad durations, bad CIDRs, out-of-range numbers (1e-400 too, which a float64 reads as 0) and
+// rules naming unknown budgets are all errors, each naming the field path in rules-file
+// spelling and the line it is on:
 //
 //	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)
 //

@@ -325,6 +325,10 @@ func TestParseErrors(t *testing.T) {
 		{"JSON max_queue as a string", "{\"budgets\": [\n  {\"name\": \"a\", \"max_wait\": \"1s\",\n   \"max_queue\": \"4\"}]}", `pgtraffic: rules line 3: budgets[0].max_queue: expected an integer, got "4"`},
 		{"share above 1", head + "    server_share: 1.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got 1.5`},
 		{"negative share", head + "    server_share: -0.5\n", `pgtraffic: rules line 3: budgets[0].server_share: must be in [0, 1], got -0.5`},
+		{"share too small for a float", head + "    server_share: 1e-400\n", `pgtraffic: rules line 3: budgets[0].server_share: too small a number: it reads as 0 (write 0 if that is meant)`},
+		{"share too small in JSON", `{"budgets": [{"name": "a", "server_share": 0.` + strings.Repeat("0", 400) + `1}]}`,
+			`pgtraffic: rules line 1: budgets[0].server_share: too small a number: it reads as 0 (write 0 if that is meant)`},
+		{"threshold too small", head + "    throttle_when: {in_flight: 1e-400}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.in_flight: too small a number: it reads as 0 (write 0 if that is meant)`},
 		{"burst with zero share", head + "    server_share: 0\n    burst_limit: 5s\n", `pgtraffic: rules line 4: budgets[0].burst_limit: needs server_share (the rate the bucket drains at)`},
 		{"zero max_duration", head + "    max_duration: 0s\n", `pgtraffic: rules line 3: budgets[0].max_duration: must be > 0 (omit it for the default), got 0`},
 		{"quarantine without a limit", head + "    quarantine: {after: 2, for: 30s}\n", `pgtraffic: rules line 3: budgets[0].quarantine: needs max_duration or per_query_limit (the overruns it counts)`},
@@ -530,4 +534,19 @@ func largeMapping(n int) string {
 		sb.WriteString("  q" + strconv.Itoa(i) + ": select 1\n")
 	}
 	return sb.String()
+}
+
+// TestZeroWrittenAnyWay: a zero written in any form is 0 (server_share: 0 closes the budget on
+// purpose); only a number that is not zero but too small for a float64 is refused.
+func TestZeroWrittenAnyWay(t *testing.T) {
+	for _, zero := range []string{"0", "0.0", "-0.0", "0.000", "0e-5", "0E10", "0.0e-400"} {
+		cfg, err := Parse([]byte("budgets: [{name: a, server_share: " + zero + "}]"))
+		if err != nil {
+			t.Errorf("server_share: %s: %v", zero, err)
+			continue
+		}
+		if s := cfg.Budgets[0].ServerShare; s == nil || *s != 0 {
+			t.Errorf("server_share: %s reads as %v, want 0", zero, s)
+		}
+	}
 }
