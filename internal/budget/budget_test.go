@@ -255,3 +255,26 @@ func TestSetSpecKeepsState(t *testing.T) {
 	}
 	mustInvariants(t, b)
 }
+
+// TestSetSpecKeylessFolds: a reload that drops a budget's per (Keyless) folds every key's slots
+// and debt into the empty key's, so that its max_concurrent holds for what already runs, and a
+// release of a request admitted under an old key gives its slot back there.
+func TestSetSpecKeylessFolds(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10, MaxConcurrent: 1})
+	admit1(t, at(0), b, "t1", 2)
+	admit1(t, at(0), b, "t2", 3)
+	b.SetSpec(at(1), Spec{Rate: 1, Burst: 10, MaxConcurrent: 1, Keyless: true})
+	if s := b.Snapshot(at(1)); s.InFlight != 2 || s.Keys != 1 || math.Abs(s.Debt-3) > 1e-12 {
+		t.Fatalf("after dropping per: %+v, want 2 in flight, 1 key, debt 3 (5 drained by 2)", s)
+	}
+	if _, d := Admit(at(1), []Request{{Budget: b, Key: "t3"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
+		t.Fatalf("a third statement with two of max_concurrent=1 running: %+v, want a refusal for concurrency", d)
+	}
+	Release(at(1), &Request{Budget: b, Key: "t1", Cost: 2}, 2)
+	Release(at(1), &Request{Budget: b, Key: "t2", Cost: 3}, 3)
+	if s := b.Snapshot(at(1)); s.InFlight != 0 {
+		t.Fatalf("after the old keys' releases: %d in flight, want 0", s.InFlight)
+	}
+	admit1(t, at(1), b, "", 1)
+	mustInvariants(t, b)
+}

@@ -147,7 +147,7 @@ type keys struct {
 }
 
 func (k *keys) lookup(key string) *state {
-	if key == "" {
+	if key == "" || k.spec.Keyless {
 		return k.unkeyed
 	}
 	return k.byKey[key]
@@ -164,6 +164,9 @@ func (k *keys) count() int {
 // insert adds an absent key, evicting the first idle state if the table is
 // full; a full table with nothing idle grows instead.
 func (k *keys) insert(key string, now time.Time) *state {
+	if k.spec.Keyless {
+		key = ""
+	}
 	s := &state{key: key, idx: -1, Bucket: Bucket{Last: now}}
 	if k.shared {
 		s.part = &part{}
@@ -233,12 +236,36 @@ func (k *keys) setSpec(now time.Time, spec Spec) {
 			s.Debt = 0
 		}
 	}
+	if spec.Keyless && !k.spec.Keyless {
+		k.fold(now)
+	}
 	k.spec = spec
 	for _, s := range k.idle {
 		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))
 	}
 	heap.Init(&k.idle)
 	k.trim(spec.MaxKeys)
+}
+
+// fold moves every key's slots, pending slots and debt (drained to now) into the unkeyed
+// state, which it creates if need be, and drops the keys: the budget counts per key no more.
+func (k *keys) fold(now time.Time) {
+	if len(k.byKey) == 0 {
+		return
+	}
+	u := k.unkeyed
+	if u == nil {
+		u = k.insert("", now)
+	}
+	for key, s := range k.byKey {
+		u.Debt += s.Debt
+		u.inflight += s.inflight
+		u.pending += s.pending
+		u.pendingCost += s.pendingCost
+		delete(k.byKey, key)
+	}
+	clear(k.idle) // only keyed states are idle
+	k.idle = k.idle[:0]
 }
 
 // all returns every state, the unkeyed one first.

@@ -36,6 +36,13 @@ type Spec struct {
 	// MaxQueue is how many statements may wait for one key's room at once (queue.go); 0:
 	// none waits.
 	MaxQueue int
+	// Keyless counts every request under the empty key, whatever its Key: a budget with no per
+	// tag. A spec that becomes Keyless (a reload dropped per) folds every key's slots and debt
+	// into the empty key's, and the releases of requests admitted under the old keys go there
+	// too, so that the budget's limits hold for what already runs. (The other way, a keyless
+	// budget that becomes keyed, the empty key's slots drain as their requests are released,
+	// and the new keys start empty.)
+	Keyless bool
 }
 
 // normalize returns s with invalid values replaced by their documented

@@ -193,6 +193,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 			Burst:            time.Duration(b.BurstLimit).Seconds(),
 			WarningThreshold: b.WarningThreshold,
 			MaxKeys:          e.maxKeys,
+			Keyless:          b.Per == "",
 		}
 		// Statements wait only under max_wait, at most max_queue of them per value.
 		maxWait := time.Duration(b.MaxWait)
