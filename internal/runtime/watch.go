@@ -99,8 +99,9 @@ type watcher struct {
 	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
 	// keeps none of its bytes.
 	last [sha256.Size]byte
-	// seen is what path resolved to just before the last read: the poll reads the file again
-	// when path resolves to something else.
+	// seen is what path resolved to at the last read (taken just before it): when it resolves
+	// to something else, a poll reads the file again, and the read watches the directories
+	// again first.
 	seen fileState
 	// names are the names an event concerning the rules file can carry (see resolve): events
 	// naming other files of the watched directories (an application's log beside its rules)
@@ -109,7 +110,7 @@ type watcher struct {
 	// watches are the directories watched, each with the identity of the directory its watch
 	// was set on: inotify watches a directory, not its name (see arm).
 	watches map[string]fileID
-	// dirLost is set while dir is gone, so that its return is logged once.
+	// dirLost is set while dir is gone, so that its going and its return are logged once.
 	dirLost bool
 }
 
@@ -136,6 +137,7 @@ type fileState struct {
 	mtime int64 // ns since the epoch
 }
 
+// stateOf is what path resolves to now.
 func stateOf(path string) fileState {
 	s := fileState{links: strings.Join(hops(path), "\x00")}
 	if fi, err := os.Stat(path); err == nil {
@@ -286,12 +288,13 @@ func (w *watcher) run(r *Runtime) {
 				continue // another file of a watched directory
 			}
 			if _, ok := w.watches[name]; ok && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				// A watched directory went, and its watch with it or elsewhere; one made in its
-				// place may even reuse its inode number.
+				// A watched directory was removed or renamed: its watch is gone, or follows it
+				// elsewhere, and a directory made in its place may reuse its inode number, which
+				// arm would take for the watched one.
 				w.unwatch(name)
 			}
 			if ev.Has(fsnotify.Create | fsnotify.Remove | fsnotify.Rename) {
-				w.rearmLogged(r) // a name on the way moved: the file may be elsewhere now
+				w.rewatch(r) // a name on the way moved: the file may be elsewhere now
 			}
 			reread()
 		case err, ok := <-w.fw.Errors:
@@ -307,7 +310,7 @@ func (w *watcher) run(r *Runtime) {
 			for d := range w.watches {
 				w.unwatch(d)
 			}
-			w.rearmLogged(r)
+			w.rewatch(r)
 			reread()
 		case <-tick:
 			tick = w.after(poll)
@@ -320,7 +323,7 @@ func (w *watcher) run(r *Runtime) {
 			// raises an event, one before it is read.
 			if st := stateOf(w.path); st != w.seen {
 				w.seen = st
-				w.rearmLogged(r)
+				w.rewatch(r)
 			}
 			data, ok := w.read(r)
 			if !ok {
@@ -338,11 +341,11 @@ func (w *watcher) run(r *Runtime) {
 	}
 }
 
-// rearmLogged is rearm for run, which logs what WatchFile would have returned, and when dir
-// goes away or comes back.
-func (w *watcher) rearmLogged(r *Runtime) {
+// rewatch is rearm within run: it logs a directory it could not watch (WatchFile returns the
+// error instead), and dir going away and coming back.
+func (w *watcher) rewatch(r *Runtime) {
 	if err := w.rearm(); err != nil {
-		r.log.Warn("pgtraffic: rules file watcher; changes there are seen by polling", "path", w.path, "error", err)
+		r.log.Warn("pgtraffic: rules file directory not watched; its changes are seen by polling", "path", w.path, "error", err)
 	}
 	_, err := os.Stat(w.dir)
 	switch gone := errors.Is(err, fs.ErrNotExist); {
@@ -356,7 +359,7 @@ func (w *watcher) rearmLogged(r *Runtime) {
 }
 
 // read returns the file's content; false if it cannot be read now, which is logged and counted
-// unless the file is missing (mid-swap, or removed: the next event reads it again).
+// unless the file is missing (mid-swap, or removed: the next event or poll reads it again).
 func (w *watcher) read(r *Runtime) ([]byte, bool) {
 	data, err := readRulesFile(w.path, w.limit)
 	if err != nil {
