@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -108,6 +109,14 @@ var errRulesChanged = errors.New("engine: the rules changed while the statement 
 func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arrived time.Time, o owner, d *Denial,
 	how wake) (waited bool, err error) {
 	defer c.leave() // on every path, a panic in an observer or a logger included
+	// Under an in_flight threshold the claim also watches the ends of the engine's statements
+	// (ends): ended is closed by the first end after the last check.
+	var ended <-chan struct{}
+	defer func() {
+		if ended != nil {
+			e.ends.unwatch()
+		}
+	}()
 	deadline := arrived.Add(o.bs.maxWait)
 	for now := start; ; {
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
@@ -139,6 +148,15 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			if s := e.health.Load(); s != nil {
 				sampled = s.Published()
 			}
+			if _, local := o.bs.throttle[rules.MetricInFlight]; local && ended == nil {
+				e.ends.watch()
+				ended = e.ends.next()
+				// A statement that ended since the check woke nobody: try once more now.
+				if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
+					return waited, err
+				}
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -146,6 +164,10 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		case <-c.w.Wake():
 		case <-e.after(wait):
 		case <-sampled:
+		case <-ended:
+		}
+		if ended != nil {
+			ended = e.ends.next() // before the check: an end after it closes this one
 		}
 		if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
 			return waited, err

@@ -377,6 +377,7 @@ func (b *Batch) unwind() {
 func (b *Batch) Finish(ctx context.Context, errs []error) {
 	e := b.e
 	e.inFlight.Add(-int64(len(b.Execs)))
+	e.ends.ended()
 	if b.start.IsZero() {
 		return // no rules were in force and telemetry was idle: nothing to account
 	}

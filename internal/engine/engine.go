@@ -74,6 +74,7 @@ type Engine struct {
 	// does (healthDenial): counted only once running, the pool's statements admitted while
 	// others waited for connections would all run at once.
 	pending atomic.Int64
+	ends    ends // tells the claims waiting under an in_flight threshold that statements ended
 	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
 	// each statement (SetNetworkFloor); 0: none known.
 	floor atomic.Int64
@@ -467,6 +468,7 @@ func (e *Engine) leave(n int, later bool) {
 	} else {
 		e.inFlight.Add(-int64(n))
 	}
+	e.ends.ended()
 }
 
 // observeStatement is Begin's work for a statement read with no rules in force, only for the
@@ -680,6 +682,7 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 func (x *Exec) Finish(ctx context.Context, err error) {
 	e := x.e
 	e.inFlight.Add(-1)
+	e.ends.ended()
 	if x.start.IsZero() {
 		return // no rules were in force and telemetry was idle: nothing to account
 	}
