@@ -23,9 +23,12 @@
 // drag a mean for many executions (the accuracy benchmark's figures are in
 // integration/PERFORMANCE.md). A pattern never seen with a plan cost uses a global k learned from
 // the executions of every pattern whose plan is large enough for its time to be the plan's (a
-// thousand units or more: a tiny plan's time is the statement's fixed cost), and before any
-// such execution [DefaultGlobalK], measured on PostgreSQL's default cost units. With no plan cost at all (EXPLAIN skipped or failed), the prediction falls back to the
-// pattern's mean actual time.
+// thousand units or more: a tiny plan's time is the statement's fixed cost), with
+// [DefaultGlobalK], measured on PostgreSQL's default cost units, standing in for the first ten
+// such executions not yet seen (before any, it alone), so that one slow early statement (a
+// lock wait) does not price every new pattern. Every average here is the plain mean of its
+// first 1/α samples before it moves by α, for the same reason. With no plan cost at all
+// (EXPLAIN skipped or failed), the prediction falls back to the pattern's mean actual time.
 // Cancelled and failed executions must not be observed: their durations say nothing about cost.
 //
 // EMA weights, and why:

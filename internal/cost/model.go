@@ -42,6 +42,10 @@ const (
 	// units the plan's own time dominates.
 	minGlobalPlan = 1000
 
+	// globalPrior is how many executions of a plan of minGlobalPlan or more the global k takes
+	// to be learned alone: before, DefaultGlobalK stands in for those not yet seen.
+	globalPrior = 10
+
 	// volatileCV is the coefficient of variation (standard deviation / mean of actual seconds)
 	// above which a pattern's cost counts as varying widely.
 	volatileCV = 0.5
@@ -451,22 +455,27 @@ func (m *Model) ObserveServer(now time.Time, fp uint64, id int64, seconds float6
 	return true
 }
 
-// ema returns the average avg updated with sample x; n counts samples including x.
+// ema returns the average avg updated with sample x; n counts samples including x. Until
+// 1/alpha samples it is their plain mean, so that no early sample outweighs the others: seeded
+// with its first sample and then moving by alpha, a slow average (the global k's, alpha 0.01)
+// would keep most of that one sample for a hundred more (a lock wait would price every new
+// pattern as if it waited too).
 func ema(avg, x, alpha float64, n uint64) float64 {
-	if n == 1 {
-		return x
-	}
-	return avg + alpha*(x-avg)
+	return avg + max(alpha, 1/float64(n))*(x-avg)
 }
 
 func validPlan(c float64) bool { return c > 0 && !math.IsInf(c, 0) }
 
-// globalKLocked is the k of patterns with no plan history. The caller holds m.mu.
+// globalKLocked is the k of patterns with no plan history: what the executions taught, with
+// [DefaultGlobalK] standing in for those not yet seen until globalPrior have been, so that
+// the first few (a statement that waited on a lock) do not price every new pattern alone. The
+// caller holds m.mu.
 func (m *Model) globalKLocked() float64 {
-	if m.gN == 0 {
+	w := float64(min(m.gN, globalPrior)) / globalPrior
+	if w == 0 {
 		return DefaultGlobalK
 	}
-	return m.gActual / m.gPlan
+	return w*(m.gActual/m.gPlan) + (1-w)*DefaultGlobalK
 }
 
 // volatileLocked is Prediction.Volatile for pattern p (nil when the pattern is not in the table).

@@ -284,8 +284,8 @@ func TestModelObserveExplain(t *testing.T) {
 	}
 	m.ObserveExplain(0.002)
 	m.ObserveExplain(0.004)
-	if got, _ := explainMean(m); !near(got, 0.002+0.1*0.002, 1e-12) {
-		t.Fatalf("ExplainMean = %v, want 0.0022", got)
+	if got, _ := explainMean(m); !near(got, 0.003, 1e-12) { // the plain mean of the first 1/alpha
+		t.Fatalf("ExplainMean = %v, want 0.003", got)
 	}
 }
 
@@ -452,5 +452,23 @@ func TestNeverFitsProbes(t *testing.T) {
 	}
 	if m.NeverFits(t0.Add(3*Relearn), 1) {
 		t.Fatal("a probe at the first refusal after an execution")
+	}
+}
+
+// TestGlobalKForgetsAnEarlyOutlier: the first large statement of a process that waited on a
+// lock (2.5 s for a plan of 3,885) must not price every new pattern for the next hundred: the
+// global k is the plain mean of its first samples, so ten ordinary executions bring it within
+// a few times of theirs.
+func TestGlobalKForgetsAnEarlyOutlier(t *testing.T) {
+	m := NewModel(100)
+	now := time.Time{}
+	m.Observe(1, "", 3885, 2.5) // a lock wait
+	for i := range 10 {
+		m.Observe(uint64(2+i), "", 3500, 3500*DefaultGlobalK)
+	}
+	p := m.Predict(now, 999, 3385) // a new pattern
+	if p.Seconds > 0.5 {
+		t.Fatalf("a new pattern of plan 3385 after one lock wait and ten ordinary executions is predicted %.3gs; "+
+			"want well under the 2.2s the lock wait alone would price it at", p.Seconds)
 	}
 }
