@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 )
 
 // Name is the name the driver registers with database/sql.
@@ -162,11 +164,28 @@ func dsnError(err error) error {
 
 // fromConfig makes the connector; cc is its own.
 func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
-	co, err := newCore(cc, &o)
+	co, err := newCore(cc, stdlibDial(o.pgxOptions), &o)
 	if err != nil {
 		return nil, err
 	}
 	return &Connector{core: co, pgx: stdlib.GetConnector(*cc, o.pgxOptions...)}, nil
+}
+
+// stdlibDial makes pgtraffic's own connections (the health sampler's, the server clock
+// reader's) as pgx's stdlib connector makes the application's: with the options given to
+// WithPgxOptions, so that stdlib.OptionBeforeConnect sets what changes per connection (a
+// rotating password or token) on them too, and OptionAfterConnect runs on them.
+func stdlibDial(opts []stdlib.OptionOpenDB) pgxconn.Dial {
+	if len(opts) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, cc *pgx.ConnConfig) (*pgx.Conn, error) {
+		c, err := stdlib.GetConnector(*cc, opts...).Connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*stdlib.Conn).Conn(), nil
+	}
 }
 
 // Connect opens a connection (database/sql calls it): pgx's, wrapped.

@@ -31,9 +31,10 @@ type core struct {
 }
 
 // newCore builds a front end's core for connections made from cc: the engine with cc's
-// built-in tags and a health sampler on a connection of its own made from cc, the rules o
-// names, and telemetry. On an error everything it started is stopped.
-func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
+// built-in tags and a health sampler on a connection of its own made from cc with dial (the
+// front end's way to make a connection, its hooks included), the rules o names, and
+// telemetry. On an error everything it started is stopped.
+func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 	tel, err := newTelemetry(o, cc)
 	if err != nil {
 		return nil, err
@@ -55,11 +56,11 @@ func newCore(cc *pgx.ConnConfig, o *options) (*core, error) {
 	})
 	c.rt = runtime.New(c.engine, runtime.Options{
 		// The sampler's own connection, never one of the application's pool.
-		HealthConnect:  pgxconn.Connector(healthConfig),
+		HealthConnect:  pgxconn.Connector(healthConfig, dial),
 		HealthDatabase: healthDatabase(cc),
-		ElectionSecret: pgxconn.SystemID(healthConfig),
+		ElectionSecret: pgxconn.SystemID(healthConfig, dial),
 		// The server clock reader's too.
-		ServerClockConnect: clockconn.Connector(cc),
+		ServerClockConnect: clockconn.Connector(cc, dial),
 		Redis:              o.redis,
 	})
 	switch {

@@ -88,7 +88,10 @@ func WithMaxBuckets(n int) Option {
 }
 
 // WithPgxOptions passes options to pgx's stdlib connector (for example
-// stdlib.OptionBeforeConnect or stdlib.OptionAfterConnect), so pgx hooks keep working.
+// stdlib.OptionBeforeConnect or stdlib.OptionAfterConnect), so pgx hooks keep working. They
+// apply to pgtraffic's own connections too (the health sampler's, the server clock reader's),
+// so that a password or token set per connection by OptionBeforeConnect reaches them; on the
+// pgx-native pool, pgxpool.Config.BeforeConnect does the same.
 func WithPgxOptions(opts ...stdlib.OptionOpenDB) Option {
 	return func(o *options) { o.pgxOptions = append(o.pgxOptions, opts...) }
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 )
 
 // Pool is pgtraffic's pgx-native front end: a *pgxpool.Pool whose statements are decided as
@@ -71,7 +73,7 @@ func NewPoolFromConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option)
 
 // newPool makes the pool; cfg is its own.
 func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error) {
-	co, err := newCore(cfg.ConnConfig, &o)
+	co, err := newCore(cfg.ConnConfig, poolDial(cfg.BeforeConnect), &o)
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +83,21 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 		return nil, fmt.Errorf("pgtraffic: %w", err)
 	}
 	return &Pool{core: co, run: newRunner(co), pool: pp}, nil
+}
+
+// poolDial makes pgtraffic's own connections (the health sampler's, the server clock
+// reader's) as the pool makes its own: through its BeforeConnect hook, which sets what
+// changes per connection (a rotating password or token).
+func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial {
+	if before == nil {
+		return nil
+	}
+	return func(ctx context.Context, cc *pgx.ConnConfig) (*pgx.Conn, error) {
+		if err := before(ctx, cc); err != nil {
+			return nil, err
+		}
+		return pgx.ConnectConfig(ctx, cc)
+	}
 }
 
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement

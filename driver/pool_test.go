@@ -131,7 +131,7 @@ func newTestRunner(t *testing.T, rules string) (*runner, *releaseCount) {
 		t.Fatal(err)
 	}
 	o := buildOptions([]Option{WithConfig(cfg), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, false)
-	co, err := newCore(cc, &o)
+	co, err := newCore(cc, nil, &o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func newClockReader(t *testing.T, dsn string, sink *clockSink) *serverclock.Read
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := serverclock.NewReader(serverclock.Options{Connect: clockconn.Connector(cfg), Sink: sink,
+	r := serverclock.NewReader(serverclock.Options{Connect: clockconn.Connector(cfg, nil), Sink: sink,
 		Interval: time.Hour, // rounds run by the test only
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { r.Close() })

@@ -310,7 +310,7 @@ func TestServerClockReadCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := clockconn.Connector(cfg)(ctx)
+	rc, err := clockconn.Connector(cfg, nil)(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,26 @@ import (
 
 var _ health.Conn = (*Conn)(nil)
 
+// Dial makes a connection from cfg, a copy of its own, as the application's connections are
+// made: through the front end's connection hooks (a password or token set per connection by
+// pgxpool's BeforeConnect or stdlib's OptionBeforeConnect), so that credentials that rotate
+// reach pgtraffic's own connections too. nil is pgx.ConnectConfig.
+type Dial func(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error)
+
+// connect makes a connection from a copy of cfg (pgx.ConnectConfig must not be handed one
+// config twice) with dial.
+func connect(ctx context.Context, dial Dial, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	if dial == nil {
+		dial = pgx.ConnectConfig
+	}
+	return dial(ctx, cfg.Copy())
+}
+
 // Connector returns a [health.Options] Connect that opens a connection from a copy of cfg
-// each time (pgx.ConnectConfig must not be handed one config twice).
-func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (health.Conn, error) {
+// each time, with dial.
+func Connector(cfg *pgx.ConnConfig, dial Dial) func(ctx context.Context) (health.Conn, error) {
 	return func(ctx context.Context) (health.Conn, error) {
-		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		c, err := connect(ctx, dial, cfg)
 		if err != nil {
 			return nil, inHealthTerms(err)
 		}
@@ -160,12 +175,12 @@ func (e timeoutError) Is(target error) bool { return target == health.ErrTimeout
 const systemIDSQL = "select system_identifier::text from pg_control_system()"
 
 // SystemID returns a func that reads the cluster's system identifier on a connection of its own
-// made from a copy of cfg, closed before it returns: the secret the health sampler election
-// signs its samples with (what an instance that can read the database knows and Redis does
-// not hold).
-func SystemID(cfg *pgx.ConnConfig) func(ctx context.Context) (string, error) {
+// made from a copy of cfg with dial, closed before it returns: the secret the health sampler
+// election signs its samples with (what an instance that can read the database knows and
+// Redis does not hold).
+func SystemID(cfg *pgx.ConnConfig, dial Dial) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		c, err := connect(ctx, dial, cfg)
 		if err != nil {
 			return "", err
 		}

@@ -75,7 +75,7 @@ func TestErrorsInHealthTerms(t *testing.T) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
 	defer cancel()
-	conn, err := Connector(cfg)(ctx)
+	conn, err := Connector(cfg, nil)(ctx)
 	if conn != nil || !errors.Is(err, health.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !pgconn.Timeout(err) {
 		t.Fatalf("a connect past its deadline = (%v, %v); want a nil Conn and an error matching ErrTimeout, DeadlineExceeded and pgconn.Timeout", conn, err)
 	}

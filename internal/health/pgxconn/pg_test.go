@@ -31,7 +31,7 @@ func pgSampler(t *testing.T, dsn string, o health.Options) (*health.Sampler, *lo
 		t.Fatal(err)
 	}
 	log, logs := newLogger()
-	d := &dialer{connect: pgxconn.Connector(cfg)}
+	d := &dialer{connect: pgxconn.Connector(cfg, nil)}
 	o.Logger, o.Connect = log, d.dial
 	s := health.NewSampler(o)
 	t.Cleanup(func() {

@@ -29,18 +29,22 @@ left join lateral (
 ) s on true`
 
 // Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
-// each time (pgx.ConnectConfig must not be handed one config twice), named
+// each time (pgx.ConnectConfig must not be handed one config twice) with dial (nil:
+// pgx.ConnectConfig; see the health package's pgxconn.Dial), named
 // serverclock.ApplicationName, whose statements the server ends after
 // serverclock.StatementTimeout.
-func Connector(cfg *pgx.ConnConfig) func(ctx context.Context) (serverclock.Conn, error) {
+func Connector(cfg *pgx.ConnConfig, dial func(context.Context, *pgx.ConnConfig) (*pgx.Conn, error)) func(ctx context.Context) (serverclock.Conn, error) {
 	cfg = cfg.Copy()
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = serverclock.ApplicationName
 	cfg.RuntimeParams["statement_timeout"] = serverclock.StatementTimeout
+	if dial == nil {
+		dial = pgx.ConnectConfig
+	}
 	return func(ctx context.Context) (serverclock.Conn, error) {
-		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		c, err := dial(ctx, cfg.Copy())
 		if err != nil {
 			return nil, err
 		}
