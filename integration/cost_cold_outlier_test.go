@@ -54,7 +54,8 @@ rules:
 	if _, err := tx.Exec(ctx, "select * from big where id = 1 for update"); err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(2*time.Second, func() { tx.Commit(context.Background()) })
+	committed := make(chan error, 1)
+	time.AfterFunc(2*time.Second, func() { committed <- tx.Commit(context.Background()) })
 
 	// The process's first large statement waits for the row lock: 2 s, nearly all of it waiting.
 	start := time.Now()
@@ -62,6 +63,9 @@ rules:
 		t.Fatalf("the update: %v", err)
 	}
 	t.Logf("the update took %v (waiting on the row lock)", time.Since(start).Round(time.Millisecond))
+	if err := <-committed; err != nil { // and locker is free again
+		t.Fatal(err)
+	}
 
 	// What the new pattern really costs, measured outside pgtraffic.
 	start = time.Now()

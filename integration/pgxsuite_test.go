@@ -38,6 +38,8 @@ var pgxSuiteSkips = map[string]string{
 	"TestSQLOpen":            `opens the driver names "pgx" and "pgx/v5" on purpose: pgx's registration, not pgtraffic's`,
 	"TestSQLOpenFromPool":    "stdlib.OpenDBFromPool serves a *pgxpool.Pool's connections; pgtraffic's connectors open their own",
 	"TestRegisterConnConfig": `stdlib.RegisterConnConfig names a config for sql.Open("pgx", ...) only; pgtraffic takes one directly (driver.NewConnectorFromConfig)`,
+	"TestOptionBeforeAfterConnect": "counts its hooks' calls, exactly two, in variables it does not synchronise: pgtraffic's server clock reader " +
+		"and health sampler connect through the same hooks (so that a password set per connection reaches them), from goroutines of their own",
 }
 
 // externalTest matches the package clause of pgx's external test files.

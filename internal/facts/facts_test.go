@@ -77,6 +77,7 @@ var otherValueFacts = map[string]string{
 	"driver/rules.MaxSyncInterval":   "the longest sync_interval",
 	"internal/pgtest.execTimeout":    "bounds a test server's setup statement",
 	"internal/engine.trueUpWithin":   "how long a charge on the client's clock waits for the server's report",
+	"driver/rules.minAliasBound":     "the fewest nodes a YAML file's aliases may stand for",
 }
 
 // TestEachFactDefinedOnce: reason strings, health metric names and defaults are each spelled as
