@@ -32,19 +32,25 @@ const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
 // standby then cannot be told from a cut-off one.
 //
 // On a primary it is the largest replay_lag among its standbys, 0 when there
-// is none. Negative ages (clock skew) read as 0.
+// is none (or when each is caught up: replay_lag is then NULL); NULL, a failed
+// read, when the sampling role cannot see them (their state is NULL to a role
+// without pg_read_all_stats), rather than a 0 that would say all is well. A
+// standby that lost its connection is not among them: a primary cannot tell
+// its lag. Negative ages (clock skew) read as 0.
 const replicationLagSQL = `select case when pg_is_in_recovery() then case ` +
 	`when (select status = 'streaming' from pg_stat_wal_receiver) ` +
 	`and pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn() then 0 ` +
 	`when exists (select 1 from pg_stat_wal_receiver where status is null) then null ` +
 	`else greatest(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0) end ` +
+	`when exists (select 1 from pg_stat_replication where state is null) then null ` +
 	`else coalesce((select extract(epoch from max(replay_lag)) from pg_stat_replication), 0) ` +
 	`end::float8`
 
 // errLagUnknown replaces the NULL that replicationLagSQL returns for a
 // standby whose lag cannot be known.
 var errLagUnknown = ResultError{"unknown: the standby is not known to be caught up and has replayed no transaction " +
-	"since it started, or the sampling role cannot see pg_stat_wal_receiver's status (grant it pg_monitor)"}
+	"since it started, or the sampling role cannot see the replication's state (pg_stat_wal_receiver on a " +
+	"standby, pg_stat_replication on a primary: grant it pg_monitor)"}
 
 // setupSQL names the session so that it is visible in pg_stat_activity, and
 // sets a server-side statement_timeout at two thirds of the client's read

@@ -318,6 +318,22 @@ func TestPGReplicationLag(t *testing.T) {
 	if v := sampled(t, ps, vocab.MetricReplicationLag); v < 0 || v > 60 {
 		t.Errorf("replication_lag on the primary = %v, want a number in [0, 60]", v)
 	}
+	// A role that cannot see the primary's standbys (their state is hidden from it) reads the
+	// lag as unknown too, never as a 0 that says all is well.
+	blind := role + "_blind"
+	if _, err := pconn.Exec(ctx, "create role "+blind+" login"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pconn.Exec(context.Background(), "drop role "+blind) })
+	pu, err := url.Parse(primary.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu.User = url.User(blind)
+	bs, _, _ := pgSampler(t, pu.String(), health.Options{Metrics: []string{vocab.MetricReplicationLag}})
+	if err := bs.SampleOnce(ctx); err == nil || !strings.Contains(err.Error(), "pg_stat_replication") {
+		t.Errorf("replication_lag read on the primary by a role without pg_monitor: %v; want a failed read naming pg_stat_replication", err)
+	}
 	t.Logf("peak standby lag seen %.2fs", lag)
 }
 
