@@ -79,8 +79,8 @@ rules:
 	var be *driver.BlockedError
 	if errors.As(err, &be) {
 		t.Errorf("a new pattern that takes %v (per_query_limit 500ms) was refused before it ever ran: %v; "+
-			"its cost is unknown (a guess from a global k seeded by one lock wait), which design.md says is never "+
-			"by itself a reason to refuse a statement that fits", real.Round(time.Millisecond), be)
+			"its cost is unknown (a guess from a global k seeded by one lock wait), which must never "+
+			"by itself refuse a statement that fits", real.Round(time.Millisecond), be)
 	} else if err != nil {
 		t.Fatal(err)
 	}

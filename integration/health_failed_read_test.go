@@ -15,7 +15,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// TestHealthOneFailedReadIsNotStale: design.md §3a, the README and driver/rules say a health
+// TestHealthOneFailedReadIsNotStale: the README and driver/rules say a health
 // sample counts as exceeded for an enforce budget when it is STALE, "older than three health
 // intervals". A single failed read (here the sampler's backend is terminated between two
 // rounds, as a failover proxy, an idle-connection reaper or a brief network cut does) leaves a

@@ -9,8 +9,8 @@ import (
 )
 
 // TestInFlightWaiterWokenWhenQueryEnds: a statement throttled by
-// `throttle_when: {in_flight: N}` under `max_wait` waits for what waiting can give (design §2.7,
-// engine/admission.go: "a healthy sample"). in_flight is the connector's own count, not a
+// `throttle_when: {in_flight: N}` under `max_wait` waits for what waiting can give (internal/engine/admission.go:
+// "a healthy sample"). in_flight is the connector's own count, not a
 // sample: it drops the moment one of its statements finishes. Yet the waiter is only woken by a
 // health sample (none is taken for in_flight), a slot of its own budget, or the denial's
 // RetryAfter, which is health_interval: here a statement that could run after ~300 ms waits

@@ -18,7 +18,7 @@ import (
 // primary_conninfo points nowhere, as a network partition or a broken replication slot does)
 // while the primary keeps committing. The standby has replayed all it received, yet its data is
 // seconds (and growing) behind: the budget that exists to keep the batch off a lagging replica
-// must not admit it. design.md §3a: 0 only "when caught up"; a standby that receives nothing
+// must not admit it. The lag is 0 only when caught up; a standby that receives nothing
 // cannot know it is, and reads as lagging (the age of its last replayed transaction) or as
 // unknown (stale), never as 0.
 func TestHealthDisconnectedStandbyIsNotCaughtUp(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// TestReloadDroppingPerKeepsInFlight: design.md §4 says a budget's in-flight counts
+// TestReloadDroppingPerKeepsInFlight: the README says a budget's in-flight counts
 // survive a reload for budgets that keep their name. A budget with per: tenant and
 // max_concurrent: 1 runs one statement for each of two tenants; a reload keeps the budget's name
 // and max_concurrent: 1 but drops per (one limit for the whole budget again). With two of its

@@ -7,8 +7,8 @@ import (
 
 // TestParsedConfigWithoutCoordination: a program reads its rules file with Parse
 // (driver.ParseConfig) and, for a run without Redis (a developer's machine, a test), drops the
-// coordination section in code before driver.WithConfig: design.md says budgets are
-// process-local when coordination is absent. The file never says shared:, so the config stays
+// coordination section in code before driver.WithConfig: budgets are process-local when
+// coordination is absent (Config.IsShared). The file never says shared:, so the config stays
 // valid: Parse leaves the default shared omitted (IsShared reads it as "shared when there is a
 // coordination section") rather than make it explicit, where Validate would take it for one the
 // author wrote ("needs a coordination section").

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestSyntaxErrorNamesTheProblemLine: errors "name the field and line" (design.md §4), and a
-// JSON file gives "the same errors with lines". The YAML parser's errors (as opposed to its
+// TestSyntaxErrorNamesTheProblemLine: errors name the field and line (the package
+// documentation), and a JSON file gives the same errors with lines. The YAML parser's errors (as opposed to its
 // scanner's) name the line where the enclosing list or mapping began, counted from 0: taken as
 // they are, a comma missing between two elements of a JSON list on line 6 would be reported on
 // line 2 (the line before the list opens; the most common slip in a hand-edited JSON file), and
