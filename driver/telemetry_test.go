@@ -1308,7 +1308,7 @@ type recordingMeterProvider struct {
 
 func (p recordingMeterProvider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
 
-// TestTelemetryNames holds the names of design.md §6 and the README's telemetry reference to
+// TestTelemetryNames holds the names of the README's telemetry reference to
 // the code: every metric is registered under its name, no other is, and each attribute key is
 // spelled as documented.
 func TestTelemetryNames(t *testing.T) {

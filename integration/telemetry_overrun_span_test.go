@@ -15,8 +15,8 @@ import (
 // TestOverrunSpanCarriesDecision: a statement that runs past its budget's max_duration is
 // counted (pgtraffic.decisions, Snapshot, log) as a block (enforce: cancelled) or a warn (warn
 // mode: let run), reason max_duration, when it ends. Its span, started before, says the same
-// (design.md §2.7: warn budgets log, count and annotate the span; §6 pgtraffic.decision and
-// pgtraffic.reason), for both front ends.
+// (warn budgets log, count and annotate the span: pgtraffic.decision and pgtraffic.reason, as
+// the README's telemetry reference says), for both front ends.
 func TestOverrunSpanCarriesDecision(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
