@@ -117,15 +117,6 @@ type watcher struct {
 // fileID identifies a file on its machine: its device and inode numbers.
 type fileID struct{ dev, ino uint64 }
 
-// idOf is the identity of the file fi describes; zero where the platform gives none.
-func idOf(fi fs.FileInfo) fileID {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}
-	}
-	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)}
-}
-
 // fileState is what the rules file's path resolves to at one moment: the links on the way, and
 // the identity, size and modification time of the file reached. Any change to the file that
 // matters changes it (a rename into place gives another inode, an edit another size or mtime),
