@@ -97,6 +97,24 @@ func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, now, arrived
 	return e.await(ctx, st, c, now, arrived, o, d, how)
 }
 
+// readmit admits c again, at start, on the connection its statement or batch now holds, after
+// a hold of it was overtaken while it waited for that connection (Exec.admitAgain,
+// Batch.admitAgain): its max_wait there counts from start, in arrived. When the rules were
+// replaced while it waited, it returns ErrDecideAgain and again: the front end has what
+// routing it afresh needs (its text and tags), and it keeps its place of arrival. After a wait
+// for capacity start restarts: the wait is not the statement's cost.
+func (e *Engine) readmit(ctx context.Context, st *compiled, c *claim, start, arrived *time.Time) (again bool, err error) {
+	*arrived = *start
+	waited, err := e.admit(ctx, st, c, *start, *arrived)
+	switch {
+	case err == errRulesChanged:
+		return true, ErrDecideAgain
+	case err == nil && waited:
+		*start = e.now()
+	}
+	return false, err
+}
+
 // errRulesChanged is await's answer when the rules it decided a claim by were replaced while
 // the claim waited: nothing is held, and the caller decides it again under the rules in force
 // (a reload wakes every waiter: Engine.Install).

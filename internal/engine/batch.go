@@ -515,13 +515,8 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		}
 		b.holds[i].Pending = false
 	}
-	b.arrived = b.start // its wait on its connection begins
-	waited, err := e.admit(ctx, st, c, b.start, b.arrived)
-	b.warns = c.warns
-	if err == errRulesChanged {
-		err = ErrDecideAgain // the front end has what routing it afresh needs: its texts and tags
-		b.again = true       // and the batch keeps its place of arrival
-	}
+	again, err := e.readmit(ctx, st, c, &b.start, &b.arrived)
+	b.warns, b.again = c.warns, again
 	if err != nil {
 		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
@@ -536,12 +531,8 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 				}
 			}
 		}
-		return err
 	}
-	if waited {
-		b.start = e.now() // a wait for capacity is not the batch's cost
-	}
-	return nil
+	return err
 }
 
 // Abandon ends b, admitted by BeginBatchBeforeConn, when no connection could be acquired for

@@ -631,24 +631,15 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		x.holds[i] = r
 	}
 	c.reqs = x.holds[:n]
-	x.arrived = x.start // its wait on its connection begins
-	waited, err := e.admit(ctx, st, c, x.start, x.arrived)
-	if err == errRulesChanged {
-		err = ErrDecideAgain // the front end has what routing it afresh needs: its text and tags
-		x.again = true       // and the statement keeps its place of arrival
-	}
-	if err != nil {
+	var err error
+	if x.again, err = e.readmit(ctx, st, c, &x.start, &x.arrived); err != nil {
 		giveBack(x.start, x.holds[n:])
 		x.holds = x.holds[:0]
 		if d, ok := err.(*Denial); ok && x.Wants&WantDecisions != 0 {
 			e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
 		}
-		return err
 	}
-	if waited {
-		x.start = e.now() // a wait for capacity is not the statement's cost
-	}
-	return nil
+	return err
 }
 
 // Abandon ends x, admitted by BeginBeforeConn, when no connection could be acquired for it
