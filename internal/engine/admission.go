@@ -58,7 +58,24 @@ type patience uint8
 const (
 	noWait  patience = iota // Check: refused at once
 	maxWait                 // a statement or batch: up to the refusing budget's max_wait, in a bounded queue
+	turn                    // Wait: its turn in the same queues, as long as its context allows; it takes nothing
 )
+
+// noDeadline is how long a wait for its turn (patience turn) under a context without a
+// deadline may last: in effect, for ever.
+const noDeadline = 100 * 365 * 24 * time.Hour
+
+// deadline is when c's wait for owner o's budget ends: o's max_wait after arrived; for a
+// job's Wait (turn), when ctx ends.
+func (c *claim) deadline(ctx context.Context, o owner, arrived time.Time) time.Time {
+	if c.patience != turn {
+		return arrived.Add(o.bs.maxWait)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return arrived.Add(noDeadline)
+}
 
 // wake is what may lift a refusal: the event a waiting claim waits for.
 type wake uint8
@@ -135,7 +152,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			e.ends.unwatch()
 		}
 	}()
-	deadline := arrived.Add(o.bs.maxWait)
+	deadline := c.deadline(ctx, o, arrived)
 	for now := start; ; {
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)
@@ -244,7 +261,8 @@ func (e *Engine) retry(st *compiled, c *claim) (now time.Time, o owner, d *Denia
 }
 
 // mayWait reports whether c, refused by d of owner o at now, may wait for what may lift it,
-// how, before its deadline (its max_wait from the start) and ctx's.
+// how, before its deadline (claim.deadline) and ctx's. Only a budget with max_wait has a
+// queue to wait in.
 func (c *claim) mayWait(ctx context.Context, o owner, d *Denial, how wake, now, deadline time.Time) bool {
 	switch {
 	case how == wakeNever || c.patience == noWait:

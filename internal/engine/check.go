@@ -24,7 +24,11 @@ const nominalCost = 0.001
 // whether others wait for them first. It routes like a statement (built-in and context tags;
 // the statement's own tags are unknown) and takes nothing. It returns nil or a *Denial; once e
 // is closed, ErrClosed: no statement of its front end will run.
-func (e *Engine) Check(ctx context.Context) error {
+func (e *Engine) Check(ctx context.Context) error { return e.check(ctx, noWait) }
+
+// check is Check, waiting as p allows: not at all (noWait), or in the budgets' queues for its
+// turn (turn: Wait).
+func (e *Engine) check(ctx context.Context, p patience) error {
 	if e.Closed() {
 		return ErrClosed
 	}
@@ -54,22 +58,30 @@ func (e *Engine) Check(ctx context.Context) error {
 		reqs[i] = r
 	}
 	c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
-		patience: noWait, w: &x.s.waiter}
+		patience: p, w: &x.s.waiter}
 	_, err := e.admit(ctx, st, c, x.start, x.start)
 	return err
 }
 
 // Wait blocks until Check passes, ctx ends (then it returns ctx's error) or e is closed (then
-// it returns ErrClosed, at once if it was waiting: Close). Between checks it
-// waits about the denial's retry hint with jitter, growing with each attempt, so that many
-// waiting jobs do not all rush in the moment a metric drops. It takes no place in the budgets'
-// queues: it takes nothing, so its order among statements means nothing, and Check already
-// refuses it while statements wait for the same budget and value (they come first).
+// it returns ErrClosed, at once if it was waiting: Close). Under a budget that lets statements
+// wait (max_wait) it waits its turn in the budget's queue, as a statement does, in arrival
+// order and for as long as ctx allows, and passes when it is first with room: it takes
+// nothing, so the waiter behind it is told to try at once. A job that waits before each
+// chunk is thus never passed over for ever by statements that keep arriving (it would be if
+// it passed only once the queue was empty). A full queue, and a budget without max_wait, it
+// checks again about the denial's retry hint later, with jitter, growing with each attempt,
+// so that many waiting jobs do not all rush in the moment a metric drops.
 func (e *Engine) Wait(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
-		err := e.Check(ctx)
-		if err == nil || err == ErrClosed {
+		err := e.check(ctx, turn)
+		switch {
+		case err == nil || err == ErrClosed:
 			return err
+		case err == errRulesChanged:
+			continue // it waited under replaced rules: check again under the new ones at once
+		case ctx.Err() != nil:
+			return ctx.Err()
 		}
 		base := e.state.Load().healthInterval
 		if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestWaitTakesItsTurn: a batch job's Wait under a budget whose queue never empties (a slot held
+// and statements always waiting for it) passes in its turn, in arrival order among the
+// statements, rather than only once the queue is empty: a job that checks before each chunk
+// must not be passed over for ever by statements that keep arriving. It takes nothing: the
+// statement behind it is admitted next.
+func TestWaitTakesItsTurn(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 10s, max_queue: 6}
+rules:
+  - {budget: q, match: {app: q}}
+`)
+	ctx := tagging.With(context.Background(), "app", "q")
+	b := e.state.Load().budgets[0].b
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); b.Waiting("") != n; { // a watchdog only
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiting, want %d", b.Waiting(""), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	type admitted struct {
+		x   *Exec
+		err error
+	}
+	statement := func() chan admitted {
+		ch := make(chan admitted, 1)
+		go func() {
+			x, err := begin(e, ctx, "select 1")
+			ch <- admitted{x, err}
+		}()
+		return ch
+	}
+
+	hold, err := begin(e, ctx, "select 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := statement() // waits first
+	queued(1)
+	waited := make(chan error, 1)
+	go func() { waited <- e.Wait(ctx) }()
+	queued(2)
+	after := statement() // arrives behind the job
+	queued(3)
+
+	hold.Finish(ctx, nil) // the first waiter's turn
+	first := <-before
+	if first.err != nil {
+		t.Fatalf("the statement that waited first: %v", first.err)
+	}
+	first.x.Finish(ctx, nil) // the job's turn, with the statement behind it still waiting
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("Wait in its turn: %v", err)
+		}
+	case <-time.After(10 * time.Second): // a watchdog only
+		t.Fatal("Wait did not pass in its turn: it waits for the queue to empty, which steady traffic never lets happen")
+	}
+	last := <-after // took nothing: the statement behind the job is admitted next
+	if last.err != nil {
+		t.Fatalf("the statement behind the job: %v", last.err)
+	}
+	last.x.Finish(ctx, nil)
+	if n := b.Waiting(""); n != 0 {
+		t.Errorf("%d still waiting", n)
+	}
+}
