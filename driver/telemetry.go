@@ -379,9 +379,7 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context
 	ctx, span := t.startSpan(ctx, x, false)
 	if span.IsRecording() {
 		t.setAttributes(span, x, x.Decision, x.Reason)
-		if x.Decision == engine.DecisionWarn {
-			warnEvent(span, x)
-		}
+		warnEvents(span, x, 0)
 		if started := decisionOf(x); started != allowed {
 			ctx = context.WithValue(ctx, startedKey{}, started)
 		}
@@ -395,7 +393,10 @@ func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context
 // final decision with the one Started recorded. That one travels in the context Started
 // returns, as the span does, and only when it is not allowed: an allowed statement, the common
 // case, carries nothing and costs no allocation.
-type spanDecision struct{ decision, reason string }
+type spanDecision struct {
+	decision, reason string
+	warnings         int // how many warnings its span has an event of
+}
 
 // startedKey is the context key of the spanDecision Started recorded.
 type startedKey struct{}
@@ -403,13 +404,19 @@ type startedKey struct{}
 // allowed is the decision of a statement allowed cleanly, which the context leaves out.
 var allowed = spanDecision{decision: engine.DecisionAllow}
 
-func decisionOf(x *engine.Exec) spanDecision { return spanDecision{x.Decision, x.Reason} }
+func decisionOf(x *engine.Exec) spanDecision {
+	return spanDecision{x.Decision, x.Reason, len(x.Warnings())}
+}
 
-// warnEvent adds the event that marks a warned statement's span.
-func warnEvent(span trace.Span, x *engine.Exec) {
-	span.AddEvent(eventWarn, trace.WithAttributes(
-		attribute.String(attrReason, x.Reason),
-		attribute.StringSlice(attrBudgets, x.Budgets)))
+// warnEvents adds to a warned statement's span a pgtraffic.warn event for each warning about x
+// from its from-th on: its reason, and in pgtraffic.budgets the budget or guard that warned (a
+// statement a guard warned about, and a budget with room admitted, was warned by the guard).
+func warnEvents(span trace.Span, x *engine.Exec, from int) {
+	for _, w := range x.Warnings()[from:] {
+		span.AddEvent(eventWarn, trace.WithAttributes(
+			attribute.String(attrReason, w.Reason),
+			attribute.StringSlice(attrBudgets, []string{w.Budget})))
+	}
 }
 
 // Blocked records a statement that was never sent: a span with error status (so that a
@@ -524,10 +531,8 @@ func redecided(ctx context.Context, span trace.Span, x *engine.Exec) {
 		return
 	}
 	span.SetAttributes(attribute.String(attrDecision, x.Decision), attribute.String(attrReason, x.Reason))
-	switch x.Decision {
-	case engine.DecisionWarn:
-		warnEvent(span, x)
-	case engine.DecisionBlock:
+	warnEvents(span, x, started.warnings)
+	if x.Decision == engine.DecisionBlock {
 		span.SetAttributes(attribute.String(attrBudget, x.Blocker))
 	}
 }

@@ -204,8 +204,8 @@ func (e *Engine) decisions(st *compiled, x *Exec, rt *route) {
 // warnedBy reports the reason of budget's last warning about x, if it warned.
 func (x *Exec) warnedBy(budget string) (reason string, ok bool) {
 	for _, w := range x.warned {
-		if w.budget == budget {
-			reason, ok = w.reason, true
+		if w.Budget == budget && !w.guard {
+			reason, ok = w.Reason, true
 		}
 	}
 	return reason, ok
@@ -234,8 +234,7 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 			e.logDecision(g.name, DecisionBlock, d, p)
 			return d
 		}
-		x.Decision, x.Reason = DecisionWarn, vocab.ReasonGuard
-		e.noteWarn(g.name, d, p)
+		x.warnGuard(e, g.name, d)
 		if x.Wants&WantDecisions != 0 {
 			e.obs.Decision(g.name, DecisionWarn, vocab.ReasonGuard)
 		}
@@ -276,11 +275,27 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 // warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).
 func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
 	x.Decision, x.Reason = DecisionWarn, d.Reason
-	x.warned = append(x.warned, budgetWarn{budget: budget, reason: d.Reason})
+	x.warned = append(x.warned, Warning{Budget: budget, Reason: d.Reason})
 	e.noteWarn(budget, d, x.Pattern)
 }
 
-type budgetWarn struct{ budget, reason string }
+// warnGuard notes that guard warned about x, as warnBudget notes a budget's warning.
+func (x *Exec) warnGuard(e *Engine, guard string, d *Denial) {
+	x.warnBudget(e, guard, d)
+	x.warned[len(x.warned)-1].guard = true // no budget's decision (decisions)
+}
+
+// Warning is one warning about a statement (Exec.Warnings): the budget or guard that warned,
+// and why (a reason of driver/rules/vocab).
+type Warning struct {
+	Budget, Reason string
+	guard          bool // a guard's warning, which no budget of the same name counts
+}
+
+// Warnings returns the warnings about x, in the order they were made: at Begin by its guards
+// and budgets, and at Finish by a warn budget's max_duration. Read-only, valid until x's next
+// Begin.
+func (x *Exec) Warnings() []Warning { return x.warned }
 
 // thresholdWarn notes that an admission left one of bs's limits at or above its warning_threshold.
 func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.Warning) {

@@ -271,7 +271,7 @@ type work struct {
 	rng    rand.PCG
 	seeded bool
 	holds  []budget.Request
-	warned []budgetWarn
+	warned []Warning
 	s      scratch
 	// bound and warnBound name the budgets of MaxDuration and of the warn budgets' smallest
 	// max_duration warnAfter (overrun.go); nil: none.
