@@ -88,7 +88,9 @@ func (q *quarantines) configure(budgets []rules.Budget) {
 	defer q.mu.Unlock()
 	next := make(map[string]rules.Quarantine)
 	for i := range budgets {
-		if s := budgets[i].Quarantine; s != nil {
+		// An off budget refuses nothing: its quarantines are lifted as if it had none, and
+		// one turned on again starts with none.
+		if s := budgets[i].Quarantine; s != nil && parseMode(budgets[i].Mode) != modeOff {
 			next[budgets[i].Name] = *s
 		}
 	}
