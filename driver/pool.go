@@ -29,7 +29,10 @@ import (
 // connection, which it gives back if refused then. Only a statement whose cost needs an EXPLAIN
 // on its connection (a pattern not yet costed under a budget with a bucket or a
 // per_query_limit, explain: call) takes the connection first and gives it back at once if
-// refused; if it must wait (max_wait), it waits holding it. Its budget slots are held until
+// refused; if it must wait (max_wait), it waits holding it. What refuses a statement whatever
+// it costs (a health threshold, a zero limit, a quarantine) is decided before that, and under
+// explain: auto a pattern whose cost varies widely is priced by its latest plan here rather
+// than explained per call. Its budget slots are held until
 // Exec returns, the rows are closed or read to the end, Row.Scan returns, or the batch's
 // results are closed.
 //

@@ -155,7 +155,9 @@ type Budget struct {
 
 	// Explain says when EXPLAIN runs to predict a statement's cost: pattern, once per
 	// pattern (and again after a minute); call, for every execution; auto (the default
-	// when empty), per pattern, but per call for patterns whose cost varies widely. With
+	// when empty), per pattern, but per call for patterns whose cost varies widely (where the
+	// statement holds its connection: driver.NewPool's statements, decided before they take
+	// one, are priced by the pattern's latest plan). With
 	// several budgets the most eager wins. In a file, explain: "" is refused (leave it out).
 	Explain string `yaml:"explain,omitempty" json:"explain,omitempty"`
 

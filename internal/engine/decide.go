@@ -138,7 +138,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		var later bool
 		slow, later = e.predict(ctx, x, c, rt.explain)
 		if later {
-			return false, ErrNeedConn
+			return false, e.precheck(ctx, st, x, rt)
 		}
 		x.Costed = true
 	}
@@ -154,13 +154,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		r.Cost, r.Unknown, r.Pending = x.Predicted, x.untrained, x.later
 		x.holds = append(x.holds, r)
 	}
-	cl := &x.s.claim
-	if cl.x != x { // the first statement of this Exec: what every one of its claims shares
-		*cl = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
-	}
-	cl.rt, cl.reqs, cl.owners = rt, x.holds, rt.owners
-	cl.health, cl.closed, cl.quarantine = rt.health, rt.closed, rt.quarantine
-	waited, err := e.admit(ctx, st, cl, x.start, x.arrived)
+	waited, err := e.admit(ctx, st, x.claim(rt, x.holds), x.start, x.arrived)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -182,6 +176,32 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	e.decisions(st, x, rt)
 	return slow || waited, nil
+}
+
+// claim is x's admission to the enforce budgets of rt with reqs, in x's storage.
+func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
+	cl := &x.s.claim
+	if cl.x != x { // the first statement of this Exec: what every one of its claims shares
+		*cl = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
+	}
+	cl.rt, cl.reqs, cl.owners = rt, reqs, rt.owners
+	cl.health, cl.closed, cl.quarantine = rt.health, rt.closed, rt.quarantine
+	return cl
+}
+
+// precheck decides x, routed to rt before it has a connection and whose cost needs an EXPLAIN
+// on one, by what refuses it whatever it costs: its budgets' health thresholds (waiting for a
+// healthy sample as their max_wait allows), zero limits and quarantines, through the one
+// admission path with no request of its budgets yet. So a statement they refuse never takes a
+// connection. It returns their refusal (recorded as any), ctx's error, or ErrNeedConn when
+// they pass: the front end acquires the connection and decides x there (Begin).
+func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route) error {
+	if rt.health || rt.closed || rt.quarantine {
+		if _, err := e.admit(ctx, st, x.claim(rt, nil), x.start, x.arrived); err != nil {
+			return err
+		}
+	}
+	return ErrNeedConn
 }
 
 // decisions counts each of x's budgets' decision, warn where it warned, else allow, in the
@@ -348,7 +368,10 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
 	x.untrained, x.server, x.identified = pred.Samples == 0, pred.Server, pred.Identified
-	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile)
+	// Under auto a volatile pattern is explained per call where the statement has its
+	// connection; a pool statement decided before it has one (x.later) is priced by the
+	// pattern's cached plan, so that it waits for room holding no connection.
+	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile && !x.later)
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
@@ -383,9 +406,9 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				e.stats.ExplainCalls.Add(1)
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
 				planCost = plan.Cost
-				if !perCall {
-					e.model.PutPlan(t0, fp, plan.Cost)
-				}
+				// Cached also when explained per call: the pattern's latest plan prices its
+				// statements decided before their connection (volatile ones under auto).
+				e.model.PutPlan(t0, fp, plan.Cost)
 				e.model.PutQueryID(fp, plan.QueryID)
 			}
 		}
