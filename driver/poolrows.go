@@ -12,8 +12,9 @@ import (
 
 // pgxRows are the rows of a pgx-native query: pgx's rows, whose statement is finished, and whose
 // pool connection is released, once, when they end: read to the end (Next returns false, which
-// closes pgx's rows), or closed. A panic in pgx's Next or Close ends them too. Like pgx's rows
-// they are used by one goroutine.
+// closes pgx's rows), closed, or when Scan or Values fails (which closes pgx's rows too), as
+// pgxpool's rows end. A panic in pgx's Next or Close ends them too. Like pgx's rows they are
+// used by one goroutine.
 //
 // Rows never closed would hold their statement's slots for good, as in the database/sql driver
 // (leak.go), and pgxpool sets no finalizer either: so the rows of a Query carry a cleanup that,
@@ -55,6 +56,26 @@ func (r *pgxRows) Next() (more bool) {
 	more = r.Rows.Next()
 	done = true
 	return more
+}
+
+// Scan is pgx's Scan. A failed Scan closes pgx's rows, and ends the statement with its error
+// as pgxpool's rows give their connection back then: a caller that returns the error without
+// closing the rows leaks nothing.
+func (r *pgxRows) Scan(dest ...any) error {
+	err := r.Rows.Scan(dest...)
+	if err != nil {
+		r.Close()
+	}
+	return err
+}
+
+// Values is pgx's Values; a failure ends the statement, as a failed Scan does.
+func (r *pgxRows) Values() ([]any, error) {
+	values, err := r.Rows.Values()
+	if err != nil {
+		r.Close()
+	}
+	return values, err
 }
 
 // Close closes pgx's rows and ends the statement. Once the rows ended it does nothing: pgx's
