@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"log/slog"
 	"time"
 
@@ -341,12 +342,18 @@ func (b *Batch) refused(ctx context.Context, err error) {
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	clear(b.texts)
 	reason, blocker := "", ""
-	if d, ok := err.(*Denial); ok {
+	d, denied := err.(*Denial)
+	if denied {
 		reason, blocker = d.Reason, d.Budget
 	}
 	e := b.e
 	for i := range b.Execs {
 		x := &b.Execs[i]
+		if denied && reason == vocab.ReasonGuard && x.Decision != DecisionBlock {
+			// The guard recorded the statement it refused; the others are refused with it, each
+			// one refusal, as a budget's refusal of a batch records each (refuse).
+			e.recordBlock(e.now(), d, x.Pattern)
+		}
 		x.Decision, x.Reason, x.Blocker = DecisionBlock, reason, blocker
 		if x.start.IsZero() {
 			x.start = e.now() // a statement after the one a guard refused: its span starts now
