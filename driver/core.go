@@ -31,16 +31,21 @@ type core struct {
 }
 
 // newCore builds a front end's core for connections made from cc: the engine with cc's
-// built-in tags and a health sampler on a connection of its own made from cc with dial (the
-// front end's way to make a connection, its hooks included), the rules o names, and
-// telemetry. On an error everything it started is stopped.
+// built-in tags and a health sampler on a connection of its own made from cc, less its tracer,
+// with dial (the front end's way to make a connection, its hooks included), the rules o names,
+// and telemetry. On an error everything it started is stopped.
 func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 	tel, err := newTelemetry(o, cc)
 	if err != nil {
 		return nil, err
 	}
 	c := &core{tel: tel, log: cmp.Or(o.logger, slog.Default())}
-	healthConfig := cc.Copy()
+	// pgtraffic's own connections are made from cc without its tracer: the application's tracer
+	// (otelpgx, a query logger) is for the queries the application sends, not for the health
+	// samples and server clock reads, several a second, it never sent.
+	own := cc.Copy()
+	own.Tracer = nil
+	healthConfig := own.Copy()
 	if healthConfig.RuntimeParams == nil {
 		healthConfig.RuntimeParams = map[string]string{}
 	}
@@ -60,7 +65,7 @@ func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 		HealthDatabase: healthDatabase(cc),
 		ElectionSecret: pgxconn.SystemID(healthConfig, dial),
 		// The server clock reader's too.
-		ServerClockConnect: clockconn.Connector(cc, dial),
+		ServerClockConnect: clockconn.Connector(own, dial),
 		Redis:              o.redis,
 	})
 	switch {
