@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -50,6 +52,17 @@ func TestPoolRefusalNeedingNoCostTakesNoConn(t *testing.T) {
 			if !errors.As(err, &be) {
 				t.Fatalf("a statement its budget refuses whatever it costs, with the pool's only connection busy: "+
 					"got %v, want a *BlockedError at once (it waited for a connection it did not need)", err)
+			}
+			// A batch is decided alike, before its connection.
+			batch := &pgx.Batch{}
+			batch.Queue("select 1")
+			batch.Queue("select count(*) from generate_series(1, 20)")
+			br := p.SendBatch(ctx, batch)
+			_, err = br.Exec()
+			br.Close()
+			if !errors.As(err, &be) {
+				t.Fatalf("a batch its budget refuses whatever it costs, with the pool's only connection busy: "+
+					"got %v, want a *BlockedError at once", err)
 			}
 		})
 	}

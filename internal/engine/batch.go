@@ -170,9 +170,11 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 
 // decideBatch routes, guards and costs each statement of b under st, then admits the batch's
 // union of budgets (admitBatch). ErrNeedConn: a statement's cost needs an EXPLAIN on the
-// connection, which b has not; errRulesChanged: st was replaced while b waited for room.
+// connection, which b has not, and nothing that refuses b whatever it costs did
+// (precheckBatch); errRulesChanged: st was replaced while b waited for room.
 func (e *Engine) decideBatch(ctx context.Context, st *compiled, b *Batch, conn Conn, queries []string,
 	args [][]any, debug bool) error {
+	needConn := false
 	for i, q := range queries {
 		x := &b.Execs[i]
 		if st.empty && x.Wants == 0 && !debug {
@@ -194,9 +196,16 @@ func (e *Engine) decideBatch(ctx context.Context, st *compiled, b *Batch, conn C
 		if i < len(args) {
 			qargs = args[i]
 		}
-		if err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err != nil {
+		switch err := e.batchStatement(ctx, st, b, i, rt, conn, q, qargs); err {
+		case nil:
+		case ErrNeedConn:
+			needConn = true // the others are routed too: what refuses the batch whatever it costs is decided first
+		default:
 			return err
 		}
+	}
+	if needConn {
+		return e.precheckBatch(ctx, st, b)
 	}
 	if len(b.holds) > 0 {
 		if err := e.admitBatch(ctx, st, b); err != nil {
@@ -246,17 +255,17 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 		return nil
 	}
 	x.Budgets = rt.names
+	var later bool
 	if rt.needCost {
-		var later bool
 		_, later = e.predict(ctx, x, &call{conn: conn, query: query, args: args}, rt.explain)
-		if later {
-			return ErrNeedConn
-		}
-		x.Costed = true
+		x.Costed = !later
 	}
 	for j, bi := range rt.budgets {
 		bs := st.budgets[bi]
 		b.add(bs, rt.ruleOf[j], i, rt.keys[j], x.Predicted)
+	}
+	if later {
+		return ErrNeedConn // its budgets are in the union all the same, for precheckBatch
 	}
 	return nil
 }
@@ -274,12 +283,9 @@ func (b *Batch) add(bs *budgetState, rule, i int, key string, cost float64) {
 	b.owners = append(b.owners, owner{bs: bs, rule: rule, stmt: i})
 }
 
-// admitBatch admits b's union: its enforce requests together, all or nothing, as a statement's
-// are (admit); then its warn requests one by one, as warnBudgets does. On success b.holds are
-// the batch's holds.
-func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
-	// The enforce requests first: Admit takes them as one.
-	n := 0
+// enforceClaim readies b's claim to the enforce budgets of its union, whose n requests it puts
+// first in b.holds: Admit takes them as one, pending while b has no connection (Acquired).
+func (b *Batch) enforceClaim() (c *claim, n int) {
 	for j := range b.owners {
 		if b.owners[j].bs.mode == modeEnforce {
 			b.holds[n], b.holds[j] = b.holds[j], b.holds[n]
@@ -292,11 +298,32 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		quarantine = quarantine || rt != nil && rt.quarantine
 	}
 	for j := range b.holds[:n] {
-		b.holds[j].Pending = b.later // pending until the batch has its connection (Acquired)
+		b.holds[j].Pending = b.later
 	}
-	c := &b.claim
+	c = &b.claim
 	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
 		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
+	return c, n
+}
+
+// precheckBatch decides b, which has no connection and a statement whose cost needs an EXPLAIN
+// on one, by what refuses it whatever it costs, as precheck does a statement: the health
+// thresholds, zero limits and quarantines of its enforce budgets, through the one admission
+// path with no request yet. It returns their refusal, ctx's error, or ErrNeedConn.
+func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) error {
+	c, _ := b.enforceClaim()
+	c.reqs = nil
+	if _, err := e.admit(ctx, st, c, b.start, b.arrived); err != nil {
+		return err
+	}
+	return ErrNeedConn
+}
+
+// admitBatch admits b's union: its enforce requests together, all or nothing, as a statement's
+// are (admit); then its warn requests one by one, as warnBudgets does. On success b.holds are
+// the batch's holds.
+func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
+	c, n := b.enforceClaim()
 	_, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err != nil {
