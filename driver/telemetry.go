@@ -424,20 +424,28 @@ func warnEvents(span trace.Span, x *engine.Exec, from int) {
 func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	_, span := t.startSpan(ctx, x, true)
 	var d *engine.Denial
-	denied := errors.As(err, &d)
+	status := ""
+	if errors.As(err, &d) {
+		status = blockedStatus(d.Budget, d.Reason)
+	} else if x.Decision == engine.DecisionBlock {
+		// The caller's context ended while the statement waited for capacity (max_wait): its
+		// budget kept it out until then, and counts it as refused for what it waited for; err
+		// is the context's.
+		d = &engine.Denial{Budget: x.Blocker, Reason: x.Reason}
+		status = "pgtraffic: " + errorType(err) + " while waiting for capacity (" + blockedStatus(d.Budget, d.Reason) + ")"
+	}
+	denied := d != nil
 	if span.IsRecording() {
 		if denied {
 			t.setAttributes(span, x, engine.DecisionBlock, d.Reason)
 			// A denial's budget may be a guard, which is not among x.Budgets.
 			span.SetAttributes(attribute.String(attrBudget, d.Budget),
 				attribute.String(attrErrorType, errorType(err)))
-			span.SetStatus(codes.Error, blockedStatus(d.Budget, d.Reason))
+			span.SetStatus(codes.Error, status)
 		} else {
-			// The caller's context ended while the statement waited for capacity (max_wait).
-			// Decided: the span has no pgtraffic.decision (nor reason). The statement was not
-			// allowed, as it never ran, nor blocked, as no budget refused it (the decisions
-			// metric does not count it, and no reason names a caller giving up); its
-			// error.type and status say what happened.
+			// The caller's context ended before the statement was decided (it waited for an
+			// EXPLAIN's connection, say): no decision, no pgtraffic.decision; its error.type
+			// and status say what happened.
 			t.setAttributes(span, x, "", "")
 			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
 			span.SetStatus(codes.Error, "pgtraffic: "+errorType(err)+" while waiting for capacity")

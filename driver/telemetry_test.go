@@ -985,7 +985,8 @@ func (telDiscard) ExecContext(context.Context, string, []driver.NamedValue) (dri
 }
 
 // TestSpanWhenWaitIsCancelled: a statement whose context ends while it waits for capacity
-// (max_wait) was never sent; its span says so without calling it a block.
+// (max_wait) was never sent; its budget kept it out until then: its span says both, and the
+// decisions metric counts a block for what it waited for.
 func TestSpanWhenWaitIsCancelled(t *testing.T) {
 	h := newTelHarness(t, `
 budgets:
@@ -1012,13 +1013,20 @@ rules:
 	if got := attrOf(s.Attributes, "error.type").AsString(); got != "context.Canceled" {
 		t.Errorf("error.type %q", got)
 	}
-	if got := attrOf(s.Attributes, "pgtraffic.decision").AsString(); got == "block" {
-		t.Errorf("decision %q: a cancelled wait is not a block", got)
+	if got := attrOf(s.Attributes, "pgtraffic.decision").AsString(); got != "block" {
+		t.Errorf("decision %q, want block: the budget kept it out until its context ended", got)
 	}
+	if got := attrOf(s.Attributes, "pgtraffic.reason").AsString(); got != "concurrency" {
+		t.Errorf("reason %q, want concurrency (what it waited for)", got)
+	}
+	blocks := int64(0)
 	for _, dp := range h.metrics(t)["pgtraffic.decisions"].Data.(metricdata.Sum[int64]).DataPoints {
 		if d, _ := dp.Attributes.Value("pgtraffic.decision"); d.AsString() == "block" {
-			t.Errorf("a cancelled wait was counted as a block")
+			blocks += dp.Value
 		}
+	}
+	if blocks != 1 {
+		t.Errorf("%d blocks counted for the cancelled wait, want 1", blocks)
 	}
 }
 

@@ -10,10 +10,11 @@ import (
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
-// TestCancelledWaitSpanIsNotAllowed: a statement whose context ends while it waits for
-// capacity (max_wait) is never sent. Its span has error status and no pgtraffic.decision: it
-// was not allowed, as it never ran, nor blocked, as no budget refused it.
-func TestCancelledWaitSpanIsNotAllowed(t *testing.T) {
+// TestCancelledWaitSpanIsBlocked: a statement whose context ends while it waits for capacity
+// (max_wait) is never sent. Its span has error status and is its budget's block, for what it
+// waited for: the budget kept it out until its caller gave up, and an operator watching
+// refusals must see it (it is not allowed, as it never ran).
+func TestCancelledWaitSpanIsBlocked(t *testing.T) {
 	h := newTelHarness(t, `
 budgets:
   - name: w
@@ -50,10 +51,10 @@ rules:
 		if s.Status.Code != codes.Error {
 			t.Errorf("status %v %q, want an error", s.Status.Code, s.Status.Description)
 		}
-		for _, key := range []string{"pgtraffic.decision", "pgtraffic.reason"} {
-			if hasAttr(s.Attributes, key) {
-				t.Errorf("span of a statement never sent (cancelled while waiting): %s=%q, want none",
-					key, attrOf(s.Attributes, key).String())
+		for key, want := range map[string]string{"pgtraffic.decision": "block", "pgtraffic.reason": "concurrency",
+			"pgtraffic.budget": "w"} {
+			if got := attrOf(s.Attributes, key).AsString(); got != want {
+				t.Errorf("span of a statement kept out until its context ended: %s=%q, want %q", key, got, want)
 			}
 		}
 		return

@@ -195,6 +195,9 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		}
 		select {
 		case <-ctx.Done():
+			// Its caller gave up while the budget held it back: a refusal for what it waited
+			// for, counted as one (its caller is answered with ctx's error).
+			e.refuse(e.now(), c, o, d)
 			return waited, ctx.Err()
 		case <-c.w.Wake():
 		case <-e.after(wait):
@@ -399,9 +402,11 @@ func (e *Engine) quarantineOf(st *compiled, rt *route, x *Exec, i int, now time.
 	return owner{}, nil
 }
 
-// refuse records that d, of owner o's budget, refuses c at now: each of its statements is one
-// block of the budget, in its counts and in the recent refusals (as the observer counts each),
-// and the refusal is logged once. Check refuses no statement: nothing is recorded.
+// refuse records that d, of owner o's budget, refuses c at now (or kept it out until its
+// caller's context ended): each of its statements is one block of the budget, marked so
+// (Decision, Reason, Blocker), in its counts and in the recent refusals (as the observer
+// counts each), and the refusal is logged once. Check refuses no statement: nothing is
+// recorded.
 func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
 	if !c.take {
 		return
@@ -412,8 +417,10 @@ func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
 		e.recordBlock(now, d, c.x.Pattern)
 	} else {
 		for i := range c.b.Execs {
+			x := &c.b.Execs[i]
+			x.Decision, x.Reason, x.Blocker = DecisionBlock, d.Reason, d.Budget
 			o.bs.b.Count(now, budget.Blocked, d.Reason)
-			e.recordBlock(now, d, c.b.Execs[i].Pattern)
+			e.recordBlock(now, d, x.Pattern)
 		}
 	}
 	e.logDecision(d.Budget, DecisionBlock, d, c.exec(o).Pattern)

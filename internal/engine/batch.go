@@ -381,7 +381,9 @@ func (b *Batch) refused(ctx context.Context, err error) {
 			// one refusal, as a budget's refusal of a batch records each (refuse).
 			e.recordBlock(e.now(), d, x.Pattern)
 		}
-		x.Decision, x.Reason, x.Blocker = DecisionBlock, reason, blocker
+		if denied || x.Decision != DecisionBlock { // else refuse marked it, its context ended while it waited
+			x.Decision, x.Reason, x.Blocker = DecisionBlock, reason, blocker
+		}
 		if x.start.IsZero() {
 			x.start = e.now() // a statement after the one a guard refused: its span starts now
 			x.arrived = x.start

@@ -635,8 +635,8 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	if x.again, err = e.readmit(ctx, st, c, &x.start, &x.arrived); err != nil {
 		giveBack(x.start, x.holds[n:])
 		x.holds = x.holds[:0]
-		if d, ok := err.(*Denial); ok && x.Wants&WantDecisions != 0 {
-			e.obs.Decision(d.Budget, DecisionBlock, d.Reason)
+		if x.Decision == DecisionBlock && x.Wants&WantDecisions != 0 { // refused, or kept out until ctx ended
+			e.obs.Decision(x.Blocker, DecisionBlock, x.Reason)
 		}
 	}
 	return err
