@@ -140,7 +140,8 @@ var errRulesChanged = errors.New("engine: the rules changed while the statement 
 // await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
 // queues for what may lift the refusal (how) and tries again, until admitted or refused, at
 // most until o's max_wait from arrived. A statement or batch whose rules were replaced since
-// it was routed leaves the queues with errRulesChanged, to be decided again under the new ones.
+// it was routed, or one of whose rules lapsed (until), leaves the queues with errRulesChanged,
+// to be decided again under the rules in force.
 func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arrived time.Time, o owner, d *Denial,
 	how wake) (waited bool, err error) {
 	defer c.leave() // on every path, a panic in an observer or a logger included
@@ -193,6 +194,12 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 				continue
 			}
 		}
+		// A rule that lapses meanwhile (until) may be one that routed it: it is routed again
+		// then, as after a reload, in its place of arrival.
+		lapse := st.nextLapse(now)
+		if !lapse.IsZero() {
+			wait = min(wait, lapse.Sub(now))
+		}
 		select {
 		case <-ctx.Done():
 			// Its caller gave up while the budget held it back: a refusal for what it waited
@@ -206,6 +213,9 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		}
 		if ended != nil {
 			ended = e.ends.next() // before the check: an end after it closes this one
+		}
+		if !lapse.IsZero() && !e.now().Before(lapse) {
+			return waited, errRulesChanged
 		}
 		if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
 			return waited, err
