@@ -192,7 +192,7 @@ func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take boo
 	switch {
 	case !take:
 	case d == nil:
-		warns = b.take(now, r, 0, warns)
+		warns, kick = b.take(now, r, 0, warns)
 	default:
 		kick = b.refused(now, r, d.Reason, 0)
 	}
@@ -237,7 +237,10 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 	}
 	if worst == nil && take {
 		for i := range reqs {
-			warns = reqs[i].Budget.take(now, &reqs[i], i, warns)
+			var kick func()
+			if warns, kick = reqs[i].Budget.take(now, &reqs[i], i, warns); kick != nil {
+				kicks = append(kicks, kick)
+			}
 		}
 	}
 	return warns, worst, kicks
@@ -348,8 +351,11 @@ func (b *Budget) reservation(r *Request, room float64) float64 {
 }
 
 // take charges r, reqs[i] of an admission, to b at now, and appends a
-// Warning if the budget is now at or past a limit. The caller holds b.mu.
-func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warning {
+// Warning if the budget is now at or past a limit. In a shared budget it
+// returns the coordinator's kick when r's key runs on a lease the coordinator
+// did not give it (lease.go), for the caller to call once b is unlocked. The
+// caller holds b.mu.
+func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Warning, kick func()) {
 	s := b.keys.lookup(r.Key)
 	if s == nil {
 		s = b.keys.insert(r.Key, now)
@@ -368,11 +374,14 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	if p := s.part; p != nil {
 		p.offered += cost
 		p.wanted = max(p.wanted, s.inflight)
+		if !p.leased {
+			kick = b.link.kick // a provisional lease: its own comes at an early sync
+		}
 	}
 
 	sp := &b.keys.spec
 	if sp.WarningThreshold == 0 {
-		return warns // nothing asked to be warned
+		return warns, kick // nothing asked to be warned
 	}
 	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
 	fill, reason, limit := 0.0, "", ""
@@ -394,7 +403,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) []Warni
 	if fill >= sp.WarningThreshold {
 		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Limit: limit})
 	}
-	return warns
+	return warns, kick
 }
 
 // Release gives back the slot that [Admit] took for r, whose statement ran

@@ -144,6 +144,9 @@ type keys struct {
 	inflight int // summed over keys
 	evicted  uint64
 	shared   bool // limits come from each key's lease (lease.go), not from spec
+	// provisional is a shared budget's lease for a key its coordinator has not leased yet
+	// (lease.go): the limits of an absent key, and of a key inserted, until SetLease.
+	provisional Lease
 }
 
 func (k *keys) lookup(key string) *state {
@@ -169,7 +172,7 @@ func (k *keys) insert(key string, now time.Time) *state {
 	}
 	s := &state{key: key, idx: -1, Bucket: Bucket{Last: now}}
 	if k.shared {
-		s.part = &part{}
+		s.part = &part{lease: k.provisional}
 	}
 	if key == "" {
 		k.unkeyed = s
@@ -240,6 +243,7 @@ func (k *keys) setSpec(now time.Time, spec Spec) {
 		k.fold(now)
 	}
 	k.spec = spec
+	k.provisional = k.bound(k.provisional)
 	for _, s := range k.idle {
 		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, k.rate(s)))
 	}

@@ -13,6 +13,13 @@ import (
 // package above this one) sets through [Budget.SetLease], instead of from the Spec. The
 // Spec still says which limits are on, and its per-query limit and burst bound every
 // statement as before.
+//
+// A key the coordinator has given no lease (new to the budget, or back after the coordinator
+// dropped it) runs on the provisional lease the coordinator set with [Budget.SetProvisional],
+// with no network call on the statement's path, until its own lease arrives; its first
+// statement kicks the coordinator, which leases it at an early sync. The keys a budget holds
+// when it becomes shared keep its own limits until their leases arrive, as it enforced them
+// until then: a reload that shares a running budget refuses nothing that it admitted before.
 
 // Lease is the part of a shared budget's limits that one instance may use for one partition
 // until the next sync: the local bucket drains at Rate with size Burst, and at most Slots of
@@ -49,6 +56,10 @@ type Usage struct {
 	// Debt is the partition's debt now, execution seconds: what its bucket holds of the
 	// usage that the budget's global bucket counts too.
 	Debt float64
+	// Provisional says the partition runs on a lease the coordinator did not set for it: the
+	// provisional lease of a key new to the budget, or evicted from its table and back, or
+	// the budget's own limits kept since it became shared.
+	Provisional bool
 }
 
 // link is a shared budget's tie to its coordinator.
@@ -62,6 +73,7 @@ type link struct {
 // sync. Guarded by the budget's mutex.
 type part struct {
 	lease   Lease
+	leased  bool    // lease is the coordinator's (SetLease), not a provisional one
 	offered float64 // predicted seconds of the statements that asked, admitted or refused
 	used    float64 // actual seconds of the statements released
 	wanted  int     // most statements that wanted a slot at once
@@ -70,12 +82,14 @@ type part struct {
 }
 
 // SetShared makes b shared at now by owner, the coordinator's registration of it: from then
-// on each key's limits are its lease, starting with none (no credit, no slot) until the
-// coordinator sets one, and b calls kick when it refuses a statement for want of its lease.
-// retry is the RetryAfter of a key without credit. A nil kick makes b local again (the Spec's
-// limits apply to every key), but only from the owner that shared it last: after a reload that
-// replaced the coordinator, the old one's registration, ended after the new one's began,
-// leaves b shared by the new. Debt and in-flight counts are kept either way.
+// on each key's limits are its lease. The keys b holds keep its own limits until the
+// coordinator leases them, and a key it meets later starts on the provisional lease
+// ([Budget.SetProvisional]; none, no credit and no slot, until one is set). b calls kick when
+// it refuses a statement for want of its lease or admits one on a lease it was not given.
+// retry is the RetryAfter of a key without credit. A nil kick makes b local again (the
+// Spec's limits apply to every key), but only from the owner that shared it last: after a
+// reload that replaced the coordinator, the old one's registration, ended after the new one's
+// began, leaves b shared by the new. Debt and in-flight counts are kept either way.
 func (b *Budget) SetShared(now time.Time, owner any, kick func(), retry time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -87,11 +101,14 @@ func (b *Budget) SetShared(now time.Time, owner any, kick func(), retry time.Dur
 	if (kick != nil) == k.shared {
 		return
 	}
+	own := Lease{Rate: k.spec.Rate, Burst: k.spec.Burst, Slots: k.spec.MaxConcurrent}
 	for _, s := range k.all() {
 		s.Charge(now, k.rate(s), 0) // drained at the old rate until now
 		s.part = nil
 		if kick != nil {
-			s.part = &part{}
+			// The limits it enforced a moment ago: its statements in flight ran under them
+			// unseen by the other instances, and a lease replaces them a round trip from now.
+			s.part = &part{lease: own}
 		}
 	}
 	k.shared = kick != nil
@@ -99,12 +116,29 @@ func (b *Budget) SetShared(now time.Time, owner any, kick func(), retry time.Dur
 	b.wakeAll()            // a new lease may be a waiter's room
 }
 
+// SetProvisional makes lease the limits of each key that b meets from now on without a lease
+// from its coordinator, until the coordinator leases it: a key new to b, or dropped and back
+// (see [Budget.DropLease]). The keys already on a provisional lease keep theirs, since their
+// own leases are on their way. owner is as in [Budget.SetShared]: while b is shared by
+// another registration, nothing changes. It may be called before SetShared, so that b never
+// meets a key without it.
+func (b *Budget) SetProvisional(owner any, lease Lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := &b.keys
+	if k.shared && b.link.owner != owner {
+		return
+	}
+	k.provisional = k.bound(lease)
+}
+
 // SetLease makes lease the limits of key's partition from now on. Its debt so
 // far drains at the old rate until now; a debt above the new burst is forgiven down to it by
 // at most the burst the lease lost (a debt run up under a larger lease would otherwise shut
 // the partition out long after the global bucket drained it, while a debt that a statement
 // larger than the burst ran up stays owed), and then raised to the lease's share of the
-// global debt. A zero lease drops an idle partition.
+// global debt. A zero lease is no credit and no slot, the partition kept: the other
+// instances hold the budget.
 func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -112,29 +146,46 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 	if !k.shared {
 		return
 	}
-	lease = k.bound(lease)
 	s := k.lookup(key)
 	if s == nil {
-		if lease == (Lease{}) {
-			return
-		}
 		s = k.insert(key, now)
 	}
+	k.relet(now, s, k.bound(lease), true)
+	b.wakeAll() // a new lease may be a waiter's room
+}
+
+// DropLease tells b at now that its coordinator left key's partition (it stood idle): the
+// partition is forgotten once idle with no debt left; until then it runs on the provisional
+// lease, as a key b meets anew, and the coordinator leases it again if it reports usage.
+func (b *Budget) DropLease(now time.Time, key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := &b.keys
+	s := k.lookup(key)
+	if !k.shared || s == nil {
+		return
+	}
+	if s.inflight == 0 && s.DebtAt(now, s.part.lease.Rate) == 0 {
+		k.remove(s)
+		return
+	}
+	k.relet(now, s, k.provisional, false)
+	b.wakeAll()
+}
+
+// relet makes lease, the coordinator's if leased, the limits of s at now (see SetLease).
+func (k *keys) relet(now time.Time, s *state, lease Lease, leased bool) {
 	old := s.part.lease
 	if now.After(s.Last) {
 		s.Debt, s.Last = s.DebtAt(now, old.Rate), now
 	}
 	s.Debt -= min(max(0, s.Debt-lease.Burst), max(0, old.Burst-lease.Burst))
 	s.Debt = max(s.Debt, lease.Debt) // its share of the global debt (see Lease)
-	s.part.lease = lease
-	switch {
-	case lease == (Lease{}) && s.inflight == 0:
-		k.remove(s)
-	case s.idx >= 0:
+	s.part.lease, s.part.leased = lease, leased
+	if s.idx >= 0 {
 		s.emptyAt = s.Last.Add(s.emptyAfter(s.Last, lease.Rate))
 		heap.Fix(&k.idle, s.idx)
 	}
-	b.wakeAll() // a new lease may be a waiter's room
 }
 
 // TakeUsage appends to dst the usage of every partition active since the previous call, resets
@@ -154,11 +205,11 @@ func (b *Budget) TakeUsage(now time.Time, dst []Usage) []Usage {
 			return
 		}
 		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
-			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate)}
+			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate), Provisional: !p.leased}
 		if u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.Starved {
 			out = append(out, u)
 		}
-		*p = part{lease: p.lease, wanted: s.inflight}
+		*p = part{lease: p.lease, leased: p.leased, wanted: s.inflight}
 	}
 	if s := b.keys.unkeyed; s != nil {
 		take(s)
@@ -192,16 +243,16 @@ func (k *keys) rate(s *state) float64 {
 }
 
 // limits are the drain rate, bucket size and concurrency limit that s (nil: an absent key)
-// is held to. In a shared budget they are its lease, where zero means none rather than
-// unlimited: the Spec says which limits are on.
+// is held to. In a shared budget they are its lease, or for an absent key the provisional
+// lease, where zero means none rather than unlimited: the Spec says which limits are on.
 func (k *keys) limits(s *state) (rate, burst float64, maxConcurrent int) {
 	if !k.shared {
 		return k.spec.Rate, k.spec.Burst, k.spec.MaxConcurrent
 	}
-	if s == nil || s.part == nil {
-		return 0, 0, 0
+	l := &k.provisional
+	if s != nil && s.part != nil {
+		l = &s.part.lease
 	}
-	l := &s.part.lease
 	return l.Rate, l.Burst, l.Slots
 }
 
@@ -235,7 +286,7 @@ func (b *Budget) refused(now time.Time, r *Request, reason string, slots int) (k
 	}
 	s := k.lookup(r.Key)
 	if s == nil {
-		s = k.insert(r.Key, now) // a new partition: the coordinator learns of it at its next sync
+		s = k.insert(r.Key, now) // a new partition: the kick below has it leased early
 	}
 	p := s.part
 	p.offered += sanitizeCost(r.Cost)

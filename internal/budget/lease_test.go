@@ -160,17 +160,135 @@ func TestSetLeaseWakesWaiters(t *testing.T) {
 	Leave(&w, req)
 }
 
-func TestZeroLeaseDropsAnIdlePartition(t *testing.T) {
-	b, _ := newShared(Spec{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "a", Lease{Rate: 1, Burst: 1})
-	b.SetLease(at(0), "b", Lease{Rate: 1, Burst: 1})
-	admit1(t, at(0), b, "b", 0.1)
+// TestZeroLeaseKeepsThePartition: a zero lease is the coordinator's word that the other
+// instances hold the budget: the partition stays, refused, rather than starting over on the
+// provisional lease.
+func TestZeroLeaseKeepsThePartition(t *testing.T) {
+	b, _ := newShared(Spec{MaxConcurrent: 4})
+	b.SetProvisional(nil, Lease{Slots: 4})
 	b.SetLease(at(0), "a", Lease{})
-	b.SetLease(at(0), "b", Lease{}) // in flight: kept, without credit
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "a"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
+		t.Fatalf("a partition leased no slot: got %+v, want a concurrency refusal", d)
+	}
 	if got := b.Snapshot(at(0)).Keys; got != 1 {
-		t.Fatalf("keys = %d, want 1 (a dropped, b in flight)", got)
+		t.Fatalf("keys = %d, want the partition kept", got)
 	}
 	mustInvariants(t, b)
+}
+
+func TestDropLeaseForgetsAnIdlePartition(t *testing.T) {
+	b, _ := newShared(Spec{Rate: 1, Burst: 1})
+	b.SetProvisional(nil, Lease{Rate: 0.5, Burst: 0.1})
+	b.SetLease(at(0), "a", Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "b", Lease{Rate: 1, Burst: 1})
+	b.SetLease(at(0), "c", Lease{Rate: 1, Burst: 1})
+	admit1(t, at(0), b, "b", 0.1)
+	charge(t, at(0), b, "c", 0.1)
+	b.TakeUsage(at(0), nil) // reported: the coordinator leaves c and a after idle syncs
+	b.DropLease(at(0), "a")
+	b.DropLease(at(0), "b") // in flight: kept, on the provisional lease
+	b.DropLease(at(0), "c") // debt left: kept, on the provisional lease
+	if got := b.Snapshot(at(0)).Keys; got != 2 {
+		t.Fatalf("keys = %d, want 2 (a dropped, b in flight, c in debt)", got)
+	}
+	u := b.TakeUsage(at(0), nil)
+	if len(u) != 1 || u[0].Key != "b" || !u[0].Provisional {
+		t.Fatalf("usage = %+v, want b on a provisional lease", u)
+	}
+	// c drains at the provisional rate, 0.5/s: the 0.1 left is gone after 200ms.
+	if got := b.Snapshot(at(0.1)).MaxDebt; math.Abs(got-0.05) > 1e-9 {
+		t.Fatalf("c's debt after 100ms = %v, want 0.05 (drained at the provisional rate)", got)
+	}
+	Release(at(0.2), &Request{Budget: b, Key: "b", Cost: 0.1}, 0.1)
+	b.DropLease(at(0.4), "b")
+	b.DropLease(at(0.4), "c")
+	if got := b.Snapshot(at(0.4)).Keys; got != 0 {
+		t.Fatalf("keys = %d, want none once idle and drained", got)
+	}
+	mustInvariants(t, b)
+}
+
+// TestProvisionalLeaseAdmitsANewPartition: a partition the coordinator has not leased runs on
+// the provisional lease, with no refusal, and kicks the coordinator once per statement so that
+// its own lease comes at an early sync; a lease of its own ends the kicks.
+func TestProvisionalLeaseAdmitsANewPartition(t *testing.T) {
+	b, kicks := newShared(Spec{Rate: 1, Burst: 1, MaxConcurrent: 8})
+	b.SetProvisional(nil, Lease{Rate: 1, Burst: 0.1, Slots: 2})
+	admit1(t, at(0), b, "t1", 0.05)
+	admit1(t, at(0), b, "t1", 0.05)
+	if *kicks != 2 {
+		t.Fatalf("kicks = %d, want one per statement on the provisional lease", *kicks)
+	}
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "t1"}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
+		t.Fatalf("a third statement on 2 provisional slots: got %+v, want a concurrency refusal", d)
+	}
+	// An absent partition is checked against it too.
+	if d := Check(at(0), []Request{{Budget: b, Key: "t2", Cost: 0.5}}); d != nil {
+		t.Fatalf("an absent partition with no debt: got %+v, want admitted on the provisional rate", d)
+	}
+	u := b.TakeUsage(at(0), nil)
+	if len(u) != 1 || u[0].Key != "t1" || !u[0].Provisional || u[0].InFlight != 2 {
+		t.Fatalf("usage = %+v, want t1 provisional, 2 in flight", u)
+	}
+	b.SetLease(at(0), "t1", Lease{Rate: 1, Burst: 1, Slots: 4})
+	*kicks = 0
+	admit1(t, at(0), b, "t1", 0.05)
+	if *kicks != 0 {
+		t.Fatalf("kicks = %d on a leased partition, want 0", *kicks)
+	}
+	for range 2 { // and still leased once its counters were reset
+		if u := b.TakeUsage(at(0), nil); len(u) != 1 || u[0].Provisional {
+			t.Fatalf("usage = %+v, want t1 leased", u)
+		}
+	}
+	// A later provisional lease applies to the partitions met from then on.
+	b.SetProvisional(nil, Lease{Rate: 1, Slots: 1})
+	admit1(t, at(0), b, "t3", 0)
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "t3"}}, nil); d == nil {
+		t.Fatal("a second statement on one provisional slot was admitted")
+	}
+	mustInvariants(t, b)
+}
+
+// TestSetSharedKeepsOwnLimitsUntilLeased: a running budget that becomes shared (a reload that
+// adds coordination) keeps enforcing its own limits on the partitions it holds until their
+// leases arrive, while a partition it meets later starts on the provisional lease.
+func TestSetSharedKeepsOwnLimitsUntilLeased(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 8})
+	for range 6 {
+		admit1(t, at(0), b, "", 0)
+	}
+	b.SetProvisional(b, Lease{Slots: 1})
+	b.SetShared(at(0), b, func() {}, time.Second)
+	admit1(t, at(0), b, "", 0)
+	admit1(t, at(0), b, "", 0)
+	if _, d := Admit(at(0), []Request{{Budget: b}}, nil); d == nil || d.Reason != vocab.ReasonConcurrency {
+		t.Fatalf("a ninth statement: got %+v, want refused at the budget's own 8", d)
+	}
+	if u := b.TakeUsage(at(0), nil); len(u) != 1 || !u[0].Provisional || u[0].InFlight != 8 {
+		t.Fatalf("usage = %+v, want the partition on its own limits, 8 in flight", u)
+	}
+	b.SetLease(at(0), "", Lease{Slots: 8})
+	if u := b.TakeUsage(at(0), nil); len(u) != 1 || u[0].Provisional {
+		t.Fatalf("usage = %+v, want the partition leased", u)
+	}
+	mustInvariants(t, b)
+}
+
+// TestSetProvisionalOwner: a registration that no longer shares the budget (a coordinator
+// replaced at a reload, whose loop has not stopped yet) cannot set its provisional lease.
+func TestSetProvisionalOwner(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 4})
+	first, second := new(int), new(int)
+	b.SetShared(t0, first, func() {}, time.Second)
+	b.SetShared(t0, second, func() {}, time.Second)
+	b.SetProvisional(second, Lease{Slots: 2})
+	b.SetProvisional(first, Lease{Slots: 4})
+	admit1(t, at(0), b, "k", 0)
+	admit1(t, at(0), b, "k", 0)
+	if _, d := Admit(at(0), []Request{{Budget: b, Key: "k"}}, nil); d == nil {
+		t.Fatal("the replaced registration's provisional lease applies")
+	}
 }
 
 func TestSetSharedNilMakesTheBudgetLocal(t *testing.T) {

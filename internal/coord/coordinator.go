@@ -184,18 +184,22 @@ type Handle struct {
 }
 
 // Register starts coordinating the budget spec.Name, enforced locally by local, which it
-// makes shared (Local.SetShared). Until its first sync a partition has no lease while Redis
-// answers, and the fallback share while it does not. Registering a name again replaces the
-// earlier registration. A budget with no rate and no max_concurrent has nothing to lease and
-// local is nil: it is registered only to share its quarantines (spec.Quarantine).
+// makes shared (Local.SetShared). Until its first grant a partition keeps the limits local
+// held it to, and one that local meets later has the provisional lease (see core.provisional):
+// the budget over fallback instances until a sync answers. Registering a name again replaces
+// the earlier registration. A budget with no rate and no max_concurrent has nothing to lease
+// and local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1)}
 	h := &Handle{c: c, name: spec.Name, e: e}
 	if local != nil {
 		now := c.now()
 		e.core.keepUnkeyed(now)
-		// Shared before the loop can see it: a lease handed to a budget not yet shared is
-		// dropped, and the loop hands over only the leases that changed.
+		// The provisional lease first, so that the budget never meets a partition without
+		// one (it is ignored while a registration this one replaces shares the budget: the
+		// first visit sets it again). Shared before the loop can see it: a lease handed to a
+		// budget not yet shared is dropped, and the loop hands over only the leases that changed.
+		local.SetProvisional(e, e.core.provisional())
 		local.SetShared(now, e, h.Kick, c.FirstLeaseIn())
 	}
 	c.mu.Lock()
@@ -500,11 +504,14 @@ func (c *Coordinator) visit(ctx context.Context, e *entry, force bool) error {
 	}
 
 	// The leases that changed otherwise: a lease decaying after it lapsed, a partition's
-	// first fallback share.
+	// first fallback share; and the provisional lease, which follows the instances seen and
+	// whether Redis answers.
 	now = c.now()
 	c.mu.Lock()
 	pushes := e.core.pushes(now)
+	prov := e.core.provisional()
 	c.mu.Unlock()
+	e.local.SetProvisional(e, prov)
 	e.handOver(now, nil, pushes)
 	return err
 }
@@ -654,7 +661,7 @@ func (e *entry) handOver(now time.Time, dropped []string, pushes []push) {
 		return
 	}
 	for _, key := range dropped {
-		e.local.SetLease(now, key, budget.Lease{})
+		e.local.DropLease(now, key)
 	}
 	for _, p := range pushes {
 		e.local.SetLease(now, p.key, p.lease)

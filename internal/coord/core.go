@@ -126,9 +126,15 @@ type core struct {
 	// which differs each time, a partition first in one sync and last in the next would wait
 	// up to two syncs' length, past its lease when a sync of many partitions takes longer
 	// than an interval.
-	order    []*part
-	removed  int
-	known    int // instances last seen sharing the budget; 0 before any sync succeeded
+	order   []*part
+	removed int
+	// known is how many instances were last seen sharing the budget: the most live in one
+	// partition at the last regular sync, or more since; 0 before any sync succeeded. round
+	// is the most seen so far in the regular sync under way (with the early ones since). The
+	// most in any one partition, not the last partition's count: the instances of a budget
+	// per tenant share its unkeyed partition, while most tenants are seen by one of them.
+	known    int
+	round    int
 	seq      uint64
 	last     time.Time // last sync attempt
 	next     time.Time // next regular sync
@@ -191,6 +197,9 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 			p.local, p.localAt = u.Debt, now
 		}
 		p.fresh = true
+		if u.Provisional && p.hasGrant {
+			p.hasPushed = false // the budget lost the lease (it evicted the key): hand it over again
+		}
 		p.starved = p.starved || u.Starved
 		p.active = true
 		if u.Used > 0 && !math.IsInf(u.Used, 1) {
@@ -354,10 +363,17 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			c.dueAt = now
 		}
 	}
+	if !early {
+		if c.round > 0 {
+			c.known = c.round
+		}
+		c.round = 0
+	}
 	if c.removed > 0 {
 		c.order = slices.DeleteFunc(c.order, func(p *part) bool { return p.removed })
 		c.removed = 0
 	}
+	prov := c.provisional()
 	var out [][]report
 	var cur []report
 	for _, p := range c.order {
@@ -392,11 +408,17 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			// carries the few partitions that asked, and grows its chunk as it goes.
 			cur = make([]report, 0, min(maxPartitionsPerCall, len(c.order)))
 		}
+		// The lease the local budget holds the partition to: the last handed over, else the
+		// provisional one (Redis counts its slots as held until a smaller grant is applied).
+		applied := p.pushed
+		if !p.hasPushed {
+			applied = prov
+		}
 		cur = append(cur, report{
 			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
-			held:   max(0, p.local-p.pushed.Rate*now.Sub(p.localAt).Seconds()),
+			held:   max(0, p.local-applied.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
-			applied: p.pushed.Slots, inflight: p.inflight,
+			applied: applied.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0 && !p.keep,
 			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
@@ -535,13 +557,10 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 	if !c.partial {
 		c.next = c.nextRegular()
 	}
-	live := 0
 	for i := range reps {
-		live = max(live, res[i].live)
+		c.round = max(c.round, res[i].live)
 	}
-	if live > 0 {
-		c.known = live
-	}
+	c.known = max(c.known, c.round)
 	for i, rep := range reps {
 		p, r := rep.p, res[i]
 		p.pendingSeq, p.pendingUsed = 0, 0
@@ -587,10 +606,12 @@ func (c *core) applied(sent, now time.Time, reps []report, res []result) (droppe
 // lease is the partition's lease in force at now: its grant until it lapses (Redis counts
 // it as long), then the budget divided by the instances last seen in the partition: at once
 // when the grant was larger, as Redis no longer counts it, and rising to it from a smaller
-// grant. A partition without a grant has nothing while Redis answers (its first sync is
-// moments away) and the fallback share while it does not.
+// grant. A partition without a grant has the provisional lease.
 func (c *core) lease(p *part, now time.Time) budget.Lease {
-	if p.hasGrant && now.Before(p.expires) {
+	if !p.hasGrant {
+		return c.provisional()
+	}
+	if now.Before(p.expires) {
 		return p.grant
 	}
 	n := c.instances()
@@ -598,17 +619,27 @@ func (c *core) lease(p *part, now time.Time) budget.Lease {
 		n = p.live
 	}
 	fb := fallbackLease(c.spec, n)
-	if p.hasGrant {
-		return decay(capLease(p.grant, fb), fb, p.expires, now, c.interval)
+	return decay(capLease(p.grant, fb), fb, p.expires, now, c.interval)
+}
+
+// provisional is the lease of a partition this instance has no grant for (new to it, or back
+// after it left it), which the local budget holds it to until the first grant, with no call
+// on the statement's path: what Redis would grant it were no instance asking for any of the
+// partition, the budget divided by the instances last seen sharing it (fallbackN before any
+// sync answered), at least one slot. Alone, an instance holds the whole budget's slots and
+// rate. Its burst is at most a first interval's (see applied), and none before any sync
+// answered or while syncs fail: this instance cannot know then how many others start
+// beside it, each with a fresh bucket (it admits one statement at a time, each once the
+// last one's cost has drained). Redis counts nothing of it until the partition's first sync
+// reports its statements; see the package documentation, "Provisional leases".
+func (c *core) provisional() budget.Lease {
+	l := fallbackLease(c.spec, c.instances())
+	if c.known == 0 || c.failing {
+		l.Burst = 0
+	} else {
+		l.Burst = min(l.Burst, c.spec.Burst/float64(c.fallbackN))
 	}
-	if c.failing {
-		// Before its first lease an instance cannot know how many others are starting
-		// beside it, each with a fresh bucket: it admits at its share of the rate with no
-		// burst room (one statement at a time, each once the last one's cost has drained).
-		fb.Burst = 0
-		return fb
-	}
-	return budget.Lease{}
+	return l
 }
 
 // push is a lease to hand to the local budget.
@@ -638,8 +669,13 @@ func (c *core) pushesOf(reps []report, now time.Time) []push {
 	return out
 }
 
-// push appends p's lease at now to out if it changed since it was last handed over.
+// push appends p's lease at now to out if it changed since it was last handed over. A
+// partition with no grant yet is left on the lease the local budget gave it (provisional, or
+// its own limits kept since it became shared) while Redis answers: its grant is a sync away.
 func (c *core) push(out []push, p *part, now time.Time) []push {
+	if !p.hasGrant && !c.failing {
+		return out
+	}
 	l := c.lease(p, now)
 	if p.hasPushed && l == p.pushed {
 		return out

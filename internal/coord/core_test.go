@@ -133,8 +133,9 @@ func TestLeaseLifecycle(t *testing.T) {
 	c := newTestCore(spec)
 	c.absorb(t0, []budget.Usage{{Key: "k", Offered: 1}})
 	p := c.parts["k"]
-	if got := c.lease(p, t0); got != (budget.Lease{}) {
-		t.Fatalf("before the first sync, with Redis healthy: %+v, want nothing", got)
+	// Before any sync answered: the budget over the 10 instances assumed, no burst.
+	if got, want := c.lease(p, t0), (budget.Lease{Rate: 0.4, Slots: 1}); got != want {
+		t.Fatalf("before the first sync: %+v, want the provisional lease %+v", got, want)
 	}
 	grant := budget.Lease{Rate: 1, Burst: 2, Slots: 2}
 	grantTwice(c, t0, func(string) result { return result{lease: grant, live: 4} })
@@ -147,6 +148,78 @@ func TestLeaseLifecycle(t *testing.T) {
 	fb := budget.Lease{Rate: 1, Burst: 2, Slots: 2}
 	if got := c.lease(p, t0.Add(20*sec)); got != fb {
 		t.Fatalf("long after the lease lapsed: %+v, want %+v", got, fb)
+	}
+}
+
+// TestProvisionalLease: a partition with no grant runs on what Redis would grant it were no
+// instance asking for any of it: the budget over the instances last seen sharing it (the most
+// in one partition, at the last regular sync), the burst of a first interval, none before any
+// sync answered or while syncs fail.
+func TestProvisionalLease(t *testing.T) {
+	spec := Spec{Name: "b", Rate: 4, Burst: 8, MaxConcurrent: 64}
+	c := newTestCore(spec)
+	if got, want := c.provisional(), (budget.Lease{Rate: 0.4, Slots: 6}); got != want {
+		t.Fatalf("before any sync: %+v, want %+v (the 10 instances assumed, no burst)", got, want)
+	}
+	c.keepUnkeyed(t0)
+	c.absorb(t0, []budget.Usage{{Key: "t1", Offered: 1}})
+	live := map[string]int{"": 3, "t1": 1}
+	grantAll(c, t0, func(key string) result { return result{live: live[key]} })
+	if got, want := c.provisional(), (budget.Lease{Rate: 4.0 / 3, Burst: 0.8, Slots: 21}); !near(got.Rate, want.Rate) ||
+		got.Burst != want.Burst || got.Slots != want.Slots {
+		t.Fatalf("three instances seen: %+v, want %+v (a third, the burst of a first interval)", got, want)
+	}
+	// Alone: the whole budget's slots and rate.
+	live[""] = 1
+	grantAll(c, t0.Add(sec), func(key string) result { return result{live: live[key]} })
+	grantAll(c, t0.Add(2*sec), func(key string) result { return result{live: live[key]} })
+	if got, want := c.provisional(), (budget.Lease{Rate: 4, Burst: 0.8, Slots: 64}); got != want {
+		t.Fatalf("alone: %+v, want %+v", got, want)
+	}
+	// A partition met now has it, and it is not handed over: the local budget holds it to it.
+	c.absorb(t0.Add(2*sec), []budget.Usage{{Key: "t2", Offered: 1, Provisional: true}})
+	if got := c.lease(c.parts["t2"], t0.Add(2*sec)); got != c.provisional() {
+		t.Fatalf("a new partition's lease %+v, want the provisional %+v", got, c.provisional())
+	}
+	for _, p := range c.pushes(t0.Add(2 * sec)) {
+		if p.key == "t2" {
+			t.Fatalf("the provisional lease was handed over: %+v", p)
+		}
+	}
+	// Its first report says the local budget holds it to the provisional slots.
+	for _, reps := range c.earlyReports(t0.Add(2*sec + sec/10)) {
+		for _, r := range reps {
+			if r.p.key == "t2" && r.applied != 64 {
+				t.Fatalf("the first report applies %d slots, want the provisional 64", r.applied)
+			}
+		}
+	}
+	c.failed(t0.Add(3*sec), t0.Add(3*sec))
+	if got := c.provisional(); got.Burst != 0 || got.Slots != 64 {
+		t.Fatalf("while syncs fail: %+v, want no burst", got)
+	}
+	if ps := c.pushes(t0.Add(3 * sec)); !slices.ContainsFunc(ps, func(p push) bool { return p.key == "t2" }) {
+		t.Fatalf("while syncs fail, a partition with no grant is handed its lease: %+v", ps)
+	}
+}
+
+// TestLeaseHandedOverAgainToABudgetThatLostIt: a local budget that evicted a partition (its
+// table full) meets it again on the provisional lease; the partition's grant is handed over
+// again at once, not only when it changes.
+func TestLeaseHandedOverAgainToABudgetThatLostIt(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", MaxConcurrent: 8})
+	c.absorb(t0, []budget.Usage{{Key: "k", Wanted: 1}})
+	grant := budget.Lease{Slots: 2}
+	grantAll(c, t0, func(string) result { return result{lease: grant, live: 4} })
+	if ps := c.pushes(t0); len(ps) != 1 || ps[0].lease != grant {
+		t.Fatalf("pushes %+v, want the grant", ps)
+	}
+	if ps := c.pushes(t0); len(ps) != 0 {
+		t.Fatalf("pushes %+v, want none: nothing changed", ps)
+	}
+	c.absorb(t0, []budget.Usage{{Key: "k", Wanted: 1, Provisional: true}})
+	if ps := c.pushes(t0); len(ps) != 1 || ps[0].lease != grant {
+		t.Fatalf("pushes %+v after the budget lost the lease, want the grant again", ps)
 	}
 }
 

@@ -97,13 +97,47 @@
 // targets have handed over and the messages stop. An instance joining holders of the whole
 // budget is served the same way.
 // The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
-// hold.
+// hold (a provisional lease is no grant; see "Provisional leases" for what it may add).
 //
 // A budget without a per tag has one partition, "", which is leased when the budget is
 // registered (before its first statement) and kept while it is, idle or not: one call per
 // interval even while idle, so that a burst after a quiet spell finds its headroom. Keyed
-// partitions come and go with their values, and a new one's first statements wait for its
-// first lease (an early sync a tenth of an interval after the last).
+// partitions come and go with their values: a partition idle for three syncs is left (see
+// "What the local budget must offer"), and comes back on a provisional lease.
+//
+// # Provisional leases
+//
+// A partition this instance holds no grant for (a value new to it, or back after a quiet
+// spell) runs on a provisional lease until its first grant, with no call on the statement's
+// path: what Redis would grant it were no instance asking for any of the partition, the
+// budget divided by the instances last seen sharing it (the most live in one partition at
+// the last regular sync; fallback_instances before any sync answered), at least one slot,
+// with at most the burst of a first interval (see "Cold start"), and no burst before any
+// sync answered or while syncs fail. Its first statement kicks the coordinator, and the
+// partition is leased at an early sync a tenth of an interval (at most 100ms) after the last
+// (after the sync under way, when a long one of many partitions is).
+//
+// Alone, an instance's provisional lease is the whole budget's slots and rate: one instance
+// refuses nothing for concurrency that the same budget process-local would admit, a quiet
+// tenant included. With N instances, a new partition's share of slots is its share of the
+// headroom when nobody asks for any (⌊L/N⌋ of a limit L), so the guarantee of "Slots with
+// headroom" holds for it too: its statements are refused for want of a slot only once they
+// outgrow that share before the first grant.
+//
+// The bound it costs: Redis counts nothing of a provisional lease until the sync that
+// reports the partition answers; from then on it counts the instance as holding the
+// provisional slots, or its statements in flight if more, until it applies a smaller grant,
+// and grants the others only what is left. So the statements in flight of one partition,
+// across the fleet, exceed max_concurrent by at most the provisional slots of the instances
+// that met it within that window while other instances held its slots (each ⌊L/N⌋: less
+// than L together), and for at most about an interval (until the holders' next syncs hand
+// back what Redis now counts, or those statements end). Instances that meet a partition no
+// one held take at most L together (⌊L/N⌋ each; one each when L < N). A provisional rate and
+// burst are bounded alike, and what they ran reaches the global bucket as usage, whose debt
+// the instances' leases then carry. A budget that becomes shared while it runs (a reload
+// adding a coordination section) keeps its own limits on the partitions it holds until their
+// first grants, a round trip later: it ran them unseen by the others until then anyway, and
+// its statements in flight are counted from its first report.
 //
 // # Lease duration
 //
@@ -125,8 +159,8 @@
 // together (or once per sync's length, when a sync of many partitions takes longer); at the
 // moment another instance's lease lapses for a partition that wants more than it holds (see
 // above). Earlier when the local budget kicks ([Handle.Kick]: it refused or made wait a
-// statement, or met a new partition): a tenth of an interval (at most 100ms) after the last
-// sync for a partition with no lease yet, an eighth of an interval (at most 125ms) for a
+// statement, or admitted one on a provisional lease): a tenth of an interval (at most 100ms)
+// after the last sync for a partition with no lease yet, an eighth of an interval (at most 125ms) for a
 // starved partition below its fair target, or wanting more slots at once than its last sync
 // reported while it holds fewer than max_concurrent (a burst on an instance with room). A
 // starved partition at the fair share of the demand Redis knows does not sync early: there is
@@ -176,7 +210,8 @@
 //     Redis's own time (its clock at the last reply, advanced by ours since, plus twice the
 //     sync deadline); Redis ignores a call it runs later.
 //   - Redis unreachable at start: the connector opens, one line is logged, partitions run on
-//     the budget's rate divided by [rules.DefaultFallbackInstances] (10, configurable) —
+//     their provisional lease, the budget's rate divided by
+//     [rules.DefaultFallbackInstances] (10, configurable) —
 //     never the whole budget, which would be the safe choice for one instance only — with
 //     no burst room (a statement once the last one's cost has drained): instances that start
 //     together each with a fresh bucket would otherwise add their bursts up. The loop keeps
@@ -230,11 +265,16 @@
 //     while a debt that one statement larger than the lease's burst ran up (see below) stays
 //     owed. The cap forgives at most the burst that moved, so a shift in demand may let about
 //     one extra burst through. A lease of zero rate means no credit, zero slots no slot (not
-//     "unlimited" as in a Spec). A partition the budget has never had a lease for starts
-//     with a zero lease and kicks the coordinator; its statements wait (max_wait) or are
-//     refused until the lease arrives, a tenth of an interval later. A partition with credit
-//     and no debt admits one statement whose cost exceeds its lease's burst (but not the
-//     budget's), else a small lease could never admit a large statement.
+//     "unlimited" as in a Spec). A partition with credit and no debt admits one statement
+//     whose cost exceeds its lease's burst (but not the budget's), else a small lease could
+//     never admit a large statement.
+//
+//   - A provisional lease: SetProvisional(owner, lease) sets the limits of each partition
+//     the budget meets without a lease (new to it, or dropped), which it enforces until
+//     SetLease; the partitions it holds when it becomes shared (SetShared) keep its own
+//     limits until then. It kicks the coordinator when it admits a statement on such a
+//     lease, and its usage says so (Usage.Provisional), so that a partition it evicted
+//     while the coordinator still holds a grant for it is handed that grant again.
 //
 //   - Its share of the global debt: a lease carries Debt, the global debt at the grant times
 //     the lease's share of the rate (at most the lease's burst), and SetLease raises the
@@ -245,8 +285,9 @@
 //     peak number of statements that wanted a slot at once (in flight plus every statement
 //     refused or waiting for a slot since the last report), the current in-flight count, and whether any statement starved. Only the
 //     partitions with something to report are returned; the coordinator keeps reporting a
-//     partition for two more syncs after it went idle, then leaves it and sets a zero lease
-//     (the budget may then evict it when idle).
+//     partition for two more syncs after it went idle, then leaves it and calls DropLease
+//     (the budget forgets it once idle with no debt, and holds it to the provisional lease
+//     until then). A zero lease is a grant of nothing, not a drop.
 //
 //   - A kick when it refuses or delays a statement for want of credit or slots, or creates a
 //     partition: [Handle.Kick], a non-blocking flag and channel send.

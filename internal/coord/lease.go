@@ -60,14 +60,22 @@ type Local interface {
 	TakeUsage(now time.Time, dst []budget.Usage) []budget.Usage
 	// SetLease makes lease the partition's limits from now on, keeping its in-flight count
 	// and its debt (a debt above the new burst forgiven down to it by at most the burst the
-	// lease lost). A zero lease for a partition means the coordinator dropped it: the budget
-	// may forget the partition once it is idle.
+	// lease lost). A zero lease is no credit and no slot.
 	SetLease(now time.Time, key string, lease budget.Lease)
-	// SetShared makes the partitions' limits their leases from now on, starting with none,
-	// for owner, the registration that shares the budget: the budget calls kick when it
-	// refuses or delays a statement for want of its lease, and tells such a statement to
-	// retry after retry. A nil kick makes the budget's own limits apply again, unless another
-	// owner shared it since (a coordinator that replaced this one at a reload).
+	// DropLease says the coordinator left the partition: the budget may forget it once it is
+	// idle, and holds it to the provisional lease until then.
+	DropLease(now time.Time, key string)
+	// SetProvisional makes lease, for owner, the limits of each partition the budget meets
+	// without a lease from the coordinator (new to it, or dropped), until its lease arrives.
+	SetProvisional(owner any, lease budget.Lease)
+	// SetShared makes the partitions' limits their leases from now on, for owner, the
+	// registration that shares the budget: the partitions the budget holds keep its own
+	// limits until their leases arrive, and those it meets later start on the provisional
+	// lease. The budget calls kick when it refuses or delays a statement for want of its
+	// lease, or admits one on a lease the coordinator did not give, and tells a statement
+	// without credit to retry after retry. A nil kick makes the budget's own limits apply
+	// again, unless another owner shared it since (a coordinator that replaced this one at a
+	// reload).
 	SetShared(now time.Time, owner any, kick func(), retry time.Duration)
 }
 

@@ -77,6 +77,15 @@ func (f *fakeLocal) SetLease(_ time.Time, key string, l budget.Lease) {
 	}
 }
 
+// DropLease forgets the partition's lease, as a budget.Budget forgets an idle partition.
+func (f *fakeLocal) DropLease(_ time.Time, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.leases, key)
+}
+
+func (f *fakeLocal) SetProvisional(any, budget.Lease) {}
+
 func (f *fakeLocal) SetShared(_ time.Time, _ any, kick func(), _ time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -21,7 +21,8 @@ import (
 type simBudget struct {
 	mu       sync.Mutex // protects the fields below
 	lease    budget.Lease
-	has      bool
+	has      bool         // lease was set; else the partition is held to prov
+	prov     budget.Lease // the provisional lease
 	debt     float64
 	at       time.Time
 	offered  float64
@@ -36,10 +37,18 @@ type simBudget struct {
 func (b *simBudget) drain(now time.Time) {
 	if b.at.IsZero() || now.After(b.at) {
 		if !b.at.IsZero() {
-			b.debt = max(0, b.debt-b.lease.Rate*now.Sub(b.at).Seconds())
+			b.debt = max(0, b.debt-b.inForce().Rate*now.Sub(b.at).Seconds())
 		}
 		b.at = now
 	}
+}
+
+// inForce is the lease the partition is held to: its own, else the provisional one.
+func (b *simBudget) inForce() budget.Lease {
+	if b.has {
+		return b.lease
+	}
+	return b.prov
 }
 
 func (b *simBudget) admit(now time.Time, cost float64) bool {
@@ -48,12 +57,15 @@ func (b *simBudget) admit(now time.Time, cost float64) bool {
 	b.drain(now)
 	b.offered += cost
 	// A partition with no debt admits one statement larger than its lease's burst.
-	if !b.has || b.lease.Rate == 0 || b.debt+cost > b.lease.Burst && b.debt > 0 {
+	if l := b.inForce(); l.Rate == 0 || b.debt+cost > l.Burst && b.debt > 0 {
 		b.starved = true
 		if b.kick != nil {
 			b.kick()
 		}
 		return false
+	}
+	if !b.has && b.kick != nil {
+		b.kick() // admitted on the provisional lease: its own is to come early
 	}
 	b.debt += cost
 	b.used += cost
@@ -64,12 +76,25 @@ func (b *simBudget) admit(now time.Time, cost float64) bool {
 func (b *simBudget) TakeUsage(_ time.Time, dst []budget.Usage) []budget.Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	u := budget.Usage{Offered: b.offered, Used: b.used, Starved: b.starved}
+	u := budget.Usage{Offered: b.offered, Used: b.used, Starved: b.starved, Provisional: !b.has}
 	b.offered, b.used, b.starved = 0, 0, false
 	if !active(&u) {
 		return dst
 	}
 	return append(dst, u)
+}
+
+func (b *simBudget) SetProvisional(_ any, l budget.Lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.prov = l
+}
+
+func (b *simBudget) DropLease(now time.Time, _ string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drain(now)
+	b.has = false
 }
 
 func (b *simBudget) SetShared(_ time.Time, _ any, kick func(), _ time.Duration) {

@@ -1,0 +1,90 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/internal/redistest"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestFleetReloadAddingCoordinationRefusesNothing: one instance runs 8 workers of
+// `select 1` under a process-local budget of max_concurrent 64, and a reload adds a
+// coordination section (a healthy Redis), as a team turning shared budgets on for a running
+// service would. The instance is alone: the README ("Shared budgets") says that one instance
+// alone refuses nothing the same budget process-local would admit, and that a budget made
+// shared by a reload keeps its own limits until its first lease; a budget's state (debt,
+// in-flight counts) survives a reload that keeps its name. No statement may be refused across
+// the reload, neither before the coordinator's first sync answers nor after.
+func TestFleetReloadAddingCoordinationRefusesNothing(t *testing.T) {
+	srv := redistest.Need(t)
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	const local = `
+budgets:
+  - {name: slots, mode: enforce, max_concurrent: 64}
+rules:
+  - {budget: slots, match: {app: fleet}}
+`
+	var logs lockedBuffer
+	c, db := openShared(t, dsn, local, &logs)
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	tagged := tagging.With(context.Background(), "app", "fleet")
+	var ran, refused atomic.Int64
+	var mu sync.Mutex
+	var first error
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, err := db.ExecContext(tagged, "select 1")
+				switch {
+				case err == nil:
+					ran.Add(1)
+				case errors.Is(err, driver.ErrBlocked):
+					if refused.Add(1) == 1 {
+						mu.Lock()
+						first = err
+						mu.Unlock()
+					}
+					time.Sleep(time.Millisecond)
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second) // the pool warm, every worker running
+	if n := refused.Load(); n != 0 {
+		cancel()
+		wg.Wait()
+		t.Fatalf("the process-local budget refused %d statements: the scenario is wrong", n)
+	}
+	cfg, err := driver.ParseConfig([]byte(fmt.Sprintf("coordination: {redis: %q, sync_interval: 1s}\n", srv.URL) + local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	cancel()
+	wg.Wait()
+	s := sharedStatus(t, c, "slots")
+	t.Logf("8 workers across a reload adding coordination: %d ran, %d refused; lease now %+v", ran.Load(), refused.Load(), s)
+	if refused.Load() > 0 {
+		t.Errorf("one instance alone, 8 in flight of a max_concurrent of 64: %d statements refused across the reload "+
+			"that made the budget shared (first: %v)", refused.Load(), first)
+	}
+}
