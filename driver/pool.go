@@ -36,6 +36,13 @@ import (
 // Exec returns, the rows are closed or read to the end, Row.Scan returns, or the batch's
 // results are closed.
 //
+// A statement run by the name of one prepared on the pool's connections (pgx runs it when its
+// name is passed as the SQL), by the pool's AfterConnect hook or with a transaction's Prepare,
+// is decided as the text it was prepared from, on the pool, its connections and in its
+// transactions; one name prepared with different texts is decided as the name. With an
+// AfterConnect hook, the pool's first statements wait until it has run on a connection, so
+// that those names are known. Statements prepared through a connection's Conn are not seen.
+//
 // [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle] hand out [*PoolConn]s,
 // connections whose statements are controlled too. Ping, Stat, [Pool.Config] and [Pool.Reset]
 // are pgxpool's, not decided. A Pool is safe for concurrent use. Close it to close its
@@ -46,6 +53,8 @@ type Pool struct {
 	*core
 	run  *runner
 	pool *pgxpool.Pool
+	// afterConnect is the application's AfterConnect hook, which the pool's runs (learnAfter).
+	afterConnect func(context.Context, *pgx.Conn) error
 }
 
 // NewPool parses dsn as pgxpool.ParseConfig does (a PostgreSQL URL or keyword/value string,
@@ -62,7 +71,9 @@ func NewPool(ctx context.Context, dsn string, opts ...Option) (*Pool, error) {
 
 // NewPoolFromConfig returns a pool for a configuration made by pgxpool.ParseConfig and then
 // adjusted in code (hooks such as AfterConnect, a TLS config, a tracer). The pool keeps a copy,
-// so later changes to cfg do not reach it.
+// so later changes to cfg do not reach it. The statements its AfterConnect hook prepares are
+// read from each new connection after the hook (pg_prepared_statements), so that a statement
+// run by one of their names is decided as its text.
 func NewPoolFromConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Pool, error) {
 	if cfg == nil {
 		return nil, errors.New("pgtraffic: NewPoolFromConfig: the pgxpool.Config is nil")
@@ -80,12 +91,30 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 	if err != nil {
 		return nil, err
 	}
-	pp, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
+	p := &Pool{core: co, run: newRunner(co), afterConnect: cfg.AfterConnect}
+	cfg.AfterConnect = learnAfter(cfg.AfterConnect, &p.run.names)
+	p.run.names.pending.Store(cfg.AfterConnect != nil)
+	if p.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		co.close()
 		return nil, fmt.Errorf("pgtraffic: %w", err)
 	}
-	return &Pool{core: co, run: newRunner(co), pool: pp}, nil
+	return p, nil
+}
+
+// learnAfter is the pool's AfterConnect hook: the application's, after which the names of the
+// statements it prepared on the new connection are recorded (preparedNames), so that a
+// statement run by one of them is decided as its text. Without a hook of the application's,
+// nothing is prepared on a new connection, and nothing is read.
+func learnAfter(after func(context.Context, *pgx.Conn) error, names *preparedNames) func(context.Context, *pgx.Conn) error {
+	if after == nil {
+		return nil
+	}
+	return func(ctx context.Context, c *pgx.Conn) error {
+		if err := after(ctx, c); err != nil {
+			return err
+		}
+		return names.learn(ctx, c)
+	}
 }
 
 // poolDial makes pgtraffic's own connections (the health sampler's, the server clock
@@ -103,9 +132,29 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 	}
 }
 
+// learned waits, when the pool has an AfterConnect hook, until it has run on a connection: the
+// names of the statements it prepares are then known, and the pool's statements, decided before
+// they take a connection, are decided as the texts those names stand for (preparedNames). It
+// takes a connection for that, once, and gives it back; its error is the pool's. Once the
+// names are known it costs a statement one atomic load.
+func (p *Pool) learned(ctx context.Context) error {
+	if !p.run.names.pending.Load() || p.engine.Closed() { // closed: the statement returns ErrClosed
+		return nil
+	}
+	c, err := p.pool.Acquire(ctx) // a new connection: the hook, then preparedNames.learn
+	if err != nil {
+		return err
+	}
+	c.Release()
+	return nil
+}
+
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := p.learned(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	return p.run.exec(ctx, p.dest(), sql, args)
 }
 
@@ -114,6 +163,9 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := p.learned(ctx); err != nil {
+		return errRows{err: err}, err
+	}
 	return p.run.query(ctx, p.dest(), sql, args)
 }
 
@@ -121,6 +173,9 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := p.learned(ctx); err != nil {
+		return &pgxRow{err: err}
+	}
 	return p.run.queryRow(ctx, p.dest(), sql, args)
 }
 
@@ -135,8 +190,8 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 // the server nothing); the statements in between are, each on the transaction's connection
 // (an EXPLAIN in a savepoint), and a refused one is not sent, so the transaction stays usable.
 // The transaction's Conn is the *pgx.Conn underneath: statements sent through it bypass
-// control. A statement prepared with the transaction's Prepare and run by its name through the
-// transaction is decided as the text it was prepared from.
+// control. A statement prepared with the transaction's Prepare and run by its name, through
+// the transaction or, once it ended, on the pool, is decided as the text it was prepared from.
 func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	t, err := p.pool.BeginTx(ctx, o)
 	if err != nil {
@@ -146,7 +201,7 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 }
 
 // dest is where the pool's statements run: on a connection each takes once it is admitted.
-func (p *Pool) dest() *dest { return &dest{pool: poolConns{p.pool}} }
+func (p *Pool) dest() *dest { return &dest{pool: poolConns{p.pool}, names: &p.run.names} }
 
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
@@ -158,7 +213,11 @@ func (p *Pool) Stat() *pgxpool.Stat { return p.pool.Stat() }
 // Config does: changing it changes neither the pool nor the next call's copy. It holds
 // pgxpool's settings (connection, pool sizes, hooks), not the traffic-control rules: those
 // are in Snapshot and changed with SetConfig.
-func (p *Pool) Config() *pgxpool.Config { return p.pool.Config() }
+func (p *Pool) Config() *pgxpool.Config {
+	c := p.pool.Config()
+	c.AfterConnect = p.afterConnect // the application's, not the one that wraps it
+	return c
+}
 
 // Reset closes all the pool's connections but leaves the pool open, as pgxpool's Reset does:
 // the idle ones at once, those in use when they are released. Use it after an error that
@@ -200,5 +259,8 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := p.learned(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
 	return p.run.sendBatch(ctx, p.dest(), b)
 }

@@ -76,8 +76,9 @@ func (c *PoolConn) CopyFrom(ctx context.Context, table pgx.Identifier, columns [
 	return c.run.copyFrom(ctx, c.dest(), table, columns, src)
 }
 
-// dest is where the connection's statements run: on it.
-func (c *PoolConn) dest() *dest { return &dest{conn: c.pc.Conn()} }
+// dest is where the connection's statements run: on it, with the names prepared on the pool's
+// connections.
+func (c *PoolConn) dest() *dest { return &dest{conn: c.pc.Conn(), names: &c.run.names} }
 
 // Begin starts a transaction on the connection, controlled as [Pool.BeginTx]'s.
 func (c *PoolConn) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -124,16 +124,18 @@ func decideOn(q querier, release releaser, begin func(conn *pgx.Conn) error) (qu
 }
 
 // runner puts the statements of a [Pool], of its connections and of its transactions through
-// the engine (interceptor.run), and keeps the engine's tickets for reuse. Safe for concurrent
-// use.
+// the engine (interceptor.run), and keeps the engine's tickets for reuse, and the names of the
+// statements prepared on the pool's connections. Safe for concurrent use.
 type runner struct {
 	c       *core
 	tickets sync.Pool // *ticket, finished
 	batches sync.Pool // *engine.Batch, finished
+	names   preparedNames
 }
 
 func newRunner(c *core) *runner {
 	r := &runner{c: c}
+	r.names.log = c.log
 	r.tickets.New = func() any { return &ticket{home: &r.tickets} }
 	r.batches.New = func() any { return new(engine.Batch) }
 	return r

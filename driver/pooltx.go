@@ -10,8 +10,7 @@ import (
 // pgxTx is a transaction of a [Pool] (or a savepoint within one): pgx's transaction, whose
 // statements go through the engine on the transaction's connection. Commit, Rollback and
 // Prepare are pgx's with a little bookkeeping; LargeObjects and Conn are pgx's (statements
-// sent on Conn bypass control, and so does a statement prepared here that runs outside this
-// transaction). Like pgx's transactions it is used by one goroutine at a time.
+// sent on Conn bypass control). Like pgx's transactions it is used by one goroutine at a time.
 type pgxTx struct {
 	pgx.Tx
 	run *runner
@@ -48,8 +47,10 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 }
 
 // dest is where the transaction's statements run: its connection, sent to through pgx's Tx,
-// with the names of the statements prepared in it.
-func (t *pgxTx) dest() *dest { return &dest{q: t.Tx, conn: t.Tx.Conn(), prepared: t.prepared} }
+// with the names of the statements prepared in it, and on the pool's connections.
+func (t *pgxTx) dest() *dest {
+	return &dest{q: t.Tx, conn: t.Tx.Conn(), prepared: t.prepared, names: &t.run.names}
+}
 
 func (t *pgxTx) end() {
 	if r := t.release; r != nil {
@@ -58,11 +59,14 @@ func (t *pgxTx) end() {
 	}
 }
 
-// Prepare prepares sql on the transaction's connection as pgx does, and remembers the name.
+// Prepare prepares sql on the transaction's connection as pgx does, and remembers the name: in
+// the transaction, and pool-wide, as the statement stays prepared on the connection once the
+// transaction ends.
 func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	sd, err := t.Tx.Prepare(ctx, name, sql)
 	if err == nil && name != "" && name != sql {
 		t.prepared[name] = sql
+		t.run.names.record(preparedStmt{name: name, text: sql})
 	}
 	return sd, err
 }

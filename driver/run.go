@@ -105,6 +105,9 @@ type dest struct {
 	// prepared maps the names of the statements prepared in a transaction to their texts (see
 	// pgxTx.Prepare); nil outside one.
 	prepared map[string]string
+	// names are those of the statements prepared on the pool's connections (preparedNames);
+	// nil for a database/sql connection's statement.
+	names *preparedNames
 }
 
 // held is where a statement on d's held connection is sent.
@@ -116,14 +119,14 @@ func (d *dest) held() querier {
 }
 
 // text is the text sql is decided as: the statement's text when sql names one prepared in the
-// transaction, else sql itself.
+// transaction, or on the pool's connections, else sql itself.
 func (d *dest) text(sql string) string {
 	if len(d.prepared) > 0 {
 		if text, ok := d.prepared[sql]; ok {
 			return text
 		}
 	}
-	return sql
+	return d.names.text(sql)
 }
 
 // run runs one statement, text with args, in o (whose ticket the caller sets): it begins it at
