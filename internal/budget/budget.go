@@ -99,6 +99,10 @@ type Request struct {
 	// statement waiting for a connection, perhaps the very one it holds. Admit takes it as it
 	// is; Connect clears it.
 	Pending bool
+	// folds is how many times the budget had folded its keys into its unkeyed state when the
+	// request was admitted (keys.fold): a keyed request admitted before a fold holds its slot
+	// in the unkeyed state (keys.holder).
+	folds uint64
 }
 
 // Denial says which request refused an admission and why.
@@ -362,7 +366,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
 	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
-	r.Cost = cost                          // what Release trues up
+	r.Cost, r.folds = cost, b.keys.folds   // what Release trues up, and where
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++
@@ -425,7 +429,7 @@ func Return(now time.Time, r *Request) { release(now, r, 0, false) }
 func release(now time.Time, r *Request, actual float64, ran bool) {
 	b := r.Budget
 	b.mu.Lock()
-	if s := b.keys.lookup(r.Key); s != nil && s.inflight > 0 {
+	if s := b.keys.holder(r); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		if r.Pending && s.pending > 0 {
 			s.unpend(sanitizeCost(r.Cost))
@@ -469,7 +473,7 @@ func Connect(now time.Time, r *Request) bool {
 
 // connect is Connect's work under b.mu.
 func (b *Budget) connect(now time.Time, r *Request) bool {
-	s := b.keys.lookup(r.Key)
+	s := b.keys.holder(r)
 	if s == nil || s.pending == 0 {
 		return true
 	}
@@ -527,7 +531,7 @@ func Adjust(now time.Time, r Request, delta float64) {
 	b := r.Budget
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.keys.lookup(r.Key)
+	s := b.keys.holder(&r)
 	if s == nil {
 		return
 	}

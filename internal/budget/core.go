@@ -143,7 +143,8 @@ type keys struct {
 	idle     idleHeap
 	inflight int // summed over keys
 	evicted  uint64
-	shared   bool // limits come from each key's lease (lease.go), not from spec
+	folds    uint64 // how many times fold moved the keys into the unkeyed state
+	shared   bool   // limits come from each key's lease (lease.go), not from spec
 	// provisional is a shared budget's lease for a key its coordinator has not leased yet
 	// (lease.go): the limits of an absent key, and of a key inserted, until SetLease.
 	provisional Lease
@@ -154,6 +155,16 @@ func (k *keys) lookup(key string) *state {
 		return k.unkeyed
 	}
 	return k.byKey[key]
+}
+
+// holder is the state that holds admitted request r's slot: its key's, except for a keyed
+// request admitted before the budget last folded its keys (fold, when it stopped counting per
+// key), whose slot the unkeyed state has held since, also once the budget counts per key again.
+func (k *keys) holder(r *Request) *state {
+	if r.Key != "" && r.folds < k.folds {
+		return k.unkeyed
+	}
+	return k.lookup(r.Key)
 }
 
 func (k *keys) count() int {
@@ -270,6 +281,7 @@ func (k *keys) fold(now time.Time) {
 	}
 	clear(k.idle) // only keyed states are idle
 	k.idle = k.idle[:0]
+	k.folds++ // the keyed requests admitted so far hold their slots in u (holder)
 }
 
 // all returns every state, the unkeyed one first.
