@@ -59,10 +59,15 @@
 // numbers with the tat and an entry per live instance, so that a call of 256 partitions reads
 // them with one command and writes them with one, and the script decodes and encodes them
 // without msgpack. A partition lapses a few intervals after its last
-// instance left (or its debt drained); each call sweeps a quarter as many other fields as it
-// carries partitions and deletes the lapsed ones, and the hash expires with the last partition
-// written, so idle partitions and dead instances cost bounded memory: 100,000 tenants cost
-// 100,000 fields only while they are all active. The "3" is the key layout's version: the
+// instance left (or its debt drained). The calls sweep the hash and delete the lapsed fields,
+// going round it about once every four intervals whatever the partitions they carry: each
+// sweeps the fields due since the last sweep, a quarter of the hash per interval, paced by the
+// time of the last sweep that the calls of every instance share, and at least a quarter as
+// many as it carries partitions; at most 1,024 a call, so that a call stays short, and a
+// budget left with a few active partitions among 100,000 lapsed ones deletes them within about
+// a hundred of its calls. The hash expires with the last partition written, so idle partitions
+// and dead instances cost bounded memory: 100,000 tenants cost 100,000 fields only while they
+// are all active, and a few intervals more. The "3" is the key layout's version: the
 // keys of earlier layouts (a msgpack value per field in pgtraffic:{budget}:p2, a key per
 // partition in pgtraffic:{budget}:p:<partition>) are never read, so instances of different
 // layouts do not see each other (see the changelog on upgrading).

@@ -1259,7 +1259,8 @@ func TestForgedSweepCursorIsIgnored(t *testing.T) {
 	spec := Spec{Name: "cursor", Rate: 2, Burst: 2, MaxConcurrent: 4}
 	insts := startInstances(t, Options{Client: rc, Logger: quiet}, spec, newFakeLocal(1, 1))
 	ctx := context.Background()
-	for _, cursor := range []string{"99999999999999999999", "18446744073709551616", "-1", "1e5", ""} {
+	for _, cursor := range []string{"99999999999999999999", "18446744073709551616", "-1", "1e5", "",
+		"18446744073709551616 1", "0 99999999999999999999", "0 -5", "7 1e300"} {
 		if err := rc.Set(ctx, sweepKey(spec.Name), cursor, 0).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,7 @@
 -- One sync of one instance for some partitions of one shared budget (see doc.go).
 --
 -- KEYS[1]   the budget's hash of partitions: one field per partition (see below)
--- KEYS[2]   the cursor of the sweep of KEYS[1]'s lapsed fields (see below)
+-- KEYS[2]   the sweep of KEYS[1]'s lapsed fields: its cursor and when it last ran (see below)
 -- KEYS[3]   when ARGV[8] > 0, the budget's quarantine hash (see below); every key of a budget
 --           has the budget's hash tag
 -- ARGV[1]   instance id (its field is "i:<id>")
@@ -43,12 +43,18 @@
 -- instances' entries are written back as the bytes they were read.
 
 -- Memory stays bounded: a partition lives while an instance takes part in it or its debt has
--- not drained (at most an hour of it). A field past its expiry counts as absent, and each call
--- sweeps a quarter as many of the hash's fields as it carries partitions (HSCAN from the
--- cursor in KEYS[2]), deleting the lapsed ones: the sweep goes round the hash about once every
--- four intervals while the partitions are synced (each field swept costs Redis a read of its
--- value, and most fields are live). The hash and the cursor expire with the
--- furthest expiry written, so a budget nobody syncs goes whole.
+-- not drained (at most an hour of it). A field past its expiry counts as absent, and the calls
+-- sweep the hash (HSCAN from the cursor in KEYS[2]), deleting the lapsed fields, so that the
+-- sweep goes round the hash about once every four intervals however many partitions the calls
+-- carry: a call sweeps the fields due since the last sweep, a quarter of the hash's fields
+-- (HLEN) per interval, paced by the time of the last sweep kept with the cursor, so that the
+-- calls of every instance share one pace; at most max_sweep of them, so that a call stays
+-- short whatever the hash holds, and at least a quarter as many as it carries partitions.
+-- Each field swept costs Redis a read of its value, and most fields are live: a budget whose
+-- partitions are all active sweeps no more than that quarter, and one that keeps a few active
+-- among many lapsed (a nightly job touched every tenant) deletes max_sweep lapsed fields per
+-- call until they are gone. The hash and the cursor expire with the furthest expiry written,
+-- so a budget nobody syncs goes whole.
 --
 -- Lost instances. An instance whose lease lapsed in Redis may still be running on its
 -- fallback share: Redis lost its entry in a restart, or the entry lapsed while nobody could
@@ -148,6 +154,9 @@ local max_debt = 3600 * 1000000
 local max_lost = 100000
 -- The furthest back a report's usage counts as run, µs.
 local max_age = max_debt
+-- The most fields one call sweeps: a sweep of that many costs Redis less than a call of
+-- 256 partitions, however many lapsed fields the hash holds.
+local max_sweep = 1024
 
 -- A partition's value (see the top): its expiry and the partition's six values, then each
 -- instance's entry, its id (after the id's length) and its twelve values. The header and the
@@ -206,13 +215,27 @@ end
 local kind = redis.call('TYPE', hkey)['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', hkey) end
 
--- Sweep: delete the lapsed fields among the next ones from the cursor. A cursor Redis could
--- not have returned starts the sweep over: one of 20 digits may be past 2^64 - 1, which HSCAN
--- refuses, failing every sync of the budget for as long as the key stays (a hash's cursor is
--- below its table's size, far below 10^19).
-local cursor = redis.pcall('GET', ckey)
-if type(cursor) ~= 'string' or not string.find(cursor, '^%d+$') or #cursor > 19 then cursor = '0' end
-local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', max(math.ceil(nparts / 4), 32))
+-- Sweep: delete the lapsed fields among the next ones from the cursor (see the top). KEYS[2]
+-- holds "<cursor> <µs of the last sweep>". A cursor Redis could not have returned starts the
+-- sweep over: one of 20 digits may be past 2^64 - 1, which HSCAN refuses, failing every sync
+-- of the budget for as long as the key stays (a hash's cursor is below its table's size, far
+-- below 10^19). A time to come, or none (the key of an earlier version held the cursor alone),
+-- is now; one older than a round (four intervals) counts as a round ago.
+local cursor, swept_at = '0', now
+local state = redis.pcall('GET', ckey)
+if type(state) == 'string' then
+  local c, at = string.match(state, '^(%d+) (%d+)$')
+  if c == nil then c = string.match(state, '^(%d+)$') end
+  if c ~= nil and #c <= 19 then cursor = c end
+  at = tonumber(at)
+  if at ~= nil and at <= now then swept_at = max(at, now - 4 * period) end
+end
+-- The fields due since the last sweep: a quarter of the hash per interval. A fraction of a
+-- field is left for a later call, which the time of the last sweep carries; the fields past
+-- max_sweep are not (the next calls sweep at most as many each).
+local due = floor(redis.call('HLEN', hkey) * (now - swept_at) / (4 * period))
+if due >= 1 then swept_at = now end
+local scan = redis.call('HSCAN', hkey, cursor, 'COUNT', max(math.ceil(nparts / 4), 32, min(due, max_sweep)))
 local swept = {}
 for j = 1, #scan[2], 2 do
   local x = expiry(scan[2][j + 1])
@@ -577,7 +600,7 @@ if nparts > 0 and pttl < keep_ms then
   pttl = keep_ms
 end
 if pttl > 0 then
-  redis.call('SET', ckey, cursor, 'PX', pttl)
+  redis.call('SET', ckey, cursor .. ' ' .. string.format('%.0f', swept_at), 'PX', pttl)
 else
   redis.call('DEL', ckey)
 end
