@@ -37,6 +37,7 @@ type Budget struct {
 	// so that an admission with nobody waiting looks no further.
 	queues  map[string]*queue
 	waiters int
+	shed    map[string]shedRange // the waiters a lowered MaxQueue left beyond it, per key (queue.go)
 
 	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
@@ -59,6 +60,7 @@ func (b *Budget) SetSpec(now time.Time, spec Spec) {
 	if spec == b.keys.spec {
 		return // a reload that left the budget as it was: no walk over its keys
 	}
+	b.shed = b.beyond(spec.MaxQueue)
 	b.keys.setSpec(now, spec)
 	b.text, b.unknown = newLimitText(spec), spec.unknownCost()
 }

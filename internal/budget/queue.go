@@ -82,10 +82,18 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
 	for i := range reqs {
-		b := reqs[i].Budget
+		b, key := reqs[i].Budget, reqs[i].Key
+		bound := b.keys.spec.MaxQueue
+		switch {
+		case bound == 0:
+		case w.arrival == 0:
+			if len(b.queues[key].waiters()) >= bound {
+				return i
+			}
 		// A waiter joining again in its place of arrival held a place already: the bound is
-		// for newcomers, which may have filled the queue while it was decided again.
-		if bound := b.keys.spec.MaxQueue; bound > 0 && w.arrival == 0 && len(b.queues[reqs[i].Key].waiters()) >= bound {
+		// for newcomers, which may have filled the queue while it was decided again; but a
+		// lowered bound sheds the waiters it leaves beyond it.
+		case b.shed[key].holds(w.arrival):
 			return i
 		}
 	}
@@ -162,6 +170,28 @@ func Leave(w *Waiter, reqs []Request) {
 	w.seq = 0
 }
 
+// shedRange is a span of arrivals, (from, to]: the waiters of a key that a lowered MaxQueue left
+// beyond its bound, refused when they join again (decided again under the new rules).
+type shedRange struct{ from, to uint64 }
+
+func (r shedRange) holds(arrival uint64) bool { return arrival > r.from && arrival <= r.to }
+
+// beyond returns, per key, the waiters beyond the first bound of its queue, in arrival order:
+// those a MaxQueue lowered to bound sheds. nil when no queue is longer. The caller holds b.mu.
+func (b *Budget) beyond(bound int) map[string]shedRange {
+	var shed map[string]shedRange
+	for key, q := range b.queues {
+		if bound == 0 || len(q.ws) <= bound {
+			continue
+		}
+		if shed == nil {
+			shed = map[string]shedRange{}
+		}
+		shed[key] = shedRange{from: q.ws[bound-1].seq, to: q.ws[len(q.ws)-1].seq}
+	}
+	return shed
+}
+
 // Waiting reports how many statements wait for key's room in b.
 func (b *Budget) Waiting(key string) int {
 	b.mu.Lock()
@@ -225,18 +255,23 @@ func (b *Budget) wakeFirst(key string) {
 	}
 }
 
-// WakeWaiters tells the waiters of b to try again, as wakeAll does: the rules changed, and a
-// statement that waits under the rules it was routed by must be decided again under the new
-// ones (the engine's admission), whether they lift its budget's limits, close it or remove it.
-// Each waiter that leaves its queue tells the one behind it, which then sees the change too.
+// WakeWaiters tells every waiter of b to try again: the rules changed, and a statement that
+// waits under the rules it was routed by must be decided again under the new ones (the
+// engine's admission), whether they lift its budget's limits, close it, lower its max_queue
+// or remove it. (Waking only the first of each queue would not reach the others: one that
+// joins again in its place of arrival stays first, and wakes nobody.)
 func (b *Budget) WakeWaiters() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.wakeAll()
+	for _, q := range b.queues {
+		for _, w := range q.ws {
+			w.signal()
+		}
+	}
 }
 
 // wakeAll tells the waiters of every key to try again, as wakeFreed does one key's (a shared
-// budget's leases changed, or the rules did). The caller holds b.mu.
+// budget's leases changed). The caller holds b.mu.
 func (b *Budget) wakeAll() {
 	for key := range b.queues {
 		if s := b.keys.lookup(key); s != nil {
