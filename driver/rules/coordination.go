@@ -1,8 +1,11 @@
 package rules
 
 import (
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,9 +35,11 @@ type Coordination struct {
 	// Redis is where the shared state lives: a redis://, rediss:// (TLS) or unix:// URL as
 	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0; a password's '@', ':', '/'
 	// '?' or '#' is percent-encoded (a '#' as %23), as in any URL. Required unless the connector
-	// is given a client in code. Its shape is checked here, its client options (the query) when
-	// the client is made. It never reaches an error; in a log, a span or the status page its
-	// credentials are redacted. Its user needs the keys and the channels under pgtraffic:
+	// is given a client in code. Its shape and the values of go-redis's client options (the
+	// query, such as dial_timeout=2s) are checked here, and a misspelt option is named; an option
+	// go-redis's version reads that this one does not know is left to the client, whose error
+	// names it. It never reaches an error, nor does an option's value; in a log, a span or the
+	// status page its credentials are redacted. Its user needs the keys and the channels under pgtraffic:
 	// (ACL ~pgtraffic:* and &pgtraffic:*); without the channels, slots another instance holds
 	// as headroom move only at that instance's next sync.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
@@ -87,10 +92,10 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-// redisURLProblem returns what is wrong with a Redis URL, in words that never contain any
-// part of it, or "". It checks the URL's shape as go-redis reads it (redis.ParseURL): the
-// scheme, the host and port, the database number; the client options of its query are left to
-// go-redis, which internal/coord calls when it makes the client.
+// redisURLProblem returns what is wrong with a Redis URL, in words that never contain a
+// credential or an option's value, or "". It checks the URL as go-redis reads it
+// (redis.ParseURL): the scheme, the host and port, the database number, and the client options
+// of its query (see queryProblem).
 func redisURLProblem(raw string) string {
 	if strings.ContainsRune(raw, '#') {
 		// A URL ends at its '#': in a password written as is, the rest of the password would
@@ -127,10 +132,90 @@ func redisURLProblem(raw string) string {
 	default:
 		return "must be a redis://, rediss:// or unix:// URL"
 	}
-	if db := u.Query()["db"]; len(db) > 0 && !databaseNumber(db[len(db)-1]) {
-		return "has an invalid db option (want a number)"
+	return queryProblem(u)
+}
+
+// optionKind is the kind of value a go-redis URL option takes.
+type optionKind int
+
+const (
+	optInt      optionKind = iota
+	optDatabase            // a database number, which the URL's path may give too
+	optDuration
+	optBool
+	optString
+)
+
+// goRedisOptions are the client options go-redis v9 reads from a URL's query, by the kind of
+// value each takes. go-redis refuses a URL whose option has a value of another kind, or an
+// option it does not read, when the connector makes its client.
+var goRedisOptions = map[string]optionKind{
+	"db": optDatabase, "protocol": optInt, "client_name": optString, "max_retries": optInt,
+	"min_retry_backoff": optDuration, "max_retry_backoff": optDuration, "dial_timeout": optDuration,
+	"read_timeout": optDuration, "write_timeout": optDuration, "pool_fifo": optBool, "pool_size": optInt,
+	"pool_timeout": optDuration, "min_idle_conns": optInt, "max_idle_conns": optInt,
+	"max_active_conns": optInt, "max_concurrent_dials": optInt, "pipeline_pool_size": optInt,
+	"pipeline_read_buffer_size": optInt, "pipeline_write_buffer_size": optInt,
+	"conn_max_idle_time": optDuration, "idle_timeout": optDuration, "conn_max_lifetime": optDuration,
+	"max_conn_age": optDuration, "conn_max_lifetime_jitter": optDuration, "skip_verify": optBool,
+}
+
+// optionWants says what a value of each kind must look like, as go-redis reads it.
+var optionWants = [...]string{
+	optInt:      "an integer",
+	optDatabase: "a number",
+	optDuration: "a duration such as 2s, or a number of seconds",
+	optBool:     "true, false, 1 or 0",
+}
+
+// queryProblem returns what is wrong with the client options of u's query, naming the option
+// but never its value, or "": an option of goRedisOptions whose value (the last one given, as
+// go-redis reads it) is not of its kind, or an option go-redis does not read that is one of
+// them misspelt. An option that is neither is left to go-redis, whose version may read options
+// that this one does not: the connector's error then names it.
+func queryProblem(u *url.URL) string {
+	q := u.Query()
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		kind, known := goRedisOptions[name]
+		if !known {
+			if s := suggest(name, slices.Sorted(maps.Keys(goRedisOptions))); s != "" {
+				return fmt.Sprintf("has an option %s that go-redis does not read (did you mean %s?)", name, s)
+			}
+			continue
+		}
+		if name == "skip_verify" && u.Scheme != "rediss" {
+			return "has a skip_verify option, which only a rediss:// URL takes"
+		}
+		vs := q[name]
+		if !optionValue(kind, vs[len(vs)-1]) {
+			return fmt.Sprintf("has an invalid %s option (want %s)", name, optionWants[kind])
+		}
 	}
 	return ""
+}
+
+// optionValue reports whether go-redis reads v as a value of kind; an empty value is the
+// option's default.
+func optionValue(kind optionKind, v string) bool {
+	if v == "" {
+		return true
+	}
+	switch kind {
+	case optInt:
+		_, err := strconv.Atoi(v)
+		return err == nil
+	case optDatabase:
+		return databaseNumber(v)
+	case optDuration:
+		if _, err := strconv.Atoi(v); err == nil {
+			return true
+		}
+		_, err := time.ParseDuration(v)
+		return err == nil
+	case optBool:
+		return v == "true" || v == "false" || v == "1" || v == "0"
+	}
+	return true
 }
 
 // databaseNumber reports whether s is a Redis database number.

@@ -2,6 +2,9 @@ package coord
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,12 +16,13 @@ import (
 // clientFor returns a client for the coordination section's redis:// or rediss:// URL, set
 // up for syncs: context deadlines honoured, no retries (the loop retries on its own
 // schedule) and dial timeouts within a sync's deadline. Its errors never contain the URL's
-// credentials.
+// credentials nor its options' values, and name the option at fault.
 func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		// go-redis may quote the URL; say which one without its credentials.
-		return nil, fmt.Errorf("coord: invalid Redis URL %s", rules.RedactURL(rawURL))
+		// go-redis may quote the URL or an option's value: say which URL without its
+		// credentials and query, and which option.
+		return nil, fmt.Errorf("coord: invalid Redis URL %s%s", rules.RedactURL(rawURL), optionAtFault(rawURL))
 	}
 	if interval <= 0 {
 		interval = rules.DefaultSyncInterval
@@ -37,4 +41,37 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opts.PoolSize = maxCalls // an abandoned call keeps its place among them until it drains
 	return redis.NewClient(opts), nil
+}
+
+// optionAtFault says which client option of rawURL's query go-redis refuses, and whether for
+// its name or its value, without the value (an option's name is not a secret; its value may
+// be); "" when the URL is at fault without its query. go-redis itself judges each option, alone
+// on the URL stripped of its credentials: with an empty value, which it takes for any option
+// it reads, then with the URL's.
+func optionAtFault(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	probe := *u
+	probe.User = nil
+	refused := func(q url.Values) bool {
+		probe.RawQuery = q.Encode()
+		_, err := redis.ParseURL(probe.String())
+		return err != nil
+	}
+	if refused(nil) {
+		return ""
+	}
+	q := u.Query()
+	names := slices.Sorted(maps.Keys(q))
+	for _, name := range names {
+		switch {
+		case refused(url.Values{name: {""}}):
+			return fmt.Sprintf(": go-redis reads no option %q in a %s:// URL", name, u.Scheme)
+		case refused(url.Values{name: q[name]}):
+			return fmt.Sprintf(": option %s has an invalid value (the value is not shown)", name)
+		}
+	}
+	return ""
 }
