@@ -19,14 +19,22 @@ var _ serverclock.Conn = (*Conn)(nil)
 // without their texts (pg_stat_statements(false) skips the text file). The identifiers are
 // joined, not searched (queryid = any($1) compares each entry with every identifier). The
 // lateral join keeps one row, with the reset stamp and the eviction count, when none matches.
+// The two %s are pg_stat_statements_info and pg_stat_statements qualified with the extension's
+// schema: the connection copies the application's settings, whose search_path need not
+// include it.
 const readSQL = `select i.stats_reset, i.dealloc, s.queryid, s.userid, s.calls, s.total_exec_time, s.total_plan_time
-from pg_stat_statements_info i
+from %s i
 left join lateral (
 	select p.queryid, p.userid, p.calls, p.total_exec_time, p.total_plan_time
-	from pg_stat_statements(false) p
-	join unnest($1::int8[]) as q(id) on p.queryid = q.id
-	where p.toplevel and p.dbid = (select oid from pg_database where datname = current_database())
+	from %s(false) p
+	join pg_catalog.unnest($1::int8[]) as q(id) on p.queryid = q.id
+	where p.toplevel and p.dbid = (select oid from pg_catalog.pg_database where datname = pg_catalog.current_database())
 ) s on true`
+
+// schemaSQL finds the schema pg_stat_statements was created in, in this database.
+const schemaSQL = `select n.nspname from pg_catalog.pg_extension e
+join pg_catalog.pg_namespace n on n.oid = e.extnamespace
+where e.extname = 'pg_stat_statements'`
 
 // Connector returns a serverclock Options.Connect that opens a connection from a copy of cfg
 // each time (pgx.ConnectConfig must not be handed one config twice) with dial (nil:
@@ -53,7 +61,10 @@ func Connector(cfg *pgx.ConnConfig, dial func(context.Context, *pgx.ConnConfig) 
 }
 
 // Conn is a serverclock.Conn over a pgx connection; like it, not safe for concurrent use.
-type Conn struct{ c *pgx.Conn }
+type Conn struct {
+	c   *pgx.Conn
+	sql string // readSQL in the extension's schema; "" until found, and again after a failed read
+}
 
 // Ping sends an empty query.
 func (c *Conn) Ping(ctx context.Context) error { return c.c.PgConn().Ping(ctx) }
@@ -61,6 +72,9 @@ func (c *Conn) Ping(ctx context.Context) error { return c.c.PgConn().Ping(ctx) }
 // Read reads pg_stat_statements' counters of ids.
 func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
 	out, err := c.read(ctx, ids)
+	if err != nil {
+		c.sql = "" // the extension may have been dropped, or created again elsewhere
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && unavailable[pgErr.Code] {
 		err = fmt.Errorf("%w: %w", serverclock.ErrUnavailable, err)
@@ -74,7 +88,19 @@ func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, erro
 var unavailable = map[string]bool{"42P01": true, "42883": true, "42501": true, "55000": true, "3F000": true}
 
 func (c *Conn) read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
-	rows, err := c.c.Query(ctx, readSQL, ids)
+	if c.sql == "" {
+		var schema string
+		err := c.c.QueryRow(ctx, schemaSQL).Scan(&schema)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return serverclock.Reading{}, fmt.Errorf("%w: the extension is not created in this database", serverclock.ErrUnavailable)
+		}
+		if err != nil {
+			return serverclock.Reading{}, err
+		}
+		c.sql = fmt.Sprintf(readSQL, pgx.Identifier{schema, "pg_stat_statements_info"}.Sanitize(),
+			pgx.Identifier{schema, "pg_stat_statements"}.Sanitize())
+	}
+	rows, err := c.c.Query(ctx, c.sql, ids)
 	if err != nil {
 		return serverclock.Reading{}, err
 	}
