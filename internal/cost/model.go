@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,6 +74,8 @@ type Model struct {
 	gN          uint64  // executions in the global EMAs
 	explainMean float64 // EMA of EXPLAIN round-trip seconds
 	explainN    uint64
+
+	unidentified atomic.Uint64 // EXPLAINs that reported no query identifier (PutQueryID of 0)
 }
 
 // Plan is what an EXPLAIN tells of one statement.
@@ -282,9 +285,11 @@ func (m *Model) PutPlanFailed(now time.Time, fp uint64) {
 }
 
 // PutQueryID records that the server identifies pattern fp's statements by queryID, as an
-// EXPLAIN reported (see [Plan]); 0 is ignored.
+// EXPLAIN reported (see [Plan]); 0, an EXPLAIN that reported none, is only counted
+// ([Model.Unidentified]).
 func (m *Model) PutQueryID(fp uint64, queryID int64) {
 	if queryID == 0 {
+		m.unidentified.Add(1)
 		return
 	}
 	m.mu.Lock()
@@ -413,6 +418,11 @@ func (m *Model) NeverFits(now time.Time, fp uint64) (probe bool) {
 func (p *pattern) refusalNews(now time.Time) bool {
 	return p.refused.IsZero() || now.Sub(p.refused) >= Relearn && now.Sub(p.probed) >= Relearn
 }
+
+// Unidentified returns how many EXPLAINs reported no query identifier ([Model.PutQueryID] of
+// 0): the server computes none (compute_query_id off, or auto without pg_stat_statements
+// loaded; before PostgreSQL 14), so it can report no pattern's cost.
+func (m *Model) Unidentified() uint64 { return m.unidentified.Load() }
 
 // QueryID pairs a pattern with the server's query identifier of its statements.
 type QueryID struct {

@@ -18,6 +18,10 @@ func (e *Engine) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
 	return e.model.QueryIDs(dst, max)
 }
 
+// Unidentified returns how many EXPLAINs reported no query identifier: the server's clock
+// cannot report their patterns.
+func (e *Engine) Unidentified() uint64 { return e.model.Unidentified() }
+
 // ObserveServer trains pattern fp on the server's clock: its statements (query identifier id)
 // took seconds each on average on the server over the recent reads (package serverclock
 // weighs them by their calls). Until until, the pattern's

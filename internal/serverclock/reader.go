@@ -21,6 +21,11 @@ import (
 // once would fail the same way.
 var ErrUnavailable = errors.New("serverclock: pg_stat_statements is not available")
 
+// ErrNoQueryID is the error of a round that finds statements explained but none with a query
+// identifier: the server computes none, so pg_stat_statements cannot say what a pattern cost.
+var ErrNoQueryID = errors.New("serverclock: the server reports no query identifier for the explained statements " +
+	"(PostgreSQL 14 or later with compute_query_id = on, or auto with pg_stat_statements in shared_preload_libraries)")
+
 // ApplicationName is the reader connection's application_name, so that it can be told apart
 // in pg_stat_activity.
 const ApplicationName = "pgtraffic server clock"
@@ -73,6 +78,14 @@ type Sink interface {
 	// be reported within about within of running. The zero until tells that a read failed:
 	// nothing will be.
 	Reading(until time.Time, within time.Duration)
+}
+
+// unidentifiedSink is implemented by a Sink (the engine) that counts the EXPLAINs that
+// reported no query identifier: while it knows none, a round that finds some fails with
+// [ErrNoQueryID], counted and logged as a failed read, rather than waiting for identifiers that
+// will not come.
+type unidentifiedSink interface {
+	Unidentified() uint64
 }
 
 // Options configure a Reader.
@@ -263,6 +276,9 @@ func (r *Reader) round(ctx context.Context) error {
 	}
 
 	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
+	if u, ok := r.o.Sink.(unidentifiedSink); ok && len(pairs) == 0 && u.Unidentified() > 0 {
+		return ErrNoQueryID
+	}
 	lead := false
 	if el := r.o.Election; el != nil {
 		b := health.Ballot{Set: electionSet, Interval: r.o.Interval}

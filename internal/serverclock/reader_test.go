@@ -1,6 +1,7 @@
 package serverclock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -198,6 +200,45 @@ func TestReaderFailuresChangeNothing(t *testing.T) {
 			t.Fatalf("asked %v with no known identifier", conn.asked)
 		}
 	})
+}
+
+// noIDSink is a fakeSink whose EXPLAINs reported no query identifier.
+type noIDSink struct {
+	fakeSink
+	unidentified uint64
+}
+
+func (s *noIDSink) Unidentified() uint64 { return s.unidentified }
+
+// TestReaderNoQueryID: statements explained without a query identifier make each round a
+// failure, counted, logged once, and waiting longer each time; an identifier learned later
+// makes the reads work again.
+func TestReaderNoQueryID(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	conn := &fakeConn{readings: []Reading{{}}}
+	sink := &noIDSink{}
+	var logs bytes.Buffer
+	r := NewReader(Options{Connect: func(context.Context) (Conn, error) { return conn, nil }, Sink: sink,
+		Interval: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return now }})
+	r.Round(context.Background()) // nothing explained yet
+	if c := r.Counts(); c.Failures != 0 {
+		t.Fatalf("counts %+v before any EXPLAIN", c)
+	}
+	sink.unidentified = 3
+	for range 3 {
+		r.Round(context.Background())
+	}
+	if c := r.Counts(); c.Failures != 3 || r.failed != 3 || len(conn.asked) != 0 {
+		t.Fatalf("counts %+v, failed rounds %d, asked %v", c, r.failed, conn.asked)
+	}
+	if n := strings.Count(logs.String(), "no query identifier"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, logs.String())
+	}
+	sink.ids = []cost.QueryID{{Fingerprint: 1, ID: 7}}
+	r.Round(context.Background())
+	if c := r.Counts(); c.Reads != 1 || r.failed != 0 || !strings.Contains(logs.String(), "works again") {
+		t.Fatalf("counts %+v, failed rounds %d after an identifier was learned:\n%s", c, r.failed, logs.String())
+	}
 }
 
 func TestReaderCloseWithoutStart(t *testing.T) {
