@@ -38,7 +38,10 @@ type Coordination struct {
 	// is given a client in code. Its shape and the values of go-redis's client options (the
 	// query, such as dial_timeout=2s) are checked here, and a misspelt option is named; an option
 	// go-redis's version reads that this one does not know is left to the client, whose error
-	// names it. It never reaches an error, nor does an option's value; in a log, a span or the
+	// names it. pgtraffic sets its own dial_timeout, read_timeout and write_timeout (a quarter
+	// of sync_interval, within a sync's deadline), max_retries (none: the syncs retry on their
+	// own schedule) and pool_size: those options of the URL are overridden. It never reaches
+	// an error, nor does an option's value; in a log, a span or the
 	// status page its credentials are redacted. Its user needs the keys and the channels under pgtraffic:
 	// (ACL ~pgtraffic:* and &pgtraffic:*); without the channels, slots another instance holds
 	// as headroom move only at that instance's next sync.
