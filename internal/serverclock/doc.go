@@ -24,7 +24,8 @@
 // and so does a read whose baselines are older than the predictions last (a long gap); rows
 // that make no sense are rejected.
 // Each of these is counted (Resets, Rejected). A read that fails (the extension is missing,
-// the role may not read it, the server is down) is counted in Failures and changes nothing:
+// the role may not read it, the server is down), and a round that finds statements explained
+// but none with a query identifier ([ErrNoQueryID]), is counted in Failures and changes nothing:
 // predictions return to the client's clock when the server's reports stop for long enough.
 // Nothing here runs on a statement's path, and nothing here can fail or delay one.
 //

@@ -186,7 +186,7 @@ func (r *Reader) Close() error {
 // Counts are a Reader's event counts since it was made.
 type Counts struct {
 	Reads    uint64 // reads of pg_stat_statements that succeeded
-	Failures uint64 // failed connects, round trips and reads
+	Failures uint64 // failed connects, round trips and reads, and rounds with no query identifier to read
 	Resets   uint64 // counters found reset, evicted or gone, whose read taught nothing
 	Rejected uint64 // rows that made no sense (negative, not finite, duplicated, absurd)
 	Shared   uint64 // rounds that adopted what the instance elected for the database read
