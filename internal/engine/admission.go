@@ -154,6 +154,9 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		}
 	}()
 	deadline := c.deadline(ctx, o, arrived)
+	// A rule that lapses meanwhile (until) may be one that routed it: it is routed again then,
+	// as after a reload, in its place of arrival.
+	lapse := st.nextLapse(start)
 	for now := start; ; {
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)
@@ -172,34 +175,16 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			}
 			continue
 		}
-		// Until its max_wait ends (refused then), or the bucket's exact RetryAfter (mayWait saw it
-		// fits the deadline); for health, a stale or missing sample is retried at the interval.
-		wait := deadline.Sub(now)
-		var sampled <-chan struct{}
-		switch how {
-		case wakeAt:
-			wait = d.RetryAfter
-		case wakeHealth:
-			wait = min(wait, d.RetryAfter)
-			if s := e.health.Load(); s != nil {
-				sampled = s.Published()
+		if _, local := o.bs.throttle[rules.MetricInFlight]; how == wakeHealth && local && ended == nil {
+			e.ends.watch()
+			ended = e.ends.next()
+			// A statement that ended since the check woke nobody: try once more now.
+			if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
+				return waited, err
 			}
-			if _, local := o.bs.throttle[rules.MetricInFlight]; local && ended == nil {
-				e.ends.watch()
-				ended = e.ends.next()
-				// A statement that ended since the check woke nobody: try once more now.
-				if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
-					return waited, err
-				}
-				continue
-			}
+			continue
 		}
-		// A rule that lapses meanwhile (until) may be one that routed it: it is routed again
-		// then, as after a reload, in its place of arrival.
-		lapse := st.nextLapse(now)
-		if !lapse.IsZero() {
-			wait = min(wait, lapse.Sub(now))
-		}
+		wait, sampled := e.waitFor(d, how, now, deadline, lapse)
 		select {
 		case <-ctx.Done():
 			// Its caller gave up while the budget held it back: a refusal for what it waited
@@ -221,6 +206,27 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			return waited, err
 		}
 	}
+}
+
+// waitFor is how long a claim refused by d at now waits, unless woken, before it tries again:
+// until its deadline (refused then), the bucket's exact RetryAfter (mayWait saw it fits the
+// deadline), for health the next sample (sampled), a stale or missing one retried at the
+// interval; and no later than the next lapse of a rule (lapse, zero: none).
+func (e *Engine) waitFor(d *Denial, how wake, now, deadline, lapse time.Time) (wait time.Duration, sampled <-chan struct{}) {
+	wait = deadline.Sub(now)
+	switch how {
+	case wakeAt:
+		wait = d.RetryAfter
+	case wakeHealth:
+		wait = min(wait, d.RetryAfter)
+		if s := e.health.Load(); s != nil {
+			sampled = s.Published()
+		}
+	}
+	if !lapse.IsZero() {
+		wait = min(wait, lapse.Sub(now))
+	}
+	return wait, sampled
 }
 
 // ErrClosed is the answer of a statement or batch that waited for capacity (max_wait) when its
