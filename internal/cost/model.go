@@ -139,7 +139,7 @@ type pattern struct {
 	// since its last observed execution (zero: not refused so); probed is when its last probe
 	// was handed out (NeverFits).
 	refused, probed time.Time
-	// text is the pattern's normalised text as Observe was first given it, for introspection
+	// text is the pattern's normalised text as Observe or PutQueryID was first given it, for introspection
 	// (Top): the model never reads it, and keeps it as long as the pattern's statistics, which
 	// the caller's own caches may evict sooner.
 	text string
@@ -284,10 +284,10 @@ func (m *Model) PutPlanFailed(now time.Time, fp uint64) {
 	m.updateLocked(p)
 }
 
-// PutQueryID records that the server identifies pattern fp's statements by queryID, as an
-// EXPLAIN reported (see [Plan]); 0, an EXPLAIN that reported none, is only counted
-// ([Model.Unidentified]).
-func (m *Model) PutQueryID(fp uint64, queryID int64) {
+// PutQueryID records that the server identifies pattern fp's statements, of normalised text
+// text, by queryID, as an EXPLAIN reported (see [Plan]); 0, an EXPLAIN that reported none, is
+// only counted ([Model.Unidentified]).
+func (m *Model) PutQueryID(fp uint64, text string, queryID int64) {
 	if queryID == 0 {
 		m.unidentified.Add(1)
 		return
@@ -296,6 +296,9 @@ func (m *Model) PutQueryID(fp uint64, queryID int64) {
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
 	p.queryID = queryID
+	if p.text == "" {
+		p.text = text // for introspection (Top), of a pattern whose executions train nothing (a batch's)
+	}
 }
 
 // updateLocked works out p's cached predictions for its plan cost. The caller holds m.mu.
@@ -511,7 +514,7 @@ func (m *Model) ObserveExplain(seconds float64) {
 // PatternStats describes one pattern's learned state, for introspection.
 type PatternStats struct {
 	Fingerprint  uint64
-	Text         string  // the normalised text Observe was given; "" when none was
+	Text         string  // the normalised text Observe or PutQueryID was given; "" when none was
 	Count        uint64  // successful executions observed since the pattern entered the table
 	MeanActual   float64 // EMA of actual execution seconds
 	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
@@ -533,8 +536,8 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 	all := make([]PatternStats, 0, m.patterns.len())
 	gk := m.globalKLocked()
 	m.patterns.each(func(fp uint64, p *pattern) {
-		if p.n == 0 {
-			return // explained, never observed
+		if p.n == 0 && p.serverMean == 0 {
+			return // explained, never observed, nor reported by the server (a batch's pattern is)
 		}
 		s := PatternStats{Fingerprint: fp, Text: p.text, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
 			Server: now.Before(p.serverUntil)}

@@ -19,7 +19,7 @@ func TestModelServerClock(t *testing.T) {
 	if m.ObserveServer(now, fp, 9, 0.0001, now.Add(time.Second)) {
 		t.Fatal("took a report before the pattern had a query identifier")
 	}
-	m.PutQueryID(fp, 9)
+	m.PutQueryID(fp, "", 9)
 	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
 		if m.ObserveServer(now, fp, 9, bad, now.Add(time.Second)) {
 			t.Fatalf("took a report of %v seconds", bad)

@@ -409,7 +409,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				// Cached also when explained per call: the pattern's latest plan prices its
 				// statements decided before their connection (volatile ones under auto).
 				e.model.PutPlan(t0, fp, plan.Cost)
-				e.model.PutQueryID(fp, plan.QueryID)
+				e.model.PutQueryID(fp, p.Normalized, plan.QueryID)
 			}
 		}
 	}

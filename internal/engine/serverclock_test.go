@@ -51,7 +51,7 @@ rules:
 	if e.ObserveServer(fp, 42, 0.01, clk.Now().Add(time.Minute)) {
 		t.Fatal("a report for a query identifier the pattern does not have was taken")
 	}
-	e.model.PutQueryID(fp, 42)
+	e.model.PutQueryID(fp, "", 42)
 	if ids := e.QueryIDs(nil, 10); len(ids) != 1 || ids[0].Fingerprint != fp || ids[0].ID != 42 {
 		t.Fatalf("QueryIDs = %+v", ids)
 	}
@@ -92,7 +92,7 @@ rules:
 	}
 	identified := func(q string, id int64) uint64 {
 		p, _ := e.patterns.Get(q)
-		e.model.PutQueryID(p.FingerprintID, id)
+		e.model.PutQueryID(p.FingerprintID, p.Normalized, id)
 		return p.FingerprintID
 	}
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-3 }

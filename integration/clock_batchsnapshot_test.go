@@ -1,0 +1,58 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+)
+
+// TestClockBatchPatternInSnapshot: an application that sends its lookups in pgx batches
+// (pool.SendBatch, which the README lists among the controlled calls) under a server_share
+// budget. The README says "Snapshot and the status page say, per pattern, which clock its cost
+// is on (clock), the server's mean (server_mean_s) beside the learned cost"; the issue asks that
+// they show "per pattern, the server's mean execution time beside the prediction". The batch's
+// statements are explained, their query identifier read from pg_stat_statements and the batch
+// charged on the server's clock, so a user expects the lookup pattern on the status page with
+// clock "server". Today a pattern that only runs in batches never appears in Snapshot.Patterns
+// at all: the pattern table lists only patterns whose executions trained the model, and a
+// batch's statements never do, so the operator cannot see which clock the batch is charged on.
+func TestClockBatchPatternInSnapshot(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	dsn, _ := lookupDatabase(t, srv)
+	cfg, err := driver.ParseConfig([]byte(`
+health_interval: 100ms
+budgets:
+  - {name: lookups, mode: warn, server_share: 0.5}
+rules:
+  - {budget: lookups, match: {table: t}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := driver.NewPool(ctx, dsn, driver.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitFor(t, 20*time.Second, "the batched lookup pattern in the snapshot, on the server's clock", func() (bool, string) {
+		b := &pgx.Batch{}
+		for range 4 {
+			b.Queue(ssLookup, rand.IntN(1000)+1)
+		}
+		if err := p.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatalf("a batch failed: %v", err)
+		}
+		s := p.Snapshot()
+		ps, ok := lookupStatus(s)
+		return ok && ps.Clock == driver.ClockServer, fmt.Sprintf("pattern listed %v (%+v) of %d patterns; server clock reads %d",
+			ok, ps, len(s.Patterns), s.Counters.ServerClockReads)
+	})
+}
