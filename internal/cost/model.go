@@ -139,9 +139,9 @@ type pattern struct {
 	// since its last observed execution (zero: not refused so); probed is when its last probe
 	// was handed out (NeverFits).
 	refused, probed time.Time
-	// text is the pattern's normalised text as Observe or PutQueryID was first given it, for introspection
-	// (Top): the model never reads it, and keeps it as long as the pattern's statistics, which
-	// the caller's own caches may evict sooner.
+	// text is the pattern's normalised text as Observe or PutQueryID was first given it, for
+	// introspection (Top): the model never reads it, and keeps it as long as the pattern's
+	// statistics, which the caller's own caches may evict sooner.
 	text string
 }
 
