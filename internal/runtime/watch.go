@@ -69,7 +69,7 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 			err = r.SetConfig(cfg)
 		}
 		if err != nil {
-			err = fmt.Errorf("pgtraffic: rules file %s: %w", path, err)
+			err = &fileError{path: path, err: err}
 		}
 	}
 	if err != nil {
@@ -381,6 +381,19 @@ func (w *watcher) apply(r *Runtime, data []byte) {
 	}
 	r.log.Info("pgtraffic: rules reloaded", "path", w.path, "budgets", len(cfg.Budgets), "rules", len(cfg.Rules))
 }
+
+// fileError is err, a problem of the rules file at path, its message prefixed once: "pgtraffic:
+// rules file /etc/app/rules.yaml: rules line 7: budgets[1].max_concurent: unknown field".
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e *fileError) Error() string {
+	return "pgtraffic: rules file " + e.path + ": " + strings.TrimPrefix(e.err.Error(), "pgtraffic: ")
+}
+
+func (e *fileError) Unwrap() error { return e.err }
 
 // readRulesFile reads the rules file at path, if it is a regular file (a symlink is followed
 // and its target checked) of at most limit bytes. Anything else is refused before a byte of it
