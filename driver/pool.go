@@ -113,7 +113,8 @@ func learnAfter(after func(context.Context, *pgx.Conn) error, names *preparedNam
 		if err := after(ctx, c); err != nil {
 			return err
 		}
-		return names.learn(ctx, c)
+		names.learn(ctx, c)
+		return nil
 	}
 }
 

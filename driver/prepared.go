@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"sync"
@@ -132,11 +131,15 @@ const preparedSQL = `select name, statement from pg_prepared_statements where no
 
 // learn records the statements prepared on conn (by the pool's AfterConnect hook). It reads
 // them through pgconn, out of the reach of the application's tracer and of pgx's statement
-// cache.
-func (p *preparedNames) learn(ctx context.Context, conn *pgx.Conn) error {
+// cache. A failed read (a server without the view) never fails the connection: it is logged,
+// and the statements run by those names are decided as their names.
+func (p *preparedNames) learn(ctx context.Context, conn *pgx.Conn) {
+	defer p.pending.Store(false)
 	res, err := conn.PgConn().Exec(ctx, preparedSQL).ReadAll()
 	if err != nil {
-		return fmt.Errorf("pgtraffic: reading the statements AfterConnect prepared: %w", err)
+		p.log.Warn("pgtraffic: reading the statements AfterConnect prepared failed; statements run by their names are decided as the names",
+			"error", err)
+		return
 	}
 	var stmts []preparedStmt
 	for _, r := range res {
@@ -145,6 +148,4 @@ func (p *preparedNames) learn(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	p.record(stmts...)
-	p.pending.Store(false)
-	return nil
 }
