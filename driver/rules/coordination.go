@@ -41,8 +41,8 @@ type Coordination struct {
 	// names it. pgtraffic sets its own dial_timeout, read_timeout and write_timeout (a quarter
 	// of sync_interval, within a sync's deadline), max_retries (none: the syncs retry on their
 	// own schedule) and pool_size: those options of the URL are overridden. It never reaches
-	// an error, nor does an option's value; in a log, a span or the
-	// status page its credentials are redacted. Its user needs the keys and the channels under pgtraffic:
+	// an error, nor does an option's value; in a log, a span or the status page its
+	// credentials are redacted. Its user needs the keys and the channels under pgtraffic:
 	// (ACL ~pgtraffic:* and &pgtraffic:*); without the channels, slots another instance holds
 	// as headroom move only at that instance's next sync.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`

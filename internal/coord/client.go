@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // clientFor returns a client for the coordination section's redis:// or rediss:// URL, set
@@ -66,11 +67,12 @@ func optionAtFault(rawURL string) string {
 	q := u.Query()
 	names := slices.Sorted(maps.Keys(q))
 	for _, name := range names {
+		shown := bounded.Text(name, bounded.KeyLen) // the URL's text, of any size
 		switch {
 		case refused(url.Values{name: {""}}):
-			return fmt.Sprintf(": go-redis reads no option %q in a %s:// URL", name, u.Scheme)
+			return fmt.Sprintf(": go-redis reads no option %q in a %s:// URL", shown, u.Scheme)
 		case refused(url.Values{name: q[name]}):
-			return fmt.Sprintf(": option %s has an invalid value (the value is not shown)", name)
+			return fmt.Sprintf(": option %q has an invalid value (the value is not shown)", shown)
 		}
 	}
 	return ""
