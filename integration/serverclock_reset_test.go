@@ -42,6 +42,8 @@ func (s *clockSink) ObserveServer(_ uint64, _ int64, seconds float64, _ time.Tim
 
 func (s *clockSink) SetNetworkFloor(time.Duration) {}
 
+func (s *clockSink) Unidentified() uint64 { return 0 }
+
 func (s *clockSink) Reading(until time.Time, _ time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -147,6 +147,7 @@ func (oneIDSink) QueryIDs(dst []cost.QueryID, _ int) []cost.QueryID {
 func (oneIDSink) ObserveServer(uint64, int64, float64, time.Time) bool { return true }
 func (oneIDSink) SetNetworkFloor(time.Duration)                        {}
 func (oneIDSink) Reading(time.Time, time.Duration)                     {}
+func (oneIDSink) Unidentified() uint64                                 { return 0 }
 
 // countingClockConn is a serverclock.Conn counting its reads.
 type countingClockConn struct {

@@ -78,13 +78,9 @@ type Sink interface {
 	// be reported within about within of running. The zero until tells that a read failed:
 	// nothing will be.
 	Reading(until time.Time, within time.Duration)
-}
-
-// unidentifiedSink is implemented by a Sink (the engine) that counts the EXPLAINs that
-// reported no query identifier: while it knows none, a round that finds some fails with
-// [ErrNoQueryID], counted and logged as a failed read, rather than waiting for identifiers that
-// will not come.
-type unidentifiedSink interface {
+	// Unidentified counts the EXPLAINs that reported no query identifier: while QueryIDs
+	// knows none, a round that finds some fails with [ErrNoQueryID], counted and logged as a
+	// failed read, rather than waiting for identifiers that will not come.
 	Unidentified() uint64
 }
 
@@ -276,7 +272,7 @@ func (r *Reader) round(ctx context.Context) error {
 	}
 
 	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
-	if u, ok := r.o.Sink.(unidentifiedSink); ok && len(pairs) == 0 && u.Unidentified() > 0 {
+	if len(pairs) == 0 && r.o.Sink.Unidentified() > 0 {
 		return ErrNoQueryID
 	}
 	lead := false

@@ -78,6 +78,8 @@ func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until tim
 
 func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
 
+func (s *fakeSink) Unidentified() uint64 { return 0 }
+
 func (s *fakeSink) Reading(until time.Time, within time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
