@@ -169,9 +169,11 @@ type Budget struct {
 	// MaxDuration bounds how long an admitted statement may run, its rows included, until
 	// they are closed: past it an enforce budget cancels the statement on the server (as a
 	// context deadline does) and its error matches the driver's ErrOverrun and
-	// context.DeadlineExceeded; a warn budget only warns. With several budgets the smallest
-	// bound applies; a pgx batch runs under the smallest bound of its statements, from its
-	// admission to the close of its results. Zero: no bound.
+	// context.DeadlineExceeded, and names the budget and the bound; a warn budget only warns
+	// (each warn budget about a statement past its own bound). With several budgets the
+	// smallest bound applies; a pgx batch runs under the smallest bound of its statements, from
+	// its admission to the close of its results. A statement keeps the bound it was admitted
+	// under: a reload bounds the statements admitted after it. Zero: no bound.
 	MaxDuration Duration `yaml:"max_duration,omitempty" json:"max_duration,omitempty"`
 
 	// Quarantine, when set, refuses for a while the patterns that keep overrunning: see

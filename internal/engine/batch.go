@@ -144,7 +144,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 		x := &b.Execs[i]
 		if rt := b.routes[i]; rt != nil {
 			x.start = b.start // max_duration runs from the admission, as the batch's time does
-			if rt.bound > 0 || rt.warnBound > 0 {
+			if rt.bound > 0 || len(rt.warnBounds) > 0 {
 				x.bind(st, rt)
 			}
 			if rt.quarantine {
@@ -339,11 +339,7 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	for k := n; k < len(b.holds); k++ {
 		o, r := b.owners[k], b.holds[k]
 		x := &b.Execs[o.stmt]
-		if d := o.bs.closedDenial(st, o.rule, x); d != nil {
-			x.warnBudget(e, o.bs.name, d)
-			continue
-		}
-		if d := e.healthDenial(st, o.bs, o.rule, x, now); d != nil {
+		if d := e.refusedWhatever(st, o.bs, o.rule, x, now); d != nil {
 			x.warnBudget(e, o.bs.name, d)
 			continue
 		}
@@ -443,7 +439,7 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 			err = errs[i]
 		}
 		overran := false
-		if x.bound != nil || x.warnBound != nil {
+		if x.bound != nil || len(x.warnBounds) > 0 {
 			overran = e.overran(x, err, took, now)
 		}
 		if overran && !struck && len(b.Execs) == 1 && len(x.quarantinable) > 0 {
@@ -599,13 +595,13 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 // ok is false when none of its enforce budgets has one. The front end runs the batch, its
 // results included, under a context with this deadline and ErrOverrun as its cause, as it runs
 // a statement (Result.MaxDuration).
-func (b *Batch) Deadline() (deadline time.Time, ok bool) {
+func (b *Batch) Deadline() (deadline time.Time, cause error, ok bool) {
 	for i := range b.Execs {
 		if x := &b.Execs[i]; x.MaxDuration > 0 {
 			if d := x.start.Add(x.MaxDuration); !ok || d.Before(deadline) {
-				deadline, ok = d, true
+				deadline, cause, ok = d, x.Overrun(), true
 			}
 		}
 	}
-	return deadline, ok
+	return deadline, cause, ok
 }

@@ -89,8 +89,10 @@ type budgetState struct {
 	throttle map[string]float64
 	// closed, when set, is the zero limit that refuses every statement (limits.go).
 	closed *Denial
-	// maxDuration bounds an admitted statement's run (overrun.go); 0: none.
+	// maxDuration bounds an admitted statement's run (overrun.go); 0: none. overrun is the
+	// cause of the context of a statement it bounds.
 	maxDuration time.Duration
+	overrun     error
 	// quarantine, when set, refuses the patterns that keep overrunning (quarantine.go), whose
 	// overruns of perQuery (per_query_limit, 0: none) or maxDuration it counts.
 	quarantine *rules.Quarantine
@@ -220,6 +222,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),
+			overrun:     &overrunCause{budget: b.Name, bound: time.Duration(b.MaxDuration)},
 			quarantine:  b.Quarantine,
 			perQuery:    time.Duration(b.PerQueryLimit),
 		})

@@ -49,16 +49,17 @@ type route struct {
 	closed   bool // a selected budget is closed by a zero limit (limits.go)
 	// quarantine: a selected budget has a quarantine (quarantine.go).
 	quarantine bool
-	// bound and warnBound are the smallest max_duration of the enforce and of the warn budgets
-	// (0: none), whose rules are boundBy and warnBoundBy (overrun.go).
-	bound, warnBound     time.Duration
-	boundBy, warnBoundBy int
+	// bound is the smallest max_duration of the enforce budgets (0: none), whose rule is
+	// boundBy; warnBounds are the warn budgets with a max_duration (overrun.go).
+	bound      time.Duration
+	boundBy    int
+	warnBounds []owner
 }
 
 // route matches tags against st's rules in force at now into rt, reusing its storage.
 func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.Time) []int {
 	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0],
-		owners: rt.owners[:0]}
+		owners: rt.owners[:0], warnBounds: rt.warnBounds[:0]}
 	if st.rules == nil {
 		return ruleBuf
 	}
@@ -165,7 +166,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if rt.warn {
 		e.warnBudgets(st, x, rt, x.start)
 	}
-	if rt.bound > 0 || rt.warnBound > 0 {
+	if rt.bound > 0 || len(rt.warnBounds) > 0 {
 		x.bind(st, rt)
 	}
 	if x.probe {
@@ -271,11 +272,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			continue
 		}
 		rule := rt.ruleOf[i]
-		if d := bs.closedDenial(st, rule, x); d != nil {
-			x.warnBudget(e, bs.name, d)
-			continue
-		}
-		if d := e.healthDenial(st, bs, rule, x, now); d != nil {
+		if d := e.refusedWhatever(st, bs, rule, x, now); d != nil {
 			x.warnBudget(e, bs.name, d)
 			continue
 		}
@@ -290,6 +287,19 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 			e.thresholdWarn(x, bs, st.ruleName[rule], w)
 		}
 	}
+}
+
+// refusedWhatever returns what would refuse x in warn budget bs, selected by rule, at now
+// whatever its cost (a zero limit, a health threshold, a quarantine of its pattern), or nil: a
+// warn budget warns about what enforce would refuse, its requests aside.
+func (e *Engine) refusedWhatever(st *compiled, bs *budgetState, rule int, x *Exec, now time.Time) *Denial {
+	if d := bs.closedDenial(st, rule, x); d != nil {
+		return d
+	}
+	if d := e.healthDenial(st, bs, rule, x, now); d != nil {
+		return d
+	}
+	return e.quarantineDenial(st, bs, rule, x, now)
 }
 
 // warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).

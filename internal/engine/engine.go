@@ -273,11 +273,12 @@ type work struct {
 	holds  []budget.Request
 	warned []Warning
 	s      scratch
-	// bound and warnBound name the budgets of MaxDuration and of the warn budgets' smallest
-	// max_duration warnAfter (overrun.go); nil: none.
-	bound, warnBound    *budgetState
-	boundRule, warnRule string
-	warnAfter           time.Duration
+	// bound names the budget of MaxDuration (nil: none), selected by boundRule; warnBounds are
+	// its warn budgets with a max_duration, which Finish checks (overrun.go).
+	bound      *budgetState
+	boundRule  string
+	overrun    error // the cause of its context past MaxDuration (Overrun)
+	warnBounds []warnBound
 	// quarantinable are the statement's budgets with a quarantine, whose strikes Finish counts.
 	quarantinable []*budgetState
 }
@@ -297,7 +298,9 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
 	x.explained = false
-	x.bound, x.warnBound, x.warnAfter = nil, nil, 0
+	x.bound = nil
+	clear(x.warnBounds) // let the budgets of replaced rules go
+	x.warnBounds = x.warnBounds[:0]
 	clear(x.quarantinable) // let the budgets of replaced rules go
 	x.quarantinable = x.quarantinable[:0]
 	x.holds, x.warned = x.holds[:0], x.warned[:0]
@@ -698,7 +701,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, now)
 	}
 	overran := false
-	if x.bound != nil || x.warnBound != nil {
+	if x.bound != nil || len(x.warnBounds) > 0 {
 		overran = e.overran(x, err, took, now)
 	}
 	if len(x.quarantinable) > 0 {

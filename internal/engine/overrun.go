@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
@@ -11,16 +12,45 @@ import (
 
 // max_duration bounds how long an admitted statement runs. The engine computes the bound at
 // admission (Result.MaxDuration, from Start); the front end runs the statement, its rows
-// included, under a context with that deadline and ErrOverrun as its cause, so that pgx cancels
-// it on the server as for any deadline, and gives Finish an error matching ErrOverrun. A
-// statement without a bound gets no context, no timer and no goroutine.
+// included, under a context with that deadline and the bound's cause (Exec.Overrun: an error
+// matching ErrOverrun that names the budget and the bound), so that pgx cancels it on the
+// server as for any deadline, and gives Finish an error matching ErrOverrun. A statement
+// without a bound gets no context, no timer and no goroutine. A bound applies from the
+// statement's admission: a reload that changes max_duration bounds the statements admitted
+// after it, as a change of PostgreSQL's statement_timeout bounds the statements that start
+// after it.
 
-// ErrOverrun is the cause of the context of a statement that ran past its max_duration, and
-// what the error of such a statement matches. The driver exports it as driver.ErrOverrun.
+// ErrOverrun is what the cause of the context of a statement that ran past its max_duration,
+// and the error of such a statement, match. The driver exports it as driver.ErrOverrun.
 var ErrOverrun = errors.New("pgtraffic: statement ran past its budget's max_duration and was cancelled")
 
-// noteBound takes bs, which has a max_duration and which rule r selected, into rt's smallest
-// bounds.
+// overrunCause is the cause of the context of a statement bounded by budget's max_duration
+// bound (a probe's bound is its smallest limit: admission.go). It matches ErrOverrun and names
+// the budget and the bound, so that the statement's caller can tell which of its budgets cut it
+// off.
+type overrunCause struct {
+	budget string
+	bound  time.Duration
+}
+
+func (c *overrunCause) Error() string {
+	return fmt.Sprintf("pgtraffic: statement ran past budget %q's max_duration=%s and was cancelled", c.budget, c.bound)
+}
+
+func (c *overrunCause) Is(target error) bool { return target == ErrOverrun }
+
+// Overrun returns the cause the front end gives the context of x, admitted with a MaxDuration:
+// an error matching ErrOverrun that names the budget and the bound. Nil when x has no bound.
+func (x *Exec) Overrun() error {
+	if x.bound == nil {
+		return nil
+	}
+	return x.overrun
+}
+
+// noteBound takes bs, which has a max_duration and which rule r selected, into rt's bounds: the
+// smallest of its enforce budgets', which cuts the statement off, and each of its warn
+// budgets', each of which warns about a statement that ran past it.
 func (rt *route) noteBound(bs *budgetState, r int) {
 	switch bs.mode {
 	case modeEnforce:
@@ -28,32 +58,43 @@ func (rt *route) noteBound(bs *budgetState, r int) {
 			rt.bound, rt.boundBy = bs.maxDuration, r
 		}
 	case modeWarn:
-		if rt.warnBound == 0 || bs.maxDuration < rt.warnBound {
-			rt.warnBound, rt.warnBoundBy = bs.maxDuration, r
-		}
+		rt.warnBounds = append(rt.warnBounds, owner{bs: bs, rule: r})
 	}
 }
 
 // bind gives admitted x the bounds of rt.
 func (x *Exec) bind(st *compiled, rt *route) {
 	if r := rt.boundBy; rt.bound > 0 {
-		x.MaxDuration, x.bound, x.boundRule = rt.bound, st.budgets[st.ruleBudget[r]], st.ruleName[r]
+		bs := st.budgets[st.ruleBudget[r]]
+		x.MaxDuration, x.bound, x.boundRule, x.overrun = rt.bound, bs, st.ruleName[r], bs.overrun
 	}
-	if r := rt.warnBoundBy; rt.warnBound > 0 {
-		x.warnAfter, x.warnBound, x.warnRule = rt.warnBound, st.budgets[st.ruleBudget[r]], st.ruleName[r]
+	for _, o := range rt.warnBounds {
+		x.warnBounds = append(x.warnBounds, warnBound{bs: o.bs, rule: st.ruleName[o.rule]})
 	}
+}
+
+// warnBound is a warn budget with a max_duration of an admitted statement, and the name of the
+// rule that selected it.
+type warnBound struct {
+	bs   *budgetState
+	rule string
 }
 
 // overran accounts, at x's Finish at now, for a run past a bound: a statement cancelled for
 // its enforce budget's max_duration (err matches ErrOverrun) is counted and logged as that
-// budget's block, reason max_duration; one that ran past a warn budget's is warned about. It
-// reports the cancellation: the model still learns from it (what it ran is a lower bound).
+// budget's block, reason max_duration; one that ran past a warn budget's is warned about by
+// that budget, by each such budget. It reports the cancellation: the model still learns from
+// it (what it ran is a lower bound).
 func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) bool {
-	// The warning first: a statement both warned about and cancelled is its budget's block,
+	// The warnings first: a statement both warned about and cancelled is its budget's block,
 	// which is the decision it ends with.
-	if bs := x.warnBound; bs != nil && took > x.warnAfter {
-		d := &Denial{Budget: bs.name, Rule: x.warnRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
-			Limit: "max_duration=" + bs.maxDuration.String()}
+	for _, w := range x.warnBounds {
+		bs := w.bs
+		if took <= bs.maxDuration {
+			continue
+		}
+		d := &Denial{Budget: bs.name, Rule: w.rule, Reason: vocab.ReasonMaxDuration,
+			Fingerprint: x.Pattern.Fingerprint, Limit: "max_duration=" + bs.maxDuration.String()}
 		bs.b.Count(now, budget.Warned, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		x.warnBudget(e, bs.name, d)
 		if x.Wants&WantDecisions != 0 {

@@ -268,12 +268,16 @@ func (x *Exec) noteQuarantinable(st *compiled, rt *route) {
 
 // strikes counts x's overruns at its Finish at now, which took took and cost cost seconds (the
 // measured cost its budgets were charged: on the server's clock, or the client's less the
-// network's round trip): in its bound's budget when it was cancelled, in a warn budget whose
+// network's round trip): when it was cancelled, in its bound's budget and in every other
+// enforce budget whose max_duration cut it off as well (the same bound: the block is counted
+// once, by the first, as a refusal names one budget, but each budget's quarantine counts the
+// overruns past its own max_duration, whatever the order of the rules), in a warn budget whose
 // max_duration it ran past (a dry run counts what enforce would have cut off), and in each
 // budget with a quarantine whose per_query_limit its cost exceeded.
 func (e *Engine) strikes(x *Exec, cancelled bool, took time.Duration, cost float64, now time.Time) {
 	for _, bs := range x.quarantinable {
-		if cancelled && bs == x.bound || bs.mode == modeWarn && bs.maxDuration > 0 && took > bs.maxDuration ||
+		if cancelled && (bs == x.bound || bs.mode == modeEnforce && bs.maxDuration > 0 && bs.maxDuration <= x.MaxDuration) ||
+			bs.mode == modeWarn && bs.maxDuration > 0 && took > bs.maxDuration ||
 			bs.perQuery > 0 && cost > bs.perQuery.Seconds() {
 			e.quarantined.strike(now, bs, x.Pattern)
 		}
