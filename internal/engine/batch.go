@@ -133,6 +133,11 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 		st = e.state.Load()
 		err = e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	}
+	for i, rt := range b.routes {
+		if rt != nil { // routed: its tags are merged
+			e.warnGuards(ctx, st, &b.Execs[i], err)
+		}
+	}
 	clear(b.texts) // pin no cache entry until the next batch
 	if err != nil {
 		if err != ErrNeedConn { // else nothing was decided: BeginBatch follows with the connection
@@ -246,8 +251,8 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	query string, args []any) error {
 	x := &b.Execs[i]
 	p := x.Pattern
-	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
-		if err := e.guard(st, x); err != nil {
+	if guarded(ctx, p) {
+		if err := e.guard(st, x, modeEnforce); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
 
@@ -125,9 +126,8 @@ func perValue(tags []ruleset.KV, per string) string {
 // statement's holds are in x; on a denial nothing is held. slow reports that an EXPLAIN was
 // sent or the statement waited for capacity, so the statement's clock restarts.
 func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c *call) (slow bool, err error) {
-	p := x.Pattern
-	if (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx) {
-		if err := e.guard(st, x); err != nil {
+	if guarded(ctx, x.Pattern) {
+		if err := e.guard(st, x, modeEnforce); err != nil {
 			return false, err
 		}
 	}
@@ -236,13 +236,22 @@ func (x *Exec) warnedBy(budget string) (reason string, ok bool) {
 // tree a guard cannot see its WHERE, so a text that may write is refused (see pattern.unparsable).
 const limitUnparsable = "statement pgtraffic cannot parse that may hold an UPDATE, DELETE, MERGE or TRUNCATE"
 
-// guard applies the query guards to x, whose pattern has an unsafe write or a TRUNCATE: an
-// enforce guard blocks it, a warn guard notes it.
-func (e *Engine) guard(st *compiled, x *Exec) error {
+// guarded reports whether the query guards apply to a statement of pattern p under ctx: p has
+// an unsafe write or a TRUNCATE, and ctx does not bypass the guards.
+func guarded(ctx context.Context, p *pattern.Pattern) bool {
+	return (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx)
+}
+
+// guard applies the query guards of mode to x, which they apply to (guarded): an enforce guard
+// (mode modeEnforce) blocks it, a warn guard (modeWarn) notes it. The enforce guards decide
+// first, before anything is held; the warn guards note a statement once its decision is made
+// (warnGuards), so that a decision made again (on the connection after ErrNeedConn, under new
+// rules after a wait) warns once.
+func (e *Engine) guard(st *compiled, x *Exec, m mode) error {
 	p := x.Pattern
 	for i := range st.guards {
 		g := &st.guards[i]
-		if g.mode == modeOff || !g.applies(p) || !g.matches(x.Tags) {
+		if g.mode != m || !g.applies(p) || !g.matches(x.Tags) {
 			continue
 		}
 		d := &Denial{Budget: g.name, Rule: g.name, Reason: vocab.ReasonGuard, Fingerprint: p.Fingerprint, Limit: g.limit}
@@ -261,6 +270,15 @@ func (e *Engine) guard(st *compiled, x *Exec) error {
 		}
 	}
 	return nil
+}
+
+// warnGuards notes x's warn guards under st once its decision is made, err: not after a
+// decision that ends with ErrNeedConn, which the front end makes again on the statement's
+// connection. A statement refused keeps its decision, block.
+func (e *Engine) warnGuards(ctx context.Context, st *compiled, x *Exec, err error) {
+	if err != ErrNeedConn && guarded(ctx, x.Pattern) {
+		_ = e.guard(st, x, modeWarn) // a warn guard refuses nothing
+	}
 }
 
 // warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
@@ -302,9 +320,12 @@ func (e *Engine) refusedWhatever(st *compiled, bs *budgetState, rule int, x *Exe
 	return e.quarantineDenial(st, bs, rule, x, now)
 }
 
-// warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget).
+// warnBudget notes that budget warned about x (logged, rate-limited, and counted per budget). A
+// statement refused stays refused (decision block).
 func (x *Exec) warnBudget(e *Engine, budget string, d *Denial) {
-	x.Decision, x.Reason = DecisionWarn, d.Reason
+	if x.Decision != DecisionBlock {
+		x.Decision, x.Reason = DecisionWarn, d.Reason
+	}
 	x.warned = append(x.warned, Warning{Budget: budget, Reason: d.Reason})
 	e.noteWarn(budget, d, x.Pattern)
 }

@@ -510,6 +510,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		rt = e.routeStatement(ctx, st, x, text, debug, c.query)
 		slow, err = e.decide(ctx, st, x, rt, c)
 	}
+	e.warnGuards(ctx, st, x, err)
 	if err != nil {
 		// ErrNeedConn decided nothing: Begin follows with the connection.
 		if err != ErrNeedConn && e.obs != nil {
