@@ -18,10 +18,12 @@
 //   - comparisons of an expression with itself, seen through casts, collations and identity
 //     arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int, (a, b) = (a, b));
 //   - disjunctions of complementary conditions (x IS NULL OR x IS NOT NULL, p OR NOT p,
-//     x = 1 OR x <> 1, x < 1 OR x >= 1).
+//     x = 1 OR x <> 1, x < 1 OR x >= 1), however they are grouped (p OR (q OR NOT p),
+//     p OR NOT (p AND q)).
 //
 // AND restricts if any operand does, OR only if every operand does; NOT is read through De
-// Morgan's laws, so NOT (id = 5 AND false) does not restrict. A condition proved never true
+// Morgan's laws, so NOT (id = 5 AND false) does not restrict, and the operands of an OR
+// include those of the ORs nested in it. A condition proved never true
 // matches no row and passes: false, NULL, 1 = 0 (what ORMs send for an empty IN list), x <> x
 // where x is a column, a parameter or a literal (not a call, which may be volatile, nor a cast,
 // which may lose what tells two values apart), and AND, OR and NOT of these. Literals are

@@ -9,7 +9,8 @@ import (
 
 // A condition is read as a formula over atoms (see the package documentation):
 //   - AND restricts if any operand does; OR only if every operand does and no two operands are
-//     complementary; NOT swaps the two (De Morgan).
+//     complementary; NOT swaps the two (De Morgan). The operands of an OR include those of the
+//     ORs nested in it, so a OR (b OR c) is judged as a OR b OR c.
 //   - An atom (a comparison, IS NULL, LIKE, IN, a function call, a boolean column, a CASE...)
 //     restricts if it depends on a target column: a column of the target appears in it outside
 //     any comparison of an expression with itself.
@@ -107,16 +108,44 @@ func (r *restrictor) restrictNode(n *pg.Node, neg bool) bool {
 			// A conjunction (AND, or NOT of an OR): one restricting operand is enough.
 			return slices.ContainsFunc(e.Args, func(a *pg.Node) bool { return r.restrict(a, neg) })
 		}
-		// A disjunction (OR, or NOT of an AND): every operand must restrict, and no pair may
-		// cover every row between them.
-		for _, a := range e.Args {
-			if !r.restrict(a, neg) {
+		// A disjunction (OR, or NOT of an AND), read as one with the disjunctions nested in it:
+		// every operand must restrict, and no pair may cover every row between them.
+		ds := disjuncts(polar{n, neg}, nil)
+		for _, d := range ds {
+			if !d.group && !r.restrict(d.n, d.neg) {
 				return false
 			}
 		}
-		return !r.complementary(e.Args)
+		return !r.complementary(ds)
 	}
 	return false
+}
+
+// disjunct is an operand of a disjunction, or (group) a disjunction nested in it.
+type disjunct struct {
+	polar
+	group bool
+}
+
+// disjuncts appends the operands of the disjunction p, read through the disjunctions and NOTs
+// nested in it as PostgreSQL's parser does not: a OR (b OR NOT (c AND d)) has the operands a,
+// b, NOT c and NOT d. The nested disjunctions are appended too, as groups, so that a pair is
+// found however it is grouped (p OR NOT p where p is itself an OR). Each node is appended
+// once, so a disjunction is read in time linear in its size, however deeply it nests.
+func disjuncts(p polar, dst []disjunct) []disjunct {
+	for _, a := range p.n.GetBoolExpr().GetArgs() {
+		q := polar{a, p.neg}
+		for x, ok := notArg(q.n); ok; x, ok = notArg(q.n) {
+			q = polar{x, !q.neg}
+		}
+		if e := q.n.GetBoolExpr(); e != nil && e.Boolop != pg.BoolExprType_NOT_EXPR &&
+			(e.Boolop == pg.BoolExprType_OR_EXPR) != q.neg {
+			dst = disjuncts(q, append(dst, disjunct{q, true}))
+		} else {
+			dst = append(dst, disjunct{q, false})
+		}
+	}
+	return dst
 }
 
 // depends reports whether the value of n depends on a column of the target.

@@ -186,30 +186,38 @@ func (r *restrictor) canonSelect(s *pg.SelectStmt) string {
 	return digest(r.generic(s.ProtoReflect()))
 }
 
-// complementary reports whether two of args cover every row between them where their operands
-// are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT TRUE, x = y and
-// x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y
-// (or x = y), x IN (…) and x NOT IN (…) (a list of one as = and <>), LIKE and NOT LIKE (ILIKE,
-// SIMILAR TO alike), BETWEEN and NOT BETWEEN, x = ANY (a) and x <> ALL (a).
-// Each operand has canonical forms (what it is) and negations (what would complete it); a pair
-// is a negation of one operand that is a form of another. Linear in the operands.
-func (r *restrictor) complementary(args []*pg.Node) bool {
+// complementary reports whether two of the disjuncts ds cover every row between them where
+// their operands are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT
+// TRUE, x = y and x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT
+// DISTINCT FROM y (or x = y), x IN (…) and x NOT IN (…) (a list of one as = and <>), LIKE and
+// NOT LIKE (ILIKE, SIMILAR TO alike), BETWEEN and NOT BETWEEN, x = ANY (a) and x <> ALL (a).
+// Each disjunct has canonical forms (what it is) and negations (what would complete it); a pair
+// is a negation of one disjunct that is a form of another. Linear in the disjuncts.
+func (r *restrictor) complementary(ds []disjunct) bool {
 	forms := map[string]int{}
-	for i, a := range args {
-		for _, f := range r.forms(a, nil) {
+	for i, d := range ds {
+		for _, f := range r.polarForms(d.polar, false) {
 			if _, dup := forms[f]; !dup {
 				forms[f] = i
 			}
 		}
 	}
-	for i, a := range args {
-		for _, f := range r.negations(a) {
+	for i, d := range ds {
+		for _, f := range r.polarForms(d.polar, true) {
 			if j, ok := forms[f]; ok && j != i {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// polarForms returns the forms of p (see complementary) or, when negations, its negations.
+func (r *restrictor) polarForms(p polar, negations bool) []string {
+	if p.neg != negations {
+		return r.negations(p.n)
+	}
+	return r.forms(p.n, nil)
 }
 
 // forms appends the canonical texts of the condition a: its own; for a comparison the same
