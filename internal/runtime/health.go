@@ -92,13 +92,16 @@ func (h healthSet) equal(o healthSet) bool {
 // configureHealth starts, reconfigures or stops the health sampler to read set, and hands it to
 // the engine. No sampler runs, and no connection is open, while no budget uses a sampled
 // metric. A new interval takes a new sampler (a Sampler's interval is fixed), which starts from
-// the readings of the one it replaces. r.mu must be held; the sampler replaced, if any, is
-// returned for the caller to close once r.mu is released.
+// the readings of the one it replaces and is handed to the engine in the replaced one's place
+// in one step: no statement finds no sampler in between, which would admit a budget throttled
+// on the last sample. r.mu must be held; the sampler replaced, if any, is returned for the
+// caller to close once r.mu is released.
 func (r *Runtime) configureHealth(set healthSet, interval time.Duration) (replaced *health.Sampler) {
 	metrics := set.metrics
+	sample := len(metrics) > 0 && r.healthConnect != nil && !r.closed
 	h := r.health
 	if h != nil && h.s != nil {
-		if len(metrics) > 0 && r.healthConnect != nil && !r.closed && h.interval == interval {
+		if sample && h.interval == interval {
 			h.s.SetMetrics(metrics, set.queries)
 			h.s.SetElection(r.election())
 			h.s.Start()
@@ -106,9 +109,11 @@ func (r *Runtime) configureHealth(set healthSet, interval time.Duration) (replac
 		}
 		replaced, h = h.s, h.retired()
 		r.health = h
-		r.e.SetHealth(nil)
 	}
-	if len(metrics) == 0 || r.healthConnect == nil || r.closed {
+	if !sample {
+		if replaced != nil {
+			r.e.SetHealth(nil)
+		}
 		return replaced
 	}
 	next := &sampling{interval: interval, s: health.NewSampler(health.Options{
