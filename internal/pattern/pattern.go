@@ -24,8 +24,10 @@ const maxSummary = 255
 // once built and shared by every execution of texts with the same [Key]: its
 // fields, including the Tables slice, must not be modified.
 type Pattern struct {
-	// Fingerprint is pg_query's fingerprint as 16 lower-case hex digits; for
-	// unparsable text, FNV-1a 64 of the key, also 16 hex digits.
+	// Fingerprint is pg_query's fingerprint as 16 lower-case hex digits for a
+	// text of SELECT, INSERT, UPDATE, DELETE and MERGE whose normalised text
+	// pg_query left no literal in; for any other text, parsed or not, FNV-1a 64
+	// of its tokens without their values (unparsableID), also 16 hex digits.
 	Fingerprint string
 	// FingerprintID is Fingerprint as a number, for map keys.
 	FingerprintID uint64
@@ -171,11 +173,13 @@ func unparsable(key string) *Pattern {
 // literals, parameters and comments, its text (case-folded): so that one statement shape is one
 // pattern whatever its values (its refusals, quarantine strikes and learned cost count
 // together), and so that the fingerprint, which telemetry and errors show, holds nothing of its
-// literals. A hash of the whole text would let whoever sees the fingerprint and knows the
-// statement's shape recover a short literal (a PIN, a small id) by trying each value. A text
-// the scanner rejects too (an unterminated quote) is hashed whole, with a key drawn at random
-// per process: still one pattern per text, but a hash nobody outside can recompute to test a
-// guess.
+// literals. A number is one kind of value however it is written: its sign ([sign]) is not
+// hashed, and a decimal (10.5, 1e3) hashes as an integer does, so -10, 10 and 10.5 make one
+// pattern, as pg_query's fingerprint has them. A hash of the whole text would let whoever sees
+// the fingerprint and knows the statement's shape recover a short literal (a PIN, a small id)
+// by trying each value. A text the scanner rejects too (an unterminated quote) is hashed whole,
+// with a key drawn at random per process: still one pattern per text, but a hash nobody outside
+// can recompute to test a guess.
 func unparsableID(key string) uint64 {
 	scan, err := pg.Scan(key)
 	if err != nil {
@@ -183,20 +187,58 @@ func unparsableID(key string) uint64 {
 	}
 	h := fnv.New64a()
 	var kind [4]byte
-	for _, t := range scan.Tokens {
-		binary.LittleEndian.PutUint32(kind[:], uint32(t.Token))
-		switch t.Token {
-		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+	for i, t := range scan.Tokens {
+		tok := t.Token
+		switch {
+		case tok == pg.Token_SQL_COMMENT, tok == pg.Token_C_COMMENT, sign(scan.Tokens, i):
 			continue
-		case pg.Token_ICONST, pg.Token_FCONST, pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST,
-			pg.Token_XCONST, pg.Token_PARAM:
-			h.Write(kind[:]) // a value: its kind alone
-		default:
-			h.Write(kind[:])
+		case tok == pg.Token_FCONST:
+			// Every number hashes as ICONST, so that a text without a decimal keeps the
+			// fingerprint it has always had: rules and dashboards name fingerprints.
+			tok = pg.Token_ICONST
+		}
+		binary.LittleEndian.PutUint32(kind[:], uint32(tok))
+		h.Write(kind[:])
+		if !value(tok) { // a value: its kind alone
 			h.Write([]byte(strings.ToLower(key[t.Start:t.End])))
 		}
 	}
 	return h.Sum64()
+}
+
+// value reports the tokens that are a statement's values: literals and parameters.
+func value(t pg.Token) bool {
+	switch t {
+	case pg.Token_ICONST, pg.Token_FCONST, pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST,
+		pg.Token_XCONST, pg.Token_PARAM:
+		return true
+	}
+	return false
+}
+
+// sign reports whether tokens[i] is the minus of a negative number: a "-" right before a
+// number, where it cannot subtract. PostgreSQL's grammar folds such a minus into the constant,
+// so pg_query's normalised text and fingerprint take -10 as one value, and so do normalize and
+// unparsableID. After an identifier, a value, or a closing parenthesis or bracket (comments
+// aside) the minus subtracts. After a keyword it is taken for a sign (THEN -1, INCREMENT BY -1),
+// although a few keywords can name a column: "name - 1" then hashes as "name" before a number,
+// still apart from "name + 1".
+func sign(tokens []*pg.ScanToken, i int) bool {
+	if tokens[i].Token != pg.Token_ASCII_45 || i+1 == len(tokens) ||
+		tokens[i+1].Token != pg.Token_ICONST && tokens[i+1].Token != pg.Token_FCONST {
+		return false
+	}
+	for i--; i >= 0; i-- {
+		switch t := tokens[i].Token; t {
+		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
+			continue
+		case pg.Token_IDENT, pg.Token_UIDENT, pg.Token_ASCII_41, pg.Token_ASCII_93: // ) ]
+			return false
+		default:
+			return !value(t)
+		}
+	}
+	return true
 }
 
 // unparsableSeed keys the hash of a text that neither the parser nor the scanner reads
@@ -212,10 +254,11 @@ func FingerprintHex(id uint64) string {
 // normalize returns pg_query's normalised text with comments removed and
 // every literal it left behind replaced by a further $n: pg_query keeps the
 // literals of utility statements (DDL defaults, COPY file names, COMMENT ON,
-// CALL and EXECUTE arguments, FETCH counts). Only numbers in a type modifier
-// or array bound after a built-in type keyword stay, such as varchar(10) or
-// numeric(10,2). On any failure it returns "": losing the text is better than
-// leaking a literal into telemetry. literals reports whether pg_query left a literal behind (a
+// CALL and EXECUTE arguments, FETCH counts), a negative number's minus with it
+// ([sign]), as pg_query does. Only numbers in a type modifier or array bound
+// after a built-in type keyword stay, such as varchar(10) or numeric(10,2). On
+// any failure it returns "": losing the text is better than leaking a literal
+// into telemetry. literals reports whether pg_query left a literal behind (a
 // comment does not count), which its fingerprint then holds too; true on a failure, where it
 // cannot tell.
 func normalize(key string) (_ string, literals bool) {
@@ -252,6 +295,9 @@ func normalize(key string) (_ string, literals bool) {
 		case pg.Token_ICONST, pg.Token_FCONST:
 			if !inTypmod(typmod) {
 				scrub[i], dirty, literals = true, true, true
+				if i > 0 && sign(scan.Tokens, i-1) {
+					scrub[i-1] = true // -1 is $n, as pg_query writes it where it replaces it
+				}
 			}
 		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST:
 			scrub[i], dirty, literals = true, true, true
@@ -288,6 +334,9 @@ func normalize(key string) (_ string, literals bool) {
 			write(strings.TrimRight(n[last:t.Start], " \t\r\n\f\v"))
 			afterComment = true
 			last = int(t.End)
+		case pg.Token_ASCII_45: // a number's sign: replaced with the number that follows it
+			write(n[last:t.Start])
+			last = int(scan.Tokens[i+1].Start)
 		default:
 			write(n[last:t.Start])
 			write("$" + strconv.Itoa(next))

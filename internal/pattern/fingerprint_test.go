@@ -1,0 +1,102 @@
+package pattern
+
+import (
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+)
+
+// TestFingerprintIgnoresLiteralsBesidePositionalOrderBy: a pattern's fingerprint is
+// "stable over literals": design.md has pg_query give each statement its fingerprint and
+// normalised text (literals → $n), and this package's token fingerprint (unparsableID) exists
+// so that one statement shape is one pattern whatever its values: its learned cost,
+// quarantine strikes and refusals count together, and a `match: {fingerprint: …}` rule copied
+// from the status page catches every execution of the query. A user expects a report that
+// differs only in a literal's value (a negative threshold, a decimal one) to be one pattern,
+// as it is without the ORDER BY 1 or GROUP BY 1 that reports commonly end with. With the
+// positional reference, pg_query leaves that "1" in its normalised text and the pattern is
+// fingerprinted by its tokens, where the sign of a number (a separate "-" token) and its
+// integer-or-decimal spelling must not make a new pattern either: the normalised texts are
+// identical.
+func TestFingerprintIgnoresLiteralsBesidePositionalOrderBy(t *testing.T) {
+	for _, texts := range [][]string{
+		{
+			"SELECT account_id, count(*) FROM events WHERE delta > 10 GROUP BY 1",
+			"SELECT account_id, count(*) FROM events WHERE delta > -10 GROUP BY 1",
+			"SELECT account_id, count(*) FROM events WHERE delta > 10.5 GROUP BY 1",
+		},
+		{
+			"SELECT * FROM events WHERE delta > 10 ORDER BY 1 DESC",
+			"SELECT * FROM events WHERE delta > -10 ORDER BY 1 DESC",
+			"SELECT * FROM events WHERE delta > 0.5 ORDER BY 1 DESC",
+		},
+	} {
+		first := Analyze(texts[0])
+		for _, s := range texts[1:] {
+			p := Analyze(s)
+			if p.Normalized != first.Normalized {
+				t.Fatalf("normalised texts differ (%q vs %q): the test needs one shape", p.Normalized, first.Normalized)
+			}
+			if p.Fingerprint != first.Fingerprint {
+				t.Errorf("%q: fingerprint %s, but %q (same normalised text %q) has %s: one shape, two patterns",
+					s, p.Fingerprint, texts[0], p.Normalized, first.Fingerprint)
+			}
+		}
+	}
+}
+
+// TestTokenFingerprintNumbers: wherever the fingerprint is the hash of the tokens (a statement
+// other than DML, a text pg_query cannot parse), a number is one value whatever its sign and
+// spelling, and the normalised text agrees; a minus that subtracts is still an operator.
+func TestTokenFingerprintNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		same []string // one pattern, one normalised text
+		diff string   // another pattern
+	}{
+		{"call", []string{"CALL p(1, x)", "CALL p(-1, x)", "CALL p(1.5, x)", "CALL p(- 2e3, x)"}, "CALL p(+1, x)"},
+		{"set", []string{"SET statement_timeout = 1000", "SET statement_timeout = -1"}, "SET lock_timeout = 1"},
+		{"sequence", []string{"ALTER SEQUENCE s INCREMENT BY 1", "ALTER SEQUENCE s INCREMENT BY -1"}, "ALTER SEQUENCE s RESTART WITH 1"},
+		{"default", []string{"CREATE TABLE t (a numeric(10,2) DEFAULT 0.5)", "CREATE TABLE t (a numeric(10,2) DEFAULT -3)"}, "CREATE TABLE t (a numeric(10,2) DEFAULT '3')"},
+		{"subtraction", []string{"CALL p(x - 1)", "CALL p(x - -1.5)", "CALL p(x /* c */ - 2)"}, "CALL p(x + 1)"},
+		{"after brackets", []string{"CALL p(f(x) - 1, a[1] - 1)", "CALL p(f(x) - -1, a[-2] - 3.5)"}, "CALL p(f(x) + 1, a[1] - 1)"},
+		{"unparsable", []string{"SELEC x FROM t WHERE y > 10", "SELEC x FROM t WHERE y > -10.5"}, "SELEC x FROM t WHERE y - 10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := Analyze(tc.same[0])
+			if first.Parsed && first.Kind != vocab.KindOther && first.Kind != vocab.KindDDL && first.Kind != vocab.KindUtility {
+				t.Fatalf("%q is of kind %s: the test needs a text fingerprinted by its tokens", tc.same[0], first.Kind)
+			}
+			for _, s := range tc.same[1:] {
+				p := Analyze(s)
+				if p.Fingerprint != first.Fingerprint || p.Normalized != first.Normalized {
+					t.Errorf("%q: fingerprint %s, normalised %q; %q: %s, %q", s, p.Fingerprint, p.Normalized,
+						tc.same[0], first.Fingerprint, first.Normalized)
+				}
+			}
+			if p := Analyze(tc.diff); p.Fingerprint == first.Fingerprint {
+				t.Errorf("%q and %q share fingerprint %s", tc.diff, tc.same[0], p.Fingerprint)
+			}
+		})
+	}
+}
+
+// TestFingerprintStable pins fingerprints: they name patterns in rules (`match: {fingerprint:
+// …}`), dashboards and the status page: a failure here means that fingerprints users have
+// written down changed, which must be deliberate and said in the changelog.
+func TestFingerprintStable(t *testing.T) {
+	for sql, want := range map[string]string{
+		"SELECT * FROM t WHERE x = 1":              "523e1fe3a3cb6111", // pg_query's
+		"SELECT * FROM t WHERE x = $1 ORDER BY 1":  "a71914b11bc397d8",
+		"SELECT * FROM t WHERE x = 1 ORDER BY 1":   "11e73813d915378b",
+		"SELECT * FROM t WHERE x = '1' ORDER BY 1": "525fe5c3e4ee2f82",
+		"SELECT * FROM t WHERE x = -1 ORDER BY 1":  "11e73813d915378b",
+		"CALL p(1)":    "b8099ca1ab51603c",
+		"CALL p('a')":  "6e78833b3c8699c1",
+		"SET x = 1000": "95f27fefc9287677",
+	} {
+		if got := Analyze(sql).Fingerprint; got != want {
+			t.Errorf("%q: fingerprint %s, want %s", sql, got, want)
+		}
+	}
+}
