@@ -129,8 +129,10 @@
 // comparisons of an expression with itself (id = id, id + 0 = id) and disjunctions that hold for
 // every row (x IS NULL OR x IS NOT NULL). AND restricts if any operand does, OR only if every
 // operand does. A condition that is never true (false, 1 = 0: what ORMs send for an empty IN
-// list) matches no row and passes. A MERGE passes if its ON condition or a WHEN MATCHED
-// condition restricts the target.
+// list) matches no row and passes. A MERGE passes if its ON condition restricts the target, or
+// else if its WHEN MATCHED clauses that update or delete do between them: each has a condition
+// and their OR restricts (WHEN MATCHED AND x IS NULL THEN UPDATE ... WHEN MATCHED AND x IS NOT
+// NULL THEN DELETE is refused under an ON that matches every row).
 //
 // Text pg_query cannot parse that may hold an UPDATE, DELETE or MERGE (for block_truncate, a
 // TRUNCATE) is refused by an enforced guard, whose limit text says so, since its WHERE cannot be

@@ -10,8 +10,10 @@
 // An UPDATE or DELETE (at top level, in a CTE, under EXPLAIN ANALYZE, PREPARE or COPY, in any
 // statement of the text) is an unsafe write unless its WHERE restricts the target's rows: it
 // references a column of the target in a way that can be false for some row, or it is never
-// true. A MERGE is unsafe when neither its ON condition nor a WHEN MATCHED ... UPDATE/DELETE
-// condition restricts the target. Everything else counts as unrestricted, whatever its form:
+// true. A MERGE is unsafe unless its ON condition restricts the target's rows or its WHEN MATCHED
+// ... UPDATE/DELETE clauses do between them: each has a condition and their OR restricts (an
+// UPDATE where x IS NULL and a DELETE where x IS NOT NULL write every row). Everything else
+// counts as unrestricted, whatever its form:
 //
 //   - no WHERE; constants, parameters, functions, casts and subqueries that are not correlated
 //     with the target (WHERE true, WHERE $1 = $1, WHERE now() > '2000-01-01', EXISTS (SELECT 1));

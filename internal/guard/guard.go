@@ -78,22 +78,31 @@ func (w *walker) write(restricted bool) {
 }
 
 // mergeRestricts reports whether a MERGE's ON condition restricts the target's rows, or else
-// every WHEN MATCHED ... UPDATE/DELETE has a condition that does.
+// its WHEN MATCHED ... UPDATE/DELETE clauses do between them: each has a condition and the OR
+// of their conditions restricts (an UPDATE of the rows where x IS NULL and a DELETE of those
+// where x IS NOT NULL write every row).
 func mergeRestricts(s *pg.MergeStmt) bool {
 	if restricts(s.Relation, s.JoinCondition) {
 		return true
 	}
+	var conds []*pg.Node
 	for _, c := range s.MergeWhenClauses {
 		wc := c.GetMergeWhenClause()
 		if wc == nil || !wc.Matched {
 			continue
 		}
-		ct := wc.CommandType
-		if (ct == pg.CmdType_CMD_UPDATE || ct == pg.CmdType_CMD_DELETE) && !restricts(s.Relation, wc.Condition) {
+		if ct := wc.CommandType; ct != pg.CmdType_CMD_UPDATE && ct != pg.CmdType_CMD_DELETE {
+			continue
+		}
+		if wc.Condition.GetNode() == nil {
 			return false
 		}
+		conds = append(conds, wc.Condition)
 	}
-	return true
+	if len(conds) == 0 {
+		return true // it writes no row of the target
+	}
+	return restricts(s.Relation, pg.MakeBoolExprNode(pg.BoolExprType_OR_EXPR, conds, -1))
 }
 
 // explainAnalyze reports whether EXPLAIN options run the statement. As PostgreSQL reads a
