@@ -44,14 +44,15 @@
 //
 // [Middleware] tags each request's context with route, method and
 // remote_address (the client's IP address). Register it inside a
-// [net/http.ServeMux] so that the route tag is the mux pattern (low
-// cardinality) rather than the raw URL path:
+// [net/http.ServeMux] so that the route tag is the path of the mux pattern
+// (low cardinality) rather than the raw URL path:
 //
 //	mux.Handle("GET /orders/{id}", tagging.Middleware(ordersHandler))
 //
 // Handlers then pass r.Context() to database/sql, and rules such as
-// match: {route: /orders/{id}} or match: {remote_address: 203.0.113.0/24}
-// apply to the queries they run.
+// match: {route: "/orders/{id}"} or match: {remote_address: 203.0.113.0/24}
+// apply to the queries they run. Quote a route with braces: inside a YAML
+// {...} mapping, an unquoted brace ends it.
 //
 // # Concurrency and cost
 //
