@@ -73,8 +73,10 @@
 // backend) or one slow round does not throttle every enforce budget while the
 // sampler reconnects at its next round. A stale metric counts as exceeded for
 // enforce budgets (fail safe) and is logged once when the staleness begins. A
-// read that fails is logged once per change of its error and counted by
-// [Sampler.Errors].
+// sample carried over from a sampler at another interval ([Options.Replaces])
+// is judged by the interval of the sampler that took it until the new one
+// reads. A read that fails is logged once per change of its error and counted
+// by [Sampler.Errors].
 //
 // # Waiting
 //

@@ -22,7 +22,9 @@ import (
 // A metric is stale when its last good sample is older than [StaleIntervals]
 // intervals, when it has had no good sample for [StaleIntervals] intervals
 // since it was configured, or when a read failed before it had any good
-// sample; each metric's staleness is logged once when it begins. A read that
+// sample; each metric's staleness is logged once when it begins. The
+// intervals are those of the sampler that took the sample (see
+// [Options.Replaces]). A read that
 // fails after a good one leaves that value in force until it is
 // [StaleIntervals] intervals old: one lost connection or slow round is no
 // outage (the sampler reconnects at its next round), and the contract's
@@ -37,19 +39,19 @@ import (
 func (s *Sampler) Evaluate(now time.Time, thresholds map[string]float64, inFlight float64, enforce bool) (metric string, value float64, exceeded bool, stale bool) {
 	snap := s.snap.Load()
 	readings := snap.readings
-	limit := StaleIntervals * s.interval
 	var over, old string
 	var overValue, oldValue float64
 	for m, threshold := range thresholds {
 		v := inFlight
 		if m != vocab.MetricInFlight {
 			r, ok := readings[m]
-			if at, dropped := snap.dropped[m]; !ok && dropped && now.Sub(at) <= limit {
+			if at, dropped := snap.dropped[m]; !ok && dropped && now.Sub(at) <= StaleIntervals*s.interval {
 				// Dropped from the metric set by a reload less than StaleIntervals ago: this
 				// statement was decided by the rules it replaced, which the rules in force do
 				// not hold it to.
 				continue
 			}
+			limit := StaleIntervals * r.interval
 			if ok && !r.good && r.err == "" && now.Sub(r.since) <= limit {
 				// Not read yet, and configured less than StaleIntervals ago: like a sample
 				// not yet old, it neither throttles nor counts as stale (a connector that

@@ -10,8 +10,9 @@ import (
 // TestNewSamplerReplaces: a sampler built to replace another (a reload that changed the
 // interval) starts from its readings, as SetMetrics keeps them: a metric whose query is
 // unchanged keeps its value and its date, so that a budget throttled on it stays
-// throttled and a stale one stays stale until the new sampler reads; a metric whose query
-// changed is new, and one no longer read is dropped as a reload drops it.
+// throttled and a stale one stays stale until the new sampler reads (its age judged by the
+// interval of the sampler that read it); a metric whose query changed is new, and one no
+// longer read is dropped as a reload drops it.
 func TestNewSamplerReplaces(t *testing.T) {
 	now := t0
 	clock := func() time.Time { return now }
@@ -51,7 +52,8 @@ func TestNewSamplerReplaces(t *testing.T) {
 	}{
 		{"a throttling reading carries over", map[string]float64{vocab.MetricActiveQueries: 8},
 			vocab.MetricActiveQueries, 20, true, false},
-		{"its date carries over, judged at the new interval", map[string]float64{"custom.a": 8}, "", 0, false, false},
+		{"its date carries over, judged at the interval that read it", map[string]float64{"custom.a": 8},
+			"custom.a", 7, true, true},
 		{"a metric never read stays stale", map[string]float64{vocab.MetricReplicationLag: 5},
 			vocab.MetricReplicationLag, 0, true, true},
 		{"a new query is not read yet", map[string]float64{"custom.c": 1}, "", 0, false, false},
@@ -68,4 +70,51 @@ func TestNewSamplerReplaces(t *testing.T) {
 	if v, at, ok := s.Value(vocab.MetricActiveQueries); !ok || v != 20 || !at.Equal(t0.Add(1500*time.Millisecond)) {
 		t.Errorf("Value(active_queries) = (%v, %v, %v), want (20, t0+1.5s, true)", v, at, ok)
 	}
+	// Once the new sampler reads custom.a, its interval judges the reading.
+	seed(t, s, "custom.a", 7, now)
+	if metric, _, _, stale := s.Evaluate(now.Add(1700*time.Millisecond), map[string]float64{"custom.a": 8}, 0, true); metric != "" || stale {
+		t.Errorf("custom.a read by the new sampler 1.7s ago: Evaluate = (%q, stale %v), want fresh (1.8s at 600ms)", metric, stale)
+	}
+}
+
+// TestNewSamplerReplacesLowered: a reload that lowers the interval does not make the sample it
+// carries over stale: a reading 2.5s old, taken at a 5s interval (stale after 15s), stays in
+// force under a sampler at 600ms (whose own readings are stale after 1.8s) until that sampler
+// reads; a failed read of the new sampler leaves it in force too, as one after a good read
+// does, and a good one is judged by the new interval.
+func TestNewSamplerReplacesLowered(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	log, _ := newLogger()
+	opts := Options{
+		Interval: 5 * time.Second,
+		Metrics:  []string{"custom.knob"},
+		Queries:  map[string]string{"knob": "select v from knob"},
+		Logger:   log,
+		Now:      clock,
+	}
+	old := NewSampler(opts)
+	defer old.Close()
+	seed(t, old, "custom.knob", 1, t0)
+
+	now = t0.Add(2500 * time.Millisecond)
+	opts.Interval, opts.Replaces = 600*time.Millisecond, old
+	s := NewSampler(opts)
+	defer s.Close()
+	th := map[string]float64{"custom.knob": 5}
+	check := func(at time.Duration, wantStale bool) {
+		t.Helper()
+		metric, _, exceeded, stale := s.Evaluate(t0.Add(at), th, 0, true)
+		if stale != wantStale || exceeded != wantStale {
+			t.Errorf("at t0+%v: Evaluate = (%q, exceeded %v, stale %v), want stale %v", at, metric, exceeded, stale, wantStale)
+		}
+	}
+	check(2500*time.Millisecond, false)
+	fail(t, s, "custom.knob", "timed out after 300ms")
+	check(14*time.Second, false) // the 5s sampler's value, 14s old
+	check(16*time.Second, true)
+	now = t0.Add(16 * time.Second)
+	seed(t, s, "custom.knob", 1, now)
+	check(17500*time.Millisecond, false)
+	check(18*time.Second, true) // the new sampler's own reading, 2s old at 600ms
 }

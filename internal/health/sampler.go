@@ -65,8 +65,11 @@ type Options struct {
 	// Replaces is the sampler this one takes over from, when a reload changes what a Sampler
 	// cannot (its interval). Its readings of the metrics that keep their query carry over, as
 	// through [Sampler.SetMetrics]: the new sampler starts from the last sample rather than
-	// from none, which would neither throttle nor count as stale until its first read. The
-	// caller still closes the sampler replaced.
+	// from none, which would neither throttle nor count as stale until its first read. A
+	// reading carried over is judged by the interval of the sampler that took it until the new
+	// sampler reads the metric: lowering the interval does not make a sample stale that was
+	// not, nor raising it one fresh that was stale. The caller still closes the sampler
+	// replaced.
 	Replaces *Sampler
 }
 
@@ -194,6 +197,11 @@ type reading struct {
 	err   string
 	since time.Time // when the metric was configured: before its first read it is not stale
 	// until it has gone unread for StaleIntervals intervals since then
+	// interval is that of the sampler that read value (before any good read, that configured
+	// the metric): a reading carried over from a sampler at another interval ([Options.Replaces])
+	// is stale after StaleIntervals of its own intervals, as it would have been, until the
+	// new sampler reads it.
+	interval time.Duration
 	// staleLogged is shared by every snapshot's copy of this metric's
 	// reading, so that Evaluate logs the start of staleness once without a lock.
 	staleLogged *atomic.Bool
@@ -344,10 +352,10 @@ func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 			next[m] = r
 			continue
 		}
-		next[m] = reading{sql: sql, since: s.now(), staleLogged: new(atomic.Bool)}
+		next[m] = reading{sql: sql, since: s.now(), interval: s.interval, staleLogged: new(atomic.Bool)}
 	}
 	for m, why := range bad {
-		next[m] = reading{err: why, staleLogged: new(atomic.Bool)}
+		next[m] = reading{err: why, interval: s.interval, staleLogged: new(atomic.Bool)}
 	}
 	now := s.now()
 	dropped := map[string]time.Time{}
@@ -867,7 +875,7 @@ func (s *Sampler) publish(results []result) {
 		} else {
 			s.samples.Add(1)
 		}
-		r.value, r.at, r.good, r.err = res.value, res.at, true, ""
+		r.value, r.at, r.good, r.err, r.interval = res.value, res.at, true, "", s.interval
 		next[res.metric] = r
 	}
 	s.store(next)
