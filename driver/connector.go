@@ -174,7 +174,9 @@ func fromConfig(cc *pgx.ConnConfig, o options) (*Connector, error) {
 // stdlibDial makes pgtraffic's own connections (the health sampler's, the server clock
 // reader's) as pgx's stdlib connector makes the application's: with the options given to
 // WithPgxOptions, so that stdlib.OptionBeforeConnect sets what changes per connection (a
-// rotating password or token) on them too, and OptionAfterConnect runs on them.
+// rotating password or token) on them too, and OptionAfterConnect runs on them. The stdlib
+// connector connects right after its hook, so a tracer the hook sets stays on them: the
+// README says to set the tracer on the ConnConfig (NewConnectorFromConfig) instead.
 func stdlibDial(opts []stdlib.OptionOpenDB) pgxconn.Dial {
 	if len(opts) == 0 {
 		return nil

@@ -120,7 +120,8 @@ func learnAfter(after func(context.Context, *pgx.Conn) error, names *preparedNam
 
 // poolDial makes pgtraffic's own connections (the health sampler's, the server clock
 // reader's) as the pool makes its own: through its BeforeConnect hook, which sets what
-// changes per connection (a rotating password or token).
+// changes per connection (a rotating password or token). A tracer the hook sets is the
+// application's, for its queries: it does not stay on pgtraffic's connections.
 func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial {
 	if before == nil {
 		return nil
@@ -129,6 +130,7 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 		if err := before(ctx, cc); err != nil {
 			return nil, err
 		}
+		cc.Tracer = nil
 		return pgx.ConnectConfig(ctx, cc)
 	}
 }

@@ -78,6 +78,32 @@ func TestPoolTracerSeesOnlyTheApplicationsQueries(t *testing.T) {
 	})
 }
 
+// TestPoolHookTracerSeesOnlyTheApplicationsQueries: the same for a tracer that the pool's
+// BeforeConnect hook sets, as a program that sets what changes per connection there may: the
+// hook runs on pgtraffic's own connections too (for a rotating password), but the tracer it
+// sets does not stay on them.
+func TestPoolHookTracerSeesOnlyTheApplicationsQueries(t *testing.T) {
+	testTracerSeesOnlyTheApplicationsQueries(t, func(t *testing.T, dsn string, tr pgx.QueryTracer, cfg *driver.Config) tracedFrontEnd {
+		pc, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			cc.Tracer = tr
+			return nil
+		}
+		p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return tracedFrontEnd{
+			exec:     func(ctx context.Context, sql string) error { _, err := p.Exec(ctx, sql); return err },
+			snapshot: p.Snapshot,
+		}
+	})
+}
+
 // TestConnectorTracerSeesOnlyTheApplicationsQueries: the same for the database/sql front end,
 // made with NewConnectorFromConfig from a ConnConfig with a tracer.
 func TestConnectorTracerSeesOnlyTheApplicationsQueries(t *testing.T) {
