@@ -259,8 +259,9 @@ func FingerprintHex(id uint64) string {
 // after a built-in type keyword stay, such as varchar(10) or numeric(10,2). On
 // any failure it returns "": losing the text is better than leaking a literal
 // into telemetry. literals reports whether pg_query left a literal behind (a
-// comment does not count), which its fingerprint then holds too; true on a failure, where it
-// cannot tell.
+// comment does not count), which its fingerprint may then hold too (a utility statement's
+// values are in it; a positional ORDER BY's are not, but the text is fingerprinted by its
+// tokens all the same); true on a failure, where it cannot tell.
 func normalize(key string) (_ string, literals bool) {
 	n, err := pg.Normalize(key)
 	if err != nil {
