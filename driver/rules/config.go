@@ -39,7 +39,8 @@ type Config struct {
 
 	// HealthQueries names custom health metrics: each query must return a single number,
 	// which throttle_when thresholds refer to as custom.<name>. Names use letters, digits,
-	// '_' and '-'.
+	// '_' and '-'. A reload that changes a query keeps its metric's last reading in force
+	// until the new query is read.
 	HealthQueries map[string]string `yaml:"health_queries,omitempty" json:"health_queries,omitempty"`
 
 	// Budgets are the limits queries are checked against. Names are unique.

@@ -11,8 +11,8 @@ import (
 // interval) starts from its readings, as SetMetrics keeps them: a metric whose query is
 // unchanged keeps its value and its date, so that a budget throttled on it stays
 // throttled and a stale one stays stale until the new sampler reads (its age judged by the
-// interval of the sampler that read it); a metric whose query changed is new, and one no
-// longer read is dropped as a reload drops it.
+// interval of the sampler that read it); a new metric is not read yet, and one no longer
+// read is dropped as a reload drops it.
 func TestNewSamplerReplaces(t *testing.T) {
 	now := t0
 	clock := func() time.Time { return now }
@@ -56,7 +56,7 @@ func TestNewSamplerReplaces(t *testing.T) {
 			"custom.a", 7, true, true},
 		{"a metric never read stays stale", map[string]float64{vocab.MetricReplicationLag: 5},
 			vocab.MetricReplicationLag, 0, true, true},
-		{"a new query is not read yet", map[string]float64{"custom.c": 1}, "", 0, false, false},
+		{"a new metric is not read yet", map[string]float64{"custom.c": 1}, "", 0, false, false},
 		{"a metric dropped just now does not throttle", map[string]float64{"custom.b": 1}, "", 0, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

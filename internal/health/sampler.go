@@ -63,7 +63,7 @@ type Options struct {
 	// with the same metric set (see [Election]); nil: this sampler samples for itself.
 	Election Election
 	// Replaces is the sampler this one takes over from, when a reload changes what a Sampler
-	// cannot (its interval). Its readings of the metrics that keep their query carry over, as
+	// cannot (its interval). Its readings of the metrics it still reads carry over, as
 	// through [Sampler.SetMetrics]: the new sampler starts from the last sample rather than
 	// from none, which would neither throttle nor count as stale until its first read. A
 	// reading carried over is judged by the interval of the sampler that took it until the new
@@ -316,7 +316,10 @@ func (s *Sampler) markClosed() (started, ok bool) {
 }
 
 // SetMetrics replaces the metric set (on a config reload). Readings of
-// metrics that keep their name and query survive; a metric that cannot be
+// metrics that keep their name survive, also when their query changed (a
+// custom query reworded or fixed): the last reading stays in force until the
+// new query is read, which the next round does at once, so that a reload
+// neither lifts nor starts throttling by itself. A metric that cannot be
 // read (unknown name, custom metric without a query) is logged, counted and
 // stays stale. An empty set stops sampling and closes the connection: at
 // once, or when the round in progress ends (SetMetrics does not wait for it).
@@ -348,7 +351,8 @@ func (s *Sampler) setConfig(cfg *config, bad map[string]string) {
 	old := s.snap.Load().readings
 	next := make(map[string]reading, len(cfg.defs)+len(bad))
 	for m, sql := range cfg.defs {
-		if r, ok := old[m]; ok && r.sql == sql {
+		if r, ok := old[m]; ok {
+			r.sql = sql // a round still reading the query replaced publishes nothing
 			next[m] = r
 			continue
 		}

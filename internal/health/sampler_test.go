@@ -67,13 +67,17 @@ func TestSetMetrics(t *testing.T) {
 		v      float64
 	}{
 		{"custom.a", true, 1},                  // same query: the reading survives
-		{"custom.b", false, 0},                 // a different query is a different metric
+		{"custom.b", true, 2},                  // a new query: the reading stands until it is read
 		{vocab.MetricActiveQueries, false, 0},  // no longer configured
 		{vocab.MetricReplicationLag, false, 0}, // not read yet
 	} {
 		if v, _, ok := s.Value(tt.metric); ok != tt.ok || v != tt.v {
 			t.Errorf("Value(%s) = (%v, %v), want (%v, %v)", tt.metric, v, ok, tt.v, tt.ok)
 		}
+	}
+	if metric, _, exceeded, stale := s.Evaluate(t0, map[string]float64{"custom.b": 2}, 0, true); metric != "custom.b" || !exceeded || stale {
+		t.Errorf("custom.b at its threshold, its query changed: Evaluate = (%q, exceeded %v, stale %v), want it exceeded, not stale",
+			metric, exceeded, stale)
 	}
 	if got := s.Errors(); got != 2 {
 		t.Errorf("Errors() = %d, want 2 (two metrics that cannot be read)", got)
@@ -91,10 +95,14 @@ func TestSetMetrics(t *testing.T) {
 		t.Errorf("staleness of an unreadable metric does not say why:\n%s", logs)
 	}
 
-	// A result of a round that raced with the reload is dropped.
-	s.publish([]result{{metric: "custom.b", sql: "select 2", value: 2, at: t0}})
-	if _, _, ok := s.Value("custom.b"); ok {
-		t.Error("a result for the old query of custom.b was published")
+	// A result of a round that raced with the reload is dropped; the new query's is published.
+	s.publish([]result{{metric: "custom.b", sql: "select 2", value: 9, at: t0.Add(time.Second)}})
+	if v, _, _ := s.Value("custom.b"); v != 2 {
+		t.Errorf("Value(custom.b) = %v after a result of its old query; want 2, the result dropped", v)
+	}
+	seed(t, s, "custom.b", 3, t0.Add(time.Second))
+	if v, _, _ := s.Value("custom.b"); v != 3 {
+		t.Errorf("Value(custom.b) = %v after a result of its new query; want 3", v)
 	}
 }
 
