@@ -151,7 +151,9 @@ type Budget struct {
 	// ThrottleWhen maps health metrics (the Metric constants, or custom.<name>) to
 	// thresholds: while any is reached the budget admits nothing. replication_lag is in
 	// seconds. For an enforce budget a sample older than three health intervals counts as
-	// reached.
+	// reached. active_queries needs a role with pg_read_all_stats (or pg_monitor) to see other
+	// roles' backends: without it, its read fails while one of theirs runs a statement, and
+	// its sample turns stale.
 	ThrottleWhen map[string]float64 `yaml:"throttle_when,omitempty" json:"throttle_when,omitempty"`
 
 	// Explain says when EXPLAIN runs to predict a statement's cost: pattern, once per

@@ -48,7 +48,10 @@
 //
 //   - [vocab.MetricActiveQueries]: client backends in state 'active' in pg_stat_activity,
 //     the sampler's own backend excluded. The sampling role needs
-//     pg_read_all_stats (or pg_monitor) to see other roles' backends.
+//     pg_read_all_stats (or pg_monitor) to see other roles' backends; without
+//     it the read fails (stale) while one of theirs holds a snapshot or a
+//     transaction ID, as one running a statement does, rather than count it
+//     as idle. That failure is logged once.
 //   - [vocab.MetricReplicationLag]: on a standby, seconds since the last replayed
 //     transaction committed on the primary, or 0 while it streams from the
 //     primary and has replayed everything received; a standby that is not

@@ -9,8 +9,27 @@ import (
 
 // activeQueriesSQL counts client backends executing a statement, excluding
 // the sampler's own (which is active while it runs this).
-const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
-	`where state = 'active' and backend_type = 'client backend' and pid <> pg_backend_pid()`
+//
+// PostgreSQL hides the state of other roles' backends from a role without
+// pg_read_all_stats (which pg_monitor includes): their backend_type and state
+// are NULL, and a count would leave them out, a 0 that says all is well while
+// they run. A hidden backend that is connected to a database as a role (a
+// client backend, a parallel worker, a logical walsender) and holds a snapshot
+// or a transaction ID, as one running a statement does, makes the query
+// return NULL, a failed read (errActiveHidden). Hidden backends that hold
+// neither (idle sessions, such as other applications' pooled connections) run
+// no statement and leave the count exact. One scan of pg_stat_activity, as
+// the count alone.
+const activeQueriesSQL = `select case when bool_or(backend_type is null and datid is not null ` +
+	`and usesysid is not null and (backend_xmin is not null or backend_xid is not null)) then null ` +
+	`else count(*) filter (where state = 'active' and backend_type = 'client backend' ` +
+	`and pid <> pg_backend_pid()) end::float8 from pg_stat_activity`
+
+// errActiveHidden replaces the NULL that activeQueriesSQL returns while other
+// roles' backends whose state the sampling role cannot see may be running
+// statements.
+var errActiveHidden = ResultError{"unknown: backends of other roles may be running statements, and the " +
+	"sampling role cannot see their state in pg_stat_activity (grant it pg_read_all_stats or pg_monitor)"}
 
 // replicationLagSQL works on a standby and on a primary, so that a failover
 // needs no reconfiguration.

@@ -55,7 +55,8 @@ type Options struct {
 	// Queries maps a custom metric's name (without [vocab.MetricCustomPrefix]) to its SQL.
 	Queries map[string]string
 	// Logger receives read failures, staleness and recoveries, each once per
-	// change; default slog.Default().
+	// change (an active_queries read that fails on other roles' backends the
+	// sampling role cannot see, once); default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock used to timestamp samples; default time.Now.
 	Now func() time.Time
@@ -105,6 +106,7 @@ type Sampler struct {
 	samples      atomic.Uint64 // good metric reads
 	shared       atomic.Uint64 // good readings adopted from the elected sampler
 	elections    atomic.Uint64 // times this sampler became or stopped being the lead
+	hiddenLogged atomic.Bool   // an active_queries read failed on backends the role cannot see: logged
 	unconfigured sync.Map      // metric -> struct{}: thresholds already logged as not sampled
 
 	life context.Context // canceled by Close; parent of all I/O
@@ -658,8 +660,13 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := conn.ReadNumber(rctx, sql)
 		cancel()
-		if m == vocab.MetricReplicationLag && errors.Is(err, ErrNull) {
-			err = errLagUnknown
+		if errors.Is(err, ErrNull) {
+			switch m {
+			case vocab.MetricReplicationLag:
+				err = errLagUnknown
+			case vocab.MetricActiveQueries:
+				err = errActiveHidden
+			}
 		}
 		if ctx.Err() != nil {
 			// Closing, or the caller gave up: this is not the server's fault.
@@ -857,7 +864,7 @@ func (s *Sampler) publish(results []result) {
 		if res.err != "" {
 			if res.report {
 				s.errors.Add(1)
-				if res.err != r.err {
+				if res.err != r.err && s.logFailure(res.err) {
 					logs = append(logs, entry{slog.LevelWarn, "health: metric read failed; its last good sample stands until it is too old",
 						[]any{"metric", res.metric, "error", res.err}})
 				}
@@ -871,7 +878,8 @@ func (s *Sampler) publish(results []result) {
 			// between this clock and Redis's): a lead publishes once an interval.
 			continue
 		}
-		if r.staleLogged.Swap(false) || r.err != "" && r.err != "not connected" && r.err != "connection lost" {
+		if r.staleLogged.Swap(false) || r.err != "" && r.err != "not connected" && r.err != "connection lost" &&
+			r.err != errActiveHidden.Problem {
 			logs = append(logs, entry{slog.LevelInfo, "health: metric read again", []any{"metric", res.metric}})
 		}
 		if res.shared {
@@ -888,4 +896,12 @@ func (s *Sampler) publish(results []result) {
 	for _, e := range logs {
 		s.log.Log(context.Background(), e.level, e.msg, e.attrs...)
 	}
+}
+
+// logFailure reports whether a read that failed as desc says, after a good read or another
+// error, is logged. Every such change is, but for errActiveHidden only the first: it comes
+// and goes with other roles' statements, and one line says what to grant (its recoveries are
+// not logged either; the staleness it causes is, as any).
+func (s *Sampler) logFailure(desc string) bool {
+	return desc != errActiveHidden.Problem || !s.hiddenLogged.Swap(true)
 }
