@@ -98,7 +98,7 @@ type config struct {
 	interval   time.Duration
 	rateStmt   time.Duration
 	slotStmt   time.Duration
-	only       string
+	only       []string // the scenarios -only names; nil for all
 	chart      string
 	chaosAt    time.Duration
 	chaosFor   time.Duration
@@ -119,7 +119,10 @@ func main() {
 	flag.DurationVar(&c.interval, "interval", time.Second, "coordination sync_interval")
 	flag.DurationVar(&c.rateStmt, "rate-stmt", 50*time.Millisecond, "pg_sleep of a rate-budget statement")
 	flag.DurationVar(&c.slotStmt, "slot-stmt", 200*time.Millisecond, "pg_sleep of a slot-budget statement")
-	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all)")
+	flag.Func("only", "comma-separated scenarios to run (default all)", func(v string) (err error) {
+		c.only, err = parseOnly(v)
+		return err
+	})
 	flag.DurationVar(&c.chaosAt, "chaos-at", 15*time.Second, "when the chaos starts in a run")
 	flag.DurationVar(&c.chaosFor, "chaos-for", 5*time.Second, "how long redis stays stopped (sigstop)")
 	flag.StringVar(&c.chart, "chart", "", "write a PNG chart of the rate runs to this file")
@@ -184,7 +187,7 @@ func runParent(c config) error {
 
 	var results, every []result
 	for _, s := range scenarios(c) {
-		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {
+		if !c.selected(s.name) {
 			continue
 		}
 		var runs []result
@@ -204,18 +207,11 @@ func runParent(c config) error {
 	if len(every) > 0 {
 		printTable(os.Stdout, c, every)
 	}
-	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "election") {
-		if err := runElection(c, e); err != nil {
-			return err
+	for _, s := range laterScenarios {
+		if !c.selected(s.name) {
+			continue
 		}
-	}
-	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "ramp") {
-		if err := runRamp(c, e); err != nil {
-			return err
-		}
-	}
-	if c.only == "" || slices.Contains(strings.Split(c.only, ","), "tenants") {
-		if err := runTenants(c, e); err != nil {
+		if err := s.run(c, e); err != nil {
 			return err
 		}
 	}
@@ -224,6 +220,41 @@ func runParent(c config) error {
 	}
 	return nil
 }
+
+// laterScenarios run after the table of scenarios, each printing a table of its own.
+var laterScenarios = []struct {
+	name string
+	run  func(config, *env) error
+}{{"election", runElection}, {"ramp", runRamp}, {"tenants", runTenants}}
+
+// parseOnly returns the scenarios named by -only, a comma-separated list whose names may be
+// padded with spaces; nil (every scenario) for an empty list. A name that is no scenario's is
+// an error, which the flag package prints before exiting with status 2: a typo must not pass
+// for a run.
+func parseOnly(only string) ([]string, error) {
+	if strings.TrimSpace(only) == "" {
+		return nil, nil
+	}
+	var known []string
+	for _, s := range scenarios(config{}) {
+		known = append(known, s.name)
+	}
+	for _, s := range laterScenarios {
+		known = append(known, s.name)
+	}
+	var names []string
+	for _, name := range strings.Split(only, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(known, name) {
+			return nil, fmt.Errorf("unknown scenario %q (the scenarios: %s)", name, strings.Join(known, ", "))
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// selected reports whether the scenario name is to run.
+func (c config) selected(name string) bool { return c.only == nil || slices.Contains(c.only, name) }
 
 // scenario is one experiment: how many processes, how many workers each, which budget, and
 // what goes wrong mid-run.
