@@ -360,30 +360,34 @@ func TestPGCustomQueries(t *testing.T) {
 		{"two statements", "select 1; select 2", 0, "server error SQLSTATE 42601 (syntax_error)"},
 		{"not a query", "set work_mem = '8MB'", 0, "returned no rows"},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s.SetMetrics([]string{"custom.q"}, map[string]string{"q": tt.sql})
+			// A metric of its own: one that keeps its name keeps its last reading across a
+			// change of its query.
+			name := fmt.Sprintf("q%d", i)
+			m := vocab.MetricCustomPrefix + name
+			s.SetMetrics([]string{m}, map[string]string{name: tt.sql})
 			errsBefore := s.Errors()
 			err := s.SampleOnce(context.Background())
-			v, _, ok := s.Value("custom.q")
-			metric, _, exceeded, stale := s.Evaluate(time.Now(), map[string]float64{"custom.q": 1e9}, 0, true)
+			v, _, ok := s.Value(m)
+			metric, _, exceeded, stale := s.Evaluate(time.Now(), map[string]float64{m: 1e9}, 0, true)
 			if tt.wantErr == "" {
 				if err != nil || !ok || v != tt.want || exceeded || stale {
 					t.Fatalf("SampleOnce = %v, Value = (%v, %v), exceeded=%v stale=%v; want %v, fresh", err, v, ok, exceeded, stale, tt.want)
 				}
 				return
 			}
-			want := "health: custom.q: " + tt.wantErr
+			want := "health: " + m + ": " + tt.wantErr
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("SampleOnce = %v, want an error containing %q", err, want)
 			}
-			if ok || metric != "custom.q" || !exceeded || !stale {
+			if ok || metric != m || !exceeded || !stale {
 				t.Errorf("after a bad read: Value ok=%v, Evaluate = (%q, exceeded=%v, stale=%v); want no value, stale, exceeded", ok, metric, exceeded, stale)
 			}
 			if got := s.Errors() - errsBefore; got != 1 {
 				t.Errorf("Errors() grew by %d, want 1", got)
 			}
-			if !strings.Contains(logs.String(), "metric=custom.q error=\""+tt.wantErr) {
+			if !strings.Contains(logs.String(), "metric="+m+" error=\""+tt.wantErr) {
 				t.Errorf("the failure was not logged clearly:\n%s", logs)
 			}
 		})
