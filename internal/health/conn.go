@@ -22,8 +22,8 @@ type Conn interface {
 	// Exec runs sql with args, which are bound as parameters, and discards its result.
 	Exec(ctx context.Context, sql string, args ...any) error
 	// ReadNumber runs sql, which must return one row of one numeric column, and returns that
-	// number: a NULL is [ErrNull], and NaN, which compares false with every threshold, is a
-	// ResultError.
+	// number: no row is [ErrNoRows], a NULL is [ErrNull], and NaN, which compares false with
+	// every threshold, is a ResultError.
 	ReadNumber(ctx context.Context, sql string) (float64, error)
 	// IsClosed reports whether the connection is closed, by Close or because a call broke it
 	// (a client-side timeout, a terminated backend): the sampler then opens another.
@@ -40,6 +40,8 @@ type ResultError struct{ Problem string }
 func (e ResultError) Error() string { return "health: the query " + e.Problem }
 
 var (
+	// ErrNoRows is the ResultError of a query that returned no row.
+	ErrNoRows error = ResultError{"returned no rows, want one row with one number"}
 	// ErrNull is the ResultError of a query that returned NULL.
 	ErrNull error = ResultError{"returned NULL, want a number"}
 	// ErrTimeout marks (errors.Is) the error of a [Conn] call that timed out on the client side.

@@ -10,7 +10,7 @@ import (
 )
 
 // TestActiveQueriesHiddenBackends: active_queries read by a role that cannot see the state of
-// other roles' busy backends (its query returns NULL) is a failed read naming what to grant,
+// other roles' busy backends (its query returns no row) is a failed read naming what to grant,
 // never a 0; it is logged once although it comes and goes with those backends' statements,
 // and every failure is still counted.
 func TestActiveQueriesHiddenBackends(t *testing.T) {
@@ -19,7 +19,7 @@ func TestActiveQueriesHiddenBackends(t *testing.T) {
 	s := NewSampler(Options{Connect: srv.connect, Interval: time.Second,
 		Metrics: []string{vocab.MetricActiveQueries}, Logger: log})
 	defer s.Close()
-	hidden := map[string]fakeRead{activeQueriesSQL: {err: ErrNull}}
+	hidden := map[string]fakeRead{activeQueriesSQL: {err: ErrNoRows}}
 	for range 3 {
 		srv.answer(hidden)
 		err := s.SampleOnce(context.Background())

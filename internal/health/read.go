@@ -16,16 +16,18 @@ import (
 // they run. A hidden backend that is connected to a database as a role (a
 // client backend, a parallel worker, a logical walsender) and holds a snapshot
 // or a transaction ID, as one running a statement does, makes the query
-// return NULL, a failed read (errActiveHidden). Hidden backends that hold
+// return no row, a failed read (errActiveHidden). Hidden backends that hold
 // neither (idle sessions, such as other applications' pooled connections) run
 // no statement and leave the count exact. One scan of pg_stat_activity, as
-// the count alone.
-const activeQueriesSQL = `select case when bool_or(backend_type is null and datid is not null ` +
-	`and usesysid is not null and (backend_xmin is not null or backend_xid is not null)) then null ` +
-	`else count(*) filter (where state = 'active' and backend_type = 'client backend' ` +
-	`and pid <> pg_backend_pid()) end::float8 from pg_stat_activity`
+// the count alone, and the statement still reads, in pg_stat_activity, as
+// the count it is.
+const activeQueriesSQL = `select count(*) from pg_stat_activity ` +
+	`where (state = 'active' and backend_type = 'client backend' and pid <> pg_backend_pid()) ` +
+	`or (backend_type is null and datid is not null and usesysid is not null ` +
+	`and (backend_xmin is not null or backend_xid is not null)) ` +
+	`having count(*) filter (where backend_type is null) = 0`
 
-// errActiveHidden replaces the NULL that activeQueriesSQL returns while other
+// errActiveHidden replaces the missing row of activeQueriesSQL while other
 // roles' backends whose state the sampling role cannot see may be running
 // statements.
 var errActiveHidden = ResultError{"unknown: backends of other roles may be running statements, and the " +

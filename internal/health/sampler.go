@@ -660,13 +660,11 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := conn.ReadNumber(rctx, sql)
 		cancel()
-		if errors.Is(err, ErrNull) {
-			switch m {
-			case vocab.MetricReplicationLag:
-				err = errLagUnknown
-			case vocab.MetricActiveQueries:
-				err = errActiveHidden
-			}
+		switch {
+		case m == vocab.MetricReplicationLag && errors.Is(err, ErrNull):
+			err = errLagUnknown
+		case m == vocab.MetricActiveQueries && errors.Is(err, ErrNoRows):
+			err = errActiveHidden
 		}
 		if ctx.Err() != nil {
 			// Closing, or the caller gave up: this is not the server's fault.

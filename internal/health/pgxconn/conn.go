@@ -69,7 +69,7 @@ func (c *Conn) readNumber(ctx context.Context, sql string) (float64, error) {
 		if err := rows.Err(); err != nil {
 			return 0, err
 		}
-		return 0, health.ResultError{Problem: "returned no rows, want one row with one number"}
+		return 0, health.ErrNoRows
 	}
 	fields := rows.FieldDescriptions()
 	if len(fields) != 1 {
