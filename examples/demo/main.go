@@ -86,6 +86,9 @@ func run(logger *slog.Logger) error {
 	defer db.Close()
 
 	section("1. Setup (untagged statements: no budget applies)")
+	if err := enableServerClock(ctx, db); err != nil {
+		fmt.Printf("pg_stat_statements not created (%v): costs stay on the client's clock\n", err)
+	}
 	for _, q := range []string{
 		`drop table if exists orders, big_a, big_b`,
 		`create table orders (id int primary key, customer int, amount numeric, created timestamptz)`,
@@ -159,6 +162,21 @@ func run(logger *slog.Logger) error {
 	}
 	fmt.Println("(go run ./examples/demo -v logs every statement's fingerprint, normalised text and tags)")
 	return nil
+}
+
+// enableServerClock creates pg_stat_statements in the demo's database when the server preloads
+// the module (the throwaway server does), so that pgtraffic reads each pattern's execution time
+// on the server's clock, as in production. Elsewhere it creates nothing: pgtraffic then logs once
+// that reading the server's clock failed, and costs stay on the client's clock.
+func enableServerClock(ctx context.Context, db *sql.DB) error {
+	var loaded bool
+	err := db.QueryRowContext(ctx, `select 'pg_stat_statements' = any(string_to_array(
+		replace(current_setting('shared_preload_libraries'), ' ', ''), ','))`).Scan(&loaded)
+	if err != nil || !loaded {
+		return err
+	}
+	_, err = db.ExecContext(ctx, `create extension if not exists pg_stat_statements`)
+	return err
 }
 
 func section(title string) {
