@@ -86,6 +86,7 @@ wall:
 	integration/scripts/wall.sh
 
 # The shared-budget experiment: 8 processes share one budget through one
-# redis-server (equal and 10:1 demand, max_concurrent, and chaos runs; about 15 minutes).
+# redis-server (equal and 10:1 demand, max_concurrent, chaos runs, then an election, a ramp
+# and 100,000 tenants; 5 runs of each, about 25 minutes).
 shared:
 	cd examples/shared-budget && $(GO) run . -runs 5
