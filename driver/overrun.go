@@ -36,7 +36,7 @@ func overran(qctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cause := context.Cause(qctx); errors.Is(cause, ErrOverrun) {
+	if cause, ok := context.Cause(qctx).(*engine.OverrunCause); ok {
 		return &overrunError{cause: cause, err: err}
 	}
 	return err
@@ -50,7 +50,10 @@ func overran(qctx context.Context, err error) error {
 // anything was sent as a bad connection, which database/sql retries on another connection. The
 // deadline was pgtraffic's, and the connection is sound: the statement must not run again, nor
 // its connection be closed. Such an error wraps pgx's only by its message.
-type overrunError struct{ cause, err error }
+type overrunError struct {
+	cause *engine.OverrunCause
+	err   error
+}
 
 func (e *overrunError) Error() string { return e.cause.Error() + ": " + e.err.Error() }
 

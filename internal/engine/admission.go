@@ -397,7 +397,7 @@ func (x *Exec) probeBound(st *compiled, rt *route) {
 	}
 	if d := time.Duration(limit * 1e9); x.MaxDuration == 0 || d < x.MaxDuration {
 		x.MaxDuration, x.bound, x.boundRule = d, by.bs, st.ruleName[by.rule]
-		x.overrun = &overrunCause{budget: by.bs.name, bound: d}
+		x.overrun = &OverrunCause{budget: by.bs.name, bound: d}
 	}
 }
 

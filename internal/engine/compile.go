@@ -222,7 +222,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),
-			overrun:     &overrunCause{budget: b.Name, bound: time.Duration(b.MaxDuration)},
+			overrun:     &OverrunCause{budget: b.Name, bound: time.Duration(b.MaxDuration)},
 			quarantine:  b.Quarantine,
 			perQuery:    time.Duration(b.PerQueryLimit),
 		})

@@ -24,20 +24,20 @@ import (
 // and the error of such a statement, match. The driver exports it as driver.ErrOverrun.
 var ErrOverrun = errors.New("pgtraffic: statement ran past its budget's max_duration and was cancelled")
 
-// overrunCause is the cause of the context of a statement bounded by budget's max_duration
+// OverrunCause is the cause of the context of a statement bounded by budget's max_duration
 // bound (a probe's bound is its smallest limit: admission.go). It matches ErrOverrun and names
 // the budget and the bound, so that the statement's caller can tell which of its budgets cut it
 // off.
-type overrunCause struct {
+type OverrunCause struct {
 	budget string
 	bound  time.Duration
 }
 
-func (c *overrunCause) Error() string {
+func (c *OverrunCause) Error() string {
 	return fmt.Sprintf("pgtraffic: statement ran past budget %q's max_duration=%s and was cancelled", c.budget, c.bound)
 }
 
-func (c *overrunCause) Is(target error) bool { return target == ErrOverrun }
+func (c *OverrunCause) Is(target error) bool { return target == ErrOverrun }
 
 // Overrun returns the cause the front end gives the context of x, admitted with a MaxDuration:
 // an error matching ErrOverrun that names the budget and the bound. Nil when x has no bound.
