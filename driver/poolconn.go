@@ -102,3 +102,8 @@ func (c *PoolConn) Release() { c.pc.Release() }
 
 // Conn returns the *pgx.Conn underneath. Statements sent through it bypass traffic control.
 func (c *PoolConn) Conn() *pgx.Conn { return c.pc.Conn() }
+
+// Hijack takes the connection out of the pool for good, as pgxpool's does (a long-lived LISTEN,
+// say): the caller owns the *pgx.Conn and closes it. Statements sent through it bypass traffic
+// control, and the pool may open another connection in its place.
+func (c *PoolConn) Hijack() *pgx.Conn { return c.pc.Hijack() }

@@ -21,6 +21,10 @@ type pgxTx struct {
 	// release gives the pool's connection back when the transaction ends; nil when the pool's
 	// own transaction (pgxpool.Tx) does, or for a nested one.
 	release releaser
+	// closed is set by Commit and Rollback; outer is the transaction a nested one is a savepoint
+	// of (nil for the outermost), whose end ends it too (ended).
+	closed bool
+	outer  *pgxTx
 }
 
 var _ pgx.Tx = (*pgxTx)(nil)
@@ -31,7 +35,7 @@ func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared}, nil
+	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared, outer: t}, nil
 }
 
 // Commit commits, then releases the connection if the transaction holds it.
@@ -46,6 +50,19 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
+// ended reports whether t, or a transaction it is a savepoint of, was committed or rolled
+// back. Its statements then return pgx.ErrTxClosed, as pgx's do, without being decided: the
+// connection pgx's ended transaction still points to is back in the pool, perhaps another
+// goroutine's, and must not be sent an EXPLAIN.
+func (t *pgxTx) ended() bool {
+	for ; t != nil; t = t.outer {
+		if t.closed {
+			return true
+		}
+	}
+	return false
+}
+
 // dest is where the transaction's statements run: its connection, sent to through pgx's Tx,
 // with the names of the statements prepared in it, and on the pool's connections.
 func (t *pgxTx) dest() *dest {
@@ -53,6 +70,7 @@ func (t *pgxTx) dest() *dest {
 }
 
 func (t *pgxTx) end() {
+	t.closed = true
 	if r := t.release; r != nil {
 		t.release = nil
 		r.Release()
@@ -72,21 +90,36 @@ func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statemen
 }
 
 func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.ended() {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
 	return t.run.exec(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.ended() {
+		return errRows{err: pgx.ErrTxClosed}, pgx.ErrTxClosed
+	}
 	return t.run.query(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.ended() {
+		return errRows{err: pgx.ErrTxClosed}
+	}
 	return t.run.queryRow(ctx, t.dest(), sql, args)
 }
 
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if t.ended() {
+		return 0, pgx.ErrTxClosed
+	}
 	return t.run.copyFrom(ctx, t.dest(), table, columns, src)
 }
 
 func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.ended() {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
 	return t.run.sendBatch(ctx, t.dest(), b)
 }
