@@ -211,12 +211,14 @@ func run(ctx context.Context, f flags, w io.Writer) (*results, error) {
 	}
 	// Only blocks are logged, as warnings; the table counts them, so the log stays quiet.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	// Every connection carries the tracer that starts a report's execution clock.
-	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg), driver.WithLogger(quiet),
-		driver.WithPgxOptions(stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
-			cc.Tracer = execTracer{}
-			return nil
-		})))
+	// Every connection of the application carries the tracer that starts a report's execution
+	// clock: set on its ConnConfig, it stays off pgtraffic's own connections.
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("noisy-neighbor: %w", err)
+	}
+	cc.Tracer = execTracer{}
+	c, err := driver.NewConnectorFromConfig(cc, driver.WithConfig(cfg), driver.WithLogger(quiet))
 	if err != nil {
 		return nil, err
 	}
