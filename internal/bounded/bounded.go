@@ -33,7 +33,8 @@ func Valid(s string) string {
 }
 
 // Text returns s as [Valid] makes it, cut on a rune boundary to at most n bytes. A valid s within
-// n is returned as is, without allocating.
+// n is returned as is, without allocating; a cut one is a copy, so that what is kept (in a span
+// that outlives its statement, a table of keys) does not hold the whole of s in memory.
 func Text(s string, n int) string {
 	if len(s) <= n && utf8.ValidString(s) {
 		return s
@@ -45,7 +46,7 @@ func Text(s string, n int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n]
+	return strings.Clone(s[:n])
 }
 
 // Cut returns s as [Valid] makes it, within n bytes. Unlike [Text] it shows that it cut: a

@@ -2,10 +2,8 @@ package coord
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -27,10 +25,6 @@ var syncScript = redis.NewScript(syncSource)
 
 // KeyPrefix starts every key this package writes.
 const KeyPrefix = "pgtraffic:"
-
-// maxKeyPart is the longest partition value used verbatim in a key; longer ones are hashed,
-// so that a huge tag value cannot make huge keys.
-const maxKeyPart = 128
 
 // HashTag is the Redis Cluster hash tag of a budget's keys, "{name}", with '{', '}' and '%'
 // percent-encoded so that any budget name makes exactly one tag: every key of a budget is
@@ -55,15 +49,10 @@ func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + ":
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
 func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
 
-// partitionField is a partition's field in its budget's [PartitionsKey]: its value verbatim,
-// or hashed when long.
-func partitionField(partition string) string {
-	if len(partition) > maxKeyPart {
-		sum := sha256.Sum256([]byte(partition))
-		return "#" + hex.EncodeToString(sum[:16])
-	}
-	return partition
-}
+// partitionField is a partition's field in its budget's [PartitionsKey]: its key, which a long
+// value of the budget's per tag is hashed into (budget.KeyOf), so that a huge tag value cannot
+// make huge fields.
+func partitionField(partition string) string { return budget.KeyOf(partition) }
 
 // errStale is a call that Redis ran after its deadline (it sat in the socket of a Redis
 // that hung): it changed nothing.

@@ -98,16 +98,16 @@ func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.
 	return ruleBuf
 }
 
-// perValue is the value of tag per that keys a budget's state for a statement with tags: the
-// tag's first value, "" without one. For table, a statement may name several tables, each as
-// written and a qualified one's bare name too: it is keyed by the first bare name in name
-// order, so that public.orders, "public"."orders" and orders count as one table, as they match
-// {table: orders} alike (tables of the same name in two schemas count as one: more is refused,
-// never less).
+// perValue is the key of a budget's state for a statement with tags, from its tag per: the
+// tag's first value, "" without one, hashed when long (budget.KeyOf). For table, a statement
+// may name several tables, each as written and a qualified one's bare name too: it is keyed by
+// the first bare name in name order, so that public.orders, "public"."orders" and orders count
+// as one table, as they match {table: orders} alike (tables of the same name in two schemas
+// count as one: more is refused, never less).
 func perValue(tags []ruleset.KV, per string) string {
 	if per != vocab.KeyTable {
 		v, _ := tagValue(tags, per)
-		return v
+		return budget.KeyOf(v)
 	}
 	key, found := "", false
 	for _, kv := range tags {
@@ -119,7 +119,7 @@ func perValue(tags []ruleset.KV, per string) string {
 			key, found = bare, true
 		}
 	}
-	return key
+	return budget.KeyOf(key)
 }
 
 // decide runs guards, rules, health, cost and admission for x, sent as c. On success the
