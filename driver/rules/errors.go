@@ -50,20 +50,34 @@ func (e *Error) Unwrap() error { return ErrInvalid }
 // maxErrors bounds a report: past it a file is more likely the wrong file than a draft.
 const maxErrors = 20
 
+// maxKept bounds the problems kept with their line and message, of which the report shows the
+// first maxErrors by line: a file with more is the wrong file (a list of a million numbers),
+// whose further problems are only counted, so that refusing it costs little more than reading it.
+const maxKept = 1000
+
 // problems collects errors. root is the decoded file (nil for a config built in code): checks
 // made after decoding find the line of a field in it (see [field.find]), which costs nothing
 // until a problem is found.
 type problems struct {
-	root *yaml.Node
-	errs []*Error
+	root    *yaml.Node
+	errs    []*Error
+	dropped int // problems past maxKept, counted only
 }
 
 func (p *problems) addLine(line int, at field, format string, args ...any) {
+	if len(p.errs) == maxKept {
+		p.dropped++
+		return
+	}
 	p.errs = append(p.errs, &Error{Line: line, Field: at.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // add reports a problem at field at, on the line of at or of its nearest written parent.
 func (p *problems) add(at field, format string, args ...any) {
+	if len(p.errs) == maxKept {
+		p.dropped++
+		return
+	}
 	p.addLine(p.line(at), at, format, args...)
 }
 
@@ -102,7 +116,7 @@ func (p *problems) err() error {
 	errs := make([]error, 0, min(len(p.errs), maxErrors+1))
 	for i, e := range p.errs {
 		if i == maxErrors {
-			errs = append(errs, &Error{Msg: fmt.Sprintf("%d more problems not shown", len(p.errs)-maxErrors)})
+			errs = append(errs, &Error{Msg: fmt.Sprintf("%d more problems not shown", len(p.errs)+p.dropped-maxErrors)})
 			break
 		}
 		errs = append(errs, e)
