@@ -34,17 +34,19 @@ const DefaultSyncInterval = time.Second
 type Coordination struct {
 	// Redis is where the shared state lives: a redis://, rediss:// (TLS) or unix:// URL as
 	// go-redis reads it, e.g. redis://:password@10.0.0.5:6379/0; a password's '@', ':', '/'
-	// '?' or '#' is percent-encoded (a '#' as %23), as in any URL. Required unless the connector
-	// is given a client in code. Its shape and the values of go-redis's client options (the
-	// query, such as dial_timeout=2s) are checked here, and a misspelt option is named; an option
-	// go-redis's version reads that this one does not know is left to the client, whose error
-	// names it. pgtraffic sets its own dial_timeout, read_timeout and write_timeout (a quarter
-	// of sync_interval, within a sync's deadline), max_retries (none: the syncs retry on their
-	// own schedule) and pool_size: those options of the URL are overridden. It never reaches
-	// an error, nor does an option's value; in a log, a span or the status page its
-	// credentials are redacted. Its user needs the keys and the channels under pgtraffic:
-	// (ACL ~pgtraffic:* and &pgtraffic:*); without the channels, slots another instance holds
-	// as headroom move only at that instance's next sync.
+	// '?' or '#' is percent-encoded (as %40, %3A, %2F, %3F, %23), as in any URL. A URL with a
+	// '#', or with an '@' after its host (where a password's '/' or '?' written as is puts the
+	// rest of the password), is refused: an '@' in an option's value or a socket path is
+	// written %40 too. Required unless the connector is given a client in code. Its shape and
+	// the values of go-redis's client options (the query, such as dial_timeout=2s) are checked
+	// here, and a misspelt option is named; an option go-redis's version reads that this one
+	// does not know is left to the client, whose error names it. pgtraffic sets its own
+	// dial_timeout, read_timeout and write_timeout (a quarter of sync_interval, within a sync's
+	// deadline), max_retries (none: the syncs retry on their own schedule) and pool_size: those
+	// options of the URL are overridden. It never reaches an error, nor does an option's value;
+	// in a log, a span or the status page its credentials are redacted. Its user needs the keys
+	// and the channels under pgtraffic: (ACL ~pgtraffic:* and &pgtraffic:*); without the
+	// channels, slots another instance holds as headroom move only at that instance's next sync.
 	Redis string `yaml:"redis,omitempty" json:"redis,omitempty"`
 
 	// SyncInterval is how often an instance syncs each shared budget's leases with Redis.
@@ -76,13 +78,15 @@ func (c Coordination) LogValue() slog.Value {
 }
 
 // RedactURL returns a URL with any user information and query replaced by "xxxxx"; text that
-// is not an absolute URL is replaced whole, as it may be nothing but a password.
+// is not an absolute URL is replaced whole, as it may be nothing but a password, and so is a
+// URL with an '@' after its host, whose host may be the first part of a password (see
+// cutShort).
 func RedactURL(raw string) string {
 	if raw == "" {
 		return ""
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" || u.Scheme == "" {
+	if err != nil || u.Opaque != "" || u.Scheme == "" || cutShort(u) {
 		return "xxxxx (not a URL)"
 	}
 	if u.User != nil {
@@ -108,6 +112,9 @@ func redisURLProblem(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" {
 		return "not a URL"
+	}
+	if cutShort(u) {
+		return "has an '@' after its host: a password's '/' or '?' ends the host (percent-encode the password: '/' as %2F, '?' as %3F, '@' as %40)"
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
@@ -136,6 +143,17 @@ func redisURLProblem(raw string) string {
 		return "must be a redis://, rediss:// or unix:// URL"
 	}
 	return queryProblem(u)
+}
+
+// cutShort reports whether u has an '@' after its host: in its path, query or fragment. A
+// password's '/', '?' or '#' written as is ends the URL's authority, and the rest of the
+// password, with the '@' and the host, is read as the path, query or fragment:
+// redis://default:2024?Blue@h:6379/0 reads as host default, port 2024, and an option
+// Blue@h:6379/0. Such a URL's host and options may be parts of a password. An '@' meant
+// there is written %40 as well.
+func cutShort(u *url.URL) bool {
+	return strings.Contains(u.EscapedPath(), "@") || strings.Contains(u.RawQuery, "@") ||
+		strings.Contains(u.EscapedFragment(), "@")
 }
 
 // optionKind is the kind of value a go-redis URL option takes.

@@ -213,6 +213,15 @@ func TestRedisURLAsGoRedisReadsIt(t *testing.T) {
 		{"unix://", false},
 		{"redis://:p@ss#word@h:6379/0", false}, // url.Parse reads host "ss"
 		{"redis://:p%40ss%23word@h:6379/0", true},
+		// A '?' or '/' in a password written as is: its first part is read as host and port.
+		{"redis://default:2024?Blue-Otter@h:6379/0", false},
+		{"redis://default:2024?Blue=Otter@h:6379/0", false},
+		{"redis://default:2024/Blue@h:6379/0", false},
+		{"redis://u:p@ss?word@h:6379/0", false}, // url.Parse reads host "ss"
+		{"unix://:20/24@/run/redis.sock", false},
+		{"redis://default:2024%3FBlue-Otter@h:6379/0", true},
+		{"redis://h/0?client_name=me@app", false}, // an '@' after the host is written %40
+		{"redis://h/0?client_name=me%40app", true},
 	} {
 		problem := redisURLProblem(tc.url)
 		if (problem == "") != tc.ok {
@@ -235,6 +244,12 @@ func TestRedactURL(t *testing.T) {
 		{"redis://h#pw", "redis://h"},
 		{"pw", "xxxxx (not a URL)"}, // a bare word may be nothing but a password
 		{"redis://u:p w@h:bad port", "xxxxx (not a URL)"},
+		// An '@' after the host: the host and the query may be parts of a password.
+		{"redis://default:2024?Blue-Otter@h:6379/0", "xxxxx (not a URL)"},
+		{"redis://default:2024/Blue@h:6379/0", "xxxxx (not a URL)"},
+		{"redis://:2024#Blue@h:6379/0", "xxxxx (not a URL)"},
+		{"redis://u:p@ss?word@h:6379/0", "xxxxx (not a URL)"},
+		{"redis://h/0?client_name=me%40app", "redis://h/0?xxxxx"},
 	} {
 		if got := RedactURL(tc.in); got != tc.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
@@ -286,6 +301,18 @@ func FuzzRedactURL(f *testing.F) {
 				if problem := redisURLProblem(in); strings.Contains(problem, "Zq9") {
 					t.Fatalf("the problem with %q shows the password: %s", in, problem)
 				}
+			}
+		}
+		// Nor does a password written as is, whatever it holds ('?', '/', '#', '@'): not its
+		// first part, which a URL cut short reads as its host (a marker nothing in raw spells
+		// out, even percent-encoded).
+		if !strings.Contains(raw, "Zq9") && !strings.Contains(raw, "%") {
+			in := "redis://Zq9" + secret + "@" + raw
+			if red := RedactURL(in); strings.Contains(red, "Zq9") {
+				t.Fatalf("RedactURL(%q) = %q shows the password", in, red)
+			}
+			if problem := redisURLProblem(in); strings.Contains(problem, "Zq9") {
+				t.Fatalf("the problem with %q shows the password: %s", in, problem)
 			}
 		}
 	})

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
-	"github.com/pgtraffic/pgtraffic/internal/bounded"
 )
 
 // clientFor returns a client for the coordination section's redis:// or rediss:// URL, set
@@ -45,10 +44,11 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 }
 
 // optionAtFault says which client option of rawURL's query go-redis refuses, and whether for
-// its name or its value, without the value (an option's name is not a secret; its value may
-// be); "" when the URL is at fault without its query. go-redis itself judges each option, alone
-// on the URL stripped of its credentials: with an empty value, which it takes for any option
-// it reads, then with the URL's.
+// its name or its value, without the value (an option's value may be a secret); "" when the URL
+// is at fault without its query. go-redis itself judges each option, alone on the URL stripped
+// of its credentials: with an empty value, which it takes for any option it reads, then with
+// the URL's. A name that go-redis does not read is shown only if it looks like an option's
+// (see optionName): otherwise it may be the rest of a password whose '?' was written as is.
 func optionAtFault(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -67,13 +67,34 @@ func optionAtFault(rawURL string) string {
 	q := u.Query()
 	names := slices.Sorted(maps.Keys(q))
 	for _, name := range names {
-		shown := bounded.Text(name, bounded.KeyLen) // the URL's text, of any size
 		switch {
 		case refused(url.Values{name: {""}}):
-			return fmt.Sprintf(": go-redis reads no option %q in a %s:// URL", shown, u.Scheme)
+			if !optionName(name) {
+				return ": its query has an option go-redis does not read (the name is not shown: it may be part of a password)"
+			}
+			return fmt.Sprintf(": go-redis reads no option %q in a %s:// URL", name, u.Scheme)
 		case refused(url.Values{name: q[name]}):
-			return fmt.Sprintf(": option %q has an invalid value (the value is not shown)", shown)
+			return fmt.Sprintf(": option %q has an invalid value (the value is not shown)", name)
 		}
 	}
 	return ""
+}
+
+// maxOptionName bounds the name of an option optionAtFault shows: go-redis's longest is 26
+// bytes (pipeline_write_buffer_size).
+const maxOptionName = 32
+
+// optionName reports whether name looks like a client option's name, misspelt or not: short,
+// of ASCII letters, digits, '_' and '-'. A password's '@', ':', '/' or any other character
+// makes it one not to show.
+func optionName(name string) bool {
+	if name == "" || len(name) > maxOptionName {
+		return false
+	}
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

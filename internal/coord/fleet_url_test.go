@@ -29,3 +29,24 @@ func TestFleetURLOptionErrorSaysWhich(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetURLOptionNameOfAPasswordNotShown: an option name that may be the rest of a password
+// whose '?' was written as is (one holding an '@', a ':' or a '/', or too long for an option's)
+// is not shown, nor is the first part of the password, which the URL reads as its host and port.
+func TestFleetURLOptionNameOfAPasswordNotShown(t *testing.T) {
+	for _, tc := range []struct{ url, secret string }{
+		{"redis://default:2024?Blue-Otter@redis.internal:6379/0", "Otter"},
+		{"redis://default:2024?Blue-Otter@redis.internal:6379/0", "2024"},
+		{"redis://127.0.0.1:6379/0?" + strings.Repeat("Otter", 10), "Otter"},
+		{"redis://127.0.0.1:6379/0?Ot:ter", "Ot:ter"},
+		{"redis://127.0.0.1:6379/0?Ot%2Fter", "Ot/ter"},
+	} {
+		_, err := New(Options{URL: tc.url})
+		if err == nil {
+			t.Fatalf("%s: no error", tc.url)
+		}
+		if strings.Contains(err.Error(), tc.secret) {
+			t.Errorf("%s: the error shows %q: %v", tc.url, tc.secret, err)
+		}
+	}
+}
