@@ -443,12 +443,12 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 				attribute.String(attrErrorType, errorType(err)))
 			span.SetStatus(codes.Error, status)
 		} else {
-			// The caller's context ended before the statement was decided (it waited for an
-			// EXPLAIN's connection, say): no decision, no pgtraffic.decision; its error.type
-			// and status say what happened.
+			// The caller's context ended before the statement was decided (while it waited for
+			// an EXPLAIN's connection, or for the EXPLAIN): no decision, no pgtraffic.decision;
+			// its error.type and status say what happened.
 			t.setAttributes(span, x, "", "")
 			span.SetAttributes(attribute.String(attrErrorType, errorType(err)))
-			span.SetStatus(codes.Error, "pgtraffic: "+errorType(err)+" while waiting for capacity")
+			span.SetStatus(codes.Error, "pgtraffic: "+errorType(err)+" before the statement was decided")
 		}
 	}
 	span.End()

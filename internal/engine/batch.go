@@ -262,7 +262,10 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	x.Budgets = rt.names
 	var later bool
 	if rt.needCost {
-		_, later = e.predict(ctx, x, &call{conn: conn, query: query, args: args}, rt.explain)
+		var err error
+		if _, later, err = e.predict(ctx, x, &call{conn: conn, query: query, args: args}, rt.explain); err != nil {
+			return err
+		}
 		x.Costed = !later
 	}
 	for j, bi := range rt.budgets {

@@ -137,7 +137,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		slow, later = e.predict(ctx, x, c, rt.explain)
+		if slow, later, err = e.predict(ctx, x, c, rt.explain); err != nil {
+			return false, err
+		}
 		if later {
 			return false, e.precheck(ctx, st, x, rt)
 		}
@@ -354,9 +356,12 @@ func (e *Engine) thresholdWarn(x *Exec, bs *budgetState, rule string, w budget.W
 		Fingerprint: x.Pattern.Fingerprint, Limit: fmt.Sprintf("%s at %.0f%%", w.Limit, w.Fill*100)})
 }
 
-// healthDenial reports a throttle_when threshold of bs exceeded at now, or nil.
+// healthDenial reports a throttle_when threshold of bs exceeded at now, or nil. Once the engine
+// is closed its health sampler is stopped, and no sample will come: the statements that still
+// run on connections opened before (database/sql closes a connection in use when it is given
+// back) are no longer throttled, rather than refused as stale for good.
 func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, now time.Time) *Denial {
-	if len(bs.throttle) == 0 {
+	if len(bs.throttle) == 0 || e.Closed() {
 		return nil
 	}
 	sampler := e.health.Load()
@@ -392,9 +397,12 @@ var localOnly = health.NewSampler(health.Options{})
 
 // predict predicts x's execution seconds into x.Predicted, with the planner cost it used in
 // x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection).
-// EXPLAIN failures fall back to history and are counted; they never fail the statement. needConn reports, for a statement
-// with no connection yet (x.later), that it would EXPLAIN: nothing else is set or counted.
-func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode) (sent, needConn bool) {
+// EXPLAIN failures fall back to history and are counted; they never fail the statement, but for
+// one that ctx ended (its caller gave up while it was explained: err is ctx's), after which the
+// statement could not run either (pgx closes a connection whose statement it cancels). needConn
+// reports, for a statement with no connection yet (x.later), that it would EXPLAIN: nothing else
+// is set or counted.
+func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode) (sent, needConn bool, err error) {
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
@@ -407,12 +415,12 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
 		x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
-		return false, false
+		return false, false, nil
 	}
 	planCost := 0.0
 	if p.Explainable {
 		if c.conn == nil && x.later {
-			return false, true
+			return false, true, nil
 		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
@@ -424,6 +432,10 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 			case errors.Is(err, cost.ErrNotSent):
 				// Nothing reached the server (an aborted transaction, a busy connection): no call
 				// to count.
+			case err != nil && ctx.Err() != nil:
+				// Its caller gave up: not the pattern's failure, and nothing to run.
+				e.stats.ExplainCalls.Add(1)
+				return true, false, ctx.Err()
 			case err != nil:
 				sent = true
 				e.stats.ExplainCalls.Add(1)
@@ -447,12 +459,12 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 	if planCost == 0 {
 		// Not explained: the first prediction stands (the cached plan cost while fresh, else history).
 		x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
-		return sent, false
+		return sent, false, nil
 	}
 	pred = e.model.Predict(x.start, fp, planCost)
 	x.server, x.identified = pred.Server, pred.Identified
 	x.Predicted, x.PlanCost, x.explained = pred.Seconds, planCost, true
-	return sent, false
+	return sent, false, nil
 }
 
 func ctxEndsBefore(ctx context.Context, t time.Time) bool {
