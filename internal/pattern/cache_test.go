@@ -240,6 +240,7 @@ func BenchmarkAnalyze(b *testing.B) {
 		benchSQL,
 		"SELECT o.id, c.name FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.status = 'open' AND o.created_at > now() - interval '1 day' ORDER BY o.created_at DESC LIMIT 50",
 		"UPDATE accounts SET balance = balance - 10 WHERE id = 42",
+		bulkInsert(100), // longer than maxNesting: scanned for its depth before it is parsed
 	} {
 		b.Run(strconv.Itoa(len(sql)), func(b *testing.B) {
 			b.ReportAllocs()

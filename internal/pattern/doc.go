@@ -26,7 +26,10 @@
 // Truncate set: an enforced guard blocks it. So has a text pg_query parses
 // but a server with standard_conforming_strings off reads otherwise (a
 // backslash before a quote ends a string elsewhere), whose other statements
-// pg_query does not see.
+// pg_query does not see. A text nested more than 1,000 levels deep (operators
+// chained in one expression, set operations, joins, parentheses) is unparsable
+// too, without being given to pg_query: its C code recurses on the thread's
+// stack, unchecked, and a deep enough text would kill the process.
 //
 // # The cache
 //

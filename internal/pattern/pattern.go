@@ -69,7 +69,8 @@ type Pattern struct {
 	// names, in the order they appear ("INSERT orders SELECT carts"), at most
 	// 255 bytes.
 	Summary string
-	// Parsed is false when pg_query could not parse the text.
+	// Parsed is false when pg_query could not parse the text, or was not given it because it
+	// nests too deep (see [Analyze]).
 	Parsed bool
 	// Statements is the number of statements in the text.
 	Statements int
@@ -87,11 +88,19 @@ type Pattern struct {
 // so it agrees with [Cache.Get]. It never fails and never panics on any
 // input; pg_query parses the text at most three times (tree, fingerprint,
 // normalisation), which is why callers should go through a [Cache].
+//
+// A text nested more than 1,000 levels deep (maxNesting: operators chained in one
+// expression, set operations, joins, parentheses) is unparsable without being given to
+// pg_query, whose C code would overflow its thread's stack on a deep enough one and kill the
+// process; to tell, a text of more than 1,000 bytes is scanned once more.
 func Analyze(sql string) *Pattern {
 	return analyze(Key(sql))
 }
 
 func analyze(key string) *Pattern {
+	if !parsableDepth(key) {
+		return unparsable(key)
+	}
 	tree, err := pg.Parse(key)
 	if err != nil {
 		return unparsable(key)

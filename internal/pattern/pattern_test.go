@@ -327,6 +327,7 @@ func FuzzAnalyze(f *testing.F) {
 	f.Add("INSERT INTO t VALUES (E'x\\'y', $$z$$, B'1')")
 	f.Add("CREATE TABLE t (a varchar(10) DEFAULT 'q')")
 	f.Add("SELECT \"caf\xff\" FROM \"t\xfe\"")
+	f.Add("SELECT 1" + strings.Repeat(" UNION ALL SELECT 1", 2*maxNesting)) // unparsable: too deep
 	f.Fuzz(func(t *testing.T, sql string) {
 		p := Analyze(sql)
 		if !validText(p) {
