@@ -403,7 +403,9 @@ func decodeSample(now int64, at, data string) (readings []health.Shared, bad str
 	if len(w.Readings) > maxSampleReadings {
 		return nil, "too many readings"
 	}
-	since := time.Duration(now-published) * time.Microsecond
+	// Capped just past maxSampleAge before the conversion: µs from a date centuries back
+	// overflow a Duration, which could then read as a negative age.
+	since := time.Duration(min(now-published, maxSampleAge.Microseconds()+1)) * time.Microsecond
 	out := make([]health.Shared, len(w.Readings))
 	for i, r := range w.Readings {
 		if len(r.Metric) > maxSampleText || len(r.Err) > maxSampleText {
