@@ -253,12 +253,18 @@ func decodeResults(blob string, n int) ([]result, error) {
 	return out, nil
 }
 
+// parseNum reads a number of the script's reply. Its error never quotes the reply's text,
+// which strconv's would, at any length.
 func parseNum(x any) (float64, error) {
 	switch v := x.(type) {
 	case int64:
 		return float64(v), nil
 	case string:
-		return strconv.ParseFloat(v, 64)
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("not a number (%d bytes)", len(v))
+		}
+		return f, nil
 	}
 	return 0, fmt.Errorf("unexpected %T", x)
 }
