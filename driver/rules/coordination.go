@@ -181,6 +181,10 @@ var goRedisOptions = map[string]optionKind{
 	"max_conn_age": optDuration, "conn_max_lifetime_jitter": optDuration, "skip_verify": optBool,
 }
 
+// goRedisAliases are options go-redis reads under an old name too, and refuses when a URL gives
+// both names.
+var goRedisAliases = map[string]string{"idle_timeout": "conn_max_idle_time", "max_conn_age": "conn_max_lifetime"}
+
 // optionWants says what a value of each kind must look like, as go-redis reads it.
 var optionWants = [...]string{
 	optInt:      "an integer",
@@ -203,6 +207,9 @@ func queryProblem(u *url.URL) string {
 				return fmt.Sprintf("has an option %s that go-redis does not read (did you mean %s?)", name, s)
 			}
 			continue
+		}
+		if alias, ok := goRedisAliases[name]; ok && q.Has(alias) {
+			return fmt.Sprintf("has both %s and %s, one option under two names (give one)", alias, name)
 		}
 		if name == "skip_verify" && u.Scheme != "rediss" {
 			return "has a skip_verify option, which only a rediss:// URL takes"

@@ -222,6 +222,9 @@ func TestRedisURLAsGoRedisReadsIt(t *testing.T) {
 		{"redis://default:2024%3FBlue-Otter@h:6379/0", true},
 		{"redis://h/0?client_name=me@app", false}, // an '@' after the host is written %40
 		{"redis://h/0?client_name=me%40app", true},
+		{"redis://h/0?idle_timeout=1s", true},
+		{"redis://h/0?idle_timeout=1s&conn_max_idle_time=1s", false}, // one option, two names
+		{"redis://h/0?max_conn_age=1s&conn_max_lifetime=1s", false},
 	} {
 		problem := redisURLProblem(tc.url)
 		if (problem == "") != tc.ok {
