@@ -556,7 +556,10 @@ func (c *Coordinator) spacing(busy time.Duration, n int) time.Duration {
 // calls from the local budget until then. After a failed call the
 // sync ends; the call sent after it, if any, is abandoned as a call past its deadline is,
 // and its partitions' reports, still pending, go again in the next sync (Redis counts a
-// report once, by its sequence number).
+// report once, by its sequence number). A call that fails because ctx ended (the
+// coordinator closing, the budget's registration closed or replaced, a caller of Sync giving
+// up) is no failure of Redis: it ends the sync as well, but is neither counted nor logged,
+// and does not put the budget on its fallback share.
 //
 // With spacing, chunk k is sent no sooner than k × spacing after the first (see spacing). It
 // returns, besides, how long the sync was busy: from its first call to its last reply, less
@@ -608,10 +611,14 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		now := c.now()
 		var dropped []string
 		var pushes []push
+		// Abandoned because ctx ended: no failure of Redis (see above).
+		stopped := err != nil && ctx.Err() != nil
 		c.mu.Lock()
 		e.core.clock(rep.now, now)
 		if err != nil {
-			e.core.failed(cl.at, now)
+			if !stopped {
+				e.core.failed(cl.at, now)
+			}
 			if e.core.spec.Quarantine == spec.Quarantine {
 				e.core.unpublished(cl.publish)
 			}
@@ -622,7 +629,9 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			}
 			e.core.ignored += uint64(rep.ignored)
 		}
-		c.noteHealth(err)
+		if !stopped {
+			c.noteHealth(err)
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return quarantines, time.Since(begun) - waited, err
