@@ -280,23 +280,24 @@ func normalize(key string) (_ string, literals bool) {
 	if err != nil {
 		return "", true
 	}
-	next := 1
-	for _, t := range scan.Tokens {
-		if t.Token == pg.Token_PARAM {
-			if v, err := strconv.Atoi(n[t.Start+1 : t.End]); err == nil && v >= next {
-				next = v + 1
-			}
-		}
+	scrub, dirty, literals := marks(scan.Tokens)
+	if !dirty {
+		return n, literals
 	}
-	// scrub marks the tokens to replace; typmod tracks, for each open
-	// parenthesis or bracket, whether it holds a type modifier.
-	scrub := make([]bool, len(scan.Tokens))
-	dirty := false
+	return rewrite(n, scan.Tokens, scrub), literals
+}
+
+// marks marks the tokens normalize replaces (scrub): the literals pg_query left, and a
+// number's sign with it, but numbers in a type modifier; and comments. dirty reports that it
+// marked some; literals, that some are literals.
+func marks(tokens []*pg.ScanToken) (scrub []bool, dirty, literals bool) {
+	scrub = make([]bool, len(tokens))
+	// typmod tracks, for each open parenthesis or bracket, whether it holds a type modifier.
 	var typmod []bool
-	for i, t := range scan.Tokens {
+	for i, t := range tokens {
 		switch t.Token {
 		case pg.Token_ASCII_40, pg.Token_ASCII_91: // ( [
-			typmod = append(typmod, i > 0 && (typeKeyword(scan.Tokens[i-1].Token) ||
+			typmod = append(typmod, i > 0 && (typeKeyword(tokens[i-1].Token) ||
 				t.Token == pg.Token_ASCII_91 && inTypmod(typmod)))
 		case pg.Token_ASCII_41, pg.Token_ASCII_93: // ) ]
 			if len(typmod) > 0 {
@@ -305,7 +306,7 @@ func normalize(key string) (_ string, literals bool) {
 		case pg.Token_ICONST, pg.Token_FCONST:
 			if !inTypmod(typmod) {
 				scrub[i], dirty, literals = true, true, true
-				if i > 0 && sign(scan.Tokens, i-1) {
+				if i > 0 && sign(tokens, i-1) {
 					scrub[i-1] = true // -1 is $n, as pg_query writes it where it replaces it
 				}
 			}
@@ -315,8 +316,19 @@ func normalize(key string) (_ string, literals bool) {
 			scrub[i], dirty = true, true
 		}
 	}
-	if !dirty {
-		return n, literals
+	return scrub, dirty, literals
+}
+
+// rewrite returns n, scanned into tokens, with each literal marked in scrub replaced by the
+// next $n after those n holds, a number's sign with it, and each comment removed.
+func rewrite(n string, tokens []*pg.ScanToken, scrub []bool) string {
+	next := 1
+	for _, t := range tokens {
+		if t.Token == pg.Token_PARAM {
+			if v, err := strconv.Atoi(n[t.Start+1 : t.End]); err == nil && v >= next {
+				next = v + 1
+			}
+		}
 	}
 	var b strings.Builder
 	b.Grow(len(n))
@@ -335,7 +347,7 @@ func normalize(key string) (_ string, literals bool) {
 		}
 		b.WriteString(s)
 	}
-	for i, t := range scan.Tokens {
+	for i, t := range tokens {
 		if !scrub[i] {
 			continue
 		}
@@ -346,7 +358,7 @@ func normalize(key string) (_ string, literals bool) {
 			last = int(t.End)
 		case pg.Token_ASCII_45: // a number's sign: replaced with the number that follows it
 			write(n[last:t.Start])
-			last = int(scan.Tokens[i+1].Start)
+			last = int(tokens[i+1].Start)
 		default:
 			write(n[last:t.Start])
 			write("$" + strconv.Itoa(next))
@@ -355,7 +367,7 @@ func normalize(key string) (_ string, literals bool) {
 		}
 	}
 	write(n[last:])
-	return strings.TrimSpace(b.String()), literals
+	return strings.TrimSpace(b.String())
 }
 
 // typeKeyword reports the built-in type names that take a modifier in
