@@ -2,6 +2,7 @@ package pattern
 
 import (
 	"encoding/binary"
+	"hash"
 	"hash/fnv"
 	"hash/maphash"
 	"slices"
@@ -107,6 +108,7 @@ func analyze(key string) *Pattern {
 	}
 	normalized, literals := normalize(key)
 	var id uint64
+	queryFingerprint := false
 	if literals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
 		// pg_query's fingerprint hashes the literals of utility statements (ALTER ROLE ...
 		// PASSWORD, a subscription's connection string, COMMENT ON, a NOTIFY payload), even
@@ -118,14 +120,14 @@ func analyze(key string) *Pattern {
 		id = unparsableID(key)
 	} else if id, err = pg.FingerprintToUInt64(key); err != nil {
 		return unparsable(key)
+	} else {
+		queryFingerprint = true
 	}
 	p := &Pattern{
-		FingerprintID: id,
-		Fingerprint:   FingerprintHex(id),
-		Normalized:    bounded.Cut(normalized, bounded.QueryLen),
-		Kind:          vocab.KindOther,
-		Parsed:        true,
-		Statements:    len(tree.Stmts),
+		Normalized: bounded.Cut(normalized, bounded.QueryLen),
+		Kind:       vocab.KindOther,
+		Parsed:     true,
+		Statements: len(tree.Stmts),
 	}
 	w := walker{tables: map[string]struct{}{}, bare: map[string]struct{}{}}
 	for i, raw := range tree.Stmts {
@@ -155,6 +157,10 @@ func analyze(key string) *Pattern {
 		p.Tables = append(p.Tables, t)
 	}
 	sort.Strings(p.Tables)
+	if queryFingerprint {
+		id = numberedTables(id, p.Tables)
+	}
+	p.FingerprintID, p.Fingerprint = id, FingerprintHex(id)
 	for t := range w.bare {
 		if _, ok := w.tables[t]; !ok {
 			p.Relations = append(p.Relations, t)
@@ -167,6 +173,44 @@ func analyze(key string) *Pattern {
 	}
 	return p
 }
+
+// numberedTables is pg_query's fingerprint id of a text of tables, with the names of those of its
+// tables that hold two digits in a row mixed in: pg_query's fingerprint leaves such digits out
+// of a table's name (for a temporary table's random suffix, a partition's number), so that
+// events_202401 and events_202402 would share one pattern, their costs, plan and quarantines,
+// though they are different relations. A text of other tables keeps pg_query's fingerprint.
+func numberedTables(id uint64, tables []string) uint64 {
+	var h hash.Hash64
+	for _, t := range tables {
+		if !digitRun(t) {
+			continue
+		}
+		if h == nil {
+			h = fnv.New64a()
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], id)
+			h.Write(b[:])
+		}
+		h.Write([]byte(t))
+		h.Write([]byte{0})
+	}
+	if h == nil {
+		return id
+	}
+	return h.Sum64()
+}
+
+// digitRun reports whether s holds two ASCII digits in a row.
+func digitRun(s string) bool {
+	for i := 1; i < len(s); i++ {
+		if isDigit(s[i]) && isDigit(s[i-1]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // unparsable is the Pattern of text pg_query rejects. The server may still run it, so a text
 // that may write is flagged by the guard facts of its words ([guard.Unparsed]).
