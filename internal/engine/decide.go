@@ -396,7 +396,8 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 var localOnly = health.NewSampler(health.Options{})
 
 // predict predicts x's execution seconds into x.Predicted, with the planner cost it used in
-// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection).
+// x.PlanCost (0 if none), and reports whether it sent an EXPLAIN (of c, on its connection) or
+// waited for another statement's EXPLAIN of its pattern (explaining), so that its clock restarts.
 // EXPLAIN failures fall back to history and are counted; they never fail the statement, but for
 // one that ctx ended (its caller gave up while it was explained: err is ctx's), after which the
 // statement could not run either (pgx closes a connection whose statement it cancels). needConn
@@ -419,6 +420,25 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 	}
 	planCost := 0.0
 	if p.Explainable {
+		if !perCall {
+			// One EXPLAIN caches the pattern's plan: a statement of it that comes while that
+			// EXPLAIN is on its way waits for it (as long as ctx allows) and is priced by its
+			// plan; a statement that will EXPLAIN leads.
+			done, leads := e.explains.join(fp, c.conn != nil)
+			if leads {
+				defer e.explains.end(fp)
+			} else if done != nil {
+				select {
+				case <-done:
+				case <-ctx.Done():
+					return true, false, ctx.Err()
+				}
+				// Priced by the plan it cached now, or, that EXPLAIN cut off, explained anew. It
+				// waited: its clock restarts (sent).
+				_, needConn, err = e.predict(ctx, x, c, mode)
+				return true, needConn, err
+			}
+		}
 		if c.conn == nil && x.later {
 			return false, true, nil
 		}

@@ -75,6 +75,8 @@ type Engine struct {
 	// others waited for connections would all run at once.
 	pending atomic.Int64
 	ends    ends // tells the claims waiting under an in_flight threshold that statements ended
+	// explains are the patterns whose plan-caching EXPLAIN is on its way (explaining.go).
+	explains explaining
 	// floor is the network's round trip in nanoseconds, taken off the client's measurement of
 	// each statement (SetNetworkFloor); 0: none known.
 	floor atomic.Int64
