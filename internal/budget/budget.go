@@ -221,7 +221,7 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 		for j := range reqs[:i] {
 			if o := &reqs[j]; o.Budget == r.Budget && o.Key == r.Key {
 				slots++
-				cost += o.Budget.reservation(o, math.Inf(1))
+				cost += o.Budget.reservation(o, math.Inf(1), 1)
 			}
 		}
 		d := r.Budget.check(now, r, slots, cost)
@@ -311,7 +311,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.perQuery}
 	}
-	need := b.reservation(r, math.Inf(1)) + extra
+	need := b.reservation(r, math.Inf(1), 1) + extra
 	if sp.Rate > 0 && need > withSlack(sp.Burst) {
 		// No wait can make room: the bucket is too small for this query.
 		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.neverFits(need)}
@@ -333,7 +333,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if r.Unknown {
-		need = b.reservation(r, burst-bk.Debt-extra) + extra
+		need = b.reservation(r, burst-bk.Debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
 	}
 	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt, rate) {
 		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst}
@@ -342,16 +342,20 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 }
 
 // reservation is the cost r reserves in b where its key's bucket has room
-// left: its Cost, or for an unknown cost the spec's reservation for one, cut
-// to the room when less is left (but some), so that an unknown cost alone
-// never refuses a statement while the bucket has room. The caller holds b.mu.
-func (b *Budget) reservation(r *Request, room float64) float64 {
+// left and free of its slots are free: its Cost, or for an unknown cost the
+// spec's reservation for one, cut to a free slot's share of the room when less
+// is left (but some), so that an unknown cost alone never refuses a statement
+// while the bucket has room, nor do the unknown costs of statements in flight
+// together (at a cold start, every statement's) while their real costs leave
+// room: each leaves a share of what is left to each other free slot. The
+// caller holds b.mu.
+func (b *Budget) reservation(r *Request, room float64, free int) float64 {
 	if !r.Unknown {
 		return sanitizeCost(r.Cost)
 	}
 	c := b.unknown
 	if room > 0 {
-		c = min(c, room)
+		c = min(c, room/float64(max(1, free)))
 	}
 	return c
 }
@@ -367,8 +371,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 		s = b.keys.insert(r.Key, now)
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
-	cost := b.reservation(r, burst-s.Debt) // check drained s to now; earlier takes are in Debt
-	r.Cost, r.folds = cost, b.keys.folds   // what Release trues up, and where
+	// check drained s to now; earlier takes are in Debt and in inflight
+	cost := b.reservation(r, burst-s.Debt, slotsOf(maxConcurrent)-s.inflight)
+	r.Cost, r.folds = cost, b.keys.folds // what Release trues up, and where
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++

@@ -78,6 +78,10 @@ func (s Spec) normalize() Spec {
 // larger under a budget that its known costs never fill.
 const coldSlots = 100
 
+// slotsOf is how many statements a key with maxConcurrent slots runs at once, as an unknown
+// cost's reservation counts them: maxConcurrent, or coldSlots without one.
+func slotsOf(maxConcurrent int) int { return cmp.Or(maxConcurrent, coldSlots) }
+
 // unknownCost is what a statement of unknown cost (its pattern has not run
 // yet) reserves in a budget with a bucket: a slot's share of the burst, so
 // that a cold start with every slot on a new pattern reserves about one burst,
@@ -93,7 +97,7 @@ func (s Spec) unknownCost() float64 {
 	if s.Rate == 0 {
 		return 0 // no bucket: nothing to reserve
 	}
-	c := s.Burst / float64(cmp.Or(s.MaxConcurrent, coldSlots))
+	c := s.Burst / float64(slotsOf(s.MaxConcurrent))
 	if s.PerQueryLimit > 0 {
 		c = min(c, s.PerQueryLimit)
 	}

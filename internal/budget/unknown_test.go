@@ -110,3 +110,28 @@ func TestUnknownCostCutToRoom(t *testing.T) {
 		t.Fatalf("a full bucket: %+v, want a wait for room", d)
 	}
 }
+
+// TestUnknownCostsLeaveRoomToEachOther: at a cold start every statement's cost is unknown, and
+// its reservation a guess trued up when it ends. Statements of unknown cost in flight together
+// must not fill with their guesses a bucket that their real costs leave room in: with half the
+// burst owed for what ran, every slot of max_concurrent still admits one.
+func TestUnknownCostsLeaveRoomToEachOther(t *testing.T) {
+	b := New(Spec{Rate: 1e-9, Burst: 1, MaxConcurrent: 4})
+	ran := []Request{{Budget: b, Cost: 0.5}}
+	if _, d := Admit(at(0), ran, nil); d != nil {
+		t.Fatal(d)
+	}
+	Release(at(0), &ran[0], 0.5)
+	held := make([]Request, 0, 4)
+	for i := range 4 {
+		reqs := []Request{{Budget: b, Unknown: true}}
+		if _, d := Admit(at(0), reqs, nil); d != nil {
+			t.Fatalf("statement %d of unknown cost, with %d in flight and half the burst owed: refused %+v", i+1, i, *d)
+		}
+		held = append(held, reqs[0])
+	}
+	for i := range held {
+		Release(at(0), &held[i], 0.01)
+	}
+	mustInvariants(t, b)
+}
