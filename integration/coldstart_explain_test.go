@@ -34,7 +34,10 @@ func TestColdstartOneExplainPerPattern(t *testing.T) {
 	}{
 		{"NewPool", func(ctx context.Context, q string, args ...any) error { _, err := p.Exec(ctx, q, args...); return err },
 			func() driver.Counters { return p.Snapshot().Counters }},
-		{"Open", func(ctx context.Context, q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err },
+		{"Open", func(ctx context.Context, q string, args ...any) error {
+			_, err := db.ExecContext(ctx, q, args...)
+			return err
+		},
 			func() driver.Counters { return c.Snapshot().Counters }},
 	}
 	for _, fe := range fronts {
