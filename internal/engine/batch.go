@@ -135,7 +135,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	for i, rt := range b.routes {
 		if rt != nil { // routed: its tags are merged
-			e.warnGuards(ctx, st, &b.Execs[i], err)
+			e.warnGuards(st, &b.Execs[i], err)
 		}
 	}
 	clear(b.texts) // pin no cache entry until the next batch
@@ -251,7 +251,7 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	query string, args []any) error {
 	x := &b.Execs[i]
 	p := x.Pattern
-	if guarded(ctx, p) {
+	if x.guarded = (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx); x.guarded {
 		if err := e.guard(st, x, modeEnforce); err != nil {
 			return err
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
-	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 )
 
@@ -126,7 +125,7 @@ func perValue(tags []ruleset.KV, per string) string {
 // statement's holds are in x; on a denial nothing is held. slow reports that an EXPLAIN was
 // sent or the statement waited for capacity, so the statement's clock restarts.
 func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c *call) (slow bool, err error) {
-	if guarded(ctx, x.Pattern) {
+	if x.guarded = (x.Pattern.UnsafeWrite || x.Pattern.Truncate) && !guardBypassed(ctx); x.guarded {
 		if err := e.guard(st, x, modeEnforce); err != nil {
 			return false, err
 		}
@@ -238,13 +237,7 @@ func (x *Exec) warnedBy(budget string) (reason string, ok bool) {
 // tree a guard cannot see its WHERE, so a text that may write is refused (see pattern.unparsable).
 const limitUnparsable = "statement pgtraffic cannot parse that may hold an UPDATE, DELETE, MERGE or TRUNCATE"
 
-// guarded reports whether the query guards apply to a statement of pattern p under ctx: p has
-// an unsafe write or a TRUNCATE, and ctx does not bypass the guards.
-func guarded(ctx context.Context, p *pattern.Pattern) bool {
-	return (p.UnsafeWrite || p.Truncate) && !guardBypassed(ctx)
-}
-
-// guard applies the query guards of mode to x, which they apply to (guarded): an enforce guard
+// guard applies the query guards of mode to x, which they apply to (Exec.guarded): an enforce guard
 // (mode modeEnforce) blocks it, a warn guard (modeWarn) notes it. The enforce guards decide
 // first, before anything is held; the warn guards note a statement once its decision is made
 // (warnGuards), so that a decision made again (on the connection after ErrNeedConn, under new
@@ -274,11 +267,11 @@ func (e *Engine) guard(st *compiled, x *Exec, m mode) error {
 	return nil
 }
 
-// warnGuards notes x's warn guards under st once its decision is made, err: not after a
-// decision that ends with ErrNeedConn, which the front end makes again on the statement's
-// connection. A statement refused keeps its decision, block.
-func (e *Engine) warnGuards(ctx context.Context, st *compiled, x *Exec, err error) {
-	if err != ErrNeedConn && guarded(ctx, x.Pattern) {
+// warnGuards notes the warn guards under st of x, which they apply to (Exec.guarded), once its
+// decision is made, err: not after a decision that ends with ErrNeedConn, which the front end
+// makes again on the statement's connection. A statement refused keeps its decision, block.
+func (e *Engine) warnGuards(st *compiled, x *Exec, err error) {
+	if x.guarded && err != ErrNeedConn {
 		_ = e.guard(st, x, modeWarn) // a warn guard refuses nothing
 	}
 }

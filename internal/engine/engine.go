@@ -265,6 +265,10 @@ type work struct {
 	probe bool
 	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
 	explained bool
+	// guarded: the query guards apply to it (its pattern has an unsafe write or a TRUNCATE, and
+	// its context does not bypass them): its enforce guards decided it, and its warn guards note
+	// it once it is decided (warnGuards).
+	guarded bool
 	// again: Acquired answered ErrDecideAgain, and the next Begin decides the statement again,
 	// in its place of arrival in the queues (kept across reset).
 	again bool
@@ -299,7 +303,7 @@ type scratch struct {
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
 	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
-	x.explained = false
+	x.explained, x.guarded = false, false
 	x.bound = nil
 	clear(x.warnBounds) // let the budgets of replaced rules go
 	x.warnBounds = x.warnBounds[:0]
@@ -512,7 +516,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		rt = e.routeStatement(ctx, st, x, text, debug, c.query)
 		slow, err = e.decide(ctx, st, x, rt, c)
 	}
-	e.warnGuards(ctx, st, x, err)
+	e.warnGuards(st, x, err)
 	if err != nil {
 		// ErrNeedConn decided nothing: Begin follows with the connection.
 		if err != ErrNeedConn && e.obs != nil {
