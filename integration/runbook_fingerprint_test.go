@@ -26,7 +26,7 @@ rules:
   - {budget: reporting, match: {app: reporting}}
 `)
 	ctx := tagging.With(context.Background(), "app", "web")
-	const runaway = "select count(*) from generate_series(1, $1::int) g where g % 7 = 3"
+	const runaway = "select count(*) from generate_series(1, $1::int) runaway where runaway % 7 = 3"
 	for i := range 30 {
 		var n int
 		if err := db.QueryRowContext(ctx, runaway, 20000+i).Scan(&n); err != nil {
@@ -34,7 +34,9 @@ rules:
 		}
 	}
 	var text string
-	if err := db.QueryRowContext(ctx, `select query from pg_stat_statements where query like '%generate_series%' and query not like '%pg_stat_statements%' order by calls desc limit 1`).Scan(&text); err != nil {
+	if err := db.QueryRowContext(ctx, `select query from pg_stat_statements
+		where dbid = (select oid from pg_database where datname = current_database())
+		and query like '%runaway%' and query not like '%pg_stat_statements%' order by calls desc limit 1`).Scan(&text); err != nil {
 		t.Fatalf("the runaway query's text in pg_stat_statements: %v", err)
 	}
 	fp := driver.Fingerprint(text)

@@ -56,6 +56,20 @@ type route struct {
 	warnBounds []owner
 }
 
+// clone returns a copy of rt with storage of its own: rt's is an Exec's scratch, which its next
+// statement reuses for its own route, while a copy saved for its text is read by others.
+func (rt *route) clone() route {
+	c := *rt
+	c.budgets = slices.Clone(rt.budgets)
+	c.ruleOf = slices.Clone(rt.ruleOf)
+	c.keys = slices.Clone(rt.keys)
+	c.names = slices.Clone(rt.names)
+	c.reqs = slices.Clone(rt.reqs)
+	c.owners = slices.Clone(rt.owners)
+	c.warnBounds = slices.Clone(rt.warnBounds)
+	return c
+}
+
 // route matches tags against st's rules in force at now into rt, reusing its storage.
 func (st *compiled) route(tags []ruleset.KV, rt *route, ruleBuf []int, now time.Time) []int {
 	*rt = route{budgets: rt.budgets[:0], ruleOf: rt.ruleOf[:0], keys: rt.keys[:0], names: rt.names[:0], reqs: rt.reqs[:0],

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -104,15 +103,7 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Ti
 	if s := t.route.Load(); s != nil && s.fresh(st, now) {
 		return
 	}
-	s := &savedRoute{gen: st.gen, tags: tags, rt: *rt, expires: st.nextLapse(now)}
+	s := &savedRoute{gen: st.gen, tags: tags, rt: rt.clone(), expires: st.nextLapse(now)}
 	s.lapses = !s.expires.IsZero()
-	s.rt.budgets = append([]int(nil), rt.budgets...)
-	s.rt.ruleOf = append([]int(nil), rt.ruleOf...)
-	s.rt.keys = append([]string(nil), rt.keys...)
-	// names, reqs and owners too: rt's storage is an Exec's scratch, which its next statement reuses
-	// for its own route.
-	s.rt.names = append([]string(nil), rt.names...)
-	s.rt.reqs = append([]budget.Request(nil), rt.reqs...)
-	s.rt.owners = append([]owner(nil), rt.owners...)
 	t.route.Store(s)
 }
