@@ -31,23 +31,15 @@ func batchOverrunContext(ctx context.Context, b *engine.Batch) (context.Context,
 }
 
 // overran returns err, the error of a statement run under qctx (from overrunContext), as an
-// error that also matches ErrOverrun when qctx's max_duration is what ended it. Every
-// statement's end passes through it, nearly always without an error: that test is all it
-// does inline.
+// error that also matches ErrOverrun when qctx's max_duration is what ended it.
 func overran(qctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	return overrunOf(qctx, err)
-}
-
-// overrunOf is overran's work for an error.
-func overrunOf(qctx context.Context, err error) error {
-	cause, ok := context.Cause(qctx).(*engine.OverrunCause)
-	if !ok || err == nil {
-		return err
+	if cause, ok := context.Cause(qctx).(*engine.OverrunCause); ok {
+		return &overrunError{cause: cause, err: err}
 	}
-	return &overrunError{cause: cause, err: err}
+	return err
 }
 
 // overrunError is the error of a statement cancelled past its budget's max_duration. It

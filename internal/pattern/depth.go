@@ -5,14 +5,11 @@ import pg "github.com/pganalyze/pg_query_go/v5"
 // maxNesting is how deep a text may nest, as [nesting] counts, for analyze to give it to
 // pg_query; a deeper one is unparsable. pg_query's C code (the parse tree's output,
 // normalisation) recurses once or more per level of the tree on the thread's stack, unchecked:
-// a deep enough text kills the process with SIGSEGV, which no recover catches. A chain of `+`
-// or `||` does it at about 21,500 operators on an 8 MiB thread stack (glibc's default) and at
-// 5,400 on a 2 MiB one (glibc's under `ulimit -s unlimited`), UNION ALL at 26,000 and 6,400,
-// nested subqueries at 1,900 levels on 2 MiB (on 8 MiB the parser refuses them first). The bound
-// is over twenty times below these on 8 MiB and half of them at most on 2 MiB. Little is lost:
-// the server itself refuses a chain of more than about 4,000 operators (stack depth limit
-// exceeded, under its default max_stack_depth), and protobuf could not read pg_query's tree of
-// one of 5,000 (its recursion limit).
+// a deep enough text kills the process with SIGSEGV, which no recover catches. The bound sits
+// well below the depths that do it on glibc's thread stacks, 8 MiB and the 2 MiB of `ulimit -s
+// unlimited` (measured in integration/PERFORMANCE.md, "How deep a text pg_query is given"), and
+// little is lost: the server itself refuses a chain of operators a few times longer (stack
+// depth limit exceeded, under its default max_stack_depth).
 const maxNesting = 1000
 
 // parsableDepth reports whether sql nests no deeper than maxNesting, so that pg_query can be
