@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,23 +47,13 @@ rules:
 		h.sent.mu.Unlock()
 	}
 	run(-1) // warm up the pattern cache and the pool
-	forget()
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for i := range n {
-		run(i)
-	}
-	forget()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	grew := heapGrowth(n, run, forget)
 	var keys int
 	for _, b := range h.conn.Snapshot().Budgets {
 		if b.Name == "tenants" {
 			keys = b.Keys
 		}
 	}
-	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d statements with a 1 MiB tenant each: %d keys, heap +%d MiB after GC", n, keys, grew>>20)
 	if limit := int64(n * size / 4); grew > limit {
 		t.Fatalf("the heap grew by %d MiB after %d finished statements with a 1 MiB tenant each (%d keys kept): "+

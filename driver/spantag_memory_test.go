@@ -36,16 +36,7 @@ func TestCutTagValuesDoNotPinTheWholeValue(t *testing.T) {
 	}
 	run(-1)
 	h.spans.Reset()
-	forgetContexts()
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for i := range n {
-		run(i)
-	}
-	forgetContexts()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	grew := heapGrowth(n, run, forgetContexts)
 	spans := h.spans.GetSpans()
 	var cut int
 	for _, s := range spans {
@@ -58,10 +49,25 @@ func TestCutTagValuesDoNotPinTheWholeValue(t *testing.T) {
 	if cut == 0 || cut > 256 {
 		t.Fatalf("want the note tag cut to at most 256 bytes on the spans, longest %d", cut)
 	}
-	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d spans kept, tag attributes of at most %d bytes: heap +%d MiB after GC", len(spans), cut, grew>>20)
 	if limit := int64(n * size / 4); grew > limit {
 		t.Fatalf("%d spans whose note attribute is cut to %d bytes keep %d MiB alive: each pins its whole 1 MiB value",
 			len(spans), cut, grew>>20)
 	}
+}
+
+// heapGrowth is how much the live heap grew (bytes, after a GC) over run(0) ... run(n-1), with
+// forget, which drops what the test itself keeps of them, called before each reading.
+func heapGrowth(n int, run func(int), forget func()) int64 {
+	var before, after runtime.MemStats
+	forget()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		run(i)
+	}
+	forget()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
