@@ -322,18 +322,14 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	} else {
 		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
-	inflight, bk := s.inflight, s.Bucket
-	if !r.Pending {
-		// Connected: only the running statements' slots count, and their debt, not the cost
-		// reserved by statements waiting for a connection, perhaps the one r's statement holds.
-		inflight -= s.pending
-		bk.Debt = max(0, bk.Debt-s.pendingCost)
-	}
+	bk := s.Bucket
+	inflight, debt := s.heldTo(r)
+	bk.Debt = debt
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
 		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
 	}
 	if r.Unknown {
-		need = b.reservation(r, burst-bk.Debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
+		need = b.reservation(r, burst-debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
 	}
 	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt, rate) {
 		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst}
@@ -342,12 +338,15 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 }
 
 // reservation is the cost r reserves in b where its key's bucket has room
-// left and free of its slots are free: its Cost, or for an unknown cost the
-// spec's reservation for one, cut to a free slot's share of the room when less
-// is left (but some), so that an unknown cost alone never refuses a statement
-// while the bucket has room, nor do the unknown costs of statements in flight
-// together (at a cold start, every statement's) while their real costs leave
-// room: each leaves a share of what is left to each other free slot. The
+// left and free slots are free besides r's: its Cost, or for an unknown cost
+// the spec's reservation for one, cut while some room is left to the share of
+// it that r's slot and each free one would get, one more share kept back. So
+// an unknown cost alone never refuses a statement while the bucket has room,
+// nor do the unknown costs of statements in flight together (at a cold start,
+// every statement's) while their real costs leave room: they never reserve
+// it all, and a statement of known cost that comes into a slot freed beside
+// them still finds room. Past a budget's slots (without max_concurrent,
+// coldSlots), one takes what is left, and the next waits for room. The
 // caller holds b.mu.
 func (b *Budget) reservation(r *Request, room float64, free int) float64 {
 	if !r.Unknown {
@@ -355,7 +354,7 @@ func (b *Budget) reservation(r *Request, room float64, free int) float64 {
 	}
 	c := b.unknown
 	if room > 0 {
-		c = min(c, room/float64(max(1, free)))
+		c = min(c, room/float64(max(0, free)+1))
 	}
 	return c
 }
@@ -372,7 +371,8 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
 	// check drained s to now; earlier takes are in Debt and in inflight
-	cost := b.reservation(r, burst-s.Debt, slotsOf(maxConcurrent)-s.inflight)
+	inflight, debt := s.heldTo(r)
+	cost := b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
 	r.Cost, r.folds = cost, b.keys.folds // what Release trues up, and where
 	b.keys.take(s, cost)
 	if r.Pending {

@@ -124,6 +124,17 @@ type state struct {
 	pendingCost float64
 }
 
+// heldTo is what s holds r to: for a pending request every slot in flight and the whole debt;
+// for a connected one (not Request.Pending) only the running statements' slots and their debt,
+// not the slots and cost of statements waiting for a connection, perhaps the one r's statement
+// holds.
+func (s *state) heldTo(r *Request) (inflight int, debt float64) {
+	if r.Pending {
+		return s.inflight, s.Debt
+	}
+	return s.inflight - s.pending, max(0, s.Debt-s.pendingCost)
+}
+
 // unpend takes a pending slot that reserved cost out of s's pending count, at its connection
 // or its release.
 func (s *state) unpend(cost float64) {

@@ -83,13 +83,14 @@ const coldSlots = 100
 func slotsOf(maxConcurrent int) int { return cmp.Or(maxConcurrent, coldSlots) }
 
 // unknownCost is what a statement of unknown cost (its pattern has not run
-// yet) reserves in a budget with a bucket: a slot's share of the burst, so
-// that a cold start with every slot on a new pattern reserves about one burst,
-// and no more than PerQueryLimit, the most a statement may cost (an admission
-// cuts it to the room left, while some is: see Budget.reservation). It never
-// exceeds a limit by itself: an unknown cost alone is never a reason to refuse
-// a statement outright, only, like any cost, to wait for room. The guess is
-// not reserved: it scales the planner's cost by a k learned from a few
+// yet) reserves in a budget with a bucket: a slot's share of the burst, with
+// one share more kept back for statements of known cost, so that a cold start
+// with every slot on a new pattern reserves most of one burst but never all of
+// it; and no more than PerQueryLimit, the most a statement may cost (an
+// admission cuts it to the room left, while some is: see Budget.reservation).
+// It never exceeds a limit by itself: an unknown cost alone is never a reason
+// to refuse a statement outright, only, like any cost, to wait for room. The
+// guess is not reserved: it scales the planner's cost by a k learned from a few
 // statements of other patterns, which at a cold start can be off by orders of
 // magnitude either way (a primary-key lookup guessed at 13 s), so reserving it
 // would refuse a cold start that fits, or let one through that does not.
@@ -97,7 +98,7 @@ func (s Spec) unknownCost() float64 {
 	if s.Rate == 0 {
 		return 0 // no bucket: nothing to reserve
 	}
-	c := s.Burst / float64(slotsOf(s.MaxConcurrent))
+	c := s.Burst / float64(slotsOf(s.MaxConcurrent)+1)
 	if s.PerQueryLimit > 0 {
 		c = min(c, s.PerQueryLimit)
 	}
