@@ -21,7 +21,7 @@
 //     arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int, (a, b) = (a, b));
 //   - disjunctions of complementary conditions (x IS NULL OR x IS NOT NULL, p OR NOT p,
 //     x = 1 OR x <> 1, x < 1 OR x >= 1), however they are grouped (p OR (q OR NOT p),
-//     p OR NOT (p AND q)).
+//     p OR NOT (p AND q), (p OR q) OR NOT (p OR q), (p AND q) OR NOT p OR NOT q).
 //
 // AND restricts if any operand does, OR only if every operand does; NOT is read through De
 // Morgan's laws, so NOT (id = 5 AND false) does not restrict, and the operands of an OR

@@ -29,3 +29,35 @@ func TestNestedDisjunctionOfComplements(t *testing.T) {
 		}
 	}
 }
+
+// TestComplementOfAFlattenedDisjunction: "p OR NOT p" where p is itself a disjunction written
+// first, as a query builder emits sq.Or{p, sq.Not(p)}: PostgreSQL's parser flattens the leading
+// (a OR b) into the outer OR, so no operand is p any more, yet the condition still holds for
+// every row (a OR b OR (NOT a AND NOT b)). Likewise a conjunction beside the negation of each of
+// its operands (p AND q) OR NOT p OR NOT q, which is p OR NOT (p AND q) read through De Morgan.
+func TestComplementOfAFlattenedDisjunction(t *testing.T) {
+	for _, where := range []string{
+		"(a OR b) OR NOT (a OR b)",
+		"(region = 'eu' OR kind = 'a') OR NOT (region = 'eu' OR kind = 'a')",
+		"(id < 5 OR archived) OR NOT (archived OR id < 5)",
+		"(active AND archived) OR NOT active OR NOT archived",
+		"(x = 1 AND y = 2) OR x <> 1 OR y <> 2",
+	} {
+		for _, sql := range []string{"DELETE FROM t WHERE " + where, "UPDATE t SET a = 1 WHERE " + where} {
+			if f := facts(sql); !f.UnsafeWrite {
+				t.Errorf("%q: UnsafeWrite=false, want true (the condition holds for every row)", sql)
+			}
+		}
+	}
+	// What still restricts: each operand of the conjunction must have its negation among the
+	// others.
+	for _, where := range []string{
+		"(a OR b) OR NOT (a OR c)",
+		"(x = 1 AND y = 2) OR x <> 1",
+		"(a OR b) OR NOT (a OR b OR c)",
+	} {
+		if sql := "DELETE FROM t WHERE " + where; facts(sql).UnsafeWrite {
+			t.Errorf("%q: UnsafeWrite=true, want false (some row fails the condition)", sql)
+		}
+	}
+}

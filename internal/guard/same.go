@@ -2,6 +2,7 @@ package guard
 
 import (
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -186,30 +187,62 @@ func (r *restrictor) canonSelect(s *pg.SelectStmt) string {
 	return digest(r.generic(s.ProtoReflect()))
 }
 
-// complementary reports whether two of the disjuncts ds cover every row between them where
-// their operands are not null: p and NOT p, x IS NULL and x IS NOT NULL, x IS TRUE and x IS NOT
-// TRUE, x = y and x <> y, x < y and x >= y (either way round), x IS DISTINCT FROM y and x IS NOT
-// DISTINCT FROM y (or x = y), x IN (…) and x NOT IN (…) (a list of one as = and <>), LIKE and
-// NOT LIKE (ILIKE, SIMILAR TO alike), BETWEEN and NOT BETWEEN, x = ANY (a) and x <> ALL (a).
-// Each disjunct has canonical forms (what it is) and negations (what would complete it); a pair
-// is a negation of one disjunct that is a form of another. Linear in the disjuncts.
+// complementary reports whether the disjuncts ds cover every row between them where their
+// operands are not null. Two do when one is the other's negation: p and NOT p, x IS NULL and x
+// IS NOT NULL, x IS TRUE and x IS NOT TRUE, x = y and x <> y, x < y and x >= y (either way
+// round), x IS DISTINCT FROM y and x IS NOT DISTINCT FROM y (or x = y), x IN (…) and x NOT IN
+// (…) (a list of one as = and <>), LIKE and NOT LIKE (ILIKE, SIMILAR TO alike), BETWEEN and NOT
+// BETWEEN, x = ANY (a) and x <> ALL (a). So does a conjunction beside the negation of each of
+// its operands: (p AND q) OR NOT p OR NOT q, and NOT (p OR q) OR p OR q, the form p OR NOT p
+// takes when p is a disjunction written first, which PostgreSQL's parser flattens into the
+// outer one. Each disjunct has canonical forms (what it is) and negations (what would complete
+// it); a pair is a negation of one disjunct that is a form of another. Linear in the disjuncts
+// and their conjunctions' operands.
 func (r *restrictor) complementary(ds []disjunct) bool {
-	forms := map[string]int{}
+	forms := map[string]int{} // the disjunct of each form; -1 when several have it
 	for i, d := range ds {
 		for _, f := range r.polarForms(d.polar, false) {
-			if _, dup := forms[f]; !dup {
+			if j, dup := forms[f]; !dup {
 				forms[f] = i
+			} else if j != i {
+				forms[f] = -1
 			}
 		}
 	}
-	for i, d := range ds {
-		for _, f := range r.polarForms(d.polar, true) {
+	// completed reports whether a disjunct other than the i-th is a negation of p.
+	completed := func(p polar, i int) bool {
+		for _, f := range r.polarForms(p, true) {
 			if j, ok := forms[f]; ok && j != i {
 				return true
 			}
 		}
+		return false
+	}
+	for i, d := range ds {
+		if completed(d.polar, i) {
+			return true
+		}
+	}
+	for i, d := range ds {
+		if cs := conjuncts(d.polar); len(cs) > 0 && !slices.ContainsFunc(cs, func(c polar) bool { return !completed(c, i) }) {
+			return true
+		}
 	}
 	return false
+}
+
+// conjuncts returns the operands of p when it is a conjunction (an AND, or NOT of an OR, whose
+// operands are then negated), else nil.
+func conjuncts(p polar) []polar {
+	e := p.n.GetBoolExpr()
+	if e == nil || e.Boolop == pg.BoolExprType_NOT_EXPR || (e.Boolop == pg.BoolExprType_AND_EXPR) == p.neg {
+		return nil
+	}
+	cs := make([]polar, len(e.Args))
+	for i, a := range e.Args {
+		cs[i] = polar{a, p.neg}
+	}
+	return cs
 }
 
 // polarForms returns the forms of p (see complementary) or, when negations, its negations.
