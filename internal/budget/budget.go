@@ -332,10 +332,18 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 		need = b.reservation(r, burst-debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
 	}
 	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt, rate) {
+		if r.Unknown {
+			// It fits the moment the bucket has any room, whose share it then reserves.
+			need = extra + burst*leastRoom
+		}
 		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst}
 	}
 	return nil
 }
+
+// leastRoom is the room, as a fraction of the burst, that a statement of unknown cost is told
+// to wait for: any room admits one (reservation), and this much is past withSlack's rounding.
+const leastRoom = 1e-9
 
 // reservation is the cost r reserves in b where its key's bucket has room
 // left and free slots are free besides r's: its Cost, or for an unknown cost

@@ -5,6 +5,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestUnknownCostReserved: a request of unknown cost reserves a slot's share of the burst, one
@@ -168,5 +169,33 @@ func TestUnknownCostLeavesRoomForKnownCosts(t *testing.T) {
 	for i := range cold {
 		Release(at(0), &cold[i], 0.01)
 	}
+	mustInvariants(t, b)
+}
+
+// TestUnknownCostRetryAfterIsRoom: a statement of unknown cost refused by a full bucket fits the
+// moment the bucket has any room (it then reserves its share of that room), so its RetryAfter is
+// when the debt falls below the burst, not when a whole share of the burst is free: a waiter
+// sleeping on the longer hint leaves the budget idle with room while it and those queued behind
+// it wait.
+func TestUnknownCostRetryAfterIsRoom(t *testing.T) {
+	b := New(Spec{Rate: 0.05, Burst: 1, MaxConcurrent: 2}) // a cold share of 1/3
+	ran := []Request{{Budget: b, Unknown: true}}
+	if _, d := Admit(at(0), ran, nil); d != nil {
+		t.Fatal(*d)
+	}
+	Release(at(0), &ran[0], 1.3) // 0.3 past the burst: room in 6 s
+	reqs := []Request{{Budget: b, Unknown: true}}
+	_, d := Admit(at(0), reqs, nil)
+	if d == nil || d.Reason != vocab.ReasonBudget {
+		t.Fatalf("a bucket past its burst: %+v, want a wait for room", d)
+	}
+	if want := 6 * time.Second; d.RetryAfter < want || d.RetryAfter > want+time.Millisecond {
+		t.Fatalf("RetryAfter %v, want about %v (when the debt falls below the burst)", d.RetryAfter, want)
+	}
+	at6 := at(0).Add(d.RetryAfter)
+	if _, d := Admit(at6, reqs, nil); d != nil {
+		t.Fatalf("at its RetryAfter the statement of unknown cost is refused again: %+v", *d)
+	}
+	Release(at6, &reqs[0], 0.01)
 	mustInvariants(t, b)
 }
