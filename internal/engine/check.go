@@ -27,40 +27,47 @@ const nominalCost = 0.001
 func (e *Engine) Check(ctx context.Context) error { return e.check(ctx, noWait) }
 
 // check is Check, waiting as p allows: not at all (noWait), or in the budgets' queues for its
-// turn (turn: Wait).
+// turn (turn: Wait). When the rules it waited under are replaced, it checks again under the
+// new ones at once, in its place of arrival, its max_wait still counted from then, as a
+// statement does.
 func (e *Engine) check(ctx context.Context, p patience) error {
 	if e.Closed() {
 		return ErrClosed
 	}
-	st := e.state.Load()
-	if st.rules == nil {
-		return nil
-	}
 	// As a pool statement before its connection (later), which in_flight thresholds hold to the
 	// statements admitted and waiting for theirs too (healthDenial).
-	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: e.now(), later: true}}
+	arrived := e.now()
+	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: arrived, later: true}}
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
-	rt := &x.s.rt
-	st.route(x.Tags, rt, nil, x.start)
-	// The nominal statement costs nominalCost, or a budget's per_query_limit where that is
-	// smaller: Check asks about room, and a job's statements are not this one. It asks as a
-	// statement without a connection yet (budget.Request.Pending), as the pgx-native pool
-	// decides one: every slot in flight counts, those of pool statements still waiting for a
-	// connection included, and every statement waiting for the budget comes first. (As a
-	// connected request it would pass both, and say yes to a job whose next pool statement is
-	// refused.)
-	reqs := make([]budget.Request, len(rt.reqs))
-	for i, r := range rt.reqs {
-		r.Cost, r.Pending = nominalCost, true
-		if pq := rt.owners[i].bs.perQuery.Seconds(); pq > 0 {
-			r.Cost = min(r.Cost, pq)
+	for {
+		st := e.state.Load()
+		if st.rules == nil {
+			return nil
 		}
-		reqs[i] = r
+		rt := &x.s.rt
+		st.route(x.Tags, rt, nil, x.start)
+		// The nominal statement costs nominalCost, or a budget's per_query_limit where that is
+		// smaller: Check asks about room, and a job's statements are not this one. It asks as a
+		// statement without a connection yet (budget.Request.Pending), as the pgx-native pool
+		// decides one: every slot in flight counts, those of pool statements still waiting for
+		// a connection included, and every statement waiting for the budget comes first. (As a
+		// connected request it would pass both, and say yes to a job whose next pool statement
+		// is refused.)
+		reqs := make([]budget.Request, len(rt.reqs))
+		for i, r := range rt.reqs {
+			r.Cost, r.Pending = nominalCost, true
+			if pq := rt.owners[i].bs.perQuery.Seconds(); pq > 0 {
+				r.Cost = min(r.Cost, pq)
+			}
+			reqs[i] = r
+		}
+		c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
+			patience: p, w: &x.s.waiter}
+		if _, err := e.admit(ctx, st, c, x.start, arrived); err != errRulesChanged {
+			return err
+		}
+		x.start = e.now()
 	}
-	c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
-		patience: p, w: &x.s.waiter}
-	_, err := e.admit(ctx, st, c, x.start, x.start)
-	return err
 }
 
 // Wait blocks until Check passes, ctx ends (then it returns ctx's error) or e is closed (then
@@ -78,8 +85,6 @@ func (e *Engine) Wait(ctx context.Context) error {
 		switch {
 		case err == nil || err == ErrClosed:
 			return err
-		case err == errRulesChanged:
-			continue // it waited under replaced rules: check again under the new ones at once
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
