@@ -417,7 +417,7 @@ func (c *core) build(now time.Time, early bool) [][]report {
 		cur = append(cur, report{
 			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
 			held:   max(0, p.local-applied.Rate*now.Sub(p.localAt).Seconds()),
-			demand: p.demand.v, want: int(math.Ceil(p.want.v - 1e-9)),
+			demand: p.demand.v, want: p.want.slots(),
 			applied: applied.Slots, inflight: p.inflight,
 			leave:    p.idle > idleSyncs && p.inflight == 0 && !p.keep,
 			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,

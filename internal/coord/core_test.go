@@ -852,3 +852,44 @@ func TestDeadlineGrowsWhileFailing(t *testing.T) {
 		t.Fatalf("sync_interval 200ms: deadline %v, want the %v floor", got, minDeadline)
 	}
 }
+
+// TestIdleDemandFallsToNoSlot: an instance that wanted one slot and then nothing reports no
+// demand from its second idle sync on, as the rounding of the estimate says (estimator.slots),
+// so that Redis gives the slot to the instances that want it; a demand of four slots is gone
+// three syncs later (4, 2, 1, 0.5, 0.25). The unkeyed partition, kept while idle, goes on
+// being reported meanwhile.
+func TestIdleDemandFallsToNoSlot(t *testing.T) {
+	for _, tc := range []struct {
+		peak int
+		want []int // the slots reported at the syncs from the peak's on, one interval apart
+	}{
+		{1, []int{1, 1, 0, 0, 0, 0}},
+		{2, []int{2, 1, 1, 0, 0}},
+		{4, []int{4, 2, 1, 1, 0, 0}},
+	} {
+		t.Run(fmt.Sprint(tc.peak), func(t *testing.T) {
+			c := newTestCore(Spec{Name: "b", MaxConcurrent: 8})
+			c.keepUnkeyed(t0)
+			ok := func(string) result { return result{lease: budget.Lease{Slots: 4}, live: 2} }
+			grantAll(c, t0, ok)
+			var got []int
+			for i := range tc.want {
+				at := t0.Add(time.Duration(i+1) * sec)
+				if i == 0 {
+					c.absorb(at, []budget.Usage{{Key: "", Wanted: tc.peak}})
+				} else {
+					c.absorb(at, nil)
+				}
+				reps := c.reports(at)
+				if len(reps) != 1 || len(reps[0]) != 1 || reps[0][0].leave {
+					t.Fatalf("sync %d: %d chunks, want the kept unkeyed partition", i, len(reps))
+				}
+				got = append(got, reps[0][0].want)
+				c.applied(at, at, reps[0], []result{ok("")})
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("a peak of %d, then idle: reported %v, want %v", tc.peak, got, tc.want)
+			}
+		})
+	}
+}

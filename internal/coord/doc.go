@@ -76,7 +76,12 @@
 //
 // A max_concurrent lease is the instance's demand (the most statements that wanted a slot at
 // once since its last sync, falling slowly) plus an even share of the slots no instance
-// wants, the odd ones going round by rank as above. Alone, an instance holds the whole
+// wants, the odd ones going round by rank as above. "Falling slowly": a rise counts at once,
+// a fall halves the gap to the new peak each interval, and the estimate is reported rounded
+// to the nearest slot, a half up, so a fraction below one half is no slot. A demand of N
+// slots that stops is gone more than 1 + log2 N intervals later (one slot: at the second
+// regular sync after the one that reported it; a quiet spell of an interval keeps half of
+// it), and an idle instance then holds only its share of the headroom. Alone, an instance holds the whole
 // budget: it refuses nothing that the same budget process-local would admit. With N
 // instances, let D be the slots they wanted at their last syncs and d_i this instance's part
 // of it: once the grants have settled, it holds d_i + (L − D)/N (rounded, for a limit L), so

@@ -99,6 +99,16 @@ func (e *estimator) add(x float64, dt, halfLife time.Duration) float64 {
 	return e.v
 }
 
+// slots is the estimate as a number of slots: rounded to the nearest, a half up. A demand that
+// stops falls to none once its estimate is below one half, more than 1 + log2 N intervals
+// after it stopped at N slots (the second regular sync for one slot). Rounded up, the
+// fraction left of a demand that stopped would count as a whole slot, held from the other
+// instances, for about thirty intervals, the halvings down to a billionth. A steady demand is
+// its peak; a falling one halves towards its new peak, to within half a slot.
+func (e *estimator) slots() int {
+	return int(math.Floor(e.v + 0.5))
+}
+
 // fallbackLease is a partition's share when it cannot ask Redis: the budget divided by the
 // instances known to share it. Slots are rounded down, but an instance keeps at least one
 // slot, because an internal failure must not stop every statement of the budget; with more
