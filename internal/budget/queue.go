@@ -41,6 +41,19 @@ type Waiter struct {
 	arrival   uint64
 	wake      chan struct{} // buffered(1): try again
 	connected bool          // its statement holds a connection: its requests are not Pending
+	// evicted is set when a waiter joining again in its place of arrival left w beyond its
+	// queue's bound (Join), under that budget's lock, which Evicted takes to read it.
+	evicted bool
+}
+
+// Evicted reports whether w, which joined its queues through reqs, was put out of one of them,
+// left beyond its bound by a waiter that arrived before it and joined again: w must be refused
+// as if it had found the queue full, and leave its other queues (Leave).
+func Evicted(w *Waiter, reqs []Request) bool {
+	var buf [8]*Budget
+	locked := lockAll(buf[:0], reqs)
+	defer unlockAll(locked)
+	return w.evicted
 }
 
 // Forget readies w for a new admission: its next Join takes a place at the back.
@@ -77,6 +90,13 @@ type queue struct {
 // waited before and was not told to Forget, in its place of arrival. why is the denial
 // that made w wait: what a request arriving behind w is told while w is first. It returns -1
 // when w joined, or the index of a request whose queue is full (then w joined none).
+//
+// A waiter joining again in its place of arrival (decided again after a reload) is held to the
+// bound by that place: it joins if fewer than MaxQueue waiters arrived before it, and the
+// latest arrivals it then leaves beyond the bound are evicted (Evicted), so that the
+// bound holds from the reload on, whichever came back first and whichever queue each waited in
+// before (a reload may move a rule, or drop a budget's per). A lowered bound of its own queue
+// sheds the waiters it leaves beyond it, in arrival order.
 func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
@@ -90,13 +110,11 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 			if len(b.queues[key].waiters()) >= bound {
 				return i
 			}
-		// A waiter joining again in its place of arrival held a place already: the bound is
-		// for newcomers, which may have filled the queue while it was decided again; but a
-		// lowered bound sheds the waiters it leaves beyond it.
-		case b.shed[key].holds(w.arrival):
+		case b.shed[key].holds(w.arrival) || b.queues[key].ahead(w.arrival) >= bound:
 			return i
 		}
 	}
+	w.evicted = false
 	w.Wake() // made before it can be signalled
 	if w.arrival == 0 {
 		w.arrival = arrivals.Add(1)
@@ -128,8 +146,33 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		}
 		q.ws = slices.Insert(q.ws, j, w)
 		b.waiters++
+		for bound := b.keys.spec.MaxQueue; len(q.ws) > bound; {
+			b.evict(q)
+		}
 	}
 	return -1
+}
+
+// ahead is how many of q's waiters arrived before arrival.
+func (q *queue) ahead(arrival uint64) int {
+	n := 0
+	for _, w := range q.waiters() {
+		if w.seq < arrival {
+			n++
+		}
+	}
+	return n
+}
+
+// evict takes the last of q's waiters, one that a waiter joining again in its place of arrival
+// left beyond the bound, out of q, and tells it so: it is refused as if it had found the queue
+// full (Evicted), and leaves its other queues then. The caller holds b.mu.
+func (b *Budget) evict(q *queue) {
+	last := q.ws[len(q.ws)-1]
+	q.ws = q.ws[:len(q.ws)-1]
+	b.waiters--
+	last.evicted = true
+	last.signal()
 }
 
 // Leave takes w out of every queue it joined through reqs, and tells the waiter now first in

@@ -1,10 +1,13 @@
 package budget
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
-// A waiter that left its queue at a reload and rejoins (no Forget) should keep its place of
-// arrival; with max_queue reached by a later arrival during the gap it is refused instead,
-// while the later one stays queued.
+// A waiter that left its queue at a reload and rejoins (no Forget) keeps its place of arrival,
+// also when a later arrival reached max_queue during the gap: the later one is evicted, so that
+// the queue stays within its bound.
 func TestRejoinQueueFull(t *testing.T) {
 	b := New(Spec{MaxConcurrent: 1, MaxQueue: 1})
 	why := &Denial{Reason: "concurrency"}
@@ -22,6 +25,52 @@ func TestRejoinQueueFull(t *testing.T) {
 	r1 = reqs()
 	if Join(&first, r1, why) >= 0 {
 		t.Errorf("the earlier arrival was refused (queue full) while a later arrival holds its place: %v", b.queues[""].waiters())
+	}
+	if n := b.Waiting(""); n != 1 {
+		t.Errorf("%d waiting, want 1 (max_queue)", n)
+	}
+	if !Evicted(&later, r2) || Evicted(&first, r1) {
+		t.Errorf("evicted: later %v, first %v; want the later arrival only", Evicted(&later, r2), Evicted(&first, r1))
+	}
+	select {
+	case <-later.Wake():
+	default:
+		t.Error("the evicted waiter was not told to try again")
+	}
+	Leave(&later, r2) // as its statement does once refused
+	Leave(&first, r1)
+	if n := b.Waiting(""); n != 0 {
+		t.Errorf("%d waiting after both left, want 0", n)
+	}
+}
+
+// TestRejoinIntoAnotherQueueKeepsBound: a reload that sends the waiters of several queues into
+// one (a budget's per dropped, a rule moved to another budget) holds them to its bound in arrival
+// order, whichever comes back first: the bound holds from the reload on.
+func TestRejoinIntoAnotherQueueKeepsBound(t *testing.T) {
+	old, merged := New(Spec{MaxConcurrent: 1, MaxQueue: 1}), New(Spec{MaxConcurrent: 1, MaxQueue: 2})
+	why := &Denial{Reason: "concurrency"}
+	ws := make([]Waiter, 4)
+	for i := range ws { // one per tenant, each first in its own queue
+		r := []Request{{Budget: old, Key: string(rune('a' + i))}}
+		if Join(&ws[i], r, why) >= 0 {
+			t.Fatalf("waiter %d refused", i)
+		}
+		Leave(&ws[i], r) // the reload
+	}
+	joined := make([][]Request, len(ws))
+	for _, i := range []int{3, 1, 0, 2} { // back in another order
+		joined[i] = []Request{{Budget: merged}}
+		Join(&ws[i], joined[i], why)
+	}
+	if n := merged.Waiting(""); n != 2 {
+		t.Fatalf("%d waiting in the merged queue, want its bound, 2", n)
+	}
+	for i := range ws {
+		queued := slices.Contains(merged.queues[""].waiters(), &ws[i])
+		if want := i < 2; queued != want {
+			t.Errorf("waiter %d (arrival order) queued %v, want %v", i, queued, want)
+		}
 	}
 }
 

@@ -199,6 +199,12 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		if ended != nil {
 			ended = e.ends.next() // before the check: an end after it closes this one
 		}
+		if budget.Evicted(c.w, c.reqs) {
+			// One that arrived before it came back to its queue after a reload and left it
+			// beyond the bound: refused as if it had found the queue full.
+			e.refuse(e.now(), c, o, d)
+			return waited, d
+		}
 		if !lapse.IsZero() && !e.now().Before(lapse) {
 			return waited, errRulesChanged
 		}

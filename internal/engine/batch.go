@@ -316,11 +316,17 @@ func (b *Batch) enforceClaim() (c *claim, n int) {
 
 // precheckBatch decides b, which has no connection and a statement whose cost needs an EXPLAIN
 // on one, by what refuses it whatever it costs, as precheck does a statement: the health
-// thresholds, zero limits and quarantines of its enforce budgets, through the one admission
-// path with no request yet. It returns their refusal, ctx's error, or ErrNeedConn.
+// thresholds, zero limits and quarantines of its enforce budgets, waiting in their queues with
+// its requests checked, not taken, as of an unknown cost. It returns their refusal, ctx's
+// error, or ErrNeedConn.
 func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c, _ := b.enforceClaim()
-	c.reqs = nil
+	reqs := make([]budget.Request, len(c.reqs)) // b's own are priced once it has a connection
+	for j, r := range c.reqs {
+		r.Unknown = true
+		reqs[j] = r
+	}
+	c.reqs, c.take = reqs, false
 	if _, err := e.admit(ctx, st, c, b.start, b.arrived); err != nil {
 		return err
 	}

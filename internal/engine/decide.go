@@ -208,12 +208,23 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 // precheck decides x, routed to rt before it has a connection and whose cost needs an EXPLAIN
 // on one, by what refuses it whatever it costs: its budgets' health thresholds (waiting for a
 // healthy sample as their max_wait allows), zero limits and quarantines, through the one
-// admission path with no request of its budgets yet. So a statement they refuse never takes a
-// connection. It returns their refusal (recorded as any), ctx's error, or ErrNeedConn when
-// they pass: the front end acquires the connection and decides x there (Begin).
+// admission path. So a statement they refuse never takes a connection. While it waits it holds
+// nothing but its place in its budgets' queues, as any statement does (bounded by max_queue, in
+// arrival order): its requests are checked, not taken, as of an unknown cost, which a budget
+// with a free slot and any room admits. It returns their refusal (recorded as any), ctx's
+// error, or ErrNeedConn when they pass: the front end acquires the connection and decides x
+// there (Begin).
 func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route) error {
 	if rt.health || rt.closed || rt.quarantine {
-		if _, err := e.admit(ctx, st, x.claim(rt, nil), x.start, x.arrived); err != nil {
+		for _, r := range rt.reqs {
+			r.Unknown, r.Pending = true, true
+			x.holds = append(x.holds, r)
+		}
+		c := x.claim(rt, x.holds)
+		c.take = false // its cost is priced on its connection, where it is admitted
+		_, err := e.admit(ctx, st, c, x.start, x.arrived)
+		c.take, x.holds = true, x.holds[:0]
+		if err != nil {
 			return err
 		}
 	}
