@@ -46,12 +46,17 @@ type Usage struct {
 	// previous report.
 	Used float64
 	// Wanted is the largest number of statements that wanted a slot at once since the
-	// previous report: those in flight plus those refused (or waiting) for want of a slot.
+	// previous report: those in flight plus those refused (or waiting) for want of a slot. A
+	// statement still waiting for the partition's room (max_wait) counts at every report
+	// until it is admitted or leaves, not only at the report after it was refused.
 	Wanted int
 	// InFlight is the number of statements in flight now.
 	InFlight int
+	// Waiting is the number of statements waiting for the partition's room now (max_wait):
+	// a partition they wait for is not idle, whatever else it reports.
+	Waiting int
 	// Starved says a statement was refused, or waited, for want of credit or of a slot since
-	// the previous report.
+	// the previous report (one still waiting included).
 	Starved bool
 	// Debt is the partition's debt now, execution seconds: what its bucket holds of the
 	// usage that the budget's global bucket counts too.
@@ -155,8 +160,9 @@ func (b *Budget) SetLease(now time.Time, key string, lease Lease) {
 }
 
 // DropLease tells b at now that its coordinator left key's partition (it stood idle): the
-// partition is forgotten once idle with no debt left; until then it runs on the provisional
-// lease, as a key b meets anew, and the coordinator leases it again if it reports usage.
+// partition is forgotten once idle (nothing in flight or waiting) with no debt left; until
+// then it runs on the provisional lease, as a key b meets anew, and the coordinator leases it
+// again if it reports usage. Either way its waiters are woken to be decided again.
 func (b *Budget) DropLease(now time.Time, key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -165,12 +171,27 @@ func (b *Budget) DropLease(now time.Time, key string) {
 	if !k.shared || s == nil {
 		return
 	}
-	if s.inflight == 0 && s.DebtAt(now, s.part.lease.Rate) == 0 {
+	if s.inflight == 0 && b.waitingFor(s) == 0 && s.DebtAt(now, s.part.lease.Rate) == 0 {
 		k.remove(s)
-		return
+	} else {
+		k.relet(now, s, k.provisional, false)
 	}
-	k.relet(now, s, k.provisional, false)
+	// Dropped or on the provisional lease, its waiters are decided again under the limits
+	// of an absent key or the provisional ones: either may be their room.
 	b.wakeAll()
+}
+
+// waitingFor is how many statements wait for s's room: its key's queue, or in a Keyless
+// budget (every key counted under the unkeyed state) every queue. The caller holds b.mu.
+func (b *Budget) waitingFor(s *state) int {
+	if s == b.keys.unkeyed && b.keys.spec.Keyless {
+		n := 0
+		for _, q := range b.queues {
+			n += len(q.waiters())
+		}
+		return n
+	}
+	return len(b.queues[s.key].waiters())
 }
 
 // relet makes lease, the coordinator's if leased, the limits of s at now (see SetLease).
@@ -199,24 +220,43 @@ func (b *Budget) TakeUsage(now time.Time, dst []Usage) []Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := dst
+	k := &b.keys
+	if k.shared {
+		// A key whose statements wait has a state to report them by, even if the table
+		// evicted it (idle, nothing in flight) while they waited.
+		for key := range b.queues {
+			if k.lookup(key) == nil {
+				k.insert(key, now)
+			}
+		}
+	}
 	take := func(s *state) {
 		p := s.part
 		if p == nil {
 			return
 		}
-		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, s.inflight),
-			InFlight: s.inflight, Starved: p.starved, Debt: s.DebtAt(now, p.lease.Rate), Provisional: !p.leased}
+		// The statements waiting for its room still want a slot each beside those in flight:
+		// a report that forgot them would tell the coordinator the partition wants nothing
+		// while they wait, and it would give their slots away (or leave the partition).
+		waiting := b.waitingFor(s)
+		base := s.inflight
+		if m := k.spec.MaxConcurrent; m > 0 {
+			base = max(base, min(s.inflight+waiting, m))
+		}
+		u := Usage{Key: s.key, Offered: p.offered, Used: p.used, Wanted: max(p.wanted, base),
+			InFlight: s.inflight, Waiting: waiting, Starved: p.starved || waiting > 0,
+			Debt: s.DebtAt(now, p.lease.Rate), Provisional: !p.leased}
 		if u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.Starved {
 			out = append(out, u)
 		}
-		*p = part{lease: p.lease, leased: p.leased, wanted: s.inflight}
+		*p = part{lease: p.lease, leased: p.leased, wanted: base}
 	}
-	if s := b.keys.unkeyed; s != nil {
+	if s := k.unkeyed; s != nil {
 		take(s)
 	}
 	n := 0
 	// As in Snapshot, ranging over the map across the unlocked pauses is sound.
-	for _, s := range b.keys.byKey {
+	for _, s := range k.byKey {
 		take(s)
 		if n++; n%scrapeChunk == 0 {
 			b.pause()

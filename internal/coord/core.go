@@ -21,8 +21,9 @@ const sightings = 3
 // expectWindow is how many intervals an instance remembers how many instances it saw.
 const expectWindow = 10
 
-// idleSyncs is how many syncs a partition is reported with no usage before the instance
-// leaves it (Redis forgets its entry at once and its slots return).
+// idleSyncs is how many syncs a partition is reported with no usage (nothing in flight or
+// waiting either) before the instance leaves it (Redis forgets its entry at once and its
+// slots return).
 const idleSyncs = 2
 
 // maxPartitionsPerCall bounds the partitions of one script call, so that one call cannot
@@ -38,6 +39,7 @@ type part struct {
 	offered  float64   // execution seconds offered since the last sync
 	peak     int       // slots wanted at once since the last sync
 	inflight int
+	waiting  int       // statements waiting for the partition's room (max_wait), as last reported
 	starved  bool      // refused or waited since the last sync
 	local    float64   // the local bucket's debt as last taken, execution seconds
 	localAt  time.Time // when
@@ -193,6 +195,7 @@ func (c *core) absorb(now time.Time, usage []budget.Usage) {
 		}
 		p.peak = max(p.peak, u.Wanted, u.InFlight)
 		p.inflight = max(u.InFlight, 0)
+		p.waiting = max(u.Waiting, 0)
 		if u.Debt >= 0 && !math.IsInf(u.Debt, 1) {
 			p.local, p.localAt = u.Debt, now
 		}
@@ -391,7 +394,7 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			p.idle++
 		}
 		if !p.fresh {
-			p.inflight = 0 // a partition with statements in flight reports them
+			p.inflight, p.waiting = 0, 0 // a partition with statements in flight or waiting reports them
 		}
 		p.fresh = false
 		p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
@@ -419,7 +422,7 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			held:   max(0, p.local-applied.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: p.want.slots(),
 			applied: applied.Slots, inflight: p.inflight,
-			leave:    p.idle > idleSyncs && p.inflight == 0 && !p.keep,
+			leave:    p.idle > idleSyncs && p.inflight == 0 && p.waiting == 0 && !p.keep,
 			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
 		if len(cur) == maxPartitionsPerCall {
@@ -768,7 +771,7 @@ func (c *core) nextRegular() time.Time {
 func (c *core) leaveAll(now time.Time) [][]report {
 	for _, p := range c.parts {
 		p.idle = idleSyncs + 1
-		p.active, p.inflight = false, 0
+		p.active, p.inflight, p.waiting = false, 0, 0
 	}
 	reps := c.reports(now)
 	for _, chunk := range reps {

@@ -893,3 +893,41 @@ func TestIdleDemandFallsToNoSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionWithWaitersIsNotLeft: a partition whose statements wait for its room (max_wait)
+// is not idle, though nothing of it runs, is offered or refused anew: the instance keeps
+// reporting it and does not leave it, whose slots the waiters wait for. Once they are gone it
+// is left after idleSyncs more syncs, as any idle partition.
+func TestPartitionWithWaitersIsNotLeft(t *testing.T) {
+	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 2})
+	c.absorb(t0, []budget.Usage{{Key: "tenant", Offered: 1, Wanted: 2, Starved: true}})
+	ok := func(string) result { return result{lease: budget.Lease{Rate: 1, Burst: 1}, live: 2} }
+	grantAll(c, t0, ok)
+	sync := func(i int, usage []budget.Usage) (reported, left bool) {
+		at := t0.Add(time.Duration(i) * sec)
+		c.absorb(at, usage)
+		for _, reps := range c.reports(at) {
+			res := make([]result, len(reps))
+			for j := range res {
+				res[j] = ok("")
+			}
+			for _, r := range reps {
+				reported = reported || r.p.key == "tenant"
+			}
+			left = left || len(c.applied(at, at, reps, res)) > 0
+		}
+		return reported, left
+	}
+	i := 1
+	for ; i <= 3*idleSyncs; i++ {
+		if reported, left := sync(i, []budget.Usage{{Key: "tenant", Waiting: 1}}); !reported || left {
+			t.Fatalf("sync %d with a statement waiting: reported %v, left %v; want reported and kept", i, reported, left)
+		}
+	}
+	for n := 1; n <= idleSyncs+1; n, i = n+1, i+1 {
+		_, left := sync(i, nil)
+		if left != (n == idleSyncs+1) {
+			t.Fatalf("idle sync %d after the waiter went: left %v, want left at the %dth", n, left, idleSyncs+1)
+		}
+	}
+}

@@ -112,8 +112,9 @@
 // A budget without a per tag has one partition, "", which is leased when the budget is
 // registered (before its first statement) and kept while it is, idle or not: one call per
 // interval even while idle, so that a burst after a quiet spell finds its headroom. Keyed
-// partitions come and go with their values: a partition idle for three syncs is left (see
-// "What the local budget must offer"), and comes back on a provisional lease.
+// partitions come and go with their values: a partition idle for three syncs (nothing in
+// flight, nothing waiting) is left (see "What the local budget must offer"), and comes back
+// on a provisional lease.
 //
 // # Provisional leases
 //
@@ -293,17 +294,21 @@
 //   - Counters per partition, reset by TakeUsage: offered execution seconds (predicted cost
 //     of admitted and refused statements), used execution seconds (actual, at release), the
 //     peak number of statements that wanted a slot at once (in flight plus every statement
-//     refused or waiting for a slot since the last report), the current in-flight count, and whether any statement starved. Only the
+//     refused or waiting for a slot since the last report: a statement still waiting under
+//     max_wait counts at every report until it is admitted or leaves), the current in-flight
+//     and waiting counts, and whether any statement starved (one still waiting did). Only the
 //     partitions with something to report are returned; the coordinator keeps reporting a
-//     partition for two more syncs after it went idle, then leaves it and calls DropLease
-//     (the budget forgets it once idle with no debt, and holds it to the provisional lease
-//     until then). A zero lease is a grant of nothing, not a drop.
+//     partition for two more syncs after it went idle (nothing in flight or waiting), then
+//     leaves it and calls DropLease (the budget forgets it once idle with no debt and no
+//     statement waiting, and holds it to the provisional lease until then). A zero lease is
+//     a grant of nothing, not a drop.
 //
 //   - A kick when it refuses or delays a statement for want of credit or slots, or creates a
 //     partition: [Handle.Kick], a non-blocking flag and channel send.
 //
-//   - Statements waiting for capacity (max_wait) must be woken by SetLease as by a release:
-//     a larger lease is capacity.
+//   - Statements waiting for capacity (max_wait) must be woken by SetLease and DropLease as
+//     by a release: a larger lease is capacity, and so may be the provisional lease (or an
+//     absent key's) that a drop puts in its place.
 //
 // # Cold start
 //

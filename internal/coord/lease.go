@@ -42,10 +42,10 @@ func (s Spec) normalize() Spec {
 	return s
 }
 
-// active reports whether u says anything: a partition with nothing offered, used, wanted or
-// in flight is idle.
+// active reports whether u says anything: a partition with nothing offered, used, wanted, in
+// flight or waiting is idle.
 func active(u *budget.Usage) bool {
-	return u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.InFlight > 0 || u.Starved
+	return u.Offered > 0 || u.Used > 0 || u.Wanted > 0 || u.InFlight > 0 || u.Waiting > 0 || u.Starved
 }
 
 // Local is the process-local budget that a coordinator steers: it enforces, per partition,
