@@ -497,6 +497,14 @@ func TestPlainSQLOpenWithEnvRules(t *testing.T) {
 	asBlocked(t, err)
 }
 
+// mustEventually fails t unless f holds within 10 s; what names the condition.
+func mustEventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	if !eventually(10*time.Second, f) {
+		t.Fatalf("%s: not reached in 10 s", what)
+	}
+}
+
 func eventually(d time.Duration, f func() bool) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {

@@ -429,8 +429,10 @@ func (e *Engine) quarantineOf(st *compiled, rt *route, x *Exec, i int, now time.
 // caller's context ended): each of its statements is one block of the budget, marked so
 // (Decision, Reason, Blocker), in its counts and in the recent refusals (as the observer
 // counts each), and the refusal is logged once. Check refuses no statement: nothing is
-// recorded.
+// recorded. A claim that waited leaves its queues first: the log's handler is the
+// application's code, and the waiters behind it must not wait for it.
 func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
+	c.leave()
 	if !c.take {
 		return
 	}

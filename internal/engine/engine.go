@@ -524,8 +524,9 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 		}
 		return err
 	}
-	if slow {
-		// An EXPLAIN or a wait for capacity is not the statement's cost: measure from here.
+	if slow || debug || len(x.warned) > 0 {
+		// An EXPLAIN, a wait for capacity or the log's handler (the application's code, which
+		// a warning or the debug log ran) is not the statement's cost: measure from here.
 		x.start = e.now()
 	}
 	return nil
