@@ -16,9 +16,9 @@ import (
 // no finalizer. With context.Background, N forgotten Close calls wedge a max_concurrent: N budget.
 //
 // So each rows wrapper carries a cleanup (runtime.AddCleanup): once the wrapper is garbage,
-// which for leaked rows happens when the application drops its *sql.Rows, the cleanup finishes
-// the statement as Close would have (releasing its slots and debt), counts it in
-// pgtraffic.rows.leaked and logs a warning. The cleanup's argument is the statement's openStmt
+// which for leaked rows happens when the application drops its *sql.Rows, the cleanup counts it
+// in pgtraffic.rows.leaked, finishes the statement as Close would have (releasing its slots and
+// debt) and logs a warning, recovering a panic of the application's code (see reclaim). The cleanup's argument is the statement's openStmt
 // (run.go), never the wrapper (which would then stay reachable and never be collected); the
 // wrapper points to the openStmt, not the other way round. The pgx rows and the connection stay
 // with database/sql, which holds the connection as in use for ever: only the budget's slot comes
@@ -34,13 +34,26 @@ var errRowsLeaked = errors.New("pgtraffic: rows garbage-collected without Close"
 
 // reclaim finishes o's statement, whose rows were collected while still open, and reports it
 // with the warning msg.
+//
+// It runs on the runtime's cleanup goroutine, which has no caller to return a panic to: a panic
+// there ends the process. And it reaches the application's code: its meter (the counter), its
+// span processors (Finish ends the statement's span) and its logger. So each of the three runs
+// under userCode, which recovers a panic, and the slot comes back before the warning is logged,
+// so that a logger that panics or stalls cannot keep it. The order is a choice: the count
+// (the atomic and pgtraffic.rows.leaked) comes before the slot, so that whoever sees the slot
+// back also sees the leak counted; the warning comes after it, so a reader of the log may see
+// the slot back before the warning. A meter that stalls in Add still delays the slot: the
+// OpenTelemetry SDK's counters do not block, and the count is worth that.
 func (o *openStmt) reclaim(msg string) {
 	if !o.inFlight() {
 		return // closed or exhausted: nothing held
 	}
-	// Reported before the slots come back, so that whoever sees them back also sees the report.
-	o.leaks.report(o.ctx, msg)
-	o.finish(errRowsLeaked)
+	ctx, lk := o.ctx, o.leaks // finish clears o
+	lk.userCode(func() { lk.count(ctx) })
+	// finish gives the slot back even if the span processors panic: the engine releases the
+	// holds before it calls its observer, and finish defers the connection's release.
+	lk.userCode(func() { o.finish(errRowsLeaked) })
+	lk.userCode(func() { lk.warn(ctx, msg) })
 }
 
 // reclaimSQL and reclaimPgx are the cleanups of the rows of each front end.
@@ -91,17 +104,38 @@ const (
 	leakedPgxRows = "pgtraffic: rows garbage-collected without Close; their budget slots are reclaimed and, outside a transaction, their pool connection destroyed: close every pgx.Rows"
 )
 
-// report counts a reclaimed statement and logs msg.
-func (lk *leaks) report(ctx context.Context, msg string) {
+// count counts a reclaimed statement: in n, then in pgtraffic.rows.leaked (the application's
+// meter).
+func (lk *leaks) count(ctx context.Context) {
 	if lk == nil {
 		return
 	}
 	lk.n.Add(1)
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if lk.counter != nil {
 		lk.counter.Add(ctx, 1)
 	}
+}
+
+// warn logs a reclaimed statement's warning msg with the application's logger.
+func (lk *leaks) warn(ctx context.Context, msg string) {
+	if lk == nil {
+		return
+	}
 	lk.log.LogAttrs(ctx, slog.LevelWarn, msg)
+}
+
+// userCode runs f, which reaches the application's code, on the cleanup goroutine, and
+// recovers its panic: there is no caller to hand it to, and the process must survive a leaked
+// rows. The panic is logged, once and under the same guard, as an error; a logger that panics
+// again is left at that.
+func (lk *leaks) userCode(f func()) {
+	defer func() {
+		if p := recover(); p != nil && lk != nil {
+			defer func() { _ = recover() }()
+			lk.log.LogAttrs(context.Background(), slog.LevelError,
+				"pgtraffic: the application's code (logger, meter or span processor) panicked while rows garbage-collected without Close were reclaimed; the panic was recovered",
+				slog.Any("panic", p))
+		}
+	}()
+	f()
 }
