@@ -31,7 +31,8 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 		return pgx.FailedBatchResults(b, blocked(err))
 	}
 	qctx, cancel := batchOverrunContext(ctx, eb) // max_duration: its results are read under qctx
-	w := &pgxBatch{run: r, b: eb, ctx: ctx, qctx: qctx, cancel: cancel, release: release, errs: make([]error, len(queries))}
+	w := &pgxBatch{run: r, b: eb, ctx: ctx, qctx: qctx, cancel: cancel, release: release, errs: make([]error, len(queries)),
+		queued: b.QueuedQueries}
 	sent := false
 	defer func() {
 		if !sent {
@@ -89,6 +90,9 @@ type pgxBatch struct {
 	tx      *pgxTx  // the transaction the batch began; nil if none
 	errs    []error // each statement's outcome as its result was read, for its span
 	next    int     // the next result to read
+	// queued are the batch's queries, whose callbacks (QueuedQuery.Query, QueryRow, Exec) Close
+	// runs on these results rather than pgx's (see Close).
+	queued []*pgx.QueuedQuery
 }
 
 var _ pgx.BatchResults = (*pgxBatch)(nil)
@@ -101,7 +105,8 @@ func (w *pgxBatch) note(err error) {
 	w.next++
 }
 
-// Each error matches ErrOverrun when max_duration cancelled the batch.
+// Each error matches ErrOverrun when max_duration cancelled the batch, those handed to the
+// queued queries' callbacks included (Close runs them on these methods).
 
 func (w *pgxBatch) Exec() (pgconn.CommandTag, error) {
 	tag, err := w.BatchResults.Exec()
@@ -172,11 +177,49 @@ func (r *batchRow) Scan(dest ...any) error {
 
 // Close closes pgx's results (running the callbacks of the results not read), then finishes
 // the batch and releases its connection, even if pgx's Close panics.
+//
+// pgx's Close runs the callbacks of the unread results (QueuedQuery.Query, QueryRow, Exec) on
+// its own results, whose errors do not match ErrOverrun. So, the first time, each callback is
+// made to read through w instead, for the duration of pgx's Close: pgx keeps its semantics
+// (the order, no callback after the first error, Close's error, no callback run again by a
+// second Close), and a callback's statement is read as by w's Exec, Query or QueryRow, its
+// error matching ErrOverrun when max_duration cut the batch off, and noted for its span. The
+// batch's callbacks are given back before Close returns, even if one panics.
 func (w *pgxBatch) Close() (err error) {
 	err = errPanicked
 	defer func() { w.end(err) }()
-	err = overran(w.qctx, w.BatchResults.Close())
+	if w.b != nil {
+		defer w.throughWrapper()()
+	}
+	err = w.BatchResults.Close()
+	if _, ok := err.(*overrunError); !ok { // a callback's error, read through w, matches already
+		err = overran(w.qctx, err)
+	}
 	return err
+}
+
+// throughWrapper makes the callbacks of w's queued queries read their results through w, and
+// returns what gives them back their own.
+func (w *pgxBatch) throughWrapper() (restore func()) {
+	var saved []func(pgx.BatchResults) error
+	for i, qq := range w.queued {
+		if qq.Fn == nil {
+			continue
+		}
+		if saved == nil {
+			saved = make([]func(pgx.BatchResults) error, len(w.queued))
+		}
+		fn := qq.Fn
+		saved[i] = fn
+		qq.Fn = func(pgx.BatchResults) error { return fn(w) }
+	}
+	return func() {
+		for i, fn := range saved {
+			if fn != nil {
+				w.queued[i].Fn = fn
+			}
+		}
+	}
 }
 
 // end finishes the batch, the first time only: err is the batch's outcome, the outcome of the
