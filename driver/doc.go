@@ -2,9 +2,11 @@
 // a database/sql driver ([Open], [NewConnector]) and a pgx-native pool ([NewPool]).
 //
 // It may import the layers below it (the engine and its runtime, the rules config in driver/rules
-// and driver/rules/vocab, tagging, internal/health and internal/bounded) and the libraries of its
-// two front ends: pgx with pgconn, pgtype, pgxpool and stdlib (no other package imports stdlib or
-// database/sql/driver), go-redis for [WithRedisClient], and OpenTelemetry.
+// and driver/rules/vocab, tagging, internal/pattern, internal/health, internal/bounded, and the
+// pgx adapters internal/health/pgxconn, internal/cost/pgxexplain and
+// internal/serverclock/pgxconn) and the libraries of its two front ends: pgx with pgconn, pgtype,
+// pgxpool and stdlib (no other package imports stdlib or database/sql/driver), go-redis for
+// [WithRedisClient], and OpenTelemetry.
 //
 // The first wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]), the second a
 // [github.com/jackc/pgx/v5/pgxpool.Pool]; both decide alike. Before a statement is
@@ -73,8 +75,10 @@
 // A statement's text is identified once and cached by content (texts up to 2 KiB, as many as
 // [WithPatternCacheSize] allows), together with the budgets it was routed to under the rules
 // and context tags in force, so that a repeated text skips the tag merge and the rule match.
-// Its cost is predicted afresh for every execution. An enforced budget admits it only if every
-// budget it selects has a slot, bucket room and health for it: all or nothing.
+// Its cost is predicted afresh for every execution. It is admitted only if every enforce budget
+// it selects admits it: first the budget's health thresholds, zero limits and quarantine, then,
+// with no statement ahead of it waiting for the same budget and value, its per_query_limit,
+// slots and bucket room. All or nothing.
 //
 // # Shared budgets
 //
@@ -91,9 +95,9 @@
 // A blocked statement returns a [*BlockedError]. Test for it with errors.Is(err, [ErrBlocked]) or
 // errors.As. Nothing was sent to the server, so it is safe to retry
 // ([BlockedError.SafeToRetry]) once [BlockedError.RetryAfter] has passed; a zero RetryAfter means
-// that waiting cannot help: a guard refused it, or its predicted cost exceeds per_query_limit or
-// the budget's whole bucket (reason per_query_limit, limit "burst_limit=10s (a predicted 12s
-// never fits)"). Such a pattern runs one statement as a probe every 10 s, cancelled past the
+// that waiting cannot help: a guard or a zero limit (max_concurrent: 0, server_share: 0) refused
+// it, or its predicted cost exceeds per_query_limit or the budget's whole bucket (reason
+// per_query_limit, limit "burst_limit=10s (a predicted 12s never fits)"). Such a pattern runs one statement as a probe every 10 s, cancelled past the
 // limit, so that a prediction that is too high corrects itself (see the README). It is never
 // driver.ErrBadConn, so database/sql does not retry it on another connection. Batch jobs ask
 // first with [Connector.Check] or [Connector.Wait].

@@ -13,7 +13,7 @@ import (
 // package [vocab], which the budget core shares.
 const (
 	ReasonConcurrency = vocab.ReasonConcurrency // the budget's max_concurrent statements are in flight
-	ReasonPerQuery    = vocab.ReasonPerQuery    // the statement's predicted cost exceeds per_query_limit
+	ReasonPerQuery    = vocab.ReasonPerQuery    // its predicted cost exceeds per_query_limit, or the whole burst_limit (it never fits)
 	ReasonBudget      = vocab.ReasonBudget      // the budget's bucket (server_share, burst_limit) has no room
 	ReasonGuard       = vocab.ReasonGuard       // a query guard (require_where, block_truncate) refused it
 	ReasonHealth      = vocab.ReasonHealth      // a throttle_when health threshold is exceeded
@@ -83,8 +83,8 @@ func (e *BlockedError) Is(target error) bool { return target == ErrBlocked }
 // SafeToRetry returns true: a blocked statement was refused before anything was sent to the
 // server, so running it again cannot apply it twice. pgconn.SafeToRetry(err) and retry helpers
 // built on it therefore treat a [*BlockedError] as retryable; wait [BlockedError.RetryAfter]
-// first (zero means waiting cannot help: a per_query_limit or a guard refused the statement,
-// and will refuse it again).
+// first (zero means waiting cannot help: a per_query_limit, a guard or a zero limit
+// (max_concurrent: 0, server_share: 0) refused the statement, and will refuse it again).
 func (e *BlockedError) SafeToRetry() bool { return true }
 
 // SQLState returns "53000" (insufficient_resources), the code PlanetScale's Traffic Control uses,

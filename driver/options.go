@@ -114,8 +114,8 @@ func WithSQLCommenter(on bool) Option {
 // section's URL; the connector never closes it. Without a coordination section it is unused.
 //
 // Set ContextTimeoutEnabled on it and keep MaxRetries low: each sync has a deadline of a
-// quarter of sync_interval, and the connector retries on its own schedule. While Redis is
-// down, go-redis itself logs a "failed to dial" line about once per retry (every 0.5 to 1.5
+// quarter of sync_interval, at least 100ms (doubling after failed syncs, up to four times),
+// and the connector retries on its own schedule. While Redis is down, go-redis itself logs a "failed to dial" line about once per retry (every 0.5 to 1.5
 // sync intervals) through its package-wide logger; pgtraffic leaves that logger alone, since
 // it is the application's, and logs one line of its own when Redis becomes unreachable and
 // one when it is back. redis.SetLogger quiets go-redis if you wish.

@@ -27,14 +27,16 @@ import (
 // (a transaction's, a [PoolConn]'s) is never held up by them, since they may wait for the very
 // connection it holds; a statement overtaken meanwhile is decided again once it has its
 // connection, which it gives back if refused then. Only a statement whose cost needs an EXPLAIN
-// on its connection (a pattern not yet costed under a budget with a bucket or a
-// per_query_limit, explain: call) takes the connection first and gives it back at once if
-// refused; if it must wait (max_wait), it waits holding it. What refuses a statement whatever
-// it costs (a health threshold, a zero limit, a quarantine) is decided before that, and under
-// explain: auto a pattern whose cost varies widely is priced by its latest plan here rather
-// than explained per call. Its budget slots are held until
-// Exec returns, the rows are closed or read to the end, Row.Scan returns, or the batch's
-// results are closed.
+// on its connection, under a budget with a bucket or a per_query_limit, takes the connection
+// first and gives it back at once if refused; if it must wait (max_wait), it waits holding it.
+// That is one of a pattern not yet costed, one a minute per pattern whose cached plan has
+// expired (explain: pattern or auto; statements of that pattern arriving meanwhile wait for
+// that EXPLAIN holding no connection), and every one under explain: call. What refuses a
+// statement whatever it costs (a health threshold, a zero limit, a quarantine) is decided
+// before that, and under explain: auto a pattern whose cost varies widely is priced by its
+// latest plan here rather than explained per call. Its budget slots are held until Exec
+// returns, the rows are closed or read to the end, Row.Scan returns, or the batch's results
+// are closed.
 //
 // A statement run by the name of one prepared on the pool's connections (pgx runs it when its
 // name is passed as the SQL), by the pool's AfterConnect hook or with a transaction's Prepare,

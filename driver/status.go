@@ -13,17 +13,22 @@ import (
 )
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
-// budgets those tags select (health thresholds, concurrency and bucket room). It returns nil or
+// budgets those tags select (health thresholds, zero limits, concurrency and bucket room, and
+// whether other statements wait for them first). It returns nil or
 // a [*BlockedError] and takes nothing; once the Connector (its *sql.DB) or the Pool is closed,
 // [ErrClosed]. Batch jobs call it, or Wait, before each chunk.
 func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
 
-// Wait blocks until Check passes or ctx ends (it then returns ctx's error), backing off with
-// jitter between checks so that many waiting jobs do not all resume at the same instant. Once
-// the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed], at once if it was
-// waiting (as a statement waiting for capacity does), and when called afterwards.
+// Wait blocks until Check passes or ctx ends (it then returns ctx's error). Under a budget with
+// max_wait it waits its turn in the budget's queue, as a statement does (in arrival order), and
+// returns when it is first with room, taking nothing. A full queue, or a budget without
+// max_wait, it checks again after about the refusal's retry hint (at most a health interval),
+// with jitter, growing with each attempt, so that many waiting jobs do not all resume at the
+// same instant. Once the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed],
+// at once if it was waiting (as a statement waiting for capacity does), and when called
+// afterwards.
 func (c *core) Wait(ctx context.Context) error {
 	return c.engine.Wait(ctx)
 }

@@ -34,7 +34,7 @@ type Config struct {
 
 	// HealthInterval is how often the health sampler reads the server, and the server clock
 	// reads pg_stat_statements (see the README's server seconds). Zero means the default, 1s;
-	// otherwise at least 10ms.
+	// otherwise between 10ms and 24h.
 	HealthInterval Duration `yaml:"health_interval,omitempty" json:"health_interval,omitempty"`
 
 	// HealthQueries names custom health metrics: each query must return a single number,
@@ -104,7 +104,8 @@ type Budget struct {
 	// MaxConcurrent caps the budget's statements in flight at once. A statement holds its
 	// slot until Exec returns or its rows are closed, and releases it on errors,
 	// cancellation and broken connections. nil means no limit; 0 admits nothing (reason
-	// concurrency, a zero RetryAfter): a rule to such a budget blocks what it matches.
+	// concurrency, a zero RetryAfter): a rule to such a budget blocks what it matches when the
+	// budget is in enforce mode, and only warns about it in warn mode.
 	MaxConcurrent *int `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
 
 	// PerQueryLimit caps the predicted cost of one statement. Waiting cannot help a
@@ -116,7 +117,8 @@ type Budget struct {
 	// drains at ServerShare × ServerCores execution seconds per second, and a statement
 	// is refused when debt plus its predicted cost exceeds BurstLimit. The debt is
 	// corrected to the actual execution time when the statement completes. nil means no
-	// limit; 0 admits nothing (reason budget, a zero RetryAfter).
+	// limit; 0 admits nothing (reason budget, a zero RetryAfter) in enforce mode, and only
+	// warns in warn mode.
 	ServerShare *float64 `yaml:"server_share,omitempty" json:"server_share,omitempty"`
 
 	// BurstLimit is the bucket size in execution seconds. It needs a ServerShare above 0; the default
@@ -190,7 +192,9 @@ type Budget struct {
 //
 // The default follows max_concurrent because under database/sql a waiting statement holds its
 // pool connection: one budget's statements hold at most max_concurrent + max_queue
-// connections, which the default makes 2 × max_concurrent. A queue longer than the slots
+// connections, which the default makes 2 × max_concurrent, besides, at a deploy, the
+// statements of a new pattern waiting for its first EXPLAIN (one round trip, or as long as
+// that EXPLAIN waits on a lock). A queue longer than the slots
 // mostly fills with statements that wait out their max_wait anyway, since each slot admits
 // one waiter per statement time. For a budget with no max_concurrent, 8 keeps the waiters
 // below a typical application pool.

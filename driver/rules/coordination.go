@@ -14,7 +14,8 @@ import (
 // Limits of [Coordination.SyncInterval].
 const (
 	// MinSyncInterval keeps Redis load bounded: each instance makes one call per shared
-	// budget per interval, and a sync's deadline is a quarter of it.
+	// budget per interval, and a sync's deadline is a quarter of it, at least 100ms (doubling
+	// after failed syncs, up to four times).
 	MinSyncInterval = 100 * time.Millisecond
 	// MaxSyncInterval bounds how long a crashed instance holds its slots (within three intervals).
 	MaxSyncInterval = time.Minute
@@ -41,9 +42,10 @@ type Coordination struct {
 	// the values of go-redis's client options (the query, such as dial_timeout=2s) are checked
 	// here, and a misspelt option is named; an option go-redis's version reads that this one
 	// does not know is left to the client, whose error names it. pgtraffic sets its own
-	// dial_timeout, read_timeout and write_timeout (a quarter of sync_interval, within a sync's
-	// deadline), max_retries (none: the syncs retry on their own schedule) and pool_size: those
-	// options of the URL are overridden. It never reaches an error, nor does an option's value;
+	// dial_timeout, read_timeout and write_timeout (a quarter of sync_interval, at least 100ms,
+	// within a sync's deadline, which is that, doubling after failed syncs, up to four times),
+	// max_retries (none: the syncs retry on their own schedule) and pool_size: those options of
+	// the URL are overridden. It never reaches an error, nor does an option's value;
 	// in a log, a span or the status page its credentials are redacted. Its user needs the keys
 	// and the channels under pgtraffic: (ACL ~pgtraffic:* and &pgtraffic:*); without the
 	// channels, slots another instance holds as headroom move only at that instance's next sync.

@@ -74,9 +74,10 @@
 // slot or debt in that budget, and is logged and counted, so the warnings show exactly what
 // enforce would block.
 //
-// Omitted limits are unlimited. An explicit zero blocks: max_concurrent: 0 refuses every
-// statement its rules select (reason concurrency) and server_share: 0 likewise (reason budget),
-// both with a zero RetryAfter, since waiting cannot help.
+// Omitted limits are unlimited. An explicit zero blocks in an enforce budget (mode: enforce):
+// max_concurrent: 0 refuses every statement its rules select (reason concurrency) and
+// server_share: 0 likewise (reason budget), both with a zero RetryAfter, since waiting cannot
+// help. In warn mode, the default, such a budget only warns about them.
 //
 // An enforce budget with max_wait lets a statement it cannot admit at once wait up to max_wait
 // for capacity. Waiting statements queue per budget and per value of per, and are admitted in
@@ -86,8 +87,9 @@
 // budget's max_concurrent, or [DefaultMaxQueue] (8) for a budget without one
 // ([Budget.QueueBound]): under database/sql a waiting statement holds its pool connection, so
 // one budget's statements hold at most max_concurrent + max_queue connections, by default
-// 2 × max_concurrent. A longer queue mostly fills with statements that wait out their max_wait
-// anyway, since each slot admits one waiter per statement time; without max_concurrent, 8
+// 2 × max_concurrent, besides, at a deploy, the statements of a new pattern waiting for its
+// first EXPLAIN (one round trip, or as long as that EXPLAIN waits on a lock). A longer queue
+// mostly fills with statements that wait out their max_wait anyway, since each slot admits one waiter per statement time; without max_concurrent, 8
 // keeps the waiters below a typical application pool.
 //
 // # Incident runbook
