@@ -383,28 +383,7 @@ func (c *core) build(now time.Time, early bool) [][]report {
 		if early && !c.wantsEarly(p, now) {
 			continue
 		}
-		dt := c.interval
-		if !p.last.IsZero() && now.After(p.last) {
-			dt = now.Sub(p.last)
-		}
-		p.last = now
-		if p.active {
-			p.idle = 0
-		} else {
-			p.idle++
-		}
-		if !p.fresh {
-			p.inflight, p.waiting = 0, 0 // a partition with statements in flight or waiting reports them
-		}
-		p.fresh = false
-		p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
-		p.want.add(float64(p.peak), dt, c.interval)
-		p.offered, p.peak = 0, 0
-		if p.pendingSeq == 0 {
-			c.seq++
-			p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
-			p.pendingFrom, p.accFrom = p.accFrom, now
-		}
+		c.roll(p, now)
 		if cur == nil && !early {
 			// Sized for the chunk: grown report by report, a regular sync of a hundred
 			// thousand partitions would copy its reports about twice over. An early sync
@@ -433,6 +412,34 @@ func (c *core) build(now time.Time, early bool) [][]report {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// roll closes p's interval at now, as a sync reports it: its idle count, its demand and slot
+// estimates from what the interval offered and wanted, and the sequence number of its usage
+// report (a new one unless the last is still unanswered).
+func (c *core) roll(p *part, now time.Time) {
+	dt := c.interval
+	if !p.last.IsZero() && now.After(p.last) {
+		dt = now.Sub(p.last)
+	}
+	p.last = now
+	if p.active {
+		p.idle = 0
+	} else {
+		p.idle++
+	}
+	if !p.fresh {
+		p.inflight, p.waiting = 0, 0 // a partition with statements in flight or waiting reports them
+	}
+	p.fresh = false
+	p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
+	p.want.add(float64(p.peak), dt, c.interval)
+	p.offered, p.peak = 0, 0
+	if p.pendingSeq == 0 {
+		c.seq++
+		p.pendingSeq, p.pendingUsed, p.accUsed = c.seq, p.accUsed, 0
+		p.pendingFrom, p.accFrom = p.accFrom, now
+	}
 }
 
 // keepUnkeyed makes the unkeyed partition ("") known before any statement and keeps it while
