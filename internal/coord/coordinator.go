@@ -364,7 +364,7 @@ func (c *Coordinator) loop(ctx context.Context, e *entry) {
 		case <-timer.C:
 		case <-e.wake:
 		}
-		_ = c.visit(ctx, e, false) // a failure is counted and logged (noteHealth), and retried on schedule
+		_ = c.visit(ctx, e, false) // a failure is counted and logged (logReachability), and retried on schedule
 		timer.Reset(c.wakeIn(e))
 	}
 }
@@ -629,10 +629,11 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			}
 			e.core.ignored += uint64(rep.ignored)
 		}
-		if !stopped {
-			c.noteHealth(err)
-		}
+		changed := !stopped && c.reachabilityChanged(err)
 		c.mu.Unlock()
+		if changed {
+			c.logReachability(err) // the log's handler is the application's code: not under c.mu
+		}
 		if err != nil {
 			return quarantines, time.Since(begun) - waited, err
 		}
@@ -677,19 +678,27 @@ func (e *entry) handOver(now time.Time, dropped []string, pushes []push) {
 	}
 }
 
-// noteHealth logs the changes between reachable and unreachable, once each. The error text
-// comes from the client and names the address, never the URL's credentials. The caller
-// holds c.mu.
-func (c *Coordinator) noteHealth(err error) {
-	switch {
-	case err != nil && !c.down:
-		c.down = true
+// reachabilityChanged records whether Redis answered (err is the sync's outcome) and reports
+// whether that changed since the last sync: the caller logs the change once it unlocked c.mu
+// (logReachability), so that each change is logged once. The caller holds c.mu.
+func (c *Coordinator) reachabilityChanged(err error) bool {
+	if down := err != nil; down != c.down {
+		c.down = down
+		return true
+	}
+	return false
+}
+
+// logReachability logs a change between reachable and unreachable, err being the sync's outcome
+// that made it. The error text comes from the client and names the address, never the URL's
+// credentials.
+func (c *Coordinator) logReachability(err error) {
+	if err != nil {
 		c.log.Warn("pgtraffic: Redis unreachable; shared budgets run on their last leases, then on an even share",
 			"instance", c.id, "error", err)
-	case err == nil && c.down:
-		c.down = false
-		c.log.Info("pgtraffic: Redis reachable again; shared budgets resynced", "instance", c.id)
+		return
 	}
+	c.log.Info("pgtraffic: Redis reachable again; shared budgets resynced", "instance", c.id)
 }
 
 // exec runs one script call, abandoning it when ctx ends (see start).
