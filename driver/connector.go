@@ -47,23 +47,44 @@ var (
 // Open opens a single connection. database/sql uses OpenConnector instead; Open exists for the
 // driver.Driver interface. Connections opened this way for one DSN share one connector, which
 // lives as long as the process.
+//
+// The connector is made without d's lock held: making one reads files (the DSN's passfile, the
+// rules file), compiles the rules and runs the application's telemetry and log handler, none of
+// which may hold up an Open of another DSN. When two Opens of one DSN make one each, the first
+// kept is the DSN's, and the other is closed.
 func (d *Driver) Open(dsn string) (driver.Conn, error) {
-	d.mu.Lock()
-	c, ok := d.open[dsn]
-	if !ok {
-		var err error
-		c, err = newConnector(dsn, nil, true)
+	c := d.opened(dsn)
+	if c == nil {
+		made, err := newConnector(dsn, nil, true)
 		if err != nil {
-			d.mu.Unlock()
 			return nil, err
 		}
-		if d.open == nil {
-			d.open = map[string]*Connector{}
+		if c = d.keep(dsn, made); c != made {
+			made.Close()
 		}
-		d.open[dsn] = c
 	}
-	d.mu.Unlock()
 	return c.Connect(context.Background())
+}
+
+// opened is the connector kept for dsn, or nil.
+func (d *Driver) opened(dsn string) *Connector {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.open[dsn]
+}
+
+// keep keeps c as dsn's connector unless one is kept already, and returns the one kept.
+func (d *Driver) keep(dsn string, c *Connector) *Connector {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if kept := d.open[dsn]; kept != nil {
+		return kept
+	}
+	if d.open == nil {
+		d.open = map[string]*Connector{}
+	}
+	d.open[dsn] = c
+	return c
 }
 
 // OpenConnector returns a [*Connector] for dsn, with rules from PGTRAFFIC_RULES when set.
