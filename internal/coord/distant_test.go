@@ -79,7 +79,10 @@ func TestDistantRedisSyncsAfterFailure(t *testing.T) {
 	if stalled.Failures == first.Failures {
 		t.Fatalf("no sync failed while Redis stalled for two intervals: %+v", stalled)
 	}
-	if after.Fallback || after.Syncs-stalled.Syncs < 5 {
+	// Whether the very last sync failed is left out: on a loaded machine one call of 60 ms can
+	// miss its 100 ms deadline and put the budget on its fallback share until the next; the
+	// defect this guards against synced never again.
+	if after.Syncs-stalled.Syncs < 5 {
 		t.Errorf("after Redis stalled once, 60 ms away with a 100 ms deadline: %d syncs in 10 intervals (%d failed), fallback %v",
 			after.Syncs-stalled.Syncs, after.Failures-stalled.Failures, after.Fallback)
 	}

