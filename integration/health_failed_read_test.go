@@ -58,13 +58,22 @@ rules:
 		t.Fatal(err)
 	}
 	defer ctl.Close(ctx)
-	// Wait until the sampler has read active_queries on its connection (its backend is idle
-	// after that query): a good sample exists, and the next round is about an interval away.
-	waitFor(t, healthSettle, "the sampler has a good sample", func() (bool, string) {
-		var n int
-		err := ctl.QueryRow(ctx, `select count(*) from pg_stat_activity where application_name = 'pgtraffic-health'
-			and datname = $1 and state = 'idle' and query like 'select count(*) from pg_stat_activity%'`, dbname).Scan(&n)
-		return err == nil && n == 1, fmt.Sprint(n, err)
+	// Wait until the sampler has read active_queries on its connection twice (its backend idle
+	// after that query, begun at a later time than the first seen): the first round's sample is
+	// then published (a loaded client may not have received the latest round's reply when the
+	// server has gone idle), and the next round is about an interval away.
+	var firstRound time.Time
+	waitFor(t, 2*interval+healthSettle, "the sampler has a good sample", func() (bool, string) {
+		var started time.Time
+		err := ctl.QueryRow(ctx, `select query_start from pg_stat_activity where application_name = 'pgtraffic-health'
+			and datname = $1 and state = 'idle' and query like 'select count(*) from pg_stat_activity%'`, dbname).Scan(&started)
+		if err != nil {
+			return false, err.Error()
+		}
+		if firstRound.IsZero() {
+			firstRound = started
+		}
+		return started.After(firstRound), fmt.Sprint("rounds begun at ", firstRound, " and ", started)
 	})
 	if err := c.Check(batch); err != nil {
 		t.Fatalf("Check on a good sample: %v", err)
