@@ -19,8 +19,9 @@ import (
 // which for leaked rows happens when the application drops its *sql.Rows, the cleanup counts it
 // in pgtraffic.rows.leaked, finishes the statement as Close would have (releasing its slots and
 // debt) and logs a warning, recovering a panic of the application's code (see reclaim). The
-// cleanup's argument is the statement's openStmt (run.go), never the wrapper (which would then stay reachable and never be collected); the
-// wrapper points to the openStmt, not the other way round. The pgx rows and the connection stay
+// cleanup's argument is the statement's openStmt (run.go), never the wrapper (which would then
+// stay reachable and never be collected); the wrapper points to the openStmt, not the other way
+// round. The pgx rows and the connection stay
 // with database/sql, which holds the connection as in use for ever: only the budget's slot comes
 // back. The pgx-native pool's rows carry the same cleanup (poolrows.go).
 //
