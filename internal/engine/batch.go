@@ -17,8 +17,11 @@ import (
 // max_concurrent counts the batch as one statement in flight: it is one round trip on one
 // connection). An admitted batch holds its slots until its results are closed.
 //
-// The statements of a batch run pipelined, so their times are not measured apart: the budgets
-// are trued up to the batch's time, and the cost model does not train on them. The batch runs
+// The statements of a batch run pipelined, so their times are not measured apart: a budget
+// is charged the predictions of the batch's statements it holds when all of them are on the
+// server's clock, else the batch's time (whose share of each pattern the server can report is
+// kept for its report to true up, as a statement's charge on the client's clock is), and the
+// cost model does not train on them. The batch runs
 // under the smallest max_duration of its statements' enforce budgets (Batch.Deadline); when it
 // is cancelled, each statement with a bound counts as its budget's max_duration block, and a
 // strike where its budget has a quarantine. A batch does
@@ -53,6 +56,9 @@ type batchWork struct {
 	holds  []budget.Request
 	owners []owner
 	held   int // holds[:held] are taken from their budgets
+	// chargers are the statements charged to each hold: one per statement and request of its
+	// route, in statement order (a hold is found by its budget and key: holds are reordered).
+	chargers []charger
 	// later: the batch has no connection yet (BeginBatchBeforeConn): its enforce holds are
 	// pending until Acquired (budget.Request.Pending).
 	later bool
@@ -225,7 +231,7 @@ func (e *Engine) decideBatch(ctx context.Context, st *compiled, b *Batch, conn C
 // undecide clears what a decision of b under rules since replaced set (errRulesChanged): its
 // routes, its union of budgets and each statement's decision. Nothing is held.
 func (b *Batch) undecide() {
-	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	b.holds, b.owners, b.held, b.chargers = b.holds[:0], b.owners[:0], 0, b.chargers[:0]
 	clear(b.routes)
 	for i := range b.Execs {
 		b.Execs[i].undecide()
@@ -239,7 +245,7 @@ func (b *Batch) reset(e *Engine, n int) {
 	}
 	b.Execs = b.Execs[:n]
 	b.e, b.start, b.held, b.st = e, time.Time{}, 0, nil
-	b.holds, b.owners, b.texts = b.holds[:0], b.owners[:0], b.texts[:0]
+	b.holds, b.owners, b.texts, b.chargers = b.holds[:0], b.owners[:0], b.texts[:0], b.chargers[:0]
 	b.routes = append(b.routes[:0], make([]*route, n)...)
 	b.ctxs = append(b.ctxs[:0], make([]context.Context, n)...)
 }
@@ -281,6 +287,7 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 // add adds cost to the batch's request of bs for key, making it for statement i (selected by
 // rule) if it is the first of the batch to select it.
 func (b *Batch) add(bs *budgetState, rule, i int, key string, cost float64) {
+	b.chargers = append(b.chargers, charger{b: bs.b, key: key, stmt: i})
 	for j, r := range b.holds {
 		if r.Budget == bs.b && r.Key == key {
 			b.holds[j].Cost += cost
@@ -429,22 +436,23 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	}
 	now := e.now()
 	took := now.Sub(b.start)
-	// As a statement's (Exec.Finish): the batch's predictions when every one is on the server's
-	// clock, else its time less the network's round trip.
+	// As a statement's (Exec.Finish): each hold is charged the predictions of its statements when
+	// every one is on the server's clock, else the batch's time less the network's round trip,
+	// kept for the server's reports to true up when the batch completed.
 	measured := lessFloor(took, e.floor.Load()).Seconds()
-	server := len(b.Execs) > 0
-	for i := range b.Execs {
-		server = server && b.Execs[i].server
-	}
+	keep := firstError(errs) == nil && e.clientCharges.wanted(now)
 	for i := range b.holds[:b.held] {
 		r := &b.holds[i]
-		charge := measured
-		if server {
-			charge = r.Cost
+		if b.serverClock(r) {
+			budget.Release(now, r, r.Cost)
+			continue
 		}
-		budget.Release(now, r, charge)
+		budget.Release(now, r, measured)
+		if keep {
+			b.keepClientCharge(b.holds[i:i+1], measured, now)
+		}
 	}
-	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	b.holds, b.owners, b.held, b.chargers = b.holds[:0], b.owners[:0], 0, b.chargers[:0]
 	struck := false // a statement of the batch was cancelled past its max_duration
 	for i := range b.Execs {
 		x := &b.Execs[i]
@@ -473,6 +481,48 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	}
 	b.finished(ctx, firstError(errs), took)
 	clear(b.ctxs) // pin no caller's context until the next batch
+}
+
+// charger is a statement of a batch (its index) charged to the batch's hold of budget b and key.
+type charger struct {
+	b    *budget.Budget
+	key  string
+	stmt int
+}
+
+// charges reports whether c charges hold r.
+func (c *charger) charges(r *budget.Request) bool { return c.b == r.Budget && c.key == r.Key }
+
+// serverClock reports whether every statement of b charged to hold r is on the server's clock:
+// then r is charged their predictions. A statement no budget of r selects has no say.
+func (b *Batch) serverClock(r *budget.Request) bool {
+	for i := range b.chargers {
+		if c := &b.chargers[i]; c.charges(r) && !b.Execs[c.stmt].server {
+			return false
+		}
+	}
+	return true
+}
+
+// keepClientCharge keeps charged, what the one hold of held was charged on the client's clock,
+// for the server's reports of its statements' patterns to true up (clientCharges), as Finish
+// keeps a statement's: split evenly between the statements charged to it, the share of each
+// pattern the server can report is trued up to its statements' count times the pattern's mean
+// on the server. The share of a pattern it cannot report keeps the client's measurement. The
+// count is a map only here: a batch's charges are kept only until its patterns' first reports.
+func (b *Batch) keepClientCharge(held []budget.Request, charged float64, now time.Time) {
+	n, stmts := 0, map[uint64]int{}
+	for i := range b.chargers {
+		if c := &b.chargers[i]; c.charges(&held[0]) {
+			n++
+			if x := &b.Execs[c.stmt]; x.identified {
+				stmts[x.Pattern.FingerprintID]++
+			}
+		}
+	}
+	for fp, k := range stmts {
+		b.e.clientCharges.add(fp, held, charged*float64(k)/float64(n), k, now)
+	}
 }
 
 // finished tells the observer that b ended with err after d, when its first statement wants

@@ -706,7 +706,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// Only a completed statement is among what the server reports of its pattern, which trues a
 	// charge on the client's clock up (serverclock.go).
 	if err == nil && !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
-		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, now)
+		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, 1, now)
 	}
 	overran := false
 	if x.bound != nil || len(x.warnBounds) > 0 {

@@ -65,10 +65,12 @@ type clientCharges struct {
 	n         int // charges held
 }
 
-// clientCharge is one budget's charge of one statement.
+// clientCharge is one budget's charge of stmts statements of one pattern: one statement's, or
+// a batch's share of its statements of the pattern.
 type clientCharge struct {
 	r       budget.Request // the budget and key charged
 	charged float64
+	stmts   int
 	at      time.Time
 }
 
@@ -77,10 +79,10 @@ func (c *clientCharges) wanted(now time.Time) bool {
 	return now.UnixNano() < c.live.Load()
 }
 
-// add keeps the charge of a statement of pattern fp, charged to each of holds at now. A full
+// add keeps the charge of stmts statements of pattern fp, charged to each of holds at now. A full
 // table keeps no more until the next Reading, which drops the old ones off the statements'
 // path: the charges meanwhile keep the client's measurement, and take no lock.
-func (c *clientCharges) add(fp uint64, holds []budget.Request, charged float64, now time.Time) {
+func (c *clientCharges) add(fp uint64, holds []budget.Request, charged float64, stmts int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n+len(holds) > maxClientCharges {
@@ -92,7 +94,8 @@ func (c *clientCharges) add(fp uint64, holds []budget.Request, charged float64, 
 	}
 	cs := c.byPattern[fp]
 	for _, r := range holds {
-		cs = append(cs, clientCharge{r: budget.Request{Budget: r.Budget, Key: r.Key}, charged: charged, at: now})
+		cs = append(cs, clientCharge{r: budget.Request{Budget: r.Budget, Key: r.Key}, charged: charged, stmts: stmts,
+			at: now})
 	}
 	c.byPattern[fp] = cs
 	c.n += len(holds)
@@ -126,7 +129,8 @@ func (c *clientCharges) drop() {
 	c.n = 0
 }
 
-// trueUp trues the charges kept for pattern fp up to seconds each, the server's mean, at now.
+// trueUp trues the charges kept for pattern fp up to seconds per statement, the server's mean,
+// at now.
 // The budgets are adjusted after c.mu is released: no lock is held across another.
 func (c *clientCharges) trueUp(now time.Time, fp uint64, seconds float64) {
 	c.mu.Lock()
@@ -136,7 +140,7 @@ func (c *clientCharges) trueUp(now time.Time, fp uint64, seconds float64) {
 	c.mu.Unlock()
 	for _, x := range cs {
 		if now.Sub(x.at) < trueUpWithin {
-			budget.Adjust(now, x.r, seconds-x.charged)
+			budget.Adjust(now, x.r, float64(x.stmts)*seconds-x.charged)
 		}
 	}
 }

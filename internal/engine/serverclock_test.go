@@ -168,9 +168,9 @@ func TestClientChargesBounded(t *testing.T) {
 		if !c.wanted(now) {
 			t.Fatalf("not wanted with %d of %d kept", c.n, maxClientCharges)
 		}
-		c.add(1, holds, 0.1, now)
+		c.add(1, holds, 0.1, 1, now)
 	}
-	c.add(1, holds, 0.1, now) // full
+	c.add(1, holds, 0.1, 1, now) // full
 	if c.wanted(now) || c.n != maxClientCharges {
 		t.Fatalf("full: wanted %v, %d kept", c.wanted(now), c.n)
 	}
