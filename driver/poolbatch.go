@@ -51,29 +51,29 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 }
 
 // beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
-// a statement, and returns where to send it and, when it took a connection from the pool, what
-// gives it back. On nil eb must be finished.
+// a statement (held back by health on a connection it took, it gives it back and is decided
+// again before one), and returns where to send it and, when it took a connection from the
+// pool, what gives it back. On nil eb must be finished.
 func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
 	q querier, release releaser, err error) {
 	e := r.c.engine
 	if d.pool == nil {
 		return d.held(), nil, e.BeginBatch(ctx, eb, explainOn(d.conn), queries, args)
 	}
-	switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
-	case nil:
-		if q, release, err = acquireAdmitted(ctx, d.pool, eb); err != engine.ErrDecideAgain {
-			return q, release, err
+	taken := func(conn *pgx.Conn) error { return e.BeginBatchTaken(ctx, eb, explainOn(conn), queries, args) }
+	for again := true; again; again = err == engine.ErrWaitBeforeConn {
+		switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
+		case nil:
+			if q, release, err = acquireAdmitted(ctx, d.pool, eb); err == engine.ErrDecideAgain {
+				// The rules were replaced while it waited for room on its connection: decided
+				// afresh there.
+				q, release, err = decideOn(q, release, taken)
+			}
+		case engine.ErrNeedConn:
+			q, release, err = acquireExplained(ctx, d.pool, taken)
 		}
-		// The rules were replaced while it waited for room on its connection: decided afresh there.
-		return decideOn(q, release, func(conn *pgx.Conn) error {
-			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)
-		})
-	case engine.ErrNeedConn:
-		return acquireExplained(ctx, d.pool, func(conn *pgx.Conn) error {
-			return e.BeginBatch(ctx, eb, explainOn(conn), queries, args)
-		})
 	}
-	return nil, nil, err
+	return q, release, err
 }
 
 // pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool

@@ -59,7 +59,9 @@ type admitted interface {
 // its connection, and may wait for capacity or be refused. If no connection comes (the context
 // ended, the pool closed), Acquired refuses a, or the pool's hook or the engine's observer
 // panics, a is abandoned: its slots go back at no cost, as does the connection it took. The
-// error is the pool's, or Acquired's refusal (a *engine.Denial, or ctx's error).
+// error is the pool's, or Acquired's refusal (a *engine.Denial, or ctx's error), or
+// engine.ErrWaitBeforeConn when a health threshold held a back on its connection: the caller
+// decides it again before it takes one.
 //
 // When the rules were replaced while a waited for room on its connection, Acquired returns
 // engine.ErrDecideAgain: a is abandoned (its first decision ends there), and acquireAdmitted
@@ -93,8 +95,9 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 }
 
 // acquireExplained takes a connection from pool for a statement or batch whose cost needs an
-// EXPLAIN on it, and decides it there (begin); the connection goes back at once if begin refuses
-// it (or panics).
+// EXPLAIN on it, and decides it there (begin: the engine's BeginTaken or BeginBatchTaken); the
+// connection goes back at once if begin refuses it (or panics), or answers
+// engine.ErrWaitBeforeConn: held back for health, it waits for it holding no connection.
 func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.Conn) error) (
 	querier, releaser, error) {
 	q, release, err := pool.acquire(ctx)
@@ -107,7 +110,7 @@ func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.C
 // decideOn decides a statement or batch with begin on the connection q it holds (release gives
 // it back): one whose cost needs an EXPLAIN there, or one admitted before it had a connection
 // whose rules were replaced meanwhile (engine.ErrDecideAgain). The connection goes back at once
-// if begin refuses it (or panics).
+// if begin refuses it (or panics), or answers engine.ErrWaitBeforeConn.
 func decideOn(q querier, release releaser, begin func(conn *pgx.Conn) error) (querier, releaser, error) {
 	decided := false
 	defer func() {

@@ -142,7 +142,10 @@ func (d *dest) text(sql string) string {
 // admitted it keeps its slots while it waits for the pool (acquireAdmitted), pending slots
 // that a statement on a held connection may overtake, and if one did, it is decided again once
 // it has its connection, which it gives back if refused then. A statement whose cost needs an
-// EXPLAIN on its connection takes the connection first (acquireExplained).
+// EXPLAIN on its connection takes the connection first (acquireExplained). A statement held
+// back by health on a connection it took (after its EXPLAIN, or overtaken while it waited for
+// the pool) gives it back and is decided again before it, where it waits holding none
+// (engine.ErrWaitBeforeConn).
 func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
 	x := &o.t.x
@@ -153,14 +156,16 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 		q = d.held()
 		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
 	} else {
-		sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
-		switch err {
-		case nil:
-			if q, o.release, err = acquireAdmitted(sctx, d.pool, x); err == engine.ErrDecideAgain {
-				sctx, q, o.release, err = i.decideOn(ctx, q, o.release, x, text, args)
+		for again := true; again; again = err == engine.ErrWaitBeforeConn {
+			sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
+			switch err {
+			case nil:
+				if q, o.release, err = acquireAdmitted(sctx, d.pool, x); err == engine.ErrDecideAgain {
+					sctx, q, o.release, err = i.decideOn(ctx, q, o.release, x, text, args)
+				}
+			case engine.ErrNeedConn:
+				sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
 			}
-		case engine.ErrNeedConn:
-			sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
 		}
 	}
 	if err != nil {
@@ -189,7 +194,7 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 func (i *interceptor) decideOn(ctx context.Context, q querier, release releaser, x *engine.Exec, text string,
 	args []any) (sctx context.Context, _ querier, _ releaser, err error) {
 	q, release, err = decideOn(q, release, func(conn *pgx.Conn) (err error) {
-		sctx, err = i.engine.Begin(ctx, x, explainOn(conn), text, args)
+		sctx, err = i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
 		return err
 	})
 	return sctx, q, release, err
@@ -200,7 +205,7 @@ func (i *interceptor) decideOn(ctx context.Context, q querier, release releaser,
 func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Exec, text string, args []any) (
 	sctx context.Context, q querier, release releaser, err error) {
 	q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
-		sctx, err = i.engine.Begin(ctx, x, explainOn(conn), text, args)
+		sctx, err = i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
 		return err
 	})
 	return sctx, q, release, err

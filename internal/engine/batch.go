@@ -44,8 +44,8 @@ type Batch struct {
 // batchWork is a Batch's private part: the batch's clock and its admission.
 type batchWork struct {
 	e *Engine
-	// again: Acquired answered ErrDecideAgain, and the next BeginBatch decides the batch again,
-	// in its place of arrival in the queues.
+	// again: Acquired answered ErrDecideAgain, or a decision ErrWaitBeforeConn, and the next
+	// BeginBatch decides the batch again, in its place of arrival in the queues.
 	again bool
 	start time.Time // when the batch was admitted; zero when nothing read the clock
 	// arrived is when the engine began deciding the batch (Exec.arrived); zero until then.
@@ -62,6 +62,9 @@ type batchWork struct {
 	// later: the batch has no connection yet (BeginBatchBeforeConn): its enforce holds are
 	// pending until Acquired (budget.Request.Pending).
 	later bool
+	// taken: the batch is decided on a connection the pool lent it alone (BeginBatchTaken),
+	// which it gives back rather than wait for health there (ErrWaitBeforeConn).
+	taken bool
 	// st is the rule set that admitted a batch before its connection, which Acquired admits it
 	// under again when its slots were overtaken meanwhile; nil otherwise, and once Acquired or
 	// Abandon ran, so that a Batch kept for reuse pins no old rules.
@@ -88,7 +91,7 @@ type batchWork struct {
 // ended while waiting for capacity. On an error nothing is held and b needs no Finish; a panic
 // in code BeginBatch calls (an observer, a logger) gives back what it took.
 func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn Conn, queries []string, args [][]any) error {
-	return e.beginBatch(ctx, b, conn, false, queries, args)
+	return e.beginBatch(ctx, b, conn, onHeld, queries, args)
 }
 
 // BeginBatchBeforeConn is BeginBatch for a batch that has no connection yet, as
@@ -97,14 +100,23 @@ func (e *Engine) BeginBatch(ctx context.Context, b *Batch, conn Conn, queries []
 // connection) the front end acquires the connection and calls [Batch.Acquired], or
 // [Batch.Abandon] if it cannot or Acquired refuses the batch.
 func (e *Engine) BeginBatchBeforeConn(ctx context.Context, b *Batch, queries []string, args [][]any) error {
-	return e.beginBatch(ctx, b, nil, true, queries, args)
+	return e.beginBatch(ctx, b, nil, beforeConn, queries, args)
 }
 
-// beginBatch is BeginBatch (later false) and BeginBatchBeforeConn.
-func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool, queries []string,
+// BeginBatchTaken is BeginBatch for a batch of the pool on conn, a connection taken from the
+// pool for it alone before it was admitted, as BeginTaken is Begin for a statement: held back
+// by a health threshold, it returns ErrWaitBeforeConn rather than wait holding conn.
+func (e *Engine) BeginBatchTaken(ctx context.Context, b *Batch, conn Conn, queries []string, args [][]any) error {
+	return e.beginBatch(ctx, b, conn, onTaken, queries, args)
+}
+
+// beginBatch is BeginBatch (at onHeld), BeginBatchBeforeConn (beforeConn) and BeginBatchTaken
+// (onTaken).
+func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connState, queries []string,
 	args [][]any) error {
 	b.reset(e, len(queries))
-	b.later = later
+	later := at == beforeConn
+	b.later, b.taken = later, at == onTaken
 	begun := false
 	defer func() {
 		if !begun {
@@ -146,7 +158,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, later bool
 	}
 	clear(b.texts) // pin no cache entry until the next batch
 	if err != nil {
-		if err != ErrNeedConn { // else nothing was decided: BeginBatch follows with the connection
+		if err != ErrNeedConn && err != ErrWaitBeforeConn { // else nothing was decided: the front end decides it again
 			b.refused(ctx, err)
 		}
 		return err
@@ -345,6 +357,10 @@ func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) erro
 // the batch's holds.
 func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c, n := b.enforceClaim()
+	if b.taken && e.heldForHealth(st, c) {
+		b.again = true
+		return ErrWaitBeforeConn
+	}
 	_, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err != nil {
@@ -555,11 +571,12 @@ func (b *Batch) observed(ctx context.Context, i int) context.Context {
 // Acquired tells b, admitted by BeginBatchBeforeConn, that its connection is acquired, as
 // Exec.Acquired does a statement: its clock restarts, its pending slots become running ones,
 // and when they were overtaken meanwhile it gives back its enforce budgets' holds and is
-// admitted again on its connection, possibly waiting up to max_wait. It returns nil when b may
-// be sent, else the refusal (a *Denial, counted and recorded for each of its statements, ctx's
-// error, or ErrDecideAgain as Exec.Acquired returns it): b then holds nothing, and the front
-// end calls Abandon and gives the connection back, or on ErrDecideAgain decides the batch again
-// on it.
+// admitted again on its connection, possibly waiting up to max_wait (for capacity: not for
+// health, ErrWaitBeforeConn). It returns nil when b may be sent, else the refusal (a *Denial,
+// counted and recorded for each of its statements, ctx's error, or ErrDecideAgain or
+// ErrWaitBeforeConn as Exec.Acquired returns them): b then holds nothing, and the front end
+// calls Abandon and gives the connection back (deciding the batch again before a connection on
+// ErrWaitBeforeConn), or on ErrDecideAgain decides the batch again on it.
 func (b *Batch) Acquired(ctx context.Context) error {
 	b.later = false
 	for i := range b.Execs {
@@ -610,6 +627,12 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 			budget.Return(b.start, &b.holds[i]) // never ran
 		}
 		b.holds[i].Pending = false
+	}
+	if e.heldForHealth(st, c) {
+		// Not on its connection, which the pool lent it alone: decided again before it.
+		giveBack(b.start, b.holds[n:b.held])
+		b.holds, b.owners, b.held, b.again = b.holds[:0], b.owners[:0], 0, true
+		return ErrWaitBeforeConn
 	}
 	again, err := e.readmit(ctx, st, c, &b.start, &b.arrived)
 	b.warns, b.again = c.warns, again

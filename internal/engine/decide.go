@@ -170,7 +170,12 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		r.Cost, r.Unknown, r.Pending = x.Predicted, x.untrained, x.later
 		x.holds = append(x.holds, r)
 	}
-	waited, err := e.admit(ctx, st, x.claim(rt, x.holds), x.start, x.arrived)
+	cl := x.claim(rt, x.holds)
+	if x.taken && e.heldForHealth(st, cl) {
+		x.holds, x.again = x.holds[:0], true
+		return false, ErrWaitBeforeConn
+	}
+	waited, err := e.admit(ctx, st, cl, x.start, x.arrived)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
 		return false, err
@@ -229,6 +234,25 @@ func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route)
 		}
 	}
 	return ErrNeedConn
+}
+
+// heldForHealth reports whether a health threshold of c's budgets holds it back now. A
+// statement or batch on a connection the pool lent it alone (BeginTaken, Acquired) then gives
+// the connection back and waits before it (ErrWaitBeforeConn), rather than wait for health
+// holding one: a health threshold refuses whatever a statement costs, and the pool's
+// statements wait for it holding none (precheck), however long an EXPLAIN or a wait for the
+// pool took meanwhile (a first sample in, a threshold crossed).
+func (e *Engine) heldForHealth(st *compiled, c *claim) bool {
+	if !c.health {
+		return false
+	}
+	now := e.now()
+	for _, o := range c.owners {
+		if e.healthDenial(st, o.bs, o.rule, c.exec(o), now) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // decisions counts each of x's budgets' decision, warn where it warned, else allow, in the
@@ -293,10 +317,10 @@ func (e *Engine) guard(st *compiled, x *Exec, m mode) error {
 }
 
 // warnGuards notes the warn guards under st of x, which they apply to (Exec.guarded), once its
-// decision is made, err: not after a decision that ends with ErrNeedConn, which the front end
-// makes again on the statement's connection. A statement refused keeps its decision, block.
+// decision is made, err: not after a decision that ends with ErrNeedConn or ErrWaitBeforeConn,
+// which the front end makes again. A statement refused keeps its decision, block.
 func (e *Engine) warnGuards(st *compiled, x *Exec, err error) {
-	if x.guarded && err != ErrNeedConn {
+	if x.guarded && err != ErrNeedConn && err != ErrWaitBeforeConn {
 		_ = e.guard(st, x, modeWarn) // a warn guard refuses nothing
 	}
 }

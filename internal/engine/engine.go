@@ -249,6 +249,9 @@ type work struct {
 	server, identified bool
 	// later: the statement has no connection yet (from BeginBeforeConn to Acquired).
 	later bool
+	// taken: the statement is decided on a connection the pool lent it alone (BeginTaken),
+	// which it gives back rather than wait for health there (ErrWaitBeforeConn).
+	taken bool
 	// arrived is when the statement first asked for room: its max_wait counts from it, also
 	// when it is decided again on its connection (again), and when an admission on its
 	// connection (Acquired) began. Kept across reset.
@@ -269,8 +272,9 @@ type work struct {
 	// its context does not bypass them): its enforce guards decided it, and its warn guards note
 	// it once it is decided (warnGuards).
 	guarded bool
-	// again: Acquired answered ErrDecideAgain, and the next Begin decides the statement again,
-	// in its place of arrival in the queues (kept across reset).
+	// again: Acquired answered ErrDecideAgain, or a decision ErrWaitBeforeConn, and the next
+	// Begin decides the statement again, in its place of arrival in the queues (kept across
+	// reset).
 	again bool
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
@@ -362,8 +366,17 @@ type Conn interface {
 // one. The front end passes it to Finish, which hands it back to the observer, as pgx hands
 // TraceQueryStart's context to TraceQueryEnd: the statement's telemetry travels in it.
 func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
-	return e.begin(ctx, x, conn, false, query, args)
+	return e.begin(ctx, x, conn, onHeld, query, args)
 }
+
+// connState is the connection a statement or a batch has while the engine decides it.
+type connState uint8
+
+const (
+	onHeld     connState = iota // one its caller holds (Begin, BeginBatch)
+	beforeConn                  // none yet: it takes one once admitted (BeginBeforeConn)
+	onTaken                     // one the pool lent it alone, before it was admitted (BeginTaken)
+)
 
 // call is a statement as its front end asks to run it: the connection it will run on (nil
 // before it has one: no EXPLAIN), its SQL text and its arguments, as Begin received them. The
@@ -378,11 +391,19 @@ type call struct {
 // needs an EXPLAIN on its connection: nothing was decided or taken.
 var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on its connection")
 
+// ErrWaitBeforeConn is the answer of BeginTaken, BeginBatchTaken and Acquired for a statement
+// or batch of the pool that a health threshold holds back while it has a connection taken from
+// the pool for it alone: it holds nothing, and does not wait there holding that connection. The
+// front end gives the connection back and decides it again before it has one (BeginBeforeConn,
+// BeginBatchBeforeConn), which waits for health holding none, in its place of arrival, its
+// max_wait counted from its arrival as before.
+var ErrWaitBeforeConn = errors.New("engine: held back for health on a connection taken for it; decide it again before its connection")
+
 // ErrDecideAgain is Exec.Acquired's and Batch.Acquired's answer for a statement or batch
 // whose slots were overtaken while it waited for its connection, and whose rules were replaced
 // while it then waited for room under them: it holds nothing, and its route is the old rules'.
-// The front end ends it (Abandon) and decides it afresh on the connection it now holds (Begin,
-// BeginBatch), under the rules in force.
+// The front end ends it (Abandon) and decides it afresh on the connection it now holds
+// (BeginTaken, BeginBatchTaken), under the rules in force.
 var ErrDecideAgain = errors.New("engine: the rules changed while the statement waited; decide it again on its connection")
 
 // BeginBeforeConn is Begin for a statement that has no connection yet: the pgx-native pool
@@ -390,7 +411,7 @@ var ErrDecideAgain = errors.New("engine: the rules changed while the statement w
 // never waits for one and a statement waiting for capacity holds none. It decides as Begin does,
 // except when the statement's cost needs an EXPLAIN (a pattern not yet costed under a budget
 // with a bucket or a per_query_limit, explain: call): then it takes nothing and returns
-// ErrNeedConn, and the front end acquires the connection and calls Begin with it.
+// ErrNeedConn, and the front end acquires the connection and calls BeginTaken with it.
 //
 // Once it admits the statement the front end acquires the connection, still holding the
 // statement's slots, and then calls [Exec.Acquired], so that the wait for the pool is not
@@ -401,13 +422,26 @@ var ErrDecideAgain = errors.New("engine: the rules changed while the statement w
 // connection (a transaction's, a PoolConn's, one that had to EXPLAIN first) is never held up
 // by them, as they may be waiting for the very connection it holds.
 func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) (context.Context, error) {
-	return e.begin(ctx, x, nil, true, query, args)
+	return e.begin(ctx, x, nil, beforeConn, query, args)
 }
 
-// begin is Begin (later false) and BeginBeforeConn (later: conn is nil, and comes after the
-// decision).
-func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, query string, args []any) (
+// BeginTaken is Begin for a statement of the pool on conn, a connection taken from the pool for
+// it alone before it was admitted: to EXPLAIN it there (after BeginBeforeConn's ErrNeedConn),
+// or to decide it again there (after Acquired's ErrDecideAgain). Its caller holds no connection
+// of its own that the statement must wait on, so when a health threshold holds it back, it does
+// not wait for health holding this one: BeginTaken returns ErrWaitBeforeConn, and the front end
+// gives the connection back and decides the statement again with BeginBeforeConn (its pattern's
+// plan, cached by the EXPLAIN, prices it there). What no wait lifts (a zero limit, a
+// quarantine) refuses it as Begin does; a wait for capacity (max_wait) holds the connection.
+func (e *Engine) BeginTaken(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
+	return e.begin(ctx, x, conn, onTaken, query, args)
+}
+
+// begin is Begin (at onHeld), BeginBeforeConn (beforeConn: conn is nil, and comes after the
+// decision) and BeginTaken (onTaken).
+func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, at connState, query string, args []any) (
 	context.Context, error) {
+	later := at == beforeConn
 	st := e.state.Load()
 	var wants Wants
 	if e.obs != nil {
@@ -423,7 +457,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, later bool, quer
 		p, text = e.texts.get(query, e.patterns)
 	}
 	x.reset(e, p)
-	x.Wants, x.Observed, x.later = wants, wants&WantSpans != 0, later
+	x.Wants, x.Observed, x.later, x.taken = wants, wants&WantSpans != 0, later, at == onTaken
 	begun := false
 	if read {
 		// What a statement read may take (budgets' holds, the observer's span) is given back if
@@ -518,8 +552,9 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, tex
 	}
 	e.warnGuards(st, x, err)
 	if err != nil {
-		// ErrNeedConn decided nothing: Begin follows with the connection.
-		if err != ErrNeedConn && e.obs != nil {
+		// ErrNeedConn and ErrWaitBeforeConn decided nothing: the front end decides the
+		// statement again, with its connection or before it.
+		if err != ErrNeedConn && err != ErrWaitBeforeConn && e.obs != nil {
 			e.obs.Blocked(ctx, x, err)
 		}
 		return err
@@ -584,14 +619,16 @@ func (x *Exec) Arrived() time.Time { return x.arrived }
 // held connections overtook a slot of x's meanwhile, so that x would now run past a
 // max_concurrent, x gives back what its enforce budgets hold and is admitted again, now on its
 // connection, as any statement on a held connection is: it may wait in the budgets' queues up
-// to max_wait (its clock restarts after the wait). ctx is the context BeginBeforeConn
-// returned.
+// to max_wait (its clock restarts after the wait); but held back by a health threshold, it
+// does not wait for health on the connection (see ErrWaitBeforeConn). ctx is the context
+// BeginBeforeConn returned.
 //
 // Acquired returns nil when x may run. Else it returns the *Denial of that admission (counted
-// and recorded as any refusal), ctx's error when ctx ended while x waited, or ErrDecideAgain
-// when the rules were replaced while x waited; x then holds nothing, and the front end calls
-// Abandon and gives the connection back, or on ErrDecideAgain decides the statement again on
-// it.
+// and recorded as any refusal), ctx's error when ctx ended while x waited, ErrDecideAgain
+// when the rules were replaced while x waited, or ErrWaitBeforeConn; x then holds nothing, and
+// the front end calls Abandon and gives the connection back (on ErrWaitBeforeConn it decides
+// the statement again before a connection), or on ErrDecideAgain decides the statement again
+// on it.
 func (x *Exec) Acquired(ctx context.Context) error {
 	x.later = false
 	x.e.pending.Add(-1)
@@ -642,6 +679,12 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		x.holds[i] = r
 	}
 	c.reqs = x.holds[:n]
+	if e.heldForHealth(st, c) {
+		// Not on its connection, which the pool lent it alone: decided again before it.
+		giveBack(x.start, x.holds[n:])
+		x.holds, x.again = x.holds[:0], true
+		return ErrWaitBeforeConn
+	}
 	var err error
 	if x.again, err = e.readmit(ctx, st, c, &x.start, &x.arrived); err != nil {
 		giveBack(x.start, x.holds[n:])
