@@ -81,7 +81,9 @@
 //
 // An enforce budget with max_wait lets a statement it cannot admit at once wait up to max_wait
 // for capacity. Waiting statements queue per budget and per value of per, and are admitted in
-// arrival order; max_queue bounds how many wait at once, and a statement that finds the queue
+// arrival order. A statement of several budgets waits in the queue of each, up to the max_wait
+// of the one that holds it back (counted from its arrival, whichever refused it first).
+// max_queue bounds how many wait at once, and a statement that finds the queue
 // full is refused at once, with a RetryAfter. max_queue: 0 lets none wait (each is refused at
 // once, as without max_wait); max_queue without max_wait is an error. Omitted, max_queue is the
 // budget's max_concurrent, or [DefaultMaxQueue] (8) for a budget without one

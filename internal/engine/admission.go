@@ -19,7 +19,8 @@ import (
 // one place that records a refusal (refuse).
 //
 // A statement waits only under a budget with max_wait, for what waiting can give: a slot, room
-// in the bucket, a healthy sample. It joins the queue of each of its budgets that lets
+// in the bucket, a healthy sample; up to the max_wait of the budget that refuses it, counted
+// from its arrival. It joins the queue of each of its budgets that lets
 // statements wait (max_wait, at most max_queue waiting per budget and per value), the first
 // time it is refused, and tries again when it is woken: when it becomes first, when a slot of
 // its key is released, when a shared budget's lease changes, when a health sample arrives, or
@@ -65,8 +66,8 @@ const (
 // deadline may last: in effect, for ever.
 const noDeadline = 100 * 365 * 24 * time.Hour
 
-// deadline is when c's wait for owner o's budget ends: o's max_wait after arrived; for a
-// job's Wait (turn), when ctx ends.
+// deadline is when c's wait ends while owner o's budget refuses it: o's max_wait after arrived,
+// whichever budget refused c before; for a job's Wait (turn), when ctx ends.
 func (c *claim) deadline(ctx context.Context, o owner, arrived time.Time) time.Time {
 	if c.patience != turn {
 		return arrived.Add(o.bs.maxWait)
@@ -138,8 +139,10 @@ func (e *Engine) readmit(ctx context.Context, st *compiled, c *claim, start, arr
 var errRulesChanged = errors.New("engine: the rules changed while the statement waited")
 
 // await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
-// queues for what may lift the refusal (how) and tries again, until admitted or refused, at
-// most until o's max_wait from arrived. A statement or batch whose rules were replaced since
+// queues for what may lift the refusal (how) and tries again, until admitted or refused, each
+// refusal judged by the max_wait of the budget that makes it (claim.deadline), so that a
+// statement of several budgets waits no longer for one than that budget allows, whichever
+// refused it first. A statement or batch whose rules were replaced since
 // it was routed, or one of whose rules lapsed (until), leaves the queues with errRulesChanged,
 // to be decided again under the rules in force.
 func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arrived time.Time, o owner, d *Denial,
@@ -153,11 +156,11 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			e.ends.unwatch()
 		}
 	}()
-	deadline := c.deadline(ctx, o, arrived)
 	// A rule that lapses meanwhile (until) may be one that routed it: it is routed again then,
 	// as after a reload, in its place of arrival.
 	lapse := st.nextLapse(start)
 	for now := start; ; {
+		deadline := c.deadline(ctx, o, arrived)
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)
 			return waited, d
