@@ -81,10 +81,13 @@
 //
 // An enforce budget with max_wait lets a statement it cannot admit at once wait up to max_wait
 // for capacity. Waiting statements queue per budget and per value of per, and are admitted in
-// arrival order. A statement of several budgets waits in the queue of each, up to the max_wait
-// of the one that holds it back (counted from its arrival, whichever refused it first).
-// max_queue bounds how many wait at once, and a statement that finds the queue
-// full is refused at once, with a RetryAfter. max_queue: 0 lets none wait (each is refused at
+// arrival order: a statement arriving later takes only the room that those waiting ahead of it
+// leave. A statement of several budgets waits in the queue of each, up to the max_wait of the
+// one that holds it back (counted from its arrival, whichever refused it first), and in a
+// budget that has room for it holds only the room it needs there: a report waiting for a
+// narrow budget's slot leaves the rest of a service-wide budget to the statements behind it.
+// max_queue bounds how many wait at once, and a statement that finds the queue full is
+// refused at once, with a RetryAfter. max_queue: 0 lets none wait (each is refused at
 // once, as without max_wait); max_queue without max_wait is an error. Omitted, max_queue is the
 // budget's max_concurrent, or [DefaultMaxQueue] (8) for a budget without one
 // ([Budget.QueueBound]): under database/sql a waiting statement holds its pool connection, so

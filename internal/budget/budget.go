@@ -119,9 +119,10 @@ type Denial struct {
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
-	// Queued says the request was refused because others wait for its key before it (see
-	// queue.go): Reason and Limit say what the first of them waits for, and RetryAfter is a
-	// hint. Joining the queue behind them is the way in.
+	// Queued says the request was refused while others wait for its key before it (see
+	// queue.go): it does not fit beside the room they need, or a health threshold holds one
+	// of them back (then Reason and Limit are that waiter's). RetryAfter is a hint. Joining
+	// the queue behind them is the way in.
 	Queued bool
 }
 
@@ -192,8 +193,8 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take bool) (_ []Warning, _ *Denial, kick func()) {
 	b.mu.Lock()
 	d := b.check(now, r, 0, 0)
-	if d != nil && r.Waiter != nil {
-		b.noteWhy(r, d)
+	if r.Waiter != nil {
+		b.noteTry(r, true, d != nil)
 	}
 	switch {
 	case !take:
@@ -225,11 +226,11 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 			}
 		}
 		d := r.Budget.check(now, r, slots, cost)
+		if r.Waiter != nil {
+			r.Budget.noteTry(r, slots == 0, d != nil)
+		}
 		if d == nil {
 			continue
-		}
-		if r.Waiter != nil {
-			r.Budget.noteWhy(r, d)
 		}
 		d.Index = i
 		if take {
@@ -292,18 +293,21 @@ func worse(a, b *Denial) bool {
 // requests of the admission take from the same key: nil if r fits, else why
 // not (allocated only then). The caller holds b.mu.
 //
-// While others wait for r's key before it, r is refused as they are (queue.go); except a
-// connected request (not Request.Pending) while the key has pending slots, which only the
-// connected waiters ahead of it hold up: the others may be waiting for those very slots, whose
-// statements wait for a connection, perhaps the one r's statement holds. With no pending slot
-// the queue is first come, first served for every request.
+// While others wait for r's key before it, r takes only the room they leave: their slots and
+// costs count as taken (queue.go), and one that a health threshold of b holds back refuses r
+// as it waits. A connected request (not Request.Pending) while the key has pending slots
+// counts only the connected waiters ahead of it: the others may be waiting for those very
+// slots, whose statements wait for a connection, perhaps the one r's statement holds. With no
+// pending slot every waiter ahead counts.
 //
 // A pending request counts every slot in flight against max_concurrent; a connected one only
 // the slots of running statements (Request.Pending).
 func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
 	s := b.keys.lookup(r.Key)
+	aheadSlots, aheadCost := 0, 0.0
 	if b.waiters > 0 {
-		if d := b.queued(r, !r.Pending && s != nil && s.pending > 0); d != nil {
+		var d *Denial
+		if aheadSlots, aheadCost, d = b.ahead(r, !r.Pending && s != nil && s.pending > 0); d != nil {
 			return d
 		}
 	}
@@ -325,18 +329,22 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	bk := s.Bucket
 	inflight, debt := s.heldTo(r)
 	bk.Debt = debt
+	// The waiters ahead of r take their room first; one ahead is what a refusal waits for.
+	queued := aheadSlots > 0
+	slots, extra, need = slots+aheadSlots, extra+aheadCost, need+aheadCost
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
-		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency}
+		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency, Queued: queued}
 	}
 	if r.Unknown {
 		need = b.reservation(r, burst-debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
 	}
-	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt, rate) {
+	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt+aheadCost, rate) {
 		if r.Unknown {
 			// It fits the moment the bucket has any room, whose share it then reserves.
 			need = extra + burst*leastRoom
 		}
-		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst}
+		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst,
+			Queued: queued}
 	}
 	return nil
 }
@@ -508,16 +516,17 @@ func (b *Budget) connect(now time.Time, r *Request) bool {
 }
 
 // wakeFreed tells the waiters for s's key, whose slot or debt just went down, to try again:
-// the first waiter, as the queue admits in arrival order; and while the key has pending slots
-// the first waiter that holds a connection, as it then passes the waiters ahead of it that hold
-// none (check), so that the room a running statement gives back reaches it behind one that
-// waits for a pending slot. The caller holds b.mu.
+// those from the first through the first that waits for b (wakeFrom), as the queue admits in
+// arrival order; and while the key has pending slots the first waiter that holds a connection,
+// as it then passes the waiters ahead of it that hold none (check), so that the room a running
+// statement gives back reaches it behind one that waits for a pending slot. The caller holds
+// b.mu.
 func (b *Budget) wakeFreed(s *state) {
 	q := b.queues[s.key]
 	if q == nil {
 		return
 	}
-	q.ws[0].signal()
+	q.wakeFrom(0)
 	if s.pending > 0 {
 		if c := q.firstConnected(); c != nil {
 			c.signal()
@@ -555,7 +564,7 @@ func Adjust(now time.Time, r Request, delta float64) {
 		s.part.used = max(0, s.part.used+delta)
 	}
 	if delta < 0 && b.waiters > 0 {
-		b.wakeFirst(r.Key) // the refund may be the first waiter's room
+		b.wakeFirst(r.Key) // the refund may be a waiter's room
 	}
 }
 

@@ -86,3 +86,15 @@ func mustInvariants(t testing.TB, b *Budget) {
 		t.Fatal(err)
 	}
 }
+
+// waiters is q's waiters, in their order.
+func (q *queue) waiters() []*Waiter {
+	var ws []*Waiter
+	if q == nil {
+		return nil
+	}
+	for _, p := range q.ps {
+		ws = append(ws, p.w)
+	}
+	return ws
+}

@@ -187,11 +187,11 @@ func (b *Budget) waitingFor(s *state) int {
 	if s == b.keys.unkeyed && b.keys.spec.Keyless {
 		n := 0
 		for _, q := range b.queues {
-			n += len(q.waiters())
+			n += q.len()
 		}
 		return n
 	}
-	return len(b.queues[s.key].waiters())
+	return b.queues[s.key].len()
 }
 
 // relet makes lease, the coordinator's if leased, the limits of s at now (see SetLease).

@@ -1,31 +1,39 @@
 package budget
 
 import (
+	"math"
 	"slices"
 	"sync/atomic"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // Waiting. A statement that a budget cannot admit yet may wait for room in a queue per budget
-// and key, and is admitted in arrival order: while anyone waits for a key, [Admit] refuses every
-// request for that key but the first waiter's (a newcomer is told why the first waits, and may
-// join the queue behind it), so a statement arriving later never takes the room an earlier one
-// waits for. A statement that asks several budgets at once waits in each of their queues and
-// is admitted only when it is first in all of them, all or nothing as ever. Queues are ordered
-// by one arrival count across every budget, so the earliest waiter of all is first in each of
-// its queues: no two waiters can each hold up the other (no deadlock), and no waiter is passed
-// over for ever (no starvation). The price is that a waiter first in one queue but not in
-// another holds up its first queue until it is admitted or leaves. One exception: while a key
-// has pending slots (Request.Pending: taken by statements that wait for a connection), a
-// request whose statement holds a connection passes the waiters that hold none when a running
-// slot is free (check), since they may wait for the very connection it holds; among the
-// waiters that hold a connection the order stays the order of arrival. So while a key has
-// pending slots, the first waiter that holds a connection is woken too when room is made
-// (wakeFreed), and when a slot becomes pending (take), and when the one ahead of it leaves.
+// and key, in arrival order: each waiter's place holds the room its requests need there (their
+// slots and the cost they reserve), and [Admit] checks every request for a key as though the
+// waiters ahead of it had been admitted: it takes only the room they leave (a newcomer refused
+// so is told [Denial.Queued], and may join the queue behind them). So a statement arriving
+// later never takes the room an earlier one waits for, and room beyond what they need is not
+// left idle. A statement that asks several budgets at once waits in each of their queues and
+// is admitted all or nothing, as ever; in a budget that has room for it while it waits for
+// another's, it holds only the room it needs. Queues are ordered by one arrival count across
+// every budget, so the earliest waiter of all is first in each of its queues and nothing
+// arriving after it takes its room anywhere: no two waiters can each hold up the other (no
+// deadlock), and no waiter is passed over for ever (no starvation). A waiter that a budget's
+// health threshold holds back (Hold) holds up its key of that budget whole: a statement that
+// passes the threshold behind it would take its turn. One exception: while a key has pending
+// slots (Request.Pending: taken by statements that wait for a connection), a request whose
+// statement holds a connection counts only the waiters ahead of it that hold one (check),
+// since the others may wait for the very connection it holds; among the waiters that hold a
+// connection the order stays the order of arrival. So while a key has pending slots, the first
+// waiter that holds a connection is woken too when room is made (wakeFreed), and when a slot
+// becomes pending (take), and when the one ahead of it leaves.
 //
-// A waiter tries again when its [Waiter.Wake] channel receives: when it becomes first, when a
-// slot of its key is released, and when a shared budget's lease changes. Room made by the
-// bucket draining is not signalled: the first waiter knows from its denial's RetryAfter when
-// it fits, and sleeps until then.
+// A waiter tries again when its [Waiter.Wake] channel receives: when room is made for its key
+// (a slot released, a refund, a waiter ahead of it leaving) and none ahead of it waits for
+// that budget (wakeFrom), and when a shared budget's lease changes. Room made by the bucket
+// draining is not signalled: the first waiter knows from its denial's RetryAfter when it fits,
+// and sleeps until then.
 
 // arrivals numbers waiters in the order they join their queues, across every budget.
 var arrivals atomic.Uint64
@@ -78,18 +86,43 @@ func (w *Waiter) signal() {
 	}
 }
 
-// queue is one key's waiters, in arrival order, and why the first of them waits: what a
-// request arriving behind them is told.
+// queue is one key's waiters, in arrival order.
 type queue struct {
-	ws  []*Waiter
-	why Denial
+	ps []place
+}
+
+// place is a waiter's place in one budget's queue: the room its requests of the key need
+// there, which the requests behind it leave to it (Budget.ahead), and what held it back there
+// at its last try.
+type place struct {
+	w     *Waiter
+	slots int     // its requests of the key
+	cost  float64 // the cost they reserve, at most (Budget.reservation)
+	// waits is set when the budget refused w at its last try: room made here is what it waits
+	// for, and a wake goes no further than w (wakeFrom).
+	waits bool
+	// health is set while the budget's health threshold holds w back (Hold): nobody behind w
+	// passes it, and they are told why.
+	health bool
+	why    Denial
+}
+
+// hold records w's last try in p's budget: refused there (by its room, or for why) or not.
+func (p *place) hold(refused bool, why *Denial) {
+	p.waits = refused
+	p.health = refused && why.Reason == vocab.ReasonHealth
+	if p.health {
+		p.why = *why
+		p.why.Index, p.why.Queued = 0, true
+	}
 }
 
 // Join puts w in the queue of each request's budget and key whose Spec lets statements wait
 // (MaxQueue > 0), all or nothing, and marks those requests as w's: at the back, or, when w
-// waited before and was not told to Forget, in its place of arrival. why is the denial
-// that made w wait: what a request arriving behind w is told while w is first. It returns -1
-// when w joined, or the index of a request whose queue is full (then w joined none).
+// waited before and was not told to Forget, in its place of arrival. why is the refusal that
+// made w wait, by the budget of reqs[why.Index]: there w waits for that budget, and where it
+// is a health threshold nobody behind w passes it (Hold). It returns -1 when w joined, or the
+// index of a request whose queue is full (then w joined none).
 //
 // A waiter joining again in its place of arrival (decided again after a reload) is held to the
 // bound by that place: it joins if fewer than MaxQueue waiters arrived before it, and the
@@ -107,10 +140,10 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		switch {
 		case bound == 0:
 		case w.arrival == 0:
-			if len(b.queues[key].waiters()) >= bound {
+			if b.queues[key].len() >= bound {
 				return i
 			}
-		case b.shed[key].holds(w.arrival) || b.queues[key].ahead(w.arrival) >= bound:
+		case b.shed[key].holds(w.arrival) || b.queues[key].arrivedBefore(w.arrival) >= bound:
 			return i
 		}
 	}
@@ -121,43 +154,110 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 	}
 	w.seq = w.arrival
 	w.connected = len(reqs) > 0 && !reqs[0].Pending // a claim's requests are pending alike
+	by := reqs[why.Index].Budget
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Budget.keys.spec.MaxQueue == 0 {
+		b := r.Budget
+		if b.keys.spec.MaxQueue == 0 {
 			continue
 		}
 		r.Waiter = w
-		b := r.Budget
-		if slices.Contains(b.queues[r.Key].waiters(), w) {
-			continue // a second request of the same budget and key
-		}
 		if b.queues == nil {
 			b.queues = map[string]*queue{}
 		}
 		q := b.queues[r.Key]
 		if q == nil {
-			q = &queue{why: *why}
-			q.why.Index = 0
+			q = &queue{}
 			b.queues[r.Key] = q
 		}
-		j := len(q.ws) // in arrival order: at the back, unless w arrived before some
-		for j > 0 && q.ws[j-1].seq > w.seq {
-			j--
+		p := q.place(w) // set for a second request of the same budget and key
+		if p == nil {
+			j := len(q.ps) // in arrival order: at the back, unless w arrived before some
+			for j > 0 && q.ps[j-1].w.seq > w.seq {
+				j--
+			}
+			q.ps = slices.Insert(q.ps, j, place{w: w})
+			b.waiters++
+			p = &q.ps[j]
+			p.hold(b == by, why)
 		}
-		q.ws = slices.Insert(q.ws, j, w)
-		b.waiters++
-		for bound := b.keys.spec.MaxQueue; len(q.ws) > bound; {
-			b.evict(q)
+		p.slots++
+		p.cost += b.reservation(r, math.Inf(1), 1)
+		for bound := b.keys.spec.MaxQueue; len(q.ps) > bound; {
+			b.evict(q) // never w: fewer than bound arrived before it
 		}
 	}
 	return -1
 }
 
-// ahead is how many of q's waiters arrived before arrival.
-func (q *queue) ahead(arrival uint64) int {
+// Hold records that a health threshold of the budget of reqs[why.Index], checked before any
+// budget's room, refused w at its last try, for why: w waits in its queues through reqs, and
+// nobody behind it in that budget's queues passes it, while in its other budgets it holds only
+// the room it needs. A try that reaches the budgets' room (Admit, Check) records its outcome
+// itself.
+func Hold(w *Waiter, reqs []Request, why *Denial) {
+	var buf [8]*Budget
+	locked := lockAll(buf[:0], reqs)
+	defer unlockAll(locked)
+	by := reqs[why.Index].Budget
+	for i := range reqs {
+		if r := &reqs[i]; r.Waiter == w {
+			if p := r.Budget.queues[r.Key].place(w); p != nil {
+				p.hold(r.Budget == by, why)
+			}
+		}
+	}
+}
+
+// noteTry records how b answered r, a request of a waiter in r's key's queue, at its try: its
+// room needed there, and whether b refused it. first is set for the first of its admission's
+// requests for the key, whose answer replaces the last try's; the others' add to it. The
+// caller holds b.mu.
+func (b *Budget) noteTry(r *Request, first, refused bool) {
+	p := b.queues[r.Key].place(r.Waiter)
+	if p == nil {
+		return
+	}
+	if first {
+		*p = place{w: p.w}
+	}
+	p.slots++
+	p.cost += b.reservation(r, math.Inf(1), 1)
+	p.waits = p.waits || refused
+}
+
+// len is how many wait in q.
+func (q *queue) len() int {
+	if q == nil {
+		return 0
+	}
+	return len(q.ps)
+}
+
+// index is w's place in q, or -1.
+func (q *queue) index(w *Waiter) int {
+	if q == nil {
+		return -1
+	}
+	return slices.IndexFunc(q.ps, func(p place) bool { return p.w == w })
+}
+
+// place is w's place in q, or nil.
+func (q *queue) place(w *Waiter) *place {
+	if j := q.index(w); j >= 0 {
+		return &q.ps[j]
+	}
+	return nil
+}
+
+// arrivedBefore is how many of q's waiters arrived before arrival.
+func (q *queue) arrivedBefore(arrival uint64) int {
+	if q == nil {
+		return 0
+	}
 	n := 0
-	for _, w := range q.waiters() {
-		if w.seq < arrival {
+	for _, p := range q.ps {
+		if p.w.seq < arrival {
 			n++
 		}
 	}
@@ -168,15 +268,15 @@ func (q *queue) ahead(arrival uint64) int {
 // left beyond the bound, out of q, and tells it so: it is refused as if it had found the queue
 // full (Evicted), and leaves its other queues then. The caller holds b.mu.
 func (b *Budget) evict(q *queue) {
-	last := q.ws[len(q.ws)-1]
-	q.ws = q.ws[:len(q.ws)-1]
+	last := q.ps[len(q.ps)-1].w
+	q.ps = q.ps[:len(q.ps)-1]
 	b.waiters--
 	last.evicted = true
 	last.signal()
 }
 
-// Leave takes w out of every queue it joined through reqs, and tells the waiter now first in
-// each to try: the room w waited for may be theirs. The requests are w's no longer.
+// Leave takes w out of every queue it joined through reqs, and tells the waiters behind it
+// that the room it held may be theirs (wakeFrom). The requests are w's no longer.
 func Leave(w *Waiter, reqs []Request) {
 	if w.seq == 0 {
 		return
@@ -192,18 +292,17 @@ func Leave(w *Waiter, reqs []Request) {
 		r.Waiter = nil
 		b := r.Budget
 		q := b.queues[r.Key]
-		j := slices.Index(q.waiters(), w)
+		j := q.index(w)
 		if j < 0 {
 			continue // a second request of the same budget and key
 		}
-		q.ws = slices.Delete(q.ws, j, j+1)
+		q.ps = slices.Delete(q.ps, j, j+1)
 		b.waiters--
-		switch {
-		case len(q.ws) == 0:
+		if len(q.ps) == 0 {
 			delete(b.queues, r.Key)
-		case j == 0:
-			q.ws[0].signal()
+			continue
 		}
+		q.wakeFrom(j)
 		if w.connected {
 			if c := q.firstConnected(); c != nil {
 				c.signal() // perhaps first of those that hold a connection now
@@ -224,13 +323,13 @@ func (r shedRange) holds(arrival uint64) bool { return arrival > r.from && arriv
 func (b *Budget) beyond(bound int) map[string]shedRange {
 	var shed map[string]shedRange
 	for key, q := range b.queues {
-		if bound == 0 || len(q.ws) <= bound {
+		if bound == 0 || len(q.ps) <= bound {
 			continue
 		}
 		if shed == nil {
 			shed = map[string]shedRange{}
 		}
-		shed[key] = shedRange{from: q.ws[bound-1].seq, to: q.ws[len(q.ws)-1].seq}
+		shed[key] = shedRange{from: q.ps[bound-1].w.seq, to: q.ps[len(q.ps)-1].w.seq}
 	}
 	return shed
 }
@@ -239,62 +338,70 @@ func (b *Budget) beyond(bound int) map[string]shedRange {
 func (b *Budget) Waiting(key string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.queues[key].waiters())
+	return b.queues[key].len()
 }
 
-func (q *queue) waiters() []*Waiter {
-	if q == nil {
-		return nil
-	}
-	return q.ws
-}
-
-// queued is the denial of r while others wait for r's key before it: what the first waits
-// for. nil when nobody waits or r's waiter is first. With connected set (r holds a connection
-// and the key has pending slots: see check), only the waiters that hold a connection count.
-// The caller holds b.mu.
-func (b *Budget) queued(r *Request, connected bool) *Denial {
+// ahead is what the waiters ahead of r for r's key (all of them for a request that does not
+// wait) hold r to: the slots and cost they need, which r's check counts as taken, or, when a
+// health threshold of b holds one of them back (Hold), its denial. With connected set (r holds
+// a connection and the key has pending slots: see check), only the waiters that hold a
+// connection count. The caller holds b.mu.
+func (b *Budget) ahead(r *Request, connected bool) (slots int, cost float64, d *Denial) {
 	q := b.queues[r.Key]
 	if q == nil {
-		return nil
+		return 0, 0, nil
 	}
-	first := q.ws[0]
-	if connected {
-		if first = q.firstConnected(); first == nil {
-			return nil
+	for i := range q.ps {
+		p := &q.ps[i]
+		switch {
+		case p.w == r.Waiter:
+			return slots, cost, nil
+		case connected && !p.w.connected:
+			continue
+		case p.health:
+			d := p.why
+			return 0, 0, &d
 		}
+		slots += p.slots
+		cost += p.cost
 	}
-	if first == r.Waiter {
-		return nil
-	}
-	d := q.why
-	d.Queued = true
-	return &d
+	return slots, cost, nil
 }
 
 // firstConnected returns q's first waiter that holds a connection, or nil.
 func (q *queue) firstConnected() *Waiter {
-	for _, w := range q.waiters() {
-		if w.connected {
-			return w
+	if q == nil {
+		return nil
+	}
+	for _, p := range q.ps {
+		if p.w.connected {
+			return p.w
 		}
 	}
 	return nil
 }
 
-// noteWhy records d, the denial of the waiter first for r's key, as what those arriving behind
-// it are told. The caller holds b.mu.
-func (b *Budget) noteWhy(r *Request, d *Denial) {
-	if q := b.queues[r.Key]; q != nil && q.ws[0] == r.Waiter {
-		q.why = *d
-		q.why.Index = 0
+// wakeFrom tells q's waiters from the j-th through the first that waits for this budget to try
+// again, if none before the j-th waits for it: room made here (a release, a refund, the waiter
+// that was j-th leaving) may be theirs, as those ahead of them that wait for other budgets hold
+// only their own.
+func (q *queue) wakeFrom(j int) {
+	for i := range q.ps {
+		p := &q.ps[i]
+		if i >= j {
+			p.w.signal()
+		}
+		if p.waits {
+			return
+		}
 	}
 }
 
-// wakeFirst tells the first waiter for key, if any, to try again. The caller holds b.mu.
+// wakeFirst tells the waiters for key that room made there may be theirs to try again
+// (wakeFrom). The caller holds b.mu.
 func (b *Budget) wakeFirst(key string) {
 	if q := b.queues[key]; q != nil {
-		q.ws[0].signal()
+		q.wakeFrom(0)
 	}
 }
 
@@ -307,8 +414,8 @@ func (b *Budget) WakeWaiters() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, q := range b.queues {
-		for _, w := range q.ws {
-			w.signal()
+		for _, p := range q.ps {
+			p.w.signal()
 		}
 	}
 }
@@ -320,7 +427,7 @@ func (b *Budget) wakeAll() {
 		if s := b.keys.lookup(key); s != nil {
 			b.wakeFreed(s)
 		} else {
-			b.queues[key].ws[0].signal()
+			b.wakeFirst(key)
 		}
 	}
 }

@@ -88,10 +88,10 @@ func TestRejoinTwoBudgetsConsistent(t *testing.T) {
 	Leave(&w1, r1)
 	r1 = []Request{{Budget: c}, {Budget: a}} // rerouted to both
 	Join(&w1, r1, why)
-	if a.queues[""].ws[0] != &w1 || c.queues[""].ws[0] != &w1 {
+	if a.queues[""].waiters()[0] != &w1 || c.queues[""].waiters()[0] != &w1 {
 		t.Fatalf("w1 not first in both")
 	}
-	if a.queues[""].ws[1] != &w2 || c.queues[""].ws[1] != &w2 || c.queues[""].ws[2] != &w3 {
+	if a.queues[""].waiters()[1] != &w2 || c.queues[""].waiters()[1] != &w2 || c.queues[""].waiters()[2] != &w3 {
 		t.Fatalf("order broken")
 	}
 }

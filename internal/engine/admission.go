@@ -20,12 +20,13 @@ import (
 //
 // A statement waits only under a budget with max_wait, for what waiting can give: a slot, room
 // in the bucket, a healthy sample; up to the max_wait of the budget that refuses it, counted
-// from its arrival. It joins the queue of each of its budgets that lets
-// statements wait (max_wait, at most max_queue waiting per budget and per value), the first
-// time it is refused, and tries again when it is woken: when it becomes first, when a slot of
-// its key is released, when a shared budget's lease changes, when a health sample arrives, or
-// when its bucket has drained enough (a timer at the denial's exact RetryAfter). A refusal
-// that waiting cannot lift (a zero limit, a quarantine, a per_query_limit) is final at once.
+// from its arrival. It joins the queue of each of its budgets that lets statements wait
+// (max_wait, at most max_queue waiting per budget and per value), the first time it is
+// refused, and tries again when it is woken: when room is made that may be its (a slot of its
+// key released, a waiter ahead of it leaving), when a shared budget's lease changes, when a
+// health sample arrives, or when its bucket has drained enough (a timer at the denial's exact
+// RetryAfter). A refusal that waiting cannot lift (a zero limit, a quarantine, a
+// per_query_limit) is final at once.
 
 // owner is what an admission's request answers to: its enforce budget, the rule that selected
 // it, and the statement a denial names (the index of a batch's statement; 0 for one statement).
@@ -94,6 +95,17 @@ func (c *claim) exec(o owner) *Exec {
 		return &c.b.Execs[o.stmt]
 	}
 	return c.x
+}
+
+// index is the index of c's first request of owner o's budget: where o's refusal waits, for
+// the budgets' queues (budget.Join, budget.Hold).
+func (c *claim) index(o owner) int {
+	for i := range c.owners {
+		if c.owners[i].bs == o.bs {
+			return i
+		}
+	}
+	return 0
 }
 
 // leave takes the claim out of the queues it waits in, if any.
@@ -165,8 +177,13 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			e.refuse(now, c, o, d)
 			return waited, d
 		}
+		why := budget.Denial{Index: c.index(o), Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
+		if c.w.Waiting() && how == wakeHealth {
+			// Checked before the budgets' room, which records its own answers: nobody behind
+			// it passes it in the budget whose health holds it back.
+			budget.Hold(c.w, c.reqs, &why)
+		}
 		if !c.w.Waiting() {
-			why := budget.Denial{Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
 			if budget.Join(c.w, c.reqs, &why) >= 0 {
 				e.refuse(now, c, o, d) // its queue is full
 				return waited, d
