@@ -105,7 +105,17 @@
 // know its new target before Redis computes it), so a shortfall costs up to one early call
 // per instance of the partition per eighth of an interval, until the holders beyond their
 // targets have handed over and the messages stop. An instance joining holders of the whole
-// budget is served the same way.
+// budget is served the same way: its first grant is what the others do not hold (none, when
+// one holds the whole budget), and it is refused for want of a slot until the holders' early
+// syncs and its own next one, about a quarter of an interval.
+//
+// The bound above takes d_i as the instance reports it: the most statements in flight plus
+// those refused for want of a slot between two of its reports. Early syncs bring the reports
+// close together, so an instance whose refused statements retry without waiting (max_wait)
+// reports a rise of demand a step at a time, and while another instance's estimate falls
+// slowly the hand-over between them takes about an interval. A statement that waits
+// (max_wait) counts at every report until it is admitted, so waiting statements report their
+// demand whole.
 // The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
 // hold (a provisional lease is no grant; see "Provisional leases" for what it may add).
 //
