@@ -177,17 +177,12 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			e.refuse(now, c, o, d)
 			return waited, d
 		}
-		why := budget.Denial{Index: c.index(o), Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
-		if c.w.Waiting() && how == wakeHealth {
-			// Checked before the budgets' room, which records its own answers: nobody behind
-			// it passes it in the budget whose health holds it back.
-			budget.Hold(c.w, c.reqs, &why)
+		joined, full := c.enqueue(o, d, how)
+		if full {
+			e.refuse(now, c, o, d)
+			return waited, d
 		}
-		if !c.w.Waiting() {
-			if budget.Join(c.w, c.reqs, &why) >= 0 {
-				e.refuse(now, c, o, d) // its queue is full
-				return waited, d
-			}
+		if joined {
 			waited = true
 			// A slot released before it joined woke nobody: try once more now.
 			if now, o, d, how, err = e.retry(st, c); err != nil || d == nil {
@@ -232,6 +227,22 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			return waited, err
 		}
 	}
+}
+
+// enqueue keeps c's place in its budgets' queues while it waits for what refused it, d of owner
+// o (how): a claim waiting for health holds up those behind it in the budget whose health
+// holds it back (budget.Hold; checked before the budgets' room, which records its own
+// answers), and one not waiting yet joins the queues. It reports that c joined them now, or
+// found one full.
+func (c *claim) enqueue(o owner, d *Denial, how wake) (joined, full bool) {
+	why := budget.Denial{Index: c.index(o), Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
+	if c.w.Waiting() {
+		if how == wakeHealth {
+			budget.Hold(c.w, c.reqs, &why)
+		}
+		return false, false
+	}
+	return true, budget.Join(c.w, c.reqs, &why) >= 0
 }
 
 // waitFor is how long a claim refused by d at now waits, unless woken, before it tries again:
