@@ -30,8 +30,10 @@ import (
 // becomes pending (take), and when the one ahead of it leaves.
 //
 // A waiter tries again when its [Waiter.Wake] channel receives: when room is made for its key
-// (a slot released, a refund, a waiter ahead of it leaving) and none ahead of it waits for
-// that budget (wakeFrom), and when a shared budget's lease changes. Room made by the bucket
+// (a slot released, a refund, a waiter ahead of it leaving, or one that waited for that budget
+// waiting no more: it fits there and waits for another, or health holds it back no longer) and
+// none ahead of it waits for that budget (wakeFrom, settled), and when a shared budget's lease
+// changes. Room made by the bucket
 // draining is not signalled: the first waiter knows from its denial's RetryAfter when it fits,
 // and sleeps until then.
 
@@ -202,8 +204,11 @@ func Hold(w *Waiter, reqs []Request, why *Denial) {
 	by := reqs[why.Index].Budget
 	for i := range reqs {
 		if r := &reqs[i]; r.Waiter == w {
-			if p := r.Budget.queues[r.Key].place(w); p != nil {
-				p.hold(r.Budget == by, why)
+			q := r.Budget.queues[r.Key]
+			if j := q.index(w); j >= 0 {
+				waited := q.ps[j].waits
+				q.ps[j].hold(r.Budget == by, why)
+				q.settled(j, waited)
 			}
 		}
 	}
@@ -211,19 +216,35 @@ func Hold(w *Waiter, reqs []Request, why *Denial) {
 
 // noteTry records how b answered r, a request of a waiter in r's key's queue, at its try: its
 // room needed there, and whether b refused it. first is set for the first of its admission's
-// requests for the key, whose answer replaces the last try's; the others' add to it. The
-// caller holds b.mu.
+// requests for the key, whose answer replaces the last try's (settled); the others' add to it.
+// The caller holds b.mu.
 func (b *Budget) noteTry(r *Request, first, refused bool) {
-	p := b.queues[r.Key].place(r.Waiter)
-	if p == nil {
+	q := b.queues[r.Key]
+	j := q.index(r.Waiter)
+	if j < 0 {
 		return
 	}
+	p := &q.ps[j]
 	if first {
-		*p = place{w: p.w}
+		waited := p.waits
+		*p = place{w: p.w, waits: refused}
+		q.settled(j, waited)
 	}
 	p.slots++
 	p.cost += b.reservation(r, math.Inf(1), 1)
 	p.waits = p.waits || refused
+}
+
+// settled tells the waiters behind q's j-th, which waited for this budget at its last try
+// (waited), that it waits no more (it fits here now and waits for another budget, holding only
+// the room it needs, or no health threshold of this budget holds it back): the room made here
+// while it waited, which woke it alone (wakeFrom), may be theirs beyond what it holds. A later
+// request of the same admission for the key that this budget refuses makes the wake one too
+// many: the waiters woken try again and wait on. The caller holds the budget's lock.
+func (q *queue) settled(j int, waited bool) {
+	if waited && !q.ps[j].waits {
+		q.wakeFrom(j + 1)
+	}
 }
 
 // len is how many wait in q.
