@@ -121,8 +121,9 @@ type Denial struct {
 	Limit string
 	// Queued says the request was refused while others wait for its key before it (see
 	// queue.go): it does not fit beside the room they need, or a health threshold holds one
-	// of them back (then Reason and Limit are that waiter's). RetryAfter is a hint. Joining
-	// the queue behind them is the way in.
+	// of them back (then Reason and Limit are that waiter's). RetryAfter is a hint: for
+	// vocab.ReasonBudget, when the bucket has room for the request beside the room they need,
+	// should they still wait. Joining the queue behind them is the way in.
 	Queued bool
 }
 

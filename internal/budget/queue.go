@@ -33,9 +33,9 @@ import (
 // (a slot released, a refund, a waiter ahead of it leaving, or one that waited for that budget
 // waiting no more: it fits there and waits for another, or health holds it back no longer) and
 // none ahead of it waits for that budget (wakeFrom, settled), and when a shared budget's lease
-// changes. Room made by the bucket
-// draining is not signalled: the first waiter knows from its denial's RetryAfter when it fits,
-// and sleeps until then.
+// changes. Room made by the bucket draining is not signalled: a waiter refused for the bucket
+// knows from its denial's RetryAfter when it fits, beside the room those ahead of it need
+// (Denial.Queued), and tries again then.
 
 // arrivals numbers waiters in the order they join their queues, across every budget.
 var arrivals atomic.Uint64

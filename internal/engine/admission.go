@@ -24,9 +24,10 @@ import (
 // (max_wait, at most max_queue waiting per budget and per value), the first time it is
 // refused, and tries again when it is woken: when room is made that may be its (a slot of its
 // key released, a waiter ahead of it leaving), when a shared budget's lease changes, when a
-// health sample arrives, or when its bucket has drained enough (a timer at the denial's exact
-// RetryAfter). A refusal that waiting cannot lift (a zero limit, a quarantine, a
-// per_query_limit) is final at once.
+// health sample arrives, or when its bucket has drained enough (a timer at the denial's
+// RetryAfter: exact, or behind other waiters when the bucket has room for it beside theirs).
+// A refusal that waiting cannot lift (a zero limit, a quarantine, a per_query_limit) is final
+// at once.
 
 // owner is what an admission's request answers to: its enforce budget, the rule that selected
 // it, and the statement a denial names (the index of a batch's statement; 0 for one statement).
@@ -84,7 +85,7 @@ type wake uint8
 
 const (
 	wakeNever  wake = iota // a zero limit, a quarantine, a per_query_limit: waiting cannot help
-	wakeTurn               // a slot, or its turn in the queue: a release, a lease, a waiter leaving
+	wakeTurn               // a slot or its turn (a release, a lease, a waiter leaving); queued for the bucket, its RetryAfter too
 	wakeAt                 // room in the bucket: exactly at the denial's RetryAfter
 	wakeHealth             // a health sample below the threshold
 )
@@ -247,13 +248,22 @@ func (c *claim) enqueue(o owner, d *Denial, how wake) (joined, full bool) {
 
 // waitFor is how long a claim refused by d at now waits, unless woken, before it tries again:
 // until its deadline (refused then), the bucket's exact RetryAfter (mayWait saw it fits the
-// deadline), for health the next sample (sampled), a stale or missing one retried at the
-// interval; and no later than the next lapse of a rule (lapse, zero: none).
+// deadline), behind other waiters for the bucket no later than its RetryAfter, for health the
+// next sample (sampled), a stale or missing one retried at the interval; and no later than the
+// next lapse of a rule (lapse, zero: none).
 func (e *Engine) waitFor(d *Denial, how wake, now, deadline, lapse time.Time) (wait time.Duration, sampled <-chan struct{}) {
 	wait = deadline.Sub(now)
 	switch how {
 	case wakeAt:
 		wait = d.RetryAfter
+	case wakeTurn:
+		if d.Reason == vocab.ReasonBudget && d.RetryAfter > 0 {
+			// Refused for the bucket behind other waiters (budget.Denial.Queued): nothing
+			// signals the bucket draining, and at RetryAfter it has room for this claim beside
+			// theirs, should they still wait. (Zero: draining cannot make that room; their
+			// leaving can, which wakes it.)
+			wait = min(wait, d.RetryAfter)
+		}
 	case wakeHealth:
 		wait = min(wait, d.RetryAfter)
 		if s := e.health.Load(); s != nil {
