@@ -44,9 +44,10 @@ type Batch struct {
 // batchWork is a Batch's private part: the batch's clock and its admission.
 type batchWork struct {
 	e *Engine
-	// again: Acquired answered ErrDecideAgain, or a decision ErrWaitBeforeConn, and the next
-	// BeginBatch decides the batch again, in its place of arrival in the queues.
-	again bool
+	// again is the call that decides the batch again, as the same batch, as work.again is a
+	// statement's: BeginBatchTaken after ErrNeedConn or Acquired's ErrDecideAgain,
+	// BeginBatchBeforeConn after ErrWaitBeforeConn; onHeld: none.
+	again connState
 	start time.Time // when the batch was admitted; zero when nothing read the clock
 	// arrived is when the engine began deciding the batch (Exec.arrived); zero until then.
 	arrived time.Time
@@ -137,11 +138,11 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connSta
 	}
 	st := e.state.Load()
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
-	if !b.again {
+	if !resumes(b.again, at) {
 		b.waiter.Forget() // a new batch: at the back of any queue it joins
 		b.arrived = time.Time{}
 	}
-	b.again = false
+	b.again = onHeld
 	err := e.decideBatch(ctx, st, b, conn, queries, args, debug)
 	for err == errRulesChanged {
 		// The rules were replaced while the batch waited for room: routed and decided again
@@ -349,6 +350,7 @@ func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) erro
 	if _, err := e.admit(ctx, st, c, b.start, b.arrived); err != nil {
 		return err
 	}
+	b.again = onTaken // decided on its connection as the same batch
 	return ErrNeedConn
 }
 
@@ -358,7 +360,7 @@ func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) erro
 func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c, n := b.enforceClaim()
 	if b.taken && e.heldForHealth(st, c) {
-		b.again = true
+		b.again = beforeConn
 		return ErrWaitBeforeConn
 	}
 	_, err := e.admit(ctx, st, c, b.start, b.arrived)
@@ -595,7 +597,7 @@ func (b *Batch) Acquired(ctx context.Context) error {
 		// holds and is decided again on its connection, as Exec.Acquired does a statement.
 		giveBack(b.start, b.holds[:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
-		b.again, b.arrived = true, b.start
+		b.again, b.arrived = onTaken, b.start
 		return ErrDecideAgain
 	}
 	for i := range b.holds[:b.held] {
@@ -631,11 +633,14 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	if e.heldForHealth(st, c) {
 		// Not on its connection, which the pool lent it alone: decided again before it.
 		giveBack(b.start, b.holds[n:b.held])
-		b.holds, b.owners, b.held, b.again = b.holds[:0], b.owners[:0], 0, true
+		b.holds, b.owners, b.held, b.again = b.holds[:0], b.owners[:0], 0, beforeConn
 		return ErrWaitBeforeConn
 	}
 	again, err := e.readmit(ctx, st, c, &b.start, &b.arrived)
-	b.warns, b.again = c.warns, again
+	b.warns = c.warns
+	if again {
+		b.again = onTaken // ErrDecideAgain: decided again on its connection
+	}
 	if err != nil {
 		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0

@@ -172,7 +172,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	cl := x.claim(rt, x.holds)
 	if x.taken && e.heldForHealth(st, cl) {
-		x.holds, x.again = x.holds[:0], true
+		x.holds, x.again = x.holds[:0], beforeConn
 		return false, ErrWaitBeforeConn
 	}
 	waited, err := e.admit(ctx, st, cl, x.start, x.arrived)
@@ -218,7 +218,9 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 // arrival order): its requests are checked, not taken, as of an unknown cost, which a budget
 // with a free slot and any room admits. It returns their refusal (recorded as any), ctx's
 // error, or ErrNeedConn when they pass: the front end acquires the connection and decides x
-// there (Begin).
+// there (BeginTaken), as the same statement. It keeps the place of arrival it took in the
+// queues, but holds none while it takes the connection and EXPLAINs: statements that arrived
+// after it and need no EXPLAIN may run first.
 func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route) error {
 	if rt.health || rt.closed || rt.quarantine {
 		for _, r := range rt.reqs {
@@ -233,6 +235,7 @@ func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route)
 			return err
 		}
 	}
+	x.again = onTaken
 	return ErrNeedConn
 }
 

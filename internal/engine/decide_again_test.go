@@ -22,7 +22,7 @@ func waitForWaiters(t *testing.T, e *Engine, n int) {
 }
 
 // A pooled statement overtaken and waiting on its connection (Acquired) when a reload comes is
-// decided again by the front end with the same Exec (driver/run.go decideOn: engine.Begin): per
+// decided again by the front end with the same Exec on that connection (BeginTaken): per
 // the CHANGELOG it should rejoin in its place of arrival, ahead of a statement that arrived
 // after it.
 func TestDecideAgainKeepsArrival(t *testing.T) {
@@ -67,7 +67,7 @@ rules:
 	}
 	pooled.Abandon(pctx, err)
 	againDone := make(chan error, 1)
-	go func() { _, err := e.Begin(ctx, pooled, nil, "select 1", nil); againDone <- err }()
+	go func() { _, err := e.BeginTaken(ctx, pooled, nil, "select 1", nil); againDone <- err }()
 	waitForWaiters(t, e, 2)
 	held.Finish(ctx, nil)
 	select {

@@ -253,8 +253,8 @@ type work struct {
 	// which it gives back rather than wait for health there (ErrWaitBeforeConn).
 	taken bool
 	// arrived is when the statement first asked for room: its max_wait counts from it, also
-	// when it is decided again on its connection (again), and when an admission on its
-	// connection (Acquired) began. Kept across reset.
+	// when it is decided again (again), and when an admission on its connection (Acquired)
+	// began. Kept across reset.
 	arrived time.Time
 	// st is the rule set that admitted a statement before its connection (later), which
 	// Acquired admits it under again when its slots were overtaken meanwhile; set by decide,
@@ -272,10 +272,13 @@ type work struct {
 	// its context does not bypass them): its enforce guards decided it, and its warn guards note
 	// it once it is decided (warnGuards).
 	guarded bool
-	// again: Acquired answered ErrDecideAgain, or a decision ErrWaitBeforeConn, and the next
-	// Begin decides the statement again, in its place of arrival in the queues (kept across
-	// reset).
-	again bool
+	// again is the call that decides the statement again (kept across reset): BeginTaken on
+	// the connection taken for its EXPLAIN (after ErrNeedConn) or after Acquired's
+	// ErrDecideAgain, BeginBeforeConn after ErrWaitBeforeConn. That decision is the same
+	// statement's, in its place of arrival in the queues, its max_wait counted from its
+	// arrival. Any other call begins a new statement (one whose connection never came left
+	// again set); onHeld, the zero value, names none (resumes).
+	again connState
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -378,6 +381,11 @@ const (
 	onTaken                     // one the pool lent it alone, before it was admitted (BeginTaken)
 )
 
+// resumes reports whether a decision at at is the one again names (work.again,
+// batchWork.again): the same statement's or batch's, decided again. A decision on a held
+// connection never is one: such a statement is decided once.
+func resumes(again, at connState) bool { return at != onHeld && at == again }
+
 // call is a statement as its front end asks to run it: the connection it will run on (nil
 // before it has one: no EXPLAIN), its SQL text and its arguments, as Begin received them. The
 // engine reads them only while it decides the statement.
@@ -388,7 +396,10 @@ type call struct {
 }
 
 // ErrNeedConn is BeginBeforeConn's and BeginBatchBeforeConn's answer for a statement whose cost
-// needs an EXPLAIN on its connection: nothing was decided or taken.
+// needs an EXPLAIN on its connection: nothing was decided or taken. Its decision on the
+// connection (BeginTaken, BeginBatchTaken) is the same statement's: in the place of arrival it
+// took in its budgets' queues if it waited before its connection, its max_wait counted from
+// its arrival.
 var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on its connection")
 
 // ErrWaitBeforeConn is the answer of BeginTaken, BeginBatchTaken and Acquired for a statement
@@ -469,7 +480,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, at connState, qu
 		}()
 		if st.empty {
 			e.observeStatement(ctx, x, debug, query)
-		} else if err := e.decideStatement(ctx, st, x, text, debug, &call{conn: conn, query: query, args: args}); err != nil {
+		} else if err := e.decideStatement(ctx, st, x, at, text, debug, &call{conn: conn, query: query, args: args}); err != nil {
 			return nil, err
 		}
 	}
@@ -529,18 +540,18 @@ func (e *Engine) observeStatement(ctx context.Context, x *Exec, debug bool, quer
 	}
 }
 
-// decideStatement is Begin's work for statement c under st's rules: it starts the statement's
-// clock, routes it and decides it. A statement whose rules were replaced while it waited for
-// room is routed and decided again under the rules in force, its max_wait still counted from
-// its arrival.
-func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, text *textEntry, debug bool,
-	c *call) error {
+// decideStatement is Begin's work for statement c under st's rules, at at: it starts the
+// statement's clock, routes it and decides it. A statement whose rules were replaced while it
+// waited for room is routed and decided again under the rules in force, its max_wait still
+// counted from its arrival, as is one decided again by the call x.again names.
+func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, at connState, text *textEntry,
+	debug bool, c *call) error {
 	x.start = e.now()
-	if !x.again {
+	if !resumes(x.again, at) {
 		x.s.waiter.Forget() // a new statement: at the back of any queue it joins
 		x.arrived = x.start
 	}
-	x.again = false
+	x.again = onHeld
 	rt := e.routeStatement(ctx, st, x, text, debug, c.query)
 	slow, err := e.decide(ctx, st, x, rt, c)
 	for err == errRulesChanged {
@@ -646,7 +657,7 @@ func (x *Exec) Acquired(ctx context.Context) error {
 		// waits there (admitAgain), in its place of arrival.
 		giveBack(x.start, x.holds)
 		x.holds = x.holds[:0]
-		x.again, x.arrived = true, x.start
+		x.again, x.arrived = onTaken, x.start
 		return ErrDecideAgain
 	}
 	for i := range x.holds {
@@ -682,11 +693,14 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	if e.heldForHealth(st, c) {
 		// Not on its connection, which the pool lent it alone: decided again before it.
 		giveBack(x.start, x.holds[n:])
-		x.holds, x.again = x.holds[:0], true
+		x.holds, x.again = x.holds[:0], beforeConn
 		return ErrWaitBeforeConn
 	}
-	var err error
-	if x.again, err = e.readmit(ctx, st, c, &x.start, &x.arrived); err != nil {
+	again, err := e.readmit(ctx, st, c, &x.start, &x.arrived)
+	if again {
+		x.again = onTaken // ErrDecideAgain: decided again on its connection
+	}
+	if err != nil {
 		giveBack(x.start, x.holds[n:])
 		x.holds = x.holds[:0]
 		if x.Decision == DecisionBlock && x.Wants&WantDecisions != 0 { // refused, or kept out until ctx ended
