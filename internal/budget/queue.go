@@ -69,6 +69,16 @@ func Evicted(w *Waiter, reqs []Request) bool {
 // Forget readies w for a new admission: its next Join takes a place at the back.
 func (w *Waiter) Forget() { w.arrival = 0 }
 
+// Arrive gives w its place in arrival order now, unless it has one: a statement that has not
+// waited yet but may wait later as the same admission (one the pool lends a connection to for
+// its EXPLAIN first) then joins the queues in the place of its arrival, as one joining again
+// does, not behind those that arrived while it was away.
+func (w *Waiter) Arrive() {
+	if w.arrival == 0 {
+		w.arrival = arrivals.Add(1)
+	}
+}
+
 // Waiting reports whether w is in a queue (between Join and Leave).
 func (w *Waiter) Waiting() bool { return w.seq != 0 }
 

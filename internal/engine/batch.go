@@ -351,6 +351,7 @@ func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) erro
 		return err
 	}
 	b.again = onTaken // decided on its connection as the same batch
+	b.waiter.Arrive() // should it wait there or before a connection, in its place of arrival
 	return ErrNeedConn
 }
 

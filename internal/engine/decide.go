@@ -236,6 +236,7 @@ func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route)
 		}
 	}
 	x.again = onTaken
+	x.s.waiter.Arrive() // should it wait on its connection or before one, in its place of arrival
 	return ErrNeedConn
 }
 
