@@ -36,7 +36,7 @@ rules:
 			defer release()
 			waiting := make(chan error, 1)
 			go func() { waiting <- fe.exec(report, "select 2") }()
-			admissionWaitUntil(t, "the second report waiting", func() bool { return fe.budget("reporting").Waiting == 1 })
+			mustEventually(t, "the second report waiting", func() bool { return fe.budget("reporting").Waiting == 1 })
 
 			start := time.Now()
 			err = fe.exec(shop, "select 3")

@@ -35,18 +35,7 @@ func TestAdmissionHealthWaitersHoldNoConnAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reports' table is locked by a migration for a moment: their EXPLAINs wait on it.
-	locker, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Close(bg)
-	tx, err := locker.Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(bg, "lock table orders in access exclusive mode"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockTable(t, dsn, "orders")
 
 	cfg, err := driver.ParseConfig([]byte(`
 health_interval: 100ms

@@ -54,7 +54,7 @@ func TestAdmissionMultiBudgetMaxWaitOfTheBudgetHoldingItBack(t *testing.T) {
 				res := make(chan error, 1)
 				start = time.Now()
 				go func() { res <- fe.exec(both, "select 4") }()
-				admissionWaitUntil(t, "the statement waiting", func() bool {
+				mustEventually(t, "the statement waiting", func() bool {
 					return fe.budget("slow").Waiting+fe.budget("fast").Waiting >= 1
 				})
 				releaseSlow()
@@ -75,16 +75,5 @@ func TestAdmissionMultiBudgetMaxWaitOfTheBudgetHoldingItBack(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// admissionWaitUntil polls cond every millisecond, for at most 15 s.
-func admissionWaitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -2,11 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 )
@@ -50,4 +53,26 @@ func privateServer(t *testing.T) *pgtest.Server {
 	}
 	t.Cleanup(func() { srv.Stop() })
 	return srv
+}
+
+// lockTable takes an access exclusive lock on table of the database at dsn, as a migration
+// does, in a transaction of a connection of its own, and returns that transaction: its Commit
+// releases the lock. The lock is released and the connection closed when the test ends.
+func lockTable(t *testing.T, dsn, table string) pgx.Tx {
+	t.Helper()
+	bg := context.Background()
+	conn, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(bg) })
+	tx, err := conn.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(bg) })
+	if _, err := tx.Exec(bg, "lock table "+pgx.Identifier{table}.Sanitize()+" in access exclusive mode"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }

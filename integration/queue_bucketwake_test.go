@@ -46,7 +46,7 @@ rules:
 			defer release()
 			w1 := make(chan error, 1)
 			go func() { w1 <- fe.exec(report, "select 2 as the_report") }()
-			admissionWaitUntil(t, "the report waiting", func() bool {
+			mustEventually(t, "the report waiting", func() bool {
 				return fe.budget("narrow").Waiting == 1 && fe.budget("b").Waiting == 1
 			})
 

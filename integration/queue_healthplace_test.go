@@ -74,19 +74,7 @@ rules:
 	}
 
 	// A migration locks orders: report 1's EXPLAIN waits on it.
-	locker, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Close(bg)
-	tx, err := locker.Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(bg)
-	if _, err := tx.Exec(bg, "lock table orders in access exclusive mode"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockTable(t, dsn, "orders")
 	done := make(chan error, 2)
 	go func() {
 		_, err := p.Exec(ctx, "insert into arrivals (i) select 1 + count(*) from orders")

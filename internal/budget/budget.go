@@ -565,7 +565,7 @@ func Adjust(now time.Time, r Request, delta float64) {
 		s.part.used = max(0, s.part.used+delta)
 	}
 	if delta < 0 && b.waiters > 0 {
-		b.wakeFirst(r.Key) // the refund may be a waiter's room
+		b.wakeKey(r.Key) // the refund may be a waiter's room
 	}
 }
 

@@ -428,9 +428,9 @@ func (q *queue) wakeFrom(j int) {
 	}
 }
 
-// wakeFirst tells the waiters for key that room made there may be theirs to try again
+// wakeKey tells the waiters for key that room made there may be theirs to try again
 // (wakeFrom). The caller holds b.mu.
-func (b *Budget) wakeFirst(key string) {
+func (b *Budget) wakeKey(key string) {
 	if q := b.queues[key]; q != nil {
 		q.wakeFrom(0)
 	}
@@ -458,7 +458,7 @@ func (b *Budget) wakeAll() {
 		if s := b.keys.lookup(key); s != nil {
 			b.wakeFreed(s)
 		} else {
-			b.wakeFirst(key)
+			b.wakeKey(key)
 		}
 	}
 }

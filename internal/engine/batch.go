@@ -17,16 +17,15 @@ import (
 // max_concurrent counts the batch as one statement in flight: it is one round trip on one
 // connection). An admitted batch holds its slots until its results are closed.
 //
-// The statements of a batch run pipelined, so their times are not measured apart: a budget
-// is charged the predictions of the batch's statements it holds when all of them are on the
+// The statements of a batch run pipelined, so their times are not measured apart: a budget is
+// charged the predictions of the batch's statements it holds when all of them are on the
 // server's clock, else the batch's time (whose share of each pattern the server can report is
 // kept for its report to true up, as a statement's charge on the client's clock is), and the
-// cost model does not train on them. The batch runs
-// under the smallest max_duration of its statements' enforce budgets (Batch.Deadline); when it
-// is cancelled, each statement with a bound counts as its budget's max_duration block, and a
-// strike where its budget has a quarantine. A batch does
-// not take part in the unknown-cost reservation of single statements: its statements are predicted from
-// what is known.
+// cost model does not train on them. The batch runs under the smallest max_duration of its
+// statements' enforce budgets (Batch.Deadline); when it is cancelled, each statement with a
+// bound counts as its budget's max_duration block, and a strike where its budget has a
+// quarantine. A batch does not take part in the unknown-cost reservation of single statements:
+// its statements are predicted from what is known.
 
 // Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:
 // Execs[i].Result is what was decided about statement i, read-only for the front end until the
