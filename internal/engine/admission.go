@@ -50,9 +50,16 @@ type claim struct {
 	// limit or have a quarantined pattern: the checks the claim needs.
 	health, closed, quarantine bool
 	take                       bool // take the holds; Check takes nothing
-	patience                   patience
-	w                          *budget.Waiter // its place in the queues, kept with its Exec or Batch
-	warns                      []budget.Warning
+	// lent says its statement or batch is on a connection the pool lent it alone (BeginTaken,
+	// BeginBatchTaken, Acquired). Held back by a health threshold, at once or while it waits
+	// for capacity there, it does not wait for health holding that connection but answers
+	// ErrWaitBeforeConn, to be decided again before one in its place of arrival: a health
+	// threshold refuses whatever a statement costs, and the pool's statements wait for it
+	// holding none (precheck), however long an EXPLAIN or a wait took meanwhile.
+	lent     bool
+	patience patience
+	w        *budget.Waiter // its place in the queues, kept with its Exec or Batch
+	warns    []budget.Warning
 }
 
 // patience is how long a claim may wait for capacity.
@@ -152,7 +159,8 @@ func (e *Engine) readmit(ctx context.Context, st *compiled, c *claim, start, arr
 var errRulesChanged = errors.New("engine: the rules changed while the statement waited")
 
 // await is admit after a first refusal, d of owner o at start: it refuses c, or waits in the
-// queues for what may lift the refusal (how) and tries again, until admitted or refused, each
+// queues for what may lift the refusal (how) and tries again, until admitted or refused (or,
+// lent a connection and held back by health, sent to wait before one: ErrWaitBeforeConn), each
 // refusal judged by the max_wait of the budget that makes it (claim.deadline), so that a
 // statement of several budgets waits no longer for one than that budget allows, whichever
 // refused it first. A statement or batch whose rules were replaced since
@@ -177,6 +185,9 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		if !c.mayWait(ctx, o, d, how, now, deadline) {
 			e.refuse(now, c, o, d)
 			return waited, d
+		}
+		if how == wakeHealth && c.lent {
+			return waited, ErrWaitBeforeConn // it leaves the queues, keeping its place of arrival
 		}
 		joined, full := c.enqueue(o, d, how)
 		if full {

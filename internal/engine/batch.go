@@ -329,7 +329,7 @@ func (b *Batch) enforceClaim() (c *claim, n int) {
 	}
 	c = &b.claim
 	*c = claim{b: b, reqs: b.holds[:n], owners: b.owners[:n], health: true, closed: true, quarantine: quarantine,
-		take: true, patience: maxWait, w: &b.waiter, warns: b.warns}
+		take: true, lent: b.taken, patience: maxWait, w: &b.waiter, warns: b.warns}
 	return c, n
 }
 
@@ -359,13 +359,12 @@ func (e *Engine) precheckBatch(ctx context.Context, st *compiled, b *Batch) erro
 // the batch's holds.
 func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 	c, n := b.enforceClaim()
-	if b.taken && e.heldForHealth(st, c) {
-		b.again = beforeConn
-		return ErrWaitBeforeConn
-	}
 	_, err := e.admit(ctx, st, c, b.start, b.arrived)
 	b.warns = c.warns
 	if err != nil {
+		if err == ErrWaitBeforeConn {
+			b.again = beforeConn
+		}
 		return err
 	}
 	b.held = n
@@ -630,20 +629,21 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		}
 		b.holds[i].Pending = false
 	}
-	if e.heldForHealth(st, c) {
-		// Not on its connection, which the pool lent it alone: decided again before it.
-		giveBack(b.start, b.holds[n:b.held])
-		b.holds, b.owners, b.held, b.again = b.holds[:0], b.owners[:0], 0, beforeConn
-		return ErrWaitBeforeConn
-	}
+	c.lent = true
 	again, err := e.readmit(ctx, st, c, &b.start, &b.arrived)
 	b.warns = c.warns
-	if again {
+	switch {
+	case again:
 		b.again = onTaken // ErrDecideAgain: decided again on its connection
+	case err == ErrWaitBeforeConn:
+		b.again = beforeConn // not on the connection the pool lent it alone: decided again before it
 	}
 	if err != nil {
 		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+		if err == ErrWaitBeforeConn {
+			return err // nothing refused it: it is decided again
+		}
 		d, denied := err.(*Denial)
 		for i := range b.Execs {
 			x := &b.Execs[i]

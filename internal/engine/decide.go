@@ -170,14 +170,12 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		r.Cost, r.Unknown, r.Pending = x.Predicted, x.untrained, x.later
 		x.holds = append(x.holds, r)
 	}
-	cl := x.claim(rt, x.holds)
-	if x.taken && e.heldForHealth(st, cl) {
-		x.holds, x.again = x.holds[:0], beforeConn
-		return false, ErrWaitBeforeConn
-	}
-	waited, err := e.admit(ctx, st, cl, x.start, x.arrived)
+	waited, err := e.admit(ctx, st, x.claim(rt, x.holds), x.start, x.arrived)
 	if err != nil {
 		x.holds = x.holds[:0] // not admitted: nothing is held
+		if err == ErrWaitBeforeConn {
+			x.again = beforeConn
+		}
 		return false, err
 	}
 	if x.later {
@@ -205,7 +203,7 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 	if cl.x != x { // the first statement of this Exec: what every one of its claims shares
 		*cl = claim{x: x, take: true, patience: maxWait, w: &x.s.waiter}
 	}
-	cl.rt, cl.reqs, cl.owners = rt, reqs, rt.owners
+	cl.rt, cl.reqs, cl.owners, cl.lent = rt, reqs, rt.owners, x.taken
 	cl.health, cl.closed, cl.quarantine = rt.health, rt.closed, rt.quarantine
 	return cl
 }
@@ -238,25 +236,6 @@ func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route)
 	x.again = onTaken
 	x.s.waiter.Arrive() // should it wait on its connection or before one, in its place of arrival
 	return ErrNeedConn
-}
-
-// heldForHealth reports whether a health threshold of c's budgets holds it back now. A
-// statement or batch on a connection the pool lent it alone (BeginTaken, Acquired) then gives
-// the connection back and waits before it (ErrWaitBeforeConn), rather than wait for health
-// holding one: a health threshold refuses whatever a statement costs, and the pool's
-// statements wait for it holding none (precheck), however long an EXPLAIN or a wait for the
-// pool took meanwhile (a first sample in, a threshold crossed).
-func (e *Engine) heldForHealth(st *compiled, c *claim) bool {
-	if !c.health {
-		return false
-	}
-	now := e.now()
-	for _, o := range c.owners {
-		if e.healthDenial(st, o.bs, o.rule, c.exec(o), now) != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // decisions counts each of x's budgets' decision, warn where it warned, else allow, in the

@@ -443,7 +443,8 @@ func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, arg
 // not wait for health holding this one: BeginTaken returns ErrWaitBeforeConn, and the front end
 // gives the connection back and decides the statement again with BeginBeforeConn (its pattern's
 // plan, cached by the EXPLAIN, prices it there). What no wait lifts (a zero limit, a
-// quarantine) refuses it as Begin does; a wait for capacity (max_wait) holds the connection.
+// quarantine) refuses it as Begin does; a wait for capacity (max_wait) holds the connection,
+// until it is admitted or a health threshold holds it back (ErrWaitBeforeConn then too).
 func (e *Engine) BeginTaken(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
 	return e.begin(ctx, x, conn, onTaken, query, args)
 }
@@ -689,16 +690,13 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		}
 		x.holds[i] = r
 	}
-	c.reqs = x.holds[:n]
-	if e.heldForHealth(st, c) {
-		// Not on its connection, which the pool lent it alone: decided again before it.
-		giveBack(x.start, x.holds[n:])
-		x.holds, x.again = x.holds[:0], beforeConn
-		return ErrWaitBeforeConn
-	}
+	c.reqs, c.lent = x.holds[:n], true
 	again, err := e.readmit(ctx, st, c, &x.start, &x.arrived)
-	if again {
+	switch {
+	case again:
 		x.again = onTaken // ErrDecideAgain: decided again on its connection
+	case err == ErrWaitBeforeConn:
+		x.again = beforeConn // not on the connection the pool lent it alone: decided again before it
 	}
 	if err != nil {
 		giveBack(x.start, x.holds[n:])

@@ -164,3 +164,62 @@ rules:
 	}
 	pooled.Finish(pctx, nil)
 }
+
+// TestTakenWaitingForSlotThenHeldBackForHealth: a statement decided on a connection taken for
+// it alone waits there for a slot (max_wait), as it may; when health turns bad while it waits,
+// it does not go on waiting for health on that connection: it answers ErrWaitBeforeConn,
+// holding nothing, and waits before its connection.
+func TestTakenWaitingForSlotThenHeldBackForHealth(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1, max_wait: 10s, throttle_when: {in_flight: 2}}
+rules:
+  - {budget: a, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	running, err := begin(e, ctx, "select 2") // holds the slot; one in flight, healthy
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := new(Exec)
+	done := make(chan error, 1)
+	go func() { _, err := e.BeginTaken(ctx, x, nil, "select 1", nil); done <- err }()
+	waiting(t, clk, done) // for the slot, on its connection
+	// Two statements of no budget start: with the slot's holder, three in flight.
+	var others []*Exec
+	for _, q := range []string{"select 3", "select 4"} {
+		o, err := begin(e, context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, o)
+	}
+	running.Finish(ctx, nil) // the slot is free, but two in flight hold the budget back
+	if err := answered(t, clk, done); !errors.Is(err, ErrWaitBeforeConn) {
+		t.Fatalf("BeginTaken waiting for a slot, then held back for health: %v, want ErrWaitBeforeConn", err)
+	}
+	if n := e.InFlight(); n != 2 {
+		t.Errorf("%d statements in flight, want the two others only", n)
+	}
+	if d := e.state.Load().budgets[0].b.Snapshot(e.now()).Decisions; d.Blocked != 0 {
+		t.Errorf("%d refusals counted, want 0: the statement is decided again", d.Blocked)
+	}
+
+	// Decided again before its connection, it waits for health there, holding none.
+	var pctx context.Context
+	go func() {
+		var err error
+		pctx, err = e.BeginBeforeConn(ctx, x, "select 1", nil)
+		done <- err
+	}()
+	waiting(t, clk, done)
+	others[0].Finish(context.Background(), nil)
+	if err := <-done; err != nil {
+		t.Fatalf("BeginBeforeConn once healthy: %v", err)
+	}
+	if err := x.Acquired(pctx); err != nil {
+		t.Fatal(err)
+	}
+	x.Finish(pctx, nil)
+	others[1].Finish(context.Background(), nil)
+}
