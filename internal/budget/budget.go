@@ -344,8 +344,11 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 			// It fits the moment the bucket has any room, whose share it then reserves.
 			need = extra + burst*leastRoom
 		}
-		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need), Limit: b.text.burst,
-			Queued: queued}
+		// When it fits: with the costs of the waiters ahead taken first, as if they were
+		// admitted now (they may be larger together than the burst, the bucket empty).
+		bk.Debt += aheadCost
+		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need-aheadCost),
+			Limit: b.text.burst, Queued: queued}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
@@ -110,4 +111,32 @@ func TestQueueHealthHoldsItsBudgetWhole(t *testing.T) {
 		t.Fatalf("a newcomer of b, with room beside the waiter past its health check, was refused: %+v", d)
 	}
 	Leave(&w, reqs)
+}
+
+// TestQueuedBucketRefusalSaysWhen: the bucket is empty, but the statement waiting ahead for it
+// and a newcomer together exceed the burst. The newcomer is refused behind the waiter, and its
+// RetryAfter is when it fits beside it (the waiter's cost drained enough), not zero, which
+// would tell its caller that waiting cannot help.
+func TestQueuedBucketRefusalSaysWhen(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10, MaxQueue: 8})
+	admit1(t, at(0), b, "", 10) // the bucket full
+	var w Waiter
+	ahead := []Request{{Budget: b, Cost: 8}}
+	_, d := Admit(at(0), ahead, nil)
+	if d == nil {
+		t.Fatal("a cost of 8 fitted a full bucket")
+	}
+	if Join(&w, ahead, d) != -1 {
+		t.Fatal("the waiter could not join")
+	}
+	// Ten seconds later the bucket is empty; the waiter has not tried again yet.
+	_, d = Admit(at(10), []Request{{Budget: b, Cost: 5}}, nil)
+	if d == nil || !d.Queued || d.Reason != vocab.ReasonBudget {
+		t.Fatalf("a newcomer of cost 5 behind a waiter of cost 8, burst 10: %+v, want refused behind it for the bucket", d)
+	}
+	// Once the waiter is admitted (a debt of 8), the newcomer's 5 fits when 3 have drained.
+	if want := 3 * time.Second; d.RetryAfter < want-time.Millisecond || d.RetryAfter > want+time.Millisecond {
+		t.Errorf("RetryAfter %v, want %v: when it fits beside the waiter ahead", d.RetryAfter, want)
+	}
+	Leave(&w, ahead)
 }

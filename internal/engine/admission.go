@@ -271,8 +271,7 @@ func (e *Engine) waitFor(d *Denial, how wake, now, deadline, lapse time.Time) (w
 		if d.Reason == vocab.ReasonBudget && d.RetryAfter > 0 {
 			// Refused for the bucket behind other waiters (budget.Denial.Queued): nothing
 			// signals the bucket draining, and at RetryAfter it has room for this claim beside
-			// theirs, should they still wait. (Zero: draining cannot make that room; their
-			// leaving can, which wakes it.)
+			// theirs, should they still wait. Their leaving wakes it sooner.
 			wait = min(wait, d.RetryAfter)
 		}
 	case wakeHealth:
