@@ -583,8 +583,7 @@ func (b *Batch) Acquired(ctx context.Context) error {
 	for i := range b.Execs {
 		b.Execs[i].later = false
 	}
-	b.e.pending.Add(-int64(len(b.Execs)))
-	b.e.inFlight.Add(int64(len(b.Execs)))
+	b.e.connected(len(b.Execs))
 	if b.start.IsZero() {
 		return nil
 	}

@@ -526,6 +526,13 @@ func (e *Engine) leave(n int, later bool) {
 	e.ends.ended()
 }
 
+// connected moves n statements admitted before their connection (pending) to those in
+// flight: their connection is acquired (Exec.Acquired, Batch.Acquired).
+func (e *Engine) connected(n int) {
+	e.pending.Add(-int64(n))
+	e.inFlight.Add(int64(n))
+}
+
 // observeStatement is Begin's work for a statement read with no rules in force, only for the
 // observer or the debug log: its clock starts when the observer wants it, and its tags are
 // merged when the span or the log shows them.
@@ -643,8 +650,7 @@ func (x *Exec) Arrived() time.Time { return x.arrived }
 // on it.
 func (x *Exec) Acquired(ctx context.Context) error {
 	x.later = false
-	x.e.pending.Add(-1)
-	x.e.inFlight.Add(1)
+	x.e.connected(1)
 	if x.start.IsZero() {
 		return nil
 	}
