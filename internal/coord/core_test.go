@@ -357,6 +357,48 @@ func TestWantedHolderSyncsEarly(t *testing.T) {
 	}
 }
 
+// TestWantedHolderReportsItsPeak: a holder told that another instance wants slots it holds
+// reports, at its next sync, the most slots it wanted since its last one, not its slowly
+// falling estimate of a demand that stopped (48 slots, then 2); its later syncs fall slowly
+// again from there, and without a message the estimate falls slowly as before.
+func TestWantedHolderReportsItsPeak(t *testing.T) {
+	for _, called := range []bool{true, false} {
+		t.Run(fmt.Sprintf("called=%v", called), func(t *testing.T) {
+			c := newTestCore(Spec{Name: "b", MaxConcurrent: 64})
+			c.absorb(t0, []budget.Usage{{Key: "k", Wanted: 48, InFlight: 48}})
+			grantAll(c, t0, func(string) result { return result{lease: budget.Lease{Slots: 56}, targetSlots: 56, live: 2} })
+			at := t0.Add(200 * time.Millisecond)
+			c.absorb(at, []budget.Usage{{Key: "k", Wanted: 2, InFlight: 2}})
+			if called && !c.wanted(at, "k") {
+				t.Fatal("the held partition was not marked")
+			}
+			var reps [][]report
+			if called {
+				reps = c.earlyReports(at)
+			} else {
+				reps = c.reports(at)
+			}
+			if len(reps) != 1 || len(reps[0]) != 1 {
+				t.Fatalf("the sync carries %v, want the partition", reps)
+			}
+			got, want := reps[0][0].want, 2
+			if !called {
+				want = 42 // 2 + 46 × 2^−0.2, rounded: the slow fall
+			}
+			if got != want {
+				t.Fatalf("reported %d slots wanted, want %d", got, want)
+			}
+			c.applied(at, at.Add(time.Millisecond), reps[0], []result{{lease: budget.Lease{Slots: 30}, targetSlots: 30, live: 2}})
+			// Idle for an interval: the estimate falls slowly from what was reported.
+			later := at.Add(sec)
+			reps = c.reports(later)
+			if got, want := reps[0][0].want, (want+1)/2; got != want {
+				t.Fatalf("an interval later: reported %d slots wanted, want %d (half of the last report)", got, want)
+			}
+		})
+	}
+}
+
 func TestDue(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", Rate: 1, Burst: 1, MaxConcurrent: 4})
 	if !c.due(t0, false) {

@@ -84,10 +84,16 @@ var _ Local = (*budget.Budget)(nil)
 
 // estimator smooths a rate that rises fast and falls slowly: a rise is taken at once (a
 // partition that wants more must get it at the next sync), a fall halves the gap every
-// halfLife (one burst of quiet must not give its share away).
+// halfLife (one burst of quiet must not give its share away). The slow fall keeps a bursty
+// instance's slots while no other instance needs them: when another is kept short and says so
+// on the want channel, the holder reports what it wanted since its last sync instead (set),
+// so that slots held for a demand that stopped move at once, not over 1 + log2 N intervals.
 type estimator struct {
 	v float64
 }
+
+// set makes x the estimate, whatever it was.
+func (e *estimator) set(x float64) { e.v = x }
 
 func (e *estimator) add(x float64, dt, halfLife time.Duration) float64 {
 	if x >= e.v || halfLife <= 0 {

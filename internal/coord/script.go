@@ -41,9 +41,10 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p3" }
 
 // WantChannel is the Redis channel of a budget, pgtraffic:{budget}:want, on which the sync
-// script says that an instance is kept below its slots target by what others hold beyond
-// theirs (the message: the partition's field); each coordinator listens, and a holder then
-// syncs early to hand those slots over.
+// script says that an instance wants more slots than it was granted while others hold slots
+// beyond their targets or their demand (the message: the partition's field); each coordinator
+// listens, and a holder then syncs early, reporting its demand since its last sync, to hand
+// those slots over.
 func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + ":want" }
 
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).

@@ -43,6 +43,14 @@ type slotConfig struct {
 	seed     uint64
 	// workers is how many workers instance i runs at el.
 	workers func(i int, el time.Duration) int
+	// listen hands the messages of the budget's want channel to every instance, as a
+	// started coordinator's listener does (at the end of the step whose sync sent them).
+	listen bool
+	// eager visits an instance's budget at every refusal, as its loop does on a kick, rather
+	// than once a step: each visit takes the usage since the last, so a statement refused
+	// and retried counts once as demand, and a report of demand covers the refusals since the
+	// previous visit only (see "Slots with headroom" in doc.go).
+	eager bool
 }
 
 // refusal is a statement refused for want of a slot.
@@ -65,7 +73,8 @@ type slotResult struct {
 	admitted   int
 	admissions []admission
 	refusals   []refusal
-	most       int // the most statements in flight on the fleet at once
+	most       int             // the most statements in flight on the fleet at once
+	messages   []time.Duration // when the want channel carried a message (with cfg.listen)
 	insts      []*slotInst
 	end        time.Time
 }
@@ -128,10 +137,20 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 		c.Register(spec, b)
 		insts[i] = &slotInst{driven: driven{c: c}, b: b}
 	}
-	for _, in := range insts {
-		in.step(ctx, clk.Now())
-	}
 	res := slotResult{insts: insts}
+	start := clk.Now()
+	var deliver func()
+	if cfg.listen {
+		deliver = wantListener(t, rc, cfg.name, insts, func() { res.messages = append(res.messages, clk.Now().Sub(start)) })
+	}
+	step := func(in *slotInst, now time.Time) {
+		if in.step(ctx, now) && deliver != nil {
+			deliver()
+		}
+	}
+	for _, in := range insts {
+		step(in, clk.Now())
+	}
 	fleet := 0
 	for el := time.Duration(0); el < cfg.duration; el += time.Millisecond {
 		if el > 0 {
@@ -164,6 +183,9 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 					if _, d := budget.Admit(now, reqs, nil); d != nil {
 						res.refusals = append(res.refusals, refusal{at: el, instance: i, fleet: fleet, own: in.running})
 						wk.next = now.Add(time.Millisecond)
+						if cfg.eager {
+							step(in, now)
+						}
 						continue
 					}
 					res.admitted++
@@ -175,11 +197,46 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 					wk.next = now.Add(cfg.stmt + time.Duration(rng.Float64()*float64(cfg.stmt)))
 				}
 			}
-			in.step(ctx, now)
+			step(in, now)
 		}
 	}
 	res.end = clk.Now()
 	return res
+}
+
+// wantListener subscribes to the want channel of budget name and returns a function that
+// hands every message sent on it so far to each of insts, as their listeners would, calling
+// sent for each: it publishes a
+// marker of its own and reads up to it, so that what a step's syncs published is delivered
+// before the next step, whatever Redis's pace.
+func wantListener(t *testing.T, rc *redis.Client, name string, insts []*slotInst, sent func()) func() {
+	t.Helper()
+	ctx := context.Background()
+	ch := WantChannel(name)
+	ps := rc.Subscribe(ctx, ch)
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatalf("subscribing to %s: %v", ch, err)
+	}
+	const marker = "sim:marker" // not a partition's field
+	return func() {
+		if err := rc.Publish(ctx, ch, marker).Err(); err != nil {
+			t.Fatalf("publishing the marker: %v", err)
+		}
+		for {
+			m, err := ps.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatalf("reading %s: %v", ch, err)
+			}
+			if m.Payload == marker {
+				return
+			}
+			sent()
+			for _, in := range insts {
+				in.c.wanted(m.Channel, m.Payload)
+			}
+		}
+	}
 }
 
 // TestAloneSlotsRefuseNothingBelowTheLimit is the headroom's guarantee for one instance: a
