@@ -560,3 +560,10 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 // transaction, a busy or closed connection, arguments that cannot be encoded): the engine then
 // counts no EXPLAIN call. Any other error means an EXPLAIN was sent and failed.
 var ErrNotSent = errors.New("cost: explain not sent")
+
+// ErrCancelled is wrapped, beside the server's error, by the error of an EXPLAIN that the
+// server cancelled: the session's lock_timeout or statement_timeout cut it off (or an
+// administrator cancelled the session's work). The statement it preceded would wait for the
+// same lock, or plan as long, under the same limits: the engine answers the statement with
+// this error rather than send it to meet them a second time.
+var ErrCancelled = errors.New("pgtraffic: the server cancelled the statement's EXPLAIN")

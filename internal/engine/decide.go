@@ -481,6 +481,14 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				// Its caller gave up: not the pattern's failure, and nothing to run.
 				e.stats.ExplainCalls.Add(1)
 				return true, false, ctx.Err()
+			case errors.Is(err, cost.ErrCancelled):
+				// The server cut the EXPLAIN off (the session's lock_timeout or
+				// statement_timeout): sent, the statement would wait for the same lock again.
+				// It is answered with the server's error; the pattern is explained again next
+				// time (a lock is not the pattern's failure).
+				e.stats.ExplainCalls.Add(1)
+				e.stats.ExplainFailures.Add(1)
+				return true, false, err
 			case err != nil:
 				sent = true
 				e.stats.ExplainCalls.Add(1)

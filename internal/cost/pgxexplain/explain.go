@@ -36,6 +36,10 @@ const (
 	// rollbackTimeout bounds the ROLLBACK TO after a failed EXPLAIN. The rollback ignores the
 	// caller's cancellation: a cancelled EXPLAIN must still not leave the transaction aborted.
 	rollbackTimeout = 5 * time.Second
+
+	// The SQLSTATEs of the server's cancellations (sentError).
+	codeLockNotAvailable = "55P03"
+	codeQueryCanceled    = "57014"
 )
 
 // Explain runs EXPLAIN (VERBOSE, FORMAT JSON) query with args on conn, the connection the caller's
@@ -75,7 +79,8 @@ const (
 //     Explain a shorter deadline than the statement it precedes.
 //
 // Error texts never contain the query, its arguments or the server's message, which may quote
-// them; server errors carry only the SQLSTATE.
+// them; server errors carry only the SQLSTATE, but for the server's cancellation of the
+// EXPLAIN (cost.ErrCancelled), whose message quotes neither.
 func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.Plan, error) {
 	if err := ctx.Err(); err != nil {
 		return cost.Plan{}, fmt.Errorf("%w: %w", cost.ErrNotSent, err)
@@ -161,13 +166,19 @@ func resultCost(res *pgconn.Result) (cost.Plan, error) {
 }
 
 // sentError describes a failure after sending. A server error is reduced to its SQLSTATE: its
-// message may quote literals or argument values.
+// message may quote literals or argument values. The server's cancellation of the EXPLAIN
+// (lock_not_available: a lock_timeout; query_canceled: a statement_timeout or a cancel
+// request) is kept whole, wrapped in cost.ErrCancelled: its message quotes nothing of the
+// statement, and the engine answers the statement with it.
 func sentError(err error) error {
 	if err == nil {
 		return errors.New("pgxexplain: explain failed")
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if pgErr.Code == codeLockNotAvailable || pgErr.Code == codeQueryCanceled {
+			return fmt.Errorf("%w: %w", cost.ErrCancelled, pgErr)
+		}
 		return fmt.Errorf("cost: explain failed: SQLSTATE %s", pgErr.Code)
 	}
 	return fmt.Errorf("cost: explain failed: %w", err)

@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/pgtraffic/pgtraffic/internal/cost"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// failingConn is an EXPLAIN that the server answers with err.
+type failingConn struct{ err error }
+
+func (c failingConn) Explain(context.Context, string, []any) (cost.Plan, error) {
+	return cost.Plan{}, c.err
+}
+
+// TestExplainCancelledAnswersTheStatement: an EXPLAIN the server cancelled (the session's
+// lock_timeout or statement_timeout) answers its statement with that error, which the
+// statement would meet again if sent: the caller does not wait out its own limit twice. Any
+// other failure of the EXPLAIN falls back to the pattern's history, and the statement runs.
+func TestExplainCancelledAnswersTheStatement(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: b, mode: enforce, server_share: 0.5}
+rules:
+  - {budget: b, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	server := errors.New("ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)")
+	cancelled := failingConn{fmt.Errorf("%w: %w", cost.ErrCancelled, server)}
+	_, err := e.Begin(ctx, new(Exec), cancelled, "select * from t where a > $1", []any{1})
+	if !errors.Is(err, server) {
+		t.Fatalf("a statement whose EXPLAIN the server cancelled: %v, want the server's error", err)
+	}
+	if n := e.InFlight(); n != 0 {
+		t.Errorf("%d in flight after the answer, want 0", n)
+	}
+	if s := e.Stats(); s.ExplainCalls.Load() != 1 || s.ExplainFailures.Load() != 1 {
+		t.Errorf("explain calls %d, failures %d; want 1 and 1", s.ExplainCalls.Load(), s.ExplainFailures.Load())
+	}
+
+	x := new(Exec)
+	ctx2, err := e.Begin(ctx, x, failingConn{errors.New("cost: explain failed: SQLSTATE 42501")}, "select * from u where a > $1", []any{1})
+	if err != nil {
+		t.Fatalf("a statement whose EXPLAIN failed otherwise: %v, want it sent (the fallback)", err)
+	}
+	x.Finish(ctx2, nil)
+}
