@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -94,24 +95,52 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 	return nil, nil, err
 }
 
-// acquireExplained takes a connection from pool for a statement or batch whose cost needs an
-// EXPLAIN on it, and decides it there (begin: the engine's BeginTaken or BeginBatchTaken); the
-// connection goes back at once if begin refuses it (or panics), or answers
-// engine.ErrWaitBeforeConn: held back for health, it waits for it holding no connection.
-func acquireExplained(ctx context.Context, pool connPool, begin func(conn *pgx.Conn) error) (
-	querier, releaser, error) {
+// acquireExplained takes a connection from pool for a statement or batch (x) whose cost needs
+// an EXPLAIN on it, and decides it there (begin: the engine's BeginTaken or BeginBatchTaken),
+// as decideOn does.
+func acquireExplained(ctx context.Context, pool connPool, x decided,
+	begin func(conn *pgx.Conn) (context.Context, error)) (context.Context, querier, releaser, error) {
 	q, release, err := pool.acquire(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return decideOn(q, release, begin)
+	return decideOn(q, release, x, begin)
 }
 
-// decideOn decides a statement or batch with begin on the connection q it holds (release gives
-// it back): one whose cost needs an EXPLAIN there, or one admitted before it had a connection
-// whose rules were replaced meanwhile (engine.ErrDecideAgain). The connection goes back at once
-// if begin refuses it (or panics), or answers engine.ErrWaitBeforeConn.
-func decideOn(q querier, release releaser, begin func(conn *pgx.Conn) error) (querier, releaser, error) {
+// decided is a statement (*engine.Exec) or a batch (decidedBatch) that the engine admitted on a
+// connection taken from the pool for it alone: how long the engine held it back there, and how
+// it ends unsent.
+type decided interface {
+	Held() time.Duration
+	Abandon(ctx context.Context, err error)
+}
+
+// decidedBatch is a batch as decideOn takes it: held back as long as its statements, which
+// share its clock.
+type decidedBatch struct{ *engine.Batch }
+
+func (b decidedBatch) Held() time.Duration {
+	for i := range b.Execs {
+		if h := b.Execs[i].Held(); h > 0 {
+			return h
+		}
+	}
+	return 0
+}
+
+// decideOn decides a statement or batch x with begin on the connection q it holds (release
+// gives it back): one whose cost needs an EXPLAIN there, or one admitted before it had a
+// connection whose rules were replaced meanwhile (engine.ErrDecideAgain). It returns the
+// context begin returned. The connection goes back at once if begin refuses x (or panics), or
+// answers engine.ErrWaitBeforeConn.
+//
+// The connection is pgtraffic's choice, not the caller's: one that closed while the engine
+// held x back there (its EXPLAIN failed with it, or the server closed it idle while x waited
+// for capacity: checkConn) goes back too, x is abandoned unsent, at no cost, and decideOn
+// returns errConnClosed: the caller decides x again before a connection, as a new statement,
+// and it takes another one.
+func decideOn(q querier, release releaser, x decided, begin func(conn *pgx.Conn) (context.Context, error)) (
+	sctx context.Context, _ querier, _ releaser, err error) {
 	decided := false
 	defer func() {
 		if !decided {
@@ -119,11 +148,15 @@ func decideOn(q querier, release releaser, begin func(conn *pgx.Conn) error) (qu
 		}
 	}()
 	conn, _ := q.(*pgx.Conn) // a fake in unit tests: no EXPLAIN
-	if err := begin(conn); err != nil {
-		return nil, nil, err
+	if sctx, err = begin(conn); err != nil {
+		return nil, nil, nil, err
+	}
+	if err = checkConn(sctx, conn, x.Held()); err != nil {
+		x.Abandon(sctx, err)
+		return nil, nil, nil, err
 	}
 	decided = true
-	return q, release, nil
+	return sctx, q, release, nil
 }
 
 // runner puts the statements of a [Pool], of its connections and of its transactions through

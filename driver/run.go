@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -145,7 +146,8 @@ func (d *dest) text(sql string) string {
 // EXPLAIN on its connection takes the connection first (acquireExplained). A statement held
 // back by health on a connection it took (after its EXPLAIN, or overtaken while it waited for
 // the pool) gives it back and is decided again before it, where it waits holding none
-// (engine.ErrWaitBeforeConn).
+// (engine.ErrWaitBeforeConn); so does one whose connection, taken for its EXPLAIN or decided
+// again on, closed while the engine held it back there (decideOn, errConnClosed).
 func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
 	x := &o.t.x
@@ -156,15 +158,18 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 		q = d.held()
 		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
 	} else {
-		for again := true; again; again = err == engine.ErrWaitBeforeConn {
+		taken := func(conn *pgx.Conn) (context.Context, error) {
+			return i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
+		}
+		for again := true; again; again = decideAgain(err) {
 			sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
 			switch err {
 			case nil:
 				if q, o.release, err = acquireAdmitted(sctx, d.pool, x); err == engine.ErrDecideAgain {
-					sctx, q, o.release, err = i.decideOn(ctx, q, o.release, x, text, args)
+					sctx, q, o.release, err = decideOn(q, o.release, x, taken)
 				}
 			case engine.ErrNeedConn:
-				sctx, q, o.release, err = i.explained(ctx, d.pool, x, text, args)
+				sctx, q, o.release, err = acquireExplained(ctx, d.pool, x, taken)
 			}
 		}
 	}
@@ -188,27 +193,48 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	return err
 }
 
-// decideOn decides x again on the connection q it holds (release gives it back), after the
-// rules it was admitted by were replaced while it waited there (engine.ErrDecideAgain),
-// returning the context Begin returned.
-func (i *interceptor) decideOn(ctx context.Context, q querier, release releaser, x *engine.Exec, text string,
-	args []any) (sctx context.Context, _ querier, _ releaser, err error) {
-	q, release, err = decideOn(q, release, func(conn *pgx.Conn) (err error) {
-		sctx, err = i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
-		return err
-	})
-	return sctx, q, release, err
-}
+// decideAgain reports whether a statement or batch of the pool that took a connection is
+// decided again before one: held back by health there (engine.ErrWaitBeforeConn), or that
+// connection closed while the engine held it back (errConnClosed).
+func decideAgain(err error) bool { return err == engine.ErrWaitBeforeConn || err == errConnClosed }
 
-// explained takes a connection from pool for x, whose cost needs an EXPLAIN on it, and decides
-// x there (acquireExplained), returning the context Begin returned.
-func (i *interceptor) explained(ctx context.Context, pool connPool, x *engine.Exec, text string, args []any) (
-	sctx context.Context, q querier, release releaser, err error) {
-	q, release, err = acquireExplained(ctx, pool, func(conn *pgx.Conn) (err error) {
-		sctx, err = i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
-		return err
-	})
-	return sctx, q, release, err
+// errConnClosed is the outcome of a statement or batch not sent because the connection it was
+// decided on closed while the engine held it back (checkConn).
+var errConnClosed = errors.New("pgtraffic: the connection closed while the statement was held back; not sent")
+
+// pingAfter is how long a connection sits idle, its statement held back by the engine, before
+// checkConn pings it: pgx's stdlib pings a connection idle for over a second before
+// database/sql hands it out, and pgxpool one idle for over a second before it hands it out.
+const pingAfter = time.Second
+
+// checkConn checks conn, idle for held while the engine held its statement back on it
+// (engine.Exec.Held: an EXPLAIN, a wait for capacity), before the statement is sent there: the
+// server (idle_session_timeout, a restart, pg_terminate_backend) or a proxy may have closed it
+// meanwhile. It is closed (an EXPLAIN that failed with it shows here at no cost), or, after
+// pingAfter or more, it does not answer a ping. It returns nil when conn is fit to send on,
+// errConnClosed when it is not, ctx's error when ctx ended during the ping. A statement no one
+// held back is not checked (held 0), nor a connection still busy with the caller's rows, which
+// pgx answers as it would without pgtraffic.
+func checkConn(ctx context.Context, conn *pgx.Conn, held time.Duration) error {
+	if held <= 0 || conn == nil { // nil: a fake in unit tests
+		return nil
+	}
+	pc := conn.PgConn()
+	switch {
+	case pc.IsClosed():
+		return errConnClosed
+	case held < pingAfter || pc.IsBusy():
+		return nil
+	}
+	if err := pc.Ping(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if pc.IsClosed() {
+			return errConnClosed
+		}
+	}
+	return nil
 }
 
 // named is the text and arguments the engine decides a statement by. For a statement whose

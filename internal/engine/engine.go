@@ -632,6 +632,20 @@ func (x *Exec) Start() time.Time { return x.start }
 // statement with budgets or refused (a statement no rule reads is not given one).
 func (x *Exec) Arrived() time.Time { return x.arrived }
 
+// Held reports how long the engine held x back before admitting it: from its arrival (Arrived)
+// to its start (Start), the time of an EXPLAIN sent or waited for, or of a wait for capacity; 0
+// for a statement no budget reads, which nothing holds back. The front end reads it to check a
+// connection that sat idle meanwhile before it sends the statement there: the server, or a
+// proxy, may have closed it. For a statement of the pool decided on a connection it took
+// (BeginTaken) it counts from its first arrival, a wait before that connection included, and
+// after Acquired it counts the wait for the pool too. Read it between Begin and Finish.
+func (x *Exec) Held() time.Duration {
+	if len(x.Budgets) == 0 {
+		return 0
+	}
+	return x.start.Sub(x.arrived)
+}
+
 // Acquired tells x, admitted by BeginBeforeConn, that its connection is acquired: its clock
 // restarts, so that the wait for the pool is not counted as its cost or against its
 // max_duration, and its pending slots become running ones (budget.Connect). When statements on
@@ -718,7 +732,9 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 // (err, the pool's error: the caller's context ended, the pool closed) or Acquired refused it
 // (err, its error): it gives back whatever slots it still holds and the cost it reserved,
 // learns nothing, and tells the observer that it ended with err. Call it instead of Finish,
-// with the context BeginBeforeConn returned.
+// with the context BeginBeforeConn returned. It ends as well a statement admitted by Begin or
+// BeginTaken that the front end does not send after all (its connection closed while the
+// engine held it back), with the context they returned: nothing ran.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.leave(1, x.later)
