@@ -182,17 +182,9 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 	lapse := st.nextLapse(start)
 	for now := start; ; {
 		deadline := c.deadline(ctx, o, arrived)
-		if !c.mayWait(ctx, o, d, how, now, deadline) {
-			e.refuse(now, c, o, d)
-			return waited, d
-		}
-		if how == wakeHealth && c.lent {
-			return waited, ErrWaitBeforeConn // it leaves the queues, keeping its place of arrival
-		}
-		joined, full := c.enqueue(o, d, how)
-		if full {
-			e.refuse(now, c, o, d)
-			return waited, d
+		joined, stop := e.stay(ctx, c, o, d, how, now, deadline)
+		if stop != nil {
+			return waited, stop
 		}
 		if joined {
 			waited = true
@@ -239,6 +231,28 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 			return waited, err
 		}
 	}
+}
+
+// stay is await's step after c was refused by d of owner o at now (how): c is refused (the
+// refusal recorded, d returned) when it may not wait or finds a queue full; it is sent to wait
+// before a connection (ErrWaitBeforeConn) when it is on one lent to it and health holds it
+// back (it leaves the queues, keeping its place of arrival); else it keeps its place in the
+// queues, joined reporting that it joined them now.
+func (e *Engine) stay(ctx context.Context, c *claim, o owner, d *Denial, how wake, now, deadline time.Time) (
+	joined bool, err error) {
+	if !c.mayWait(ctx, o, d, how, now, deadline) {
+		e.refuse(now, c, o, d)
+		return false, d
+	}
+	if how == wakeHealth && c.lent {
+		return false, ErrWaitBeforeConn
+	}
+	joined, full := c.enqueue(o, d, how)
+	if full {
+		e.refuse(now, c, o, d)
+		return false, d
+	}
+	return joined, nil
 }
 
 // enqueue keeps c's place in its budgets' queues while it waits for what refused it, d of owner
