@@ -100,8 +100,9 @@ func (c *conn) values(args []driver.NamedValue) []any {
 	return vals
 }
 
-// dest is where the connection's statements run: on it.
-func (c *conn) dest() *dest { return &dest{conn: c.pgx} }
+// dest is where the connection's statements run: on it, retried by database/sql on another
+// when it closed while the engine held them back (badConn).
+func (c *conn) dest() *dest { return &dest{conn: c.pgx, retry: true} }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	return c.exec(ctx, query, args, nil)

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"sync"
 	"time"
@@ -109,6 +110,10 @@ type dest struct {
 	// names are those of the statements prepared on the pool's connections (preparedNames);
 	// nil for a database/sql connection's statement.
 	names *preparedNames
+	// retry: conn is database/sql's, which retries a statement answered driver.ErrBadConn on
+	// another connection (badConn). A [PoolConn]'s or a pgx transaction's is its caller's, and
+	// so is its error, as with pgx.
+	retry bool
 }
 
 // held is where a statement on d's held connection is sent.
@@ -148,6 +153,8 @@ func (d *dest) text(sql string) string {
 // the pool) gives it back and is decided again before it, where it waits holding none
 // (engine.ErrWaitBeforeConn); so does one whose connection, taken for its EXPLAIN or decided
 // again on, closed while the engine held it back there (decideOn, errConnClosed).
+// A statement of database/sql's whose connection closed while the engine held it back there
+// is answered driver.ErrBadConn unsent, and database/sql retries it on another (badConn).
 func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
 	x := &o.t.x
@@ -157,6 +164,9 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	if d.pool == nil {
 		q = d.held()
 		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
+		if held := x.Held(); err == nil && held > 0 && d.retry {
+			err = badConn(sctx, x, d.conn, held)
+		}
 	} else {
 		taken := func(conn *pgx.Conn) (context.Context, error) {
 			return i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
@@ -235,6 +245,22 @@ func checkConn(ctx context.Context, conn *pgx.Conn, held time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// badConn checks conn, database/sql's, after the engine held x back on it for held (checkConn):
+// one that closed meanwhile ends x unsent, at no cost (Abandon), and answers driver.ErrBadConn,
+// so that database/sql retries the statement on another connection, where it is decided again
+// as a new statement, as pgx's stdlib answers for a connection found closed before anything
+// was sent.
+func badConn(sctx context.Context, x *engine.Exec, conn *pgx.Conn, held time.Duration) error {
+	err := checkConn(sctx, conn, held)
+	if err != nil {
+		x.Abandon(sctx, err)
+	}
+	if err == errConnClosed {
+		return driver.ErrBadConn
+	}
+	return err
 }
 
 // named is the text and arguments the engine decides a statement by. For a statement whose

@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgtraffic/pgtraffic/internal/pgtest"
+	"github.com/pgtraffic/pgtraffic/tagging"
+)
+
+// TestSQLWaiterConnClosedByServerRunsElsewhere: on database/sql a statement waiting for
+// capacity (max_wait) holds the connection database/sql handed it (README). The server closes
+// idle sessions (idle_session_timeout, here 1 s; a proxy's or firewall's idle cut-off does the
+// same): the waiting statement's session is idle for the 2 s it waits, and the server
+// terminates it. Once admitted, the statement must not be sent on the dead connection (the
+// caller would get "FATAL: terminating connection due to idle-session timeout (SQLSTATE
+// 57P05)"): without pgtraffic that cannot happen (pgx's stdlib checks a connection idle for
+// more than a second in ResetSession before database/sql hands it out, and a closed one is
+// retried on another connection as driver.ErrBadConn), and with driver.NewPool, whose waiting
+// statements hold no connection, the same statement runs. The connection is checked after the
+// wait and, dead, answered as driver.ErrBadConn: database/sql runs the statement on another.
+func TestSQLWaiterConnClosedByServerRunsElsewhere(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	bg := context.Background()
+	appDSN := dsn + "&idle_session_timeout=1000"
+	if !contains(dsn, "?") {
+		appDSN = dsn + "?idle_session_timeout=1000"
+	}
+	f := openDbfailFront(t, "sql", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 30s}]
+rules: [{budget: b, match: {app: x}}]`)
+	ctx := tagging.With(bg, "app", "x")
+	if err := f.exec(ctx, "select pg_sleep($1::float8)", 0.001); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.exec(ctx, "select pg_sleep($1::float8)", 2.5) }()
+	mustEventually(t, "the first statement in flight", func() bool { return f.snap().InFlight == 1 })
+	t0 := time.Now()
+	err := f.exec(ctx, "select pg_sleep($1::float8)", 0.01)
+	waited := time.Since(t0)
+	first := <-done
+	t.Logf("waiter: %v after %v; first: %v", err, waited, first)
+	if first != nil {
+		t.Fatal(first)
+	}
+	if err != nil {
+		t.Fatalf("a statement that waited %v for its slot failed with %q: sent on the connection the server closed while it waited",
+			waited.Round(time.Millisecond), err)
+	}
+}
+
+// TestPoolWaiterConnClosedByServerRunsElsewhere: on driver.NewPool a statement of a pattern
+// not yet costed, under a budget with per_query_limit, takes a connection for its EXPLAIN and,
+// when it must then wait (max_wait), "waits holding it" (README). The server closes the idle
+// session (idle_session_timeout 1 s) during the 2 s wait. The connection was pgtraffic's
+// choice, not the caller's, and nothing of the caller's had been sent on it: pgxpool itself
+// would have handed out a live one (it checks a connection idle for more than a second before
+// handing it out). So once admitted the statement must not be sent on the dead connection (the
+// caller would get "FATAL: terminating connection due to idle-session timeout (SQLSTATE
+// 57P05)"): the connection is checked after the wait, given back, and the statement runs on
+// another.
+func TestPoolWaiterConnClosedByServerRunsElsewhere(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	bg := context.Background()
+	appDSN := dsn + "&idle_session_timeout=1000"
+	if !contains(dsn, "?") {
+		appDSN = dsn + "?idle_session_timeout=1000"
+	}
+	f := openDbfailFront(t, "pool", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 30s, per_query_limit: 20s}]
+rules: [{budget: b, match: {app: x}}]`)
+	ctx := tagging.With(bg, "app", "x")
+	if err := f.exec(ctx, "select pg_sleep($1::float8)", 0.001); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.exec(ctx, "select pg_sleep($1::float8)", 2.5) }()
+	mustEventually(t, "the first statement in flight", func() bool { return f.snap().InFlight == 1 })
+	t0 := time.Now()
+	err := f.exec(ctx, "select 1 + $1::int", 1) // a new pattern: EXPLAINed on its connection, then waits holding it
+	waited := time.Since(t0)
+	first := <-done
+	t.Logf("waiter: %v after %v; first: %v", err, waited, first)
+	if first != nil {
+		t.Fatal(first)
+	}
+	if err != nil {
+		t.Fatalf("a statement that waited %v for its slot, holding the connection it EXPLAINed on, failed with %q: "+
+			"sent on the connection the server closed while it waited", waited.Round(time.Millisecond), err)
+	}
+}
