@@ -24,10 +24,10 @@ import (
 // headroom since its last sync, and the others hand theirs over at once"; the contract: "a
 // statement is refused for concurrency only while the fleet's in-flight count is within one
 // sync's growth of the limit". B's 32 is the even split, so B is refused nothing once its
-// early sync has said on the want channel that it wants more, A has reported what it wanted
-// since its last sync (nothing) rather than its slowly falling estimate of 48 and handed its
-// slots back, and B's next early sync has taken them (an eighth of an interval each, 125 ms
-// at sync_interval 1s). B's load arrives as its pool opens its connections, one after
+// early syncs have said on the want channel that it wants more, A's estimate of 48 has
+// fallen fast (halving each eighth of an interval while it is called, rather than each
+// interval) and A has handed its slots back, and B's next early syncs have taken them (an
+// eighth of an interval each, 125 ms at sync_interval 1s). B's load arrives as its pool opens its connections, one after
 // another (B ran nothing before), so its demand grows over a few hundred milliseconds, a step
 // per report, and passes its lease of 8 some 200–400 ms after its workers start, a time that
 // is the pool's, not the hand-over's: B may be refused during half an interval (500 ms, four

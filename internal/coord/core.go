@@ -77,8 +77,8 @@ type part struct {
 	// of an instance that crashed); at once, when Redis asks it to confirm a smaller grant;
 	// or soon, when another instance wants slots this one holds (see wanted).
 	retake time.Time
-	// called says another instance wants slots this one holds (wanted): the next report
-	// gives the slots wanted since the last sync, not the slowly falling estimate.
+	// called says another instance wants slots this one holds (wanted): at the next report
+	// the estimate of the slots it wants falls eight times as fast (see roll).
 	called bool
 
 	pushed    budget.Lease // what the local budget enforces
@@ -240,11 +240,11 @@ func (c *core) due(now time.Time, kicked bool) bool {
 
 // wanted marks the partition whose field is field, if this instance holds slots of it, to
 // sync early: another instance said on the budget's want channel that it wants more than it
-// was granted while others hold slots beyond their targets or their demand. Redis decides at
-// that sync what this instance hands back, from the slots it wanted since its last sync
-// rather than its slowly falling estimate (see roll). The sync comes an eighth of an interval
-// after the last at the soonest, as a starved partition's does, whatever the messages (they
-// are untrusted input). It reports whether it marked one.
+// was granted while others hold slots beyond their targets. Redis decides at that sync what
+// this instance hands back, from an estimate of the slots it wants that falls faster meanwhile
+// (see roll). The sync comes an eighth of an interval after the last at the soonest, as a
+// starved partition's does, whatever the messages (they are untrusted input). It reports
+// whether it marked one.
 func (c *core) wanted(now time.Time, field string) bool {
 	p := c.parts[field]
 	if p == nil || partitionField(p.key) != field || !p.hasGrant || p.grant.Slots == 0 {
@@ -440,8 +440,10 @@ func (c *core) roll(p *part, now time.Time) {
 	p.demand.add(p.offered/dt.Seconds(), dt, c.interval)
 	if p.called {
 		// Another instance is kept short: a demand that stopped must not hold its slots
-		// for the intervals of the estimate's fall (see estimator).
-		p.want.set(float64(p.peak))
+		// for the intervals of the estimate's slow fall, so it halves the gap each eighth of
+		// an interval. Not at once: a bursty instance would give its slots away between its
+		// bursts and call for them back at the next (see estimator).
+		p.want.add(float64(p.peak), dt, shortGap(c.interval))
 		p.called = false
 	} else {
 		p.want.add(float64(p.peak), dt, c.interval)

@@ -357,11 +357,12 @@ func TestWantedHolderSyncsEarly(t *testing.T) {
 	}
 }
 
-// TestWantedHolderReportsItsPeak: a holder told that another instance wants slots it holds
-// reports, at its next sync, the most slots it wanted since its last one, not its slowly
-// falling estimate of a demand that stopped (48 slots, then 2); its later syncs fall slowly
-// again from there, and without a message the estimate falls slowly as before.
-func TestWantedHolderReportsItsPeak(t *testing.T) {
+// TestWantedHolderEstimateFallsFast: a holder told that another instance wants slots it holds
+// reports, at its next sync, an estimate of a demand that stopped (48 slots, then 2) fallen
+// eight times as fast as without the message (its half-life an eighth of an interval); its
+// later syncs fall slowly again from there, and without a message the estimate falls slowly
+// as before.
+func TestWantedHolderEstimateFallsFast(t *testing.T) {
 	for _, called := range []bool{true, false} {
 		t.Run(fmt.Sprintf("called=%v", called), func(t *testing.T) {
 			c := newTestCore(Spec{Name: "b", MaxConcurrent: 64})
@@ -381,7 +382,7 @@ func TestWantedHolderReportsItsPeak(t *testing.T) {
 			if len(reps) != 1 || len(reps[0]) != 1 {
 				t.Fatalf("the sync carries %v, want the partition", reps)
 			}
-			got, want := reps[0][0].want, 2
+			got, want := reps[0][0].want, 17 // 2 + 46 × 2^−1.6, rounded: the fast fall
 			if !called {
 				want = 42 // 2 + 46 × 2^−0.2, rounded: the slow fall
 			}

@@ -86,14 +86,12 @@ var _ Local = (*budget.Budget)(nil)
 // partition that wants more must get it at the next sync), a fall halves the gap every
 // halfLife (one burst of quiet must not give its share away). The slow fall keeps a bursty
 // instance's slots while no other instance needs them: when another is kept short and says so
-// on the want channel, the holder reports what it wanted since its last sync instead (set),
-// so that slots held for a demand that stopped move at once, not over 1 + log2 N intervals.
+// on the want channel, the holder's half-life is an eighth of an interval (core.roll), so that
+// slots held for a demand that stopped move within a few early syncs, not over 1 + log2 N
+// intervals.
 type estimator struct {
 	v float64
 }
-
-// set makes x the estimate, whatever it was.
-func (e *estimator) set(x float64) { e.v = x }
 
 func (e *estimator) add(x float64, dt, halfLife time.Duration) float64 {
 	if x >= e.v || halfLife <= 0 {

@@ -42,9 +42,8 @@ func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + 
 
 // WantChannel is the Redis channel of a budget, pgtraffic:{budget}:want, on which the sync
 // script says that an instance wants more slots than it was granted while others hold slots
-// beyond their targets or their demand (the message: the partition's field); each coordinator
-// listens, and a holder then syncs early, reporting its demand since its last sync, to hand
-// those slots over.
+// beyond their targets (the message: the partition's field); each coordinator listens, and a
+// holder then syncs early, its estimate of its demand falling fast, to hand those slots over.
 func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + ":want" }
 
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).

@@ -534,21 +534,16 @@ for i = 1, nparts do
           end
         end
       end
-      -- An instance that wants more than its grant says so on the budget's want channel (the
-      -- message: the partition's field) when another instance holds slots beyond its target
-      -- (keeping this one below its own), and so does an instance that wants more than its
-      -- grant or than the limit it applied (it was refused since its last sync) when another
-      -- holds slots beyond what it wants (headroom, or a demand that stopped, whose estimate
-      -- falls slowly and so set the targets): the holders sync early, report what they
-      -- wanted since their last sync and hand the slots over rather than at their next
-      -- regular sync. A refused instance reports its demand a step at a time (doc.go), so
-      -- its want may be below the grant it is given while others still hold slots they do
-      -- not want. Once every other instance holds at most its target and its want (a
-      -- saturated partition, the hand-over done), no message goes out.
-      if want > g_slots or want > applied then
+      -- An instance that wants more than its grant, or than the limit it applied (it was
+      -- refused since its last sync: it reports its demand a step at a time, doc.go), and is
+      -- kept below its target by what others hold beyond theirs, says so on the budget's
+      -- want channel (the message: the partition's field): the holders sync early, their
+      -- estimates falling fast, and hand those slots over rather than at their next regular
+      -- sync. Once every other instance holds at most its target (the hand-over done, or a
+      -- saturated partition), no message goes out.
+      if (want > g_slots or want > applied) and g_slots < t_slots then
         for k = 1, n do
-          local e = others[ids[k]]
-          if k ~= me and (e[4] > e[3] or want > g_slots and g_slots < t_slots and e[4] > target[k]) then
+          if k ~= me and others[ids[k]][4] > target[k] then
             redis.pcall('PUBLISH', want_channel, fields[i]) -- a Redis user denied the channel loses nothing else
             break
           end
