@@ -640,7 +640,9 @@ func (x *Exec) Arrived() time.Time { return x.arrived }
 // (BeginTaken) it counts from its first arrival, a wait before that connection included, and
 // after Acquired it counts the wait for the pool too. Read it between Begin and Finish.
 func (x *Exec) Held() time.Duration {
-	if len(x.Budgets) == 0 {
+	// Start is a copy of Arrived until the engine restarts it: the comparison spares the
+	// statements nothing held back (most) a subtraction of two times.
+	if len(x.Budgets) == 0 || x.start == x.arrived {
 		return 0
 	}
 	return x.start.Sub(x.arrived)
