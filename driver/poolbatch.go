@@ -52,8 +52,9 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 
 // beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
 // a statement (held back by health on a connection it took, or that connection closed while
-// it was held back there, it gives it back and is decided again before one), and returns where to send it and, when it took a connection from the
-// pool, what gives it back. On nil eb must be finished.
+// it was held back there, it gives it back and is decided again before one), and returns
+// where to send it and, when it took a connection from the pool, what gives it back. On nil
+// eb must be finished.
 func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
 	q querier, release releaser, err error) {
 	e := r.c.engine

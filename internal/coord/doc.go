@@ -117,8 +117,7 @@
 // interval, and messages go out only while some instance holds more than its target: they
 // stop once the holders have handed over. A saturated partition (every instance wanting more
 // than it holds, each at its target) sends none, and a fleet below the limit with bursty
-// instances few (measured: 8 instances alternating 2 and 14 statements every 300 ms against a
-// limit of 64 made 1.5 calls per instance per interval, as before the faster fall). An
+// instances few, no more than before the faster fall (integration/PERFORMANCE.md). An
 // instance joining holders of the whole budget is served the same way: its first grant is
 // what the others do not hold (none, when one holds the whole budget), and it is refused for
 // want of a slot until the holders' early syncs and its own next one, about a quarter of an
@@ -130,12 +129,11 @@
 // reports a rise of demand a step at a time. When load moves from one instance to another,
 // the first steps bring the messages, the estimate of the instance whose load stopped falls
 // fast, and the rising one's early syncs take the slots it gives back: it is refused for two
-// to five early syncs from its first refusal (measured: 125–380 ms at a 1 s interval, 32
-// statements moving against a limit of 64, 0.3–0.62 s in virtual time; before the faster fall,
-// 0.8–1.1 s). Where
-// the instances all want more than the limit, the steps set the pace at which the fair split
-// is reached: a slot or a few per early sync. A statement that waits (max_wait) counts at
-// every report until it is admitted, so waiting statements report their demand whole.
+// to five early syncs from its first refusal, where the slow fall alone took about an interval
+// (integration/PERFORMANCE.md has the figures). Where the instances all want more than the
+// limit, the steps set the pace at which the fair split is reached: a slot or a few per early
+// sync. A statement that waits (max_wait) counts at every report until it is admitted, so
+// waiting statements report their demand whole.
 // The sum of the grants in Redis never exceeds L: a grant is at most what the others do not
 // hold (a provisional lease is no grant; see "Provisional leases" for what it may add).
 //
