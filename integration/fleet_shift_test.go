@@ -27,11 +27,16 @@ import (
 // early syncs have said on the want channel that it wants more, A's estimate of 48 has
 // fallen fast (halving each eighth of an interval while it is called, rather than each
 // interval) and A has handed its slots back, and B's next early syncs have taken them (an
-// eighth of an interval each, 125 ms at sync_interval 1s). B's load arrives as its pool opens its connections, one after
+// eighth of an interval each). B's load arrives as its pool opens its connections, one after
 // another (B ran nothing before), so its demand grows over a few hundred milliseconds, a step
-// per report, and passes its lease of 8 some 200–400 ms after its workers start, a time that
-// is the pool's, not the hand-over's: B may be refused during half an interval (500 ms, four
-// early syncs) from its first refusal; a refusal later than that fails it.
+// per report, and passes its lease of 8 well after its workers start, a time that is the
+// pool's, not the hand-over's: so the bound runs from B's first refusal. It is one sync
+// interval, the contract's "one sync's growth": on a machine shared with other work (CI runs
+// packages side by side) every early sync, timer and Redis call of the hand-over slips, so a
+// tighter bound in real time tests the machine. The mechanism's own bound, five eighths of an
+// interval from the shift, is held in virtual time by TestSlotsLoadShiftHandsOver in
+// internal/coord; the interval or more that B was refused without the faster fall is what
+// this test catches.
 func TestFleetLoadShiftFindsSlots(t *testing.T) {
 	srv := redistest.Need(t)
 	dsn := pgtest.Shared(t).CreateDatabase(t)
@@ -82,7 +87,7 @@ func TestFleetLoadShiftFindsSlots(t *testing.T) {
 	t.Logf("B after the shift: %d run, %d refused, the first %v and the last %v after it began (%v); leases A %d B %d",
 		b.ran, b.refused, b.firstAt.Round(time.Millisecond), b.lastAt.Round(time.Millisecond), b.last,
 		sharedStatus(t, ca, "slots").Slots, sharedStatus(t, cb, "slots").Slots)
-	if b.refused > 0 && b.lastAt-b.firstAt > 500*time.Millisecond {
+	if b.refused > 0 && b.lastAt-b.firstAt >= time.Second { // sharedSlotsRules: sync_interval 1s
 		t.Errorf("after the load moved from A to B (at most 32 of 64 in flight in the fleet, none on A), B refused %d of %d, "+
 			"from %v to %v after the shift: %v", b.refused, b.ran+b.refused, b.firstAt.Round(time.Millisecond),
 			b.lastAt.Round(time.Millisecond), b.last)
