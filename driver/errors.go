@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -89,4 +91,4 @@ func (e *BlockedError) SafeToRetry() bool { return true }
 
 // SQLState returns "53000" (insufficient_resources), the code PlanetScale's Traffic Control uses,
 // so code that inspects SQLSTATEs can treat a blocked statement like a server-side refusal.
-func (e *BlockedError) SQLState() string { return "53000" }
+func (e *BlockedError) SQLState() string { return pgerrcode.InsufficientResources }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgerrcode"
 )
 
 // activeQueriesSQL counts client backends executing a statement, excluding
@@ -92,7 +94,7 @@ func describe(err error, timeout time.Duration) string {
 		return result.Problem
 	case errors.As(err, &server):
 		code := server.SQLState()
-		if code == "57014" {
+		if code == pgerrcode.QueryCanceled {
 			return fmt.Sprintf("timed out after %s (server canceled the statement, SQLSTATE 57014)", timeout)
 		}
 		return fmt.Sprintf("server error SQLSTATE %s (%s)", code, conditionName(code))
@@ -107,19 +109,19 @@ func describe(err error, timeout time.Duration) string {
 // otherwise the class.
 func conditionName(code string) string {
 	switch code {
-	case "42601":
+	case pgerrcode.SyntaxError:
 		return "syntax_error"
-	case "42501":
+	case pgerrcode.InsufficientPrivilege:
 		return "insufficient_privilege"
-	case "42P01":
+	case pgerrcode.UndefinedTable:
 		return "undefined_table"
-	case "42703":
+	case pgerrcode.UndefinedColumn:
 		return "undefined_column"
-	case "42883":
+	case pgerrcode.UndefinedFunction:
 		return "undefined_function"
-	case "0A000":
+	case pgerrcode.FeatureNotSupported:
 		return "feature_not_supported"
-	case "25006":
+	case pgerrcode.ReadOnlySQLTransaction:
 		return "read_only_sql_transaction"
 	}
 	if len(code) < 2 {

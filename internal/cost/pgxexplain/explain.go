@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -36,10 +37,6 @@ const (
 	// rollbackTimeout bounds the ROLLBACK TO after a failed EXPLAIN. The rollback ignores the
 	// caller's cancellation: a cancelled EXPLAIN must still not leave the transaction aborted.
 	rollbackTimeout = 5 * time.Second
-
-	// The SQLSTATEs of the server's cancellations (sentError).
-	codeLockNotAvailable = "55P03"
-	codeQueryCanceled    = "57014"
 )
 
 // Explain runs EXPLAIN (VERBOSE, FORMAT JSON) query with args on conn, the connection the caller's
@@ -176,7 +173,7 @@ func sentError(err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if pgErr.Code == codeLockNotAvailable || pgErr.Code == codeQueryCanceled {
+		if pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.QueryCanceled {
 			return fmt.Errorf("%w: %w", cost.ErrCancelled, pgErr)
 		}
 		return fmt.Errorf("cost: explain failed: SQLSTATE %s", pgErr.Code)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -85,7 +86,10 @@ func (c *Conn) Read(ctx context.Context, ids []int64) (serverclock.Reading, erro
 // unavailable are the SQLSTATEs of a server without a readable pg_stat_statements: undefined
 // table or function (the extension not created), insufficient privilege, object not in
 // prerequisite state (not in shared_preload_libraries), invalid schema.
-var unavailable = map[string]bool{"42P01": true, "42883": true, "42501": true, "55000": true, "3F000": true}
+var unavailable = map[string]bool{
+	pgerrcode.UndefinedTable: true, pgerrcode.UndefinedFunction: true, pgerrcode.InsufficientPrivilege: true,
+	pgerrcode.ObjectNotInPrerequisiteState: true, pgerrcode.InvalidSchemaName: true,
+}
 
 func (c *Conn) read(ctx context.Context, ids []int64) (serverclock.Reading, error) {
 	if c.sql == "" {
