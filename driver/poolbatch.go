@@ -67,7 +67,7 @@ func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, quer
 	for again := true; again; again = decideAgain(err) {
 		switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
 		case nil:
-			if q, release, err = acquireAdmitted(ctx, d.pool, eb); err == engine.ErrDecideAgain {
+			if q, release, err = acquireAdmitted(ctx, d.pool, decidedBatch{eb}); err == engine.ErrDecideAgain {
 				// The rules were replaced while it waited for room on its connection: decided
 				// afresh there.
 				_, q, release, err = decideOn(q, release, decidedBatch{eb}, taken)

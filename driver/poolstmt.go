@@ -45,12 +45,12 @@ func (c poolConns) acquire(ctx context.Context) (querier, releaser, error) {
 	return pc.Conn(), pc, nil
 }
 
-// admitted is a statement (*engine.Exec) or a batch (*engine.Batch) that the engine admitted
+// admitted is a statement (*engine.Exec) or a batch (decidedBatch) that the engine admitted
 // before it had a connection (BeginBeforeConn): told once it has one, which may refuse it
-// still, or abandoned.
+// still or hold it back there (Held), or abandoned.
 type admitted interface {
 	Acquired(ctx context.Context) error
-	Abandon(ctx context.Context, err error)
+	decided
 }
 
 // acquireAdmitted takes a connection from pool for a, admitted before it had one under ctx
@@ -61,8 +61,9 @@ type admitted interface {
 // ended, the pool closed), Acquired refuses a, or the pool's hook or the engine's observer
 // panics, a is abandoned: its slots go back at no cost, as does the connection it took. The
 // error is the pool's, or Acquired's refusal (a *engine.Denial, or ctx's error), or
-// engine.ErrWaitBeforeConn when a health threshold held a back on its connection: the caller
-// decides it again before it takes one.
+// engine.ErrWaitBeforeConn when a health threshold held a back on its connection, or
+// errConnClosed when that connection closed while a waited on it for room: the caller decides
+// it again before it takes one.
 //
 // When the rules were replaced while a waited for room on its connection, Acquired returns
 // engine.ErrDecideAgain: a is abandoned (its first decision ends there), and acquireAdmitted
@@ -87,6 +88,13 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 	err = errPanicked
 	switch err = a.Acquired(ctx); err {
 	case nil:
+		// Overtaken, a may have waited on the connection for room: the server, or a proxy,
+		// may have closed it meanwhile (checkConn). Then a is abandoned unsent, the
+		// connection goes back, and the caller decides a again before one (errConnClosed).
+		pc, _ := q.(*pgx.Conn) // a fake in unit tests
+		if err = checkConn(ctx, pc, a.Held()); err != nil {
+			return nil, nil, err
+		}
 		ran = true
 		return q, conn, nil
 	case engine.ErrDecideAgain:

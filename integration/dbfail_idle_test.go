@@ -89,3 +89,55 @@ rules: [{budget: b, match: {app: x}}]`)
 			"sent on the connection the server closed while it waited", waited.Round(time.Millisecond), err)
 	}
 }
+
+// TestPoolReadmittedConnClosedByServerRunsElsewhere: on driver.NewPool a statement admitted
+// before its connection, whose slot a statement on a held connection (a PoolConn) overtook
+// while it waited for the pool, is admitted again on the connection it then took, and waits
+// there for room (max_wait) holding it (README). The server closes that idle session (its
+// idle_session_timeout 1 s) during the 1.5 s wait. The connection was pgtraffic's choice and
+// nothing had been sent on it, so once admitted the statement must not be sent there (the
+// caller would get "FATAL: terminating connection due to idle-session timeout (SQLSTATE
+// 57P05)"): the connection is checked after the wait, given back, and the statement is decided
+// again and runs on another.
+func TestPoolReadmittedConnClosedByServerRunsElsewhere(t *testing.T) {
+	p := pendingPool(t, 2, poolOneSlot)
+	ctx := pendingCtx
+	c1, err := p.Acquire(ctx) // the overtaker's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Release()
+	raw, err := p.Raw().Acquire(ctx) // the one the statement will wait on
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, "set idle_session_timeout = 1000"); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { _, err := p.Exec(ctx, "select 1"); res <- err }()
+	pendingEventually(t, "pending", func() bool { return poolBudget(t, p, "b").InFlight == 1 })
+	rows, err := c1.Query(ctx, "select generate_series(1, 3)") // overtakes the pending slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Release()
+	pendingEventually(t, "re-admission waits", func() bool {
+		return poolBudget(t, p, "b").Waiting == 1 && p.Stat().AcquiredConns() == 2
+	})
+	time.Sleep(1500 * time.Millisecond) // the waiter's connection idle past its timeout
+	rows.Close()
+	c1.Release()
+	t0 := time.Now()
+	select {
+	case err := <-res:
+		t.Logf("the statement ended %v after the overtaker: %v", time.Since(t0), err)
+		if err != nil {
+			t.Fatalf("a statement admitted again on its connection after a 1.5 s wait for room failed with %q: "+
+				"sent on the connection the server closed while it waited", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the statement waiting for room on its connection never ended")
+	}
+	poolHoldsNothing(t, p, "after the statement ran elsewhere")
+}

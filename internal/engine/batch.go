@@ -590,12 +590,13 @@ func (b *Batch) Acquired(ctx context.Context) error {
 	st := b.st
 	b.st = nil
 	b.start = b.e.now()
+	b.arrived = b.start // as Exec.Acquired: Held counts only a wait on the connection
 	if st != nil && st != b.e.state.Load() {
 		// The rules were replaced while b waited for its connection: it gives back what it
 		// holds and is decided again on its connection, as Exec.Acquired does a statement.
 		giveBack(b.start, b.holds[:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
-		b.again, b.arrived = onTaken, b.start
+		b.again = onTaken
 		return ErrDecideAgain
 	}
 	for i := range b.holds[:b.held] {
@@ -608,7 +609,7 @@ func (b *Batch) Acquired(ctx context.Context) error {
 	}
 	for i := range b.Execs {
 		if x := &b.Execs[i]; !x.start.IsZero() {
-			x.start = b.start
+			x.start, x.arrived = b.start, b.arrived
 		}
 	}
 	return nil

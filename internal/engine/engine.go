@@ -629,7 +629,8 @@ func (x *Exec) Start() time.Time { return x.start }
 // Arrived returns when the engine began deciding the statement, which Start follows by the
 // time it spent on an EXPLAIN or waiting for capacity: its span starts here, so that this time
 // shows in the caller's trace. Read it only from the observer's Started and Blocked, for a
-// statement with budgets or refused (a statement no rule reads is not given one).
+// statement with budgets or refused (a statement no rule reads is not given one). After
+// Acquired it is when the statement had its connection (Held).
 func (x *Exec) Arrived() time.Time { return x.arrived }
 
 // Held reports how long the engine held x back before admitting it: from its arrival (Arrived)
@@ -637,8 +638,10 @@ func (x *Exec) Arrived() time.Time { return x.arrived }
 // for a statement no budget reads, which nothing holds back. The front end reads it to check a
 // connection that sat idle meanwhile before it sends the statement there: the server, or a
 // proxy, may have closed it. For a statement of the pool decided on a connection it took
-// (BeginTaken) it counts from its first arrival, a wait before that connection included, and
-// after Acquired it counts the wait for the pool too. Read it between Begin and Finish.
+// (BeginTaken) it counts from its first arrival, a wait before that connection included; after
+// Acquired it counts only a wait on the connection (overtaken, admitted again there), not the
+// wait for the pool, which checks a connection idle for long before it hands it out. Read it
+// between Begin and Finish.
 func (x *Exec) Held() time.Duration {
 	// Start is a copy of Arrived until the engine restarts it: the comparison spares the
 	// statements nothing held back (most) a subtraction of two times.
@@ -672,7 +675,10 @@ func (x *Exec) Acquired(ctx context.Context) error {
 	}
 	st := x.st
 	x.st = nil
+	// From here Arrived is when x had its connection, so that Held counts only a wait on it
+	// (admitAgain): the pool checked the connection it handed out.
 	x.start = x.e.now()
+	x.arrived = x.start
 	if st != nil && st != x.e.state.Load() {
 		// The rules were replaced while x waited for its connection (a budget closed by a zero
 		// limit, a limit lowered, a rule removed): x gives back what it holds and is decided
@@ -680,7 +686,7 @@ func (x *Exec) Acquired(ctx context.Context) error {
 		// waits there (admitAgain), in its place of arrival.
 		giveBack(x.start, x.holds)
 		x.holds = x.holds[:0]
-		x.again, x.arrived = onTaken, x.start
+		x.again = onTaken
 		return ErrDecideAgain
 	}
 	for i := range x.holds {
