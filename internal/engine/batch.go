@@ -281,7 +281,7 @@ func (e *Engine) batchStatement(ctx context.Context, st *compiled, b *Batch, i i
 	var later bool
 	if rt.needCost {
 		var err error
-		if _, later, err = e.predict(ctx, x, &call{conn: conn, query: query, args: args}, rt.explain); err != nil {
+		if _, later, err = e.predict(ctx, st, x, rt, &call{conn: conn, query: query, args: args}); err != nil {
 			return err
 		}
 		x.Costed = !later

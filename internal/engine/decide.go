@@ -150,7 +150,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	x.Budgets = rt.names
 	if rt.needCost {
 		var later bool
-		if slow, later, err = e.predict(ctx, x, c, rt.explain); err != nil {
+		if slow, later, err = e.predict(ctx, st, x, rt, c); err != nil {
 			return false, err
 		}
 		if later {
@@ -427,8 +427,10 @@ var localOnly = health.NewSampler(health.Options{})
 // one that ctx ended (its caller gave up while it was explained: err is ctx's), after which the
 // statement could not run either (pgx closes a connection whose statement it cancels). needConn
 // reports, for a statement with no connection yet (x.later), that it would EXPLAIN: nothing else
-// is set or counted.
-func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode) (sent, needConn bool, err error) {
+// is set or counted. The EXPLAIN runs under rt's max_duration (explainContext): one cut off
+// by it answers the statement with an error matching ErrOverrun, nothing else sent.
+func (e *Engine) predict(ctx context.Context, st *compiled, x *Exec, rt *route, c *call) (sent, needConn bool, err error) {
+	mode := rt.explain
 	p := x.Pattern
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
@@ -460,7 +462,7 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				}
 				// Priced by the plan it cached now, or, that EXPLAIN cut off, explained anew. It
 				// waited: its clock restarts (sent).
-				_, needConn, err = e.predict(ctx, x, c, mode)
+				_, needConn, err = e.predict(ctx, st, x, rt, c)
 				return true, needConn, err
 			}
 		}
@@ -472,7 +474,9 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 		}
 		if c.conn != nil {
 			t0 := e.now()
-			plan, err := c.conn.Explain(ctx, c.query, c.args)
+			ectx, stop := explainContext(ctx, st, rt)
+			plan, err := c.conn.Explain(ectx, c.query, c.args)
+			stop()
 			switch {
 			case errors.Is(err, cost.ErrNotSent):
 				// Nothing reached the server (an aborted transaction, a busy connection): no call
@@ -481,6 +485,12 @@ func (e *Engine) predict(ctx context.Context, x *Exec, c *call, mode explainMode
 				// Its caller gave up: not the pattern's failure, and nothing to run.
 				e.stats.ExplainCalls.Add(1)
 				return true, false, ctx.Err()
+			case err != nil && ectx.Err() != nil:
+				// Its max_duration passed while it was explained (a lock it waits for, a planner
+				// that takes long): sent, it would run past it. Not the pattern's failure either.
+				e.stats.ExplainCalls.Add(1)
+				e.stats.ExplainFailures.Add(1)
+				return true, false, e.explainOverran(st, x, rt, context.Cause(ectx), err)
 			case errors.Is(err, cost.ErrCancelled):
 				// The server cut the EXPLAIN off (the session's lock_timeout or
 				// statement_timeout): sent, the statement would wait for the same lock again.

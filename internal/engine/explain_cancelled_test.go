@@ -49,3 +49,39 @@ rules:
 	}
 	x.Finish(ctx2, nil)
 }
+
+// blockedConn is an EXPLAIN that waits for a lock until its context ends.
+type blockedConn struct{}
+
+func (blockedConn) Explain(ctx context.Context, _ string, _ []any) (cost.Plan, error) {
+	<-ctx.Done()
+	return cost.Plan{}, fmt.Errorf("cost: explain failed: %w", ctx.Err())
+}
+
+// TestExplainBoundedByMaxDuration: the EXPLAIN that prices a new pattern runs under its
+// budget's max_duration, as the statement would: one that waits past it (a lock) answers the
+// statement with an error matching ErrOverrun and context.DeadlineExceeded, counted as the
+// budget's block, reason max_duration; nothing is left in flight. A budget without
+// max_duration leaves the EXPLAIN to its caller's context.
+func TestExplainBoundedByMaxDuration(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: b, mode: enforce, server_share: 0.5, max_duration: 20ms}
+rules:
+  - {budget: b, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	_, err := e.Begin(ctx, new(Exec), blockedConn{}, "select * from t where a > $1", []any{1})
+	if !errors.Is(err, ErrOverrun) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a statement whose EXPLAIN waited past max_duration: %v, want ErrOverrun and context.DeadlineExceeded", err)
+	}
+	if n := e.InFlight(); n != 0 {
+		t.Errorf("%d in flight after the answer, want 0", n)
+	}
+	if s := e.Stats(); s.ExplainCalls.Load() != 1 || s.ExplainFailures.Load() != 1 {
+		t.Errorf("explain calls %d, failures %d; want 1 and 1", s.ExplainCalls.Load(), s.ExplainFailures.Load())
+	}
+	if d := e.Budgets()[0].Decisions; d.Blocked != 1 || d.BlockedBy["max_duration"] != 1 {
+		t.Errorf("budget b counted %d blocks (%v), want 1, reason max_duration", d.Blocked, d.BlockedBy)
+	}
+}

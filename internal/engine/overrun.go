@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -116,4 +117,38 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 		}
 	}
 	return cancelled
+}
+
+// explainContext returns ctx bounded by rt's max_duration (its enforce budgets' smallest), for
+// the EXPLAIN of a statement routed by rt under st, and what releases it: the EXPLAIN comes
+// before the statement's admission, but a statement that waits longer than its max_duration
+// for its plan (a lock a migration holds, a slow planner) would run past it, and the caller who
+// set max_duration as a client-side statement_timeout expects it cut off, as the server's
+// statement_timeout cuts off an EXPLAIN. Without a bound it returns ctx.
+func explainContext(ctx context.Context, st *compiled, rt *route) (context.Context, context.CancelFunc) {
+	if rt.bound <= 0 {
+		return ctx, func() {}
+	}
+	bs := st.budgets[st.ruleBudget[rt.boundBy]]
+	return context.WithTimeoutCause(ctx, rt.bound, bs.overrun)
+}
+
+// explainOverran answers x, whose EXPLAIN its max_duration cut off (cause, from explainContext;
+// err, the EXPLAIN's error), as a statement cancelled by it is answered (overran): counted and
+// logged as the bounding budget's block, reason max_duration, and an error matching ErrOverrun
+// and, through err, context.DeadlineExceeded.
+func (e *Engine) explainOverran(st *compiled, x *Exec, rt *route, cause, err error) error {
+	r := rt.boundBy
+	bs := st.budgets[st.ruleBudget[r]]
+	now := e.now()
+	d := &Denial{Budget: bs.name, Rule: st.ruleName[r], Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
+		Limit: "max_duration=" + rt.bound.String()}
+	x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonMaxDuration, bs.name
+	bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration)
+	e.recordBlock(now, d, x.Pattern)
+	e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
+	if x.Wants&WantDecisions != 0 {
+		e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
+	}
+	return fmt.Errorf("%w (in its EXPLAIN, before it was sent): %w", cause, err)
 }
