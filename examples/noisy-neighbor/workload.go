@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -480,11 +481,11 @@ func (execTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 
 func (execTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// isQueryCanceled reports whether the server cancelled the statement (SQLSTATE 57014), as
+// isQueryCanceled reports whether the server cancelled the statement (query_canceled), as
 // statement_timeout does.
 func isQueryCanceled(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "57014"
+	return errors.As(err, &pe) && pe.Code == pgerrcode.QueryCanceled
 }
 
 // drain runs q on conn and reads all its rows.
