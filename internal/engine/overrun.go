@@ -95,7 +95,7 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 			continue
 		}
 		d := &Denial{Budget: bs.name, Rule: w.rule, Reason: vocab.ReasonMaxDuration,
-			Fingerprint: x.Pattern.Fingerprint, Limit: "max_duration=" + bs.maxDuration.String()}
+			Fingerprint: x.Pattern.Fingerprint, Limit: maxDurationLimit(bs.maxDuration)}
 		bs.b.Count(now, budget.Warned, vocab.ReasonMaxDuration) // as the decisions metric counts it
 		x.warnBudget(e, bs.name, d)
 		if x.Wants&WantDecisions != 0 {
@@ -104,20 +104,28 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 	}
 	cancelled := x.bound != nil && errors.Is(err, ErrOverrun)
 	if cancelled {
-		bs := x.bound
 		// The bound is the budget's max_duration, or a probe's (admission.go).
-		d := &Denial{Budget: bs.name, Rule: x.boundRule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
-			Limit: "max_duration=" + x.MaxDuration.String()}
-		x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonMaxDuration, bs.name
-		bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
-		e.recordBlock(now, d, x.Pattern)
-		e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
-		if x.Wants&WantDecisions != 0 {
-			e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
-		}
+		e.blockOverrun(x, x.bound, x.boundRule, x.MaxDuration, now)
 	}
 	return cancelled
 }
+
+// blockOverrun counts and logs x, cut off by bs's max_duration bound (selected by rule), as
+// bs's block, reason max_duration, and marks x so.
+func (e *Engine) blockOverrun(x *Exec, bs *budgetState, rule string, bound time.Duration, now time.Time) {
+	d := &Denial{Budget: bs.name, Rule: rule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
+		Limit: maxDurationLimit(bound)}
+	x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonMaxDuration, bs.name
+	bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
+	e.recordBlock(now, d, x.Pattern)
+	e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
+	if x.Wants&WantDecisions != 0 {
+		e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
+	}
+}
+
+// maxDurationLimit is a max_duration bound as a Denial's Limit names it.
+func maxDurationLimit(bound time.Duration) string { return "max_duration=" + bound.String() }
 
 // explainContext returns ctx bounded by rt's max_duration (its enforce budgets' smallest), for
 // the EXPLAIN of a statement routed by rt under st, and what releases it: the EXPLAIN comes
@@ -139,16 +147,6 @@ func explainContext(ctx context.Context, st *compiled, rt *route) (context.Conte
 // and, through err, context.DeadlineExceeded.
 func (e *Engine) explainOverran(st *compiled, x *Exec, rt *route, cause, err error) error {
 	r := rt.boundBy
-	bs := st.budgets[st.ruleBudget[r]]
-	now := e.now()
-	d := &Denial{Budget: bs.name, Rule: st.ruleName[r], Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
-		Limit: "max_duration=" + rt.bound.String()}
-	x.Decision, x.Reason, x.Blocker = DecisionBlock, vocab.ReasonMaxDuration, bs.name
-	bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration)
-	e.recordBlock(now, d, x.Pattern)
-	e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
-	if x.Wants&WantDecisions != 0 {
-		e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
-	}
+	e.blockOverrun(x, st.budgets[st.ruleBudget[r]], st.ruleName[r], rt.bound, e.now())
 	return fmt.Errorf("%w (in its EXPLAIN, before it was sent): %w", cause, err)
 }
