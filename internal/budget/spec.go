@@ -12,6 +12,10 @@ import (
 // DefaultMaxKeys bounds the per-key state table when [Spec.MaxKeys] is 0.
 const DefaultMaxKeys = 100_000
 
+// DefaultBurst is the bucket size of a budget with drain rate rate and no burst_limit: rate
+// × [vocab.DefaultBurstWindow], in execution seconds.
+func DefaultBurst(rate float64) float64 { return rate * vocab.DefaultBurstWindow.Seconds() }
+
 // Spec is the configuration of one budget. Zero values mean "unlimited" or
 // "off" as noted on each field; [New] and [Budget.SetSpec] normalise invalid
 // values (negative, NaN) to those zero values.
@@ -26,7 +30,7 @@ type Spec struct {
 	// (server_share × server_cores); 0 means no bucket.
 	Rate float64
 	// Burst is the bucket size in execution seconds (burst_limit). With a
-	// Rate and no Burst it defaults to Rate × [vocab.DefaultBurstWindow].
+	// Rate and no Burst it defaults to [DefaultBurst] of Rate.
 	Burst float64
 	// WarningThreshold in (0, 1] asks for a [Warning] when an admission
 	// leaves any limit at least this full; 0 is off.
@@ -59,7 +63,7 @@ func (s Spec) normalize() Spec {
 	if s.Rate == 0 {
 		s.Burst = 0
 	} else if !(s.Burst > 0) {
-		s.Burst = s.Rate * vocab.DefaultBurstWindow.Seconds()
+		s.Burst = DefaultBurst(s.Rate)
 	}
 	if !(s.WarningThreshold > 0 && s.WarningThreshold <= 1) {
 		s.WarningThreshold = 0

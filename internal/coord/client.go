@@ -27,7 +27,7 @@ func clientFor(rawURL string, interval time.Duration) (*redis.Client, error) {
 	if interval <= 0 {
 		interval = rules.DefaultSyncInterval
 	}
-	d := max(interval/4, minDeadline)
+	d := callDeadline(interval)
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
 	opts.DialTimeout = d

@@ -26,6 +26,10 @@ import (
 // healthy syncs and put the budgets on their fallback share.
 const minDeadline = 100 * time.Millisecond
 
+// callDeadline is how long a script call may take when syncs run every interval: a quarter
+// interval, at least minDeadline.
+func callDeadline(interval time.Duration) time.Duration { return max(interval/4, minDeadline) }
+
 // A sync of many chunks has maxPipelined calls on their way at once: it sends the next before
 // the reply to the last comes, so that Redis runs one while the client reads and applies the
 // other (see syncBudget). The budgets' loops together have at most maxCalls on their way,
@@ -379,7 +383,7 @@ func (c *Coordinator) listen(ctx context.Context) {
 	if c.rc == nil {
 		return
 	}
-	ps := c.rc.PSubscribe(ctx, KeyPrefix+"*:want")
+	ps := c.rc.PSubscribe(ctx, KeyPrefix+"*"+wantSuffix)
 	defer ps.Close()
 	defer context.AfterFunc(ctx, func() { _ = ps.Close() })() // ends a Receive that waits
 	wait := c.interval

@@ -557,7 +557,7 @@ func (c *core) failed(sent, now time.Time) {
 // after its first failure, a fresh instance's first call included, and its budgets would stay
 // on their fallback shares for good.
 func (c *core) deadline() time.Duration {
-	return max(c.interval/4, minDeadline) << min(c.streak, 2)
+	return callDeadline(c.interval) << min(c.streak, 2)
 }
 
 // applied records the answers to a chunk of reports sent at sent and received at now. It

@@ -24,14 +24,13 @@ var electionSource string
 
 var electionScript = redis.NewScript(electionSource)
 
-// Bounds of a published health sample: what an honest lead writes is far smaller, so anything
-// beyond them is a forgery or a corruption, read as stale.
+// Bounds of a published health sample, beside [health.MaxSharedReadings]: what an honest lead
+// writes is far smaller, so anything beyond them is a forgery or a corruption, read as stale.
 const (
-	maxSampleBytes    = 64 << 10
-	maxSampleReadings = 256
-	maxSampleText     = 1024 // a metric name or an error
-	maxSampleAge      = time.Hour
-	sampleFormat      = 1 // the version written, and the only one read
+	maxSampleBytes = 64 << 10
+	maxSampleText  = 1024 // a metric name or an error
+	maxSampleAge   = time.Hour
+	sampleFormat   = 1 // the version written, and the only one read
 )
 
 // Election is the health sampler election of one database through Redis: it implements
@@ -400,7 +399,7 @@ func decodeSample(now int64, at, data string) (readings []health.Shared, bad str
 	if w.Format != sampleFormat {
 		return nil, fmt.Sprintf("format %d, want %d", w.Format, sampleFormat)
 	}
-	if len(w.Readings) > maxSampleReadings {
+	if len(w.Readings) > health.MaxSharedReadings {
 		return nil, "too many readings"
 	}
 	// Capped just past maxSampleAge before the conversion: µs from a date centuries back

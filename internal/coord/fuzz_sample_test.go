@@ -39,9 +39,9 @@ var fuzzSampleBad = map[string]bool{
 
 // FuzzDecodeSample: a sample read from Redis, whatever its date and data, is either refused
 // with one of a few fixed reasons (never its own text) and no readings, or accepted with
-// readings within the bounds: at most maxSampleReadings, short texts, ages neither negative
-// nor beyond twice maxSampleAge, and no value beside an error. A sample written as Publish
-// writes it, dated within maxSampleAge, reads back as written.
+// readings within the bounds: at most health.MaxSharedReadings, short texts, ages neither
+// negative nor beyond twice maxSampleAge, and no value beside an error. A sample written as
+// Publish writes it, dated within maxSampleAge, reads back as written.
 func FuzzDecodeSample(f *testing.F) {
 	good := `{"f":1,"r":[{"m":"pg_stat_activity","v":"0.25","a":1500},{"m":"x","a":0,"e":"timeout"}]}`
 	for _, s := range []struct {
@@ -154,7 +154,7 @@ func checkSample(t *testing.T, now int64, at, data string, readings []health.Sha
 	if len(data) > maxSampleBytes {
 		t.Fatalf("accepted a sample of %d bytes", len(data))
 	}
-	if readings == nil || len(readings) > maxSampleReadings {
+	if readings == nil || len(readings) > health.MaxSharedReadings {
 		t.Fatalf("accepted with %d readings (nil: %t)", len(readings), readings == nil)
 	}
 	for _, r := range readings {

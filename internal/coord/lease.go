@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -31,7 +30,7 @@ func (s Spec) normalize() Spec {
 	if !(s.Rate > 0) || math.IsInf(s.Rate, 1) {
 		s.Rate, s.Burst = 0, 0
 	} else if !(s.Burst > 0) || math.IsInf(s.Burst, 1) {
-		s.Burst = s.Rate * vocab.DefaultBurstWindow.Seconds()
+		s.Burst = budget.DefaultBurst(s.Rate)
 	}
 	if s.MaxConcurrent < 0 {
 		s.MaxConcurrent = 0

@@ -44,7 +44,10 @@ func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + 
 // script says that an instance wants more slots than it was granted while others hold slots
 // beyond their targets (the message: the partition's field); each coordinator listens, and a
 // holder then syncs early, its estimate of its demand falling fast, to hand those slots over.
-func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + ":want" }
+func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + wantSuffix }
+
+// wantSuffix ends every budget's [WantChannel] (sync.lua names the channel the same way).
+const wantSuffix = ":want"
 
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
 func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
@@ -130,9 +133,12 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 	return r, err
 }
 
-// reportBytes is the size of one partition's report as the script reads it: 11 little-endian
-// float64 (sync.lua, ARGV[10]).
-const reportBytes = 11 * 8
+// reportFields is how many values one partition's report holds, and reportBytes its size as
+// the script reads them: as many little-endian float64 (sync.lua, ARGV[10]).
+const (
+	reportFields = 11
+	reportBytes  = reportFields * 8
+)
 
 // appendPacked appends r as the script reads it. Every count and µs figure fits a float64
 // exactly (below 2^53).
@@ -143,9 +149,9 @@ func (r report) appendPacked(b []byte) []byte {
 		}
 		return 0
 	}
-	for _, x := range [11]float64{float64(r.seq), r.used, r.demand, float64(r.want), float64(r.applied),
-		float64(r.inflight), flag(r.leave), float64(r.expected), float64(r.age.Microseconds()), r.held,
-		flag(r.recovering)} {
+	for _, x := range [reportFields]float64{float64(r.seq), r.used, r.demand, float64(r.want),
+		float64(r.applied), float64(r.inflight), flag(r.leave), float64(r.expected),
+		float64(r.age.Microseconds()), r.held, flag(r.recovering)} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
 	}
 	return b

@@ -2,6 +2,8 @@ package coord
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,5 +20,25 @@ func TestSyncScriptLongestLease(t *testing.T) {
 	want := fmt.Sprintf("local max_ttl = max(ttl, %d * 1000000)", longest/time.Second)
 	if longest%time.Second != 0 || !strings.Contains(syncSource, want) {
 		t.Fatalf("sync.lua does not hold %q (the lease of %v)", want, rules.MaxSyncInterval)
+	}
+}
+
+// TestSyncScriptWantChannel: the channel sync.lua publishes on, which it names from the key of
+// the budget's partitions (KEYS[1]), is the budget's WantChannel, the one each coordinator
+// listens on.
+func TestSyncScriptWantChannel(t *testing.T) {
+	m := regexp.MustCompile(`local want_channel = sub\(hkey, 1, -(\d+)\) \.\. '([^']*)'`).FindStringSubmatch(syncSource)
+	if m == nil {
+		t.Fatal("sync.lua no longer names its want channel as this test reads it")
+	}
+	drop, _ := strconv.Atoi(m[1]) // string.sub(s, 1, -n) leaves out the last n-1 bytes
+	for _, name := range []string{"orders", "{a}%b"} {
+		hkey := PartitionsKey(name)
+		if drop < 1 || drop-1 > len(hkey) {
+			t.Fatalf("sync.lua cuts %d bytes off %q", drop-1, hkey)
+		}
+		if got, want := hkey[:len(hkey)-(drop-1)]+m[2], WantChannel(name); got != want {
+			t.Errorf("budget %q: sync.lua publishes on %q, the coordinators listen on %q", name, got, want)
+		}
 	}
 }

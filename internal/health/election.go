@@ -67,6 +67,10 @@ type Vote struct {
 	Bad string
 }
 
+// MaxSharedReadings bounds the readings of one published sample: an Election reads a sample
+// holding more as malformed, and a publisher sends no more than this many.
+const MaxSharedReadings = 256
+
 // Shared is one metric's reading as published.
 type Shared struct {
 	Metric string

@@ -95,7 +95,8 @@ func describe(err error, timeout time.Duration) string {
 	case errors.As(err, &server):
 		code := server.SQLState()
 		if code == pgerrcode.QueryCanceled {
-			return fmt.Sprintf("timed out after %s (server canceled the statement, SQLSTATE 57014)", timeout)
+			return fmt.Sprintf("timed out after %s (server canceled the statement, SQLSTATE %s)",
+				timeout, pgerrcode.QueryCanceled)
 		}
 		return fmt.Sprintf("server error SQLSTATE %s (%s)", code, conditionName(code))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout):

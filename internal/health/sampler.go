@@ -23,10 +23,17 @@ const (
 	ApplicationName = "pgtraffic-health"
 	// StaleIntervals is how many intervals old a sample may be before it is stale.
 	StaleIntervals = 3
+	// CloseTimeout bounds the closing of a health connection: the sampler's, or one a
+	// [Conn] implementation opens on the side.
+	CloseTimeout = time.Second
 
 	minConnectTimeout = 5 * time.Second
-	closeTimeout      = time.Second
 	connectKey        = "(connect)" // error-tracking key of the connection itself
+
+	// The failed reads of the metrics a round could not read on a connection: it broke
+	// during the round, or it could not be opened.
+	errConnLost     = "connection lost"
+	errNotConnected = "not connected"
 )
 
 var errClosed = errors.New("health: sampler closed")
@@ -684,7 +691,7 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 			// terminated backend): the rest cannot be read on it.
 			t.conn = nil
 			for _, rest := range cfg.order[i+1:] {
-				results = append(results, result{metric: rest, sql: cfg.defs[rest], err: "connection lost"})
+				results = append(results, result{metric: rest, sql: cfg.defs[rest], err: errConnLost})
 			}
 			break
 		}
@@ -715,7 +722,7 @@ func (s *Sampler) open(ctx context.Context, t *turn, force bool, cfg *config) (C
 		results := make([]result, 0, len(cfg.order)+1)
 		results = append(results, result{metric: connectKey, err: desc, report: true, at: t.retryAt})
 		for _, m := range cfg.order {
-			results = append(results, result{metric: m, sql: cfg.defs[m], err: "not connected"})
+			results = append(results, result{metric: m, sql: cfg.defs[m], err: errNotConnected})
 		}
 		s.publish(results)
 		return nil, &readError{metric: "connect", reason: desc, err: err}
@@ -822,7 +829,7 @@ func (t *turn) closeConn() error {
 }
 
 func closeConn(conn Conn) error {
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
 	return conn.Close(ctx)
 }
@@ -876,7 +883,7 @@ func (s *Sampler) publish(results []result) {
 			// between this clock and Redis's): a lead publishes once an interval.
 			continue
 		}
-		if r.staleLogged.Swap(false) || r.err != "" && r.err != "not connected" && r.err != "connection lost" &&
+		if r.staleLogged.Swap(false) || r.err != "" && r.err != errNotConnected && r.err != errConnLost &&
 			r.err != errActiveHidden.Problem {
 			logs = append(logs, entry{slog.LevelInfo, "health: metric read again", []any{"metric", res.metric}})
 		}

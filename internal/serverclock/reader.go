@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
 )
@@ -41,9 +42,6 @@ const (
 	// without a newer report (an idle pattern, failing reads) before it returns to the client's
 	// clock.
 	reportIntervals = 10
-	// maxShared is how many query identifiers' means one publication holds (the election's
-	// bound on a sample's readings).
-	maxShared = 256
 	// floorPings is how many recent round trips the network floor is the smallest of; once that
 	// many are measured, a round trip is measured every pingEvery rounds. The first round
 	// measures firstPings at once: the floor is taken off every statement's time, and one round
@@ -88,7 +86,7 @@ type Sink interface {
 type Options struct {
 	Connect  func(ctx context.Context) (Conn, error) // opens the reader's own connection
 	Sink     Sink
-	Interval time.Duration // between reads; <= 0 is 1s
+	Interval time.Duration // between reads; <= 0 is [vocab.DefaultHealthInterval]
 	Logger   *slog.Logger
 	Now      func() time.Time // the Sink's clock, for ObserveServer's until; nil is time.Now
 	// Election, when set, shares one read per database among the instances that coordinate
@@ -129,7 +127,7 @@ type Reader struct {
 // NewReader returns a reader for o. It does nothing until Start.
 func NewReader(o Options) *Reader {
 	if o.Interval <= 0 {
-		o.Interval = time.Second
+		o.Interval = vocab.DefaultHealthInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -328,8 +326,8 @@ func (r *Reader) round(ctx context.Context) error {
 // publish makes learned, at most as many as a sample holds, the database's shared reading. A
 // failure is not counted: the followers' copies age, and their next vote finds Redis down.
 func (r *Reader) publish(ctx context.Context, learned []Learned) {
-	out := make([]health.Shared, 0, min(len(learned), maxShared))
-	for _, l := range learned[:min(len(learned), maxShared)] {
+	out := make([]health.Shared, 0, min(len(learned), health.MaxSharedReadings))
+	for _, l := range learned[:min(len(learned), health.MaxSharedReadings)] {
 		out = append(out, health.Shared{Metric: sharedPrefix + strconv.FormatInt(l.QueryID, 10), Value: l.Seconds})
 	}
 	ctx, cancel := r.electContext(ctx)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -186,7 +185,7 @@ func SystemID(cfg *pgx.ConnConfig, dial Dial) func(ctx context.Context) (string,
 		}
 		var id string
 		err = c.QueryRow(ctx, systemIDSQL).Scan(&id)
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cctx, cancel := context.WithTimeout(context.Background(), health.CloseTimeout)
 		c.Close(cctx)
 		cancel()
 		if err != nil {
