@@ -42,6 +42,9 @@ func Parse(data []byte) (cfg *Config, err error) {
 	return decode(root)
 }
 
+// emptyFile is the message of a file that holds no YAML document, or an empty one.
+const emptyFile = "the file is empty (write {} for no rules)"
+
 // decode builds a Config from a file's root node, checks it and fills in its defaults.
 func decode(root *yaml.Node) (*Config, error) {
 	var d decoder
@@ -52,7 +55,7 @@ func decode(root *yaml.Node) (*Config, error) {
 		if root != nil {
 			line = max(root.Line, 1)
 		}
-		return nil, &Error{Line: line, Msg: "the file is empty (write {} for no rules)"}
+		return nil, &Error{Line: line, Msg: emptyFile}
 	}
 	if msg := notRulesDocument(root); msg != "" {
 		return nil, &Error{Line: max(root.Line, 1), Msg: msg}
@@ -81,7 +84,7 @@ func yamlTree(data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, &Error{Line: 1, Msg: "the file is empty (write {} for no rules)"}
+			return nil, &Error{Line: 1, Msg: emptyFile}
 		}
 		return nil, syntaxError(data, err)
 	}

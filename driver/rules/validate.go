@@ -125,6 +125,21 @@ func (gs *Guards) validate(p *problems, at field) {
 	}
 }
 
+// The values a message lists as the ones allowed.
+var (
+	modeChoices    = orList(string(ModeEnforce), string(ModeWarn), string(ModeOff))
+	explainChoices = orList(ExplainAuto, ExplainPattern, ExplainCall)
+	metricChoices  = orList(MetricActiveQueries, MetricReplicationLag, MetricInFlight, CustomMetricPrefix+"<name>")
+)
+
+// orList lists words as a message does: "a, b or c".
+func orList(words ...string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
 // mode checks a budget's or guard's mode, at at. writtenEmpty says that the file wrote it as "",
 // which would read as the default (warn, or off for a guard): it is refused, as it is more
 // likely a template's unset variable than a choice, and an enforce meant so would be lost
@@ -132,9 +147,9 @@ func (gs *Guards) validate(p *problems, at field) {
 func (p *problems) mode(at field, m Mode, writtenEmpty bool) {
 	switch {
 	case !m.valid():
-		p.add(at, "unknown mode %s (want enforce, warn or off)", quoteShort(string(m)))
+		p.add(at, "unknown mode %s (want %s)", quoteShort(string(m)), modeChoices)
 	case writtenEmpty:
-		p.add(at, "must be enforce, warn or off (leave it out for the default), got \"\"")
+		p.add(at, "must be %s (leave it out for the default), got \"\"", modeChoices)
 	}
 }
 
@@ -174,11 +189,11 @@ func (c *Config) validateBudget(p *problems, at field, i int, cores float64, fir
 	switch b.Explain {
 	case "":
 		if p.explicit(at, b, &b.Explain) { // as an empty mode is
-			p.add(at.member(b, &b.Explain), "must be auto, pattern or call (leave it out for the default), got \"\"")
+			p.add(at.member(b, &b.Explain), "must be %s (leave it out for the default), got \"\"", explainChoices)
 		}
 	case ExplainAuto, ExplainPattern, ExplainCall:
 	default:
-		p.add(at.member(b, &b.Explain), "unknown value %s (want auto, pattern or call)", quoteShort(b.Explain))
+		p.add(at.member(b, &b.Explain), "unknown value %s (want %s)", quoteShort(b.Explain), explainChoices)
 	}
 }
 
@@ -250,7 +265,7 @@ func (c *Config) validateThrottle(p *problems, b *Budget, at field) {
 				p.add(kf, "no health query named %s in health_queries", quoteShort(name))
 			}
 		default:
-			p.add(kf, "unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)")
+			p.add(kf, "unknown metric (want %s)", metricChoices)
 		}
 		if v := b.ThrottleWhen[key]; !finite(v) || v < 0 {
 			p.add(kf, "must be a number >= 0, got %v", v)
