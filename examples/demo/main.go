@@ -122,9 +122,14 @@ func run(logger *slog.Logger) error {
 		}
 		fmt.Printf("query %d: ok (sum %.0f)\n", i, total)
 	}
-	if blockedErr == nil {
+	switch {
+	case blockedErr == nil:
 		fmt.Println("the bucket never filled (a very fast machine); the block below still shows")
-	} else {
+	case blockedErr.RetryAfter == 0:
+		// A report predicted to cost more than the whole burst_limit (a slow or busy machine)
+		// never fits: RetryAfter 0 says waiting cannot help.
+		fmt.Println("RetryAfter = 0: this machine ran the report longer than the whole burst_limit, so waiting cannot help")
+	default:
 		fmt.Printf("waiting RetryAfter = %v ...\n", blockedErr.RetryAfter)
 		time.Sleep(blockedErr.RetryAfter)
 		var total float64
