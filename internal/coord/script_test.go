@@ -42,3 +42,18 @@ func TestSyncScriptWantChannel(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncScriptBoundsMatchReplies: the bounds the client puts on a reply (clamp) are the ones
+// the script keeps: the global debt it holds (max_debt, µs of the rate) and the instances it
+// may count (max_lost). A script that kept more would have its replies cut short; one that
+// kept less would let a forged reply claim more than the script can send.
+func TestSyncScriptBoundsMatchReplies(t *testing.T) {
+	for _, want := range []string{
+		fmt.Sprintf("local max_debt = %d * 1000000", maxDebtSeconds),
+		fmt.Sprintf("local max_lost = %d", maxLive),
+	} {
+		if !strings.Contains(syncSource, want) {
+			t.Errorf("sync.lua does not hold %q", want)
+		}
+	}
+}
