@@ -109,10 +109,13 @@ func run(logger *slog.Logger) error {
 
 	section("2. A reporting burst meets its bucket (burst_limit 300ms, drains 50ms/s)")
 	reporting := tagging.With(ctx, "app", "reporting", "controller", "daily")
+	report := func() (total float64, err error) {
+		err = db.QueryRowContext(reporting, `select sum(amount) from orders where created > now() - interval '100 days'`).Scan(&total)
+		return total, err
+	}
 	var blockedErr *driver.BlockedError
 	for i := 1; i <= 30; i++ {
-		var total float64
-		err := db.QueryRowContext(reporting, `select sum(amount) from orders where created > now() - interval '100 days'`).Scan(&total)
+		total, err := report()
 		if errors.As(err, &blockedErr) {
 			fmt.Printf("query %d: BLOCKED: %v\n", i, err)
 			break
@@ -122,21 +125,28 @@ func run(logger *slog.Logger) error {
 		}
 		fmt.Printf("query %d: ok (sum %.0f)\n", i, total)
 	}
-	switch {
-	case blockedErr == nil:
+	if blockedErr == nil {
 		fmt.Println("the bucket never filled (a very fast machine); the block below still shows")
-	case blockedErr.RetryAfter == 0:
-		// A report predicted to cost more than the whole burst_limit (a slow or busy machine)
-		// never fits: RetryAfter 0 says waiting cannot help.
-		fmt.Println("RetryAfter = 0: this machine ran the report longer than the whole burst_limit, so waiting cannot help")
-	default:
-		fmt.Printf("waiting RetryAfter = %v ...\n", blockedErr.RetryAfter)
+	}
+	// What a client does with a refusal: wait its RetryAfter and try again. A later refusal
+	// can come, with a RetryAfter of its own: the bucket is trued up by what the server reports
+	// the last reports cost, which RetryAfter could not know.
+	for tries := 0; blockedErr != nil && tries < 5; tries++ {
+		if blockedErr.RetryAfter == 0 {
+			// A report predicted to cost more than the whole burst_limit (a slow or busy
+			// machine) never fits: RetryAfter 0 says waiting cannot help.
+			fmt.Println("RetryAfter = 0: this machine ran the report longer than the whole burst_limit, so waiting cannot help")
+			break
+		}
+		fmt.Printf("waiting RetryAfter = %v ...\n", blockedErr.RetryAfter.Round(time.Millisecond))
 		time.Sleep(blockedErr.RetryAfter)
-		var total float64
-		if err := db.QueryRowContext(reporting, `select sum(amount) from orders where created > now() - interval '100 days'`).Scan(&total); err != nil {
+		switch _, err := report(); {
+		case err == nil:
+			fmt.Println("after RetryAfter: ok, the budget recovered")
+			blockedErr = nil
+		case !errors.As(err, &blockedErr):
 			return fmt.Errorf("after RetryAfter: %w", err)
 		}
-		fmt.Println("after RetryAfter: ok, the budget recovered")
 	}
 
 	section("3. A never-seen enormous query is refused by its predicted cost (per_query_limit 2s)")
