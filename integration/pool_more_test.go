@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,7 +110,9 @@ rules:
 
 // Pool.Wait beside pool statements waiting for the same budget: the statements come first.
 // Wait returns only after the waiting statement was admitted, and never while the slot it
-// would take is in use.
+// would take is in use: not before the statement's 0.3 s on the server, which begins once the
+// slot is free (rows.Close). (The statement's Exec may return a moment after Wait does: the slot
+// goes back before Exec returns to its caller.)
 func TestPoolWaitAfterQueuedStatements(t *testing.T) {
 	p := pendingPool(t, 3, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 10s}]
 rules: [{budget: b, match: {app: x}}]
@@ -121,27 +122,29 @@ rules: [{budget: b, match: {app: x}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stmtDone atomic.Bool
 	stmt := make(chan error, 1)
 	go func() {
 		_, err := p.Exec(ctx, "select pg_sleep(0.3)")
-		stmtDone.Store(true)
 		stmt <- err
 	}()
 	pendingEventually(t, "the statement waits", func() bool { return poolBudget(t, p, "b").Waiting == 1 })
-	waited := make(chan bool, 1)
+	waited := make(chan time.Time, 1) // when Wait returned
+	ready := make(chan struct{})
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
+		close(ready)
 		if err := p.Wait(wctx); err != nil {
 			t.Errorf("Wait: %v", err)
 		}
-		waited <- stmtDone.Load()
+		waited <- time.Now()
 	}()
+	<-ready
 	time.Sleep(100 * time.Millisecond)
+	freed := time.Now() // the slot goes back
 	rows.Close()
-	if ok := <-waited; !ok {
-		t.Error("Wait returned while the statement that waited first still ran (or had not run)")
+	if d := (<-waited).Sub(freed); d < 290*time.Millisecond {
+		t.Errorf("Wait returned %v after the slot was freed, before the statement that waited first had its 0.3 s", d)
 	}
 	if err := <-stmt; err != nil {
 		t.Fatal(err)
