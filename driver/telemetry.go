@@ -430,9 +430,14 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	} else if x.Decision == engine.DecisionBlock {
 		// The caller's context ended while the statement waited for capacity (max_wait): its
 		// budget kept it out until then, and counts it as refused for what it waited for; err
-		// is the context's.
+		// is the context's. Or its max_duration passed in its EXPLAIN: its budget counts it as
+		// cut off (reason max_duration); err matches ErrOverrun.
 		d = &engine.Denial{Budget: x.Blocker, Reason: x.Reason}
-		status = "pgtraffic: " + errorType(err) + " while waiting for capacity (" + blockedStatus(d.Budget, d.Reason) + ")"
+		while := " while waiting for capacity ("
+		if x.Reason == ReasonMaxDuration {
+			while = " in its EXPLAIN, before it was sent ("
+		}
+		status = "pgtraffic: " + errorType(err) + while + blockedStatus(d.Budget, d.Reason) + ")"
 	}
 	denied := d != nil
 	if span.IsRecording() {

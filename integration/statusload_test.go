@@ -331,8 +331,11 @@ func TestStatusConsoleUnderLoad(t *testing.T) {
 	if n := int64(rep.BlockedBy[driver.ReasonMaxDuration]); n != l.tally.overran["reporting"] || n == 0 {
 		t.Errorf("reporting counted %d overruns, the workers saw %d (want some)", n, l.tally.overran["reporting"])
 	}
-	if got, ran := int64(rep.Admitted+rep.Warned), l.tally.ran["reporting"]+l.tally.overran["reporting"]; got != ran {
-		t.Errorf("reporting admitted %d and warned %d, but %d ran", rep.Admitted, rep.Warned, ran)
+	// Every statement that ran was admitted; one cancelled past max_duration was too, unless
+	// its EXPLAIN ran past it (a loaded machine), which cuts it off before its admission.
+	if got, ran, overran := int64(rep.Admitted+rep.Warned), l.tally.ran["reporting"], l.tally.overran["reporting"]; got < ran || got > ran+overran {
+		t.Errorf("reporting admitted %d and warned %d, but %d ran and %d were cancelled past max_duration",
+			rep.Admitted, rep.Warned, ran, overran)
 	}
 	if got, ran := int64(ten.Admitted+ten.Warned-ten.WarnedBy[driver.ReasonMaxDuration]), l.tally.ran["web"]; got != ran ||
 		l.tally.overran["web"] != 0 {

@@ -58,18 +58,39 @@ func (blockedConn) Explain(ctx context.Context, _ string, _ []any) (cost.Plan, e
 	return cost.Plan{}, fmt.Errorf("cost: explain failed: %w", ctx.Err())
 }
 
+// overrunObserver counts what the telemetry counts as max_duration blocks: Decision's, and
+// Blocked's of a statement marked blocked that no Denial refused (telemetry.Blocked).
+type overrunObserver struct {
+	recObserver
+	decided, blocked int
+}
+
+func (o *overrunObserver) Decision(budget, decision, reason string) {
+	if decision == DecisionBlock && reason == "max_duration" {
+		o.decided++
+	}
+}
+
+func (o *overrunObserver) Blocked(_ context.Context, x *Exec, err error) {
+	var d *Denial
+	if !errors.As(err, &d) && x.Decision == DecisionBlock && x.Reason == "max_duration" {
+		o.blocked++
+	}
+}
+
 // TestExplainBoundedByMaxDuration: the EXPLAIN that prices a new pattern runs under its
 // budget's max_duration, as the statement would: one that waits past it (a lock) answers the
 // statement with an error matching ErrOverrun and context.DeadlineExceeded, counted as the
-// budget's block, reason max_duration; nothing is left in flight. A budget without
-// max_duration leaves the EXPLAIN to its caller's context.
+// budget's block, reason max_duration, once, by the budget and by the observer; nothing is
+// left in flight.
 func TestExplainBoundedByMaxDuration(t *testing.T) {
+	obs := &overrunObserver{}
 	e, _ := newEngine(t, `
 budgets:
   - {name: b, mode: enforce, server_share: 0.5, max_duration: 20ms}
 rules:
   - {budget: b, match: {app: x}}
-`)
+`, func(o *Options) { o.Observer = obs })
 	ctx := tagging.With(context.Background(), "app", "x")
 	_, err := e.Begin(ctx, new(Exec), blockedConn{}, "select * from t where a > $1", []any{1})
 	if !errors.Is(err, ErrOverrun) || !errors.Is(err, context.DeadlineExceeded) {
@@ -83,5 +104,9 @@ rules:
 	}
 	if d := e.Budgets()[0].Decisions; d.Blocked != 1 || d.BlockedBy["max_duration"] != 1 {
 		t.Errorf("budget b counted %d blocks (%v), want 1, reason max_duration", d.Blocked, d.BlockedBy)
+	}
+	if obs.decided+obs.blocked != 1 {
+		t.Errorf("the observer was told of %d max_duration blocks by Decision and %d by Blocked, want 1 in all",
+			obs.decided, obs.blocked)
 	}
 }

@@ -106,12 +106,17 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 	if cancelled {
 		// The bound is the budget's max_duration, or a probe's (admission.go).
 		e.blockOverrun(x, x.bound, x.boundRule, x.MaxDuration, now)
+		if x.Wants&WantDecisions != 0 {
+			e.obs.Decision(x.bound.name, DecisionBlock, vocab.ReasonMaxDuration)
+		}
 	}
 	return cancelled
 }
 
 // blockOverrun counts and logs x, cut off by bs's max_duration bound (selected by rule), as
-// bs's block, reason max_duration, and marks x so.
+// bs's block, reason max_duration, and marks x so. The observer counts it as the caller says:
+// at Finish (overran) by Decision, or, for a statement answered by Begin (its EXPLAIN cut off),
+// by Blocked, which counts a statement marked blocked.
 func (e *Engine) blockOverrun(x *Exec, bs *budgetState, rule string, bound time.Duration, now time.Time) {
 	d := &Denial{Budget: bs.name, Rule: rule, Reason: vocab.ReasonMaxDuration, Fingerprint: x.Pattern.Fingerprint,
 		Limit: maxDurationLimit(bound)}
@@ -119,9 +124,6 @@ func (e *Engine) blockOverrun(x *Exec, bs *budgetState, rule string, bound time.
 	bs.b.Count(now, budget.Blocked, vocab.ReasonMaxDuration) // as the decisions metric counts it
 	e.recordBlock(now, d, x.Pattern)
 	e.logDecision(bs.name, DecisionBlock, d, x.Pattern)
-	if x.Wants&WantDecisions != 0 {
-		e.obs.Decision(bs.name, DecisionBlock, vocab.ReasonMaxDuration)
-	}
 }
 
 // maxDurationLimit is a max_duration bound as a Denial's Limit names it.
