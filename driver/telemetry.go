@@ -427,11 +427,12 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	status := ""
 	if errors.As(err, &d) {
 		status = blockedStatus(d.Budget, d.Reason)
-	} else if x.Decision == engine.DecisionBlock {
+	} else if x.Decision == engine.DecisionBlock && x.Blocker != "" {
 		// The caller's context ended while the statement waited for capacity (max_wait): its
 		// budget kept it out until then, and counts it as refused for what it waited for; err
 		// is the context's. Or its max_duration passed in its EXPLAIN: its budget counts it as
-		// cut off (reason max_duration); err matches ErrOverrun.
+		// cut off (reason max_duration); err matches ErrOverrun. (A batch's other statements,
+		// refused with it, name no budget: no budget's decision is counted for them.)
 		d = &engine.Denial{Budget: x.Blocker, Reason: x.Reason}
 		while := " while waiting for capacity ("
 		if x.Reason == ReasonMaxDuration {

@@ -148,6 +148,9 @@ func run(logger *slog.Logger) error {
 			return fmt.Errorf("after RetryAfter: %w", err)
 		}
 	}
+	if blockedErr != nil && blockedErr.RetryAfter > 0 {
+		fmt.Printf("still refused after five waits (the server reported each report costlier than predicted): %v\n", blockedErr)
+	}
 
 	section("3. A never-seen enormous query is refused by its predicted cost (per_query_limit 2s)")
 	start := time.Now()
