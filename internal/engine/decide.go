@@ -503,7 +503,7 @@ func (e *Engine) predict(ctx context.Context, st *compiled, x *Exec, rt *route, 
 				sent = true
 				e.stats.ExplainCalls.Add(1)
 				e.stats.ExplainFailures.Add(1)
-				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", "fingerprint", p.Fingerprint, "error", err)
+				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", fingerprintAttr(p), "error", err)
 				if !perCall {
 					e.model.PutPlanFailed(t0, fp) // not again before the plan's TTL
 				}

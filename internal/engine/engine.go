@@ -899,7 +899,7 @@ func builtinKey(k string) bool {
 // chosen by the application; the statement text is logged normalised, never raw.
 func (e *Engine) debugStatement(ctx context.Context, x *Exec) {
 	attrs := make([]any, 0, len(x.Tags)+3)
-	attrs = append(attrs, slog.String("fingerprint", x.Pattern.Fingerprint), slog.String("query", x.Pattern.Normalized))
+	attrs = append(attrs, fingerprintAttr(x.Pattern), slog.String("query", x.Pattern.Normalized))
 	tags := make([]any, 0, len(x.Tags))
 	for _, kv := range x.Tags {
 		// Cut and made valid UTF-8 as a span's tag attributes are: a context tag is the

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
 // A zero limit (max_concurrent: 0, server_share: 0) closes its budget: it admits nothing, so that
@@ -14,9 +15,9 @@ import (
 func closedBy(b *rules.Budget) *Denial {
 	switch {
 	case b.MaxConcurrent != nil && *b.MaxConcurrent == 0:
-		return &Denial{Budget: b.Name, Reason: vocab.ReasonConcurrency, Limit: "max_concurrent=0"}
+		return &Denial{Budget: b.Name, Reason: vocab.ReasonConcurrency, Limit: budget.ConcurrencyLimit(0)}
 	case b.ServerShare != nil && *b.ServerShare == 0:
-		return &Denial{Budget: b.Name, Reason: vocab.ReasonBudget, Limit: "server_share=0"}
+		return &Denial{Budget: b.Name, Reason: vocab.ReasonBudget, Limit: budget.ShareLimit(0)}
 	}
 	return nil
 }

@@ -70,6 +70,10 @@ func (e *Engine) noteWarn(budgetName string, d *Denial, p *pattern.Pattern) {
 	e.logDecision(budgetName, DecisionWarn, d, p)
 }
 
+// fingerprintAttr is a log record's attribute naming p, the one way pgtraffic's logs name a
+// statement: its fingerprint, never its text (a debug record adds the normalised text).
+func fingerprintAttr(p *pattern.Pattern) slog.Attr { return slog.String("fingerprint", p.Fingerprint) }
+
 // logDecision logs a warn or block decision, rate-limited per budget. It never logs SQL text
 // beyond the fingerprint: the normalised text is in the telemetry, literals are nowhere.
 func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.Pattern) {
@@ -82,7 +86,7 @@ func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.
 		slog.String("budget", budgetName),
 		slog.String("decision", decision),
 		slog.String("reason", d.Reason),
-		slog.String("fingerprint", p.Fingerprint),
+		fingerprintAttr(p),
 	}
 	if d.Limit != "" {
 		attrs = append(attrs, slog.String("limit", d.Limit))

@@ -32,11 +32,9 @@ var (
 // beyond these counts is a restated fact. (The rules decoder and validator spell no field name:
 // they read them from the struct tags.)
 var otherStringFacts = map[string]map[string]int{
-	"driver/errors.go":          {"guard": 1, "budget": 1},              // "blocked by guard …", "blocked by budget …"
-	"internal/engine/log.go":    {"budget": 1, "fingerprint": 1},        // log attributes
-	"internal/engine/engine.go": {"fingerprint": 1},                     // the debug log's attribute
-	"internal/engine/decide.go": {"fingerprint": 1},                     // the debug log's attribute
-	"internal/guard/guard.go":   {"delete": 1, "merge": 1, "update": 1}, // SQL keywords of the word check
+	"driver/errors.go":        {"guard": 1, "budget": 1},              // "blocked by guard …", "blocked by budget …"
+	"internal/engine/log.go":  {"budget": 1, "fingerprint": 1},        // log attributes
+	"internal/guard/guard.go": {"delete": 1, "merge": 1, "update": 1}, // SQL keywords of the word check
 	// PostgreSQL's application_name parameter, not the built-in tag of that name.
 	"driver/core.go":                       {"application_name": 2},
 	"internal/serverclock/pgxconn/conn.go": {"application_name": 1},
