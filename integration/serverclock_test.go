@@ -54,14 +54,17 @@ func TestServerSeconds(t *testing.T) {
 					"server seconds spent ÷ what the budget allowed (share × cores, and its debt's change) %.2f (demand above the budget: %v); %d lookups admitted, %d refused; server clock reads %d (%.0f µs each on the server), failures %d",
 					name, r.learned*1e6, r.clock, r.client*1e6, r.floor, r.serverMean*1e6, r.learned/r.serverMean, r.spentShare, r.saturated,
 					r.calls, r.refused, r.reads, r.readMean*1e6, r.failures)
-				if r.serverMean <= 0 || r.calls == 0 {
-					t.Fatalf("the server reports no lookups: %+v", r)
-				}
 				if !withPSS {
+					// Nothing is asserted of the lookups run: on the client's clock a loaded
+					// machine may teach the lookup a cost (tens of milliseconds, its scheduling
+					// delays) that this tight budget then admits a few of a minute.
 					if r.clock != driver.ClockClient || r.failures == 0 {
 						t.Fatalf("without pg_stat_statements: clock %q, failures %d; want the client's clock and the failed reads counted", r.clock, r.failures)
 					}
 					return
+				}
+				if r.serverMean <= 0 || r.calls == 0 {
+					t.Fatalf("the server reports no lookups: %+v", r)
 				}
 				if r.clock != driver.ClockServer || r.reads == 0 {
 					t.Fatalf("clock %q after %d reads, want the server's", r.clock, r.reads)
