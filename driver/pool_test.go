@@ -150,10 +150,15 @@ type fakePool struct {
 	q        querier
 	released *releaseCount
 	acquired int
+	// onAcquire, when set, runs at each acquisition, before the connection is handed out.
+	onAcquire func()
 }
 
 func (p *fakePool) acquire(context.Context) (querier, releaser, error) {
 	p.acquired++
+	if p.onAcquire != nil {
+		p.onAcquire()
+	}
 	return p.q, p.released, nil
 }
 
@@ -503,8 +508,10 @@ func TestPoolHasPgxpoolMethods(t *testing.T) {
 }
 
 // TestPgxExplainedRefusedGivesConnectionBack: a statement whose cost needs an EXPLAIN takes its
-// connection before it is decided, and gives it back, once, when it is refused there; admitted,
-// it keeps it until it ends.
+// connection once its budget has room for it, and is decided there. When that room went while
+// it took the connection (here a statement on a held connection takes the budget's one slot
+// meanwhile), it is refused there and gives the connection back, once, unsent; admitted, it
+// keeps it until it ends.
 func TestPgxExplainedRefusedGivesConnectionBack(t *testing.T) {
 	r, released := newTestRunner(t, `budgets: [{name: one, mode: enforce, max_concurrent: 1, server_share: 1}]
 rules: [{budget: one, match: {app: x}}]
@@ -513,20 +520,29 @@ rules: [{budget: one, match: {app: x}}]
 	q := &fakeQuerier{}
 	pool := &fakePool{q: q, released: released}
 	d := &dest{pool: pool}
-	hold, err := r.query(ctx, d, "select * from a where id = $1", []any{1}) // never costed: explained
+	var hold pgx.Rows
+	pool.onAcquire = func() {
+		pool.onAcquire = nil
+		var err error
+		if hold, err = r.query(ctx, &dest{q: q}, "select * from a where id = $1", []any{1}); err != nil {
+			t.Errorf("the statement on a held connection: %v", err)
+		}
+	}
+	if _, err := r.exec(ctx, d, "select * from b where id = $1", []any{1}); !errors.Is(err, ErrBlocked) { // never costed
+		t.Fatalf("exec whose slot was taken while it took its connection: %v", err)
+	}
+	if pool.acquired != 1 || *released != 1 || len(q.sent) != 1 {
+		t.Fatalf("refused on its connection: acquired %d, released %d, sent %q", pool.acquired, *released, q.sent)
+	}
+	hold.Close()
+	rows, err := r.query(ctx, d, "select * from b where id = $1", []any{1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pool.acquired != 1 || *released != 0 {
+	if pool.acquired != 2 || *released != 1 {
 		t.Fatalf("admitted: acquired %d, released %d", pool.acquired, *released)
 	}
-	if _, err := r.exec(ctx, d, "select * from b where id = $1", []any{1}); !errors.Is(err, ErrBlocked) {
-		t.Fatalf("exec while the slot is held: %v", err)
-	}
-	if pool.acquired != 2 || *released != 1 || len(q.sent) != 1 {
-		t.Fatalf("refused after its EXPLAIN: acquired %d, released %d, sent %q", pool.acquired, *released, q.sent)
-	}
-	hold.Close()
+	rows.Close()
 	if *released != 2 || inFlight(t, r) != 0 {
 		t.Fatalf("closed: released %d, in flight %d", *released, inFlight(t, r))
 	}

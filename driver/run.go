@@ -148,7 +148,8 @@ func (d *dest) text(sql string) string {
 // admitted it keeps its slots while it waits for the pool (acquireAdmitted), pending slots
 // that a statement on a held connection may overtake, and if one did, it is decided again once
 // it has its connection, which it gives back if refused then. A statement whose cost needs an
-// EXPLAIN on its connection takes the connection first (acquireExplained). A statement held
+// EXPLAIN on its connection takes the connection first (acquireExplained), once its budgets
+// have room for a cost not yet known (engine.ErrNeedConn). A statement held
 // back by health on a connection it took (after its EXPLAIN, or overtaken while it waited for
 // the pool) gives it back and is decided again before it, where it waits holding none
 // (engine.ErrWaitBeforeConn); so does one whose connection, taken for its EXPLAIN or decided

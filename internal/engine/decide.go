@@ -209,9 +209,10 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 }
 
 // precheck decides x, routed to rt before it has a connection and whose cost needs an EXPLAIN
-// on one, by what refuses it whatever it costs: its budgets' health thresholds (waiting for a
-// healthy sample as their max_wait allows), zero limits and quarantines, through the one
-// admission path. So a statement they refuse never takes a connection. While it waits it holds
+// on one, by what refuses it whatever it costs: its budgets' health thresholds, zero limits and
+// quarantines, and their room: a free slot under each max_concurrent and room in each bucket
+// and queue (waiting for them as max_wait allows), through the one admission path, as
+// precheckBatch decides a batch. So a statement they refuse never takes a connection. While it waits it holds
 // nothing but its place in its budgets' queues, as any statement does (bounded by max_queue, in
 // arrival order): its requests are checked, not taken, as of an unknown cost, which a budget
 // with a free slot and any room admits. It returns their refusal (recorded as any), ctx's
@@ -220,18 +221,16 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 // queues, but holds none while it takes the connection and EXPLAINs: statements that arrived
 // after it and need no EXPLAIN may run first.
 func (e *Engine) precheck(ctx context.Context, st *compiled, x *Exec, rt *route) error {
-	if rt.health || rt.closed || rt.quarantine {
-		for _, r := range rt.reqs {
-			r.Unknown, r.Pending = true, true
-			x.holds = append(x.holds, r)
-		}
-		c := x.claim(rt, x.holds)
-		c.take = false // its cost is priced on its connection, where it is admitted
-		_, err := e.admit(ctx, st, c, x.start, x.arrived)
-		c.take, x.holds = true, x.holds[:0]
-		if err != nil {
-			return err
-		}
+	for _, r := range rt.reqs {
+		r.Unknown, r.Pending = true, true
+		x.holds = append(x.holds, r)
+	}
+	c := x.claim(rt, x.holds)
+	c.take = false // its cost is priced on its connection, where it is admitted
+	_, err := e.admit(ctx, st, c, x.start, x.arrived)
+	c.take, x.holds = true, x.holds[:0]
+	if err != nil {
+		return err
 	}
 	x.again = onTaken
 	x.s.waiter.Arrive() // should it wait on its connection or before one, in its place of arrival

@@ -421,8 +421,10 @@ var ErrDecideAgain = errors.New("engine: the rules changed while the statement w
 // decides a statement before it takes a connection from the pool, so that a refused statement
 // never waits for one and a statement waiting for capacity holds none. It decides as Begin does,
 // except when the statement's cost needs an EXPLAIN (a pattern not yet costed under a budget
-// with a bucket or a per_query_limit, explain: call): then it takes nothing and returns
-// ErrNeedConn, and the front end acquires the connection and calls BeginTaken with it.
+// with a bucket or a per_query_limit, explain: call): then it checks only what refuses the
+// statement whatever it costs and its budgets' room for a cost not yet known (precheck),
+// waiting for them as max_wait allows, takes nothing and returns ErrNeedConn, and the front end
+// acquires the connection and calls BeginTaken with it.
 //
 // Once it admits the statement the front end acquires the connection, still holding the
 // statement's slots, and then calls [Exec.Acquired], so that the wait for the pool is not
