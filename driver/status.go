@@ -135,7 +135,8 @@ type PatternStatus struct {
 	Count       uint64 `json:"count"`
 	// MeanCost is the pattern's learned mean cost on the clock named by Clock: the server's
 	// mean execution time (ClockServer), or the client's measurement less the network's round
-	// trip (ClockClient).
+	// trip (ClockClient); for a pattern priced by its plan but never timed (Count 0: a batch's
+	// statements, which are not timed apart, or statements refused), the cost its plan predicts.
 	MeanCost float64 `json:"mean_cost_s"`
 	Clock    string  `json:"clock"`
 	// ServerMean is the server's mean execution time of the pattern in its last reports of
@@ -259,8 +260,11 @@ func (c *core) Snapshot() Snapshot {
 			Fingerprint: p.FingerprintHex, Query: p.Text, Count: p.Count, Clock: ClockClient,
 			MeanCost: p.MeanActual, ServerMean: p.ServerMean, ClientMean: p.MeanActual, PlanCost: p.MeanPlanCost, K: p.K,
 		}
-		if p.Server {
+		switch {
+		case p.Server:
 			ps.Clock, ps.MeanCost = ClockServer, p.ServerMean
+		case p.Count == 0:
+			ps.MeanCost = p.Predicted // never timed on the client: what its plan predicts
 		}
 		s.Patterns = append(s.Patterns, ps)
 	}

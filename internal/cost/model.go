@@ -523,6 +523,9 @@ type PatternStats struct {
 	// [Model.ObserveServer]); 0 when it has none. Server reports that predictions use it now.
 	ServerMean float64
 	Server     bool
+	// Predicted is the cost its cached plan predicts for a pattern priced by a plan but never
+	// observed (a batch's: its statements are not timed apart); 0 otherwise.
+	Predicted float64
 }
 
 // Top returns, at now, the n patterns with the most observed executions, most first (ties by
@@ -536,16 +539,20 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 	all := make([]PatternStats, 0, m.patterns.len())
 	gk := m.globalKLocked()
 	m.patterns.each(func(fp uint64, p *pattern) {
-		if p.n == 0 && p.serverMean == 0 {
-			return // explained, never observed, nor reported by the server (a batch's pattern is)
-		}
 		s := PatternStats{Fingerprint: fp, Text: p.text, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
 			Server: now.Before(p.serverUntil)}
-		if p.nPlanned > 0 {
+		switch {
+		case p.nPlanned > 0:
 			s.MeanPlanCost, s.K = p.plan, p.actualP/p.plan
 			if s.Server {
 				s.K = p.serverMean / p.plan
 			}
+		case p.n == 0 && p.serverMean == 0 && !p.planOK:
+			return // neither observed, nor reported by the server, nor priced by a plan
+		case p.n == 0 && p.planOK:
+			// Priced by its plan but never timed (a batch's statements train nothing, and one
+			// refused never ran): its cost is its prediction.
+			s.MeanPlanCost, s.Predicted = p.planCost, p.planSeconds
 		}
 		all = append(all, s)
 	})

@@ -135,8 +135,17 @@ func TestPutPlanEvictsLeastRecent(t *testing.T) {
 			t.Fatalf("pattern %d held = %v, want %v", tt.fp, ok, tt.want)
 		}
 	}
-	if top := m.Top(time.Time{}, 5); len(top) != 0 {
-		t.Fatalf("Top lists explained patterns never observed: %+v", top)
+	// Explained but never observed (a batch's statements train nothing), they are listed with
+	// the cost their plan predicts.
+	top := m.Top(time.Time{}, 5)
+	if len(top) != 2 || top[0].Fingerprint != 1 || top[1].Fingerprint != 3 {
+		t.Fatalf("Top of explained patterns never observed: %+v, want patterns 1 and 3", top)
+	}
+	plans := map[uint64]float64{1: 10, 3: 3}
+	for _, s := range top {
+		if s.Count != 0 || s.MeanPlanCost != plans[s.Fingerprint] || math.Abs(s.Predicted-s.K*s.MeanPlanCost) > 1e-12 {
+			t.Errorf("explained pattern %d: %+v, want plan cost %v and the prediction k × plan cost", s.Fingerprint, s, plans[s.Fingerprint])
+		}
 	}
 }
 

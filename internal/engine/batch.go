@@ -454,14 +454,23 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	now := e.now()
 	took := now.Sub(b.start)
 	// As a statement's (Exec.Finish): each hold is charged the predictions of its statements when
-	// every one is on the server's clock, else the batch's time less the network's round trip,
-	// kept for the server's reports to true up when the batch completed.
+	// every one is on the server's clock (at least the batch's time when it failed), else the
+	// batch's time less the network's round trip, kept for the server's reports to true up when
+	// the batch completed.
 	measured := lessFloor(took, e.floor.Load()).Seconds()
-	keep := firstError(errs) == nil && e.clientCharges.wanted(now)
+	failed := firstError(errs) != nil
+	keep := !failed && e.clientCharges.wanted(now)
 	for i := range b.holds[:b.held] {
 		r := &b.holds[i]
 		if b.serverClock(r) {
-			budget.Release(now, r, r.Cost)
+			charge := r.Cost
+			if failed {
+				// The server reports no statement that failed or was cancelled, nor, in a
+				// pipeline, which of the batch's statements ran: as a statement's, the charge is
+				// what the batch took on the client's clock, at least the predictions.
+				charge = max(r.Cost, measured)
+			}
+			budget.Release(now, r, charge)
 			continue
 		}
 		budget.Release(now, r, measured)

@@ -48,16 +48,19 @@ rules:
 			}
 		}
 	}
-	batch := func(took time.Duration, queries ...string) func() {
+	failedBatch := func(took time.Duration, err error, queries ...string) func() {
 		return func() {
 			var b Batch
 			if err := e.BeginBatch(ctx, &b, nil, queries, nil); err != nil {
 				t.Fatal(err)
 			}
 			clk.Advance(took)
-			b.Finish(ctx, make([]error, len(queries)))
+			errs := make([]error, len(queries))
+			errs[len(errs)-1] = err
+			b.Finish(ctx, errs)
 		}
 	}
+	batch := func(took time.Duration, queries ...string) func() { return failedBatch(took, nil, queries...) }
 	const (
 		lookup = "select v from t where id = $1"
 		other  = "select w from t where k = $1"
@@ -70,6 +73,13 @@ rules:
 	step("the lookups' first report", 3*0.01-0.3, report(fpLookup, 1, 0.01))
 	step("two lookups on the server's clock, beside a statement no budget holds", 2*0.01,
 		batch(300*time.Millisecond, lookup, free, lookup))
+
+	// The server reports no statement that failed or was cancelled: as a statement's, a failed
+	// batch's charge is at least what it took on the client's clock.
+	step("two lookups on the server's clock, cancelled after 300ms", 0.3,
+		failedBatch(300*time.Millisecond, context.Canceled, lookup, lookup))
+	step("two lookups on the server's clock, failed at once", 2*0.01,
+		failedBatch(time.Millisecond, context.Canceled, lookup, lookup))
 
 	step("a lookup and another pattern before its first report", 0.4, batch(400*time.Millisecond, lookup, other))
 	step("the other pattern's first report: its half of the batch's time trued up", 0.02-0.2, report(fpOther, 2, 0.02))
