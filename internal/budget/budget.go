@@ -31,7 +31,7 @@ type Budget struct {
 	keys     keys
 	text     limitText
 	unknown  float64 // the reservation for an unknown cost (Spec.unknownCost), once per spec
-	meanHold float64 // EMA of actual seconds per released query, for the concurrency hint
+	meanHold float64 // EMA of the seconds a released query held its slot, for the concurrency hint
 	link     link    // a shared budget's coordinator (lease.go); zero in a local budget
 	// queues are the statements waiting for room, per key (queue.go); waiters counts them all,
 	// so that an admission with nobody waiting looks no further.
@@ -105,6 +105,9 @@ type Request struct {
 	// request was admitted (keys.fold): a keyed request admitted before a fold holds its slot
 	// in the unkeyed state (keys.holder).
 	folds uint64
+	// taken is when the request was admitted: Release learns the time since as a slot's hold
+	// time, whatever clock its cost is on.
+	taken time.Time
 }
 
 // Denial says which request refused an admission and why.
@@ -393,7 +396,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	// check drained s to now; earlier takes are in Debt and in inflight
 	inflight, debt := s.heldTo(r)
 	cost := b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
-	r.Cost, r.folds = cost, b.keys.folds // what Release trues up, and where
+	r.Cost, r.folds, r.taken = cost, b.keys.folds, now // what Release trues up, where, and since when
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++
@@ -437,10 +440,12 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	return warns, kick
 }
 
-// Release gives back the slot that [Admit] took for r, whose statement ran
-// for actual seconds, and trues r's key's debt up by actual − r.Cost (a refund
-// when the query was cheaper than predicted), never below zero; actual is
-// learned as a hold time (the RetryAfter hint of a refusal for concurrency). A
+// Release gives back the slot that [Admit] took for r, whose statement cost
+// actual seconds, and trues r's key's debt up by actual − r.Cost (a refund
+// when the query was cheaper than predicted), never below zero; the time since
+// r was admitted is learned as a hold time (the RetryAfter hint of a refusal
+// for concurrency: the cost may be on the server's clock, the slot is held on
+// the client's). A
 // request still pending (its statement never got its connection) gives back a
 // pending slot. A Release with nothing in flight for the key (never admitted,
 // or released twice) changes nothing. r is only read.
@@ -465,12 +470,13 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 		if s.part != nil {
 			s.part.used += actual
 		}
+		held := max(now.Sub(r.taken).Seconds(), 0)
 		switch {
 		case !ran: // no hold time to learn
 		case b.meanHold == 0:
-			b.meanHold = actual
+			b.meanHold = held
 		default:
-			b.meanHold += 0.1 * (actual - b.meanHold)
+			b.meanHold += 0.1 * (held - b.meanHold)
 		}
 		if b.waiters > 0 {
 			b.wakeFreed(s) // the slot, and any refund, may be a waiter's room

@@ -194,7 +194,7 @@ func TestTrueUp(t *testing.T) {
 
 func TestConcurrencySlots(t *testing.T) {
 	b := New(Spec{MaxConcurrent: 2})
-	admit1(t, at(0), b, "a", 0)
+	first := admit1(t, at(0), b, "a", 0)
 	admit1(t, at(0), b, "a", 0)
 	_, d := Admit(at(0), []Request{{Budget: b, Key: "a"}}, nil)
 	want := Denial{Reason: vocab.ReasonConcurrency, RetryAfter: defaultHold, Limit: "max_concurrent=2"}
@@ -202,7 +202,7 @@ func TestConcurrencySlots(t *testing.T) {
 		t.Fatalf("third slot: denial %+v, want %+v", d, want)
 	}
 	admit1(t, at(0), b, "b", 0) // another key has its own slots
-	Release(at(0.4), &Request{Budget: b, Key: "a", Cost: 0}, 0.4)
+	Release(at(0.4), first, 0.4)
 	admit1(t, at(0.4), b, "a", 0)
 	// The hint follows the mean hold time spread over the slots.
 	_, d = Admit(at(0.4), []Request{{Budget: b, Key: "a"}}, nil)

@@ -13,11 +13,13 @@ var t0 = time.Unix(1_700_000_000, 0)
 func at(sec float64) time.Time { return t0.Add(time.Duration(math.Round(sec * 1e9))) }
 
 // admit1 admits one request and fails the test on a denial.
-func admit1(t *testing.T, now time.Time, b *Budget, key string, cost float64) {
+func admit1(t *testing.T, now time.Time, b *Budget, key string, cost float64) *Request {
 	t.Helper()
-	if _, d := Admit(now, []Request{{Budget: b, Key: key, Cost: cost}}, nil); d != nil {
+	reqs := []Request{{Budget: b, Key: key, Cost: cost}}
+	if _, d := Admit(now, reqs, nil); d != nil {
 		t.Fatalf("Admit(%q, %v) denied: %+v", key, cost, *d)
 	}
+	return &reqs[0]
 }
 
 // charge leaves cost of debt on key with nothing in flight.
