@@ -197,10 +197,13 @@ type Counters struct {
 	ExplainFailures    uint64 `json:"explain_failures"`
 	ExplainCacheHits   uint64 `json:"explain_cache_hits"`
 	ExplainCacheMisses uint64 `json:"explain_cache_misses"`
-	Reloads            uint64 `json:"reloads"`
-	ReloadFailures     uint64 `json:"reload_failures"`
-	Warned             uint64 `json:"warned"`
-	Blocked            uint64 `json:"blocked"`
+	// Reloads counts the rule sets put in force (a rules file read, SetConfig), ReloadFailures
+	// the rules files that could not be read or were invalid (the last good rules stay). A
+	// SetConfig that is refused returns its error to its caller and is not counted.
+	Reloads        uint64 `json:"reloads"`
+	ReloadFailures uint64 `json:"reload_failures"`
+	Warned         uint64 `json:"warned"`
+	Blocked        uint64 `json:"blocked"`
 	// Probes counts the statements run as a probe of a pattern refused as costing more than a
 	// limit, so that a prediction that is too high corrects itself (see the README).
 	Probes uint64 `json:"probes"`
