@@ -173,6 +173,10 @@ func run(logger *slog.Logger) error {
 	}
 	// Each statement is known by its pattern: the fingerprint of its normalised text.
 	for _, p := range snap.Patterns[:min(len(snap.Patterns), 4)] {
+		if p.Count == 0 { // priced by its plan, never run
+			fmt.Printf("pattern %s: never run, predicted %.3fs: %.70s\n", p.Fingerprint, p.MeanCost, p.Query)
+			continue
+		}
 		fmt.Printf("pattern %s: %d run(s), mean %.3fs: %.70s\n", p.Fingerprint, p.Count, p.MeanCost, p.Query)
 	}
 	if logger.Enabled(ctx, slog.LevelDebug) {
