@@ -361,9 +361,16 @@ func lookupStatus(snap driver.Snapshot) (driver.PatternStatus, bool) {
 // v), analysed, and returns its DSN and a connection to it, closed when the test ends.
 func lookupDatabase(t *testing.T, srv *pgtest.Server) (string, *pgx.Conn) {
 	t.Helper()
-	ctx := context.Background()
 	dsn := srv.CreateDatabase(t)
 	srv.EnableStatStatements(t, dsn)
+	return dsn, lookupTable(t, dsn)
+}
+
+// lookupTable creates the lookups' table t (1,000 rows) in dsn's database, and returns a
+// connection to it, closed when the test ends.
+func lookupTable(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +380,7 @@ func lookupDatabase(t *testing.T, srv *pgtest.Server) (string, *pgx.Conn) {
 		insert into t select g, g from generate_series(1, 1000) g; analyze t`); err != nil {
 		t.Fatal(err)
 	}
-	return dsn, admin
+	return admin
 }
 
 // TestServerClockBadInput: pg_stat_statements reset, then dropped, under a running workload:

@@ -212,10 +212,10 @@ func (x *Exec) claim(rt *route, reqs []budget.Request) *claim {
 // on one, by what refuses it whatever it costs: its budgets' health thresholds, zero limits and
 // quarantines, and their room: a free slot under each max_concurrent and room in each bucket
 // and queue (waiting for them as max_wait allows), through the one admission path, as
-// precheckBatch decides a batch. So a statement they refuse never takes a connection. While it waits it holds
-// nothing but its place in its budgets' queues, as any statement does (bounded by max_queue, in
-// arrival order): its requests are checked, not taken, as of an unknown cost, which a budget
-// with a free slot and any room admits. It returns their refusal (recorded as any), ctx's
+// precheckBatch decides a batch. So a statement they refuse never takes a connection. While it
+// waits it holds nothing but its place in its budgets' queues, as any statement does (bounded
+// by max_queue, in arrival order): its requests are checked, not taken, as of an unknown cost,
+// which a budget with a free slot and any room admits. It returns their refusal (recorded as any), ctx's
 // error, or ErrNeedConn when they pass: the front end acquires the connection and decides x
 // there (BeginTaken), as the same statement. It keeps the place of arrival it took in the
 // queues, but holds none while it takes the connection and EXPLAINs: statements that arrived
