@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // FuzzDecodeQuarantines: the script's list of quarantines, whatever Redis put in it, reads
@@ -32,7 +34,7 @@ func FuzzDecodeQuarantines(f *testing.F) {
 		for i := range int(valid) % (MaxQuarantines + 10) {
 			fp := uint64(i) * 0x9e3779b97f4a7c15
 			left := int64(1 + uint64(i)*7919%uint64(2*q.For.Microseconds()))
-			list = append(list, fingerprintHex(fp), left)
+			list = append(list, vocab.FingerprintHex(fp), left)
 			wantFP, wantLeft = append(wantFP, fp), append(wantLeft, left)
 		}
 		for i := 0; i < len(data); {
@@ -55,7 +57,7 @@ func FuzzDecodeQuarantines(f *testing.F) {
 			case 3: // a fingerprint, as the script writes it
 				var b [8]byte
 				i += copy(b[:], data[i:])
-				x = fingerprintHex(binary.LittleEndian.Uint64(b[:]))
+				x = vocab.FingerprintHex(binary.LittleEndian.Uint64(b[:]))
 			default: // what Redis never returns in a list
 				x = []any{kind}
 			}
@@ -93,7 +95,7 @@ func FuzzDecodeQuarantines(f *testing.F) {
 		// Whatever the fingerprint, its text as the script writes it reads back as it.
 		for _, x := range list {
 			if s, ok := x.(string); ok {
-				if fp, ok := parseFingerprint(s); ok && fingerprintHex(fp) != s {
+				if fp, ok := parseFingerprint(s); ok && vocab.FingerprintHex(fp) != s {
 					t.Fatalf("fingerprint %q read as %x", s, fp)
 				}
 			}

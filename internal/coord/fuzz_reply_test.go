@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
 // FuzzDecodeReply: the sync script's reply, of any shape and content, is refused or read
@@ -65,7 +67,7 @@ func FuzzDecodeReply(f *testing.F) {
 		if shape&0x10 == 0 {
 			q = nil
 		}
-		for i, x := range []any{nowV, staleV, blobV, []any{fingerprintHex(1), int64(5e6)}, blob} {
+		for i, x := range []any{nowV, staleV, blobV, []any{vocab.FingerprintHex(1), int64(5e6)}, blob} {
 			if i < int(shape&7) {
 				v = append(v, x)
 			}

@@ -111,12 +111,6 @@ func (c *core) unpublished(qs []Quarantined) {
 	}
 }
 
-// fingerprintHex is fp as the script stores it: 16 lower-case hex digits.
-func fingerprintHex(fp uint64) string {
-	s := strconv.FormatUint(fp, 16)
-	return "0000000000000000"[len(s):] + s
-}
-
 // decodeQuarantines reads the script's list of quarantines in force, {fingerprint, µs left,
 // ...}, under settings q. Redis is not trusted to hold only what the script wrote: an entry
 // whose fingerprint is not 16 hex digits, or whose time left is not a positive number, is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
 )
 
@@ -90,7 +91,7 @@ func TestQuarantinePublishedAndRead(t *testing.T) {
 	if key != "pgtraffic:{q}:q:2:30s" {
 		t.Fatalf("key %q", key)
 	}
-	end, err := rc.HGet(context.Background(), key, fingerprintHex(fp)).Float64()
+	end, err := rc.HGet(context.Background(), key, vocab.FingerprintHex(fp)).Float64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,15 +136,15 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 	key := QuarantineKey("v", thirty)
 	rn := redisNow(t, rc)
 	us := func(d time.Duration) string { return strconv.FormatInt(rn+d.Microseconds(), 10) }
-	good := fingerprintHex(1)
-	far := fingerprintHex(2)
+	good := vocab.FingerprintHex(1)
+	far := vocab.FingerprintHex(2)
 	if err := rc.HSet(ctx, key,
 		good, us(10*time.Second),
 		far, us(time.Hour),
-		fingerprintHex(3), us(-time.Second), // ended
-		fingerprintHex(4), "nan",
-		fingerprintHex(5), "inf",
-		fingerprintHex(6), "x",
+		vocab.FingerprintHex(3), us(-time.Second), // ended
+		vocab.FingerprintHex(4), "nan",
+		vocab.FingerprintHex(5), "inf",
+		vocab.FingerprintHex(6), "x",
 		"0123456789ABCDEF", us(10*time.Second), // not lower case
 		"12345", us(10*time.Second),
 		"i:someone", us(10*time.Second),
@@ -170,7 +171,7 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 	// Full: a new fingerprint is not added, one already there is extended.
 	args := make([]any, 0, 2*MaxQuarantines)
 	for i := range MaxQuarantines {
-		args = append(args, fingerprintHex(uint64(1000+i)), us(10*time.Second))
+		args = append(args, vocab.FingerprintHex(uint64(1000+i)), us(10*time.Second))
 	}
 	if err := rc.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
@@ -184,10 +185,10 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 	if n, _ := rc.HLen(ctx, key).Result(); n != MaxQuarantines {
 		t.Errorf("the hash holds %d fields, want at most %d", n, MaxQuarantines)
 	}
-	if ok, _ := rc.HExists(ctx, key, fingerprintHex(7)).Result(); ok {
+	if ok, _ := rc.HExists(ctx, key, vocab.FingerprintHex(7)).Result(); ok {
 		t.Error("a full hash took a new fingerprint")
 	}
-	if end, _ := rc.HGet(ctx, key, fingerprintHex(1000)).Float64(); int64(end)-redisNow(t, rc) < 19e6 {
+	if end, _ := rc.HGet(ctx, key, vocab.FingerprintHex(1000)).Float64(); int64(end)-redisNow(t, rc) < 19e6 {
 		t.Errorf("an existing fingerprint was not extended: %v left", time.Duration(int64(end)-redisNow(t, rc))*time.Microsecond)
 	}
 
@@ -197,7 +198,7 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 	}
 	ha.Quarantine(8, now.Add(20*time.Second))
 	mustSync(t, a)
-	if ok, err := rc.HExists(ctx, key, fingerprintHex(8)).Result(); err != nil || !ok {
+	if ok, err := rc.HExists(ctx, key, vocab.FingerprintHex(8)).Result(); err != nil || !ok {
 		t.Errorf("after a key of another type: %v, %v", ok, err)
 	}
 }
@@ -208,15 +209,15 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 func TestDecodeQuarantines(t *testing.T) {
 	q := QuarantineSpec{After: 1, For: 10 * time.Second}
 	got, ignored := decodeQuarantines([]any{
-		fingerprintHex(1), int64(5e6),
-		fingerprintHex(2), int64(3600e6), // cut to for:
-		fingerprintHex(3), int64(0),
-		fingerprintHex(4), int64(-5),
-		fingerprintHex(5), "nan",
+		vocab.FingerprintHex(1), int64(5e6),
+		vocab.FingerprintHex(2), int64(3600e6), // cut to for:
+		vocab.FingerprintHex(3), int64(0),
+		vocab.FingerprintHex(4), int64(-5),
+		vocab.FingerprintHex(5), "nan",
 		"zz", int64(5e6),
 		int64(6), int64(5e6),
 		"0123456789ABCDEF", int64(5e6),
-		fingerprintHex(9),
+		vocab.FingerprintHex(9),
 	}, q)
 	want := []leftFor{{1, 5 * time.Second}, {2, 10 * time.Second}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] || ignored != 7 {
@@ -227,7 +228,7 @@ func TestDecodeQuarantines(t *testing.T) {
 	}
 	long := make([]any, 0, 2*MaxQuarantines+20)
 	for i := range MaxQuarantines + 10 {
-		long = append(long, fingerprintHex(uint64(i)), int64(1e6))
+		long = append(long, vocab.FingerprintHex(uint64(i)), int64(1e6))
 	}
 	if got, ignored := decodeQuarantines(long, q); len(got) != MaxQuarantines || ignored != 10 {
 		t.Errorf("a reply of %d: took %d, ignored %d", MaxQuarantines+10, len(got), ignored)
@@ -259,7 +260,7 @@ func TestQuarantineWaitsForRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSync(t, a)
-	if ok, err := rc.HExists(ctx, QuarantineKey("w", thirty), fingerprintHex(1)).Result(); err != nil || !ok {
+	if ok, err := rc.HExists(ctx, QuarantineKey("w", thirty), vocab.FingerprintHex(1)).Result(); err != nil || !ok {
 		t.Fatalf("the quarantine made while Redis was down was not published: %v, %v", ok, err)
 	}
 
@@ -268,7 +269,7 @@ func TestQuarantineWaitsForRedis(t *testing.T) {
 	ha.SetSpec(Spec{Name: "w", Quarantine: other})
 	mustSync(t, a)
 	for _, k := range []string{QuarantineKey("w", thirty), QuarantineKey("w", other)} {
-		if ok, err := rc.HExists(ctx, k, fingerprintHex(2)).Result(); err != nil || ok {
+		if ok, err := rc.HExists(ctx, k, vocab.FingerprintHex(2)).Result(); err != nil || ok {
 			t.Errorf("a quarantine made under the old settings was published to %s: %v, %v", k, ok, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 )
 
@@ -114,7 +115,7 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))
 		for _, q := range cl.publish {
 			if left := q.Until.Sub(cl.at).Microseconds(); left > 0 {
-				args = append(args, fingerprintHex(q.Fingerprint), left)
+				args = append(args, vocab.FingerprintHex(q.Fingerprint), left)
 			}
 		}
 	}

@@ -224,7 +224,7 @@ func (q *quarantines) list(now time.Time) []Quarantine {
 			if en.p != nil {
 				qq.Fingerprint, qq.Query = en.p.Fingerprint, en.p.Normalized
 			} else {
-				qq.Fingerprint = pattern.FingerprintHex(k.fp)
+				qq.Fingerprint = vocab.FingerprintHex(k.fp)
 			}
 			out = append(out, qq)
 		}

@@ -1,9 +1,9 @@
 package engine
 
 import (
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
-	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
 // BudgetState is one budget's live state.
@@ -38,7 +38,7 @@ func (e *Engine) TopPatterns(n int) []PatternState {
 	top := e.model.Top(e.now(), n)
 	out := make([]PatternState, 0, len(top))
 	for _, ps := range top {
-		out = append(out, PatternState{PatternStats: ps, FingerprintHex: pattern.FingerprintHex(ps.Fingerprint)})
+		out = append(out, PatternState{PatternStats: ps, FingerprintHex: vocab.FingerprintHex(ps.Fingerprint)})
 	}
 	return out
 }

@@ -160,7 +160,7 @@ func analyze(key string) *Pattern {
 	if queryFingerprint {
 		id = numberedTables(id, p.Tables)
 	}
-	p.FingerprintID, p.Fingerprint = id, FingerprintHex(id)
+	p.FingerprintID, p.Fingerprint = id, vocab.FingerprintHex(id)
 	for t := range w.bare {
 		if _, ok := w.tables[t]; !ok {
 			p.Relations = append(p.Relations, t)
@@ -216,7 +216,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // that may write is flagged by the guard facts of its words ([guard.Unparsed]).
 func unparsable(key string) *Pattern {
 	id := unparsableID(key)
-	p := &Pattern{Fingerprint: FingerprintHex(id), FingerprintID: id, Kind: vocab.KindOther, Tables: []string{}}
+	p := &Pattern{Fingerprint: vocab.FingerprintHex(id), FingerprintID: id, Kind: vocab.KindOther, Tables: []string{}}
 	p.Facts = guard.Unparsed(key)
 	return p
 }
@@ -297,12 +297,6 @@ func sign(tokens []*pg.ScanToken, i int) bool {
 // unparsableSeed keys the hash of a text that neither the parser nor the scanner reads
 // (unparsableID).
 var unparsableSeed = maphash.MakeSeed()
-
-// FingerprintHex is a fingerprint as [Pattern.Fingerprint] spells it: 16 lower-case hex digits.
-func FingerprintHex(id uint64) string {
-	s := strconv.FormatUint(id, 16)
-	return strings.Repeat("0", 16-len(s)) + s
-}
 
 // normalize returns pg_query's normalised text with comments removed and
 // every literal it left behind replaced by a further $n: pg_query keeps the

@@ -244,7 +244,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		r := Analyze("SELEC 'secret-124' FROM")
 		w := Analyze("SELEC 'secret-123' INTO")
 		if p.Parsed || p.Kind != vocab.KindOther || p.Normalized != "" || p.Statements != 0 || p.Explainable ||
-			!hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
+			!hex16RE.MatchString(p.Fingerprint) || vocab.FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Errorf("unparsable: %+v", p)
 		}
 		if p.Fingerprint != q.Fingerprint {
@@ -264,7 +264,7 @@ func TestAnalyzeEdges(t *testing.T) {
 		if a.Fingerprint != b.Fingerprint || a.FingerprintID != b.FingerprintID || a.Fingerprint == c.Fingerprint {
 			t.Errorf("fingerprints a=%s b=%s c=%s", a.Fingerprint, b.Fingerprint, c.Fingerprint)
 		}
-		if !hex16RE.MatchString(a.Fingerprint) || FingerprintHex(a.FingerprintID) != a.Fingerprint {
+		if !hex16RE.MatchString(a.Fingerprint) || vocab.FingerprintHex(a.FingerprintID) != a.Fingerprint {
 			t.Errorf("fingerprint %q id %x", a.Fingerprint, a.FingerprintID)
 		}
 	})
@@ -333,7 +333,7 @@ func FuzzAnalyze(f *testing.F) {
 		if !validText(p) {
 			t.Fatalf("Analyze(%q): text that is not UTF-8: %+v", sql, p)
 		}
-		if !hex16RE.MatchString(p.Fingerprint) || FingerprintHex(p.FingerprintID) != p.Fingerprint {
+		if !hex16RE.MatchString(p.Fingerprint) || vocab.FingerprintHex(p.FingerprintID) != p.Fingerprint {
 			t.Fatalf("bad fingerprint %q / %x", p.Fingerprint, p.FingerprintID)
 		}
 		if !p.Parsed {
@@ -392,7 +392,7 @@ func TestUnparsableFingerprint(t *testing.T) {
 	for pin := range 10000 {
 		h := fnv.New64a()
 		h.Write([]byte(fmt.Sprintf(shape, pin)))
-		if FingerprintHex(h.Sum64()) == p.Fingerprint {
+		if vocab.FingerprintHex(h.Sum64()) == p.Fingerprint {
 			t.Fatalf("the fingerprint is the hash of the text with PIN %04d: a literal can be recovered from it", pin)
 		}
 	}
@@ -402,7 +402,7 @@ func TestUnparsableFingerprint(t *testing.T) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("select 'unterminated"))
-	if FingerprintHex(h.Sum64()) == u.Fingerprint {
+	if vocab.FingerprintHex(h.Sum64()) == u.Fingerprint {
 		t.Error("a text the scanner rejects is fingerprinted by an unkeyed hash of its text")
 	}
 }

@@ -1,9 +1,10 @@
 // Package vocab defines the words and defaults of a rules file that pgtraffic's layers share:
 // the reasons a statement is refused or warned about, the built-in tag keys and statement kinds
-// a rule's match may name, the health metrics a budget's throttle_when may name, and the
-// defaults that both the rules config and an internal core apply.
+// a rule's match may name (and how the value of one, a fingerprint, is spelled), the health
+// metrics a budget's throttle_when may name, and the defaults that both the rules config and an
+// internal core apply.
 //
-// It imports only the standard library's time, so that every layer may import it.
+// It imports only the standard library's strconv and time, so that every layer may import it.
 //
 // # Why a package of its own
 //

@@ -1,6 +1,9 @@
 package vocab
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Reasons a statement is refused or warned about: which kind of limit of a rules file refused
 // it. They are the values of the driver's BlockedError.Reason, of the pgtraffic.reason span and
@@ -32,6 +35,14 @@ const (
 	KeyTable           = "table"
 	KeyQueryName       = "query_name" // from a leading sqlc comment, "-- name: ListOrders :many"
 )
+
+// FingerprintHex spells a statement's fingerprint as the built-in fingerprint tag's value, which
+// a rule's match names, and as pgtraffic shows and shares it (BlockedError, spans, the status
+// page, a shared quarantine in Redis): 16 lower-case hex digits.
+func FingerprintHex(id uint64) string {
+	s := strconv.FormatUint(id, 16)
+	return "0000000000000000"[len(s):] + s
+}
 
 // Statement kinds: the values of the built-in statement tag.
 const (
