@@ -226,9 +226,9 @@ func unparsable(key string) *Pattern {
 // literals, parameters and comments, its text (case-folded): so that one statement shape is one
 // pattern whatever its values (its refusals, quarantine strikes and learned cost count
 // together), and so that the fingerprint, which telemetry and errors show, holds nothing of its
-// literals. A number is one kind of value however it is written: its sign ([sign]) is not
-// hashed, and a decimal (10.5, 1e3) hashes as an integer does, so -10, 10 and 10.5 make one
-// pattern, as pg_query's fingerprint has them. A hash of the whole text would let whoever sees
+// literals. Every value hashes alike however it is written: a number (its sign, [sign], not
+// hashed; a decimal, 10.5 or 1e3, as an integer), a string of any quoting, a parameter: so -10,
+// 10, 10.5, '10' and $1 make one pattern, as pg_query's fingerprint has them. A hash of the whole text would let whoever sees
 // the fingerprint and knows the statement's shape recover a short literal (a PIN, a small id)
 // by trying each value. A text the scanner rejects too (an unterminated quote) is hashed whole,
 // with a key drawn at random per process: still one pattern per text, but a hash nobody outside
@@ -245,14 +245,17 @@ func unparsableID(key string) uint64 {
 		switch {
 		case tok == pg.Token_SQL_COMMENT, tok == pg.Token_C_COMMENT, sign(scan.Tokens, i):
 			continue
-		case tok == pg.Token_FCONST:
-			// Every number hashes as ICONST, so that a text without a decimal keeps the
-			// fingerprint it has always had: rules and dashboards name fingerprints.
+		case value(tok):
+			// Every value hashes alike, as ICONST (so that a text with only numbers keeps the
+			// fingerprint it has always had: rules and dashboards name fingerprints): a number,
+			// a string and a parameter are one value, as pg_query's fingerprint has them. So the
+			// text as sent, literals inline, and the text pg_stat_statements or pg_stat_activity
+			// shows ($n) make one pattern, which a rule copied from either catches.
 			tok = pg.Token_ICONST
 		}
 		binary.LittleEndian.PutUint32(kind[:], uint32(tok))
 		h.Write(kind[:])
-		if !value(tok) { // a value: its kind alone
+		if tok != pg.Token_ICONST { // a value: nothing of its text
 			h.Write([]byte(strings.ToLower(key[t.Start:t.End])))
 		}
 	}
