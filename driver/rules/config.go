@@ -139,7 +139,8 @@ type Budget struct {
 
 	// MaxWait is how long an enforce budget lets a statement wait for a slot, bucket room
 	// or health before blocking it; the statement's context bounds it too. Zero: no
-	// waiting.
+	// waiting. A warn budget warns only about the statements it would block after such a
+	// wait, or with its queue full (see the package documentation).
 	MaxWait Duration `yaml:"max_wait,omitempty" json:"max_wait,omitempty"`
 
 	// MaxQueue is how many statements may wait at once under MaxWait, per budget and per

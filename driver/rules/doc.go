@@ -71,8 +71,15 @@
 //	    match: {app: web}
 //
 // A budget is in warn mode unless it says otherwise: a statement it would block runs, takes no
-// slot or debt in that budget, and is logged and counted, so the warnings show exactly what
-// enforce would block.
+// slot or debt in that budget, and is logged and counted, so the warnings show what enforce
+// would block. With max_wait, enforce would not block a statement over its limits but have it
+// wait, and refuse it only once its queue is full (max_queue) or its wait would outlast
+// max_wait; so a warn budget lets such a statement run unwarned, counted in the slots and debt
+// as one that waited would be, while fewer than max_queue statements run so and its wait looks
+// no longer than max_wait: for a slot, a mean hold time of the budget's statements for each one
+// in flight beyond max_concurrent; for bucket room, the time the bucket takes to drain enough.
+// Warn mode cannot tell how long a health threshold would hold a statement back: it warns about
+// each one a threshold holds back, as without max_wait.
 //
 // Omitted limits are unlimited. An explicit zero blocks in an enforce budget (mode: enforce):
 // max_concurrent: 0 refuses every statement its rules select (reason concurrency) and

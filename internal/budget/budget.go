@@ -38,6 +38,9 @@ type Budget struct {
 	queues  map[string]*queue
 	waiters int
 	shed    map[string]shedRange // the waiters a lowered MaxQueue left beyond it, per key (queue.go)
+	// wouldWait counts, per key, the statements of a warn budget that run over its limits where
+	// enforce would have had them wait (TakeWaiter), until they are released.
+	wouldWait map[string]int
 
 	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
@@ -108,6 +111,9 @@ type Request struct {
 	// taken is when the request was admitted: Release learns the time since as a slot's hold
 	// time, whatever clock its cost is on.
 	taken time.Time
+	// waiter marks a request taken over the limits by TakeWaiter, counted among the key's
+	// would-be waiters until it is released.
+	waiter bool
 }
 
 // Denial says which request refused an admission and why.
@@ -461,6 +467,9 @@ func Return(now time.Time, r *Request) { release(now, r, 0, false) }
 func release(now time.Time, r *Request, actual float64, ran bool) {
 	b := r.Budget
 	b.mu.Lock()
+	if r.waiter {
+		b.unwait(r.Key)
+	}
 	if s := b.keys.holder(r); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
 		if r.Pending && s.pending > 0 {
@@ -575,6 +584,66 @@ func Adjust(now time.Time, r Request, delta float64) {
 	}
 	if delta < 0 && b.waiters > 0 {
 		b.wakeKey(r.Key) // the refund may be a waiter's room
+	}
+}
+
+// TakeWaiter is what a budget in warn mode does, at now, with request r that [Admit] refused
+// with d where the budget lets statements wait for room up to maxWait (and at most MaxQueue of
+// them per key): enforce would not refuse such a statement but have it wait, and admit it once
+// room came. So when the key's would-be waiters leave room in its queue and the wait for room
+// looks no longer than maxWait, TakeWaiter takes r over the limits (its slot and cost count,
+// as they would once it was admitted), counts it among the key's would-be waiters until it is
+// released, and reports true: the statement runs unwarned. Else it takes nothing and reports
+// false: enforce would refuse it. The wait is d's for the bucket (exact for r's cost, the
+// would-be waiters' costs in the debt); for max_concurrent, as many mean hold times over the
+// limit as the key's statements in flight beyond it, r's slot included (the mean hold time
+// being unknown until a statement has ended, such a wait counts as short). A per-query limit
+// refuses whatever the wait.
+func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) bool {
+	b := r.Budget
+	var kick func()
+	b.mu.Lock()
+	ok := b.wouldAdmit(r, d, maxWait)
+	if ok {
+		if b.wouldWait == nil {
+			b.wouldWait = map[string]int{}
+		}
+		b.wouldWait[r.Key]++
+		r.waiter = true
+		_, kick = b.take(now, r, 0, nil)
+	}
+	b.mu.Unlock()
+	if kick != nil {
+		kick()
+	}
+	return ok
+}
+
+// wouldAdmit reports whether enforce would admit r, refused with d, within maxWait rather than
+// refuse it (TakeWaiter). The caller holds b.mu.
+func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
+	if maxWait <= 0 || b.wouldWait[r.Key] >= b.keys.spec.MaxQueue {
+		return false
+	}
+	switch d.Reason {
+	case vocab.ReasonBudget:
+		return d.RetryAfter <= maxWait
+	case vocab.ReasonConcurrency:
+		s := b.keys.lookup(r.Key)
+		_, _, maxConcurrent := b.keys.limits(s)
+		if s == nil || b.meanHold == 0 || maxConcurrent <= 0 {
+			return true
+		}
+		over := s.inflight - maxConcurrent + 1
+		return time.Duration(b.meanHold*1e9*float64(over)/float64(maxConcurrent)) <= maxWait
+	}
+	return false
+}
+
+// unwait counts a would-be waiter of key (TakeWaiter) out. The caller holds b.mu.
+func (b *Budget) unwait(key string) {
+	if b.wouldWait[key]--; b.wouldWait[key] <= 0 {
+		delete(b.wouldWait, key)
 	}
 }
 

@@ -309,6 +309,10 @@ func (e *Engine) warnGuards(st *compiled, x *Exec, err error) {
 
 // warnBudgets checks x's warn-mode budgets one by one: a warn budget that would block is logged
 // and the statement runs without a hold in it, so the budget shows what enforce would have done.
+// Under max_wait enforce would have a statement wait for room rather than refuse it while its
+// queue has room and the wait looks no longer than max_wait: such a statement runs unwarned,
+// holding its slot and cost over the limits as a would-be waiter (budget.TakeWaiter), so that
+// the warnings count what enforce would refuse, not what it would make wait.
 func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 	for i, bi := range rt.budgets {
 		bs := st.budgets[bi]
@@ -323,7 +327,11 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 		req := [1]budget.Request{{Budget: bs.b, Key: rt.keys[i], Cost: x.Predicted, Unknown: x.untrained}}
 		warn, den := budget.Admit(now, req[:], x.s.claim.warns[:0])
 		if den != nil {
-			x.warnBudget(e, bs.name, bs.denial(st, rule, x, den))
+			if budget.TakeWaiter(now, &req[0], den, bs.maxWait) {
+				x.holds = append(x.holds, req[0])
+			} else {
+				x.warnBudget(e, bs.name, bs.denial(st, rule, x, den))
+			}
 			continue
 		}
 		x.holds = append(x.holds, req[0])
