@@ -26,7 +26,7 @@ func (c *core) Check(ctx context.Context) error {
 // returns when it is first with room, taking nothing. A full queue, or a budget without
 // max_wait, it checks again after about the refusal's retry hint (at most a health interval),
 // with jitter, growing with each attempt, so that many waiting jobs do not all resume at the
-// same instant. Once the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed],
+// same instant; and at once when the rules are replaced (a reload, SetConfig). Once the Connector (its *sql.DB) or the Pool is closed it returns [ErrClosed],
 // at once if it was waiting (as a statement waiting for capacity does), and when called
 // afterwards.
 func (c *core) Wait(ctx context.Context) error {

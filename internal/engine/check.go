@@ -78,9 +78,12 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 // chunk is thus never passed over for ever by statements that keep arriving (it would be if
 // it passed only once the queue was empty). A full queue, and a budget without max_wait, it
 // checks again about the denial's retry hint later, with jitter, growing with each attempt,
-// so that many waiting jobs do not all rush in the moment a metric drops.
+// so that many waiting jobs do not all rush in the moment a metric drops; and at once when the
+// rules are replaced (a reload that lifts a limit, or reopens a budget closed by a zero limit,
+// whose refusal gives no retry hint), as the statements waiting under max_wait are decided again.
 func (e *Engine) Wait(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
+		replaced := e.replaced() // before the check: a reload after it wakes the wait below
 		err := e.check(ctx, turn)
 		switch {
 		case err == nil || err == ErrClosed:
@@ -97,6 +100,7 @@ func (e *Engine) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-e.closed:
 			return ErrClosed
+		case <-replaced:
 		case <-e.after(health.Backoff(attempt, base, rand.Float64())):
 		}
 	}

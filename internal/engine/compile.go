@@ -157,6 +157,19 @@ type registry struct {
 	mu      sync.Mutex
 	version uint64 // counts the Installs
 	budgets map[string]*budget.Budget
+	// installed is closed by the next Install, which makes a new one: a job in Wait between
+	// two checks selects on it, so that a reload reaches it at once (replaced).
+	installed chan struct{}
+}
+
+// replaced returns a channel that the next Install closes.
+func (e *Engine) replaced() <-chan struct{} {
+	e.reg.mu.Lock()
+	defer e.reg.mu.Unlock()
+	if e.reg.installed == nil {
+		e.reg.installed = make(chan struct{})
+	}
+	return e.reg.installed
 }
 
 // Compile validates cfg and builds its immutable rule set, to be put in force by Install. It
@@ -305,10 +318,15 @@ func (e *Engine) Install(r *Rules) {
 	}
 	e.reg.budgets = keep
 	e.reg.version++
+	installed := e.reg.installed
+	e.reg.installed = nil
 	e.reg.mu.Unlock()
 	e.quarantined.configure(r.quar)
 	e.state.Store(r.c)
 	e.stats.Reloads.Add(1)
+	if installed != nil {
+		close(installed) // the jobs in Wait check again under these rules
+	}
 	// Statements waiting for room (max_wait) were routed by the rules replaced: each is decided
 	// again under these (admission.go), at once rather than when a slot frees or its max_wait
 	// ends, so that a reload that lifts a limit, closes a budget (max_concurrent: 0), turns it to

@@ -79,3 +79,39 @@ rules:
 		t.Errorf("%d still waiting", n)
 	}
 }
+
+// TestWaitWokenByReload: a job in Wait under a budget closed by a zero limit (an incident's
+// block, whose refusal gives no retry hint: Wait backs off in health intervals) passes as soon
+// as a reload reopens the budget, as the statements waiting under max_wait are decided again
+// at once, not when its backoff next ends. The fake clock never moves: only the reload can
+// wake it.
+func TestWaitWokenByReload(t *testing.T) {
+	e, clk := newEngine(t, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 0}
+rules:
+  - {budget: q, match: {app: q}}
+`)
+	ctx := tagging.With(context.Background(), "app", "q")
+	waited := make(chan error, 1)
+	go func() { waited <- e.Wait(ctx) }()
+	select {
+	case <-clk.Set(): // Wait was refused and backs off
+	case err := <-waited:
+		t.Fatalf("Wait under a closed budget: %v, want it to wait", err)
+	}
+	reload(t, e, `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1}
+rules:
+  - {budget: q, match: {app: q}}
+`)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("Wait after the budget reopened: %v", err)
+		}
+	case <-time.After(10 * time.Second): // a watchdog only: the fake clock never moved
+		t.Fatal("Wait still waiting after a reload reopened its budget")
+	}
+}
