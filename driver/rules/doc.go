@@ -196,8 +196,10 @@
 // (a password file, a .env file), is refused as not a rules file, without quoting it.
 //
 // Bytes that are not text (invalid UTF-8, NUL and other control characters), and in a file that
-// starts with { or [ but is not valid JSON the JSON reader's first problem (a missing comma,
-// text after the end of the document), are reported with their line, column and byte offset.
+// starts with { or [ but that neither JSON nor YAML reads the JSON reader's first problem (a
+// missing comma, text after the end of the document), are reported with their line, column and
+// byte offset. (A file that starts with { or [ and is not JSON is read as YAML, whose flow style
+// takes unquoted keys and a trailing comma.)
 // Other syntax errors are the YAML parser's: some name the line where the list or mapping
 // holding the problem begins, and say so. Every problem
 // found is reported, joined with [errors.Join]; each is an [*Error], and errors.Is(err,
