@@ -635,7 +635,7 @@ func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
 			return true
 		}
 		over := s.inflight - maxConcurrent + 1
-		return time.Duration(b.meanHold*1e9*float64(over)/float64(maxConcurrent)) <= maxWait
+		return b.meanHold*float64(over)/float64(maxConcurrent) <= maxWait.Seconds()
 	}
 	return false
 }

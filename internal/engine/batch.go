@@ -372,10 +372,11 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		b.st = st // for Acquired, should its slots be overtaken before it has its connection
 	}
 	// Then each warn budget on its own, as warnBudgets does: one that would block warns, and
-	// the batch runs without a hold in it. The ones admitted are kept after the enforce ones.
+	// the batch runs without a hold in it; one that would make it wait (max_wait) holds it as a
+	// would-be waiter. The ones admitted are kept after the enforce ones.
 	now := e.now()
 	for k := n; k < len(b.holds); k++ {
-		o, r := b.owners[k], b.holds[k]
+		o := b.owners[k]
 		x := &b.Execs[o.stmt]
 		if d := e.refusedWhatever(st, o.bs, o.rule, x, now); d != nil {
 			x.warnBudget(e, o.bs.name, d)
@@ -383,11 +384,12 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		}
 		ws, den := budget.Admit(now, b.holds[k:k+1], b.warns[:0])
 		b.warns = ws
-		if den != nil {
+		if den != nil && !budget.TakeWaiter(now, &b.holds[k], den, o.bs.maxWait) {
 			x.warnBudget(e, o.bs.name, o.bs.denial(st, o.rule, x, den))
 			continue
 		}
-		b.holds[b.held], b.owners[b.held] = r, o
+		// As admitted: what it reserved, and when, for its release.
+		b.holds[b.held], b.owners[b.held] = b.holds[k], o
 		b.held++
 		for _, w := range ws {
 			e.thresholdWarn(x, o.bs, st.ruleName[o.rule], w)
