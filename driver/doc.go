@@ -1,11 +1,12 @@
 // Package driver is pgtraffic's client-side traffic control for PostgreSQL, with two front ends:
 // a database/sql driver ([Open], [NewConnector]) and a pgx-native pool ([NewPool]).
 //
-// It may import the layers below it (the engine and its runtime, the rules config in driver/rules
-// and driver/rules/vocab, tagging, internal/pattern, internal/health, internal/bounded, and the
-// pgx adapters internal/health/pgxconn, internal/cost/pgxexplain and
-// internal/serverclock/pgxconn) and the libraries of its two front ends: pgx with pgconn, pgtype,
-// pgxpool and stdlib (no other package imports stdlib or database/sql/driver), go-redis for
+// It may import the layers below it (the engine, internal/engine, and its runtime,
+// internal/runtime; the rules config in driver/rules and driver/rules/vocab, tagging,
+// internal/pattern, internal/health, internal/bounded, and the pgx adapters
+// internal/health/pgxconn, internal/cost/pgxexplain and internal/serverclock/pgxconn) and the
+// libraries of its two front ends: pgx with pgconn, pgtype, pgxpool and stdlib (no other package
+// imports stdlib or database/sql/driver) and pgerrcode (SQLSTATE names), go-redis for
 // [WithRedisClient], and OpenTelemetry.
 //
 // The first wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]), the second a

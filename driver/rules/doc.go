@@ -2,8 +2,9 @@
 // them, health throttling, static guards and the coordination that shares budgets across an
 // application's instances — and parses it strictly from YAML or JSON.
 //
-// It imports only [vocab] and the YAML library (go.yaml.in/yaml/v3): nothing under internal/ and
-// no network client, so that code that builds a config pulls in nothing else of pgtraffic's.
+// It imports only [vocab] (driver/rules/vocab) and the YAML library (go.yaml.in/yaml/v3):
+// nothing under internal/ and no network client, so that code that builds a config pulls in
+// nothing else of pgtraffic's.
 //
 // # A rules file
 //

@@ -2,8 +2,10 @@
 // through Redis, while each statement's decision stays local: "shared budgets".
 //
 // It may import internal/budget (whose leases it keeps in step; the budget knows nothing of it),
-// driver/rules and driver/rules/vocab (the coordination settings and the reasons), and go-redis;
-// nothing of the engine or the front ends.
+// driver/rules and driver/rules/vocab (the coordination settings and the reasons),
+// internal/health (the Election it implements for the health sampler and the server clock
+// reader), internal/bounded (a published reading's error text cut to its bound) and go-redis; nothing of the
+// engine or the front ends.
 //
 // # Capacity leases
 //
@@ -210,10 +212,11 @@
 // 100ms), so that a budget with tens of thousands of active partitions syncs against a healthy
 // Redis; a call that overruns it is abandoned even if the client ignores contexts. After a
 // failed sync the next one's deadline doubles, up to four times the first, until a sync
-// succeeds: a call after a failure runs on a new connection, whose handshake takes round trips
-// of its own within the deadline, and a Redis more than a third of a deadline away would
-// otherwise never be synced with again after one failure (a fresh instance's first call
-// included). A sync keeps
+// succeeds, and a coordinator's syncs have that longest deadline until its first succeeds: a
+// call after a failure, and a fresh instance's first call, run on a new connection, whose
+// handshake takes round trips of its own within the deadline, and a Redis more than a third of
+// a deadline away would otherwise fail every fresh instance's first call and never be synced
+// with again after one failure. A sync keeps
 // two calls on their way, so that Redis has the next one to run while the client applies a
 // reply, and hands each reply's leases to the local budget as it applies it; an abandoned call
 // holds its place among the instance's eight until it returns, and a call that finds no place

@@ -8,9 +8,10 @@
 //	driver (the front ends) → runtime (rules file, sampler, coordinator) → engine
 //	engine → pattern, guard, ruleset, cost, budget, health
 //
-// It may import those packages, driver/rules, tagging and internal/bounded; it knows no front end, no database
-// driver (a statement's connection is a [Conn], which EXPLAINs), no file watcher and no Redis
-// client.
+// It may import those packages (internal/pattern, internal/guard, internal/ruleset,
+// internal/cost, internal/budget, internal/health), driver/rules and driver/rules/vocab, tagging
+// and internal/bounded; it knows no front end, no database driver (a statement's connection is
+// a [Conn], which EXPLAINs), no file watcher and no Redis client.
 //
 // # The path of one statement
 //

@@ -1,7 +1,9 @@
 package facts
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -162,4 +164,81 @@ func through(pkgs map[string]pkg, rel, dep string) string {
 // PostgreSQL's table of SQLSTATE names, which drives nothing.
 func pgDriver(dep string) bool {
 	return strings.HasPrefix(dep, "github.com/jackc/") && dep != "github.com/jackc/pgerrcode"
+}
+
+// libraries are the words a package's documentation names a library it imports by, per import
+// path prefix; an import of another library fails TestDocNamesImports until it is added here.
+var libraries = []struct{ prefix, word string }{
+	{"github.com/jackc/pgx/", "pgx"},
+	{"github.com/jackc/pgerrcode", "pgerrcode"},
+	{"github.com/redis/go-redis/", "go-redis"},
+	{"github.com/fsnotify/fsnotify", "fsnotify"},
+	{"github.com/pganalyze/pg_query_go/", "pg_query_go"},
+	{"google.golang.org/protobuf/", "protobuf"},
+	{"go.yaml.in/yaml/", "YAML"},
+	{"go.opentelemetry.io/otel", "OpenTelemetry"},
+}
+
+// TestDocNamesImports: each package's doc.go says which packages it may import, and what it
+// imports is among them: every package of the module it imports directly is named by its path
+// in the module (internal/budget, driver/rules/vocab), and every library by its word
+// (libraries). So a package that starts importing something its documentation does not allow
+// fails here, and so does documentation that forgets an import.
+func TestDocNamesImports(t *testing.T) {
+	pkgs := listModule(t)
+	for _, rel := range sortedKeys(pkgs) {
+		dir := rel
+		if dir == "" {
+			dir = "."
+		}
+		doc, err := os.ReadFile(filepath.Join("../..", dir, "doc.go")) // the module root, from this package
+		if err != nil {
+			t.Errorf("%s: no doc.go saying what the package does and what it may import: %v", rel, err)
+			continue
+		}
+		for _, imp := range pkgs[rel].imports {
+			if !strings.Contains(strings.Split(imp, "/")[0], ".") {
+				continue // the standard library
+			}
+			if dep, mine := ours(imp); mine {
+				if !namesPath(string(doc), dep) {
+					t.Errorf("%s imports %s, which its doc.go does not name", rel, dep)
+				}
+				continue
+			}
+			i := slices.IndexFunc(libraries, func(l struct{ prefix, word string }) bool { return strings.HasPrefix(imp, l.prefix) })
+			switch {
+			case i < 0:
+				t.Errorf("%s imports %s, a library this test does not know: add it to libraries and to the package's doc.go", rel, imp)
+			case !strings.Contains(string(doc), libraries[i].word):
+				t.Errorf("%s imports %s, which its doc.go does not name (%s)", rel, imp, libraries[i].word)
+			}
+		}
+	}
+}
+
+// namesPath reports whether doc names path as a whole: internal/cost, not as the start of
+// internal/cost/pgxexplain.
+func namesPath(doc, path string) bool {
+	for rest := doc; ; {
+		i := strings.Index(rest, path)
+		if i < 0 {
+			return false
+		}
+		before, after := byte(' '), byte(' ')
+		if i > 0 {
+			before = rest[i-1]
+		}
+		if j := i + len(path); j < len(rest) {
+			after = rest[j]
+		}
+		if !pathChar(before) && !pathChar(after) {
+			return true
+		}
+		rest = rest[i+len(path):]
+	}
+}
+
+func pathChar(c byte) bool {
+	return c == '/' || c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }

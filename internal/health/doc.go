@@ -2,8 +2,8 @@
 // throttle_when budgets: the Vitess-throttler half of traffic control.
 //
 // It may import driver/rules/vocab (the metric names, the default interval) and nothing else of
-// pgtraffic's, and no database driver: its connection is a [Conn] handed in (package pgxconn
-// implements it with pgx), and the engine hands it its settings.
+// pgtraffic's, pgerrcode (SQLSTATE names), and no database driver: its connection is a [Conn]
+// handed in (package pgxconn implements it with pgx), and the engine hands it its settings.
 //
 // # Sampling
 //
@@ -90,8 +90,8 @@
 // # Imports
 //
 // Its one job is to keep the health sample that throttle checks read. It imports the
-// standard library and driver/rules/vocab (the metric names), and no database driver or network
-// client: the connection is a [Conn] and the election an [Election], both handed in, so that
+// standard library, driver/rules/vocab (the metric names) and pgerrcode, and no database
+// driver or network client: the connection is a [Conn] and the election an [Election], both handed in, so that
 // the engine, which reads the sample, knows no driver either. Package pgxconn implements Conn
 // with pgx; package coord implements Election on Redis.
 package health

@@ -1,9 +1,10 @@
 // Package pattern turns SQL text into an immutable [Pattern]: the facts the
 // traffic-control engine needs about a statement before it is sent.
 //
-// It imports pg_query_go, protobuf's reflection, internal/guard (a statement's guard facts) and
-// internal/bounded (identifiers made valid UTF-8, the normalised text cut to its bound), and
-// nothing else of pgtraffic's.
+// It imports pg_query_go, protobuf's reflection, internal/guard (a statement's guard facts),
+// internal/bounded (identifiers made valid UTF-8, the normalised text cut to its bound) and
+// driver/rules/vocab (the statement kinds, how a fingerprint is spelled), and nothing else of
+// pgtraffic's.
 //
 // # What a pattern holds
 //

@@ -5,9 +5,9 @@
 // statement waits for it: it holds its lock for in-memory steps only, never across a compile, a
 // file read, Redis or the database.
 //
-// It may import the engine and the packages the engine is made of (budget, health, coord),
-// serverclock,
-// driver/rules, fsnotify and go-redis, never a database driver (the driver hands it the
+// It may import the engine (internal/engine) and the packages the engine is made of
+// (internal/budget, internal/health), internal/coord, internal/serverclock, driver/rules,
+// fsnotify and go-redis, never a database driver (the driver hands it the
 // health sampler's connection as a health.Conn, the server clock's as a serverclock.Conn); only
 // the driver imports it.
 package runtime

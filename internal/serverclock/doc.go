@@ -29,8 +29,9 @@
 // predictions return to the client's clock when the server's reports stop for long enough.
 // Nothing here runs on a statement's path, and nothing here can fail or delay one.
 //
-// It may import internal/cost (the query identifiers it is handed) and internal/health (the
-// election it shares a read through) and no database driver or Redis client: its connection
+// It may import internal/cost (the query identifiers it is handed), internal/health (the
+// election it shares a read through) and driver/rules/vocab (the default interval), and no
+// database driver or Redis client: its connection
 // is a [Conn] handed in (package pgxconn implements it with pgx), its election a
 // health.Election (package coord implements it on Redis).
 package serverclock

@@ -7,5 +7,6 @@
 // statement is never failed or altered by it. [On] hands a connection to the engine
 // (engine.Conn) without allocating.
 //
-// It imports pgx and package cost (for cost.ErrNotSent); only the driver and tests import it.
+// It imports pgx, pgerrcode (SQLSTATE names) and internal/cost (for cost.ErrNotSent); only the
+// driver and tests import it.
 package pgxexplain

@@ -8,5 +8,5 @@
 // [health.ErrTimeout], so that the sampler describes a failure without the server's message
 // text. [SystemID] reads the secret the sampler election signs samples with.
 //
-// It may import package health and pgx; only the driver (and tests) import it.
+// It may import internal/health and pgx; only the driver (and tests) import it.
 package pgxconn

@@ -7,5 +7,6 @@
 // terms ([Conn.Read]: the counters of the query identifiers asked for, and when the view was
 // last reset).
 //
-// It may import package serverclock and pgx; only the driver (and tests) import it.
+// It may import internal/serverclock, pgx and pgerrcode (SQLSTATE names); only the driver (and
+// tests) import it.
 package pgxconn
