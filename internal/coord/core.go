@@ -550,14 +550,20 @@ func (c *core) failed(sent, now time.Time) {
 // on their way included: a quarter interval (at least minDeadline), so that a budget of many
 // partitions syncs against a healthy Redis and a hung one fails a call well within a lease;
 // after a failed sync twice that, and after two or more four times that (an interval at the
-// default one), until a sync succeeds. A call after a failure runs on a new connection
-// (go-redis closes one whose call timed out), whose handshake, HELLO and, where Redis lost the
-// script, EVAL after EVALSHA, costs round trips within the call's deadline: with the same
-// deadline for it, a Redis more than a third or half of a deadline away would fail every call
-// after its first failure, a fresh instance's first call included, and its budgets would stay
-// on their fallback shares for good.
+// default one), until a sync succeeds; and four times that until the coordinator's first sync
+// succeeds. A call after a failure, and the first call, run on a new connection (go-redis
+// closes one whose call timed out), whose handshake, HELLO and, where Redis lost the script,
+// EVAL after EVALSHA, costs round trips within the call's deadline: with the same deadline for
+// it, a Redis more than a third or half of a deadline away would fail a fresh instance's first
+// call (its budgets on their fallback shares until a retry, "Redis unreachable" logged at every
+// start) and every call after a failure, and its budgets would stay on their fallback shares
+// for good. Until its first sync an instance runs on provisional leases whatever the deadline.
 func (c *core) deadline() time.Duration {
-	return callDeadline(c.interval) << min(c.streak, 2)
+	steps := min(c.streak, 2)
+	if c.syncs == 0 {
+		steps = 2
+	}
+	return callDeadline(c.interval) << steps
 }
 
 // applied records the answers to a chunk of reports sent at sent and received at now. It

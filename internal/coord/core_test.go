@@ -868,7 +868,8 @@ func TestReportAfterAFailureIsRecovering(t *testing.T) {
 
 // TestDeadlineGrowsWhileFailing: a sync's calls may take a quarter interval; after failed syncs
 // twice and then four times that (a call on a new connection pays its handshake within it),
-// never more; a success brings the quarter back. The retry of a lease in force is sent a
+// never more; a success brings the quarter back. Before its first success a core's syncs have
+// the longest (its first call is on a new connection too). The retry of a lease in force is sent a
 // deadline before the lease lapses, so that it ends before the lease does.
 func TestDeadlineGrowsWhileFailing(t *testing.T) {
 	c := newTestCore(Spec{Name: "b", MaxConcurrent: 4})
@@ -891,6 +892,11 @@ func TestDeadlineGrowsWhileFailing(t *testing.T) {
 		t.Fatalf("after a successful sync: deadline %v, want a quarter interval again", got)
 	}
 	small := newCore(Spec{Name: "b"}, 200*time.Millisecond, 10, func() float64 { return 0.5 })
+	if got := small.deadline(); got != 4*minDeadline {
+		t.Fatalf("sync_interval 200ms, before its first sync (a call on a new connection): deadline %v, want four times the %v floor", got, minDeadline)
+	}
+	small.absorb(t0, []budget.Usage{{Key: "", Wanted: 1}})
+	grantAll(small, t0, func(string) result { return result{lease: budget.Lease{Slots: 4}, live: 1} })
 	if got := small.deadline(); got != minDeadline {
 		t.Fatalf("sync_interval 200ms: deadline %v, want the %v floor", got, minDeadline)
 	}

@@ -87,3 +87,32 @@ func TestDistantRedisSyncsAfterFailure(t *testing.T) {
 			after.Syncs-stalled.Syncs, after.Failures-stalled.Failures, after.Fallback)
 	}
 }
+
+// TestDistantRedisFirstCallSyncs: a fresh instance's first call runs on a new connection, its
+// handshake and the script (EVALSHA, then EVAL when Redis does not have it yet) round trips of
+// their own: 60 ms away at a sync_interval of 400 ms (a 100 ms deadline), two or three round
+// trips do not fit the deadline of a call on a warm connection. The first sync has the longer
+// deadline of a sync after a failure, so that an instance starting beside a distant Redis syncs
+// from its first call rather than failing it, logging Redis unreachable and running on its
+// fallback share until a retry. Three instances start one after the other: the first sends
+// the script, the others find it in Redis's cache.
+func TestDistantRedisFirstCallSyncs(t *testing.T) {
+	srv := redistest.Need(t)
+	px := delayproxy.Start(t, srv.Addr, 30*time.Millisecond)
+	for i := range 3 {
+		c := newCoord(t, Options{URL: "redis://" + px.Addr + "/0", Interval: 400 * time.Millisecond, Logger: quiet})
+		c.Register(Spec{Name: "far", Rate: 1, Burst: 1, MaxConcurrent: 4}, newFakeLocal(1, 2))
+		c.Start()
+		var st Status
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if st = c.Status()[0]; st.Syncs > 0 || st.Failures > 0 {
+				break
+			}
+		}
+		c.Close(context.Background())
+		if st.Syncs == 0 || st.Failures > 0 {
+			t.Errorf("instance %d, Redis 60 ms away, a 100 ms deadline: %d syncs, %d failures by its first outcome; want its first call to sync",
+				i, st.Syncs, st.Failures)
+		}
+	}
+}
