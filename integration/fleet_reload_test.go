@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -36,39 +37,10 @@ rules:
 	c, db := openShared(t, dsn, local, &logs)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	tagged := tagging.With(context.Background(), "app", "fleet")
-	var ran, refused atomic.Int64
-	var mu sync.Mutex
-	var first error
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				_, err := db.ExecContext(tagged, "select 1")
-				switch {
-				case err == nil:
-					ran.Add(1)
-				case errors.Is(err, driver.ErrBlocked):
-					if refused.Add(1) == 1 {
-						mu.Lock()
-						first = err
-						mu.Unlock()
-					}
-					time.Sleep(time.Millisecond)
-				default:
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
+	w := startWorkers(t, db, 8)
 	time.Sleep(time.Second) // the pool warm, every worker running
-	if n := refused.Load(); n != 0 {
-		cancel()
-		wg.Wait()
+	if n := w.refused.Load(); n != 0 {
+		w.stop()
 		t.Fatalf("the process-local budget refused %d statements: the scenario is wrong", n)
 	}
 	cfg, err := driver.ParseConfig([]byte(fmt.Sprintf("coordination: {redis: %q, sync_interval: 1s}\n", srv.URL) + local))
@@ -79,12 +51,109 @@ rules:
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	cancel()
-	wg.Wait()
+	w.stop()
 	s := sharedStatus(t, c, "slots")
-	t.Logf("8 workers across a reload adding coordination: %d ran, %d refused; lease now %+v", ran.Load(), refused.Load(), s)
-	if refused.Load() > 0 {
+	t.Logf("8 workers across a reload adding coordination: %d ran, %d refused; lease now %+v", w.ran.Load(), w.refused.Load(), s)
+	if w.refused.Load() > 0 {
 		t.Errorf("one instance alone, 8 in flight of a max_concurrent of 64: %d statements refused across the reload "+
-			"that made the budget shared (first: %v)", refused.Load(), first)
+			"that made the budget shared (first: %v)", w.refused.Load(), w.first())
 	}
+}
+
+// TestFleetReloadChangingSyncIntervalRefusesNothing: one instance alone runs 8 workers under a
+// shared budget of max_concurrent 64, and reloads change only its coordination section's
+// sync_interval, which replaces its coordinator (a new name in Redis; the old one says goodbye).
+// Alone, the instance refuses nothing the same budget process-local would admit, across the
+// replacement too: the new coordinator must not be granted only what the old one, not yet gone,
+// leaves.
+func TestFleetReloadChangingSyncIntervalRefusesNothing(t *testing.T) {
+	srv := redistest.Need(t)
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	rulesWith := func(interval string) string {
+		return fmt.Sprintf(`
+coordination: {redis: %q, sync_interval: %s}
+budgets:
+  - {name: slots, mode: enforce, max_concurrent: 64}
+  - {name: other, mode: enforce, max_concurrent: 4}
+rules:
+  - {budget: slots, match: {app: fleet}}
+  - {budget: other, match: {app: other}}
+`, srv.URL, interval)
+	}
+	var logs lockedBuffer
+	c, db := openShared(t, dsn, rulesWith("1s"), &logs)
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	w := startWorkers(t, db, 8)
+	time.Sleep(time.Second)
+	for i := range 6 {
+		interval := []string{"500ms", "1s"}[i%2]
+		cfg, err := driver.ParseConfig([]byte(rulesWith(interval)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+	w.stop()
+	t.Logf("8 workers across 6 reloads changing sync_interval: %d ran, %d refused", w.ran.Load(), w.refused.Load())
+	if w.refused.Load() > 0 {
+		t.Errorf("one instance alone, 8 in flight of a max_concurrent of 64: %d statements refused across reloads "+
+			"that replaced its coordinator (first: %v)", w.refused.Load(), w.first())
+	}
+}
+
+// workers run `select 1` tagged app=fleet on db in a loop until stop, counting what ran and
+// what was refused (a refused worker pauses a millisecond).
+type workers struct {
+	ran, refused atomic.Int64
+	mu           sync.Mutex
+	firstErr     error
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+}
+
+func startWorkers(t *testing.T, db *sql.DB, n int) *workers {
+	w := &workers{}
+	tagged := tagging.With(context.Background(), "app", "fleet")
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	for range n {
+		w.wg.Go(func() {
+			for ctx.Err() == nil {
+				_, err := db.ExecContext(tagged, "select 1")
+				switch {
+				case err == nil:
+					w.ran.Add(1)
+				case errors.Is(err, driver.ErrBlocked):
+					if w.refused.Add(1) == 1 {
+						w.mu.Lock()
+						w.firstErr = err
+						w.mu.Unlock()
+					}
+					time.Sleep(time.Millisecond)
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(w.stop)
+	return w
+}
+
+// stop stops the workers and waits for them.
+func (w *workers) stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+// first is the first refusal.
+func (w *workers) first() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.firstErr
 }
