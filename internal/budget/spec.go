@@ -120,18 +120,18 @@ type limitText struct {
 func newLimitText(s Spec) limitText {
 	return limitText{
 		concurrency: ConcurrencyLimit(s.MaxConcurrent),
-		perQuery:    "per_query_limit=" + formatSeconds(s.PerQueryLimit),
-		burst:       "burst_limit=" + formatSeconds(s.Burst),
+		perQuery:    vocab.FieldPerQueryLimit + "=" + formatSeconds(s.PerQueryLimit),
+		burst:       vocab.FieldBurstLimit + "=" + formatSeconds(s.Burst),
 	}
 }
 
 // ConcurrencyLimit and ShareLimit name a budget's limit as a denial's Limit does, the way the
 // rules file spells it: "max_concurrent=4", "server_share=0".
-func ConcurrencyLimit(n int) string { return "max_concurrent=" + strconv.Itoa(n) }
+func ConcurrencyLimit(n int) string { return vocab.FieldMaxConcurrent + "=" + strconv.Itoa(n) }
 
 // ShareLimit: see ConcurrencyLimit.
 func ShareLimit(share float64) string {
-	return "server_share=" + strconv.FormatFloat(share, 'g', -1, 64)
+	return vocab.FieldServerShare + "=" + strconv.FormatFloat(share, 'g', -1, 64)
 }
 
 // neverFits is the limit text of a refusal by a bucket too small for cost.

@@ -6,15 +6,10 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
-)
-
-// Guard names, as reported in BlockedError.Budget and .Rule.
-const (
-	GuardRequireWhere  = "require_where"
-	GuardBlockTruncate = "block_truncate"
 )
 
 type mode uint8
@@ -107,7 +102,7 @@ type guardState struct {
 }
 
 func (g *guardState) applies(p *pattern.Pattern) bool {
-	if g.name == GuardBlockTruncate {
+	if g.name == vocab.GuardBlockTruncate {
 		return p.Truncate
 	}
 	return p.UnsafeWrite
@@ -264,8 +259,8 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 		g    rules.Guard
 		what string
 	}{
-		{GuardRequireWhere, cfg.Guards.RequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
-		{GuardBlockTruncate, cfg.Guards.BlockTruncate, "TRUNCATE"},
+		{vocab.GuardRequireWhere, cfg.Guards.RequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
+		{vocab.GuardBlockTruncate, cfg.Guards.BlockTruncate, "TRUNCATE"},
 	} {
 		if g.g.Mode == "" || parseMode(g.g.Mode) == modeOff {
 			continue // guards default to off, unlike budgets

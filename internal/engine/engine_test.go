@@ -247,12 +247,12 @@ guards:
 		q     string
 		block string
 	}{
-		{ctx, "delete from t", GuardRequireWhere},
-		{ctx, "update t set a = 1 where 1 = 1", GuardRequireWhere},
+		{ctx, "delete from t", vocab.GuardRequireWhere},
+		{ctx, "update t set a = 1 where 1 = 1", vocab.GuardRequireWhere},
 		{ctx, "delete from t where id = $1", ""},
 		{WithGuardBypass(ctx), "delete from t", ""},
-		{ctx, "delete from t /* pgtraffic_bypass='true' */", GuardRequireWhere},
-		{web, "truncate t", GuardBlockTruncate},
+		{ctx, "delete from t /* pgtraffic_bypass='true' */", vocab.GuardRequireWhere},
+		{web, "truncate t", vocab.GuardBlockTruncate},
 		{ctx, "truncate t", ""}, // the truncate guard is scoped to app=web
 	}
 	for _, tc := range cases {

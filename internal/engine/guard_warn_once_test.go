@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -41,7 +42,7 @@ guards:
 
 	guardWarns := 0
 	for _, d := range obs.decisions {
-		if d == GuardRequireWhere+"/warn/guard" {
+		if d == vocab.GuardRequireWhere+"/warn/guard" {
 			guardWarns++
 		}
 	}
@@ -52,7 +53,7 @@ guards:
 		t.Errorf("Stats().Warned = %d for one statement the guard warned about, want 1", n)
 	}
 	for _, r := range e.RecentBlocks() {
-		if r.Budget == GuardRequireWhere && r.Count != 1 {
+		if r.Budget == vocab.GuardRequireWhere && r.Count != 1 {
 			t.Errorf("recent refusals: %s %s counted %d times for one statement, want 1", r.Budget, r.Decision, r.Count)
 		}
 	}

@@ -70,7 +70,7 @@ func TestReloadDoesNotHoldStatements(t *testing.T) {
 	case <-time.After(10 * time.Second): // a watchdog only: the statement returns at once when right
 		t.Fatal("a refused statement or a status reader waited for a reload's compile")
 	}
-	if rb := e.RecentBlocks(); len(rb) != 1 || rb[0].Budget != GuardRequireWhere {
+	if rb := e.RecentBlocks(); len(rb) != 1 || rb[0].Budget != vocab.GuardRequireWhere {
 		t.Fatalf("recent blocks %+v, want the guard's one", rb)
 	}
 	releaseOnce.Do(func() { close(release) })

@@ -127,7 +127,9 @@ func (e *Engine) blockOverrun(x *Exec, bs *budgetState, rule string, bound time.
 }
 
 // maxDurationLimit is a max_duration bound as a Denial's Limit names it.
-func maxDurationLimit(bound time.Duration) string { return "max_duration=" + bound.String() }
+func maxDurationLimit(bound time.Duration) string {
+	return vocab.FieldMaxDuration + "=" + bound.String()
+}
 
 // explainContext returns ctx bounded by rt's max_duration (its enforce budgets' smallest), for
 // the EXPLAIN of a statement routed by rt under st, and what releases it: the EXPLAIN comes

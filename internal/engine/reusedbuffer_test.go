@@ -32,7 +32,7 @@ guards:
 	}
 	copy(buf, del) // the same storage now holds the DELETE
 	_, err := begin(e, ctx, q)
-	if d := denial(t, err); d.Reason != vocab.ReasonGuard || d.Rule != GuardRequireWhere {
+	if d := denial(t, err); d.Reason != vocab.ReasonGuard || d.Rule != vocab.GuardRequireWhere {
 		t.Fatalf("DELETE from the reused buffer: %+v, want a require_where block", d)
 	}
 	copy(buf, sel)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -42,9 +43,9 @@ guards:
 		kind  string // the statement tag
 	}{
 		{"comment, budget", bg, "select * from gt " + spoof, "gt", "select"},
-		{"comment, guard", bg, "truncate gt " + spoof, GuardBlockTruncate, "ddl"},
+		{"comment, guard", bg, "truncate gt " + spoof, vocab.GuardBlockTruncate, "ddl"},
 		{"context, budget", spoofCtx, "select * from gt", "gt", "select"},
-		{"context, guard", spoofCtx, "truncate gt", GuardBlockTruncate, "ddl"},
+		{"context, guard", spoofCtx, "truncate gt", vocab.GuardBlockTruncate, "ddl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs.tags = nil

@@ -22,10 +22,10 @@ guards:
 		q, guard, limit string
 	}{
 		// With standard_conforming_strings off the server reads '\'' as a quote in a string.
-		{`DELETE FROM t WHERE '\'' = ''''`, GuardRequireWhere, unparsable},
-		{`TRUNCATE t; SELECT '\'' = ''''`, GuardBlockTruncate, unparsable},
-		{`DELETE FROM t`, GuardRequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
-		{`TRUNCATE t`, GuardBlockTruncate, "TRUNCATE"},
+		{`DELETE FROM t WHERE '\'' = ''''`, vocab.GuardRequireWhere, unparsable},
+		{`TRUNCATE t; SELECT '\'' = ''''`, vocab.GuardBlockTruncate, unparsable},
+		{`DELETE FROM t`, vocab.GuardRequireWhere, "UPDATE or DELETE without a WHERE that restricts rows"},
+		{`TRUNCATE t`, vocab.GuardBlockTruncate, "TRUNCATE"},
 	} {
 		d := denial(t, run(e, clk, ctx, tc.q, time.Millisecond))
 		if d.Reason != vocab.ReasonGuard || d.Rule != tc.guard || d.Limit != tc.limit {

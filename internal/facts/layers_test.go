@@ -1,10 +1,14 @@
 package facts
 
 import (
+	"go/ast"
+	"go/constant"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -241,4 +245,45 @@ func namesPath(doc, path string) bool {
 
 func pathChar(c byte) bool {
 	return c == '/' || c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// TestFieldNamesAreFields: the rules file's field names that the vocabulary holds for the layers
+// below the config (vocab's Field and Guard constants, quoted in refusals' limits) are fields of
+// the rules config, as its yaml struct tags spell them: a field renamed in one place and not the
+// other fails here.
+func TestFieldNamesAreFields(t *testing.T) {
+	m := load(t)
+	tags := map[string]bool{}
+	for _, f := range m.files {
+		if f.dir != "driver/rules" {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			if field, ok := n.(*ast.Field); ok && field.Tag != nil {
+				tag, _ := strconv.Unquote(field.Tag.Value)
+				name, _, _ := strings.Cut(reflect.StructTag(tag).Get("yaml"), ",")
+				tags[name] = true
+			}
+			return true
+		})
+	}
+	checked := 0
+	for key := range m.consts {
+		dir, name, _ := strings.Cut(key, ".")
+		if dir != "driver/rules/vocab" || !strings.HasPrefix(name, "Field") && !strings.HasPrefix(name, "Guard") {
+			continue
+		}
+		checked++
+		v, _, ok := m.eval(m.consts[key], map[string]bool{})
+		if !ok || v.Kind() != constant.String {
+			t.Errorf("vocab.%s is not a string constant", name)
+			continue
+		}
+		if s := constant.StringVal(v); !tags[s] {
+			t.Errorf("vocab.%s = %q is no field of the rules config (no yaml tag of driver/rules spells it)", name, s)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no Field or Guard constant in driver/rules/vocab: renamed?")
+	}
 }

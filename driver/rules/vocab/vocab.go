@@ -9,19 +9,33 @@ import (
 // it. They are the values of the driver's BlockedError.Reason, of the pgtraffic.reason span and
 // metric attribute, and of the reason field of pgtraffic's log records.
 const (
-	ReasonConcurrency = "concurrency"     // the budget's max_concurrent statements are in flight
-	ReasonPerQuery    = "per_query_limit" // the predicted cost exceeds per_query_limit, or burst_limit (it never fits)
-	ReasonBudget      = "budget"          // the budget's bucket (server_share, burst_limit) has no room
-	ReasonGuard       = "guard"           // a query guard (require_where, block_truncate) refused the statement
-	ReasonHealth      = "health"          // a throttle_when health threshold is exceeded
-	ReasonQuarantine  = "quarantine"      // the statement's pattern is quarantined (it kept overrunning)
+	ReasonConcurrency = "concurrency"      // the budget's max_concurrent statements are in flight
+	ReasonPerQuery    = FieldPerQueryLimit // the predicted cost exceeds per_query_limit, or burst_limit (it never fits)
+	ReasonBudget      = "budget"           // the budget's bucket (server_share, burst_limit) has no room
+	ReasonGuard       = "guard"            // a query guard (require_where, block_truncate) refused the statement
+	ReasonHealth      = "health"           // a throttle_when health threshold is exceeded
+	ReasonQuarantine  = "quarantine"       // the statement's pattern is quarantined (it kept overrunning)
 
 	// ReasonMaxDuration is not a refusal: an admitted statement ran past max_duration (an
 	// enforce budget cancelled it; a warn budget warned).
-	ReasonMaxDuration = "max_duration"
+	ReasonMaxDuration = FieldMaxDuration
 
 	// ReasonWarningThreshold is only ever a warning: a limit is fuller than warning_threshold.
 	ReasonWarningThreshold = "warning_threshold"
+)
+
+// Field names of the rules file that pgtraffic quotes: a refusal's limit names the limit as the
+// file spells it ("max_concurrent=4"), and a guard's refusal the guard. The rules config spells
+// them in its struct tags, where Go wants a literal; internal/facts checks that each is a
+// field of the rules config.
+const (
+	FieldMaxConcurrent = "max_concurrent"
+	FieldPerQueryLimit = "per_query_limit"
+	FieldBurstLimit    = "burst_limit"
+	FieldServerShare   = "server_share"
+	FieldMaxDuration   = "max_duration"
+	GuardRequireWhere  = "require_where"
+	GuardBlockTruncate = "block_truncate"
 )
 
 // Built-in tag keys: facts of the statement and its connection, which a rule's match may name
