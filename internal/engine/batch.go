@@ -643,12 +643,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	c.lent = true
 	again, err := e.readmit(ctx, st, c, &b.start, &b.arrived)
 	b.warns = c.warns
-	switch {
-	case again:
-		b.again = onTaken // ErrDecideAgain: decided again on its connection
-	case err == ErrWaitBeforeConn:
-		b.again = beforeConn // not on the connection the pool lent it alone: decided again before it
-	}
+	b.again = decidedAgainAt(again, err, b.again)
 	if err != nil {
 		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0

@@ -722,12 +722,7 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	}
 	c.reqs, c.lent = x.holds[:n], true
 	again, err := e.readmit(ctx, st, c, &x.start, &x.arrived)
-	switch {
-	case again:
-		x.again = onTaken // ErrDecideAgain: decided again on its connection
-	case err == ErrWaitBeforeConn:
-		x.again = beforeConn // not on the connection the pool lent it alone: decided again before it
-	}
+	x.again = decidedAgainAt(again, err, x.again)
 	if err != nil {
 		giveBack(x.start, x.holds[n:])
 		x.holds = x.holds[:0]
@@ -736,6 +731,20 @@ func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 		}
 	}
 	return err
+}
+
+// decidedAgainAt is where a statement or batch admitted again after its slots were overtaken
+// (readmit's again and err) is decided next: on its connection when the rules were replaced
+// meanwhile (ErrDecideAgain), before one when a health threshold held it back (not on the
+// connection the pool lent it alone: ErrWaitBeforeConn), else where at says.
+func decidedAgainAt(again bool, err error, at connState) connState {
+	switch {
+	case again:
+		return onTaken
+	case err == ErrWaitBeforeConn:
+		return beforeConn
+	}
+	return at
 }
 
 // Abandon ends x, admitted by BeginBeforeConn, when no connection could be acquired for it
