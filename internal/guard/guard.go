@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v5"
@@ -54,18 +55,24 @@ func (w *walker) visit(m protoreflect.Message) {
 		w.noExec++
 		defer func() { w.noExec-- }()
 	}
+	EachChild(m, w.visit)
+}
+
+// EachChild calls visit with each message that a message-typed field of m holds, a list's in
+// order, but for the fields named in skip: one step of a walk down a parse tree.
+func EachChild(m protoreflect.Message, visit func(protoreflect.Message), skip ...protoreflect.Name) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Message() == nil {
+		if fd.Message() == nil || slices.Contains(skip, fd.Name()) {
 			return true
 		}
 		if fd.IsList() {
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				w.visit(l.Get(i).Message())
+				visit(l.Get(i).Message())
 			}
 			return true
 		}
-		w.visit(v.Message())
+		visit(v.Message())
 		return true
 	})
 }

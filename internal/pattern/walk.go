@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
+	"github.com/pgtraffic/pgtraffic/internal/guard"
 )
 
 // walker visits a parse tree once and collects tables and the events of the
@@ -62,25 +63,7 @@ func (w *walker) node(n *pg.Node) {
 
 // fields visits every message-typed field of m except those named in skip.
 func (w *walker) fields(m protoreflect.Message, skip ...protoreflect.Name) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Message() == nil {
-			return true
-		}
-		for _, s := range skip {
-			if fd.Name() == s {
-				return true
-			}
-		}
-		if fd.IsList() {
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				w.child(l.Get(i).Message())
-			}
-			return true
-		}
-		w.child(v.Message())
-		return true
-	})
+	guard.EachChild(m, w.child, skip...)
 }
 
 // child visits a message-typed field value.
