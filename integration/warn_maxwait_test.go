@@ -19,7 +19,7 @@ import (
 // blocks none, so warn mode must warn about none), then with more workers than the slot and
 // the queue hold (enforce refuses some at once, and warn mode must warn about some).
 func TestWarnModeUnderMaxWait(t *testing.T) {
-	run := func(mode string, workers, maxQueue int) (admitted, warned, blocked uint64) {
+	run := func(t *testing.T, mode string, workers, maxQueue int) (admitted, warned, blocked uint64) {
 		c, db := openRules(t, fmt.Sprintf(`
 budgets:
   - {name: reports, mode: %s, max_concurrent: 1, max_wait: 3s, max_queue: %d}
@@ -52,8 +52,8 @@ rules:
 		workers, maxQueue int
 	}{{"queue holds the rest", 4, 8}, {"queue full", 6, 1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ea, ew, eb := run("enforce", tc.workers, tc.maxQueue)
-			wa, ww, wb := run("warn", tc.workers, tc.maxQueue)
+			ea, ew, eb := run(t, "enforce", tc.workers, tc.maxQueue)
+			wa, ww, wb := run(t, "warn", tc.workers, tc.maxQueue)
 			t.Logf("enforce: admitted %d, warned %d, blocked %d; warn: admitted %d, warned %d, blocked %d", ea, ew, eb, wa, ww, wb)
 			switch {
 			case wb != 0:
