@@ -51,8 +51,7 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 }
 
 // beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
-// a statement (held back by health on a connection it took, or that connection closed while
-// it was held back there, it gives it back and is decided again before one), and returns
+// a statement (decideForPool on the pool), and returns
 // where to send it and, when it took a connection from the pool, what gives it back. On nil
 // eb must be finished.
 func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
@@ -61,21 +60,11 @@ func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, quer
 	if d.pool == nil {
 		return d.held(), nil, e.BeginBatch(ctx, eb, explainOn(d.conn), queries, args)
 	}
-	taken := func(conn *pgx.Conn) (context.Context, error) {
-		return ctx, e.BeginBatchTaken(ctx, eb, explainOn(conn), queries, args)
-	}
-	for again := true; again; again = decideAgain(err) {
-		switch err = e.BeginBatchBeforeConn(ctx, eb, queries, args); err {
-		case nil:
-			if q, release, err = acquireAdmitted(ctx, d.pool, decidedBatch{eb}); err == engine.ErrDecideAgain {
-				// The rules were replaced while it waited for room on its connection: decided
-				// afresh there.
-				_, q, release, err = decideOn(q, release, decidedBatch{eb}, taken)
-			}
-		case engine.ErrNeedConn:
-			_, q, release, err = acquireExplained(ctx, d.pool, decidedBatch{eb}, taken)
-		}
-	}
+	_, q, release, err = decideForPool(ctx, d.pool, decidedBatch{eb},
+		func() (context.Context, error) { return ctx, e.BeginBatchBeforeConn(ctx, eb, queries, args) },
+		func(conn *pgx.Conn) (context.Context, error) {
+			return ctx, e.BeginBatchTaken(ctx, eb, explainOn(conn), queries, args)
+		})
 	return q, release, err
 }
 

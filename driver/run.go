@@ -169,20 +169,11 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 			err = badConn(sctx, x, d.conn, held)
 		}
 	} else {
-		taken := func(conn *pgx.Conn) (context.Context, error) {
-			return i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
-		}
-		for again := true; again; again = decideAgain(err) {
-			sctx, err = i.engine.BeginBeforeConn(ctx, x, text, args)
-			switch err {
-			case nil:
-				if q, o.release, err = acquireAdmitted(sctx, d.pool, x); err == engine.ErrDecideAgain {
-					sctx, q, o.release, err = decideOn(q, o.release, x, taken)
-				}
-			case engine.ErrNeedConn:
-				sctx, q, o.release, err = acquireExplained(ctx, d.pool, x, taken)
-			}
-		}
+		sctx, q, o.release, err = decideForPool(ctx, d.pool, x,
+			func() (context.Context, error) { return i.engine.BeginBeforeConn(ctx, x, text, args) },
+			func(conn *pgx.Conn) (context.Context, error) {
+				return i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
+			})
 	}
 	if err != nil {
 		o.t.done()
@@ -202,6 +193,31 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	}()
 	err = overran(o.qctx, send(q, o.qctx))
 	return err
+}
+
+// decideForPool decides a statement or batch of the pool, a: before it takes a connection from
+// pool (before: the engine's BeginBeforeConn or BeginBatchBeforeConn), then takes one for it
+// once admitted (acquireAdmitted), or takes one to decide it there when its cost needs an
+// EXPLAIN (acquireExplained), or when its rules were replaced while it waited for room on the
+// connection it took (decideOn); taken decides it on a connection (BeginTaken,
+// BeginBatchTaken). Held back by health on a connection it took, or that connection closed
+// while it was held back there, it gives the connection back and is decided again before one
+// (decideAgain). It returns the context the engine's last decision returned, where to send a,
+// and what gives the connection back.
+func decideForPool(ctx context.Context, pool connPool, a admitted, before func() (context.Context, error),
+	taken func(conn *pgx.Conn) (context.Context, error)) (sctx context.Context, q querier, release releaser, err error) {
+	for again := true; again; again = decideAgain(err) {
+		sctx, err = before()
+		switch err {
+		case nil:
+			if q, release, err = acquireAdmitted(sctx, pool, a); err == engine.ErrDecideAgain {
+				sctx, q, release, err = decideOn(q, release, a, taken)
+			}
+		case engine.ErrNeedConn:
+			sctx, q, release, err = acquireExplained(ctx, pool, a, taken)
+		}
+	}
+	return sctx, q, release, err
 }
 
 // decideAgain reports whether a statement or batch of the pool that took a connection is
