@@ -60,51 +60,6 @@ rules:
 	}
 }
 
-// TestFleetReloadChangingSyncIntervalRefusesNothing: one instance alone runs 8 workers under a
-// shared budget of max_concurrent 64, and reloads change only its coordination section's
-// sync_interval, which replaces its coordinator (a new name in Redis; the old one says goodbye).
-// Alone, the instance refuses nothing the same budget process-local would admit, across the
-// replacement too: the new coordinator must not be granted only what the old one, not yet gone,
-// leaves.
-func TestFleetReloadChangingSyncIntervalRefusesNothing(t *testing.T) {
-	srv := redistest.Need(t)
-	dsn := pgtest.Shared(t).CreateDatabase(t)
-	rulesWith := func(interval string) string {
-		return fmt.Sprintf(`
-coordination: {redis: %q, sync_interval: %s}
-budgets:
-  - {name: slots, mode: enforce, max_concurrent: 64}
-  - {name: other, mode: enforce, max_concurrent: 4}
-rules:
-  - {budget: slots, match: {app: fleet}}
-  - {budget: other, match: {app: other}}
-`, srv.URL, interval)
-	}
-	var logs lockedBuffer
-	c, db := openShared(t, dsn, rulesWith("1s"), &logs)
-	db.SetMaxOpenConns(16)
-	db.SetMaxIdleConns(16)
-	w := startWorkers(t, db, 8)
-	time.Sleep(time.Second)
-	for i := range 6 {
-		interval := []string{"500ms", "1s"}[i%2]
-		cfg, err := driver.ParseConfig([]byte(rulesWith(interval)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.SetConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(700 * time.Millisecond)
-	}
-	w.stop()
-	t.Logf("8 workers across 6 reloads changing sync_interval: %d ran, %d refused", w.ran.Load(), w.refused.Load())
-	if w.refused.Load() > 0 {
-		t.Errorf("one instance alone, 8 in flight of a max_concurrent of 64: %d statements refused across reloads "+
-			"that replaced its coordinator (first: %v)", w.refused.Load(), w.first())
-	}
-}
-
 // workers run `select 1` tagged app=fleet on db in a loop until stop, counting what ran and
 // what was refused (a refused worker pauses a millisecond).
 type workers struct {
