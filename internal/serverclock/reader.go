@@ -25,7 +25,8 @@ var ErrUnavailable = errors.New("serverclock: pg_stat_statements is not availabl
 // ErrNoQueryID is the error of a round that finds statements explained but none with a query
 // identifier: the server computes none, so pg_stat_statements cannot say what a pattern cost.
 var ErrNoQueryID = errors.New("serverclock: the server reports no query identifier for the explained statements " +
-	"(PostgreSQL 14 or later with compute_query_id = on, or auto with pg_stat_statements in shared_preload_libraries)")
+	"(PostgreSQL 14 or later with compute_query_id = on, or auto with pg_stat_statements in shared_preload_libraries), " +
+	"or they run under pgx's simple protocol, whose identifiers EXPLAIN cannot tell")
 
 // ApplicationName is the reader connection's application_name, so that it can be told apart
 // in pg_stat_activity.
@@ -284,8 +285,11 @@ func (r *Reader) round(ctx context.Context) error {
 		case v.Lead:
 			lead = true
 		default:
-			r.follow(v, pairs)
-			return nil
+			// The elected instance reads the identifiers it knows; another service's, or the
+			// patterns its own traffic has not explained, this one reads for itself.
+			if pairs = r.follow(v, pairs); len(pairs) == 0 {
+				return nil
+			}
 		}
 	}
 	until := r.o.Now().Add(reportIntervals * r.o.Interval)
@@ -346,15 +350,19 @@ func (r *Reader) electContext(ctx context.Context) (context.Context, context.Can
 
 // follow adopts, for the query identifiers of pairs, what the elected instance published, as
 // untrusted input: a reading that is not a query identifier's, failed, older than the
-// predictions it would keep, or not a plausible mean is rejected and counted.
-func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
+// predictions it would keep, or not a plausible mean is rejected and counted. It returns the
+// pairs whose identifiers the published reading did not hold (none when there was no
+// reading to adopt: the elected instance has read nothing yet, or what it published was
+// rejected), for this instance to read itself.
+func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) (unread []cost.QueryID) {
 	if v.Bad != "" {
 		r.rejected.Add(1)
-		return
+		return nil
 	}
 	if len(v.Published) == 0 {
-		return
+		return nil
 	}
+	published := make(map[int64]bool, len(v.Published))
 	until := r.o.Now().Add(reportIntervals * r.o.Interval)
 	for _, s := range v.Published {
 		id, err := strconv.ParseInt(strings.TrimPrefix(s.Metric, sharedPrefix), 10, 64)
@@ -363,6 +371,7 @@ func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
 			r.rejected.Add(1)
 			continue
 		}
+		published[id] = true
 		for _, p := range pairs {
 			if p.ID == id {
 				r.o.Sink.ObserveServer(p.Fingerprint, id, s.Value, until)
@@ -371,4 +380,10 @@ func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) {
 	}
 	r.shared.Add(1)
 	r.o.Sink.Reading(until, r.reportWithin())
+	for _, p := range pairs {
+		if !published[p.ID] {
+			unread = append(unread, p)
+		}
+	}
+	return unread
 }

@@ -293,9 +293,22 @@ func TestReaderElection(t *testing.T) {
 			t.Fatalf("observed %+v", sink.observed)
 		}
 	})
-	t.Run("a follower adopts, reading nothing", func(t *testing.T) {
+	t.Run("a follower adopts, reading nothing it holds", func(t *testing.T) {
 		sink.observed = nil
 		conn := &fakeConn{}
+		el := &fakeElection{vote: health.Vote{Published: []health.Shared{
+			{Metric: "queryid:8", Value: 0.001, Age: time.Second},
+			{Metric: "queryid:7", Value: 0.002},
+		}}}
+		r := newReader(conn, el)
+		r.Round(context.Background())
+		if len(sink.observed) != 2 || len(conn.asked) != 0 || r.Counts().Reads != 0 {
+			t.Fatalf("observed %+v, asked %v: want both adopted and no read", sink.observed, conn.asked)
+		}
+	})
+	t.Run("a follower reads for itself what the reading does not hold", func(t *testing.T) {
+		sink.observed = nil
+		conn := &fakeConn{readings: []Reading{{Rows: []Row{{QueryID: 7, Calls: 1, ExecMS: 1}}}}}
 		el := &fakeElection{vote: health.Vote{Published: []health.Shared{
 			{Metric: "queryid:8", Value: 0.001, Age: time.Second},
 			{Metric: "queryid:9", Value: 0.001},                        // not a pattern of ours
@@ -308,10 +321,11 @@ func TestReaderElection(t *testing.T) {
 		r := newReader(conn, el)
 		r.Round(context.Background())
 		want := []observed{{2, 8, 0.001, now.Add(reportIntervals * time.Second)}}
-		if !slices.Equal(sink.observed, want) || len(conn.asked) != 0 {
-			t.Fatalf("observed %+v (asked %v), want %+v and no read", sink.observed, conn.asked, want)
+		if !slices.Equal(sink.observed, want) || !slices.EqualFunc(conn.asked, [][]int64{{7}}, slices.Equal) {
+			t.Fatalf("observed %+v (asked %v), want %+v and a read of 7 alone (another service's pattern, "+
+				"or one the elected instance has not explained: nobody else reads it)", sink.observed, conn.asked, want)
 		}
-		if c := r.Counts(); c.Shared != 1 || c.Rejected != 5 || c.Reads != 0 {
+		if c := r.Counts(); c.Shared != 1 || c.Rejected != 5 || c.Reads != 1 {
 			t.Fatalf("counts %+v", c)
 		}
 		if err := r.Close(); err != nil || el.resigned {

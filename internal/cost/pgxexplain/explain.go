@@ -100,7 +100,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.P
 		return cost.Plan{}, fmt.Errorf("%w: unknown transaction status %q", cost.ErrNotSent, status)
 	}
 
-	query, values, err := explainArgs(ctx, c, query, args)
+	query, values, simple, err := explainArgs(ctx, c, query, args)
 	if err != nil {
 		return cost.Plan{}, err
 	}
@@ -112,14 +112,23 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.P
 	}
 	sql := explainPrefix + query
 
+	var plan cost.Plan
 	if status == 'I' {
 		res := pc.ExecParams(ctx, sql, eqb.ParamValues, nil, eqb.ParamFormats, nil).Read()
 		if res.Err != nil {
 			return cost.Plan{}, sentError(res.Err)
 		}
-		return resultCost(res)
+		plan, err = resultCost(res)
+	} else {
+		plan, err = explainInTx(ctx, pc, sql, &eqb)
 	}
-	return explainInTx(ctx, pc, sql, &eqb)
+	if simple {
+		// The statement runs with its arguments written into its text (pgx's simple protocol),
+		// and the server gives a constant a query identifier apart from a parameter's: the
+		// EXPLAIN's, with parameters, is not the one the statement's counters are kept under.
+		plan.QueryID = 0
+	}
+	return plan, err
 }
 
 // explainInTx pipelines SAVEPOINT, EXPLAIN, ROLLBACK TO and RELEASE with a single Sync: one round
@@ -182,14 +191,19 @@ func sentError(err error) error {
 }
 
 // explainArgs turns the caller's arguments into the values pgx would send, applying the leading
-// pgx options the caller's own statement would apply.
-func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []any) (string, []any, error) {
+// pgx options the caller's own statement would apply, and reports whether the statement runs
+// under pgx's simple protocol (a leading QueryExecMode, else the connection's default).
+func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []any) (_ string, _ []any, simple bool, _ error) {
 	values := args // only resliced: the caller's slice is not modified
+	mode := c.Config().DefaultQueryExecMode
 	var rewriter pgx.QueryRewriter
 options:
 	for len(values) > 0 {
 		switch v := values[0].(type) {
-		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		case pgx.QueryExecMode:
+			mode = v
+			values = values[1:]
+		case pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 			values = values[1:]
 		case pgx.QueryRewriter:
 			rewriter = v
@@ -198,14 +212,15 @@ options:
 			break options
 		}
 	}
+	simple = mode == pgx.QueryExecModeSimpleProtocol
 	if rewriter == nil {
-		return query, values, nil
+		return query, values, simple, nil
 	}
 	q, v, err := rewriter.RewriteQuery(ctx, c, query, values)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: rewriting the query failed", cost.ErrNotSent)
+		return "", nil, false, fmt.Errorf("%w: rewriting the query failed", cost.ErrNotSent)
 	}
-	return q, v, nil
+	return q, v, simple, nil
 }
 
 // Conn is a pgx connection as the engine takes it (engine.Conn): the connection a statement

@@ -511,3 +511,42 @@ func BenchmarkExplain(b *testing.B) {
 		}
 	})
 }
+
+// TestExplainSimpleProtocolHasNoQueryID: a statement sent with pgx's simple protocol has its
+// arguments written into its text, and the server gives such a text a query identifier apart
+// from the EXPLAIN's, which has parameters: Explain reports none, so that the pattern stays on
+// the client's clock (and a reader that finds no identifier says why) rather than waiting on
+// counters that never grow. Whether by a leading option or by the connection's default.
+func TestExplainSimpleProtocolHasNoQueryID(t *testing.T) {
+	dsn := newDatabase(t)
+	c := connect(t, dsn)
+	var computes string
+	if err := c.QueryRow(context.Background(), "SHOW compute_query_id").Scan(&computes); err != nil {
+		t.Fatal(err)
+	}
+	const q = `SELECT * FROM t WHERE id = $1`
+	extended, err := Explain(context.Background(), c.Conn, q, []any{5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extended.QueryID == 0 {
+		t.Fatalf("the extended protocol's EXPLAIN reports no query identifier (compute_query_id %s): the test needs one", computes)
+	}
+	byOption, err := Explain(context.Background(), c.Conn, q, []any{pgx.QueryExecModeSimpleProtocol, 5})
+	if err != nil || byOption.QueryID != 0 || byOption.Cost <= 0 {
+		t.Errorf("Explain with a leading QueryExecModeSimpleProtocol = %+v, %v; want a cost and no query identifier", byOption, err)
+	}
+	cfg, err := pgx.ParseConfig(dsn + "&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(context.Background())
+	byDefault, err := Explain(context.Background(), sc, q, []any{5})
+	if err != nil || byDefault.QueryID != 0 || byDefault.Cost <= 0 {
+		t.Errorf("Explain on a connection whose default is the simple protocol = %+v, %v; want a cost and no query identifier", byDefault, err)
+	}
+}
