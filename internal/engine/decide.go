@@ -189,6 +189,7 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	}
 	if x.probe {
 		x.probeBound(st, rt)
+		e.stats.Probes.Add(1) // admitted: it runs (one refused for room counts no probe)
 	}
 	if rt.quarantine {
 		x.noteQuarantinable(st, rt)

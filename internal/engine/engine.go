@@ -104,7 +104,7 @@ type Stats struct {
 	Reloads, ReloadFailures                                             atomic.Uint64
 	Blocked, Warned                                                     atomic.Uint64
 	// Probes counts the statements run as a probe of a pattern refused as too costly
-	// (admission.go).
+	// (admission.go), once admitted (decide).
 	Probes atomic.Uint64
 }
 

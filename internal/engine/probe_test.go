@@ -84,3 +84,31 @@ func TestTooCostlyPredictionIsProbed(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeRefusedForRoomIsNoProbe: the statement chosen as a pattern's probe may still find
+// its bucket without room (another pattern's statements filled it): it is refused for that
+// (reason budget), never runs, and is counted as no probe; Stats.Probes (the status page's and
+// the metric's count of probes) counts the probes admitted.
+func TestProbeRefusedForRoomIsNoProbe(t *testing.T) {
+	e, clk := newEngine(t, coldRules) // tight: server_share 0.5, burst 0.5 s
+	ctx := tagging.With(context.Background(), "app", "tight")
+	const q = "select * from slow_start where id = $1"
+	if err := run(e, clk, ctx, q, 2*time.Second); err != nil { // learned: 2 s > the burst
+		t.Fatal(err)
+	}
+	if _, err := begin(e, ctx, q); denial(t, err).Reason != vocab.ReasonPerQuery {
+		t.Fatal("the pattern is not refused as never fitting")
+	}
+	clk.Advance(cost.Relearn - time.Second)
+	// Another pattern fills the bucket as the probe comes due.
+	if err := run(e, clk, ctx, "select * from other_table where id = $1", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err := begin(e, ctx, q)
+	if d := denial(t, err); d.Reason != vocab.ReasonBudget {
+		t.Fatalf("the probe's statement with the bucket full: %+v, want refused for room (reason budget)", d)
+	}
+	if n := e.Stats().Probes.Load(); n != 0 {
+		t.Errorf("%d probes counted for a probe refused for room, which never ran; want 0", n)
+	}
+}
