@@ -54,7 +54,11 @@ func (l *warnLimiter) allow(key string, now time.Time) (bool, int) {
 	return true, n
 }
 
-// decisionMessages are the log messages by {blocked, by a guard}.
+// thresholdMessage is the log message of a limit at or past its warning_threshold, in either
+// mode: the statement runs.
+const thresholdMessage = "pgtraffic: budget limit past its warning_threshold (the statement runs)"
+
+// decisionMessages are the other log messages by {blocked, by a guard}.
 var decisionMessages = map[[2]bool]string{
 	{false, false}: "pgtraffic: statement over budget (warn mode: it runs)",
 	{true, false}:  "pgtraffic: statement blocked",
@@ -82,6 +86,9 @@ func (e *Engine) logDecision(budgetName, decision string, d *Denial, p *pattern.
 		return
 	}
 	msg := decisionMessages[[2]bool{decision == DecisionBlock, d.Reason == vocab.ReasonGuard}]
+	if d.Reason == vocab.ReasonWarningThreshold {
+		msg = thresholdMessage
+	}
 	attrs := []slog.Attr{
 		slog.String("budget", budgetName),
 		slog.String("decision", decision),
