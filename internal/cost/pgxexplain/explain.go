@@ -195,13 +195,13 @@ func sentError(err error) error {
 // under pgx's simple protocol (a leading QueryExecMode, else the connection's default).
 func explainArgs(ctx context.Context, c *pgx.Conn, query string, args []any) (_ string, _ []any, simple bool, _ error) {
 	values := args // only resliced: the caller's slice is not modified
-	mode := c.Config().DefaultQueryExecMode
+	var mode *pgx.QueryExecMode
 	var rewriter pgx.QueryRewriter
 options:
 	for len(values) > 0 {
 		switch v := values[0].(type) {
 		case pgx.QueryExecMode:
-			mode = v
+			mode = &v
 			values = values[1:]
 		case pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 			values = values[1:]
@@ -212,7 +212,11 @@ options:
 			break options
 		}
 	}
-	simple = mode == pgx.QueryExecModeSimpleProtocol
+	if mode == nil { // the connection's default; Config copies the whole config, so only then
+		m := c.Config().DefaultQueryExecMode
+		mode = &m
+	}
+	simple = *mode == pgx.QueryExecModeSimpleProtocol
 	if rewriter == nil {
 		return query, values, simple, nil
 	}
