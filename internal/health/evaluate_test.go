@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 func TestEvaluate(t *testing.T) {
@@ -158,12 +159,13 @@ func TestEvaluate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			log, _ := newLogger()
+			clock := fakeclock.New() // never advanced: t0, when the metrics were configured
 			s := NewSampler(Options{
 				Interval: time.Second,
 				Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.q", vocab.MetricInFlight},
 				Queries:  map[string]string{"q": "select 1"},
 				Logger:   log,
-				Now:      func() time.Time { return t0 }, // when the metrics were configured
+				Now:      clock.Now,
 			})
 			now := t0.Add(time.Hour)
 			if tt.at != 0 {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
+	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
 
 // TestNewSamplerReplaces: a sampler built to replace another (a reload that changed the
@@ -14,15 +15,14 @@ import (
 // interval of the sampler that read it); a new metric is not read yet, and one no longer
 // read is dropped as a reload drops it.
 func TestNewSamplerReplaces(t *testing.T) {
-	now := t0
-	clock := func() time.Time { return now }
+	clock := fakeclock.New()
 	log, _ := newLogger()
 	old := NewSampler(Options{
 		Interval: 500 * time.Millisecond,
 		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.a", "custom.b"},
 		Queries:  map[string]string{"a": "select 1", "b": "select 2"},
 		Logger:   log,
-		Now:      clock,
+		Now:      clock.Now,
 	})
 	defer old.Close()
 	// At t0+2s: active_queries is 0.5s old, custom.a 1.7s old (stale at the old interval,
@@ -32,13 +32,13 @@ func TestNewSamplerReplaces(t *testing.T) {
 	seed(t, old, "custom.b", 1, t0.Add(1500*time.Millisecond))
 	fail(t, old, "custom.b", "boom")
 
-	now = t0.Add(2 * time.Second)
+	clock.Advance(2 * time.Second) // to t0+2s
 	s := NewSampler(Options{
 		Interval: 600 * time.Millisecond,
 		Metrics:  []string{vocab.MetricActiveQueries, vocab.MetricReplicationLag, "custom.a", "custom.c"},
 		Queries:  map[string]string{"a": "select 1", "c": "select 3"},
 		Logger:   log,
-		Now:      clock,
+		Now:      clock.Now,
 		Replaces: old,
 	})
 	defer s.Close()
@@ -60,7 +60,7 @@ func TestNewSamplerReplaces(t *testing.T) {
 		{"a metric dropped just now does not throttle", map[string]float64{"custom.b": 1}, "", 0, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			metric, value, exceeded, stale := s.Evaluate(now, tt.thresholds, 0, true)
+			metric, value, exceeded, stale := s.Evaluate(clock.Now(), tt.thresholds, 0, true)
 			if metric != tt.metric || value != tt.value || exceeded != tt.exceeded || stale != tt.stale {
 				t.Errorf("Evaluate = (%q, %v, %v, %v), want (%q, %v, %v, %v)",
 					metric, value, exceeded, stale, tt.metric, tt.value, tt.exceeded, tt.stale)
@@ -71,8 +71,8 @@ func TestNewSamplerReplaces(t *testing.T) {
 		t.Errorf("Value(active_queries) = (%v, %v, %v), want (20, t0+1.5s, true)", v, at, ok)
 	}
 	// Once the new sampler reads custom.a, its interval judges the reading.
-	seed(t, s, "custom.a", 7, now)
-	if metric, _, _, stale := s.Evaluate(now.Add(1700*time.Millisecond), map[string]float64{"custom.a": 8}, 0, true); metric != "" || stale {
+	seed(t, s, "custom.a", 7, clock.Now())
+	if metric, _, _, stale := s.Evaluate(clock.Now().Add(1700*time.Millisecond), map[string]float64{"custom.a": 8}, 0, true); metric != "" || stale {
 		t.Errorf("custom.a read by the new sampler 1.7s ago: Evaluate = (%q, stale %v), want fresh (1.8s at 600ms)", metric, stale)
 	}
 }
@@ -83,21 +83,20 @@ func TestNewSamplerReplaces(t *testing.T) {
 // reads; a failed read of the new sampler leaves it in force too, as one after a good read
 // does, and a good one is judged by the new interval.
 func TestNewSamplerReplacesLowered(t *testing.T) {
-	now := t0
-	clock := func() time.Time { return now }
+	clock := fakeclock.New()
 	log, _ := newLogger()
 	opts := Options{
 		Interval: 5 * time.Second,
 		Metrics:  []string{"custom.knob"},
 		Queries:  map[string]string{"knob": "select v from knob"},
 		Logger:   log,
-		Now:      clock,
+		Now:      clock.Now,
 	}
 	old := NewSampler(opts)
 	defer old.Close()
 	seed(t, old, "custom.knob", 1, t0)
 
-	now = t0.Add(2500 * time.Millisecond)
+	clock.Advance(2500 * time.Millisecond) // to t0+2.5s
 	opts.Interval, opts.Replaces = 600*time.Millisecond, old
 	s := NewSampler(opts)
 	defer s.Close()
@@ -113,8 +112,8 @@ func TestNewSamplerReplacesLowered(t *testing.T) {
 	fail(t, s, "custom.knob", "timed out after 300ms")
 	check(14*time.Second, false) // the 5s sampler's value, 14s old
 	check(16*time.Second, true)
-	now = t0.Add(16 * time.Second)
-	seed(t, s, "custom.knob", 1, now)
+	clock.Advance(13500 * time.Millisecond) // to t0+16s
+	seed(t, s, "custom.knob", 1, clock.Now())
 	check(17500*time.Millisecond, false)
 	check(18*time.Second, true) // the new sampler's own reading, 2s old at 600ms
 }
