@@ -112,10 +112,11 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 // prepared from query on this connection.
 func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue, prepared driver.Stmt) (
 	res driver.Result, err error) {
-	o := openStmt{t: &c.ticket}
-	err = c.intr.run(ctx, &o, c.dest(), query, c.values(args), false, func(_ querier, qctx context.Context) (err error) {
+	t := c.ticket.statement(ctx, query, c.values(args))
+	o := openStmt{j: t}
+	err = c.intr.run(ctx, &o, c.dest(), false, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
-			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, query), args)
+			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, t, query), args)
 			return err
 		}
 		ec, ok := prepared.(driver.StmtExecContext)
@@ -139,9 +140,11 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 	driver.Rows, error) {
 	w := c.wrapper()
 	defer w.free()
-	err := c.intr.run(ctx, w.open, c.dest(), query, c.values(args), true, func(_ querier, qctx context.Context) (err error) {
+	t := w.own.statement(ctx, query, c.values(args))
+	w.open.j = t
+	err := c.intr.run(ctx, w.open, c.dest(), true, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
-			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, query), args)
+			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, t, query), args)
 			return err
 		}
 		qc, ok := prepared.(driver.StmtQueryContext)
@@ -158,7 +161,7 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 	return w, nil
 }
 
-// wrapper returns a rows wrapper for a query, its ticket set: the connection's spare when it is
+// wrapper returns a rows wrapper for a query: the connection's spare when it is
 // free. One whose statement does not open is free again (rows.free).
 func (c *conn) wrapper() *rows {
 	var w *rows
@@ -171,7 +174,6 @@ func (c *conn) wrapper() *rows {
 	default: // the spare is handed out
 		w = newRows(c.intr.leaks)
 	}
-	w.open.t = w.own
 	return w
 }
 

@@ -8,22 +8,13 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// overrunContext returns the context a statement admitted into x runs under, its rows
-// included: ctx with a deadline at the budget's max_duration after the statement's start and
-// the bound's cause (engine.Exec.Overrun: it matches ErrOverrun and names the budget and the
-// bound), and the func that releases it once the statement is finished. With no max_duration
-// it returns ctx and nil: no timer.
-func overrunContext(ctx context.Context, x *engine.Exec) (context.Context, context.CancelFunc) {
-	if x.MaxDuration <= 0 {
-		return ctx, nil
-	}
-	return context.WithDeadlineCause(ctx, x.Start().Add(x.MaxDuration), x.Overrun())
-}
-
-// batchOverrunContext is overrunContext for an admitted batch: ctx bounded by the batch's
-// smallest max_duration (engine.Batch.Deadline), its results included.
-func batchOverrunContext(ctx context.Context, b *engine.Batch) (context.Context, context.CancelFunc) {
-	d, cause, ok := b.Deadline()
+// overrunContext returns the context an admitted job j runs under, its rows (or a batch's
+// results) included: ctx with a deadline at its budgets' smallest max_duration after its start
+// and the bound's cause (engine.Exec.Overrun: it matches ErrOverrun and names the budget and
+// the bound), and the func that releases it once the job is finished. With no max_duration it
+// returns ctx and nil: no timer.
+func overrunContext(ctx context.Context, j job) (context.Context, context.CancelFunc) {
+	d, cause, ok := j.deadline()
 	if !ok {
 		return ctx, nil
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -15,13 +14,14 @@ import (
 // func: no derived context, so no timer. With it, a deadline at the bound after the start.
 func TestOverrunContextOnlyWithMaxDuration(t *testing.T) {
 	ctx := tagging.With(context.Background(), "app", "a")
-	qctx, cancel := overrunContext(ctx, &engine.Exec{})
+	qctx, cancel := overrunContext(ctx, &ticket{})
 	if qctx != ctx || cancel != nil {
 		t.Errorf("no max_duration: got a derived context (cancel %v)", cancel != nil)
 	}
-	x := &engine.Exec{}
+	tk := &ticket{}
+	x := &tk.x
 	x.MaxDuration = time.Hour
-	qctx, cancel = overrunContext(ctx, x)
+	qctx, cancel = overrunContext(ctx, tk)
 	if cancel == nil {
 		t.Fatal("max_duration: no cancel func")
 	}

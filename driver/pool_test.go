@@ -467,7 +467,7 @@ func TestPgxRowEnds(t *testing.T) {
 			// A second Scan is pgx's answer alone: the statement ended with the first, and its
 			// row, which stays in its ticket's slab a while, keeps none of its caller's.
 			row.Scan()
-			if pr := row.(*pgxRow); pr.open.qctx != nil || pr.open.ctx != nil || pr.open.t != nil || pr.open.release != nil {
+			if pr := row.(*pgxRow); pr.open.qctx != nil || pr.open.ctx != nil || pr.open.j != nil || pr.open.release != nil {
 				t.Fatalf("an ended row keeps its statement's: %+v", pr.open)
 			}
 			if inFlight(t, r) != 0 || int(*released) != i+1 || r.c.engine.InFlight() != 0 {

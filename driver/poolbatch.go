@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -11,61 +13,96 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
-// sendBatch sends b at d once the engine admits it whole (engine.BeginBatch): a refused batch
-// sends nothing and every result returns the [*BlockedError]; an admitted one holds its
-// budgets' slots until its results are closed. A statement queued by the name of one prepared
-// in d's transaction is decided as its text (see pgxTx.Prepare). A batch of the pool is
-// decided before it takes a connection, as a statement is (interceptor.run), and gives the
-// connection back when it ends. The batch is sent as queued (the sqlcommenter does not rewrite
-// a batch).
+// sendBatch sends b at d once the engine admits it whole (engine.BeginBatch), as a job of
+// interceptor.run: a refused batch sends nothing and every result returns the
+// [*BlockedError]; an admitted one holds its budgets' slots until its results are closed. A
+// statement queued by the name of one prepared in d's transaction is decided as its text (see
+// pgxTx.Prepare). A batch of the pool is decided before it takes a connection, as a statement
+// is, and gives the connection back when it ends. The batch is sent as queued (the
+// sqlcommenter does not rewrite a batch).
 func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.BatchResults {
-	queries := make([]string, len(b.QueuedQueries))
-	args := make([][]any, len(b.QueuedQueries))
+	j := r.batches.Get().(*batchJob)
+	n := len(b.QueuedQueries)
+	j.queries, j.args, j.errs = make([]string, n), make([][]any, n), make([]error, n)
 	for i, qq := range b.QueuedQueries {
-		queries[i], args[i] = named(ctx, d.text(qq.SQL), qq.Arguments)
+		j.queries[i], j.args[i] = named(ctx, d.text(qq.SQL), qq.Arguments)
 	}
-	eb := r.batches.Get().(*engine.Batch)
-	q, release, err := r.beginBatch(ctx, eb, d, queries, args)
+	w := &pgxBatch{open: openStmt{j: j}, job: j, queued: b.QueuedQueries}
+	err := r.c.intr.run(ctx, &w.open, d, true, func(q querier, qctx context.Context) error {
+		w.qctx = qctx // its results are read under it
+		w.BatchResults = q.SendBatch(qctx, b)
+		return nil // pgx's results return the errors
+	})
 	if err != nil {
-		r.batches.Put(eb)
-		return pgx.FailedBatchResults(b, blocked(err))
+		return pgx.FailedBatchResults(b, err)
 	}
-	qctx, cancel := batchOverrunContext(ctx, eb) // max_duration: its results are read under qctx
-	w := &pgxBatch{run: r, b: eb, ctx: ctx, qctx: qctx, cancel: cancel, release: release, errs: make([]error, len(queries)),
-		queued: b.QueuedQueries}
-	sent := false
-	defer func() {
-		if !sent {
-			w.end(errPanicked) // pgx's SendBatch panicked
-		}
-	}()
-	w.BatchResults = q.SendBatch(qctx, b)
-	sent = true
 	if t := w.BatchResults.Tx(); t != nil {
 		// The batch began a transaction (pgx.Batch.BeginTx): as under pgxpool, the connection
 		// is released when the transaction ends, not when the results are closed.
-		w.tx = &pgxTx{Tx: t, run: r, prepared: map[string]string{}, release: w.release}
-		w.release = nil
+		w.tx = &pgxTx{Tx: t, run: r, prepared: map[string]string{}, release: w.open.release}
+		w.open.release = nil
 	}
 	return w
 }
 
-// beginBatch decides the batch of queries with args into eb at d, as interceptor.run decides
-// a statement (decideForPool on the pool), and returns
-// where to send it and, when it took a connection from the pool, what gives it back. On nil
-// eb must be finished.
-func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, queries []string, args [][]any) (
-	q querier, release releaser, err error) {
-	e := r.c.engine
-	if d.pool == nil {
-		return d.held(), nil, e.BeginBatch(ctx, eb, explainOn(d.conn), queries, args)
+// batchJob is a pgx batch as interceptor.run takes it: its engine.Batch, decided whole, the
+// texts and arguments it is decided by, and each statement's outcome as its result is read.
+// Reused from one batch to the next (runner.batches).
+type batchJob struct {
+	b       engine.Batch
+	queries []string
+	args    [][]any
+	errs    []error // each statement's outcome as its result was read, for its span
+	next    int     // the next result to read
+	home    *sync.Pool
+}
+
+func (j *batchJob) begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error) {
+	switch at {
+	case beforeConn:
+		return ctx, e.BeginBatchBeforeConn(ctx, &j.b, j.queries, j.args)
+	case onTaken:
+		return ctx, e.BeginBatchTaken(ctx, &j.b, explainOn(conn), j.queries, j.args)
 	}
-	_, q, release, err = decideForPool(ctx, d.pool, decidedBatch{eb},
-		func() (context.Context, error) { return ctx, e.BeginBatchBeforeConn(ctx, eb, queries, args) },
-		func(conn *pgx.Conn) (context.Context, error) {
-			return ctx, e.BeginBatchTaken(ctx, eb, explainOn(conn), queries, args)
-		})
-	return q, release, err
+	return ctx, e.BeginBatch(ctx, &j.b, explainOn(conn), j.queries, j.args)
+}
+
+func (j *batchJob) Acquired(ctx context.Context) error     { return j.b.Acquired(ctx) }
+func (j *batchJob) Abandon(ctx context.Context, err error) { j.b.Abandon(ctx, err) }
+func (j *batchJob) deadline() (time.Time, error, bool)     { return j.b.Deadline() }
+
+// Held is how long the engine held the batch back on its connection: as long as its
+// statements, which share its clock.
+func (j *batchJob) Held() time.Duration {
+	for i := range j.b.Execs {
+		if h := j.b.Execs[i].Held(); h > 0 {
+			return h
+		}
+	}
+	return 0
+}
+
+// note records the outcome of the result just read.
+func (j *batchJob) note(err error) {
+	if j.next < len(j.errs) {
+		j.errs[j.next] = err
+	}
+	j.next++
+}
+
+// finish finishes the batch: err is its outcome, that of the statements whose result was not
+// read.
+func (j *batchJob) finish(ctx context.Context, err error) {
+	for i := j.next; i < len(j.errs); i++ {
+		j.errs[i] = err
+	}
+	j.b.Finish(ctx, j.errs)
+	j.done()
+}
+
+func (j *batchJob) done() {
+	j.queries, j.args, j.errs, j.next = nil, nil, nil, 0
+	j.home.Put(j)
 }
 
 // pgxBatch are the results of an admitted batch: pgx's, whose batch is finished and whose pool
@@ -73,15 +110,10 @@ func (r *runner) beginBatch(ctx context.Context, eb *engine.Batch, d *dest, quer
 // goroutine.
 type pgxBatch struct {
 	pgx.BatchResults
-	run     *runner
-	b       *engine.Batch // nil once ended
-	ctx     context.Context
-	qctx    context.Context // what it runs under: ctx, or ctx with max_duration (batchOverrunContext)
-	cancel  func()          // releases qctx's timer; nil without max_duration
-	release releaser
-	tx      *pgxTx  // the transaction the batch began; nil if none
-	errs    []error // each statement's outcome as its result was read, for its span
-	next    int     // the next result to read
+	open openStmt
+	job  *batchJob       // the batch, to note each result's outcome while open is in flight
+	qctx context.Context // what it runs under: ctx, or ctx with max_duration (overrunContext)
+	tx   *pgxTx          // the transaction the batch began; nil if none
 	// queued are the batch's queries, whose callbacks (QueuedQuery.Query, QueryRow, Exec) Close
 	// runs on these results rather than pgx's (see Close).
 	queued []*pgx.QueuedQuery
@@ -89,12 +121,11 @@ type pgxBatch struct {
 
 var _ pgx.BatchResults = (*pgxBatch)(nil)
 
-// note records the outcome of the result just read.
+// note records the outcome of the result just read, while the batch is in flight.
 func (w *pgxBatch) note(err error) {
-	if w.next < len(w.errs) {
-		w.errs[w.next] = err
+	if w.open.inFlight() {
+		w.job.note(err)
 	}
-	w.next++
 }
 
 // Each error matches ErrOverrun when max_duration cancelled the batch, those handed to the
@@ -111,7 +142,7 @@ func (w *pgxBatch) Query() (pgx.Rows, error) {
 	rows, err := w.BatchResults.Query()
 	err = overran(w.qctx, err)
 	w.note(err)
-	if w.cancel != nil {
+	if w.open.cancel != nil {
 		rows = &batchRows{Rows: rows, qctx: w.qctx}
 	}
 	return rows, err
@@ -179,8 +210,8 @@ func (r *batchRow) Scan(dest ...any) error {
 // batch's callbacks are given back before Close returns, even if one panics.
 func (w *pgxBatch) Close() (err error) {
 	err = errPanicked
-	defer func() { w.end(err) }()
-	if w.b != nil {
+	defer func() { w.open.finish(err) }()
+	if w.open.inFlight() {
 		defer w.throughWrapper()()
 	}
 	err = w.BatchResults.Close()
@@ -212,29 +243,6 @@ func (w *pgxBatch) throughWrapper() (restore func()) {
 			}
 		}
 	}
-}
-
-// end finishes the batch, the first time only: err is the batch's outcome, the outcome of the
-// statements whose result was not read.
-func (w *pgxBatch) end(err error) {
-	b := w.b
-	if b == nil {
-		return
-	}
-	w.b = nil
-	defer func() {
-		if w.cancel != nil {
-			w.cancel()
-		}
-		if w.release != nil {
-			w.release.Release()
-		}
-	}()
-	for i := w.next; i < len(w.errs); i++ {
-		w.errs[i] = err
-	}
-	b.Finish(w.ctx, w.errs)
-	w.run.batches.Put(b)
 }
 
 // Tx returns the transaction the batch began (pgx.Batch.BeginTx), controlled as a

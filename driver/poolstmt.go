@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,14 +44,6 @@ func (c poolConns) acquire(ctx context.Context) (querier, releaser, error) {
 	return pc.Conn(), pc, nil
 }
 
-// admitted is a statement (*engine.Exec) or a batch (decidedBatch) that the engine admitted
-// before it had a connection (BeginBeforeConn): told once it has one, which may refuse it
-// still or hold it back there (Held), or abandoned.
-type admitted interface {
-	Acquired(ctx context.Context) error
-	decided
-}
-
 // acquireAdmitted takes a connection from pool for a, admitted before it had one under ctx
 // (the context BeginBeforeConn returned): once a has it, a's clock restarts (the wait for the
 // pool is not its cost) and its pending slots become running ones (Acquired). Statements on
@@ -69,7 +60,7 @@ type admitted interface {
 // engine.ErrDecideAgain: a is abandoned (its first decision ends there), and acquireAdmitted
 // returns that error with the connection still held, which the caller decides the statement
 // again on with decideOn, as one that took its connection first.
-func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier, release releaser, err error) {
+func acquireAdmitted(ctx context.Context, pool connPool, a job) (q querier, release releaser, err error) {
 	ran := false
 	var conn releaser // the connection taken, for the deferred call: the results are nil on an error
 	defer func() {
@@ -103,51 +94,28 @@ func acquireAdmitted(ctx context.Context, pool connPool, a admitted) (q querier,
 	return nil, nil, err
 }
 
-// acquireExplained takes a connection from pool for a statement or batch (x) whose cost needs
-// an EXPLAIN on it, and decides it there (begin: the engine's BeginTaken or BeginBatchTaken),
-// as decideOn does.
-func acquireExplained(ctx context.Context, pool connPool, x decided,
-	begin func(conn *pgx.Conn) (context.Context, error)) (context.Context, querier, releaser, error) {
+// acquireExplained takes a connection from pool for a job j whose cost needs an EXPLAIN on it,
+// and decides it there in the engine e, as decideOn does.
+func acquireExplained(ctx context.Context, pool connPool, e *engine.Engine, j job) (context.Context, querier, releaser, error) {
 	q, release, err := pool.acquire(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return decideOn(q, release, x, begin)
+	return decideOn(ctx, q, release, e, j)
 }
 
-// decided is a statement (*engine.Exec) or a batch (decidedBatch) that the engine admitted on a
-// connection taken from the pool for it alone: how long the engine held it back there, and how
-// it ends unsent.
-type decided interface {
-	Held() time.Duration
-	Abandon(ctx context.Context, err error)
-}
-
-// decidedBatch is a batch as decideOn takes it: held back as long as its statements, which
-// share its clock.
-type decidedBatch struct{ *engine.Batch }
-
-func (b decidedBatch) Held() time.Duration {
-	for i := range b.Execs {
-		if h := b.Execs[i].Held(); h > 0 {
-			return h
-		}
-	}
-	return 0
-}
-
-// decideOn decides a statement or batch x with begin on the connection q it holds (release
-// gives it back): one whose cost needs an EXPLAIN there, or one admitted before it had a
-// connection whose rules were replaced meanwhile (engine.ErrDecideAgain). It returns the
-// context begin returned. The connection goes back at once if begin refuses x (or panics), or
-// answers engine.ErrWaitBeforeConn.
+// decideOn decides a job j in the engine e on the connection q it holds (release gives it
+// back), as one taken for it alone (onTaken): one whose cost needs an EXPLAIN there, or one
+// admitted before it had a connection whose rules were replaced meanwhile
+// (engine.ErrDecideAgain). It returns the context j's begin returned. The connection goes back
+// at once if the engine refuses j (or panics), or answers engine.ErrWaitBeforeConn.
 //
 // The connection is pgtraffic's choice, not the caller's: one that closed while the engine
-// held x back there (its EXPLAIN failed with it, or the server closed it idle while x waited
-// for capacity: checkConn) goes back too, x is abandoned unsent, at no cost, and decideOn
-// returns errConnClosed: the caller decides x again before a connection, as a new statement,
+// held j back there (its EXPLAIN failed with it, or the server closed it idle while j waited
+// for capacity: checkConn) goes back too, j is abandoned unsent, at no cost, and decideOn
+// returns errConnClosed: the caller decides j again before a connection, as a new statement,
 // and it takes another one.
-func decideOn(q querier, release releaser, x decided, begin func(conn *pgx.Conn) (context.Context, error)) (
+func decideOn(ctx context.Context, q querier, release releaser, e *engine.Engine, j job) (
 	sctx context.Context, _ querier, _ releaser, err error) {
 	decided := false
 	defer func() {
@@ -156,11 +124,11 @@ func decideOn(q querier, release releaser, x decided, begin func(conn *pgx.Conn)
 		}
 	}()
 	conn, _ := q.(*pgx.Conn) // a fake in unit tests: no EXPLAIN
-	if sctx, err = begin(conn); err != nil {
+	if sctx, err = j.begin(ctx, e, onTaken, conn); err != nil {
 		return nil, nil, nil, err
 	}
-	if err = checkConn(sctx, conn, x.Held()); err != nil {
-		x.Abandon(sctx, err)
+	if err = checkConn(sctx, conn, j.Held()); err != nil {
+		j.Abandon(sctx, err)
 		return nil, nil, nil, err
 	}
 	decided = true
@@ -173,7 +141,7 @@ func decideOn(q querier, release releaser, x decided, begin func(conn *pgx.Conn)
 type runner struct {
 	c       *core
 	tickets sync.Pool // *ticket, finished
-	batches sync.Pool // *engine.Batch, finished
+	batches sync.Pool // *batchJob, finished
 	names   preparedNames
 }
 
@@ -181,7 +149,7 @@ func newRunner(c *core) *runner {
 	r := &runner{c: c}
 	r.names.log = c.log
 	r.tickets.New = func() any { return &ticket{home: &r.tickets} }
-	r.batches.New = func() any { return new(engine.Batch) }
+	r.batches.New = func() any { return &batchJob{home: &r.batches} }
 	return r
 }
 
@@ -204,10 +172,11 @@ func (r *runner) ticket() *ticket { return r.tickets.Get().(*ticket) }
 
 // exec runs an Exec of sql at d.
 func (r *runner) exec(ctx context.Context, d *dest, sql string, args []any) (tag pgconn.CommandTag, err error) {
-	o := openStmt{t: r.ticket()}
 	text := d.text(sql)
-	err = r.c.intr.run(ctx, &o, d, text, args, false, func(q querier, qctx context.Context) (err error) {
-		tag, err = q.Exec(qctx, r.outgoing(&o, text, sql), args...)
+	t := r.ticket().statement(ctx, text, args)
+	o := openStmt{j: t}
+	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
+		tag, err = q.Exec(qctx, r.outgoing(&o, t, text, sql), args...)
 		return err
 	})
 	return tag, err
@@ -216,11 +185,12 @@ func (r *runner) exec(ctx context.Context, d *dest, sql string, args []any) (tag
 // query runs a Query of sql at d; its rows finish the statement when they end.
 func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pgx.Rows, error) {
 	w := newPgxRows(r.c.intr.leaks)
-	w.open.t = r.ticket()
 	text := d.text(sql)
-	err := r.c.intr.run(ctx, w.open, d, text, args, true, func(q querier, qctx context.Context) (err error) {
+	t := r.ticket().statement(ctx, text, args)
+	w.open.j = t
+	err := r.c.intr.run(ctx, w.open, d, true, func(q querier, qctx context.Context) (err error) {
 		w.qctx = qctx
-		w.Rows, err = q.Query(qctx, r.outgoing(w.open, text, sql), args...)
+		w.Rows, err = q.Query(qctx, r.outgoing(w.open, t, text, sql), args...)
 		return err
 	})
 	if err != nil {
@@ -232,24 +202,25 @@ func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pg
 // queryRow runs a QueryRow of sql at d with pgx's own QueryRow, whose row's Scan finishes the
 // statement (pgxRow). The row comes from the ticket's slab (ticket.row).
 func (r *runner) queryRow(ctx context.Context, d *dest, sql string, args []any) pgx.Row {
-	t := r.ticket()
-	row := t.row()
-	row.open.t = t
 	text := d.text(sql)
-	row.err = r.c.intr.run(ctx, &row.open, d, text, args, true, func(q querier, qctx context.Context) error {
-		row.row = q.QueryRow(qctx, r.outgoing(&row.open, text, sql), args...)
+	t := r.ticket().statement(ctx, text, args)
+	row := t.row()
+	row.open.j = t
+	row.err = r.c.intr.run(ctx, &row.open, d, true, func(q querier, qctx context.Context) error {
+		row.row = q.QueryRow(qctx, r.outgoing(&row.open, t, text, sql), args...)
 		return nil // pgx's row returns the error from Scan
 	})
 	return row
 }
 
-// outgoing is the text to send for sql, decided as text in o (interceptor.outgoing): a
-// prepared statement's name is sent as it is (a comment would make it another name).
-func (r *runner) outgoing(o *openStmt, text, sql string) string {
+// outgoing is the text to send for sql, decided as text (before its named arguments were made
+// positional) in t, run in o (interceptor.outgoing): a prepared statement's name is sent as it
+// is (a comment would make it another name).
+func (r *runner) outgoing(o *openStmt, t *ticket, text, sql string) string {
 	if !r.c.intr.commenter || text != sql { // the commenter is off: compare no texts
 		return sql
 	}
-	return r.c.intr.outgoing(o, sql)
+	return r.c.intr.outgoing(o, t, sql)
 }
 
 // copyFrom runs a CopyFrom at d. The engine decides it as the statement COPY <table> FROM
@@ -259,8 +230,8 @@ func (r *runner) outgoing(o *openStmt, text, sql string) string {
 // as any statement does.
 func (r *runner) copyFrom(ctx context.Context, d *dest, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (n int64, err error) {
-	o := openStmt{t: r.ticket()}
-	err = r.c.intr.run(ctx, &o, d, copyText(table), nil, false, func(q querier, qctx context.Context) (err error) {
+	o := openStmt{j: r.ticket().statement(ctx, copyText(table), nil)}
+	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
 		n, err = q.CopyFrom(qctx, table, columns, src)
 		return err
 	})

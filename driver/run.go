@@ -14,17 +14,56 @@ import (
 
 // The statement path both front ends share. Every statement, of the database/sql driver (an
 // Exec or a Query of a connection or of a prepared statement) or of the pgx-native pool (Exec,
-// Query, QueryRow, CopyFrom, on the pool, a PoolConn or a transaction), runs through
-// interceptor.run: begun in the engine, sent, finished. Between its begin and its finish it is
-// an openStmt, which its rows carry when they finish it later. A pgx batch, decided whole as
-// engine.Batch, has a path of its own (poolbatch.go) that shares the pool's acquisition.
+// Query, QueryRow, CopyFrom and SendBatch, on the pool, a PoolConn or a transaction), runs
+// through interceptor.run as a job: begun in the engine, sent, finished. Between its begin and
+// its finish it is an openStmt, which its rows (or a batch's results) carry when they finish it
+// later.
 
-// ticket is one statement's engine ticket, reused from one statement to the next so that
-// deciding a statement allocates nothing. A database/sql connection keeps its own (one for its
-// Execs, one per rows wrapper); the pool keeps its tickets in a sync.Pool (it has no state of
-// its own per connection to keep one in), with the row slabs of their QueryRows.
+// job is what run begins, sends and finishes: one statement (*ticket) or a pgx batch
+// (*batchJob, decided whole: engine.Batch). Like a statement, it is used by one goroutine at a
+// time.
+type job interface {
+	// begin decides the job in the engine e at at: on conn, the connection its caller holds
+	// (onHeld) or one taken from the pool for it alone (onTaken), or before a connection of the
+	// pool (beforeConn, conn nil). It returns the context the job runs under, carrying its span.
+	begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error)
+	// Acquired tells the job, admitted before it had a connection (beforeConn), that it has
+	// one now, which may refuse it still or hold it back there (acquireAdmitted).
+	Acquired(ctx context.Context) error
+	// Held is how long the engine held the job back on its connection (an EXPLAIN, a wait for
+	// capacity): checkConn checks a connection held idle so.
+	Held() time.Duration
+	// Abandon ends a decided job unsent, at no cost.
+	Abandon(ctx context.Context, err error)
+	// deadline is when the admitted job's max_duration ends and the cause that names it
+	// (engine.Exec.Deadline); ok false without one.
+	deadline() (deadline time.Time, cause error, ok bool)
+	// finish finishes the begun job with its outcome, then gives it back for reuse (done).
+	finish(ctx context.Context, err error)
+	// done gives the job back for reuse, with nothing of its statement kept: finished, or
+	// refused (the engine ended it).
+	done()
+}
+
+// place is where a job is decided, as the engine's Begin, BeginBeforeConn and BeginTaken (and
+// their batch forms) name it.
+type place int
+
+const (
+	onHeld     place = iota // on the connection its caller holds
+	beforeConn              // before it takes a connection from the pool
+	onTaken                 // on a connection the pool lent it alone
+)
+
+// ticket is one statement's job: its engine ticket, and the text and arguments it is decided
+// by. It is reused from one statement to the next, so that deciding a statement allocates
+// nothing. A database/sql connection keeps its own (one for its Execs, one per rows wrapper);
+// the pool keeps its tickets in a sync.Pool (it has no state of its own per connection to keep
+// one in), with the row slabs of their QueryRows.
 type ticket struct {
-	x engine.Exec
+	x    engine.Exec
+	text string // what the statement is decided as (statement)
+	args []any
 	// rows is the rest of a slab of QueryRow rows (ticket.row): each row is handed out once,
 	// never reused. pgxpool hands out its rows from slabs kept per connection, so that a
 	// QueryRow allocates nothing; pgxpool keeps nothing of ours per connection, so the slabs
@@ -33,42 +72,67 @@ type ticket struct {
 	home *sync.Pool // where the ticket goes back once its statement is finished; nil: kept by its owner
 }
 
-// done gives a pooled ticket, whose statement is finished, back to its pool.
+// statement readies t for a statement of text with args, its named arguments made positional
+// (named), and returns it.
+func (t *ticket) statement(ctx context.Context, text string, args []any) *ticket {
+	t.text, t.args = named(ctx, text, args)
+	return t
+}
+
+func (t *ticket) begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error) {
+	switch at {
+	case beforeConn:
+		return e.BeginBeforeConn(ctx, &t.x, t.text, t.args)
+	case onTaken:
+		return e.BeginTaken(ctx, &t.x, explainOn(conn), t.text, t.args)
+	}
+	return e.Begin(ctx, &t.x, explainOn(conn), t.text, t.args)
+}
+
+func (t *ticket) Acquired(ctx context.Context) error     { return t.x.Acquired(ctx) }
+func (t *ticket) Held() time.Duration                    { return t.x.Held() }
+func (t *ticket) Abandon(ctx context.Context, err error) { t.x.Abandon(ctx, err) }
+func (t *ticket) deadline() (time.Time, error, bool)     { return t.x.Deadline() }
+func (t *ticket) finish(ctx context.Context, err error)  { t.x.Finish(ctx, err); t.done() }
+
+// done forgets the statement's arguments (a kept ticket must not keep the caller's values) and
+// gives a pooled ticket back to its pool.
 func (t *ticket) done() {
+	t.text, t.args = "", nil
 	if t.home != nil {
 		t.home.Put(t)
 	}
 }
 
-// openStmt is one statement in flight, from its begin to its finish: what finishing it needs,
-// and all that the leak cleanup of rows never closed needs (leak.go), so it must not point to
-// the rows that carry it. Like a statement, it is used by one goroutine at a time.
+// openStmt is one job in flight, from its begin to its finish: what finishing it needs, and all
+// that the leak cleanup of rows never closed needs (leak.go), so it must not point to the rows
+// that carry it. Like a statement, it is used by one goroutine at a time.
 type openStmt struct {
-	t *ticket // the statement's ticket, set by the caller of run; nil once finished
-	// ctx is the statement's context as Begin returned it, carrying its span, for Finish
-	// (engine.Observer) and the sqlcommenter; nil while no statement is in flight.
+	j job // the job, set by the caller of run; nil once finished
+	// ctx is the job's context as its begin returned it, carrying its span, for its finish
+	// (engine.Observer) and the sqlcommenter; nil while no job is in flight.
 	ctx context.Context
-	// qctx is what the statement runs under, its rows included: the caller's context, bounded
-	// by its max_duration (overrunContext); cancel releases it (nil without a bound).
+	// qctx is what the job runs under, its rows included: the caller's context, bounded by its
+	// max_duration (overrunContext); cancel releases it (nil without a bound).
 	qctx    context.Context
 	cancel  context.CancelFunc
 	release releaser // gives back the pool's connection it took; nil when it took none
 	leaks   *leaks   // where leaked rows are reported; nil for a statement without a cleanup
 }
 
-// inFlight reports whether o's statement has begun and is not finished.
+// inFlight reports whether o's job has begun and is not finished.
 func (o *openStmt) inFlight() bool { return o.ctx != nil }
 
-// finish finishes the statement with its outcome err, the first time only: the engine gives
-// back what it held, and its pool connection, its timer and its ticket go back too. Once
-// finished o keeps nothing of the statement's: a QueryRow's row stays in its slab a while, and
-// must not keep its caller's context.
+// finish finishes the job with its outcome err, the first time only: the engine gives back what
+// it held, and its pool connection, its timer and the job go back too. Once finished o keeps
+// nothing of the job's: a QueryRow's row stays in its slab a while, and must not keep its
+// caller's context.
 func (o *openStmt) finish(err error) {
 	ctx := o.ctx
 	if ctx == nil {
 		return
 	}
-	t, cancel, release := o.t, o.cancel, o.release
+	j, cancel, release := o.j, o.cancel, o.release
 	*o = openStmt{leaks: o.leaks}
 	// Deferred, so that they are given back even if the observer panics in Finish.
 	if release != nil {
@@ -77,8 +141,7 @@ func (o *openStmt) finish(err error) {
 	if cancel != nil {
 		defer cancel()
 	}
-	t.x.Finish(ctx, err)
-	t.done()
+	j.finish(ctx, err)
 }
 
 // errPanicked is the outcome a statement is finished with when the call that ran it panicked: not
@@ -135,57 +198,52 @@ func (d *dest) text(sql string) string {
 	return d.names.text(sql)
 }
 
-// run runs one statement, text with args, in o (whose ticket the caller sets): it begins it at
-// d, sends it with send (to q, under qctx: the caller's context, bounded by the statement's
-// max_duration), and finishes it with send's outcome; unless rows carry it on (rows, and send
-// succeeded), which finish it when they end. A panic in send finishes it with errPanicked. It
-// returns the refusal (a [*BlockedError]: nothing was sent, o's ticket is back) or send's
-// error, made to match ErrOverrun when the statement's max_duration ended it.
+// run runs o's job (which the caller sets): it begins it at d, sends it with send (to q, under
+// qctx: the caller's context, bounded by the job's max_duration), and finishes it with send's
+// outcome; unless rows carry it on (rows, and send succeeded: a query's rows, a batch's
+// results), which finish it when they end. A panic in send finishes it with errPanicked. It
+// returns the refusal (a [*BlockedError]: nothing was sent, the job is back) or send's error,
+// made to match ErrOverrun when the job's max_duration ended it.
 //
-// The engine decides the statement on d's held connection, or, for a statement of the pool,
-// before it takes a connection whenever the decision needs no EXPLAIN: so a refused statement
-// never waits for a connection, and one waiting for capacity (max_wait) holds none; once
-// admitted it keeps its slots while it waits for the pool (acquireAdmitted), pending slots
-// that a statement on a held connection may overtake, and if one did, it is decided again once
-// it has its connection, which it gives back if refused then. A statement whose cost needs an
-// EXPLAIN on its connection takes the connection first (acquireExplained), once its budgets
-// have room for a cost not yet known (engine.ErrNeedConn). A statement held
-// back by health on a connection it took (after its EXPLAIN, or overtaken while it waited for
-// the pool) gives it back and is decided again before it, where it waits holding none
-// (engine.ErrWaitBeforeConn); so does one whose connection, taken for its EXPLAIN or decided
-// again on, closed while the engine held it back there (decideOn, errConnClosed).
-// A statement of database/sql's whose connection closed while the engine held it back there
-// is answered driver.ErrBadConn unsent, and database/sql retries it on another (badConn).
-func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string, args []any, rows bool,
+// The engine decides the job on d's held connection, or, for a job of the pool, before it takes
+// a connection whenever the decision needs no EXPLAIN: so a refused statement never waits for a
+// connection, and one waiting for capacity (max_wait) holds none; once admitted it keeps its
+// slots while it waits for the pool (acquireAdmitted), pending slots that a statement on a held
+// connection may overtake, and if one did, it is decided again once it has its connection,
+// which it gives back if refused then. A job whose cost needs an EXPLAIN on its connection
+// takes the connection first (acquireExplained), once its budgets have room for a cost not yet
+// known (engine.ErrNeedConn). A job held back by health on a connection it took (after its
+// EXPLAIN, or overtaken while it waited for the pool) gives it back and is decided again before
+// it, where it waits holding none (engine.ErrWaitBeforeConn); so does one whose connection,
+// taken for its EXPLAIN or decided again on, closed while the engine held it back there
+// (decideOn, errConnClosed). A statement of database/sql's whose connection closed while the
+// engine held it back there is answered driver.ErrBadConn unsent, and database/sql retries it
+// on another (badConn).
+func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, rows bool,
 	send func(q querier, qctx context.Context) error) (err error) {
-	x := &o.t.x
-	text, args = named(ctx, text, args)
+	j := o.j
 	var q querier
-	var sctx context.Context // the context Begin returns, for Finish
+	var sctx context.Context // the context the job's begin returns, for its finish
 	if d.pool == nil {
 		q = d.held()
-		sctx, err = i.engine.Begin(ctx, x, explainOn(d.conn), text, args)
-		if held := x.Held(); err == nil && held > 0 && d.retry {
-			err = badConn(sctx, x, d.conn, held)
+		sctx, err = j.begin(ctx, i.engine, onHeld, d.conn)
+		if held := j.Held(); err == nil && held > 0 && d.retry {
+			err = badConn(sctx, j, d.conn, held)
 		}
 	} else {
-		sctx, q, o.release, err = decideForPool(ctx, d.pool, x,
-			func() (context.Context, error) { return i.engine.BeginBeforeConn(ctx, x, text, args) },
-			func(conn *pgx.Conn) (context.Context, error) {
-				return i.engine.BeginTaken(ctx, x, explainOn(conn), text, args)
-			})
+		sctx, q, o.release, err = decideForPool(ctx, d.pool, i.engine, j)
 	}
 	if err != nil {
-		o.t.done()
-		o.t = nil
+		j.done()
+		o.j = nil
 		return blocked(err)
 	}
 	o.ctx = sctx
 	// It runs under the caller's context, as without pgtraffic (a tracer of pgx's sees the
 	// caller's span as its parent), bounded by max_duration: cancelled on the server past it.
-	o.qctx, o.cancel = overrunContext(ctx, x)
+	o.qctx, o.cancel = overrunContext(ctx, j)
 
-	err = errPanicked // until send returns: a panic finishes the statement with it
+	err = errPanicked // until send returns: a panic finishes the job with it
 	defer func() {
 		if err != nil || !rows {
 			o.finish(err)
@@ -195,26 +253,24 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, text string
 	return err
 }
 
-// decideForPool decides a statement or batch of the pool, a: before it takes a connection from
-// pool (before: the engine's BeginBeforeConn or BeginBatchBeforeConn), then takes one for it
-// once admitted (acquireAdmitted), or takes one to decide it there when its cost needs an
-// EXPLAIN (acquireExplained), or when its rules were replaced while it waited for room on the
-// connection it took (decideOn); taken decides it on a connection (BeginTaken,
-// BeginBatchTaken). Held back by health on a connection it took, or that connection closed
-// while it was held back there, it gives the connection back and is decided again before one
-// (decideAgain). It returns the context the engine's last decision returned, where to send a,
-// and what gives the connection back.
-func decideForPool(ctx context.Context, pool connPool, a admitted, before func() (context.Context, error),
-	taken func(conn *pgx.Conn) (context.Context, error)) (sctx context.Context, q querier, release releaser, err error) {
+// decideForPool decides j, a job of the pool, in the engine e: before it takes a connection
+// from pool, then takes one for it once admitted (acquireAdmitted), or takes one to decide it
+// there when its cost needs an EXPLAIN (acquireExplained), or when its rules were replaced
+// while it waited for room on the connection it took (decideOn). Held back by health on a
+// connection it took, or that connection closed while it was held back there, it gives the
+// connection back and is decided again before one (decideAgain). It returns the context the
+// engine's last decision returned, where to send j, and what gives the connection back.
+func decideForPool(ctx context.Context, pool connPool, e *engine.Engine, j job) (
+	sctx context.Context, q querier, release releaser, err error) {
 	for again := true; again; again = decideAgain(err) {
-		sctx, err = before()
+		sctx, err = j.begin(ctx, e, beforeConn, nil)
 		switch err {
 		case nil:
-			if q, release, err = acquireAdmitted(sctx, pool, a); err == engine.ErrDecideAgain {
-				sctx, q, release, err = decideOn(q, release, a, taken)
+			if q, release, err = acquireAdmitted(sctx, pool, j); err == engine.ErrDecideAgain {
+				sctx, q, release, err = decideOn(ctx, q, release, e, j)
 			}
 		case engine.ErrNeedConn:
-			sctx, q, release, err = acquireExplained(ctx, pool, a, taken)
+			sctx, q, release, err = acquireExplained(ctx, pool, e, j)
 		}
 	}
 	return sctx, q, release, err
@@ -264,15 +320,15 @@ func checkConn(ctx context.Context, conn *pgx.Conn, held time.Duration) error {
 	return nil
 }
 
-// badConn checks conn, database/sql's, after the engine held x back on it for held (checkConn):
-// one that closed meanwhile ends x unsent, at no cost (Abandon), and answers driver.ErrBadConn,
+// badConn checks conn, database/sql's, after the engine held j back on it for held (checkConn):
+// one that closed meanwhile ends j unsent, at no cost (Abandon), and answers driver.ErrBadConn,
 // so that database/sql retries the statement on another connection, where it is decided again
 // as a new statement, as pgx's stdlib answers for a connection found closed before anything
 // was sent.
-func badConn(sctx context.Context, x *engine.Exec, conn *pgx.Conn, held time.Duration) error {
+func badConn(sctx context.Context, j job, conn *pgx.Conn, held time.Duration) error {
 	err := checkConn(sctx, conn, held)
 	if err != nil {
-		x.Abandon(sctx, err)
+		j.Abandon(sctx, err)
 	}
 	if err == errConnClosed {
 		return driver.ErrBadConn

@@ -709,7 +709,7 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// outgoing returns the text to send for the statement o runs: query unchanged unless
+// outgoing returns the text to send for the statement o runs, decided in t: query unchanged unless
 // WithSQLCommenter is on, in which case the statement's context tags and, for a sampled span,
 // its W3C traceparent (and tracestate) are appended as a sqlcommenter comment. Bound values are
 // never read. Prepared statements (db.Prepare) keep the text they were prepared with.
@@ -720,11 +720,11 @@ func errorType(err error) string {
 // holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
-func (i *interceptor) outgoing(o *openStmt, query string) string {
+func (i *interceptor) outgoing(o *openStmt, t *ticket, query string) string {
 	if !i.commenter {
 		return query
 	}
-	return commented(o.ctx, o.t.x.Observed, query)
+	return commented(o.ctx, t.x.Observed, query)
 }
 
 // commented returns query with ctx's tags and, for a sampled span of the statement's own

@@ -695,10 +695,8 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 // a statement (Result.MaxDuration).
 func (b *Batch) Deadline() (deadline time.Time, cause error, ok bool) {
 	for i := range b.Execs {
-		if x := &b.Execs[i]; x.MaxDuration > 0 {
-			if d := x.start.Add(x.MaxDuration); !ok || d.Before(deadline) {
-				deadline, cause, ok = d, x.Overrun(), true
-			}
+		if d, c, has := b.Execs[i].Deadline(); has && (!ok || d.Before(deadline)) {
+			deadline, cause, ok = d, c, true
 		}
 	}
 	return deadline, cause, ok

@@ -40,6 +40,15 @@ func (c *OverrunCause) Error() string {
 
 func (c *OverrunCause) Is(target error) bool { return target == ErrOverrun }
 
+// Deadline is when admitted x's MaxDuration ends, counted from its Start, and the cause the
+// front end gives the context it runs x under (Overrun); ok is false when x has no bound.
+func (x *Exec) Deadline() (deadline time.Time, cause error, ok bool) {
+	if x.MaxDuration <= 0 {
+		return time.Time{}, nil, false
+	}
+	return x.start.Add(x.MaxDuration), x.Overrun(), true
+}
+
 // Overrun returns the cause the front end gives the context of x, admitted with a MaxDuration:
 // an error matching ErrOverrun that names the budget and the bound. Nil when x has no bound.
 func (x *Exec) Overrun() error {
