@@ -309,10 +309,14 @@ func (c *Coordinator) Start() {
 // Close stops the loop and, within ctx, tells Redis that this instance leaves every
 // partition, so that its slots return at once rather than when its leases lapse; makes the
 // local budgets' own limits apply again; then closes the client it made from Options.URL.
+// The goodbye goes once every sync call of the loops has returned (quiesce), within ctx: a
+// sync that Redis ran after it would mark the instance as holding its slots again, until its
+// lease lapsed. A Coordinator closed is never started again (Start does nothing).
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
 	stop := c.stop
 	c.ctx, c.stop = nil, nil
+	c.started = true // a Start after Close starts nothing
 	for _, e := range c.budgets {
 		e.stop = nil // ended with c.ctx
 	}
@@ -322,6 +326,9 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		c.loops.Wait()
 	}
 	var errs []error
+	if err := c.quiesce(ctx); err != nil {
+		errs = append(errs, err) // the goodbyes below fail too, ctx having ended
+	}
 	for _, e := range c.entries() {
 		c.mu.Lock()
 		chunks := e.core.leaveAll(c.now())
@@ -344,6 +351,29 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		errs = append(errs, c.owned.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// quiesce waits, within ctx, until no script call of c is on its way: every call the loops
+// sent (an abandoned one included, which holds its turn until it returns) has had its reply,
+// or failed. It takes every turn among the calls on their way (maxCalls), then gives them
+// back. The loops have ended and their contexts with them, so no call asks for a turn after
+// it. A call that returned had its reply: Redis ran it. One that failed at its deadline may
+// still sit in a socket, but Redis does not act on it past its notAfter.
+func (c *Coordinator) quiesce(ctx context.Context) error {
+	taken := 0
+	defer func() {
+		for range taken {
+			<-c.sem
+		}
+	}()
+	for ; taken < maxCalls; taken++ {
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("coord: a sync call still on its way at close: %w", ctx.Err())
+		}
+	}
+	return nil
 }
 
 func (c *Coordinator) entries() []*entry {
@@ -731,6 +761,13 @@ func (c *Coordinator) start(ctx context.Context, d time.Duration, cl call) (wait
 		select {
 		case c.sem <- struct{}{}:
 		case <-ctx.Done():
+			ch <- outcome{err: noTurn(ctx)}
+			return
+		}
+		if ctx.Err() != nil {
+			// Its turn and the end of ctx came together (select chose the turn): a call of
+			// a loop that ended must not be sent after Close's goodbye (quiesce).
+			<-c.sem
 			ch <- outcome{err: noTurn(ctx)}
 			return
 		}

@@ -418,5 +418,8 @@
 // the coordinator's [Options].Quarantines.
 // A reload calls [Handle.SetSpec] for a changed budget, [Handle.Close] for one removed or no
 // longer shared, and Register for a new one. Connector.Close calls [Coordinator.Close] with a
-// short deadline. Nothing of this runs on a statement's path.
+// short deadline. A reload that changes the coordination section registers the budgets with a
+// new coordinator, under a new instance id, and starts it only once the old one's Close
+// returned: the old id's goodbye, sent after its calls on their way returned, comes before
+// the new id's first sync. Nothing of this runs on a statement's path.
 package coord

@@ -23,6 +23,9 @@ type coordination struct {
 	section rules.Coordination // what c was built from
 	c       *coord.Coordinator // makes (and closes) its own client from the section's URL when not given one
 	shared  map[string]*shared
+	// next, in a coordination replaced by a reload, is the coordinator that replaced it: it
+	// starts once c said goodbye (stopCoordination).
+	next *coord.Coordinator
 }
 
 // shared is one budget registered with the coordinator.
@@ -56,7 +59,10 @@ func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coo
 // switchCoordinator replaces or stops the coordinator when cfg's coordination section is not
 // the one it was built from, and starts one when cfg has a section and none runs. A new
 // coordinator starts at once and never fails for want of Redis: its budgets run on their
-// fallback share and it keeps trying. One that cannot be made (a URL its client refuses) is an
+// fallback share and it keeps trying. One that replaces another starts only once the other
+// said goodbye to Redis (stopCoordination), its budgets keeping their leases meanwhile: its
+// first sync, under its own name, must find the old name's slots returned, not be granted
+// only what they leave. One that cannot be made (a URL its client refuses) is an
 // error that leaves the coordinator in force as it was: a rejected reload keeps the last good
 // rules, their sharing included.
 func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err error) {
@@ -86,9 +92,12 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 	}
 	if co.c != nil {
 		old = *co
+		old.next = c // started once old.c said goodbye
 	}
 	*co = coordination{section: sec, c: c, shared: map[string]*shared{}}
-	co.c.Start()
+	if old.c == nil {
+		co.c.Start()
+	}
 	return old, nil
 }
 
@@ -142,7 +151,9 @@ func (r *Runtime) unshare(s *shared) {
 }
 
 // stopCoordination stops co, detached from r, telling Redis within closeWithin that this
-// instance leaves, and makes its budgets local again. r.mu must not be held.
+// instance leaves, and makes its budgets local again; then starts the coordinator that
+// replaced it, if any (a closed one, replaced in turn or closed with r since, does not start).
+// r.mu must not be held.
 func (r *Runtime) stopCoordination(co coordination) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
 	defer cancel()
@@ -151,6 +162,9 @@ func (r *Runtime) stopCoordination(co coordination) {
 	}
 	for _, s := range co.shared {
 		r.e.ShareQuarantines(s.spec.Name, nil)
+	}
+	if co.next != nil {
+		co.next.Start()
 	}
 }
 
