@@ -160,11 +160,22 @@ func (r *Runtime) stopCoordination(co coordination) {
 	if err := co.c.Close(ctx); err != nil {
 		r.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
 	}
-	for _, s := range co.shared {
-		r.e.ShareQuarantines(s.spec.Name, nil)
-	}
+	r.unshareQuarantines(co)
 	if co.next != nil {
 		co.next.Start()
+	}
+}
+
+// unshareQuarantines stops publishing the quarantines of the budgets co shared, but those that
+// the coordination in force shares under the same name (a reload that changed only the
+// coordination section): their hooks are its own, set by share when it replaced co.
+func (r *Runtime) unshareQuarantines(co coordination) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range co.shared {
+		if _, again := r.co.shared[name]; !again {
+			r.e.ShareQuarantines(name, nil)
+		}
 	}
 }
 
