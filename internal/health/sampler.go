@@ -878,9 +878,11 @@ func (s *Sampler) publish(results []result) {
 			next[res.metric] = r
 			continue
 		}
-		if res.shared && r.good && r.err == "" && res.at.Sub(r.at).Abs() < s.interval/8 {
-			// The sample adopted last time, read again (its date moves only by the drift
-			// between this clock and Redis's): a lead publishes once an interval.
+		if res.shared && r.good && res.at.Before(r.at.Add(s.interval/8)) {
+			// Not newer than the reading held: the sample adopted last time, read again (its
+			// date moves only by the drift between this clock and Redis's: a lead publishes
+			// once an interval), or an older one that a writer of Redis put back, which must
+			// not replace a newer reading (and lift the limit it holds).
 			continue
 		}
 		if r.staleLogged.Swap(false) || r.err != "" && r.err != errNotConnected && r.err != errConnLost &&
