@@ -94,6 +94,9 @@ type fakeRead struct {
 	v      float64
 	err    error
 	breaks bool
+	// took is how long the read takes, on the server's clock (fakeServer.clock), which it
+	// moves on: a read that times out takes its timeout.
+	took time.Duration
 }
 
 func (c *fakeConn) Exec(_ context.Context, sql string, args ...any) error {
@@ -110,6 +113,9 @@ func (c *fakeConn) ReadNumber(_ context.Context, sql string) (float64, error) {
 		return 0, errors.New("conn closed")
 	}
 	r := c.srv.read(sql)
+	if r.took > 0 {
+		c.srv.clock.Advance(r.took)
+	}
 	c.closed = r.breaks
 	return r.v, r.err
 }
@@ -131,6 +137,7 @@ func (c *fakeConn) Close(context.Context) error {
 // SQL from reads (a query not in reads returns 1); safe for concurrent use.
 type fakeServer struct {
 	execErr error
+	clock   *fakeclock.Clock // moved on by a read that takes time (fakeRead.took)
 
 	mu    sync.Mutex // protects the fields below
 	reads map[string]fakeRead

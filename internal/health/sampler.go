@@ -153,6 +153,9 @@ type turn struct {
 	el       Election
 	follows  bool   // the last vote answered, and made this sampler a follower
 	electErr string // the election error logged when it began failing, "" while the election answers
+	// tried is when each metric was last read (or tried), for the order of the reads of
+	// those whose last read failed (readOrder).
+	tried map[string]time.Time
 }
 
 // config is an immutable metric set.
@@ -652,8 +655,15 @@ func (s *Sampler) followIn(results []result) time.Duration {
 	return min(max(due, poll), s.interval)
 }
 
-// sample reads every metric of cfg on the dedicated connection and publishes
-// the results; it returns the failed reads joined.
+// sample reads the metrics of cfg on the dedicated connection and publishes
+// the results; it returns the failed reads joined. The metrics whose last read
+// did not fail are read first, then those whose last read failed, the least
+// recently tried first (readOrder), while the round is within its interval
+// (and the first of those that failed in any case). A read that times out
+// takes most of its timeout, so a few failing queries would otherwise make a
+// round last intervals and keep a healthy metric from being read until it went
+// stale; a metric not reached keeps its state, its last good sample counting
+// until it is too old, and is read in a later round.
 func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) error {
 	conn, err := s.open(ctx, t, force, cfg)
 	if err != nil {
@@ -661,9 +671,17 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 	}
 	results := make([]result, 0, len(cfg.order))
 	var errs []error
-	for i, m := range cfg.order {
+	start := s.now()
+	order, ok := s.readOrder(cfg, t)
+	for i, m := range order {
+		if i > 0 && i != ok && s.now().Sub(start) >= s.interval {
+			// The round has read for an interval: the rest waits for a later one, all but
+			// the first metric whose last read failed, which each round tries.
+			break
+		}
 		sql := cfg.defs[m]
 		at := s.now()
+		t.tried[m] = at
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		v, err := conn.ReadNumber(rctx, sql)
 		cancel()
@@ -690,7 +708,7 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 			// The read broke the connection (a client-side timeout or a
 			// terminated backend): the rest cannot be read on it.
 			t.conn = nil
-			for _, rest := range cfg.order[i+1:] {
+			for _, rest := range order[i+1:] {
 				results = append(results, result{metric: rest, sql: cfg.defs[rest], err: errConnLost})
 			}
 			break
@@ -698,6 +716,33 @@ func (s *Sampler) sample(ctx context.Context, t *turn, force bool, cfg *config) 
 	}
 	s.publish(results)
 	return errors.Join(errs...)
+}
+
+// readOrder is the order in which a round reads the metrics of cfg, and how
+// many lead it: those whose last read did not fail, in cfg's order, then those
+// whose last read failed, the least recently tried first (t.tried, which it
+// rids of the metrics cfg no longer reads).
+func (s *Sampler) readOrder(cfg *config, t *turn) (order []string, ok int) {
+	if t.tried == nil {
+		t.tried = map[string]time.Time{}
+	}
+	for m := range t.tried {
+		if _, in := cfg.defs[m]; !in {
+			delete(t.tried, m)
+		}
+	}
+	readings := s.snap.Load().readings
+	order = make([]string, 0, len(cfg.order))
+	var failed []string
+	for _, m := range cfg.order {
+		if readings[m].err != "" {
+			failed = append(failed, m)
+		} else {
+			order = append(order, m)
+		}
+	}
+	slices.SortStableFunc(failed, func(a, b string) int { return t.tried[a].Compare(t.tried[b]) })
+	return append(order, failed...), len(order)
 }
 
 // open returns the open connection, or opens one. A failed connect
