@@ -379,13 +379,13 @@ func (e *Engine) admitBatch(ctx context.Context, st *compiled, b *Batch) error {
 		o := b.owners[k]
 		x := &b.Execs[o.stmt]
 		if d := e.refusedWhatever(st, o.bs, o.rule, x, now); d != nil {
-			x.warnBudget(e, o.bs.name, d)
+			b.warnCharged(e, &b.holds[k], o.bs.name, d)
 			continue
 		}
 		ws, den := budget.Admit(now, b.holds[k:k+1], b.warns[:0])
 		b.warns = ws
 		if den != nil && !budget.TakeWaiter(now, &b.holds[k], den, o.bs.maxWait) {
-			x.warnBudget(e, o.bs.name, o.bs.denial(st, o.rule, x, den))
+			b.warnCharged(e, &b.holds[k], o.bs.name, o.bs.denial(st, o.rule, x, den))
 			continue
 		}
 		// As admitted: what it reserved, and when, for its release.
@@ -516,6 +516,17 @@ type charger struct {
 	b    *budget.Budget
 	key  string
 	stmt int
+}
+
+// warnCharged warns with d about each statement of b charged to hold r of the warn budget
+// name: enforce would refuse the batch, and each of them with it, one decision a statement (as
+// refused counts them).
+func (b *Batch) warnCharged(e *Engine, r *budget.Request, name string, d *Denial) {
+	for i := range b.chargers {
+		if c := &b.chargers[i]; c.charges(r) {
+			b.Execs[c.stmt].warnBudget(e, name, d)
+		}
+	}
 }
 
 // charges reports whether c charges hold r.
