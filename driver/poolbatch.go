@@ -22,9 +22,15 @@ import (
 // sqlcommenter does not rewrite a batch).
 func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.BatchResults {
 	j := r.batches.Get().(*batchJob)
-	n := len(b.QueuedQueries)
+	decided := b.QueuedQueries
+	if beginsTx(b) {
+		// Its first query is the BEGIN pgx queued (pgx.Batch.BeginTx): not decided, as
+		// Pool.BeginTx's is not (it costs the server nothing). Its result is the batch's first.
+		decided, j.skip = decided[1:], 1
+	}
+	n := len(decided)
 	j.queries, j.args, j.errs = make([]string, n), make([][]any, n), make([]error, n)
-	for i, qq := range b.QueuedQueries {
+	for i, qq := range decided {
 		j.queries[i], j.args[i] = named(ctx, d.text(qq.SQL), qq.Arguments)
 	}
 	w := &pgxBatch{open: openStmt{j: j}, job: j, queued: b.QueuedQueries}
@@ -45,6 +51,13 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 	return w
 }
 
+// errBatchGivenUp is what the results of a batch answer once a panic in their Close ended it.
+var errBatchGivenUp = errors.New("pgtraffic: the batch ended when its Close panicked; its results were given up with its connection")
+
+// beginsTx reports whether b begins a transaction (pgx.Batch.BeginTx), which pgx tells by the
+// results of a batch that failed: a closed transaction rather than none.
+func beginsTx(b *pgx.Batch) bool { return pgx.FailedBatchResults(b, nil).Tx() != nil }
+
 // batchJob is a pgx batch as interceptor.run takes it: its engine.Batch, decided whole, the
 // texts and arguments it is decided by, and each statement's outcome as its result is read.
 // Reused from one batch to the next (runner.batches).
@@ -54,6 +67,7 @@ type batchJob struct {
 	args    [][]any
 	errs    []error // each statement's outcome as its result was read, for its span
 	next    int     // the next result to read
+	skip    int     // the results before the first decided statement's: the BEGIN of a BeginTx batch
 	home    *sync.Pool
 }
 
@@ -84,8 +98,8 @@ func (j *batchJob) Held() time.Duration {
 
 // note records the outcome of the result just read.
 func (j *batchJob) note(err error) {
-	if j.next < len(j.errs) {
-		j.errs[j.next] = err
+	if i := j.next - j.skip; i >= 0 && i < len(j.errs) {
+		j.errs[i] = err
 	}
 	j.next++
 }
@@ -93,7 +107,7 @@ func (j *batchJob) note(err error) {
 // finish finishes the batch: err is its outcome, that of the statements whose result was not
 // read.
 func (j *batchJob) finish(ctx context.Context, err error) {
-	for i := j.next; i < len(j.errs); i++ {
+	for i := max(j.next-j.skip, 0); i < len(j.errs); i++ {
 		j.errs[i] = err
 	}
 	j.b.Finish(ctx, j.errs)
@@ -101,7 +115,7 @@ func (j *batchJob) finish(ctx context.Context, err error) {
 }
 
 func (j *batchJob) done() {
-	j.queries, j.args, j.errs, j.next = nil, nil, nil, 0
+	j.queries, j.args, j.errs, j.next, j.skip = nil, nil, nil, 0, 0
 	j.home.Put(j)
 }
 
@@ -114,6 +128,8 @@ type pgxBatch struct {
 	job  *batchJob       // the batch, to note each result's outcome while open is in flight
 	qctx context.Context // what it runs under: ctx, or ctx with max_duration (overrunContext)
 	tx   *pgxTx          // the transaction the batch began; nil if none
+	// gaveUp: Close panicked, and the batch ended with pgx's results mid-read (see Close).
+	gaveUp bool
 	// queued are the batch's queries, whose callbacks (QueuedQuery.Query, QueryRow, Exec) Close
 	// runs on these results rather than pgx's (see Close).
 	queued []*pgx.QueuedQuery
@@ -132,6 +148,9 @@ func (w *pgxBatch) note(err error) {
 // queued queries' callbacks included (Close runs them on these methods).
 
 func (w *pgxBatch) Exec() (pgconn.CommandTag, error) {
+	if w.gaveUp {
+		return pgconn.CommandTag{}, errBatchGivenUp
+	}
 	tag, err := w.BatchResults.Exec()
 	err = overran(w.qctx, err)
 	w.note(err)
@@ -139,6 +158,9 @@ func (w *pgxBatch) Exec() (pgconn.CommandTag, error) {
 }
 
 func (w *pgxBatch) Query() (pgx.Rows, error) {
+	if w.gaveUp {
+		return errRows{err: errBatchGivenUp}, errBatchGivenUp
+	}
 	rows, err := w.BatchResults.Query()
 	err = overran(w.qctx, err)
 	w.note(err)
@@ -208,13 +230,25 @@ func (r *batchRow) Scan(dest ...any) error {
 // second Close), and a callback's statement is read as by w's Exec, Query or QueryRow, its
 // error matching ErrOverrun when max_duration cut the batch off, and noted for its span. The
 // batch's callbacks are given back before Close returns, even if one panics.
+//
+// A panic in Close (a callback's) ends the batch and gives its connection back while pgx's
+// results are mid-read on it (pgxpool destroys it, busy): from then on every method answers
+// errBatchGivenUp and reads nothing from pgx's results, a second Close included.
 func (w *pgxBatch) Close() (err error) {
+	if w.gaveUp {
+		return errBatchGivenUp
+	}
 	err = errPanicked
-	defer func() { w.open.finish(err) }()
+	closed := false
+	defer func() {
+		w.gaveUp = !closed
+		w.open.finish(err)
+	}()
 	if w.open.inFlight() {
 		defer w.throughWrapper()()
 	}
 	err = w.BatchResults.Close()
+	closed = true
 	if _, ok := err.(*overrunError); !ok { // a callback's error, read through w, matches already
 		err = overran(w.qctx, err)
 	}

@@ -42,8 +42,8 @@ func TestStatusCountsMatchDecisionMetric(t *testing.T) {
 
 // TestStatusCountsMatchDecisionMetricForBatches: a batch refused whole counts a block of the
 // refusing budget for each of its statements, in the Snapshot as in the metric; a batch a warn
-// budget would refuse counts one warning, on the statement that holds the budget's request,
-// and its other statements as allowed, in both alike.
+// budget would refuse counts a warning for each of its statements that the budget charges, as
+// enforce would count a block for each, in both alike.
 func TestStatusCountsMatchDecisionMetricForBatches(t *testing.T) {
 	h := newTelHarness(t, telRules)
 	for _, tt := range []struct {
@@ -69,7 +69,7 @@ func TestStatusCountsMatchDecisionMetricForBatches(t *testing.T) {
 	metric, status := decisionCounts(t, h)
 	want := map[string]int64{
 		"reporting/allow/": 1, "reporting/block/concurrency": 3,
-		"audit/allow/": 2, "audit/warn/concurrency": 1,
+		"audit/allow/": 1, "audit/warn/concurrency": 2,
 	}
 	if !maps.Equal(metric, want) {
 		t.Errorf("metric %v, want %v", metric, want)
