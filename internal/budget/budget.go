@@ -545,6 +545,7 @@ func (b *Budget) wakeFreed(s *state) {
 	if q == nil {
 		return
 	}
+	b.grant(q, s)
 	q.wakeFrom(0)
 	if s.pending > 0 {
 		if c := q.firstConnected(); c != nil {
@@ -622,7 +623,7 @@ func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) boo
 // wouldAdmit reports whether enforce would admit r, refused with d, within maxWait rather than
 // refuse it (TakeWaiter). The caller holds b.mu.
 func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
-	if maxWait <= 0 || b.wouldWait[r.Key] >= b.keys.spec.MaxQueue {
+	if maxWait <= 0 || b.wouldQueue(r.Key) >= b.keys.spec.MaxQueue {
 		return false
 	}
 	switch d.Reason {
@@ -638,6 +639,19 @@ func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
 		return b.meanHold*float64(over)/float64(maxConcurrent) <= maxWait.Seconds()
 	}
 	return false
+}
+
+// wouldQueue is how many of key's would-be waiters (TakeWaiter) enforce would have waiting in
+// its queue now: under a max_concurrent, no more than run beyond it, as enforce admits its
+// waiters in order as slots free; else each until it is released. The caller holds b.mu.
+func (b *Budget) wouldQueue(key string) int {
+	n := b.wouldWait[key]
+	if s := b.keys.lookup(key); s != nil {
+		if _, _, maxConcurrent := b.keys.limits(s); maxConcurrent > 0 {
+			n = min(n, max(s.inflight-maxConcurrent, 0))
+		}
+	}
+	return n
 }
 
 // unwait counts a would-be waiter of key (TakeWaiter) out. The caller holds b.mu.

@@ -117,11 +117,15 @@ type place struct {
 	// passes it, and they are told why.
 	health bool
 	why    Denial
+	// granted is set when a release left room here for w, which is woken to take it (grant):
+	// leaving the queue, w no longer counts against its bound (waiting), though the room stays
+	// its own (ahead) until its try.
+	granted bool
 }
 
 // hold records w's last try in p's budget: refused there (by its room, or for why) or not.
 func (p *place) hold(refused bool, why *Denial) {
-	p.waits = refused
+	p.waits, p.granted = refused, false
 	p.health = refused && why.Reason == vocab.ReasonHealth
 	if p.health {
 		p.why = *why
@@ -152,7 +156,7 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		switch {
 		case bound == 0:
 		case w.arrival == 0:
-			if b.queues[key].len() >= bound {
+			if b.queues[key].waiting() >= bound {
 				return i
 			}
 		case b.shed[key].holds(w.arrival) || b.queues[key].arrivedBefore(w.arrival) >= bound:
@@ -195,7 +199,7 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		}
 		p.slots++
 		p.cost += b.reservation(r, math.Inf(1), 1)
-		for bound := b.keys.spec.MaxQueue; len(q.ps) > bound; {
+		for bound := b.keys.spec.MaxQueue; q.waiting() > bound; {
 			b.evict(q) // never w: fewer than bound arrived before it
 		}
 	}
@@ -265,6 +269,42 @@ func (q *queue) len() int {
 	return len(q.ps)
 }
 
+// waiting is how many wait in q and count against its bound: all but those a release left room
+// for (granted), which are leaving.
+func (q *queue) waiting() int {
+	if q == nil {
+		return 0
+	}
+	n := 0
+	for _, p := range q.ps {
+		if !p.granted {
+			n++
+		}
+	}
+	return n
+}
+
+// grant marks the waiters at the front of q that waited for b (refused at their last try) and
+// that the room of s's key now admits, in order, each in the room those before it leave (those
+// that wait for another budget hold their own): the release that made the room wakes them to
+// take it (wakeFreed). The caller holds b.mu, with s's bucket drained to now.
+func (b *Budget) grant(q *queue, s *state) {
+	rate, burst, maxConcurrent := b.keys.limits(s)
+	slots, debt := s.inflight, s.Debt
+	for i := range q.ps {
+		p := &q.ps[i]
+		switch {
+		case p.health:
+			return
+		case p.waits && (maxConcurrent > 0 && slots+p.slots > maxConcurrent ||
+			rate > 0 && debt+p.cost > withSlack(burst)):
+			return // it does not fit: nobody behind it passes it
+		}
+		p.granted = p.granted || p.waits
+		slots, debt = slots+p.slots, debt+p.cost
+	}
+}
+
 // index is w's place in q, or -1.
 func (q *queue) index(w *Waiter) int {
 	if q == nil {
@@ -281,14 +321,15 @@ func (q *queue) place(w *Waiter) *place {
 	return nil
 }
 
-// arrivedBefore is how many of q's waiters arrived before arrival.
+// arrivedBefore is how many of q's waiters arrived before arrival and count against its bound
+// (waiting).
 func (q *queue) arrivedBefore(arrival uint64) int {
 	if q == nil {
 		return 0
 	}
 	n := 0
 	for _, p := range q.ps {
-		if p.w.seq < arrival {
+		if p.w.seq < arrival && !p.granted {
 			n++
 		}
 	}

@@ -90,28 +90,71 @@ func TestQueueNewcomerWaitsBehind(t *testing.T) {
 	if d == nil || !d.Queued || d.Reason != vocab.ReasonConcurrency {
 		t.Fatalf("a newcomer took the first waiter's slot: %+v", d)
 	}
-	// The queue (max 1) is full: a second waiter cannot join.
+	// The release left room for the first waiter, which is leaving: it counts against the bound
+	// (max 1) no more, and a second waiter joins behind it, as it would once the first took
+	// its slot. A third finds the queue full.
 	var w2 Waiter
-	if Join(&w2, []Request{{Budget: b}}, d) != 0 {
+	r2 := []Request{{Budget: b}}
+	if Join(&w2, r2, d) != -1 {
+		t.Fatal("a waiter could not join behind one that a release left room for")
+	}
+	var w3 Waiter
+	if Join(&w3, []Request{{Budget: b}}, d) != 0 {
 		t.Fatal("joined a full queue")
 	}
 	b.SetSpec(at(1), Spec{MaxConcurrent: 1, MaxQueue: 2}) // a reload makes room for one more
-	r3 := []Request{{Budget: b}}
-	var w3 Waiter
-	if Join(&w3, r3, d) != -1 {
+	r4 := []Request{{Budget: b}}
+	var w4 Waiter
+	if Join(&w4, r4, d) != -1 {
 		t.Fatal("could not join a queue with room")
 	}
 	if _, d := Admit(at(1), req, nil); d != nil {
 		t.Fatalf("the first waiter was refused a free slot: %+v", d)
 	}
 	Leave(&w, req)
-	if !woken(&w3) {
+	if !woken(&w2) {
 		t.Fatal("leaving did not wake the next waiter")
 	}
-	Leave(&w3, r3)
+	Leave(&w2, r2)
+	Leave(&w4, r4)
 	if b.waiters != 0 {
 		t.Fatalf("%d waiters counted after all left", b.waiters)
 	}
+}
+
+// TestQueueBoundCountsWaitersNotTheOneLeaving: a release that does not make the first waiter's
+// room (it needs two slots; one is freed) leaves it counting against the bound; one whose room
+// the release made does not, until its try: held back again there, it counts again.
+func TestQueueBoundCountsWaitersNotTheOneLeaving(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 2, MaxQueue: 1})
+	admit1(t, at(0), b, "", 0)
+	admit1(t, at(0), b, "", 0)
+	var w Waiter
+	req := []Request{{Budget: b}, {Budget: b}} // two slots of one key
+	_, d := Admit(at(0), req, nil)
+	if d == nil {
+		t.Fatal("admitted into a full budget")
+	}
+	Join(&w, req, d)
+	Release(at(1), &Request{Budget: b}, 1) // one slot: not its room
+	var w2 Waiter
+	if Join(&w2, []Request{{Budget: b}}, d) != 0 {
+		t.Fatal("joined a full queue: the first waiter, still without room, must count")
+	}
+	Release(at(1), &Request{Budget: b}, 1) // its room
+	r3 := []Request{{Budget: b}}
+	var w3 Waiter
+	if Join(&w3, r3, d) != -1 {
+		t.Fatal("the first waiter, leaving with its room, still counts against the bound")
+	}
+	Leave(&w3, r3)
+	// At its try a health threshold holds it back: it waits on, and counts again.
+	Hold(&w, req, &Denial{Reason: vocab.ReasonHealth})
+	var w4 Waiter
+	if Join(&w4, []Request{{Budget: b}}, d) != 0 {
+		t.Fatal("held back at its try, the first waiter must count against the bound again")
+	}
+	Leave(&w, req)
 }
 
 func TestQueueSeveralBudgetsNoDeadlock(t *testing.T) {

@@ -54,3 +54,34 @@ func TestTakeWaiterBucket(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTakeWaiterQueueFollowsSlots: warn mode counts a would-be waiter against max_queue only
+// while enforce would have it waiting: once a slot frees (any statement ends), enforce would
+// have admitted the oldest waiter, so two workers taking turns over a max_concurrent of 1 with a
+// max_queue of 1 are never counted past the bound, and run unwarned, as enforce queues them.
+func TestTakeWaiterQueueFollowsSlots(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 1})
+	first := admit1(t, at(0), b, "", 0)
+	try := func(now time.Time) (*Request, bool) {
+		reqs := []Request{{Budget: b}}
+		_, d := Admit(now, reqs, nil)
+		if d == nil {
+			return &reqs[0], true
+		}
+		return &reqs[0], TakeWaiter(now, &reqs[0], d, 3*time.Second)
+	}
+	second, ok := try(at(0))
+	if !ok {
+		t.Fatal("a would-be waiter behind one slot with max_queue 1 was refused")
+	}
+	Release(at(1), first, 1) // the slot enforce would give the second: it waits no more
+	third, ok := try(at(1))
+	if !ok {
+		t.Fatal("a would-be waiter refused with the queue empty in enforce's terms (the second would hold the slot)")
+	}
+	if _, ok := try(at(1)); ok {
+		t.Fatal("a would-be waiter taken past max_queue: the third waits, a fourth finds the queue full")
+	}
+	Release(at(2), second, 1)
+	Release(at(2), third, 1)
+}
