@@ -76,9 +76,11 @@
 // would block. With max_wait, enforce would not block a statement over its limits but have it
 // wait, and refuse it only once its queue is full (max_queue) or its wait would outlast
 // max_wait; so a warn budget lets such a statement run unwarned, counted in the slots and debt
-// as one that waited would be, while fewer than max_queue statements run so and its wait looks
-// no longer than max_wait: for a slot, a mean hold time of the budget's statements for each one
-// in flight beyond max_concurrent; for bucket room, the time the bucket takes to drain enough.
+// as one that waited would be, while fewer than max_queue statements that run so would still be
+// waiting in enforce (under a max_concurrent, no more than run beyond it: enforce would have
+// admitted the others as slots freed) and its wait looks no longer than max_wait: for a slot, a
+// mean hold time of the budget's statements for each one in flight beyond max_concurrent; for
+// bucket room, the time the bucket takes to drain enough.
 // Warn mode cannot tell how long a health threshold would hold a statement back: it warns about
 // each one a threshold holds back, as without max_wait.
 //
