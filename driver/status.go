@@ -14,7 +14,9 @@ import (
 
 // Check reports whether a statement carrying ctx's tags would be admitted now by the enforce
 // budgets those tags select (health thresholds, zero limits, concurrency and bucket room, and
-// whether other statements wait for them first). It returns nil or
+// whether other statements wait for them first). Not knowing the statement, it asks a bucket
+// for room for one like the budget's recent statements, the larger ones (a job's chunks). It
+// returns nil or
 // a [*BlockedError] and takes nothing; once the Connector (its *sql.DB) or the Pool is closed,
 // [ErrClosed]. Batch jobs call it, or Wait, before each chunk.
 func (c *core) Check(ctx context.Context) error {

@@ -27,12 +27,13 @@ const defaultHold = 100 * time.Millisecond
 type Budget struct {
 	seq uint64 // creation order, for lock ordering; immutable
 
-	mu       sync.Mutex // protects the fields below
-	keys     keys
-	text     limitText
-	unknown  float64 // the reservation for an unknown cost (Spec.unknownCost), once per spec
-	meanHold float64 // EMA of the seconds a released query held its slot, for the concurrency hint
-	link     link    // a shared budget's coordinator (lease.go); zero in a local budget
+	mu         sync.Mutex // protects the fields below
+	keys       keys
+	text       limitText
+	unknown    float64 // the reservation for an unknown cost (Spec.unknownCost), once per spec
+	meanHold   float64 // EMA of the seconds a released query held its slot, for the concurrency hint
+	recentCost float64 // what released queries reserved or were charged, the larger ones at once (RecentCost)
+	link       link    // a shared budget's coordinator (lease.go); zero in a local budget
 	// queues are the statements waiting for room, per key (queue.go); waiters counts them all,
 	// so that an admission with nobody waiting looks no further.
 	queues  map[string]*queue
@@ -479,19 +480,49 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 		if s.part != nil {
 			s.part.used += actual
 		}
-		held := max(now.Sub(r.taken).Seconds(), 0)
-		switch {
-		case !ran: // no hold time to learn
-		case b.meanHold == 0:
-			b.meanHold = held
-		default:
-			b.meanHold += 0.1 * (held - b.meanHold)
+		if ran { // else no hold time or cost to learn
+			learn(&b.meanHold, max(now.Sub(r.taken).Seconds(), 0))
+			learnPeak(&b.recentCost, max(actual, sanitizeCost(r.Cost)))
 		}
 		if b.waiters > 0 {
 			b.wakeFreed(s) // the slot, and any refund, may be a waiter's room
 		}
 	}
 	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
+}
+
+// learn moves the moving average *mean towards v (an EMA of weight 0.1), or sets it to v when
+// it has no value yet (0).
+func learn(mean *float64, v float64) {
+	if *mean == 0 {
+		*mean = v
+		return
+	}
+	*mean += 0.1 * (v - *mean)
+}
+
+// learnPeak follows v as learn does when it is smaller than *peak, and rises to it at once when
+// it is larger: a recent value that the large ones set.
+func learnPeak(peak *float64, v float64) {
+	if v >= *peak {
+		*peak = v
+		return
+	}
+	learn(peak, v)
+}
+
+// RecentCost is what the budget's recent statements cost, in execution seconds: the larger of
+// what each reserved when admitted (its prediction) and what it was charged when released,
+// rising at once to a larger one and moving slowly back towards smaller ones (learnPeak), at
+// most the budget's burst (a statement that overran it says nothing of what fits); 0 before
+// any ran.
+func (b *Budget) RecentCost() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if burst := b.keys.spec.Burst; b.keys.spec.Rate > 0 && burst > 0 {
+		return min(b.recentCost, burst)
+	}
+	return b.recentCost
 }
 
 // Connect tells b, at now, that the statement of r, a request admitted pending

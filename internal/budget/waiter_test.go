@@ -85,3 +85,34 @@ func TestTakeWaiterQueueFollowsSlots(t *testing.T) {
 	Release(at(2), second, 1)
 	Release(at(2), third, 1)
 }
+
+// TestRecentCostFollowsTheLargeStatements: what Check asks a bucket for. It rises at once to a
+// larger statement's cost (its reservation or its charge, the larger), and moves back slowly
+// towards smaller ones; statements that never ran teach it nothing.
+func TestRecentCostFollowsTheLargeStatements(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 10})
+	if c := b.RecentCost(); c != 0 {
+		t.Fatalf("RecentCost before any ran = %v, want 0", c)
+	}
+	r := admit1(t, at(0), b, "", 0.1)
+	Release(at(1), r, 0.5) // charged more than it reserved
+	if c := b.RecentCost(); c != 0.5 {
+		t.Fatalf("RecentCost = %v after a statement charged 0.5, want 0.5", c)
+	}
+	r = admit1(t, at(1), b, "", 0.1)
+	Release(at(2), r, 0.1)
+	if c := b.RecentCost(); !(c < 0.5 && c > 0.1) {
+		t.Fatalf("RecentCost = %v after a smaller one, want between 0.1 and 0.5 (moving back slowly)", c)
+	}
+	before := b.RecentCost()
+	r = admit1(t, at(2), b, "", 2)
+	Return(at(2), r) // never ran
+	if c := b.RecentCost(); c != before {
+		t.Fatalf("RecentCost = %v after a statement that never ran, want %v", c, before)
+	}
+	r = admit1(t, at(2), b, "", 0.1)
+	Release(at(3), r, 20) // ran far past the burst
+	if c := b.RecentCost(); c != 10 {
+		t.Fatalf("RecentCost = %v after a statement charged 20, want the burst, 10 (what can fit)", c)
+	}
+}
