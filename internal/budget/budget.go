@@ -412,6 +412,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 			b.wakeConnected(s.key) // it may pass the waiters that hold no connection now
 		}
 	}
+	if r.Waiter != nil {
+		b.queues[r.Key].leaving(r.Waiter) // admitted: it counts against the bound no more
+	}
 	if p := s.part; p != nil {
 		p.offered += cost
 		p.wanted = max(p.wanted, s.inflight)

@@ -117,9 +117,9 @@ type place struct {
 	// passes it, and they are told why.
 	health bool
 	why    Denial
-	// granted is set when a release left room here for w, which is woken to take it (grant):
-	// leaving the queue, w no longer counts against its bound (waiting), though the room stays
-	// its own (ahead) until its try.
+	// granted is set when a release left room here for w, which is woken to take it (grant),
+	// and when w is admitted (take), until it leaves: leaving the queue, w no longer counts
+	// against its bound (waiting), though the room stays its own (ahead) until its try.
 	granted bool
 }
 
@@ -302,6 +302,13 @@ func (b *Budget) grant(q *queue, s *state) {
 		}
 		p.granted = p.granted || p.waits
 		slots, debt = slots+p.slots, debt+p.cost
+	}
+}
+
+// leaving marks w's place in q, if any, as its room's (granted): w was admitted, and leaves.
+func (q *queue) leaving(w *Waiter) {
+	if p := q.place(w); p != nil {
+		p.granted = true
 	}
 }
 

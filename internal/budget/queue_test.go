@@ -215,3 +215,30 @@ func TestRejoinKeepsArrival(t *testing.T) {
 		t.Fatalf("after Forget a join did not go to the back: %v", ws)
 	}
 }
+
+// TestQueueAdmittedWaiterCountsNoMore: a waiter admitted at its try (its room taken) is still in
+// its queues until it leaves them (Leave, which its admission calls next): meanwhile it counts
+// against the bound no more, as a newcomer would find once it left.
+func TestQueueAdmittedWaiterCountsNoMore(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 1, MaxQueue: 1})
+	first := admit1(t, at(0), b, "", 0)
+	var w Waiter
+	req := []Request{{Budget: b}}
+	_, d := Admit(at(0), req, nil)
+	Join(&w, req, d)
+	Release(at(1), first, 1)
+	if _, d := Admit(at(1), req, nil); d != nil { // its try: admitted, not left yet
+		t.Fatalf("the first waiter was refused a free slot: %+v", d)
+	}
+	var w2 Waiter
+	r2 := []Request{{Budget: b}}
+	_, d = Admit(at(1), r2, nil)
+	if d == nil {
+		t.Fatal("a newcomer admitted into a slot taken")
+	}
+	if Join(&w2, r2, d) != -1 {
+		t.Fatal("a newcomer refused as finding the queue full of a waiter admitted and leaving")
+	}
+	Leave(&w, req)
+	Leave(&w2, r2)
+}
