@@ -269,8 +269,8 @@ func (q *queue) len() int {
 	return len(q.ps)
 }
 
-// waiting is how many wait in q and count against its bound: all but those a release left room
-// for (granted), which are leaving.
+// waiting is how many wait in q and count against its bound: all but those leaving (granted:
+// a release left room for them, or they were admitted and have not left yet).
 func (q *queue) waiting() int {
 	if q == nil {
 		return 0

@@ -15,8 +15,8 @@ import (
 // checkPattern stands for "the job's next statement" in Check's denials.
 var checkPattern = &pattern.Pattern{Fingerprint: "", Kind: vocab.KindOther}
 
-// nominalCost is the least cost Check asks a bucket for: one small statement (1 ms), until
-// the budget's statements have a recent cost (budget.RecentCost). A batch job that checks before a
+// nominalCost is the least cost Check asks a bucket for: one small statement (1 ms), until the
+// budget's statements have a recent cost (budget.RecentCost). A batch job that checks before a
 // chunk wants to know whether its next statement would be admitted.
 const nominalCost = 0.001
 
@@ -51,12 +51,12 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 		// ones at once (at least nominalCost), or the budget's per_query_limit where that is
 		// smaller: Check asks about room for a statement like the large ones the budget runs (a
 		// job's chunks, whose text it does not know), so that Wait does not pass while the chunk
-		// would be refused for want of bucket room. It asks as a
-		// statement without a connection yet (budget.Request.Pending), as the pgx-native pool
-		// decides one: every slot in flight counts, those of pool statements still waiting for
-		// a connection included, and every statement waiting for the budget comes first. (As a
-		// connected request it would pass both, and say yes to a job whose next pool statement
-		// is refused.)
+		// would be refused for want of bucket room. It asks as a statement without a
+		// connection yet (budget.Request.Pending), as the pgx-native pool decides one: every
+		// slot in flight counts, those of pool statements still waiting for a connection
+		// included, and every statement waiting for the budget comes first. (As a connected
+		// request it would pass both, and say yes to a job whose next pool statement is
+		// refused.)
 		reqs := make([]budget.Request, len(rt.reqs))
 		for i, r := range rt.reqs {
 			r.Cost, r.Pending = max(nominalCost, r.Budget.RecentCost()), true
