@@ -337,9 +337,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	} else {
 		s.Charge(now, rate, 0) // drained to now here, so that take charges by addition
 	}
-	bk := s.Bucket
 	inflight, debt := s.heldTo(r)
-	bk.Debt = debt
 	// The waiters ahead of r take their room first; one ahead is what a refusal waits for.
 	queued := aheadSlots > 0
 	slots, extra, need = slots+aheadSlots, extra+aheadCost, need+aheadCost
@@ -349,14 +347,14 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	if r.Unknown {
 		need = b.reservation(r, burst-debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
 	}
-	if sp.Rate > 0 && bk.Debt+need > withSlack(burst) && !emptyFits(bk.Debt+aheadCost, rate) {
+	if sp.Rate > 0 && debt+need > withSlack(burst) && !emptyFits(debt+aheadCost, rate) {
 		if r.Unknown {
 			// It fits the moment the bucket has any room, whose share it then reserves.
 			need = extra + burst*leastRoom
 		}
 		// When it fits: with the costs of the waiters ahead taken first, as if they were
 		// admitted now (they may be larger together than the burst, the bucket empty).
-		bk.Debt += aheadCost
+		bk := Bucket{Debt: debt + aheadCost, Last: s.Last}
 		return &Denial{Reason: vocab.ReasonBudget, RetryAfter: b.retryAfter(bk, now, rate, burst, need-aheadCost),
 			Limit: b.text.burst, Queued: queued}
 	}
