@@ -474,16 +474,17 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 	}
 	if s := b.keys.holder(r); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
+		reserved := sanitizeCost(r.Cost)
 		if r.Pending && s.pending > 0 {
-			s.unpend(sanitizeCost(r.Cost))
+			s.unpend(reserved)
 		}
-		b.keys.give(s, now, actual-sanitizeCost(r.Cost))
+		b.keys.give(s, now, actual-reserved)
 		if s.part != nil {
 			s.part.used += actual
 		}
 		if ran { // else no hold time or cost to learn
-			learn(&b.meanHold, max(now.Sub(r.taken).Seconds(), 0))
-			learnPeak(&b.recentCost, max(actual, sanitizeCost(r.Cost)))
+			learn(&b.meanHold, max(now.Sub(r.taken), 0).Seconds())
+			learnPeak(&b.recentCost, max(actual, reserved))
 		}
 		if b.waiters > 0 {
 			b.wakeFreed(s) // the slot, and any refund, may be a waiter's room
