@@ -8,25 +8,26 @@ import "container/list"
 // with its own lock.
 type lru[V any] struct {
 	max   int
-	byKey map[uint64]*list.Element // of *lruEntry[V]
-	order list.List                // most recently put first
+	byKey map[uint64]*lruEntry[V]
+	order list.List // of *lruEntry[V], most recently put first
 }
 
 type lruEntry[V any] struct {
-	key uint64
-	val V
+	key  uint64
+	val  V
+	elem *list.Element // the entry's place in order
 }
 
 func newLRU[V any](max int) *lru[V] {
-	return &lru[V]{max: max, byKey: map[uint64]*list.Element{}}
+	return &lru[V]{max: max, byKey: map[uint64]*lruEntry[V]{}}
 }
 
 func (l *lru[V]) len() int { return len(l.byKey) }
 
 // get returns key's value, or nil.
 func (l *lru[V]) get(key uint64) (*V, bool) {
-	if e, ok := l.byKey[key]; ok {
-		return &e.Value.(*lruEntry[V]).val, true
+	if ent, ok := l.byKey[key]; ok {
+		return &ent.val, true
 	}
 	return nil, false
 }
@@ -34,9 +35,9 @@ func (l *lru[V]) get(key uint64) (*V, bool) {
 // put makes key the most recent entry and returns its value for the caller to update; a new
 // key starts from V's zero value, evicting the least recent entry when the table is full.
 func (l *lru[V]) put(key uint64) (v *V, created bool) {
-	if e, ok := l.byKey[key]; ok {
-		l.order.MoveToFront(e)
-		return &e.Value.(*lruEntry[V]).val, false
+	if ent, ok := l.byKey[key]; ok {
+		l.order.MoveToFront(ent.elem)
+		return &ent.val, false
 	}
 	if len(l.byKey) >= l.max {
 		last := l.order.Back()
@@ -44,7 +45,8 @@ func (l *lru[V]) put(key uint64) (v *V, created bool) {
 		l.order.Remove(last)
 	}
 	ent := &lruEntry[V]{key: key}
-	l.byKey[key] = l.order.PushFront(ent)
+	ent.elem = l.order.PushFront(ent)
+	l.byKey[key] = ent
 	return &ent.val, true
 }
 
