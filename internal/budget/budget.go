@@ -398,9 +398,12 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 		s = b.keys.insert(r.Key, now)
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
-	// check drained s to now; earlier takes are in Debt and in inflight
-	inflight, debt := s.heldTo(r)
-	cost := b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
+	cost := sanitizeCost(r.Cost)
+	if r.Unknown { // reserved by the room left (reservation)
+		// check drained s to now; earlier takes are in Debt and in inflight
+		inflight, debt := s.heldTo(r)
+		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
+	}
 	r.Cost, r.folds, r.taken = cost, b.keys.folds, now // what Release trues up, where, and since when
 	b.keys.take(s, cost)
 	if r.Pending {
