@@ -227,10 +227,9 @@ func NewModel(maxPatterns int) *Model {
 // the prediction is the pattern's mean actual time, and OK is false for a pattern with no
 // history. A time before the plan cost was put (a wall-clock step in a caller's clock) counts as
 // fresh.
-func (m *Model) Predict(now time.Time, fp uint64, planCost float64) Prediction {
+func (m *Model) Predict(now time.Time, fp uint64, planCost float64) (r Prediction) {
 	m.mu.RLock()
 	p, _ := m.patterns.get(fp)
-	var r Prediction
 	if p != nil {
 		r.Samples, r.Identified = p.n, p.queryID != 0
 		if r.Cached = !validPlan(planCost) && now.Before(p.planExpires); r.Cached {
