@@ -179,11 +179,27 @@ func Check(now time.Time, reqs []Request) *Denial {
 // budgets are unlocked: a kick is the coordinator's code, not the budget's.
 //
 // Most statements select one enforce budget, and an admission of one request
-// is one budget's check and take under its own lock (reserveOne): no lock
-// order to work out, no earlier request of the same key to count.
+// is one budget's check and take under its own lock: no lock order to work
+// out, no earlier request of the same key to count. Either way, a refusal
+// taken for real is noted.
 func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warning, *Denial) {
 	if len(reqs) == 1 {
-		warns, d, kick := reqs[0].Budget.reserveOne(now, &reqs[0], warns, take)
+		r := &reqs[0]
+		b := r.Budget
+		var kick func()
+		b.mu.Lock()
+		d := b.check(now, r, 0, 0)
+		if r.Waiter != nil {
+			b.noteTry(r, true, d != nil)
+		}
+		switch {
+		case !take:
+		case d == nil:
+			warns, kick = b.take(now, r, 0, warns)
+		default:
+			kick = b.refused(now, r, d.Reason, 0)
+		}
+		b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
 		if kick != nil {
 			kick()
 		}
@@ -195,27 +211,6 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		kick()
 	}
 	return warns, worst
-}
-
-// reserveOne is reserve of the one request r, under b's lock: r is checked
-// and, if it fits and take is set, charged; a refusal taken for real is
-// noted, and its coordinator's kick returned for the caller to call once b
-// is unlocked.
-func (b *Budget) reserveOne(now time.Time, r *Request, warns []Warning, take bool) (_ []Warning, _ *Denial, kick func()) {
-	b.mu.Lock()
-	d := b.check(now, r, 0, 0)
-	if r.Waiter != nil {
-		b.noteTry(r, true, d != nil)
-	}
-	switch {
-	case !take:
-	case d == nil:
-		warns, kick = b.take(now, r, 0, warns)
-	default:
-		kick = b.refused(now, r, d.Reason, 0)
-	}
-	b.mu.Unlock() // not deferred: nothing above panics, and this runs per statement
-	return warns, d, kick
 }
 
 // reserveLocked is reserve's work under the budgets' locks; it appends to

@@ -9,8 +9,8 @@ import (
 
 // TestOneRequestAdmitsAsMany drives two budgets of one spec through the same random admissions,
 // releases and checks: one through reserve, which admits a single request under its budget's
-// lock alone (reserveOne), the other through reserveLocked, the all-or-nothing admission of
-// several requests, given one. Every denial, warning, reserved cost and the budgets' states must
+// lock alone, the other through reserveLocked, the all-or-nothing admission of several
+// requests, given one. Every denial, warning, reserved cost and the budgets' states must
 // agree: the single-request admission is the general one's special case, not a variant.
 func TestOneRequestAdmitsAsMany(t *testing.T) {
 	specs := []Spec{
