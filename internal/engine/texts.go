@@ -72,12 +72,12 @@ func (c *textCache) get(query string, patterns *pattern.Cache) (*pattern.Pattern
 	}
 	t = &textEntry{p: p}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
 		clear(c.m)
 	}
 	// Cloned: the caller's string may be built over a buffer it will reuse (unsafe.String).
 	c.m[strings.Clone(query)] = t
+	c.mu.Unlock()
 	return p, t
 }
 
