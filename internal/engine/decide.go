@@ -453,6 +453,17 @@ func (e *Engine) predict(ctx context.Context, st *compiled, x *Exec, rt *route, 
 		x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
 		return false, false, nil
 	}
+	return e.predictExplained(ctx, st, x, rt, c, pred, perCall)
+}
+
+// predictExplained is predict for x when its pattern's cached plan does not price it (none is
+// cached, or x is explained per call, perCall): it EXPLAINs c on its connection, or waits for
+// the EXPLAIN of its pattern on its way, and predicts from the plan's cost; without one, pred,
+// the model's prediction from history, stands.
+func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt *route, c *call, pred cost.Prediction,
+	perCall bool) (sent, needConn bool, err error) {
+	p := x.Pattern
+	fp := p.FingerprintID
 	planCost := 0.0
 	if p.Explainable {
 		if !perCall {
