@@ -369,7 +369,7 @@ type Conn interface {
 // one. The front end passes it to Finish, which hands it back to the observer, as pgx hands
 // TraceQueryStart's context to TraceQueryEnd: the statement's telemetry travels in it.
 func (e *Engine) Begin(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
-	return e.begin(ctx, x, conn, onHeld, query, args)
+	return e.begin(ctx, x, onHeld, &call{conn: conn, query: query, args: args})
 }
 
 // connState is the connection a statement or a batch has while the engine decides it.
@@ -435,7 +435,7 @@ var ErrDecideAgain = errors.New("engine: the rules changed while the statement w
 // connection (a transaction's, a PoolConn's, one that had to EXPLAIN first) is never held up
 // by them, as they may be waiting for the very connection it holds.
 func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, args []any) (context.Context, error) {
-	return e.begin(ctx, x, nil, beforeConn, query, args)
+	return e.begin(ctx, x, beforeConn, &call{query: query, args: args})
 }
 
 // BeginTaken is Begin for a statement of the pool on conn, a connection taken from the pool for
@@ -448,13 +448,12 @@ func (e *Engine) BeginBeforeConn(ctx context.Context, x *Exec, query string, arg
 // quarantine) refuses it as Begin does; a wait for capacity (max_wait) holds the connection,
 // until it is admitted or a health threshold holds it back (ErrWaitBeforeConn then too).
 func (e *Engine) BeginTaken(ctx context.Context, x *Exec, conn Conn, query string, args []any) (context.Context, error) {
-	return e.begin(ctx, x, conn, onTaken, query, args)
+	return e.begin(ctx, x, onTaken, &call{conn: conn, query: query, args: args})
 }
 
-// begin is Begin (at onHeld), BeginBeforeConn (beforeConn: conn is nil, and comes after the
-// decision) and BeginTaken (onTaken).
-func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, at connState, query string, args []any) (
-	context.Context, error) {
+// begin is Begin (at onHeld), BeginBeforeConn (beforeConn: c.conn is nil, and comes after the
+// decision) and BeginTaken (onTaken), for statement c.
+func (e *Engine) begin(ctx context.Context, x *Exec, at connState, c *call) (context.Context, error) {
 	later := at == beforeConn
 	st := e.state.Load()
 	var wants Wants
@@ -468,7 +467,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, at connState, qu
 	var p *pattern.Pattern
 	var text *textEntry
 	if read {
-		p, text = e.texts.get(query, e.patterns)
+		p, text = e.texts.get(c.query, e.patterns)
 	}
 	x.reset(e, p)
 	x.Wants, x.Observed, x.later, x.taken = wants, wants&WantSpans != 0, later, at == onTaken
@@ -482,8 +481,8 @@ func (e *Engine) begin(ctx context.Context, x *Exec, conn Conn, at connState, qu
 			}
 		}()
 		if st.empty {
-			e.observeStatement(ctx, x, debug, query)
-		} else if err := e.decideStatement(ctx, st, x, at, text, debug, &call{conn: conn, query: query, args: args}); err != nil {
+			e.observeStatement(ctx, x, debug, c.query)
+		} else if err := e.decideStatement(ctx, st, x, at, text, debug, c); err != nil {
 			return nil, err
 		}
 	}
