@@ -240,13 +240,9 @@ type Result struct {
 // work is an Exec's private part: the statement's holds and clock, and the storage the engine
 // decides in, kept from one statement to the next. Only the engine reads or writes it.
 type work struct {
-	e     *Engine
-	start time.Time // see Start; zero when nothing read the clock
-	warm  bool      // the prediction came from a pattern past warmSamples executions
-	// server: the prediction is on the server's clock (cost.Prediction.Server), and is what
-	// Finish charges; else Finish charges the client's measurement, which the server's report
-	// of the pattern trues up when it is identified (serverclock.go).
-	server, identified bool
+	e       *Engine
+	start   time.Time // see Start; zero when nothing read the clock
+	pricing           // what the decision made of its cost
 	// later: the statement has no connection yet (from BeginBeforeConn to Acquired).
 	later bool
 	// taken: the statement is decided on a connection the pool lent it alone (BeginTaken),
@@ -261,13 +257,6 @@ type work struct {
 	// and cleared by Acquired or Abandon (one of which follows every such admission), so that
 	// an Exec kept for reuse pins no old rules.
 	st *compiled
-	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
-	untrained bool
-	// probe: budgets refused the statement's prediction for good, and it runs instead as its
-	// pattern's probe, at an unknown cost and bounded by the smallest such limit (admission.go).
-	probe bool
-	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
-	explained bool
 	// guarded: the query guards apply to it (its pattern has an unsafe write or a TRUNCATE, and
 	// its context does not bypass them): its enforce guards decided it, and its warn guards note
 	// it once it is decided (warnGuards).
@@ -296,6 +285,24 @@ type work struct {
 	quarantinable []*budgetState
 }
 
+// pricing is what a decision made of a statement's cost: where its prediction came from, and
+// whether it runs as its pattern's probe. A decision made again under new rules makes it afresh
+// (undecide).
+type pricing struct {
+	warm bool // the prediction came from a pattern past warmSamples executions
+	// server: the prediction is on the server's clock (cost.Prediction.Server), and is what
+	// Finish charges; else Finish charges the client's measurement, which the server's report
+	// of the pattern trues up when it is identified (serverclock.go).
+	server, identified bool
+	// untrained: the pattern had no observed execution, so its cost is unknown (decide.go).
+	untrained bool
+	// probe: budgets refused the statement's prediction for good, and it runs instead as its
+	// pattern's probe, at an unknown cost and bounded by the smallest such limit (admission.go).
+	probe bool
+	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
+	explained bool
+}
+
 // scratch is the storage an Exec decides in, kept from one statement to the next.
 type scratch struct {
 	tags   []ruleset.KV
@@ -309,8 +316,7 @@ type scratch struct {
 // cleared with its storage kept.
 func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 	x.Result = Result{Pattern: p, Decision: DecisionAllow}
-	x.e, x.start, x.warm, x.untrained, x.server, x.identified, x.probe = e, time.Time{}, false, false, false, false, false
-	x.explained, x.guarded = false, false
+	x.e, x.start, x.pricing, x.guarded = e, time.Time{}, pricing{}, false
 	x.bound = nil
 	clear(x.warnBounds) // let the budgets of replaced rules go
 	x.warnBounds = x.warnBounds[:0]
@@ -324,7 +330,7 @@ func (x *Exec) reset(e *Engine, p *pattern.Pattern) {
 // the old rules' (it holds nothing).
 func (x *Exec) undecide() {
 	x.Budgets, x.Predicted, x.PlanCost, x.Costed = nil, 0, 0, false
-	x.warm, x.untrained, x.server, x.identified, x.probe, x.explained = false, false, false, false, false, false
+	x.pricing = pricing{}
 }
 
 // Conn is the connection a statement will run on, as the engine uses it: to EXPLAIN the
