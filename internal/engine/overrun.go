@@ -46,7 +46,7 @@ func (x *Exec) Deadline() (deadline time.Time, cause error, ok bool) {
 	if x.MaxDuration <= 0 {
 		return time.Time{}, nil, false
 	}
-	return x.start.Add(x.MaxDuration), x.Overrun(), true
+	return x.start.Add(x.MaxDuration), x.overrun, true // set with MaxDuration (bind, probeBound)
 }
 
 // Overrun returns the cause the front end gives the context of x, admitted with a MaxDuration:
