@@ -42,6 +42,9 @@ type conn struct {
 	pgx    *pgx.Conn // the pgx connection under parent, for EXPLAIN; nil in unit tests
 	intr   *interceptor
 	valid  driver.Validator // parent's, if it has one (pgx's has not), found once
+	// dest is where the connection's statements run: on it, retried by database/sql on another
+	// when it closed while the engine held them back (badConn).
+	dest dest
 
 	// spare is the connection's rows wrapper, reused so that a query does not allocate one; nil
 	// while it is handed out (or before the first query). A second query while one is open
@@ -84,7 +87,7 @@ func newConn(parent driver.Conn, intr *interceptor) (*conn, error) {
 		px = sc.Conn()
 	}
 	v, _ := parent.(driver.Validator)
-	return &conn{parent: pc, pgx: px, intr: intr, valid: v}, nil
+	return &conn{parent: pc, pgx: px, intr: intr, valid: v, dest: dest{conn: px, retry: true}}, nil
 }
 
 // values returns the values of args, in c.args: database/sql passes them in order, and their
@@ -100,10 +103,6 @@ func (c *conn) values(args []driver.NamedValue) []any {
 	return vals
 }
 
-// dest is where the connection's statements run: on it, retried by database/sql on another
-// when it closed while the engine held them back (badConn).
-func (c *conn) dest() *dest { return &dest{conn: c.pgx, retry: true} }
-
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	return c.exec(ctx, query, args, nil)
 }
@@ -114,7 +113,7 @@ func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue,
 	res driver.Result, err error) {
 	t := c.ticket.statement(ctx, query, c.values(args))
 	o := openStmt{j: t}
-	err = c.intr.run(ctx, &o, c.dest(), false, func(_ querier, qctx context.Context) (err error) {
+	err = c.intr.run(ctx, &o, &c.dest, false, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
 			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, t, query), args)
 			return err
@@ -142,7 +141,7 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 	defer w.free()
 	t := w.own.statement(ctx, query, c.values(args))
 	w.open.j = t
-	err := c.intr.run(ctx, w.open, c.dest(), true, func(_ querier, qctx context.Context) (err error) {
+	err := c.intr.run(ctx, w.open, &c.dest, true, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
 			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, t, query), args)
 			return err

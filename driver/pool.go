@@ -55,6 +55,8 @@ type Pool struct {
 	*core
 	run  *runner
 	pool *pgxpool.Pool
+	// dest is where the pool's statements run: on a connection each takes once it is admitted.
+	dest dest
 	// afterConnect is the application's AfterConnect hook, which the pool's runs (learnAfter).
 	afterConnect func(context.Context, *pgx.Conn) error
 }
@@ -100,6 +102,7 @@ func newPool(ctx context.Context, cfg *pgxpool.Config, o options) (*Pool, error)
 		co.close()
 		return nil, fmt.Errorf("pgtraffic: %w", err)
 	}
+	p.dest = dest{pool: poolConns{p.pool}, names: &p.run.names}
 	return p, nil
 }
 
@@ -160,7 +163,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	if err := p.learned(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return p.run.exec(ctx, p.dest(), sql, args)
+	return p.run.exec(ctx, &p.dest, sql, args)
 }
 
 // Query runs a query once the engine admits it. The statement's budget slots are held until
@@ -171,7 +174,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if err := p.learned(ctx); err != nil {
 		return errRows{err: err}, err
 	}
-	return p.run.query(ctx, p.dest(), sql, args)
+	return p.run.query(ctx, &p.dest, sql, args)
 }
 
 // QueryRow runs a query that returns at most one row; its error, a [*BlockedError] when it is
@@ -181,7 +184,7 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := p.learned(ctx); err != nil {
 		return &pgxRow{err: err}
 	}
-	return p.run.queryRow(ctx, p.dest(), sql, args)
+	return p.run.queryRow(ctx, &p.dest, sql, args)
 }
 
 // Begin starts a transaction on a connection of the pool. The transaction's statements (Exec,
@@ -204,9 +207,6 @@ func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	}
 	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
-
-// dest is where the pool's statements run: on a connection each takes once it is admitted.
-func (p *Pool) dest() *dest { return &dest{pool: poolConns{p.pool}, names: &p.run.names} }
 
 // Ping acquires a connection and pings the server; it is not decided.
 func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
@@ -254,7 +254,7 @@ func (p *Pool) Close() {
 // budgets' slots and buckets, its cost learned per table. A refused copy returns a
 // [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	return p.run.copyFrom(ctx, p.dest(), table, columns, src)
+	return p.run.copyFrom(ctx, &p.dest, table, columns, src)
 }
 
 // SendBatch sends the batch's statements in one round trip, once the engine admits the batch
@@ -267,5 +267,5 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := p.learned(ctx); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return p.run.sendBatch(ctx, p.dest(), b)
+	return p.run.sendBatch(ctx, &p.dest, b)
 }
