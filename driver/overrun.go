@@ -14,7 +14,7 @@ import (
 // the bound), and the func that releases it once the job is finished. With no max_duration it
 // returns ctx and nil: no timer.
 func overrunContext(ctx context.Context, j job) (context.Context, context.CancelFunc) {
-	d, cause, ok := j.deadline()
+	d, cause, ok := j.Deadline()
 	if !ok {
 		return ctx, nil
 	}

@@ -19,7 +19,7 @@ func TestOverrunContextOnlyWithMaxDuration(t *testing.T) {
 		t.Errorf("no max_duration: got a derived context (cancel %v)", cancel != nil)
 	}
 	tk := &ticket{}
-	x := &tk.x
+	x := &tk.Exec
 	x.MaxDuration = time.Hour
 	qctx, cancel = overrunContext(ctx, tk)
 	if cancel == nil {

@@ -83,7 +83,7 @@ func (j *batchJob) begin(ctx context.Context, e *engine.Engine, at place, conn *
 
 func (j *batchJob) Acquired(ctx context.Context) error     { return j.b.Acquired(ctx) }
 func (j *batchJob) Abandon(ctx context.Context, err error) { j.b.Abandon(ctx, err) }
-func (j *batchJob) deadline() (time.Time, error, bool)     { return j.b.Deadline() }
+func (j *batchJob) Deadline() (time.Time, error, bool)     { return j.b.Deadline() }
 
 // Held is how long the engine held the batch back on its connection: as long as its
 // statements, which share its clock.

@@ -35,9 +35,9 @@ type job interface {
 	Held() time.Duration
 	// Abandon ends a decided job unsent, at no cost.
 	Abandon(ctx context.Context, err error)
-	// deadline is when the admitted job's max_duration ends and the cause that names it
+	// Deadline is when the admitted job's max_duration ends and the cause that names it
 	// (engine.Exec.Deadline); ok false without one.
-	deadline() (deadline time.Time, cause error, ok bool)
+	Deadline() (deadline time.Time, cause error, ok bool)
 	// finish finishes the begun job with its outcome, then gives it back for reuse (done).
 	finish(ctx context.Context, err error)
 	// done gives the job back for reuse, with nothing of its statement kept: finished, or
@@ -61,7 +61,9 @@ const (
 // the pool keeps its tickets in a sync.Pool (it has no state of its own per connection to keep
 // one in), with the row slabs of their QueryRows.
 type ticket struct {
-	x    engine.Exec
+	// Exec is the statement's engine ticket, whose Acquired, Held, Abandon and Deadline are the
+	// job's; its Finish is called by the job's finish.
+	engine.Exec
 	text string // what the statement is decided as (statement)
 	args []any
 	// rows is the rest of a slab of QueryRow rows (ticket.row): each row is handed out once,
@@ -82,18 +84,14 @@ func (t *ticket) statement(ctx context.Context, text string, args []any) *ticket
 func (t *ticket) begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error) {
 	switch at {
 	case beforeConn:
-		return e.BeginBeforeConn(ctx, &t.x, t.text, t.args)
+		return e.BeginBeforeConn(ctx, &t.Exec, t.text, t.args)
 	case onTaken:
-		return e.BeginTaken(ctx, &t.x, explainOn(conn), t.text, t.args)
+		return e.BeginTaken(ctx, &t.Exec, explainOn(conn), t.text, t.args)
 	}
-	return e.Begin(ctx, &t.x, explainOn(conn), t.text, t.args)
+	return e.Begin(ctx, &t.Exec, explainOn(conn), t.text, t.args)
 }
 
-func (t *ticket) Acquired(ctx context.Context) error     { return t.x.Acquired(ctx) }
-func (t *ticket) Held() time.Duration                    { return t.x.Held() }
-func (t *ticket) Abandon(ctx context.Context, err error) { t.x.Abandon(ctx, err) }
-func (t *ticket) deadline() (time.Time, error, bool)     { return t.x.Deadline() }
-func (t *ticket) finish(ctx context.Context, err error)  { t.x.Finish(ctx, err); t.done() }
+func (t *ticket) finish(ctx context.Context, err error) { t.Finish(ctx, err); t.done() }
 
 // done forgets the statement's arguments (a kept ticket must not keep the caller's values) and
 // gives a pooled ticket back to its pool.

@@ -724,7 +724,7 @@ func (i *interceptor) outgoing(o *openStmt, t *ticket, query string) string {
 	if !i.commenter {
 		return query
 	}
-	return commented(o.ctx, t.x.Observed, query)
+	return commented(o.ctx, t.Observed, query)
 }
 
 // commented returns query with ctx's tags and, for a sampled span of the statement's own
