@@ -176,7 +176,7 @@ func (r *runner) exec(ctx context.Context, d *dest, sql string, args []any) (tag
 	t := r.ticket().statement(ctx, text, args)
 	o := openStmt{j: t}
 	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
-		tag, err = q.Exec(qctx, r.outgoing(&o, t, text, sql), args...)
+		tag, err = q.Exec(qctx, r.c.intr.outgoing(&o, t, text, sql), args...)
 		return err
 	})
 	return tag, err
@@ -190,7 +190,7 @@ func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pg
 	w.open.j = t
 	err := r.c.intr.run(ctx, w.open, d, true, func(q querier, qctx context.Context) (err error) {
 		w.qctx = qctx
-		w.Rows, err = q.Query(qctx, r.outgoing(w.open, t, text, sql), args...)
+		w.Rows, err = q.Query(qctx, r.c.intr.outgoing(w.open, t, text, sql), args...)
 		return err
 	})
 	if err != nil {
@@ -207,20 +207,10 @@ func (r *runner) queryRow(ctx context.Context, d *dest, sql string, args []any) 
 	row := t.row()
 	row.open.j = t
 	row.err = r.c.intr.run(ctx, &row.open, d, true, func(q querier, qctx context.Context) error {
-		row.row = q.QueryRow(qctx, r.outgoing(&row.open, t, text, sql), args...)
+		row.row = q.QueryRow(qctx, r.c.intr.outgoing(&row.open, t, text, sql), args...)
 		return nil // pgx's row returns the error from Scan
 	})
 	return row
-}
-
-// outgoing is the text to send for sql, decided as text (before its named arguments were made
-// positional) in t, run in o (interceptor.outgoing): a prepared statement's name is sent as it
-// is (a comment would make it another name).
-func (r *runner) outgoing(o *openStmt, t *ticket, text, sql string) string {
-	if !r.c.intr.commenter || text != sql { // the commenter is off: compare no texts
-		return sql
-	}
-	return r.c.intr.outgoing(o, t, sql)
 }
 
 // copyFrom runs a CopyFrom at d. The engine decides it as the statement COPY <table> FROM

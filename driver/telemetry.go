@@ -709,10 +709,13 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// outgoing returns the text to send for the statement o runs, decided in t: query unchanged unless
-// WithSQLCommenter is on, in which case the statement's context tags and, for a sampled span,
-// its W3C traceparent (and tracestate) are appended as a sqlcommenter comment. Bound values are
-// never read. Prepared statements (db.Prepare) keep the text they were prepared with.
+// outgoing returns the text to send for sql, the statement o runs, decided in t as text (before
+// its named arguments were made positional): sql unchanged unless WithSQLCommenter is on, in
+// which case the statement's context tags and, for a sampled span, its W3C traceparent (and
+// tracestate) are appended as a sqlcommenter comment. Bound values are never read. Prepared
+// statements (db.Prepare) keep the text they were prepared with, and so does a statement run by
+// the name of one prepared on a pool's connections (text is then not sql): a comment would make
+// it another name.
 //
 // Every traceparent makes the text unique, hence a new prepared statement in pgx's cache
 // (cache_statement mode): one prepare per statement (BenchmarkSQLCommenter in integration/
@@ -720,11 +723,11 @@ func errorType(err error) string {
 // holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
-func (i *interceptor) outgoing(o *openStmt, t *ticket, query string) string {
-	if !i.commenter {
-		return query
+func (i *interceptor) outgoing(o *openStmt, t *ticket, text, sql string) string {
+	if !i.commenter || text != sql { // the commenter is off: compare no texts
+		return sql
 	}
-	return commented(o.ctx, t.Observed, query)
+	return commented(o.ctx, t.Observed, sql)
 }
 
 // commented returns query with ctx's tags and, for a sampled span of the statement's own
