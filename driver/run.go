@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -295,12 +296,17 @@ const pingAfter = time.Second
 // pingAfter or more, it does not answer a ping. It returns nil when conn is fit to send on,
 // errConnClosed when it is not, ctx's error when ctx ended during the ping. A statement no one
 // held back is not checked (held 0), nor a connection still busy with the caller's rows, which
-// pgx answers as it would without pgtraffic.
+// pgx answers as it would without pgtraffic. It is inlined: a statement no one held back costs
+// its caller a comparison.
 func checkConn(ctx context.Context, conn *pgx.Conn, held time.Duration) error {
 	if held <= 0 || conn == nil { // nil: a fake in unit tests
 		return nil
 	}
-	pc := conn.PgConn()
+	return checkHeld(ctx, conn.PgConn(), held)
+}
+
+// checkHeld is checkConn for pc, a connection held idle for held.
+func checkHeld(ctx context.Context, pc *pgconn.PgConn, held time.Duration) error {
 	switch {
 	case pc.IsClosed():
 		return errConnClosed
