@@ -62,7 +62,9 @@ func beginsTx(b *pgx.Batch) bool { return pgx.FailedBatchResults(b, nil).Tx() !=
 // texts and arguments it is decided by, and each statement's outcome as its result is read.
 // Reused from one batch to the next (runner.batches).
 type batchJob struct {
-	b       engine.Batch
+	// Batch is the batch's engine ticket, whose Acquired, Abandon and Deadline are the job's; its
+	// Finish is called by the job's finish.
+	engine.Batch
 	queries []string
 	args    [][]any
 	errs    []error // each statement's outcome as its result was read, for its span
@@ -74,22 +76,18 @@ type batchJob struct {
 func (j *batchJob) begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error) {
 	switch at {
 	case beforeConn:
-		return ctx, e.BeginBatchBeforeConn(ctx, &j.b, j.queries, j.args)
+		return ctx, e.BeginBatchBeforeConn(ctx, &j.Batch, j.queries, j.args)
 	case onTaken:
-		return ctx, e.BeginBatchTaken(ctx, &j.b, explainOn(conn), j.queries, j.args)
+		return ctx, e.BeginBatchTaken(ctx, &j.Batch, explainOn(conn), j.queries, j.args)
 	}
-	return ctx, e.BeginBatch(ctx, &j.b, explainOn(conn), j.queries, j.args)
+	return ctx, e.BeginBatch(ctx, &j.Batch, explainOn(conn), j.queries, j.args)
 }
-
-func (j *batchJob) Acquired(ctx context.Context) error     { return j.b.Acquired(ctx) }
-func (j *batchJob) Abandon(ctx context.Context, err error) { j.b.Abandon(ctx, err) }
-func (j *batchJob) Deadline() (time.Time, error, bool)     { return j.b.Deadline() }
 
 // Held is how long the engine held the batch back on its connection: as long as its
 // statements, which share its clock.
 func (j *batchJob) Held() time.Duration {
-	for i := range j.b.Execs {
-		if h := j.b.Execs[i].Held(); h > 0 {
+	for i := range j.Execs {
+		if h := j.Execs[i].Held(); h > 0 {
 			return h
 		}
 	}
@@ -110,7 +108,7 @@ func (j *batchJob) finish(ctx context.Context, err error) {
 	for i := max(j.next-j.skip, 0); i < len(j.errs); i++ {
 		j.errs[i] = err
 	}
-	j.b.Finish(ctx, j.errs)
+	j.Finish(ctx, j.errs)
 	j.done()
 }
 
