@@ -115,7 +115,7 @@ func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue,
 	o := openStmt{j: t}
 	err = c.intr.run(ctx, &o, &c.dest, false, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
-			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, t, query, query), args)
+			res, err = c.parent.ExecContext(qctx, c.intr.outgoing(&o, t, query, false), args)
 			return err
 		}
 		ec, ok := prepared.(driver.StmtExecContext)
@@ -143,7 +143,7 @@ func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue
 	w.open.j = t
 	err := c.intr.run(ctx, w.open, &c.dest, true, func(_ querier, qctx context.Context) (err error) {
 		if prepared == nil {
-			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, t, query, query), args)
+			w.Rows, err = c.parent.QueryContext(qctx, c.intr.outgoing(w.open, t, query, false), args)
 			return err
 		}
 		qc, ok := prepared.(driver.StmtQueryContext)

@@ -176,7 +176,7 @@ func (r *runner) exec(ctx context.Context, d *dest, sql string, args []any) (tag
 	t := r.ticket().statement(ctx, text, args)
 	o := openStmt{j: t}
 	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
-		tag, err = q.Exec(qctx, r.c.intr.outgoing(&o, t, text, sql), args...)
+		tag, err = q.Exec(qctx, r.c.intr.outgoing(&o, t, sql, text != sql), args...)
 		return err
 	})
 	return tag, err
@@ -190,7 +190,7 @@ func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pg
 	w.open.j = t
 	err := r.c.intr.run(ctx, w.open, d, true, func(q querier, qctx context.Context) (err error) {
 		w.qctx = qctx
-		w.Rows, err = q.Query(qctx, r.c.intr.outgoing(w.open, t, text, sql), args...)
+		w.Rows, err = q.Query(qctx, r.c.intr.outgoing(w.open, t, sql, text != sql), args...)
 		return err
 	})
 	if err != nil {
@@ -207,7 +207,7 @@ func (r *runner) queryRow(ctx context.Context, d *dest, sql string, args []any) 
 	row := t.row()
 	row.open.j = t
 	row.err = r.c.intr.run(ctx, &row.open, d, true, func(q querier, qctx context.Context) error {
-		row.row = q.QueryRow(qctx, r.c.intr.outgoing(&row.open, t, text, sql), args...)
+		row.row = q.QueryRow(qctx, r.c.intr.outgoing(&row.open, t, sql, text != sql), args...)
 		return nil // pgx's row returns the error from Scan
 	})
 	return row

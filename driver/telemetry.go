@@ -709,13 +709,13 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// outgoing returns the text to send for sql, the statement o runs, decided in t as text (before
-// its named arguments were made positional): sql unchanged unless WithSQLCommenter is on, in
+// outgoing returns the text to send for sql, the statement o runs, decided in t: sql
+// unchanged unless WithSQLCommenter is on, in
 // which case the statement's context tags and, for a sampled span, its W3C traceparent (and
 // tracestate) are appended as a sqlcommenter comment. Bound values are never read. Prepared
 // statements (db.Prepare) keep the text they were prepared with, and so does a statement run by
-// the name of one prepared on a pool's connections (text is then not sql): a comment would make
-// it another name.
+// the name of one prepared on a pool's connections (byName: sql is that name, decided as the
+// statement's text, dest.text): a comment would make it another name.
 //
 // Every traceparent makes the text unique, hence a new prepared statement in pgx's cache
 // (cache_statement mode): one prepare per statement (BenchmarkSQLCommenter in integration/
@@ -723,8 +723,8 @@ func errorType(err error) string {
 // holds, so it is left out: unsampled statements carry only their tags, whose texts repeat and
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
-func (i *interceptor) outgoing(o *openStmt, t *ticket, text, sql string) string {
-	if !i.commenter || text != sql { // the commenter is off: compare no texts
+func (i *interceptor) outgoing(o *openStmt, t *ticket, sql string, byName bool) string {
+	if !i.commenter || byName {
 		return sql
 	}
 	return commented(o.ctx, t.Observed, sql)
