@@ -95,10 +95,12 @@ func acquireAdmitted(ctx context.Context, pool connPool, a job) (q querier, rele
 }
 
 // acquireExplained takes a connection from pool for a job j whose cost needs an EXPLAIN on it,
-// and decides it there in the engine e, as decideOn does.
+// and decides it there in the engine e, as decideOn does. A job that cannot take one (its
+// context ended, the pool closed) ends undecided, with the pool's error.
 func acquireExplained(ctx context.Context, pool connPool, e *engine.Engine, j job) (context.Context, querier, releaser, error) {
 	q, release, err := pool.acquire(ctx)
 	if err != nil {
+		j.EndUndecided(ctx, err)
 		return nil, nil, nil, err
 	}
 	return decideOn(ctx, q, release, e, j)

@@ -36,6 +36,9 @@ type job interface {
 	Held() time.Duration
 	// Abandon ends a decided job unsent, at no cost.
 	Abandon(ctx context.Context, err error)
+	// EndUndecided ends a job that needed a connection for its EXPLAIN (engine.ErrNeedConn)
+	// and could not take one: unsent, undecided.
+	EndUndecided(ctx context.Context, err error)
 	// Deadline is when the admitted job's max_duration ends and the cause that names it
 	// (engine.Exec.Deadline); ok false without one.
 	Deadline() (deadline time.Time, cause error, ok bool)

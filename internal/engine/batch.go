@@ -676,6 +676,11 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	return err
 }
 
+// EndUndecided ends b, which BeginBatchBeforeConn answered ErrNeedConn, when the connection
+// its EXPLAINs need could not be taken (err, the pool's error), as Exec.EndUndecided: each
+// statement's observer is told that it ended with err before it was decided.
+func (b *Batch) EndUndecided(ctx context.Context, err error) { b.refused(ctx, err) }
+
 // Abandon ends b, admitted by BeginBatchBeforeConn, when no connection could be acquired for
 // it or Acquired refused it: as Exec.Abandon, whatever holds it still has go back at no cost,
 // nothing is learned, and each statement's observer is told that it ended with err. Call it

@@ -299,11 +299,13 @@ func (e *Engine) guard(st *compiled, x *Exec, m mode) error {
 	return nil
 }
 
-// warnGuards notes the warn guards under st of x, which they apply to (Exec.guarded), once its
-// decision is made, err: not after a decision that ends with ErrNeedConn or ErrWaitBeforeConn,
-// which the front end makes again. A statement refused keeps its decision, block.
+// warnGuards notes the warn guards under st of x, which they apply to (Exec.guarded), once it
+// is admitted (err nil): a warning says what enforce would refuse of what runs, as a warn
+// budget's does (warnBudgets), so a statement refused is noted by none (its span and its log
+// line say block), nor one whose decision ends with ErrNeedConn or ErrWaitBeforeConn, which the
+// front end makes again.
 func (e *Engine) warnGuards(st *compiled, x *Exec, err error) {
-	if x.guarded && err != ErrNeedConn && err != ErrWaitBeforeConn {
+	if x.guarded && err == nil {
 		_ = e.guard(st, x, modeWarn) // a warn guard refuses nothing
 	}
 }
@@ -495,6 +497,8 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 			t0 := e.now()
 			ectx, stop := explainContext(ctx, st, rt)
 			plan, err := c.conn.Explain(ectx, c.query, c.args)
+			// Read before stop, which cancels ectx: non-nil only when its bound (or ctx) ended it.
+			cut := context.Cause(ectx)
 			stop()
 			switch {
 			case errors.Is(err, cost.ErrNotSent):
@@ -504,12 +508,12 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				// Its caller gave up: not the pattern's failure, and nothing to run.
 				e.stats.ExplainCalls.Add(1)
 				return true, false, ctx.Err()
-			case err != nil && ectx.Err() != nil:
+			case err != nil && cut != nil:
 				// Its max_duration passed while it was explained (a lock it waits for, a planner
 				// that takes long): sent, it would run past it. Not the pattern's failure either.
 				e.stats.ExplainCalls.Add(1)
 				e.stats.ExplainFailures.Add(1)
-				return true, false, e.explainOverran(st, x, rt, context.Cause(ectx), err)
+				return true, false, e.explainOverran(st, x, rt, cut, err)
 			case errors.Is(err, cost.ErrCancelled):
 				// The server cut the EXPLAIN off (the session's lock_timeout or
 				// statement_timeout): sent, the statement would wait for the same lock again.

@@ -774,6 +774,16 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	}
 }
 
+// EndUndecided ends x, which BeginBeforeConn answered ErrNeedConn, when the connection its
+// EXPLAIN needs could not be taken (err, the pool's error: the caller's context ended, the pool
+// closed). It holds nothing; the observer is told that it ended with err before it was
+// decided (its span, no decision counted), as one whose context ended during its EXPLAIN is.
+func (x *Exec) EndUndecided(ctx context.Context, err error) {
+	if x.e.obs != nil {
+		x.e.obs.Blocked(ctx, x, err)
+	}
+}
+
 // Finish ends the statement that x's Begin admitted, once it has completed: it releases the
 // statement's holds, trues its debt up to its cost, trains the cost model and tells the
 // observer. Its cost is its prediction when that is on the server's clock (the server reports
