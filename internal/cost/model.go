@@ -567,6 +567,11 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 // counts no EXPLAIN call. Any other error means an EXPLAIN was sent and failed.
 var ErrNotSent = errors.New("cost: explain not sent")
 
+// ErrConnLost is wrapped by the error of an EXPLAIN whose connection closed while it was on its
+// way (the server ended the session, the network failed): it was sent, and its statement
+// cannot run on that connection either.
+var ErrConnLost = errors.New("cost: the connection closed during the explain")
+
 // ErrCancelled is wrapped, beside the server's error, by the error of an EXPLAIN that the
 // server cancelled: the session's lock_timeout or statement_timeout cut it off (or an
 // administrator cancelled the session's work). The statement it preceded would wait for the

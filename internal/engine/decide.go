@@ -522,6 +522,15 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				e.stats.ExplainCalls.Add(1)
 				e.stats.ExplainFailures.Add(1)
 				return true, false, err
+			case errors.Is(err, cost.ErrConnLost) && x.taken:
+				// The connection the pool lent it alone closed under its EXPLAIN (the server
+				// ended the session): nothing runs there, and nothing was decided on it. The
+				// front end gives it back and decides the statement again before another, in
+				// its place of arrival: one decision, one span for the statement.
+				e.stats.ExplainCalls.Add(1)
+				e.stats.ExplainFailures.Add(1)
+				x.again = beforeConn
+				return true, false, ErrWaitBeforeConn
 			case err != nil:
 				sent = true
 				e.stats.ExplainCalls.Add(1)

@@ -413,7 +413,8 @@ var ErrNeedConn = errors.New("engine: the statement's cost needs an EXPLAIN on i
 // the pool for it alone: it holds nothing, and does not wait there holding that connection. The
 // front end gives the connection back and decides it again before it has one (BeginBeforeConn,
 // BeginBatchBeforeConn), which waits for health holding none, in its place of arrival, its
-// max_wait counted from its arrival as before.
+// max_wait counted from its arrival as before. BeginTaken answers it too for a statement whose
+// connection closed under its EXPLAIN (cost.ErrConnLost): decided again before another.
 var ErrWaitBeforeConn = errors.New("engine: held back for health on a connection taken for it; decide it again before its connection")
 
 // ErrDecideAgain is Exec.Acquired's and Batch.Acquired's answer for a statement or batch

@@ -116,7 +116,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.P
 	if status == 'I' {
 		res := pc.ExecParams(ctx, sql, eqb.ParamValues, nil, eqb.ParamFormats, nil).Read()
 		if res.Err != nil {
-			return cost.Plan{}, sentError(res.Err)
+			return cost.Plan{}, sentError(pc, res.Err)
 		}
 		plan, err = resultCost(res)
 	} else {
@@ -143,19 +143,19 @@ func explainInTx(ctx context.Context, pc *pgconn.PgConn, sql string, eqb *pgx.Ex
 	results, batchErr := pc.ExecBatch(ctx, batch).ReadAll()
 
 	if pc.IsClosed() {
-		return cost.Plan{}, sentError(batchErr)
+		return cost.Plan{}, sentError(pc, batchErr)
 	}
 	if pc.TxStatus() == 'E' {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		_, rbErr := pc.Exec(rctx, "ROLLBACK TO SAVEPOINT "+savepointName+"; RELEASE SAVEPOINT "+savepointName).ReadAll()
 		if rbErr != nil || pc.TxStatus() != 'T' {
-			return cost.Plan{}, fmt.Errorf("%w (%w)", ErrNotRestored, sentError(batchErr))
+			return cost.Plan{}, fmt.Errorf("%w (%w)", ErrNotRestored, sentError(pc, batchErr))
 		}
-		return cost.Plan{}, sentError(batchErr)
+		return cost.Plan{}, sentError(pc, batchErr)
 	}
 	if batchErr != nil {
-		return cost.Plan{}, sentError(batchErr)
+		return cost.Plan{}, sentError(pc, batchErr)
 	}
 	if len(results) != 4 {
 		return cost.Plan{}, errMalformedPlan
@@ -175,8 +175,18 @@ func resultCost(res *pgconn.Result) (cost.Plan, error) {
 // message may quote literals or argument values. The server's cancellation of the EXPLAIN
 // (lock_not_available: a lock_timeout; query_canceled: a statement_timeout or a cancel
 // request) is kept whole, wrapped in cost.ErrCancelled: its message quotes nothing of the
-// statement, and the engine answers the statement with it.
-func sentError(err error) error {
+// statement, and the engine answers the statement with it. A failure that closed pc (the
+// server ended the session) wraps cost.ErrConnLost.
+func sentError(pc *pgconn.PgConn, err error) error {
+	err = serverError(err)
+	if pc.IsClosed() {
+		return fmt.Errorf("%w: %w", cost.ErrConnLost, err)
+	}
+	return err
+}
+
+// serverError is sentError's description of err.
+func serverError(err error) error {
 	if err == nil {
 		return errors.New("pgxexplain: explain failed")
 	}
