@@ -49,7 +49,9 @@ type Snapshot struct {
 	RecentBlocks []BlockStatus   `json:"recent_blocks"`
 	// Quarantines are the patterns that a budget refuses for a while (reason quarantine).
 	Quarantines []QuarantineStatus `json:"quarantines"`
-	// RuleExpiries are the rules in force that lapse by themselves (their until).
+	// RuleExpiries are the rules in force that lapse by themselves (their until),
+	// in rules-file order; one whose until has passed stays listed, lapsed (Until before Time),
+	// until the next reload, so that the page shows which emergency rules ended.
 	RuleExpiries []RuleExpiryStatus `json:"rule_expiries"`
 	Counters     Counters           `json:"counters"`
 }
