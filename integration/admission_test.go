@@ -30,6 +30,7 @@ type frontEnd struct {
 	ints func(ctx context.Context, sql string) ([]int, error) // a query's one int column
 	// hold runs a query whose rows stay open, holding its budget slots, until release.
 	hold   func(ctx context.Context, sql string) (release func(), err error)
+	wait   func(ctx context.Context) error // the front end's Wait
 	budget func(name string) driver.BudgetStatus
 }
 
@@ -74,6 +75,7 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 				rows, err := p.Query(ctx, q)
 				return rows.Close, err
 			},
+			wait:   p.Wait,
 			budget: func(name string) driver.BudgetStatus { return poolBudget(t, p, name) }},
 		{name: "Open",
 			exec: func(ctx context.Context, q string, args ...any) error {
@@ -103,6 +105,7 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 				}
 				return func() { rows.Close() }, nil
 			},
+			wait:   c.Wait,
 			budget: func(name string) driver.BudgetStatus { return budgetStatus(t, c, name) }},
 	}
 }

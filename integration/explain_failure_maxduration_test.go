@@ -96,7 +96,7 @@ func TestExplainFailureIsNotMaxDuration(t *testing.T) {
 		if _, err := c.Exec(context.Background(), "set lock_timeout = '100ms'"); err != nil {
 			t.Fatal(err)
 		}
-		tx := telLock(t, p.Config().ConnConfig.Copy(), "items")
+		tx := lockTable(t, p.Config().ConnConfig.ConnString(), "items")
 		defer tx.Rollback(context.Background())
 		t0 := time.Now()
 		_, err = c.Exec(ctx, "select id from items where id = $1", 1)

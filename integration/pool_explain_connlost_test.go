@@ -28,7 +28,7 @@ rules:
 		t.Fatal(err)
 	}
 	cc := p.Config().ConnConfig
-	lock := telLock(t, cc, "orders")
+	lock := lockTable(t, cc.ConnString(), "orders")
 	admin, err := pgx.ConnectConfig(bg, cc)
 	if err != nil {
 		t.Fatal(err)

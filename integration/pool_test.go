@@ -22,6 +22,12 @@ import (
 func openPool(t *testing.T, rules string, opts ...driver.Option) (*driver.Pool, string) {
 	t.Helper()
 	dsn := pgtest.Shared(t).CreateDatabase(t)
+	return openPoolAt(t, dsn, rules, opts...), dsn
+}
+
+// openPoolAt opens a *driver.Pool at dsn under rules, closed when the test ends.
+func openPoolAt(t *testing.T, dsn, rules string, opts ...driver.Option) *driver.Pool {
+	t.Helper()
 	cfg, err := driver.ParseConfig([]byte(rules))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +37,7 @@ func openPool(t *testing.T, rules string, opts ...driver.Option) (*driver.Pool, 
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return p, dsn
+	return p
 }
 
 func poolBudget(t *testing.T, p *driver.Pool, name string) driver.BudgetStatus {

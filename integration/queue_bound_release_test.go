@@ -36,7 +36,7 @@ budgets:
 rules:
   - {budget: reports, match: {app: reports}}
 `, tc.maxQueue)
-		for _, fe := range queueFronts(t, rules, tc.workers+2) {
+		for _, fe := range openFrontEnds(t, rules, int32(tc.workers+2)) {
 			t.Run(fmt.Sprintf("%s/workers=%d", fe.name, tc.workers), func(t *testing.T) {
 				ctx := tagging.With(context.Background(), "app", "reports")
 				var mu sync.Mutex

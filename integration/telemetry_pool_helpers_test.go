@@ -1,13 +1,12 @@
 package integration
 
-// Helpers of the telemetry tests of the pool and of EXPLAIN failures: a pool with recording telemetry, its decision counts, a table lock.
+// Helpers of the telemetry tests of the pool and of EXPLAIN failures: a pool with recording
+// telemetry, its decision counts, its spans' warn events.
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -22,26 +21,18 @@ import (
 func telPool(t *testing.T, maxConns string, rules string) (*driver.Pool, *tracetest.InMemoryExporter, *telSetup) {
 	t.Helper()
 	dsn := pgtest.Shared(t).CreateDatabase(t)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	if maxConns != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
 		dsn += sep + "pool_max_conns=" + maxConns
-	}
-	cfg, err := driver.ParseConfig([]byte(rules))
-	if err != nil {
-		t.Fatal(err)
 	}
 	spans := tracetest.NewInMemoryExporter()
 	reader := sdkmetric.NewManualReader()
-	p, err := driver.NewPool(context.Background(), dsn, driver.WithConfig(cfg),
+	p := openPoolAt(t, dsn, rules,
 		driver.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))),
 		driver.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
 	return p, spans, &telSetup{reader: reader}
 }
 
@@ -59,25 +50,6 @@ func telDecisions(t *testing.T, m map[string]metricdata.Metrics) map[string]int6
 		out[b.AsString()+"/"+d.AsString()+"/"+r.AsString()] += dp.Value
 	}
 	return out
-}
-
-// telLock takes an access exclusive lock on table, on a pgx connection of cc's, until the
-// returned transaction ends (or the test).
-func telLock(t *testing.T, cc *pgx.ConnConfig, table string) pgx.Tx {
-	t.Helper()
-	conn, err := pgx.ConnectConfig(context.Background(), cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	tx, err := conn.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(context.Background(), "lock table "+table+" in access exclusive mode"); err != nil {
-		t.Fatal(err)
-	}
-	return tx
 }
 
 // spanEvents is a span's pgtraffic.warn events, by the budget or guard each names.

@@ -19,7 +19,7 @@ import (
 // bucket for a nominal millisecond) and leave the chunk refused for the bucket: the job's loop
 // would spin through Wait and refusals instead of waiting.
 func TestWaitPassesOnlyWhenTheChunkFits(t *testing.T) {
-	for _, fe := range queueFronts(t, `
+	for _, fe := range openFrontEnds(t, `
 server_cores: 1
 budgets:
   - {name: b, mode: enforce, server_share: 0.2, burst_limit: 300ms}
