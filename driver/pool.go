@@ -142,19 +142,11 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 
 // learned waits, when the pool has an AfterConnect hook, until it has run on a connection: the
 // names of the statements it prepares are then known, and the pool's statements, decided before
-// they take a connection, are decided as the texts those names stand for (preparedNames). Once
-// the names are known it costs a statement one atomic load (it is inlined).
+// they take a connection, are decided as the texts those names stand for (preparedNames). It
+// takes a connection for that, once, and gives it back; its error is the pool's. Once the
+// names are known it reads one atomic flag.
 func (p *Pool) learned(ctx context.Context) error {
-	if !p.run.names.pending.Load() {
-		return nil
-	}
-	return p.runHook(ctx)
-}
-
-// runHook takes a connection, once, so that the pool's AfterConnect hook runs on it (learned),
-// and gives it back; its error is the pool's.
-func (p *Pool) runHook(ctx context.Context) error {
-	if p.engine.Closed() { // closed: the statement returns ErrClosed
+	if !p.run.names.pending.Load() || p.engine.Closed() { // closed: the statement returns ErrClosed
 		return nil
 	}
 	c, err := p.pool.Acquire(ctx) // a new connection: the hook, then preparedNames.learn

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
@@ -299,17 +298,12 @@ const pingAfter = time.Second
 // pingAfter or more, it does not answer a ping. It returns nil when conn is fit to send on,
 // errConnClosed when it is not, ctx's error when ctx ended during the ping. A statement no one
 // held back is not checked (held 0), nor a connection still busy with the caller's rows, which
-// pgx answers as it would without pgtraffic. It is inlined: a statement no one held back costs
-// its caller a comparison.
+// pgx answers as it would without pgtraffic.
 func checkConn(ctx context.Context, conn *pgx.Conn, held time.Duration) error {
 	if held <= 0 || conn == nil { // nil: a fake in unit tests
 		return nil
 	}
-	return checkHeld(ctx, conn.PgConn(), held)
-}
-
-// checkHeld is checkConn for pc, a connection held idle for held.
-func checkHeld(ctx context.Context, pc *pgconn.PgConn, held time.Duration) error {
+	pc := conn.PgConn()
 	switch {
 	case pc.IsClosed():
 		return errConnClosed
