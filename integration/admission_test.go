@@ -32,6 +32,8 @@ type frontEnd struct {
 	hold   func(ctx context.Context, sql string) (release func(), err error)
 	wait   func(ctx context.Context) error // the front end's Wait
 	budget func(name string) driver.BudgetStatus
+	// setRules replaces the rules in force (SetConfig), budgets that stay keeping their state.
+	setRules func(rules string) error
 }
 
 // openFrontEnds opens both front ends on one fresh database with rules, each with at most
@@ -75,8 +77,9 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 				rows, err := p.Query(ctx, q)
 				return rows.Close, err
 			},
-			wait:   p.Wait,
-			budget: func(name string) driver.BudgetStatus { return poolBudget(t, p, name) }},
+			wait:     p.Wait,
+			budget:   func(name string) driver.BudgetStatus { return poolBudget(t, p, name) },
+			setRules: func(rules string) error { return p.SetConfig(poolRules(t, rules)) }},
 		{name: "Open",
 			exec: func(ctx context.Context, q string, args ...any) error {
 				_, err := db.ExecContext(ctx, q, args...)
@@ -105,8 +108,9 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 				}
 				return func() { rows.Close() }, nil
 			},
-			wait:   c.Wait,
-			budget: func(name string) driver.BudgetStatus { return budgetStatus(t, c, name) }},
+			wait:     c.Wait,
+			budget:   func(name string) driver.BudgetStatus { return budgetStatus(t, c, name) },
+			setRules: func(rules string) error { return c.SetConfig(poolRules(t, rules)) }},
 	}
 }
 

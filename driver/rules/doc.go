@@ -78,8 +78,12 @@
 // max_wait; so a warn budget lets such a statement run unwarned, counted in the slots and debt
 // as one that waited would be, while fewer than max_queue statements that run so would still be
 // waiting in enforce (under a max_concurrent, no more than run beyond it: enforce would have
-// admitted the others as slots freed) and its wait looks no longer than max_wait: for a slot, a
-// mean hold time of the budget's statements for each one in flight beyond max_concurrent; for
+// admitted the others as slots freed) and its wait looks no longer than max_wait: for a slot,
+// one mean hold time of the budget's statements for every max_concurrent of them in flight
+// beyond max_concurrent, this one included (the slots in use freeing together, as after a
+// burst: three reports at once under max_concurrent 2 that each hold their slot 1.3 s are
+// warned about under max_wait 1s, as enforce refuses the third), counted as short until a
+// statement of the budget has ended in the process (its hold time unknown till then); for
 // bucket room, the time the bucket takes to drain enough.
 // Warn mode cannot tell how long a health threshold would hold a statement back: it warns about
 // each one a threshold holds back, as without max_wait.

@@ -627,10 +627,14 @@ func Adjust(now time.Time, r Request, delta float64) {
 // as they would once it was admitted), counts it among the key's would-be waiters until it is
 // released, and reports true: the statement runs unwarned. Else it takes nothing and reports
 // false: enforce would refuse it. The wait is d's for the bucket (exact for r's cost, the
-// would-be waiters' costs in the debt); for max_concurrent, as many mean hold times over the
-// limit as the key's statements in flight beyond it, r's slot included (the mean hold time
-// being unknown until a statement has ended, such a wait counts as short). A per-query limit
-// refuses whatever the wait.
+// would-be waiters' costs in the debt); for max_concurrent, one mean hold time for every
+// max_concurrent of the key's statements in flight beyond the limit, r's slot included: the
+// slots in use free together, as after a burst, the first max_concurrent waiters take them, the
+// next ones wait for those to end. (Slots that free at staggered times serve the waiters
+// sooner: for them the estimate errs by at most one mean hold time, towards a warning. The mean
+// hold time is unknown until a statement of the budget has ended: until then such a wait
+// counts as short, since taking it as long would warn about every statement beyond the limit in
+// a burst of short ones at a process's start.) A per-query limit refuses whatever the wait.
 func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) bool {
 	b := r.Budget
 	var kick func()
@@ -667,7 +671,8 @@ func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
 			return true
 		}
 		over := s.inflight - maxConcurrent + 1
-		return b.meanHold*float64(over)/float64(maxConcurrent) <= maxWait.Seconds()
+		turns := (over + maxConcurrent - 1) / maxConcurrent
+		return b.meanHold*float64(turns) <= maxWait.Seconds()
 	}
 	return false
 }

@@ -116,3 +116,43 @@ func TestRecentCostFollowsTheLargeStatements(t *testing.T) {
 		t.Fatalf("RecentCost = %v after a statement charged 20, want the burst, 10 (what can fit)", c)
 	}
 }
+
+// TestTakeWaiterSlotTurns: warn mode's wait for a slot is one mean hold time for every
+// max_concurrent statements in flight beyond the limit, the new one included: the slots in use
+// free together (a burst), so under max_concurrent 2 with statements that hold their slot 1.3 s,
+// the first two beyond the limit wait one hold (1.3 s, over a max_wait of 1 s: enforce refuses
+// them, warn must not run them unwarned), and under a max_wait of 2 s they wait, and the next
+// two wait a second hold (2.6 s): refused.
+func TestTakeWaiterSlotTurns(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 2, MaxQueue: 8})
+	Release(at(1.3), admit1(t, at(0), b, "", 0), 0) // the budget learns a hold of 1.3 s
+	running := []*Request{admit1(t, at(2), b, "", 0), admit1(t, at(2), b, "", 0)}
+	try := func(maxWait time.Duration) (*Request, bool) {
+		reqs := []Request{{Budget: b}}
+		_, d := Admit(at(2), reqs, nil)
+		if d == nil {
+			t.Fatal("admitted beyond max_concurrent")
+		}
+		return &reqs[0], TakeWaiter(at(2), &reqs[0], d, maxWait)
+	}
+	if _, ok := try(time.Second); ok {
+		t.Error("a would-be waiter for one hold (1.3 s) under max_wait 1s: taken")
+	}
+	var waiting []*Request
+	for i := range 2 {
+		r, ok := try(2 * time.Second)
+		if !ok {
+			t.Fatalf("would-be waiter %d of the first turn (one hold, 1.3 s) under max_wait 2s: refused", i+1)
+		}
+		waiting = append(waiting, r)
+	}
+	if _, ok := try(2 * time.Second); ok {
+		t.Error("a would-be waiter of the second turn (two holds, 2.6 s) under max_wait 2s: taken")
+	}
+	for _, r := range append(running, waiting...) {
+		Release(at(3), r, 0)
+	}
+	if err := invariants(b); err != nil {
+		t.Error(err)
+	}
+}
