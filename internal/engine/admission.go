@@ -49,7 +49,10 @@ type claim struct {
 	// health, closed and quarantine say whether an owner may be throttled, closed by a zero
 	// limit or have a quarantined pattern: the checks the claim needs.
 	health, closed, quarantine bool
-	take                       bool // take the holds; Check takes nothing
+	take                       bool // take the holds; Check, and a precheck before the cost is known, take nothing
+	// job: the claim is a job's Check or Wait, which refuses no statement: its refusal is
+	// not recorded (refuse).
+	job bool
 	// lent says its statement or batch is on a connection the pool lent it alone (BeginTaken,
 	// BeginBatchTaken, Acquired). Held back by a health threshold, at once or while it waits
 	// for capacity there, it does not wait for health holding that connection but answers
@@ -492,12 +495,13 @@ func (e *Engine) quarantineOf(st *compiled, rt *route, x *Exec, i int, now time.
 // refuse records that d, of owner o's budget, refuses c at now (or kept it out until its
 // caller's context ended): each of its statements is one block of the budget, marked so
 // (Decision, Reason, Blocker), in its counts and in the recent refusals (as the observer
-// counts each), and the refusal is logged once. Check refuses no statement: nothing is
+// counts each), and the refusal is logged once; a precheck's too, which refuses its statement
+// or batch before its cost is known. A job's Check or Wait refuses no statement: nothing is
 // recorded. A claim that waited leaves its queues first: the log's handler is the
 // application's code, and the waiters behind it must not wait for it.
 func (e *Engine) refuse(now time.Time, c *claim, o owner, d *Denial) {
 	c.leave()
-	if !c.take {
+	if c.job {
 		return
 	}
 	if c.b == nil {

@@ -66,7 +66,7 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 			reqs[i] = r
 		}
 		c := &claim{x: x, rt: rt, reqs: reqs, owners: rt.owners, health: rt.health, closed: rt.closed,
-			patience: p, w: &x.s.waiter}
+			patience: p, w: &x.s.waiter, job: true}
 		if _, err := e.admit(ctx, st, c, x.start, arrived); err != errRulesChanged {
 			return err
 		}
