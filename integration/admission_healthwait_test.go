@@ -82,8 +82,9 @@ rules:
 		n := poolBudget(t, p, "reports").Waiting
 		return n == 2, fmt.Sprintf("%d waiting", n)
 	})
-	time.Sleep(200 * time.Millisecond)
-	held := p.Stat().AcquiredConns()
+	// Each report gives back the connection it took for its EXPLAIN as it starts waiting.
+	var held int32
+	eventually(5*time.Second, func() bool { held = p.Stat().AcquiredConns(); return held == 0 })
 
 	// The checkout path, which no budget selects.
 	cctx, cancel := context.WithTimeout(bg, 5*time.Second)
