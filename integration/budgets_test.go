@@ -407,15 +407,15 @@ rules:
 		t.Fatal(err)
 	}
 	write(closed)
-	if !eventually(2*time.Second, func() bool {
+	if !eventually(10*time.Second, func() bool {
 		_, err := db.ExecContext(ctx, "select 1")
 		return errors.Is(err, driver.ErrBlocked)
 	}) {
-		t.Fatal("the swapped rules file was not applied within 2s")
+		t.Fatal("the swapped rules file was not applied within 10s")
 	}
 	// A broken file keeps the last good rules (still blocking) and is logged and counted.
 	write("budgets:\n  - {name: gate, max_concurent: 5}\n")
-	if !eventually(2*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > 0 }) {
+	if !eventually(10*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > 0 }) {
 		t.Fatal("the broken rules file was not reported")
 	}
 	if _, err := db.ExecContext(ctx, "select 1"); !errors.Is(err, driver.ErrBlocked) {
@@ -447,11 +447,11 @@ rules:
 	mk("..v2", open)
 	os.Symlink("..v2", filepath.Join(kdir, "..data_tmp"))
 	os.Rename(filepath.Join(kdir, "..data_tmp"), filepath.Join(kdir, "..data"))
-	if !eventually(2*time.Second, func() bool {
+	if !eventually(10*time.Second, func() bool {
 		_, err := db2.ExecContext(ctx, "select 1")
 		return err == nil
 	}) {
-		t.Fatal("the ConfigMap symlink swap was not applied within 2s")
+		t.Fatal("the ConfigMap symlink swap was not applied within 10s")
 	}
 }
 

@@ -81,7 +81,7 @@ func TestDeployFileReloadReachesWaiters(t *testing.T) {
 	}
 	failures := c.Snapshot().Counters.ReloadFailures
 	write("budgets:\n  - {name: b, mode: enforce, max_concurent: 0}\nrules:\n  - {budget: b, match: {app: w}}\n")
-	if !eventually(3*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > failures }) {
+	if !eventually(10*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > failures }) {
 		t.Fatal("the typo'd file was not reported")
 	}
 	if b, _ := budgetNamed(c, "b"); b.Waiting != 3 || b.InFlight != 1 {
@@ -109,7 +109,7 @@ func TestDeployFileReloadReachesWaiters(t *testing.T) {
 	rows.Close()
 	reloads := c.Snapshot().Counters.Reloads
 	write(open)
-	if !eventually(3*time.Second, func() bool {
+	if !eventually(10*time.Second, func() bool {
 		b, _ := budgetNamed(c, "b")
 		return c.Snapshot().Counters.Reloads > reloads && b.InFlight == 0 && b.Waiting == 0
 	}) {
@@ -308,7 +308,7 @@ func TestDeployFileDeletedKeepsRules(t *testing.T) {
 		t.Fatalf("a deleted file was applied as a reload")
 	}
 	write("budgets:\n  - {name: gate, mode: enforce, max_concurrent: 1}\nrules:\n  - {budget: gate, match: {app: d}}\n")
-	if !eventually(3*time.Second, func() bool { _, err := db.ExecContext(ctx, "select 1"); return err == nil }) {
+	if !eventually(10*time.Second, func() bool { _, err := db.ExecContext(ctx, "select 1"); return err == nil }) {
 		t.Fatal("the re-created file was not applied")
 	}
 }

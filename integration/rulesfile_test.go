@@ -88,7 +88,7 @@ func TestRulesFileRefusedUnread(t *testing.T) {
 	failures := c.Snapshot().Counters.ReloadFailures
 	refused := func(what string) {
 		t.Helper()
-		if !eventually(2*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > failures }) {
+		if !eventually(10*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > failures }) {
 			t.Fatalf("%s was not refused", what)
 		}
 		failures = c.Snapshot().Counters.ReloadFailures
