@@ -182,7 +182,13 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		x.st = st // for Acquired, should its slots be overtaken before it has its connection
 	}
 	if rt.warn {
-		e.warnBudgets(st, x, rt, x.start)
+		// Judged when the enforce budgets admitted it, as enforce judges all of a statement's
+		// budgets together: after a wait, its arrival is past, and a bucket has drained since.
+		now := x.start
+		if waited {
+			now = e.now()
+		}
+		e.warnBudgets(st, x, rt, now)
 	}
 	if rt.bound > 0 || len(rt.warnBounds) > 0 {
 		x.bind(st, rt)
