@@ -39,9 +39,11 @@ type Budget struct {
 	queues  map[string]*queue
 	waiters int
 	shed    map[string]shedRange // the waiters a lowered MaxQueue left beyond it, per key (queue.go)
-	// wouldWait counts, per key, the statements of a warn budget that run over its limits where
-	// enforce would have had them wait (TakeWaiter), until they are released.
-	wouldWait map[string]int
+	// wouldWait holds, per key, the statements of a warn budget that run over its limits where
+	// enforce would have had them wait (TakeWaiter), until they are released: for each, when
+	// its wait would have ended (for bucket room: known from the debt when it was taken), or
+	// the zero Time (for a slot: it ends when a statement does, wouldQueue).
+	wouldWait map[string][]time.Time
 
 	tally tally // the engine's decisions (counts.go), behind a lock of its own
 }
@@ -113,8 +115,9 @@ type Request struct {
 	// time, whatever clock its cost is on.
 	taken time.Time
 	// waiter marks a request taken over the limits by TakeWaiter, counted among the key's
-	// would-be waiters until it is released.
-	waiter bool
+	// would-be waiters until it is released; waitEnd is its entry there (Budget.wouldWait).
+	waiter  bool
+	waitEnd time.Time
 }
 
 // Denial says which request refused an admission and why.
@@ -468,7 +471,7 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 	b := r.Budget
 	b.mu.Lock()
 	if r.waiter {
-		b.unwait(r.Key)
+		b.unwait(r.Key, r.waitEnd)
 	}
 	if s := b.keys.holder(r); s != nil && s.inflight > 0 {
 		actual = sanitizeCost(actual)
@@ -639,13 +642,16 @@ func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) boo
 	b := r.Budget
 	var kick func()
 	b.mu.Lock()
-	ok := b.wouldAdmit(r, d, maxWait)
+	ok := b.wouldAdmit(now, r, d, maxWait)
 	if ok {
 		if b.wouldWait == nil {
-			b.wouldWait = map[string]int{}
+			b.wouldWait = map[string][]time.Time{}
 		}
-		b.wouldWait[r.Key]++
-		r.waiter = true
+		r.waiter, r.waitEnd = true, time.Time{}
+		if d.Reason == vocab.ReasonBudget {
+			r.waitEnd = now.Add(d.RetryAfter)
+		}
+		b.wouldWait[r.Key] = append(b.wouldWait[r.Key], r.waitEnd)
 		_, kick = b.take(now, r, 0, nil)
 	}
 	b.mu.Unlock()
@@ -655,10 +661,10 @@ func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) boo
 	return ok
 }
 
-// wouldAdmit reports whether enforce would admit r, refused with d, within maxWait rather than
-// refuse it (TakeWaiter). The caller holds b.mu.
-func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
-	if maxWait <= 0 || b.wouldQueue(r.Key) >= b.keys.spec.MaxQueue {
+// wouldAdmit reports whether enforce would admit r, refused with d at now, within maxWait rather
+// than refuse it (TakeWaiter). The caller holds b.mu.
+func (b *Budget) wouldAdmit(now time.Time, r *Request, d *Denial, maxWait time.Duration) bool {
+	if maxWait <= 0 || b.wouldQueue(now, r.Key) >= b.keys.spec.MaxQueue {
 		return false
 	}
 	switch d.Reason {
@@ -678,10 +684,16 @@ func (b *Budget) wouldAdmit(r *Request, d *Denial, maxWait time.Duration) bool {
 }
 
 // wouldQueue is how many of key's would-be waiters (TakeWaiter) enforce would have waiting in
-// its queue now: under a max_concurrent, no more than run beyond it, as enforce admits its
-// waiters in order as slots free; else each until it is released. The caller holds b.mu.
-func (b *Budget) wouldQueue(key string) int {
-	n := b.wouldWait[key]
+// its queue at now: one waiting for bucket room until its wait ended; under a max_concurrent,
+// no more than run beyond it, as enforce admits its waiters in order as slots free. The caller
+// holds b.mu.
+func (b *Budget) wouldQueue(now time.Time, key string) int {
+	n := 0
+	for _, end := range b.wouldWait[key] {
+		if end.IsZero() || end.After(now) {
+			n++
+		}
+	}
 	if s := b.keys.lookup(key); s != nil {
 		if _, _, maxConcurrent := b.keys.limits(s); maxConcurrent > 0 {
 			n = min(n, max(s.inflight-maxConcurrent, 0))
@@ -690,10 +702,17 @@ func (b *Budget) wouldQueue(key string) int {
 	return n
 }
 
-// unwait counts a would-be waiter of key (TakeWaiter) out. The caller holds b.mu.
-func (b *Budget) unwait(key string) {
-	if b.wouldWait[key]--; b.wouldWait[key] <= 0 {
+// unwait counts a would-be waiter of key (TakeWaiter), whose wait ends at end, out. The caller
+// holds b.mu.
+func (b *Budget) unwait(key string, end time.Time) {
+	w := b.wouldWait[key]
+	if i := slices.IndexFunc(w, end.Equal); i >= 0 {
+		w = slices.Delete(w, i, i+1)
+	}
+	if len(w) == 0 {
 		delete(b.wouldWait, key)
+	} else {
+		b.wouldWait[key] = w
 	}
 }
 

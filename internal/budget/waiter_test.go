@@ -156,3 +156,39 @@ func TestTakeWaiterSlotTurns(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTakeWaiterBucketWaitEnds: a would-be waiter for bucket room leaves enforce's queue when its
+// wait ends, not when its statement does: enforce would have admitted it then. Under max_queue 1,
+// one waiting 0.5 s for room fills the queue until then; past it (still running), the next
+// statement refused for room finds the queue empty.
+func TestTakeWaiterBucketWaitEnds(t *testing.T) {
+	b := New(Spec{Rate: 1, Burst: 1, MaxQueue: 1})
+	charge(t, t0, b, "k", 1) // full: a cost of 0.5 fits in 0.5 s
+	try := func(now time.Time) (*Request, bool) {
+		r := &Request{Budget: b, Key: "k", Cost: 0.5}
+		_, d := Admit(now, []Request{*r}, nil)
+		if d == nil {
+			t.Fatalf("admitted at %v", now.Sub(t0))
+		}
+		return r, TakeWaiter(now, r, d, 3*time.Second)
+	}
+	first, ok := try(t0)
+	if !ok {
+		t.Fatal("the first would-be waiter, queue empty: refused")
+	}
+	if _, ok := try(at(0.2)); ok {
+		t.Error("a second would-be waiter while the first still waits (until 0.5 s), max_queue 1: taken")
+	}
+	second, ok := try(at(0.6))
+	if !ok {
+		t.Fatal("a would-be waiter after the first one's wait ended (0.5 s), max_queue 1: refused")
+	}
+	Release(at(1), first, 0.5)
+	Release(at(1), second, 0.5)
+	if n := len(b.wouldWait); n != 0 {
+		t.Errorf("would-be waiters counted after all were released: %v", b.wouldWait)
+	}
+	if err := invariants(b); err != nil {
+		t.Error(err)
+	}
+}
