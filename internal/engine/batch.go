@@ -173,16 +173,13 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connSta
 			if rt.quarantine {
 				x.noteQuarantinable(st, rt)
 			}
-			if len(x.Budgets) > 0 {
-				e.decisions(st, x, rt)
-			}
 		}
 		if x.Observed {
 			b.ctxs[i] = e.obs.Started(ctx, x)
 		}
 	}
-	clear(b.routes) // pin no cached route until the next batch
 	if !later {
+		b.countDecisions(st)
 		e.inFlight.Add(int64(len(b.Execs)))
 	} else {
 		e.pending.Add(int64(len(b.Execs))) // in flight from Acquired
@@ -619,11 +616,13 @@ func (b *Batch) Acquired(ctx context.Context) error {
 		giveBack(b.start, b.holds[:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 		b.again = onTaken
+		b.countDecisions(nil) // that decision counts
 		return ErrDecideAgain
 	}
 	for i := range b.holds[:b.held] {
 		if !budget.Connect(b.start, &b.holds[i]) {
 			if err := b.admitAgain(ctx, st, i); err != nil {
+				b.countDecisions(nil) // the refusal counted, or the decision that follows
 				return err
 			}
 			break
@@ -634,7 +633,21 @@ func (b *Batch) Acquired(ctx context.Context) error {
 			x.start, x.arrived = b.start, b.arrived
 		}
 	}
+	b.countDecisions(st)
 	return nil
+}
+
+// countDecisions counts the decisions of b's statements under st, as Exec.countLater does a
+// statement's: at BeginBatch, or for a batch admitted before its connection once they are final
+// (Acquired, Abandon); st nil counts none. Then their routes go: no cached route stays pinned
+// until the next batch.
+func (b *Batch) countDecisions(st *compiled) {
+	for i, rt := range b.routes {
+		if x := &b.Execs[i]; st != nil && rt != nil && len(x.Budgets) > 0 {
+			b.e.decisions(st, x, rt)
+		}
+	}
+	clear(b.routes)
 }
 
 // admitAgain admits b, whose hold gone was overtaken (budget.Connect gave it back), again under
@@ -688,6 +701,7 @@ func (b *Batch) EndUndecided(ctx context.Context, err error) { b.refused(ctx, er
 func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
 	e.leave(len(b.Execs), b.later)
+	b.countDecisions(b.st) // admitted, its connection never came: those decisions stand
 	b.st = nil
 	if b.start.IsZero() {
 		return

@@ -179,7 +179,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 		return false, err
 	}
 	if x.later {
-		x.st = st // for Acquired, should its slots be overtaken before it has its connection
+		// For Acquired, should its slots be overtaken before it has its connection; its
+		// decisions are counted once final, there or at Abandon (countLater).
+		x.st = st
 	}
 	if rt.warn {
 		// Judged when the enforce budgets admitted it, as enforce judges all of a statement's
@@ -200,7 +202,9 @@ func (e *Engine) decide(ctx context.Context, st *compiled, x *Exec, rt *route, c
 	if rt.quarantine {
 		x.noteQuarantinable(st, rt)
 	}
-	e.decisions(st, x, rt)
+	if !x.later {
+		e.decisions(st, x, rt)
+	}
 	return slow || waited, nil
 }
 

@@ -699,10 +699,26 @@ func (x *Exec) Acquired(ctx context.Context) error {
 	}
 	for i := range x.holds {
 		if !budget.Connect(x.start, &x.holds[i]) {
-			return x.admitAgain(ctx, st, i)
+			err := x.admitAgain(ctx, st, i)
+			if err == nil {
+				x.countLater(st)
+			}
+			return err
 		}
 	}
+	x.countLater(st)
 	return nil
+}
+
+// countLater counts the decisions of x, admitted under st before it had its connection, once
+// they are final: when it is admitted on its connection (Acquired), or abandoned before it had
+// one (Abandon). One refused on its connection counts that refusal instead (admitAgain), and one
+// decided again counts that decision: one decision per statement. st nil: x was not admitted
+// before its connection, or its decisions are counted.
+func (x *Exec) countLater(st *compiled) {
+	if st != nil {
+		x.e.decisions(st, x, x.s.claim.rt)
+	}
 }
 
 // admitAgain admits x, whose hold gone was overtaken (budget.Connect gave it back), again under
@@ -710,7 +726,7 @@ func (x *Exec) Acquired(ctx context.Context) error {
 // enforce budgets go back at no cost, and its route's requests are asked again at its
 // prediction (a probe's unknown cost for a probe), through the one admission path (admit), with
 // its claim. On a refusal its warn budgets' holds go back too and x holds nothing; the observer
-// counts a block, as the budget does, beside the allow it counted at BeginBeforeConn.
+// counts a block, as the budget does: the statement's one decision (countLater).
 func (x *Exec) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	e, c := x.e, &x.s.claim
 	n := len(c.rt.reqs) // x.holds[:n] are its enforce budgets', x.holds[n:] its warn budgets'
@@ -763,6 +779,7 @@ func decidedAgainAt(again bool, err error, at connState) connState {
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.leave(1, x.later)
+	x.countLater(x.st) // admitted, its connection never came: that decision stands
 	x.st = nil
 	if x.start.IsZero() {
 		return
