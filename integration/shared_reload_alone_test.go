@@ -18,10 +18,11 @@ import (
 
 // TestSharedCoordinationReloadAloneNeverRefused: one instance alone runs 8 workers of a cheap
 // statement under a shared max_concurrent: 64, Redis 5 ms away, while reloads change only
-// coordination.sync_interval. Each reload replaces the coordinator, which says goodbye to
-// Redis under its old name; the new one must then be granted the whole budget. An instance
-// alone never has more than 8 of its 64 slots in flight: no statement may be refused for
-// concurrency, before, during or after the reloads.
+// coordination.sync_interval. Each reload replaces the coordinator, which hands its budgets
+// over to the new one under the same name in Redis; the new one must go on with the whole
+// budget, whether or not its first sync is answered. An instance alone never has more than 8
+// of its 64 slots in flight: no statement may be refused for concurrency, before, during or
+// after the reloads.
 func TestSharedCoordinationReloadAloneNeverRefused(t *testing.T) {
 	srv := redistest.Need(t)
 	px := delayproxy.Start(t, srv.Addr, 5*time.Millisecond)

@@ -63,8 +63,9 @@ type Options struct {
 	// rules.DefaultFallbackInstances when zero.
 	FallbackInstances int
 	// Instance names this instance in Redis; a random id when empty. Two live coordinators
-	// must never share one. At most maxInstanceLen bytes: a partition's value in Redis gives
-	// each id a 16-bit length (sync.lua).
+	// must never share one: a coordinator that replaces another under its id starts only once
+	// the other closed into it ([Coordinator.CloseInto]). At most maxInstanceLen bytes: a
+	// partition's value in Redis gives each id a 16-bit length (sync.lua).
 	Instance string
 	// Logger receives one line when Redis becomes unreachable and one when it is back;
 	// slog.Default() when nil.
@@ -99,10 +100,15 @@ type Coordinator struct {
 	quar      Quarantines   // nil: none
 	sem       chan struct{} // holds the calls on their way (maxCalls)
 
-	mu      sync.Mutex // protects the fields below
+	mu      sync.Mutex // protects the fields below, and each entry's core
 	budgets map[string]*entry
 	down    bool // Redis was unreachable at the last sync: logged once
 	started bool
+	closed  bool
+	// seqs is at least every sequence number this coordinator's budgets sent, those of closed
+	// registrations included, and those of the coordinator it replaced under the same id: a
+	// budget registered starts above it (see seqFloor).
+	seqs uint64
 	// ctx is the loops' context from Start until Close (nil otherwise): a budget registered
 	// meanwhile starts its loop under it.
 	ctx   context.Context
@@ -209,7 +215,9 @@ func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	c.mu.Lock()
 	if old := c.budgets[spec.Name]; old != nil {
 		old.stopLoop()
+		c.seqs = max(c.seqs, old.core.seq)
 	}
+	e.core.seq = c.seqs // numbered above the reports of its name sent so far
 	c.budgets[spec.Name] = e
 	if c.ctx != nil {
 		c.startLoop(e)
@@ -251,6 +259,7 @@ func (h *Handle) Close() {
 		delete(h.c.budgets, h.name)
 		h.e.stopLoop()
 	}
+	h.c.seqs = max(h.c.seqs, h.e.core.seq)
 	h.c.mu.Unlock()
 	if l := h.e.local; l != nil {
 		l.SetShared(h.c.now(), h.e, nil, 0) // unless a later registration shares it
@@ -312,11 +321,29 @@ func (c *Coordinator) Start() {
 // The goodbye goes once every sync call of the loops has returned (quiesce), within ctx: a
 // sync that Redis ran after it would mark the instance as holding its slots again, until its
 // lease lapsed. A Coordinator closed is never started again (Start does nothing).
-func (c *Coordinator) Close(ctx context.Context) error {
+func (c *Coordinator) Close(ctx context.Context) error { return c.CloseInto(ctx, nil) }
+
+// CloseInto is Close for a coordinator that next, under the same instance id and not started
+// yet, replaces (a reload that changed the coordination section): each budget registered with
+// both, leased by both or by neither, goes on in next as it was, its leases, usage reports and
+// the instances it saw included, under next's settings and spec; no goodbye is said for it. To
+// Redis the instance did not leave those partitions: next's first sync renews this one's
+// entries, which are its own, so a lone instance is granted the whole budget again rather than
+// what the entries of a name that left would leave it; and a failed sync keeps the leases in
+// force, as any failed sync does, rather than putting the budget on the provisional lease of
+// an instance that never synced. The other budgets say goodbye as Close's do, and next's
+// budgets number their reports above every report this coordinator sent: a goodbye that Redis
+// runs late, after next registered the same budget again and synced it, is older than the
+// entry it finds and changes nothing (sync.lua). With a nil next, a next of another id, or one
+// started or closed, it is Close. next is to be started once CloseInto returned.
+func (c *Coordinator) CloseInto(ctx context.Context, next *Coordinator) error {
+	if next == c || next != nil && next.id != c.id {
+		next = nil
+	}
 	c.mu.Lock()
 	stop := c.stop
 	c.ctx, c.stop = nil, nil
-	c.started = true // a Start after Close starts nothing
+	c.started, c.closed = true, true // a Start after Close starts nothing
 	for _, e := range c.budgets {
 		e.stop = nil // ended with c.ctx
 	}
@@ -330,8 +357,13 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		errs = append(errs, err) // the goodbyes below fail too, ctx having ended
 	}
 	for _, e := range c.entries() {
+		var chunks [][]report
 		c.mu.Lock()
-		chunks := e.core.leaveAll(c.now())
+		// next's lock within c's: a coordinator hands over only to the one replacing it.
+		adopted := next != nil && next.adopt(e, c.now())
+		if !adopted {
+			chunks = e.core.leaveAll(c.now())
+		}
 		spec := e.core.spec
 		c.mu.Unlock()
 		for _, reps := range chunks {
@@ -347,10 +379,76 @@ func (c *Coordinator) Close(ctx context.Context) error {
 			e.local.SetShared(c.now(), e, nil, 0) // unless a later registration shares it
 		}
 	}
+	if next != nil {
+		next.seqFloor(c.seqFloor(0))
+	}
 	if c.owned != nil {
 		errs = append(errs, c.owned.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// adopt makes the state of e, a budget of the coordinator that c replaces under the same id,
+// that of c's registration of the same name, if c has one that leases as e does and c was
+// neither started nor closed; it reports whether it did. e's loop has ended and its calls
+// have returned or been given up (a call given up carries its deadline in Redis's time, as
+// within one coordinator). The core goes on under c's settings and the registration's spec:
+// its leases keep their expiries (Redis counts the entries that long), its reports still
+// pending go again unchanged (counted once), and it syncs at once. Its counters for status
+// start again, as a new coordinator's do, and so its first call has the deadline of a first
+// call (core.deadline): it may run on a new connection. Redis's clock is forgotten, for c's
+// client may reach another Redis. Where the registration's Local is another budget than e's,
+// every lease is handed to it at the first visit. The caller holds the lock of e's
+// coordinator.
+func (c *Coordinator) adopt(e *entry, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ne := c.budgets[e.core.spec.Name]
+	if c.started || c.closed || ne == nil || (ne.local == nil) != (e.local == nil) {
+		return false
+	}
+	old, cur := e.core, ne.core
+	old.interval, old.fallbackN, old.rand = cur.interval, cur.fallbackN, cur.rand
+	if cur.spec.Quarantine == old.spec.Quarantine {
+		old.publish = append(old.publish, cur.publish...)
+	} else {
+		old.publish = cur.publish // made under the old settings, which the engine lifted
+	}
+	old.spec = cur.spec
+	old.seq = max(old.seq, cur.seq)
+	old.next = time.Time{}
+	old.redisAt, old.localAt = 0, time.Time{}
+	old.syncs, old.failures, old.ignored = 0, 0, 0
+	if ne.local != e.local {
+		// Another budget, which holds its own limits until a lease is handed to it, as one
+		// registered afresh does: each lease goes to it at the first visit. The same budget
+		// still enforces what it was handed, which the reports say it applied.
+		for _, p := range old.parts {
+			p.hasPushed = false
+		}
+	}
+	if ne.local != nil {
+		old.keepUnkeyed(now)
+	}
+	ne.core = old
+	e.core = newCore(old.spec, c.interval, c.fallbackN, c.rand) // e is done with it
+	e.core.seq = old.seq
+	return true
+}
+
+// seqFloor raises c's sequence numbers, and those of its budgets, to at least floor, and
+// returns the highest of them.
+func (c *Coordinator) seqFloor(floor uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seqs = max(c.seqs, floor)
+	for _, e := range c.budgets {
+		c.seqs = max(c.seqs, e.core.seq)
+	}
+	for _, e := range c.budgets {
+		e.core.seq = c.seqs
+	}
+	return c.seqs
 }
 
 // quiesce waits, within ctx, until no script call of c is on its way: every call the loops

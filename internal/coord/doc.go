@@ -419,7 +419,24 @@
 // A reload calls [Handle.SetSpec] for a changed budget, [Handle.Close] for one removed or no
 // longer shared, and Register for a new one. Connector.Close calls [Coordinator.Close] with a
 // short deadline. A reload that changes the coordination section registers the budgets with a
-// new coordinator, under a new instance id, and starts it only once the old one's Close
-// returned: the old id's goodbye, sent after its calls on their way returned, comes before
-// the new id's first sync. Nothing of this runs on a statement's path.
+// new coordinator under the same instance id, and starts it only once the old one closed into
+// it ([Coordinator.CloseInto]): never are two coordinators of one id live at once. Each budget
+// registered with both goes on in the new one as it was (its leases and their expiries, its
+// reports still pending, the instances it saw), under the new settings, and says no goodbye:
+// to Redis the instance never left, and the new coordinator's first sync renews entries that
+// are its own. A new id would need the old one's goodbye before its first sync, and a goodbye
+// that Redis does not answer within the deadline leaves the old id's slots counted until its
+// leases lapse: a lone instance would be granted only what they leave, none. A new
+// coordinator starting from nothing would put its budgets on the provisional lease (the
+// budget over fallback_instances) when its first sync fails, where one failed sync otherwise
+// keeps the leases in force. Updating the coordinator in place would do only for the settings
+// that need no new Redis client, and a new URL may name the same Redis. Carried over, the
+// leases in force are those Redis counts for the id, so the fleet's grants never sum above
+// the limit; the new client may reach another Redis, so Redis's clock is not carried (the
+// first call has no deadline in Redis's time, as any coordinator's first call). The budgets
+// the new coordinator does not share say goodbye as at Close; since the id stays, a goodbye
+// that Redis runs late could find the budget shared again by a later coordinator and synced
+// under the same id, so every coordinator numbers its reports above those of the one it
+// replaced, and the script ignores a goodbye older than the entry it finds. Nothing of this
+// runs on a statement's path.
 package coord

@@ -327,6 +327,7 @@ for i = 1, nparts do
   local tat, last, lost_until, lost_n = nil, nil, 0, 0
   local gap_from, gap_to = 0, 0
   local mine_seq = 0 -- the sequence number of the caller's last report counted
+  local mine_bytes = nil -- the caller's entry as read, when live
   local gone, lapsed = 0, 0
   -- ids and others: the live instances other than the caller, and their entries (copies);
   -- keep: the other instances' entries as read (their bytes), written back unchanged. An
@@ -348,7 +349,7 @@ for i = 1, nparts do
       elseif e6 <= now then
         if e7 ~= 1 and f ~= id then lapsed = lapsed + 1 end
       elseif f == id then
-        mine_seq = e1
+        mine_seq, mine_bytes = e1, sub(v, pos, stop - 1)
       elseif e7 == 1 then
         gone = gone + 1
         keep[#keep + 1] = sub(v, pos, stop - 1)
@@ -367,6 +368,12 @@ for i = 1, nparts do
   -- instances ran on their fallback shares would be debt, holding the budget below its
   -- rate until it drained.
   if tat == nil then tat = now - max_age end
+
+  -- A goodbye older than the caller's entry (a coordinator that replaced the one that sent it,
+  -- under the same id, has reported since: its numbers are above every one its predecessor
+  -- sent) ran late, having sat in a socket: the entry is the successor's, which holds its
+  -- leases, and stays as it is. Its usage counts as any report's.
+  local stale_leave = leave and mine_bytes ~= nil and seq < mine_seq
 
   -- Usage counts once per sequence number, whatever the retries. An instance's numbers only
   -- grow, so a stored one that differs (even a larger one, which no retry sends) is new.
@@ -410,7 +417,9 @@ for i = 1, nparts do
   local live = #ids
   local g_rate, g_burst, g_slots, t_rate, t_slots, hold = 0, 0, 0, 0, 0, 0
   local retake, yield = 0, 0
-  if leave then
+  if stale_leave then
+    keep[#keep + 1] = mine_bytes
+  elseif leave then
     mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7] = mine_seq, 0, 0, 0, 0, now + ttl, 1
     mine[8], mine[9], mine[10], mine[11], mine[12] = maxc, rate, burst, 0, now
   else
@@ -577,8 +586,13 @@ for i = 1, nparts do
   furthest = max(furthest, lapse)
   if gap_to <= gap_from then gap_from, gap_to = 0, 0 end
   if lost_n == 0 then lost_until = 0 end
-  local value = struct_pack(value_format, lapse, tat, gap_from, gap_to, now, lost_until, lost_n, #id, id,
-    mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7], mine[8], mine[9], mine[10], mine[11], mine[12])
+  local value
+  if stale_leave then
+    value = struct_pack(head_format, lapse, tat, gap_from, gap_to, now, lost_until, lost_n)
+  else
+    value = struct_pack(value_format, lapse, tat, gap_from, gap_to, now, lost_until, lost_n, #id, id,
+      mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7], mine[8], mine[9], mine[10], mine[11], mine[12])
+  end
   local nkeep = #keep
   if nkeep > 0 then value = value .. concat(keep) end
   writes[2 * i - 1], writes[2 * i] = fields[i], value

@@ -23,9 +23,17 @@ type coordination struct {
 	section rules.Coordination // what c was built from
 	c       *coord.Coordinator // makes (and closes) its own client from the section's URL when not given one
 	shared  map[string]*shared
-	// next, in a coordination replaced by a reload, is the coordinator that replaced it: it
-	// starts once c said goodbye (stopCoordination).
-	next *coord.Coordinator
+	// next, in a coordination replaced by a reload, is the coordinator that replaced it, under
+	// the same instance id: c closes into it, and it starts once c is closed (stopCoordination).
+	// handed, then, is closed once it started (or was found closed): the ready of next's
+	// coordination.
+	next   *coord.Coordinator
+	handed chan struct{}
+	// ready, in a coordination that replaced another, is closed once the one it replaced
+	// closed into c: c may close in turn only then (stopCoordination), so that the coordinators
+	// of one instance id hand over one after the other, each to the next, and never two of
+	// them talk to Redis under that id at once. Nil for a first coordinator.
+	ready chan struct{}
 }
 
 // shared is one budget registered with the coordinator.
@@ -59,10 +67,14 @@ func (r *Runtime) coordinate(cfg *rules.Config, compiled *engine.Rules) (old coo
 // switchCoordinator replaces or stops the coordinator when cfg's coordination section is not
 // the one it was built from, and starts one when cfg has a section and none runs. A new
 // coordinator starts at once and never fails for want of Redis: its budgets run on their
-// fallback share and it keeps trying. One that replaces another starts only once the other
-// said goodbye to Redis (stopCoordination), its budgets keeping their leases meanwhile: its
-// first sync, under its own name, must find the old name's slots returned, not be granted
-// only what they leave. One that cannot be made (a URL its client refuses) is an
+// fallback share and it keeps trying. One that replaces another takes its instance id and
+// starts only once the other closed into it (stopCoordination), its budgets keeping their
+// leases meanwhile: each budget both share goes on in the new one as it was, leases and
+// instances seen included, so that to Redis the instance never left. Under a new id its first
+// sync would be granted only what the old id's entries leave (nothing, alone, while a
+// goodbye that Redis did not answer leaves them to lapse), and a failed first sync would put
+// its budgets on the provisional lease of an instance that never synced (the budget over
+// fallback_instances). One that cannot be made (a URL its client refuses) is an
 // error that leaves the coordinator in force as it was: a rejected reload keeps the last good
 // rules, their sharing included.
 func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err error) {
@@ -80,9 +92,9 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 	sec := *cfg.Coordination
 	id := r.instance
 	if co.c != nil {
-		// The old coordinator says goodbye under its own name once r.mu is released: the new
-		// one must not be mistaken for it.
-		id = ""
+		// The old coordinator closes into the new one once r.mu is released (stopCoordination),
+		// before the new one starts: never are both live under the id.
+		id = co.c.Instance()
 	}
 	c, err := coord.New(coord.Options{Client: r.redis, URL: sec.Redis, Interval: time.Duration(sec.SyncInterval),
 		FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
@@ -90,11 +102,13 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 	if err != nil {
 		return coordination{}, err
 	}
+	var ready chan struct{}
 	if co.c != nil {
 		old = *co
-		old.next = c // started once old.c said goodbye
+		ready = make(chan struct{})
+		old.next, old.handed = c, ready // started once old.c closed into it
 	}
-	*co = coordination{section: sec, c: c, shared: map[string]*shared{}}
+	*co = coordination{section: sec, c: c, shared: map[string]*shared{}, ready: ready}
 	if old.c == nil {
 		co.c.Start()
 	}
@@ -150,19 +164,25 @@ func (r *Runtime) unshare(s *shared) {
 	r.e.ShareQuarantines(s.spec.Name, nil)
 }
 
-// stopCoordination stops co, detached from r, telling Redis within closeWithin that this
-// instance leaves, and makes its budgets local again; then starts the coordinator that
-// replaced it, if any (a closed one, replaced in turn or closed with r since, does not start).
-// r.mu must not be held.
+// stopCoordination stops co, detached from r, once the coordinator co replaced closed into it:
+// it closes into the coordinator that replaced it, if any, which goes on with the budgets both
+// share (coord.Coordinator.CloseInto); tells Redis within closeWithin that this instance leaves
+// the others; makes its budgets local again but those; then starts the coordinator that
+// replaced it (a closed one, replaced in turn or closed with r since, does not start). r.mu
+// must not be held.
 func (r *Runtime) stopCoordination(co coordination) {
+	if co.ready != nil {
+		<-co.ready // within closeWithin of the predecessor's own wait
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
 	defer cancel()
-	if err := co.c.Close(ctx); err != nil {
+	if err := co.c.CloseInto(ctx, co.next); err != nil {
 		r.log.Debug("pgtraffic: could not tell Redis this instance left; its leases lapse instead", "error", err)
 	}
 	r.unshareQuarantines(co)
 	if co.next != nil {
 		co.next.Start()
+		close(co.handed)
 	}
 }
 
