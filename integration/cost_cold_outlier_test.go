@@ -15,10 +15,12 @@ import (
 
 // TestColdPatternNotRefusedOnGuess: a pattern with no history is priced by the global k, and
 // its guess is judged against per_query_limit; one slow early statement must not make that
-// guess refuse what fits. Here the process's first large statement (an UPDATE over a
-// 200,000-row table) waits 2 s on a row lock another session holds. The next new pattern, a
-// COUNT over the same table that runs in milliseconds, must not be priced at about 2 s by a
-// global k that this one lock wait taught alone, and refused before it ever ran.
+// guess refuse what fits. Here the process's first large statement (an UPDATE that scans a
+// 200,000-row table and changes its last ten rows) waits 2 s on a row lock another session
+// holds on one of them: nearly all of its time is the wait, however loaded the machine. The
+// next new pattern, a COUNT over the same table that runs in milliseconds, must not be priced
+// at about 2 s by a global k that this one lock wait taught alone, and refused before it ever
+// ran.
 func TestColdPatternNotRefusedOnGuess(t *testing.T) {
 	c, db := openRules(t, `
 budgets:
@@ -51,7 +53,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "select * from big where id = 1 for update"); err != nil {
+	if _, err := tx.Exec(ctx, "select * from big where id = 200000 for update"); err != nil {
 		t.Fatal(err)
 	}
 	committed := make(chan error, 1)
@@ -59,7 +61,7 @@ rules:
 
 	// The process's first large statement waits for the row lock: 2 s, nearly all of it waiting.
 	start := time.Now()
-	if _, err := db.ExecContext(api, "update big set v = v + 1 where v > $1", 0); err != nil {
+	if _, err := db.ExecContext(api, "update big set v = v + 1 where v > $1", 199990); err != nil {
 		t.Fatalf("the update: %v", err)
 	}
 	t.Logf("the update took %v (waiting on the row lock)", time.Since(start).Round(time.Millisecond))
