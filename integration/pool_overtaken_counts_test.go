@@ -16,9 +16,9 @@ import (
 // connection on a pool of 2 whose connections are both taken, then overtaken by a query on a
 // PoolConn (the budget's one slot), then given the second connection; during (the statement
 // waiting in its re-admission, when the rules let it wait) is called before the test waits for
-// its outcome. It returns the statement's outcome and the tallies' delta over the two
-// statements (the overtaking query and the overtaken one).
-func runOvertaken(t *testing.T, rules string, batch bool, ctxTimeout time.Duration, during func(f *talliedEnd)) (error, tallyDelta) {
+// its outcome. It returns the tallies' delta over the two statements (the overtaking query and the
+// overtaken one), and the overtaken statement's outcome.
+func runOvertaken(t *testing.T, rules string, batch bool, ctxTimeout time.Duration, during func(f *talliedEnd)) (tallyDelta, error) {
 	t.Helper()
 	_, ends := openTallied(t, rules, 2, "")
 	f := ends[0]
@@ -72,7 +72,7 @@ func runOvertaken(t *testing.T, rules string, batch bool, ctxTimeout time.Durati
 	rows.Close()
 	c1.Release()
 	poolHoldsNothing(t, p, "after the overtaken statement")
-	return out, tallyDiff(f.tally(t), before)
+	return tallyDiff(f.tally(t), before), out
 }
 
 // TestPoolOvertakenRefusedCountedOnce: BudgetStatus's doc: "Admitted, Warned and Blocked
@@ -106,7 +106,7 @@ rules: [{budget: b, match: {app: x}}]`
 		{"batch refused at once", noWait, true, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err, d := runOvertaken(t, tc.rules, tc.batch, tc.ctxTimeout, nil)
+			d, err := runOvertaken(t, tc.rules, tc.batch, tc.ctxTimeout, nil)
 			var be *driver.BlockedError
 			if tc.ctxTimeout == 0 && !asBlockedOK(err, &be) {
 				t.Fatalf("the overtaken statement: %v, want a refusal", err)
@@ -148,7 +148,7 @@ rules: [{budget: b, match: {app: x}}]`, false, map[string]int64{"b/allow/": 2}},
 rules: [{budget: b, match: {app: x}}]`, true, map[string]int64{"b/allow/": 1, "b/block/concurrency": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err, d := runOvertaken(t, start, false, 0, func(f *talliedEnd) { f.setConfig(t, tc.rules) })
+			d, err := runOvertaken(t, start, false, 0, func(f *talliedEnd) { f.setConfig(t, tc.rules) })
 			if (err != nil) != tc.refused {
 				t.Fatalf("the overtaken statement: %v (want refused: %v)", err, tc.refused)
 			}
