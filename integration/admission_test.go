@@ -45,24 +45,8 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = maxConns
-	p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	c, err := driver.NewConnector(dsn, driver.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(c)
-	db.SetMaxOpenConns(int(maxConns))
-	db.SetMaxIdleConns(int(maxConns))
-	t.Cleanup(func() { db.Close() })
+	p := openSizedPool(t, dsn, maxConns, driver.WithConfig(cfg))
+	c, db := openSizedDB(t, dsn, maxConns, driver.WithConfig(cfg))
 	return []frontEnd{
 		{name: "NewPool",
 			exec: func(ctx context.Context, q string, args ...any) error {
@@ -112,6 +96,38 @@ func openFrontEnds(t *testing.T, rules string, maxConns int32) []frontEnd {
 			budget:   func(name string) driver.BudgetStatus { return budgetStatus(t, c, name) },
 			setRules: func(rules string) error { return c.SetConfig(poolRules(t, rules)) }},
 	}
+}
+
+// openSizedPool opens a *driver.Pool on dsn with at most maxConns connections, closed when the
+// test ends.
+func openSizedPool(t *testing.T, dsn string, maxConns int32, opts ...driver.Option) *driver.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = maxConns
+	p, err := driver.NewPoolFromConfig(context.Background(), pc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// openSizedDB opens a *sql.DB over a driver.NewConnector on dsn with at most maxConns
+// connections, all of them kept idle for reuse, closed when the test ends.
+func openSizedDB(t *testing.T, dsn string, maxConns int32, opts ...driver.Option) (*driver.Connector, *sql.DB) {
+	t.Helper()
+	c, err := driver.NewConnector(dsn, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxOpenConns(int(maxConns))
+	db.SetMaxIdleConns(int(maxConns))
+	t.Cleanup(func() { db.Close() })
+	return c, db
 }
 
 // TestReportsWaitingDoNotStarveCheckouts is the scenario of a pool of 4 connections shared by

@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -91,28 +90,10 @@ func openTallied(t *testing.T, rules string, maxConns int32, setup string, opts 
 func (f *talliedEnd) open(t *testing.T, dsn string, maxConns int32, all []driver.Option) *talliedEnd {
 	t.Helper()
 	if f.name == "NewPool" {
-		pc, err := pgxpool.ParseConfig(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.MaxConns = maxConns
-		p, err := driver.NewPoolFromConfig(context.Background(), pc, all...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		f.pool = p
-		return f
+		f.pool = openSizedPool(t, dsn, maxConns, all...)
+	} else {
+		f.conn, f.db = openSizedDB(t, dsn, maxConns, all...)
 	}
-	c, err := driver.NewConnector(dsn, all...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(c)
-	db.SetMaxOpenConns(int(maxConns))
-	db.SetMaxIdleConns(int(maxConns))
-	t.Cleanup(func() { db.Close() })
-	f.conn, f.db = c, db
 	return f
 }
 

@@ -616,13 +616,13 @@ func (b *Batch) Acquired(ctx context.Context) error {
 		giveBack(b.start, b.holds[:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 		b.again = onTaken
-		b.countDecisions(nil) // that decision counts
+		b.countDecisions(nil) // the decision made again on its connection counts
 		return ErrDecideAgain
 	}
 	for i := range b.holds[:b.held] {
 		if !budget.Connect(b.start, &b.holds[i]) {
 			if err := b.admitAgain(ctx, st, i); err != nil {
-				b.countDecisions(nil) // the refusal counted, or the decision that follows
+				b.countDecisions(nil) // its refusal counted (admitAgain), or the decision made again
 				return err
 			}
 			break
