@@ -371,20 +371,36 @@ func (t *telemetry) startSpan(ctx context.Context, x *engine.Exec, always bool) 
 }
 
 // Started starts x's span and returns ctx carrying it, as otelpgx's TraceQueryStart does; the
-// front end keeps it with the statement, and Finished gets it back (engine.Observer).
+// front end keeps it with the statement, and Finished gets it back (engine.Observer). A
+// statement decided again (x.Resumed) has its span in ctx already: it is annotated anew.
 func (t *telemetry) Started(ctx context.Context, x *engine.Exec) context.Context {
 	if !x.Observed {
 		return ctx // no span (Finished finds none to end)
 	}
-	ctx, span := t.startSpan(ctx, x, false)
+	ctx, span := t.span(ctx, x, false)
 	if span.IsRecording() {
 		t.setAttributes(span, x, x.Decision, x.Reason)
 		warnEvents(span, x, 0)
-		if started := decisionOf(x); started != allowed {
+		if started := decisionOf(x); started != allowed || x.Resumed {
 			ctx = context.WithValue(ctx, startedKey{}, started)
 		}
 	}
 	return ctx
+}
+
+// span returns the span of x's decision and ctx carrying it: the one an earlier decision of x
+// began, which ctx carries (x.Resumed), its decision's attributes cleared, or a new one
+// (startSpan, always as there).
+func (t *telemetry) span(ctx context.Context, x *engine.Exec, always bool) (context.Context, trace.Span) {
+	if !x.Resumed {
+		return t.startSpan(ctx, x, always)
+	}
+	span := trace.SpanFromContext(ctx)
+	// A span keeps the attributes it was given: the ones this decision may leave out
+	// (attributes) are emptied, for it to set its own.
+	span.SetAttributes(attribute.String(attrDecision, ""), attribute.String(attrReason, ""),
+		attribute.StringSlice(attrBudgets, nil))
+	return ctx, span
 }
 
 // spanDecision is a span's pgtraffic.decision and pgtraffic.reason. The engine may decide a
@@ -422,7 +438,7 @@ func warnEvents(span trace.Span, x *engine.Exec, from int) {
 // Blocked records a statement that was never sent: a span with error status (so that a
 // blocked statement shows in the caller's trace) and, for a denial, a block decision.
 func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
-	_, span := t.startSpan(ctx, x, true)
+	_, span := t.span(ctx, x, true)
 	var d *engine.Denial
 	status := ""
 	if errors.As(err, &d) {

@@ -114,6 +114,11 @@ func (e *Engine) BeginBatchTaken(ctx context.Context, b *Batch, conn Conn, queri
 // (onTaken).
 func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connState, queries []string,
 	args [][]any) error {
+	if !resumes(b.again, at) {
+		for i := range b.Execs {
+			b.Execs[i].spanned = nil // a new batch: nothing of an earlier one's goes on
+		}
+	}
 	b.reset(e, len(queries))
 	later := at == beforeConn
 	b.later, b.taken = later, at == onTaken
@@ -131,8 +136,8 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connSta
 		x.later, x.InBatch = later, true
 		b.texts = append(b.texts, text)
 		if e.obs != nil {
-			x.Wants = e.obs.Wants()
-			x.Observed = x.Wants&WantSpans != 0
+			x.Wants = e.obs.Wants() | x.resumedWants()
+			x.Observed, x.Resumed = x.Wants&WantSpans != 0, x.spanned != nil
 		}
 	}
 	st := e.state.Load()
@@ -175,7 +180,7 @@ func (e *Engine) beginBatch(ctx context.Context, b *Batch, conn Conn, at connSta
 			}
 		}
 		if x.Observed {
-			b.ctxs[i] = e.obs.Started(ctx, x)
+			b.ctxs[i] = e.obs.Started(x.spanContext(ctx), x)
 		}
 	}
 	if !later {
@@ -422,7 +427,7 @@ func (b *Batch) refused(ctx context.Context, err error) {
 			x.arrived = x.start
 		}
 		if e.obs != nil {
-			e.obs.Blocked(ctx, x, err)
+			e.obs.Blocked(x.spanContext(ctx), x, err)
 		}
 	}
 }
@@ -671,7 +676,7 @@ func (b *Batch) admitAgain(ctx context.Context, st *compiled, gone int) error {
 	if err != nil {
 		giveBack(b.start, b.holds[n:b.held])
 		b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
-		if err == ErrWaitBeforeConn {
+		if decidedAgain(err) {
 			return err // nothing refused it: it is decided again
 		}
 		d, denied := err.(*Denial)
@@ -697,7 +702,8 @@ func (b *Batch) EndUndecided(ctx context.Context, err error) { b.refused(ctx, er
 // Abandon ends b, admitted by BeginBatchBeforeConn, when no connection could be acquired for
 // it or Acquired refused it: as Exec.Abandon, whatever holds it still has go back at no cost,
 // nothing is learned, and each statement's observer is told that it ended with err. Call it
-// instead of Finish.
+// instead of Finish. Abandoned with Acquired's ErrDecideAgain or ErrWaitBeforeConn, b does not
+// end, as Exec.Abandon says: its next decision continues each statement's span.
 func (b *Batch) Abandon(ctx context.Context, err error) {
 	e := b.e
 	e.leave(len(b.Execs), b.later)
@@ -709,6 +715,15 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	now := e.now()
 	giveBack(now, b.holds[:b.held])
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
+	if decidedAgain(err) {
+		for i := range b.Execs {
+			if c := b.ctxs[i]; c != nil {
+				b.Execs[i].keepSpan(c)
+			}
+		}
+		clear(b.ctxs)
+		return
+	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		if x.Wants&(WantSpans|WantDuration) != 0 {

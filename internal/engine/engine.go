@@ -235,6 +235,11 @@ type Result struct {
 	// InBatch says the statement was sent in a pgx batch (Batch): the observer's Finished ends
 	// its span, and BatchFinished records the batch's duration once, as one operation.
 	InBatch bool
+	// Resumed says an earlier decision of the same statement began its span, which this one
+	// continues (a statement of the pool decided again: see Exec.Abandon): the context the
+	// observer's Started or Blocked is given carries that span, to annotate with this decision
+	// and to end, not to start another beside.
+	Resumed bool
 }
 
 // work is an Exec's private part: the statement's holds and clock, and the storage the engine
@@ -268,6 +273,10 @@ type work struct {
 	// arrival. Any other call begins a new statement (one whose connection never came left
 	// again set); onHeld, the zero value, names none (resumes).
 	again connState
+	// spanned is the context carrying the span an earlier decision of the statement began,
+	// kept by Abandon for the decision again names, which continues it (Result.Resumed) and
+	// hands it to the observer (spanContext); nil otherwise.
+	spanned context.Context
 	// rng samples the statements the model trains on: each Exec has its own, used by its one
 	// owner, seeded at random on first use.
 	rng    rand.PCG
@@ -463,9 +472,12 @@ func (e *Engine) BeginTaken(ctx context.Context, x *Exec, conn Conn, query strin
 func (e *Engine) begin(ctx context.Context, x *Exec, at connState, c *call) (context.Context, error) {
 	later := at == beforeConn
 	st := e.state.Load()
+	if !resumes(x.again, at) {
+		x.spanned = nil // a new statement: nothing of an earlier one's goes on
+	}
 	var wants Wants
 	if e.obs != nil {
-		wants = e.obs.Wants()
+		wants = e.obs.Wants() | x.resumedWants()
 	}
 	debug := e.log.Enabled(ctx, slog.LevelDebug)
 	// With no rules in force, telemetry idle and no debug log, nothing reads the statement: its
@@ -478,6 +490,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, at connState, c *call) (con
 	}
 	x.reset(e, p)
 	x.Wants, x.Observed, x.later, x.taken = wants, wants&WantSpans != 0, later, at == onTaken
+	x.Resumed = x.spanned != nil
 	begun := false
 	if read {
 		// What a statement read may take (budgets' holds, the observer's span) is given back if
@@ -494,7 +507,7 @@ func (e *Engine) begin(ctx context.Context, x *Exec, at connState, c *call) (con
 		}
 	}
 	if x.Observed {
-		ctx = e.obs.Started(ctx, x)
+		ctx = e.obs.Started(x.spanContext(ctx), x)
 	}
 	if !later {
 		e.inFlight.Add(1)
@@ -582,7 +595,7 @@ func (e *Engine) decideStatement(ctx context.Context, st *compiled, x *Exec, at 
 		// ErrNeedConn and ErrWaitBeforeConn decided nothing: the front end decides the
 		// statement again, with its connection or before it.
 		if err != ErrNeedConn && err != ErrWaitBeforeConn && e.obs != nil {
-			e.obs.Blocked(ctx, x, err)
+			e.obs.Blocked(x.spanContext(ctx), x, err)
 		}
 		return err
 	}
@@ -776,6 +789,11 @@ func decidedAgainAt(again bool, err error, at connState) connState {
 // with the context BeginBeforeConn returned. It ends as well a statement admitted by Begin or
 // BeginTaken that the front end does not send after all (its connection closed while the
 // engine held it back), with the context they returned: nothing ran.
+//
+// Abandoned with Acquired's ErrDecideAgain or ErrWaitBeforeConn, x does not end: the front end
+// decides it again (BeginTaken, BeginBeforeConn), and the observer hears of it once, at its
+// end. That decision continues the span this one began (Result.Resumed): ctx carries it, and
+// the engine keeps it until then.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.leave(1, x.later)
@@ -787,9 +805,45 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	now := e.now()
 	giveBack(now, x.holds)
 	x.holds = x.holds[:0]
+	if decidedAgain(err) {
+		x.keepSpan(ctx)
+		return
+	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, now.Sub(x.start))
 	}
+}
+
+// decidedAgain reports whether err, given to Abandon, is one of Acquired's answers that
+// send a statement or batch to be decided again rather than end it.
+func decidedAgain(err error) bool { return err == ErrDecideAgain || err == ErrWaitBeforeConn }
+
+// keepSpan keeps ctx, the context of x's decision that Abandon gave up to decide x again, for
+// that next decision, when it carries x's span.
+func (x *Exec) keepSpan(ctx context.Context) {
+	if x.Observed {
+		x.spanned = ctx
+	}
+}
+
+// resumedWants is what the observer must be asked of x whatever its Wants say now: its span,
+// when an earlier decision began it (spanned), which only its Finished or Blocked ends.
+func (x *Exec) resumedWants() Wants {
+	if x.spanned != nil {
+		return WantSpans
+	}
+	return 0
+}
+
+// spanContext returns the context for the observer's Started or Blocked of x at this decision:
+// the one that carries the span of an earlier decision of x (Result.Resumed), handed over
+// once, else ctx.
+func (x *Exec) spanContext(ctx context.Context) context.Context {
+	if c := x.spanned; c != nil {
+		x.spanned = nil
+		return c
+	}
+	return ctx
 }
 
 // EndUndecided ends x, which BeginBeforeConn answered ErrNeedConn, when the connection its
@@ -798,7 +852,7 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 // decided (its span, no decision counted), as one whose context ended during its EXPLAIN is.
 func (x *Exec) EndUndecided(ctx context.Context, err error) {
 	if x.e.obs != nil {
-		x.e.obs.Blocked(ctx, x, err)
+		x.e.obs.Blocked(x.spanContext(ctx), x, err)
 	}
 }
 
@@ -977,9 +1031,11 @@ type Observer interface {
 	// WantDecisions; Blocked always runs.
 	Wants() Wants
 	// Started returns ctx, or a context derived from it that carries what the observer keeps
-	// of the admitted statement x (its span).
+	// of the admitted statement x (its span). When x.Resumed, ctx is the one an earlier
+	// decision's Started returned: the statement is the same, decided again.
 	Started(ctx context.Context, x *Exec) context.Context
-	// Blocked records x, which was not admitted: nothing was sent.
+	// Blocked records x, which was not admitted: nothing was sent. When x.Resumed, ctx is the
+	// one an earlier decision's Started returned, as for Started.
 	Blocked(ctx context.Context, x *Exec, err error)
 	// Finished records x's end, err its outcome and d its execution time. ctx is the context
 	// Started returned, when it ran (x.Observed); else the statement's context.

@@ -85,3 +85,105 @@ rules:
 }
 
 func (*ctxObserver) BatchFinished(context.Context, *Batch, error, time.Duration) {}
+
+// spanObserver counts the spans a real observer would begin (Started and Blocked of a decision
+// that resumes nothing) and end (Finished, Blocked), and checks that a resumed decision is
+// handed the context its statement's span was begun in.
+type spanObserver struct {
+	recObserver
+	begun, ended, resumedElsewhere int
+}
+
+type spanKey struct{}
+
+func (o *spanObserver) Wants() Wants { return WantSpans | WantDuration }
+
+func (o *spanObserver) span(ctx context.Context, x *Exec) context.Context {
+	if !x.Resumed {
+		o.begun++
+		return context.WithValue(ctx, spanKey{}, x)
+	}
+	if ctx.Value(spanKey{}) != x {
+		o.resumedElsewhere++
+	}
+	return ctx
+}
+
+func (o *spanObserver) Started(ctx context.Context, x *Exec) context.Context { return o.span(ctx, x) }
+
+func (o *spanObserver) Blocked(ctx context.Context, x *Exec, _ error) {
+	o.span(ctx, x)
+	o.ended++
+}
+
+func (o *spanObserver) Finished(context.Context, *Exec, error, time.Duration) { o.ended++ }
+
+func (*spanObserver) BatchFinished(context.Context, *Batch, error, time.Duration) {}
+
+// TestDecidedAgainContinuesItsSpan: a statement of the pool admitted before its connection,
+// overtaken, and held back by health once it has it, is decided again before a connection
+// (Acquired's ErrWaitBeforeConn, then Abandon): one statement, so one span, begun at its
+// first decision and ended once, at its end; its next decision continues it, whether it is
+// admitted or refused.
+func TestDecidedAgainContinuesItsSpan(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		obs := &spanObserver{}
+		e, clk := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 1, max_wait: 10s, throttle_when: {in_flight: 2}}
+rules:
+  - {budget: a, match: {app: x}}
+`, func(o *Options) { o.Observer = obs })
+		ctx := tagging.With(context.Background(), "app", "x")
+		pooled := new(Exec)
+		pctx, err := e.BeginBeforeConn(ctx, pooled, "select 1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		running, err := begin(e, ctx, "select 2") // overtakes its pending slot
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- pooled.Acquired(pctx) }()
+		if err = answered(t, clk, done); !errors.Is(err, ErrWaitBeforeConn) {
+			t.Fatalf("Acquired held back for health: %v, want ErrWaitBeforeConn", err)
+		}
+		pooled.Abandon(pctx, err)
+		if obs.ended != 0 {
+			t.Fatalf("%d spans ended when the statement was sent to be decided again", obs.ended)
+		}
+		dctx := ctx
+		if refused {
+			var cancel context.CancelFunc
+			dctx, cancel = context.WithCancel(ctx)
+			cancel() // refused for its slot at once: its context ended
+		}
+		go func() {
+			var err error
+			pctx, err = e.BeginBeforeConn(dctx, pooled, "select 1", nil)
+			done <- err
+		}()
+		if !refused {
+			waiting(t, clk, done) // for the running statement's slot
+			running.Finish(ctx, nil)
+		}
+		err = <-done
+		if refused != (err != nil) {
+			t.Fatalf("decided again: %v (want refused: %v)", err, refused)
+		}
+		if !refused {
+			if err := pooled.Acquired(pctx); err != nil {
+				t.Fatal(err)
+			}
+			pooled.Finish(pctx, nil)
+		} else {
+			running.Finish(ctx, nil)
+		}
+		// The running statement's span, and the pooled statement's one.
+		if obs.begun != 2 || obs.ended != 2 || obs.resumedElsewhere != 0 {
+			t.Errorf("refused %v: %d spans begun, %d ended, %d decisions resumed without their span; want 2, 2, 0",
+				refused, obs.begun, obs.ended, obs.resumedElsewhere)
+		}
+	}
+}
