@@ -161,9 +161,13 @@
 // TRUNCATE) is refused by an enforced guard, whose limit text says so, since its WHERE cannot be
 // checked. Out of reach: writes inside DO blocks and function bodies, whose text only the
 // server's procedural language parses, and a tautology hidden in an opaque expression (a
-// function, CASE, COALESCE). An unqualified column is taken to be the target's, though in
-// UPDATE ... FROM or DELETE ... USING it may be another table's. Guards catch mistakes; to
-// forbid a write, revoke the privilege.
+// function, CASE, COALESCE). The guards see no schema: an unqualified column is taken to be
+// the target's, though in UPDATE ... FROM or DELETE ... USING it may be another table's, except
+// inside a subquery with a FROM of its own, where it is taken to be that FROM's (PostgreSQL
+// resolves it to the innermost table that has the column, which may be the subquery's): a
+// subquery is correlated with the target through a qualified column, NOT EXISTS (SELECT 1 FROM
+// u WHERE u.id = t.uid), not uid alone. Guards catch mistakes; to forbid a write, revoke the
+// privilege.
 //
 // # Shared budgets
 //

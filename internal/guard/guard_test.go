@@ -78,6 +78,9 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u GROUP BY t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE t.id = t.id)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)", true, false}, // the inner t
+	// An unqualified column inside a subquery with a FROM of its own is taken to be the
+	// subquery's, as PostgreSQL takes it when its table has one: u.id = id may be u.id = u.id.
+	{"DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = uid)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.uid OR true)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = 1 OR t.id = 5)", true, false},
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = 1 AND (t.id = 5 OR true))", true, false},
