@@ -343,6 +343,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad explain", head + "    explain: always\n", `pgtraffic: rules line 3: budgets[0].explain: unknown value "always" (want auto, pattern or call)`},
 		{"empty budget name", "budgets:\n  - mode: warn\n", `pgtraffic: rules line 2: budgets[0].name: required`},
 		{"duplicate budget", head + "  - name: a\n", `pgtraffic: rules line 3: budgets[1].name: duplicate budget name "a" (also budgets[0])`},
+		{"guard's name", "budgets:\n  - name: require_where\n", `pgtraffic: rules line 2: budgets[0].name: "require_where" is a guard's name, which its decisions are counted and logged by`},
 		{"throttle unknown key", head + "    throttle_when: {cpu: 0.9}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.cpu: unknown metric (want active_queries, replication_lag, in_flight or custom.<name>)`},
 		{"throttle unknown custom", head + "    throttle_when:\n      custom.load: 3\n", `pgtraffic: rules line 4: budgets[0].throttle_when.custom.load: no health query named "load" in health_queries`},
 		{"throttle negative", head + "    throttle_when: {active_queries: -1}\n", `pgtraffic: rules line 3: budgets[0].throttle_when.active_queries: must be a number >= 0, got -1`},

@@ -157,18 +157,7 @@ func (p *problems) mode(at field, m Mode, writtenEmpty bool) {
 // named only for a problem or to ask whether a zero was written: a config may hold many budgets.
 func (c *Config) validateBudget(p *problems, at field, i int, cores float64, first map[string]int) {
 	b := &c.Budgets[i]
-	j, dup := first[b.Name]
-	if !dup {
-		first[b.Name] = i
-	}
-	switch {
-	case b.Name == "":
-		p.add(at.member(b, &b.Name), "required")
-	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
-		p.add(at.member(b, &b.Name), "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
-	case dup:
-		p.add(at.member(b, &b.Name), "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
-	}
+	b.validateName(p, at, i, first)
 	if b.Mode == "" || !b.Mode.valid() {
 		p.mode(at.member(b, &b.Mode), b.Mode, b.Mode == "" && p.explicit(at, b, &b.Mode))
 	}
@@ -194,6 +183,25 @@ func (c *Config) validateBudget(p *problems, at field, i int, cores float64, fir
 	case ExplainAuto, ExplainPattern, ExplainCall:
 	default:
 		p.add(at.member(b, &b.Explain), "unknown value %s (want %s)", quoteShort(b.Explain), explainChoices)
+	}
+}
+
+// validateName checks the name of b, budget i at at, and adds it to first. A guard's name is
+// taken: the metrics, the log and the status name a guard's decisions by it, as a budget's.
+func (b *Budget) validateName(p *problems, at field, i int, first map[string]int) {
+	j, dup := first[b.Name]
+	if !dup {
+		first[b.Name] = i
+	}
+	switch {
+	case b.Name == "":
+		p.add(at.member(b, &b.Name), "required")
+	case strings.TrimSpace(b.Name) != b.Name || strings.IndexFunc(b.Name, unicode.IsControl) >= 0:
+		p.add(at.member(b, &b.Name), "leading or trailing spaces or control characters in %s", quoteShort(b.Name))
+	case dup:
+		p.add(at.member(b, &b.Name), "duplicate budget name %s (also budgets[%d])", quoteShort(b.Name), j)
+	case b.Name == vocab.GuardRequireWhere || b.Name == vocab.GuardBlockTruncate:
+		p.add(at.member(b, &b.Name), "%s is a guard's name, which its decisions are counted and logged by", quoteShort(b.Name))
 	}
 }
 
