@@ -5,6 +5,9 @@ import (
 	"database/sql/driver"
 	"errors"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
@@ -22,15 +25,28 @@ func overrunContext(ctx context.Context, j job) (context.Context, context.Cancel
 }
 
 // overran returns err, the error of a statement run under qctx (from overrunContext), as an
-// error that also matches ErrOverrun when qctx's max_duration is what ended it.
+// error that also matches ErrOverrun when qctx's max_duration is what ended it: qctx's bound
+// passed (its cause) and err is a cancelled statement's (cancelled). Another error read after
+// the bound is the statement's own: the server's, or a row the application cannot scan, from a
+// result that had all arrived, which the bound did not cut.
 func overran(qctx context.Context, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || !cancelled(err) {
+		return err
 	}
 	if cause, ok := context.Cause(qctx).(*engine.OverrunCause); ok {
 		return &overrunError{cause: cause, err: err}
 	}
 	return err
+}
+
+// cancelled reports whether err is what pgx answers for a statement its context's deadline
+// ended: the context's error (pgx's, before the statement was sent or while it waited on the
+// server), the server's query_canceled (pgx's cancel request), or from pgx's stdlib a bad
+// connection (a statement its context ended before it was sent).
+func cancelled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrBadConn) ||
+		errors.As(err, &pgErr) && pgErr.Code == pgerrcode.QueryCanceled
 }
 
 // overrunError is the error of a statement cancelled past its budget's max_duration. It

@@ -111,7 +111,11 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 			e.obs.Decision(bs.name, DecisionWarn, vocab.ReasonMaxDuration)
 		}
 	}
-	cancelled := x.bound != nil && errors.Is(err, ErrOverrun)
+	// Cut off by x's own bound: a batch runs under its statements' smallest bound, which cuts
+	// off with them the statements of a longer one, whose budget did not (the cause, when err
+	// carries it, names the bound).
+	var cause *OverrunCause
+	cancelled := x.bound != nil && errors.Is(err, ErrOverrun) && (!errors.As(err, &cause) || cause == x.overrun)
 	if cancelled {
 		// The bound is the budget's max_duration, or a probe's (admission.go).
 		e.blockOverrun(x, x.bound, x.boundRule, x.MaxDuration, now)
