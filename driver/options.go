@@ -98,8 +98,10 @@ func WithPgxOptions(opts ...stdlib.OptionOpenDB) Option {
 
 // WithSQLCommenter appends each statement's context tags and, when its span is sampled, its W3C
 // traceparent to the SQL text as a sqlcommenter comment, so server-side tools (pg_stat_activity,
-// logs) see them. Bound values are never included; a statement that already has a comment is
-// sent unchanged; prepared statements are not rewritten.
+// logs) see them: each statement of a pgx batch too, with its own span's traceparent (the
+// batch is sent as a copy; the caller's keeps its texts). Bound values are never included; a
+// statement that already has a comment is sent unchanged; prepared statements are not
+// rewritten.
 //
 // Off by default: a per-request traceparent makes every text unique, so pgx's statement cache
 // prepares a new statement for each (BenchmarkSQLCommenter in integration/ measures the cost).

@@ -18,8 +18,8 @@ import (
 // [*BlockedError]; an admitted one holds its budgets' slots until its results are closed. A
 // statement queued by the name of one prepared in d's transaction is decided as its text (see
 // pgxTx.Prepare). A batch of the pool is decided before it takes a connection, as a statement
-// is, and gives the connection back when it ends. The batch is sent as queued (the
-// sqlcommenter does not rewrite a batch).
+// is, and gives the connection back when it ends. The batch is sent as queued, or with the
+// sqlcommenter's comments in a copy (outgoingBatch).
 func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.BatchResults {
 	j := r.batches.Get().(*batchJob)
 	decided := b.QueuedQueries
@@ -36,7 +36,9 @@ func (r *runner) sendBatch(ctx context.Context, d *dest, b *pgx.Batch) pgx.Batch
 	w := &pgxBatch{open: openStmt{j: j}, job: j, queued: b.QueuedQueries}
 	err := r.c.intr.run(ctx, &w.open, d, true, func(q querier, qctx context.Context) error {
 		w.qctx = qctx // its results are read under it
-		w.BatchResults = q.SendBatch(qctx, b)
+		sent := r.c.intr.outgoingBatch(ctx, d, j, b)
+		w.queued = sent.QueuedQueries // pgx runs the callbacks of the queries it was sent
+		w.BatchResults = q.SendBatch(qctx, sent)
 		return nil // pgx's results return the errors
 	})
 	if err != nil {

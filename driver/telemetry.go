@@ -746,6 +746,27 @@ func (i *interceptor) outgoing(o *openStmt, t *ticket, sql string, byName bool) 
 	return commented(o.ctx, t.Observed, sql)
 }
 
+// outgoingBatch returns the batch to send for b, the batch j runs at d, decided under ctx: b
+// unless WithSQLCommenter is on, in which case a copy of b (the caller's batch is left as
+// queued) whose statements each carry their comment, as outgoing gives a statement, with the
+// traceparent of the statement's own span. A statement queued by the name of a prepared
+// statement, and the BEGIN of a BeginTx batch, are sent as queued.
+func (i *interceptor) outgoingBatch(ctx context.Context, d *dest, j *batchJob, b *pgx.Batch) *pgx.Batch {
+	if !i.commenter {
+		return b
+	}
+	out := *b
+	out.QueuedQueries = make([]*pgx.QueuedQuery, len(b.QueuedQueries))
+	for k, qq := range b.QueuedQueries {
+		c := *qq
+		if s := k - j.skip; s >= 0 && d.text(qq.SQL) == qq.SQL {
+			c.SQL = commented(j.StatementContext(ctx, s), j.Execs[s].Observed, qq.SQL)
+		}
+		out.QueuedQueries[k] = &c
+	}
+	return &out
+}
+
 // commented returns query with ctx's tags and, for a sampled span of the statement's own
 // (observed: ctx carries the span the telemetry started), its traceparent appended as a
 // sqlcommenter comment (see outgoing).

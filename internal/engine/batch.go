@@ -506,7 +506,7 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		}
 		struck = struck || overran
 		if x.Wants&(WantSpans|WantDuration) != 0 {
-			e.obs.Finished(b.observed(ctx, i), x, err, took)
+			e.obs.Finished(b.StatementContext(ctx, i), x, err, took)
 		}
 	}
 	b.finished(ctx, firstError(errs), took)
@@ -584,9 +584,10 @@ func firstError(errs []error) error {
 	return nil
 }
 
-// observed is the context statement i's observer gets back at its end: the one its Started
-// returned, or ctx, the batch's.
-func (b *Batch) observed(ctx context.Context, i int) context.Context {
+// StatementContext is the context of statement i of the admitted batch, as Begin returns a
+// statement's: the one the observer's Started returned for it (carrying its span), or ctx, the
+// batch's. Its observer gets it back at its end.
+func (b *Batch) StatementContext(ctx context.Context, i int) context.Context {
 	if c := b.ctxs[i]; c != nil {
 		return c
 	}
@@ -727,7 +728,7 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		if x.Wants&(WantSpans|WantDuration) != 0 {
-			e.obs.Finished(b.observed(ctx, i), x, err, now.Sub(b.start))
+			e.obs.Finished(b.StatementContext(ctx, i), x, err, now.Sub(b.start))
 		}
 	}
 	b.finished(ctx, err, now.Sub(b.start))
