@@ -114,6 +114,12 @@ func TestWarnings(t *testing.T) {
 		{"per query limit", Spec{PerQueryLimit: 2, WarningThreshold: 0.5}, 0, Request{Cost: 1.5},
 			[]Warning{{Reason: vocab.ReasonPerQuery, Fill: 0.75, Limit: "per_query_limit=2s"}}},
 		{"threshold off", Spec{MaxConcurrent: 1}, 0, Request{}, nil},
+		// An unknown cost reserves up to per_query_limit; the limit judges the guess, as when
+		// it refuses, so a cheap guess is not warned about as a full limit.
+		{"per query limit, a cheap guess", Spec{Rate: 1, Burst: 10, MaxConcurrent: 4, PerQueryLimit: 1, WarningThreshold: 0.8}, 0,
+			Request{Cost: 0.001, Unknown: true}, nil},
+		{"per query limit, a costly guess", Spec{Rate: 1, Burst: 10, PerQueryLimit: 1, WarningThreshold: 0.8}, 0,
+			Request{Cost: 0.9, Unknown: true}, []Warning{{Reason: vocab.ReasonPerQuery, Fill: 0.9, Limit: "per_query_limit=1s"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -397,7 +397,8 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
 	cost := sanitizeCost(r.Cost)
-	if r.Unknown { // reserved by the room left (reservation)
+	predicted := cost // per_query_limit judges it, a guess too, not a reservation
+	if r.Unknown {    // reserved by the room left (reservation)
 		// check drained s to now; earlier takes are in Debt and in inflight
 		inflight, debt := s.heldTo(r)
 		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
@@ -434,7 +435,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 		}
 	}
 	if sp.PerQueryLimit > 0 {
-		if f := cost / sp.PerQueryLimit; f > fill {
+		if f := predicted / sp.PerQueryLimit; f > fill {
 			fill, reason, limit = f, vocab.ReasonPerQuery, b.text.perQuery
 		}
 	}
