@@ -483,9 +483,14 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 			// EXPLAIN is on its way waits for it (as long as ctx allows) and is priced by its
 			// plan; a statement that will EXPLAIN leads.
 			done, leads := e.explains.join(fp, c.conn != nil)
-			if leads {
+			switch {
+			case leads:
 				defer e.explains.end(fp)
-			} else if done != nil {
+			case done != nil && c.conn != nil && c.conn.InTransaction():
+				// A statement in a transaction EXPLAINs on its own connection instead: the
+				// EXPLAIN on its way may wait for a lock the transaction holds, which waiting
+				// for it would hold for ever.
+			case done != nil:
 				select {
 				case <-done:
 				case <-ctx.Done():

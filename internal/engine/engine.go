@@ -349,6 +349,9 @@ func (x *Exec) undecide() {
 // its driver's connection (internal/cost/pgxexplain).
 type Conn interface {
 	Explain(ctx context.Context, query string, args []any) (cost.Plan, error)
+	// InTransaction reports whether the connection is inside a transaction block, whose
+	// locks another session's EXPLAIN of the statement's pattern may wait for.
+	InTransaction() bool
 }
 
 // Begin decides whether a statement may run, into x (see [Exec] for the lifecycle). It is the

@@ -110,3 +110,7 @@ rules:
 			obs.decided, obs.blocked)
 	}
 }
+
+func (failingConn) InTransaction() bool { return false }
+
+func (blockedConn) InTransaction() bool { return false }

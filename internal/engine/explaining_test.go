@@ -15,7 +15,10 @@ import (
 type gatedConn struct {
 	gate  chan struct{}
 	calls *atomic.Int32
+	inTx  bool // inside a transaction block
 }
+
+func (c gatedConn) InTransaction() bool { return c.inTx }
 
 func (c gatedConn) Explain(ctx context.Context, query string, args []any) (cost.Plan, error) {
 	c.calls.Add(1)
@@ -89,5 +92,55 @@ rules:
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d EXPLAINs of one new pattern, want 1", n)
+	}
+}
+
+// TestStatementInTransactionDoesNotWaitForAnotherExplain: a transaction that holds a lock (a
+// migration's LOCK TABLE) runs a statement of a pattern whose EXPLAIN another session has on
+// its way, waiting for that very lock: the transaction's statement EXPLAINs on its own
+// connection and runs, rather than wait for that EXPLAIN, which would wait for ever on the
+// lock the waiting transaction holds.
+func TestStatementInTransactionDoesNotWaitForAnotherExplain(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: b, mode: enforce, server_share: 1, burst_limit: 100s, explain: pattern}
+rules:
+  - {budget: b, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	const q = "select count(*) from orders where id > $1"
+	calls := new(atomic.Int32)
+	blocked := make(chan struct{}) // the other session's EXPLAIN waits on the lock until the end
+	defer close(blocked)
+	go func() {
+		x := new(Exec)
+		if _, err := e.Begin(ctx, x, gatedConn{gate: blocked, calls: calls}, q, []any{1}); err == nil {
+			x.Finish(ctx, nil)
+		}
+	}()
+	for calls.Load() == 0 { // until the other session's EXPLAIN is on its way
+		time.Sleep(time.Millisecond)
+	}
+	open := make(chan struct{})
+	close(open)
+	done := make(chan error, 1)
+	go func() {
+		x := new(Exec)
+		_, err := e.Begin(ctx, x, gatedConn{gate: open, calls: calls, inTx: true}, q, []any{2})
+		if err == nil {
+			x.Finish(ctx, nil)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // a watchdog only
+		t.Fatal("the transaction's statement waits for another session's EXPLAIN, which waits for its lock")
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d EXPLAINs, want 2: the transaction's own", n)
 	}
 }

@@ -66,3 +66,5 @@ rules:
 		})
 	}
 }
+
+func (*plannedConn) InTransaction() bool { return false }

@@ -249,3 +249,7 @@ func On(c *pgx.Conn) Conn { return Conn{c} }
 func (c Conn) Explain(ctx context.Context, query string, args []any) (cost.Plan, error) {
 	return Explain(ctx, c.c, query, args)
 }
+
+// InTransaction reports whether the connection is inside a transaction block (a failed one
+// included): its session may hold locks until the transaction ends.
+func (c Conn) InTransaction() bool { return c.c.PgConn().TxStatus() != 'I' }
