@@ -283,6 +283,18 @@ func (m *Model) PutPlanFailed(now time.Time, fp uint64) {
 	m.updateLocked(p)
 }
 
+// ForgetPlanFailed forgets a failed EXPLAIN of pattern fp (PutPlanFailed), so that its next
+// execution is explained again: the statement failed as well, so the failure was likely its
+// own (a table not made yet), not the untyped EXPLAIN's.
+func (m *Model) ForgetPlanFailed(fp uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, _ := m.patterns.get(fp); p != nil && p.planCost == 0 {
+		p.planExpires = time.Time{}
+		m.updateLocked(p)
+	}
+}
+
 // PutQueryID records that the server identifies pattern fp's statements, of normalised text
 // text, by queryID, as an EXPLAIN reported (see [Plan]); 0, an EXPLAIN that reported none, is
 // only counted ([Model.Unidentified]).

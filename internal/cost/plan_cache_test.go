@@ -236,3 +236,21 @@ func TestPlanFailedTTL(t *testing.T) {
 		t.Fatal("at the TTL of a failure: still cached; want the pattern explained again")
 	}
 }
+
+// TestForgetPlanFailed: a failed EXPLAIN forgotten (its statement failed too) is explained
+// again at the next execution; a plan that did not fail is kept.
+func TestForgetPlanFailed(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := NewModel(10)
+	m.PutPlanFailed(t0, 1)
+	m.PutPlan(t0, 2, 50)
+	m.ForgetPlanFailed(1)
+	m.ForgetPlanFailed(2)
+	m.ForgetPlanFailed(3) // unknown: nothing to forget
+	if _, ok := cachedPlan(m, t0.Add(time.Second), 1); ok {
+		t.Error("a forgotten failure is still cached; want the pattern explained again")
+	}
+	if got, ok := cachedPlan(m, t0.Add(time.Second), 2); got != 50 || !ok {
+		t.Errorf("a plan that did not fail: cached %v, %v; want 50, true", got, ok)
+	}
+}

@@ -553,6 +553,7 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", fingerprintAttr(p), "error", err)
 				if !perCall {
 					e.model.PutPlanFailed(t0, fp) // not again before the plan's TTL
+					x.explainFailed = true
 				}
 			default:
 				sent = true

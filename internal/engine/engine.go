@@ -310,6 +310,9 @@ type pricing struct {
 	probe bool
 	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
 	explained bool
+	// explainFailed: the statement's EXPLAIN failed, and the pattern's plan was cached as
+	// failed (cost.Model.PutPlanFailed).
+	explainFailed bool
 }
 
 // scratch is the storage an Exec decides in, kept from one statement to the next.
@@ -912,6 +915,12 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 			planCost = 0
 		}
 		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, planCost, actual)
+	}
+	if err != nil && x.explainFailed {
+		// Its EXPLAIN failed and so did the statement: the failure was likely the statement's
+		// own (a table its migration has not made yet), not one of the EXPLAIN alone that
+		// would fail at every execution. The next one is explained again, not left unpriced.
+		e.model.ForgetPlanFailed(x.Pattern.FingerprintID)
 	}
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
