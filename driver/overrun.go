@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtraffic/pgtraffic/internal/engine"
@@ -26,11 +27,11 @@ func overrunContext(ctx context.Context, j job) (context.Context, context.Cancel
 
 // overran returns err, the error of a statement run under qctx (from overrunContext), as an
 // error that also matches ErrOverrun when qctx's max_duration is what ended it: qctx's bound
-// passed (its cause) and err is a cancelled statement's (cancelled). Another error read after
-// the bound is the statement's own: the server's, or a row the application cannot scan, from a
-// result that had all arrived, which the bound did not cut.
+// passed (its cause) and err is not the statement's own (own). The statement's own error read
+// after the bound (the server's, or a row the application cannot scan, from a result that had
+// all arrived) is not an overrun: the bound cut nothing.
 func overran(qctx context.Context, err error) error {
-	if err == nil || !cancelled(err) {
+	if err == nil || own(err) {
 		return err
 	}
 	if cause, ok := context.Cause(qctx).(*engine.OverrunCause); ok {
@@ -39,14 +40,17 @@ func overran(qctx context.Context, err error) error {
 	return err
 }
 
-// cancelled reports whether err is what pgx answers for a statement its context's deadline
-// ended: the context's error (pgx's, before the statement was sent or while it waited on the
-// server), the server's query_canceled (pgx's cancel request), or from pgx's stdlib a bad
-// connection (a statement its context ended before it was sent).
-func cancelled(err error) bool {
+// own reports whether err is a statement's own error, whatever its timing: the server's (but
+// query_canceled, which pgx's cancel request causes), or a value pgx could not scan. What a
+// cancellation leaves besides (the context's error, a connection pgx closed under a statement
+// that did not stop, a bad connection of pgx's stdlib) is not.
+func own(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrBadConn) ||
-		errors.As(err, &pgErr) && pgErr.Code == pgerrcode.QueryCanceled
+	if errors.As(err, &pgErr) {
+		return pgErr.Code != pgerrcode.QueryCanceled
+	}
+	var scanErr pgx.ScanArgError
+	return errors.As(err, &scanErr)
 }
 
 // overrunError is the error of a statement cancelled past its budget's max_duration. It
