@@ -171,3 +171,18 @@ func TestTimeGoesBack(t *testing.T) {
 	}
 	mustInvariants(t, b)
 }
+
+// TestPerQueryLimitJudgesLargest: a request for several statements (a batch's, Cost their sum)
+// is judged by per_query_limit at its largest statement's cost, and by the bucket at the sum.
+func TestPerQueryLimitJudgesLargest(t *testing.T) {
+	b := New(Spec{PerQueryLimit: 2, Rate: 1, Burst: 10})
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 3, Largest: 1}}, nil); d != nil {
+		t.Fatalf("three statements of 1s under a limit of 2s: %+v", *d)
+	}
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 3, Largest: 2.5}}, nil); d == nil || d.Reason != vocab.ReasonPerQuery {
+		t.Fatalf("a statement of 2.5s under a limit of 2s: %+v", d)
+	}
+	if _, d := Admit(at(0), []Request{{Budget: b, Cost: 11, Largest: 1}}, nil); d == nil || d.Reason != vocab.ReasonPerQuery {
+		t.Fatalf("11s of statements in a burst of 10s, which never fits: %+v", d)
+	}
+}

@@ -92,6 +92,10 @@ type Request struct {
 	Budget *Budget // must not be nil
 	Key    string  // the value of the budget's `per` tag; "" when it has none
 	Cost   float64 // predicted execution seconds
+	// Largest is the largest predicted cost of one statement of a request for several (a pgx
+	// batch's, whose Cost is their sum): what PerQueryLimit judges, the limit of one
+	// statement. 0: the request is one statement's, and PerQueryLimit judges Cost.
+	Largest float64
 	// Unknown marks a Cost that is only a guess (a pattern that has not run yet, priced by
 	// what other patterns taught): PerQueryLimit still judges it, but the bucket reserves
 	// the budget's reservation for an unknown cost instead (spec.go). Once admitted, Cost
@@ -298,6 +302,15 @@ func worse(a, b *Denial) bool {
 	return a.RetryAfter > b.RetryAfter
 }
 
+// perQuery is what PerQueryLimit judges of r: its one statement's cost, or the largest of its
+// statements' (Largest).
+func (r *Request) perQuery() float64 {
+	if r.Largest > 0 {
+		return sanitizeCost(r.Largest)
+	}
+	return sanitizeCost(r.Cost)
+}
+
 // check checks r against b at now, given the slots and cost that earlier
 // requests of the admission take from the same key: nil if r fits, else why
 // not (allocated only then). The caller holds b.mu.
@@ -321,7 +334,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 		}
 	}
 	sp := &b.keys.spec
-	if sp.PerQueryLimit > 0 && sanitizeCost(r.Cost) > sp.PerQueryLimit { // a guess too: see Request.Unknown
+	if sp.PerQueryLimit > 0 && r.perQuery() > sp.PerQueryLimit { // a guess too: see Request.Unknown
 		return &Denial{Reason: vocab.ReasonPerQuery, Limit: b.text.perQuery}
 	}
 	need := b.reservation(r, math.Inf(1), 1) + extra
@@ -397,8 +410,9 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	}
 	_, burst, maxConcurrent := b.keys.limits(s)
 	cost := sanitizeCost(r.Cost)
-	predicted := cost // per_query_limit judges it, a guess too, not a reservation
-	if r.Unknown {    // reserved by the room left (reservation)
+	// per_query_limit's fill is that of what it judges: a guess too, not a reservation.
+	predicted := r.perQuery()
+	if r.Unknown { // reserved by the room left (reservation)
 		// check drained s to now; earlier takes are in Debt and in inflight
 		inflight, debt := s.heldTo(r)
 		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)

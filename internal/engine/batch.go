@@ -13,9 +13,9 @@ import (
 // anything is sent: each statement is identified, tagged, routed, guarded and costed as a
 // statement would be, and the batch is admitted once, all or nothing, against the union of the
 // budgets its statements select, each at the sum of the costs of the batch's statements that
-// select it (a budget's per_query_limit therefore judges the batch's share, a budget's
-// max_concurrent counts the batch as one statement in flight: it is one round trip on one
-// connection). An admitted batch holds its slots until its results are closed.
+// select it (a budget's per_query_limit judges each statement's cost, the limit of one
+// statement, and its bucket the sum; its max_concurrent counts the batch as one statement in
+// flight: it is one round trip on one connection). An admitted batch holds its slots until its results are closed.
 //
 // The statements of a batch run pipelined, so their times are not measured apart: a budget is
 // charged the predictions of the batch's statements it holds when all of them are on the
@@ -305,10 +305,11 @@ func (b *Batch) add(bs *budgetState, rule, i int, key string, cost float64) {
 	for j, r := range b.holds {
 		if r.Budget == bs.b && r.Key == key {
 			b.holds[j].Cost += cost
+			b.holds[j].Largest = max(r.Largest, cost)
 			return
 		}
 	}
-	b.holds = append(b.holds, budget.Request{Budget: bs.b, Key: key, Cost: cost})
+	b.holds = append(b.holds, budget.Request{Budget: bs.b, Key: key, Cost: cost, Largest: cost})
 	b.owners = append(b.owners, owner{bs: bs, rule: rule, stmt: i})
 }
 

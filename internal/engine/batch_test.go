@@ -138,13 +138,18 @@ guards: {require_where: enforce}
 	b.Finish(ctx, nil)
 }
 
-// TestBatchSumOfCosts: per_query_limit judges the batch at the sum of its statements' costs.
-func TestBatchSumOfCosts(t *testing.T) {
+// TestBatchPerQueryLimitPerStatement: per_query_limit, the limit of one statement, judges
+// each statement of a batch, not their sum (which the bucket judges): two statements of 300ms
+// pass a 500ms limit together; one of 300ms does not pass a 250ms limit, alone or among cheaper
+// ones.
+func TestBatchPerQueryLimitPerStatement(t *testing.T) {
 	e, clk := newEngine(t, `
 budgets:
   - {name: r, mode: enforce, per_query_limit: 500ms}
+  - {name: tight, mode: enforce, per_query_limit: 250ms}
 rules:
   - {budget: r, match: {app: r}}
+  - {budget: tight, match: {app: tight}}
 `)
 	ctx := tagging.With(context.Background(), "app", "r")
 	q := "select count(*) from events"
@@ -154,13 +159,14 @@ rules:
 		}
 	}
 	var b Batch
-	if err := e.BeginBatch(ctx, &b, nil, []string{q}, nil); err != nil {
-		t.Fatalf("one statement of 300ms: %v", err)
+	if err := e.BeginBatch(ctx, &b, nil, []string{q, q}, nil); err != nil {
+		t.Fatalf("two statements of 300ms under a 500ms limit: %v", err)
 	}
 	b.Finish(ctx, nil)
-	err := e.BeginBatch(ctx, &b, nil, []string{q, q}, nil)
+	tight := tagging.With(context.Background(), "app", "tight")
+	err := e.BeginBatch(tight, &b, nil, []string{"select 1", q}, nil)
 	if d := denial(t, err); d.Reason != vocab.ReasonPerQuery {
-		t.Fatalf("two statements of 300ms under a 500ms limit: %+v", d)
+		t.Fatalf("a statement of 300ms under a 250ms limit: %+v", d)
 	}
 }
 
