@@ -101,7 +101,7 @@ func WithPgxOptions(opts ...stdlib.OptionOpenDB) Option {
 // logs) see them: each statement of a pgx batch too, with its own span's traceparent (the
 // batch is sent as a copy; the caller's keeps its texts). Bound values are never included; a
 // statement that already has a comment is sent unchanged; prepared statements are not
-// rewritten.
+// rewritten, nor a one-word text (a name prepared through PoolConn.Conn, COMMIT).
 //
 // Off by default: a per-request traceparent makes every text unique, so pgx's statement cache
 // prepares a new statement for each (BenchmarkSQLCommenter in integration/ measures the cost).

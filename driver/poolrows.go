@@ -135,9 +135,14 @@ func (r *pgxRow) Scan(dest ...any) error {
 	return err
 }
 
-// errRows are the rows of a query that did not run: every method reports err, as pgxpool's
-// rows of a query that could not acquire a connection do.
-type errRows struct{ err error }
+// errRows are the rows of a query that did not run or failed: every method reports err, as
+// pgxpool's rows of a query that could not acquire a connection do. of are the rows pgx
+// returned with err on a connection the caller holds (a PoolConn's, a transaction's), whose
+// Conn and TypeMap are theirs, as pgx's own failed rows keep them; nil otherwise.
+type errRows struct {
+	err error
+	of  pgx.Rows
+}
 
 var _ pgx.Rows = errRows{}
 
@@ -149,5 +154,17 @@ func (errRows) Next() bool                                   { return false }
 func (e errRows) Scan(...any) error                          { return e.err }
 func (e errRows) Values() ([]any, error)                     { return nil, e.err }
 func (errRows) RawValues() [][]byte                          { return nil }
-func (errRows) Conn() *pgx.Conn                              { return nil }
-func (errRows) TypeMap() *pgtype.Map                         { return nil }
+
+func (e errRows) Conn() *pgx.Conn {
+	if e.of == nil {
+		return nil
+	}
+	return e.of.Conn()
+}
+
+func (e errRows) TypeMap() *pgtype.Map {
+	if e.of == nil {
+		return nil
+	}
+	return e.of.TypeMap()
+}

@@ -196,7 +196,10 @@ func (r *runner) query(ctx context.Context, d *dest, sql string, args []any) (pg
 		return err
 	})
 	if err != nil {
-		return errRows{err: err}, err
+		if d.pool != nil {
+			return errRows{err: err}, err // its connection went back to the pool, as pgxpool's does
+		}
+		return errRows{err: err, of: w.Rows}, err
 	}
 	return w, nil
 }

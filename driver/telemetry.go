@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -740,7 +742,7 @@ func errorType(err error) string {
 // stay cached. A statement that already carries a comment is sent unchanged (tagging.Append
 // follows the sqlcommenter spec).
 func (i *interceptor) outgoing(o *openStmt, t *ticket, sql string, byName bool) string {
-	if !i.commenter || byName {
+	if !i.commenter || byName || oneWord(sql) {
 		return sql
 	}
 	return commented(o.ctx, t.Observed, sql)
@@ -759,13 +761,18 @@ func (i *interceptor) outgoingBatch(ctx context.Context, d *dest, j *batchJob, b
 	out.QueuedQueries = make([]*pgx.QueuedQuery, len(b.QueuedQueries))
 	for k, qq := range b.QueuedQueries {
 		c := *qq
-		if s := k - j.skip; s >= 0 && d.text(qq.SQL) == qq.SQL {
+		if s := k - j.skip; s >= 0 && d.text(qq.SQL) == qq.SQL && !oneWord(qq.SQL) {
 			c.SQL = commented(j.StatementContext(ctx, s), j.Execs[s].Observed, qq.SQL)
 		}
 		out.QueuedQueries[k] = &c
 	}
 	return &out
 }
+
+// oneWord reports whether sql is one word: the name of a statement prepared on the connection
+// out of pgtraffic's sight (PoolConn.Conn().Prepare), which pgx runs by that name and a comment
+// would make SQL, or a one-word command (COMMIT) that a comment tells no server-side tool much.
+func oneWord(sql string) bool { return strings.IndexFunc(sql, unicode.IsSpace) < 0 }
 
 // commented returns query with ctx's tags and, for a sampled span of the statement's own
 // (observed: ctx carries the span the telemetry started), its traceparent appended as a

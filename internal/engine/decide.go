@@ -520,8 +520,13 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				// Nothing reached the server (an aborted transaction, a busy connection): no call
 				// to count.
 			case err != nil && ctx.Err() != nil:
-				// Its caller gave up: not the pattern's failure, and nothing to run.
+				// Its caller gave up: not the pattern's failure, and nothing to run. It is
+				// answered with the connection's error for it when the EXPLAIN's is one (pgx's
+				// timeout, as the statement would have had), else with ctx's.
 				e.stats.ExplainCalls.Add(1)
+				if errors.Is(err, ctx.Err()) {
+					return true, false, err
+				}
 				return true, false, ctx.Err()
 			case err != nil && cut != nil:
 				// Its max_duration passed while it was explained (a lock it waits for, a planner

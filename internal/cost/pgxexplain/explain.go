@@ -176,8 +176,13 @@ func resultCost(res *pgconn.Result) (cost.Plan, error) {
 // (lock_not_available: a lock_timeout; query_canceled: a statement_timeout or a cancel
 // request) is kept whole, wrapped in cost.ErrCancelled: its message quotes nothing of the
 // statement, and the engine answers the statement with it. A failure that closed pc (the
-// server ended the session) wraps cost.ErrConnLost.
+// server ended the session) wraps cost.ErrConnLost. The end of the caller's context is pgx's
+// error for it, whole, as the statement would have had it (pgconn.Timeout recognises it): the
+// engine answers the statement with it.
 func sentError(pc *pgconn.PgConn, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
 	err = serverError(err)
 	if pc.IsClosed() {
 		return fmt.Errorf("%w: %w", cost.ErrConnLost, err)
