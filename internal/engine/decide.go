@@ -520,14 +520,9 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				// Nothing reached the server (an aborted transaction, a busy connection): no call
 				// to count.
 			case err != nil && ctx.Err() != nil:
-				// Its caller gave up: not the pattern's failure, and nothing to run. It is
-				// answered with the connection's error for it when the EXPLAIN's is one (pgx's
-				// timeout, as the statement would have had), else with ctx's.
+				// Its caller gave up: not the pattern's failure, and nothing to run.
 				e.stats.ExplainCalls.Add(1)
-				if errors.Is(err, ctx.Err()) {
-					return true, false, err
-				}
-				return true, false, ctx.Err()
+				return true, false, callerEnded(ctx, err)
 			case err != nil && cut != nil:
 				// Its max_duration passed while it was explained (a lock it waits for, a planner
 				// that takes long): sent, it would run past it. Not the pattern's failure either.
@@ -581,6 +576,16 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 	x.server, x.identified = pred.Server, pred.Identified
 	x.Predicted, x.PlanCost, x.explained = pred.Seconds, planCost, true
 	return sent, false, nil
+}
+
+// callerEnded is the error of a statement whose caller's context ctx ended during its EXPLAIN,
+// which failed with err: the connection's error for it when err is one (pgx's timeout, as the
+// statement would have had it without pgtraffic), else ctx's.
+func callerEnded(ctx context.Context, err error) error {
+	if errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return ctx.Err()
 }
 
 func ctxEndsBefore(ctx context.Context, t time.Time) bool {
