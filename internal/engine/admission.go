@@ -185,7 +185,7 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 	lapse := st.nextLapse(start)
 	for now := start; ; {
 		deadline := c.deadline(ctx, o, arrived)
-		joined, stop := e.stay(ctx, c, o, d, how, now, deadline)
+		joined, stop := e.stay(ctx, st, c, o, d, how, now, deadline)
 		if stop != nil {
 			return waited, stop
 		}
@@ -236,12 +236,16 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 	}
 }
 
-// stay is await's step after c was refused by d of owner o at now (how): c is refused (the
-// refusal recorded, d returned) when it may not wait or finds a queue full; it is sent to wait
-// before a connection (ErrWaitBeforeConn) when it is on one lent to it and health holds it
-// back (it leaves the queues, keeping its place of arrival); else it keeps its place in the
-// queues, joined reporting that it joined them now.
-func (e *Engine) stay(ctx context.Context, c *claim, o owner, d *Denial, how wake, now, deadline time.Time) (
+// stay is await's step after c, decided under st, was refused by d of owner o at now (how): c
+// is refused (the refusal recorded, d returned) when it may not wait or finds a queue full; it
+// is sent to wait before a connection (ErrWaitBeforeConn) when it is on one lent to it and
+// health holds it back (it leaves the queues, keeping its place of arrival); else it keeps its
+// place in the queues, joined reporting that it joined them now.
+//
+// A full queue refuses c as the budget whose queue it is: the one that held c back, with d,
+// or another of c's budgets, whose max_queue c could not wait within (its limit names it, its
+// reason is what c would have waited for).
+func (e *Engine) stay(ctx context.Context, st *compiled, c *claim, o owner, d *Denial, how wake, now, deadline time.Time) (
 	joined bool, err error) {
 	if !c.mayWait(ctx, o, d, how, now, deadline) {
 		e.refuse(now, c, o, d)
@@ -251,7 +255,11 @@ func (e *Engine) stay(ctx context.Context, c *claim, o owner, d *Denial, how wak
 		return false, ErrWaitBeforeConn
 	}
 	joined, full := c.enqueue(o, d, how)
-	if full {
+	if full >= 0 {
+		if f := c.owners[full]; f.bs != o.bs {
+			o, d = f, &Denial{Budget: f.bs.name, Rule: st.ruleName[f.rule], Reason: d.Reason,
+				Fingerprint: d.Fingerprint, Limit: f.bs.queueFull, RetryAfter: d.RetryAfter}
+		}
 		e.refuse(now, c, o, d)
 		return false, d
 	}
@@ -262,16 +270,19 @@ func (e *Engine) stay(ctx context.Context, c *claim, o owner, d *Denial, how wak
 // o (how): a claim waiting for health holds up those behind it in the budget whose health
 // holds it back (budget.Hold; checked before the budgets' room, which records its own
 // answers), and one not waiting yet joins the queues. It reports that c joined them now, or
-// found one full.
-func (c *claim) enqueue(o owner, d *Denial, how wake) (joined, full bool) {
+// the index of the request whose queue it found full (-1: none).
+func (c *claim) enqueue(o owner, d *Denial, how wake) (joined bool, full int) {
 	why := budget.Denial{Index: c.index(o), Reason: d.Reason, Limit: d.Limit, RetryAfter: d.RetryAfter}
 	if c.w.Waiting() {
 		if how == wakeHealth {
 			budget.Hold(c.w, c.reqs, &why)
 		}
-		return false, false
+		return false, -1
 	}
-	return true, budget.Join(c.w, c.reqs, &why) >= 0
+	if full = budget.Join(c.w, c.reqs, &why); full >= 0 {
+		return false, full
+	}
+	return true, -1
 }
 
 // waitFor is how long a claim refused by d at now waits, unless woken, before it tries again:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -81,7 +82,10 @@ type budgetState struct {
 	needCost bool
 	explain  explainMode
 	maxWait  time.Duration
-	throttle map[string]float64
+	// queueFull is the limit of a statement refused because the budget's queue is full
+	// (max_queue=N), when another of its budgets held it back (admission.go).
+	queueFull string
+	throttle  map[string]float64
 	// closed, when set, is the zero limit that refuses every statement (limits.go).
 	closed *Denial
 	// maxDuration bounds an admitted statement's run (overrun.go); 0: none. overrun is the
@@ -227,6 +231,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
 			explain:     parseExplain(b.Explain),
 			maxWait:     maxWait,
+			queueFull:   vocab.FieldMaxQueue + "=" + strconv.Itoa(spec.MaxQueue),
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),

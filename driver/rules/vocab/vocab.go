@@ -34,6 +34,7 @@ const (
 	FieldBurstLimit    = "burst_limit"
 	FieldServerShare   = "server_share"
 	FieldMaxDuration   = "max_duration"
+	FieldMaxQueue      = "max_queue"
 	GuardRequireWhere  = "require_where"
 	GuardBlockTruncate = "block_truncate"
 )
