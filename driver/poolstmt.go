@@ -227,10 +227,29 @@ func (r *runner) copyFrom(ctx context.Context, d *dest, table pgx.Identifier, co
 	src pgx.CopyFromSource) (n int64, err error) {
 	o := openStmt{j: r.ticket().statement(ctx, copyText(table), nil)}
 	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
-		n, err = q.CopyFrom(qctx, table, columns, src)
+		n, err = q.CopyFrom(qctx, table, columns, boundedSource{src, qctx})
 		return err
 	})
 	return n, err
+}
+
+// boundedSource is a copy's source read under ctx, what the copy runs under: once ctx ends
+// (its max_duration passed, or the caller's context ended) it has no more rows, and its error
+// is ctx's. pgx reads a source to its end before it sends what it buffered, and so before it
+// notices that its context ended: a slow source (rows streamed from elsewhere) would run on
+// past max_duration, holding its budget's slot.
+type boundedSource struct {
+	pgx.CopyFromSource
+	ctx context.Context
+}
+
+func (s boundedSource) Next() bool { return s.ctx.Err() == nil && s.CopyFromSource.Next() }
+
+func (s boundedSource) Err() error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	return s.CopyFromSource.Err()
 }
 
 // copyText is the statement the engine decides for a CopyFrom into table.
