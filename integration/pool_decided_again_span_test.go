@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -77,18 +76,7 @@ func runReloadedBeforeConn(t *testing.T, rules, next string, batch bool) (tracet
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan error, 1)
-	go func() {
-		if batch {
-			b := &pgx.Batch{}
-			b.Queue("select 1")
-			b.Queue("select 2")
-			res <- p.SendBatch(ctx, b).Close()
-			return
-		}
-		_, err := p.Exec(ctx, "select 1")
-		res <- err
-	}()
+	res := sendInBackground(ctx, p, batch, 0)
 	pendingEventually(t, "the statement admitted, waiting for the connection", func() bool {
 		return poolBudget(t, p, "b").InFlight == 1
 	})

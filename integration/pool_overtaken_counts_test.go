@@ -33,24 +33,7 @@ func runOvertaken(t *testing.T, rules string, batch bool, ctxTimeout time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan error, 1)
-	go func() {
-		c := ctx
-		if ctxTimeout > 0 {
-			var cancel context.CancelFunc
-			c, cancel = context.WithTimeout(ctx, ctxTimeout)
-			defer cancel()
-		}
-		if batch {
-			b := &pgx.Batch{}
-			b.Queue("select 1")
-			b.Queue("select 2")
-			res <- p.SendBatch(c, b).Close()
-			return
-		}
-		_, err := p.Exec(c, "select 1")
-		res <- err
-	}()
+	res := sendInBackground(ctx, p, batch, ctxTimeout)
 	pendingEventually(t, "the statement admitted, waiting for a connection", func() bool { return poolBudget(t, p, "b").InFlight == 1 })
 	rows, err := c1.Query(ctx, "select generate_series(1, 3)") // overtakes the pending slot
 	if err != nil {
@@ -157,4 +140,28 @@ rules: [{budget: b, match: {app: x}}]`, true, map[string]int64{"b/allow/": 1, "b
 			}
 		})
 	}
+}
+
+// sendInBackground runs on p, in a goroutine, "select 1" or (batch) a batch of "select 1" and
+// "select 2", under ctx bounded by timeout (0: none), and sends its outcome on the channel it
+// returns.
+func sendInBackground(ctx context.Context, p *driver.Pool, batch bool, timeout time.Duration) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		if batch {
+			b := &pgx.Batch{}
+			b.Queue("select 1")
+			b.Queue("select 2")
+			res <- p.SendBatch(ctx, b).Close()
+			return
+		}
+		_, err := p.Exec(ctx, "select 1")
+		res <- err
+	}()
+	return res
 }

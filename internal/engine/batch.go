@@ -15,7 +15,8 @@ import (
 // budgets its statements select, each at the sum of the costs of the batch's statements that
 // select it (a budget's per_query_limit judges each statement's cost, the limit of one
 // statement, and its bucket the sum; its max_concurrent counts the batch as one statement in
-// flight: it is one round trip on one connection). An admitted batch holds its slots until its results are closed.
+// flight: it is one round trip on one connection). An admitted batch holds its slots until its
+// results are closed.
 //
 // The statements of a batch run pipelined, so their times are not measured apart: a budget is
 // charged the predictions of the batch's statements it holds when all of them are on the
