@@ -70,7 +70,7 @@ func acquireAdmitted(ctx context.Context, pool connPool, a job) (q querier, rele
 		if conn != nil && err != engine.ErrDecideAgain {
 			conn.Release() // before Abandon: a refused statement holds no connection
 		}
-		a.Abandon(ctx, err) // nothing ran
+		a.Abandon(ctx, abandoned(err)) // nothing ran
 	}()
 	err = errPanicked
 	if q, conn, err = pool.acquire(ctx); err != nil {
@@ -130,7 +130,7 @@ func decideOn(ctx context.Context, q querier, release releaser, e *engine.Engine
 		return nil, nil, nil, err
 	}
 	if err = checkConn(sctx, conn, j.Held()); err != nil {
-		j.Abandon(sctx, err)
+		j.Abandon(sctx, abandoned(err))
 		return nil, nil, nil, err
 	}
 	decided = true

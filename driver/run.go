@@ -286,6 +286,17 @@ func decideAgain(err error) bool { return err == engine.ErrWaitBeforeConn || err
 // decided on closed while the engine held it back (checkConn).
 var errConnClosed = errors.New("pgtraffic: the connection closed while the statement was held back; not sent")
 
+// abandoned is what a job of the pool not sent after all is abandoned with (job.Abandon) for
+// err: one whose connection closed while the engine held it back there (errConnClosed) is
+// decided again before another as the same job, as one that health sent back is
+// (engine.ErrWaitBeforeConn): its span goes on, and it keeps its place of arrival.
+func abandoned(err error) error {
+	if err == errConnClosed {
+		return engine.ErrWaitBeforeConn
+	}
+	return err
+}
+
 // pingAfter is how long a connection sits idle, its statement held back by the engine, before
 // checkConn pings it: pgx's stdlib pings a connection idle for over a second before
 // database/sql hands it out, and pgxpool one idle for over a second before it hands it out.

@@ -13,7 +13,7 @@ import (
 )
 
 // pendingPool opens a pool of maxConns connections on a new database under rules.
-func pendingPool(t *testing.T, maxConns int32, rules string) *driver.Pool {
+func pendingPool(t *testing.T, maxConns int32, rules string, opts ...driver.Option) *driver.Pool {
 	t.Helper()
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	pc, err := pgxpool.ParseConfig(dsn)
@@ -25,7 +25,7 @@ func pendingPool(t *testing.T, maxConns int32, rules string) *driver.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
+	p, err := driver.NewPoolFromConfig(context.Background(), pc, append([]driver.Option{driver.WithConfig(cfg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

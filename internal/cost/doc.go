@@ -53,7 +53,10 @@
 // that is not explained itself: explain mode pattern always, mode call only when its own EXPLAIN
 // fails, and mode auto unless [Prediction.Volatile] reports that the pattern's actual cost
 // varies widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round
-// trips, where an EXPLAIN per call is cheap insurance. One call to Predict answers the cached
-// plan cost, the prediction and the volatility check together, under one lock, without
-// allocating.
+// trips, where an EXPLAIN per call is cheap insurance. Until then its executions were priced by
+// one cached plan cost, another execution's: when a pattern so trained turns volatile its plan
+// history (its k) starts anew, so that a call is not priced by a k learned from the plan of
+// other arguments ([Model.Observe] is told whether a plan cost was the execution's own). One
+// call to Predict answers the cached plan cost, the prediction and the volatility check
+// together, under one lock, without allocating.
 package cost

@@ -118,6 +118,9 @@ type pattern struct {
 	plan     float64 // EMA of their plan costs; > 0 when nPlanned > 0
 	// buckets hold the recent k of each plan-cost range, as one pattern's k differs by plan size.
 	buckets [costBuckets]costBucket
+	// cachedPairs: some executions in the plan history were priced by the pattern's cached
+	// plan cost rather than their own (Observe's own false).
+	cachedPairs bool
 	// planCost is the planner cost of the pattern's last EXPLAIN, valid until planExpires.
 	planCost    float64
 	planExpires time.Time
@@ -187,6 +190,12 @@ func (p *pattern) bucketK(planCost float64) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// forgetPlans drops what p learned of its plan costs (its k), keeping its mean time.
+func (p *pattern) forgetPlans() {
+	p.nPlanned, p.actualP, p.plan, p.cachedPairs = 0, 0, 0, false
+	p.buckets = [costBuckets]costBucket{}
 }
 
 // observeBucket adds the sample k = actual / planCost to the bucket of planCost's range,
@@ -346,10 +355,11 @@ func (m *Model) predictLocked(p *pattern, planCost float64) (float64, bool) {
 }
 
 // Observe trains the model on one successful execution of pattern fp that took actual seconds,
-// with planner cost planCost (0 if none was known). text is the pattern's normalised text,
-// which Top reports (the model keeps the first it is given). Samples with a negative or
-// non-finite actual time are ignored.
-func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
+// with planner cost planCost (0 if none was known): own reports that planCost is the
+// execution's own, from an EXPLAIN of it, not the pattern's cached plan cost of another's
+// arguments. text is the pattern's normalised text, which Top reports (the model keeps the
+// first it is given). Samples with a negative or non-finite actual time are ignored.
+func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bool) {
 	if !(actual >= 0) || math.IsInf(actual, 0) { // also rejects NaN
 		return
 	}
@@ -371,6 +381,7 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
 	if p.text == "" {
 		p.text = text
 	}
+	wasVolatile := m.volatileLocked(p)
 	p.n++
 	if p.n == 1 {
 		// Seed the averages rather than decay from zero, which would under-predict a new pattern.
@@ -380,7 +391,16 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64) {
 		p.mean += alphaPattern * d
 		p.variance = (1 - alphaPattern) * (p.variance + alphaPattern*d*d)
 	}
+	if !wasVolatile && p.cachedPairs && m.volatileLocked(p) {
+		// Its cost varies widely, most likely with its arguments: the k that executions priced
+		// by a cached plan cost, another execution's, taught (their mean time over that plan)
+		// would price a call by its own plan (explain mode auto from now on) at hundreds of
+		// times its cost. Its plan history starts anew, this sample's pair included.
+		p.forgetPlans()
+		planned = false
+	}
 	if planned {
+		p.cachedPairs = p.cachedPairs || !own
 		p.nPlanned++
 		p.actualP = ema(p.actualP, actual, alphaPattern, p.nPlanned)
 		p.plan = ema(p.plan, planCost, alphaPattern, p.nPlanned)

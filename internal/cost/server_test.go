@@ -11,7 +11,7 @@ func TestModelServerClock(t *testing.T) {
 	m := NewModel(10)
 	const fp = 1
 	for range 5 {
-		m.Observe(fp, "", 10, 0.003) // the client's clock: 3ms at plan cost 10
+		m.Observe(fp, "", 10, 0.003, false) // the client's clock: 3ms at plan cost 10
 	}
 	if p := m.Predict(now, fp, 20); p.Server || math.Abs(p.Seconds-0.006) > 1e-9 {
 		t.Fatalf("before any report: %+v, want the client's 6ms", p)

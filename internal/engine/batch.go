@@ -719,6 +719,7 @@ func (b *Batch) Abandon(ctx context.Context, err error) {
 	giveBack(now, b.holds[:b.held])
 	b.holds, b.owners, b.held = b.holds[:0], b.owners[:0], 0
 	if decidedAgain(err) {
+		b.again = decidedAgainAt(false, err, b.again)
 		for i := range b.Execs {
 			if c := b.ctxs[i]; c != nil {
 				b.Execs[i].keepSpan(c)

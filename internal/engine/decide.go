@@ -458,7 +458,8 @@ func (e *Engine) predict(ctx context.Context, st *compiled, x *Exec, rt *route, 
 	// Under auto a volatile pattern is explained per call where the statement has its
 	// connection; a pool statement decided before it has one (x.later) is priced by the
 	// pattern's cached plan, so that it waits for room holding no connection.
-	perCall := mode == explainCall || (mode == explainAuto && pred.Volatile && !x.later)
+	x.perCall = mode == explainCall || (mode == explainAuto && pred.Volatile)
+	perCall := x.perCall && !x.later
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples

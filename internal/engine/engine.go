@@ -310,6 +310,11 @@ type pricing struct {
 	probe bool
 	// explained: PlanCost is the statement's own, from its EXPLAIN, not the pattern's cached one.
 	explained bool
+	// perCall: the statement's pattern is explained per call (explain: call, or a volatile
+	// pattern under auto), its cost varying with its arguments: a cached plan cost that priced
+	// it (a pool statement decided before its connection, an EXPLAIN that failed) is another
+	// call's.
+	perCall bool
 	// explainFailed: the statement's EXPLAIN failed, and the pattern's plan was cached as
 	// failed (cost.Model.PutPlanFailed).
 	explainFailed bool
@@ -799,7 +804,9 @@ func decidedAgainAt(again bool, err error, at connState) connState {
 // Abandoned with Acquired's ErrDecideAgain or ErrWaitBeforeConn, x does not end: the front end
 // decides it again (BeginTaken, BeginBeforeConn), and the observer hears of it once, at its
 // end. That decision continues the span this one began (Result.Resumed): ctx carries it, and
-// the engine keeps it until then.
+// the engine keeps it until then. A front end that decides x again before a connection for a
+// reason of its own (the connection x was decided on closed while the engine held x back there)
+// abandons it with ErrWaitBeforeConn too: x keeps its span and its place of arrival.
 func (x *Exec) Abandon(ctx context.Context, err error) {
 	e := x.e
 	e.leave(1, x.later)
@@ -812,6 +819,7 @@ func (x *Exec) Abandon(ctx context.Context, err error) {
 	giveBack(now, x.holds)
 	x.holds = x.holds[:0]
 	if decidedAgain(err) {
+		x.again = decidedAgainAt(false, err, x.again)
 		x.keepSpan(ctx)
 		return
 	}
@@ -909,12 +917,13 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// prediction stands).
 	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
 		planCost := x.PlanCost
-		if x.probe && !x.explained {
-			// The cached plan cost is the refused statements', perhaps of other arguments: a
-			// probe's time over it would teach a k that prices them as cheap as the probe.
+		if !x.explained && (x.probe || x.perCall) {
+			// The cached plan cost is other statements', perhaps of other arguments: the
+			// refused ones' for a probe, whose time over it would teach a k that prices them as
+			// cheap as the probe; another call's for a pattern whose cost varies with them.
 			planCost = 0
 		}
-		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, planCost, actual)
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, planCost, actual, x.explained)
 	}
 	if err != nil && x.explainFailed {
 		// Its EXPLAIN failed and so did the statement: the failure was likely the statement's
