@@ -2,9 +2,14 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
@@ -98,9 +103,11 @@ rules: [{budget: b, match: {app: x}}]`)
 // nothing had been sent on it, so once admitted the statement must not be sent there (the
 // caller would get "FATAL: terminating connection due to idle-session timeout (SQLSTATE
 // 57P05)"): the connection is checked after the wait, given back, and the statement is decided
-// again and runs on another.
+// again and runs on another. It is one call of the application's: one span, ended once
+// without an error, not a failed span beside the one that ran.
 func TestPoolReadmittedConnClosedByServerRunsElsewhere(t *testing.T) {
-	p := pendingPool(t, 2, poolOneSlot)
+	spans := tracetest.NewInMemoryExporter()
+	p := pendingPool(t, 2, poolOneSlot, driver.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))))
 	ctx := pendingCtx
 	c1, err := p.Acquire(ctx) // the overtaker's
 	if err != nil {
@@ -140,4 +147,11 @@ func TestPoolReadmittedConnClosedByServerRunsElsewhere(t *testing.T) {
 		t.Fatal("the statement waiting for room on its connection never ended")
 	}
 	poolHoldsNothing(t, p, "after the statement ran elsewhere")
+	var stmt tracetest.SpanStubs // the overtaker's span aside
+	for _, sp := range spans.GetSpans() {
+		if !strings.Contains(spanAttrText(sp.Attributes), "generate_series") {
+			stmt = append(stmt, sp)
+		}
+	}
+	wantOneSpanEach(t, stmt, 1, "")
 }

@@ -3,14 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
@@ -112,57 +109,4 @@ func wantOneSpanEach(t *testing.T, spans tracetest.SpanStubs, n int, status stri
 			t.Errorf("span status %q, want %q: %q", sp.Status.Description, status, got)
 		}
 	}
-}
-
-// TestPoolConnClosedWhileHeldBackOneSpan: a pool statement admitted again on the connection it
-// took, after a statement on a held connection overtook its slot, waits there for room; the
-// server closes that idle session meanwhile. The statement is not sent there: the connection
-// goes back and the statement is decided again before another, and runs (README). One call of
-// the application's, one span, ended once without an error: not a failed span beside the one
-// that ran.
-func TestPoolConnClosedWhileHeldBackOneSpan(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	p := pendingPool(t, 2, poolOneSlot, driver.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))))
-	ctx := pendingCtx
-	c1, err := p.Acquire(ctx) // the overtaker's
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Release()
-	raw, err := p.Raw().Acquire(ctx) // the one the statement will wait on
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(ctx, "set idle_session_timeout = 1000"); err != nil {
-		t.Fatal(err)
-	}
-	res := make(chan error, 1)
-	go func() { _, err := p.Exec(ctx, "select 1"); res <- err }()
-	pendingEventually(t, "pending", func() bool { return poolBudget(t, p, "b").InFlight == 1 })
-	rows, err := c1.Query(ctx, "select generate_series(1, 3)") // overtakes the pending slot
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw.Release()
-	pendingEventually(t, "re-admission waits", func() bool {
-		return poolBudget(t, p, "b").Waiting == 1 && p.Stat().AcquiredConns() == 2
-	})
-	time.Sleep(1500 * time.Millisecond) // the waiter's connection idle past its timeout
-	rows.Close()
-	c1.Release()
-	select {
-	case err := <-res:
-		if err != nil {
-			t.Fatalf("the statement decided again on another connection: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the statement waiting for room on its connection never ended")
-	}
-	var stmt tracetest.SpanStubs // the overtaker's span aside
-	for _, sp := range spans.GetSpans() {
-		if !strings.Contains(spanAttrText(sp.Attributes), "generate_series") {
-			stmt = append(stmt, sp)
-		}
-	}
-	wantOneSpanEach(t, stmt, 1, "")
 }
