@@ -83,8 +83,9 @@ func (r *phaseRecorder) run(ctx context.Context, db *sql.DB, q string, most int)
 // TestSharedSlotsAloneRefuseNothing: one instance under a shared max_concurrent of 64 with 8
 // workers, then 12, then 64, is refused nothing, as the same budget process-local: its lease
 // holds its demand and the headroom no other instance uses, which alone is the whole budget.
-// The budget, which has no per tag, is leased when the connector opens; the test waits for
-// that lease before its first statement.
+// The budget, which has no per tag, is leased when the connector (or the pool) opens: its
+// first statements, sent at once, find the whole budget, not the provisional lease of the
+// budget over fallback_instances (6 slots), which refused the first burst of 12.
 func TestSharedSlotsAloneRefuseNothing(t *testing.T) {
 	srv := redistest.Need(t)
 	dsn := pgtest.Shared(t).CreateDatabase(t)
@@ -92,8 +93,12 @@ func TestSharedSlotsAloneRefuseNothing(t *testing.T) {
 	c, db := openShared(t, dsn, fmt.Sprintf(sharedSlotsRules, srv.URL), &logs)
 	db.SetMaxOpenConns(70)
 	db.SetMaxIdleConns(70)
-	if !eventually(5*time.Second, func() bool { return sharedStatus(t, c, "slots").Slots == 64 }) {
-		t.Fatalf("no lease of 64 slots within 5s: %+v", sharedStatus(t, c, "slots"))
+	if st := sharedStatus(t, c, "slots"); st.Slots != 64 {
+		t.Errorf("a connector alone opened with %d slots of a shared max_concurrent of 64: %+v", st.Slots, st)
+	}
+	alone := fmt.Sprintf(sharedSlotsRules, redistest.Need(t).URL) // a Redis of its own
+	if st := sharedStatusOf(t, openSharedPool(t, dsn, alone, &logs), "slots"); st.Slots != 64 {
+		t.Errorf("a pool alone opened with %d slots of a shared max_concurrent of 64: %+v", st.Slots, st)
 	}
 	phases := []struct {
 		workers int

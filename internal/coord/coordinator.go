@@ -129,6 +129,9 @@ type entry struct {
 	// busy is how long the budget's last regular sync spent on its calls, the waits of a
 	// spread sync left out (see spacing); only its loop (or Sync) uses it.
 	busy time.Duration
+	// visited is closed once its loop visited it the first time: its first sync answered or
+	// failed (Leased).
+	visited chan struct{}
 }
 
 // New returns a coordinator whose loop is not started. Its errors are an invalid URL, which
@@ -200,7 +203,8 @@ type Handle struct {
 // the earlier registration. A budget with no rate and no max_concurrent has nothing to lease
 // and local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
-	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1)}
+	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1),
+		visited: make(chan struct{})}
 	h := &Handle{c: c, name: spec.Name, e: e}
 	if local != nil {
 		now := c.now()
@@ -489,7 +493,7 @@ func (c *Coordinator) entries() []*entry {
 func (c *Coordinator) loop(ctx context.Context, e *entry) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
@@ -497,7 +501,36 @@ func (c *Coordinator) loop(ctx context.Context, e *entry) {
 		case <-e.wake:
 		}
 		_ = c.visit(ctx, e, false) // a failure is counted and logged (logReachability), and retried on schedule
+		if first {
+			close(e.visited)
+		}
 		timer.Reset(c.wakeIn(e))
+	}
+}
+
+// Leased waits until each budget registered with a local budget to lease has been visited by
+// its loop once (its first sync answered, or failed), for at most a call's deadline: so a
+// connector opens with its shared budgets' leases, a lone instance with the whole budget,
+// rather than on the provisional lease (the budget over fallback instances), which refused
+// the first burst of an instance alone. Redis slow or unreachable, it returns after that
+// deadline, the budgets on the provisional lease until a sync answers.
+func (c *Coordinator) Leased() {
+	c.mu.Lock()
+	var visits []chan struct{}
+	for _, e := range c.budgets {
+		if e.local != nil {
+			visits = append(visits, e.visited)
+		}
+	}
+	c.mu.Unlock()
+	deadline := time.NewTimer(callDeadline(c.interval))
+	defer deadline.Stop()
+	for _, v := range visits {
+		select {
+		case <-v:
+		case <-deadline.C:
+			return
+		}
 	}
 }
 

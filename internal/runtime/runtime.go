@@ -104,6 +104,9 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 		if err := stop.run(r); err != nil { // what the reload replaced, stopped holding no lock
 			r.log.Warn("pgtraffic: closing the replaced health sampler", "error", err)
 		}
+		if installed {
+			r.leased()
+		}
 		if installed || err != nil {
 			return err
 		}
@@ -111,6 +114,18 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 			return nil // a later SetConfig's rules are in force
 		}
 		// Another reload was installed while this one compiled: compile again, against its budgets.
+	}
+}
+
+// leased waits, holding no lock, until the coordinator in force has leased the shared budgets
+// just installed, or a sync's call deadline passed (coord.Coordinator.Leased): the connector
+// opens, and a budget newly shared by a reload starts, with its lease.
+func (r *Runtime) leased() {
+	r.mu.Lock()
+	c := r.co.c
+	r.mu.Unlock()
+	if c != nil {
+		c.Leased()
 	}
 }
 
