@@ -23,7 +23,8 @@ func (c *core) Check(ctx context.Context) error {
 	return blocked(c.engine.Check(ctx))
 }
 
-// Wait blocks until Check passes or ctx ends (it then returns ctx's error). Under a budget with
+// Wait blocks until Check passes or ctx ends (it then returns ctx's error; a ctx that ended
+// before the call, at once, room or not, as pgxpool's Acquire answers). Under a budget with
 // max_wait it waits its turn in the budget's queue, as a statement does (in arrival order), and
 // returns when it is first with room, taking nothing. A full queue, or a budget without
 // max_wait, it checks again after about the refusal's retry hint (at most a health interval),

@@ -74,8 +74,9 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 	}
 }
 
-// Wait blocks until Check passes, ctx ends (then it returns ctx's error) or e is closed (then
-// it returns ErrClosed, at once if it was waiting: Close). Under a budget that lets statements
+// Wait blocks until Check passes, ctx ends (then it returns ctx's error, at once for a ctx
+// ended before the call, room or not) or e is closed (then it returns ErrClosed, at once if
+// it was waiting: Close). Under a budget that lets statements
 // wait (max_wait) it waits its turn in the budget's queue, as a statement does, in arrival
 // order and for as long as ctx allows, and passes when it is first with room: it takes
 // nothing, so the waiter behind it is told to try at once. A job that waits before each
@@ -86,6 +87,9 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 // rules are replaced (a reload that lifts a limit, or reopens a budget closed by a zero limit,
 // whose refusal gives no retry hint), as the statements waiting under max_wait are decided again.
 func (e *Engine) Wait(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // as pgxpool's Acquire answers a context already ended, room or not
+	}
 	for attempt := 0; ; attempt++ {
 		replaced := e.replaced() // before the check: a reload after it wakes the wait below
 		err := e.check(ctx, turn)

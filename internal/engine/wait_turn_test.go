@@ -61,6 +61,13 @@ rules:
 	if first.err != nil {
 		t.Fatalf("the statement that waited first: %v", first.err)
 	}
+	select {
+	case err := <-waited:
+		// The release made room for the statement ahead of the job: until it took it, it
+		// was its own; now it holds it.
+		t.Fatalf("Wait passed (%v) while the statement that waited ahead of it held the slot", err)
+	default:
+	}
 	first.x.Finish(ctx, nil) // the job's turn, with the statement behind it still waiting
 	select {
 	case err := <-waited:
@@ -113,5 +120,26 @@ rules:
 		}
 	case <-time.After(10 * time.Second): // a watchdog only: the fake clock never moved
 		t.Fatal("Wait still waiting after a reload reopened its budget")
+	}
+}
+
+// TestWaitEndedContext: Wait with a context that ended before the call answers the context's
+// error, also when the budget has room (a job's loop `for { if err := Wait(ctx); err != nil
+// { return err }; chunk(ctx) }` relies on it), as pgxpool's Acquire does; without rules too.
+func TestWaitEndedContext(t *testing.T) {
+	for name, rules := range map[string]string{"room": `
+budgets:
+  - {name: q, mode: enforce, max_concurrent: 1, max_wait: 10s}
+rules:
+  - {budget: q, match: {app: q}}
+`, "no rules": ""} {
+		t.Run(name, func(t *testing.T) {
+			e, _ := newEngine(t, rules)
+			ctx, cancel := context.WithCancel(tagging.With(context.Background(), "app", "q"))
+			cancel()
+			if err := e.Wait(ctx); err != context.Canceled {
+				t.Errorf("Wait with an ended context: %v, want context.Canceled", err)
+			}
+		})
 	}
 }
