@@ -33,11 +33,11 @@ func (s *clockSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
 	return append(dst, s.ids[:min(max, len(s.ids))]...)
 }
 
-func (s *clockSink) ObserveServer(_ uint64, _ int64, seconds float64, _ time.Time) bool {
+func (s *clockSink) ObserveServer(_ uint64, _ int64, seconds float64, _ time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.observed = append(s.observed, seconds)
-	return true
+	return nil
 }
 
 func (s *clockSink) SetNetworkFloor(time.Duration) {}

@@ -144,10 +144,10 @@ type oneIDSink struct{}
 func (oneIDSink) QueryIDs(dst []cost.QueryID, _ int) []cost.QueryID {
 	return append(dst, cost.QueryID{Fingerprint: 1, ID: 42})
 }
-func (oneIDSink) ObserveServer(uint64, int64, float64, time.Time) bool { return true }
-func (oneIDSink) SetNetworkFloor(time.Duration)                        {}
-func (oneIDSink) Reading(time.Time, time.Duration)                     {}
-func (oneIDSink) Unidentified() uint64                                 { return 0 }
+func (oneIDSink) ObserveServer(uint64, int64, float64, time.Time) error { return nil }
+func (oneIDSink) SetNetworkFloor(time.Duration)                         {}
+func (oneIDSink) Reading(time.Time, time.Duration)                      {}
+func (oneIDSink) Unidentified() uint64                                  { return 0 }
 
 // countingClockConn is a serverclock.Conn counting its reads.
 type countingClockConn struct {

@@ -482,22 +482,43 @@ func (m *Model) QueryIDs(dst []QueryID, max int) []QueryID {
 // included where the server tracks it, over its recent reports (the reader averages them,
 // weighted by executions: package serverclock), which seconds replaces. Predictions for the pattern
 // are then on the server's clock until until (Prediction.Server); after, without a newer
-// report, they return to the client's. It reports whether the report was taken: not when the
-// pattern is gone, its query identifier changed, or seconds is negative or not finite.
-func (m *Model) ObserveServer(now time.Time, fp uint64, id int64, seconds float64, until time.Time) bool {
+// report, they return to the client's. It returns nil when the report was taken;
+// [ErrImplausible] when the pattern's executions as the client measured them rule it out (the
+// server spends part of the time its client waits: floor is the network's round trip that the
+// client's measurements had taken off); [ErrNotObserved] when the pattern is gone, its query
+// identifier changed, or seconds is negative or not finite.
+func (m *Model) ObserveServer(now time.Time, fp uint64, id int64, seconds float64, until time.Time, floor float64) error {
 	if !(seconds >= 0) || math.IsInf(seconds, 0) {
-		return false
+		return ErrNotObserved
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, _ := m.patterns.get(fp)
-	if p == nil || p.queryID != id {
-		return false
+	switch {
+	case p == nil || p.queryID != id:
+		return ErrNotObserved
+	case p.n > 0 && seconds > implausibleServer*(p.mean+floor):
+		return ErrImplausible
 	}
 	p.serverMean, p.serverUntil = seconds, until
 	m.updateLocked(p)
-	return true
+	return nil
 }
+
+// implausibleServer is how many times the client's mean (with the network's round trip) a
+// server's mean may be before it is taken for nonsense: the server's time is part of the
+// client's, but both are averages, the client's a slow one of a sample of its executions, and
+// a pattern whose cost rises is ahead on the server's clock for a while.
+const implausibleServer = 4
+
+var (
+	// ErrImplausible is ObserveServer's answer to a server mean that the client's own
+	// measurements of the pattern rule out (a pg_stat_statements that returns nonsense).
+	ErrImplausible = errors.New("cost: a server mean beyond what the client waited for the pattern's executions")
+	// ErrNotObserved is ObserveServer's answer to a report of a pattern it no longer holds (or
+	// under another query identifier), or of a time that is negative or not finite.
+	ErrNotObserved = errors.New("cost: server report not taken")
+)
 
 // ema returns the average avg updated with sample x; n counts samples including x. Until
 // 1/alpha samples it is their plain mean, so that no early sample outweighs the others: seeded

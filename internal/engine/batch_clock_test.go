@@ -43,7 +43,7 @@ rules:
 	}
 	report := func(fp uint64, id int64, seconds float64) func() {
 		return func() {
-			if !e.ObserveServer(fp, id, seconds, clk.Now().Add(time.Minute)) {
+			if e.ObserveServer(fp, id, seconds, clk.Now().Add(time.Minute)) != nil {
 				t.Fatal("the report was not taken")
 			}
 		}

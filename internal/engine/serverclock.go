@@ -28,14 +28,16 @@ func (e *Engine) Unidentified() uint64 { return e.model.Unidentified() }
 // predictions are on the server's clock, and each of its statements is charged its prediction
 // rather than the client's measurement (Finish). The statements of the pattern charged on the
 // client's clock since (its first ones, before any report) are trued up to seconds each. It
-// reports whether the report was taken.
-func (e *Engine) ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool {
+// returns nil when the report was taken, else cost.Model.ObserveServer's error: a mean that
+// the client's own measurements of the pattern rule out (cost.ErrImplausible) is not taken.
+func (e *Engine) ObserveServer(fp uint64, id int64, seconds float64, until time.Time) error {
 	now := e.now()
-	if !e.model.ObserveServer(now, fp, id, seconds, until) {
-		return false
+	floor := float64(e.floor.Load()) / 1e9
+	if err := e.model.ObserveServer(now, fp, id, seconds, until, floor); err != nil {
+		return err
 	}
 	e.clientCharges.trueUp(now, fp, seconds)
-	return true
+	return nil
 }
 
 // Charges on the client's clock, trued up. A pattern's statements are charged the client's

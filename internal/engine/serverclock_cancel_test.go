@@ -38,7 +38,7 @@ rules:
 			x := start()
 			clk.Advance(10 * time.Millisecond)
 			x.Finish(ctx, nil)
-			if !e.ObserveServer(x.Pattern.FingerprintID, 77, 0.01, clk.Now().Add(time.Hour)) {
+			if e.ObserveServer(x.Pattern.FingerprintID, 77, 0.01, clk.Now().Add(time.Hour)) != nil {
 				t.Fatal("server report not taken")
 			}
 			b := budgetNamed(t, e, "b").b

@@ -48,15 +48,15 @@ rules:
 	}
 	p, _ := e.patterns.Get(q)
 	fp := p.FingerprintID
-	if e.ObserveServer(fp, 42, 0.01, clk.Now().Add(time.Minute)) {
+	if e.ObserveServer(fp, 42, 0.01, clk.Now().Add(time.Minute)) == nil {
 		t.Fatal("a report for a query identifier the pattern does not have was taken")
 	}
 	e.model.PutQueryID(fp, "", 42)
 	if ids := e.QueryIDs(nil, 10); len(ids) != 1 || ids[0].Fingerprint != fp || ids[0].ID != 42 {
 		t.Fatalf("QueryIDs = %+v", ids)
 	}
-	if !e.ObserveServer(fp, 42, 0.01, clk.Now().Add(time.Minute)) {
-		t.Fatal("the server's report was not taken")
+	if err := e.ObserveServer(fp, 42, 0.01, clk.Now().Add(time.Minute)); err != nil {
+		t.Fatalf("the server's report was not taken: %v", err)
 	}
 	if got := charged(300 * time.Millisecond); !near(got, 0.01) {
 		t.Fatalf("server clock: charged %v, want the server's 0.01", got)
@@ -106,7 +106,7 @@ rules:
 	}
 	report := func(fp uint64, id int64) func() {
 		return func() {
-			if !e.ObserveServer(fp, id, 0.01, clk.Now().Add(time.Minute)) {
+			if e.ObserveServer(fp, id, 0.01, clk.Now().Add(time.Minute)) != nil {
 				t.Fatal("the report was not taken")
 			}
 		}

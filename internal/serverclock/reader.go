@@ -68,8 +68,9 @@ type Sink interface {
 	QueryIDs(dst []cost.QueryID, max int) []cost.QueryID
 	// ObserveServer hands pattern fp's mean server seconds per execution (query identifier
 	// id) over the recent reads, weighted by their calls (Learned), for predictions until
-	// until.
-	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool
+	// until. cost.ErrImplausible: the Sink's own measurements rule the mean out (the reader
+	// counts it rejected); another error: not taken (the pattern is gone).
+	ObserveServer(fp uint64, id int64, seconds float64, until time.Time) error
 	// SetNetworkFloor hands the smallest recent round trip to the server.
 	SetNetworkFloor(d time.Duration)
 	// Reading tells that the server's clock is read (started, read, a shared reading adopted,
@@ -318,13 +319,22 @@ func (r *Reader) round(ctx context.Context) error {
 	r.o.Sink.Reading(until, r.reportWithin())
 	for _, l := range learned {
 		for _, fp := range byID[l.QueryID] {
-			r.o.Sink.ObserveServer(fp, l.QueryID, l.Seconds, until)
+			r.observe(fp, l.QueryID, l.Seconds, until)
 		}
 	}
 	if lead {
 		r.publish(ctx, learned)
 	}
 	return nil
+}
+
+// observe hands the Sink pattern fp's mean seconds (query identifier id), counting one that
+// its measurements rule out as rejected: read here or adopted from the elected instance, a
+// pg_stat_statements that returns nonsense is untrusted input.
+func (r *Reader) observe(fp uint64, id int64, seconds float64, until time.Time) {
+	if errors.Is(r.o.Sink.ObserveServer(fp, id, seconds, until), cost.ErrImplausible) {
+		r.rejected.Add(1)
+	}
 }
 
 // publish makes learned, at most as many as a sample holds, the database's shared reading. A
@@ -374,7 +384,7 @@ func (r *Reader) follow(v health.Vote, pairs []cost.QueryID) (unread []cost.Quer
 		published[id] = true
 		for _, p := range pairs {
 			if p.ID == id {
-				r.o.Sink.ObserveServer(p.Fingerprint, id, s.Value, until)
+				r.observe(p.Fingerprint, id, s.Value, until)
 			}
 		}
 	}

@@ -41,11 +41,11 @@ func (c *ctxConn) Close(context.Context) error { return nil }
 
 type nopSink struct{ ids []cost.QueryID }
 
-func (s *nopSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID  { return append(dst, s.ids...) }
-func (s *nopSink) ObserveServer(uint64, int64, float64, time.Time) bool { return true }
-func (s *nopSink) SetNetworkFloor(time.Duration)                        {}
-func (s *nopSink) Reading(time.Time, time.Duration)                     {}
-func (s *nopSink) Unidentified() uint64                                 { return 0 }
+func (s *nopSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID   { return append(dst, s.ids...) }
+func (s *nopSink) ObserveServer(uint64, int64, float64, time.Time) error { return nil }
+func (s *nopSink) SetNetworkFloor(time.Duration)                         {}
+func (s *nopSink) Reading(time.Time, time.Duration)                      {}
+func (s *nopSink) Unidentified() uint64                                  { return 0 }
 
 // TestReaderElectionWithoutSecret: where the role may not call pg_control_system() (the
 // secret never reads), README promises each instance reads for itself. The server clock reader

@@ -71,9 +71,9 @@ func (s *fakeSink) QueryIDs(dst []cost.QueryID, max int) []cost.QueryID {
 	return append(dst, s.ids[:min(max, len(s.ids))]...)
 }
 
-func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until time.Time) bool {
+func (s *fakeSink) ObserveServer(fp uint64, id int64, seconds float64, until time.Time) error {
 	s.observed = append(s.observed, observed{fp, id, seconds, until})
-	return true
+	return nil
 }
 
 func (s *fakeSink) SetNetworkFloor(d time.Duration) { s.floor = d }
