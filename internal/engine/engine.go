@@ -916,14 +916,7 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that
 	// prediction stands).
 	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
-		planCost := x.PlanCost
-		if !x.explained && (x.probe || x.perCall) {
-			// The cached plan cost is other statements', perhaps of other arguments: the
-			// refused ones' for a probe, whose time over it would teach a k that prices them as
-			// cheap as the probe; another call's for a pattern whose cost varies with them.
-			planCost = 0
-		}
-		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, planCost, actual, x.explained)
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), actual, x.explained)
 	}
 	if err != nil && x.explainFailed {
 		// Its EXPLAIN failed and so did the statement: the failure was likely the statement's
@@ -934,6 +927,18 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if x.Wants&(WantSpans|WantDuration) != 0 {
 		e.obs.Finished(ctx, x, err, took)
 	}
+}
+
+// taught is the plan cost x's execution teaches its pattern's k with (cost.Model.Observe): its
+// PlanCost, but none when that is the pattern's cached plan cost of other statements, perhaps
+// of other arguments: the refused ones' for a probe, whose time over it would teach a k that
+// prices them as cheap as the probe; another call's for a pattern whose cost varies with them
+// (perCall).
+func (x *Exec) taught() float64 {
+	if !x.explained && (x.probe || x.perCall) {
+		return 0
+	}
+	return x.PlanCost
 }
 
 // lessFloor is took less floor, the network's round trip (SetNetworkFloor), but at least a tenth
