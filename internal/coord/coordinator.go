@@ -733,6 +733,7 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 	spacing time.Duration) (_ []Quarantined, busy time.Duration, _ error) {
 	c.mu.Lock()
 	d := e.core.deadline()
+	answered := e.core.streak == 0 && e.core.syncs > 0 // its last sync succeeded
 	c.mu.Unlock()
 	// flights are the calls on their way, oldest first, each with the wait for its reply.
 	type flight struct {
@@ -759,6 +760,20 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 			flights = append(flights, flight{cl: cl, wait: c.start(ctx, d, cl)})
 		}
 	}
+	// resend sends cl again, late: its deadline passed although Redis answered the budget's
+	// last sync (answered): more likely a client short of CPU, or a chunk queued behind another
+	// in Redis, than a Redis gone. Once, with twice the deadline: a Redis that hangs fails it
+	// too, and the syncs after that failure send nothing again, so that a hung Redis is found
+	// within a deadline. Its reports count once whatever the retries (sync.lua), and the call
+	// it replaces does not act past its notAfter.
+	resend := func(cl call) (call, reply, error) {
+		cl.at = c.now()
+		c.mu.Lock()
+		cl.notAfter = e.core.notAfter(cl.at, 2*d)
+		c.mu.Unlock()
+		rep, err := c.start(ctx, 2*d, cl)()
+		return cl, rep, err
+	}
 	var quarantines []Quarantined
 	for send(); len(flights) > 0 || next < len(chunks); send() {
 		if len(flights) == 0 {
@@ -773,6 +788,10 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		cl, wait := flights[0].cl, flights[0].wait
 		flights = flights[1:]
 		rep, err := wait()
+		if answered && late(err) && ctx.Err() == nil {
+			answered = false // once a sync
+			cl, rep, err = resend(cl)
+		}
 		now := c.now()
 		var dropped []string
 		var pushes []push
@@ -812,6 +831,13 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 		}
 	}
 	return quarantines, time.Since(begun) - waited, nil
+}
+
+// late reports whether err is a call's deadline passing: its context's, or the connection's
+// read deadline that the client set from it.
+func late(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // sleep waits for d, or until ctx ends, whose error it then returns.
