@@ -1283,7 +1283,7 @@ func TestLateCallSentAgain(t *testing.T) {
 	if err := c.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stopFor := func(pause time.Duration) (error, time.Duration) {
+	stopFor := func(pause time.Duration) (time.Duration, error) {
 		t.Helper()
 		if err := srv.Pause(); err != nil {
 			t.Fatal(err)
@@ -1300,20 +1300,20 @@ func TestLateCallSentAgain(t *testing.T) {
 		err := c.Sync(ctx)
 		took := time.Since(start)
 		<-resumed
-		return err, took
+		return took, err
 	}
-	if err, took := stopFor(d * 3 / 2); err != nil {
+	if took, err := stopFor(d * 3 / 2); err != nil {
 		t.Fatalf("Redis stopped for %v, one and a half call deadlines: the sync failed after %v: %v", d*3/2, took, err)
 	}
 	if st := c.Status()[0]; st.Failures != 0 || st.Fallback {
 		t.Fatalf("after a late call sent again: %+v, want no failure", st)
 	}
-	if err, took := stopFor(4 * d); err == nil {
+	if took, err := stopFor(4 * d); err == nil {
 		t.Fatalf("Redis stopped for %v, four call deadlines: the sync succeeded after %v", 4*d, took)
 	}
 	// Its deadline is twice as long after a failed sync (core.deadline): sent again, the call
 	// would fail after three times that.
-	if err, took := stopFor(4 * d); err == nil || took >= 4*d {
+	if took, err := stopFor(4 * d); err == nil || took >= 4*d {
 		t.Fatalf("the sync after a failed one, Redis stopped for four deadlines: %v after %v, want a failure within its deadline (%v)", err, took, 2*d)
 	}
 }

@@ -86,7 +86,8 @@ func (r *Runtime) Engine() *engine.Engine { return r.e }
 // Statements are not held up by a reload: they read the rules in force until the new ones are
 // swapped in. Of two SetConfig calls at once, the later one's rules are the ones left in force.
 // It keeps a copy of cfg: the caller may go on changing its own (to prepare the next reload)
-// without changing, or racing with, the rules in force.
+// without changing, or racing with, the rules in force. It returns once the budgets it shares
+// anew have their first leases, or a sync's call deadline passed (leased).
 func (r *Runtime) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
 		cfg = &rules.Config{}
