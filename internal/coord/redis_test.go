@@ -1001,8 +1001,9 @@ const manyTenants = 100_000
 // durations after its last sync. Redis's cost per partition does not grow with the budget:
 // measured as Redis's own CPU time (INFO cpu), which the test client's load does not inflate
 // the way it does wall-clock time, the median over syncs of the 100,000-partition budget costs
-// at most twice as much per partition as a 2,048-partition budget synced the same way in the
-// same run (a read or a sweep of the whole hash per call would cost fifty times as much). The
+// at most twice as much per partition as a 2,048-partition budget synced the same way before
+// and after it in the same run, the slower of the two (a read or a sweep of the whole hash per
+// call would cost fifty times as much). The
 // times are logged (and recorded in integration/PERFORMANCE.md), not asserted against the
 // interval: on a loaded 2-core machine they follow the load.
 func TestManyTenantsSync(t *testing.T) {
@@ -1050,7 +1051,12 @@ func TestManyTenantsSync(t *testing.T) {
 	}
 	small, _, _, _ := perPartition("few", 2048)
 	large, c, local, lastSync := perPartition(spec.Name, manyTenants)
-	t.Logf("Redis CPU per partition and sync (median of %d): %v at 2,048 partitions, %v at %d", syncs, small, large, manyTenants)
+	// The small budget again after the large one: Redis's CPU time per call rises with the
+	// machine's load too (contended caches), and the load may have risen meanwhile (the other
+	// packages' tests); the comparison takes the slower of the two.
+	again, _, _, _ := perPartition("few-again", 2048)
+	t.Logf("Redis CPU per partition and sync (median of %d): %v and %v at 2,048 partitions, %v at %d", syncs, small, again, large, manyTenants)
+	small = max(small, again)
 	if large > 2*small {
 		t.Errorf("a partition costs Redis %v in a budget of %d, %v in one of 2,048", large, manyTenants, small)
 	}
