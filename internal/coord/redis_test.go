@@ -1029,7 +1029,7 @@ func TestManyTenantsSync(t *testing.T) {
 		c := newCoord(t, Options{Client: rc, Interval: interval, Logger: quiet})
 		c.Register(spec, local)
 		cpus := make([]time.Duration, 0, syncs)
-		late := 0 // syncs sent again after a call missed its deadline twice
+		missed := 0 // syncs sent again after a call missed its deadline twice
 		var start time.Time
 		for i := range syncs + 1 {
 			local.mu.Lock()
@@ -1038,12 +1038,12 @@ func TestManyTenantsSync(t *testing.T) {
 			var cpu0 time.Duration
 			cpu0, start = redisCPU(t, rc), time.Now()
 			err := c.Sync(ctx)
-			if err != nil && late == 0 {
+			if err != nil && missed == 0 {
 				// On a loaded machine (a .ci/run's other packages) a call can miss its deadline
 				// twice, sent again included, while Redis waits for a CPU. Once per budget is
 				// said and tolerated: an error that is not the machine's load fails the sync
 				// sent again.
-				late++
+				missed++
 				t.Logf("%s: sync %d of %d partitions missed a call's deadline (%v): syncing again", name, i, n, err)
 				cpu0, start = redisCPU(t, rc), time.Now()
 				err = c.Sync(ctx)
@@ -1058,10 +1058,10 @@ func TestManyTenantsSync(t *testing.T) {
 			}
 		}
 		slices.Sort(cpus)
-		return cpus[len(cpus)/2], c, local, late, start
+		return cpus[len(cpus)/2], c, local, missed, start
 	}
 	small, _, _, _, _ := perPartition("few", 2048)
-	large, c, local, late, lastSync := perPartition(spec.Name, manyTenants)
+	large, c, local, missed, lastSync := perPartition(spec.Name, manyTenants)
 	// The small budget again after the large one: Redis's CPU time per call rises with the
 	// machine's load too (contended caches), and the load may have risen meanwhile (the other
 	// packages' tests); the comparison takes the slower of the two.
@@ -1071,7 +1071,7 @@ func TestManyTenantsSync(t *testing.T) {
 	if large > 2*small {
 		t.Errorf("a partition costs Redis %v in a budget of %d, %v in one of 2,048", large, manyTenants, small)
 	}
-	if st := c.Status()[0]; st.Failures != uint64(late) || st.Fallback || st.Partitions != manyTenants+1 {
+	if st := c.Status()[0]; st.Failures != uint64(missed) || st.Fallback || st.Partitions != manyTenants+1 {
 		t.Fatalf("status %+v", st)
 	}
 	for i := range manyTenants {
