@@ -349,13 +349,14 @@ func badConn(sctx context.Context, j job, conn *pgx.Conn, held time.Duration) er
 }
 
 // named is the text and arguments the engine decides a statement by. For a statement whose
-// arguments hold pgx.NamedArgs or pgx.StrictNamedArgs (@name placeholders) they are the
-// positional text and values pgx sends, so that the guards, the pattern and EXPLAIN read what
-// the server runs: pg_query reads "@name" as the operator @ applied to a column, which a guard
-// took for a restriction of the target's rows (delete from t where @all). pgx still rewrites
-// the caller's own text and arguments as it sends them. Another pgx.QueryRewriter is left to
-// pgx (it may need the connection), its statement decided by its own text; so is a rewrite
-// that fails, which pgx reports.
+// arguments hold pgx.NamedArgs or pgx.StrictNamedArgs (@name placeholders), or a pointer to
+// one (pgx takes either as its QueryRewriter), they are the positional text and values pgx
+// sends, so that the guards, the pattern and EXPLAIN read what the server runs: pg_query reads
+// "@name" as the operator @ applied to a column, which a guard took for a restriction of the
+// target's rows (delete from t where @all). pgx still rewrites the caller's own text and
+// arguments as it sends them. Another pgx.QueryRewriter is left to pgx (it may need the
+// connection), its statement decided by its own text; so is a rewrite that fails, which pgx
+// reports, and a nil pointer, on which pgx's own call fails.
 func named(ctx context.Context, text string, args []any) (string, []any) {
 	for k, a := range args {
 		var rw pgx.QueryRewriter
@@ -366,6 +367,16 @@ func named(ctx context.Context, text string, args []any) (string, []any) {
 			rw = v
 		case pgx.StrictNamedArgs:
 			rw = v
+		case *pgx.NamedArgs:
+			if v == nil {
+				return text, args
+			}
+			rw = *v
+		case *pgx.StrictNamedArgs:
+			if v == nil {
+				return text, args
+			}
+			rw = *v
 		default:
 			return text, args
 		}
