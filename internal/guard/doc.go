@@ -21,7 +21,12 @@
 //     arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int, (a, b) = (a, b));
 //   - disjunctions of complementary conditions (x IS NULL OR x IS NOT NULL, p OR NOT p,
 //     x = 1 OR x <> 1, x < 1 OR x >= 1), however they are grouped (p OR (q OR NOT p),
-//     p OR NOT (p AND q), (p OR q) OR NOT (p OR q), (p AND q) OR NOT p OR NOT q).
+//     p OR NOT (p AND q), (p OR q) OR NOT (p OR q), (p AND q) OR NOT p OR NOT q);
+//   - conditions every row meets with itself where the statement or a subquery lists the
+//     target's relation again, a plain FROM item that ranges over the written row too (DELETE
+//     FROM t USING t AS t2 WHERE t.email = t2.email, a de-duplication without its t.id > t2.id;
+//     MERGE INTO t USING t AS s ON t.id = s.id; EXISTS (SELECT 1 FROM t AS t2 WHERE t2.id =
+//     t.id); id IN (SELECT id FROM t)): every row has a partner that satisfies them, itself.
 //
 // AND restricts if any operand does, OR only if every operand does; NOT is read through De
 // Morgan's laws, so NOT (id = 5 AND false) does not restrict, and the operands of an OR

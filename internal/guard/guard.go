@@ -36,11 +36,13 @@ type walker struct {
 func (w *walker) visit(m protoreflect.Message) {
 	switch x := m.Interface().(type) {
 	case *pg.UpdateStmt:
-		w.write(restricts(x.Relation, x.WhereClause))
+		w.write(restricts(x.Relation, x.FromClause, x.WhereClause))
 	case *pg.DeleteStmt:
-		w.write(restricts(x.Relation, x.WhereClause))
+		w.write(restricts(x.Relation, x.UsingClause, x.WhereClause))
 	case *pg.MergeStmt:
-		w.write(mergeRestricts(x))
+		w.write(writeRestricts(x.Relation, []*pg.Node{x.SourceRelation}, func(restricts func(*pg.Node) bool) bool {
+			return mergeRestricts(x, restricts)
+		}))
 	case *pg.TruncateStmt:
 		w.facts.Truncate = true
 	case *pg.ExplainStmt:
@@ -84,12 +86,18 @@ func (w *walker) write(restricted bool) {
 	}
 }
 
+// restricts reports whether the WHERE clause where of an UPDATE or DELETE of rel, whose
+// statement lists from besides, restricts its target's rows.
+func restricts(rel *pg.RangeVar, from []*pg.Node, where *pg.Node) bool {
+	return writeRestricts(rel, from, func(restricts func(*pg.Node) bool) bool { return restricts(where) })
+}
+
 // mergeRestricts reports whether a MERGE's ON condition restricts the target's rows, or else
 // its WHEN MATCHED ... UPDATE/DELETE clauses do between them: each has a condition and the OR
 // of their conditions restricts (an UPDATE of the rows where x IS NULL and a DELETE of those
-// where x IS NOT NULL write every row).
-func mergeRestricts(s *pg.MergeStmt) bool {
-	if restricts(s.Relation, s.JoinCondition) {
+// where x IS NOT NULL write every row). restricts judges one condition (writeRestricts).
+func mergeRestricts(s *pg.MergeStmt, restricts func(*pg.Node) bool) bool {
+	if restricts(s.JoinCondition) {
 		return true
 	}
 	var conds []*pg.Node
@@ -109,7 +117,7 @@ func mergeRestricts(s *pg.MergeStmt) bool {
 	if len(conds) == 0 {
 		return true // it writes no row of the target
 	}
-	return restricts(s.Relation, pg.MakeBoolExprNode(pg.BoolExprType_OR_EXPR, conds, -1))
+	return restricts(pg.MakeBoolExprNode(pg.BoolExprType_OR_EXPR, conds, -1))
 }
 
 // explainAnalyze reports whether EXPLAIN options run the statement. As PostgreSQL reads a

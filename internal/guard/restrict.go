@@ -20,6 +20,14 @@ import (
 //     WHERE u.id = t.uid) does, EXISTS (SELECT 1) does not, nor does EXISTS (SELECT 1 FROM u
 //     WHERE u.x = 1 OR t.id = 5), which holds for every row of t once some u.x is 1. An
 //     unqualified column inside a subquery with a FROM clause is taken to be the subquery's.
+//   - The target's relation listed again (DELETE FROM t USING t AS t2, UPDATE t ... FROM t AS
+//     t2, MERGE INTO t USING t AS s, a subquery's FROM t AS t2) ranges over every row of the
+//     target, the written row itself included. A condition that restricts is read a second
+//     time with each such item standing for the written row (selves): if it then holds for
+//     every row, every row has a partner that satisfies it, itself, and every row is written
+//     (t.email = t2.email, the de-duplication without its t.id > t2.id; EXISTS (SELECT 1 FROM t
+//     AS t2 WHERE t2.id = t.id); id IN (SELECT id FROM t)). Only plain items of a FROM list
+//     count: one in a join, or sampled, may not range over every row.
 
 // target is the relation an UPDATE, DELETE or MERGE writes.
 type target struct {
@@ -28,9 +36,12 @@ type target struct {
 	schema  string
 	catalog string
 	aliased bool
+	// selves are the names of the statement's own FROM items (UPDATE ... FROM, DELETE ...
+	// USING, MERGE ... USING) that list the target's relation again.
+	selves []string
 }
 
-func newTarget(r *pg.RangeVar) target {
+func newTarget(r *pg.RangeVar, from []*pg.Node) target {
 	if r == nil {
 		return target{}
 	}
@@ -38,7 +49,21 @@ func newTarget(r *pg.RangeVar) target {
 	if r.Alias != nil && r.Alias.Aliasname != "" {
 		t.qual, t.aliased = r.Alias.Aliasname, true
 	}
+	t.selves = t.selvesIn(from)
 	return t
+}
+
+// selvesIn returns the names of the plain items of the FROM list from that list the target's
+// relation again, spelt alike (a schema named on one side only may be another table).
+func (t target) selvesIn(from []*pg.Node) []string {
+	var names []string
+	for _, f := range from {
+		v := f.GetRangeVar()
+		if v != nil && v.Relname == t.rel && v.Schemaname == t.schema && v.Catalogname == t.catalog {
+			names = fromNames(f, names)
+		}
+	}
+	return names
 }
 
 // restrictor decides whether a write's condition restricts its target's rows. Single-use.
@@ -47,6 +72,10 @@ func newTarget(r *pg.RangeVar) target {
 type restrictor struct {
 	t      target
 	scopes []scope // the subqueries entered, innermost last
+	// selves: the target's relation listed again stands for the written row (the second
+	// reading); metSelf: the first reading met such an item, so the second may differ.
+	selves  bool
+	metSelf bool
 
 	restricted map[polar]bool
 	never      map[polar]bool
@@ -73,18 +102,40 @@ type polar struct {
 // scope is what a subquery's FROM clause makes visible.
 type scope struct {
 	names   []string // the names of its FROM items (aliases, or relation names)
+	selves  []string // those of its items that list the target's relation again
 	hasFrom bool
+	allSelf bool // its only FROM items list the target's relation again
 }
 
-// restricts reports whether where restricts the rows of the target rel. A missing condition
-// does not.
-func restricts(rel *pg.RangeVar, where *pg.Node) bool {
-	if where.GetNode() == nil {
-		return false
+// writeRestricts reports whether a write to rel, whose statement lists from besides (UPDATE
+// ... FROM, DELETE ... USING, MERGE ... USING), restricts its target's rows: whether judge
+// finds that it does, judge asking restricts of each condition it reads. When the conditions
+// judge read list the target's relation again, judge reads them a second time, with those
+// items standing for the written row (see above), and must find that it does then too.
+func writeRestricts(rel *pg.RangeVar, from []*pg.Node, judge func(restricts func(where *pg.Node) bool) bool) bool {
+	t := newTarget(rel, from)
+	metSelf := false
+	first := judge(func(where *pg.Node) bool {
+		r := newRestrictor(t, false)
+		ok := r.restrictsRows(where)
+		metSelf = metSelf || r.metSelf
+		return ok
+	})
+	if !first || !metSelf {
+		return first
 	}
-	r := restrictor{t: newTarget(rel), restricted: map[polar]bool{}, never: map[polar]bool{},
+	return judge(func(where *pg.Node) bool { return newRestrictor(t, true).restrictsRows(where) })
+}
+
+// restrictsRows reports whether where restricts the target's rows. A missing condition does
+// not.
+func (r *restrictor) restrictsRows(where *pg.Node) bool {
+	return where.GetNode() != nil && r.restrict(where, false)
+}
+
+func newRestrictor(t target, selves bool) *restrictor {
+	return &restrictor{t: t, selves: selves, restricted: map[polar]bool{}, never: map[polar]bool{},
 		depend: map[*pg.Node]bool{}, canons: map[*pg.Node]string{}}
-	return r.restrict(where, false)
 }
 
 // restrict reports whether the condition n (its negation when neg) restricts the target's rows.
@@ -179,6 +230,9 @@ func (r *restrictor) dependsNode(n *pg.Node) bool {
 		case pg.SubLinkType_EXISTS_SUBLINK:
 			return r.selectDepends(s.Subselect, true)
 		case pg.SubLinkType_ANY_SUBLINK, pg.SubLinkType_ALL_SUBLINK, pg.SubLinkType_ROWCOMPARE_SUBLINK:
+			if member, depends := r.selfMember(s); member {
+				return depends
+			}
 			return r.depends(s.Testexpr) || r.selectDepends(s.Subselect, false)
 		}
 		return r.selectDepends(s.Subselect, false)
@@ -246,16 +300,43 @@ func (r *restrictor) selectStmtDepends(s *pg.SelectStmt, exists bool) bool {
 	return r.anyChild(s.ProtoReflect())
 }
 
+// selfMember reports whether s, in the second reading (r.selves; the first notes that it met
+// one), is x IN (SELECT e FROM t
+// WHERE w) with t the target's relation listed again (alone in its FROM) and e the same
+// expression as x, nothing grouped, limited or combined: for the written row, standing for t,
+// it is then w, and depends reports whether w depends on the target.
+func (r *restrictor) selfMember(s *pg.SubLink) (member, depends bool) {
+	sel := s.Subselect.GetSelectStmt()
+	if s.SubLinkType != pg.SubLinkType_ANY_SUBLINK || sel == nil || sel.Op != pg.SetOperation_SETOP_NONE ||
+		len(sel.TargetList) != 1 || len(sel.GroupClause) > 0 || sel.HavingClause != nil ||
+		sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.WindowClause) > 0 {
+		return false, false
+	}
+	for _, n := range s.OperName { // none for IN, "=" for = ANY
+		if n.GetString_().GetSval() != "=" {
+			return false, false
+		}
+	}
+	x := r.canon(s.Testexpr)
+	r.enter(sel)
+	defer r.leave()
+	if !r.scopes[len(r.scopes)-1].allSelf || !r.self(true) || r.canon(sel.TargetList[0].GetResTarget().GetVal()) != x {
+		return false, false
+	}
+	return true, r.anyChild(sel.ProtoReflect(), existsIgnores...)
+}
+
 // existsIgnores are the SelectStmt fields that cannot change whether a subquery has rows.
 var existsIgnores = []protoreflect.Name{"target_list", "sort_clause", "group_clause", "distinct_clause",
 	"window_clause", "locking_clause"}
 
 // enter makes the subquery s the innermost scope; leave undoes it.
 func (r *restrictor) enter(s *pg.SelectStmt) {
-	sc := scope{hasFrom: len(s.FromClause) > 0}
+	sc := scope{hasFrom: len(s.FromClause) > 0, selves: r.t.selvesIn(s.FromClause)}
 	for _, f := range s.FromClause {
 		sc.names = fromNames(f, sc.names)
 	}
+	sc.allSelf = sc.hasFrom && len(sc.selves) == len(s.FromClause)
 	r.scopes = append(r.scopes, sc)
 }
 
@@ -291,7 +372,8 @@ func fromNames(n *pg.Node, names []string) []string {
 	return names
 }
 
-// isTarget reports whether a column reference names a column of the target.
+// isTarget reports whether a column reference names a column of the target: in the second
+// reading (r.selves), a column of an item that lists the target's relation again too.
 func (r *restrictor) isTarget(c *pg.ColumnRef) bool {
 	parts := make([]string, 0, len(c.Fields))
 	for _, f := range c.Fields {
@@ -305,15 +387,24 @@ func (r *restrictor) isTarget(c *pg.ColumnRef) bool {
 	}
 	if len(qual) == 0 {
 		// Unqualified: the innermost FROM clause's, as far as we can tell without a schema.
-		return !slices.ContainsFunc(r.scopes, func(s scope) bool { return s.hasFrom })
+		for i := len(r.scopes) - 1; i >= 0; i-- {
+			if s := r.scopes[i]; s.hasFrom {
+				return r.self(s.allSelf)
+			}
+		}
+		return true
 	}
 	rel := qual[len(qual)-1]
-	for _, s := range r.scopes {
-		if slices.Contains(s.names, rel) {
-			return false // shadowed by a subquery's own FROM item
+	for i := len(r.scopes) - 1; i >= 0; i-- {
+		if s := r.scopes[i]; slices.Contains(s.names, rel) {
+			// A subquery's own FROM item: another relation, or the target's listed again.
+			return len(qual) == 1 && r.self(slices.Contains(s.selves, rel))
 		}
 	}
 	t := r.t
+	if len(qual) == 1 && slices.Contains(t.selves, rel) {
+		return r.self(true)
+	}
 	switch len(qual) {
 	case 1:
 		return rel == t.qual
@@ -324,6 +415,15 @@ func (r *restrictor) isTarget(c *pg.ColumnRef) bool {
 			(t.catalog == "" || qual[0] == t.catalog)
 	}
 	return false
+}
+
+// self reports whether a column of an item that lists the target's relation again (listed)
+// stands for the target's: only in the second reading. The first notes that it met one.
+func (r *restrictor) self(listed bool) bool {
+	if listed && !r.selves {
+		r.metSelf = true
+	}
+	return listed && r.selves
 }
 
 // selfConstant are the operators whose result is the same for every row when both operands are
