@@ -455,11 +455,12 @@ func (e *Engine) predict(ctx context.Context, st *compiled, x *Exec, rt *route, 
 	fp := p.FingerprintID
 	pred := e.model.Predict(x.start, fp, 0)
 	x.untrained, x.server, x.identified = pred.Samples == 0, pred.Server, pred.Identified
-	// Under auto a volatile pattern is explained per call where the statement has its
+	// Under call every statement is explained, a pool statement on the connection it takes
+	// first. Under auto a volatile pattern is explained per call where the statement has its
 	// connection; a pool statement decided before it has one (x.later) is priced by the
 	// pattern's cached plan, so that it waits for room holding no connection.
 	x.perCall = mode == explainCall || (mode == explainAuto && pred.Volatile)
-	perCall := x.perCall && !x.later
+	perCall := mode == explainCall || x.perCall && !x.later
 	if pred.Cached && !perCall {
 		e.stats.ExplainCacheHits.Add(1)
 		x.warm = pred.Samples >= warmSamples
