@@ -43,7 +43,7 @@ func reloadArrivalOrder(t *testing.T, reloads int) {
 				t.Errorf("waiter %d: %v", i, err)
 			}
 		})
-		if !eventually(3*time.Second, func() bool { b, _ := budgetNamed(c, "q"); return b.Waiting == i+1 }) {
+		if !eventually(3*time.Second, func() bool { b, _ := budgetNamed(c.Snapshot(), "q"); return b.Waiting == i+1 }) {
 			t.Fatalf("waiter %d did not queue", i)
 		}
 	}

@@ -37,15 +37,6 @@ func swappedRulesFile(t *testing.T) (path string, write func(string)) {
 	return path, write
 }
 
-func budgetNamed(c *driver.Connector, name string) (driver.BudgetStatus, bool) {
-	for _, b := range c.Snapshot().Budgets {
-		if b.Name == name {
-			return b, true
-		}
-	}
-	return driver.BudgetStatus{}, false
-}
-
 // TestDeployFileReloadReachesWaiters: with a watched rules file, statements waiting
 // (max_wait) for the slot an open rows holds: a typo'd file is refused (counted, logged with the
 // field, last good rules stay, waiters keep waiting); a file that closes the budget
@@ -76,7 +67,7 @@ func TestDeployFileReloadReachesWaiters(t *testing.T) {
 			errs <- err
 		}()
 	}
-	if !eventually(5*time.Second, func() bool { b, _ := budgetNamed(c, "b"); return b.Waiting == 3 }) {
+	if !eventually(5*time.Second, func() bool { b, _ := budgetNamed(c.Snapshot(), "b"); return b.Waiting == 3 }) {
 		t.Fatalf("waiters: %+v", c.Snapshot().Budgets)
 	}
 	failures := c.Snapshot().Counters.ReloadFailures
@@ -84,7 +75,7 @@ func TestDeployFileReloadReachesWaiters(t *testing.T) {
 	if !eventually(10*time.Second, func() bool { return c.Snapshot().Counters.ReloadFailures > failures }) {
 		t.Fatal("the typo'd file was not reported")
 	}
-	if b, _ := budgetNamed(c, "b"); b.Waiting != 3 || b.InFlight != 1 {
+	if b, _ := budgetNamed(c.Snapshot(), "b"); b.Waiting != 3 || b.InFlight != 1 {
 		t.Fatalf("after a refused file the waiters must keep waiting: %+v", b)
 	}
 	if !contains(logs.String(), "max_concurent") {
@@ -110,7 +101,7 @@ func TestDeployFileReloadReachesWaiters(t *testing.T) {
 	reloads := c.Snapshot().Counters.Reloads
 	write(open)
 	if !eventually(10*time.Second, func() bool {
-		b, _ := budgetNamed(c, "b")
+		b, _ := budgetNamed(c.Snapshot(), "b")
 		return c.Snapshot().Counters.Reloads > reloads && b.InFlight == 0 && b.Waiting == 0
 	}) {
 		t.Fatalf("budget not back to idle: %+v", c.Snapshot().Budgets)
@@ -141,7 +132,7 @@ func TestDeployRenamedBudgetWaiters(t *testing.T) {
 			errs <- err
 		}()
 	}
-	if !eventually(5*time.Second, func() bool { b, _ := budgetNamed(c, "old"); return b.Waiting == 3 }) {
+	if !eventually(5*time.Second, func() bool { b, _ := budgetNamed(c.Snapshot(), "old"); return b.Waiting == 3 }) {
 		t.Fatalf("waiters: %+v", c.Snapshot().Budgets)
 	}
 	setRulesOn(t, c, after)
@@ -157,7 +148,7 @@ func TestDeployRenamedBudgetWaiters(t *testing.T) {
 	}
 	rows.Close()
 	setRulesOn(t, c, before) // the old name again: its state was kept while its slot was held
-	if b, _ := budgetNamed(c, "old"); b.InFlight != 0 || b.Waiting != 0 {
+	if b, _ := budgetNamed(c.Snapshot(), "old"); b.InFlight != 0 || b.Waiting != 0 {
 		t.Fatalf("old budget after its slot was released: %+v", b)
 	}
 }
@@ -226,7 +217,7 @@ func TestDeployReloadStorm(t *testing.T) {
 	}
 	for _, name := range []string{"b", "c"} {
 		setRulesOn(t, c, spec(name, "enforce", 3))
-		if b, _ := budgetNamed(c, name); b.InFlight != 0 || b.Waiting != 0 {
+		if b, _ := budgetNamed(c.Snapshot(), name); b.InFlight != 0 || b.Waiting != 0 {
 			t.Errorf("budget %s after traffic stopped: in_flight %d waiting %d", name, b.InFlight, b.Waiting)
 		}
 	}
@@ -274,7 +265,7 @@ func TestDeployLimitNeverExceededAcrossReloads(t *testing.T) {
 	if p := peak.Load(); p > 3 {
 		t.Errorf("%d statements ran at once under max_concurrent <= 3", p)
 	}
-	if b, _ := budgetNamed(c, "b"); b.InFlight != 0 {
+	if b, _ := budgetNamed(c.Snapshot(), "b"); b.InFlight != 0 {
 		t.Errorf("leaked slots: %+v", b)
 	}
 }

@@ -128,9 +128,14 @@ func (c *claim) leave() {
 
 // admit admits c at now, waiting as its patience allows, its max_wait counted from arrived
 // (now, or earlier for a claim decided again). It returns nil once admitted (c.reqs are then
-// held when c.take), the *Denial that refuses it (recorded by refuse), or ctx's error when ctx
-// ends while it waits; waited reports a wait.
+// held when c.take), the *Denial that refuses it (recorded by refuse), ctx's error when ctx
+// ends while it waits, or errRulesChanged when st is no longer the rule set in force (replaced
+// while its statement was explained, or waited for its pattern's EXPLAIN, or for room: see
+// await); waited reports a wait.
 func (e *Engine) admit(ctx context.Context, st *compiled, c *claim, now, arrived time.Time) (waited bool, err error) {
+	if e.state.Load() != st {
+		return false, errRulesChanged // so a reload that closes a budget reaches it too
+	}
 	o, d, how := e.try(st, c, now)
 	if d == nil {
 		return false, nil

@@ -466,6 +466,16 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	measured := lessFloor(took, e.floor.Load()).Seconds()
 	failed := firstError(errs) != nil
 	keep := !failed && e.clientCharges.wanted(now)
+	if len(b.Execs) == 1 && len(b.Execs[0].quarantinable) > 0 && b.Execs[0].cutOff(firstError(errs)) {
+		// The batch's statements are not timed apart, so only a cancellation strikes (a
+		// per_query_limit strike would judge each statement by the whole batch's time), and
+		// only in a batch of one statement: the server sends a pipeline's results at its end,
+		// so every statement's result reports the cancellation, those that had completed
+		// included, and which one was running is unknown. Quarantining the wrong one would
+		// refuse a cheap statement everywhere; a batch's overrun strikes nobody instead. Before
+		// its slots go back, as a statement's (Exec.Finish).
+		e.strikes(&b.Execs[0], true, took, 0, now)
+	}
 	for i := range b.holds[:b.held] {
 		r := &b.holds[i]
 		if b.serverClock(r) {
@@ -485,28 +495,15 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		}
 	}
 	b.holds, b.owners, b.held, b.chargers = b.holds[:0], b.owners[:0], 0, b.chargers[:0]
-	struck := false // a statement of the batch was cancelled past its max_duration
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		var err error
 		if i < len(errs) {
 			err = errs[i]
 		}
-		overran := false
 		if x.bound != nil || len(x.warnBounds) > 0 {
-			overran = e.overran(x, err, took, now)
+			e.overran(x, x.cutOff(err), took, now)
 		}
-		if overran && !struck && len(b.Execs) == 1 && len(x.quarantinable) > 0 {
-			// The batch's statements are not timed apart, so only a cancellation strikes (a
-			// per_query_limit strike would judge each statement by the whole batch's time),
-			// and only in a batch of one statement: the server sends a pipeline's results at
-			// its end, so every statement's result reports the cancellation, those that had
-			// completed included, and which one was running is unknown. Quarantining the
-			// wrong one would refuse a cheap statement everywhere; a batch's overrun strikes
-			// nobody instead.
-			e.strikes(x, true, took, 0, now)
-		}
-		struck = struck || overran
 		if x.Wants&(WantSpans|WantDuration) != 0 {
 			e.obs.Finished(b.StatementContext(ctx, i), x, err, took)
 		}

@@ -897,6 +897,11 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 		// prediction up. It is charged what it took on the client's clock, at least that.
 		charge = max(x.Predicted, actual)
 	}
+	overran := x.cutOff(err)
+	if len(x.quarantinable) > 0 {
+		// Before its slots go back: a waiter they admit finds the quarantine this run began.
+		e.strikes(x, overran, took, charge, now)
+	}
 	for i := range x.holds {
 		budget.Release(now, &x.holds[i], charge)
 	}
@@ -905,12 +910,8 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	if err == nil && !x.server && x.identified && len(x.holds) > 0 && e.clientCharges.wanted(now) {
 		e.clientCharges.add(x.Pattern.FingerprintID, x.holds, charge, 1, now)
 	}
-	overran := false
 	if x.bound != nil || len(x.warnBounds) > 0 {
-		overran = e.overran(x, err, took, now)
-	}
-	if len(x.quarantinable) > 0 {
-		e.strikes(x, overran, took, charge, now)
+		e.overran(x, overran, took, now)
 	}
 	// A statement cut off at its max_duration ran at least that long: a lower bound worth
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that

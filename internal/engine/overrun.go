@@ -91,11 +91,10 @@ type warnBound struct {
 }
 
 // overran accounts, at x's Finish at now, for a run past a bound: a statement cancelled for
-// its enforce budget's max_duration (err matches ErrOverrun) is counted and logged as that
+// its enforce budget's max_duration (cancelled: x.cutOff) is counted and logged as that
 // budget's block, reason max_duration; one that ran past a warn budget's is warned about by
-// that budget, by each such budget. It reports the cancellation: the model still learns from
-// it (what it ran is a lower bound).
-func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) bool {
+// that budget, by each such budget.
+func (e *Engine) overran(x *Exec, cancelled bool, took time.Duration, now time.Time) {
 	// The warnings first: a statement both warned about and cancelled is its budget's block,
 	// which is the decision it ends with.
 	for _, w := range x.warnBounds {
@@ -111,11 +110,6 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 			e.obs.Decision(bs.name, DecisionWarn, vocab.ReasonMaxDuration)
 		}
 	}
-	// Cut off by x's own bound: a batch runs under its statements' smallest bound, which cuts
-	// off with them the statements of a longer one, whose budget did not (the cause, when err
-	// carries it, names the bound).
-	var cause *OverrunCause
-	cancelled := x.bound != nil && errors.Is(err, ErrOverrun) && (!errors.As(err, &cause) || cause == x.overrun)
 	if cancelled {
 		// The bound is the budget's max_duration, or a probe's (admission.go).
 		e.blockOverrun(x, x.bound, x.boundRule, x.MaxDuration, now)
@@ -123,7 +117,19 @@ func (e *Engine) overran(x *Exec, err error, took time.Duration, now time.Time) 
 			e.obs.Decision(x.bound.name, DecisionBlock, vocab.ReasonMaxDuration)
 		}
 	}
-	return cancelled
+}
+
+// cutOff reports whether x, which ended with err, was cancelled by its own bound (its enforce
+// budget's max_duration, or a probe's): a batch runs under its statements' smallest bound,
+// which cuts off with them the statements of a longer one, whose budget did not (the cause,
+// when err carries it, names the bound). The model still learns from such a statement: what it
+// ran is a lower bound.
+func (x *Exec) cutOff(err error) bool {
+	if x.bound == nil || !errors.Is(err, ErrOverrun) {
+		return false
+	}
+	var cause *OverrunCause
+	return !errors.As(err, &cause) || cause == x.overrun
 }
 
 // blockOverrun counts and logs x, cut off by bs's max_duration bound (selected by rule), as
