@@ -77,6 +77,9 @@ func New(e *engine.Engine, o Options) *Runtime {
 		redis: o.Redis, instance: o.Instance}
 }
 
+// errNilConfig is SetConfig's error for a nil Config.
+var errNilConfig = errors.New("pgtraffic: SetConfig: the Config is nil (an unchecked ParseConfig error?); the rules in force stay (an empty Config removes every budget and guard)")
+
 // Engine is the engine r configures.
 func (r *Runtime) Engine() *engine.Engine { return r.e }
 
@@ -87,10 +90,12 @@ func (r *Runtime) Engine() *engine.Engine { return r.e }
 // swapped in. Of two SetConfig calls at once, the later one's rules are the ones left in force.
 // It keeps a copy of cfg: the caller may go on changing its own (to prepare the next reload)
 // without changing, or racing with, the rules in force. It returns once the budgets it shares
-// anew have their first leases, or a sync's call deadline passed (leased).
+// anew have their first leases, or a sync's call deadline passed (leased). A nil cfg is an
+// error: it is what a reload gets from a parse error it did not check, not a wish to remove
+// every budget and guard (an empty Config is).
 func (r *Runtime) SetConfig(cfg *rules.Config) error {
 	if cfg == nil {
-		cfg = &rules.Config{}
+		return errNilConfig
 	}
 	cfg = cfg.Clone()
 	if err := r.checkCoordination(cfg); err != nil {
