@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 )
 
@@ -230,6 +232,12 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, rows bool,
 		sctx, err = j.begin(ctx, i.engine, onHeld, d.conn)
 		if held := j.Held(); err == nil && held > 0 && d.retry {
 			err = badConn(sctx, j, d.conn, held)
+		}
+		if d.retry && errors.Is(err, cost.ErrConnLost) {
+			// Its connection closed under its EXPLAIN, which answers it with the connection's
+			// error: database/sql retries it on another, unsent here, and in a transaction,
+			// which it does not retry, the caller has the server's error with it.
+			err = fmt.Errorf("%w: %w", driver.ErrBadConn, err)
 		}
 	} else {
 		sctx, q, o.release, err = decideForPool(ctx, d.pool, i.engine, j)

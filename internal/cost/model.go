@@ -625,6 +625,15 @@ var ErrNotSent = errors.New("cost: explain not sent")
 // cannot run on that connection either.
 var ErrConnLost = errors.New("cost: the connection closed during the explain")
 
+// ConnLost is err, an EXPLAIN's failure that closed its connection, marked with ErrConnLost:
+// it reads as err (the server's FATAL, say), which the statement is answered with.
+func ConnLost(err error) error { return connLost{err} }
+
+type connLost struct{ err error }
+
+func (e connLost) Error() string   { return e.err.Error() }
+func (e connLost) Unwrap() []error { return []error{ErrConnLost, e.err} }
+
 // ErrCancelled is wrapped, beside the server's error, by the error of an EXPLAIN that the
 // server cancelled: the session's lock_timeout or statement_timeout cut it off (or an
 // administrator cancelled the session's work). The statement it preceded would wait for the

@@ -548,6 +548,14 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				e.stats.ExplainFailures.Add(1)
 				x.again = beforeConn
 				return true, false, ErrWaitBeforeConn
+			case errors.Is(err, cost.ErrConnLost):
+				// The connection its caller holds (database/sql's, a transaction's) closed
+				// under its EXPLAIN: the statement cannot run there either. It is answered with
+				// the connection's error, the server's when it ended the session, as it would
+				// have been without pgtraffic, not sent to meet a closed connection.
+				e.stats.ExplainCalls.Add(1)
+				e.stats.ExplainFailures.Add(1)
+				return true, false, err
 			case err != nil:
 				sent = true
 				e.stats.ExplainCalls.Add(1)

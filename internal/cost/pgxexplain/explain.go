@@ -1,6 +1,7 @@
 package pgxexplain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -175,8 +176,9 @@ func resultCost(res *pgconn.Result) (cost.Plan, error) {
 // message may quote literals or argument values. The server's cancellation of the EXPLAIN
 // (lock_not_available: a lock_timeout; query_canceled: a statement_timeout or a cancel
 // request) is kept whole, wrapped in cost.ErrCancelled: its message quotes nothing of the
-// statement, and the engine answers the statement with it. A failure that closed pc (the
-// server ended the session) wraps cost.ErrConnLost. The end of the caller's context is pgx's
+// statement, and the engine answers the statement with it, as it is the server's ending of the
+// session (sessionEnded). A failure that closed pc (the server ended the session) wraps
+// cost.ErrConnLost. The end of the caller's context is pgx's
 // error for it, whole, as the statement would have had it (pgconn.Timeout recognises it): the
 // engine answers the statement with it.
 func sentError(pc *pgconn.PgConn, err error) error {
@@ -185,7 +187,7 @@ func sentError(pc *pgconn.PgConn, err error) error {
 	}
 	err = serverError(err)
 	if pc.IsClosed() {
-		return fmt.Errorf("%w: %w", cost.ErrConnLost, err)
+		return cost.ConnLost(err)
 	}
 	return err
 }
@@ -200,9 +202,21 @@ func serverError(err error) error {
 		if pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.QueryCanceled {
 			return fmt.Errorf("%w: %w", cost.ErrCancelled, pgErr)
 		}
+		if sessionEnded(pgErr) {
+			return pgErr
+		}
 		return fmt.Errorf("cost: explain failed: SQLSTATE %s", pgErr.Code)
 	}
 	return fmt.Errorf("cost: explain failed: %w", err)
+}
+
+// sessionEnded reports whether e is the server ending the session (FATAL or PANIC: an
+// administrator's pg_terminate_backend, an idle-in-transaction timeout, a shutdown). Its message
+// is the session's, quoting nothing of the statement: kept whole, the statement, which cannot
+// run on that connection either, is answered with it (cost.ErrConnLost), as without pgtraffic.
+func sessionEnded(e *pgconn.PgError) bool {
+	severity := cmp.Or(e.SeverityUnlocalized, e.Severity)
+	return severity == "FATAL" || severity == "PANIC"
 }
 
 // explainArgs turns the caller's arguments into the values pgx would send, applying the leading
