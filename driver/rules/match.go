@@ -1,10 +1,62 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
+
+// ExactMatchValue is the value an exact match of tag key compares tags with: v, but for the
+// built-in table tag the name as PostgreSQL resolves it (TableName), since that tag holds the
+// names pg_query resolved.
+func ExactMatchValue(key, v string) (string, error) {
+	if key != vocab.KeyTable {
+		return v, nil
+	}
+	return TableName(v)
+}
+
+// TableName is the name a match value for the table tag stands for, as PostgreSQL resolves a
+// name written in SQL: each dot-separated part folded to lower case (ASCII letters, as the
+// server folds them) unless it is double-quoted, where "" stands for a quote. So {table: Orders}
+// matches DELETE FROM Orders, whose table is orders, and {table: '"Orders"'} matches DELETE
+// FROM "Orders". An unterminated quote is an error.
+func TableName(v string) (string, error) {
+	if !strings.ContainsAny(v, `"ABCDEFGHIJKLMNOPQRSTUVWXYZ`) {
+		return v, nil // the common case: already as PostgreSQL resolves it
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c != '"' {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b.WriteByte(c)
+			continue
+		}
+		for i++; ; i++ {
+			switch {
+			case i == len(v):
+				return "", errUnterminatedName
+			case v[i] != '"':
+				b.WriteByte(v[i])
+				continue
+			case i+1 < len(v) && v[i+1] == '"':
+				b.WriteByte('"')
+				i++
+				continue
+			}
+			break
+		}
+	}
+	return b.String(), nil
+}
+
+var errUnterminatedName = errors.New(`a table name with an unterminated double quote (write "" for a quote inside a quoted name)`)
 
 // ParseMatchValue classifies a rule's match value. When the value is meant as a CIDR prefix
 // (see [Rule]) it returns the prefix, masked and with IPv4-mapped IPv6 prefixes (of 96 bits

@@ -307,6 +307,9 @@ func validateMatch(p *problems, at field, m map[string]string) {
 		if _, _, err := ParseMatchValue(m[k]); err != nil {
 			p.add(kp, "%v", err)
 		}
+		if _, err := ExactMatchValue(k, m[k]); err != nil {
+			p.add(kp, "%v", err)
+		}
 		if !validKind(k, m[k]) {
 			p.add(kp, "unknown statement kind %s: it would match no statement (want one of %s)", quoteShort(m[k]),
 				strings.Join(vocab.Kinds(), ", "))
@@ -318,6 +321,9 @@ func validateMatch(p *problems, at field, m map[string]string) {
 func validMatch(m map[string]string) bool {
 	for k, v := range m {
 		if _, _, err := ParseMatchValue(v); k == "" || err != nil || !validKind(k, v) {
+			return false
+		}
+		if _, err := ExactMatchValue(k, v); err != nil {
 			return false
 		}
 	}

@@ -98,6 +98,9 @@ func Compile(rs []rules.Rule, budgetIndex func(name string) int) (*Set, error) {
 			case isPrefix:
 				cr.cidrs = append(cr.cidrs, cidrKey{k, p})
 			default:
+				if v, err = rules.ExactMatchValue(k, v); err != nil {
+					return nil, fmt.Errorf("pgtraffic: rules[%d].match.%s: %w", i, k, err)
+				}
 				cr.exact = append(cr.exact, KV{k, v})
 			}
 		}
