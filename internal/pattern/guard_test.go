@@ -39,9 +39,11 @@ func TestGuardFacts(t *testing.T) {
 
 // backslashCases are texts that a server with standard_conforming_strings off reads otherwise
 // than pg_query, which reads them with it on: a backslash before a quote ends a string
-// elsewhere. Such a text is also judged by its words (a write pg_query takes for a string or a
-// comment is refused), and Key strips nothing after the string. A backslash before no quote
-// changes no statement, nor does one in an E” string, which escapes either way.
+// elsewhere. Such a text is also judged as that server reads it (a write pg_query takes for a
+// string or a comment is refused; one that server cannot parse runs nothing there), or by its
+// words where that reading cannot be written for pg_query (a B'...' string), and Key strips
+// nothing after the string. A backslash before no quote changes no statement, nor does one in
+// an E” string, which escapes either way.
 var backslashCases = []struct {
 	sql              string
 	unsafe, truncate bool
@@ -52,7 +54,13 @@ var backslashCases = []struct {
 	{`SELECT '\'' ; UPDATE t SET a = 1; --'`, true, false},
 	{`/* c */ SELECT 'a\' -- '; DELETE FROM t -- d`, true, false},
 	{`DELETE FROM t WHERE id = 1 AND x = '\' AND id = 1 OR x = ''' OR true --'`, true, false},
-	{`UPDATE t SET p = 'C:\' WHERE id = 1`, true, false}, // with the setting off, another statement
+	{`UPDATE t SET p = 'C:\' WHERE id = 1`, false, false}, // with the setting off, a string that never ends
+	{`UPDATE t SET p = '\' WHERE id = 1 --'`, true, false}, // with it off, no WHERE
+	{`UPDATE t SET b = B'1', p = '\' WHERE id = 1 --'`, true, false},
+	// Safe either way: with the setting off, each is a syntax error (a string ends early).
+	{`UPDATE files SET path = replace(path, '\', '/') WHERE id = $1`, false, false},
+	{`INSERT INTO notes (path, body) VALUES ('C:\', 'please delete me')`, false, false},
+	{`SELECT count(*) FROM notes WHERE path = 'C:\' AND body <> 'delete'`, false, false},
 	{`SELECT '\'' FOR UPDATE --'`, false, false},
 	{`SELECT 'C:\' -- x`, false, false},
 	{`UPDATE t SET p = 'C:\dir' WHERE id = 1`, false, false},

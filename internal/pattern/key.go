@@ -149,6 +149,42 @@ func dependsOnSetting(sql string) bool {
 	return off
 }
 
+// offReading returns sql as a server with standard_conforming_strings off reads it, written for
+// a parser with the setting on (pg_query): each string but an E'...' one made one, since with
+// the setting off a backslash escapes in every string as in those. An unterminated token is
+// kept so, for the parser to reject as that server does. ok is false where sql cannot be
+// written so: a string that another prefix makes something else (B'...', X'...', N'...').
+func offReading(sql string) (_ string, ok bool) {
+	var b strings.Builder
+	last := 0 // sql[last:] is still to be written
+	for i := 0; i < len(sql); {
+		n, _ := filler(sql, i) // an unterminated comment runs to the end
+		switch c := sql[i]; {
+		case n > 0:
+		case c == '\'':
+			escaped := escapeString(sql, i)
+			if i > 0 && strings.IndexByte("bBxXnN", sql[i-1]) >= 0 && (i < 2 || !isIdent(sql[i-2])) {
+				return "", false
+			}
+			n, _ = quoted(sql[i:], '\'', true)
+			if !escaped {
+				b.WriteString(sql[last:i])
+				b.WriteByte('E')
+				last = i
+			}
+		case c == '"' || c == '$' && (i == 0 || !isIdent(sql[i-1])):
+			n, _ = quotedToken(sql, i)
+		default:
+			// A run of bytes that start nothing: skip it whole.
+			for n = 1; i+n < len(sql) && !lexSpecial[sql[i+n]]; n++ {
+			}
+		}
+		i += n
+	}
+	b.WriteString(sql[last:])
+	return b.String(), true
+}
+
 // quotedToken returns the length of the string, quoted identifier or dollar-quoted string that
 // starts at sql[i] (a quote, a double quote or a '$' that follows no identifier byte), and
 // whether it is terminated.

@@ -147,10 +147,10 @@ func analyze(key string) *Pattern {
 	p.Facts = guard.Check(tree)
 	if dependsOnSetting(key) {
 		// A server with standard_conforming_strings off runs other statements than pg_query
-		// read: judge the text's words too, as for text pg_query cannot parse.
-		u := guard.Unparsed(key)
-		p.UnsafeWrite = p.UnsafeWrite || u.UnsafeWrite
-		p.Truncate = p.Truncate || u.Truncate
+		// read: judge those too.
+		off := offFacts(key)
+		p.UnsafeWrite = p.UnsafeWrite || off.UnsafeWrite
+		p.Truncate = p.Truncate || off.Truncate
 	}
 	p.Tables = make([]string, 0, len(w.tables))
 	for t := range w.tables {
@@ -172,6 +172,23 @@ func analyze(key string) *Pattern {
 		p.Summary = p.Operation // SELECT 1
 	}
 	return p
+}
+
+// offFacts are the guard facts of key as a server with standard_conforming_strings off reads
+// it (offReading): parsed, what it runs there; none when it does not parse, since that server
+// rejects it too and runs nothing (a string of 'C:\' then ends at the next quote, and the rest
+// is seldom SQL, or never ends). Where the off reading cannot be written for pg_query, or nests
+// too deep for it, they are the facts of key's words, as for text pg_query cannot parse.
+func offFacts(key string) guard.Facts {
+	text, ok := offReading(key)
+	if !ok || !parsableDepth(text) {
+		return guard.Unparsed(key)
+	}
+	tree, err := pg.Parse(text)
+	if err != nil {
+		return guard.Facts{}
+	}
+	return guard.Check(tree)
 }
 
 // numberedTables is pg_query's fingerprint id of a text of tables, with the names of those of its
