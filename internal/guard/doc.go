@@ -17,8 +17,10 @@
 //
 //   - no WHERE; constants, parameters, functions, casts and subqueries that are not correlated
 //     with the target (WHERE true, WHERE $1 = $1, WHERE now() > '2000-01-01', EXISTS (SELECT 1));
-//   - comparisons of an expression with itself, seen through casts, collations and identity
-//     arithmetic (id = id, t.id = id, id + 0 = id, id::int = id::int, (a, b) = (a, b));
+//   - comparisons of an expression with itself, seen through casts, collations, identity
+//     arithmetic, a double minus and a subquery that only selects it (id = id, t.id = id,
+//     id + 0 = id, -(-id) = id, id::int = id::int, (a, b) = (a, b), id = (SELECT id)), and
+//     membership in a list or array that holds it (id IN (id, 5), id = ANY (ARRAY[id]));
 //   - disjunctions of complementary conditions (x IS NULL OR x IS NOT NULL, p OR NOT p,
 //     x = 1 OR x <> 1, x < 1 OR x >= 1), however they are grouped (p OR (q OR NOT p),
 //     p OR NOT (p AND q), (p OR q) OR NOT (p OR q), (p AND q) OR NOT p OR NOT q);

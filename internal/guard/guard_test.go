@@ -296,6 +296,18 @@ var guardCases = []struct {
 	{"DELETE FROM t WHERE id IN (SELECT id FROM t ORDER BY id LIMIT 100)", false, false},
 	{"DELETE FROM t WHERE id IN (SELECT id FROM t, u WHERE u.x = 1)", false, false},
 	{"MERGE INTO t USING t AS s ON t.id = s.id WHEN MATCHED AND s.stale THEN DELETE", false, false},
+	// Comparisons of an expression with itself seen through a scalar subquery, a double minus,
+	// an array of one.
+	{"DELETE FROM t WHERE id = (SELECT id)", true, false},
+	{"DELETE FROM t WHERE t.id = (SELECT t.id)", true, false},
+	{"DELETE FROM t WHERE -(-id) = id", true, false},
+	{"DELETE FROM t WHERE id = ANY (ARRAY[id])", true, false},
+	{"DELETE FROM t WHERE id = ANY (ARRAY[5, id])", true, false},
+	{"DELETE FROM t WHERE id = (SELECT max(id) FROM t)", false, false},
+	{"DELETE FROM t WHERE id = (SELECT id + 1)", false, false},
+	{"DELETE FROM t WHERE -id = id", false, false},
+	{"DELETE FROM t WHERE id = ANY (ARRAY[1, 2])", false, false},
+	{"DELETE FROM t WHERE id <> ALL (ARRAY[id])", false, false},
 	// Uncorrelated with the target, as before: every row or none.
 	{"DELETE FROM t WHERE EXISTS (SELECT 1 FROM t AS t2 WHERE id = 5)", true, false},
 	{"", false, false},

@@ -453,6 +453,10 @@ func (r *restrictor) aexprDepends(e *pg.A_Expr) bool {
 		if r.same(e.Lexpr, e.Rexpr) {
 			return false
 		}
+		if a := e.Rexpr.GetAArrayExpr(); a != nil && e.Kind == pg.A_Expr_Kind_AEXPR_OP_ANY && opName(e) == "=" &&
+			slices.ContainsFunc(a.Elements, func(item *pg.Node) bool { return r.same(e.Lexpr, item) }) {
+			return false // x = ANY (ARRAY[x, ...]) holds wherever x is not null, as x IN (x, ...)
+		}
 	case pg.A_Expr_Kind_AEXPR_IN:
 		if l := e.Rexpr.GetList(); l != nil {
 			if slices.ContainsFunc(l.Items, func(item *pg.Node) bool { return r.same(e.Lexpr, item) }) {

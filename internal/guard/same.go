@@ -120,6 +120,11 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 		switch {
 		case e.Lexpr == nil && op == "+":
 			return r.canon(e.Rexpr)
+		case e.Lexpr == nil && op == "-":
+			if inner := e.Rexpr.GetAExpr(); inner != nil && inner.Kind == pg.A_Expr_Kind_AEXPR_OP &&
+				inner.Lexpr == nil && opName(inner) == "-" {
+				return r.canon(inner.Rexpr) // -(-x) is x
+			}
 		case e.Lexpr == nil:
 		case (op == "+" || op == "-") && isNum(e.Rexpr, "0"), (op == "*" || op == "/") && isNum(e.Rexpr, "1"):
 			return r.canon(e.Lexpr)
@@ -128,8 +133,25 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 		}
 	case *pg.Node_SelectStmt:
 		return r.canonSelect(x.SelectStmt)
+	case *pg.Node_SubLink:
+		if v := scalarOf(x.SubLink); v != nil {
+			return r.canon(v) // (SELECT x) is x
+		}
 	}
 	return digest(r.generic(n.ProtoReflect()))
+}
+
+// scalarOf is the expression of a scalar subquery that only selects it, (SELECT x): no FROM,
+// no condition, no set operation, one column; nil for any other sublink. Its columns, with no
+// FROM of the subquery's own, are those of the scope around it.
+func scalarOf(s *pg.SubLink) *pg.Node {
+	sel := s.Subselect.GetSelectStmt()
+	if s.SubLinkType != pg.SubLinkType_EXPR_SUBLINK || sel == nil || sel.Op != pg.SetOperation_SETOP_NONE ||
+		len(sel.FromClause) > 0 || sel.WhereClause != nil || sel.HavingClause != nil || len(sel.GroupClause) > 0 ||
+		sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 || len(sel.TargetList) != 1 {
+		return nil
+	}
+	return sel.TargetList[0].GetResTarget().GetVal()
 }
 
 // generic is the canonical text of any node: its type and its fields but their positions.
