@@ -517,55 +517,12 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 			// Read before stop, which cancels ectx: non-nil only when its bound (or ctx) ended it.
 			cut := context.Cause(ectx)
 			stop()
-			switch {
-			case errors.Is(err, cost.ErrNotSent):
-				// Nothing reached the server (an aborted transaction, a busy connection): no call
-				// to count.
-			case err != nil && ctx.Err() != nil:
-				// Its caller gave up: not the pattern's failure, and nothing to run.
-				e.stats.ExplainCalls.Add(1)
-				return true, false, callerEnded(ctx, err)
-			case err != nil && cut != nil:
-				// Its max_duration passed while it was explained (a lock it waits for, a planner
-				// that takes long): sent, it would run past it. Not the pattern's failure either.
-				e.stats.ExplainCalls.Add(1)
-				e.stats.ExplainFailures.Add(1)
-				return true, false, e.explainOverran(st, x, rt, cut, err)
-			case errors.Is(err, cost.ErrCancelled):
-				// The server cut the EXPLAIN off (the session's lock_timeout or
-				// statement_timeout): sent, the statement would wait for the same lock again.
-				// It is answered with the server's error; the pattern is explained again next
-				// time (a lock is not the pattern's failure).
-				e.stats.ExplainCalls.Add(1)
-				e.stats.ExplainFailures.Add(1)
-				return true, false, err
-			case errors.Is(err, cost.ErrConnLost) && x.taken:
-				// The connection the pool lent it alone closed under its EXPLAIN (the server
-				// ended the session): nothing runs there, and nothing was decided on it. The
-				// front end gives it back and decides the statement again before another, in
-				// its place of arrival: one decision, one span for the statement.
-				e.stats.ExplainCalls.Add(1)
-				e.stats.ExplainFailures.Add(1)
-				x.again = beforeConn
-				return true, false, ErrWaitBeforeConn
-			case errors.Is(err, cost.ErrConnLost):
-				// The connection its caller holds (database/sql's, a transaction's) closed
-				// under its EXPLAIN: the statement cannot run there either. It is answered with
-				// the connection's error, the server's when it ended the session, as it would
-				// have been without pgtraffic, not sent to meet a closed connection.
-				e.stats.ExplainCalls.Add(1)
-				e.stats.ExplainFailures.Add(1)
-				return true, false, err
-			case err != nil:
-				sent = true
-				e.stats.ExplainCalls.Add(1)
-				e.stats.ExplainFailures.Add(1)
-				e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", fingerprintAttr(p), "error", err)
-				if !perCall {
-					e.model.PutPlanFailed(t0, fp) // not again before the plan's TTL
-					x.explainFailed = true
+			if err != nil {
+				var answer error
+				if sent, answer = e.explainFailed(ctx, st, x, rt, cut, err, perCall, t0); answer != nil {
+					return true, false, answer
 				}
-			default:
+			} else {
 				sent = true
 				e.stats.ExplainCalls.Add(1)
 				e.model.ObserveExplain(e.now().Sub(t0).Seconds())
@@ -586,6 +543,56 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 	x.server, x.identified = pred.Server, pred.Identified
 	x.Predicted, x.PlanCost, x.explained = pred.Seconds, planCost, true
 	return sent, false, nil
+}
+
+// explainFailed accounts for x's EXPLAIN, begun at t0, that failed with err (cut: the cause
+// that ended it under explainContext, if any). It reports whether the EXPLAIN reached the
+// server (sent), and answer: the statement's answer when the failure is one, nothing else sent;
+// nil when x falls back to history.
+func (e *Engine) explainFailed(ctx context.Context, st *compiled, x *Exec, rt *route, cut, err error, perCall bool,
+	t0 time.Time) (sent bool, answer error) {
+	if errors.Is(err, cost.ErrNotSent) {
+		// Nothing reached the server (an aborted transaction, a busy connection): no call to
+		// count.
+		return false, nil
+	}
+	e.stats.ExplainCalls.Add(1)
+	if ctx.Err() != nil {
+		// Its caller gave up: not the pattern's failure, and nothing to run.
+		return true, callerEnded(ctx, err)
+	}
+	e.stats.ExplainFailures.Add(1)
+	switch {
+	case cut != nil:
+		// Its max_duration passed while it was explained (a lock it waits for, a planner that
+		// takes long): sent, it would run past it. Not the pattern's failure either.
+		return true, e.explainOverran(st, x, rt, cut, err)
+	case errors.Is(err, cost.ErrCancelled):
+		// The server cut the EXPLAIN off (the session's lock_timeout or statement_timeout):
+		// sent, the statement would wait for the same lock again. It is answered with the
+		// server's error; the pattern is explained again next time (a lock is not the
+		// pattern's failure).
+		return true, err
+	case errors.Is(err, cost.ErrConnLost) && x.taken:
+		// The connection the pool lent it alone closed under its EXPLAIN (the server ended the
+		// session): nothing runs there, and nothing was decided on it. The front end gives it
+		// back and decides the statement again before another, in its place of arrival: one
+		// decision, one span for the statement.
+		x.again = beforeConn
+		return true, ErrWaitBeforeConn
+	case errors.Is(err, cost.ErrConnLost):
+		// The connection its caller holds (database/sql's, a transaction's) closed under its
+		// EXPLAIN: the statement cannot run there either. It is answered with the connection's
+		// error, the server's when it ended the session, as it would have been without
+		// pgtraffic, not sent to meet a closed connection.
+		return true, err
+	}
+	e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", fingerprintAttr(x.Pattern), "error", err)
+	if !perCall {
+		e.model.PutPlanFailed(t0, x.Pattern.FingerprintID) // not again before the plan's TTL
+		x.explainFailed = true
+	}
+	return true, nil
 }
 
 // callerEnded is the error of a statement whose caller's context ctx ended during its EXPLAIN,

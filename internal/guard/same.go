@@ -87,22 +87,7 @@ func digest(text string) string {
 func (r *restrictor) canonNode(n *pg.Node) string {
 	switch x := n.Node.(type) {
 	case *pg.Node_ColumnRef:
-		var b strings.Builder
-		fields := x.ColumnRef.Fields
-		if r.isTarget(x.ColumnRef) && len(fields) > 0 {
-			b.WriteString("T")
-			fields = fields[len(fields)-1:]
-		} else {
-			b.WriteString("C")
-		}
-		for _, f := range fields {
-			if s := f.GetString_(); s != nil {
-				b.WriteString("." + strconv.Quote(s.Sval))
-			} else {
-				b.WriteString(".*")
-			}
-		}
-		return digest(b.String())
+		return r.canonColumn(x.ColumnRef)
 	case *pg.Node_AConst:
 		if l, ok := literal(n); ok && l.num {
 			return digest("N" + l.s) // 1 and 1.0 are the same number
@@ -112,24 +97,8 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 	case *pg.Node_CollateClause:
 		return r.canon(x.CollateClause.Arg)
 	case *pg.Node_AExpr:
-		e := x.AExpr
-		if e.Kind != pg.A_Expr_Kind_AEXPR_OP {
-			break
-		}
-		op := opName(e)
-		switch {
-		case e.Lexpr == nil && op == "+":
-			return r.canon(e.Rexpr)
-		case e.Lexpr == nil && op == "-":
-			if inner := e.Rexpr.GetAExpr(); inner != nil && inner.Kind == pg.A_Expr_Kind_AEXPR_OP &&
-				inner.Lexpr == nil && opName(inner) == "-" {
-				return r.canon(inner.Rexpr) // -(-x) is x
-			}
-		case e.Lexpr == nil:
-		case (op == "+" || op == "-") && isNum(e.Rexpr, "0"), (op == "*" || op == "/") && isNum(e.Rexpr, "1"):
-			return r.canon(e.Lexpr)
-		case op == "+" && isNum(e.Lexpr, "0"), op == "*" && isNum(e.Lexpr, "1"):
-			return r.canon(e.Rexpr)
+		if operand := identityOperand(x.AExpr); operand != nil {
+			return r.canon(operand)
 		}
 	case *pg.Node_SelectStmt:
 		return r.canonSelect(x.SelectStmt)
@@ -139,6 +108,51 @@ func (r *restrictor) canonNode(n *pg.Node) string {
 		}
 	}
 	return digest(r.generic(n.ProtoReflect()))
+}
+
+// canonColumn is the canonical text of a column reference: a column of the target's by its
+// name alone, however qualified.
+func (r *restrictor) canonColumn(c *pg.ColumnRef) string {
+	var b strings.Builder
+	fields := c.Fields
+	if r.isTarget(c) && len(fields) > 0 {
+		b.WriteString("T")
+		fields = fields[len(fields)-1:]
+	} else {
+		b.WriteString("C")
+	}
+	for _, f := range fields {
+		if s := f.GetString_(); s != nil {
+			b.WriteString("." + strconv.Quote(s.Sval))
+		} else {
+			b.WriteString(".*")
+		}
+	}
+	return digest(b.String())
+}
+
+// identityOperand is the operand that an identity operation leaves as it is (+x, -(-x), x + 0,
+// x - 0, x * 1, x / 1, 0 + x, 1 * x), nil for any other operation.
+func identityOperand(e *pg.A_Expr) *pg.Node {
+	if e.Kind != pg.A_Expr_Kind_AEXPR_OP {
+		return nil
+	}
+	op := opName(e)
+	switch {
+	case e.Lexpr == nil && op == "+":
+		return e.Rexpr
+	case e.Lexpr == nil && op == "-":
+		if inner := e.Rexpr.GetAExpr(); inner != nil && inner.Kind == pg.A_Expr_Kind_AEXPR_OP &&
+			inner.Lexpr == nil && opName(inner) == "-" {
+			return inner.Rexpr
+		}
+	case e.Lexpr == nil:
+	case (op == "+" || op == "-") && isNum(e.Rexpr, "0"), (op == "*" || op == "/") && isNum(e.Rexpr, "1"):
+		return e.Lexpr
+	case op == "+" && isNum(e.Lexpr, "0"), op == "*" && isNum(e.Lexpr, "1"):
+		return e.Rexpr
+	}
+	return nil
 }
 
 // scalarOf is the expression of a scalar subquery that only selects it, (SELECT x): no FROM,
