@@ -54,7 +54,7 @@ var backslashCases = []struct {
 	{`SELECT '\'' ; UPDATE t SET a = 1; --'`, true, false},
 	{`/* c */ SELECT 'a\' -- '; DELETE FROM t -- d`, true, false},
 	{`DELETE FROM t WHERE id = 1 AND x = '\' AND id = 1 OR x = ''' OR true --'`, true, false},
-	{`UPDATE t SET p = 'C:\' WHERE id = 1`, false, false}, // with the setting off, a string that never ends
+	{`UPDATE t SET p = 'C:\' WHERE id = 1`, false, false},  // with the setting off, a string that never ends
 	{`UPDATE t SET p = '\' WHERE id = 1 --'`, true, false}, // with it off, no WHERE
 	{`UPDATE t SET b = B'1', p = '\' WHERE id = 1 --'`, true, false},
 	// Safe either way: with the setting off, each is a syntax error (a string ends early).
