@@ -36,7 +36,8 @@ var ErrOverrun = engine.ErrOverrun
 // ErrClosed is the error of a statement or batch that was waiting for capacity (a budget's
 // max_wait) when its [Pool] or its [Connector] (its *sql.DB) was closed: nothing was sent. A
 // batch job's Wait and Check return it too once the Pool or Connector is closed, and so does a
-// closed Connector asked for a connection (a *sql.DB opened on it after its close).
+// closed Connector asked for a connection (a *sql.DB opened on it after its close), and a
+// closed Pool asked to run a statement, a batch or a copy, which it does not decide.
 var ErrClosed = engine.ErrClosed
 
 // ErrBlocked is the sentinel every [*BlockedError] matches with errors.Is.

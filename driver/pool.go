@@ -140,13 +140,18 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 	}
 }
 
-// learned waits, when the pool has an AfterConnect hook, until it has run on a connection: the
-// names of the statements it prepares are then known, and the pool's statements, decided before
-// they take a connection, are decided as the texts those names stand for (preparedNames). It
-// takes a connection for that, once, and gives it back; its error is the pool's. Once the
-// names are known it reads one atomic flag.
-func (p *Pool) learned(ctx context.Context) error {
-	if !p.run.names.pending.Load() || p.engine.Closed() { // closed: the statement returns ErrClosed
+// ready readies the pool for a statement of its own: ErrClosed once it is closed, so that the
+// statement is refused before the engine decides it (nothing counted, no span); and, when the
+// pool has an AfterConnect hook, it waits until the hook has run on a connection: the names of
+// the statements it prepares are then known, and the pool's statements, decided before they
+// take a connection, are decided as the texts those names stand for (preparedNames). It takes
+// a connection for that, once, and gives it back; its error is the pool's. Once the names are
+// known it reads the closed state and one atomic flag.
+func (p *Pool) ready(ctx context.Context) error {
+	if p.engine.Closed() {
+		return ErrClosed
+	}
+	if !p.run.names.pending.Load() {
 		return nil
 	}
 	c, err := p.pool.Acquire(ctx) // a new connection: the hook, then preparedNames.learn
@@ -160,7 +165,7 @@ func (p *Pool) learned(ctx context.Context) error {
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := p.learned(ctx); err != nil {
+	if err := p.ready(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return p.run.exec(ctx, &p.dest, sql, args)
@@ -171,7 +176,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := p.learned(ctx); err != nil {
+	if err := p.ready(ctx); err != nil {
 		return errRows{err: err}, err
 	}
 	return p.run.query(ctx, &p.dest, sql, args)
@@ -181,7 +186,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := p.learned(ctx); err != nil {
+	if err := p.ready(ctx); err != nil {
 		return &pgxRow{err: err}
 	}
 	return p.run.queryRow(ctx, &p.dest, sql, args)
@@ -254,6 +259,9 @@ func (p *Pool) Close() {
 // budgets' slots and buckets, its cost learned per table. A refused copy returns a
 // [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if p.engine.Closed() {
+		return 0, ErrClosed
+	}
 	return p.run.copyFrom(ctx, &p.dest, table, columns, src)
 }
 
@@ -264,7 +272,7 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := p.learned(ctx); err != nil {
+	if err := p.ready(ctx); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	return p.run.sendBatch(ctx, &p.dest, b)

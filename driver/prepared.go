@@ -29,7 +29,7 @@ type preparedNames struct {
 	table atomic.Pointer[nameTable] // never changed once stored; nil while no name is known
 	log   *slog.Logger
 	// pending is set while the pool's AfterConnect hook has run on no connection: the names are
-	// not known yet (Pool.learned).
+	// not known yet (Pool.ready).
 	pending atomic.Bool
 
 	mu   sync.Mutex // serialises the writers (record), and protects the field below
