@@ -3,7 +3,8 @@
 //
 // It may import the layers below it (the engine, internal/engine, and its runtime,
 // internal/runtime; the rules config in driver/rules and driver/rules/vocab, tagging,
-// internal/pattern, internal/health, internal/bounded, and the pgx adapters
+// internal/pattern, internal/health, internal/bounded, internal/cost (an EXPLAIN's lost
+// connection), internal/loglimit, and the pgx adapters
 // internal/health/pgxconn, internal/cost/pgxexplain and internal/serverclock/pgxconn) and the
 // libraries of its two front ends: pgx with pgconn, pgtype, pgxpool and stdlib (no other package
 // imports stdlib or database/sql/driver) and pgerrcode (SQLSTATE names), go-redis for

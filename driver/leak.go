@@ -6,8 +6,12 @@ import (
 	"log/slog"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgtraffic/pgtraffic/internal/engine"
+	"github.com/pgtraffic/pgtraffic/internal/loglimit"
 )
 
 // Rows that the application never closes hold their statement's concurrency slots for good:
@@ -49,12 +53,12 @@ func (o *openStmt) reclaim(msg string) {
 	if !o.inFlight() {
 		return // closed or exhausted: nothing held
 	}
-	ctx, lk := o.ctx, o.leaks // finish clears o
+	ctx, lk, fp := o.ctx, o.leaks, o.j.fingerprint() // finish clears o, and gives the job back for reuse
 	lk.userCode(func() { lk.count(ctx) })
 	// finish gives the slot back even if the span processors panic: the engine releases the
 	// holds before it calls its observer, and finish defers the connection's release.
 	lk.userCode(func() { o.finish(errRowsLeaked) })
-	lk.userCode(func() { lk.warn(ctx, msg) })
+	lk.userCode(func() { lk.warn(ctx, msg, fp) })
 }
 
 // reclaimSQL and reclaimPgx are the cleanups of the rows of each front end.
@@ -82,6 +86,7 @@ type leaks struct {
 	n       atomic.Int64
 	counter metric.Int64Counter // nil: not counted as a metric
 	log     *slog.Logger
+	limit   loglimit.Limiter // a line a second (rows leaked in a loop)
 }
 
 func newLeaks(meter metric.Meter, log *slog.Logger) (*leaks, error) {
@@ -117,12 +122,25 @@ func (lk *leaks) count(ctx context.Context) {
 	}
 }
 
-// warn logs a reclaimed statement's warning msg with the application's logger.
-func (lk *leaks) warn(ctx context.Context, msg string) {
+// warn logs a reclaimed statement's warning msg with the application's logger, naming the
+// statement by its fingerprint fp when known, at most a line a second with how many were
+// suppressed (pgtraffic.rows.leaked counts every one).
+func (lk *leaks) warn(ctx context.Context, msg, fp string) {
 	if lk == nil {
 		return
 	}
-	lk.log.LogAttrs(ctx, slog.LevelWarn, msg)
+	ok, suppressed := lk.limit.Allow("", time.Now())
+	if !ok {
+		return
+	}
+	var attrs []slog.Attr
+	if fp != "" {
+		attrs = append(attrs, engine.FingerprintAttr(fp))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	lk.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 }
 
 // userCode runs f, which reaches the application's code, on the cleanup goroutine, and

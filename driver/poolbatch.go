@@ -75,6 +75,13 @@ type batchJob struct {
 	home    *sync.Pool
 }
 
+func (j *batchJob) fingerprint() string {
+	if len(j.Execs) == 0 {
+		return ""
+	}
+	return fingerprintOf(&j.Execs[0])
+}
+
 func (j *batchJob) begin(ctx context.Context, e *engine.Engine, at place, conn *pgx.Conn) (context.Context, error) {
 	switch at {
 	case beforeConn:

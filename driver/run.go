@@ -45,6 +45,9 @@ type job interface {
 	Deadline() (deadline time.Time, cause error, ok bool)
 	// finish finishes the begun job with its outcome, then gives it back for reuse (done).
 	finish(ctx context.Context, err error)
+	// fingerprint is the begun job's (its first statement's) fingerprint, for a log line; ""
+	// when nothing read its statement (no rules in force, telemetry idle).
+	fingerprint() string
 	// done gives the job back for reuse, with nothing of its statement kept: finished, or
 	// refused (the engine ended it).
 	done()
@@ -97,6 +100,16 @@ func (t *ticket) begin(ctx context.Context, e *engine.Engine, at place, conn *pg
 }
 
 func (t *ticket) finish(ctx context.Context, err error) { t.Finish(ctx, err); t.done() }
+
+func (t *ticket) fingerprint() string { return fingerprintOf(&t.Exec) }
+
+// fingerprintOf is x's statement's fingerprint, "" when nothing read it.
+func fingerprintOf(x *engine.Exec) string {
+	if x.Pattern == nil {
+		return ""
+	}
+	return x.Pattern.Fingerprint
+}
 
 // done forgets the statement's arguments (a kept ticket must not keep the caller's values) and
 // gives a pooled ticket back to its pool.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +163,38 @@ rules:
 	}
 	if !waitLogged(&logs, "pool connection destroyed") {
 		t.Errorf("no warning logged:\n%s", logs.String())
+	}
+}
+
+// TestLeakedRowsLoggedByFingerprintAtMostASecond: rows leaked in a loop log their warning at
+// most a line a second, with how many were suppressed, and name their statement by its
+// fingerprint; the counter counts every one. Before, each leak logged a line of its own, with
+// nothing to find the statement by.
+func TestLeakedRowsLoggedByFingerprintAtMostASecond(t *testing.T) {
+	var logs lockedBuffer
+	reader := sdkmetric.NewManualReader()
+	c, db := openRules(t, `
+budgets:
+  - {name: reports, mode: enforce, max_concurrent: 20}
+rules:
+  - {budget: reports, match: {app: reports}}
+`, driver.WithLogger(logs.logger()), driver.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	ctx := tagging.With(context.Background(), "app", "reports")
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // as in TestLeakedRowsReleaseTheirSlots
+	const leaks = 20                                 // each holds a connection of database/sql's for good
+	for range leaks {
+		leakRows(t, db, ctx)
+	}
+	for i := 0; i < 1000 && budgetStatus(t, c, "reports").InFlight != 0; i++ {
+		runtime.GC()
+	}
+	if n := leakedCount(t, reader); n != leaks {
+		t.Fatalf("pgtraffic.rows.leaked = %d, want %d", n, leaks)
+	}
+	if !waitLogged(&logs, "fingerprint=") {
+		t.Fatalf("no leak warning naming its statement's fingerprint:\n%s", logs.String())
+	}
+	if lines := strings.Count(logs.String(), "garbage-collected without Close"); lines >= leaks/2 {
+		t.Errorf("%d leaks collected together logged %d lines, want a line a second:\n%s", leaks, lines, logs.String())
 	}
 }

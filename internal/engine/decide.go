@@ -488,6 +488,11 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 			switch {
 			case leads:
 				defer e.explains.end(fp)
+				if e.model.Predict(x.start, fp, 0).Cached {
+					// The pattern's EXPLAIN ended between this statement's prediction and its
+					// join: its plan prices it, no second EXPLAIN.
+					return e.predict(ctx, st, x, rt, c)
+				}
 			case done != nil && c.conn != nil && c.conn.InTransaction():
 				// A statement in a transaction EXPLAINs on its own connection instead: the
 				// EXPLAIN on its way may wait for a lock the transaction holds, which waiting

@@ -10,7 +10,7 @@
 //
 // It may import those packages (internal/pattern, internal/guard, internal/ruleset,
 // internal/cost, internal/budget, internal/health), driver/rules and driver/rules/vocab, tagging
-// and internal/bounded; it knows no front end, no database driver (a statement's connection is
+// internal/bounded and internal/loglimit; it knows no front end, no database driver (a statement's connection is
 // a [Conn], which EXPLAINs), no file watcher and no Redis client.
 //
 // # The path of one statement

@@ -15,6 +15,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/budget"
 	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/internal/health"
+	"github.com/pgtraffic/pgtraffic/internal/loglimit"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/ruleset"
 	"github.com/pgtraffic/pgtraffic/tagging"
@@ -83,8 +84,8 @@ type Engine struct {
 	// clientCharges are the charges on the client's clock that the server's reports true up
 	// (serverclock.go).
 	clientCharges clientCharges
-	warns         warnLimiter
-	blocks        blockLog // the most recent blocks, for the status (blocks.go)
+	warns         loglimit.Limiter // decision logs, per budget and decision
+	blocks        blockLog         // the most recent blocks, for the status (blocks.go)
 	// quarantined holds the patterns' overruns and quarantines (quarantine.go).
 	quarantined quarantines
 	// health is the health sampler for throttle_when; nil until a budget uses a sampled metric
@@ -136,7 +137,6 @@ func New(o Options) *Engine {
 		maxKeys:  o.MaxBuckets,
 		closed:   make(chan struct{}),
 	}
-	e.warns.init()
 	for _, kv := range [...]ruleset.KV{
 		{Key: vocab.KeyUsername, Value: o.User},
 		{Key: vocab.KeyDatabase, Value: o.Database},

@@ -71,7 +71,7 @@ var otherValueFacts = map[string]string{
 	"internal/coord.maxLive":         "bounds the instance count a Redis reply may report",
 	"internal/coord.secretRetry":     "bounds the wait between two readings of the election's secret",
 	"internal/engine.maxQuarantined": "bounds the quarantine table",
-	"internal/engine.maxLimited":     "bounds the log rate limiter's table",
+	"internal/loglimit.maxKeys":      "bounds the log rate limiter's table",
 	"driver/rules.MaxSyncInterval":   "the longest sync_interval",
 	"internal/pgtest.execTimeout":    "bounds a test server's setup statement",
 	"internal/engine.trueUpWithin":   "how long a charge on the client's clock waits for the server's report",
