@@ -353,7 +353,8 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	queued := aheadSlots > 0
 	slots, extra, need = slots+aheadSlots, extra+aheadCost, need+aheadCost
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
-		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(), Limit: b.text.concurrency, Queued: queued}
+		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(inflight+slots-maxConcurrent+1),
+			Limit: b.text.concurrency, Queued: queued}
 	}
 	if r.Unknown {
 		need = b.reservation(r, burst-debt-extra, slotsOf(maxConcurrent)-inflight-slots) + extra
@@ -731,13 +732,15 @@ func (b *Budget) unwait(key string, end time.Time) {
 	}
 }
 
-// concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency. Only a hint:
-// slots free when queries finish, which nothing here can predict.
-func (b *Budget) concurrencyHint() time.Duration {
-	d := defaultHold
-	if b.meanHold > 0 {
-		d = time.Duration(b.meanHold * 1e9 / float64(max(1, b.keys.spec.MaxConcurrent)))
+// concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency, for a statement that
+// fits once over statements in flight or waiting ahead of it have left: as many turns of the
+// budget's slots, each the mean hold shared among them. Only a hint: slots free when queries
+// finish, which nothing here can predict.
+func (b *Budget) concurrencyHint(over int) time.Duration {
+	if b.meanHold == 0 {
+		return defaultHold
 	}
+	d := time.Duration(b.meanHold * 1e9 * float64(max(over, 1)) / float64(max(1, b.keys.spec.MaxConcurrent)))
 	return min(max(d, time.Millisecond), time.Second)
 }
 

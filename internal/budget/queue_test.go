@@ -136,6 +136,7 @@ func TestQueueBoundCountsWaitersNotTheOneLeaving(t *testing.T) {
 		t.Fatal("admitted into a full budget")
 	}
 	Join(&w, req, d)
+	d.Index = 0                            // the one request of each Join below is the refused one
 	Release(at(1), &Request{Budget: b}, 1) // one slot: not its room
 	var w2 Waiter
 	if Join(&w2, []Request{{Budget: b}}, d) != 0 {
