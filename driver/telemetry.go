@@ -628,8 +628,9 @@ func (t *telemetry) attributes(attrs []attribute.KeyValue, x *engine.Exec, decis
 		}
 	}
 	// Tags: one attribute per key; a multi-valued key (table) becomes a string slice. The merged
-	// tags are grouped by key (built-ins, then comment tags, then context tags, each key once).
-	for i := 0; i < len(x.Tags); {
+	// tags are grouped by key (built-ins, then comment tags, then context tags, each key once),
+	// and the first maxSpanTags keys are set.
+	for i, n := 0, 0; i < len(x.Tags) && n < maxSpanTags; n++ {
 		k := x.Tags[i].Key
 		j := i + 1
 		for j < len(x.Tags) && x.Tags[j].Key == k {
@@ -667,6 +668,12 @@ func (t *telemetry) setAttributes(span trace.Span, x *engine.Exec, decision, rea
 }
 
 func tagValue(v string) string { return bounded.Text(v, bounded.ValueLen) }
+
+// maxSpanTags bounds the tag attributes of a span: the OpenTelemetry SDK keeps 128 attributes
+// a span by default and drops those set past them, and the ones a statement's end sets
+// (error.type, db.response.status_code, pgtraffic.budget) come last. The built-in tags come
+// first, then the comment tags (at most 32) and the context tags.
+const maxSpanTags = 64
 
 // maxTagKeys bounds telemetry.tagKeys.
 const maxTagKeys = 256
