@@ -353,7 +353,7 @@ func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Den
 	queued := aheadSlots > 0
 	slots, extra, need = slots+aheadSlots, extra+aheadCost, need+aheadCost
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
-		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(inflight+slots-maxConcurrent+1),
+		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(inflight + slots - maxConcurrent + 1),
 			Limit: b.text.concurrency, Queued: queued}
 	}
 	if r.Unknown {
