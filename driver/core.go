@@ -118,10 +118,11 @@ func (c *core) close() error {
 
 // SetConfig puts cfg in force before the next statement. Budgets that keep their name keep their
 // state. An invalid cfg is an error and the rules in force stay, as is a nil cfg (what an
-// unchecked ParseConfig error leaves); an empty Config removes every budget and guard. pgtraffic keeps a copy of cfg:
-// changing cfg afterwards changes nothing until it is passed to SetConfig again. A budget it
-// shares anew through Redis has its first lease when it returns, unless Redis did not answer
-// within a quarter sync_interval. After Close it returns ErrClosed and changes nothing.
+// unchecked ParseConfig error leaves); an empty Config removes every budget and guard.
+// pgtraffic keeps a copy of cfg: changing cfg afterwards changes nothing until it is passed to
+// SetConfig again. A budget it shares anew through Redis has its first lease when it returns,
+// unless Redis did not answer within a quarter sync_interval. After Close it returns ErrClosed
+// and changes nothing.
 func (c *core) SetConfig(cfg *Config) error {
 	if c.engine.Closed() {
 		return ErrClosed

@@ -9,9 +9,9 @@
 //	engine → pattern, guard, ruleset, cost, budget, health
 //
 // It may import those packages (internal/pattern, internal/guard, internal/ruleset,
-// internal/cost, internal/budget, internal/health), driver/rules and driver/rules/vocab, tagging
-// internal/bounded and internal/loglimit; it knows no front end, no database driver (a statement's connection is
-// a [Conn], which EXPLAINs), no file watcher and no Redis client.
+// internal/cost, internal/budget, internal/health), driver/rules and driver/rules/vocab,
+// tagging, internal/bounded and internal/loglimit; it knows no front end, no database driver (a
+// statement's connection is a [Conn], which EXPLAINs), no file watcher and no Redis client.
 //
 // # The path of one statement
 //

@@ -301,10 +301,10 @@ func (r *restrictor) selectStmtDepends(s *pg.SelectStmt, exists bool) bool {
 }
 
 // selfMember reports whether s, in the second reading (r.selves; the first notes that it met
-// one), is x IN (SELECT e FROM t
-// WHERE w) with t the target's relation listed again (alone in its FROM) and e the same
-// expression as x, nothing grouped, limited or combined: for the written row, standing for t,
-// it is then w, and depends reports whether w depends on the target.
+// one), is x IN (SELECT e FROM t WHERE w) with t the target's relation listed again (alone in
+// its FROM) and e the same expression as x, nothing grouped, limited or combined: for the
+// written row, standing for t, it is then w, and depends reports whether w depends on the
+// target.
 func (r *restrictor) selfMember(s *pg.SubLink) (member, depends bool) {
 	sel := s.Subselect.GetSelectStmt()
 	if s.SubLinkType != pg.SubLinkType_ANY_SUBLINK || sel == nil || sel.Op != pg.SetOperation_SETOP_NONE ||

@@ -177,10 +177,10 @@ func resultCost(res *pgconn.Result) (cost.Plan, error) {
 // (lock_not_available: a lock_timeout; query_canceled: a statement_timeout or a cancel
 // request) is kept whole, wrapped in cost.ErrCancelled: its message quotes nothing of the
 // statement, and the engine answers the statement with it, as it is the server's ending of the
-// session (sessionEnded). A failure that closed pc (the server ended the session) wraps
-// cost.ErrConnLost. The end of the caller's context is pgx's
-// error for it, whole, as the statement would have had it (pgconn.Timeout recognises it): the
-// engine answers the statement with it.
+// session (sessionEnded). A failure that closed pc (the server ended the session) is marked
+// with cost.ErrConnLost (cost.ConnLost). The end of the caller's context is pgx's error for
+// it, whole, as the statement would have had it (pgconn.Timeout recognises it): the engine
+// answers the statement with it.
 func sentError(pc *pgconn.PgConn, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
