@@ -332,7 +332,8 @@ var ErrClosed = errors.New("pgtraffic: the connector or pool is closed")
 func (e *Engine) Close() { e.closeOnce.Do(e.close) }
 
 func (e *Engine) close() {
-	close(e.closed)
+	e.closed.Store(true)
+	close(e.done)
 	e.reg.mu.Lock()
 	budgets := make([]*budget.Budget, 0, len(e.reg.budgets))
 	for _, b := range e.reg.budgets {
@@ -345,14 +346,7 @@ func (e *Engine) close() {
 }
 
 // Closed reports whether Close was called.
-func (e *Engine) Closed() bool {
-	select {
-	case <-e.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (e *Engine) Closed() bool { return e.closed.Load() }
 
 // retry is a waiting claim's next try, at the time now; or ErrClosed when the engine was closed,
 // or errRulesChanged when st is no longer the rule set in force: the claim was routed by

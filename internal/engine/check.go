@@ -106,7 +106,7 @@ func (e *Engine) Wait(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-e.closed:
+		case <-e.done:
 			return ErrClosed
 		case <-replaced:
 		case <-e.after(health.Backoff(attempt, base, rand.Float64())):

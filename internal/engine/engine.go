@@ -93,9 +93,11 @@ type Engine struct {
 	health atomic.Pointer[health.Sampler]
 	gens   atomic.Uint64 // numbers the Compiles (Rules.Gen)
 	reg    registry      // the budgets by name, across reloads (compile.go)
-	// closed is closed by Close (once: closeOnce): a statement waiting for capacity, and a job
-	// in Wait, leave with ErrClosed (admission.go, check.go).
-	closed    chan struct{}
+	// closed is set by Close (once: closeOnce), and done is closed then: the front ends, and a
+	// statement woken in a budget's queue, read closed (Closed, once per statement); a job
+	// in Wait selects on done. Either leaves with ErrClosed (admission.go, check.go).
+	closed    atomic.Bool
+	done      chan struct{}
 	closeOnce sync.Once
 }
 
@@ -135,7 +137,7 @@ func New(o Options) *Engine {
 		model:    cost.NewModel(size),
 		obs:      o.Observer,
 		maxKeys:  o.MaxBuckets,
-		closed:   make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	for _, kv := range [...]ruleset.KV{
 		{Key: vocab.KeyUsername, Value: o.User},
