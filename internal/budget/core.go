@@ -127,9 +127,9 @@ type state struct {
 // heldTo is what s holds r to: for a pending request every slot in flight and the whole debt;
 // for a connected one (not Request.Pending) only the running statements' slots and their debt,
 // not the slots and cost of statements waiting for a connection, perhaps the one r's statement
-// holds.
+// holds. With nothing pending the two are the same.
 func (s *state) heldTo(r *Request) (inflight int, debt float64) {
-	if r.Pending {
+	if r.Pending || s.pending == 0 {
 		return s.inflight, s.Debt
 	}
 	return s.inflight - s.pending, max(0, s.Debt-s.pendingCost)
