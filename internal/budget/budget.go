@@ -195,14 +195,15 @@ func reserve(now time.Time, reqs []Request, warns []Warning, take bool) ([]Warni
 		b := r.Budget
 		var kick func()
 		b.mu.Lock()
-		d := b.check(now, r, 0, 0)
+		s := b.keys.lookup(r.Key)
+		d := b.check(now, r, s, 0, 0)
 		if r.Waiter != nil {
 			b.noteTry(r, true, d != nil)
 		}
 		switch {
 		case !take:
 		case d == nil:
-			warns, kick = b.take(now, r, 0, warns)
+			warns, kick = b.take(now, r, s, 0, warns)
 		default:
 			kick = b.refused(now, r, d.Reason, 0)
 		}
@@ -238,7 +239,7 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 				cost += o.Budget.reservation(o, math.Inf(1), 1)
 			}
 		}
-		d := r.Budget.check(now, r, slots, cost)
+		d := r.Budget.check(now, r, r.Budget.keys.lookup(r.Key), slots, cost)
 		if r.Waiter != nil {
 			r.Budget.noteTry(r, slots == 0, d != nil)
 		}
@@ -257,8 +258,10 @@ func reserveLocked(now time.Time, reqs []Request, warns []Warning, take bool, ki
 	}
 	if worst == nil && take {
 		for i := range reqs {
+			// Looked up again: an earlier take may have inserted the key, or evicted it.
+			r := &reqs[i]
 			var kick func()
-			if warns, kick = reqs[i].Budget.take(now, &reqs[i], i, warns); kick != nil {
+			if warns, kick = r.Budget.take(now, r, r.Budget.keys.lookup(r.Key), i, warns); kick != nil {
 				kicks = append(kicks, kick)
 			}
 		}
@@ -311,9 +314,9 @@ func (r *Request) perQuery() float64 {
 	return sanitizeCost(r.Cost)
 }
 
-// check checks r against b at now, given the slots and cost that earlier
-// requests of the admission take from the same key: nil if r fits, else why
-// not (allocated only then). The caller holds b.mu.
+// check checks r against b at now, where s is the state of r's key (nil: absent), given the
+// slots and cost that earlier requests of the admission take from the same key: nil if r fits,
+// else why not (allocated only then). The caller holds b.mu.
 //
 // While others wait for r's key before it, r takes only the room they leave: their slots and
 // costs count as taken (queue.go), and one that a health threshold of b holds back refuses r
@@ -324,8 +327,7 @@ func (r *Request) perQuery() float64 {
 //
 // A pending request counts every slot in flight against max_concurrent; a connected one only
 // the slots of running statements (Request.Pending).
-func (b *Budget) check(now time.Time, r *Request, slots int, extra float64) *Denial {
-	s := b.keys.lookup(r.Key)
+func (b *Budget) check(now time.Time, r *Request, s *state, slots int, extra float64) *Denial {
 	aheadSlots, aheadCost := 0, 0.0
 	if b.waiters > 0 {
 		var d *Denial
@@ -399,26 +401,21 @@ func (b *Budget) reservation(r *Request, room float64, free int) float64 {
 	return c
 }
 
-// take charges r, reqs[i] of an admission, to b at now, and appends a
-// Warning if the budget is now at or past a limit. In a shared budget it
-// returns the coordinator's kick when r's key runs on a lease the coordinator
-// did not give it (lease.go), for the caller to call once b is unlocked. The
-// caller holds b.mu.
-func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Warning, kick func()) {
-	s := b.keys.lookup(r.Key)
+// take charges r, reqs[i] of an admission, to b at now, in s, the state of r's key (nil:
+// absent, inserted here), and appends a Warning if the budget is now at or past a limit. In a
+// shared budget it returns the coordinator's kick when r's key runs on a lease the coordinator
+// did not give it (lease.go), for the caller to call once b is unlocked. The caller holds b.mu.
+func (b *Budget) take(now time.Time, r *Request, s *state, i int, warns []Warning) (_ []Warning, kick func()) {
 	if s == nil {
 		s = b.keys.insert(r.Key, now)
 	}
-	_, burst, maxConcurrent := b.keys.limits(s)
 	cost := sanitizeCost(r.Cost)
-	// per_query_limit's fill is that of what it judges: a guess too, not a reservation.
-	predicted := r.perQuery()
 	if r.Unknown { // reserved by the room left (reservation)
 		// check drained s to now; earlier takes are in Debt and in inflight
+		_, burst, maxConcurrent := b.keys.limits(s)
 		inflight, debt := s.heldTo(r)
 		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
 	}
-	r.Cost, r.folds, r.taken = cost, b.keys.folds, now // what Release trues up, where, and since when
 	b.keys.take(s, cost)
 	if r.Pending {
 		s.pending++
@@ -437,12 +434,20 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 			kick = b.link.kick // a provisional lease: its own comes at an early sync
 		}
 	}
-
-	sp := &b.keys.spec
-	if sp.WarningThreshold == 0 {
-		return warns, kick // nothing asked to be warned
+	if b.keys.spec.WarningThreshold > 0 { // else nothing asked to be warned
+		warns = b.warn(s, r, i, warns) // before r.Cost holds the reservation
 	}
-	// The fullest limit; on a tie the first of concurrency, per-query, bucket.
+	r.Cost, r.folds, r.taken = cost, b.keys.folds, now // what Release trues up, where, and since when
+	return warns, kick
+}
+
+// warn appends a Warning for r, reqs[i] of an admission that take just charged to s, when the
+// fullest of b's limits is at or past its WarningThreshold; on a tie the first of concurrency,
+// per-query, bucket. per_query_limit's fill is that of what it judges, r's predicted cost (a
+// guess too), not the reservation that take puts in r.Cost after. The caller holds b.mu.
+func (b *Budget) warn(s *state, r *Request, i int, warns []Warning) []Warning {
+	sp := &b.keys.spec
+	_, burst, maxConcurrent := b.keys.limits(s)
 	fill, reason, limit := 0.0, "", ""
 	if sp.MaxConcurrent > 0 {
 		if f := float64(s.inflight) / float64(max(maxConcurrent, 1)); f > fill {
@@ -450,7 +455,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 		}
 	}
 	if sp.PerQueryLimit > 0 {
-		if f := predicted / sp.PerQueryLimit; f > fill {
+		if f := r.perQuery() / sp.PerQueryLimit; f > fill {
 			fill, reason, limit = f, vocab.ReasonPerQuery, b.text.perQuery
 		}
 	}
@@ -462,7 +467,7 @@ func (b *Budget) take(now time.Time, r *Request, i int, warns []Warning) (_ []Wa
 	if fill >= sp.WarningThreshold {
 		warns = append(warns, Warning{Index: i, Reason: reason, Fill: fill, Limit: limit})
 	}
-	return warns, kick
+	return warns
 }
 
 // Release gives back the slot that [Admit] took for r, whose statement cost
@@ -668,7 +673,7 @@ func TakeWaiter(now time.Time, r *Request, d *Denial, maxWait time.Duration) boo
 			r.waitEnd = now.Add(d.RetryAfter)
 		}
 		b.wouldWait[r.Key] = append(b.wouldWait[r.Key], r.waitEnd)
-		_, kick = b.take(now, r, 0, nil)
+		_, kick = b.take(now, r, b.keys.lookup(r.Key), 0, nil)
 	}
 	b.mu.Unlock()
 	if kick != nil {
