@@ -416,7 +416,8 @@ func (b *Budget) take(now time.Time, r *Request, s *state, i int, warns []Warnin
 		inflight, debt := s.heldTo(r)
 		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
 	}
-	b.keys.take(s, cost)
+	s.Debt += cost // check drained s to now
+	b.keys.take(s)
 	if r.Pending {
 		s.pending++
 		s.pendingCost += cost

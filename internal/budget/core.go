@@ -215,9 +215,8 @@ func (k *keys) trim(n int) {
 	}
 }
 
-// take charges cost and one slot to s, whose debt check has drained to now.
-func (k *keys) take(s *state, cost float64) {
-	s.Debt += cost
+// take takes one slot of s, which is in flight from then on, so no longer idle.
+func (k *keys) take(s *state) {
 	if s.idx >= 0 {
 		heap.Remove(&k.idle, s.idx)
 	}
