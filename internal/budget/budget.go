@@ -501,7 +501,8 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 		if r.Pending && s.pending > 0 {
 			s.unpend(reserved)
 		}
-		b.keys.give(s, now, actual-reserved)
+		s.Charge(now, b.keys.rate(s), actual-reserved)
+		b.keys.give(s)
 		if s.part != nil {
 			s.part.used += actual
 		}
@@ -583,7 +584,8 @@ func (b *Budget) connect(now time.Time, r *Request) bool {
 	if _, _, maxConcurrent := b.keys.limits(s); s.inflight-s.pending <= maxConcurrent {
 		return true
 	}
-	b.keys.give(s, now, -sanitizeCost(r.Cost)) // never admitted: no hold time to learn
+	s.Charge(now, b.keys.rate(s), -sanitizeCost(r.Cost)) // never admitted: no hold time to learn
+	b.keys.give(s)
 	if b.waiters > 0 {
 		b.wakeFreed(s)
 	}

@@ -224,15 +224,21 @@ func (k *keys) take(s *state) {
 	k.inflight++
 }
 
-// give gives one slot of s back and trues its debt up by delta.
-func (k *keys) give(s *state, now time.Time, delta float64) {
-	s.Charge(now, k.rate(s), delta)
+// give gives one slot of s back, whose bucket the caller has charged to now: a keyed state
+// left with nothing in flight becomes idle (settle).
+func (k *keys) give(s *state) {
 	s.inflight--
 	k.inflight--
 	if s.inflight == 0 && s != k.unkeyed {
-		k.setIdle(s)
-		k.trim(k.spec.MaxKeys)
+		k.settle(s)
 	}
+}
+
+// settle puts s, keyed and with nothing in flight from now on, in the idle heap, and evicts idle
+// states down to the table's bound (which it exceeds while more keys have queries in flight).
+func (k *keys) settle(s *state) {
+	k.setIdle(s)
+	k.trim(k.spec.MaxKeys)
 }
 
 // adjust charges delta to s at now, after the statement it corrects was released. An idle s
