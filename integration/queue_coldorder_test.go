@@ -56,7 +56,15 @@ rules:
 		t.Fatal(err)
 	}
 	defer admin.Close(bg)
-	if _, err := admin.Exec(bg, "create table cold_arrivals (seq serial primary key, i int); create table migrated (id int)"); err != nil {
+	// Each waiter inserts into a table of its own, so that each is a pattern of its own and
+	// EXPLAINs on the connection it takes: waiters of one pattern would wait for the first's
+	// EXPLAIN, and those that came back after it had cached the plan would wait before a
+	// connection instead, as the machine's load decides. A sequence keeps the order they ran in.
+	setup := "create sequence cold_seq; create table migrated (id int)"
+	for i := range 6 {
+		setup += fmt.Sprintf("; create table cold_arrivals_%d (seq bigint, i int)", i)
+	}
+	if _, err := admin.Exec(bg, setup); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(bg, "select pg_advisory_lock(7)"); err != nil {
@@ -80,9 +88,9 @@ rules:
 	errs := make(chan error, 6)
 	for i := range 6 {
 		// An EXPLAIN runs no function: the advisory lock holds the statement only as it runs.
-		q := "insert into cold_arrivals (i) select $1::int from pg_advisory_xact_lock_shared(7)"
+		q := fmt.Sprintf("insert into cold_arrivals_%d select nextval('cold_seq'), $1::int from pg_advisory_xact_lock_shared(7)", i)
 		if i == 0 {
-			q = "insert into cold_arrivals (i) select $1::int + 0 * count(*) from migrated"
+			q = "insert into cold_arrivals_0 select nextval('cold_seq'), $1::int + 0 * count(*) from migrated"
 		}
 		go func() { _, err := p.Exec(ctx, q, i); errs <- err }()
 		waitFor(t, 15*time.Second, fmt.Sprintf("waiter %d queued", i), func() (bool, string) {
@@ -116,7 +124,11 @@ rules:
 			t.Fatal("a waiter never returned")
 		}
 	}
-	got, err := admin.Query(bg, "select i from cold_arrivals order by seq")
+	all := "select seq, i from cold_arrivals_0"
+	for i := 1; i < 6; i++ {
+		all += fmt.Sprintf(" union all select seq, i from cold_arrivals_%d", i)
+	}
+	got, err := admin.Query(bg, "select i from ("+all+") a order by seq")
 	if err != nil {
 		t.Fatal(err)
 	}
