@@ -126,11 +126,13 @@ func (r *pgxRow) Scan(dest ...any) error {
 	outcome := errPanicked // until pgx's Scan returns: a panic ends the statement with it
 	defer func() { r.open.finish(outcome) }()
 	err := r.row.Scan(dest...)
-	if err != nil && errors.Is(err, pgx.ErrNoRows) {
-		outcome = nil // the query ran to its end: a success, and no overrun
-		return err
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			outcome = nil // the query ran to its end: a success, and no overrun
+			return err
+		}
+		err = overran(r.open.qctx, err)
 	}
-	err = overran(r.open.qctx, err)
 	outcome = err
 	return err
 }
