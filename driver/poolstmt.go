@@ -83,6 +83,7 @@ func acquireAdmitted(ctx context.Context, pool connPool, a job) (q querier, rele
 		// may have closed it meanwhile (checkConn). Then a is abandoned unsent, the
 		// connection goes back, and the caller decides a again before one (errConnClosed).
 		pc, _ := q.(*pgx.Conn) // a fake in unit tests
+
 		err = errPanicked // until checkConn returns: its ping may panic
 		if err = checkConn(ctx, pc, a.Held()); err != nil {
 			return nil, nil, err
