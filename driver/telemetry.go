@@ -148,9 +148,22 @@ type telemetry struct {
 	tagKeys  atomic.Pointer[map[string]attribute.Key]
 	attrBufs sync.Pool // *[]attribute.KeyValue: a span's attributes, copied by SetAttributes
 
-	mu  sync.Mutex // protects the fields below, and serialises tagKeys' writers
-	reg metric.Registration
+	// wants is what Wants answers (an engine.Wants): evaluateWants reads the instruments and,
+	// unless options named the providers, OpenTelemetry's globals, which a statement does not
+	// do; refresh evaluates it again every wantsRefresh while one of them is a global, so that
+	// a provider the application installs later is used from then on.
+	wants atomic.Uint32
+
+	mu      sync.Mutex // protects the fields below, and serialises tagKeys' writers
+	reg     metric.Registration
+	refresh *time.Timer // re-evaluates wants (refreshWants); nil when nothing may change it
+	closed  bool
 }
+
+// wantsRefresh is how often a telemetry that reads OpenTelemetry's global providers asks them
+// again what to record: a provider installed after the Connector or Pool was made records the
+// statements that begin at most this long after it.
+const wantsRefresh = time.Second
 
 func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	tp := o.tracerProvider
@@ -203,7 +216,23 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	t.commonAttr = server
 	t.metricAttr = server
 	t.observedAttr = append(slices.Clip(server), attribute.Int64(attrConnector, int64(connectors.Add(1))))
+	t.wants.Store(uint32(t.evaluateWants()))
+	if o.tracerProvider == nil || o.meterProvider == nil {
+		t.mu.Lock() // the timer's first call may come before AfterFunc returns
+		t.refresh = time.AfterFunc(wantsRefresh, t.refreshWants)
+		t.mu.Unlock()
+	}
 	return t, nil
+}
+
+// refreshWants evaluates wants again, and again after wantsRefresh until close.
+func (t *telemetry) refreshWants() {
+	t.wants.Store(uint32(t.evaluateWants())) // the SDK's code: not under t.mu
+	t.mu.Lock()
+	if !t.closed {
+		t.refresh.Reset(wantsRefresh)
+	}
+	t.mu.Unlock()
 }
 
 // connectors numbers the connectors and pools of the process (telemetry.observedAttr).
@@ -301,6 +330,10 @@ func (t *telemetry) close() error {
 	t.mu.Lock()
 	reg := t.reg
 	t.reg = nil
+	t.closed = true
+	if t.refresh != nil {
+		t.refresh.Stop()
+	}
 	t.mu.Unlock()
 	if reg == nil {
 		return nil
@@ -334,11 +367,14 @@ var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 // idleSpan is a no-op, non-recording span (never the caller's: we end the spans we start).
 var idleSpan = trace.SpanFromContext(context.Background())
 
-// Wants: spans unless the tracer is the idle global provider's (which records nothing until
-// the application installs one); the duration metric and decision counts when their
-// instruments are enabled. The engine keeps the answer in Exec.Wants and Exec.Observed, so the
-// methods below do not ask again.
-func (t *telemetry) Wants() engine.Wants {
+// Wants is what evaluateWants last answered (wants). The engine keeps the answer in Exec.Wants
+// and Exec.Observed, so the methods below do not ask again.
+func (t *telemetry) Wants() engine.Wants { return engine.Wants(t.wants.Load()) }
+
+// evaluateWants: spans unless the tracer is the idle global provider's (which records nothing
+// until the application installs one); the duration metric and decision counts when their
+// instruments are enabled.
+func (t *telemetry) evaluateWants() engine.Wants {
 	var w engine.Wants
 	if t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal {
 		w |= engine.WantSpans

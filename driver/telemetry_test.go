@@ -1059,6 +1059,7 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	}
 	x.Finish(ctx, nil)
 	otel.SetTracerProvider(tp)
+	waitWants(t, tel, engine.WantSpans)
 	if ctx, err = eng.Begin(context.Background(), x, nil, "select 1", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -1068,6 +1069,40 @@ func TestIdleGlobalProviderSkipsSpans(t *testing.T) {
 	x.Finish(ctx, nil)
 	if len(exp.GetSpans()) != 1 {
 		t.Fatalf("exported %d spans", len(exp.GetSpans()))
+	}
+}
+
+// waitWants waits until tel wants want, which it notices within wantsRefresh of a provider
+// installed after it was made.
+func waitWants(t *testing.T, tel *telemetry, want engine.Wants) {
+	t.Helper()
+	deadline := time.Now().Add(5 * wantsRefresh)
+	for tel.Wants()&want == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Wants = %b, %v after the provider was installed; want %b", tel.Wants(), 5*wantsRefresh, want)
+		}
+		time.Sleep(wantsRefresh / 20)
+	}
+}
+
+// TestWantsRefreshStopsAtClose: a closed telemetry asks the global providers no more.
+func TestWantsRefreshStopsAtClose(t *testing.T) {
+	tel, err := newTelemetry(&options{}, &pgx.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.mu.Lock()
+	refresh := tel.refresh
+	tel.mu.Unlock()
+	if refresh == nil {
+		t.Fatal("no refresh of what the global providers want")
+	}
+	if err := tel.close(); err != nil {
+		t.Fatal(err)
+	}
+	tel.refreshWants() // as a refresh already running when close stopped its timer
+	if refresh.Stop() {
+		t.Fatal("a refresh after close set the timer again")
 	}
 }
 
@@ -1106,6 +1141,7 @@ func TestIdleGlobalMeterProvider(t *testing.T) {
 	// The global cannot be reset to the placeholder; later tests use their own providers.
 	reader := sdkmetric.NewManualReader()
 	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	waitWants(t, tel, engine.WantDuration)
 	if w := tel.Wants(); w&engine.WantDuration == 0 || w&engine.WantDecisions == 0 {
 		t.Fatalf("Wants = %b after otel.SetMeterProvider, want the duration and the decisions", w)
 	}
