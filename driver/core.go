@@ -71,6 +71,8 @@ func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 	switch {
 	case o.config != nil:
 		err = c.rt.SetConfig(o.config)
+	case o.configSet:
+		err = errors.New("pgtraffic: WithConfig: the Config is nil (an unchecked ParseConfig error?); leave the option out to run without rules")
 	case o.rulesFile != "":
 		err = c.rt.WatchFile(o.rulesFile, o.maxRulesFileSize)
 	case o.rulesFileSet:

@@ -17,6 +17,7 @@ type Option func(*options)
 type options struct {
 	rulesFile        string
 	rulesFileSet     bool  // WithRulesFile came after any WithConfig: an empty path is an error
+	configSet        bool  // WithConfig came after any WithRulesFile: a nil Config is an error
 	maxRulesFileSize int64 // 0: rules.DefaultMaxFileSize
 	config           *Config
 	tracerProvider   trace.TracerProvider
@@ -37,7 +38,7 @@ type options struct {
 // path (an unset environment variable would otherwise run without rules): leave the option out
 // to run without rules.
 func WithRulesFile(path string) Option {
-	return func(o *options) { o.rulesFile, o.rulesFileSet, o.config = path, true, nil }
+	return func(o *options) { o.rulesFile, o.rulesFileSet, o.config, o.configSet = path, true, nil, false }
 }
 
 // WithMaxRulesFileSize sets the largest rules file that [WithRulesFile] reads, in bytes; the
@@ -50,9 +51,10 @@ func WithMaxRulesFileSize(n int64) Option {
 
 // WithConfig sets the rules from a [Config] built in code or by [ParseConfig]. Use
 // [Connector.SetConfig] to change them later: pgtraffic keeps a copy of cfg, so changing cfg
-// itself changes nothing.
+// itself changes nothing. A nil cfg (what an unchecked ParseConfig error leaves) makes
+// [NewConnector], [Open] and [NewPool] fail: leave the option out to run without rules.
 func WithConfig(cfg *Config) Option {
-	return func(o *options) { o.config, o.rulesFile, o.rulesFileSet = cfg, "", false }
+	return func(o *options) { o.config, o.configSet, o.rulesFile, o.rulesFileSet = cfg, true, "", false }
 }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider. The default is the global one

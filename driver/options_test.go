@@ -1,6 +1,9 @@
 package driver
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,6 +55,32 @@ func TestEmptyRulesFileIsAnError(t *testing.T) {
 	c, err := NewConnector("postgres://u@127.0.0.1:1/db", WithRulesFile(""), WithConfig(cfg))
 	if err != nil {
 		t.Fatalf("WithConfig after WithRulesFile(\"\"): %v; want the later option to win", err)
+	}
+	c.Close()
+}
+
+// TestNilConfigIsAnError: WithConfig(nil), what an unchecked ParseConfig error leaves, is an
+// error naming the option on both front ends, not a connector or pool that silently runs
+// without rules; WithRulesFile after it wins as any later option does.
+func TestNilConfigIsAnError(t *testing.T) {
+	cfg, perr := ParseConfig([]byte("budgets:\n  - {name: gate, mode: enforce, max_concurent: 0}\n"))
+	if perr == nil || cfg != nil {
+		t.Fatalf("ParseConfig of a typo: %v, %v", cfg, perr)
+	}
+	const dsn = "postgres://u@127.0.0.1:1/db"
+	if _, err := NewConnector(dsn, WithConfig(cfg)); err == nil || !strings.Contains(err.Error(), "WithConfig") {
+		t.Fatalf("NewConnector(WithConfig(nil)): %v; want an error naming the option", err)
+	}
+	if _, err := NewPool(context.Background(), dsn, WithConfig(cfg)); err == nil || !strings.Contains(err.Error(), "WithConfig") {
+		t.Fatalf("NewPool(WithConfig(nil)): %v; want an error naming the option", err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("budgets: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConnector(dsn, WithConfig(cfg), WithRulesFile(path))
+	if err != nil {
+		t.Fatalf("WithRulesFile after WithConfig(nil): %v; want the later option to win", err)
 	}
 	c.Close()
 }
