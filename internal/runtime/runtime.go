@@ -94,17 +94,24 @@ func (r *Runtime) Engine() *engine.Engine { return r.e }
 // error: it is what a reload gets from a parse error it did not check, not a wish to remove
 // every budget and guard (an empty Config is).
 func (r *Runtime) SetConfig(cfg *rules.Config) error {
+	_, err := r.setConfig(cfg)
+	return err
+}
+
+// setConfig is SetConfig. It returns the generation (engine.Rules.Gen) of the rules it put in
+// force, 0 when a later SetConfig's were put in force first (they stay).
+func (r *Runtime) setConfig(cfg *rules.Config) (gen uint64, err error) {
 	if cfg == nil {
-		return errNilConfig
+		return 0, errNilConfig
 	}
 	cfg = cfg.Clone()
 	if err := r.checkCoordination(cfg); err != nil {
-		return err
+		return 0, err
 	}
 	for {
 		compiled, err := r.e.Compile(cfg)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		installed, stop, err := r.install(cfg, compiled)
 		if err := stop.run(r); err != nil { // what the reload replaced, stopped holding no lock
@@ -112,12 +119,13 @@ func (r *Runtime) SetConfig(cfg *rules.Config) error {
 		}
 		if installed {
 			r.leased()
+			return compiled.Gen(), err
 		}
-		if installed || err != nil {
-			return err
+		if err != nil {
+			return 0, err
 		}
 		if stop.superseded {
-			return nil // a later SetConfig's rules are in force
+			return 0, nil // a later SetConfig's rules are in force
 		}
 		// Another reload was installed while this one compiled: compile again, against its budgets.
 	}
@@ -194,6 +202,13 @@ func (r *Runtime) install(cfg *rules.Config, compiled *engine.Rules) (installed 
 	r.sampled = next
 	stop.reader = r.configureServerClock(cfg, interval)
 	return true, stop, nil
+}
+
+// inForce reports whether the rules of generation gen (setConfig) are the ones in force.
+func (r *Runtime) inForce(gen uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return gen != 0 && r.installed == gen
 }
 
 // errClosed is WatchFile's error after Close.

@@ -66,7 +66,7 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 	if err == nil {
 		var cfg *rules.Config
 		if cfg, err = rules.Parse(data); err == nil {
-			err = r.SetConfig(cfg)
+			w.gen, err = r.setConfig(cfg)
 		}
 		if err != nil {
 			err = &fileError{path: path, err: err}
@@ -99,6 +99,13 @@ type watcher struct {
 	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
 	// keeps none of its bytes.
 	last [sha256.Size]byte
+	// gen is the generation of the rules the file last put in force (Runtime.setConfig): while
+	// they are in force, content equal to last is not read again; once SetConfig put others in
+	// force, the file's content is applied again at its next change, be it the same.
+	gen uint64
+	// fileLost is set while the file is missing, so that its going and its return are logged
+	// once.
+	fileLost bool
 	// seen is what path resolved to at the last read (taken just before it): when it resolves
 	// to something else, a poll reads the file again, and the read watches the directories
 	// again first.
@@ -350,9 +357,19 @@ func (w *watcher) rewatch(r *Runtime) {
 }
 
 // read returns the file's content; false if it cannot be read now, which is logged and counted
-// unless the file is missing (mid-swap, or removed: the next event or poll reads it again).
+// unless the file is missing (mid-swap, or removed: the next event or poll reads it again),
+// which is logged once, when it is found missing after the settle time, and again when it is
+// back.
 func (w *watcher) read(r *Runtime) ([]byte, bool) {
 	data, err := readRulesFile(w.path, w.limit)
+	switch missing := errors.Is(err, fs.ErrNotExist); {
+	case missing && !w.fileLost:
+		w.fileLost = true
+		r.log.Warn("pgtraffic: rules file missing; keeping the last good rules until it is back", "path", w.path)
+	case err == nil && w.fileLost:
+		w.fileLost = false
+		r.log.Info("pgtraffic: rules file is back", "path", w.path)
+	}
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			r.e.Stats().ReloadFailures.Add(1)
@@ -363,16 +380,20 @@ func (w *watcher) read(r *Runtime) ([]byte, bool) {
 	return data, true
 }
 
-// apply puts data in force if it differs from the last attempt and is valid.
+// apply puts data in force if it differs from the last attempt, or the rules in force are no
+// longer the file's (SetConfig), and is valid.
 func (w *watcher) apply(r *Runtime, data []byte) {
 	sum := sha256.Sum256(data)
-	if sum == w.last {
+	if sum == w.last && r.inForce(w.gen) {
 		return
 	}
 	w.last = sum
 	cfg, err := rules.Parse(data)
 	if err == nil {
-		err = r.SetConfig(cfg)
+		var gen uint64
+		if gen, err = r.setConfig(cfg); err == nil {
+			w.gen = gen
+		}
 	}
 	if err != nil {
 		r.e.Stats().ReloadFailures.Add(1)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
 	"github.com/pgtraffic/pgtraffic/internal/fakeclock"
 )
@@ -355,4 +356,55 @@ func TestWatchDoesNotReapplyUnchangedFile(t *testing.T) {
 	if n := h.r.e.Stats().Reloads.Load(); n != 1 {
 		t.Fatalf("%d reloads; want 1 (the first load)", n)
 	}
+}
+
+// TestWatchReappliesFileAfterSetConfig: rules put in force by SetConfig (an emergency gate from
+// code) replace the file's; the file rewritten with its same content (a ConfigMap applied
+// again) puts the file's rules back in force.
+func TestWatchReappliesFileAfterSetConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, namingBudget("file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newWatchHarness(t, path)
+	gate, err := rules.Parse(namingBudget("gate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.SetConfig(gate); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.inForce(); got != "gate:enforce" {
+		t.Fatalf("in force after SetConfig: %s", got)
+	}
+	replaceFile(t, path, namingBudget("file"))
+	h.seenByEvent("the file was rewritten with its content")
+	h.reloadsTo("the file was rewritten with its content", "file")
+}
+
+// TestWatchWarnsWhenFileMissing: a rules file removed (or a ConfigMap version without it) keeps
+// the last good rules, and says so once, not at every poll; its return is said and applied.
+func TestWatchWarnsWhenFileMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, namingBudget("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newWatchHarness(t, path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	h.seenByEvent("the file was removed")
+	h.clk.Advance(settle)
+	h.waitWarning("warned that the file is missing", "rules file missing")
+	h.idle(2 * time.Second)
+	select {
+	case w := <-h.warned:
+		t.Fatalf("a second warning while the file stays missing: %s", w)
+	default:
+	}
+	if got := h.inForce(); got != "before:enforce" {
+		t.Fatalf("in force while the file is missing: %s; want the last good rules", got)
+	}
+	replaceFile(t, path, namingBudget("after"))
+	h.reloadsTo("the file is back", "after")
 }
