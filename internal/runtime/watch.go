@@ -42,24 +42,31 @@ import (
 // to the last attempt's is neither applied nor logged again. Its timers come from the engine's
 // clock ([Options.After]).
 //
+// Without inotify (the user's instances or watches, shared by every process of the user on the
+// machine, used up) it says so and polls alone: every change is seen, within poll + 2×settle.
+//
 // Only a regular file of at most maxSize bytes is read (see readRulesFile); maxSize <= 0 means
 // [rules.DefaultMaxFileSize].
 func (r *Runtime) WatchFile(path string, maxSize int64) error {
 	if maxSize <= 0 {
 		maxSize = rules.DefaultMaxFileSize
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("pgtraffic: watching rules file: %w", err)
-	}
 	path = filepath.Clean(path)
+	fw, err := newINotify()
+	if err != nil {
+		// The user's inotify instances are used up (fs.inotify.max_user_instances, shared by
+		// every process of the user on the machine): polling alone sees every change, only
+		// later (see poll).
+		r.log.Warn("pgtraffic: rules file not watched; its changes are seen by polling", "path", path, "error", err)
+		fw = nil
+	}
 	w := &watcher{fw: fw, path: path, dir: filepath.Dir(path), limit: maxSize, after: r.after,
-		done: make(chan struct{}), watches: map[string]fileID{}}
+		stop: make(chan struct{}), done: make(chan struct{}), watches: map[string]fileID{}}
 	// The directories are watched before the file is first read, so that a change made while
-	// the first load parses and compiles it is seen: its events wait for run.
+	// the first load parses and compiles it is seen: its events wait for run. A directory not
+	// watched (fs.inotify.max_user_watches used up) is seen by polling.
 	if err := w.rearm(); err != nil {
-		fw.Close()
-		return err
+		r.log.Warn("pgtraffic: rules file directory not watched; its changes are seen by polling", "path", path, "error", err)
 	}
 	w.seen = stateOf(path)
 	data, err := readRulesFile(path, maxSize)
@@ -73,27 +80,32 @@ func (r *Runtime) WatchFile(path string, maxSize int64) error {
 		}
 	}
 	if err != nil {
-		fw.Close()
+		w.closeWatches()
 		return err
 	}
 	w.last = sha256.Sum256(data)
 	if err := r.setWatcher(w); err != nil {
-		fw.Close()
+		w.closeWatches()
 		return err
 	}
 	go w.run(r)
 	return nil
 }
 
+// newINotify makes the inotify watcher of a WatchFile (a variable for the tests of polling
+// alone).
+var newINotify = fsnotify.NewWatcher
+
 // watcher is the goroutine behind WatchFile. Only run touches its state after WatchFile starts
 // it; close stops it and waits for it.
 type watcher struct {
-	fw    *fsnotify.Watcher
+	fw    *fsnotify.Watcher // nil when inotify could not be had: polling alone sees changes
 	path  string
 	dir   string // filepath.Dir(path), as fsnotify names events on the directory itself
 	limit int64  // the largest file read, in bytes
 	after func(time.Duration) <-chan time.Time
-	done  chan struct{}
+	stop  chan struct{} // closed by close: run returns
+	done  chan struct{} // closed by run when it returns
 	once  sync.Once
 
 	// last is the hash of the last reload attempt's content: a hash, so that a rejected file
@@ -230,7 +242,7 @@ func (w *watcher) arm(dirs []string) error {
 	}
 	var errs []error
 	for d, id := range want {
-		if _, ok := w.watches[d]; ok {
+		if _, ok := w.watches[d]; ok || w.fw == nil {
 			continue
 		}
 		if err := w.fw.Add(d); err == nil {
@@ -251,10 +263,27 @@ func (w *watcher) unwatch(d string) {
 func (w *watcher) close() error {
 	var err error
 	w.once.Do(func() {
-		err = w.fw.Close()
+		close(w.stop)
+		err = w.closeWatches()
 		<-w.done
 	})
 	return err
+}
+
+// closeWatches releases the inotify instance, if w has one.
+func (w *watcher) closeWatches() error {
+	if w.fw == nil {
+		return nil
+	}
+	return w.fw.Close()
+}
+
+// events and errors are the inotify watcher's channels; nil (never ready) without one.
+func (w *watcher) events() (chan fsnotify.Event, chan error) {
+	if w.fw == nil {
+		return nil, nil
+	}
+	return w.fw.Events, w.fw.Errors
 }
 
 const (
@@ -275,9 +304,12 @@ func (w *watcher) run(r *Runtime) {
 		first [sha256.Size]byte // its content's hash
 	)
 	reread := func() { read1, timer = false, w.after(settle) }
+	events, errs := w.events()
 	for {
 		select {
-		case ev, ok := <-w.fw.Events:
+		case <-w.stop:
+			return
+		case ev, ok := <-events:
 			if !ok {
 				return
 			}
@@ -295,7 +327,7 @@ func (w *watcher) run(r *Runtime) {
 				w.rewatch(r) // a name on the way moved: the file may be elsewhere now
 			}
 			reread()
-		case err, ok := <-w.fw.Errors:
+		case err, ok := <-errs:
 			if !ok {
 				return
 			}

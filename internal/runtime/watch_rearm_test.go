@@ -11,8 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/internal/engine"
@@ -407,4 +410,31 @@ func TestWatchWarnsWhenFileMissing(t *testing.T) {
 	}
 	replaceFile(t, path, namingBudget("after"))
 	h.reloadsTo("the file is back", "after")
+}
+
+// TestWatchPollsWithoutINotify: with the user's inotify instances used up (shared by every
+// process of the user on the machine), WatchFile still loads the file, says that it polls, and
+// a change is in force as the poll finds it.
+func TestWatchPollsWithoutINotify(t *testing.T) {
+	saved := newINotify
+	t.Cleanup(func() { newINotify = saved })
+	newINotify = func() (*fsnotify.Watcher, error) { return nil, syscall.EMFILE }
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, namingBudget("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newWatchRuntime(t)
+	if err := h.r.WatchFile(path, 0); err != nil {
+		t.Fatalf("WatchFile without inotify: %v; want polling", err)
+	}
+	select {
+	case w := <-h.warned:
+		if !strings.Contains(w, "polling") {
+			t.Fatalf("warning %q; want one saying the file is polled", w)
+		}
+	default:
+		t.Fatal("no warning that the rules file is polled")
+	}
+	replaceFile(t, path, namingBudget("after"))
+	h.reloadsTo("the file was replaced", "after")
 }
