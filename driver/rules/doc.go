@@ -116,7 +116,8 @@
 // Block one query pattern for an hour: take its fingerprint from the status page (recent
 // blocks, hottest patterns or quarantines), a span's pgtraffic.fingerprint, or, for a pattern
 // no rule selects yet, from its text as pg_stat_statements or pg_stat_activity shows it
-// (driver.Fingerprint(text)); then add a closed budget and a rule that lapses:
+// (driver.Fingerprint(text)): 16 hexadecimal digits, anything else is refused as matching no
+// statement; then add a closed budget and a rule that lapses:
 //
 //	budgets:
 //	  - {name: incident-block, mode: enforce, max_concurrent: 0}

@@ -11,12 +11,38 @@ import (
 
 // ExactMatchValue is the value an exact match of tag key compares tags with: v, but for the
 // built-in table tag the name as PostgreSQL resolves it (TableName), since that tag holds the
-// names pg_query resolved.
+// names pg_query resolved, and for the built-in fingerprint tag the fingerprint in lower case
+// (FingerprintValue).
 func ExactMatchValue(key, v string) (string, error) {
-	if key != vocab.KeyTable {
-		return v, nil
+	switch key {
+	case vocab.KeyTable:
+		return TableName(v)
+	case vocab.KeyFingerprint:
+		return FingerprintValue(v)
 	}
-	return TableName(v)
+	return v, nil
+}
+
+// FingerprintValue is the fingerprint a match value for the fingerprint tag names: 16
+// hexadecimal digits, as vocab.FingerprintHex spells them (driver.Fingerprint, the status page,
+// a BlockedError), upper-case digits folded. Anything else (a fingerprint cut short, or with a
+// space) is an error: it would match no statement.
+func FingerprintValue(v string) (string, error) {
+	b := []byte(v)
+	valid := len(b) == len(vocab.FingerprintHex(0))
+	for i, c := range b {
+		switch {
+		case 'A' <= c && c <= 'F':
+			b[i] = c + 'a' - 'A'
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		default:
+			valid = false
+		}
+	}
+	if !valid {
+		return "", fmt.Errorf("fingerprint %s: want 16 hexadecimal digits, as driver.Fingerprint and the status page give it; it would match no statement", quoteShort(v))
+	}
+	return string(b), nil
 }
 
 // TableName is the name a match value for the table tag stands for, as PostgreSQL resolves a
