@@ -29,8 +29,10 @@ type decoder struct {
 }
 
 // tagNames maps each struct type of a [Config] to the names its fields' yaml tags give, in field
-// order (a test checks that the json tags agree), and tagOffsets to the fields' offsets.
-var tagNames, tagOffsets = structTags(configType)
+// order (a test checks that the json tags agree), tagOffsets to the fields' offsets, and
+// tagScalars to whether each field holds one value (a string, number, duration, time or bool)
+// rather than a list, mapping or struct.
+var tagNames, tagOffsets, tagScalars = structTags(configType)
 
 var (
 	configType       = reflect.TypeFor[Config]()
@@ -41,10 +43,10 @@ var (
 	thresholdsType   = reflect.TypeFor[map[string]float64]() // Budget.ThrottleWhen
 )
 
-// structTags returns the tag names and the offsets of the fields of struct type t and of every
-// struct type its fields hold.
-func structTags(t reflect.Type) (map[reflect.Type][]string, map[reflect.Type][]uintptr) {
-	names, offsets := map[reflect.Type][]string{}, map[reflect.Type][]uintptr{}
+// structTags returns the tag names, the offsets and whether each holds one value (a scalar),
+// of the fields of struct type t and of every struct type its fields hold.
+func structTags(t reflect.Type) (map[reflect.Type][]string, map[reflect.Type][]uintptr, map[reflect.Type][]bool) {
+	names, offsets, scalars := map[reflect.Type][]string{}, map[reflect.Type][]uintptr{}, map[reflect.Type][]bool{}
 	var add func(t reflect.Type)
 	add = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
@@ -53,16 +55,28 @@ func structTags(t reflect.Type) (map[reflect.Type][]string, map[reflect.Type][]u
 		if _, done := names[t]; done || t.Kind() != reflect.Struct || t == timeType {
 			return
 		}
-		names[t], offsets[t] = make([]string, t.NumField()), make([]uintptr, t.NumField())
-		for i := range t.NumField() {
+		n := t.NumField()
+		names[t], offsets[t], scalars[t] = make([]string, n), make([]uintptr, n), make([]bool, n)
+		for i := range n {
 			f := t.Field(i)
 			names[t][i], _, _ = strings.Cut(f.Tag.Get("yaml"), ",")
 			offsets[t][i] = f.Offset
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch ft.Kind() {
+			case reflect.Slice, reflect.Map:
+			case reflect.Struct: // a time, and a guard, whose short form is its mode, are one value
+				scalars[t][i] = ft == timeType || ft == guardType
+			default:
+				scalars[t][i] = true
+			}
 			add(f.Type)
 		}
 	}
 	add(t)
-	return names, offsets
+	return names, offsets, scalars
 }
 
 // value decodes n, the value written at at, into v, as v's type says.
@@ -112,7 +126,17 @@ func (d *decoder) value(n *yaml.Node, at field, v reflect.Value) {
 
 // mapping decodes a mapping into struct v, each key into the field its tag names.
 func (d *decoder) mapping(n *yaml.Node, at field, v reflect.Value) {
+	scalar := tagScalars[v.Type()]
 	d.fields(n, at, tagNames[v.Type()], func(i int, _ string, at field, val *yaml.Node) {
+		if isNull(val) {
+			// A field of one value written with none (mode:, max_concurrent:) is far more
+			// often a template's unset variable than a wish to omit it, which would turn an
+			// enforce budget into a warn one, or a limit off, unseen. null omits it.
+			if scalar[i] && val.Value == "" {
+				d.addLine(val.Line, at, "no value (an unset template variable?): write one, or leave the field out")
+			}
+			return
+		}
 		d.value(val, at, v.Field(i))
 	})
 }
@@ -135,11 +159,11 @@ func (d *decoder) list(n *yaml.Node, at field, v reflect.Value) {
 }
 
 // fields iterates over a mapping's pairs: it checks that n is a mapping with scalar, distinct
-// keys and calls fn for each pair. known lists the fields of a struct's mapping: a key not in
-// it is an unknown field, with or without a value, and a known field with a null value is
-// omitted (fn is not called); fn gets the field's index in known. A nil known is a map of free
-// keys (match, throttle_when): fn gets every pair, nulls included, for its decoder to reject,
-// and an index of -1.
+// keys and calls fn for each pair, nulls included. known lists the fields of a struct's
+// mapping: a key not in it is an unknown field, with or without a value, and fn gets the
+// field's index in known (mapping omits a field whose value is null). A nil known is a map of
+// free keys (match, throttle_when): fn gets every pair, for its decoder to reject a null, and an
+// index of -1.
 func (d *decoder) fields(n *yaml.Node, at field, known []string, fn func(i int, key string, at field, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
 		d.expected(n, at, "a mapping")
@@ -167,9 +191,6 @@ func (d *decoder) fields(n *yaml.Node, at field, known []string, fn func(i int, 
 		}
 		if first, dup := firstKey(n, i, k, &seen); dup {
 			d.addLine(k.Line, kf, "duplicate key (first on line %d)", first)
-			continue
-		}
-		if known != nil && isNull(v) {
 			continue
 		}
 		fn(index, k.Value, kf, v)

@@ -200,9 +200,12 @@
 //
 //	pgtraffic: rules line 7: budgets[1].max_concurent: unknown field (did you mean max_concurrent?)
 //
-// A known field with no value (budgets:) is omitted. A mode or explain written as an empty
-// string (mode: "", require_where: "") is refused rather than read as the default, since it is
-// more often a template's unset variable than a choice: leave the field out. An empty file, or one of only comments, is
+// A list or mapping written with no value (budgets:) is omitted, as is any field written null
+// (mode: null, or JSON's null). A field of one value written with none (mode:, max_concurrent:)
+// is refused, as is a mode or explain written as an empty string (mode: "", require_where: ""),
+// rather than read as the default: each is more often a template's unset variable than a
+// choice, and would turn an enforce budget into a warn one, or a limit off, unseen. Leave the
+// field out, or write null. An empty file, or one of only comments, is
 // an error (a file caught half-written must not read as "no rules"): write {} for no rules. A
 // file whose top level is not a mapping, or whose top-level keys are none of a rules file's
 // (a password file, a .env file), is refused as not a rules file, without quoting it.

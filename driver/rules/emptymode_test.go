@@ -9,8 +9,8 @@ import (
 // (mode: "{{ .Mode }}" becomes mode: "") must not run the budget (or guard) silently in its
 // default mode, warn for a budget and off for a guard: an operator who meant enforce would get
 // no error and nothing blocked. As per: "" is refused, and an explicit zero where zero would read
-// as "no limit", a mode written as an empty string is an error naming the field and line; YAML's
-// mode: (no value) is the way to omit it.
+// as "no limit", a mode written as an empty string is an error naming the field and line; so is
+// mode: with no value (envsubst of mode: $MODE), while mode: null omits it.
 func TestExplicitEmptyModeIsAnError(t *testing.T) {
 	for _, tc := range []struct{ file, field string }{
 		{"budgets:\n  - name: reporting\n    mode: \"\"\n    max_concurrent: 4\n", "budgets[0].mode"},
@@ -35,8 +35,9 @@ func TestExplicitEmptyModeIsAnError(t *testing.T) {
 }
 
 // TestEmptyModeMessages: an empty mode or explain written in the file is refused on its line,
-// in the short and the long form of a guard; one left out, or written with no value, is the
-// default, and so is an empty one in a config built in code.
+// in the short and the long form of a guard, and so is one written with no value (a template's
+// unset variable); one left out, or written null, is the default, and so is an empty one in a
+// config built in code.
 func TestEmptyModeMessages(t *testing.T) {
 	for _, tc := range []struct{ name, file, want string }{
 		{"budget mode", "budgets:\n  - name: a\n    mode: ''\n",
@@ -48,7 +49,15 @@ func TestEmptyModeMessages(t *testing.T) {
 		{"guard, long form", "guards:\n  require_where:\n    mode: ''\n    match: {app: web}\n",
 			`pgtraffic: rules line 3: guards.require_where.mode: must be enforce, warn or off (leave it out for the default), got ""`},
 		{"left out", "budgets: [{name: a}]\nguards: {require_where: {}}\n", ""},
-		{"no value", "budgets:\n  - name: a\n    mode:\n    explain:\nguards:\n  require_where:\n  block_truncate: {mode: }\n", ""},
+		{"null", "budgets:\n  - name: a\n    mode: null\n    explain: ~\nguards:\n  require_where: null\n  block_truncate: {mode: null}\n", ""},
+		{"guard with no value", "guards:\n  require_where:\n",
+			`pgtraffic: rules line 2: guards.require_where: no value (an unset template variable?): write one, or leave the field out`},
+		{"no value", "budgets:\n  - name: a\n    mode:\n    explain: ~\n",
+			`pgtraffic: rules line 3: budgets[0].mode: no value (an unset template variable?): write one, or leave the field out`},
+		{"limit with no value", "budgets:\n  - name: a\n    mode: enforce\n    max_concurrent:\n",
+			`pgtraffic: rules line 4: budgets[0].max_concurrent: no value (an unset template variable?): write one, or leave the field out`},
+		{"guard mode with no value", "guards:\n  block_truncate: {mode: }\n",
+			`pgtraffic: rules line 2: guards.block_truncate.mode: no value (an unset template variable?): write one, or leave the field out`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Parse([]byte(tc.file))
