@@ -190,7 +190,9 @@ func (c *conn) Prepare(query string) (driver.Stmt, error) {
 	return c.PrepareContext(context.Background(), query)
 }
 
-// BeginTx, Commit and Rollback need no decision: pgx's transaction is returned as it is.
+// BeginTx, Commit and Rollback need no decision: pgx's transaction is returned as it is. (The
+// engine decides none of a transaction's own statements sent as text either:
+// pattern.Pattern.Transaction.)
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	return c.parent.BeginTx(ctx, opts)
 }

@@ -78,6 +78,13 @@ type Pattern struct {
 	// Explainable reports a single SELECT, INSERT, UPDATE, DELETE or MERGE
 	// (VALUES, TABLE, WITH and FOR UPDATE included; SELECT ... INTO not).
 	Explainable bool
+	// Transaction reports a single statement that begins, ends or marks a
+	// transaction (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK TO,
+	// PREPARE TRANSACTION, COMMIT and ROLLBACK PREPARED): the engine decides
+	// none, as the drivers' own Begin and Commit are not decided, so that a
+	// budget never keeps a transaction open, holding its locks, by refusing
+	// the statement that ends it.
+	Transaction bool
 	// Facts are the guard facts of the text, computed once here (UnsafeWrite:
 	// an UPDATE, DELETE or MERGE that does not restrict its target's rows;
 	// Truncate: a TRUNCATE). For a text that pg_query cannot parse (Parsed
@@ -141,6 +148,7 @@ func analyze(key string) *Pattern {
 		if i == 0 {
 			p.Kind, p.Operation = kind, op
 			p.Explainable = len(tree.Stmts) == 1 && explainable(raw.Stmt)
+			p.Transaction = len(tree.Stmts) == 1 && raw.Stmt.GetTransactionStmt() != nil
 		}
 		w.node(raw.Stmt)
 	}
