@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
 )
@@ -140,7 +141,12 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 	}
 }
 
-// ready readies the pool for a statement of its own: ErrClosed once it is closed, so that the
+// errPoolClosed is a closed Pool's answer to a statement, a batch or a copy: it matches
+// ErrClosed, and puddle.ErrClosedPool, pgxpool's answer to a closed pool's Begin, Acquire and
+// Ping, which code written for pgxpool checks for.
+var errPoolClosed = fmt.Errorf("%w (%w)", ErrClosed, puddle.ErrClosedPool)
+
+// ready readies the pool for a statement of its own: errPoolClosed once it is closed, so that the
 // statement is refused before the engine decides it (nothing counted, no span); and, when the
 // pool has an AfterConnect hook, it waits until the hook has run on a connection: the names of
 // the statements it prepares are then known, and the pool's statements, decided before they
@@ -149,7 +155,7 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 // known it reads the closed state and one atomic flag.
 func (p *Pool) ready(ctx context.Context) error {
 	if p.engine.Closed() {
-		return ErrClosed
+		return errPoolClosed
 	}
 	if !p.run.names.pending.Load() {
 		return nil
@@ -260,7 +266,7 @@ func (p *Pool) Close() {
 // [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	if p.engine.Closed() {
-		return 0, ErrClosed
+		return 0, errPoolClosed
 	}
 	return p.run.copyFrom(ctx, &p.dest, table, columns, src)
 }

@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // TestPoolClosedRefusesStatements: every kind of statement on a closed Pool returns
-// ErrClosed, and none is decided: the budget counts no admission (nor the metric, nor a span).
+// ErrClosed, which matches puddle.ErrClosedPool too, as pgxpool's answer for a closed pool does
+// (and the Pool's own Begin and Acquire give), and none is decided: the budget counts no admission (nor the metric, nor a span).
 // Before, each was admitted and counted, then failed to take a connection with pgxpool's
 // "closed pool".
 func TestPoolClosedRefusesStatements(t *testing.T) {
@@ -35,8 +37,8 @@ func TestPoolClosedRefusesStatements(t *testing.T) {
 	errs["SendBatch"] = p.SendBatch(ctx, &pgx.Batch{QueuedQueries: []*pgx.QueuedQuery{{SQL: "select 1"}}}).Close()
 	_, errs["CopyFrom"] = p.CopyFrom(ctx, pgx.Identifier{"items"}, []string{"id"}, pgx.CopyFromRows([][]any{{1}}))
 	for kind, err := range errs {
-		if !errors.Is(err, driver.ErrClosed) {
-			t.Errorf("%s on a closed Pool: %v, want ErrClosed", kind, err)
+		if !errors.Is(err, driver.ErrClosed) || !errors.Is(err, puddle.ErrClosedPool) {
+			t.Errorf("%s on a closed Pool: %v, want ErrClosed and puddle.ErrClosedPool", kind, err)
 		}
 	}
 	if after := admitted(); after != before {
