@@ -75,7 +75,7 @@ type BudgetStatus struct {
 	MaxDebt   float64           `json:"max_debt_s"`
 	Burst     float64           `json:"burst_limit_s,omitempty"`
 	InFlight  int               `json:"in_flight"`
-	Waiting   int               `json:"waiting"` // statements waiting for capacity (max_wait)
+	Waiting   int               `json:"waiting"` // statements waiting for capacity (max_wait), and jobs in Wait
 	Keys      int               `json:"keys"`
 	Admitted  uint64            `json:"admitted"`
 	Warned    uint64            `json:"warned"`

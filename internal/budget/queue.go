@@ -51,6 +51,11 @@ type Waiter struct {
 	arrival   uint64
 	wake      chan struct{} // buffered(1): try again
 	connected bool          // its statement holds a connection: its requests are not Pending
+	// Job is set for a batch job's Wait, which holds no connection and no statement while it
+	// waits: it takes its turn in arrival order as any waiter, but does not count against a
+	// queue's bound (MaxQueue), which bounds the statements waiting (and, under database/sql,
+	// the connections they hold), is never refused for a full queue, and is never evicted.
+	Job bool
 	// evicted is set when a waiter joining again in its place of arrival left w beyond its
 	// queue's bound (Join), under that budget's lock, which Evicted takes to read it.
 	evicted bool
@@ -154,7 +159,7 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 		b, key := reqs[i].Budget, reqs[i].Key
 		bound := b.keys.spec.MaxQueue
 		switch {
-		case bound == 0:
+		case bound == 0 || w.Job:
 		case w.arrival == 0:
 			if b.queues[key].waiting() >= bound {
 				return i
@@ -270,19 +275,23 @@ func (q *queue) len() int {
 }
 
 // waiting is how many wait in q and count against its bound: all but those leaving (granted:
-// a release left room for them, or they were admitted and have not left yet).
+// a release left room for them, or they were admitted and have not left yet) and jobs
+// (Waiter.Job).
 func (q *queue) waiting() int {
 	if q == nil {
 		return 0
 	}
 	n := 0
 	for _, p := range q.ps {
-		if !p.granted {
+		if p.bounded() {
 			n++
 		}
 	}
 	return n
 }
+
+// bounded reports whether p counts against its queue's bound (waiting).
+func (p *place) bounded() bool { return !p.granted && !p.w.Job }
 
 // grant marks the waiters at the front of q that waited for b (refused at their last try) and
 // that the room of s's key now admits, in order, each in the room those before it leave (those
@@ -336,7 +345,7 @@ func (q *queue) arrivedBefore(arrival uint64) int {
 	}
 	n := 0
 	for _, p := range q.ps {
-		if p.w.seq < arrival && !p.granted {
+		if p.w.seq < arrival && p.bounded() {
 			n++
 		}
 	}
@@ -347,8 +356,12 @@ func (q *queue) arrivedBefore(arrival uint64) int {
 // left beyond the bound, out of q, and tells it so: it is refused as if it had found the queue
 // full (Evicted), and leaves its other queues then. The caller holds b.mu.
 func (b *Budget) evict(q *queue) {
-	last := q.ps[len(q.ps)-1].w
-	q.ps = q.ps[:len(q.ps)-1]
+	j := len(q.ps) - 1
+	for q.ps[j].w.Job { // a job counts against no bound: the last statement goes
+		j--
+	}
+	last := q.ps[j].w
+	q.ps = slices.Delete(q.ps, j, j+1)
 	b.waiters--
 	last.evicted = true
 	last.signal()

@@ -39,6 +39,7 @@ func (e *Engine) check(ctx context.Context, p patience) error {
 	// statements admitted and waiting for theirs too (healthDenial).
 	arrived := e.now()
 	x := &Exec{Result: Result{Pattern: checkPattern}, work: work{e: e, start: arrived, later: true}}
+	x.s.waiter.Job = true // it holds nothing while it waits: no queue's bound counts it
 	x.Tags = e.mergeTags(tagging.From(ctx), nil, nil, "")
 	for {
 		st := e.state.Load()
