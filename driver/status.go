@@ -137,7 +137,11 @@ type SampleStatus struct {
 type PatternStatus struct {
 	Fingerprint string `json:"fingerprint"`
 	Query       string `json:"query"` // normalised text: literals replaced by $n, at most 4 KiB
-	Count       uint64 `json:"count"`
+	// Count is the pattern's successful executions since it entered the table, by which the
+	// hottest come first: exact for its first executions and for those predicted at a
+	// millisecond or more; of the cheap ones after, one in 16, drawn at random, is timed and
+	// counts for 16, so the count is an estimate there.
+	Count uint64 `json:"count"`
 	// MeanCost is the pattern's learned mean cost on the clock named by Clock: the server's
 	// mean execution time (ClockServer), or the client's measurement less the network's round
 	// trip (ClockClient); for a pattern priced by its plan but never timed (Count 0: a batch's

@@ -22,7 +22,7 @@ func ExampleModel() {
 	fmt.Printf("before history: %.3fs\n", predicted)
 
 	// The statement took 0.2 s; from now on the pattern's own k applies.
-	m.Observe(fp, "", p.PlanCost, 0.2, true) // its own plan: EXPLAIN ran for it
+	m.Observe(fp, "", p.PlanCost, 0.2, true, 1) // its own plan: EXPLAIN ran for it
 	p = m.Predict(now, fp, 0)
 	fmt.Printf("after one execution: %.3fs (k = %.1e s/unit)\n", p.Seconds, p.Seconds/p.PlanCost)
 	// Output:

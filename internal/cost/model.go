@@ -111,6 +111,7 @@ type Prediction struct {
 // pattern is the learned state of one fingerprint.
 type pattern struct {
 	n        uint64  // successful executions observed
+	runs     uint64  // successful executions the observed ones stand for (Observe's weight)
 	mean     float64 // EMA of actual seconds
 	variance float64 // exponentially weighted variance of actual seconds
 	nPlanned uint64  // executions observed with a plan cost
@@ -358,8 +359,11 @@ func (m *Model) predictLocked(p *pattern, planCost float64) (float64, bool) {
 // with planner cost planCost (0 if none was known): own reports that planCost is the
 // execution's own, from an EXPLAIN of it, not the pattern's cached plan cost of another's
 // arguments. text is the pattern's normalised text, which Top reports (the model keeps the
-// first it is given). Samples with a negative or non-finite actual time are ignored.
-func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bool) {
+// first it is given). runs is how many successful executions this one stands for (at least 1):
+// a caller that trains on one in n of a pattern's executions passes n, so that Top counts the
+// pattern's executions, not its samples. Samples with a negative or non-finite actual time are
+// ignored.
+func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bool, runs uint64) {
 	if !(actual >= 0) || math.IsInf(actual, 0) { // also rejects NaN
 		return
 	}
@@ -372,7 +376,7 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bo
 		// history that predicted too much is what is in doubt, so this sample starts it anew.
 		// So does the cached plan cost unless the probe brings its own (planCost): it was the
 		// refused statements', which may not be the next statement's either.
-		next := pattern{queryID: p.queryID, text: p.text}
+		next := pattern{queryID: p.queryID, text: p.text, runs: p.runs}
 		if planned {
 			next.planCost, next.planExpires = p.planCost, p.planExpires
 		}
@@ -383,6 +387,7 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bo
 	}
 	wasVolatile := m.volatileLocked(p)
 	p.n++
+	p.runs += max(runs, 1)
 	if p.n == 1 {
 		// Seed the averages rather than decay from zero, which would under-predict a new pattern.
 		p.mean, p.variance = actual, 0
@@ -567,7 +572,8 @@ func (m *Model) ObserveExplain(seconds float64) {
 type PatternStats struct {
 	Fingerprint  uint64
 	Text         string  // the normalised text Observe or PutQueryID was given; "" when none was
-	Count        uint64  // successful executions observed since the pattern entered the table
+	Count        uint64  // successful executions since the pattern entered the table: those observed, each weighted by its Observe's runs
+	Samples      uint64  // the executions observed (trained on) since its history last started
 	MeanActual   float64 // EMA of actual execution seconds
 	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
 	K            float64 // seconds per planner cost unit in use: the pattern's, or the global one
@@ -580,7 +586,7 @@ type PatternStats struct {
 	Predicted float64
 }
 
-// Top returns, at now, the n patterns with the most observed executions, most first (ties by
+// Top returns, at now, the n patterns with the most executions (Count), most first (ties by
 // fingerprint), or nil when n <= 0. It copies the table under the lock and sorts outside it: it
 // serves introspection, not statements.
 func (m *Model) Top(now time.Time, n int) []PatternStats {
@@ -591,7 +597,7 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 	all := make([]PatternStats, 0, m.patterns.len())
 	gk := m.globalKLocked()
 	m.patterns.each(func(fp uint64, p *pattern) {
-		s := PatternStats{Fingerprint: fp, Text: p.text, Count: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
+		s := PatternStats{Fingerprint: fp, Text: p.text, Count: p.runs, Samples: p.n, MeanActual: p.mean, K: gk, ServerMean: p.serverMean,
 			Server: now.Before(p.serverUntil)}
 		switch {
 		case p.nPlanned > 0:

@@ -106,7 +106,7 @@ func TestModelKConverges(t *testing.T) {
 			m := NewModel(10)
 			for i := range 200 {
 				plan := tt.planFn(i)
-				m.Observe(7, "", plan, plan*tt.k*tt.noise[i%len(tt.noise)], false)
+				m.Observe(7, "", plan, plan*tt.k*tt.noise[i%len(tt.noise)], false, 1)
 			}
 			if got := patternK(m, 7); !near(got, tt.k, tt.tol) {
 				t.Fatalf("K = %v, want %v ± %v", got, tt.k, tt.tol)
@@ -122,12 +122,12 @@ func TestModelKConverges(t *testing.T) {
 func TestModelKFollowsChange(t *testing.T) {
 	m := NewModel(10)
 	for range 50 {
-		m.Observe(1, "", 1000, 1000*1e-6, false)
+		m.Observe(1, "", 1000, 1000*1e-6, false, 1)
 	}
 	// The table grew: the same plan cost now takes 10× as long. With α = 0.2 the EMAs hold less
 	// than 5% of the old regime after 14 executions.
 	for range 14 {
-		m.Observe(1, "", 1000, 1000*1e-5, false)
+		m.Observe(1, "", 1000, 1000*1e-5, false, 1)
 	}
 	if got := patternK(m, 1); !near(got, 1e-5, 0.05) {
 		t.Fatalf("K after regime change = %v, want ≈ 1e-5", got)
@@ -136,7 +136,7 @@ func TestModelKFollowsChange(t *testing.T) {
 
 func TestModelFirstSampleSeeds(t *testing.T) {
 	m := NewModel(10)
-	m.Observe(3, "", 500, 0.25, false)
+	m.Observe(3, "", 500, 0.25, false, 1)
 	if got, ok := meanActual(m, 3); !ok || got != 0.25 {
 		t.Fatalf("MeanActual after one sample = %v, %v; want 0.25, true", got, ok)
 	}
@@ -150,16 +150,16 @@ func TestModelGlobalKForNewPatterns(t *testing.T) {
 	// Trivial plans only (cost 0.01, a round trip each, and a cost-10 lookup): their time is
 	// their fixed cost, which says nothing of a planner unit's, so the default stands.
 	for range 500 {
-		m.Observe(3, "", 0.01, 150e-6, false)
-		m.Observe(2, "", 10, 10*1e-4, false)
+		m.Observe(3, "", 0.01, 150e-6, false, 1)
+		m.Observe(2, "", 10, 10*1e-4, false, 1)
 	}
 	if gk := globalK(m); gk != DefaultGlobalK {
 		t.Fatalf("GlobalK after trivial plans only = %v, want the default %v", gk, DefaultGlobalK)
 	}
 	// A large pattern (k = 2e-6) teaches it; the small ones still do not.
 	for range 500 {
-		m.Observe(1, "", 100_000, 100_000*2e-6, false)
-		m.Observe(2, "", 10, 10*1e-4, false)
+		m.Observe(1, "", 100_000, 100_000*2e-6, false, 1)
+		m.Observe(2, "", 10, 10*1e-4, false, 1)
 	}
 	gk := globalK(m)
 	want := 2e-6
@@ -182,7 +182,7 @@ func TestModelHistoryOnly(t *testing.T) {
 	m := NewModel(10)
 	// No plan cost was known for any execution (EXPLAIN skipped or failed).
 	for _, a := range []float64{0.1, 0.1, 0.1} {
-		m.Observe(5, "", 0, a, false)
+		m.Observe(5, "", 0, a, false, 1)
 	}
 	tests := []struct {
 		name     string
@@ -208,12 +208,12 @@ func TestModelHistoryOnly(t *testing.T) {
 func TestModelObserveIgnoresInvalid(t *testing.T) {
 	m := NewModel(10)
 	for _, a := range []float64{math.NaN(), math.Inf(1), -1} {
-		m.Observe(8, "", 100, a, false)
+		m.Observe(8, "", 100, a, false, 1)
 	}
 	if patternCount(m) != 0 {
 		t.Fatalf("invalid samples created %d patterns", patternCount(m))
 	}
-	m.Observe(8, "", math.NaN(), 0.5, false) // an invalid plan cost is "no plan", the actual still counts
+	m.Observe(8, "", math.NaN(), 0.5, false, 1) // an invalid plan cost is "no plan", the actual still counts
 	if got, ok := meanActual(m, 8); !ok || got != 0.5 {
 		t.Fatalf("MeanActual = %v, %v; want 0.5, true", got, ok)
 	}
@@ -244,7 +244,7 @@ func TestModelVolatile(t *testing.T) {
 				m.ObserveExplain(tt.explain)
 			}
 			for _, s := range tt.samples {
-				m.Observe(1, "", 0, s, false)
+				m.Observe(1, "", 0, s, false, 1)
 			}
 			if got := m.Predict(time.Time{}, 1, 0).Volatile; got != tt.want {
 				t.Fatalf("Volatile = %v, want %v", got, tt.want)
@@ -255,13 +255,13 @@ func TestModelVolatile(t *testing.T) {
 		m := NewModel(10)
 		m.ObserveExplain(0.001)
 		for _, s := range wild {
-			m.Observe(1, "", 0, s, false)
+			m.Observe(1, "", 0, s, false, 1)
 		}
 		if !m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("not volatile after wide variation")
 		}
 		for range 20 {
-			m.Observe(1, "", 0, 0.3, false)
+			m.Observe(1, "", 0, 0.3, false, 1)
 		}
 		if m.Predict(time.Time{}, 1, 0).Volatile {
 			t.Fatal("still volatile after 20 steady executions")
@@ -292,11 +292,11 @@ func TestModelObserveExplain(t *testing.T) {
 func TestModelTableBound(t *testing.T) {
 	const bound = 10_000
 	m := NewModel(bound)
-	m.Observe(0, "", 0, 1, false) // trained once, long ago: evicted by the flood
+	m.Observe(0, "", 0, 1, false, 1) // trained once, long ago: evicted by the flood
 	for fp := uint64(1); fp <= 1_000_000; fp++ {
-		m.Observe(fp, "", 0, 1, false)
+		m.Observe(fp, "", 0, 1, false, 1)
 		if fp%100 == 0 {
-			m.Observe(42, "", 0, 1, false) // a hot pattern stays recent
+			m.Observe(42, "", 0, 1, false, 1) // a hot pattern stays recent
 		}
 	}
 	if got := patternCount(m); got != bound {
@@ -321,10 +321,10 @@ func TestModelTop(t *testing.T) {
 	counts := map[uint64]int{10: 5, 20: 9, 30: 1, 40: 9, 50: 3}
 	for fp, n := range counts {
 		for range n {
-			m.Observe(fp, "", 100, 0.001, false)
+			m.Observe(fp, "", 100, 0.001, false, 1)
 		}
 	}
-	m.Observe(60, "", 0, 0.5, false) // never planned: global k, no plan cost
+	m.Observe(60, "", 0, 0.5, false, 1) // never planned: global k, no plan cost
 	tests := []struct {
 		n    int
 		want []uint64
@@ -368,7 +368,7 @@ func TestModelConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 2000 {
 				fp := uint64((g*2000 + i) % 100)
-				m.Observe(fp, "", 1000, 1000*3e-6, false)
+				m.Observe(fp, "", 1000, 1000*3e-6, false, 1)
 				m.ObserveExplain(0.001)
 				predict(m, fp, 500)
 				_ = m.Predict(time.Time{}, fp, 0).Volatile
@@ -390,7 +390,7 @@ func TestModelConcurrent(t *testing.T) {
 func BenchmarkModelPredict(b *testing.B) {
 	m := NewModel(testPatterns)
 	for fp := range uint64(testPatterns) {
-		m.Observe(fp, "", 1000, 0.003, false)
+		m.Observe(fp, "", 1000, 0.003, false, 1)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -405,7 +405,7 @@ func BenchmarkModelPredict(b *testing.B) {
 func BenchmarkModelPredictParallel(b *testing.B) {
 	m := NewModel(testPatterns)
 	for fp := range uint64(testPatterns) {
-		m.Observe(fp, "", 1000, 0.003, false)
+		m.Observe(fp, "", 1000, 0.003, false, 1)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -422,7 +422,7 @@ func BenchmarkModelObserve(b *testing.B) {
 	m := NewModel(testPatterns)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		m.Observe(uint64(i)%testPatterns, "", 1000, 0.003, false)
+		m.Observe(uint64(i)%testPatterns, "", 1000, 0.003, false, 1)
 	}
 }
 
@@ -436,7 +436,7 @@ func TestNeverFitsProbes(t *testing.T) {
 		t.Fatal("a probe for a pattern the model does not know")
 	}
 	for range 5 {
-		m.Observe(1, "", 0, 2, false) // learned: 2 s
+		m.Observe(1, "", 0, 2, false, 1) // learned: 2 s
 	}
 	for _, c := range []struct {
 		at   time.Duration
@@ -446,7 +446,7 @@ func TestNeverFitsProbes(t *testing.T) {
 			t.Fatalf("NeverFits at +%v = %v, want %v", c.at, got, c.want)
 		}
 	}
-	m.Observe(1, "", 0, 0.01, false) // the probe
+	m.Observe(1, "", 0, 0.01, false, 1) // the probe
 	if p := m.Predict(t0, 1, 0); p.Seconds != 0.01 || p.Samples != 1 {
 		t.Fatalf("after the probe: %+v, want 10ms from its one sample", p)
 	}
@@ -462,9 +462,9 @@ func TestNeverFitsProbes(t *testing.T) {
 func TestGlobalKForgetsAnEarlyOutlier(t *testing.T) {
 	m := NewModel(100)
 	now := time.Time{}
-	m.Observe(1, "", 3885, 2.5, false) // a lock wait
+	m.Observe(1, "", 3885, 2.5, false, 1) // a lock wait
 	for i := range 10 {
-		m.Observe(uint64(2+i), "", 3500, 3500*DefaultGlobalK, false)
+		m.Observe(uint64(2+i), "", 3500, 3500*DefaultGlobalK, false, 1)
 	}
 	p := m.Predict(now, 999, 3385) // a new pattern
 	if p.Seconds > 0.5 {
@@ -494,7 +494,7 @@ func TestModelVolatileStartsPlanHistoryAnew(t *testing.T) {
 					plan = 100_000
 				}
 			}
-			m.Observe(1, "", plan, actual, own)
+			m.Observe(1, "", plan, actual, own, 1)
 		}
 		return m
 	}
@@ -503,7 +503,7 @@ func TestModelVolatileStartsPlanHistoryAnew(t *testing.T) {
 		if s, _ := predict(m, 1, 100_000); !near(s, 100_000*DefaultGlobalK, 1e-9) {
 			t.Errorf("a call of its own plan (100,000 units) predicted %.3gs, want the global k's %.3gs", s, 100_000*DefaultGlobalK)
 		}
-		m.Observe(1, "", 100_000, 0.1, true)
+		m.Observe(1, "", 100_000, 0.1, true, 1)
 		if s, _ := predict(m, 1, 100_000); !near(s, 0.1, 1e-9) {
 			t.Errorf("after one execution of its own plan, predicted %.3gs, want 0.1s", s)
 		}

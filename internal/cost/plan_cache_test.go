@@ -124,7 +124,7 @@ func TestPutPlanEvictsLeastRecent(t *testing.T) {
 	now := time.Unix(0, 0)
 	m := NewModel(2)
 	m.PutPlan(now, 1, 1)
-	m.Observe(2, "", 0, 0.001, false)
+	m.Observe(2, "", 0, 0.001, false, 1)
 	m.PutPlan(now, 1, 10) // re-explained: now the most recent
 	m.PutPlan(now, 3, 3)  // evicts 2, trained longest ago
 	for _, tt := range []struct {
@@ -152,7 +152,7 @@ func TestPutPlanEvictsLeastRecent(t *testing.T) {
 func TestPredictAllocs(t *testing.T) {
 	now := time.Unix(0, 0)
 	m := NewModel(testPatterns)
-	m.Observe(1, "", 10, 0.001, false)
+	m.Observe(1, "", 10, 0.001, false, 1)
 	m.PutPlan(now, 1, 10)
 	if n := testing.AllocsPerRun(100, func() { m.Predict(now, 1, 0) }); n != 0 {
 		t.Fatalf("Predict allocates %v times, want 0", n)
@@ -165,7 +165,7 @@ func BenchmarkDecisionCacheHit(b *testing.B) {
 	now := time.Now()
 	m := NewModel(testPatterns)
 	for fp := range uint64(testPatterns) {
-		m.Observe(fp, "", 1000, 0.003, false)
+		m.Observe(fp, "", 1000, 0.003, false, 1)
 		m.PutPlan(now, fp, float64(fp))
 	}
 	b.ReportAllocs()
@@ -198,7 +198,7 @@ func TestCachedPlanFollowsTraining(t *testing.T) {
 	}
 	for _, s := range steps {
 		if s.actual > 0 {
-			m.Observe(fp, "", plan, s.actual, false)
+			m.Observe(fp, "", plan, s.actual, false, 1)
 		}
 		cached := m.Predict(now, fp, 0)
 		explicit := m.Predict(now, fp, plan)
@@ -212,7 +212,7 @@ func TestCachedPlanFollowsTraining(t *testing.T) {
 	}
 	// A plan cost of 0 (EXPLAIN said nothing useful) predicts from history, like no plan.
 	m.PutPlan(now, fp, 0)
-	m.Observe(fp, "", 0, 2, false)
+	m.Observe(fp, "", 0, 2, false, 1)
 	got := m.Predict(now, fp, 0)
 	if want, _ := meanActual(m, fp); got.Seconds != want {
 		t.Errorf("cached plan cost 0: predicts %v, want the mean actual %v", got.Seconds, want)

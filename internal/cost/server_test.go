@@ -11,7 +11,7 @@ func TestModelServerClock(t *testing.T) {
 	m := NewModel(10)
 	const fp = 1
 	for range 5 {
-		m.Observe(fp, "", 10, 0.003, false) // the client's clock: 3ms at plan cost 10
+		m.Observe(fp, "", 10, 0.003, false, 1) // the client's clock: 3ms at plan cost 10
 	}
 	if p := m.Predict(now, fp, 20); p.Server || math.Abs(p.Seconds-0.006) > 1e-9 {
 		t.Fatalf("before any report: %+v, want the client's 6ms", p)
@@ -59,7 +59,7 @@ func TestModelServerMeanImplausible(t *testing.T) {
 	m := NewModel(10)
 	const fp = 1
 	for range 5 {
-		m.Observe(fp, "", 10, 0.0003, false) // 300 µs on the client's clock, the round trip taken off
+		m.Observe(fp, "", 10, 0.0003, false, 1) // 300 µs on the client's clock, the round trip taken off
 	}
 	m.PutQueryID(fp, "", 9)
 	if err := m.ObserveServer(now, fp, 9, 10, now.Add(time.Second), 0.0002); err != ErrImplausible {

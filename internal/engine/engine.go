@@ -918,8 +918,10 @@ func (x *Exec) Finish(ctx context.Context, err error) {
 	// A statement cut off at its max_duration ran at least that long: a lower bound worth
 	// learning, except from a probe, whose bound is the limit its prediction exceeded (that
 	// prediction stands).
-	if (err == nil || overran && !x.probe) && x.Costed && x.train() && ctx.Err() == nil {
-		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), actual, x.explained)
+	if (err == nil || overran && !x.probe) && x.Costed {
+		if runs := x.train(); runs > 0 && ctx.Err() == nil {
+			e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), actual, x.explained, runs)
+		}
 	}
 	if err != nil && x.explainFailed {
 		// Its EXPLAIN failed and so did the statement: the failure was likely the statement's
@@ -965,16 +967,21 @@ const (
 	trainAlways = time.Millisecond
 )
 
-// train reports whether the model trains on x's execution.
-func (x *Exec) train() bool {
+// train reports whether the model trains on x's execution: 0 when it does not, else how many
+// of the pattern's executions this one stands for (cost.Model.Observe's runs): 1 when every one
+// is trained on, trainEvery for one drawn at random among the cheap ones.
+func (x *Exec) train() (runs uint64) {
 	if !x.warm || x.probe || x.Predicted >= trainAlways.Seconds() {
-		return true
+		return 1
 	}
 	if !x.seeded {
 		x.rng.Seed(rand.Uint64(), rand.Uint64())
 		x.seeded = true
 	}
-	return x.rng.Uint64()%trainEvery == 0
+	if x.rng.Uint64()%trainEvery == 0 {
+		return trainEvery
+	}
+	return 0
 }
 
 // mergeTags builds the statement's tags: the built-in tags, then the sqlcommenter tags of the

@@ -41,7 +41,7 @@ budgets:
 	ctx := tagging.With(context.Background(), "app", "b")
 	// A trained pattern: this test is about reloads, not an untrained pattern's probe.
 	p, _ := e.patterns.Get("select 1")
-	e.model.Observe(p.FingerprintID, "", 0, 0, false)
+	e.model.Observe(p.FingerprintID, "", 0, 0, false, 1)
 	hold, err := begin(e, ctx, "select 1")
 	if err != nil {
 		t.Fatal(err)

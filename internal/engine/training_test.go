@@ -6,17 +6,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtraffic/pgtraffic/internal/cost"
 	"github.com/pgtraffic/pgtraffic/tagging"
 )
 
 // modelCount is the number of executions the model has trained pattern fp on.
-func modelCount(e *Engine, fp uint64) uint64 {
+func modelCount(e *Engine, fp uint64) uint64 { return modelStats(e, fp).Samples }
+
+// modelStats is what the model reports of pattern fp.
+func modelStats(e *Engine, fp uint64) cost.PatternStats {
 	for _, s := range e.model.Top(time.Time{}, 1<<20) {
 		if s.Fingerprint == fp {
-			return s.Count
+			return s
 		}
 	}
-	return 0
+	return cost.PatternStats{}
 }
 
 // TestTrainingSampled: a pattern trains on each of its first warmSamples executions, then on
@@ -56,6 +60,11 @@ rules:
 	got := modelCount(e, fp) - warmSamples
 	if lo, hi := uint64(n/trainEvery*8/10), uint64(n/trainEvery*12/10); got < lo || got > hi {
 		t.Fatalf("after %d more cheap statements the model trained %d times, want about %d", n, got, n/trainEvery)
+	}
+	// Each sample stands for trainEvery executions: the count the status page shows (and ranks
+	// the hottest patterns by) is the executions', not the samples'.
+	if runs, want := modelStats(e, fp).Count, uint64(warmSamples+n); runs < want*8/10 || runs > want*12/10 {
+		t.Fatalf("the model counts %d executions after %d, want about that", runs, want)
 	}
 	// A pattern mostly fast with slow outliers (one in ten takes 3ms, the rest 0.5ms: a mean of
 	// 0.75ms) learns its mean, not its outliers': choosing the samples by what they took (every
