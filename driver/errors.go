@@ -49,7 +49,7 @@ var ErrBlocked = errors.New("pgtraffic: statement blocked")
 // (for guards, the guard's name), Reason one of the Reason constants, Fingerprint the statement's
 // pattern, and RetryAfter when capacity is expected again (zero when waiting cannot help, as for
 // per_query_limit, guards and a zero max_concurrent or server_share; for a quarantine, the time
-// it has left).
+// it has left, and for a zero limit selected by a rule with an until, the time until it lapses).
 type BlockedError struct {
 	Budget, Rule, Reason, Fingerprint string
 	RetryAfter                        time.Duration

@@ -393,7 +393,7 @@ func (e *Engine) try(st *compiled, c *claim, now time.Time) (owner, *Denial, wak
 	}
 	if c.closed {
 		for _, o := range c.owners {
-			if d := o.bs.closedDenial(st, o.rule, c.exec(o)); d != nil {
+			if d := o.bs.closedDenial(st, o.rule, c.exec(o), now); d != nil {
 				return o, d, wakeNever
 			}
 		}

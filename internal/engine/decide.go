@@ -358,7 +358,7 @@ func (e *Engine) warnBudgets(st *compiled, x *Exec, rt *route, now time.Time) {
 // whatever its cost (a zero limit, a health threshold, a quarantine of its pattern), or nil: a
 // warn budget warns about what enforce would refuse, its requests aside.
 func (e *Engine) refusedWhatever(st *compiled, bs *budgetState, rule int, x *Exec, now time.Time) *Denial {
-	if d := bs.closedDenial(st, rule, x); d != nil {
+	if d := bs.closedDenial(st, rule, x, now); d != nil {
 		return d
 	}
 	if d := e.healthDenial(st, bs, rule, x, now); d != nil {

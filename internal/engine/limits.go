@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/budget"
@@ -22,13 +24,18 @@ func closedBy(b *rules.Budget) *Denial {
 	return nil
 }
 
-// closedDenial returns bs's refusal of x, selected by rule, when bs is closed; else nil.
-func (bs *budgetState) closedDenial(st *compiled, rule int, x *Exec) *Denial {
+// closedDenial returns bs's refusal at now of x, selected by rule, when bs is closed; else nil.
+// No wait admits it, but a rule with an until selects it no more from then: its RetryAfter is
+// the time left until the rule lapses (an incident's block for an hour), else 0.
+func (bs *budgetState) closedDenial(st *compiled, rule int, x *Exec, now time.Time) *Denial {
 	if bs.closed == nil {
 		return nil
 	}
 	d := *bs.closed
 	d.Rule, d.Fingerprint = st.ruleName[rule], x.Pattern.Fingerprint
+	if st.until != nil && !st.until[rule].IsZero() {
+		d.RetryAfter = max(st.until[rule].Sub(now), 0)
+	}
 	return &d
 }
 

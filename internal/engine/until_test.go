@@ -23,9 +23,11 @@ rules:
   - {budget: block, match: {tenant: old}, until: 2025-12-31T23:59:00Z}
 `)
 	noisy := tagging.With(context.Background(), "tenant", "noisy")
+	until := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
 	for range 3 { // the second and third use the text's saved route
-		if d := denial(t, run(e, clk, noisy, "select 1", 0)); d.Rule != "tenant=noisy" {
-			t.Fatalf("denial %+v", d)
+		// No wait admits it, but the rule lapses: its RetryAfter is the time left until then.
+		if d := denial(t, run(e, clk, noisy, "select 1", 0)); d.Rule != "tenant=noisy" || d.RetryAfter != until.Sub(clk.Now()) {
+			t.Fatalf("denial %+v; want rule tenant=noisy, retry after %v", d, until.Sub(clk.Now()))
 		}
 	}
 	if err := run(e, clk, tagging.With(context.Background(), "tenant", "old"), "select 1", 0); err != nil {
