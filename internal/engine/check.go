@@ -9,6 +9,7 @@ import (
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/tagging"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules"
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 )
 
@@ -94,23 +95,61 @@ func (e *Engine) Wait(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		replaced := e.replaced() // before the check: a reload after it wakes the wait below
 		err := e.check(ctx, turn)
-		switch {
-		case err == nil || err == ErrClosed:
+		// Held back by an in_flight threshold (the engine's own count, which no sample
+		// reports), it also watches the ends of the engine's statements, as a statement waiting
+		// for health does (await): the first end after the check wakes it.
+		var ended <-chan struct{}
+		if e.inFlightHeld(err) {
+			e.ends.watch()
+			ended = e.ends.next()
+			err = e.check(ctx, turn) // a statement that ended since the first check woke nobody
+		}
+		if err, done := e.waitOnce(ctx, err, attempt, replaced, ended); done {
 			return err
-		case ctx.Err() != nil:
-			return ctx.Err()
-		}
-		base := e.state.Load().healthInterval
-		if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {
-			base = d.RetryAfter
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.done:
-			return ErrClosed
-		case <-replaced:
-		case <-e.after(health.Backoff(attempt, base, rand.Float64())):
 		}
 	}
+}
+
+// waitOnce is one of Wait's waits after a check that answered err, watching ended (nil: no
+// statement end) as well, which it stops watching: done reports that Wait returns err.
+func (e *Engine) waitOnce(ctx context.Context, err error, attempt int, replaced, ended <-chan struct{}) (_ error, done bool) {
+	if ended != nil {
+		defer e.ends.unwatch()
+	}
+	switch {
+	case err == nil || err == ErrClosed:
+		return err, true
+	case ctx.Err() != nil:
+		return ctx.Err(), true
+	}
+	base := e.state.Load().healthInterval
+	if d, ok := err.(*Denial); ok && d.RetryAfter > 0 && d.RetryAfter < base {
+		base = d.RetryAfter
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err(), true
+	case <-e.done:
+		return ErrClosed, true
+	case <-replaced:
+	case <-ended:
+	case <-e.after(health.Backoff(attempt, base, rand.Float64())):
+	}
+	return nil, false
+}
+
+// inFlightHeld reports whether err is a health refusal by a budget in force that throttles on
+// in_flight.
+func (e *Engine) inFlightHeld(err error) bool {
+	d, ok := err.(*Denial)
+	if !ok || d.Reason != vocab.ReasonHealth {
+		return false
+	}
+	for _, bs := range e.state.Load().budgets {
+		if bs.name == d.Budget {
+			_, ok := bs.throttle[rules.MetricInFlight]
+			return ok
+		}
+	}
+	return false
 }

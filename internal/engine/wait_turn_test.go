@@ -143,3 +143,40 @@ rules:
 		})
 	}
 }
+
+// TestWaitWakesAtStatementEndUnderInFlight: a job in Wait held back by an in_flight threshold,
+// under a budget without max_wait, passes when the statement in flight ends, as a statement
+// waiting for health does, not at its next backoff (here an hour of a clock that does not move).
+func TestWaitWakesAtStatementEndUnderInFlight(t *testing.T) {
+	e, _ := newEngine(t, `
+health_interval: 1h
+budgets:
+  - {name: a, mode: enforce, throttle_when: {in_flight: 1}}
+rules:
+  - {budget: a, match: {app: x}}
+`)
+	ctx := tagging.With(context.Background(), "app", "x")
+	running, err := begin(e, ctx, "select 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Check(ctx); err == nil {
+		t.Fatal("Check passed with a statement in flight under in_flight: 1")
+	}
+	passed := make(chan error, 1)
+	go func() { passed <- e.Wait(ctx) }()
+	select {
+	case err := <-passed:
+		t.Fatalf("Wait returned %v with the statement still in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	running.Finish(ctx, nil)
+	select {
+	case err := <-passed:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not pass when the statement in flight ended")
+	}
+}
