@@ -7,8 +7,8 @@
 // connection), internal/loglimit, and the pgx adapters
 // internal/health/pgxconn, internal/cost/pgxexplain and internal/serverclock/pgxconn) and the
 // libraries of its two front ends: pgx with pgconn, pgtype, pgxpool and stdlib (no other package
-// imports stdlib or database/sql/driver) and pgerrcode (SQLSTATE names), go-redis for
-// [WithRedisClient], and OpenTelemetry.
+// imports stdlib or database/sql/driver), puddle (pgxpool's closed-pool error) and pgerrcode
+// (SQLSTATE names), go-redis for [WithRedisClient], and OpenTelemetry.
 //
 // The first wraps pgx's database/sql driver ([github.com/jackc/pgx/v5/stdlib]), the second a
 // [github.com/jackc/pgx/v5/pgxpool.Pool]; both decide alike. Before a statement is

@@ -175,6 +175,7 @@ func pgDriver(dep string) bool {
 var libraries = []struct{ prefix, word string }{
 	{"github.com/jackc/pgx/", "pgx"},
 	{"github.com/jackc/pgerrcode", "pgerrcode"},
+	{"github.com/jackc/puddle/", "puddle"},
 	{"github.com/redis/go-redis/", "go-redis"},
 	{"github.com/fsnotify/fsnotify", "fsnotify"},
 	{"github.com/pganalyze/pg_query_go/", "pg_query_go"},
