@@ -319,9 +319,12 @@ func abandoned(err error) error {
 }
 
 // pingAfter is how long a connection sits idle, its statement held back by the engine, before
-// checkConn pings it: pgx's stdlib pings a connection idle for over a second before
-// database/sql hands it out, and pgxpool one idle for over a second before it hands it out.
-const pingAfter = time.Second
+// checkConn pings it. pgx's stdlib and pgxpool ping a connection idle for over a second before
+// they hand it out, but the engine's wait is a new idle time after that check, in which the
+// server (idle_session_timeout), a proxy or an operator may close the connection: so a wait of
+// a tenth of a second, beside which a ping's round trip is small, is checked. A shorter hold
+// (an EXPLAIN, which used the connection, or a brief wait) is not.
+const pingAfter = 100 * time.Millisecond
 
 // checkConn checks conn, idle for held while the engine held its statement back on it
 // (engine.Exec.Held: an EXPLAIN, a wait for capacity), before the statement is sent there: the

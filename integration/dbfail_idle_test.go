@@ -155,3 +155,35 @@ func TestPoolReadmittedConnClosedByServerRunsElsewhere(t *testing.T) {
 	}
 	wantOneSpanEach(t, stmt, 1, "")
 }
+
+// TestSQLShortWaitConnClosedByServerRunsElsewhere: as TestSQLWaiterConnClosedByServerRunsElsewhere,
+// for a wait of under a second (the README's max_wait: 200ms is one): the server closes the
+// waiting statement's idle session (idle_session_timeout 300 ms) during its wait of about 0.6 s.
+// Once admitted, the statement must not be sent on the dead connection: the connection is
+// checked after a wait of a tenth of a second or more, and, dead, answered as
+// driver.ErrBadConn, on which database/sql runs the statement on another connection. It was
+// checked only after a second's wait, as pgx's stdlib checks one idle for a second.
+func TestSQLShortWaitConnClosedByServerRunsElsewhere(t *testing.T) {
+	dsn := pgtest.Shared(t).CreateDatabase(t)
+	bg := context.Background()
+	appDSN := dsn + "&idle_session_timeout=300"
+	if !contains(dsn, "?") {
+		appDSN = dsn + "?idle_session_timeout=300"
+	}
+	f := openDbfailFront(t, "sql", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 5s}]
+rules: [{budget: b, match: {app: x}}]`)
+	ctx := tagging.With(bg, "app", "x")
+	for round := range 3 {
+		done := make(chan error, 1)
+		go func() { done <- f.exec(ctx, "select pg_sleep($1::float8)", 0.6) }()
+		mustEventually(t, "the first statement in flight", func() bool { return f.snap().InFlight == 1 })
+		err := f.exec(ctx, "select pg_sleep($1::float8)", 0.01)
+		if first := <-done; first != nil {
+			t.Fatal(first)
+		}
+		if err != nil {
+			t.Fatalf("round %d: a statement that waited under a second for its slot failed with %q: sent on the connection the server closed while it waited",
+				round, err)
+		}
+	}
+}
