@@ -884,7 +884,13 @@ func (c *Coordinator) reachabilityChanged(err error) bool {
 // that made it. The error text comes from the client and names the address, never the URL's
 // credentials.
 func (c *Coordinator) logReachability(err error) {
-	if err != nil {
+	var refused redis.Error // Redis answered, with an error: an ACL, maxmemory, a script
+	switch {
+	case errors.As(err, &refused):
+		c.log.Warn("pgtraffic: Redis refused the coordination calls; shared budgets run on their last leases, then on an even share",
+			"instance", c.id, "error", err)
+		return
+	case err != nil:
 		c.log.Warn("pgtraffic: Redis unreachable; shared budgets run on their last leases, then on an even share",
 			"instance", c.id, "error", err)
 		return
