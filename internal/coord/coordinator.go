@@ -109,6 +109,11 @@ type Coordinator struct {
 	// registrations included, and those of the coordinator it replaced under the same id: a
 	// budget registered starts above it (see seqFloor).
 	seqs uint64
+	// seen is how many instances each budget whose registration closed last saw sharing it
+	// (core.known): the same budget shared again (a reload turned sharing off and on) falls
+	// back over them, as it did before, not over FallbackInstances, should Redis not answer
+	// its first syncs. Register takes its entry out.
+	seen map[string]int
 	// ctx is the loops' context from Start until Close (nil otherwise): a budget registered
 	// meanwhile starts its loop under it.
 	ctx   context.Context
@@ -145,6 +150,7 @@ func New(o Options) (*Coordinator, error) {
 		log: o.Logger, now: o.Now, rand: o.Rand, quar: o.Quarantines,
 		sem:     make(chan struct{}, maxCalls),
 		budgets: map[string]*entry{},
+		seen:    map[string]int{},
 	}
 	if c.interval <= 0 {
 		c.interval = rules.DefaultSyncInterval
@@ -199,12 +205,17 @@ type Handle struct {
 // Register starts coordinating the budget spec.Name, enforced locally by local, which it
 // makes shared (Local.SetShared). Until its first grant a partition keeps the limits local
 // held it to, and one that local meets later has the provisional lease (see core.provisional):
-// the budget over fallback instances until a sync answers. Registering a name again replaces
+// the budget over fallback instances until a sync answers, or, for a budget shared again after
+// its registration closed, over the instances it last saw (seen). Registering a name again replaces
 // the earlier registration. A budget with no rate and no max_concurrent has nothing to lease
 // and local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1),
 		visited: make(chan struct{})}
+	c.mu.Lock()
+	e.core.known = c.seen[spec.Name] // shared again: the instances it last saw (seen)
+	delete(c.seen, spec.Name)
+	c.mu.Unlock()
 	h := &Handle{c: c, name: spec.Name, e: e}
 	if local != nil {
 		now := c.now()
@@ -262,6 +273,9 @@ func (h *Handle) Close() {
 	if cur == h.e {
 		delete(h.c.budgets, h.name)
 		h.e.stopLoop()
+		if h.e.core.known > 0 {
+			h.c.seen[h.name] = h.e.core.known
+		}
 	}
 	h.c.seqs = max(h.c.seqs, h.e.core.seq)
 	h.c.mu.Unlock()
