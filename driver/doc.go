@@ -121,8 +121,8 @@
 // The connector records OpenTelemetry spans and metrics by the database semantic conventions,
 // with the global providers unless [WithTracerProvider] and [WithMeterProvider] name others
 // (asked once a second what to record: one installed later records the statements from then
-// on), and logs warn and block decisions through [log/slog] ([WithLogger]). Nothing recorded holds a SQL
-// literal or a bound value: query texts are normalised, and cut to 4 KiB (a longer one, such as
+// on), and logs warn and block decisions through [log/slog] ([WithLogger]). Nothing recorded
+// holds a SQL literal or a bound value: query texts are normalised, and cut to 4 KiB (a longer one, such as
 // a bulk INSERT's, ends with "… (N bytes cut)"). Every attribute is valid UTF-8 (invalid
 // bytes replaced by U+FFFD), and each tag's key is cut to 64 bytes and its values to 256, since
 // tags may come from comments or request paths. The metrics are pgtraffic.decisions,

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,10 +29,7 @@ import (
 func TestSQLWaiterConnClosedByServerRunsElsewhere(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	bg := context.Background()
-	appDSN := dsn + "&idle_session_timeout=1000"
-	if !contains(dsn, "?") {
-		appDSN = dsn + "?idle_session_timeout=1000"
-	}
+	appDSN := withIdleTimeout(dsn, 1000)
 	f := openDbfailFront(t, "sql", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 30s}]
 rules: [{budget: b, match: {app: x}}]`)
 	ctx := tagging.With(bg, "app", "x")
@@ -68,10 +66,7 @@ rules: [{budget: b, match: {app: x}}]`)
 func TestPoolWaiterConnClosedByServerRunsElsewhere(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	bg := context.Background()
-	appDSN := dsn + "&idle_session_timeout=1000"
-	if !contains(dsn, "?") {
-		appDSN = dsn + "?idle_session_timeout=1000"
-	}
+	appDSN := withIdleTimeout(dsn, 1000)
 	f := openDbfailFront(t, "pool", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 30s, per_query_limit: 20s}]
 rules: [{budget: b, match: {app: x}}]`)
 	ctx := tagging.With(bg, "app", "x")
@@ -166,10 +161,7 @@ func TestPoolReadmittedConnClosedByServerRunsElsewhere(t *testing.T) {
 func TestSQLShortWaitConnClosedByServerRunsElsewhere(t *testing.T) {
 	dsn := pgtest.Shared(t).CreateDatabase(t)
 	bg := context.Background()
-	appDSN := dsn + "&idle_session_timeout=300"
-	if !contains(dsn, "?") {
-		appDSN = dsn + "?idle_session_timeout=300"
-	}
+	appDSN := withIdleTimeout(dsn, 300)
 	f := openDbfailFront(t, "sql", appDSN, `budgets: [{name: b, mode: enforce, max_concurrent: 1, max_wait: 5s}]
 rules: [{budget: b, match: {app: x}}]`)
 	ctx := tagging.With(bg, "app", "x")
@@ -186,4 +178,14 @@ rules: [{budget: b, match: {app: x}}]`)
 				round, err)
 		}
 	}
+}
+
+// withIdleTimeout is dsn with the server's idle_session_timeout set to ms milliseconds for its
+// sessions: the server closes a session idle that long.
+func withIdleTimeout(dsn string, ms int) string {
+	sep := "&"
+	if !contains(dsn, "?") {
+		sep = "?"
+	}
+	return fmt.Sprintf("%s%sidle_session_timeout=%d", dsn, sep, ms)
 }

@@ -206,8 +206,8 @@ type Handle struct {
 // makes shared (Local.SetShared). Until its first grant a partition keeps the limits local
 // held it to, and one that local meets later has the provisional lease (see core.provisional):
 // the budget over fallback instances until a sync answers, or, for a budget shared again after
-// its registration closed, over the instances it last saw (seen). Registering a name again replaces
-// the earlier registration. A budget with no rate and no max_concurrent has nothing to lease
+// its registration closed, over the instances it last saw (seen). Registering a name again
+// replaces the earlier registration. A budget with no rate and no max_concurrent has nothing to lease
 // and local is nil: it is registered only to share its quarantines (spec.Quarantine).
 func (c *Coordinator) Register(spec Spec, local Local) *Handle {
 	e := &entry{core: newCore(spec, c.interval, c.fallbackN, c.rand), local: local, wake: make(chan struct{}, 1),

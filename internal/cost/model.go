@@ -570,13 +570,15 @@ func (m *Model) ObserveExplain(seconds float64) {
 
 // PatternStats describes one pattern's learned state, for introspection.
 type PatternStats struct {
-	Fingerprint  uint64
-	Text         string  // the normalised text Observe or PutQueryID was given; "" when none was
-	Count        uint64  // successful executions since the pattern entered the table: those observed, each weighted by its Observe's runs
-	Samples      uint64  // the executions observed (trained on) since its history last started
-	MeanActual   float64 // EMA of actual execution seconds
-	MeanPlanCost float64 // EMA of planner cost; 0 when the pattern was never observed with one
-	K            float64 // seconds per planner cost unit in use: the pattern's, or the global one
+	Fingerprint uint64
+	Text        string // the normalised text Observe or PutQueryID was given; "" when none was
+	// Count is the successful executions since the pattern entered the table: those observed,
+	// each weighted by its Observe's runs. Samples is the executions observed (trained on)
+	// since its history last started.
+	Count, Samples uint64
+	MeanActual     float64 // EMA of actual execution seconds
+	MeanPlanCost   float64 // EMA of planner cost; 0 when the pattern was never observed with one
+	K              float64 // seconds per planner cost unit in use: the pattern's, or the global one
 	// ServerMean is the server's mean execution seconds of the pattern in its reports (see
 	// [Model.ObserveServer]); 0 when it has none. Server reports that predictions use it now.
 	ServerMean float64

@@ -513,7 +513,8 @@ func (e *Engine) begin(ctx context.Context, x *Exec, at connState, c *call) (con
 				x.unwind()
 			}
 		}()
-		if st.empty || p.Transaction { // a transaction's own statements are never decided (pattern.Pattern.Transaction)
+		// A transaction's own statements are never decided (pattern.Pattern.Transaction).
+		if st.empty || p.Transaction {
 			e.observeStatement(ctx, x, debug, c.query)
 		} else if err := e.decideStatement(ctx, st, x, at, text, debug, c); err != nil {
 			return nil, err
