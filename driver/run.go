@@ -246,7 +246,7 @@ func (i *interceptor) run(ctx context.Context, o *openStmt, d *dest, rows bool,
 		if held := j.Held(); err == nil && held > 0 && d.retry {
 			err = badConn(sctx, j, d.conn, held)
 		}
-		if d.retry && errors.Is(err, cost.ErrConnLost) {
+		if err != nil && d.retry && errors.Is(err, cost.ErrConnLost) {
 			// Its connection closed under its EXPLAIN, which answers it with the connection's
 			// error: database/sql retries it on another, unsent here, and in a transaction,
 			// which it does not retry, the caller has the server's error with it.
