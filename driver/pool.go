@@ -146,6 +146,16 @@ func poolDial(before func(context.Context, *pgx.ConnConfig) error) pgxconn.Dial 
 // Ping, which code written for pgxpool checks for.
 var errPoolClosed = fmt.Errorf("%w (%w)", ErrClosed, puddle.ErrClosedPool)
 
+// closedPool is err, pgxpool's, as errPoolClosed when it says the pool is closed: a statement
+// admitted before Close that waited for a connection, or a Begin, Acquire or Ping after it,
+// is answered as the closed Pool's statements are.
+func closedPool(err error) error {
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return errPoolClosed
+	}
+	return err
+}
+
 // ready readies the pool for a statement of its own: errPoolClosed once it is closed, so that the
 // statement is refused before the engine decides it (nothing counted, no span); and, when the
 // pool has an AfterConnect hook, it waits until the hook has run on a connection: the names of
@@ -162,7 +172,7 @@ func (p *Pool) ready(ctx context.Context) error {
 	}
 	c, err := p.pool.Acquire(ctx) // a new connection: the hook, then preparedNames.learn
 	if err != nil {
-		return err
+		return closedPool(err)
 	}
 	c.Release()
 	return nil
@@ -214,13 +224,13 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 func (p *Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
 	t, err := p.pool.BeginTx(ctx, o)
 	if err != nil {
-		return nil, err
+		return nil, closedPool(err)
 	}
 	return &pgxTx{Tx: t, run: p.run, prepared: map[string]string{}}, nil
 }
 
 // Ping acquires a connection and pings the server; it is not decided.
-func (p *Pool) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
+func (p *Pool) Ping(ctx context.Context) error { return closedPool(p.pool.Ping(ctx)) }
 
 // Stat returns the pgxpool's statistics.
 func (p *Pool) Stat() *pgxpool.Stat { return p.pool.Stat() }

@@ -23,7 +23,7 @@ type PoolConn struct {
 func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
 	pc, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, closedPool(err)
 	}
 	return &PoolConn{pc: pc, run: p.run}, nil
 }

@@ -39,7 +39,7 @@ type poolConns struct{ p *pgxpool.Pool }
 func (c poolConns) acquire(ctx context.Context) (querier, releaser, error) {
 	pc, err := c.p.Acquire(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, closedPool(err)
 	}
 	return pc.Conn(), pc, nil
 }

@@ -502,6 +502,8 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				case <-done:
 				case <-ctx.Done():
 					return true, false, ctx.Err()
+				case <-e.done: // closed: it would wait, and is answered at once (Close)
+					return true, false, ErrClosed
 				}
 				// Priced by the plan it cached now, or, that EXPLAIN cut off, explained anew. It
 				// waited: its clock restarts (sent).

@@ -39,7 +39,7 @@ type Quarantine struct {
 }
 
 // maxQuarantined bounds the patterns a quarantine table tracks (struck or quarantined): past
-// it, new patterns are not counted until old ones lapse.
+// it, a new pattern takes the place of one of the budget that holds the most (evict).
 const maxQuarantined = 10000
 
 type quarantineKey struct {
@@ -122,9 +122,6 @@ func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) 
 		return nil, time.Time{}
 	}
 	en := q.entry(now, quarantineKey{bs.name, p.FingerprintID})
-	if en == nil {
-		return nil, time.Time{}
-	}
 	en.p = p
 	from := now.Add(-time.Duration(spec.For))
 	en.strikes = slices.DeleteFunc(en.strikes, func(t time.Time) bool { return !t.After(from) })
@@ -136,7 +133,7 @@ func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) 
 	return q.publish[bs.name], en.until
 }
 
-// entry returns k's entry, made if need be; nil when the table is full. q.mu must be held.
+// entry returns k's entry, made if need be, making room in a full table. q.mu must be held.
 func (q *quarantines) entry(now time.Time, k quarantineKey) *quarantineEntry {
 	if q.m == nil {
 		q.m = make(map[quarantineKey]*quarantineEntry)
@@ -146,13 +143,36 @@ func (q *quarantines) entry(now time.Time, k quarantineKey) *quarantineEntry {
 		if len(q.m) >= maxQuarantined {
 			q.prune(now)
 			if len(q.m) >= maxQuarantined {
-				return nil
+				q.evict()
 			}
 		}
 		en = &quarantineEntry{}
 		q.m[k] = en
 	}
 	return en
+}
+
+// evict forgets one entry of the full table, of the budget that holds the most, so that one
+// budget's churn of patterns (an ORM's, under a tight per_query_limit) never stops another
+// from quarantining: of that budget's entries, one with strikes only, else the quarantine
+// that ends first. q.mu must be held.
+func (q *quarantines) evict() {
+	held := make(map[string]int)
+	most := ""
+	for k := range q.m {
+		if held[k.budget]++; held[k.budget] > held[most] {
+			most = k.budget
+		}
+	}
+	var victim quarantineKey
+	var first time.Time // victim's end of quarantine; zero: strikes only
+	found := false
+	for k, en := range q.m {
+		if k.budget == most && (!found || en.until.Before(first)) {
+			victim, first, found = k, en.until, true
+		}
+	}
+	delete(q.m, victim)
 }
 
 // Quarantined is a pattern quarantined in a shared budget until Until, as another instance
@@ -184,7 +204,7 @@ func (e *Engine) AddQuarantines(now time.Time, budget string, settings rules.Qua
 		if !now.Before(r.Until) {
 			continue
 		}
-		if en := q.entry(now, quarantineKey{budget, r.Fingerprint}); en != nil && r.Until.After(en.until) {
+		if en := q.entry(now, quarantineKey{budget, r.Fingerprint}); r.Until.After(en.until) {
 			// This instance's own quarantine comes back a little later than it began here (the
 			// sync's round trip): it stays this instance's.
 			en.remote = en.remote || !now.Before(en.until)

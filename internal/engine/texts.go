@@ -14,6 +14,11 @@ import (
 // text, and applications repeat their short statements, not their megabyte-long ones.
 const maxTextLen = 2048
 
+// maxSavedTags is the most bytes of context tags (keys and values) an entry's route is saved
+// with (textEntry.save): an entry must not keep a large value passed on as a tag (a header,
+// a user agent) for as long as its text is cached.
+const maxSavedTags = maxTextLen
+
 // textCache maps a statement text, by content, to its pattern and the route it was given:
 // applications send the same few texts again and again, so one lookup answers the pattern and,
 // for the same context tags under the same rules, the route. It is bounded by entry count; when
@@ -95,7 +100,8 @@ func (t *textEntry) routeFor(st *compiled, tags tagging.Tags, now time.Time) *ro
 
 // save keeps a copy of rt, made under st for tags, unless the entry is nil or already holds a
 // route made under st: a text sent with ever-changing tags (a tenant per request) then keeps its first
-// route rather than allocating one per statement that nothing would reuse.
+// route rather than allocating one per statement that nothing would reuse. A route for tags
+// larger than maxSavedTags is not kept: its text is routed afresh each time.
 func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Time) {
 	if t == nil {
 		return // a text the cache does not keep
@@ -103,7 +109,19 @@ func (t *textEntry) save(st *compiled, tags tagging.Tags, rt *route, now time.Ti
 	if s := t.route.Load(); s != nil && s.fresh(st, now) {
 		return
 	}
+	if tagsSize(tags) > maxSavedTags {
+		return
+	}
 	s := &savedRoute{gen: st.gen, tags: tags, rt: rt.clone(), expires: st.nextLapse(now)}
 	s.lapses = !s.expires.IsZero()
 	t.route.Store(s)
+}
+
+// tagsSize is the bytes of tags' keys and values.
+func tagsSize(tags tagging.Tags) int {
+	n := 0
+	for k, v := range tags.All() {
+		n += len(k) + len(v)
+	}
+	return n
 }

@@ -57,3 +57,45 @@ rules:
 		t.Fatalf("%v allocations per statement of a long text, want 0", allocs)
 	}
 }
+
+// TestTextCacheKeepsNoLargeTags: a cached text's route is saved with the context tags it was
+// made for, so a text first sent with large tag values (a header passed on as a tag) is routed
+// afresh each time rather than keep the values as long as the text is cached: an entry's size
+// stays bounded by the text's, whatever its tags.
+func TestTextCacheKeepsNoLargeTags(t *testing.T) {
+	e, _ := newEngine(t, `
+budgets:
+  - {name: a, mode: enforce, max_concurrent: 100}
+rules:
+  - {budget: a, match: {app: x}}
+`)
+	large := strings.Repeat("u", 32<<10)
+	for _, tc := range []struct {
+		name  string
+		ctx   context.Context
+		saved bool
+	}{
+		{"small", tagging.With(context.Background(), "app", "x", "user_agent", "curl"), true},
+		{"large value", tagging.With(context.Background(), "app", "x", "user_agent", large), false},
+		{"large key", tagging.With(context.Background(), "app", "x", large, "1"), false},
+	} {
+		q := "select 1 from t where k = $1 -- " + tc.name
+		x := new(Exec)
+		if _, err := e.Begin(tc.ctx, x, nil, q, []any{1}); err != nil {
+			t.Fatal(err)
+		}
+		x.Finish(tc.ctx, nil)
+		if bs := e.Budgets()[0]; bs.InFlight != 0 {
+			t.Fatalf("%s: %d in flight after Finish", tc.name, bs.InFlight)
+		}
+		e.texts.mu.RLock()
+		entry := e.texts.m[q]
+		e.texts.mu.RUnlock()
+		if entry == nil {
+			t.Fatalf("%s: text not cached", tc.name)
+		}
+		if saved := entry.route.Load() != nil; saved != tc.saved {
+			t.Errorf("%s: route saved %v, want %v", tc.name, saved, tc.saved)
+		}
+	}
+}
