@@ -36,7 +36,10 @@ rules: [{budget: b, match: {app: x}}]
 				closeFront, snap = p.Close, p.Snapshot
 			} else {
 				c, db := openSizedDB(t, dsn, 6, driver.WithConfig(poolRules(t, rules)))
-				exec = func(ctx context.Context, q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err }
+				exec = func(ctx context.Context, q string, args ...any) error {
+					_, err := db.ExecContext(ctx, q, args...)
+					return err
+				}
 				closeFront = func() { c.Close(); db.Close() }
 				snap = c.Snapshot
 			}
