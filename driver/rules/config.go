@@ -212,7 +212,10 @@ func (b *Budget) QueueBound() int {
 // Quarantine is a budget's quarantine: a pattern (a fingerprint) whose statements overran the
 // budget's max_duration, or whose measured cost exceeded its per_query_limit, After times
 // within For is refused by the budget for For (reason quarantine, RetryAfter the time left);
-// a warn budget counts the overruns but refuses nothing. Each instance counts its own overruns;
+// a warn budget counts the overruns but refuses nothing. Statements of the pattern that ran
+// together overrun once: one that began before the pattern's last overrun counts none, so
+// that a stall of the server, which cuts every statement in flight at once, does not
+// quarantine a quick pattern that happened to be busy. Each instance counts its own overruns;
 // a shared budget shares the quarantines they lead to through Redis (see "Shared budgets" in
 // the package documentation). A reload that changes a budget's quarantine lifts its
 // quarantines.

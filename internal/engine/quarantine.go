@@ -102,17 +102,23 @@ func (q *quarantines) configure(budgets []rules.Budget) {
 	q.specs = next
 }
 
-// strike counts an overrun of p in bs at now, quarantining p when it is the after-th within
-// the window; a new quarantine of a shared budget is published.
-func (q *quarantines) strike(now time.Time, bs *budgetState, p *pattern.Pattern) {
-	if publish, until := q.count(now, bs, p); publish != nil {
+// strike counts an overrun at now of a statement of p in bs that began at began, quarantining
+// p when it is the after-th within the window; a new quarantine of a shared budget is
+// published.
+//
+// Statements of p that ran together overran as one event: a stall of the server (a paused
+// VM, a storage hang) cuts every statement in flight at once, and a quick pattern that
+// happened to be busy must not be quarantined for the window after the server recovers. So
+// the overrun of a statement that began before p's last strike counts no new strike.
+func (q *quarantines) strike(now, began time.Time, bs *budgetState, p *pattern.Pattern) {
+	if publish, until := q.count(now, began, bs, p); publish != nil {
 		publish(p.FingerprintID, until)
 	}
 }
 
 // count is strike's work under the lock: it returns how to publish the quarantine it began,
 // if it began one of a shared budget.
-func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) (func(uint64, time.Time), time.Time) {
+func (q *quarantines) count(now, began time.Time, bs *budgetState, p *pattern.Pattern) (func(uint64, time.Time), time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	spec, ok := q.specs[bs.name]
@@ -125,6 +131,9 @@ func (q *quarantines) count(now time.Time, bs *budgetState, p *pattern.Pattern) 
 	en.p = p
 	from := now.Add(-time.Duration(spec.For))
 	en.strikes = slices.DeleteFunc(en.strikes, func(t time.Time) bool { return !t.After(from) })
+	if n := len(en.strikes); n > 0 && began.Before(en.strikes[n-1]) {
+		return nil, time.Time{} // it ran beside the overrun that struck last: the same event
+	}
 	en.strikes = append(en.strikes, now)
 	if len(en.strikes) < spec.After {
 		return nil, time.Time{}
@@ -299,7 +308,7 @@ func (e *Engine) strikes(x *Exec, cancelled bool, took time.Duration, cost float
 		if cancelled && (bs == x.bound || bs.mode == modeEnforce && bs.maxDuration > 0 && bs.maxDuration <= x.MaxDuration) ||
 			bs.mode == modeWarn && bs.maxDuration > 0 && took > bs.maxDuration ||
 			bs.perQuery > 0 && cost > bs.perQuery.Seconds() {
-			e.quarantined.strike(now, bs, x.Pattern)
+			e.quarantined.strike(now, now.Add(-took), bs, x.Pattern)
 		}
 	}
 }

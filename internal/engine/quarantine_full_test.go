@@ -24,7 +24,7 @@ func TestQuarantineTableFull(t *testing.T) {
 	guard := &budgetState{name: "guard", quarantine: &spec}
 	now := time.Unix(1_700_000_000, 0)
 	for i := range maxQuarantined + 500 {
-		q.strike(now.Add(time.Duration(i)*time.Millisecond), fill, &pattern.Pattern{FingerprintID: uint64(i + 1)})
+		q.strike(now.Add(time.Duration(i)*time.Millisecond), now, fill, &pattern.Pattern{FingerprintID: uint64(i + 1)})
 	}
 	if n := len(q.m); n != maxQuarantined {
 		t.Fatalf("%d entries, want the bound %d", n, maxQuarantined)
@@ -37,7 +37,7 @@ func TestQuarantineTableFull(t *testing.T) {
 		t.Error("the quarantine that ends first was kept over a newer one")
 	}
 	bad := &pattern.Pattern{FingerprintID: 1 << 40}
-	q.strike(later, guard, bad)
+	q.strike(later, later, guard, bad)
 	if _, ok := q.until(later, "guard", bad); !ok {
 		t.Fatal("with the table full of another budget's patterns, an overrunning pattern is not quarantined")
 	}
