@@ -22,10 +22,11 @@ import (
 // charged the predictions of the batch's statements it holds when all of them are on the
 // server's clock, else the batch's time (whose share of each pattern the server can report is
 // kept for its report to true up, as a statement's charge on the client's clock is), and the
-// cost model does not train on them. The batch runs under the smallest max_duration of its
+// cost model trains only on a batch whose statements are all one pattern (sqlc's
+// :batchexec), from their mean. The batch runs under the smallest max_duration of its
 // statements' enforce budgets (Batch.Deadline); when it is cancelled, each statement with a
-// bound counts as its budget's max_duration block, and a strike where its budget has a
-// quarantine. A batch does not take part in the unknown-cost reservation of single statements:
+// bound counts as its budget's max_duration block, and, in a batch of one pattern, a strike
+// where its budget has a quarantine. A batch does not take part in the unknown-cost reservation of single statements:
 // its statements are predicted from what is known.
 
 // Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:
@@ -466,14 +467,15 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	measured := lessFloor(took, e.floor.Load()).Seconds()
 	failed := firstError(errs) != nil
 	keep := !failed && e.clientCharges.wanted(now)
-	if len(b.Execs) == 1 && len(b.Execs[0].quarantinable) > 0 && b.Execs[0].cutOff(firstError(errs)) {
+	one := b.onePattern()
+	if one && len(b.Execs[0].quarantinable) > 0 && b.Execs[0].cutOff(firstError(errs)) {
 		// The batch's statements are not timed apart, so only a cancellation strikes (a
 		// per_query_limit strike would judge each statement by the whole batch's time), and
-		// only in a batch of one statement: the server sends a pipeline's results at its end,
+		// only in a batch of one pattern: the server sends a pipeline's results at its end,
 		// so every statement's result reports the cancellation, those that had completed
 		// included, and which one was running is unknown. Quarantining the wrong one would
-		// refuse a cheap statement everywhere; a batch's overrun strikes nobody instead. Before
-		// its slots go back, as a statement's (Exec.Finish).
+		// refuse a cheap statement everywhere; a batch of several patterns strikes nobody
+		// instead. Before its slots go back, as a statement's (Exec.Finish).
 		e.strikes(&b.Execs[0], true, took, 0, now)
 	}
 	for i := range b.holds[:b.held] {
@@ -495,6 +497,12 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		}
 	}
 	b.holds, b.owners, b.held, b.chargers = b.holds[:0], b.owners[:0], 0, b.chargers[:0]
+	if x := &b.Execs[0]; one && !failed && x.Costed && ctx.Err() == nil {
+		// Its statements' mean is their pattern's: learnt as a statement's time is, counting
+		// each of them (a pattern sqlc only ever sends in batches is priced like another).
+		n := len(b.Execs)
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), measured/float64(n), x.explained, uint64(n))
+	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
 		var err error
@@ -510,6 +518,20 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 	}
 	b.finished(ctx, firstError(errs), took)
 	clear(b.ctxs) // pin no caller's context until the next batch
+}
+
+// onePattern reports whether the batch's statements, at least one, are all of one pattern.
+func (b *Batch) onePattern() bool {
+	if len(b.Execs) == 0 || b.Execs[0].Pattern == nil {
+		return false
+	}
+	fp := b.Execs[0].Pattern.FingerprintID
+	for i := range b.Execs[1:] {
+		if p := b.Execs[i+1].Pattern; p == nil || p.FingerprintID != fp {
+			return false
+		}
+	}
+	return true
 }
 
 // charger is a statement of a batch (its index) charged to the batch's hold of budget b and key.
