@@ -247,9 +247,10 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 // health holds it back (it leaves the queues, keeping its place of arrival); else it keeps its
 // place in the queues, joined reporting that it joined them now.
 //
-// A full queue refuses c as the budget whose queue it is: the one that held c back, with d,
-// or another of c's budgets, whose max_queue c could not wait within (its limit names it, its
-// reason is what c would have waited for).
+// A full queue refuses c as the budget whose queue it is: the one that held c back, or another
+// of c's budgets, whose max_queue c could not wait within. The limit names the full queue,
+// the reason what c would have waited for: with the queue full of statements waiting for the
+// bucket, a slot may be what a newcomer behind them waits for while one statement runs.
 func (e *Engine) stay(ctx context.Context, st *compiled, c *claim, o owner, d *Denial, how wake, now, deadline time.Time) (
 	joined bool, err error) {
 	if !c.mayWait(ctx, o, d, how, now, deadline) {
@@ -261,10 +262,9 @@ func (e *Engine) stay(ctx context.Context, st *compiled, c *claim, o owner, d *D
 	}
 	joined, full := c.enqueue(o, d, how)
 	if full >= 0 {
-		if f := c.owners[full]; f.bs != o.bs {
-			o, d = f, &Denial{Budget: f.bs.name, Rule: st.ruleName[f.rule], Reason: d.Reason,
-				Fingerprint: d.Fingerprint, Limit: f.bs.queueFull, RetryAfter: d.RetryAfter}
-		}
+		f := c.owners[full]
+		o, d = f, &Denial{Budget: f.bs.name, Rule: st.ruleName[f.rule], Reason: d.Reason,
+			Fingerprint: d.Fingerprint, Limit: f.bs.queueFull, RetryAfter: d.RetryAfter}
 		e.refuse(now, c, o, d)
 		return false, d
 	}

@@ -83,7 +83,7 @@ type budgetState struct {
 	explain  explainMode
 	maxWait  time.Duration
 	// queueFull is the limit of a statement refused because the budget's queue is full
-	// (max_queue=N), when another of its budgets held it back (admission.go).
+	// (max_queue=N; admission.go).
 	queueFull string
 	throttle  map[string]float64
 	// closed, when set, is the zero limit that refuses every statement (limits.go).

@@ -393,7 +393,9 @@ rules:
 }
 
 // TestMaxQueueFullRefusesAtOnce: with max_queue waiting, the next statement is refused at
-// once, with a RetryAfter, while the queued one still waits.
+// once, with a RetryAfter, while the queued one still waits; its refusal names the full queue
+// (max_queue=1), not only what it would have waited for, which with the queue full of
+// statements waiting for the bucket may be a slot while one statement is in flight.
 func TestMaxQueueFullRefusesAtOnce(t *testing.T) {
 	e, clk := newEngine(t, `
 budgets:
@@ -414,7 +416,7 @@ rules:
 	waiting(t, clk, done)
 	// max_queue defaults to max_concurrent (1): the queue is full.
 	_, err := begin(e, ctx, "select 1")
-	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency || d.RetryAfter <= 0 {
+	if d := denial(t, err); d.Reason != vocab.ReasonConcurrency || d.RetryAfter <= 0 || d.Limit != "max_queue=1" {
 		t.Fatalf("a statement finding the queue full: %+v", d)
 	}
 	hold.Finish(ctx, nil)
