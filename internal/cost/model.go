@@ -3,6 +3,7 @@ package cost
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -627,6 +628,12 @@ func (m *Model) Top(now time.Time, n int) []PatternStats {
 // transaction, a busy or closed connection, arguments that cannot be encoded): the engine then
 // counts no EXPLAIN call. Any other error means an EXPLAIN was sent and failed.
 var ErrNotSent = errors.New("cost: explain not sent")
+
+// ErrUnencodable wraps ErrNotSent for an EXPLAIN whose statement's arguments cannot be encoded
+// untyped (a [16]byte uuid, a composite type registered on the connection), though the
+// statement itself sends them: a failure of the pattern's EXPLAIN, which the engine counts and
+// does not try again at every execution.
+var ErrUnencodable = fmt.Errorf("%w: cannot encode the arguments", ErrNotSent)
 
 // ErrConnLost is wrapped by the error of an EXPLAIN whose connection closed while it was on its
 // way (the server ended the session, the network failed): it was sent, and its statement

@@ -560,7 +560,12 @@ func (e *Engine) explainFailed(ctx context.Context, st *compiled, x *Exec, rt *r
 	t0 time.Time) (sent bool, answer error) {
 	if errors.Is(err, cost.ErrNotSent) {
 		// Nothing reached the server (an aborted transaction, a busy connection): no call to
-		// count.
+		// count. Arguments the EXPLAIN cannot encode fail it for the pattern, as a call that
+		// failed does (below), but nothing was sent.
+		if errors.Is(err, cost.ErrUnencodable) {
+			e.stats.ExplainFailures.Add(1)
+			e.planFailed(x, err, perCall, t0)
+		}
 		return false, nil
 	}
 	e.stats.ExplainCalls.Add(1)
@@ -594,12 +599,19 @@ func (e *Engine) explainFailed(ctx context.Context, st *compiled, x *Exec, rt *r
 		// pgtraffic, not sent to meet a closed connection.
 		return true, err
 	}
+	e.planFailed(x, err, perCall, t0)
+	return true, nil
+}
+
+// planFailed notes that x's EXPLAIN at t0 failed with err for its pattern: the statement falls
+// back to the pattern's history, and, explained per pattern, the pattern is not explained again
+// before the plan's TTL.
+func (e *Engine) planFailed(x *Exec, err error, perCall bool, t0 time.Time) {
 	e.log.Debug("pgtraffic: EXPLAIN failed; falling back to history", fingerprintAttr(x.Pattern), "error", err)
 	if !perCall {
-		e.model.PutPlanFailed(t0, x.Pattern.FingerprintID) // not again before the plan's TTL
+		e.model.PutPlanFailed(t0, x.Pattern.FingerprintID)
 		x.explainFailed = true
 	}
-	return true, nil
 }
 
 // callerEnded is the error of a statement whose caller's context ctx ended during its EXPLAIN,

@@ -109,7 +109,7 @@ func Explain(ctx context.Context, c *pgx.Conn, query string, args []any) (cost.P
 	// leaves no savepoint behind.
 	var eqb pgx.ExtendedQueryBuilder
 	if err := eqb.Build(c.TypeMap(), nil, values); err != nil {
-		return cost.Plan{}, fmt.Errorf("%w: cannot encode the arguments", cost.ErrNotSent)
+		return cost.Plan{}, cost.ErrUnencodable
 	}
 	sql := explainPrefix + query
 
