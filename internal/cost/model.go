@@ -180,18 +180,25 @@ func (b *costBucket) median() float64 {
 	return (v[b.n/2-1] + v[b.n/2]) / 2
 }
 
-// bucketK returns the median recent k of planCost's range, else of the range above, else of the
-// range below.
+// bucketK returns the median recent k of planCost's range or of a neighbouring one, whichever
+// holds the most samples (on a tie planCost's own, then the range above, then below): a range
+// the pattern has just grown into (its table doubled) holds a run or two, whose "median" is
+// that run alone, and one slow run there (a caller reading its rows slowly) must not outweigh
+// the neighbouring range's full history.
 func (p *pattern) bucketK(planCost float64) (float64, bool) {
 	exp := math.Ilogb(planCost)
+	var best *costBucket
 	for _, e := range [...]int{exp, exp + 1, exp - 1} {
 		for i := range p.buckets {
-			if b := &p.buckets[i]; b.used != 0 && b.exp == e {
-				return b.med, true
+			if b := &p.buckets[i]; b.used != 0 && b.exp == e && (best == nil || b.n > best.n) {
+				best = b
 			}
 		}
 	}
-	return 0, false
+	if best == nil {
+		return 0, false
+	}
+	return best.med, true
 }
 
 // forgetPlans drops what p learned of its plan costs (its k), keeping its mean time.
