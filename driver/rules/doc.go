@@ -79,7 +79,8 @@
 // as one that waited would be, while fewer than max_queue statements that run so would still be
 // waiting in enforce (under a max_concurrent, no more than run beyond it: enforce would have
 // admitted the others as slots freed) and its wait looks no longer than max_wait: for a slot,
-// one mean hold time of the budget's statements for every max_concurrent of them in flight
+// one mean hold time of the budget's statements (of its per value's, once one has ended) for
+// every max_concurrent of them in flight
 // beyond max_concurrent, this one included (the slots in use freeing together, as after a
 // burst: of three reports at once under max_concurrent 2 that each hold their slot 1.3 s, the
 // third is warned about under max_wait 1s, as enforce refuses it), counted as short until a

@@ -131,8 +131,8 @@ type Denial struct {
 	// RetryAfter is how long to wait before the request could be admitted.
 	// For vocab.ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
 	// other traffic, and one nanosecond earlier does not. For
-	// vocab.ReasonConcurrency it is a hint: the mean hold time over the slots,
-	// within [1ms, 1s]. For vocab.ReasonPerQuery it is 0: do not retry.
+	// vocab.ReasonConcurrency it is a hint: the key's mean hold time over the
+	// slots (the budget's for a key with none yet), within [1ms, 1s]. For vocab.ReasonPerQuery it is 0: do not retry.
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
@@ -355,7 +355,7 @@ func (b *Budget) check(now time.Time, r *Request, s *state, slots int, extra flo
 	queued := aheadSlots > 0
 	slots, extra, need = slots+aheadSlots, extra+aheadCost, need+aheadCost
 	if sp.MaxConcurrent > 0 && inflight+slots >= maxConcurrent {
-		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(inflight + slots - maxConcurrent + 1),
+		return &Denial{Reason: vocab.ReasonConcurrency, RetryAfter: b.concurrencyHint(s, inflight+slots-maxConcurrent+1),
 			Limit: b.text.concurrency, Queued: queued}
 	}
 	if r.Unknown {
@@ -507,7 +507,9 @@ func release(now time.Time, r *Request, actual float64, ran bool) {
 			s.part.used += actual
 		}
 		if ran { // else no hold time or cost to learn
-			learn(&b.meanHold, max(now.Sub(r.taken), 0).Seconds())
+			held := max(now.Sub(r.taken), 0).Seconds()
+			learn(&b.meanHold, held)
+			learn(&s.meanHold, held)
 			learnPeak(&b.recentCost, max(actual, reserved))
 		}
 		if b.waiters > 0 {
@@ -697,12 +699,13 @@ func (b *Budget) wouldAdmit(now time.Time, r *Request, d *Denial, maxWait time.D
 	case vocab.ReasonConcurrency:
 		s := b.keys.lookup(r.Key)
 		_, _, maxConcurrent := b.keys.limits(s)
-		if s == nil || b.meanHold == 0 || maxConcurrent <= 0 {
+		hold := b.meanHoldOf(s)
+		if s == nil || hold == 0 || maxConcurrent <= 0 {
 			return true
 		}
 		over := s.inflight - maxConcurrent + 1
 		turns := (over + maxConcurrent - 1) / maxConcurrent
-		return b.meanHold*float64(turns) <= maxWait.Seconds()
+		return hold*float64(turns) <= maxWait.Seconds()
 	}
 	return false
 }
@@ -742,14 +745,24 @@ func (b *Budget) unwait(key string, end time.Time) {
 
 // concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency, for a statement that
 // fits once over statements in flight or waiting ahead of it have left: as many turns of the
-// budget's slots, each the mean hold shared among them. Only a hint: slots free when queries
+// budget's slots, each the key's mean hold (meanHoldOf) shared among them. Only a hint: slots free when queries
 // finish, which nothing here can predict.
-func (b *Budget) concurrencyHint(over int) time.Duration {
-	if b.meanHold == 0 {
+func (b *Budget) concurrencyHint(s *state, over int) time.Duration {
+	hold := b.meanHoldOf(s)
+	if hold == 0 {
 		return defaultHold
 	}
-	d := time.Duration(b.meanHold * 1e9 * float64(max(over, 1)) / float64(max(1, b.keys.spec.MaxConcurrent)))
+	d := time.Duration(hold * 1e9 * float64(max(over, 1)) / float64(max(1, b.keys.spec.MaxConcurrent)))
 	return min(max(d, time.Millisecond), time.Second)
+}
+
+// meanHoldOf is how long a statement of s's key holds its slot: the key's mean, the budget's
+// for a key with none yet (s nil or new). The caller holds b.mu.
+func (b *Budget) meanHoldOf(s *state) float64 {
+	if s != nil && s.meanHold > 0 {
+		return s.meanHold
+	}
+	return b.meanHold
 }
 
 // Snapshot is a budget's state, for introspection and gauges: its counts at one instant, its

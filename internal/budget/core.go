@@ -122,6 +122,10 @@ type state struct {
 	// less pendingCost (Budget.check).
 	pending     int
 	pendingCost float64
+	// meanHold is the EMA of the seconds the key's released statements held their slots: the
+	// concurrency hint of a key whose statements are longer or shorter than the budget's other
+	// keys' (a noisy tenant beside quiet ones). 0 until one was released.
+	meanHold float64
 }
 
 // heldTo is what s holds r to: for a pending request every slot in flight and the whole debt;
