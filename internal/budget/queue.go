@@ -56,19 +56,27 @@ type Waiter struct {
 	// queue's bound (MaxQueue), which bounds the statements waiting (and, under database/sql,
 	// the connections they hold), is never refused for a full queue, and is never evicted.
 	Job bool
-	// evicted is set when a waiter joining again in its place of arrival left w beyond its
-	// queue's bound (Join), under that budget's lock, which Evicted takes to read it.
-	evicted bool
+	// evicted is the budget whose queue a waiter joining again in its place of arrival left w
+	// beyond the bound of (Join); nil while w is not put out. Set under that budget's lock,
+	// which Evicted takes to read it.
+	evicted      *Budget
+	evictedBound int // the MaxQueue it was put out beyond
 }
 
 // Evicted reports whether w, which joined its queues through reqs, was put out of one of them,
-// left beyond its bound by a waiter that arrived before it and joined again: w must be refused
-// as if it had found the queue full, and leave its other queues (Leave).
-func Evicted(w *Waiter, reqs []Request) bool {
+// left beyond its bound by a waiter that arrived before it and joined again: the index of the
+// request whose budget's queue it was (-1 when none), and that queue's bound then. w must be
+// refused as if it had found that queue full, and leave its other queues (Leave).
+func Evicted(w *Waiter, reqs []Request) (full, bound int) {
 	var buf [8]*Budget
 	locked := lockAll(buf[:0], reqs)
 	defer unlockAll(locked)
-	return w.evicted
+	for i := range reqs {
+		if w.evicted != nil && reqs[i].Budget == w.evicted {
+			return i, w.evictedBound
+		}
+	}
+	return -1, 0
 }
 
 // Forget readies w for a new admission: its next Join takes a place at the back.
@@ -168,7 +176,7 @@ func Join(w *Waiter, reqs []Request, why *Denial) (refused int) {
 			return i
 		}
 	}
-	w.evicted = false
+	w.evicted = nil
 	w.Wake() // made before it can be signalled
 	if w.arrival == 0 {
 		w.arrival = arrivals.Add(1)
@@ -363,7 +371,7 @@ func (b *Budget) evict(q *queue) {
 	last := q.ps[j].w
 	q.ps = slices.Delete(q.ps, j, j+1)
 	b.waiters--
-	last.evicted = true
+	last.evicted, last.evictedBound = b, b.keys.spec.MaxQueue
 	last.signal()
 }
 

@@ -22,8 +22,11 @@ func TestArriveKeepsThePlaceOfArrival(t *testing.T) {
 	if got := b.queues[""].waiters(); len(got) != 1 || got[0] != &first {
 		t.Errorf("queue %v, want the earlier arrival alone (max_queue 1)", got)
 	}
-	if !Evicted(&later, r2) || Evicted(&first, r1) {
-		t.Errorf("evicted: later %v, first %v; want the later arrival only", Evicted(&later, r2), Evicted(&first, r1))
+	if l, _ := Evicted(&later, r2); l != 0 {
+		t.Errorf("the later arrival: evicted %d, want 0", l)
+	}
+	if f, _ := Evicted(&first, r1); f != -1 {
+		t.Errorf("the first arrival: evicted %d, want -1", f)
 	}
 	first.Arrive() // has a place: keeps it
 	Leave(&later, r2)

@@ -29,8 +29,11 @@ func TestRejoinQueueFull(t *testing.T) {
 	if n := b.Waiting(""); n != 1 {
 		t.Errorf("%d waiting, want 1 (max_queue)", n)
 	}
-	if !Evicted(&later, r2) || Evicted(&first, r1) {
-		t.Errorf("evicted: later %v, first %v; want the later arrival only", Evicted(&later, r2), Evicted(&first, r1))
+	if l, _ := Evicted(&later, r2); l != 0 {
+		t.Errorf("the later arrival: evicted %d, want 0", l)
+	}
+	if f, _ := Evicted(&first, r1); f != -1 {
+		t.Errorf("the first arrival: evicted %d, want -1", f)
 	}
 	select {
 	case <-later.Wake():

@@ -129,6 +129,9 @@ func newLimitText(s Spec) limitText {
 // rules file spells it: "max_concurrent=4", "server_share=0".
 func ConcurrencyLimit(n int) string { return vocab.FieldMaxConcurrent + "=" + strconv.Itoa(n) }
 
+// QueueLimit is the limit of a statement refused for a full queue of bound n ("max_queue=n").
+func QueueLimit(n int) string { return vocab.FieldMaxQueue + "=" + strconv.Itoa(n) }
+
 // ShareLimit: see ConcurrencyLimit.
 func ShareLimit(share float64) string {
 	return vocab.FieldServerShare + "=" + strconv.FormatFloat(share, 'g', -1, 64)

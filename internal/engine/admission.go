@@ -226,9 +226,10 @@ func (e *Engine) await(ctx context.Context, st *compiled, c *claim, start, arriv
 		if ended != nil {
 			ended = e.ends.next() // before the check: an end after it closes this one
 		}
-		if budget.Evicted(c.w, c.reqs) {
+		if full, bound := budget.Evicted(c.w, c.reqs); full >= 0 {
 			// One that arrived before it came back to its queue after a reload and left it
-			// beyond the bound: refused as if it had found the queue full.
+			// beyond the bound (the reload's): refused as if it had found the queue full.
+			o, d = c.queueFull(st, full, d, budget.QueueLimit(bound))
 			e.refuse(e.now(), c, o, d)
 			return waited, d
 		}
@@ -262,13 +263,20 @@ func (e *Engine) stay(ctx context.Context, st *compiled, c *claim, o owner, d *D
 	}
 	joined, full := c.enqueue(o, d, how)
 	if full >= 0 {
-		f := c.owners[full]
-		o, d = f, &Denial{Budget: f.bs.name, Rule: st.ruleName[f.rule], Reason: d.Reason,
-			Fingerprint: d.Fingerprint, Limit: f.bs.queueFull, RetryAfter: d.RetryAfter}
+		o, d = c.queueFull(st, full, d, c.owners[full].bs.queueFull)
 		e.refuse(now, c, o, d)
 		return false, d
 	}
 	return joined, nil
+}
+
+// queueFull is c's refusal, decided under st, by the queue of its full-th request's budget,
+// which it found full or was put out of: d, what it waited for, named by that budget and limit
+// (its max_queue).
+func (c *claim) queueFull(st *compiled, full int, d *Denial, limit string) (owner, *Denial) {
+	f := c.owners[full]
+	return f, &Denial{Budget: f.bs.name, Rule: st.ruleName[f.rule], Reason: d.Reason,
+		Fingerprint: d.Fingerprint, Limit: limit, RetryAfter: d.RetryAfter}
 }
 
 // enqueue keeps c's place in its budgets' queues while it waits for what refused it, d of owner

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -231,7 +230,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 			needCost:    spec.PerQueryLimit > 0 || spec.Rate > 0,
 			explain:     parseExplain(b.Explain),
 			maxWait:     maxWait,
-			queueFull:   vocab.FieldMaxQueue + "=" + strconv.Itoa(spec.MaxQueue),
+			queueFull:   budget.QueueLimit(spec.MaxQueue),
 			throttle:    b.ThrottleWhen,
 			closed:      closedBy(&b),
 			maxDuration: time.Duration(b.MaxDuration),
