@@ -104,8 +104,9 @@ func (c *Conn) Close(ctx context.Context) error { return inHealthTerms(c.c.Close
 
 var errNotNumber = errors.New("pgxconn: not a number type")
 
-// toFloat converts a decoded value of a numeric column. NaN is refused: it
-// compares false with every threshold, so it would never throttle.
+// toFloat converts a decoded value of a numeric column. NaN and -Infinity are refused: they
+// are below every threshold (NaN compares false with all), so they would never throttle. So
+// is a numeric beyond float8's range, whose error would quote it.
 func toFloat(v any) (float64, error) {
 	var f float64
 	switch x := v.(type) {
@@ -131,14 +132,17 @@ func toFloat(v any) (float64, error) {
 		}
 		f8, err := x.Float64Value()
 		if err != nil {
-			return 0, err
+			return 0, health.ResultError{Problem: "returned a numeric beyond float8's range"}
 		}
 		f = f8.Float64
 	default:
 		return 0, errNotNumber
 	}
-	if math.IsNaN(f) {
+	switch {
+	case math.IsNaN(f):
 		return 0, health.ResultError{Problem: "returned NaN, want a number"}
+	case math.IsInf(f, -1):
+		return 0, health.ResultError{Problem: "returned -Infinity, want a number"}
 	}
 	return f, nil
 }

@@ -36,6 +36,13 @@ func TestToFloat(t *testing.T) {
 		{"numeric NULL", pgtype.Numeric{}, 0, health.ErrNull},
 		{"float NaN", math.NaN(), 0, health.ResultError{Problem: "returned NaN, want a number"}},
 		{"numeric NaN", pgtype.Numeric{NaN: true, Valid: true}, 0, health.ResultError{Problem: "returned NaN, want a number"}},
+		// -Infinity, like NaN, is below every threshold: it would never throttle.
+		{"float -infinity", math.Inf(-1), 0, health.ResultError{Problem: "returned -Infinity, want a number"}},
+		{"numeric -infinity", pgtype.Numeric{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, 0,
+			health.ResultError{Problem: "returned -Infinity, want a number"}},
+		// Out of float8's range: refused without quoting the value.
+		{"numeric out of range", pgtype.Numeric{Int: big.NewInt(1), Exp: 400, Valid: true}, 0,
+			health.ResultError{Problem: "returned a numeric beyond float8's range"}},
 		{"text", "12", 0, errNotNumber},
 		{"bool", true, 0, errNotNumber},
 	}
