@@ -80,10 +80,10 @@
 // waiting in enforce (under a max_concurrent, no more than run beyond it: enforce would have
 // admitted the others as slots freed) and its wait looks no longer than max_wait: for a slot,
 // one mean hold time of the budget's statements (of its per value's, once one has ended) for
-// every max_concurrent of them in flight
-// beyond max_concurrent, this one included (the slots in use freeing together, as after a
-// burst: of three reports at once under max_concurrent 2 that each hold their slot 1.3 s, the
-// third is warned about under max_wait 1s, as enforce refuses it), counted as short until a
+// every max_concurrent of them in flight beyond max_concurrent, this one included (the slots in
+// use freeing together, as after a burst: of three reports at once under max_concurrent 2 that
+// each hold their slot 1.3 s, the third is warned about under max_wait 1s, as enforce refuses
+// it), counted as short until a
 // statement of the budget has ended in the process (its hold time unknown till then); for
 // bucket room, the time the bucket takes to drain enough.
 // Warn mode cannot tell how long a health threshold would hold a statement back: it warns about

@@ -132,7 +132,8 @@ type Denial struct {
 	// For vocab.ReasonBudget it is exact: a retry at now+RetryAfter fits, absent
 	// other traffic, and one nanosecond earlier does not. For
 	// vocab.ReasonConcurrency it is a hint: the key's mean hold time over the
-	// slots (the budget's for a key with none yet), within [1ms, 1s]. For vocab.ReasonPerQuery it is 0: do not retry.
+	// slots (the budget's for a key with none yet), within [1ms, 1s]. For
+	// vocab.ReasonPerQuery it is 0: do not retry.
 	RetryAfter time.Duration
 	// Limit names the limit, e.g. "max_concurrent=4", "burst_limit=10s".
 	Limit string
@@ -745,8 +746,8 @@ func (b *Budget) unwait(key string, end time.Time) {
 
 // concurrencyHint is [Denial.RetryAfter] for vocab.ReasonConcurrency, for a statement that
 // fits once over statements in flight or waiting ahead of it have left: as many turns of the
-// budget's slots, each the key's mean hold (meanHoldOf) shared among them. Only a hint: slots free when queries
-// finish, which nothing here can predict.
+// budget's slots, each the key's mean hold (meanHoldOf) shared among them. Only a hint: slots
+// free when queries finish, which nothing here can predict.
 func (b *Budget) concurrencyHint(s *state, over int) time.Duration {
 	hold := b.meanHoldOf(s)
 	if hold == 0 {

@@ -26,8 +26,8 @@ import (
 // :batchexec), from their mean. The batch runs under the smallest max_duration of its
 // statements' enforce budgets (Batch.Deadline); when it is cancelled, each statement with a
 // bound counts as its budget's max_duration block, and, in a batch of one pattern, a strike
-// where its budget has a quarantine. A batch does not take part in the unknown-cost reservation of single statements:
-// its statements are predicted from what is known.
+// where its budget has a quarantine. A batch does not take part in the unknown-cost
+// reservation of single statements: its statements are predicted from what is known.
 
 // Batch is one batch's ticket, from BeginBatch to Finish. Execs are its statements in order:
 // Execs[i].Result is what was decided about statement i, read-only for the front end until the
@@ -501,7 +501,8 @@ func (b *Batch) Finish(ctx context.Context, errs []error) {
 		// Its statements' mean is their pattern's: learnt as a statement's time is, counting
 		// each of them (a pattern sqlc only ever sends in batches is priced like another).
 		n := len(b.Execs)
-		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), measured/float64(n), x.explained, uint64(n))
+		e.model.Observe(x.Pattern.FingerprintID, x.Pattern.Normalized, x.taught(), measured/float64(n),
+			x.explained, uint64(n))
 	}
 	for i := range b.Execs {
 		x := &b.Execs[i]
