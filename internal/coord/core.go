@@ -405,7 +405,7 @@ func (c *core) build(now time.Time, early bool) [][]report {
 			p: p, seq: p.pendingSeq, used: p.pendingUsed, age: max(0, now.Sub(p.pendingFrom)-c.dueAfter(p, now)),
 			held:   max(0, p.local-applied.Rate*now.Sub(p.localAt).Seconds()),
 			demand: p.demand.v, want: p.want.slots(),
-			applied: applied.Slots, inflight: p.inflight,
+			applied: applied.Slots, inflight: c.held(p.inflight, applied),
 			leave:    p.idle > idleSyncs && p.inflight == 0 && p.waiting == 0 && !p.keep,
 			expected: p.expected(now, expectWindow*c.interval, c.failing), recovering: c.failing,
 		})
@@ -417,6 +417,17 @@ func (c *core) build(now time.Time, early bool) [][]report {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// held is what a partition with inflight statements in flight under its applied lease holds
+// of the budget's slots: all of them, which Redis counts as held beyond the lease while they
+// run from an earlier, larger one; but in warn mode (Spec.Warn) at most the lease's, those
+// beyond it running where enforce would have had them wait.
+func (c *core) held(inflight int, applied budget.Lease) int {
+	if c.spec.Warn {
+		return min(inflight, applied.Slots)
+	}
+	return inflight
 }
 
 // roll closes p's interval at now, as a sync reports it: its idle count, its demand and slot

@@ -23,6 +23,12 @@ type Spec struct {
 	// Quarantine, when set, shares the budget's quarantines with the other instances (see
 	// [QuarantineSpec]); zero: it shares none.
 	Quarantine QuarantineSpec
+	// Warn says the budget is in warn mode on this instance: its statements beyond its lease
+	// run anyway (those enforce would have wait, budget.TakeWaiter), holding no slot that
+	// enforce would give them, so it reports at most its lease's slots as held. Else, in a
+	// rolling deploy from warn to enforce, the instances still on warn would hold the
+	// slots of those already on enforce.
+	Warn bool
 }
 
 // normalize maps invalid values to "off", as the budget package does.

@@ -46,6 +46,11 @@ type slotConfig struct {
 	// listen hands the messages of the budget's want channel to every instance, as a
 	// started coordinator's listener does (at the end of the step whose sync sent them).
 	listen bool
+	// warn, when not nil, says instance i runs the budget in warn mode: a statement its budget
+	// refuses runs anyway, over the limits as a would-be waiter where enforce would have it
+	// wait (budget.TakeWaiter, max_wait a second), else holding nothing, as the engine runs
+	// it.
+	warn func(i int) bool
 	// eager visits an instance's budget at every refusal, as its loop does on a kick, rather
 	// than once a step: each visit takes the usage since the last, so a statement refused
 	// and retried counts once as demand, and a report of demand covers the refusals since the
@@ -95,6 +100,7 @@ func (r slotResult) after(from time.Duration) (perInstance []int, most int) {
 type slotWorker struct {
 	next    time.Time
 	running bool
+	held    bool // its statement holds req (a warned one runs holding nothing)
 	req     budget.Request
 }
 
@@ -126,14 +132,16 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 	ctx := context.Background()
 	insts := make([]*slotInst, cfg.instances)
 	for i := range insts {
-		spec := Spec{Name: cfg.name, Rate: cfg.rate, Burst: cfg.burst, MaxConcurrent: cfg.limit}
+		spec := Spec{Name: cfg.name, Rate: cfg.rate, Burst: cfg.burst, MaxConcurrent: cfg.limit,
+			Warn: cfg.warn != nil && cfg.warn(i)}
 		if cfg.limits != nil {
 			spec.MaxConcurrent = cfg.limits(i)
 		}
 		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
 		c := newCoord(t, Options{Client: cr, Interval: cfg.interval, Instance: fmt.Sprintf("s%02d", i), Logger: quiet,
 			Now: clk.Now, Rand: r.Float64})
-		b := budget.New(budget.Spec{Rate: spec.Rate, Burst: spec.Burst, MaxConcurrent: spec.MaxConcurrent})
+		b := budget.New(budget.Spec{Rate: spec.Rate, Burst: spec.Burst, MaxConcurrent: spec.MaxConcurrent,
+			MaxQueue: spec.MaxConcurrent})
 		c.Register(spec, b)
 		insts[i] = &slotInst{driven: driven{c: c}, b: b}
 	}
@@ -165,7 +173,9 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 				wk := &in.workers[w]
 				for !wk.next.After(now) {
 					if wk.running {
-						budget.Release(now, &wk.req, cfg.cost)
+						if wk.held {
+							budget.Release(now, &wk.req, cfg.cost)
+						}
 						wk.running = false
 						in.running--
 						fleet--
@@ -180,7 +190,10 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 						break
 					}
 					reqs := []budget.Request{{Budget: in.b, Cost: cfg.cost}}
-					if _, d := budget.Admit(now, reqs, nil); d != nil {
+					held := true
+					if _, d := budget.Admit(now, reqs, nil); d != nil && cfg.warn != nil && cfg.warn(i) {
+						held = budget.TakeWaiter(now, &reqs[0], d, time.Second)
+					} else if d != nil {
 						res.refusals = append(res.refusals, refusal{at: el, instance: i, fleet: fleet, own: in.running})
 						wk.next = now.Add(time.Millisecond)
 						if cfg.eager {
@@ -190,7 +203,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 					}
 					res.admitted++
 					res.admissions = append(res.admissions, admission{at: el, instance: i, fleet: fleet + 1})
-					wk.req, wk.running = reqs[0], true
+					wk.req, wk.running, wk.held = reqs[0], true, held
 					in.running++
 					fleet++
 					res.most = max(res.most, fleet)
@@ -407,3 +420,43 @@ if not raw then
 end
 redis.call('HSET', KEYS[1], ARGV[2], raw)
 `
+
+// TestWarnInstanceHoldsNoMoreThanItsLease is a shared budget moved from warn to enforce by a
+// rolling deploy: one instance still on warn runs 16 workers under max_concurrent 8, its
+// statements beyond its lease running anyway (as would-be waiters, or warned), while an
+// instance already on enforce runs 4. The enforce instance must be served as if the other
+// enforced too (each gets its max-min share, 4), not refused because the warn instance's
+// statements beyond its lease count as held: its admissions after the first syncs are
+// compared with the same run where both instances enforce.
+func TestWarnInstanceHoldsNoMoreThanItsLease(t *testing.T) {
+	run := func(name string, warn bool) int {
+		cfg := slotConfig{name: name, instances: 2, limit: 8, interval: time.Second,
+			stmt: 5 * time.Millisecond, duration: 10 * time.Second, seed: 1,
+			workers: func(i int, el time.Duration) int {
+				switch {
+				case i == 0:
+					return 16
+				case el < 2*time.Second:
+					return 0
+				}
+				return 4
+			},
+		}
+		if warn {
+			cfg.warn = func(i int) bool { return i == 0 }
+		}
+		perInstance, _ := simulateSlots(t, cfg).after(5 * time.Second)
+		return perInstance[1]
+	}
+	enforced := run("warn-deploy-enforce", false)
+	warned := run("warn-deploy-warn", true)
+	if enforced == 0 {
+		t.Fatalf("the enforce instance admitted nothing beside an enforcing one")
+	}
+	ratio := float64(warned) / float64(enforced)
+	t.Logf("the enforce instance's admissions from 5s: %d beside a warn instance, %d beside an enforce one (%.2f)",
+		warned, enforced, ratio)
+	if ratio < 0.9 {
+		t.Errorf("beside an instance still on warn the enforce instance admitted %.2f of what it admits beside one on enforce, want at least 0.9", ratio)
+	}
+}

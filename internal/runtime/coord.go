@@ -126,7 +126,7 @@ func (r *Runtime) share(cfg *rules.Config, compiled *engine.Rules) {
 		rb := &cfg.Budgets[i]
 		b, limits := compiled.Budget(rb.Name)
 		spec := coord.Spec{Name: rb.Name, Rate: limits.Rate, Burst: limits.Burst, MaxConcurrent: limits.MaxConcurrent,
-			Quarantine: quarantineSpec(rb.Quarantine)}
+			Quarantine: quarantineSpec(rb.Quarantine), Warn: rb.Mode == rules.ModeWarn}
 		leased := spec.Rate > 0 || spec.MaxConcurrent > 0
 		if co.c == nil || !cfg.IsShared(rb) || rb.Mode == rules.ModeOff || !leased && rb.Quarantine == nil {
 			continue // local; or nothing to share
