@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -156,20 +157,41 @@ func closedPool(err error) error {
 	return err
 }
 
-// ready readies the pool for a statement of its own: errPoolClosed once it is closed, so that the
-// statement is refused before the engine decides it (nothing counted, no span); and, when the
-// pool has an AfterConnect hook, it waits until the hook has run on a connection: the names of
-// the statements it prepares are then known, and the pool's statements, decided before they
-// take a connection, are decided as the texts those names stand for (preparedNames). It takes
-// a connection for that, once, and gives it back; its error is the pool's. Once the names are
-// known it reads the closed state and one atomic flag.
-func (p *Pool) ready(ctx context.Context) error {
+// ready readies the pool for a statement of text sql: errPoolClosed once it is closed, so that
+// the statement is refused before the engine decides it (nothing counted, no span); and, for a
+// statement that may be run by a name (its text is one word, see oneWord), it waits for the
+// names of the statements the pool's AfterConnect hook prepares (learnNames). Once the names
+// are known it reads the closed state and one atomic flag.
+func (p *Pool) ready(ctx context.Context, sql string) error {
 	if p.engine.Closed() {
 		return errPoolClosed
 	}
-	if !p.run.names.pending.Load() {
-		return nil
+	if p.run.names.pending.Load() && oneWord(sql) {
+		return p.learnNames(ctx)
 	}
+	return nil
+}
+
+// readyBatch is ready for batch b, any of whose statements may be run by a name.
+func (p *Pool) readyBatch(ctx context.Context, b *pgx.Batch) error {
+	if p.engine.Closed() {
+		return errPoolClosed
+	}
+	if p.run.names.pending.Load() && slices.ContainsFunc(b.QueuedQueries, func(q *pgx.QueuedQuery) bool { return oneWord(q.SQL) }) {
+		return p.learnNames(ctx)
+	}
+	return nil
+}
+
+// learnNames waits until the pool's AfterConnect hook has run on a connection: the names of the
+// statements it prepares are then known, and the pool's statements, decided before they take a
+// connection, are decided as the texts those names stand for (preparedNames). It takes a
+// connection for that, once, and gives it back; its error is the pool's. Only a statement that
+// may be run by a name waits for it: one of SQL text takes its own connection, on which the
+// hook runs, as pgxpool's first statement does (a second acquisition would run the pool's
+// PrepareConn hook twice, and, with an AfterRelease hook, which pgxpool runs after the
+// connection went back, could dial a second connection).
+func (p *Pool) learnNames(ctx context.Context) error {
 	c, err := p.pool.Acquire(ctx) // a new connection: the hook, then preparedNames.learn
 	if err != nil {
 		return closedPool(err)
@@ -181,7 +203,7 @@ func (p *Pool) ready(ctx context.Context) error {
 // Exec runs a statement that returns no rows, once the engine admits it. A refused statement
 // returns a [*BlockedError] and nothing is sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := p.ready(ctx); err != nil {
+	if err := p.ready(ctx, sql); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return p.run.exec(ctx, &p.dest, sql, args)
@@ -192,7 +214,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // do). A refused query returns a [*BlockedError] (and rows whose Err is the same) and nothing
 // is sent.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := p.ready(ctx); err != nil {
+	if err := p.ready(ctx, sql); err != nil {
 		return errRows{err: err}, err
 	}
 	return p.run.query(ctx, &p.dest, sql, args)
@@ -202,7 +224,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // refused, is returned by the row's Scan. As with pgxpool, the row must be scanned: Scan gives
 // back the statement's budget slots and the pool's connection.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := p.ready(ctx); err != nil {
+	if err := p.ready(ctx, sql); err != nil {
 		return &pgxRow{err: err}
 	}
 	return p.run.queryRow(ctx, &p.dest, sql, args)
@@ -288,7 +310,7 @@ func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // [*BlockedError]. An admitted batch holds its budgets' slots until its results are closed:
 // close them.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := p.ready(ctx); err != nil {
+	if err := p.readyBatch(ctx, b); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	return p.run.sendBatch(ctx, &p.dest, b)

@@ -21,10 +21,10 @@ type pgxTx struct {
 	// release gives the pool's connection back when the transaction ends; nil when the pool's
 	// own transaction (pgxpool.Tx) does, or for a nested one.
 	release releaser
-	// closed is set by Commit and Rollback; outer is the transaction a nested one is a savepoint
-	// of (nil for the outermost), whose end ends it too (ended).
-	closed bool
-	outer  *pgxTx
+	// closed is set by Commit and Rollback; outermost is the transaction a nested one is a
+	// savepoint in (nil for the outermost itself), whose end ends it too (ended).
+	closed    bool
+	outermost *pgxTx
 }
 
 var _ pgx.Tx = (*pgxTx)(nil)
@@ -35,7 +35,11 @@ func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared, outer: t}, nil
+	outermost := t.outermost
+	if outermost == nil {
+		outermost = t
+	}
+	return &pgxTx{Tx: inner, run: t.run, prepared: t.prepared, outermost: outermost}, nil
 }
 
 // Commit commits, then releases the connection if the transaction holds it.
@@ -50,18 +54,13 @@ func (t *pgxTx) Rollback(ctx context.Context) error {
 	return t.Tx.Rollback(ctx)
 }
 
-// ended reports whether t, or a transaction it is a savepoint of, was committed or rolled
-// back. Its statements then return pgx.ErrTxClosed, as pgx's do, without being decided: the
-// connection pgx's ended transaction still points to is back in the pool, perhaps another
+// ended reports whether t, or the outermost transaction it is a savepoint in, was committed or
+// rolled back. Its statements then return pgx.ErrTxClosed without being decided, as pgx's
+// savepoints do, which check their own end and the outermost's (a savepoint inside one that
+// ended still sends its statements in the transaction): once the outermost ended, the
+// connection pgx's transaction still points to is back in the pool, perhaps another
 // goroutine's, and must not be sent an EXPLAIN.
-func (t *pgxTx) ended() bool {
-	for ; t != nil; t = t.outer {
-		if t.closed {
-			return true
-		}
-	}
-	return false
-}
+func (t *pgxTx) ended() bool { return t.closed || t.outermost != nil && t.outermost.closed }
 
 // dest is where the transaction's statements run: its connection, sent to through pgx's Tx,
 // with the names of the statements prepared in it, and on the pool's connections.

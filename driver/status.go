@@ -69,11 +69,16 @@ type Snapshot struct {
 // with reason max_duration when enforce cancelled it, Warned when warn mode let it run. WarnedBy
 // and BlockedBy split the last two by reason (the Reason constants, and warning_threshold).
 type BudgetStatus struct {
-	Name      string            `json:"name"`
-	Mode      string            `json:"mode"`
-	Debt      float64           `json:"debt_s"`
-	MaxDebt   float64           `json:"max_debt_s"`
-	Burst     float64           `json:"burst_limit_s,omitempty"`
+	Name    string  `json:"name"`
+	Mode    string  `json:"mode"`
+	Debt    float64 `json:"debt_s"`
+	MaxDebt float64 `json:"max_debt_s"`
+	Burst   float64 `json:"burst_limit_s,omitempty"`
+	// InFlight is the budget's slots held: statements running, and the pool's statements
+	// admitted that wait for a connection. A statement on a held connection (a transaction's, a
+	// PoolConn's) may take the slot of one still waiting for its connection, which is then
+	// decided again once it has it: meanwhile the count may read above max_concurrent, while
+	// no more than max_concurrent run.
 	InFlight  int               `json:"in_flight"`
 	Waiting   int               `json:"waiting"` // statements waiting for capacity (max_wait), and jobs in Wait
 	Keys      int               `json:"keys"`

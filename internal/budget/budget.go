@@ -417,7 +417,11 @@ func (b *Budget) take(now time.Time, r *Request, s *state, i int, warns []Warnin
 		inflight, debt := s.heldTo(r)
 		cost = b.reservation(r, burst-debt, slotsOf(maxConcurrent)-inflight)
 	}
-	s.Debt += cost // check drained s to now
+	// A budget without a bucket keeps no debt: none to show, nor for a reload that gives it a
+	// bucket to inherit.
+	if b.keys.spec.Rate > 0 {
+		s.Debt += cost // check drained s to now
+	}
 	b.keys.take(s)
 	if r.Pending {
 		s.pending++

@@ -346,3 +346,21 @@ func TestPendingCostOvertaken(t *testing.T) {
 		t.Fatalf("pending cost %v with nothing pending", left)
 	}
 }
+
+// TestNoBucketNoDebt: a budget without a bucket (max_concurrent alone) keeps no debt, though
+// its statements are priced for another budget that selects them too: its status shows none,
+// and a reload that gives it a bucket starts that bucket empty, its first statement admitted.
+func TestNoBucketNoDebt(t *testing.T) {
+	b := New(Spec{MaxConcurrent: 4})
+	for range 10 {
+		r := admitted(t, 0, Request{Budget: b, Key: "a", Cost: 2})
+		Release(at(1), &r[0], 2)
+	}
+	if got := b.Snapshot(at(1)).Debt; got != 0 {
+		t.Fatalf("a budget without a bucket shows %v s of debt, want 0", got)
+	}
+	b.SetSpec(at(1), Spec{MaxConcurrent: 4, Rate: 0.5, Burst: 1})
+	if _, d := Admit(at(1), []Request{{Budget: b, Key: "a", Cost: 0.5}}, nil); d != nil {
+		t.Fatalf("the first statement under a bucket just added was refused: %+v", *d)
+	}
+}

@@ -498,21 +498,16 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 				// EXPLAIN on its way may wait for a lock the transaction holds, which waiting
 				// for it would hold for ever.
 			case done != nil:
-				select {
-				case <-done:
-				case <-ctx.Done():
-					return true, false, ctx.Err()
-				case <-e.done: // closed: it would wait, and is answered at once (Close)
-					return true, false, ErrClosed
-				}
-				// Priced by the plan it cached now, or, that EXPLAIN cut off, explained anew. It
-				// waited: its clock restarts (sent).
-				_, needConn, err = e.predict(ctx, st, x, rt, c)
-				return true, needConn, err
+				return e.awaitExplain(ctx, st, x, rt, c, pred, done)
 			}
 		}
 		if c.conn == nil && x.later {
 			return false, true, nil
+		}
+		if c.conn != nil {
+			if d := e.refusedUnpriced(st, x, rt); d != nil {
+				return false, false, d
+			}
 		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
@@ -550,6 +545,60 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 	x.server, x.identified = pred.Server, pred.Identified
 	x.Predicted, x.PlanCost, x.explained = pred.Seconds, planCost, true
 	return sent, false, nil
+}
+
+// awaitExplain is predictExplained for x when the EXPLAIN of its pattern is on its way, done
+// closed when it ends: x waits for it, as long as ctx allows, the engine is open and the rules
+// it was routed by, st, stand (replaced, it is decided again: errRulesChanged), unless what
+// refuses it whatever it costs refuses it first (refusedUnpriced). Then it is priced by the
+// plan that EXPLAIN cached; or, the EXPLAIN cut off or failed (a migration's lock held it past
+// a lock_timeout or a max_duration), from history, pred, as a statement whose own EXPLAIN
+// failed: not explained anew, or the statements waiting for it would each wait for the same
+// lock in turn. It waited: its clock restarts (sent).
+func (e *Engine) awaitExplain(ctx context.Context, st *compiled, x *Exec, rt *route, c *call, pred cost.Prediction,
+	done <-chan struct{}) (sent, needConn bool, err error) {
+	if d := e.refusedUnpriced(st, x, rt); d != nil {
+		return false, false, d
+	}
+	replaced := e.replaced()
+	if e.state.Load() != st {
+		return false, false, errRulesChanged
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return true, false, ctx.Err()
+	case <-e.done: // closed: it would wait, and is answered at once (Close)
+		return true, false, ErrClosed
+	case <-replaced:
+		return true, false, errRulesChanged
+	}
+	if e.model.Predict(x.start, x.Pattern.FingerprintID, 0).Cached {
+		_, needConn, err = e.predict(ctx, st, x, rt, c)
+		return true, needConn, err
+	}
+	x.Predicted, x.PlanCost = pred.Seconds, pred.PlanCost
+	return true, false, nil
+}
+
+// refusedUnpriced returns the refusal of x, routed to rt under st, by what refuses it whatever
+// it costs and however long it waits: a zero limit or a quarantine of one of its enforce
+// budgets, recorded as any refusal; nil when none refuses it. It is checked before x's
+// EXPLAIN is sent, or waited for, so that a statement they refuse does not wait for an EXPLAIN
+// that a lock holds (a tenant shut off with max_concurrent: 0 during an incident is refused at
+// once); its admission checks the rest once its cost is known. A statement of a batch is
+// refused with its batch, once the batch is decided whole.
+func (e *Engine) refusedUnpriced(st *compiled, x *Exec, rt *route) *Denial {
+	if x.InBatch || !rt.closed && !rt.quarantine {
+		return nil
+	}
+	c := x.claim(rt, nil)
+	c.health = false // a health threshold may be waited for: judged at its admission
+	o, d, _ := e.try(st, c, x.start)
+	if d != nil {
+		e.refuse(x.start, c, o, d)
+	}
+	return d
 }
 
 // explainFailed accounts for x's EXPLAIN, begun at t0, that failed with err (cut: the cause
