@@ -112,3 +112,94 @@ rules:
 		})
 	}
 }
+
+// TestBlockReachesStatementInItsExplain: under explain: call every statement EXPLAINs itself;
+// with a migration's lock on its table each waits in its EXPLAIN. The on-call engineer blocks
+// the pattern by its fingerprint (SetConfig, as the incident runbook says): the statements
+// already in their EXPLAIN are refused then, on both front ends, not once the lock goes.
+// Causal: each refusal comes while the lock is still held.
+func TestBlockReachesStatementInItsExplain(t *testing.T) {
+	const q = "select count(*) from t where a > $1"
+	rules := func(block string) string {
+		return `
+budgets:
+  - {name: all, mode: enforce, per_query_limit: 30s, explain: call}
+  - {name: incident, mode: enforce, max_concurrent: 0}
+rules:
+  - {budget: all, match: {app: x}}
+` + block
+	}
+	block := "  - {budget: incident, match: {fingerprint: " + driver.Fingerprint(q) + "}}\n"
+	for _, name := range []string{"Open", "NewPool"} {
+		t.Run(name, func(t *testing.T) {
+			dsn := pgtest.Shared(t).CreateDatabase(t)
+			ctx := context.Background()
+			lock, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close(ctx)
+			if _, err := lock.Exec(ctx, "create table t (a int)"); err != nil {
+				t.Fatal(err)
+			}
+			var logs lockedBuffer
+			var exec func(ctx context.Context) error
+			var setConfig func(*driver.Config) error
+			if name == "Open" {
+				c, db := openShared(t, dsn, rules(""), &logs)
+				exec = func(ctx context.Context) error { _, err := db.ExecContext(ctx, q, 1); return err }
+				setConfig = c.SetConfig
+			} else {
+				p := openSharedPool(t, dsn, rules(""), &logs)
+				exec = func(ctx context.Context) error { _, err := p.Exec(ctx, q, 1); return err }
+				setConfig = p.SetConfig
+			}
+			migration, err := lock.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer migration.Rollback(ctx)
+			if _, err := migration.Exec(ctx, "lock table t in access exclusive mode"); err != nil {
+				t.Fatal(err)
+			}
+			const n = 3
+			out := make(chan error, n)
+			tagged := tagging.With(ctx, "app", "x")
+			for range n {
+				go func() {
+					bounded, cancel := context.WithTimeout(tagged, 20*time.Second)
+					defer cancel()
+					out <- exec(bounded)
+				}()
+			}
+			admin, err := pgx.Connect(ctx, dsn) // pg_stat_activity is read once per transaction: not the migration's
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(ctx)
+			explaining := func() int {
+				var k int
+				if err := admin.QueryRow(ctx, `select count(*) from pg_stat_activity
+					where wait_event_type = 'Lock' and query ilike 'explain%'`).Scan(&k); err != nil {
+					t.Error(err)
+				}
+				return k
+			}
+			if !eventually(10*time.Second, func() bool { return explaining() == n }) {
+				t.Fatalf("%d of the %d statements' EXPLAINs wait on the lock", explaining(), n)
+			}
+			cfg, err := driver.ParseConfig([]byte(rules(block)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := setConfig(cfg); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if err := <-out; !errors.Is(err, driver.ErrBlocked) {
+					t.Errorf("a statement in its EXPLAIN when its pattern was blocked: %v, want refused while the lock is held", err)
+				}
+			}
+		})
+	}
+}

@@ -131,15 +131,20 @@
 // tenant only (or of every tenant, by matching a tag they all carry):
 //
 //	budgets:
-//	  - {name: incident-throttle, mode: enforce, per: tenant, server_share: 0.02, max_wait: 100ms}
+//	  - {name: incident-throttle, mode: enforce, per: tenant, server_share: 0.02, burst_limit: 10s, max_wait: 100ms}
 //	rules:
 //	  - budget: incident-throttle
 //	    match: {tenant: acme}
 //	    until: 2026-12-02T15:00:00Z
 //
+// Give it a burst_limit above the tenant's costliest statement: the default bucket holds one
+// second of the share (20 ms on one core here), and a statement predicted above it never fits,
+// so it is refused outright (per_query_limit) rather than slowed down.
+//
 // The file is watched: the change applies within a second, and the status lists each rule's
 // expiry. Lift it by deleting the rule (and its budget), or let until pass: the rule then
-// selects nothing, with no reload. A file left with only lapsed rules loads with a warning.
+// selects nothing, with no reload. A file that loads with rules whose until has passed
+// already (local time taken for UTC) loads with a warning naming them.
 // A pattern quarantined by a budget's quarantine is lifted when its for: passes, or at once by
 // a reload that changes that budget's quarantine settings (for a shared budget, on every
 // instance once the reload reaches it).

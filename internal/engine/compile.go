@@ -185,7 +185,7 @@ func (e *Engine) Compile(cfg *rules.Config) (*Rules, error) {
 		return nil, err
 	}
 	now := e.now()
-	warnAllLapsed(e.log, cfg, now)
+	warnLapsed(e.log, cfg, now)
 	cores := serverCores(cfg)
 	e.reg.mu.Lock()
 	base, inForce := e.reg.version, e.reg.budgets

@@ -514,11 +514,17 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 		}
 		if c.conn != nil {
 			t0 := e.now()
-			ectx, stop := explainContext(ctx, st, rt)
+			ectx, stop := e.explainContext(ctx, st, rt)
 			plan, err := c.conn.Explain(ectx, c.query, c.args)
-			// Read before stop, which cancels ectx: non-nil only when its bound (or ctx) ended it.
+			// Read before stop, which cancels ectx: non-nil only when its bound, a reload (or
+			// ctx) ended it.
 			cut := context.Cause(ectx)
 			stop()
+			if err != nil && cut == errRulesChanged && ctx.Err() == nil {
+				// A reload cut it off: the statement is decided again under the rules in force.
+				e.stats.ExplainCalls.Add(1)
+				return true, false, errRulesChanged
+			}
 			if err != nil {
 				var answer error
 				if sent, answer = e.explainFailed(ctx, st, x, rt, cut, err, perCall, t0); answer != nil {

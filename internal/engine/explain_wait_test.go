@@ -173,3 +173,48 @@ rules:
 	}
 	wg.Wait()
 }
+
+// heldConn is a connection whose EXPLAIN waits on a lock until its context ends, counting the
+// calls.
+type heldConn struct{ calls *atomic.Int32 }
+
+func (heldConn) InTransaction() bool { return false }
+
+func (c heldConn) Explain(ctx context.Context, query string, args []any) (cost.Plan, error) {
+	c.calls.Add(1)
+	<-ctx.Done()
+	return cost.Plan{}, fmt.Errorf("cost: explain failed: %w", ctx.Err())
+}
+
+// TestReloadCutsExplainOnItsWay: a statement whose own EXPLAIN waits on a migration's lock (under
+// explain: call every statement sends one) is decided again at once when a reload blocks its
+// pattern: its EXPLAIN is cut off and it is refused, rather than wait, holding its connection,
+// until the lock goes.
+func TestReloadCutsExplainOnItsWay(t *testing.T) {
+	const base = `
+budgets:
+  - {name: b, mode: enforce, per_query_limit: 30s, explain: call%s}
+rules:
+  - {budget: b, match: {app: x}}
+`
+	e, _ := newEngine(t, fmt.Sprintf(base, ""))
+	ctx := tagging.With(context.Background(), "app", "x")
+	calls := new(atomic.Int32)
+	out := startWaiters(e, ctx, heldConn{calls: calls}, "select count(*) from hot where id = $1", 1)
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	reload(t, e, fmt.Sprintf(base, ", max_concurrent: 0"))
+	select {
+	case err := <-out:
+		var d *Denial
+		if !errors.As(err, &d) {
+			t.Errorf("a statement whose EXPLAIN was on its way when a reload closed its budget: %v, want refused", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reload that closed its budget did not reach a statement whose EXPLAIN waits on a lock")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d EXPLAINs, want 1: the statement decided again under the closed budget explains nothing", n)
+	}
+}

@@ -155,13 +155,33 @@ func maxDurationLimit(bound time.Duration) string {
 // before the statement's admission, but a statement that waits longer than its max_duration
 // for its plan (a lock a migration holds, a slow planner) would run past it, and the caller who
 // set max_duration as a client-side statement_timeout expects it cut off, as the server's
-// statement_timeout cuts off an EXPLAIN. Without a bound it returns ctx.
-func explainContext(ctx context.Context, st *compiled, rt *route) (context.Context, context.CancelFunc) {
-	if rt.bound <= 0 {
-		return ctx, func() {}
+// statement_timeout cuts off an EXPLAIN. A reload ends it too, its cause errRulesChanged: the
+// statement is decided again under the rules in force, so that one an incident's rule blocks
+// does not wait for a lock in its EXPLAIN, holding its connection, until the lock goes.
+func (e *Engine) explainContext(ctx context.Context, st *compiled, rt *route) (context.Context, context.CancelFunc) {
+	ectx, cancel := context.WithCancelCause(ctx)
+	bounded, stop := ectx, context.CancelFunc(func() {})
+	if rt.bound > 0 {
+		bs := st.budgets[st.ruleBudget[rt.boundBy]]
+		bounded, stop = context.WithTimeoutCause(ectx, rt.bound, bs.overrun)
 	}
-	bs := st.budgets[st.ruleBudget[rt.boundBy]]
-	return context.WithTimeoutCause(ctx, rt.bound, bs.overrun)
+	replaced := e.replaced()
+	released := make(chan struct{})
+	go func() {
+		select {
+		case <-replaced:
+			cancel(errRulesChanged)
+		case <-released:
+		}
+	}()
+	if e.state.Load() != st {
+		cancel(errRulesChanged) // replaced before the watch began
+	}
+	return bounded, func() {
+		close(released)
+		stop()
+		cancel(nil)
+	}
 }
 
 // explainOverran answers x, whose EXPLAIN its max_duration cut off (cause, from explainContext;

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules"
@@ -69,16 +71,22 @@ func (e *Engine) RuleExpiries() []RuleExpiry {
 	return slices.Clone(e.state.Load().expiries)
 }
 
-// warnAllLapsed logs a warning when every rule of cfg has lapsed at now: such a file is valid
-// (an emergency's rules left behind) but does nothing, which its author may not expect.
-func warnAllLapsed(log *slog.Logger, cfg *rules.Config, now time.Time) {
-	if len(cfg.Rules) == 0 {
-		return
-	}
+// warnLapsed logs a warning when rules of cfg have lapsed at now: such a file is valid (an
+// emergency's rules left behind) but they do nothing, which their author may not expect (an
+// until written in local time taken for UTC, in the past already). It names them by their
+// place in the file.
+func warnLapsed(log *slog.Logger, cfg *rules.Config, now time.Time) {
+	var lapsed []string
 	for i := range cfg.Rules {
-		if !cfg.Rules[i].Lapsed(now) {
-			return
+		if cfg.Rules[i].Lapsed(now) {
+			lapsed = append(lapsed, fmt.Sprintf("rules[%d]", i))
 		}
 	}
-	log.Warn("pgtraffic: every rule of the rules has lapsed (its until has passed): no rule applies", "rules", len(cfg.Rules))
+	switch {
+	case len(lapsed) == 0:
+	case len(lapsed) == len(cfg.Rules):
+		log.Warn("pgtraffic: every rule of the rules has lapsed (its until has passed): no rule applies", "rules", len(cfg.Rules))
+	default:
+		log.Warn("pgtraffic: rules whose until has passed select nothing", "lapsed", strings.Join(lapsed, ", "))
+	}
 }

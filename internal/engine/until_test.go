@@ -71,3 +71,25 @@ rules: [{budget: b, match: {tenant: x}, until: 2025-06-01T00:00:00Z}]
 		t.Fatalf("log %q", buf.String())
 	}
 }
+
+// A rules file with a rule whose until has passed beside live ones (an until written in local
+// time, taken for UTC, in the past already) loads with a warning naming that rule.
+func TestSomeRulesLapsedWarns(t *testing.T) {
+	var buf bytes.Buffer
+	e, _ := newEngine(t, "", func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&buf, nil)) })
+	cfg, err := rules.Parse([]byte(`
+budgets: [{name: b, max_concurrent: 0}]
+rules:
+  - {budget: b, match: {tenant: y}}
+  - {budget: b, match: {tenant: x}, until: 2025-06-01T00:00:00Z}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.setConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "rules[1]") {
+		t.Fatalf("log %q, want a warning naming rules[1]", buf.String())
+	}
+}
