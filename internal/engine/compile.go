@@ -170,6 +170,23 @@ func (e *Engine) replaced() <-chan struct{} {
 	return e.reg.installed
 }
 
+// replacedSince returns a channel closed once st is no longer the rule set in force: closed
+// already when it was replaced before the call.
+func (e *Engine) replacedSince(st *compiled) <-chan struct{} {
+	ch := e.replaced()
+	if e.state.Load() != st {
+		return closedChan
+	}
+	return ch
+}
+
+// closedChan is a channel that is closed.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
 // Compile validates cfg and builds its immutable rule set, to be put in force by Install. It
 // holds no lock while it compiles, and changes nothing a statement reads: budgets that keep their
 // name are found in the rules in force and keep their state, and their new limits wait for

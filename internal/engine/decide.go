@@ -504,15 +504,13 @@ func (e *Engine) predictExplained(ctx context.Context, st *compiled, x *Exec, rt
 		if c.conn == nil && x.later {
 			return false, true, nil
 		}
-		if c.conn != nil {
-			if d := e.refusedUnpriced(st, x, rt); d != nil {
-				return false, false, d
-			}
-		}
 		if !perCall {
 			e.stats.ExplainCacheMisses.Add(1)
 		}
 		if c.conn != nil {
+			if d := e.refusedUnpriced(st, x, rt); d != nil {
+				return false, false, d
+			}
 			t0 := e.now()
 			ectx, stop := e.explainContext(ctx, st, rt)
 			plan, err := c.conn.Explain(ectx, c.query, c.args)
@@ -566,17 +564,13 @@ func (e *Engine) awaitExplain(ctx context.Context, st *compiled, x *Exec, rt *ro
 	if d := e.refusedUnpriced(st, x, rt); d != nil {
 		return false, false, d
 	}
-	replaced := e.replaced()
-	if e.state.Load() != st {
-		return false, false, errRulesChanged
-	}
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return true, false, ctx.Err()
 	case <-e.done: // closed: it would wait, and is answered at once (Close)
 		return true, false, ErrClosed
-	case <-replaced:
+	case <-e.replacedSince(st):
 		return true, false, errRulesChanged
 	}
 	if e.model.Predict(x.start, x.Pattern.FingerprintID, 0).Cached {

@@ -165,8 +165,7 @@ func (e *Engine) explainContext(ctx context.Context, st *compiled, rt *route) (c
 		bs := st.budgets[st.ruleBudget[rt.boundBy]]
 		bounded, stop = context.WithTimeoutCause(ectx, rt.bound, bs.overrun)
 	}
-	replaced := e.replaced()
-	released := make(chan struct{})
+	replaced, released := e.replacedSince(st), make(chan struct{})
 	go func() {
 		select {
 		case <-replaced:
@@ -174,9 +173,6 @@ func (e *Engine) explainContext(ctx context.Context, st *compiled, rt *route) (c
 		case <-released:
 		}
 	}()
-	if e.state.Load() != st {
-		cancel(errRulesChanged) // replaced before the watch began
-	}
 	return bounded, func() {
 		close(released)
 		stop()
