@@ -12,7 +12,7 @@ import "github.com/pgtraffic/pgtraffic/internal/pattern"
 // The text must be whole: pg_stat_activity cuts a statement's text at track_activity_query_size
 // (1 KiB by default), and the fingerprint of the cut text is another, which no statement
 // carries; take a long statement's text from pg_stat_statements, or check the fingerprint
-// against the status page's. A pgx CopyFrom is decided as the statement COPY <table> FROM
-// STDIN, not as the COPY text pgx sends (with its columns and BINARY): select it by
-// match: {statement: copy, table: <name>}.
+// against the status page's. A pgx CopyFrom is decided as the COPY text pgx sends, which
+// pg_stat_activity shows: its fingerprint is that text's; or select every copy into a table
+// by match: {statement: copy, table: <name>}.
 func Fingerprint(sql string) string { return pattern.Analyze(sql).Fingerprint }

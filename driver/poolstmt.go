@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -220,14 +221,14 @@ func (r *runner) queryRow(ctx context.Context, d *dest, sql string, args []any) 
 	return row
 }
 
-// copyFrom runs a CopyFrom at d. The engine decides it as the statement COPY <table> FROM
-// STDIN, which pg_query identifies as kind copy with its table: so it carries the built-in tags
-// statement=copy and table=<name>, its cost is learned per table, until known it is reserved as
-// any unknown cost is (EXPLAIN cannot cost a COPY), and it runs under its budgets' max_duration
-// as any statement does.
+// copyFrom runs a CopyFrom at d. The engine decides it as the COPY statement pgx sends for it
+// (copyText), which pg_query identifies as kind copy with its table: so it carries the built-in
+// tags statement=copy and table=<name>, its cost is learned per table and columns, until known
+// it is reserved as any unknown cost is (EXPLAIN cannot cost a COPY), and it runs under its
+// budgets' max_duration as any statement does.
 func (r *runner) copyFrom(ctx context.Context, d *dest, table pgx.Identifier, columns []string,
 	src pgx.CopyFromSource) (n int64, err error) {
-	o := openStmt{j: r.ticket().statement(ctx, copyText(table), nil)}
+	o := openStmt{j: r.ticket().statement(ctx, copyText(table, columns), nil)}
 	err = r.c.intr.run(ctx, &o, d, false, func(q querier, qctx context.Context) (err error) {
 		n, err = q.CopyFrom(qctx, table, columns, boundedSource{src, qctx})
 		return err
@@ -254,5 +255,20 @@ func (s boundedSource) Err() error {
 	return s.CopyFromSource.Err()
 }
 
-// copyText is the statement the engine decides for a CopyFrom into table.
-func copyText(table pgx.Identifier) string { return "COPY " + table.Sanitize() + " FROM STDIN" }
+// copyText is the statement the engine decides for a CopyFrom of columns into table: the text
+// pgx sends for it (pgx.Conn.CopyFrom), so that its fingerprint is the one of its text in
+// pg_stat_activity and pg_stat_statements, which an operator may block it by.
+func copyText(table pgx.Identifier, columns []string) string {
+	var b strings.Builder
+	b.WriteString("copy ")
+	b.WriteString(table.Sanitize())
+	b.WriteString(" ( ")
+	for i, c := range columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"` + strings.ReplaceAll(c, `"`, `""`) + `"`) // as pgx quotes a column
+	}
+	b.WriteString(" ) from stdin binary;")
+	return b.String()
+}

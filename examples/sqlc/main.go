@@ -77,7 +77,7 @@ func run() error {
 	for i := range customers * rowsPerCustomer {
 		batch = append(batch, db.CopyOrdersParams{Customer: fmt.Sprintf("c%d", i%customers), AmountCents: int64(i%97) * 150})
 	}
-	n, err := q.CopyOrders(ctx, batch) // :copyfrom, decided as COPY orders FROM STDIN
+	n, err := q.CopyOrders(ctx, batch) // :copyfrom, decided as the COPY pgx sends
 	if err != nil {
 		return err
 	}
