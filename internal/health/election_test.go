@@ -77,12 +77,15 @@ func (v *voter) Publish(_ context.Context, _ Ballot, readings []Shared) error {
 	return nil
 }
 
-func (v *voter) Resign(_ context.Context, _ Ballot) error {
+func (v *voter) Resign(ctx context.Context, _ Ballot) error {
 	bb := v.bb
 	bb.mu.Lock()
 	defer bb.mu.Unlock()
 	if err := v.call("resign"); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err // as Redis's call, never sent
 	}
 	if bb.holder == v.id {
 		bb.holder = ""

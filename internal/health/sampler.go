@@ -613,12 +613,15 @@ func (s *Sampler) fresh(cfg *config, age time.Duration) bool {
 	return true
 }
 
-// resign gives up the lease t holds, within the election timeout; an error
-// is harmless, as the lease lapses by itself.
+// resign gives up the lease t holds, within the election timeout. A call that fails leaves
+// t leading: the lease is still this instance's until it lapses, and the next round, or
+// Close, resigns it again (a round cut off by Close, its context cancelled, sends nothing).
 func (s *Sampler) resign(ctx context.Context, t *turn) {
 	ctx, cancel := context.WithTimeout(ctx, s.electTimeout())
 	defer cancel()
-	_ = t.el.Resign(ctx, t.lead)
+	if err := t.el.Resign(ctx, t.lead); err != nil {
+		return
+	}
 	t.lead, t.el = Ballot{}, nil
 	s.elections.Add(1)
 }
