@@ -14,10 +14,10 @@ import (
 // from the status page catches every execution of the query. A user expects a report that
 // differs only in a literal's value (a negative threshold, a decimal one) to be one pattern,
 // as it is without the ORDER BY 1 or GROUP BY 1 that reports commonly end with. With the
-// positional reference, pg_query leaves that "1" in its normalised text and the pattern is
-// fingerprinted by its tokens, where the sign of a number (a separate "-" token), its
-// integer-or-decimal spelling, a string in its place or a parameter ($n, as pg_stat_statements
-// shows the text) must not make a new pattern either: the normalised texts are identical.
+// positional reference, pg_query leaves that "1" in its normalised text, where the sign of a
+// number (a separate "-" token), its integer-or-decimal spelling, a string in its place or a
+// parameter ($n, as pg_stat_statements shows the text) must not make a new pattern either:
+// the normalised texts are identical.
 func TestFingerprintIgnoresLiteralsBesidePositionalOrderBy(t *testing.T) {
 	for _, texts := range [][]string{
 		{
@@ -96,16 +96,60 @@ func TestTokenFingerprintNumbers(t *testing.T) {
 func TestFingerprintStable(t *testing.T) {
 	for sql, want := range map[string]string{
 		"SELECT * FROM t WHERE x = 1":              "523e1fe3a3cb6111", // pg_query's
-		"SELECT * FROM t WHERE x = $1 ORDER BY 1":  "11e73813d915378b", // one pattern with its literal forms
-		"SELECT * FROM t WHERE x = 1 ORDER BY 1":   "11e73813d915378b",
-		"SELECT * FROM t WHERE x = '1' ORDER BY 1": "11e73813d915378b",
-		"SELECT * FROM t WHERE x = -1 ORDER BY 1":  "11e73813d915378b",
+		"SELECT * FROM t WHERE x = $1 ORDER BY 1":  "d58ddf757f949f93", // one pattern with its literal forms
+		"SELECT * FROM t WHERE x = 1 ORDER BY 1":   "d58ddf757f949f93", // (pg_query's since positions no
+		"SELECT * FROM t WHERE x = '1' ORDER BY 1": "d58ddf757f949f93", // longer send a text to the
+		"SELECT * FROM t WHERE x = -1 ORDER BY 1":  "d58ddf757f949f93", // token fingerprint)
 		"CALL p(1)":    "b8099ca1ab51603c",
 		"CALL p('a')":  "b8099ca1ab51603c",
 		"SET x = 1000": "95f27fefc9287677",
 	} {
 		if got := Analyze(sql).Fingerprint; got != want {
 			t.Errorf("%q: fingerprint %s, want %s", sql, got, want)
+		}
+	}
+}
+
+// TestFingerprintValueListsBesidePositionalOrderBy: a report grouped or ordered by position is
+// one pattern however many values its IN list or array holds and whichever boolean it
+// compares with, as it is grouped by name: generated SQL varies the length of a list with its
+// input, and a pattern per length would escape a block by fingerprint (the incident
+// runbook), a per_query_limit refusal and the cost it learned, each new length a cold start.
+// As in pg_query's fingerprint, the positions are not told apart (GROUP BY 1 and GROUP BY 2
+// are one pattern, as a value is), but a positional ORDER BY is part of the shape.
+func TestFingerprintValueListsBesidePositionalOrderBy(t *testing.T) {
+	in := func(n int) string {
+		s := "SELECT region, count(*) FROM orders WHERE region IN (1"
+		for i := 2; i <= n; i++ {
+			s += ", " + string(rune('0'+i%10))
+		}
+		return s + ") GROUP BY 1"
+	}
+	for _, texts := range [][]string{
+		{in(1), in(2), in(3), in(12), "SELECT region, count(*) FROM orders WHERE region IN ($1, $2) GROUP BY 1"},
+		{
+			"SELECT a FROM t WHERE archived = true GROUP BY 1",
+			"SELECT a FROM t WHERE archived = false GROUP BY 1",
+			"SELECT a FROM t WHERE archived = $1 GROUP BY 1",
+		},
+		{
+			"SELECT a, b FROM t WHERE x = ANY(ARRAY[1, 2, 3]) ORDER BY 2",
+			"SELECT a, b FROM t WHERE x = ANY(ARRAY[1]) ORDER BY 2",
+		},
+	} {
+		first := Analyze(texts[0])
+		for _, s := range texts[1:] {
+			if p := Analyze(s); p.Fingerprint != first.Fingerprint {
+				t.Errorf("%q: fingerprint %s, but %q has %s: one report, two patterns", s, p.Fingerprint, texts[0], first.Fingerprint)
+			}
+		}
+	}
+	for _, pair := range [][2]string{
+		{"SELECT a, b FROM t ORDER BY 1", "SELECT a, b FROM t"},
+		{"SELECT a, count(*) FROM t GROUP BY 1", "SELECT a, count(*) FROM t GROUP BY a"},
+	} {
+		if a, b := Analyze(pair[0]), Analyze(pair[1]); a.Fingerprint == b.Fingerprint {
+			t.Errorf("%q and %q share fingerprint %s: positions are the statement's shape", pair[0], pair[1], a.Fingerprint)
 		}
 	}
 }

@@ -113,17 +113,20 @@ func analyze(key string) *Pattern {
 	if err != nil {
 		return unparsable(key)
 	}
-	normalized, literals := normalize(key)
+	normalized, left := normalize(key)
 	var id uint64
 	queryFingerprint := false
-	if literals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
+	if left == otherLiterals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
 		// pg_query's fingerprint hashes the literals of utility statements (ALTER ROLE ...
 		// PASSWORD, a subscription's connection string, COMMENT ON, a NOTIFY payload), even
 		// where its normalised text replaced them: the fingerprint, which telemetry and errors
 		// show, would let whoever knows the statement's shape recover a short secret by trying
-		// each value. A text that is not all DML, or where a literal was left behind, is
-		// fingerprinted by its tokens, values by their kind alone, as a text pg_query cannot
-		// parse is.
+		// each value. A text that is not all DML, or where a literal other than a whole number
+		// was left behind, is fingerprinted by its tokens, values by their kind alone, as a
+		// text pg_query cannot parse is. The whole numbers pg_query leaves in DML are the
+		// positions of ORDER BY 1, GROUP BY 1 and DISTINCT ON (1), constants its fingerprint
+		// ignores as it ignores every value: so a report grouped by position is one pattern
+		// however long its IN lists and arrays, as pg_query's fingerprint collapses them.
 		id = unparsableID(key)
 	} else if id, err = pg.FingerprintToUInt64(key); err != nil {
 		return unparsable(key)
@@ -333,30 +336,39 @@ var unparsableSeed = maphash.MakeSeed()
 // ([sign]), as pg_query does. Only numbers in a type modifier or array bound
 // after a built-in type keyword stay, such as varchar(10) or numeric(10,2). On
 // any failure it returns "": losing the text is better than leaking a literal
-// into telemetry. literals reports whether pg_query left a literal behind (a
-// comment does not count), which its fingerprint may then hold too (a utility statement's
-// values are in it; a positional ORDER BY's are not, but the text is fingerprinted by its
-// tokens all the same); true on a failure, where it cannot tell.
-func normalize(key string) (_ string, literals bool) {
+// into telemetry. left says what literals pg_query left behind (a comment does not count),
+// which its fingerprint may then hold too (a utility statement's values are in it; the
+// positions of a DML statement's ORDER BY 1 are not); otherLiterals on a failure, where it
+// cannot tell.
+func normalize(key string) (_ string, left leftover) {
 	n, err := pg.Normalize(key)
 	if err != nil {
-		return "", true
+		return "", otherLiterals
 	}
 	scan, err := pg.Scan(n)
 	if err != nil {
-		return "", true
+		return "", otherLiterals
 	}
-	scrub, dirty, literals := marks(scan.Tokens)
+	scrub, dirty, left := marks(scan.Tokens)
 	if !dirty {
-		return n, literals
+		return n, left
 	}
-	return rewrite(n, scan.Tokens, scrub), literals
+	return rewrite(n, scan.Tokens, scrub), left
 }
+
+// leftover is what pg_query's normalisation left of a text's literals (normalize).
+type leftover uint8
+
+const (
+	noLiterals    leftover = iota
+	wholeNumbers           // integers only, in DML the positions of ORDER BY 1 and GROUP BY 1
+	otherLiterals          // a string or a decimal, or normalize cannot tell
+)
 
 // marks marks the tokens normalize replaces (scrub): the literals pg_query left, and a
 // number's sign with it, but numbers in a type modifier; and comments. dirty reports that it
-// marked some; literals, that some are literals.
-func marks(tokens []*pg.ScanToken) (scrub []bool, dirty, literals bool) {
+// marked some; left, what literals they are.
+func marks(tokens []*pg.ScanToken) (scrub []bool, dirty bool, left leftover) {
 	scrub = make([]bool, len(tokens))
 	// typmod tracks, for each open parenthesis or bracket, whether it holds a type modifier.
 	var typmod []bool
@@ -371,18 +383,23 @@ func marks(tokens []*pg.ScanToken) (scrub []bool, dirty, literals bool) {
 			}
 		case pg.Token_ICONST, pg.Token_FCONST:
 			if !inTypmod(typmod) {
-				scrub[i], dirty, literals = true, true, true
+				scrub[i], dirty = true, true
+				if t.Token == pg.Token_ICONST {
+					left = max(left, wholeNumbers)
+				} else {
+					left = otherLiterals
+				}
 				if i > 0 && sign(tokens, i-1) {
 					scrub[i-1] = true // -1 is $n, as pg_query writes it where it replaces it
 				}
 			}
 		case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST:
-			scrub[i], dirty, literals = true, true, true
+			scrub[i], dirty, left = true, true, otherLiterals
 		case pg.Token_SQL_COMMENT, pg.Token_C_COMMENT:
 			scrub[i], dirty = true, true
 		}
 	}
-	return scrub, dirty, literals
+	return scrub, dirty, left
 }
 
 // rewrite returns n, scanned into tokens, with each literal marked in scrub replaced by the
