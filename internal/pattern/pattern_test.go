@@ -347,11 +347,12 @@ func FuzzAnalyze(f *testing.F) {
 		if len(p.Summary) > maxSummary || len(p.Normalized) > bounded.QueryLen || !slices.IsSorted(p.Tables) {
 			t.Fatalf("summary %q, normalised text of %d bytes, tables %q", p.Summary, len(p.Normalized), p.Tables)
 		}
-		// No quoted literal of the input survives normalisation.
+		// No quoted literal of the input survives normalisation as a literal (its text may
+		// still be part of an identifier: A$$z$$ is one).
 		if p.Normalized != "" {
-			scan := scanLiterals(sql)
-			for _, lit := range scan {
-				if len(lit) > 3 && strings.Contains(p.Normalized, lit) {
+			left := scanLiterals(p.Normalized)
+			for _, lit := range scanLiterals(sql) {
+				if len(lit) > 3 && slices.Contains(left, lit) {
 					t.Fatalf("Normalized %q contains literal %q of %q", p.Normalized, lit, sql)
 				}
 			}
