@@ -1,9 +1,11 @@
 package cost
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 func lruKeys(l *lru[int]) []uint64 {
@@ -63,13 +65,32 @@ func TestLRUEvictionResetsValue(t *testing.T) {
 	}
 }
 
-// TestLRURandomized runs random puts and gets against a plain reference (a recency-ordered slice
-// and a map) on bounds from one entry to a thousand.
+// TestLRUKeepsWhatIsRead: an entry that is read (get) but not written survives a round of new
+// keys, each eviction giving it a second chance, while one neither read nor written is evicted:
+// a pattern refused for its cost is read at each of its statements and never written.
+func TestLRUKeepsWhatIsRead(t *testing.T) {
+	l := newLRU[int](4)
+	l.put(1) // read throughout
+	l.put(2) // left alone
+	for k := uint64(10); k < 30; k++ {
+		if _, ok := l.get(1); !ok {
+			t.Fatalf("after %d new keys: the entry read at every step was evicted", k-10)
+		}
+		l.put(k)
+	}
+	if _, ok := l.get(2); ok {
+		t.Fatal("the entry nobody read survived 20 new keys in a table of 4")
+	}
+}
+
+// TestLRURandomized runs random puts and gets against a plain reference (a recency-ordered slice,
+// a map and the used marks) on bounds from one entry to a thousand.
 func TestLRURandomized(t *testing.T) {
 	for _, tt := range []struct{ max, keys int }{{1, 4}, {2, 5}, {3, 8}, {4, 10}, {7, 30}, {64, 200}, {1000, 3000}} {
 		l := newLRU[int](tt.max)
 		var order []uint64 // most recent first
 		vals := map[uint64]int{}
+		used := map[uint64]bool{}
 		rng := rand.New(rand.NewPCG(uint64(tt.max), 17))
 		for step := range 20_000 {
 			// Keys far apart in value as well as neighbours: fingerprints are hashes.
@@ -83,6 +104,9 @@ func TestLRURandomized(t *testing.T) {
 				if ok != wantOK || ok && *got != want {
 					t.Fatalf("max %d step %d: get(%d) found %v, want %v (%d)", tt.max, step, key, ok, wantOK, want)
 				}
+				if ok {
+					used[key] = true
+				}
 				continue
 			}
 			v, created := l.put(key)
@@ -92,8 +116,14 @@ func TestLRURandomized(t *testing.T) {
 			}
 			if existed {
 				order = slices.DeleteFunc(order, func(k uint64) bool { return k == key })
+				used[key] = false
 			} else if len(order) == tt.max {
+				for last := order[len(order)-1]; used[last]; last = order[len(order)-1] {
+					used[last] = false // a second chance
+					order = slices.Insert(order[:len(order)-1], 0, last)
+				}
 				delete(vals, order[len(order)-1])
+				delete(used, order[len(order)-1])
 				order = order[:len(order)-1]
 			}
 			if created && *v != 0 {
@@ -106,5 +136,42 @@ func TestLRURandomized(t *testing.T) {
 				t.Fatalf("max %d step %d: keys %v, want %v", tt.max, step, got, order)
 			}
 		}
+	}
+}
+
+// TestModelKeepsHotPatternsBesideChurn: a process runs 20 hot patterns, each read (Predict) at
+// every statement but trained only once in sixteen as a warm cheap pattern is, beside a stream
+// of patterns seen once (each explained: PutPlan, read, trained), in a table of 50. Each hot
+// pattern is read once in every 20 new patterns, which the 30 places the hot ones leave hold:
+// they keep their cached plans, as in a table ordered by use. Ordered by writes alone, a hot
+// pattern trained rarely fell behind the patterns seen once, was dropped and explained again.
+func TestModelKeepsHotPatternsBesideChurn(t *testing.T) {
+	m := NewModel(50)
+	now := time.Unix(1e9, 0)
+	for hot := range uint64(20) {
+		m.PutPlan(now, hot, 10)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	lost := 0
+	for i := range 3000 {
+		if i%2 == 0 { // a pattern seen once
+			fp := 1000 + uint64(i)
+			m.Predict(now, fp, math.NaN())
+			m.PutPlan(now, fp, 10)
+			m.Predict(now, fp, math.NaN())
+			m.Observe(fp, "", 10, 0.001, true, 1)
+			continue
+		}
+		hot := uint64(i/2) % 20
+		if r := m.Predict(now, hot, math.NaN()); !r.Cached {
+			lost++
+			m.PutPlan(now, hot, 10) // explained again
+		}
+		if rng.IntN(16) == 0 {
+			m.Observe(hot, "", 10, 0.001, false, 16)
+		}
+	}
+	if lost > 0 {
+		t.Errorf("the hot patterns lost their cached plans %d times in 1,500 statements beside 1,500 patterns seen once", lost)
 	}
 }
