@@ -137,21 +137,23 @@ type watcher struct {
 type fileID struct{ dev, ino uint64 }
 
 // fileState is what the rules file's path resolves to at one moment: the links on the way, and
-// the identity, size and modification time of the file reached. Any change to the file that
-// matters changes it (a rename into place gives another inode, an edit another size or mtime),
-// for a few stat calls. The zero value, but for links, is a path that reaches no file.
+// the identity, size, modification time and permissions of the file reached. Any change to the
+// file that matters changes it (a rename into place gives another inode, an edit another size
+// or mtime, a chmod that makes a version that arrived unreadable readable another mode), for a
+// few stat calls. The zero value, but for links, is a path that reaches no file.
 type fileState struct {
 	links string // the chain of names from path to the file (see hops), NUL-separated
 	id    fileID
 	size  int64
 	mtime int64 // ns since the epoch
+	mode  fs.FileMode
 }
 
 // stateOf is what path resolves to now.
 func stateOf(path string) fileState {
 	s := fileState{links: strings.Join(hops(path), "\x00")}
 	if fi, err := os.Stat(path); err == nil {
-		s.id, s.size, s.mtime = idOf(fi), fi.Size(), fi.ModTime().UnixNano()
+		s.id, s.size, s.mtime, s.mode = idOf(fi), fi.Size(), fi.ModTime().UnixNano(), fi.Mode()
 	}
 	return s
 }
@@ -389,14 +391,15 @@ func (w *watcher) rewatch(r *Runtime) {
 }
 
 // read returns the file's content; false if it cannot be read now, which is logged and counted
-// unless the file is missing (mid-swap, or removed: the next event or poll reads it again),
-// which is logged once, when it is found missing after the settle time, and again when it is
-// back.
+// as a reload failure. A missing file (removed, or a swap's link left dangling: the next event or
+// poll reads it again) is logged and counted once, when it is found missing after the settle
+// time, and logged again when it is back.
 func (w *watcher) read(r *Runtime) ([]byte, bool) {
 	data, err := readRulesFile(w.path, w.limit)
 	switch missing := errors.Is(err, fs.ErrNotExist); {
 	case missing && !w.fileLost:
 		w.fileLost = true
+		r.e.Stats().ReloadFailures.Add(1)
 		r.log.Warn("pgtraffic: rules file missing; keeping the last good rules until it is back", "path", w.path)
 	case err == nil && w.fileLost:
 		w.fileLost = false

@@ -386,7 +386,9 @@ func TestWatchReappliesFileAfterSetConfig(t *testing.T) {
 }
 
 // TestWatchWarnsWhenFileMissing: a rules file removed (or a ConfigMap version without it) keeps
-// the last good rules, and says so once, not at every poll; its return is said and applied.
+// the last good rules, and says so once, not at every poll, and counts it once as a reload
+// failure (the status and the metrics show it, not only the log); its return is said and
+// applied.
 func TestWatchWarnsWhenFileMissing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, namingBudget("before"), 0o644); err != nil {
@@ -407,6 +409,9 @@ func TestWatchWarnsWhenFileMissing(t *testing.T) {
 	}
 	if got := h.inForce(); got != "before:enforce" {
 		t.Fatalf("in force while the file is missing: %s; want the last good rules", got)
+	}
+	if n := h.r.e.Stats().ReloadFailures.Load(); n != 1 {
+		t.Errorf("reload failures while the file is missing: %d, want 1", n)
 	}
 	replaceFile(t, path, namingBudget("after"))
 	h.reloadsTo("the file is back", "after")

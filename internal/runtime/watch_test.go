@@ -466,3 +466,22 @@ func TestWatchFollowsSymlinkTarget(t *testing.T) {
 		t.Fatalf("in force: %s; want the new target edited in place", got)
 	}
 }
+
+// TestPollSeesPermissionChange: where the watcher polls alone (no inotify: its instances used
+// up, or a network filesystem that raises no event for another host's writes), a version of
+// the rules file that arrives unreadable, and is then made readable with chmod, must look
+// changed to the next poll: the read that failed left the version seen, and its identity, size
+// and mtime do not change with a chmod.
+func TestPollSeesPermissionChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("budgets: []\n"), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	before := stateOf(path)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if after := stateOf(path); after == before {
+		t.Errorf("a chmod of the rules file left the polled state unchanged (%+v): a version that arrived unreadable is never read again", after)
+	}
+}
