@@ -198,6 +198,7 @@ func (r *Reader) loop() {
 	defer close(r.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var due time.Time // when the next round is
 	for {
 		select {
 		case <-r.life.Done():
@@ -205,19 +206,64 @@ func (r *Reader) loop() {
 		case <-t.C:
 		}
 		begun := time.Now()
-		r.Round(r.life)
-		wait := r.o.Interval
-		if r.failed > 0 {
-			wait *= time.Duration(min(1<<min(r.failed-1, 30), maxBackoff))
+		if begun.Before(due) {
+			// Waiting after failed rounds (without pg_stat_statements, 64 intervals): the round
+			// trips keep their schedule, for the client's clock takes the floor off every
+			// statement, and round trips slowed at the start must not stay the floor meanwhile.
+			r.measureHeld(r.life)
+		} else {
+			r.Round(r.life)
+			wait := r.o.Interval
+			if r.failed > 0 {
+				wait *= time.Duration(min(1<<min(r.failed-1, 30), maxBackoff))
+			}
+			due = begun.Add(wait)
 		}
-		t.Reset(max(wait-time.Since(begun), 0))
+		t.Reset(max(r.o.Interval-time.Since(begun), 0))
 	}
+}
+
+// measureHeld measures round trips on the connection the reader holds, if it holds one that is
+// open, as their schedule says (measure); nothing else. A failure is left to the next round,
+// which reconnects.
+func (r *Reader) measureHeld(ctx context.Context) {
+	if r.conn == nil || r.conn.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
+	defer cancel()
+	_ = r.measure(ctx)
+}
+
+// measure counts a round and, as the schedule says (every round until floorPings are
+// measured, the first firstPings at once, then every pingEvery rounds), measures round trips on
+// the reader's connection and sets the network floor to the smallest of the last floorPings.
+func (r *Reader) measure(ctx context.Context) error {
+	r.rounds++
+	if r.npings >= floorPings && r.rounds%pingEvery != 0 {
+		return nil
+	}
+	n := 1
+	if r.npings == 0 {
+		n = firstPings
+	}
+	for range n {
+		t0 := time.Now()
+		if err := r.conn.Ping(ctx); err != nil {
+			return fmt.Errorf("serverclock: round trip: %w", err)
+		}
+		r.pings[r.npings%floorPings] = time.Since(t0)
+		r.npings++
+	}
+	r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
+	return nil
 }
 
 // Round runs one round: a round trip and a read. The loop runs one per interval, and after
 // failed rounds waits twice as long each time, up to 64 intervals (at once when the server says
-// pg_stat_statements is not there for this role, [ErrUnavailable]); tests run them directly. It
-// must not run concurrently with itself or the loop.
+// pg_stat_statements is not there for this role, [ErrUnavailable]), measuring round trips
+// meanwhile as their schedule says; tests run them directly. It must not run concurrently with
+// itself or the loop.
 func (r *Reader) Round(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(r.o.Interval, minRoundTimeout))
 	defer cancel()
@@ -254,21 +300,8 @@ func (r *Reader) round(ctx context.Context) error {
 		}
 		r.conn = c
 	}
-	r.rounds++
-	if r.npings < floorPings || r.rounds%pingEvery == 0 {
-		n := 1
-		if r.npings == 0 {
-			n = firstPings
-		}
-		for range n {
-			t0 := time.Now()
-			if err := r.conn.Ping(ctx); err != nil {
-				return fmt.Errorf("serverclock: round trip: %w", err)
-			}
-			r.pings[r.npings%floorPings] = time.Since(t0)
-			r.npings++
-		}
-		r.o.Sink.SetNetworkFloor(slices.Min(r.pings[:min(r.npings, floorPings)]))
+	if err := r.measure(ctx); err != nil {
+		return err
 	}
 
 	pairs := r.o.Sink.QueryIDs(nil, MaxQueryIDs)
