@@ -49,7 +49,7 @@
 // # When to EXPLAIN
 //
 // Planner cost depends on the arguments as well as the pattern. The model keeps each pattern's
-// last plan cost for [PlanTTL] ([Model.PutPlan]), and [Model.Predict] uses it for an execution
+// last plan cost for [PlanTTLOf] ([Model.PutPlan]), and [Model.Predict] uses it for an execution
 // that is not explained itself: explain mode pattern always, mode call only when its own EXPLAIN
 // fails, and mode auto unless [Prediction.Volatile] reports that the pattern's actual cost
 // varies widely (coefficient of variation above 0.5) and its mean cost exceeds 10 EXPLAIN round

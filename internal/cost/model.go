@@ -13,9 +13,9 @@ import (
 
 // Model constants. The EMA weights are explained in the package documentation.
 const (
-	// PlanTTL is how long a pattern's cached plan cost stays valid: long enough that a hot
-	// pattern is explained about once a minute, short enough to follow table growth and fresh
-	// statistics.
+	// PlanTTL is how long a pattern's cached plan cost stays valid at most: long enough that a
+	// hot pattern is explained about once a minute, short enough to follow table growth and
+	// fresh statistics. Each pattern's is a little shorter, by its fingerprint (PlanTTLOf).
 	PlanTTL = 60 * time.Second
 
 	// DefaultGlobalK is the global k (execution seconds per planner cost unit) used before any
@@ -275,7 +275,17 @@ func (m *Model) Predict(now time.Time, fp uint64, planCost float64) (r Predictio
 	return r
 }
 
-// PutPlan caches planCost, from an EXPLAIN of pattern fp at now, for [PlanTTL]: Predict uses it
+// PlanTTLOf is how long pattern fp's cached plan cost stays valid: [PlanTTL] less up to a
+// quarter of it, by the fingerprint. The patterns a deploy explains in the same second expire
+// spread over fifteen seconds rather than all in the same second of every minute, where they
+// would all be explained again together; each pattern keeps its spread from one expiry to the
+// next.
+func PlanTTLOf(fp uint64) time.Duration {
+	const spread = 1024
+	return PlanTTL - time.Duration(fp%spread)*(PlanTTL/4)/spread
+}
+
+// PutPlan caches planCost, from an EXPLAIN of pattern fp at now, for [PlanTTLOf]: Predict uses it
 // for the pattern's executions that are not explained themselves. Negative or non-finite costs
 // are ignored.
 func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
@@ -285,11 +295,11 @@ func (m *Model) PutPlan(now time.Time, fp uint64, planCost float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
-	p.planCost, p.planExpires = planCost, now.Add(PlanTTL)
+	p.planCost, p.planExpires = planCost, now.Add(PlanTTLOf(fp))
 	m.updateLocked(p)
 }
 
-// PutPlanFailed notes that an EXPLAIN of pattern fp failed at now: for [PlanTTL] Predict
+// PutPlanFailed notes that an EXPLAIN of pattern fp failed at now: for [PlanTTLOf] Predict
 // serves the pattern's executions from its history, as cached with no plan cost, so that a
 // pattern whose EXPLAIN keeps failing (an argument whose encoding depends on a type the
 // untyped EXPLAIN does not know) is not explained again at every execution.
@@ -297,7 +307,7 @@ func (m *Model) PutPlanFailed(now time.Time, fp uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, _ := m.patterns.put(fp)
-	p.planCost, p.planExpires = 0, now.Add(PlanTTL)
+	p.planCost, p.planExpires = 0, now.Add(PlanTTLOf(fp))
 	m.updateLocked(p)
 }
 

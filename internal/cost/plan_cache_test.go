@@ -24,8 +24,8 @@ func TestPlanTTL(t *testing.T) {
 		wantOK bool
 	}{
 		{"just put", t0, 1, 123.5, true},
-		{"within the TTL", t0.Add(PlanTTL - time.Second), 1, 123.5, true},
-		{"at the TTL", t0.Add(PlanTTL), 1, 0, false},
+		{"within the TTL", t0.Add(PlanTTLOf(1) - time.Second), 1, 123.5, true},
+		{"at the TTL", t0.Add(PlanTTLOf(1)), 1, 0, false},
 		{"after the TTL", t0.Add(time.Hour), 1, 0, false},
 		{"clock before the put counts as fresh", t0.Add(-time.Second), 1, 123.5, true},
 		{"unknown fingerprint", t0, 2, 0, false},
@@ -51,7 +51,7 @@ func TestPlanTTL(t *testing.T) {
 }
 
 // TestPlanTTLMatchesSub pins the expiry to the rule: a plan cost put at "at" is fresh at now if
-// now.Sub(at) < PlanTTL. Times come with a monotonic clock reading (from time.Now, as in the
+// now.Sub(at) < PlanTTLOf(fp). Times come with a monotonic clock reading (from time.Now, as in the
 // engine) and without one (injected clocks, Round(0)), in every mix, around the TTL boundary,
 // before the put, and centuries away where Sub saturates.
 func TestPlanTTLMatchesSub(t *testing.T) {
@@ -63,7 +63,8 @@ func TestPlanTTLMatchesSub(t *testing.T) {
 		time.Unix(0, 0),
 		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
-	offsets := []time.Duration{0, 1, -1, PlanTTL - 1, PlanTTL, PlanTTL + 1, -PlanTTL, 2 * PlanTTL,
+	ttl := PlanTTLOf(1)
+	offsets := []time.Duration{0, 1, -1, ttl - 1, ttl, ttl + 1, PlanTTL, -PlanTTL, 2 * PlanTTL,
 		time.Minute, -time.Minute, 200 * 365 * 24 * time.Hour, -200 * 365 * 24 * time.Hour}
 	m := NewModel(1)
 	for _, at := range bases {
@@ -74,13 +75,28 @@ func TestPlanTTLMatchesSub(t *testing.T) {
 				if strip {
 					now = now.Round(0)
 				}
-				want := now.Sub(at) < PlanTTL
+				want := now.Sub(at) < ttl
 				if _, got := cachedPlan(m, now, 1); got != want {
 					t.Fatalf("put at %v, predicted at %v (monotonic stripped %v): fresh %v, want %v",
 						at, now, strip, got, want)
 				}
 			}
 		}
+	}
+}
+
+// TestPlanTTLsSpread: the plans a deploy explains in one second (hundreds of new patterns)
+// expire spread over a quarter of PlanTTL, not all in the same second of every minute, where
+// each would be explained again together; none outlives PlanTTL.
+func TestPlanTTLsSpread(t *testing.T) {
+	lo, hi := PlanTTL, time.Duration(0)
+	for fp := range uint64(240) {
+		ttl := PlanTTLOf(fp * 0x9e3779b97f4a7c15) // fingerprints are hashes
+		lo, hi = min(lo, ttl), max(hi, ttl)
+	}
+	if hi > PlanTTL || lo < PlanTTL*3/4 || hi-lo < PlanTTL/5 {
+		t.Errorf("240 patterns' plans expire between %v and %v after their EXPLAIN; want spread over most of [%v, %v]",
+			lo, hi, PlanTTL*3/4, PlanTTL)
 	}
 }
 

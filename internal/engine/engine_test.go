@@ -832,7 +832,7 @@ rules:
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v, want 8.3 from the plan cache", got)
 	}
-	clk.Advance(cost.PlanTTL - time.Second)
+	clk.Advance(cost.PlanTTLOf(p.FingerprintID) - time.Second)
 	if got := planCost(); got != 8.3 {
 		t.Fatalf("plan cost %v before the TTL, want 8.3", got)
 	}
