@@ -27,19 +27,25 @@ import (
 // The spec says a statement that already contains a comment must not be
 // mutated, so Append returns sql unchanged when it contains "/*" or "--"
 // anywhere, even inside a string literal or quoted identifier: it errs
-// toward leaving the statement alone rather than lexing SQL. It also returns
-// sql unchanged when tags is empty.
+// toward leaving the statement alone rather than lexing SQL.
+//
+// A pair whose key is longer than 64 bytes or whose value is longer than 256
+// is left out, as [Parse] leaves it out: a context tag holding a request
+// header or a document must not be copied into every statement sent. Append
+// returns sql unchanged when no pair is left.
 func Append(sql string, tags Tags) string {
-	if len(tags.pairs) == 0 || strings.Contains(sql, "/*") || strings.Contains(sql, "--") {
+	n := len(sql) + len(" /**/") // an upper bound
+	for _, p := range tags.pairs {
+		if fits(p) {
+			n += len("='',") + encodedLen(p.k) + encodedLen(p.v)
+		}
+	}
+	if n == len(sql)+len(" /**/") || strings.Contains(sql, "/*") || strings.Contains(sql, "--") {
 		return sql
 	}
 	stmt := trimTrailing(sql)
 	tail := sql[len(stmt):]
 
-	n := len(sql) + len(" /**/") + len(tags.pairs)*len("='',") // an upper bound
-	for _, p := range tags.pairs {
-		n += encodedLen(p.k) + encodedLen(p.v)
-	}
 	var b strings.Builder
 	b.Grow(n)
 	b.WriteString(stmt)
@@ -47,10 +53,15 @@ func Append(sql string, tags Tags) string {
 		b.WriteByte(' ')
 	}
 	b.WriteString("/*")
-	for i, p := range tags.pairs {
-		if i > 0 {
+	first := true
+	for _, p := range tags.pairs {
+		if !fits(p) {
+			continue
+		}
+		if !first {
 			b.WriteByte(',')
 		}
+		first = false
 		encode(&b, p.k)
 		b.WriteString("='")
 		encode(&b, p.v)
@@ -155,23 +166,21 @@ const maxCommentPairs = 32
 // parsePairs decodes key='value',... from a comment body, skipping
 // malformed and over-long pairs.
 func parsePairs(body string) Tags {
+	type span struct{ k0, v0, end int } // a pair's key and value in buf
 	var (
-		ps  []pair
-		buf strings.Builder // all decoded keys and values, one allocation
+		spans []span
+		buf   strings.Builder // the decoded keys and values, then copied out once
 	)
-	for pos := 0; pos < len(body) && len(ps) < maxCommentPairs; {
+	for pos := 0; pos < len(body) && len(spans) < maxCommentPairs; {
 		rawKey, rawVal, next, ok := scanPair(body, pos)
 		if !ok {
 			pos = next
 			continue
 		}
-		if ps == nil {
+		if spans == nil {
 			// At most one pair per remaining comma, plus the last.
-			ps = make([]pair, 0, min(strings.Count(body[pos:], ",")+1, maxCommentPairs))
-			// Decoding never lengthens, so the buffer never grows and the
-			// strings sliced from it stay valid (and immutable: a Builder
-			// only appends).
-			buf.Grow(len(body))
+			spans = make([]span, 0, min(strings.Count(body[pos:], ",")+1, maxCommentPairs))
+			buf.Grow(len(body)) // decoding never lengthens
 		}
 		pos = next
 		k0 := buf.Len()
@@ -182,14 +191,36 @@ func parsePairs(body string) Tags {
 		if !decode(&buf, rawVal) || buf.Len()-v0 > bounded.ValueLen {
 			continue
 		}
-		s := buf.String()
-		ps = append(ps, pair{s[k0:v0], s[v0:]})
+		spans = append(spans, span{k0, v0, buf.Len()})
 	}
-	if len(ps) == 0 {
+	if len(spans) == 0 {
 		return Tags{}
+	}
+	// The tags are sliced from a copy of what they hold, not from buf, which is as large as the
+	// whole comment: a tag kept (a budget's key per tenant, a span's attribute) must not keep a
+	// megabyte comment alive with it. What a malformed pair left in buf is not copied.
+	size := 0
+	for _, sp := range spans {
+		size += sp.end - sp.k0
+	}
+	var kept strings.Builder
+	kept.Grow(size)
+	decoded := buf.String()
+	for _, sp := range spans {
+		kept.WriteString(decoded[sp.k0:sp.end])
+	}
+	all, at := kept.String(), 0
+	ps := make([]pair, 0, len(spans))
+	for _, sp := range spans {
+		v, end := at+sp.v0-sp.k0, at+sp.end-sp.k0
+		ps = append(ps, pair{all[at:v], all[v:end]})
+		at = end
 	}
 	return Tags{normalize(ps)}
 }
+
+// fits reports whether p is within the bounds a comment's pair is read with (parsePairs).
+func fits(p pair) bool { return len(p.k) <= bounded.KeyLen && len(p.v) <= bounded.ValueLen }
 
 // scanPair reads one key='value' pair starting at pos and returns the raw
 // (still encoded) key and value and the position after the pair and its
