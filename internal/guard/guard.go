@@ -150,13 +150,23 @@ func explainAnalyze(opts []*pg.Node) bool {
 // DELETE or MERGE counts as an unsafe write, except UPDATE after FOR, KEY or DO (SELECT ... FOR
 // [NO KEY] UPDATE, ON CONFLICT DO UPDATE), which writes no rows of its own, and only where
 // nothing but whitespace separates the two words (a quote, a comment or a semicolon between
-// them may end a string the FOR was in); any TRUNCATE counts.
+// them may end a string the FOR was in), and the FOR is not the last word of a line after
+// "--" (a line comment's, which the newline ends); any TRUNCATE counts.
 func Unparsed(text string) Facts {
 	var f Facts
 	prev := ""
+	dashes := false // "--" since the last newline: its words may be a comment's
 	for i := 0; i < len(text); {
 		if !isWordStart(text[i]) {
-			if !isSpace(text[i]) {
+			switch {
+			case text[i] == '\n' || text[i] == '\r':
+				if dashes {
+					prev, dashes = "", false
+				}
+			case text[i] == '-' && i+1 < len(text) && text[i+1] == '-':
+				dashes = true
+				prev = ""
+			case !isSpace(text[i]):
 				prev = ""
 			}
 			i++

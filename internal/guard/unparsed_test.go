@@ -13,6 +13,11 @@ func TestUnparsedUpdateAfterQuotedWord(t *testing.T) {
 		`SELECT '\'' , 'do' ; UPDATE t SET a = 1; --'`,
 		`SELECT '\'' ; /* for */ UPDATE t SET a = 1; --'`,
 		`SELECT 'a\'b' AS "for"; UPDATE t SET a = 1`,
+		// A line comment's last word, the newline after it the only space before the UPDATE.
+		"select 1; -- reset the balances for\nupdate acct set bal = 0",
+		"select 1; -- what we do\nupdate acct set bal = 0",
+		"select 1; -- by key\r\nupdate acct set bal = 0",
+		"with c as (select 1) -- for\nupdate acct set bal = 0",
 	} {
 		t.Run(sql, func(t *testing.T) {
 			if f := Unparsed(sql); !f.UnsafeWrite {
@@ -29,6 +34,7 @@ func TestUnparsedKeepsRowLocks(t *testing.T) {
 		`SELECT * FROM t WHERE a = '\'' FOR NO KEY UPDATE`,
 		`SELECT * FROM t WHERE a = '\'' for  update SKIP LOCKED`,
 		`INSERT INTO t VALUES ('\'') ON CONFLICT (id) DO UPDATE SET a = 1`,
+		"SELECT * FROM t -- the row\nFOR\nUPDATE",
 	} {
 		if f := Unparsed(sql); f.UnsafeWrite {
 			t.Errorf("%q: UnsafeWrite=true, want false", sql)
