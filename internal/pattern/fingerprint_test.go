@@ -1,6 +1,7 @@
 package pattern
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
@@ -151,5 +152,34 @@ func TestFingerprintValueListsBesidePositionalOrderBy(t *testing.T) {
 		if a, b := Analyze(pair[0]), Analyze(pair[1]); a.Fingerprint == b.Fingerprint {
 			t.Errorf("%q and %q share fingerprint %s: positions are the statement's shape", pair[0], pair[1], a.Fingerprint)
 		}
+	}
+}
+
+// TestSettingValuesHidden: a setting's value written as a bare word or a quoted identifier,
+// which PostgreSQL reads as a string constant, is a value: neither the normalised text (which
+// spans and the status page show) nor the fingerprint holds it, so nobody recovers a short
+// secret from either by trying values. The setting's name stays.
+func TestSettingValuesHidden(t *testing.T) {
+	for _, texts := range [][2]string{
+		{"set app.api_key = S3CRETkey1", "set app.api_key = S3CRETkey2"},
+		{"SET app.api_key TO S3CRETkey1", "SET app.api_key TO 'S3CRETkey2'"},
+		{"alter role current_user set app.k = S3CRETx", "alter role current_user set app.k = S3CRETy"},
+		{`alter database d set app.k = "S3CRETq"`, `alter database d set app.k = "S3CRETr"`},
+		{"alter system set app.k = S3CRETs", "alter system set app.k = S3CRETt"},
+		{"set search_path = tenant_1, public", "set search_path = tenant_2, public"},
+	} {
+		a, b := Analyze(texts[0]), Analyze(texts[1])
+		if a.Fingerprint != b.Fingerprint {
+			t.Errorf("%q and %q: fingerprints %s and %s: the value is in the fingerprint", texts[0], texts[1], a.Fingerprint, b.Fingerprint)
+		}
+		if strings.Contains(a.Normalized, "S3CRET") || strings.Contains(a.Normalized, "tenant_1") {
+			t.Errorf("%q: normalised %q holds the value", texts[0], a.Normalized)
+		}
+	}
+	if a, b := Analyze("set app.a = x"), Analyze("set app.b = x"); a.Fingerprint == b.Fingerprint {
+		t.Errorf("settings app.a and app.b share fingerprint %s: the name is the statement's shape", a.Fingerprint)
+	}
+	if p := Analyze("update t set a = b"); p.Normalized != "update t set a = b" {
+		t.Errorf("an UPDATE's column in its SET became %q: only a setting's value is hidden", p.Normalized)
 	}
 }

@@ -113,10 +113,11 @@ func analyze(key string) *Pattern {
 	if err != nil {
 		return unparsable(key)
 	}
-	normalized, left := normalize(key)
+	dml := !slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) })
+	normalized, left := normalize(key, dml)
 	var id uint64
 	queryFingerprint := false
-	if left == otherLiterals || slices.ContainsFunc(tree.Stmts, func(s *pg.RawStmt) bool { return !dmlNode(s.Stmt) }) {
+	if left == otherLiterals || !dml {
 		// pg_query's fingerprint hashes the literals of utility statements (ALTER ROLE ...
 		// PASSWORD, a subscription's connection string, COMMENT ON, a NOTIFY payload), even
 		// where its normalised text replaced them: the fingerprint, which telemetry and errors
@@ -127,7 +128,7 @@ func analyze(key string) *Pattern {
 		// positions of ORDER BY 1, GROUP BY 1 and DISTINCT ON (1), constants its fingerprint
 		// ignores as it ignores every value: so a report grouped by position is one pattern
 		// however long its IN lists and arrays, as pg_query's fingerprint collapses them.
-		id = unparsableID(key)
+		id = unparsableID(key, dml)
 	} else if id, err = pg.FingerprintToUInt64(key); err != nil {
 		return unparsable(key)
 	} else {
@@ -243,7 +244,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // unparsable is the Pattern of text pg_query rejects. The server may still run it, so a text
 // that may write is flagged by the guard facts of its words ([guard.Unparsed]).
 func unparsable(key string) *Pattern {
-	id := unparsableID(key)
+	id := unparsableID(key, false)
 	p := &Pattern{Fingerprint: vocab.FingerprintHex(id), FingerprintID: id, Kind: vocab.KindOther, Tables: []string{}}
 	p.Facts = guard.Unparsed(key)
 	return p
@@ -261,10 +262,14 @@ func unparsable(key string) *Pattern {
 // by trying each value. A text the scanner rejects too (an unterminated quote) is hashed whole,
 // with a key drawn at random per process: still one pattern per text, but a hash nobody outside
 // can recompute to test a guess.
-func unparsableID(key string) uint64 {
+func unparsableID(key string, dml bool) uint64 {
 	scan, err := pg.Scan(key)
 	if err != nil {
 		return maphash.String(unparsableSeed, key)
+	}
+	var setting []bool
+	if !dml {
+		setting = settingValues(scan.Tokens)
 	}
 	h := fnv.New64a()
 	var kind [4]byte
@@ -273,7 +278,7 @@ func unparsableID(key string) uint64 {
 		switch {
 		case tok == pg.Token_SQL_COMMENT, tok == pg.Token_C_COMMENT, sign(scan.Tokens, i):
 			continue
-		case value(tok):
+		case value(tok) || setting != nil && setting[i]:
 			// Every value hashes alike, as ICONST (so that a text with only numbers keeps the
 			// fingerprint it has always had: rules and dashboards name fingerprints): a number,
 			// a string and a parameter are one value, as pg_query's fingerprint has them. So the
@@ -340,7 +345,7 @@ var unparsableSeed = maphash.MakeSeed()
 // which its fingerprint may then hold too (a utility statement's values are in it; the
 // positions of a DML statement's ORDER BY 1 are not); otherLiterals on a failure, where it
 // cannot tell.
-func normalize(key string) (_ string, left leftover) {
+func normalize(key string, dml bool) (_ string, left leftover) {
 	n, err := pg.Normalize(key)
 	if err != nil {
 		return "", otherLiterals
@@ -349,7 +354,7 @@ func normalize(key string) (_ string, left leftover) {
 	if err != nil {
 		return "", otherLiterals
 	}
-	scrub, dirty, left := marks(scan.Tokens)
+	scrub, dirty, left := marks(scan.Tokens, dml)
 	if !dirty {
 		return n, left
 	}
@@ -366,10 +371,18 @@ const (
 )
 
 // marks marks the tokens normalize replaces (scrub): the literals pg_query left, and a
-// number's sign with it, but numbers in a type modifier; and comments. dirty reports that it
-// marked some; left, what literals they are.
-func marks(tokens []*pg.ScanToken) (scrub []bool, dirty bool, left leftover) {
+// number's sign with it, but numbers in a type modifier; in a text other than DML, the words
+// given as a setting's value (settingValues); and comments. dirty reports that it marked some;
+// left, what literals they are.
+func marks(tokens []*pg.ScanToken, dml bool) (scrub []bool, dirty bool, left leftover) {
 	scrub = make([]bool, len(tokens))
+	if !dml {
+		for i, v := range settingValues(tokens) {
+			if v {
+				scrub[i], dirty, left = true, true, otherLiterals
+			}
+		}
+	}
 	// typmod tracks, for each open parenthesis or bracket, whether it holds a type modifier.
 	var typmod []bool
 	for i, t := range tokens {
@@ -400,6 +413,39 @@ func marks(tokens []*pg.ScanToken) (scrub []bool, dirty bool, left leftover) {
 		}
 	}
 	return scrub, dirty, left
+}
+
+// settingValues marks the words given as a setting's value in a statement other than DML:
+// SET k = v, SET k TO v, ALTER ROLE, DATABASE or SYSTEM … SET k = v, a function's SET clause.
+// PostgreSQL reads a bare word or a quoted identifier there as a string constant, and it may
+// hold a secret as a literal may (SET app.api_key = S3CRET), but the scanner reads it as an
+// identifier, which normalisation and the token fingerprint would keep. Every identifier from
+// the = or TO to the end of the statement is marked: a value list (SET search_path = a, b)
+// included, and in ALTER TABLE … SET (option = value, …) the options' names too, which is
+// more than needed but never less.
+func settingValues(tokens []*pg.ScanToken) []bool {
+	marked := make([]bool, len(tokens))
+	const (
+		outside = iota
+		named   // after SET, before its = or TO
+		valued  // after its = or TO
+	)
+	state := outside
+	for i, t := range tokens {
+		switch t.Token {
+		case pg.Token_SET:
+			state = named
+		case pg.Token_ASCII_59: // ;
+			state = outside
+		case pg.Token_ASCII_61, pg.Token_TO: // =
+			if state == named {
+				state = valued
+			}
+		case pg.Token_IDENT, pg.Token_UIDENT:
+			marked[i] = state == valued
+		}
+	}
+	return marked
 }
 
 // rewrite returns n, scanned into tokens, with each literal marked in scrub replaced by the

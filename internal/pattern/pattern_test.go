@@ -202,7 +202,7 @@ func checkCut(t *testing.T, got, full string) {
 // saying how much was cut. A text within the bound is kept whole (TestNormalized).
 func TestNormalizedBounded(t *testing.T) {
 	sql := bulkInsert(10_000)
-	full, _ := normalize(Key(sql))
+	full, _ := normalize(Key(sql), true)
 	if len(full) < 50*bounded.QueryLen {
 		t.Fatalf("the whole normalised text has %d bytes: too short to test the bound", len(full))
 	}
@@ -221,7 +221,7 @@ func TestNormalizedBounded(t *testing.T) {
 	// Three-byte characters everywhere, at three offsets: one of them puts the bound inside one.
 	for pad := range 3 {
 		sql := "SELECT " + strings.Repeat("x", pad) + "1, " + strings.Repeat(`"日本語" || 'v', `, 2000) + "2 FROM t"
-		full, _ := normalize(Key(sql))
+		full, _ := normalize(Key(sql), true)
 		checkCut(t, Analyze(sql).Normalized, full)
 	}
 }
