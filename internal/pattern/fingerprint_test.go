@@ -183,3 +183,36 @@ func TestSettingValuesHidden(t *testing.T) {
 		t.Errorf("an UPDATE's column in its SET became %q: only a setting's value is hidden", p.Normalized)
 	}
 }
+
+// TestFingerprintKeepsValueClauses: pg_query's fingerprint leaves values out, and with them a
+// clause that is only a value: `… where false` (an ORM's empty IN list) and the full cross join
+// without it, or `… limit 10` and the unbounded scan, were one pattern, and under explain:
+// pattern or auto the full scan was priced as its cheap twin and let past per_query_limit.
+// Such a clause is part of the shape; its value still is not (limit 10, 500, $1: one pattern).
+func TestFingerprintKeepsValueClauses(t *testing.T) {
+	for _, pair := range [][2]string{
+		{"select count(*) from big_a a, big_b b where false", "select count(*) from big_a a, big_b b"},
+		{"select * from big limit 10", "select * from big"},
+		{"select * from big offset 5", "select * from big"},
+		{"select a, count(*) from big group by a having true", "select a, count(*) from big group by a"},
+		{"delete from t where false", "delete from t"},
+		{"update t set a = 1 where false", "update t set a = 1"},
+		{"select * from big where true", "select * from big where false limit 1"},
+	} {
+		if a, b := Analyze(pair[0]), Analyze(pair[1]); a.Fingerprint == b.Fingerprint {
+			t.Errorf("%q and %q share fingerprint %s", pair[0], pair[1], a.Fingerprint)
+		}
+	}
+	for _, same := range [][]string{
+		{"select * from big limit 10", "select * from big limit 500", "select * from big limit $1", "select * from big limit '7'::int"},
+		{"select * from t where false", "select * from t where true", "select * from t where $1"},
+		{"select * from t where x = 1 limit 5", "select * from t where x = $1 limit $2"},
+	} {
+		first := Analyze(same[0])
+		for _, s := range same[1:] {
+			if p := Analyze(s); p.Fingerprint != first.Fingerprint {
+				t.Errorf("%q: fingerprint %s, %q: %s; want one pattern", s, p.Fingerprint, same[0], first.Fingerprint)
+			}
+		}
+	}
+}

@@ -2,7 +2,6 @@ package pattern
 
 import (
 	"encoding/binary"
-	"hash"
 	"hash/fnv"
 	"hash/maphash"
 	"slices"
@@ -170,7 +169,7 @@ func analyze(key string) *Pattern {
 	}
 	sort.Strings(p.Tables)
 	if queryFingerprint {
-		id = numberedTables(id, p.Tables)
+		id = mix(numberedTables(id, p.Tables), w.valueClauses)
 	}
 	p.FingerprintID, p.Fingerprint = id, vocab.FingerprintHex(id)
 	for t := range w.bare {
@@ -209,22 +208,28 @@ func offFacts(key string) guard.Facts {
 // events_202401 and events_202402 would share one pattern, their costs, plan and quarantines,
 // though they are different relations. A text of other tables keeps pg_query's fingerprint.
 func numberedTables(id uint64, tables []string) uint64 {
-	var h hash.Hash64
+	var numbered []string
 	for _, t := range tables {
-		if !digitRun(t) {
-			continue
+		if digitRun(t) {
+			numbered = append(numbered, t)
 		}
-		if h == nil {
-			h = fnv.New64a()
-			var b [8]byte
-			binary.LittleEndian.PutUint64(b[:], id)
-			h.Write(b[:])
-		}
-		h.Write([]byte(t))
-		h.Write([]byte{0})
 	}
-	if h == nil {
+	return mix(id, numbered)
+}
+
+// mix is id with parts mixed in (FNV-1a over id and each part, each ended by a NUL); id itself
+// when there is none.
+func mix(id uint64, parts []string) uint64 {
+	if len(parts) == 0 {
 		return id
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], id)
+	h.Write(b[:])
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
 	}
 	return h.Sum64()
 }

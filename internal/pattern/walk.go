@@ -19,6 +19,33 @@ type walker struct {
 	events  []event
 	ctes    []string // CTE names in scope, innermost last
 	stmtLoc int      // offset of the statement being visited
+	// valueClauses names, in walk order, the clauses that are a bare value (WHERE false, LIMIT
+	// 10, OFFSET $1, HAVING true): pg_query's fingerprint leaves values out, and with them such
+	// a clause whole, so that `select … where false` and `select …`, or `… limit 10` and `…`,
+	// would be one pattern, the full scan priced as its empty twin. They are mixed into the
+	// fingerprint (analyze).
+	valueClauses []string
+}
+
+// noteValue notes clause, named name, when it is a bare value (walker.valueClauses).
+func (w *walker) noteValue(name string, clause *pg.Node) {
+	if bareValue(clause) {
+		w.valueClauses = append(w.valueClauses, name)
+	}
+}
+
+// bareValue reports whether n is a constant or a parameter, cast or not.
+func bareValue(n *pg.Node) bool {
+	if n == nil {
+		return false
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_AConst, *pg.Node_ParamRef:
+		return true
+	case *pg.Node_TypeCast:
+		return bareValue(x.TypeCast.Arg)
+	}
+	return false
 }
 
 // event is an operation or a table at a byte offset of the text, for the
@@ -41,8 +68,10 @@ func (w *walker) node(n *pg.Node) {
 	case *pg.Node_InsertStmt:
 		w.dml("INSERT", x.InsertStmt)
 	case *pg.Node_UpdateStmt:
+		w.noteValue("where", x.UpdateStmt.WhereClause)
 		w.dml("UPDATE", x.UpdateStmt)
 	case *pg.Node_DeleteStmt:
+		w.noteValue("where", x.DeleteStmt.WhereClause)
 		w.dml("DELETE", x.DeleteStmt)
 	case *pg.Node_MergeStmt:
 		w.dml("MERGE", x.MergeStmt)
@@ -86,6 +115,10 @@ func (w *walker) selectStmt(s *pg.SelectStmt) {
 	if s == nil {
 		return
 	}
+	w.noteValue("where", s.WhereClause)
+	w.noteValue("having", s.HavingClause)
+	w.noteValue("limit", s.LimitCount)
+	w.noteValue("offset", s.LimitOffset)
 	if s.Op == pg.SetOperation_SETOP_NONE && len(s.ValuesLists) == 0 {
 		loc := -1
 		if len(s.TargetList) > 0 {
