@@ -143,7 +143,7 @@
 //	...
 //	defer pool.Close()
 //	q := db.New(pool) // a sqlc-generated package
-//	orders, err := q.ListOrders(ctx) // a *BlockedError when refused
+//	orders, err := q.ListOrders(ctx, customer) // a *BlockedError when refused
 //
 // A batch (SendBatch) is decided whole before anything is sent: its statements are each
 // identified, guarded and costed, and the batch is admitted all or nothing against the union
