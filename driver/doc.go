@@ -150,8 +150,9 @@
 // of their budgets at the sum of their costs; a refused batch sends nothing and every result
 // returns the [*BlockedError]; an admitted batch holds its slots until its results are closed.
 // CopyFrom is the COPY statement pgx sends for it (copy <table> ( <columns> ) from stdin
-// binary), tagged statement=copy and table=<name>, its cost learned per table and columns; it has no query_name (sqlc's :copyfrom passes no text to carry one),
-// so a rule selects it by statement and table. Close rows and batch results: their budget slots (and pgxpool's
+// binary), tagged statement=copy and table=<name>, its cost learned per table and columns; it
+// has no query_name (sqlc's :copyfrom passes no text to carry one), so a rule selects it by
+// statement and table. Close rows and batch results: their budget slots (and pgxpool's
 // connection) are held until then. [Pool.Acquire], [Pool.AcquireFunc] and [Pool.AcquireAllIdle]
 // hand out controlled connections; [Pool.Config] and [Pool.Reset] are pgxpool's. [Pool.Raw],
 // and the Conn of a transaction or of a [PoolConn], reach pgx underneath; statements sent

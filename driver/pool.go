@@ -295,8 +295,8 @@ func (p *Pool) Close() {
 // CopyFrom copies rows into table with the COPY protocol, once the engine admits it as the
 // COPY statement pgx sends for it (copy <table> ( <columns> ) from stdin binary): tagged
 // statement=copy and table=<name>, held to its budgets' slots and buckets, its cost learned per
-// table and columns, its fingerprint the one of its text in pg_stat_activity. A refused copy returns a
-// [*BlockedError] and reads nothing from src.
+// table and columns, its fingerprint the one of its text in pg_stat_activity. A refused copy
+// returns a [*BlockedError] and reads nothing from src.
 func (p *Pool) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	if p.engine.Closed() {
 		return 0, errPoolClosed

@@ -1,6 +1,7 @@
 package tagging
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
@@ -34,13 +35,14 @@ import (
 // header or a document must not be copied into every statement sent. Append
 // returns sql unchanged when no pair is left.
 func Append(sql string, tags Tags) string {
-	n := len(sql) + len(" /**/") // an upper bound
+	n, kept := len(sql)+len(" /**/"), 0 // n: an upper bound of the length
 	for _, p := range tags.pairs {
 		if fits(p) {
 			n += len("='',") + encodedLen(p.k) + encodedLen(p.v)
+			kept++
 		}
 	}
-	if n == len(sql)+len(" /**/") || strings.Contains(sql, "/*") || strings.Contains(sql, "--") {
+	if kept == 0 || strings.Contains(sql, "/*") || strings.Contains(sql, "--") {
 		return sql
 	}
 	stmt := trimTrailing(sql)
@@ -166,55 +168,45 @@ const maxCommentPairs = 32
 // parsePairs decodes key='value',... from a comment body, skipping
 // malformed and over-long pairs.
 func parsePairs(body string) Tags {
-	type span struct{ k0, v0, end int } // a pair's key and value in buf
 	var (
-		spans []span
-		buf   strings.Builder // the decoded keys and values, then copied out once
+		ends []int        // each kept pair's key end and value end in buf, the next key after it
+		buf  bytes.Buffer // the kept pairs' decoded keys and values, back to back
 	)
-	for pos := 0; pos < len(body) && len(spans) < maxCommentPairs; {
+	for pos := 0; pos < len(body) && len(ends) < 2*maxCommentPairs; {
 		rawKey, rawVal, next, ok := scanPair(body, pos)
 		if !ok {
 			pos = next
 			continue
 		}
-		if spans == nil {
+		if ends == nil {
 			// At most one pair per remaining comma, plus the last.
-			spans = make([]span, 0, min(strings.Count(body[pos:], ",")+1, maxCommentPairs))
+			ends = make([]int, 0, 2*min(strings.Count(body[pos:], ",")+1, maxCommentPairs))
 			buf.Grow(len(body)) // decoding never lengthens
 		}
 		pos = next
 		k0 := buf.Len()
 		if !decode(&buf, rawKey) || buf.Len() == k0 || buf.Len()-k0 > bounded.KeyLen {
+			buf.Truncate(k0)
 			continue
 		}
 		v0 := buf.Len()
 		if !decode(&buf, rawVal) || buf.Len()-v0 > bounded.ValueLen {
+			buf.Truncate(k0)
 			continue
 		}
-		spans = append(spans, span{k0, v0, buf.Len()})
+		ends = append(ends, v0, buf.Len())
 	}
-	if len(spans) == 0 {
+	if len(ends) == 0 {
 		return Tags{}
 	}
-	// The tags are sliced from a copy of what they hold, not from buf, which is as large as the
-	// whole comment: a tag kept (a budget's key per tenant, a span's attribute) must not keep a
-	// megabyte comment alive with it. What a malformed pair left in buf is not copied.
-	size := 0
-	for _, sp := range spans {
-		size += sp.end - sp.k0
-	}
-	var kept strings.Builder
-	kept.Grow(size)
-	decoded := buf.String()
-	for _, sp := range spans {
-		kept.WriteString(decoded[sp.k0:sp.end])
-	}
-	all, at := kept.String(), 0
-	ps := make([]pair, 0, len(spans))
-	for _, sp := range spans {
-		v, end := at+sp.v0-sp.k0, at+sp.end-sp.k0
-		ps = append(ps, pair{all[at:v], all[v:end]})
-		at = end
+	// One string of what the tags hold, copied out of buf, which is as large as the whole
+	// comment: a tag kept (a budget's key per tenant, a span's attribute) must not keep a
+	// megabyte comment alive with it.
+	all := buf.String()
+	ps := make([]pair, 0, len(ends)/2)
+	for i, k0 := 0, 0; i < len(ends); i += 2 {
+		ps = append(ps, pair{all[k0:ends[i]], all[ends[i]:ends[i+1]]})
+		k0 = ends[i+1]
 	}
 	return Tags{normalize(ps)}
 }
@@ -280,7 +272,7 @@ func skipSpace(s string, i int) int {
 // decode appends the decoded form of raw to b: backslash escapes removed,
 // then percent-escapes and "+" decoded. It reports false for a truncated or
 // non-hex percent-escape.
-func decode(b *strings.Builder, raw string) bool {
+func decode(b *bytes.Buffer, raw string) bool {
 	if !strings.ContainsAny(raw, "%+\\") {
 		b.WriteString(raw) // the common case: nothing to decode
 		return true

@@ -138,12 +138,7 @@ func TestFingerprintValueListsBesidePositionalOrderBy(t *testing.T) {
 			"SELECT a, b FROM t WHERE x = ANY(ARRAY[1]) ORDER BY 2",
 		},
 	} {
-		first := Analyze(texts[0])
-		for _, s := range texts[1:] {
-			if p := Analyze(s); p.Fingerprint != first.Fingerprint {
-				t.Errorf("%q: fingerprint %s, but %q has %s: one report, two patterns", s, p.Fingerprint, texts[0], first.Fingerprint)
-			}
-		}
+		onePattern(t, texts)
 	}
 	for _, pair := range [][2]string{
 		{"SELECT a, b FROM t ORDER BY 1", "SELECT a, b FROM t"},
@@ -208,11 +203,18 @@ func TestFingerprintKeepsValueClauses(t *testing.T) {
 		{"select * from t where false", "select * from t where true", "select * from t where $1"},
 		{"select * from t where x = 1 limit 5", "select * from t where x = $1 limit $2"},
 	} {
-		first := Analyze(same[0])
-		for _, s := range same[1:] {
-			if p := Analyze(s); p.Fingerprint != first.Fingerprint {
-				t.Errorf("%q: fingerprint %s, %q: %s; want one pattern", s, p.Fingerprint, same[0], first.Fingerprint)
-			}
+		onePattern(t, same)
+	}
+}
+
+// onePattern checks that texts share one fingerprint.
+func onePattern(t *testing.T, texts []string) {
+	t.Helper()
+	first := Analyze(texts[0])
+	for _, s := range texts[1:] {
+		if p := Analyze(s); p.Fingerprint != first.Fingerprint {
+			t.Errorf("%q: fingerprint %s, but %q has %s: one statement's shape, two patterns",
+				s, p.Fingerprint, texts[0], first.Fingerprint)
 		}
 	}
 }
