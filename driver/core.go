@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
+	goruntime "runtime"
 	"slices"
 	"strings"
 
@@ -49,20 +52,21 @@ func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 	if healthConfig.RuntimeParams == nil {
 		healthConfig.RuntimeParams = map[string]string{}
 	}
-	healthConfig.RuntimeParams["application_name"] = health.ApplicationName
+	healthConfig.RuntimeParams[applicationName] = health.ApplicationName
 	c.engine = engine.New(engine.Options{
 		Logger:           o.logger,
 		PatternCacheSize: o.patternCacheSize,
 		MaxBuckets:       o.maxBuckets,
 		User:             cc.User,
 		Database:         databaseOf(cc),
-		ApplicationName:  cc.RuntimeParams["application_name"],
+		ApplicationName:  cc.RuntimeParams[applicationName],
 		Observer:         tel.observer(),
 	})
 	c.rt = runtime.New(c.engine, runtime.Options{
 		// The sampler's own connection, never one of the application's pool.
 		HealthConnect:  pgxconn.Connector(healthConfig, dial),
 		HealthDatabase: healthDatabase(cc),
+		Database:       serverOf(cc),
 		ElectionSecret: pgxconn.SystemID(healthConfig, dial),
 		// The server clock reader's too.
 		ServerClockConnect: clockconn.Connector(own, dial),
@@ -93,19 +97,47 @@ func newCore(cc *pgx.ConnConfig, dial pgxconn.Dial, o *options) (*core, error) {
 	return c, nil
 }
 
-// healthDatabase identifies the database cc reaches, for the health sampler election: the
-// user, every host and port tried, and the database name; never the password. Instances that
-// reach it under other names (an IP and a host name) elect apart, which costs one health query
-// more per interval, never a sample of another database.
-func healthDatabase(cc *pgx.ConnConfig) string {
+// serverOf identifies the server and database connections made from cc reach, as instances
+// that share a coordination section name them, never with a secret: every host and port tried,
+// the database, and the check that chooses among the hosts (target_session_attrs: behind one
+// host list, a primary and its standbys are different servers). Instances share a budget when
+// they name the same server and budget, so that shards, or a primary and its standbys, each
+// keep their budgets of one name to themselves. Instances that reach one server under other
+// names (an IP and a host name) share nothing: each then holds the budget as if it were alone.
+func serverOf(cc *pgx.ConnConfig) string {
 	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
 	for _, f := range cc.Fallbacks { // one per host and TLS mode tried
 		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
 			hosts = append(hosts, h)
 		}
 	}
-	return cc.User + "@" + strings.Join(hosts, ",") + "/" + databaseOf(cc)
+	id := strings.Join(hosts, ",") + "/" + databaseOf(cc)
+	if cc.ValidateConnect != nil {
+		// pgx's check for target_session_attrs (or the application's own), by its name.
+		id += "?" + goruntime.FuncForPC(reflect.ValueOf(cc.ValidateConnect).Pointer()).Name()
+	}
+	return id
 }
+
+// healthDatabase identifies the session cc's health sampler and server clock reader read
+// from, for their election: serverOf with the user and the runtime parameters the session
+// starts with (search_path: an unqualified health query reads the tables of the schemas it
+// names), but application_name, which the sampler sets to its own. Instances whose sessions
+// differ elect apart, which costs a query more per interval, never a sample of another
+// server or schema.
+func healthDatabase(cc *pgx.ConnConfig) string {
+	id := cc.User + "@" + serverOf(cc)
+	for _, k := range slices.Sorted(maps.Keys(cc.RuntimeParams)) {
+		if k != applicationName {
+			id += ";" + k + "=" + cc.RuntimeParams[k]
+		}
+	}
+	return id
+}
+
+// applicationName is PostgreSQL's parameter that names a session's application (not the
+// built-in tag of that name).
+const applicationName = "application_name"
 
 // databaseOf is the database connections made from cc reach: the one cc names, else, as
 // PostgreSQL does when the startup message names none, the one named after the user.

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	pgtdriver "github.com/pgtraffic/pgtraffic/driver"
+	"github.com/pgtraffic/pgtraffic/internal/coord"
 	"github.com/pgtraffic/pgtraffic/internal/pattern"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
 	"github.com/pgtraffic/pgtraffic/internal/redistest"
@@ -43,7 +45,11 @@ rules:
 	}
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rc.Close()
-	key := "pgtraffic:{hq}:q:3:3s"
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := coord.QuarantineKey(serverIdentity(cc), "hq", coord.QuarantineSpec{After: 3, For: 3 * time.Second})
 	if err := rc.HSet(ctx, key, fp, "9000000000000000000", "ZZZZZZZZZZZZZZZZ", "1", "0123456789ABCDEF", "99999999999999999",
 		"0000000000000001", "inf", "0000000000000002", "nan", "0000000000000003", "-5").Err(); err != nil {
 		t.Fatal(err)

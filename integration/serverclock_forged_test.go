@@ -1,11 +1,16 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"reflect"
+	goruntime "runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -211,9 +216,22 @@ redis.call('DEL', KEYS[2]); redis.call('HSET', KEYS[2], 'at', now, 'data', ARGV[
 	t.Logf("%d polls of %d instances over 15 intervals: no forged mean adopted", polls, len(ins))
 }
 
-// healthIdentity is how the driver names a database in its election keys (driver's
-// healthDatabase): user@host:port[,host:port…]/dbname.
+// healthIdentity is how the driver names a database's session in its election keys (driver's
+// healthDatabase): user@host:port[,host:port…]/dbname[?check][;param=value…].
 func healthIdentity(cc *pgx.ConnConfig) string {
+	id := cc.User + "@" + serverIdentity(cc)
+	for _, k := range slices.Sorted(maps.Keys(cc.RuntimeParams)) {
+		if k != "application_name" {
+			id += ";" + k + "=" + cc.RuntimeParams[k]
+		}
+	}
+	return id
+}
+
+// serverIdentity is how the driver names a server and database in its shared budgets' keys
+// (driver's serverOf): host:port[,host:port…]/dbname, and the name of the check of
+// target_session_attrs when it has one.
+func serverIdentity(cc *pgx.ConnConfig) string {
 	hosts := fmt.Sprintf("%s:%d", cc.Host, cc.Port)
 	seen := map[string]bool{hosts: true}
 	for _, f := range cc.Fallbacks {
@@ -222,5 +240,9 @@ func healthIdentity(cc *pgx.ConnConfig) string {
 			hosts += "," + h
 		}
 	}
-	return cc.User + "@" + hosts + "/" + cc.Database
+	id := hosts + "/" + cmp.Or(cc.Database, cc.User)
+	if cc.ValidateConnect != nil {
+		id += "?" + goruntime.FuncForPC(reflect.ValueOf(cc.ValidateConnect).Pointer()).Name()
+	}
+	return id
 }

@@ -203,7 +203,7 @@ rules:
 	if !eventually(5*time.Second, func() bool { s = sharedStatus(t, c, "b"); return s.Syncs > 0 }) || s.Instances != 1 || s.Fallback {
 		t.Fatalf("status %+v, want syncs through the given client and one instance", s)
 	}
-	if n, err := rc.Keys(context.Background(), "pgtraffic:{b}:*").Result(); err != nil || len(n) == 0 {
+	if n, err := rc.Keys(context.Background(), "pgtraffic:{b@*}:*").Result(); err != nil || len(n) == 0 {
 		t.Fatalf("no key of budget b in the given client's Redis: %v %v", n, err)
 	}
 }

@@ -67,6 +67,12 @@ type Options struct {
 	// the other closed into it ([Coordinator.CloseInto]). At most maxInstanceLen bytes: a
 	// partition's value in Redis gives each id a 16-bit length (sync.lua).
 	Instance string
+	// Database identifies the database whose budgets these are (the driver's name for the
+	// server and database a connector reaches): instances share a budget only when they name
+	// the same database and budget, so that the budgets of one name of two databases (shards,
+	// a primary and its standbys) never share their slots, rates or quarantines. Empty, the
+	// keys name the budget alone.
+	Database string
 	// Logger receives one line when Redis becomes unreachable and one when it is back;
 	// slog.Default() when nil.
 	Logger *slog.Logger
@@ -92,6 +98,7 @@ type Coordinator struct {
 	rc        redis.UniversalClient
 	owned     *redis.Client // made from Options.URL, closed by Close; nil when given a client
 	id        string
+	database  string // Options.Database
 	interval  time.Duration
 	fallbackN int
 	log       *slog.Logger
@@ -146,7 +153,7 @@ func New(o Options) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: instance id of %d bytes, at most %d", len(o.Instance), maxInstanceLen)
 	}
 	c := &Coordinator{
-		rc: o.Client, id: o.Instance, interval: o.Interval, fallbackN: o.FallbackInstances,
+		rc: o.Client, id: o.Instance, database: o.Database, interval: o.Interval, fallbackN: o.FallbackInstances,
 		log: o.Logger, now: o.Now, rand: o.Rand, quar: o.Quarantines,
 		sem:     make(chan struct{}, maxCalls),
 		budgets: map[string]*entry{},
@@ -388,7 +395,7 @@ func (c *Coordinator) CloseInto(ctx context.Context, next *Coordinator) error {
 			if len(reps) == 0 {
 				continue // a budget with only quarantines has no partition to leave
 			}
-			if _, err := c.exec(ctx, call{spec: spec, reps: reps}); err != nil {
+			if _, err := c.exec(ctx, call{database: c.database, spec: spec, reps: reps}); err != nil {
 				errs = append(errs, err)
 				break
 			}
@@ -604,7 +611,7 @@ func (c *Coordinator) wanted(channel, field string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, e := range c.budgets {
-		if WantChannel(name) == channel && e.core.wanted(now, field) {
+		if WantChannel(c.database, name) == channel && e.core.wanted(now, field) {
 			e.signal()
 		}
 	}
@@ -764,7 +771,7 @@ func (c *Coordinator) syncBudget(ctx context.Context, e *entry, spec Spec, chunk
 	send := func() {
 		for ; next < len(chunks) && len(flights) < maxPipelined && untilDue(next) <= 0; next++ {
 			sent := c.now()
-			cl := call{spec: spec, reps: chunks[next], quarantines: next == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
+			cl := call{database: c.database, spec: spec, reps: chunks[next], quarantines: next == 0 && spec.Quarantine != (QuarantineSpec{}), at: sent}
 			c.mu.Lock()
 			cl.notAfter = e.core.notAfter(sent, d)
 			if cl.quarantines {

@@ -692,10 +692,23 @@ func TestHashTagAndKeys(t *testing.T) {
 		{"reporting", "pgtraffic:{reporting}:p3"},
 		{"a{b}c", "pgtraffic:{a%7Bb%7Dc}:p3"},
 		{"50%", "pgtraffic:{50%25}:p3"},
+		{"a@b", "pgtraffic:{a%40b}:p3"},
 	} {
-		if got := PartitionsKey(tc.budget); got != tc.want {
+		if got := PartitionsKey("", tc.budget); got != tc.want {
 			t.Errorf("PartitionsKey(%q) = %q, want %q", tc.budget, got, tc.want)
 		}
+	}
+	// A budget of a database named has keys of its own, which hold no part of the name.
+	shard1, shard2 := PartitionsKey("app@db1:5432/app", "reporting"), PartitionsKey("app@db2:5432/app", "reporting")
+	if shard1 == shard2 || shard1 == PartitionsKey("", "reporting") {
+		t.Errorf("two databases' budgets of one name share a key: %q, %q", shard1, shard2)
+	}
+	if !strings.HasPrefix(shard1, "pgtraffic:{reporting@") || strings.Contains(shard1, "db1") {
+		t.Errorf("a database's budget's key %q", shard1)
+	}
+	if a, b := QuarantineKey("x", "q", QuarantineSpec{After: 1, For: time.Second}),
+		QuarantineKey("y", "q", QuarantineSpec{After: 1, For: time.Second}); a == b {
+		t.Errorf("two databases' quarantines share the key %q", a)
 	}
 	for _, p := range []string{"", "acme"} {
 		if got := partitionField(p); got != p {

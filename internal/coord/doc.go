@@ -56,8 +56,10 @@
 // first ranks. An instance that comes or goes moves only its own odd slot; a rotation by
 // position would move most of them, idling each while it changes hands.
 //
-// All keys of a budget share one Redis Cluster hash tag. Its partitions are the fields of one
-// hash, pgtraffic:{budget}:p3 (see [PartitionsKey]), each a small binary value of fixed-size
+// All keys of a budget share one Redis Cluster hash tag, {budget@<digest>}: the budget's name
+// and a digest of the database it limits (Options.Database), so that budgets of one name of
+// different databases (shards, a primary and its standbys) share nothing. Its partitions are
+// the fields of one hash, pgtraffic:{budget@<digest>}:p3 (see [PartitionsKey]), each a small binary value of fixed-size
 // numbers with the tat and an entry per live instance, so that a call of 256 partitions reads
 // them with one command and writes them with one, and the script decodes and encodes them
 // without msgpack. A partition lapses a few intervals after its last
@@ -103,7 +105,7 @@
 // interval after its last) until it holds its target; when it wants more than its grant, or
 // than the limit it applied (it was refused since its last sync), and is kept below its target
 // by another instance holding slots beyond its own target, the sync script says so on the
-// budget's want channel (pgtraffic:{budget}:want, the message being the partition's field),
+// budget's want channel (pgtraffic:{budget@<digest>}:want, the message being the partition's field),
 // every coordinator listens on those channels, and each holder of slots in that partition, the
 // sender included, syncs early (an eighth of an interval after its last at the soonest), its
 // estimate falling fast as above, and Redis computes what it hands back; an instance that

@@ -32,7 +32,7 @@ func TestFleetIdleTenantsLeaveRedis(t *testing.T) {
 	local := newFakeLocal(0.0001, 1, keys...)
 	c.Register(spec, local)
 	mustSync(t, c)
-	hkey := PartitionsKey(spec.Name)
+	hkey := PartitionsKey("", spec.Name)
 	peak := rc.HLen(ctx, hkey).Val()
 	// The premise: the tenants are in Redis. Nearly all: on a loaded machine the first sync's
 	// calls (20,000 partitions in chunks) can last past the first chunks' leases, which the

@@ -53,9 +53,9 @@ type Quarantines interface {
 }
 
 // QuarantineKey is the Redis key of a budget's quarantines under settings q:
-// pgtraffic:{budget}:q:<after>:<for>, for as a Go duration ("30s").
-func QuarantineKey(budget string, q QuarantineSpec) string {
-	return KeyPrefix + HashTag(budget) + ":q:" + strconv.Itoa(q.After) + ":" + q.For.String()
+// pgtraffic:{budget@<digest>}:q:<after>:<for> (see [HashTag]), for as a Go duration ("30s").
+func QuarantineKey(database, budget string, q QuarantineSpec) string {
+	return KeyPrefix + HashTag(database, budget) + ":q:" + strconv.Itoa(q.After) + ":" + q.For.String()
 }
 
 // Quarantine publishes, at the budget's next sync, that this instance quarantined the pattern

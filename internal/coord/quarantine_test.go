@@ -87,7 +87,7 @@ func TestQuarantinePublishedAndRead(t *testing.T) {
 	}
 	ha.Quarantine(fp, now.Add(30*time.Second))
 	mustSync(t, a)
-	key := QuarantineKey("q", thirty)
+	key := QuarantineKey("", "q", thirty)
 	if key != "pgtraffic:{q}:q:2:30s" {
 		t.Fatalf("key %q", key)
 	}
@@ -133,7 +133,7 @@ func TestQuarantineHashValidatedAndPruned(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	a, qa := quarantineInstance(t, rc, "a", now)
 	ha := a.Register(Spec{Name: "v", Quarantine: thirty}, nil)
-	key := QuarantineKey("v", thirty)
+	key := QuarantineKey("", "v", thirty)
 	rn := redisNow(t, rc)
 	us := func(d time.Duration) string { return strconv.FormatInt(rn+d.Microseconds(), 10) }
 	good := vocab.FingerprintHex(1)
@@ -260,7 +260,7 @@ func TestQuarantineWaitsForRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSync(t, a)
-	if ok, err := rc.HExists(ctx, QuarantineKey("w", thirty), vocab.FingerprintHex(1)).Result(); err != nil || !ok {
+	if ok, err := rc.HExists(ctx, QuarantineKey("", "w", thirty), vocab.FingerprintHex(1)).Result(); err != nil || !ok {
 		t.Fatalf("the quarantine made while Redis was down was not published: %v, %v", ok, err)
 	}
 
@@ -268,7 +268,7 @@ func TestQuarantineWaitsForRedis(t *testing.T) {
 	other := QuarantineSpec{After: 5, For: 30 * time.Second}
 	ha.SetSpec(Spec{Name: "w", Quarantine: other})
 	mustSync(t, a)
-	for _, k := range []string{QuarantineKey("w", thirty), QuarantineKey("w", other)} {
+	for _, k := range []string{QuarantineKey("", "w", thirty), QuarantineKey("", "w", other)} {
 		if ok, err := rc.HExists(ctx, k, vocab.FingerprintHex(2)).Result(); err != nil || ok {
 			t.Errorf("a quarantine made under the old settings was published to %s: %v, %v", k, ok, err)
 		}

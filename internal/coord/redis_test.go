@@ -291,7 +291,7 @@ func TestPartitionsAreIndependent(t *testing.T) {
 			t.Fatalf("partition %s lapses in %v", p, left)
 		}
 	}
-	ttl, err := rc.PTTL(ctx, PartitionsKey("tenants")).Result()
+	ttl, err := rc.PTTL(ctx, PartitionsKey("", "tenants")).Result()
 	if err != nil || ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("the partitions' key must expire: PTTL %v, %v", ttl, err)
 	}
@@ -481,7 +481,7 @@ func TestRedisRestartLetsNoMoreThanTheBudgetThrough(t *testing.T) {
 			maxRate, maxBurst, maxSlots, spec)
 	}
 	// The partition's expiry is on the simulation's clock: only its presence counts here.
-	if ok, err := rc.HExists(context.Background(), PartitionsKey("restart"), partitionField("")).Result(); err != nil || !ok {
+	if ok, err := rc.HExists(context.Background(), PartitionsKey("", "restart"), partitionField("")).Result(); err != nil || !ok {
 		t.Fatalf("the restarted Redis was not resynced: %v, %v", ok, err)
 	}
 	for _, in := range insts {
@@ -752,7 +752,7 @@ func TestManyPartitionsAndTheirKeysExpire(t *testing.T) {
 		}
 	}
 	// The unkeyed partition is leased too, from the start: one field each in one hash.
-	if n := rc.HLen(ctx, PartitionsKey(spec.Name)).Val(); n != int64(len(keys))+1 {
+	if n := rc.HLen(ctx, PartitionsKey("", spec.Name)).Val(); n != int64(len(keys))+1 {
 		t.Fatalf("%d fields for %d partitions and the unkeyed one", n, len(keys))
 	}
 	for _, k := range append([]string{""}, keys...) {
@@ -862,7 +862,7 @@ func TestLapsedPartitionsAreSwept(t *testing.T) {
 	lapsed := "local t = redis.call('TIME') local now = t[1] * 1000000 + t[2]\n" +
 		"for i = 1, 5000 do redis.call('HSET', KEYS[1], 'gone-' .. i, struct.pack('<ddddddd', now - 1000000, now, 0, 0, now, 0, 0)) end\n" +
 		"for i = 1, 100 do redis.call('HSET', KEYS[1], 'junk-' .. i, 'x') end"
-	if err := rc.Eval(ctx, lapsed, []string{PartitionsKey(spec.Name)}).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := rc.Eval(ctx, lapsed, []string{PartitionsKey("", spec.Name)}).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
 	want := int64(len(live) + 1)
@@ -871,7 +871,7 @@ func TestLapsedPartitionsAreSwept(t *testing.T) {
 	var n int64
 	for i := range syncs {
 		mustSync(t, c)
-		if n = rc.HLen(ctx, PartitionsKey(spec.Name)).Val(); n == want {
+		if n = rc.HLen(ctx, PartitionsKey("", spec.Name)).Val(); n == want {
 			t.Logf("swept after %d syncs", i+1)
 			break
 		}
@@ -891,7 +891,7 @@ func TestLapsedPartitionsAreSwept(t *testing.T) {
 func partitionLapse(t *testing.T, rc *redis.Client, budget, part string) time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	v, err := rc.HGet(ctx, PartitionsKey(budget), partitionField(part)).Result()
+	v, err := rc.HGet(ctx, PartitionsKey("", budget), partitionField(part)).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}
@@ -1099,7 +1099,7 @@ func TestManyTenantsSync(t *testing.T) {
 			fmt.Sscanf(info[i:], "used_memory:%d", &used)
 		}
 	}
-	fields := rc.HLen(ctx, PartitionsKey(spec.Name)).Val()
+	fields := rc.HLen(ctx, PartitionsKey("", spec.Name)).Val()
 	perField := float64(used) / float64(fields+2049)
 	t.Logf("Redis: %d fields, %.1f MB used (%.0f bytes per partition)", fields, float64(used)/1e6, perField)
 	if fields != manyTenants+1 {
@@ -1114,7 +1114,7 @@ func TestManyTenantsSync(t *testing.T) {
 			t.Errorf("partition %s expires in %v, want within two lease durations", k, ttl)
 		}
 	}
-	if ttl := rc.PTTL(ctx, PartitionsKey(spec.Name)).Val(); ttl <= 0 || ttl > 2*leaseDuration(interval)+time.Second {
+	if ttl := rc.PTTL(ctx, PartitionsKey("", spec.Name)).Val(); ttl <= 0 || ttl > 2*leaseDuration(interval)+time.Second {
 		t.Errorf("the partitions' hash expires in %v, want within two lease durations", ttl)
 	}
 }
@@ -1274,7 +1274,7 @@ func TestForgedSweepCursorIsIgnored(t *testing.T) {
 	ctx := context.Background()
 	for _, cursor := range []string{"99999999999999999999", "18446744073709551616", "-1", "1e5", "",
 		"18446744073709551616 1", "0 99999999999999999999", "0 -5", "7 1e300"} {
-		if err := rc.Set(ctx, sweepKey(spec.Name), cursor, 0).Err(); err != nil {
+		if err := rc.Set(ctx, sweepKey("", spec.Name), cursor, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := insts[0].c.Sync(ctx); err != nil {

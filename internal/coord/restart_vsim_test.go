@@ -25,7 +25,7 @@ func emptyRestart(rc *redis.Client, name string, from, outage time.Duration) fun
 		if at >= from+outage && !flushed {
 			flushed = true
 			ctx := context.Background()
-			keys, err := rc.Keys(ctx, KeyPrefix+HashTag(name)+"*").Result()
+			keys, err := rc.Keys(ctx, KeyPrefix+HashTag("", name)+"*").Result()
 			if err != nil {
 				panic(err)
 			}

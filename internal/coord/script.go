@@ -2,8 +2,10 @@ package coord
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -27,31 +29,42 @@ var syncScript = redis.NewScript(syncSource)
 // KeyPrefix starts every key this package writes.
 const KeyPrefix = "pgtraffic:"
 
-// HashTag is the Redis Cluster hash tag of a budget's keys, "{name}", with '{', '}' and '%'
-// percent-encoded so that any budget name makes exactly one tag: every key of a budget is
-// in one slot, as a script touching several keys needs.
-func HashTag(budget string) string {
-	return "{" + tagEscaper.Replace(budget) + "}"
+// HashTag is the Redis Cluster hash tag of the keys of a budget of a database, "{budget}" or,
+// for a database named (Options.Database), "{budget@<digest of database>}", with '{', '}',
+// '@' and '%' in the name percent-encoded so that any budget name makes exactly one tag: every
+// key of a budget is in one slot, as a script touching several keys needs, and two databases'
+// budgets of one name never share a key.
+func HashTag(database, budget string) string {
+	tag := tagEscaper.Replace(budget)
+	if database != "" {
+		sum := sha256.Sum256([]byte("pgtraffic budget\x00" + database))
+		tag += "@" + hex.EncodeToString(sum[:8])
+	}
+	return "{" + tag + "}"
 }
 
-var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "@", "%40")
 
 // PartitionsKey is the Redis key of a budget's partitions, pgtraffic:{budget}:p3: one hash
-// with a field per partition (see partitionField). The "2" is the layout: the layout
-// before it (one hash per partition, pgtraffic:{budget}:p:<partition>) is never read.
-func PartitionsKey(budget string) string { return KeyPrefix + HashTag(budget) + ":p3" }
+// with a field per partition (see partitionField). The "3" is the layout: earlier layouts are
+// never read.
+func PartitionsKey(database, budget string) string {
+	return KeyPrefix + HashTag(database, budget) + ":p3"
+}
 
 // WantChannel is the Redis channel of a budget, pgtraffic:{budget}:want, on which the sync
 // script says that an instance wants more slots than it was granted while others hold slots
 // beyond their targets (the message: the partition's field); each coordinator listens, and a
 // holder then syncs early, its estimate of its demand falling fast, to hand those slots over.
-func WantChannel(budget string) string { return KeyPrefix + HashTag(budget) + wantSuffix }
+func WantChannel(database, budget string) string {
+	return KeyPrefix + HashTag(database, budget) + wantSuffix
+}
 
 // wantSuffix ends every budget's [WantChannel] (sync.lua names the channel the same way).
 const wantSuffix = ":want"
 
 // sweepKey holds the cursor of the sweep of a budget's lapsed partitions (sync.lua).
-func sweepKey(budget string) string { return PartitionsKey(budget) + ":sweep" }
+func sweepKey(database, budget string) string { return PartitionsKey(database, budget) + ":sweep" }
 
 // partitionField is a partition's field in its budget's [PartitionsKey]: its key, which a long
 // value of the budget's per tag is hashed into (budget.KeyOf), so that a huge tag value cannot
@@ -82,6 +95,7 @@ type leftFor struct {
 // budget's quarantine key (the first call of a sync of a budget with shared quarantines), with
 // the quarantines to publish, whose time left counts from at.
 type call struct {
+	database    string // Options.Database: with spec.Name, it names the budget's keys
 	spec        Spec
 	notAfter    int64 // µs of Redis TIME after which Redis must not act on the call; 0: none
 	reps        []report
@@ -94,7 +108,7 @@ type call struct {
 func runSync(ctx context.Context, rc redis.Scripter, instance string, interval time.Duration, cl call) (reply, error) {
 	spec, reps := cl.spec, cl.reps
 	keys := make([]string, 2, 3)
-	keys[0], keys[1] = PartitionsKey(spec.Name), sweepKey(spec.Name)
+	keys[0], keys[1] = PartitionsKey(cl.database, spec.Name), sweepKey(cl.database, spec.Name)
 	args := make([]any, 0, 10+len(reps)+2*len(cl.publish))
 	lease := leaseDuration(interval)
 	var qfor int64
@@ -112,7 +126,7 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 		args = append(args, partitionField(r.p.key))
 	}
 	if cl.quarantines {
-		keys = append(keys, QuarantineKey(spec.Name, spec.Quarantine))
+		keys = append(keys, QuarantineKey(cl.database, spec.Name, spec.Quarantine))
 		for _, q := range cl.publish {
 			if left := q.Until.Sub(cl.at).Microseconds(); left > 0 {
 				args = append(args, vocab.FingerprintHex(q.Fingerprint), left)

@@ -33,11 +33,11 @@ func TestSyncScriptWantChannel(t *testing.T) {
 	}
 	drop, _ := strconv.Atoi(m[1]) // string.sub(s, 1, -n) leaves out the last n-1 bytes
 	for _, name := range []string{"orders", "{a}%b"} {
-		hkey := PartitionsKey(name)
+		hkey := PartitionsKey("", name)
 		if drop < 1 || drop-1 > len(hkey) {
 			t.Fatalf("sync.lua cuts %d bytes off %q", drop-1, hkey)
 		}
-		if got, want := hkey[:len(hkey)-(drop-1)]+m[2], WantChannel(name); got != want {
+		if got, want := hkey[:len(hkey)-(drop-1)]+m[2], WantChannel("", name); got != want {
 			t.Errorf("budget %q: sync.lua publishes on %q, the coordinators listen on %q", name, got, want)
 		}
 	}

@@ -120,7 +120,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 	clk := fakeclock.New()
 	cr := newClockedRedis(t, rc, clk.Now)
 	if cfg.forge != "" {
-		key, field := PartitionsKey(cfg.name), partitionField("")
+		key, field := PartitionsKey("", cfg.name), partitionField("")
 		script := forgePrelude + cfg.forge + forgePostlude
 		cr.before = func(ctx context.Context, now time.Time) {
 			if err := rc.Eval(ctx, script, []string{key}, now.UnixMicro(), field).Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -225,7 +225,7 @@ func simulateSlots(t *testing.T, cfg slotConfig) slotResult {
 func wantListener(t *testing.T, rc *redis.Client, name string, insts []*slotInst, sent func()) func() {
 	t.Helper()
 	ctx := context.Background()
-	ch := WantChannel(name)
+	ch := WantChannel("", name)
 	ps := rc.Subscribe(ctx, ch)
 	t.Cleanup(func() { _ = ps.Close() })
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation

@@ -36,7 +36,7 @@ var otherStringFacts = map[string]map[string]int{
 	"internal/engine/log.go":  {"budget": 1, "fingerprint": 1},        // log attributes
 	"internal/guard/guard.go": {"delete": 1, "merge": 1, "update": 1}, // SQL keywords of the word check
 	// PostgreSQL's application_name parameter, not the built-in tag of that name.
-	"driver/core.go":                       {"application_name": 2},
+	"driver/core.go":                       {"application_name": 1},
 	"internal/serverclock/pgxconn/conn.go": {"application_name": 1},
 }
 

@@ -97,7 +97,7 @@ func (r *Runtime) switchCoordinator(cfg *rules.Config) (old coordination, err er
 		id = co.c.Instance()
 	}
 	c, err := coord.New(coord.Options{Client: r.redis, URL: sec.Redis, Interval: time.Duration(sec.SyncInterval),
-		FallbackInstances: sec.FallbackInstances, Instance: id, Logger: r.log, Now: r.now,
+		FallbackInstances: sec.FallbackInstances, Instance: id, Database: r.database, Logger: r.log, Now: r.now,
 		Quarantines: quarantines{r.e}})
 	if err != nil {
 		return coordination{}, err

@@ -25,6 +25,10 @@ type Options struct {
 	// user@host:port/dbname): with a coordination section, instances whose identities are
 	// equal elect one sampler (election.go). Empty: each samples for itself.
 	HealthDatabase string
+	// Database identifies the server and database the budgets limit, without secrets (e.g.
+	// host:port/dbname): with a coordination section, instances whose identities are equal
+	// share a budget of one name (coord.Options.Database). Empty: a budget's name alone.
+	Database string
 	// ElectionSecret reads a secret of the database that every instance of it can read and
 	// Redis does not hold: the election signs its samples with a key derived from it
 	// (coord.ElectionOptions.Secret). Nil: no election, each instance samples for itself.
@@ -50,6 +54,7 @@ type Runtime struct {
 	after          func(time.Duration) <-chan time.Time
 	healthConnect  func(ctx context.Context) (health.Conn, error)
 	healthDatabase string
+	database       string
 	electionSecret func(ctx context.Context) (string, error)
 	clockConnect   func(ctx context.Context) (serverclock.Conn, error)
 	redis          redis.UniversalClient
@@ -73,7 +78,7 @@ type Runtime struct {
 func New(e *engine.Engine, o Options) *Runtime {
 	now, after := e.Clock()
 	return &Runtime{e: e, log: e.Logger(), now: now, after: after, healthConnect: o.HealthConnect,
-		healthDatabase: o.HealthDatabase, electionSecret: o.ElectionSecret, clockConnect: o.ServerClockConnect,
+		healthDatabase: o.HealthDatabase, database: o.Database, electionSecret: o.ElectionSecret, clockConnect: o.ServerClockConnect,
 		redis: o.Redis, instance: o.Instance}
 }
 
