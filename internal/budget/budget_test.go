@@ -278,3 +278,26 @@ func TestSetSpecKeylessFolds(t *testing.T) {
 	admit1(t, at(1), b, "", 1)
 	mustInvariants(t, b)
 }
+
+// TestRetryAfterOfADebtOfCenturies: a rate near zero (server_share: 0.000000000001, which the
+// rules accept) drains a debt of a second in centuries; a denial then says so at once, with
+// the longest wait the bucket computes, rather than search for the instant (and hold the
+// budget's lock) forever.
+func TestRetryAfterOfADebtOfCenturies(t *testing.T) {
+	b := New(Spec{Rate: 1e-12, Burst: 2})
+	charge(t, at(0), b, "k", 1.3)
+	req := []Request{{Budget: b, Key: "k", Cost: 1}}
+	done := make(chan *Denial, 1)
+	go func() {
+		_, d := Admit(at(1), req, nil)
+		done <- d
+	}()
+	select {
+	case d := <-done:
+		if d == nil || d.Reason != vocab.ReasonBudget || d.RetryAfter != time.Duration(math.MaxInt64/4) {
+			t.Errorf("Admit = %+v, want a budget denial with RetryAfter %v", d, time.Duration(math.MaxInt64/4))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Admit has not returned after 10s: RetryAfter searches forever")
+	}
+}

@@ -74,7 +74,8 @@ func (b Bucket) Fits(now time.Time, rate, burst, cost float64) bool {
 // RetryAfter is the shortest wait after now at which cost fits under burst,
 // exact to the nanosecond: draining is monotone in time even in floating
 // point, so a binary search finds the first instant that fits. The caller
-// has checked that cost fits an empty bucket.
+// has checked that cost fits an empty bucket. A wait of more than [never]
+// (a debt that a rate near zero drains in centuries) is never.
 func (b Bucket) RetryAfter(now time.Time, rate, burst, cost float64) time.Duration {
 	if rate == 0 || b.Fits(now, rate, burst, cost) {
 		return 0
@@ -82,7 +83,10 @@ func (b Bucket) RetryAfter(now time.Time, rate, burst, cost float64) time.Durati
 	lo := time.Duration(0) // does not fit at now+lo
 	hi := max(b.emptyAfter(now, rate), 1)
 	for !b.Fits(now.Add(hi), rate, burst, cost) { // rounding put emptyAfter short
-		hi *= 2
+		if hi >= never {
+			return never
+		}
+		hi = min(2*hi, never)
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
@@ -102,11 +106,15 @@ func (b Bucket) emptyAfter(now time.Time, rate float64) time.Duration {
 		return 0
 	}
 	ns := math.Ceil(d / rate * 1e9)
-	if ns >= math.MaxInt64/4 {
-		return math.MaxInt64 / 4
+	if ns >= float64(never) {
+		return never
 	}
 	return time.Duration(ns)
 }
+
+// never is the longest wait the bucket computes, about 73 years: longer ones are never, and
+// a time this far ahead still adds to any clock without overflow.
+const never = time.Duration(math.MaxInt64 / 4)
 
 // state is one key's bucket and concurrency count.
 type state struct {
