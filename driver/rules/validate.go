@@ -13,13 +13,8 @@ import (
 )
 
 // minHealthInterval keeps a typo (1us) from turning the sampler into a load generator;
-// maxHealthInterval one of the other kind (1000000h) from making every sample stale at once
-// (a sample is stale after three intervals, a time that would overflow): a server read once a
-// day protects nothing.
-const (
-	minHealthInterval = 10 * time.Millisecond
-	maxHealthInterval = 24 * time.Hour
-)
+// vocab.MaxHealthInterval bounds one of the other kind.
+const minHealthInterval = 10 * time.Millisecond
 
 // Health queries are each read every health_interval and, with a coordination section,
 // published through Redis in one sample: their number and names are bounded, well within
@@ -50,8 +45,8 @@ func (c *Config) validate(p *problems) {
 	if c.HealthInterval > 0 && time.Duration(c.HealthInterval) < minHealthInterval {
 		p.add(top.member(c, &c.HealthInterval), "must be at least %v, got %v", minHealthInterval, c.HealthInterval)
 	}
-	if time.Duration(c.HealthInterval) > maxHealthInterval {
-		p.add(top.member(c, &c.HealthInterval), "must be at most %v, got %v", maxHealthInterval, c.HealthInterval)
+	if time.Duration(c.HealthInterval) > vocab.MaxHealthInterval {
+		p.add(top.member(c, &c.HealthInterval), "must be at most %v, got %v", vocab.MaxHealthInterval, c.HealthInterval)
 	}
 	if n := len(c.HealthQueries); n > maxHealthQueries {
 		p.add(top.member(c, &c.HealthQueries), "at most %d health queries, got %d", maxHealthQueries, n)

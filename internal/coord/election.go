@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgtraffic/pgtraffic/driver/rules/vocab"
 	"github.com/pgtraffic/pgtraffic/internal/bounded"
 	"github.com/pgtraffic/pgtraffic/internal/health"
 )
@@ -29,8 +30,10 @@ var electionScript = redis.NewScript(electionSource)
 const (
 	maxSampleBytes = 64 << 10
 	maxSampleText  = 1024 // a metric name or an error
-	maxSampleAge   = time.Hour
-	sampleFormat   = 1 // the version written, and the only one read
+	// maxSampleAge: a sample is stale after three health intervals, and a reader may poll a
+	// round late; older than that under the longest interval, it cannot be honest.
+	maxSampleAge = 4 * vocab.MaxHealthInterval
+	sampleFormat = 1 // the version written, and the only one read
 )
 
 // Election is the health sampler election of one database through Redis: it implements

@@ -193,6 +193,7 @@ func TestElectionForgedState(t *testing.T) {
 		lead   bool
 		bad    string
 		err    error
+		honest bool // the sample is the lead's: its readings are read
 	}{
 		{name: "lease without expiry", script: "redis.call('SET', KEYS[1], 'mallory')", lead: true},
 		{name: "lease longer than any", script: "redis.call('SET', KEYS[1], 'mallory', 'PX', 99999999)", lead: true},
@@ -215,7 +216,9 @@ func TestElectionForgedState(t *testing.T) {
 		{name: "unknown format", script: holder, data: `{"f":2,"r":[]}`, secret: electSecret, bad: "format 2"},
 		{name: "future", script: holder, at: 60e6, data: healthy, secret: electSecret, bad: "dated in the future"},
 		{name: "negative age", script: holder, data: `{"f":1,"r":[{"m":"active_queries","v":"0","a":-9000000}]}`, secret: electSecret, bad: "dated in the future or absurdly old"},
-		{name: "ancient", script: holder, at: -2 * time.Hour.Microseconds(), data: healthy, secret: electSecret, bad: "absurdly old"},
+		{name: "ancient", script: holder, at: -5 * 24 * time.Hour.Microseconds(), data: healthy, secret: electSecret, bad: "absurdly old"},
+		// Under health_interval: 10h a reader polls about an eighth of an interval late.
+		{name: "honest, of a long interval", script: holder, at: -75 * time.Minute.Microseconds(), data: healthy, secret: electSecret, honest: true},
 		{name: "unreadable value", script: holder, data: `{"f":1,"r":[{"m":"active_queries","v":"zero","a":0}]}`, secret: electSecret, bad: "unreadable value"},
 		{name: "too many readings", script: holder, data: `{"f":1,"r":[` + strings.Repeat(`{"m":"x","v":"1","a":0},`, 300) + `{"m":"y","v":"1","a":0}]}`, secret: electSecret, bad: "too many readings"},
 	} {
@@ -244,8 +247,11 @@ func TestElectionForgedState(t *testing.T) {
 			if v.Lead != tc.lead || !strings.Contains(v.Bad, tc.bad) || tc.bad != "" && v.Bad == "" || v.Bad != "" && v.Published != nil {
 				t.Errorf("vote = %+v; want lead=%v, bad containing %q, no readings with bad", v, tc.lead, tc.bad)
 			}
-			if tc.bad == "" && !tc.lead && v.Published != nil {
+			if tc.bad == "" && !tc.lead && v.Published != nil && !tc.honest {
 				t.Errorf("readings from a forged sample: %+v", v.Published)
+			}
+			if tc.honest && (len(v.Published) != 1 || v.Published[0].Age < 75*time.Minute) {
+				t.Errorf("the lead's sample read as %+v, want its reading, 75 minutes old", v)
 			}
 		})
 	}

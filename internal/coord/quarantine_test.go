@@ -301,3 +301,21 @@ func TestQuarantineSyncsEarly(t *testing.T) {
 		t.Error("a budget without shared quarantines took one, or syncs with no partition")
 	}
 }
+
+// TestQuarantineShorterThanAMicrosecond: a quarantine's for: below Redis's microsecond
+// (for: 500ns, which the rules accept) is sent as one microsecond; sent as zero, the script
+// skipped the quarantines and every sync failed on its short answer, leaving the budget on
+// its fallback share.
+func TestQuarantineShorterThanAMicrosecond(t *testing.T) {
+	rc := newClient(t, redistest.Need(t))
+	now := time.Unix(1_000_000, 0)
+	a, _ := quarantineInstance(t, rc, "a", now)
+	h := a.Register(Spec{Name: "tiny", MaxConcurrent: 8, Quarantine: QuarantineSpec{After: 1, For: 500 * time.Nanosecond}}, nil)
+	h.Quarantine(0x0123456789abcdef, now.Add(500*time.Nanosecond))
+	for range 2 {
+		mustSync(t, a)
+	}
+	if s := a.Status(); len(s) != 1 || s[0].Syncs != 2 || s[0].Failures != 0 {
+		t.Errorf("status %+v, want two syncs and no failure", s)
+	}
+}

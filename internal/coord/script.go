@@ -113,7 +113,8 @@ func runSync(ctx context.Context, rc redis.Scripter, instance string, interval t
 	lease := leaseDuration(interval)
 	var qfor int64
 	if cl.quarantines {
-		qfor = spec.Quarantine.For.Microseconds()
+		// In Redis's microseconds, at least one: the script shares no quarantine of for 0.
+		qfor = max(spec.Quarantine.For.Microseconds(), 1)
 	}
 	args = append(args, instance, lease.Milliseconds(), ffmt(spec.Rate), ffmt(spec.Burst), spec.MaxConcurrent,
 		max(interval.Milliseconds(), 1), cl.notAfter, qfor, MaxQuarantines)

@@ -89,6 +89,11 @@ const (
 // not set.
 const DefaultHealthInterval = time.Second
 
+// MaxHealthInterval is the longest health_interval: it keeps a typo (1000000h) from making
+// every sample stale at once (a sample is stale after three intervals, a time that would
+// overflow); a server read once a day protects nothing.
+const MaxHealthInterval = 24 * time.Hour
+
 // DefaultBurstWindow sizes a budget's bucket when it has a server_share and no burst_limit: the
 // bucket holds this long of its drain rate (share × cores × 1s).
 const DefaultBurstWindow = time.Second
