@@ -393,8 +393,11 @@ func (m *Model) Observe(fp uint64, text string, planCost, actual float64, own bo
 		// The first execution since budgets refused the pattern as too costly (a probe): the
 		// history that predicted too much is what is in doubt, so this sample starts it anew.
 		// So does the cached plan cost unless the probe brings its own (planCost): it was the
-		// refused statements', which may not be the next statement's either.
-		next := pattern{queryID: p.queryID, text: p.text, runs: p.runs}
+		// refused statements', which may not be the next statement's either. The server's
+		// report stands: it is the server's own account, which its next reports correct
+		// from the executions it sees, this probe's among them.
+		next := pattern{queryID: p.queryID, text: p.text, runs: p.runs,
+			serverMean: p.serverMean, serverUntil: p.serverUntil}
 		if planned {
 			next.planCost, next.planExpires = p.planCost, p.planExpires
 		}

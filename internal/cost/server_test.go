@@ -72,3 +72,26 @@ func TestModelServerMeanImplausible(t *testing.T) {
 		t.Fatalf("a server mean of 400µs for executions the client waited 500µs for: %v", err)
 	}
 }
+
+// TestModelProbeKeepsTheServersReport: a pattern refused as too costly on the client's clock
+// (its history holds what the application spends around it, rows held open) and then reported
+// by the server keeps the server's report through the next execution, the probe's or the
+// first admitted one's, which starts the client's history anew: the server's report is its own
+// account. Before, each report admitted one statement, whose execution wiped the report.
+func TestModelProbeKeepsTheServersReport(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	m := NewModel(10)
+	const fp = 1
+	m.PutQueryID(fp, "", 9)
+	for range 5 {
+		m.Observe(fp, "", 0, 0.1, false, 1) // 100ms on the client's clock
+	}
+	m.NeverFits(now, fp) // refused by a per_query_limit of 20ms
+	if err := m.ObserveServer(now, fp, 9, 0.00003, now.Add(10*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(fp, "", 0, 0.1, false, 1) // the first execution since the refusal
+	if p := m.Predict(now.Add(time.Second), fp, 0); !p.Server || math.Abs(p.Seconds-0.00003) > 1e-12 {
+		t.Fatalf("after the execution: %+v, want the server's 30µs", p)
+	}
+}

@@ -57,6 +57,7 @@ func (r *Runtime) configureServerClock(cfg *rules.Config, interval time.Duration
 		Logger:   r.log,
 		Now:      r.now,
 		Election: c.el,
+		Previous: replaced,
 	})
 	c.rd.Start()
 	return replaced

@@ -40,8 +40,8 @@ const (
 	// recently used first.
 	MaxQueryIDs = 1000
 	// reportIntervals is how many intervals a pattern's server-clock prediction stays in force
-	// without a newer report (an idle pattern, failing reads) before it returns to the client's
-	// clock.
+	// without a newer report (its entry gone from the view, failing reads) before it returns to
+	// the client's clock. An idle pattern is reported at every read (tracker.update).
 	reportIntervals = 10
 	// floorPings is how many recent round trips the network floor is the smallest of; once that
 	// many are measured, a round trip is measured every pingEvery rounds. The first round
@@ -96,6 +96,11 @@ type Options struct {
 	// holding the lease reads pg_stat_statements and publishes what it learned, the others
 	// adopt it for the query identifiers they know. Nil: this instance reads for itself.
 	Election health.Election
+	// Previous is the reader this one replaces (a reload changed the interval or the
+	// election), which its owner closes: this one starts once it has stopped, from its
+	// baselines and averages, so that the patterns it reported stay on the server's clock
+	// without a gap of two of the new intervals. Nil: the reader starts afresh.
+	Previous *Reader
 }
 
 // electionSet names the server clock's lease and sample in the election, apart from every
@@ -196,6 +201,16 @@ func (r *Reader) Counts() Counts {
 
 func (r *Reader) loop() {
 	defer close(r.done)
+	if prev := r.o.Previous; prev != nil {
+		select {
+		case <-prev.done:
+			r.tr = prev.tr // its goroutine is done with it
+			r.tr.maxAge = reportIntervals * r.o.Interval
+		case <-r.life.Done():
+			return
+		}
+		r.o.Previous = nil // let it go
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var due time.Time // when the next round is

@@ -13,7 +13,7 @@ const maxMean = 24 * time.Hour
 // executions.
 type Learned struct {
 	QueryID int64
-	Calls   int64   // executions between the two reads
+	Calls   int64   // executions between the two reads; 0: it did not run, its mean stands
 	Seconds float64 // mean server seconds per execution, planning included where tracked
 }
 
@@ -48,10 +48,12 @@ type tracker struct {
 	maxAge time.Duration
 	// counts of events, for the reader's counters
 	resets, rejected uint64
-	// update's scratch: how often each entry is in the reading, and where each identifier's
-	// growth is in the read's list
+	// update's scratch: how often each entry is in the reading, where each identifier's
+	// growth is in the read's list (-1: reported idle), and the identifiers of entries that
+	// did not run since the last read
 	dups  map[entry]int
 	grown map[int64]int
+	idle  []int64
 }
 
 // entry is one pg_stat_statements entry of the reader's database: a query identifier as run by
@@ -69,8 +71,8 @@ type baseline struct {
 }
 
 // average is an identifier's server seconds and executions averaged over its recent reads
-// (smooth). grew is when it last grew: an average older than maxAge is the past's (its
-// prediction lapsed meanwhile), and the next growth starts a new one.
+// (smooth). grew is when it last grew: an average older than maxAge is the past's, which the
+// next growth does not mix with but starts anew; until then it stands for the idle identifier.
 type average struct {
 	sec, n float64
 	grew   time.Time
@@ -103,7 +105,10 @@ func (t *tracker) stale(then, now time.Time) bool { return t.maxAge > 0 && now.S
 
 // update takes reading r, made at now, of the identifiers last passed to keep and appends to
 // dst what it teaches: the mean of each identifier whose calls grew since its entries'
-// baselines.
+// baselines, then, with Calls 0, the mean of each that is still in the view with an average
+// but did not run since the last read. The server still holds what it spends on those: an
+// idle pattern stays on the server's clock, and only one the server no longer reports (its
+// entry evicted or reset, the extension gone, reads failing) returns to the client's.
 func (t *tracker) update(now time.Time, r Reading, dst []Learned) []Learned {
 	t.begin(r)
 	var grown []growth
@@ -127,6 +132,15 @@ func (t *tracker) update(now time.Time, r Reading, dst []Learned) []Learned {
 		t.avg[g.id] = a
 		dst = append(dst, Learned{QueryID: g.id, Calls: g.n, Seconds: a.sec / a.n})
 	}
+	for _, id := range t.idle {
+		if _, grew := t.grown[id]; grew {
+			continue // another role's entry of it ran
+		}
+		if a, ok := t.avg[id]; ok && a.n > 0 {
+			t.grown[id] = -1 // reported: once, whatever its entries
+			dst = append(dst, Learned{QueryID: id, Seconds: a.sec / a.n})
+		}
+	}
 	return dst
 }
 
@@ -148,6 +162,7 @@ func (t *tracker) begin(r Reading) {
 	}
 	clear(t.dups)
 	clear(t.grown)
+	t.idle = t.idle[:0]
 	for _, row := range r.Rows {
 		t.dups[entry{row.QueryID, row.UserID}]++
 	}
@@ -177,6 +192,8 @@ func (t *tracker) take(now time.Time, row Row, grown []growth) []growth {
 	case !had: // first seen: its counters hold history of unknown age
 	case t.stale(b.at, now):
 		// Last read before a long gap: its growth is the whole gap's, long past.
+	case row.Calls == b.calls && ms == b.ms:
+		t.idle = append(t.idle, row.QueryID) // it did not run since the last read
 	case row.Calls < b.calls || ms < b.ms:
 		t.resets++ // reset or evicted and re-created since the baseline: its average starts over
 		delete(t.avg, row.QueryID)

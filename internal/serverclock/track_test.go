@@ -22,7 +22,8 @@ func TestTracker(t *testing.T) {
 			[]Learned{{QueryID: 1, Calls: 100, Seconds: 0.0002}}, 0, 0},
 		{"planning counts where tracked", Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: 1200, ExecMS: 530, PlanMS: 10}}},
 			[]Learned{{QueryID: 1, Calls: 100, Seconds: 0.0002}}, 0, 0},
-		{"no calls teach nothing", Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: 1200, ExecMS: 530, PlanMS: 10}}}, nil, 0, 0},
+		{"no calls: the mean stands", Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: 1200, ExecMS: 530, PlanMS: 10}}},
+			[]Learned{{QueryID: 1, Seconds: 0.0002}}, 0, 0},
 		{"counters going back are a reset", Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: 5, ExecMS: 1}}}, nil, 1, 0},
 		{"and the next read learns from the new baseline", Reading{Reset: t0, Rows: []Row{{QueryID: 1, Calls: 15, ExecMS: 2}}},
 			[]Learned{{QueryID: 1, Calls: 10, Seconds: 0.0001}}, 1, 0},
@@ -82,8 +83,8 @@ func TestTrackerWeighsReadsByCalls(t *testing.T) {
 	if len(got) != 1 || got[0].Calls != 10 || math.Abs(got[0].Seconds-want) > 1e-12 {
 		t.Fatalf("a slow read of few executions: %+v, want %d calls at the mean by executions %.6f s", got, 10, want)
 	}
-	if got := read(1110, 520); len(got) != 0 {
-		t.Fatalf("no executions: %+v, want nothing learned", got)
+	if got := read(1110, 520); len(got) != 1 || got[0].Calls != 0 || math.Abs(got[0].Seconds-want) > 1e-12 {
+		t.Fatalf("no executions: %+v, want the mean standing, no calls", got)
 	}
 	if got := read(1210, 530); len(got) != 1 || got[0].Seconds >= want {
 		t.Fatalf("after a read with nothing run, a fast read: %+v, want below %.6f s (the average stood, then moved)", got, want)
@@ -244,5 +245,30 @@ func TestTrackerAges(t *testing.T) {
 	}
 	if got := read(27*time.Second, 500, 2300); len(got) != 1 || math.Abs(got[0].Seconds-(1.0+0.5*(0.1-1.0))/100) > 1e-12 {
 		t.Fatalf("a second's growth later: learned %+v, want the smoothed mean", got)
+	}
+}
+
+// TestTrackerIdleMeanStands: an identifier that stops running keeps its mean, reported with no
+// calls at every read while the server still holds its entry (an idle pattern stays on the
+// server's clock however long it idles), and nothing once the entry is gone.
+func TestTrackerIdleMeanStands(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	tr := tracker{maxAge: 10 * time.Second}
+	read := func(at time.Duration, rows ...Row) []Learned {
+		tr.keep([]int64{1})
+		return tr.update(t0.Add(at), Reading{Reset: t0, Rows: rows}, nil)
+	}
+	read(0, Row{QueryID: 1, Calls: 100, ExecMS: 50})
+	if got := read(time.Second, Row{QueryID: 1, Calls: 200, ExecMS: 53}); len(got) != 1 || got[0].Calls != 100 {
+		t.Fatalf("growth: %+v", got)
+	}
+	for i := 2; i < 60; i++ { // a minute idle, six times maxAge
+		got := read(time.Duration(i)*time.Second, Row{QueryID: 1, Calls: 200, ExecMS: 53})
+		if len(got) != 1 || got[0].Calls != 0 || math.Abs(got[0].Seconds-0.00003) > 1e-12 {
+			t.Fatalf("idle %ds: %+v, want the mean 30µs standing", i, got)
+		}
+	}
+	if got := read(time.Minute); len(got) != 0 {
+		t.Fatalf("entry gone: %+v, want nothing", got)
 	}
 }
