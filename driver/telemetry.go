@@ -140,6 +140,10 @@ type telemetry struct {
 	// replica, a database/sql connector beside a Pool) each report their budgets: observations
 	// of two callbacks with the same attributes would be duplicates, of which the SDK keeps one.
 	observedAttr []attribute.KeyValue
+	// connectorAttr is observedAttr as the first option of every count of pgtraffic.decisions,
+	// so that two connectors' decisions (a shard's and another's, a primary's and a replica's)
+	// count apart, as their gauges do.
+	connectorAttr metric.MeasurementOption
 
 	// tagKeys maps the keys of tags other than the built-ins to their span attribute keys
 	// (pgtraffic.tag.<key>), so that a span does not build them by concatenation, one
@@ -216,6 +220,7 @@ func newTelemetry(o *options, cc *pgx.ConnConfig) (*telemetry, error) {
 	t.commonAttr = server
 	t.metricAttr = server
 	t.observedAttr = append(slices.Clip(server), attribute.Int64(attrConnector, int64(connectors.Add(1))))
+	t.connectorAttr = metric.WithAttributeSet(attribute.NewSet(t.observedAttr...))
 	t.wants.Store(uint32(t.evaluateWants()))
 	if o.tracerProvider == nil || o.meterProvider == nil {
 		t.mu.Lock() // the timer's first call may come before AfterFunc returns
@@ -513,10 +518,7 @@ func (t *telemetry) Blocked(ctx context.Context, x *engine.Exec, err error) {
 	}
 	span.End()
 	if denied && t.decisions.Enabled(ctx) {
-		t.decisions.Add(ctx, 1, metric.WithAttributes(
-			attribute.String(attrBudget, d.Budget),
-			attribute.String(attrDecision, engine.DecisionBlock),
-			attribute.String(attrReason, d.Reason)))
+		t.countDecision(ctx, d.Budget, engine.DecisionBlock, d.Reason)
 	}
 }
 
@@ -613,7 +615,13 @@ func blockedStatus(budget, reason string) string {
 
 // Decision counts one budget's decision; the engine calls it only when Wants had WantDecisions.
 func (t *telemetry) Decision(budget, decision, reason string) {
-	t.decisions.Add(context.Background(), 1, metric.WithAttributes(
+	t.countDecision(context.Background(), budget, decision, reason)
+}
+
+// countDecision adds one to pgtraffic.decisions, in ctx (a blocked statement's span's: an
+// exemplar's).
+func (t *telemetry) countDecision(ctx context.Context, budget, decision, reason string) {
+	t.decisions.Add(ctx, 1, t.connectorAttr, metric.WithAttributes(
 		attribute.String(attrBudget, budget),
 		attribute.String(attrDecision, decision),
 		attribute.String(attrReason, reason)))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/pgtraffic/pgtraffic/driver"
 	"github.com/pgtraffic/pgtraffic/internal/pgtest"
@@ -438,4 +440,83 @@ rules:
 			"(%d of %d rows, last replay %.1fs ago): it read the primary's lag through the election", admitted, tries,
 			standbyRows, primaryRows, age)
 	}
+}
+
+// TestDecisionsCountPerDatabase: two databases' connectors on one meter provider, each with a
+// budget "reporting", which refuses everything on A (max_concurrent: 0) and admits on B.
+// pgtraffic.decisions tells the two apart, by db.namespace and pgtraffic.connector, as the
+// gauges do.
+func TestDecisionsCountPerDatabase(t *testing.T) {
+	srv := pgtest.Shared(t)
+	dsnA, dsnB := srv.CreateDatabase(t), srv.CreateDatabase(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	rulesWith := func(slots int) *driver.Config {
+		cfg, err := driver.ParseConfig([]byte(fmt.Sprintf(`
+budgets:
+  - {name: reporting, mode: enforce, max_concurrent: %d}
+rules:
+  - {budget: reporting, match: {app: reporting}}
+`, slots)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	open := func(dsn string, slots int) *sql.DB {
+		c, err := driver.NewConnector(dsn, driver.WithConfig(rulesWith(slots)), driver.WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(c)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	dbA, dbB := open(dsnA, 0), open(dsnB, 4)
+	ctx := tagging.With(context.Background(), "app", "reporting")
+	for range 3 {
+		if _, err := dbA.ExecContext(ctx, "select 1"); !errors.Is(err, driver.ErrBlocked) {
+			t.Fatalf("A: %v, want a refusal", err)
+		}
+		if _, err := dbB.ExecContext(ctx, "select 1"); err != nil {
+			t.Fatalf("B: %v", err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{} // database/decision → count
+	connectors := map[string]string{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "pgtraffic.decisions" || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				ns, _ := dp.Attributes.Value("db.namespace")
+				d, _ := dp.Attributes.Value("pgtraffic.decision")
+				conn, _ := dp.Attributes.Value("pgtraffic.connector")
+				counts[ns.AsString()+"/"+d.AsString()] += dp.Value
+				connectors[ns.AsString()] = conn.Emit()
+			}
+		}
+	}
+	nameA, nameB := databaseName(t, dsnA), databaseName(t, dsnB)
+	if counts[nameA+"/block"] != 3 || counts[nameB+"/allow"] != 3 || counts[nameA+"/allow"] != 0 || counts[nameB+"/block"] != 0 ||
+		connectors[nameA] == connectors[nameB] {
+		t.Errorf("pgtraffic.decisions by database and decision %v, connectors %v; want 3 blocks on %s, 3 allows on %s, "+
+			"each under its own connector", counts, connectors, nameA, nameB)
+	}
+}
+
+// databaseName is the name of dsn's database.
+func databaseName(t *testing.T, dsn string) string {
+	t.Helper()
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc.Database
 }
