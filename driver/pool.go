@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/pgtraffic/pgtraffic/internal/health/pgxconn"
+	"github.com/pgtraffic/pgtraffic/internal/pattern"
 )
 
 // Pool is pgtraffic's pgx-native front end: a *pgxpool.Pool whose statements are decided as
@@ -159,14 +160,14 @@ func closedPool(err error) error {
 
 // ready readies the pool for a statement of text sql: errPoolClosed once it is closed, so that
 // the statement is refused before the engine decides it (nothing counted, no span); and, for a
-// statement that may be run by a name (its text is one word, see oneWord), it waits for the
-// names of the statements the pool's AfterConnect hook prepares (learnNames). Once the names
-// are known it reads the closed state and one atomic flag.
+// statement that may be run by a name (mayBeName), it waits for the names of the statements
+// the pool's AfterConnect hook prepares (learnNames). Once the names are known it reads the
+// closed state and one atomic flag.
 func (p *Pool) ready(ctx context.Context, sql string) error {
 	if p.engine.Closed() {
 		return errPoolClosed
 	}
-	if p.run.names.pending.Load() && oneWord(sql) {
+	if p.run.names.pending.Load() && mayBeName(sql) {
 		return p.learnNames(ctx)
 	}
 	return nil
@@ -177,11 +178,17 @@ func (p *Pool) readyBatch(ctx context.Context, b *pgx.Batch) error {
 	if p.engine.Closed() {
 		return errPoolClosed
 	}
-	if p.run.names.pending.Load() && slices.ContainsFunc(b.QueuedQueries, func(q *pgx.QueuedQuery) bool { return oneWord(q.SQL) }) {
+	if p.run.names.pending.Load() && slices.ContainsFunc(b.QueuedQueries, func(q *pgx.QueuedQuery) bool { return mayBeName(q.SQL) }) {
 		return p.learnNames(ctx)
 	}
 	return nil
 }
+
+// mayBeName reports whether sql, sent before the names of the statements the pool's
+// AfterConnect hook prepares are known, may be one of them: one word (see oneWord), or a text
+// that is not SQL, as a name with a space is ("purge items": pgx takes any string as a name).
+// The second asks pg_query, which only the pool's first statements do.
+func mayBeName(sql string) bool { return oneWord(sql) || !pattern.Analyze(sql).Parsed }
 
 // learnNames waits until the pool's AfterConnect hook has run on a connection: the names of the
 // statements it prepares are then known, and the pool's statements, decided before they take a

@@ -163,3 +163,46 @@ func TestPoolPreparedByNameEverywhere(t *testing.T) {
 		t.Error("Pool.Config's AfterConnect is not the application's hook")
 	}
 }
+
+// TestPoolFirstStatementByANameWithASpace: pgx takes any string as a prepared statement's name,
+// "purge items" as well as "purge_items". Run by such a name as the pool's first statement or
+// in its first batch, before any connection ran the AfterConnect hook, the unqualified DELETE
+// is refused as its text is: the first statements that may be a name wait for the names.
+func TestPoolFirstStatementByANameWithASpace(t *testing.T) {
+	for _, first := range []string{"statement", "batch"} {
+		t.Run(first, func(t *testing.T) {
+			dsn := pgtest.Shared(t).CreateDatabase(t)
+			raw := openRaw(t, dsn)
+			mustExec(t, raw, context.Background(), "create table items (id int); insert into items values (1), (2)")
+			pc, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Prepare(ctx, "purge items", "delete from items")
+				return err
+			}
+			cfg, err := driver.ParseConfig([]byte(`guards: {require_where: enforce}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx := context.Background()
+			if first == "statement" {
+				_, err = p.Exec(ctx, "purge items")
+			} else {
+				b := &pgx.Batch{}
+				b.Queue("purge items")
+				err = p.SendBatch(ctx, b).Close()
+			}
+			if n := queryInt(t, raw, ctx, "select count(*) from items"); !errors.Is(err, driver.ErrBlocked) || n != 2 {
+				t.Errorf("the pool's first %s, by the name \"purge items\": error %v, %d of 2 rows left; want refused, "+
+					"nothing deleted", first, err, n)
+			}
+		})
+	}
+}
