@@ -499,7 +499,7 @@ rules:
 				d, _ := dp.Attributes.Value("pgtraffic.decision")
 				conn, _ := dp.Attributes.Value("pgtraffic.connector")
 				counts[ns.AsString()+"/"+d.AsString()] += dp.Value
-				connectors[ns.AsString()] = conn.Emit()
+				connectors[ns.AsString()] = conn.String()
 			}
 		}
 	}
