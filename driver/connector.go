@@ -168,10 +168,12 @@ func newConnector(dsn string, opts []Option, fromEnv bool) (*Connector, error) {
 	return fromConfig(cc, o)
 }
 
-// dsnError is the error of a DSN that pgx could not parse: pgx's reason, without the DSN. pgx
-// quotes the DSN with its password redacted as well as it can, which a keyword/value DSN spaced
-// as libpq allows (password = secret) defeats, and its error's ConnString holds the DSN whole:
-// neither reaches the caller, who has the DSN anyway.
+// dsnError is the error of a DSN that pgx could not parse: pgx's reason, without the DSN or
+// the detail under it. pgx quotes the DSN with its password redacted as well as it can, which a
+// keyword/value DSN spaced as libpq allows (password = secret) defeats, and its error's
+// ConnString holds the DSN whole; the detail quotes the DSN's values as they came (the word
+// after an unquoted space in a password, key material given where a file's path belongs). None
+// of them reaches the caller, who has the DSN anyway.
 func dsnError(err error) error {
 	var pce *pgconn.ParseConfigError
 	if !errors.As(err, &pce) {
@@ -180,6 +182,9 @@ func dsnError(err error) error {
 	bare := *pce
 	bare.ConnString = "" // pgx's message about it: "cannot parse ``: invalid port"
 	reason := strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
+	if detail := errors.Unwrap(pce); detail != nil {
+		reason = strings.TrimSuffix(reason, " ("+detail.Error()+")") + " (pgx's detail is not shown: it quotes the DSN)"
+	}
 	return errors.New("pgtraffic: cannot parse the DSN (not shown: it may hold a password): " + reason)
 }
 

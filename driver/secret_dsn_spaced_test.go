@@ -17,6 +17,12 @@ func TestSecretDSNSpacedKeyword(t *testing.T) {
 		"host=h port=x user=u password =S3CRET-PW dbname=d",
 		"host=h port=x user=u password = 'S3CRET PW' dbname=d",
 		"host=h port=x user=u\tpassword\t=\tS3CRET-PW dbname=d",
+		// An unquoted space in the password: pgx's reason quotes the word after it.
+		"host=h user=u password=S3CRET-A S3CRET-B dbname=d",
+		"host=h user=u password=S3CRET-A\tS3CRET-B dbname=d",
+		// Key material where pgx wants a file's path: its reason quotes the path.
+		"host=h user=u sslmode=require sslkey='-----BEGIN PRIVATE KEY-----S3CRET-KEY' sslcert=/nonexistent/c dbname=d",
+		"host=h user=u sslmode=verify-full sslrootcert='S3CRET-ROOT-PEM' dbname=d",
 	} {
 		var errs []error
 		_, err := NewConnector(dsn)
