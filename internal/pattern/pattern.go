@@ -158,10 +158,13 @@ func analyze(key string) *Pattern {
 	p.Facts = guard.Check(tree)
 	if dependsOnSetting(key) {
 		// A server with standard_conforming_strings off runs other statements than pg_query
-		// read: judge those too.
+		// read: judge those too. What pg_query read as names and words may be a string's
+		// value there ('a\' , secret , '): the text shows no normalised text and is
+		// fingerprinted by its tokens as that server reads them, values by their kind alone.
 		off := offFacts(key)
 		p.UnsafeWrite = p.UnsafeWrite || off.UnsafeWrite
 		p.Truncate = p.Truncate || off.Truncate
+		p.Normalized, queryFingerprint, id = "", false, offID(key)
 	}
 	p.Tables = make([]string, 0, len(w.tables))
 	for t := range w.tables {
@@ -183,6 +186,16 @@ func analyze(key string) *Pattern {
 		p.Summary = p.Operation // SELECT 1
 	}
 	return p
+}
+
+// offID is the fingerprint of key as a server with standard_conforming_strings off reads it
+// (offReading): its tokens, as unparsableID hashes them; where that reading cannot be written,
+// key's tokens.
+func offID(key string) uint64 {
+	if text, ok := offReading(key); ok {
+		return unparsableID(text, false)
+	}
+	return unparsableID(key, false)
 }
 
 // offFacts are the guard facts of key as a server with standard_conforming_strings off reads

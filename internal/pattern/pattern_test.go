@@ -407,3 +407,20 @@ func TestUnparsableFingerprint(t *testing.T) {
 		t.Error("a text the scanner rejects is fingerprinted by an unkeyed hash of its text")
 	}
 }
+
+// TestTextOfTheSettingHoldsNoLiteral: 'a\' , secret , ' is one string to a server with
+// standard_conforming_strings off and a string, a name and a string to pg_query: the pattern
+// shows no normalised text and its fingerprint does not depend on the word.
+func TestTextOfTheSettingHoldsNoLiteral(t *testing.T) {
+	a := Analyze(`select 'a\' , S3CRETOFF , ' , 1 as z -- '`)
+	b := Analyze(`select 'a\' , OTHERWORD , ' , 1 as z -- '`)
+	if strings.Contains(a.Normalized, "S3CRETOFF") || a.Normalized != "" {
+		t.Errorf("normalised text %q", a.Normalized)
+	}
+	if a.Fingerprint != b.Fingerprint {
+		t.Errorf("fingerprints %s and %s: the word of a string is hashed", a.Fingerprint, b.Fingerprint)
+	}
+	if c := Analyze(`select 'a' , S3CRETOFF , 'b'`); c.Normalized == "" || c.Fingerprint == a.Fingerprint {
+		t.Errorf("a text the setting does not change: %+v", c)
+	}
+}
