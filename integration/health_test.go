@@ -566,7 +566,7 @@ rules:
 		t.Logf("throttled %v after the server stopped", flip.Round(time.Millisecond))
 		// Many checks over several intervals: still refused, and the staleness logged once.
 		for deadline := time.Now().Add(5 * healthInterval); time.Now().Before(deadline); time.Sleep(healthInterval / 4) {
-			assertHealthDenial(t, c.Check(batch), "batch", "job=import", "active_queries sample is stale")
+			assertHealthDenial(t, c.Check(batch), "batch", "job=import", "active_queries sample is stale (no recent reading")
 		}
 		_, err = conn.ExecContext(batch, "select 1")
 		assertHealthDenial(t, err, "batch", "job=import", "active_queries sample is stale")

@@ -429,7 +429,9 @@ func (e *Engine) healthDenial(st *compiled, bs *budgetState, rule int, x *Exec, 
 	}
 	limit := metric + " exceeded"
 	if stale {
-		limit = metric + " sample is stale"
+		// What the front end's error says: the pool decides before it takes a connection, so
+		// while the server is unreachable its statements meet this rather than pgx's error.
+		limit = metric + " sample is stale (no recent reading: the server unreachable, or the health query failing)"
 	} else if th, ok := bs.throttle[metric]; ok {
 		limit = formatThreshold(metric, value, th)
 	}
