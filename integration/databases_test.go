@@ -398,33 +398,7 @@ rules:
 	fr := openPoolAt(t, hosts+"&target_session_attrs=standby", rules)
 	waitFor(t, healthSettle, "the caught-up replica's pool admits", func() (bool, string) { err := fr.Check(batch); return err == nil, fmt.Sprint(err) })
 
-	for _, q := range []string{
-		"alter system set primary_conninfo = 'host=127.0.0.1 port=1 user=postgres connect_timeout=1'",
-		"select pg_reload_conf()",
-	} {
-		if _, err := sconn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	waitFor(t, healthSettle, "the standby stops streaming", func() (bool, string) {
-		var n int
-		err := sconn.QueryRow(ctx, "select count(*) from pg_stat_wal_receiver where status = 'streaming'").Scan(&n)
-		return err == nil && n == 0, fmt.Sprint(n, err)
-	})
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, err := pconn.Exec(ctx, "insert into lag_probe default values"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var primaryRows, standbyRows int
-	var age float64
-	if err := pconn.QueryRow(ctx, "select count(*) from lag_probe").Scan(&primaryRows); err != nil {
-		t.Fatal(err)
-	}
-	if err := sconn.QueryRow(ctx, "select count(*), coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp()), -1)::float8 from lag_probe").
-		Scan(&standbyRows, &age); err != nil {
-		t.Fatal(err)
-	}
+	primaryRows, standbyRows, age := cutReplication(t, pconn, sconn)
 	time.Sleep(600 * time.Millisecond)
 	var admitted, tries int
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); tries++ {

@@ -70,7 +70,21 @@ rules:
 		return err == nil, fmt.Sprint(err)
 	})
 
-	// Cut replication: the walreceiver reconnects to a port nobody listens on.
+	primaryRows, standbyRows, age := cutReplication(t, pconn, sconn)
+	time.Sleep(600 * time.Millisecond) // a few health intervals
+	if err := c.Check(batch); err == nil {
+		t.Errorf("Check on a standby cut off from its primary for 3 s (%d of %d rows, last replay %.1fs ago) = nil; "+
+			"want a health denial (replication_lag exceeded, or its sample stale)", standbyRows, primaryRows, age)
+	}
+}
+
+// cutReplication cuts the standby sconn off from its primary pconn (its walreceiver reconnects
+// to a port nobody listens on), has the primary commit for 3 s into lag_probe, none of which
+// reaches the standby, and returns the rows each has and how old the standby's last replayed
+// commit is.
+func cutReplication(t *testing.T, pconn, sconn *pgx.Conn) (primaryRows, standbyRows int, age float64) {
+	t.Helper()
+	ctx := context.Background()
 	for _, q := range []string{
 		"alter system set primary_conninfo = 'host=127.0.0.1 port=1 user=postgres connect_timeout=1'",
 		"select pg_reload_conf()",
@@ -90,8 +104,6 @@ rules:
 			t.Fatal(err)
 		}
 	}
-	var primaryRows, standbyRows int
-	var age float64
 	if err := pconn.QueryRow(ctx, "select count(*) from lag_probe").Scan(&primaryRows); err != nil {
 		t.Fatal(err)
 	}
@@ -103,9 +115,5 @@ rules:
 	if standbyRows >= primaryRows {
 		t.Fatalf("the standby kept up (%d >= %d rows): replication was not cut", standbyRows, primaryRows)
 	}
-	time.Sleep(600 * time.Millisecond) // a few health intervals
-	if err := c.Check(batch); err == nil {
-		t.Errorf("Check on a standby cut off from its primary for 3 s (%d of %d rows, last replay %.1fs ago) = nil; "+
-			"want a health denial (replication_lag exceeded, or its sample stale)", standbyRows, primaryRows, age)
-	}
+	return primaryRows, standbyRows, age
 }

@@ -32,23 +32,7 @@ func TestPoolPreparedByNameIsGuarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	setup.Close(context.Background())
-	pc, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Prepare(ctx, "purge_items", "delete from items")
-		return err
-	}
-	cfg, err := driver.ParseConfig([]byte(`guards: {require_where: enforce}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := guardedPoolPreparing(t, dsn, "purge_items")
 	ctx := context.Background()
 	// The same statement as text is refused by the guard.
 	if _, err := p.Exec(ctx, "delete from items"); !errors.Is(err, driver.ErrBlocked) {
@@ -174,24 +158,9 @@ func TestPoolFirstStatementByANameWithASpace(t *testing.T) {
 			dsn := pgtest.Shared(t).CreateDatabase(t)
 			raw := openRaw(t, dsn)
 			mustExec(t, raw, context.Background(), "create table items (id int); insert into items values (1), (2)")
-			pc, err := pgxpool.ParseConfig(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-				_, err := c.Prepare(ctx, "purge items", "delete from items")
-				return err
-			}
-			cfg, err := driver.ParseConfig([]byte(`guards: {require_where: enforce}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := guardedPoolPreparing(t, dsn, "purge items")
 			ctx := context.Background()
+			var err error
 			if first == "statement" {
 				_, err = p.Exec(ctx, "purge items")
 			} else {
@@ -205,4 +174,28 @@ func TestPoolFirstStatementByANameWithASpace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guardedPoolPreparing opens a pool on dsn under require_where: enforce whose AfterConnect hook
+// prepares "delete from items" as name on each connection.
+func guardedPoolPreparing(t *testing.T, dsn, name string) *driver.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Prepare(ctx, name, "delete from items")
+		return err
+	}
+	cfg, err := driver.ParseConfig([]byte(`guards: {require_where: enforce}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := driver.NewPoolFromConfig(context.Background(), pc, driver.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
